@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every test: the release build's full CTest suite, then an ASan+UBSan
+# clang build that runs the GGUF reader tests and its fuzzer for a bounded time.
+# GPU tests (label gpu) skip with a message on a machine without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+JOBS=$(nproc)
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$JOBS"
+ctest --test-dir build --output-on-failure -j"$JOBS"
+
+CC=clang cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON -DSTRATA_FUZZ=ON >/dev/null
+cmake --build build-san -j"$JOBS"
+ctest --test-dir build-san --output-on-failure -L 'gguf|fuzz'

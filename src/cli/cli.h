@@ -1,0 +1,14 @@
+/* Subcommands of the `strata` binary. Each takes argc/argv after the
+ * subcommand name, answers --help, and returns the process exit code
+ * (0 ok, 1 runtime error, 2 usage error). */
+#ifndef STRATA_CLI_CLI_H
+#define STRATA_CLI_CLI_H
+
+int cmd_info(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+/* Print "strata CMD: MSG" and the usage line; returns 2. */
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

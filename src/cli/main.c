@@ -1,0 +1,50 @@
+/* `strata`: the one binary. Dispatches to a subcommand from a table, so every
+ * subcommand is listed in `strata --help` and nothing else parses argv[1]. */
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} command;
+
+static const command COMMANDS[] = {
+    {"info", cmd_info, "print a GGUF file's metadata, tensors and bits per weight"},
+    {"synth", cmd_synth, "write a GGUF with random valid weights for an architecture preset"},
+};
+#define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
+
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "strata %s: %s\nusage: %s\n", cmd, msg, usage);
+    return 2;
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: strata COMMAND [ARGS]  (strata COMMAND --help for each)\n\ncommands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,15 @@
+/* Checked, aligned allocation. Sizes that come from files or requests must be
+ * validated by the caller before they reach here: running out of memory on a
+ * size we chose is a bug, so these abort with a message instead of returning NULL. */
+#ifndef STRATA_CORE_ALLOC_H
+#define STRATA_CORE_ALLOC_H
+
+#include <stddef.h>
+
+void *st_malloc(size_t n);                 /* 64-byte aligned, aborts on failure */
+void *st_calloc(size_t count, size_t size); /* zeroed, 64-byte aligned, overflow-checked */
+void *st_realloc(void *p, size_t n);       /* plain realloc (not aligned), aborts on failure */
+char *st_strdup(const char *s);
+void st_free(void *p);
+
+#endif
