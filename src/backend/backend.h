@@ -1,0 +1,95 @@
+/* The backend op interface: the forward pass (model/) is written once against
+ * this table of function pointers, and each backend (cpu/, cuda/) fills it.
+ * No #ifdef in the hot path: the backend is chosen at run time.
+ *
+ * Memory ownership: activation buffers come from be->alloc and live on the
+ * backend's device; weights are st_weight views whose data pointers the
+ * engine places (mmap'd host memory for the CPU; device copies for a GPU).
+ * Expert tensors keep one pointer per expert, so that the engine can place
+ * each (layer, expert) separately (GPU cache slot, pinned RAM, mmap) without
+ * the forward pass knowing where it lives.
+ */
+#ifndef STRATA_BACKEND_BACKEND_H
+#define STRATA_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/blocks.h"
+
+/* A weight matrix (or stack of them): n_mat matrices of n_out rows x n_in
+ * columns, rows contiguous (GGUF's ne0 = n_in, ne1 = n_out, ne2 = n_mat). */
+typedef struct {
+    const void *data;       /* first matrix; NULL if the model lacks the tensor */
+    const void **mat;       /* per-matrix pointers (n_mat of them) when placed apart; NULL = contiguous */
+    qt_type type;
+    int64_t n_in;           /* columns (ne0) */
+    int64_t n_out;          /* rows (ne1) */
+    int64_t n_mat;          /* experts (ne2), 1 for dense */
+    size_t row_bytes;       /* qt_row_size(type, n_in) */
+} st_weight;
+
+static inline const void *st_weight_mat(const st_weight *w, int64_t m) {
+    return w->mat ? w->mat[m] : (const uint8_t *)w->data + (size_t)m * (size_t)w->n_out * w->row_bytes;
+}
+
+typedef enum { ST_KV_F16 = 0, ST_KV_INT8 = 1 } st_kv_type;
+
+/* One layer's KV cache as the attention kernels see it. Row r (a position)
+ * holds n_head_kv * head_dim values; int8 rows carry one f32 scale per head. */
+typedef struct {
+    st_kv_type type;
+    int n_ctx;              /* positions */
+    int n_head_kv, head_dim;
+    void *k, *v;            /* [n_ctx][n_head_kv*head_dim] f16 or int8 */
+    float *k_scale, *v_scale; /* [n_ctx][n_head_kv], int8 only */
+} st_kv_layer;
+
+typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1 } st_act;
+
+typedef struct st_backend st_backend;
+
+struct st_backend {
+    const char *name;
+    void *ctx;
+
+    void *(*alloc)(st_backend *be, size_t bytes); /* activation buffer on the device */
+    void (*free)(st_backend *be, void *p);
+    void (*destroy)(st_backend *be);
+
+    /* out[i, :] = dequant(w row ids[i]) for i < n (embedding lookup). */
+    void (*get_rows)(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out);
+    /* y[t, 0:n_out] = W[mat] x[t, 0:n_in] for t < n_tok. */
+    void (*matmul)(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok);
+    /* y[r] = x[r] / rms(x[r]) * w, rows of dim values; in place allowed. */
+    void (*rmsnorm)(st_backend *be, const float *x, const float *w, float *y, int dim, int n_rows, float eps);
+    /* Rotary embedding in place on x[n_tok][n_heads][head_dim], position pos0 + t.
+     * neox: rotate pairs (i, i+d/2); else adjacent pairs (2i, 2i+1). */
+    void (*rope)(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
+                 float freq_scale, int neox);
+    /* Write n_tok rows of k and v (f32 [n_tok][n_head_kv*head_dim]) at positions pos0.. */
+    void (*kv_store)(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0);
+    /* Causal attention of q [n_tok][n_head][head_dim] (positions pos0..) over the
+     * cache positions 0..pos0+t (the last `window` of them if window > 0). */
+    void (*attention)(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                      float scale, int window, float *out);
+    /* out = act(g) * u, elementwise over n values. */
+    void (*act_mul)(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n);
+    /* x[r] += b for each of n_rows rows of dim values (b has dim values; bias or residual with n_rows=1). */
+    void (*add)(st_backend *be, float *x, const float *b, int64_t dim, int n_rows);
+    void (*scale)(st_backend *be, float *x, float s, int64_t n);
+    /* Mixture-of-experts FFN for n_tok tokens: route with the router logits
+     * (softmax, top-k, optional renormalisation), then
+     * out[t] = sum_j w_tj * down_e(act(gate_e h[t]) * up_e h[t]). */
+    void (*moe_ffn)(st_backend *be, const float *h, const float *router_logits, int n_tok, int n_expert,
+                    int k, int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
+                    const st_weight *down, float *out);
+    /* Copy between host and device (identity memcpy on the CPU backend). */
+    void (*to_host)(st_backend *be, void *dst, const void *src, size_t bytes);
+    void (*to_device)(st_backend *be, void *dst, const void *src, size_t bytes);
+};
+
+/* The CPU backend (backend/cpu): n_threads 0 = all cores. */
+st_backend *backend_cpu_create(int n_threads);
+
+#endif

@@ -1,0 +1,153 @@
+/* The decoder forward pass, written once for llama, qwen2, qwen3, qwen3moe
+ * and gemma3. Per layer:
+ *   h = norm(x); q,k,v = W h (+b); [q,k = headnorm(q,k)]; rope(q,k);
+ *   kv <- k,v; a = attention(q, kv); o = Wo a; [o = norm(o)]; x += o
+ *   h = norm(x); f = ffn(h) or moe(h); [f = norm(f)]; x += f
+ * then logits = Wout norm(x). Every step is a backend op, so the same code
+ * drives the CPU and (later) the GPU.
+ */
+#include "model/forward.h"
+
+#include "core/alloc.h"
+#include "core/log.h"
+
+struct model_ctx {
+    const model *m;
+    st_backend *be;
+    int n_ubatch;
+    /* activations on the backend, [n_ubatch][width] */
+    float *x, *h, *q, *k, *v, *att, *o; /* n_embd, n_embd, q width, kv width x2, q width, n_embd */
+    float *g, *u;                       /* n_ff (dense) */
+    float *router;                      /* n_expert */
+    float *logits;                      /* n_vocab, [n_ubatch] rows */
+    int32_t *ids;                       /* token ids copied to the device */
+};
+
+static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
+
+model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
+    const model_hparams *hp = &m->hp;
+    model_ctx *c = st_calloc(1, sizeof *c);
+    c->m = m;
+    c->be = be;
+    c->n_ubatch = n_ubatch;
+    size_t B = (size_t)n_ubatch, qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    c->x = balloc(be, B * hp->n_embd);
+    c->h = balloc(be, B * hp->n_embd);
+    c->o = balloc(be, B * hp->n_embd);
+    c->q = balloc(be, B * qw);
+    c->att = balloc(be, B * qw);
+    c->k = balloc(be, B * kvw);
+    c->v = balloc(be, B * kvw);
+    if (hp->n_ff) {
+        c->g = balloc(be, B * hp->n_ff);
+        c->u = balloc(be, B * hp->n_ff);
+    }
+    if (hp->n_expert) c->router = balloc(be, B * hp->n_expert);
+    c->logits = balloc(be, B * hp->n_vocab);
+    c->ids = be->alloc(be, B * sizeof(int32_t));
+    return c;
+}
+
+void model_ctx_free(model_ctx *c) {
+    if (!c) return;
+    st_backend *be = c->be;
+    void *bufs[] = {c->x, c->h, c->o, c->q, c->att, c->k, c->v, c->g, c->u, c->router, c->logits, c->ids};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
+    st_free(c);
+}
+
+static void attention_block(model_ctx *c, int il, st_kv_layer *kv, int n, int pos0) {
+    const model_hparams *hp = &c->m->hp;
+    const model_layer *l = &c->m->layers[il];
+    st_backend *be = c->be;
+    int qw = hp->n_head * hp->head_dim, kvw = hp->n_head_kv * hp->head_dim;
+
+    be->rmsnorm(be, c->x, l->attn_norm, c->h, hp->n_embd, n, hp->rms_eps);
+    be->matmul(be, &l->wq, 0, c->h, c->q, n);
+    be->matmul(be, &l->wk, 0, c->h, c->k, n);
+    be->matmul(be, &l->wv, 0, c->h, c->v, n);
+    if (l->bq) {
+        be->add(be, c->q, l->bq, qw, n);
+        be->add(be, c->k, l->bk, kvw, n);
+        be->add(be, c->v, l->bv, kvw, n);
+    }
+    if (l->q_norm) {
+        be->rmsnorm(be, c->q, l->q_norm, c->q, hp->head_dim, n * hp->n_head, hp->rms_eps);
+        be->rmsnorm(be, c->k, l->k_norm, c->k, hp->head_dim, n * hp->n_head_kv, hp->rms_eps);
+    }
+    /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
+    int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
+    float theta = swa ? hp->rope_theta_swa : hp->rope_theta;
+    float fscale = swa ? 1.0f : hp->rope_freq_scale;
+    be->rope(be, c->q, n, hp->n_head, hp->head_dim, pos0, theta, fscale, hp->rope_neox);
+    be->rope(be, c->k, n, hp->n_head_kv, hp->head_dim, pos0, theta, fscale, hp->rope_neox);
+    be->kv_store(be, kv, c->k, c->v, n, pos0);
+    be->attention(be, c->q, kv, n, pos0, hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, c->att);
+    be->matmul(be, &l->wo, 0, c->att, c->o, n);
+    if (l->post_attn_norm) be->rmsnorm(be, c->o, l->post_attn_norm, c->o, hp->n_embd, n, hp->rms_eps);
+    be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
+}
+
+static void ffn_block(model_ctx *c, int il, int n) {
+    const model_hparams *hp = &c->m->hp;
+    const model_layer *l = &c->m->layers[il];
+    st_backend *be = c->be;
+
+    be->rmsnorm(be, c->x, l->ffn_norm, c->h, hp->n_embd, n, hp->rms_eps);
+    if (hp->n_expert) {
+        be->matmul(be, &l->ffn_gate_inp, 0, c->h, c->router, n);
+        be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, hp->norm_topk, hp->act,
+                    &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, c->o);
+    } else {
+        be->matmul(be, &l->ffn_gate, 0, c->h, c->g, n);
+        be->matmul(be, &l->ffn_up, 0, c->h, c->u, n);
+        be->act_mul(be, hp->act, c->g, c->u, c->g, (int64_t)n * hp->n_ff);
+        be->matmul(be, &l->ffn_down, 0, c->g, c->o, n);
+    }
+    if (l->post_ffn_norm) be->rmsnorm(be, c->o, l->post_ffn_norm, c->o, hp->n_embd, n, hp->rms_eps);
+    be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
+}
+
+static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
+                          int all_logits) {
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    st_backend *be = c->be;
+
+    be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->get_rows(be, &m->tok_embd, c->ids, n, c->x);
+    if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)n * hp->n_embd);
+    for (int il = 0; il < hp->n_layer; il++) {
+        attention_block(c, il, &kv[il], n, pos0);
+        ffn_block(c, il, n);
+    }
+    /* only the rows whose logits are wanted go through the output matrix */
+    int first = all_logits ? 0 : n - 1, rows = all_logits ? n : 1;
+    float *xr = c->x + (size_t)first * hp->n_embd;
+    be->rmsnorm(be, xr, m->output_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+    be->matmul(be, &m->output, 0, c->h, c->logits, rows);
+    be->to_host(be, logits, c->logits, (size_t)rows * hp->n_vocab * sizeof(float));
+}
+
+void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
+                   int all_logits) {
+    ST_ASSERT(n_tok > 0);
+    ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);
+    size_t nv = (size_t)c->m->hp.n_vocab;
+    for (int done = 0; done < n_tok;) {
+        int n = n_tok - done < c->n_ubatch ? n_tok - done : c->n_ubatch;
+        int last = done + n == n_tok;
+        /* intermediate chunks only produce logits when every position's are wanted */
+        if (all_logits || last)
+            forward_chunk(c, kv, tokens + done, n, pos0 + done, all_logits ? logits + (size_t)done * nv : logits,
+                          all_logits);
+        else {
+            float *scratch = st_malloc(nv * sizeof(float));
+            forward_chunk(c, kv, tokens + done, n, pos0 + done, scratch, 0);
+            st_free(scratch);
+        }
+        done += n;
+    }
+}

@@ -1,0 +1,79 @@
+/* Models: the architectures Strata runs, their hyper-parameters read from
+ * GGUF metadata, their tensors bound by llama.cpp's GGUF names, and the
+ * forward pass, written once against the backend op interface.
+ *
+ * Families: llama (SmolLM2, Llama), qwen2, qwen3, qwen3moe, gemma3. They are
+ * one decoder with switches (QKV bias, Q/K norms, post-norms, sliding
+ * window, MoE, activation) rather than five copies of the same loop.
+ */
+#ifndef STRATA_MODEL_MODEL_H
+#define STRATA_MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+
+typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_GEMMA3, ARCH_COUNT } model_arch;
+
+/* GGUF general.architecture name of each family, and the reverse. */
+const char *model_arch_name(model_arch a);
+int model_arch_from_name(const char *name, uint64_t len); /* -1 if unsupported */
+
+typedef struct {
+    model_arch arch;
+    int n_layer;
+    int n_embd;          /* d_model */
+    int n_head, n_head_kv;
+    int head_dim;        /* key/query head size (= value head size for these families) */
+    int n_ff;            /* dense FFN width */
+    int n_vocab;
+    int n_ctx_train;
+    int n_expert, n_expert_used, n_ff_exp; /* MoE; n_expert = 0 for dense */
+    int norm_topk;       /* renormalise the top-k routing weights */
+    float rms_eps;
+    float rope_theta;    /* global layers */
+    float rope_theta_swa;/* sliding-window layers (gemma3) */
+    float rope_freq_scale; /* 1/linear scaling factor, global layers */
+    int rope_neox;
+    int n_swa;           /* sliding window size, 0 = none */
+    int swa_pattern;     /* layer il is global when (il % swa_pattern) == swa_pattern-1; 0 = all global */
+    float attn_scale;    /* multiplies q.k */
+    float embd_scale;    /* multiplies the token embedding (gemma: sqrt(n_embd)) */
+    st_act act;
+    int qkv_bias, qk_norm, post_norms;
+} model_hparams;
+
+typedef struct {
+    const float *attn_norm;          /* (n_embd) */
+    st_weight wq, wk, wv, wo;        /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) x2, (n_head*hd -> n_embd) */
+    const float *bq, *bk, *bv;       /* biases (qwen2) or NULL */
+    const float *q_norm, *k_norm;    /* (head_dim), qwen3/gemma3, or NULL */
+    const float *post_attn_norm;     /* (n_embd), gemma3, or NULL */
+    const float *ffn_norm;           /* (n_embd) */
+    st_weight ffn_gate, ffn_up, ffn_down;             /* dense: (n_embd -> n_ff) x2, (n_ff -> n_embd) */
+    const float *post_ffn_norm;      /* (n_embd), gemma3, or NULL */
+    st_weight ffn_gate_inp;          /* router (n_embd -> n_expert) */
+    st_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps; /* (n_expert x [n_embd -> n_ff_exp]), down (n_ff_exp -> n_embd) */
+} model_layer;
+
+typedef struct model {
+    model_hparams hp;
+    gguf_file *file;
+    st_weight tok_embd;              /* (n_vocab rows of n_embd) */
+    const float *output_norm;        /* (n_embd) */
+    st_weight output;                /* (n_embd -> n_vocab); tok_embd when tied */
+    model_layer *layers;             /* (n_layer) */
+    float **owned;                   /* f32 copies of non-f32 norm vectors, freed with the model */
+    int n_owned;
+} model;
+
+/* Open the GGUF, check the architecture is supported and every tensor has the
+ * expected shape. NULL with st_error_get() naming the problem. */
+model *model_load(const char *path);
+void model_free(model *m);
+
+/* Bytes of weights read per token (dense + active experts): the decode roofline numerator. */
+double model_active_bytes_per_token(const model *m);
+
+#endif
