@@ -1,0 +1,56 @@
+/* KV cache allocation (see kv_cache.h). int8 halves the bytes attention reads
+ * per position, which is what long-context decode is bound by. */
+#include "engine/kv_cache.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+
+static size_t row_elems(const model_hparams *hp) { return (size_t)hp->n_head_kv * hp->head_dim; }
+
+size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type) {
+    size_t per = type == ST_KV_F16 ? row_elems(hp) * 2 : row_elems(hp) + (size_t)hp->n_head_kv * sizeof(float);
+    return 2 * per * (size_t)n_ctx * (size_t)hp->n_layer;
+}
+
+kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type) {
+    kv_cache *kv = st_calloc(1, sizeof *kv);
+    kv->be = be;
+    kv->type = type;
+    kv->n_layer = hp->n_layer;
+    kv->n_ctx = n_ctx;
+    kv->layers = st_calloc((size_t)hp->n_layer, sizeof(st_kv_layer));
+    size_t elem = type == ST_KV_F16 ? 2 : 1;
+    for (int il = 0; il < hp->n_layer; il++) {
+        st_kv_layer *l = &kv->layers[il];
+        l->type = type;
+        l->n_ctx = n_ctx;
+        l->n_head_kv = hp->n_head_kv;
+        l->head_dim = hp->head_dim;
+        l->k = be->alloc(be, row_elems(hp) * elem * (size_t)n_ctx);
+        l->v = be->alloc(be, row_elems(hp) * elem * (size_t)n_ctx);
+        if (type == ST_KV_INT8) {
+            l->k_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)n_ctx);
+            l->v_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)n_ctx);
+        }
+    }
+    return kv;
+}
+
+void kv_cache_free(kv_cache *kv) {
+    if (!kv) return;
+    for (int il = 0; il < kv->n_layer; il++) {
+        st_kv_layer *l = &kv->layers[il];
+        void *p[] = {l->k, l->v, l->k_scale, l->v_scale};
+        for (int i = 0; i < 4; i++)
+            if (p[i]) kv->be->free(kv->be, p[i]);
+    }
+    st_free(kv->layers);
+    st_free(kv);
+}
+
+int kv_type_from_name(const char *s) {
+    if (!strcmp(s, "f16")) return ST_KV_F16;
+    if (!strcmp(s, "int8")) return ST_KV_INT8;
+    return -1;
+}

@@ -1,0 +1,200 @@
+/* Sampler (see sampler.h). The order is llama.cpp's usual one: penalties,
+ * then top-k, then temperature-scaled softmax, then top-p and min-p cuts,
+ * then a draw. Candidates are sorted only when a cut needs the order. */
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+struct sampler {
+    sampler_params p;
+    int n_vocab;
+    uint64_t rng;
+    int32_t *recent; /* ring of the last penalty_last_n tokens */
+    int n_recent, head;
+    int32_t *idx;    /* candidate ids scratch (n_vocab) */
+    float *prob;     /* candidate probabilities scratch */
+    uint16_t *count; /* per-token count within the window (n_vocab) */
+};
+
+sampler_params sampler_defaults(void) {
+    sampler_params p = {0};
+    p.temp = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.penalty_last_n = 64;
+    p.seed = 0x5eed;
+    return p;
+}
+
+/* splitmix64: small, seedable, good enough for sampling */
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double next_unit(uint64_t *s) { return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+sampler *sampler_create(const sampler_params *p, int n_vocab) {
+    sampler *s = st_calloc(1, sizeof *s);
+    s->p = *p;
+    if (s->p.penalty_last_n < 0) s->p.penalty_last_n = 0;
+    s->n_vocab = n_vocab;
+    s->rng = p->seed;
+    s->recent = st_calloc((size_t)(s->p.penalty_last_n + 1), sizeof(int32_t));
+    s->idx = st_malloc((size_t)n_vocab * sizeof(int32_t));
+    s->prob = st_malloc((size_t)n_vocab * sizeof(float));
+    s->count = st_calloc((size_t)n_vocab, sizeof(uint16_t));
+    return s;
+}
+
+void sampler_free(sampler *s) {
+    if (!s) return;
+    st_free(s->recent);
+    st_free(s->idx);
+    st_free(s->prob);
+    st_free(s->count);
+    st_free(s);
+}
+
+void sampler_reset(sampler *s) {
+    s->n_recent = s->head = 0;
+    memset(s->count, 0, (size_t)s->n_vocab * sizeof(uint16_t));
+    s->rng = s->p.seed;
+}
+
+void sampler_accept(sampler *s, int32_t token) {
+    int n = s->p.penalty_last_n;
+    if (n == 0 || token < 0 || token >= s->n_vocab) return;
+    if (s->n_recent == n) s->count[s->recent[s->head]]--; /* the oldest leaves the window */
+    else s->n_recent++;
+    s->recent[s->head] = token;
+    s->head = (s->head + 1) % n;
+    if (s->count[token] < UINT16_MAX) s->count[token]++;
+}
+
+static void apply_penalties(sampler *s, float *logits) {
+    const sampler_params *p = &s->p;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    for (int i = 0; i < s->n_recent; i++) {
+        int32_t t = s->recent[i];
+        int c = s->count[t];
+        if (c == 0) continue;
+        /* each distinct token once: mark by negating after use, restored below */
+        float *l = &logits[t];
+        if (p->repeat_penalty != 1.0f) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+        *l -= (float)c * p->frequency_penalty + p->presence_penalty;
+        s->count[t] = (uint16_t)(UINT16_MAX - c); /* visited marker */
+    }
+    for (int i = 0; i < s->n_recent; i++) {
+        int32_t t = s->recent[i];
+        if (s->count[t] > UINT16_MAX / 2) s->count[t] = (uint16_t)(UINT16_MAX - s->count[t]);
+    }
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static _Thread_local const float *t_sort_logits; /* qsort has no context argument */
+static int by_logit_desc(const void *a, const void *b) {
+    float x = t_sort_logits[*(const int32_t *)a], y = t_sort_logits[*(const int32_t *)b];
+    return (x < y) - (x > y);
+}
+
+/* Keep the k largest logits' ids in idx[0..k) in descending order: a min-heap
+ * of size k over the vocabulary, O(n log k), then a sort of those k. */
+static void top_k_ids(const float *l, int n, int k, int32_t *idx) {
+    int h = 0;
+    for (int i = 0; i < n; i++) {
+        if (h == k && l[i] <= l[idx[0]]) continue;
+        int j;
+        if (h < k) { /* sift up */
+            j = h++;
+            while (j > 0 && l[idx[(j - 1) / 2]] > l[i]) {
+                idx[j] = idx[(j - 1) / 2];
+                j = (j - 1) / 2;
+            }
+        } else { /* replace the root, sift down */
+            j = 0;
+            for (;;) {
+                int c = 2 * j + 1;
+                if (c >= h) break;
+                if (c + 1 < h && l[idx[c + 1]] < l[idx[c]]) c++;
+                if (l[idx[c]] >= l[i]) break;
+                idx[j] = idx[c];
+                j = c;
+            }
+        }
+        idx[j] = i;
+    }
+    t_sort_logits = l;
+    qsort(idx, (size_t)h, sizeof(int32_t), by_logit_desc);
+}
+
+int32_t sampler_sample(sampler *s, float *logits) {
+    apply_penalties(s, logits);
+    const sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    if (p->temp <= 0.0f) return argmax(logits, n);
+
+    /* candidates: the top_k best (sorted), or all ids (sorted only if top-p needs the order) */
+    int nc = n;
+    if (p->top_k > 0 && p->top_k < n) {
+        nc = p->top_k;
+        top_k_ids(logits, n, nc, s->idx);
+    } else {
+        for (int i = 0; i < n; i++) s->idx[i] = i;
+        if (p->top_p < 1.0f) {
+            t_sort_logits = logits;
+            qsort(s->idx, (size_t)n, sizeof(int32_t), by_logit_desc);
+        }
+    }
+    float maxl = logits[s->idx[0]];
+    for (int i = 1; i < nc; i++) maxl = fmaxf(maxl, logits[s->idx[i]]);
+    double sum = 0;
+    for (int i = 0; i < nc; i++) {
+        s->prob[i] = expf((logits[s->idx[i]] - maxl) / p->temp);
+        sum += s->prob[i];
+    }
+    for (int i = 0; i < nc; i++) s->prob[i] = (float)(s->prob[i] / sum);
+    if (p->top_p < 1.0f) { /* smallest prefix (sorted) whose mass reaches top_p */
+        double cum = 0;
+        for (int i = 0; i < nc; i++) {
+            cum += s->prob[i];
+            if (cum >= p->top_p) {
+                nc = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f) { /* drop candidates below min_p times the best one */
+        float best = 0;
+        for (int i = 0; i < nc; i++) best = fmaxf(best, s->prob[i]);
+        int w = 0;
+        for (int i = 0; i < nc; i++)
+            if (s->prob[i] >= p->min_p * best) {
+                s->idx[w] = s->idx[i];
+                s->prob[w++] = s->prob[i];
+            }
+        nc = w;
+    }
+    double mass = 0;
+    for (int i = 0; i < nc; i++) mass += s->prob[i];
+    double r = next_unit(&s->rng) * mass, cum = 0;
+    for (int i = 0; i < nc; i++) {
+        cum += s->prob[i];
+        if (r < cum) return s->idx[i];
+    }
+    return s->idx[nc - 1];
+}
