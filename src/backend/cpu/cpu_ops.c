@@ -1,0 +1,238 @@
+/* CPU matrix products (see cpu_ops.h): activation quantization, then rows
+ * (and token blocks) split into pool tasks, each calling the format's dot
+ * product from quant/ on the best ISA path this CPU has.
+ *
+ * Decode (one token) is bound by memory bandwidth: every weight byte is read
+ * once, so the split only has to keep every core streaming. Tasks are
+ * contiguous runs of rows (the hardware prefetchers like long runs), several
+ * per thread so that a thread slowed by a neighbour does not hold the others
+ * back, and multiples of 16 rows so that two tasks never write the same cache
+ * line of y.
+ *
+ * Prompt chunks (many tokens) reuse each weight row across a block of tokens
+ * while it is in L1, with the block's quantized activations held in L2; the
+ * token block is sized so that they fit (ACT_BLOCK_BYTES).
+ */
+#include "backend/cpu/cpu_ops.h"
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "quant/quant.h"
+
+#include <string.h>
+
+/* Quantized activations of one token block should stay in L2 (>= 1 MiB on
+ * the server parts we target, 256 KiB on old desktops: this is a middle). */
+#define ACT_BLOCK_BYTES (256 * 1024)
+/* Tasks per thread for a matvec: enough to even out uneven cores. */
+#define TASKS_PER_THREAD 4
+/* Smallest task, in weight bytes, for which a dispatch is worth it. */
+#define MIN_TASK_BYTES (16 * 1024)
+/* Rows per task in the batched product. */
+#define MATMUL_ROW_BLOCK 16
+
+void *cpu_scratch_reserve(cpu_scratch *s, size_t bytes) {
+    ST_ASSERT(s != NULL);
+    if (bytes > s->cap) {
+        st_free(s->buf);
+        /* grow by half again so that slowly growing requests do not reallocate every call */
+        size_t cap = bytes + bytes / 2;
+        s->buf = st_malloc(cap);
+        s->cap = cap;
+    }
+    return s->buf;
+}
+
+void cpu_scratch_free(cpu_scratch *s) {
+    if (!s) return;
+    st_free(s->buf);
+    s->buf = NULL;
+    s->cap = 0;
+}
+
+/* Checks that `type` has a dot product and n_cols fits both its blocks and
+ * its activation blocks; returns its traits or NULL with st_error set. */
+static const qt_traits *check_type(const char *fn, qt_type type, int64_t n_cols) {
+    const qt_traits *tr = qt_get(type);
+    if (!tr) {
+        st_error_set("%s: unknown quant type %d", fn, (int)type);
+        return NULL;
+    }
+    if (!qt_vec_dot(type, QT_ISA_SCALAR)) {
+        st_error_set("%s: type %s has no CPU dot product", fn, tr->name);
+        return NULL;
+    }
+    const qt_traits *at = qt_get(tr->vec_dot_type);
+    if (!at) {
+        st_error_set("%s: type %s has no activation format", fn, tr->name);
+        return NULL;
+    }
+    if (n_cols <= 0 || n_cols % tr->blck != 0 || n_cols % at->blck != 0 || n_cols > INT32_MAX) {
+        st_error_set("%s: %lld columns is not a whole number of %s blocks (%d) and %s blocks (%d)", fn,
+                     (long long)n_cols, tr->name, tr->blck, at->name, at->blck);
+        return NULL;
+    }
+    return tr;
+}
+
+size_t cpu_act_row_size(qt_type type, int64_t n_cols) {
+    const qt_traits *tr = check_type("cpu_act_row_size", type, n_cols);
+    return tr ? qt_row_size(tr->vec_dot_type, n_cols) : 0;
+}
+
+/* ---- activation quantization ---- */
+
+typedef struct {
+    qt_type act_type;
+    int64_t n_cols;
+    size_t act_row;
+    const float *X;
+    uint8_t *Xq;
+} quant_job;
+
+static void quant_task(void *p, int64_t t, int thread) {
+    (void)thread;
+    const quant_job *j = p;
+    qt_quantize_act(j->act_type, j->X + t * j->n_cols, j->Xq + (size_t)t * j->act_row, j->n_cols);
+}
+
+int cpu_quantize_act(st_pool *pool, qt_type type, int64_t n_cols, int64_t n_tok, const float *X, void *Xq) {
+    const qt_traits *tr = check_type("cpu_quantize_act", type, n_cols);
+    if (!tr) return -1;
+    quant_job j = {tr->vec_dot_type, n_cols, qt_row_size(tr->vec_dot_type, n_cols), X, Xq};
+    if (n_tok == 1) quant_task(&j, 0, 0); /* a single row: no dispatch */
+    else st_pool_run(pool, n_tok, quant_task, &j);
+    return 0;
+}
+
+/* ---- the products ---- */
+
+typedef struct {
+    qt_vec_dot_fn dot;
+    const uint8_t *W;
+    size_t row_stride;
+    int64_t n_rows;
+    int n_cols;
+    const uint8_t *Xq;
+    size_t act_row;
+    const int32_t *x_ids;
+    float *Y;
+    int64_t ldy;
+    int64_t n_tok;
+    int64_t rows_per_task; /* row block */
+    int64_t tok_per_task;  /* token block */
+    int64_t n_tok_blocks;
+} mm_job;
+
+/* One token: a run of rows. */
+static void matvec_task(void *p, int64_t task, int thread) {
+    (void)thread;
+    const mm_job *j = p;
+    int64_t r0 = task * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
+    const uint8_t *x = j->Xq + (j->x_ids ? (size_t)j->x_ids[0] * j->act_row : 0);
+    const uint8_t *w = j->W + (size_t)r0 * j->row_stride;
+    for (int64_t r = r0; r < r1; r++, w += j->row_stride) j->dot(j->n_cols, &j->Y[r], w, x);
+}
+
+/* Many tokens: a block of rows times a block of tokens, row-outer so that a
+ * weight row is loaded once and stays in L1 across the block's tokens. */
+static void matmul_task(void *p, int64_t task, int thread) {
+    (void)thread;
+    const mm_job *j = p;
+    int64_t rb = task / j->n_tok_blocks, tb = task % j->n_tok_blocks;
+    int64_t r0 = rb * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
+    int64_t t0 = tb * j->tok_per_task;
+    int64_t t1 = t0 + j->tok_per_task < j->n_tok ? t0 + j->tok_per_task : j->n_tok;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = j->W + (size_t)r * j->row_stride;
+        for (int64_t t = t0; t < t1; t++) {
+            int64_t xi = j->x_ids ? j->x_ids[t] : t;
+            j->dot(j->n_cols, &j->Y[t * j->ldy + r], w, j->Xq + (size_t)xi * j->act_row);
+        }
+    }
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
+                 int64_t n_cols, int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy) {
+    const qt_traits *tr = check_type("cpu_matmul_q", type, n_cols);
+    if (!tr) return -1;
+    size_t min_stride = qt_row_size(type, n_cols);
+    if (row_stride == 0) row_stride = min_stride;
+    if (row_stride < min_stride) {
+        st_error_set("cpu_matmul_q: row stride %zu below the row size %zu", row_stride, min_stride);
+        return -1;
+    }
+    if (ldy == 0) ldy = n_rows;
+    if (n_rows < 0 || n_tok < 0 || ldy < n_rows) {
+        st_error_set("cpu_matmul_q: bad shape (rows %lld, tokens %lld, ldy %lld)", (long long)n_rows,
+                     (long long)n_tok, (long long)ldy);
+        return -1;
+    }
+    if (n_rows == 0 || n_tok == 0) return 0;
+
+    mm_job j;
+    memset(&j, 0, sizeof j);
+    j.dot = qt_vec_dot(type, qt_cpu_isa());
+    j.W = W;
+    j.row_stride = row_stride;
+    j.n_rows = n_rows;
+    j.n_cols = (int)n_cols;
+    j.Xq = Xq;
+    j.act_row = qt_row_size(tr->vec_dot_type, n_cols);
+    j.x_ids = x_ids;
+    j.Y = Y;
+    j.ldy = ldy;
+    j.n_tok = n_tok;
+    int n_threads = st_pool_n_threads(pool);
+
+    if (n_tok == 1) {
+        /* Rows per task: about TASKS_PER_THREAD tasks per thread, but no task
+         * under MIN_TASK_BYTES; multiples of 16 rows keep y's cache lines apart. */
+        int64_t min_rows = (int64_t)(MIN_TASK_BYTES / row_stride) + 1;
+        int64_t rows = ceil_div(n_rows, (int64_t)n_threads * TASKS_PER_THREAD);
+        if (rows < min_rows) rows = min_rows;
+        if (rows >= 16) rows = ceil_div(rows, 16) * 16;
+        j.rows_per_task = rows;
+        st_pool_run(pool, ceil_div(n_rows, rows), matvec_task, &j);
+        return 0;
+    }
+
+    int64_t tb = (int64_t)(ACT_BLOCK_BYTES / j.act_row);
+    if (tb < 1) tb = 1;
+    if (tb > n_tok) tb = n_tok;
+    j.tok_per_task = tb;
+    j.n_tok_blocks = ceil_div(n_tok, tb);
+    j.rows_per_task = MATMUL_ROW_BLOCK;
+    st_pool_run(pool, ceil_div(n_rows, MATMUL_ROW_BLOCK) * j.n_tok_blocks, matmul_task, &j);
+    return 0;
+}
+
+/* Quantized activations for n_tok rows of X: X itself when the activation
+ * format is F32 (no copy), else a scratch buffer. NULL on bad input. */
+static const void *prepare_act(st_pool *pool, cpu_scratch *scratch, qt_type type, int64_t n_cols, int64_t n_tok,
+                               const float *X) {
+    ST_ASSERT(scratch != NULL);
+    const qt_traits *tr = qt_get(type);
+    if (tr->vec_dot_type == QT_F32) return X;
+    void *Xq = cpu_scratch_reserve(scratch, (size_t)n_tok * qt_row_size(tr->vec_dot_type, n_cols));
+    if (cpu_quantize_act(pool, type, n_cols, n_tok, X, Xq) != 0) return NULL;
+    return Xq;
+}
+
+int cpu_matvec(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type,
+               int64_t n_rows, int64_t n_cols, const float *x, float *y) {
+    return cpu_matmul(pool, scratch, W, row_stride, type, n_rows, n_cols, 1, x, y);
+}
+
+int cpu_matmul(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type,
+               int64_t n_rows, int64_t n_cols, int64_t n_tok, const float *X, float *Y) {
+    if (!check_type("cpu_matmul", type, n_cols)) return -1;
+    if (n_tok <= 0) return n_tok == 0 ? 0 : (st_error_set("cpu_matmul: %lld tokens", (long long)n_tok), -1);
+    const void *Xq = prepare_act(pool, scratch, type, n_cols, n_tok, X);
+    if (!Xq) return -1;
+    return cpu_matmul_q(pool, W, row_stride, type, n_rows, n_cols, n_tok, Xq, NULL, Y, 0);
+}
