@@ -1,7 +1,289 @@
 /* Dot products of the i-quant weight formats (IQ2_XXS, IQ2_XS, IQ2_S,
- * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) with Q8_K activations, avx2 path.
- * Placeholder table: kernels land here next; NULL entries fall back.
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) with Q8_K activations: the AVX2 path.
+ *
+ * Same integer arithmetic as quant_dot_iq_scalar.c, 32 weights per step:
+ *   - grid rows are looked up with scalar loads (8 weights per uint64 row) or a
+ *     dword gather (IQ3, 4 weights per row) and assembled into one vector;
+ *   - the sign bits of the 32 weights become a byte mask (broadcast, shuffle,
+ *     test bit) and negate the activations, so that the grid stays unsigned
+ *     for vpmaddubsw (|grid * q8| pairs fit int16: 2*62*127 < 32767);
+ *   - vpmaddwd with the sub-block's odd scale 2s+1 sums to int32, and each
+ *     super-block is converted to float once.
+ * The 7-bit sign indices of IQ2_XXS/IQ2_XS/IQ3_XXS expand to 8 sign bits with
+ * the parity rule of ksigns_iq2xs (bit 7 = parity of bits 0..6), done with
+ * pdep and a few shifts instead of four table loads.
+ * IQ1_S/IQ1_M use the unsigned weight 8*(g+1) + (delta+1) in 0..18 and
+ * subtract 9*sum(q) per scale group from the Q8_K bsums (see the scalar file
+ * for why 8*g +- 1).
  */
-#include "quant/dot_impl.h"
+#include <immintrin.h>
+#include <string.h>
 
-const qt_vec_dot_fn qt_dots_iq_avx2[QT_COUNT] = {0};
+#include "core/fp16.h"
+#include "quant/dot_impl.h"
+#include "quant/iq_tables.h"
+
+static inline uint32_t load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint64_t load_u64(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Four 7-bit sign indices (bits 0..27) -> 32 sign bits, byte l = ksigns_iq2xs[index l]. */
+static inline uint32_t ksigns4(uint32_t packed) {
+    uint32_t x = _pdep_u32(packed, 0x7f7f7f7fu);
+    uint32_t p = x ^ (x >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return x | ((p & 0x01010101u) << 7);
+}
+
+/* q8 with byte k negated where bit k of s is set. */
+static inline __m256i apply_signs(__m256i q, uint32_t s) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s), shuf);
+    __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
+    return _mm256_sub_epi8(_mm256_xor_si256(q, m), m);
+}
+
+static inline float hsum_ps(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* 16 odd scales 2s+1 as bytes from 16 nibbles (low nibble first). */
+static inline __m128i odd_scales_nib16(uint64_t nibbles) {
+    const uint64_t lo = _pdep_u64(nibbles, 0x0f0f0f0f0f0f0f0fULL);
+    const uint64_t hi = _pdep_u64(nibbles >> 32, 0x0f0f0f0f0f0f0f0fULL);
+    __m128i s = _mm_set_epi64x((long long)hi, (long long)lo);
+    return _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1));
+}
+
+/* int16 scale vector for sub-block ib of 32 weights with one scale per 16:
+ * lanes 0..7 = sc[2ib], lanes 8..15 = sc[2ib+1]. */
+static inline __m256i scale_pair16(__m128i sc, int ib) {
+    const __m128i base = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, _mm_add_epi8(base, _mm_set1_epi8((char)(2 * ib)))));
+}
+
+static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
+    const block_iq2_xxs *x = w;
+    const block_q8_K *y = a;
+    __m256 accf = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const uint16_t *qs = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const uint32_t aux0 = load_u32(qs + 4 * ib);
+            const uint32_t aux1 = load_u32(qs + 4 * ib + 2);
+            const __m256i g = _mm256_set_epi64x((long long)iq2xxs_grid[aux0 >> 24],
+                                                (long long)iq2xxs_grid[(aux0 >> 16) & 255],
+                                                (long long)iq2xxs_grid[(aux0 >> 8) & 255],
+                                                (long long)iq2xxs_grid[aux0 & 255]);
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), ksigns4(aux1));
+            const __m256i p = _mm256_maddubs_epi16(g, q);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(2 * (aux1 >> 28) + 1))));
+        }
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.125f * hsum_ps(accf);
+}
+
+static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
+    const block_iq2_xs *x = w;
+    const block_q8_K *y = a;
+    __m256 accf = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const __m128i sc = odd_scales_nib16(load_u64(x[i].scales));
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            /* four uint16: 9-bit grid index | 7-bit sign index << 9 */
+            const uint64_t v = load_u64(x[i].qs + 4 * ib);
+            const __m256i g = _mm256_set_epi64x((long long)iq2xs_grid[(v >> 48) & 511],
+                                                (long long)iq2xs_grid[(v >> 32) & 511],
+                                                (long long)iq2xs_grid[(v >> 16) & 511],
+                                                (long long)iq2xs_grid[v & 511]);
+            const uint32_t sg = ksigns4((uint32_t)_pext_u64(v, 0xfe00fe00fe00fe00ULL));
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), sg);
+            const __m256i p = _mm256_maddubs_epi16(g, q);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair16(sc, ib)));
+        }
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.125f * hsum_ps(accf);
+}
+
+static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
+    const block_iq2_s *x = w;
+    const block_q8_K *y = a;
+    __m256 accf = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const __m128i sc = odd_scales_nib16(load_u64(x[i].scales));
+        const uint8_t *qs = x[i].qs;
+        const uint8_t *signs = x[i].qs + QK_K / 8;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const uint32_t qh = x[i].qh[ib];
+            const __m256i g = _mm256_set_epi64x((long long)iq2s_grid[qs[4 * ib + 3] | ((qh << 2) & 0x300)],
+                                                (long long)iq2s_grid[qs[4 * ib + 2] | ((qh << 4) & 0x300)],
+                                                (long long)iq2s_grid[qs[4 * ib + 1] | ((qh << 6) & 0x300)],
+                                                (long long)iq2s_grid[qs[4 * ib + 0] | ((qh << 8) & 0x300)]);
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), load_u32(signs + 4 * ib));
+            const __m256i p = _mm256_maddubs_epi16(g, q);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair16(sc, ib)));
+        }
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.125f * hsum_ps(accf);
+}
+
+static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
+    const block_iq3_xxs *x = w;
+    const block_q8_K *y = a;
+    __m256 accf = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const uint8_t *qs = x[i].qs;
+        const uint8_t *gas = x[i].qs + QK_K / 4;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const uint32_t aux = load_u32(gas + 4 * ib);
+            const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * ib)));
+            const __m256i g = _mm256_i32gather_epi32((const int *)iq3xxs_grid, idx, 4);
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), ksigns4(aux));
+            const __m256i p = _mm256_maddubs_epi16(g, q);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(2 * (aux >> 28) + 1))));
+        }
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.25f * hsum_ps(accf);
+}
+
+static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
+    const block_iq3_s *x = w;
+    const block_q8_K *y = a;
+    const __m256i hshift = _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1);
+    const __m256i bit8 = _mm256_set1_epi32(256);
+    __m256 accf = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            /* 9-bit indices: 8 low bits in qs, bit k of qh[ib] is index k's 9th */
+            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 8 * ib)));
+            const __m256i hi = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(x[i].qh[ib]), hshift), bit8);
+            const __m256i g = _mm256_i32gather_epi32((const int *)iq3s_grid, _mm256_or_si256(lo, hi), 4);
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), load_u32(x[i].signs + 4 * ib));
+            const __m256i p = _mm256_maddubs_epi16(g, q);
+            const int sc = (x[i].scales[ib >> 1] >> (4 * (ib & 1))) & 15;
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(2 * sc + 1))));
+        }
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(acc), accf);
+    }
+    *s = hsum_ps(accf);
+}
+
+/* The unsigned IQ1 weight 8*(g+1) + dp, dp = delta+1 in {0,2} per byte:
+ * g+1 <= 2 so a 16-bit shift by 3 cannot carry into the next byte. */
+static inline __m256i iq1_weights(__m256i g, __m256i dp) {
+    const __m256i g1 = _mm256_add_epi8(g, _mm256_set1_epi8(1));
+    return _mm256_add_epi8(_mm256_slli_epi16(g1, 3), dp);
+}
+
+static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
+    const block_iq1_s *x = w;
+    const block_q8_K *y = a;
+    __m256 accf = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const uint8_t *qs = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        int32_t corr = 0; /* sum over sub-blocks of ls * 9 * sum(q) */
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const uint32_t qh = x[i].qh[ib];
+            const __m256i g = _mm256_set_epi64x((long long)iq1s_grid[qs[4 * ib + 3] | ((qh >> 1) & 0x700)],
+                                                (long long)iq1s_grid[qs[4 * ib + 2] | ((qh << 2) & 0x700)],
+                                                (long long)iq1s_grid[qs[4 * ib + 1] | ((qh << 5) & 0x700)],
+                                                (long long)iq1s_grid[qs[4 * ib + 0] | ((qh << 8) & 0x700)]);
+            const __m256i dp = _mm256_set1_epi8(qh & 0x8000 ? 0 : 2);
+            const __m256i wq = iq1_weights(g, dp);
+            const __m256i p = _mm256_maddubs_epi16(wq, _mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)));
+            const int ls = 2 * ((qh >> 12) & 7) + 1;
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)ls)));
+            corr += ls * (y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1]);
+        }
+        const __m256i sumi = _mm256_sub_epi32(acc, _mm256_setr_epi32(9 * corr, 0, 0, 0, 0, 0, 0, 0));
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), accf);
+    }
+    *s = 0.125f * hsum_ps(accf);
+}
+
+static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
+    const block_iq1_m *x = w;
+    const block_q8_K *y = a;
+    /* byte k of a 32-weight step reads qh byte k/16, bit 3 (k%16 < 8) or 7 */
+    const __m256i dshuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                           1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m256i dbit = _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, (char)0x80, (char)0x80, (char)0x80, (char)0x80,
+                                          (char)0x80, (char)0x80, (char)0x80, (char)0x80,  //
+                                          8, 8, 8, 8, 8, 8, 8, 8, (char)0x80, (char)0x80, (char)0x80, (char)0x80,
+                                          (char)0x80, (char)0x80, (char)0x80, (char)0x80);
+    const __m256i two = _mm256_set1_epi8(2);
+    __m256 accf = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const uint64_t sc64 = load_u64(x[i].scales);
+        const uint16_t d16 = (uint16_t)(((sc64 >> 12) & 0x000f) | ((sc64 >> 24) & 0x00f0) |
+                                        ((sc64 >> 36) & 0x0f00) | ((sc64 >> 48) & 0xf000));
+        const float d = st_f16_to_f32(d16) * y[i].d;
+        /* 16 3-bit scales (12 low bits of each word) -> bytes 2s+1 */
+        const uint64_t f = _pext_u64(sc64, 0x0fff0fff0fff0fffULL);
+        __m128i sc = _mm_set_epi64x((long long)_pdep_u64(f >> 24, 0x0707070707070707ULL),
+                                    (long long)_pdep_u64(f, 0x0707070707070707ULL));
+        sc = _mm_add_epi8(_mm_add_epi8(sc, sc), _mm_set1_epi8(1));
+        /* the 9*sum(q) correction of every 16 weights, weighted by its scale */
+        const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
+                                               _mm256_mullo_epi16(_mm256_cvtepu8_epi16(sc), _mm256_set1_epi16(9)));
+        const uint8_t *qs = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i acc = _mm256_setzero_si256();
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const uint32_t qh = load_u32(x[i].qh + 2 * ib) & 0xffff; /* 4 nibbles: 3 index bits + delta sign */
+            const __m256i g = _mm256_set_epi64x((long long)iq1s_grid[qs[4 * ib + 3] | ((qh >> 4) & 0x700)],
+                                                (long long)iq1s_grid[qs[4 * ib + 2] | (qh & 0x700)],
+                                                (long long)iq1s_grid[qs[4 * ib + 1] | ((qh << 4) & 0x700)],
+                                                (long long)iq1s_grid[qs[4 * ib + 0] | ((qh << 8) & 0x700)]);
+            const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi16((short)qh), dshuf);
+            const __m256i dp = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, dbit), dbit), two);
+            const __m256i wq = iq1_weights(g, dp);
+            const __m256i p = _mm256_maddubs_epi16(wq, _mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair16(sc, ib)));
+        }
+        accf = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(acc, corr)), accf);
+    }
+    *s = 0.125f * hsum_ps(accf);
+}
+
+const qt_vec_dot_fn qt_dots_iq_avx2[QT_COUNT] = {
+    [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s,
+    [QT_IQ3_XXS] = dot_iq3_xxs, [QT_IQ3_S] = dot_iq3_s,   [QT_IQ1_S] = dot_iq1_s,
+    [QT_IQ1_M] = dot_iq1_m,
+};
