@@ -57,6 +57,9 @@ uint32_t gguf_version(const gguf_file *f);
 size_t gguf_alignment(const gguf_file *f);
 const char *gguf_path(const gguf_file *f);
 size_t gguf_file_size(const gguf_file *f);
+/* File offset of the data section: tensor t's bytes start at gguf_data_offset(f) + t->offset
+ * (for direct reads from the file, e.g. SSD-resident experts). */
+uint64_t gguf_data_offset(const gguf_file *f);
 
 /* ---- metadata ---- */
 int64_t gguf_n_kv(const gguf_file *f);
@@ -78,7 +81,11 @@ typedef struct {
     gguf_vtype type;
     gguf_vtype elem_type;   /* for arrays */
     uint64_t n;             /* array length (1 for scalars) */
-    const uint8_t *raw;     /* start of the value's bytes in the mapping */
+    const uint8_t *raw;     /* start of the value's bytes in the mapping: a scalar's bytes; a
+                             * string's uint64 length then its bytes; an array's first element
+                             * (past the element type and count) */
+    const uint64_t *elem_off; /* set by the reader for arrays of strings or arrays: index that
+                               * makes element access O(1); NULL means elements are walked */
 } gguf_value;
 
 int gguf_get_value(const gguf_file *f, int64_t i, gguf_value *out);
