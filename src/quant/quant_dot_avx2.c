@@ -1,0 +1,432 @@
+/* AVX2 (+FMA, F16C) dot products of the "main" weight formats; compiled with
+ * -mavx2 -mfma -mf16c and only called after cpuid says so (quant_dot.c).
+ *
+ * The integer core is vpmaddubsw: unsigned bytes x signed bytes, adjacent
+ * pairs summed to int16. Both operands must keep pair sums below 2^15:
+ *   - unsigned quants (Q4_K 0..15, Q6_K 0..63, Q5 0..31) x q8 in -127..127: fine;
+ *   - signed x signed (Q8_0, IQ4_NL, MXFP4, Q4_0 after -8): |x| x sign(y, x),
+ *     where |x| <= 128 as an unsigned byte (so even x = -128 is exact);
+ * then vpmaddwd with ones or with the sub-block scales widens to int32.
+ * Offsets (Q6_K's -32, Q3_K's -4) are taken out afterwards with the Q8_K
+ * bsums instead of being applied per byte.
+ *
+ * Layouts: see blocks.h and the scalar path (quant_dot_scalar.c), which
+ * spells each index mapping out.
+ */
+#include <immintrin.h>
+
+#include "quant/dot_impl.h"
+#include "quant/quant_dot_common.h"
+
+static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 32 unsigned bytes x 32 signed bytes -> 8 int32 sums of 4 */
+static inline __m256i dot_us(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* 32 signed x 32 signed bytes -> 8 int32 sums of 4 (the sign trick) */
+static inline __m256i dot_ss(__m256i x, __m256i y) {
+    return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* 16 packed nibbles -> 32 bytes: low nibbles first (weights 0..15), then high */
+static inline __m256i nibbles32(const uint8_t *p) {
+    __m128i q = _mm_loadu_si128((const __m128i *)p);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* 32 bits -> 32 bytes, 0xff where the bit is set (byte i <- bit i) */
+static inline __m256i bits_to_bytes(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    __m256i v = _mm256_set1_epi32((int)bits);
+    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    v = _mm256_shuffle_epi8(v, pick);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* ---- float formats ---- */
+
+static void dot_f32(int n, float *s, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+static inline __m256 load_f16x8(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256 load_bf16x8(const uint16_t *p) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+#define DOT_HALF(name, load, scalar_cvt)                                                          \
+    static void name(int n, float *s, const void *w, const void *a) {                           \
+        const uint16_t *x = w;                                                                   \
+        const float *y = a;                                                                      \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                \
+        int i = 0;                                                                               \
+        for (; i + 32 <= n; i += 32) {                                                           \
+            acc0 = _mm256_fmadd_ps(load(x + i), _mm256_loadu_ps(y + i), acc0);                   \
+            acc1 = _mm256_fmadd_ps(load(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);           \
+            acc2 = _mm256_fmadd_ps(load(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);         \
+            acc3 = _mm256_fmadd_ps(load(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);         \
+        }                                                                                        \
+        for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load(x + i), _mm256_loadu_ps(y + i), acc0); \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))); \
+        for (; i < n; i++) sum += scalar_cvt(x[i]) * y[i];                                       \
+        *s = sum;                                                                                \
+    }
+
+DOT_HALF(dot_f16, load_f16x8, st_f16_to_f32)
+DOT_HALF(dot_bf16, load_bf16x8, st_bf16_to_f32)
+
+/* ---- 32-weight blocks x Q8_0 / Q8_1 ----
+ * Each format has a per-block function: int32 dot of the quants, scaled and
+ * added to acc. LEGACY_DOT runs it over the row with two accumulators so the
+ * FMA latency does not serialise blocks. */
+
+#define LEGACY_DOT(name, BT, YT, block_fn)                                                        \
+    static void name(int n, float *s, const void *w, const void *a) {                           \
+        const BT *x = w;                                                                         \
+        const YT *y = a;                                                                         \
+        const int nb = n / 32;                                                                   \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                           \
+        int ib = 0;                                                                              \
+        for (; ib + 2 <= nb; ib += 2) {                                                          \
+            acc0 = block_fn(&x[ib], &y[ib], acc0);                                               \
+            acc1 = block_fn(&x[ib + 1], &y[ib + 1], acc1);                                       \
+        }                                                                                        \
+        if (ib < nb) acc0 = block_fn(&x[ib], &y[ib], acc0);                                      \
+        *s = hsum_ps(_mm256_add_ps(acc0, acc1));                                                 \
+    }
+
+static inline __m256 scale_add(float d, __m256i p, __m256 acc) {
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+}
+
+static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+static inline __m256 blk_q4_0(const block_q4_0 *x, const block_q8_0 *y, __m256 acc) {
+    __m256i q = _mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8));
+    return scale_add(f16(x->d) * f16(y->d), dot_ss(q, load32(y->qs)), acc);
+}
+
+/* Q4_1/Q5_1: only the d*q part; the min part m*s is summed by min_term() */
+static inline __m256 blk_q4_1(const block_q4_1 *x, const block_q8_1 *y, __m256 acc) {
+    return scale_add(f16(x->d) * f16(y->d), dot_us(nibbles32(x->qs), load32(y->qs)), acc);
+}
+
+/* Q5_0: q - 16 in one step: a clear 5th bit means q4 - 16 = q4 | 0xf0 as int8 */
+static inline __m256 blk_q5_0(const block_q5_0 *x, const block_q8_0 *y, __m256 acc) {
+    __m256i hi = _mm256_andnot_si256(bits_to_bytes(x->qh), _mm256_set1_epi8((char)0xf0));
+    __m256i q = _mm256_or_si256(nibbles32(x->qs), hi);
+    return scale_add(f16(x->d) * f16(y->d), dot_ss(q, load32(y->qs)), acc);
+}
+
+static inline __m256 blk_q5_1(const block_q5_1 *x, const block_q8_1 *y, __m256 acc) {
+    __m256i hi = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
+    __m256i q = _mm256_or_si256(nibbles32(x->qs), hi);
+    return scale_add(f16(x->d) * f16(y->d), dot_us(q, load32(y->qs)), acc);
+}
+
+static inline __m256 blk_q8_0(const block_q8_0 *x, const block_q8_0 *y, __m256 acc) {
+    return scale_add(f16(x->d) * f16(y->d), dot_ss(load32(x->qs), load32(y->qs)), acc);
+}
+
+/* 16-entry int8 table looked up by nibble with vpshufb (both 128-bit lanes) */
+static inline __m256i lut16(const int8_t *table) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+}
+
+static inline __m256 blk_iq4_nl(const block_iq4_nl *x, const block_q8_0 *y, __m256 acc) {
+    __m256i v = _mm256_shuffle_epi8(lut16(kvalues_iq4nl), nibbles32(x->qs));
+    return scale_add(f16(x->d) * f16(y->d), dot_ss(v, load32(y->qs)), acc);
+}
+
+static inline __m256 blk_mxfp4(const block_mxfp4 *x, const block_q8_0 *y, __m256 acc) {
+    __m256i v = _mm256_shuffle_epi8(lut16(kvalues_mxfp4), nibbles32(x->qs));
+    return scale_add(qdot_e8m0_half(x->e) * f16(y->d), dot_ss(v, load32(y->qs)), acc);
+}
+
+LEGACY_DOT(dot_q4_0, block_q4_0, block_q8_0, blk_q4_0)
+LEGACY_DOT(dot_q4_1_d, block_q4_1, block_q8_1, blk_q4_1)
+LEGACY_DOT(dot_q5_0, block_q5_0, block_q8_0, blk_q5_0)
+LEGACY_DOT(dot_q5_1_d, block_q5_1, block_q8_1, blk_q5_1)
+LEGACY_DOT(dot_q8_0, block_q8_0, block_q8_0, blk_q8_0)
+LEGACY_DOT(dot_iq4_nl, block_iq4_nl, block_q8_0, blk_iq4_nl)
+LEGACY_DOT(dot_mxfp4, block_mxfp4, block_q8_0, blk_mxfp4)
+
+static void dot_q4_1(int n, float *s, const void *w, const void *a) {
+    const block_q4_1 *x = w;
+    const block_q8_1 *y = a;
+    float summ = 0;
+    for (int ib = 0; ib < n / QK4_1; ib++) summ += f16(x[ib].m) * f16(y[ib].s);
+    dot_q4_1_d(n, s, w, a);
+    *s += summ;
+}
+
+static void dot_q5_1(int n, float *s, const void *w, const void *a) {
+    const block_q5_1 *x = w;
+    const block_q8_1 *y = a;
+    float summ = 0;
+    for (int ib = 0; ib < n / QK5_1; ib++) summ += f16(x[ib].m) * f16(y[ib].s);
+    dot_q5_1_d(n, s, w, a);
+    *s += summ;
+}
+
+/* ---- K-quants x Q8_K ---- */
+
+/* Formats with 16 scales (one per 16 weights): scale pair i (groups 2i, 2i+1,
+ * i.e. weights 32i..32i+31) as int16, group 2i in the low 128-bit lane and
+ * 2i+1 in the high one, matching maddubs output of 32 weights. lo = scales
+ * 0..7 and hi = 8..15 as int16, broadcast to both lanes. */
+static inline __m256i scale_pair(__m256i lo, __m256i hi, int i) {
+    static const int8_t idx[4][32] = {
+        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+        {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+        {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,
+         10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+        {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
+         14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
+    return _mm256_shuffle_epi8(i < 4 ? lo : hi, _mm256_loadu_si256((const __m256i *)idx[i & 3]));
+}
+
+static inline __m256i bcast8_i16(__m128i v8x16) { return _mm256_broadcastsi128_si256(v8x16); }
+
+static void dot_q2_k(int n, float *s, const void *w, const void *a) {
+    const block_q2_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        const float dy = y[ib].d;
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[ib].scales);
+        __m128i lo4 = _mm_and_si128(sc8, _mm_set1_epi8(0x0f));
+        __m128i hi4 = _mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f));
+        /* min term: sum_g min_g * bsum_g */
+        __m256i mins = _mm256_cvtepu8_epi16(hi4);
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[ib].bsums);
+        __m256i msum = _mm256_madd_epi16(mins, bs);
+        __m256i sclo = bcast8_i16(_mm_cvtepu8_epi16(lo4));
+        __m256i schi = bcast8_i16(_mm_cvtepu8_epi16(_mm_srli_si128(lo4, 8)));
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                __m256i q = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * k)),
+                                             _mm256_set1_epi8(3));
+                __m256i yv = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 128 * h + 32 * k));
+                __m256i p = _mm256_maddubs_epi16(q, yv);
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale_pair(sclo, schi, 4 * h + k)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(-dy * f16(x[ib].dmin)), _mm256_cvtepi32_ps(msum), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void dot_q3_k(int n, float *s, const void *w, const void *a) {
+    const block_q3_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        int8_t sc[16];
+        qdot_q3k_scales(x[ib].scales, sc);
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
+        __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i sclo = bcast8_i16(_mm_cvtepi8_epi16(sc8));
+        __m256i schi = bcast8_i16(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
+        /* we dot q+4 (unsigned 0..7); the -4 comes back as -4 * sum_g sc_g * bsum_g */
+        __m256i bias = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[ib].bsums));
+        __m256i hm = _mm256_loadu_si256((const __m256i *)x[ib].hmask);
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                __m256i lo = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * k)),
+                                              _mm256_set1_epi8(3));
+                __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + k)),
+                                              _mm256_set1_epi8(1));
+                __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+                __m256i yv = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 128 * h + 32 * k));
+                __m256i p = _mm256_maddubs_epi16(q, yv);
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale_pair(sclo, schi, 4 * h + k)));
+            }
+        }
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ib].d * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* Q4_K / Q5_K: 8 sub-blocks of 32; scale j broadcast as int16 from the 8 scales */
+static inline __m256i scale_one(__m256i sc16x8, int j) {
+    __m256i idx = _mm256_set1_epi16((short)((2 * j + 1) << 8 | (2 * j)));
+    return _mm256_shuffle_epi8(sc16x8, idx);
+}
+
+static void dot_q4_k(int n, float *s, const void *w, const void *a) {
+    const block_q4_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        uint8_t sc[8], mn[8];
+        qdot_k4_scales(x[ib].scales, sc, mn);
+        const float dy = y[ib].d;
+        /* min term: sum_j mn_j * (bsum_2j + bsum_2j+1) */
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[ib].bsums);
+        __m128i bs2 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+        __m128i msum = _mm_madd_epi16(mn16, bs2);
+        accm = _mm_fmadd_ps(_mm_set1_ps(-dy * f16(x[ib].dmin)), _mm_cvtepi32_ps(msum), accm);
+
+        __m256i sc16 = bcast8_i16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+        __m256i isum = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * c));
+            __m256i lo = _mm256_and_si256(qv, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * c)));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * c + 32)));
+            p0 = _mm256_madd_epi16(p0, scale_one(sc16, 2 * c));
+            p1 = _mm256_madd_epi16(p1, scale_one(sc16, 2 * c + 1));
+            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    __m128 t = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    t = _mm_add_ss(t, _mm_movehdup_ps(t));
+    *s = hsum_ps(acc) + _mm_cvtss_f32(t);
+}
+
+static void dot_q5_k(int n, float *s, const void *w, const void *a) {
+    const block_q5_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        uint8_t sc[8], mn[8];
+        qdot_k4_scales(x[ib].scales, sc, mn);
+        const float dy = y[ib].d;
+        __m256i bs = _mm256_loadu_si256((const __m256i *)y[ib].bsums);
+        __m128i bs2 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+        __m128i msum = _mm_madd_epi16(mn16, bs2);
+        accm = _mm_fmadd_ps(_mm_set1_ps(-dy * f16(x[ib].dmin)), _mm_cvtepi32_ps(msum), accm);
+
+        __m256i sc16 = bcast8_i16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+        /* qh bit 2c -> weights 64c.., bit 2c+1 -> 64c+32..: shift qh right by 2 per c
+         * (16-bit shifts pull bits across bytes, but only bits 0..1 are read) */
+        __m256i hb = _mm256_loadu_si256((const __m256i *)x[ib].qh);
+        __m256i isum = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * c));
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(qv, m4),
+                                         _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),
+                                         _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
+            hb = _mm256_srli_epi16(hb, 2);
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * c)));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * c + 32)));
+            p0 = _mm256_madd_epi16(p0, scale_one(sc16, 2 * c));
+            p1 = _mm256_madd_epi16(p1, scale_one(sc16, 2 * c + 1));
+            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    __m128 t = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    t = _mm_add_ss(t, _mm_movehdup_ps(t));
+    *s = hsum_ps(acc) + _mm_cvtss_f32(t);
+}
+
+static void dot_q6_k(int n, float *s, const void *w, const void *a) {
+    const block_q6_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[ib].scales);
+        __m256i sclo = bcast8_i16(_mm_cvtepi8_epi16(sc8));
+        __m256i schi = bcast8_i16(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
+        /* we dot q (unsigned 0..63); the -32 comes back as -32 * sum_g sc_g * bsum_g */
+        __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                         _mm256_loadu_si256((const __m256i *)y[ib].bsums));
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[ib].ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[ib].ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(x[ib].qh + 32 * h));
+            /* 32-weight slice s = 2p + k: nibble p of ql chunk k, qh bits 2s..2s+1 */
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m2));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+            for (int k = 0; k < 4; k++) {
+                __m256i yv = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 128 * h + 32 * k));
+                __m256i p = _mm256_maddubs_epi16(q[k], yv);
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale_pair(sclo, schi, 4 * h + k)));
+            }
+        }
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ib].d * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void dot_iq4_xs(int n, float *s, const void *w, const void *a) {
+    const block_iq4_xs *x = w;
+    const block_q8_K *y = a;
+    const __m256i lut = lut16(kvalues_iq4nl);
+    __m256 acc = _mm256_setzero_ps();
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        __m256i isum = _mm256_setzero_si256();
+        for (int j = 0; j < QK_K / 32; j++) {
+            __m256i v = _mm256_shuffle_epi8(lut, nibbles32(x[ib].qs + 16 * j));
+            __m256i yv = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 32 * j));
+            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yv, v));
+            __m256i ls = _mm256_set1_epi16((short)qdot_iq4xs_scale(&x[ib], j));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ls));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ib].d * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+const qt_vec_dot_fn qt_dots_main_avx2[QT_COUNT] = {
+    [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,
+    [QT_Q4_0] = dot_q4_0,     [QT_Q4_1] = dot_q4_1,     [QT_Q5_0] = dot_q5_0,
+    [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,     [QT_IQ4_NL] = dot_iq4_nl,
+    [QT_MXFP4] = dot_mxfp4,   [QT_Q2_K] = dot_q2_k,     [QT_Q3_K] = dot_q3_k,
+    [QT_Q4_K] = dot_q4_k,     [QT_Q5_K] = dot_q5_k,     [QT_Q6_K] = dot_q6_k,
+    [QT_IQ4_XS] = dot_iq4_xs,
+};
