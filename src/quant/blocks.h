@@ -154,7 +154,7 @@ typedef struct {
 } block_q8_K;
 QT_STATIC_ASSERT(sizeof(block_q8_K) == 292, "block_q8_K");
 
-/* ---- i-quants: lattice codebooks (grids in iq_grids.h) ---- */
+/* ---- i-quants: lattice codebooks (grids in iq_tables.h) ---- */
 typedef struct {
     uint16_t d;
     uint16_t qs[QK_K / 8]; /* per 32 weights: 4 grid bytes + 4x7 sign bits + 4-bit scale */
