@@ -1,7 +1,313 @@
 /* Dot products of the i-quant weight formats (IQ2_XXS, IQ2_XS, IQ2_S,
- * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) with Q8_K activations, avx512 path.
- * Placeholder table: kernels land here next; NULL entries fall back.
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) with Q8_K activations: the AVX-512 path
+ * (F, BW, VL, DQ, VNNI).
+ *
+ * Same integer arithmetic as quant_dot_iq_scalar.c, 64 weights per step:
+ *   - grid rows come in with one gather (8 qword rows, or 16 dword rows for
+ *     IQ3), the indices built in vector registers from the packed bits;
+ *   - the 64 sign bits of a step are exactly an AVX-512 byte mask, so the
+ *     activations are negated with one masked subtract and the grid stays
+ *     unsigned for vpmaddubsw (pairs fit int16: 2*62*127 < 32767);
+ *   - vpdpwssd (VNNI) multiplies the int16 pair sums by the sub-block's odd
+ *     scale 2s+1 and accumulates in int32; the per-block scale vector is
+ *     built once and spread per step with vpermw.
+ * 7-bit sign indices (IQ2_XXS/IQ2_XS/IQ3_XXS) expand to 8 bits with the
+ * parity rule of ksigns_iq2xs, 8 groups at a time in a 64-bit register.
+ * IQ1_S/IQ1_M use the unsigned weight 8*(g+1) + (delta+1) in 0..18 and
+ * subtract 9*sum(q) per scale group using the Q8_K bsums.
  */
-#include "quant/dot_impl.h"
+#include <immintrin.h>
+#include <string.h>
 
-const qt_vec_dot_fn qt_dots_iq_avx512[QT_COUNT] = {0};
+#include "core/fp16.h"
+#include "quant/dot_impl.h"
+#include "quant/iq_tables.h"
+
+static inline uint32_t load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint64_t load_u64(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Eight 7-bit sign indices (bits 0..55) -> 64 sign bits, byte l = ksigns_iq2xs[index l]. */
+static inline uint64_t ksigns8(uint64_t packed) {
+    uint64_t x = _pdep_u64(packed, 0x7f7f7f7f7f7f7f7fULL);
+    uint64_t p = x ^ (x >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return x | ((p & 0x0101010101010101ULL) << 7);
+}
+
+/* The 64 activations of step k, negated where the sign bit is set. */
+static inline __m512i load_signed(const int8_t *q8, uint64_t signs) {
+    const __m512i q = _mm512_loadu_si512(q8);
+    return _mm512_mask_sub_epi8(q, (__mmask64)signs, _mm512_setzero_si512(), q);
+}
+
+/* vpermw index vectors spreading a per-block int16 scale vector over the
+ * steps: idx(k) = base + k * step. */
+typedef struct {
+    __m512i base, step;
+} scale_perm;
+
+/* One scale per 32 weights at int16 lane stride*ib + off: lanes 0..15 of step
+ * k take sub-block 2k, lanes 16..31 sub-block 2k+1. */
+static inline scale_perm perm_per32(int stride, int off) {
+    const __m512i half = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16((short)stride), 1);
+    scale_perm p = {_mm512_add_epi16(half, _mm512_set1_epi16((short)off)), _mm512_set1_epi16((short)(2 * stride))};
+    return p;
+}
+
+/* One scale per 16 weights at int16 lane j: lanes 8j'..8j'+7 of step k take 4k+j'. */
+static inline scale_perm perm_per16(void) {
+    const __m512i quarter = _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i j = _mm512_or_si512(quarter, _mm512_slli_epi64(quarter, 16));
+    scale_perm p = {_mm512_or_si512(j, _mm512_slli_epi64(j, 32)), _mm512_set1_epi16(4)};
+    return p;
+}
+
+static inline __m512i perm_at(scale_perm p, int k) {
+    return _mm512_add_epi16(p.base, _mm512_mullo_epi16(p.step, _mm512_set1_epi16((short)k)));
+}
+
+/* int16 odd scales 2s+1 from 16 nibbles (low nibble first), lanes 0..15. */
+static inline __m512i odd_scales_nib16(uint64_t nibbles) {
+    const uint64_t lo = _pdep_u64(nibbles, 0x0f0f0f0f0f0f0f0fULL);
+    const uint64_t hi = _pdep_u64(nibbles >> 32, 0x0f0f0f0f0f0f0f0fULL);
+    const __m256i s = _mm256_cvtepu8_epi16(_mm_set_epi64x((long long)hi, (long long)lo));
+    return _mm512_zextsi256_si512(_mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1)));
+}
+
+/* 8 bytes -> 8 qword lanes. */
+static inline __m512i bytes_to_q(uint64_t b) {
+    return _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)b));
+}
+
+static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
+    const block_iq2_xxs *x = w;
+    const block_q8_K *y = a;
+    const scale_perm sp = perm_per32(4, 2);
+    __m512 accf = _mm512_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        /* qs: 8 x (aux0: 4 grid bytes, aux1: 4x7 sign bits | scale << 28);
+         * 2s+1 of sub-block ib lands in int16 lane 4ib+2 */
+        const __m512i all = _mm512_loadu_si512(x[i].qs);
+        const __m512i t = _mm512_srli_epi32(all, 28);
+        const __m512i sc = _mm512_add_epi32(_mm512_add_epi32(t, t), _mm512_set1_epi32(1));
+        const int8_t *q8 = y[i].qs;
+        __m512i acc = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            const uint64_t lo = load_u64(x[i].qs + 8 * k);     /* aux0 | aux1 << 32 of ib 2k */
+            const uint64_t hi = load_u64(x[i].qs + 8 * k + 4); /* of ib 2k+1 */
+            const __m512i g = _mm512_i64gather_epi64(bytes_to_q((lo & 0xffffffffULL) | (hi << 32)),
+                                                     (const void *)iq2xxs_grid, 8);
+            const uint64_t sg = ((lo >> 32) & 0x0fffffffULL) | (((hi >> 32) & 0x0fffffffULL) << 28);
+            const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
+            const __m512i p = _mm512_maddubs_epi16(g, q);
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+        }
+        accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.125f * _mm512_reduce_add_ps(accf);
+}
+
+static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
+    const block_iq2_xs *x = w;
+    const block_q8_K *y = a;
+    const scale_perm sp = perm_per16();
+    const __m512i m511 = _mm512_set1_epi64(511);
+    __m512 accf = _mm512_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const __m512i sc = odd_scales_nib16(load_u64(x[i].scales));
+        const int8_t *q8 = y[i].qs;
+        __m512i acc = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            /* eight uint16: 9-bit grid index | 7-bit sign index << 9 */
+            const __m128i v = _mm_loadu_si128((const __m128i *)(x[i].qs + 8 * k));
+            const __m512i idx = _mm512_and_si512(_mm512_cvtepu16_epi64(v), m511);
+            const __m512i g = _mm512_i64gather_epi64(idx, (const void *)iq2xs_grid, 8);
+            const uint64_t sg = _pext_u64((uint64_t)_mm_cvtsi128_si64(v), 0xfe00fe00fe00fe00ULL) |
+                                (_pext_u64((uint64_t)_mm_extract_epi64(v, 1), 0xfe00fe00fe00fe00ULL) << 28);
+            const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
+            const __m512i p = _mm512_maddubs_epi16(g, q);
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+        }
+        accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.125f * _mm512_reduce_add_ps(accf);
+}
+
+static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
+    const block_iq2_s *x = w;
+    const block_q8_K *y = a;
+    const scale_perm sp = perm_per16();
+    __m512 accf = _mm512_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const __m512i sc = odd_scales_nib16(load_u64(x[i].scales));
+        const uint8_t *signs = x[i].qs + QK_K / 8;
+        const int8_t *q8 = y[i].qs;
+        __m512i acc = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            /* 10-bit indices: low bytes in qs, 2 high bits each from qh[2k], qh[2k+1] */
+            const uint64_t hb = _pdep_u64(load_u32(x[i].qh + 2 * k) & 0xffff, 0x0303030303030303ULL);
+            const __m512i idx = _mm512_or_si512(bytes_to_q(load_u64(x[i].qs + 8 * k)),
+                                                _mm512_slli_epi64(bytes_to_q(hb), 8));
+            const __m512i g = _mm512_i64gather_epi64(idx, (const void *)iq2s_grid, 8);
+            const __m512i q = load_signed(q8 + 64 * k, load_u64(signs + 8 * k));
+            const __m512i p = _mm512_maddubs_epi16(g, q);
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+        }
+        accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.125f * _mm512_reduce_add_ps(accf);
+}
+
+static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
+    const block_iq3_xxs *x = w;
+    const block_q8_K *y = a;
+    const scale_perm sp = perm_per32(2, 0);
+    __m512 accf = _mm512_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const uint8_t *qs = x[i].qs;
+        const uint8_t *gas = x[i].qs + QK_K / 4;
+        /* 2s+1 of sub-block ib in int16 lane 2ib */
+        const __m256i t = _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)gas), 28);
+        const __m512i sc = _mm512_zextsi256_si512(_mm256_add_epi32(_mm256_add_epi32(t, t), _mm256_set1_epi32(1)));
+        const int8_t *q8 = y[i].qs;
+        __m512i acc = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16 * k)));
+            const __m512i g = _mm512_i32gather_epi32(idx, (const void *)iq3xxs_grid, 4);
+            const uint64_t sg = (load_u32(gas + 8 * k) & 0x0fffffffULL) |
+                                ((uint64_t)(load_u32(gas + 8 * k + 4) & 0x0fffffffu) << 28);
+            const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
+            const __m512i p = _mm512_maddubs_epi16(g, q);
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+        }
+        accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.25f * _mm512_reduce_add_ps(accf);
+}
+
+static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
+    const block_iq3_s *x = w;
+    const block_q8_K *y = a;
+    const scale_perm sp = perm_per16(); /* scales are spread per 32 below: lanes 2ib, 2ib+1 */
+    const __m512i bit8 = _mm512_set1_epi32(256);
+    __m512 accf = _mm512_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        /* 8 nibbles -> 2s+1, each duplicated so that the per-16 permutation applies */
+        const uint64_t nib = load_u32(x[i].scales);
+        const uint64_t dup = _pdep_u64(nib, 0x0f0f0f0f0f0f0f0fULL);
+        const __m256i s8 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)dup),
+                                                                  _mm_cvtsi64_si128((long long)dup)));
+        const __m512i sc = _mm512_zextsi256_si512(_mm256_add_epi16(_mm256_add_epi16(s8, s8), _mm256_set1_epi16(1)));
+        const int8_t *q8 = y[i].qs;
+        __m512i acc = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            /* 9-bit indices: bit j of qh[2k..2k+1] is index j's 9th bit */
+            const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * k)));
+            const __mmask16 h = (__mmask16)(load_u32(x[i].qh + 2 * k) & 0xffff);
+            const __m512i g = _mm512_i32gather_epi32(_mm512_mask_or_epi32(lo, h, lo, bit8), (const void *)iq3s_grid, 4);
+            const __m512i q = load_signed(q8 + 64 * k, load_u64(x[i].signs + 8 * k));
+            const __m512i p = _mm512_maddubs_epi16(g, q);
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+        }
+        accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
+    }
+    *s = _mm512_reduce_add_ps(accf);
+}
+
+/* The unsigned IQ1 weight 8*(g+1) + (delta+1): bytes of g+1 are <= 2, so a
+ * 16-bit shift by 3 cannot carry; dneg has a bit set where delta = -1. */
+static inline __m512i iq1_weights(__m512i g, __mmask64 dneg) {
+    const __m512i g1 = _mm512_add_epi8(g, _mm512_set1_epi8(1));
+    const __m512i g8 = _mm512_slli_epi16(g1, 3);
+    return _mm512_mask_add_epi8(g8, ~dneg, g8, _mm512_set1_epi8(2));
+}
+
+static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
+    const block_iq1_s *x = w;
+    const block_q8_K *y = a;
+    const scale_perm sp = perm_per16();
+    __m512 accf = _mm512_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        /* per 32 weights: qh = 4x3 high index bits | scale << 12 | delta sign << 15 */
+        const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh);
+        const __m128i ls = _mm_add_epi16(_mm_and_si128(_mm_srli_epi16(qh, 11), _mm_set1_epi16(14)), _mm_set1_epi16(1));
+        const __m256i ls2 = _mm256_cvtepu16_epi32(ls); /* int16 lanes 2ib, 2ib+1 = 2s+1, 0 */
+        const __m256i lsd = _mm256_or_si256(ls2, _mm256_slli_epi32(ls2, 16)); /* both int16 halves */
+        /* 9*sum(q) of each 16 weights, weighted by its scale */
+        const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
+                                               _mm256_mullo_epi16(lsd, _mm256_set1_epi16(9)));
+        const __m512i sc = _mm512_zextsi256_si512(lsd);
+        const uint8_t *qs = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+        for (int k = 0; k < 4; k++) {
+            const uint32_t h = load_u32(x[i].qh + 2 * k); /* qh of ib 2k | of ib 2k+1 << 16 */
+            const uint64_t hb = _pdep_u64((h & 0xfff) | ((h >> 4) & 0xfff000), 0x0707070707070707ULL);
+            const __m512i idx = _mm512_or_si512(bytes_to_q(load_u64(qs + 8 * k)), _mm512_slli_epi64(bytes_to_q(hb), 8));
+            const __m512i g = _mm512_i64gather_epi64(idx, (const void *)iq1s_grid, 8);
+            const __mmask64 dneg = (h & 0x8000 ? 0xffffffffULL : 0) | (h & 0x80000000u ? 0xffffffff00000000ULL : 0);
+            const __m512i p = _mm512_maddubs_epi16(iq1_weights(g, dneg), _mm512_loadu_si512(q8 + 64 * k));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+        }
+        accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.125f * _mm512_reduce_add_ps(accf);
+}
+
+static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
+    const block_iq1_m *x = w;
+    const block_q8_K *y = a;
+    const scale_perm sp = perm_per16();
+    __m512 accf = _mm512_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const uint64_t sc64 = load_u64(x[i].scales);
+        const uint16_t d16 = (uint16_t)(((sc64 >> 12) & 0x000f) | ((sc64 >> 24) & 0x00f0) |
+                                        ((sc64 >> 36) & 0x0f00) | ((sc64 >> 48) & 0xf000));
+        const float d = st_f16_to_f32(d16) * y[i].d;
+        /* 16 3-bit scales (12 low bits of each word) -> int16 2s+1 */
+        const uint64_t f = _pext_u64(sc64, 0x0fff0fff0fff0fffULL);
+        const __m256i s16 = _mm256_cvtepu8_epi16(_mm_set_epi64x((long long)_pdep_u64(f >> 24, 0x0707070707070707ULL),
+                                                                (long long)_pdep_u64(f, 0x0707070707070707ULL)));
+        const __m256i ls = _mm256_add_epi16(_mm256_add_epi16(s16, s16), _mm256_set1_epi16(1));
+        const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
+                                               _mm256_mullo_epi16(ls, _mm256_set1_epi16(9)));
+        const __m512i sc = _mm512_zextsi256_si512(ls);
+        const uint8_t *qs = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+        for (int k = 0; k < 4; k++) {
+            /* 8 nibbles, one per 8 weights: 3 high index bits | delta sign << 3 */
+            const uint32_t h = load_u32(x[i].qh + 4 * k);
+            const uint64_t hb = _pdep_u64(_pext_u32(h, 0x77777777u), 0x0707070707070707ULL);
+            const __m512i idx = _mm512_or_si512(bytes_to_q(load_u64(qs + 8 * k)), _mm512_slli_epi64(bytes_to_q(hb), 8));
+            const __m512i g = _mm512_i64gather_epi64(idx, (const void *)iq1s_grid, 8);
+            const __mmask64 dneg = _pdep_u64(_pext_u32(h, 0x88888888u), 0x0101010101010101ULL) * 0xff;
+            const __m512i p = _mm512_maddubs_epi16(iq1_weights(g, dneg), _mm512_loadu_si512(q8 + 64 * k));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+        }
+        accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
+    }
+    *s = 0.125f * _mm512_reduce_add_ps(accf);
+}
+
+const qt_vec_dot_fn qt_dots_iq_avx512[QT_COUNT] = {
+    [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s,
+    [QT_IQ3_XXS] = dot_iq3_xxs, [QT_IQ3_S] = dot_iq3_s,   [QT_IQ1_S] = dot_iq1_s,
+    [QT_IQ1_M] = dot_iq1_m,
+};
