@@ -1,0 +1,474 @@
+/* Synthetic qwen3moe files: presets, the per-class type plan, metadata, and
+ * the tensor data generator that gguf_writer_write pulls one tensor at a time.
+ *
+ * Weights are N(0, 0.02^2) (norm weights 1 + N(0, 0.02^2)), quantized with the
+ * reference quantizers. On big presets quantizing every one of 30 billion
+ * weights would take an hour on one core, so tensors above POOL_MIN weights
+ * are assembled from a pool: a few thousand chunks of 256 Gaussian weights
+ * are quantized once per type, and each chunk of a big tensor is a copy of a
+ * pool chunk chosen at random. Every block is then a genuine quantization of
+ * Gaussian data, just not an independent one; the file writes at disk speed.
+ * --exact turns the pool off.
+ */
+#include "model/synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/fp16.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "gguf/gguf.h"
+#include "model/arch_qwen3moe_names.h"
+#include "model/synth_internal.h"
+#include "quant/quant.h"
+
+#define WEIGHT_STD 0.02f
+#define POOL_MIN (1 << 22)      /* tensors with more weights than this come from the pool */
+#define POOL_CHUNKS 4096        /* chunks per pool (a power of two: index by mask) */
+#define ZIPF_MEAN 16.0f         /* m: the hidden state's shared component, in noise stds */
+#define ZIPF_CAP 0.95           /* most often any one expert may be picked */
+
+/* ---- presets ---- */
+
+static const synth_hparams PRESETS[] = {
+    /* Small enough for unit tests, with every row width a multiple of 256 so
+     * K-quant types are valid everywhere. */
+    {.preset = "tiny", .n_layer = 2, .n_embd = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_expert = 8,
+     .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512, .n_ctx = 4096, .rope_theta = 1e6f,
+     .rms_eps = 1e-6f},
+    /* Qwen/Qwen3-30B-A3B config.json */
+    {.preset = "qwen3-30b-a3b", .n_layer = 48, .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
+     .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768, .n_ff = 6144, .n_vocab = 151936, .n_ctx = 40960,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    /* Qwen/Qwen3-235B-A22B config.json */
+    {.preset = "qwen3-235b-a22b", .n_layer = 94, .n_embd = 4096, .n_head = 64, .n_head_kv = 4, .head_dim = 128,
+     .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1536, .n_ff = 12288, .n_vocab = 151936, .n_ctx = 40960,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f},
+};
+#define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
+
+const char *synth_preset_list(void) { return "tiny|qwen3-30b-a3b|qwen3-235b-a22b"; }
+
+int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
+    if (strcmp(arch, QWEN3MOE_ARCH) != 0) {
+        st_error_set("unknown architecture '%s' (known: qwen3moe)", arch);
+        return -1;
+    }
+    for (size_t i = 0; i < N_PRESETS; i++)
+        if (!strcmp(preset, PRESETS[i].preset)) {
+            *hp = PRESETS[i];
+            return 0;
+        }
+    st_error_set("unknown preset '%s' (known: %s)", preset, synth_preset_list());
+    return -1;
+}
+
+void synth_opts_init(synth_opts *o, const synth_hparams *hp) {
+    memset(o, 0, sizeof *o);
+    o->hp = *hp;
+    o->type_default = -1;
+    for (int c = 0; c < SYN_CLASS_COUNT; c++) o->class_type[c] = -1;
+    o->seed = 1;
+}
+
+/* ---- classes ---- */
+
+static const char *const CLASS_NAMES[SYN_CLASS_COUNT] = {
+    "token_embd", "output_norm", "output", "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+    "attn_q_norm", "attn_k_norm", "ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+};
+
+const char *synth_class_name(synth_class c) {
+    return (unsigned)c < SYN_CLASS_COUNT ? CLASS_NAMES[c] : NULL;
+}
+
+int synth_class_from_name(const char *name) {
+    for (int c = 0; c < SYN_CLASS_COUNT; c++)
+        if (!strcmp(name, CLASS_NAMES[c])) return c;
+    char list[512];
+    size_t n = 0;
+    for (int c = 0; c < SYN_CLASS_COUNT; c++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", c ? " " : "", CLASS_NAMES[c]);
+    st_error_set("unknown tensor class '%s' (known: %s)", name, list);
+    return -1;
+}
+
+static int class_is_vector(synth_class c) {
+    return c == SYN_OUTPUT_NORM || c == SYN_ATTN_NORM || c == SYN_ATTN_Q_NORM || c == SYN_ATTN_K_NORM ||
+           c == SYN_FFN_NORM;
+}
+
+int synth_class_type(const synth_opts *o, synth_class c) {
+    if (o->class_type[c] >= 0) return o->class_type[c];
+    /* norms and the router stay F32, as llama.cpp's quantizer leaves them */
+    if (class_is_vector(c) || c == SYN_FFN_GATE_INP) return QT_F32;
+    if (o->type_default >= 0) return o->type_default;
+    /* Q4_K_M's choice: more bits where errors hurt most */
+    if (c == SYN_ATTN_V || c == SYN_FFN_DOWN_EXPS || c == SYN_OUTPUT) return QT_Q6_K;
+    return QT_Q4_K;
+}
+
+void synth_tensor_class(const char *name, char *out, size_t n) {
+    if (n == 0) return;
+    const char *s = name;
+    if (!strncmp(s, "blk.", 4)) {
+        const char *p = s + 4;
+        while (*p >= '0' && *p <= '9') p++;
+        if (p > s + 4 && *p == '.') s = p + 1;
+    }
+    size_t len = strlen(s);
+    if (len > 7 && !strcmp(s + len - 7, ".weight")) len -= 7;
+    if (len >= n) len = n - 1;
+    memcpy(out, s, len);
+    out[len] = 0;
+}
+
+/* ---- the tensor plan ---- */
+
+typedef struct {
+    char name[64];
+    synth_class cls;
+    int layer;          /* -1 for global tensors */
+    int n_dims;
+    int64_t ne[3];
+    int type;
+    uint64_t bytes;
+} syn_tensor;
+
+typedef struct {
+    int type;
+    int chunk_w;        /* weights per chunk */
+    size_t chunk_bytes;
+    uint8_t *data;      /* POOL_CHUNKS chunks */
+} syn_pool;
+
+typedef struct {
+    const synth_opts *o;
+    syn_tensor *t;
+    int n;
+    float *u;           /* [n_embd] zipf direction, or NULL */
+    double *beta;       /* [n_expert] zipf biases by popularity rank, in noise stds */
+    syn_pool pools[8];
+    int n_pools;
+    float *row;         /* scratch row of floats */
+    uint64_t bytes_total, bytes_done;
+    double t0, t_last;
+} syn_ctx;
+
+/* A row width that is not a whole number of blocks falls back to a 32-weight
+ * type of similar precision, or F16. */
+static int fallback_type(int type, int64_t width) {
+    const qt_traits *tr = qt_get((qt_type)type);
+    if (width % tr->blck == 0) return type;
+    int alt;
+    switch (type) {
+    case QT_Q6_K: case QT_Q8_K: alt = QT_Q8_0; break;
+    case QT_Q5_K: alt = QT_Q5_0; break;
+    case QT_IQ4_XS: alt = QT_IQ4_NL; break;
+    default: alt = QT_Q4_0; break;
+    }
+    return width % qt_get((qt_type)alt)->blck == 0 ? alt : QT_F16;
+}
+
+static void plan_add(syn_ctx *c, synth_class cls, int layer, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2) {
+    syn_tensor *t = &c->t[c->n++];
+    const char *suffix = NULL;
+    switch (cls) {
+    case SYN_TOKEN_EMBD: snprintf(t->name, sizeof t->name, "%s", QWEN3MOE_T_TOKEN_EMBD); break;
+    case SYN_OUTPUT_NORM: snprintf(t->name, sizeof t->name, "%s", QWEN3MOE_T_OUTPUT_NORM); break;
+    case SYN_OUTPUT: snprintf(t->name, sizeof t->name, "%s", QWEN3MOE_T_OUTPUT); break;
+    case SYN_ATTN_NORM: suffix = QWEN3MOE_T_ATTN_NORM; break;
+    case SYN_ATTN_Q: suffix = QWEN3MOE_T_ATTN_Q; break;
+    case SYN_ATTN_K: suffix = QWEN3MOE_T_ATTN_K; break;
+    case SYN_ATTN_V: suffix = QWEN3MOE_T_ATTN_V; break;
+    case SYN_ATTN_OUT: suffix = QWEN3MOE_T_ATTN_OUT; break;
+    case SYN_ATTN_Q_NORM: suffix = QWEN3MOE_T_ATTN_Q_NORM; break;
+    case SYN_ATTN_K_NORM: suffix = QWEN3MOE_T_ATTN_K_NORM; break;
+    case SYN_FFN_NORM: suffix = QWEN3MOE_T_FFN_NORM; break;
+    case SYN_FFN_GATE_INP: suffix = QWEN3MOE_T_FFN_GATE_INP; break;
+    case SYN_FFN_GATE_EXPS: suffix = QWEN3MOE_T_FFN_GATE_EXPS; break;
+    case SYN_FFN_UP_EXPS: suffix = QWEN3MOE_T_FFN_UP_EXPS; break;
+    case SYN_FFN_DOWN_EXPS: suffix = QWEN3MOE_T_FFN_DOWN_EXPS; break;
+    default: ST_ASSERT(0);
+    }
+    if (suffix) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
+    t->cls = cls;
+    t->layer = layer;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
+    int want = synth_class_type(c->o, cls);
+    t->type = fallback_type(want, ne0);
+    if (t->type != want)
+        fprintf(stderr, "synth: note: %s has rows of %lld weights, not a multiple of %s's block: using %s\n",
+                t->name, (long long)ne0, qt_get((qt_type)want)->name, qt_get((qt_type)t->type)->name);
+    t->bytes = (uint64_t)qt_row_size((qt_type)t->type, ne0) * (uint64_t)(ne1 * ne2);
+    c->bytes_total += t->bytes;
+}
+
+static void plan_build(syn_ctx *c) {
+    const synth_hparams *h = &c->o->hp;
+    int64_t E = h->n_embd, Q = (int64_t)h->n_head * h->head_dim, KV = (int64_t)h->n_head_kv * h->head_dim;
+    int64_t X = h->n_expert, F = h->n_ff_exp;
+    c->t = st_calloc((size_t)(3 + 14 * h->n_layer), sizeof *c->t);
+    plan_add(c, SYN_TOKEN_EMBD, -1, 2, E, h->n_vocab, 1);
+    for (int il = 0; il < h->n_layer; il++) {
+        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
+        plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
+        plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
+        plan_add(c, SYN_ATTN_V, il, 2, E, KV, 1);
+        plan_add(c, SYN_ATTN_OUT, il, 2, Q, E, 1);
+        plan_add(c, SYN_ATTN_Q_NORM, il, 1, h->head_dim, 1, 1);
+        plan_add(c, SYN_ATTN_K_NORM, il, 1, h->head_dim, 1, 1);
+        plan_add(c, SYN_FFN_NORM, il, 1, E, 1, 1);
+        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
+        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
+    }
+    plan_add(c, SYN_OUTPUT_NORM, -1, 1, E, 1, 1);
+    plan_add(c, SYN_OUTPUT, -1, 2, E, h->n_vocab, 1);
+}
+
+/* ---- data ---- */
+
+/* Convert n floats to type t into dst (whole blocks). */
+static void encode(int t, const float *x, void *dst, int64_t n) {
+    if (t == QT_F32) memcpy(dst, x, (size_t)n * sizeof(float));
+    else qt_quantize((qt_type)t, x, dst, n);
+}
+
+static syn_pool *pool_get(syn_ctx *c, int type, int chunk_w) {
+    for (int i = 0; i < c->n_pools; i++)
+        if (c->pools[i].type == type && c->pools[i].chunk_w == chunk_w) return &c->pools[i];
+    ST_ASSERT(c->n_pools < (int)(sizeof c->pools / sizeof c->pools[0]));
+    syn_pool *p = &c->pools[c->n_pools++];
+    p->type = type;
+    p->chunk_w = chunk_w;
+    p->chunk_bytes = qt_row_size((qt_type)type, chunk_w);
+    p->data = st_malloc(p->chunk_bytes * POOL_CHUNKS);
+    syn_rng r;
+    syn_rng_init(&r, c->o->seed, 0x9001 + (uint64_t)type * 1000 + (uint64_t)chunk_w);
+    float *x = st_malloc((size_t)chunk_w * sizeof *x);
+    for (int k = 0; k < POOL_CHUNKS; k++) {
+        for (int j = 0; j < chunk_w; j++) x[j] = WEIGHT_STD * syn_normal(&r);
+        encode(type, x, p->data + (size_t)k * p->chunk_bytes, chunk_w);
+    }
+    st_free(x);
+    return p;
+}
+
+static int use_pool(const syn_ctx *c, const syn_tensor *t) {
+    if (c->o->exact) return 0;
+    int64_t n = t->ne[0] * t->ne[1] * t->ne[2];
+    if (n <= POOL_MIN) return 0;
+    /* these carry structure the pool would lose */
+    if (t->cls == SYN_FFN_GATE_INP || class_is_vector(t->cls)) return 0;
+    if (t->cls == SYN_TOKEN_EMBD && c->u) return 0;
+    return 1;
+}
+
+/* Fill one row of floats for tensor t (row index in ne1*ne2 order). */
+static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, const int *perm) {
+    int64_t w = t->ne[0];
+    float *x = c->row;
+    if (class_is_vector(t->cls)) {
+        for (int64_t j = 0; j < w; j++) x[j] = 1.0f + WEIGHT_STD * syn_normal(r);
+        return;
+    }
+    for (int64_t j = 0; j < w; j++) x[j] = WEIGHT_STD * syn_normal(r);
+    if (!c->u) return;
+    if (t->cls == SYN_TOKEN_EMBD) {
+        /* every token carries m noise-stds of the shared direction */
+        for (int64_t j = 0; j < w; j++) x[j] += ZIPF_MEAN * WEIGHT_STD * c->u[j];
+    } else if (t->cls == SYN_FFN_GATE_INP) {
+        /* row = g (orthogonal to u) + a*u with a*m = beta * |g| */
+        double dot = 0, nn = 0;
+        for (int64_t j = 0; j < w; j++) dot += (double)x[j] * c->u[j];
+        for (int64_t j = 0; j < w; j++) {
+            x[j] -= (float)dot * c->u[j];
+            nn += (double)x[j] * x[j];
+        }
+        double a = c->beta[perm[row]] * sqrt(nn) / ZIPF_MEAN;
+        for (int64_t j = 0; j < w; j++) x[j] += (float)a * c->u[j];
+    }
+}
+
+static void progress(syn_ctx *c, int final) {
+    if (!c->o->progress || c->bytes_total < (1u << 28)) return; /* small files finish at once */
+    double now = st_now_s();
+    if (!final && now - c->t_last < 1.0) return;
+    c->t_last = now;
+    double dt = now - c->t0 > 1e-9 ? now - c->t0 : 1e-9;
+    fprintf(stderr, "%ssynth: %.2f / %.2f GB, %.0f MB/s%s", isatty(2) ? "\r" : "", c->bytes_done / 1e9,
+            c->bytes_total / 1e9, c->bytes_done / dt / 1e6, (final || !isatty(2)) ? "\n" : "");
+    fflush(stderr);
+}
+
+static int fill(void *vctx, int64_t i, void *buf, size_t size) {
+    syn_ctx *c = vctx;
+    ST_ASSERT(i >= 0 && i < c->n);
+    const syn_tensor *t = &c->t[i];
+    ST_ASSERT(size == t->bytes);
+    syn_rng r;
+    syn_rng_init(&r, c->o->seed, (uint64_t)i + 1);
+    int64_t rows = t->ne[1] * t->ne[2];
+    size_t row_bytes = qt_row_size((qt_type)t->type, t->ne[0]);
+    uint8_t *dst = buf;
+    if (use_pool(c, t)) {
+        int chunk_w = t->ne[0] % 256 == 0 ? 256 : qt_get((qt_type)t->type)->blck;
+        syn_pool *p = pool_get(c, t->type, chunk_w);
+        size_t n_chunks = (size_t)(rows * (t->ne[0] / chunk_w));
+        for (size_t k = 0; k < n_chunks; k++) {
+            uint64_t pick = syn_next(&r) & (POOL_CHUNKS - 1);
+            memcpy(dst + k * p->chunk_bytes, p->data + pick * p->chunk_bytes, p->chunk_bytes);
+        }
+    } else {
+        /* routers: each layer ranks its experts differently */
+        int *perm = NULL;
+        if (t->cls == SYN_FFN_GATE_INP && c->u) {
+            perm = st_malloc((size_t)rows * sizeof *perm);
+            for (int e = 0; e < rows; e++) perm[e] = e;
+            syn_rng pr;
+            syn_rng_init(&pr, c->o->seed, 0x7000000 + (uint64_t)t->layer);
+            for (int e = (int)rows - 1; e > 0; e--) {
+                int j = (int)(syn_next(&pr) % (uint64_t)(e + 1));
+                int tmp = perm[e];
+                perm[e] = perm[j];
+                perm[j] = tmp;
+            }
+        }
+        for (int64_t row = 0; row < rows; row++) {
+            gen_row(c, t, row, &r, perm);
+            encode(t->type, c->row, dst + (size_t)row * row_bytes, t->ne[0]);
+        }
+        st_free(perm);
+    }
+    c->bytes_done += size;
+    progress(c, 0);
+    return 0;
+}
+
+/* ---- metadata and the write ---- */
+
+static void write_hparams(gguf_writer *w, const synth_hparams *h) {
+    char key[96];
+#define KV_U32(k, v) (snprintf(key, sizeof key, QWEN3MOE_ARCH ".%s", k), gguf_w_u32(w, key, (uint32_t)(v)))
+#define KV_F32(k, v) (snprintf(key, sizeof key, QWEN3MOE_ARCH ".%s", k), gguf_w_f32(w, key, (v)))
+    KV_U32(QWEN3MOE_KV_BLOCK_COUNT, h->n_layer);
+    KV_U32(QWEN3MOE_KV_CONTEXT_LENGTH, h->n_ctx);
+    KV_U32(QWEN3MOE_KV_EMBEDDING_LENGTH, h->n_embd);
+    KV_U32(QWEN3MOE_KV_FEED_FORWARD_LENGTH, h->n_ff);
+    KV_U32(QWEN3MOE_KV_HEAD_COUNT, h->n_head);
+    KV_U32(QWEN3MOE_KV_HEAD_COUNT_KV, h->n_head_kv);
+    KV_U32(QWEN3MOE_KV_KEY_LENGTH, h->head_dim);
+    KV_U32(QWEN3MOE_KV_VALUE_LENGTH, h->head_dim);
+    KV_F32(QWEN3MOE_KV_ROPE_FREQ_BASE, h->rope_theta);
+    KV_F32(QWEN3MOE_KV_RMS_EPS, h->rms_eps);
+    KV_U32(QWEN3MOE_KV_EXPERT_COUNT, h->n_expert);
+    KV_U32(QWEN3MOE_KV_EXPERT_USED_COUNT, h->n_expert_used);
+    KV_U32(QWEN3MOE_KV_EXPERT_FF_LENGTH, h->n_ff_exp);
+#undef KV_U32
+#undef KV_F32
+}
+
+static int check_opts(const synth_opts *o) {
+    const synth_hparams *h = &o->hp;
+    if (h->n_layer < 1 || h->n_embd < 1 || h->n_head < 1 || h->n_head_kv < 1 || h->n_head % h->n_head_kv ||
+        h->head_dim < 2 || h->n_expert < 1 || h->n_expert_used < 1 || h->n_expert_used > h->n_expert ||
+        h->n_ff_exp < 1 || h->n_ctx < 1) {
+        st_error_set("synth: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, experts %d used %d)",
+                     h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->n_expert, h->n_expert_used);
+        return -1;
+    }
+    if (o->zipf_s < 0 || !isfinite(o->zipf_s)) {
+        st_error_set("synth: zipf exponent must be >= 0, got %g", o->zipf_s);
+        return -1;
+    }
+    if (o->zipf_s > 0 && h->n_expert * ZIPF_CAP < h->n_expert_used) {
+        st_error_set("synth: --zipf needs more experts than used per token");
+        return -1;
+    }
+    for (int cl = 0; cl < SYN_CLASS_COUNT; cl++) {
+        int t = synth_class_type(o, (synth_class)cl);
+        const qt_traits *tr = qt_get((qt_type)t);
+        if (!tr || (t != QT_F32 && !tr->quantize)) {
+            st_error_set("synth: type %s for class %s has no quantizer", tr ? tr->name : "?", CLASS_NAMES[cl]);
+            return -1;
+        }
+        if (class_is_vector((synth_class)cl) && t != QT_F32 && t != QT_F16 && t != QT_BF16) {
+            st_error_set("synth: norm class %s must be F32, F16 or BF16, not %s", CLASS_NAMES[cl], tr->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void zipf_setup(syn_ctx *c) {
+    const synth_hparams *h = &c->o->hp;
+    int n = h->n_expert;
+    double *t = st_malloc((size_t)n * sizeof *t);
+    c->beta = st_malloc((size_t)n * sizeof *c->beta);
+    synth_zipf_targets(n, h->n_expert_used, c->o->zipf_s, ZIPF_CAP, t);
+    double err = synth_zipf_solve(n, h->n_expert_used, t, c->beta);
+    if (err > 0.02) fprintf(stderr, "synth: note: zipf solve left a %.1f%% error\n", 100 * err);
+    st_free(t);
+    /* the shared direction: a random unit vector */
+    c->u = st_malloc((size_t)h->n_embd * sizeof *c->u);
+    syn_rng r;
+    syn_rng_init(&r, c->o->seed, 0x5EED);
+    double nn = 0;
+    for (int j = 0; j < h->n_embd; j++) {
+        c->u[j] = syn_normal(&r);
+        nn += (double)c->u[j] * c->u[j];
+    }
+    for (int j = 0; j < h->n_embd; j++) c->u[j] = (float)(c->u[j] / sqrt(nn));
+}
+
+int synth_write(const synth_opts *o, const char *path) {
+    if (check_opts(o) != 0) return -1;
+    const synth_hparams *h = &o->hp;
+    syn_ctx c = {.o = o};
+    plan_build(&c);
+    if (o->zipf_s > 0) zipf_setup(&c);
+    int64_t max_w = h->n_embd;
+    for (int i = 0; i < c.n; i++)
+        if (c.t[i].ne[0] > max_w) max_w = c.t[i].ne[0];
+    c.row = st_malloc((size_t)max_w * sizeof(float));
+
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "general.architecture", QWEN3MOE_ARCH);
+    char name[96];
+    snprintf(name, sizeof name, "strata-synth %s", h->preset ? h->preset : "custom");
+    gguf_w_str(w, "general.name", name);
+    gguf_w_u32(w, "general.quantization_version", 2);
+    write_hparams(w, h);
+    int rc = synth_vocab_write(w, h->n_vocab);
+    /* provenance, and what a router test needs to rebuild the hidden-state model */
+    gguf_w_str(w, "strata.synth.preset", h->preset ? h->preset : "custom");
+    gguf_w_u64(w, "strata.synth.seed", o->seed);
+    gguf_w_f32(w, "strata.synth.zipf_s", (float)o->zipf_s);
+    if (c.u) {
+        gguf_w_f32(w, "strata.synth.router_dir_mean", ZIPF_MEAN);
+        gguf_w_arr(w, "strata.synth.router_dir", GGUF_T_FLOAT32, c.u, (uint64_t)h->n_embd);
+    }
+    for (int i = 0; i < c.n; i++) gguf_w_tensor(w, c.t[i].name, c.t[i].type, c.t[i].n_dims, c.t[i].ne);
+
+    if (rc == 0) {
+        c.t0 = c.t_last = st_now_s();
+        rc = gguf_writer_write(w, path, fill, &c);
+        if (rc == 0) progress(&c, 1);
+    }
+    gguf_writer_free(w);
+    for (int i = 0; i < c.n_pools; i++) st_free(c.pools[i].data);
+    st_free(c.row);
+    st_free(c.u);
+    st_free(c.beta);
+    st_free(c.t);
+    return rc;
+}

@@ -1,0 +1,85 @@
+/* Synthetic models: GGUF files with random but valid weights.
+ *
+ * `strata synth` writes a file of an architecture preset (today qwen3moe:
+ * tiny, qwen3-30b-a3b, qwen3-235b-a22b) with llama.cpp's exact metadata keys,
+ * tensor names and shapes, a byte-level BPE tokenizer that llama.cpp accepts,
+ * and weights quantized per tensor class (a Q4_K_M-like mix by default). Such
+ * files let the engine, its tests and its benchmarks run at real sizes without
+ * downloading a real checkpoint.
+ *
+ * The router can be skewed (zipf_s > 0) so that expert popularity follows a
+ * Zipf law, which is what makes an expert cache worth having; docs/synth.md
+ * explains the construction. Output is deterministic for a given seed, and
+ * tensor data is streamed one tensor at a time (never the whole file in RAM).
+ */
+#ifndef STRATA_MODEL_SYNTH_H
+#define STRATA_MODEL_SYNTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Hyper-parameters of a synthetic model (qwen3moe). */
+typedef struct {
+    const char *preset;   /* preset name it came from */
+    int n_layer;
+    int n_embd;           /* d_model */
+    int n_head, n_head_kv, head_dim;
+    int n_expert, n_expert_used;
+    int n_ff_exp;         /* width of one expert's FFN */
+    int n_ff;             /* the dense-equivalent FFN width the HF config states (metadata only) */
+    int n_vocab;
+    int n_ctx;
+    float rope_theta, rms_eps;
+} synth_hparams;
+
+/* The tensor classes of qwen3moe, in file order within a layer. */
+typedef enum {
+    SYN_TOKEN_EMBD, SYN_OUTPUT_NORM, SYN_OUTPUT,
+    SYN_ATTN_NORM, SYN_ATTN_Q, SYN_ATTN_K, SYN_ATTN_V, SYN_ATTN_OUT, SYN_ATTN_Q_NORM, SYN_ATTN_K_NORM,
+    SYN_FFN_NORM, SYN_FFN_GATE_INP, SYN_FFN_GATE_EXPS, SYN_FFN_UP_EXPS, SYN_FFN_DOWN_EXPS,
+    SYN_CLASS_COUNT
+} synth_class;
+
+typedef struct {
+    synth_hparams hp;
+    int type_default;               /* qt_type for every weight matrix not overridden; -1: the Q4_K_M-like mix */
+    int class_type[SYN_CLASS_COUNT]; /* qt_type per class, -1: not overridden */
+    double zipf_s;                  /* > 0: Zipf-skewed router; 0: plain Gaussian router */
+    uint64_t seed;
+    int exact;                      /* quantize every tensor from Gaussians (slow on big presets) */
+    int progress;                   /* progress line on stderr */
+} synth_opts;
+
+/* "tiny|qwen3-30b-a3b|qwen3-235b-a22b" for usage lines. */
+const char *synth_preset_list(void);
+/* Fill *hp for arch/preset; -1 with st_error_set naming the bad value. */
+int synth_preset(const char *arch, const char *preset, synth_hparams *hp);
+/* Defaults: no overrides, mix types, seed 1, no zipf. */
+void synth_opts_init(synth_opts *o, const synth_hparams *hp);
+
+/* Class name as used by --type and strata info ("ffn_down_exps"); NULL if out of range. */
+const char *synth_class_name(synth_class c);
+/* Class by name, or -1 with st_error_set listing the valid names. */
+int synth_class_from_name(const char *name);
+/* The type a class gets under o (after fallbacks for row widths are NOT applied). */
+int synth_class_type(const synth_opts *o, synth_class c);
+
+/* Write the file. 0, or -1 with st_error_get(). */
+int synth_write(const synth_opts *o, const char *path);
+
+/* A tensor's class for reporting: its name without "blk.N." and without the
+ * ".weight" suffix ("blk.7.ffn_down_exps.weight" -> "ffn_down_exps"). Writes a
+ * NUL-terminated string into out (truncated to n). */
+void synth_tensor_class(const char *name, char *out, size_t n);
+
+/* ---- Zipf router (synth_zipf.c), exposed for tests ---- */
+
+/* Target selection probability per popularity rank (0-based) for n experts,
+ * top-k, exponent s: t[r] = min(cap, c * (r+1)^-s) with c such that sum t = k. */
+void synth_zipf_targets(int n, int k, double s, double cap, double *t);
+/* Biases beta[n] (in units of the logit noise std) such that the top-k of
+ * beta + N(0, I) picks expert r with probability t[r]. Returns the largest
+ * relative error left after the solve. */
+double synth_zipf_solve(int n, int k, const double *t, double *beta);
+
+#endif
