@@ -1,0 +1,318 @@
+/* Tests of the CPU dot products (qt_vec_dot) and activation quantizers
+ * (qt_quantize_act), on every ISA path this CPU runs.
+ *
+ * For every weight type that has a dot product (main and i-quant tables),
+ * every supported ISA, and rows of one block, 8 blocks and 4096 weights:
+ *   weights  = random valid blocks (qt_testutil.h),
+ *   acts     = Gaussian values quantized with qt_quantize_act,
+ *   ref      = double-precision sum of qt_dequantize(weights) * qt_dequantize(acts),
+ *   rel err  = |dot - ref| / sum|w_i * a_i|, required <= the format's bound.
+ * Each SIMD path is also compared with the scalar path under the same bound.
+ * The bounds (BOUNDS below) say why each is what it is.
+ *
+ * Also checked: the activation quantizers (error per element within half a
+ * step, |q| <= 127, Q8_1's s and Q8_K's bsums consistent with the quants, a
+ * zero row quantizes to zeros), and the dispatcher (unknown types give NULL,
+ * STRATA_ISA lowers qt_cpu_isa() but never raises it: run with --isa-env).
+ * Finally it prints the speed of each path on 4096-wide rows held in cache
+ * (GB/s of weight bytes on one core); speed is reported, not asserted.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qt_testutil.h"
+#include "quant/quant.h"
+
+static int g_failures;
+
+#define CHECK(cond, ...)                                                                          \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                          \
+            printf(__VA_ARGS__);                                                                 \
+            printf("\n");                                                                        \
+            g_failures++;                                                                        \
+        }                                                                                        \
+    } while (0)
+
+/* Relative bound vs sum|w_i*a_i| for each weight type.
+ * - Integer paths (quants x int8 summed exactly in int32) differ from the
+ *   reference only by float rounding of the per-block scale products and the
+ *   float sum over blocks: 1e-5 leaves a wide margin over ~1e-7 measured.
+ * - F32/F16/BF16: float FMAs over up to 4096 terms in a different order than
+ *   the double reference: worst case ~n/lanes * 2^-24; 1e-5.
+ * - Q4_1/Q5_1: the min term uses Q8_1's s = f16(d * sum q), rounded to 11
+ *   significant bits (relative 2^-11 = 4.9e-4 of |m * s|); |m*s| can exceed
+ *   sum|w*a| a few times over on one block, so 4e-3.
+ * - i-quants with a fractional grid offset (IQ1_S/IQ1_M: delta 1/8) and the
+ *   other lattice formats are integer in their kernels too: 1e-5. */
+static double bound_of(qt_type t) {
+    switch (t) {
+    case QT_Q4_1:
+    case QT_Q5_1: return 4e-3;
+    default: return 1e-5;
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* ---- activation quantizers ---- */
+
+static void test_quantize_act(qtt_rng *r) {
+    const int n = 1024;
+    float *x = xmalloc(n * sizeof(float)), *back = xmalloc(n * sizeof(float));
+    void *q = xmalloc(qt_row_size(QT_Q8_1, n) + qt_row_size(QT_Q8_K, n) + 4 * n);
+    const qt_type kinds[] = {QT_F32, QT_Q8_0, QT_Q8_1, QT_Q8_K};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        qt_type t = kinds[k];
+        const int blck = qt_get(t)->blck;
+        double worst = 0;
+        for (int i = 0; i < n; i++) x[i] = qtt_gauss(r) * (i % 97 == 0 ? 8.0f : 1.0f);
+        qt_quantize_act(t, x, q, n);
+        qt_dequantize(t, q, back, n);
+        for (int b = 0; b < n / blck; b++) {
+            float amax = 0;
+            for (int i = 0; i < blck; i++) amax = fmaxf(amax, fabsf(x[b * blck + i]));
+            /* half a step, plus for f16 d the rounding of d itself times 127 */
+            double step = amax / 127.0, tol = t == QT_F32 ? 0 : step * (0.5 + 127.0 / 2048.0) + 1e-12;
+            for (int i = 0; i < blck; i++) {
+                double e = fabs((double)back[b * blck + i] - x[b * blck + i]);
+                if (step > 0 && e / step > worst) worst = e / step;
+                CHECK(e <= tol, "%s: element %d error %g > %g", qt_get(t)->name, b * blck + i, e, tol);
+            }
+        }
+        if (t == QT_Q8_1) {
+            const block_q8_1 *y = q;
+            for (int b = 0; b < n / QK8_1; b++) {
+                int sum = 0;
+                for (int i = 0; i < QK8_1; i++) sum += y[b].qs[i];
+                double want = st_f16_to_f32(y[b].d) * sum, got = st_f16_to_f32(y[b].s);
+                CHECK(fabs(got - want) <= 2e-3 * fabs(want) + 1e-6, "Q8_1 block %d: s %g vs d*sum %g", b,
+                      got, want);
+            }
+        }
+        if (t == QT_Q8_K) {
+            const block_q8_K *y = q;
+            for (int b = 0; b < n / QK_K; b++)
+                for (int g = 0; g < QK_K / 16; g++) {
+                    int sum = 0;
+                    for (int i = 0; i < 16; i++) {
+                        sum += y[b].qs[16 * g + i];
+                        CHECK(y[b].qs[16 * g + i] >= -127, "Q8_K quant -128");
+                    }
+                    CHECK(sum == y[b].bsums[g], "Q8_K block %d bsum %d: %d vs %d", b, g, y[b].bsums[g], sum);
+                }
+        }
+        /* a zero row gives zeros, not NaN */
+        memset(x, 0, n * sizeof(float));
+        qt_quantize_act(t, x, q, n);
+        qt_dequantize(t, q, back, n);
+        int zeros = 1;
+        for (int i = 0; i < n; i++) zeros &= back[i] == 0.0f;
+        CHECK(zeros, "%s: zero row does not round-trip to zeros", qt_get(t)->name);
+        printf("quantize_act %-5s: max error %.3f steps (<= 0.56), zero row ok\n", qt_get(t)->name, worst);
+    }
+    free(x);
+    free(back);
+    free(q);
+}
+
+/* ---- dot products vs the double reference ---- */
+
+typedef struct {
+    double max_err[QT_ISA_COUNT];    /* vs the double reference */
+    double max_vs_scalar[QT_ISA_COUNT];
+} type_result;
+
+static void test_type(qt_type t, qtt_rng *r, type_result *res) {
+    const qt_traits *tr = qt_get(t);
+    const qt_type vt = tr->vec_dot_type;
+    const int blck = tr->blck;
+    int ns[4] = {blck, 8 * blck, 4096, 0};
+    if (blck == 1) ns[3] = 4096 + 37; /* float formats: a tail that is no multiple of 8 */
+    for (int k = 0; k < 4; k++) {
+        const int n = ns[k];
+        if (n == 0) continue;
+        const int trials = n >= 1024 ? 6 : 40;
+        void *w = xmalloc(qt_row_size(t, n));
+        void *act = xmalloc(qt_row_size(vt, n));
+        float *x = xmalloc(n * sizeof(float)), *wf = xmalloc(n * sizeof(float)),
+              *af = xmalloc(n * sizeof(float));
+        for (int trial = 0; trial < trials; trial++) {
+            qtt_fill_blocks(t, w, n / blck, r);
+            for (int i = 0; i < n; i++) x[i] = qtt_gauss(r);
+            qt_quantize_act(vt, x, act, n);
+            qt_dequantize(t, w, wf, n);
+            qt_dequantize(vt, act, af, n);
+            double ref = 0, mag = 0;
+            for (int i = 0; i < n; i++) {
+                ref += (double)wf[i] * af[i];
+                mag += fabs((double)wf[i] * af[i]);
+            }
+            if (mag == 0) mag = 1e-30;
+            float scalar = NAN;
+            for (int isa = 0; isa < QT_ISA_COUNT; isa++) {
+                if (!qt_isa_supported((qt_isa)isa)) continue;
+                qt_vec_dot_fn fn = qt_vec_dot(t, (qt_isa)isa);
+                float got = NAN;
+                fn(n, &got, w, act);
+                if (isa == QT_ISA_SCALAR) scalar = got;
+                double e = fabs((double)got - ref) / mag;
+                if (!(e <= res->max_err[isa])) res->max_err[isa] = isnan(e) ? INFINITY : e;
+                double es = fabs((double)got - scalar) / mag;
+                if (!(es <= res->max_vs_scalar[isa])) res->max_vs_scalar[isa] = isnan(es) ? INFINITY : es;
+            }
+        }
+        free(w);
+        free(act);
+        free(x);
+        free(wf);
+        free(af);
+    }
+}
+
+/* ---- speed: 4096-wide rows, 16 of them (<= 70 KB of weights: in L2) ---- */
+
+static double speed_gbs(qt_type t, qt_isa isa, qtt_rng *r) {
+    const qt_traits *tr = qt_get(t);
+    const int n = 4096, rows = 16;
+    const size_t rs = qt_row_size(t, n);
+    uint8_t *w = xmalloc(rs * rows);
+    void *act = xmalloc(qt_row_size(tr->vec_dot_type, n));
+    float *x = xmalloc(n * sizeof(float));
+    qtt_fill_blocks(t, w, (int64_t)rows * n / tr->blck, r);
+    for (int i = 0; i < n; i++) x[i] = qtt_gauss(r);
+    qt_quantize_act(tr->vec_dot_type, x, act, n);
+    qt_vec_dot_fn fn = qt_vec_dot(t, isa);
+    volatile float sink = 0;
+    float out;
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        int iters = 0;
+        double t0 = now_s(), t1;
+        do {
+            for (int i = 0; i < rows; i++) {
+                fn(n, &out, w + i * rs, act);
+                sink += out;
+            }
+            iters++;
+            t1 = now_s();
+        } while (t1 - t0 < 0.004);
+        double per = (t1 - t0) / iters;
+        if (per < best) best = per;
+    }
+    free(w);
+    free(act);
+    free(x);
+    return (double)rs * rows / best / 1e9;
+}
+
+/* ---- dispatcher and STRATA_ISA ---- */
+
+static void test_dispatch(void) {
+    CHECK(qt_vec_dot((qt_type)-1, QT_ISA_SCALAR) == NULL, "negative type id gives a kernel");
+    CHECK(qt_vec_dot((qt_type)QT_COUNT, QT_ISA_SCALAR) == NULL, "type id QT_COUNT gives a kernel");
+    CHECK(qt_vec_dot((qt_type)1000, QT_ISA_AVX512) == NULL, "type id 1000 gives a kernel");
+    CHECK(qt_vec_dot(QT_Q8_K, QT_ISA_SCALAR) == NULL, "Q8_K (activation only) has a dot");
+    CHECK(qt_isa_supported(QT_ISA_SCALAR), "scalar path unsupported");
+    CHECK(!qt_isa_supported((qt_isa)QT_ISA_COUNT), "ISA past the table supported");
+    CHECK(qt_isa_supported(qt_cpu_isa()), "qt_cpu_isa() returns an unsupported ISA");
+    /* asking a path above the CPU's must still give a runnable kernel */
+    qt_vec_dot_fn top = qt_vec_dot(QT_Q8_0, QT_ISA_AVX512);
+    int hw = 0;
+    for (int i = 0; i < QT_ISA_COUNT; i++)
+        if (qt_isa_supported((qt_isa)i)) hw = i;
+    CHECK(top == qt_vec_dot(QT_Q8_0, (qt_isa)hw), "avx512 request not lowered to the CPU's best");
+    printf("dispatch: bad ids -> NULL, best hardware ISA %s, qt_cpu_isa() %s\n", qt_isa_name((qt_isa)hw),
+          qt_isa_name(qt_cpu_isa()));
+}
+
+/* --isa-env: STRATA_ISA is set by CTest; qt_cpu_isa() must be min(request, hardware),
+ * or the hardware's best for a bad value. */
+static int run_isa_env(void) {
+    const char *env = getenv("STRATA_ISA");
+    int hw = 0;
+    for (int i = 0; i < QT_ISA_COUNT; i++)
+        if (qt_isa_supported((qt_isa)i)) hw = i;
+    int want = hw;
+    for (int i = 0; i < QT_ISA_COUNT; i++)
+        if (env && strcmp(env, qt_isa_name((qt_isa)i)) == 0) want = i < hw ? i : hw;
+    qt_isa got = qt_cpu_isa();
+    printf("STRATA_ISA=%s: hardware %s, qt_cpu_isa() %s, expected %s\n", env ? env : "(unset)",
+           qt_isa_name((qt_isa)hw), qt_isa_name(got), qt_isa_name((qt_isa)want));
+    CHECK((int)got == want, "qt_cpu_isa() %s, expected %s", qt_isa_name(got), qt_isa_name((qt_isa)want));
+    CHECK(qt_cpu_isa() == got, "qt_cpu_isa() not stable");
+    return g_failures ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--isa-env") == 0) return run_isa_env();
+    int do_speed = !(argc > 1 && strcmp(argv[1], "--no-speed") == 0);
+    qtt_rng r = {0x243f6a8885a308d3ULL};
+
+    for (int isa = 0; isa < QT_ISA_COUNT; isa++)
+        if (!qt_isa_supported((qt_isa)isa))
+            printf("skipped: CPU lacks %s (its rows below are not run)\n", qt_isa_name((qt_isa)isa));
+    test_dispatch();
+    test_quantize_act(&r);
+
+    printf("\n%-8s %-7s %12s %12s %9s  %s\n", "type", "isa", "max rel err", "vs scalar", "bound", "result");
+    int ntypes = 0;
+    for (int ti = 0; ti < QT_COUNT; ti++) {
+        qt_type t = (qt_type)ti;
+        if (!qt_get(t) || !qt_vec_dot(t, QT_ISA_SCALAR)) continue;
+        ntypes++;
+        type_result res;
+        memset(&res, 0, sizeof res);
+        test_type(t, &r, &res);
+        double bound = bound_of(t);
+        for (int isa = 0; isa < QT_ISA_COUNT; isa++) {
+            if (!qt_isa_supported((qt_isa)isa)) {
+                printf("%-8s %-7s %12s %12s %9.1e  skipped: CPU lacks %s\n", qt_get(t)->name,
+                       qt_isa_name((qt_isa)isa), "-", "-", bound, qt_isa_name((qt_isa)isa));
+                continue;
+            }
+            int ok = res.max_err[isa] <= bound && res.max_vs_scalar[isa] <= bound;
+            if (!ok) g_failures++;
+            printf("%-8s %-7s %12.3e %12.3e %9.1e  %s\n", qt_get(t)->name, qt_isa_name((qt_isa)isa),
+                   res.max_err[isa], res.max_vs_scalar[isa], bound, ok ? "PASS" : "FAIL");
+        }
+    }
+    printf("checked %d weight types with a dot product\n", ntypes);
+    CHECK(ntypes >= 16, "only %d types have a dot product", ntypes);
+
+    if (do_speed) {
+        printf("\nspeed, one core, 16 rows of 4096 weights in cache (GB/s of weights; not asserted)\n");
+        printf("%-8s", "type");
+        for (int isa = 0; isa < QT_ISA_COUNT; isa++)
+            if (qt_isa_supported((qt_isa)isa)) printf(" %8s", qt_isa_name((qt_isa)isa));
+        printf("\n");
+        for (int ti = 0; ti < QT_COUNT; ti++) {
+            qt_type t = (qt_type)ti;
+            if (!qt_get(t) || !qt_vec_dot(t, QT_ISA_SCALAR)) continue;
+            printf("%-8s", qt_get(t)->name);
+            for (int isa = 0; isa < QT_ISA_COUNT; isa++)
+                if (qt_isa_supported((qt_isa)isa)) printf(" %8.2f", speed_gbs(t, (qt_isa)isa, &r));
+            printf("\n");
+        }
+    }
+    printf("\n%s: %d failure(s)\n", g_failures ? "FAILED" : "OK", g_failures);
+    return g_failures ? 1 : 0;
+}
