@@ -11,7 +11,7 @@
  *
  * Prompt chunks (many tokens) reuse each weight row across a block of tokens
  * while it is in L1, with the block's quantized activations held in L2; the
- * token block is sized so that they fit (ACT_BLOCK_BYTES).
+ * token block is sized so that they fit (act_block_bytes).
  */
 #include "backend/cpu/cpu_ops.h"
 
@@ -22,14 +22,21 @@
 #include <string.h>
 
 /* Quantized activations of one token block should stay in L2 (>= 1 MiB on
- * the server parts we target, 256 KiB on old desktops: this is a middle). */
-#define ACT_BLOCK_BYTES (256 * 1024)
+ * the server parts we target, 256 KiB on old desktops: this is a middle).
+ * cpu_set_act_block_bytes() changes it (tuning, and tests of the tiling). */
+static size_t act_block_bytes = 256 * 1024;
 /* Tasks per thread for a matvec: enough to even out uneven cores. */
 #define TASKS_PER_THREAD 4
 /* Smallest task, in weight bytes, for which a dispatch is worth it. */
 #define MIN_TASK_BYTES (16 * 1024)
 /* Rows per task in the batched product. */
 #define MATMUL_ROW_BLOCK 16
+
+size_t cpu_set_act_block_bytes(size_t bytes) {
+    size_t old = act_block_bytes;
+    if (bytes) act_block_bytes = bytes;
+    return old;
+}
 
 void *cpu_scratch_reserve(cpu_scratch *s, size_t bytes) {
     ST_ASSERT(s != NULL);
@@ -201,7 +208,7 @@ int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, 
         return 0;
     }
 
-    int64_t tb = (int64_t)(ACT_BLOCK_BYTES / j.act_row);
+    int64_t tb = (int64_t)(act_block_bytes / j.act_row);
     if (tb < 1) tb = 1;
     if (tb > n_tok) tb = n_tok;
     j.tok_per_task = tb;

@@ -66,6 +66,11 @@ int cpu_matmul(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_st
 int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
                  int64_t n_cols, int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy);
 
+/* Bytes of quantized activations that one task of cpu_matmul keeps in cache
+ * (the token block; default 256 KiB, about a quarter of a server core's L2).
+ * Not thread-safe: set it at start. 0 only reads it. Returns the old value. */
+size_t cpu_set_act_block_bytes(size_t bytes);
+
 /* Fill n_blocks blocks of `type` with random but valid contents: random quant
  * bits, and finite scales of moderate size (dequantized weights stay within a
  * few units). For tests and benchmarks that need big weight matrices fast;
