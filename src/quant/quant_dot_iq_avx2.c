@@ -19,7 +19,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "core/fp16.h"
 #include "quant/dot_impl.h"
 #include "quant/iq_tables.h"
 
@@ -81,10 +80,11 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
     const block_q8_K *y = a;
     __m256 accf = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const uint16_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t aux0 = load_u32(qs + 4 * ib);
             const uint32_t aux1 = load_u32(qs + 4 * ib + 2);
@@ -106,10 +106,11 @@ static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
     const block_q8_K *y = a;
     __m256 accf = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const __m128i sc = odd_scales_nib16(load_u64(x[i].scales));
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             /* four uint16: 9-bit grid index | 7-bit sign index << 9 */
             const uint64_t v = load_u64(x[i].qs + 4 * ib);
@@ -132,12 +133,13 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
     const block_q8_K *y = a;
     __m256 accf = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const __m128i sc = odd_scales_nib16(load_u64(x[i].scales));
         const uint8_t *qs = x[i].qs;
         const uint8_t *signs = x[i].qs + QK_K / 8;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = x[i].qh[ib];
             const __m256i g = _mm256_set_epi64x((long long)iq2s_grid[qs[4 * ib + 3] | ((qh << 2) & 0x300)],
@@ -158,11 +160,12 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
     const block_q8_K *y = a;
     __m256 accf = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const uint8_t *qs = x[i].qs;
         const uint8_t *gas = x[i].qs + QK_K / 4;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t aux = load_u32(gas + 4 * ib);
             const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * ib)));
@@ -183,9 +186,10 @@ static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
     const __m256i bit8 = _mm256_set1_epi32(256);
     __m256 accf = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             /* 9-bit indices: 8 low bits in qs, bit k of qh[ib] is index k's 9th */
             const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 8 * ib)));
@@ -213,11 +217,12 @@ static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
     const block_q8_K *y = a;
     __m256 accf = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
         int32_t corr = 0; /* sum over sub-blocks of ls * 9 * sum(q) */
+        #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = x[i].qh[ib];
             const __m256i g = _mm256_set_epi64x((long long)iq1s_grid[qs[4 * ib + 3] | ((qh >> 1) & 0x700)],
@@ -253,7 +258,7 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
         const uint64_t sc64 = load_u64(x[i].scales);
         const uint16_t d16 = (uint16_t)(((sc64 >> 12) & 0x000f) | ((sc64 >> 24) & 0x00f0) |
                                         ((sc64 >> 36) & 0x0f00) | ((sc64 >> 48) & 0xf000));
-        const float d = st_f16_to_f32(d16) * y[i].d;
+        const float d = _cvtsh_ss(d16) * y[i].d;
         /* 16 3-bit scales (12 low bits of each word) -> bytes 2s+1 */
         const uint64_t f = _pext_u64(sc64, 0x0fff0fff0fff0fffULL);
         __m128i sc = _mm_set_epi64x((long long)_pdep_u64(f >> 24, 0x0707070707070707ULL),
@@ -265,6 +270,7 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = load_u32(x[i].qh + 2 * ib) & 0xffff; /* 4 nibbles: 3 index bits + delta sign */
             const __m256i g = _mm256_set_epi64x((long long)iq1s_grid[qs[4 * ib + 3] | ((qh >> 4) & 0x700)],

@@ -19,7 +19,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "core/fp16.h"
 #include "quant/dot_impl.h"
 #include "quant/iq_tables.h"
 
@@ -51,16 +50,17 @@ static inline __m512i load_signed(const int8_t *q8, uint64_t signs) {
 }
 
 /* vpermw index vectors spreading a per-block int16 scale vector over the
- * steps: idx(k) = base + k * step. */
+ * steps: idx(k) = base + k * step (k is a constant once the loop is unrolled). */
 typedef struct {
-    __m512i base, step;
+    __m512i base;
+    int step;
 } scale_perm;
 
 /* One scale per 32 weights at int16 lane stride*ib + off: lanes 0..15 of step
  * k take sub-block 2k, lanes 16..31 sub-block 2k+1. */
 static inline scale_perm perm_per32(int stride, int off) {
     const __m512i half = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16((short)stride), 1);
-    scale_perm p = {_mm512_add_epi16(half, _mm512_set1_epi16((short)off)), _mm512_set1_epi16((short)(2 * stride))};
+    scale_perm p = {_mm512_add_epi16(half, _mm512_set1_epi16((short)off)), 2 * stride};
     return p;
 }
 
@@ -68,12 +68,12 @@ static inline scale_perm perm_per32(int stride, int off) {
 static inline scale_perm perm_per16(void) {
     const __m512i quarter = _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0);
     const __m512i j = _mm512_or_si512(quarter, _mm512_slli_epi64(quarter, 16));
-    scale_perm p = {_mm512_or_si512(j, _mm512_slli_epi64(j, 32)), _mm512_set1_epi16(4)};
+    scale_perm p = {_mm512_or_si512(j, _mm512_slli_epi64(j, 32)), 4};
     return p;
 }
 
 static inline __m512i perm_at(scale_perm p, int k) {
-    return _mm512_add_epi16(p.base, _mm512_mullo_epi16(p.step, _mm512_set1_epi16((short)k)));
+    return _mm512_add_epi16(p.base, _mm512_set1_epi16((short)(k * p.step)));
 }
 
 /* int16 odd scales 2s+1 from 16 nibbles (low nibble first), lanes 0..15. */
@@ -95,7 +95,7 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
     const scale_perm sp = perm_per32(4, 2);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         /* qs: 8 x (aux0: 4 grid bytes, aux1: 4x7 sign bits | scale << 28);
          * 2s+1 of sub-block ib lands in int16 lane 4ib+2 */
         const __m512i all = _mm512_loadu_si512(x[i].qs);
@@ -103,6 +103,7 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
         const __m512i sc = _mm512_add_epi32(_mm512_add_epi32(t, t), _mm512_set1_epi32(1));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const uint64_t lo = load_u64(x[i].qs + 8 * k);     /* aux0 | aux1 << 32 of ib 2k */
             const uint64_t hi = load_u64(x[i].qs + 8 * k + 4); /* of ib 2k+1 */
@@ -125,10 +126,11 @@ static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
     const __m512i m511 = _mm512_set1_epi64(511);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const __m512i sc = odd_scales_nib16(load_u64(x[i].scales));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             /* eight uint16: 9-bit grid index | 7-bit sign index << 9 */
             const __m128i v = _mm_loadu_si128((const __m128i *)(x[i].qs + 8 * k));
@@ -151,11 +153,12 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
     const scale_perm sp = perm_per16();
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const __m512i sc = odd_scales_nib16(load_u64(x[i].scales));
         const uint8_t *signs = x[i].qs + QK_K / 8;
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             /* 10-bit indices: low bytes in qs, 2 high bits each from qh[2k], qh[2k+1] */
             const uint64_t hb = _pdep_u64(load_u32(x[i].qh + 2 * k) & 0xffff, 0x0303030303030303ULL);
@@ -177,7 +180,7 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
     const scale_perm sp = perm_per32(2, 0);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const uint8_t *qs = x[i].qs;
         const uint8_t *gas = x[i].qs + QK_K / 4;
         /* 2s+1 of sub-block ib in int16 lane 2ib */
@@ -185,6 +188,7 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
         const __m512i sc = _mm512_zextsi256_si512(_mm256_add_epi32(_mm256_add_epi32(t, t), _mm256_set1_epi32(1)));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16 * k)));
             const __m512i g = _mm512_i32gather_epi32(idx, (const void *)iq3xxs_grid, 4);
@@ -206,7 +210,7 @@ static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
     const __m512i bit8 = _mm512_set1_epi32(256);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         /* 8 nibbles -> 2s+1, each duplicated so that the per-16 permutation applies */
         const uint64_t nib = load_u32(x[i].scales);
         const uint64_t dup = _pdep_u64(nib, 0x0f0f0f0f0f0f0f0fULL);
@@ -215,6 +219,7 @@ static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
         const __m512i sc = _mm512_zextsi256_si512(_mm256_add_epi16(_mm256_add_epi16(s8, s8), _mm256_set1_epi16(1)));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             /* 9-bit indices: bit j of qh[2k..2k+1] is index j's 9th bit */
             const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * k)));
@@ -243,7 +248,7 @@ static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
     const scale_perm sp = perm_per16();
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = st_f16_to_f32(x[i].d) * y[i].d;
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
         /* per 32 weights: qh = 4x3 high index bits | scale << 12 | delta sign << 15 */
         const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh);
         const __m128i ls = _mm_add_epi16(_mm_and_si128(_mm_srli_epi16(qh, 11), _mm_set1_epi16(14)), _mm_set1_epi16(1));
@@ -256,6 +261,7 @@ static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const uint32_t h = load_u32(x[i].qh + 2 * k); /* qh of ib 2k | of ib 2k+1 << 16 */
             const uint64_t hb = _pdep_u64((h & 0xfff) | ((h >> 4) & 0xfff000), 0x0707070707070707ULL);
@@ -279,7 +285,7 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
         const uint64_t sc64 = load_u64(x[i].scales);
         const uint16_t d16 = (uint16_t)(((sc64 >> 12) & 0x000f) | ((sc64 >> 24) & 0x00f0) |
                                         ((sc64 >> 36) & 0x0f00) | ((sc64 >> 48) & 0xf000));
-        const float d = st_f16_to_f32(d16) * y[i].d;
+        const float d = _cvtsh_ss(d16) * y[i].d;
         /* 16 3-bit scales (12 low bits of each word) -> int16 2s+1 */
         const uint64_t f = _pext_u64(sc64, 0x0fff0fff0fff0fffULL);
         const __m256i s16 = _mm256_cvtepu8_epi16(_mm_set_epi64x((long long)_pdep_u64(f >> 24, 0x0707070707070707ULL),
@@ -291,6 +297,7 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+        #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             /* 8 nibbles, one per 8 weights: 3 high index bits | delta sign << 3 */
             const uint32_t h = load_u32(x[i].qh + 4 * k);
