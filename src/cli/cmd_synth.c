@@ -16,7 +16,7 @@
 static const char USAGE[] =
     "strata synth [--arch qwen3moe] --preset tiny|qwen3-30b-a3b|qwen3-235b-a22b -o FILE [--type-default TYPE] "
     "[--type CLASS=TYPE ...] [--zipf S] [--seed N] [--ctx N] [--layers N] [--experts N] [--experts-used K] "
-    "[--exact] [--quiet]";
+    "[--expert-ff N] [--exact] [--quiet]";
 
 static void help(void) {
     printf("usage: %s\n\n", USAGE);
@@ -31,7 +31,9 @@ static void help(void) {
            "  --zipf S            skew the router: expert popularity ~ rank^-S (default 0: uniform)\n"
            "  --seed N            random seed (default 1); same seed, same file\n"
            "  --ctx N             context_length to record (default: the preset's)\n"
-           "  --layers N, --experts N, --experts-used K   change the preset's shape\n"
+           "  --layers N, --experts N, --experts-used K, --expert-ff N   change the preset's shape\n"
+           "                      (a row width that is not a whole number of blocks of the\n"
+           "                      chosen type falls back to a 32-weight type, with a note)\n"
            "  --exact             quantize every tensor from fresh Gaussians (slow on big presets)\n"
            "  --quiet             no progress line\n",
            synth_preset_list());
@@ -67,7 +69,7 @@ int cmd_synth(int argc, char **argv) {
     const char *arch = "qwen3moe", *preset = NULL, *out = NULL, *tdef = NULL, *v;
     const char *types[64];
     int n_types = 0, exact = 0, quiet = 0;
-    long long seed = 1, ctx = 0, layers = 0, experts = 0, used = 0;
+    long long seed = 1, ctx = 0, layers = 0, experts = 0, used = 0, eff = 0;
     double zipf = 0;
     while (a.i < argc) {
         int r; /* 1: matched with a value, -1: matched but the value is missing (error printed) */
@@ -95,6 +97,8 @@ int cmd_synth(int argc, char **argv) {
             if (r > 0) args_int(&a, "--experts", v, 1, 4096, &experts);
         } else if (OPT("--experts-used", v)) {
             if (r > 0) args_int(&a, "--experts-used", v, 1, 4096, &used);
+        } else if (OPT("--expert-ff", v)) {
+            if (r > 0) args_int(&a, "--expert-ff", v, 1, 1 << 20, &eff);
         } else if (!strcmp(argv[a.i], "--exact")) {
             exact = 1;
             a.i++;
@@ -116,6 +120,7 @@ int cmd_synth(int argc, char **argv) {
     if (layers) hp.n_layer = (int)layers;
     if (experts) hp.n_expert = (int)experts;
     if (used) hp.n_expert_used = (int)used;
+    if (eff) hp.n_ff_exp = (int)eff;
     if (hp.n_expert_used > hp.n_expert)
         return cli_usage_error(a.cmd, USAGE, "--experts-used %d exceeds the %d experts", hp.n_expert_used,
                                hp.n_expert);

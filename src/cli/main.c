@@ -1,6 +1,7 @@
 /* `strata`: the one binary. Dispatches to a subcommand from a table, so every
  * subcommand is listed in `strata --help` and nothing else parses argv[1]. */
 #include "cli/cli.h"
+#include "model/model.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +16,10 @@ typedef struct {
 static const command COMMANDS[] = {
     {"info", cmd_info, "print a GGUF file's metadata, tensors and bits per weight"},
     {"synth", cmd_synth, "write a GGUF with random valid weights for an architecture preset"},
+    {"run", cmd_run, "continue a prompt, streaming the text (default model when -m is not given)"},
+    {"chat", cmd_chat, "chat with a model in its chat format"},
+    {"perplexity", cmd_perplexity, "perplexity on a text file, comparable with llama.cpp's"},
+    {"bench", cmd_bench, "prompt and decode speed, GB/s of weights read"},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
@@ -29,7 +34,8 @@ int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: strata COMMAND [ARGS]  (strata COMMAND --help for each)\n\ncommands:\n");
+    fprintf(out, "usage: strata COMMAND [ARGS]  (strata COMMAND --help for each)\n"
+                 "       strata --families  (the model architectures this binary runs)\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].help);
 }
 
@@ -37,6 +43,10 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (!strcmp(argv[1], "--families")) {
+        for (int a = 0; a < ARCH_COUNT; a++) printf("%s\n", model_arch_name((model_arch)a));
+        return 0;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -1,0 +1,317 @@
+/* The CPU backend: fills the st_backend op table (backend/backend.h) with
+ * kernels running on a thread pool. Matrix products go through cpu_ops
+ * (quantized dot products, rows split over threads); the rest are light
+ * elementwise and attention loops parallelised over rows or heads.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "core/alloc.h"
+#include "core/fp16.h"
+#include "core/log.h"
+#include "core/threadpool.h"
+#include "quant/quant.h"
+
+typedef struct {
+    st_pool *pool;
+    int n_threads;
+    cpu_scratch act;  /* quantized activations of matmul */
+    cpu_scratch moe;  /* MoE routing and per-expert buffers */
+    cpu_scratch moeq; /* MoE quantized activations */
+} cpu_ctx;
+
+static cpu_ctx *CTX(st_backend *be) { return (cpu_ctx *)be->ctx; }
+
+static void *cpu_alloc(st_backend *be, size_t bytes) {
+    (void)be;
+    return st_malloc(bytes);
+}
+
+static void cpu_free(st_backend *be, void *p) {
+    (void)be;
+    st_free(p);
+}
+
+static void cpu_copy(st_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (dst != src) memcpy(dst, src, bytes);
+}
+
+static void cpu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out) {
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        ST_ASSERT(ids[i] >= 0 && ids[i] < w->n_out);
+        qt_dequantize(w->type, (const uint8_t *)w->data + (size_t)ids[i] * w->row_bytes, out + (size_t)i * w->n_in,
+                      w->n_in);
+    }
+}
+
+static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
+    cpu_ctx *c = CTX(be);
+    /* types were checked at model load: a failure here is a bug */
+    int rc = n_tok == 1 ? cpu_matvec(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out,
+                                     w->n_in, x, y)
+                        : cpu_matmul(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out,
+                                     w->n_in, n_tok, x, y);
+    ST_ASSERT(rc == 0);
+}
+
+static void cpu_rmsnorm(st_backend *be, const float *x, const float *w, float *y, int dim, int n_rows, float eps) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *yr = y + (size_t)r * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        float s = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) yr[i] = xr[i] * s * w[i];
+    }
+}
+
+static void cpu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
+                     float freq_scale, int neox) {
+    (void)be;
+    int half = head_dim / 2;
+    float cs[1024]; /* cos, sin per pair; head_dim <= 1024 is checked at load */
+    ST_ASSERT(head_dim <= 1024);
+    for (int t = 0; t < n_tok; t++) {
+        double p = (double)(pos0 + t) * freq_scale;
+        for (int i = 0; i < half; i++) {
+            double a = p * pow((double)theta, -2.0 * i / head_dim);
+            cs[2 * i] = (float)cos(a);
+            cs[2 * i + 1] = (float)sin(a);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+                float a = v[i0], b = v[i1], c = cs[2 * i], s = cs[2 * i + 1];
+                v[i0] = a * c - b * s;
+                v[i1] = a * s + b * c;
+            }
+        }
+    }
+}
+
+/* int8 rows: one scale per head = absmax / 127 */
+static void store_row_int8(const float *src, int8_t *dst, float *scale, int n_head, int hd) {
+    for (int h = 0; h < n_head; h++) {
+        const float *s = src + (size_t)h * hd;
+        float amax = 0;
+        for (int i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(s[i]));
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        scale[h] = d;
+        for (int i = 0; i < hd; i++) dst[(size_t)h * hd + i] = (int8_t)lrintf(s[i] * id);
+    }
+}
+
+static void cpu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
+    (void)be;
+    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    for (int t = 0; t < n_tok; t++) {
+        size_t p = (size_t)(pos0 + t);
+        const float *kr = k + t * row, *vr = v + t * row;
+        if (kv->type == ST_KV_F16) {
+            uint16_t *kd = (uint16_t *)kv->k + p * row, *vd = (uint16_t *)kv->v + p * row;
+            for (size_t i = 0; i < row; i++) {
+                kd[i] = st_f32_to_f16(kr[i]);
+                vd[i] = st_f32_to_f16(vr[i]);
+            }
+        } else {
+            store_row_int8(kr, (int8_t *)kv->k + p * row, kv->k_scale + p * kv->n_head_kv, kv->n_head_kv,
+                           kv->head_dim);
+            store_row_int8(vr, (int8_t *)kv->v + p * row, kv->v_scale + p * kv->n_head_kv, kv->n_head_kv,
+                           kv->head_dim);
+        }
+    }
+}
+
+typedef struct {
+    const float *q;
+    const st_kv_layer *kv;
+    int n_tok, pos0, n_head, window;
+    float scale;
+    float *out;
+    float *scratch; /* per thread: n_ctx scores + head_dim values */
+    size_t scratch_stride;
+} attn_job;
+
+static float kv_elem(const st_kv_layer *kv, const void *base, const float *scales, size_t p, int h, int i) {
+    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    if (kv->type == ST_KV_F16) return st_f16_to_f32(((const uint16_t *)base)[p * row + (size_t)h * kv->head_dim + i]);
+    return scales[p * kv->n_head_kv + h] * (float)((const int8_t *)base)[p * row + (size_t)h * kv->head_dim + i];
+}
+
+/* One (token, head) pair: scores over the visible positions, softmax, weighted sum of V. */
+static void attn_task(void *ctx, int64_t task, int thread) {
+    attn_job *j = ctx;
+    const st_kv_layer *kv = j->kv;
+    int t = (int)(task / j->n_head), h = (int)(task % j->n_head);
+    int hd = kv->head_dim, hkv = h / (j->n_head / kv->n_head_kv);
+    int pos = j->pos0 + t;
+    int first = (j->window > 0 && pos - j->window + 1 > 0) ? pos - j->window + 1 : 0;
+    float *sc = j->scratch + (size_t)thread * j->scratch_stride;
+    float *acc = sc + kv->n_ctx;
+    const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
+    float mx = -INFINITY;
+    for (int p = first; p <= pos; p++) {
+        float s = 0;
+        for (int i = 0; i < hd; i++) s += q[i] * kv_elem(kv, kv->k, kv->k_scale, (size_t)p, hkv, i);
+        s *= j->scale;
+        sc[p] = s;
+        mx = fmaxf(mx, s);
+    }
+    double sum = 0;
+    for (int p = first; p <= pos; p++) {
+        sc[p] = expf(sc[p] - mx);
+        sum += sc[p];
+    }
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int p = first; p <= pos; p++) {
+        float w = (float)(sc[p] / sum);
+        for (int i = 0; i < hd; i++) acc[i] += w * kv_elem(kv, kv->v, kv->v_scale, (size_t)p, hkv, i);
+    }
+    memcpy(j->out + ((size_t)t * j->n_head + h) * hd, acc, (size_t)hd * sizeof(float));
+}
+
+static void cpu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                          float scale, int window, float *out) {
+    cpu_ctx *c = CTX(be);
+    attn_job j = {q, kv, n_tok, pos0, n_head, window, scale, out, NULL, (size_t)kv->n_ctx + (size_t)kv->head_dim};
+    j.scratch = st_malloc(j.scratch_stride * (size_t)c->n_threads * sizeof(float));
+    st_pool_run(c->pool, (int64_t)n_tok * n_head, attn_task, &j);
+    st_free(j.scratch);
+}
+
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static void cpu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
+    (void)be;
+    if (act == ST_ACT_SILU)
+        for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = gelu_tanh(g[i]) * u[i];
+}
+
+static void cpu_add(st_backend *be, float *x, const float *b, int64_t dim, int n_rows) {
+    (void)be;
+    for (int r = 0; r < n_rows; r++)
+        for (int64_t i = 0; i < dim; i++) x[(size_t)r * dim + i] += b[i];
+}
+
+static void cpu_scale(st_backend *be, float *x, float s, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Route every token (softmax over experts, top-k, optional renormalisation),
+ * then run each expert once over the tokens that chose it, gathering their
+ * already-quantized activations: an expert's weights are read once per call
+ * however many tokens share it (prompt chunks). */
+static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
+                        int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
+                        const st_weight *down, float *out) {
+    cpu_ctx *c = CTX(be);
+    int64_t E = gate->n_in, F = gate->n_out;
+    size_t nk = (size_t)n_tok * k;
+    /* one arena: selections, weights, probabilities, token lists, expert buffers */
+    size_t bytes = nk * 4 * 2 + (size_t)n_expert * 4 + (size_t)n_tok * 8 + (size_t)n_tok * (size_t)(2 * F + E) * 4;
+    uint8_t *a = cpu_scratch_reserve(&c->moe, bytes);
+    int32_t *sel = (int32_t *)a;
+    float *wsel = (float *)(sel + nk), *p = wsel + nk;
+    int32_t *tok = (int32_t *)(p + n_expert);
+    float *tw = (float *)(tok + n_tok), *ge = tw + n_tok, *ue = ge + (size_t)n_tok * F, *ye = ue + (size_t)n_tok * F;
+    for (int t = 0; t < n_tok; t++) {
+        const float *l = logits + (size_t)t * n_expert;
+        float mx = l[0];
+        for (int e = 1; e < n_expert; e++) mx = fmaxf(mx, l[e]);
+        double sum = 0;
+        for (int e = 0; e < n_expert; e++) sum += p[e] = expf(l[e] - mx);
+        for (int e = 0; e < n_expert; e++) p[e] = (float)(p[e] / sum);
+        double wsum = 0;
+        for (int j = 0; j < k; j++) { /* k is small (8): repeated argmax, ties to the lower id */
+            int b = -1;
+            for (int e = 0; e < n_expert; e++)
+                if (p[e] >= 0 && (b < 0 || p[e] > p[b])) b = e;
+            sel[t * k + j] = b;
+            wsel[t * k + j] = p[b];
+            wsum += p[b];
+            p[b] = -1.0f;
+        }
+        if (norm_topk)
+            for (int j = 0; j < k; j++) wsel[t * k + j] = (float)(wsel[t * k + j] / wsum);
+    }
+    /* gate and up read the same input: quantize it once (twice if their formats differ) */
+    size_t rg = cpu_act_row_size(gate->type, E), ru = cpu_act_row_size(up->type, E), rd = cpu_act_row_size(down->type, F);
+    int same = qt_get(gate->type)->vec_dot_type == qt_get(up->type)->vec_dot_type;
+    uint8_t *q = cpu_scratch_reserve(&c->moeq, (size_t)n_tok * (rg + (same ? 0 : ru) + rd));
+    uint8_t *hq_g = q, *hq_u = same ? q : q + (size_t)n_tok * rg, *gq = hq_u + (same ? 0 : (size_t)n_tok * ru);
+    ST_ASSERT(cpu_quantize_act(c->pool, gate->type, E, n_tok, h, hq_g) == 0);
+    if (!same) ST_ASSERT(cpu_quantize_act(c->pool, up->type, E, n_tok, h, hq_u) == 0);
+    memset(out, 0, (size_t)n_tok * E * sizeof(float));
+    for (int e = 0; e < n_expert; e++) {
+        int n = 0;
+        for (int t = 0; t < n_tok; t++)
+            for (int j = 0; j < k; j++)
+                if (sel[t * k + j] == e) {
+                    tok[n] = t;
+                    tw[n++] = wsel[t * k + j];
+                }
+        if (!n) continue;
+        ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(gate, e), gate->row_bytes, gate->type, F, E, n, hq_g, tok,
+                               ge, 0) == 0);
+        ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(up, e), up->row_bytes, up->type, F, E, n, hq_u, tok, ue,
+                               0) == 0);
+        cpu_act_mul(be, act, ge, ue, ge, (int64_t)n * F);
+        ST_ASSERT(cpu_quantize_act(c->pool, down->type, F, n, ge, gq) == 0);
+        ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(down, e), down->row_bytes, down->type, E, F, n, gq, NULL,
+                               ye, 0) == 0);
+        for (int i = 0; i < n; i++) {
+            float *o = out + (size_t)tok[i] * E;
+            const float *y = ye + (size_t)i * E;
+            for (int64_t col = 0; col < E; col++) o[col] += tw[i] * y[col];
+        }
+    }
+}
+
+static void cpu_destroy(st_backend *be) {
+    cpu_ctx *c = CTX(be);
+    cpu_scratch_free(&c->act);
+    cpu_scratch_free(&c->moe);
+    cpu_scratch_free(&c->moeq);
+    st_pool_free(c->pool);
+    st_free(be->ctx);
+    st_free(be);
+}
+
+st_backend *backend_cpu_create(int n_threads) {
+    st_backend *be = st_calloc(1, sizeof *be);
+    cpu_ctx *c = st_calloc(1, sizeof *c);
+    c->pool = st_pool_init(n_threads);
+    c->n_threads = st_pool_n_threads(c->pool);
+    *be = (st_backend){
+        .name = "cpu",
+        .ctx = c,
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .destroy = cpu_destroy,
+        .get_rows = cpu_get_rows,
+        .matmul = cb_matmul,
+        .rmsnorm = cpu_rmsnorm,
+        .rope = cpu_rope,
+        .kv_store = cpu_kv_store,
+        .attention = cpu_attention,
+        .act_mul = cpu_act_mul,
+        .add = cpu_add,
+        .scale = cpu_scale,
+        .moe_ffn = cpu_moe_ffn,
+        .to_host = cpu_copy,
+        .to_device = cpu_copy,
+    };
+    return be;
+}

@@ -1,0 +1,91 @@
+/* `strata bench`: prompt and decode speed of a model, reported as tokens per
+ * second and as GB/s of weights read per decoded token (the decode
+ * roofline's numerator: dense weights + the active experts), like
+ * llama-bench's pp/tg tests so the two can be compared on one file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/engine_opts.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+#define BENCH_USAGE "strata bench " ENGINE_OPTS_USAGE " [-p N] [-n N] [-r REPS]"
+
+int cmd_bench(int argc, char **argv) {
+    args_t a = {.cmd = "bench", .usage = BENCH_USAGE, .argc = argc, .argv = argv, .i = 1};
+    engine_params ep = engine_defaults();
+    ep.model_path = STRATA_DEFAULT_MODEL;
+    long long n_p = 512, n_g = 128, reps = 3;
+    while (a.i < argc) {
+        if (args_is_help(&a)) {
+            printf("usage: %s\n\nReads a prompt of N random tokens (-p, default 512) and decodes N tokens (-n,\n"
+                   "default 128), REPS times (-r, default 3); prints the median tok/s and GB/s.\n",
+                   BENCH_USAGE);
+            return 0;
+        }
+        int r = engine_opts_parse(&a, &ep);
+        if (r > 0) continue;
+        if (r < 0) return a.err;
+        const char *v;
+        if ((r = args_value(&a, "-p", &v))) {
+            if (r < 0 || args_int(&a, "-p", v, 0, 1 << 20, &n_p)) return a.err;
+        } else if ((r = args_value(&a, "-n", &v))) {
+            if (r < 0 || args_int(&a, "-n", v, 0, 1 << 20, &n_g)) return a.err;
+        } else if ((r = args_value(&a, "-r", &v))) {
+            if (r < 0 || args_int(&a, "-r", v, 1, 100, &reps)) return a.err;
+        } else
+            return args_unknown(&a);
+    }
+    if (!ep.n_ctx) ep.n_ctx = (int)(n_p + n_g + 1);
+    engine *e = engine_open(&ep);
+    if (!e) {
+        fprintf(stderr, "strata bench: %s\n", st_error_get());
+        return 1;
+    }
+    if (n_p + n_g > e->n_ctx) {
+        fprintf(stderr, "strata bench: -p %lld + -n %lld is beyond the context of %d\n", n_p, n_g, e->n_ctx);
+        engine_close(e);
+        return 1;
+    }
+    int nv = e->m->hp.n_vocab;
+    int32_t *toks = st_malloc((size_t)(n_p + 1) * sizeof(int32_t));
+    uint64_t rng = 1234;
+    for (long long i = 0; i <= n_p; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((rng >> 33) % (uint64_t)nv);
+    }
+    double *pp = st_calloc((size_t)reps, sizeof(double)), *tg = st_calloc((size_t)reps, sizeof(double));
+    for (long long r = 0; r < reps; r++) {
+        e->n_past = 0;
+        int64_t t0 = st_now_ns();
+        if (n_p) engine_eval(e, toks, (int)n_p);
+        int64_t t1 = st_now_ns();
+        e->n_past = 0; /* decode from the start, like llama-bench's tg test */
+        int32_t t = toks[n_p];
+        for (long long i = 0; i < n_g; i++) engine_eval(e, &t, 1);
+        int64_t t2 = st_now_ns();
+        pp[r] = n_p ? n_p / ((double)(t1 - t0) / 1e9) : 0;
+        tg[r] = n_g ? n_g / ((double)(t2 - t1) / 1e9) : 0;
+    }
+    /* median of reps (insertion sort: reps is small) */
+    for (long long i = 1; i < reps; i++)
+        for (long long j = i; j > 0 && pp[j] < pp[j - 1]; j--) {
+            double x = pp[j]; pp[j] = pp[j - 1]; pp[j - 1] = x;
+        }
+    for (long long i = 1; i < reps; i++)
+        for (long long j = i; j > 0 && tg[j] < tg[j - 1]; j--) {
+            double x = tg[j]; tg[j] = tg[j - 1]; tg[j - 1] = x;
+        }
+    double bytes = model_active_bytes_per_token(e->m);
+    printf("model: %s (%s, %.1f MB active weights per token)\n", ep.model_path, model_arch_name(e->m->hp.arch),
+           bytes / 1e6);
+    if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp[reps / 2]);
+    if (n_g) printf("tg%lld: %.2f tok/s, %.2f GB/s of weights\n", n_g, tg[reps / 2], tg[reps / 2] * bytes / 1e9);
+    st_free(pp);
+    st_free(tg);
+    st_free(toks);
+    engine_close(e);
+    return 0;
+}

@@ -1,0 +1,43 @@
+/* Shared engine options (engine_opts.h). */
+#include "cli/engine_opts.h"
+#include "cli/cli.h"
+
+#include <stdio.h>
+
+#include "core/log.h"
+
+int engine_opts_parse(args_t *a, engine_params *p) {
+    const char *v;
+    long long n;
+    int r;
+    if ((r = args_value(a, "-m", &v)) || (r = args_value(a, "--model", &v))) {
+        if (r > 0) p->model_path = v;
+        return r;
+    }
+    if ((r = args_value(a, "-c", &v)) || (r = args_value(a, "--ctx", &v))) {
+        if (r < 0 || args_int(a, "--ctx", v, 1, 1 << 24, &n)) return -1;
+        p->n_ctx = (int)n;
+        return 1;
+    }
+    if ((r = args_value(a, "-t", &v)) || (r = args_value(a, "--threads", &v))) {
+        if (r < 0 || args_int(a, "--threads", v, 1, 1024, &n)) return -1;
+        p->n_threads = (int)n;
+        return 1;
+    }
+    if ((r = args_value(a, "--prefill", &v))) {
+        if (r < 0 || args_int(a, "--prefill", v, 1, 65536, &n)) return -1;
+        p->n_ubatch = (int)n;
+        return 1;
+    }
+    if ((r = args_value(a, "--kv", &v))) {
+        if (r < 0) return -1;
+        int t = kv_type_from_name(v);
+        if (t < 0) {
+            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --kv (f16 or int8)", v);
+            return -1;
+        }
+        p->kv_type = (st_kv_type)t;
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,18 @@
+/* Options shared by the subcommands that run a model (run, chat, perplexity,
+ * bench): one parser, so every one spells and checks them the same way. */
+#ifndef STRATA_CLI_ENGINE_OPTS_H
+#define STRATA_CLI_ENGINE_OPTS_H
+
+#include "cli/args.h"
+#include "engine/engine.h"
+
+/* The model `run` and `chat` use when -m is not given (fetched by setup.sh). */
+#define STRATA_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+#define ENGINE_OPTS_USAGE "[-m FILE] [-c|--ctx N] [--kv f16|int8] [-t|--threads N] [--prefill N]"
+
+/* If argv[a->i] is one of the engine options, consume it into p and return 1;
+ * a bad value prints the usage error and returns -1; otherwise 0. */
+int engine_opts_parse(args_t *a, engine_params *p);
+
+#endif
