@@ -17,6 +17,7 @@
  * Speed: Q4_K and Q6_K use few candidates so they run at tens of millions of
  * weights per second per core (strata synth writes multi-GB files with them).
  */
+#include <math.h>
 #include <string.h>
 
 #include "core/fp16.h"
@@ -39,7 +40,7 @@ static float fit_scale_min(const float *x, int n, int nmax, int ncand, float ste
         *pm = -mn;
         return 0.0f;
     }
-    float best_err = -1.0f, best_s = (mx - mn) / (float)nmax, best_b = mn;
+    float best_err = INFINITY, best_s = (mx - mn) / (float)nmax, best_b = mn;
     for (int k = -ncand; k <= ncand; k++) {
         const float iscale = ((float)nmax + step * (float)k) / (mx - mn);
         int sq = 0, sqq = 0;
@@ -67,7 +68,7 @@ static float fit_scale_min(const float *x, int n, int nmax, int ncand, float ste
         if (!(s > 0.0f)) continue;
         const float err = sxx - 2.0f * s * sqx - 2.0f * b * sx + s * s * (float)sqq + 2.0f * s * b * (float)sq +
                           (float)n * b * b;
-        if (best_err < 0.0f || err < best_err) {
+        if (err < best_err) {
             best_err = err;
             best_s = s;
             best_b = b;
