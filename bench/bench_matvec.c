@@ -1,0 +1,216 @@
+/* bench_matvec: how close the CPU matrix-vector product (backend/cpu) comes
+ * to the machine's memory bandwidth, the roofline of decode.
+ *
+ * 1. Measures read bandwidth: every thread of the pool sums its share of a
+ *    1 GiB buffer (read-only streaming, no writes to compete with).
+ * 2. For each quant type, fills a set of weight matrices (random valid blocks,
+ *    --mib in all, default 1 GiB: several times any last-level cache, so every
+ *    product streams its weights from DRAM) and times cpu_matvec rotating
+ *    through them, on all threads and on one. Reports weight bytes read per
+ *    second and that as a percentage of the measured bandwidth, and the
+ *    kernel's rate on a matrix that stays in L2 (the compute ceiling).
+ *
+ * A benchmark, not a test: it prints numbers and checks nothing but that the
+ * products ran. Every timing is the best of a few passes.
+ *
+ * usage: bench_matvec [--threads N] [--mib M] [--cols C] [--passes P] [--types q4_k,q6_k,...]
+ */
+#include "backend/cpu/cpu_ops.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/threadpool.h"
+#include "core/timer.h"
+#include "quant/quant.h"
+
+#include <emmintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB (1024.0 * 1024.0)
+#define CHUNK ((size_t)1 << 20) /* 1 MiB per task in the bandwidth and fill loops */
+
+/* ---- read bandwidth ---- */
+
+typedef struct {
+    const uint8_t *buf;
+    size_t bytes;
+    __m128i sums[64]; /* per thread, kept so that the compiler cannot drop the reads */
+} read_job;
+
+static void read_task(void *p, int64_t task, int thread) {
+    read_job *j = p;
+    const __m128i *v = (const __m128i *)(j->buf + (size_t)task * CHUNK);
+    size_t n = (j->bytes - (size_t)task * CHUNK < CHUNK ? j->bytes - (size_t)task * CHUNK : CHUNK) / 16;
+    /* four independent accumulators: the adds never limit the loads */
+    __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        a = _mm_add_epi64(a, _mm_load_si128(v + i));
+        b = _mm_add_epi64(b, _mm_load_si128(v + i + 1));
+        c = _mm_add_epi64(c, _mm_load_si128(v + i + 2));
+        d = _mm_add_epi64(d, _mm_load_si128(v + i + 3));
+    }
+    __m128i s = _mm_add_epi64(_mm_add_epi64(a, b), _mm_add_epi64(c, d));
+    j->sums[thread & 63] = _mm_add_epi64(j->sums[thread & 63], s);
+}
+
+static void touch_task(void *p, int64_t task, int thread) {
+    (void)thread;
+    read_job *j = p;
+    size_t off = (size_t)task * CHUNK;
+    memset((uint8_t *)j->buf + off, (int)(task & 0xff), j->bytes - off < CHUNK ? j->bytes - off : CHUNK);
+}
+
+/* Best-of-passes read bandwidth in GB/s (1e9 bytes) with the pool's threads. */
+static double read_bandwidth(st_pool *pool, uint8_t *buf, size_t bytes, int passes) {
+    read_job j;
+    memset(&j, 0, sizeof j);
+    j.buf = buf;
+    j.bytes = bytes;
+    int64_t chunks = (int64_t)((bytes + CHUNK - 1) / CHUNK);
+    double best = 0;
+    for (int p = 0; p < passes; p++) {
+        int64_t t0 = st_now_ns();
+        st_pool_run(pool, chunks, read_task, &j);
+        double gbs = (double)bytes / (double)(st_now_ns() - t0);
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+/* ---- matvec ---- */
+
+typedef struct {
+    qt_type type;
+    uint8_t *buf;
+    int64_t n_blocks;
+    int64_t blocks_per_chunk;
+} fill_job;
+
+static void fill_task(void *p, int64_t task, int thread) {
+    (void)thread;
+    fill_job *j = p;
+    int64_t b0 = task * j->blocks_per_chunk;
+    int64_t n = j->n_blocks - b0 < j->blocks_per_chunk ? j->n_blocks - b0 : j->blocks_per_chunk;
+    size_t bs = (size_t)qt_get(j->type)->type_size;
+    ST_ASSERT(cpu_fill_random_blocks(j->type, j->buf + (size_t)b0 * bs, n, (uint64_t)task + 1) == 0);
+}
+
+typedef struct {
+    double gbs;     /* weight bytes per second, best pass */
+    double us;      /* microseconds per matvec, best pass */
+} mv_result;
+
+/* Single-thread rate of the dot kernel itself: one ~1 MiB matrix (fits in
+ * L2) multiplied again and again. When the DRAM rate above equals this, the
+ * product is bound by compute, not by memory. */
+static double hot_gbs(cpu_scratch *scratch, qt_type type, const uint8_t *W, int64_t n_cols, const float *x, float *y) {
+    size_t row = qt_row_size(type, n_cols);
+    int64_t n_rows = (int64_t)(MIB / row);
+    size_t mat = row * (size_t)n_rows;
+    double best = 0;
+    for (int p = 0; p < 5; p++) {
+        int64_t t0 = st_now_ns();
+        for (int r = 0; r < 20; r++) ST_ASSERT(cpu_matvec(NULL, scratch, W, row, type, n_rows, n_cols, x, y) == 0);
+        double gbs = (double)mat * 20 / (double)(st_now_ns() - t0);
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+/* Times passes over n_mat matrices of n_rows x n_cols; returns the best pass. */
+static mv_result time_matvec(st_pool *pool, cpu_scratch *scratch, qt_type type, const uint8_t *W, int n_mat,
+                             int64_t n_rows, int64_t n_cols, const float *x, float *y, int passes) {
+    size_t row = qt_row_size(type, n_cols), mat = row * (size_t)n_rows;
+    /* warm-up: page tables, the scratch arena, the pool's threads */
+    ST_ASSERT(cpu_matvec(pool, scratch, W, row, type, n_rows, n_cols, x, y) == 0);
+    mv_result best = {0, 0};
+    for (int p = 0; p < passes; p++) {
+        int64_t t0 = st_now_ns();
+        for (int m = 0; m < n_mat; m++)
+            ST_ASSERT(cpu_matvec(pool, scratch, W + (size_t)m * mat, row, type, n_rows, n_cols, x, y) == 0);
+        double ns = (double)(st_now_ns() - t0);
+        double gbs = (double)mat * n_mat / ns;
+        if (gbs > best.gbs) best = (mv_result){gbs, ns * 1e-3 / n_mat};
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int threads = 0, passes = 3;
+    double mib = 1024;
+    int64_t n_cols = 4096;
+    const char *types = "q4_k,q6_k,q8_0,iq4_xs,iq3_xxs,iq2_xs";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--mib")) mib = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cols")) n_cols = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--passes")) passes = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--types")) types = argv[i + 1];
+        else {
+            fprintf(stderr, "usage: %s [--threads N] [--mib M] [--cols C] [--passes P] [--types a,b,...]\n", argv[0]);
+            return 2;
+        }
+    }
+    st_pool *pool = st_pool_init(threads);
+    st_pool *one = st_pool_init(1);
+    int nt = st_pool_n_threads(pool);
+    printf("bench_matvec: %d threads, ISA path %s, %.0f MiB of weights per type, %lld columns, best of %d passes\n",
+           nt, qt_isa_name(qt_cpu_isa()), mib, (long long)n_cols, passes);
+
+    /* 1. read bandwidth over 1 GiB */
+    size_t bw_bytes = (size_t)1 << 30;
+    uint8_t *buf = st_malloc(bw_bytes);
+    read_job tj = {.buf = buf, .bytes = bw_bytes};
+    st_pool_run(pool, (int64_t)(bw_bytes / CHUNK), touch_task, &tj); /* fault the pages in, from all threads */
+    double bw_all = read_bandwidth(pool, buf, bw_bytes, passes + 2);
+    double bw_one = read_bandwidth(one, buf, bw_bytes, passes);
+    st_free(buf);
+    printf("read bandwidth (1 GiB, SSE2 streaming sum): %.1f GB/s on %d threads, %.1f GB/s on 1 thread\n\n", bw_all, nt,
+           bw_one);
+
+    /* 2. matvec per type */
+    size_t total = (size_t)(mib * MIB);
+    uint8_t *W = st_malloc(total);
+    float *x = st_malloc(sizeof(float) * (size_t)n_cols);
+    for (int64_t i = 0; i < n_cols; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    cpu_scratch scratch = {0};
+
+    printf("| type | bits/w | matrices | %d threads: GB/s | %% of bw | us/matvec | 1 thread: GB/s | %% of 1-thread bw "
+           "| 1 thread in L2: GB/s |\n", nt);
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    char list[256];
+    snprintf(list, sizeof list, "%s", types);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int t = qt_from_name(tok);
+        const qt_traits *tr = t >= 0 ? qt_get((qt_type)t) : NULL;
+        if (!tr || !qt_vec_dot((qt_type)t, QT_ISA_SCALAR) || n_cols % tr->blck) {
+            printf("| %s | (no dot product or bad width, skipped) |\n", tok);
+            continue;
+        }
+        size_t row = qt_row_size((qt_type)t, n_cols);
+        /* matrices of ~64 MiB (a big FFN matrix), as many as fit in the budget */
+        int64_t n_rows = (int64_t)(64 * MIB / row);
+        int n_mat = (int)(total / (row * (size_t)n_rows));
+        if (n_mat < 1) n_mat = 1, n_rows = (int64_t)(total / row);
+        float *y = st_malloc(sizeof(float) * (size_t)n_rows);
+        fill_job fj = {(qt_type)t, W, n_rows * n_mat * (n_cols / tr->blck), (int64_t)(CHUNK / tr->type_size)};
+        st_pool_run(pool, (fj.n_blocks + fj.blocks_per_chunk - 1) / fj.blocks_per_chunk, fill_task, &fj);
+
+        mv_result all = time_matvec(pool, &scratch, (qt_type)t, W, n_mat, n_rows, n_cols, x, y, passes);
+        mv_result single = time_matvec(one, &scratch, (qt_type)t, W, n_mat, n_rows, n_cols, x, y, passes > 2 ? 2 : passes);
+        double hot = hot_gbs(&scratch, (qt_type)t, W, n_cols, x, y);
+        double bits = 8.0 * tr->type_size / tr->blck;
+        printf("| %s | %.2f | %d x %lld x %lld | %.1f | %.0f%% | %.0f | %.1f | %.0f%% | %.1f |\n", tr->name, bits, n_mat,
+               (long long)n_rows, (long long)n_cols, all.gbs, 100 * all.gbs / bw_all, all.us, single.gbs,
+               100 * single.gbs / bw_one, hot);
+        fflush(stdout);
+        st_free(y);
+    }
+    cpu_scratch_free(&scratch);
+    st_free(W);
+    st_free(x);
+    st_pool_free(pool);
+    st_pool_free(one);
+    return 0;
+}
