@@ -403,19 +403,37 @@ static void dot_q6_k(int n, float *s, const void *w, const void *a) {
     *s = hsum_ps(acc);
 }
 
+/* IQ4_XS: two sub-blocks (64 weights, 32 bytes of nibbles) per step. The low
+ * nibbles of the 32 bytes are weights 0..15 of sub-blocks 2p and 2p+1, the high
+ * nibbles their weights 16..31, so the y halves are regrouped to match (one
+ * vperm2i128 each) and each 128-bit lane carries one sub-block: its scale comes
+ * from scale_pair(). Scales: byte j of pdep(scales_l, 0x0f..) is the low nibble
+ * of scale j, pdep(scales_h, 0x30..) puts its 2 high bits at bits 4..5. */
 static void dot_iq4_xs(int n, float *s, const void *w, const void *a) {
     const block_iq4_xs *x = w;
     const block_q8_K *y = a;
     const __m256i lut = lut16(kvalues_iq4nl);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
     for (int ib = 0; ib < n / QK_K; ib++) {
+        uint32_t sl;
+        memcpy(&sl, x[ib].scales_l, 4);
+        uint64_t ls8 = _pdep_u64(sl, 0x0f0f0f0f0f0f0f0full) | _pdep_u64(x[ib].scales_h, 0x3030303030303030ull);
+        __m128i ls = _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)ls8)), _mm_set1_epi16(32));
+        __m256i lsb = bcast8_i16(ls);
         __m256i isum = _mm256_setzero_si256();
-        for (int j = 0; j < QK_K / 32; j++) {
-            __m256i v = _mm256_shuffle_epi8(lut, nibbles32(x[ib].qs + 16 * j));
-            __m256i yv = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 32 * j));
-            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yv, v));
-            __m256i ls = _mm256_set1_epi16((short)qdot_iq4xs_scale(&x[ib], j));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ls));
+        for (int p = 0; p < 4; p++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * p));
+            __m256i vlo = _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4));
+            __m256i vhi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * p));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * p + 32));
+            __m256i ylo = _mm256_permute2x128_si256(y0, y1, 0x20);
+            __m256i yhi = _mm256_permute2x128_si256(y0, y1, 0x31);
+            __m256i plo = _mm256_maddubs_epi16(_mm256_sign_epi8(vlo, vlo), _mm256_sign_epi8(ylo, vlo));
+            __m256i phi = _mm256_maddubs_epi16(_mm256_sign_epi8(vhi, vhi), _mm256_sign_epi8(yhi, vhi));
+            __m256i sc = scale_pair(lsb, lsb, p);
+            isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(plo, sc), _mm256_madd_epi16(phi, sc)));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ib].d * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
     }

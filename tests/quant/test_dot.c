@@ -204,7 +204,8 @@ static double speed_gbs(qt_type t, qt_isa isa, qtt_rng *r) {
     volatile float sink = 0;
     float out;
     double best = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
+    /* best of many short windows: the machine is shared, the minimum is the speed */
+    for (int rep = 0; rep < 30; rep++) {
         int iters = 0;
         double t0 = now_s(), t1;
         do {
@@ -214,7 +215,7 @@ static double speed_gbs(qt_type t, qt_isa isa, qtt_rng *r) {
             }
             iters++;
             t1 = now_s();
-        } while (t1 - t0 < 0.004);
+        } while (t1 - t0 < 0.001);
         double per = (t1 - t0) / iters;
         if (per < best) best = per;
     }
