@@ -55,7 +55,7 @@ static void put(gguf_writer *w, const void *p, size_t n) {
         w->buf = st_realloc(w->buf, cap);
         w->cap = cap;
     }
-    memcpy(w->buf + w->n, p, n);
+    if (n) memcpy(w->buf + w->n, p, n); /* p may be NULL for an empty array */
     w->n += n;
 }
 

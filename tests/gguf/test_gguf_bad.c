@@ -177,7 +177,7 @@ static int expect_fail(const char *label, const uint8_t *p, size_t n, const char
     if (f) gguf_close(f);
     if (ok) printf("  ok  %-34s %s\n", label, msg + strlen(prefix));
     uint8_t *copy = malloc(n ? n : 1);
-    memcpy(copy, p, n);
+    if (n) memcpy(copy, p, n);
     st_error_clear();
     f = gguf_open_buffer(copy, n, "buf");
     msg = st_error_get();
