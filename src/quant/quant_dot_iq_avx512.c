@@ -13,8 +13,9 @@
  *     built once and spread per step with vpermw.
  * 7-bit sign indices (IQ2_XXS/IQ2_XS/IQ3_XXS) expand to 8 bits with the
  * parity rule of ksigns_iq2xs, 8 groups at a time in a 64-bit register.
- * IQ1_S/IQ1_M use the unsigned weight 8*(g+1) + (delta+1) in 0..18 and
- * subtract 9*sum(q) per scale group using the Q8_K bsums.
+ * IQ1_M uses the unsigned weight 8*(g+1) + (delta+1) in 0..18 and subtracts
+ * 9*sum(q) per scale group using the Q8_K bsums; IQ1_S, whose delta is
+ * constant per 32 weights, uses g+1 and takes the whole delta from bsums.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -89,10 +90,19 @@ static inline __m512i bytes_to_q(uint64_t b) {
     return _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)b));
 }
 
+/* 8 qword gather indices lo[j] | hi[j] << 8: bytes interleaved into words
+ * (lo is read as 16 bytes, of which the first 8 count). */
+static inline __m512i idx_lo_hi(const uint8_t *lo, uint64_t hi) {
+    const __m128i l = _mm_loadu_si128((const __m128i *)lo);
+    return _mm512_cvtepu16_epi64(_mm_unpacklo_epi8(l, _mm_cvtsi64_si128((long long)hi)));
+}
+
 static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
     const block_iq2_xxs *x = w;
     const block_q8_K *y = a;
     const scale_perm sp = perm_per32(4, 2);
+    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
+    for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
@@ -112,7 +122,7 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
             const uint64_t sg = ((lo >> 32) & 0x0fffffffULL) | (((hi >> 32) & 0x0fffffffULL) << 28);
             const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
             const __m512i p = _mm512_maddubs_epi16(g, q);
-            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
         accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
     }
@@ -123,6 +133,8 @@ static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
     const block_iq2_xs *x = w;
     const block_q8_K *y = a;
     const scale_perm sp = perm_per16();
+    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
+    for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
     const __m512i m511 = _mm512_set1_epi64(511);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
@@ -140,7 +152,7 @@ static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
                                 (_pext_u64((uint64_t)_mm_extract_epi64(v, 1), 0xfe00fe00fe00fe00ULL) << 28);
             const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
             const __m512i p = _mm512_maddubs_epi16(g, q);
-            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
         accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
     }
@@ -151,6 +163,8 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
     const block_iq2_s *x = w;
     const block_q8_K *y = a;
     const scale_perm sp = perm_per16();
+    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
+    for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
@@ -162,12 +176,10 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
         for (int k = 0; k < 4; k++) {
             /* 10-bit indices: low bytes in qs, 2 high bits each from qh[2k], qh[2k+1] */
             const uint64_t hb = _pdep_u64(load_u32(x[i].qh + 2 * k) & 0xffff, 0x0303030303030303ULL);
-            const __m512i idx = _mm512_or_si512(bytes_to_q(load_u64(x[i].qs + 8 * k)),
-                                                _mm512_slli_epi64(bytes_to_q(hb), 8));
-            const __m512i g = _mm512_i64gather_epi64(idx, (const void *)iq2s_grid, 8);
+            const __m512i g = _mm512_i64gather_epi64(idx_lo_hi(x[i].qs + 8 * k, hb), (const void *)iq2s_grid, 8);
             const __m512i q = load_signed(q8 + 64 * k, load_u64(signs + 8 * k));
             const __m512i p = _mm512_maddubs_epi16(g, q);
-            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
         accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
     }
@@ -178,6 +190,8 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
     const block_iq3_xxs *x = w;
     const block_q8_K *y = a;
     const scale_perm sp = perm_per32(2, 0);
+    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
+    for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
@@ -196,7 +210,7 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
                                 ((uint64_t)(load_u32(gas + 8 * k + 4) & 0x0fffffffu) << 28);
             const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
             const __m512i p = _mm512_maddubs_epi16(g, q);
-            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
         accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
     }
@@ -207,6 +221,8 @@ static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
     const block_iq3_s *x = w;
     const block_q8_K *y = a;
     const scale_perm sp = perm_per16(); /* scales are spread per 32 below: lanes 2ib, 2ib+1 */
+    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
+    for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
     const __m512i bit8 = _mm512_set1_epi32(256);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
@@ -227,7 +243,7 @@ static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
             const __m512i g = _mm512_i32gather_epi32(_mm512_mask_or_epi32(lo, h, lo, bit8), (const void *)iq3s_grid, 4);
             const __m512i q = load_signed(q8 + 64 * k, load_u64(x[i].signs + 8 * k));
             const __m512i p = _mm512_maddubs_epi16(g, q);
-            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
         accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
     }
@@ -246,30 +262,35 @@ static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
     const block_iq1_s *x = w;
     const block_q8_K *y = a;
     const scale_perm sp = perm_per16();
+    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
+    for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
+    const __m512i one = _mm512_set1_epi8(1);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
-        /* per 32 weights: qh = 4x3 high index bits | scale << 12 | delta sign << 15 */
+        /* per 32 weights: qh = 4x3 high index bits | scale << 12 | delta sign << 15.
+         * The delta is constant over the 32 weights, so with the unsigned weight
+         * g+1: sum (8g + delta) q = 8 sum (g+1) q + (delta - 8) sum q, and sum q
+         * comes from bsums. */
         const __m128i qh = _mm_loadu_si128((const __m128i *)x[i].qh);
         const __m128i ls = _mm_add_epi16(_mm_and_si128(_mm_srli_epi16(qh, 11), _mm_set1_epi16(14)), _mm_set1_epi16(1));
-        const __m256i ls2 = _mm256_cvtepu16_epi32(ls); /* int16 lanes 2ib, 2ib+1 = 2s+1, 0 */
-        const __m256i lsd = _mm256_or_si256(ls2, _mm256_slli_epi32(ls2, 16)); /* both int16 halves */
-        /* 9*sum(q) of each 16 weights, weighted by its scale */
-        const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums),
-                                               _mm256_mullo_epi16(lsd, _mm256_set1_epi16(9)));
-        const __m512i sc = _mm512_zextsi256_si512(lsd);
+        const __m128i dm8 = _mm_sub_epi16(_mm_set1_epi16(-7), _mm_slli_epi16(_mm_srli_epi16(qh, 15), 1));
+        const __m256i ls2 = _mm256_cvtepu16_epi32(_mm_slli_epi16(ls, 3));
+        const __m256i c2 = _mm256_cvtepu16_epi32(_mm_mullo_epi16(ls, dm8));
+        /* duplicated into both int16 halves: one value per 16 weights */
+        const __m512i sc = _mm512_zextsi256_si512(_mm256_or_si256(ls2, _mm256_slli_epi32(ls2, 16)));
+        const __m256i coef = _mm256_or_si256(_mm256_and_si256(c2, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(c2, 16));
+        const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), coef);
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
-        __m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+        __m512i acc = _mm512_zextsi256_si512(corr);
         #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const uint32_t h = load_u32(x[i].qh + 2 * k); /* qh of ib 2k | of ib 2k+1 << 16 */
             const uint64_t hb = _pdep_u64((h & 0xfff) | ((h >> 4) & 0xfff000), 0x0707070707070707ULL);
-            const __m512i idx = _mm512_or_si512(bytes_to_q(load_u64(qs + 8 * k)), _mm512_slli_epi64(bytes_to_q(hb), 8));
-            const __m512i g = _mm512_i64gather_epi64(idx, (const void *)iq1s_grid, 8);
-            const __mmask64 dneg = (h & 0x8000 ? 0xffffffffULL : 0) | (h & 0x80000000u ? 0xffffffff00000000ULL : 0);
-            const __m512i p = _mm512_maddubs_epi16(iq1_weights(g, dneg), _mm512_loadu_si512(q8 + 64 * k));
-            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+            const __m512i g = _mm512_i64gather_epi64(idx_lo_hi(qs + 8 * k, hb), (const void *)iq1s_grid, 8);
+            const __m512i p = _mm512_maddubs_epi16(_mm512_add_epi8(g, one), _mm512_loadu_si512(q8 + 64 * k));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
         accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
     }
@@ -280,6 +301,8 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
     const block_iq1_m *x = w;
     const block_q8_K *y = a;
     const scale_perm sp = perm_per16();
+    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
+    for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const uint64_t sc64 = load_u64(x[i].scales);
@@ -302,11 +325,10 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
             /* 8 nibbles, one per 8 weights: 3 high index bits | delta sign << 3 */
             const uint32_t h = load_u32(x[i].qh + 4 * k);
             const uint64_t hb = _pdep_u64(_pext_u32(h, 0x77777777u), 0x0707070707070707ULL);
-            const __m512i idx = _mm512_or_si512(bytes_to_q(load_u64(qs + 8 * k)), _mm512_slli_epi64(bytes_to_q(hb), 8));
-            const __m512i g = _mm512_i64gather_epi64(idx, (const void *)iq1s_grid, 8);
+            const __m512i g = _mm512_i64gather_epi64(idx_lo_hi(qs + 8 * k, hb), (const void *)iq1s_grid, 8);
             const __mmask64 dneg = _pdep_u64(_pext_u32(h, 0x88888888u), 0x0101010101010101ULL) * 0xff;
             const __m512i p = _mm512_maddubs_epi16(iq1_weights(g, dneg), _mm512_loadu_si512(q8 + 64 * k));
-            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(perm_at(sp, k), sc));
+            acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
         accf = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(acc), accf);
     }
