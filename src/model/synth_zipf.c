@@ -12,8 +12,11 @@
  * expert r lands in the top-k of beta + N(0, I) with probability t[r]. For a
  * given beta, p_e is an exact one-dimensional integral over expert e's own
  * noise z of P(fewer than k others exceed beta_e + z), the latter a
- * Poisson-binomial tail computed by a k-state dynamic program. A damped
- * fixed-point iteration on logit(p) converges in a few dozen steps.
+ * Poisson-binomial tail computed by a k-state dynamic program. The update is
+ * in probit space: were the k-th largest of the others a fixed threshold T,
+ * p_e = Phi(beta_e - T) and beta_e += probit(t_e) - probit(p_e) would be
+ * exact; T moves a little, so it converges in a few dozen steps (a logit
+ * update overshoots in the Gaussian tail and diverges).
  */
 #include <math.h>
 #include <string.h>
@@ -73,14 +76,21 @@ static void topk_probs(int n, int k, const double *beta, double *p) {
     st_free(dp);
 }
 
-static double logit(double p) {
+/* The normal quantile, by bisection on erfc: called n times per iteration. */
+static double probit(double p) {
     p = fmin(fmax(p, 1e-12), 1 - 1e-12);
-    return log(p / (1 - p));
+    double lo = -10, hi = 10;
+    for (int i = 0; i < 64; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid * M_SQRT1_2) < p) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
 }
 
 double synth_zipf_solve(int n, int k, const double *t, double *beta) {
     double *p = st_malloc((size_t)n * sizeof *p);
-    for (int e = 0; e < n; e++) beta[e] = 0.5 * logit(t[e]);
+    for (int e = 0; e < n; e++) beta[e] = probit(t[e]);
     double err = 1;
     for (int it = 0; it < 200 && err > 2e-3; it++) {
         topk_probs(n, k, beta, p);
@@ -88,7 +98,7 @@ double synth_zipf_solve(int n, int k, const double *t, double *beta) {
         double mean = 0;
         for (int e = 0; e < n; e++) {
             err = fmax(err, fabs(p[e] - t[e]) / t[e]);
-            beta[e] += 0.8 * (logit(t[e]) - logit(p[e]));
+            beta[e] += probit(t[e]) - probit(p[e]);
             mean += beta[e];
         }
         /* top-k is shift invariant: keep the biases centred */
