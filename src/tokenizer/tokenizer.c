@@ -88,7 +88,7 @@ static void build_specials(tokenizer *t) {
 /* End-of-turn strings that llama.cpp recognises by text when the file has no eot id. */
 static const char *const k_eot_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
+    ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"), /* DeepSeek; parenthesised: clang -Wstring-concatenation */
 };
 
 static void add_eog(tokenizer *t, int32_t id) {
