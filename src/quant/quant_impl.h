@@ -5,9 +5,6 @@
  * (quant_quantize*.c) qt_quantize_<lower name>. Each takes whole blocks: n is
  * the number of weights, a multiple of the format's block size. Public code
  * calls qt_dequantize()/qt_quantize() (quant.h), which check n and dispatch.
- *
- * The quantizers are referenced weakly from the table, so the library links
- * while some are still missing (their table entry is then NULL).
  */
 #ifndef STRATA_QUANT_QUANT_IMPL_H
 #define STRATA_QUANT_QUANT_IMPL_H

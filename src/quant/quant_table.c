@@ -7,46 +7,15 @@
  * Block sizes come from blocks.h (sizeof of each layout, which blocks.h
  * asserts), never from a second list of numbers.
  *
- * The quantizers live in quant_quantize*.c and may not all exist yet; they are
- * referenced weakly here, so a missing one leaves a NULL entry instead of a
- * link error. Caveat: a weak reference does not pull an object out of a static
- * archive (libstrata.a), so a program that links the archive gets a quantizer
- * only if something else references its file; libstrata.so has them all.
- * Once every quantizer exists these become plain references.
+ * The quantizers live in quant_quantize*.c (declared in quant_impl.h). They
+ * are plain references, not weak ones: a weak reference would not pull their
+ * object out of the static archive (libstrata.a), leaving a NULL entry in
+ * programs linked against it.
  */
 #include <stddef.h>
 
 #include "core/log.h"
 #include "quant/quant_impl.h"
-
-/* Weak re-declarations: the addresses below are NULL when not defined. */
-#define QT_WEAK(fn) extern void fn(const float *src, void *dst, int64_t n) __attribute__((weak))
-QT_WEAK(qt_quantize_f32);
-QT_WEAK(qt_quantize_f16);
-QT_WEAK(qt_quantize_bf16);
-QT_WEAK(qt_quantize_q4_0);
-QT_WEAK(qt_quantize_q4_1);
-QT_WEAK(qt_quantize_q5_0);
-QT_WEAK(qt_quantize_q5_1);
-QT_WEAK(qt_quantize_q8_0);
-QT_WEAK(qt_quantize_q8_1);
-QT_WEAK(qt_quantize_q2_k);
-QT_WEAK(qt_quantize_q3_k);
-QT_WEAK(qt_quantize_q4_k);
-QT_WEAK(qt_quantize_q5_k);
-QT_WEAK(qt_quantize_q6_k);
-QT_WEAK(qt_quantize_q8_k);
-QT_WEAK(qt_quantize_iq2_xxs);
-QT_WEAK(qt_quantize_iq2_xs);
-QT_WEAK(qt_quantize_iq2_s);
-QT_WEAK(qt_quantize_iq3_xxs);
-QT_WEAK(qt_quantize_iq3_s);
-QT_WEAK(qt_quantize_iq1_s);
-QT_WEAK(qt_quantize_iq1_m);
-QT_WEAK(qt_quantize_iq4_nl);
-QT_WEAK(qt_quantize_iq4_xs);
-QT_WEAK(qt_quantize_mxfp4);
-#undef QT_WEAK
 
 /* One entry: type id, GGUF name, weights per block, block struct, dot activation type, lower name. */
 #define QT_ENTRY(id, nm, blk, blktype, dot, lower)                                                   \
