@@ -235,10 +235,10 @@ static void dot_q2_k(int n, float *s, const void *w, const void *a) {
         __m256i schi = bcast8_i16(_mm_cvtepu8_epi16(_mm_srli_si128(lo4, 8)));
         __m256i isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
+            /* shifted right by 2 per k; 16-bit shifts: only bits 0..1 of each byte are read */
             __m256i qv = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * h));
-            for (int k = 0; k < 4; k++) {
-                __m256i q = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * k)),
-                                             _mm256_set1_epi8(3));
+            for (int k = 0; k < 4; k++, qv = _mm256_srli_epi16(qv, 2)) {
+                __m256i q = _mm256_and_si256(qv, _mm256_set1_epi8(3));
                 __m256i yv = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 128 * h + 32 * k));
                 __m256i p = _mm256_maddubs_epi16(q, yv);
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale_pair(sclo, schi, 4 * h + k)));
@@ -265,13 +265,13 @@ static void dot_q3_k(int n, float *s, const void *w, const void *a) {
         __m256i bias = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[ib].bsums));
         __m256i hm = _mm256_loadu_si256((const __m256i *)x[ib].hmask);
         __m256i isum = _mm256_setzero_si256();
+        /* qs shifted right by 2 per k, hmask by 1 per (h, k): 16-bit shifts pull bits
+         * across bytes, but only bits 0..1 (0) of each byte are read */
         for (int h = 0; h < 2; h++) {
             __m256i qv = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * h));
-            for (int k = 0; k < 4; k++) {
-                __m256i lo = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * k)),
-                                              _mm256_set1_epi8(3));
-                __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + k)),
-                                              _mm256_set1_epi8(1));
+            for (int k = 0; k < 4; k++, qv = _mm256_srli_epi16(qv, 2), hm = _mm256_srli_epi16(hm, 1)) {
+                __m256i lo = _mm256_and_si256(qv, _mm256_set1_epi8(3));
+                __m256i hb = _mm256_and_si256(hm, _mm256_set1_epi8(1));
                 __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
                 __m256i yv = _mm256_loadu_si256((const __m256i *)(y[ib].qs + 128 * h + 32 * k));
                 __m256i p = _mm256_maddubs_epi16(q, yv);

@@ -5,13 +5,15 @@
  *
  * Integer cores:
  *   - vpdpbusd (VNNI): unsigned x signed bytes, 4 products summed into int32
- *     with no int16 saturation step. Signed weights use |x| and y negated
- *     where x < 0 (AVX-512 has no vpsignb: a mask from vpmovb2m and a masked
- *     subtract), or an unsigned table offset by +128 whose extra 128*sum(y)
- *     is removed with the Q8_K bsums (IQ4_XS).
+ *     with no int16 saturation step. Signed weights: |x| and sign(y, x) (Q8_0,
+ *     ymm has vpsignb), or an unsigned table offset by +128 whose extra
+ *     128*sum(y) is removed with the Q8_K bsums (IQ4_XS).
  *   - vpmaddubsw + vpdpwssd: for K-quants whose sub-block scales multiply
  *     int16 pair sums; the scale lands in the same instruction as the
  *     accumulation.
+ * zmm where it measured faster (Q6_K, IQ4_XS, floats); ymm + VNNI where zmm
+ * lost (Q8_0, Q4_K, Q5_K: 512-bit work has two vector ports instead of three,
+ * and their per-block scale shuffles and 256-bit inserts crowd port 5).
  * Layouts: see blocks.h and quant_dot_scalar.c.
  */
 #include <immintrin.h>
@@ -27,13 +29,6 @@ static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const _
 /* two 32-byte pieces -> one zmm [lo | hi] */
 static inline __m512i join256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/* signed x signed bytes -> int32 sums of 4, added to acc */
-static inline __m512i dpbssd_emul(__m512i acc, __m512i x, __m512i y) {
-    __mmask64 neg = _mm512_movepi8_mask(x);
-    __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-    return _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(x), sy);
 }
 
 /* ---- float formats ---- */
@@ -87,19 +82,11 @@ static inline __m512 cvt_bf16x16(__m256i h) {
 DOT_HALF(dot_f16, cvt_f16x16)
 DOT_HALF(dot_bf16, cvt_bf16x16)
 
-/* ---- 32-weight blocks x Q8_0: two blocks per zmm ----
- * The per-block scale product goes in the matching 256-bit half of a scale
- * vector; odd tails run one block in a ymm. */
-
-static inline __m512 scales2(float d0, float d1) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
-}
-
-static inline __m256 dpbssd_emul256(__m256i x, __m256i y) {
-    __mmask32 neg = _mm256_movepi8_mask(x);
-    __m256i sy = _mm256_mask_sub_epi8(y, neg, _mm256_setzero_si256(), y);
-    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x), sy));
-}
+/* ---- Q8_0 x Q8_0 in ymm ----
+ * Two blocks per zmm measured slower here (the per-block scale vectors and
+ * 256-bit inserts crowd port 5, and zmm work has two vector ports, ymm three),
+ * so this stays 256-bit and gains from VNNI only: vpsignb + vpdpbusd replace
+ * vpsignb + vpmaddubsw + vpmaddwd. */
 
 static inline float hsum256(__m256 v) {
     __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -108,40 +95,27 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(t);
 }
 
+static inline __m256 blk_q8_0(const block_q8_0 *x, const block_q8_0 *y, __m256 acc) {
+    __m256i xv = load32(x->qs), yv = load32(y->qs);
+    __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(xv, xv), _mm256_sign_epi8(yv, xv));
+    return _mm256_fmadd_ps(_mm256_set1_ps(f16(x->d) * f16(y->d)), _mm256_cvtepi32_ps(p), acc);
+}
+
 static void dot_q8_0(int n, float *s, const void *w, const void *a) {
     const block_q8_0 *x = w;
     const block_q8_0 *y = a;
     const int nb = n / QK8_0;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int ib = 0;
-    for (; ib + 4 <= nb; ib += 4) {
-        __m512i x0 = join256(load32(x[ib].qs), load32(x[ib + 1].qs));
-        __m512i y0 = join256(load32(y[ib].qs), load32(y[ib + 1].qs));
-        __m512i x1 = join256(load32(x[ib + 2].qs), load32(x[ib + 3].qs));
-        __m512i y1 = join256(load32(y[ib + 2].qs), load32(y[ib + 3].qs));
-        __m512i p0 = dpbssd_emul(_mm512_setzero_si512(), x0, y0);
-        __m512i p1 = dpbssd_emul(_mm512_setzero_si512(), x1, y1);
-        __m512 d0 = scales2(f16(x[ib].d) * f16(y[ib].d), f16(x[ib + 1].d) * f16(y[ib + 1].d));
-        __m512 d1 = scales2(f16(x[ib + 2].d) * f16(y[ib + 2].d), f16(x[ib + 3].d) * f16(y[ib + 3].d));
-        acc0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0);
-        acc1 = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1);
+    for (; ib + 2 <= nb; ib += 2) {
+        acc0 = blk_q8_0(&x[ib], &y[ib], acc0);
+        acc1 = blk_q8_0(&x[ib + 1], &y[ib + 1], acc1);
     }
-    __m256 tail = _mm256_setzero_ps();
-    for (; ib < nb; ib++) {
-        __m256 p = dpbssd_emul256(load32(x[ib].qs), load32(y[ib].qs));
-        tail = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d)), p, tail);
-    }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + hsum256(tail);
+    if (ib < nb) acc0 = blk_q8_0(&x[ib], &y[ib], acc0);
+    *s = hsum256(_mm256_add_ps(acc0, acc1));
 }
 
 /* ---- K-quants x Q8_K ---- */
-
-/* int16 scale vector for a zmm of maddubs output: lanes 0..15 <- scale e0,
- * lanes 16..31 <- e1 (vpermw from the 8 or 16 scales held as int16). */
-static inline __m512i perm_scales(__m512i sc16, int e0, int e1) {
-    __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)e0), _mm256_set1_epi16((short)e1), 1);
-    return _mm512_permutexvar_epi16(idx, sc16);
-}
 
 /* int16 scale vector, 8 lanes per scale: groups g..g+3 (Q6_K's 16-weight groups) */
 static inline __m512i perm_scales4(__m512i sc16, int g) {
@@ -165,61 +139,72 @@ static inline float hsum128(__m128 t) {
     return _mm_cvtss_f32(t);
 }
 
+/* Q4_K / Q5_K in ymm (zmm measured slower, as for Q8_0): vpdpwssd applies the
+ * sub-block scale and accumulates in one instruction. */
+static inline __m256i scale_one(__m256i sc16x8, int j) {
+    __m256i idx = _mm256_set1_epi16((short)((2 * j + 1) << 8 | (2 * j)));
+    return _mm256_shuffle_epi8(sc16x8, idx);
+}
+
 static void dot_q4_k(int n, float *s, const void *w, const void *a) {
     const block_q4_K *x = w;
     const block_q8_K *y = a;
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     __m128 accm = _mm_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int ib = 0; ib < n / QK_K; ib++) {
         uint8_t sc[8], mn[8];
         qdot_k4_scales(x[ib].scales, sc, mn);
         const float dy = y[ib].d;
         accm = _mm_fmadd_ps(_mm_set1_ps(-dy * f16(x[ib].dmin)), _mm_cvtepi32_ps(k4_min_sums(mn, y[ib].bsums)),
                             accm);
-        __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-        __m512i isum = _mm512_setzero_si512();
+        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+        __m256i isum = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            /* 32 bytes = 64 weights: low nibbles (sub-block 2c) then high (2c+1) */
-            __m256i q = load32(x[ib].qs + 32 * c);
-            __m512i z = _mm512_and_si512(join256(q, _mm256_srli_epi16(q, 4)), m4);
-            __m512i p = _mm512_maddubs_epi16(z, load64(y[ib].qs + 64 * c));
-            isum = _mm512_dpwssd_epi32(isum, p, perm_scales(sc16, 2 * c, 2 * c + 1));
+            __m256i qv = load32(x[ib].qs + 32 * c);
+            __m256i lo = _mm256_and_si256(qv, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
+            __m256i p0 = _mm256_maddubs_epi16(lo, load32(y[ib].qs + 64 * c));
+            __m256i p1 = _mm256_maddubs_epi16(hi, load32(y[ib].qs + 64 * c + 32));
+            isum = _mm256_dpwssd_epi32(isum, p0, scale_one(sc16, 2 * c));
+            isum = _mm256_dpwssd_epi32(isum, p1, scale_one(sc16, 2 * c + 1));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * f16(x[ib].d)), _mm512_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum128(accm);
+    *s = hsum256(acc) + hsum128(accm);
 }
 
 static void dot_q5_k(int n, float *s, const void *w, const void *a) {
     const block_q5_K *x = w;
     const block_q8_K *y = a;
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     __m128 accm = _mm_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
     for (int ib = 0; ib < n / QK_K; ib++) {
         uint8_t sc[8], mn[8];
         qdot_k4_scales(x[ib].scales, sc, mn);
         const float dy = y[ib].d;
         accm = _mm_fmadd_ps(_mm_set1_ps(-dy * f16(x[ib].dmin)), _mm_cvtepi32_ps(k4_min_sums(mn, y[ib].bsums)),
                             accm);
-        __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-        /* qh bit 2c -> low-nibble half, bit 2c+1 -> high half: h = [qh | qh>>1],
-         * shifted right by 2 per c (16-bit shifts: only bits 0 of each byte are read) */
-        __m256i qh = load32(x[ib].qh);
-        __m512i h = join256(qh, _mm256_srli_epi16(qh, 1));
-        __m512i isum = _mm512_setzero_si512();
+        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+        /* qh bit 2c -> weights 64c.., bit 2c+1 -> 64c+32..: qh shifted right by 2
+         * per c (16-bit shifts pull bits across bytes; only bits 0..1 are read) */
+        __m256i hb = load32(x[ib].qh);
+        __m256i isum = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i q = load32(x[ib].qs + 32 * c);
-            __m512i z = _mm512_and_si512(join256(q, _mm256_srli_epi16(q, 4)), m4);
-            z = _mm512_or_si512(z, _mm512_and_si512(_mm512_slli_epi16(h, 4), b4));
-            h = _mm512_srli_epi16(h, 2);
-            __m512i p = _mm512_maddubs_epi16(z, load64(y[ib].qs + 64 * c));
-            isum = _mm512_dpwssd_epi32(isum, p, perm_scales(sc16, 2 * c, 2 * c + 1));
+            __m256i qv = load32(x[ib].qs + 32 * c);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(qv, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),
+                                         _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
+            hb = _mm256_srli_epi16(hb, 2);
+            __m256i p0 = _mm256_maddubs_epi16(lo, load32(y[ib].qs + 64 * c));
+            __m256i p1 = _mm256_maddubs_epi16(hi, load32(y[ib].qs + 64 * c + 32));
+            isum = _mm256_dpwssd_epi32(isum, p0, scale_one(sc16, 2 * c));
+            isum = _mm256_dpwssd_epi32(isum, p1, scale_one(sc16, 2 * c + 1));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * f16(x[ib].d)), _mm512_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
     }
-    *s = _mm512_reduce_add_ps(acc) + hsum128(accm);
+    *s = hsum256(acc) + hsum128(accm);
 }
 
 static void dot_q6_k(int n, float *s, const void *w, const void *a) {

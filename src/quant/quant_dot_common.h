@@ -40,11 +40,20 @@ static inline void qdot_k4_scales(const uint8_t s[12], uint8_t sc[8], uint8_t mn
  * weights. Low 4 bits: scales 0..7 in the low nibbles of s[0..7], 8..15 in
  * their high nibbles; top 2 bits: scale i in bits 2*(i/4) of s[8 + i%4]. */
 static inline void qdot_q3k_scales(const uint8_t s[12], int8_t out[16]) {
-    for (int i = 0; i < 16; i++) {
-        int lo = (i < 8 ? s[i] : s[i - 8] >> 4) & 0xf;
-        int hi = (s[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
-        out[i] = (int8_t)((lo | (hi << 4)) - 32);
-    }
+    /* on 32-bit words, 4 scales at a time: scales 4k..4k+3 take their low
+     * nibbles from word k%2 (shifted by 4 for k >= 2) and their top bits from
+     * bits 2k..2k+1 of each byte of word 2 */
+    uint32_t w0, w1, w2, r[4];
+    memcpy(&w0, s, 4);
+    memcpy(&w1, s + 4, 4);
+    memcpy(&w2, s + 8, 4);
+    r[0] = (w0 & 0x0f0f0f0fu) | ((w2 & 0x03030303u) << 4);
+    r[1] = (w1 & 0x0f0f0f0fu) | (((w2 >> 2) & 0x03030303u) << 4);
+    r[2] = ((w0 >> 4) & 0x0f0f0f0fu) | (((w2 >> 4) & 0x03030303u) << 4);
+    r[3] = ((w1 >> 4) & 0x0f0f0f0fu) | (((w2 >> 6) & 0x03030303u) << 4);
+    uint8_t u[16];
+    memcpy(u, r, 16);
+    for (int i = 0; i < 16; i++) out[i] = (int8_t)(u[i] - 32);
 }
 
 /* IQ4_XS: signed 6-bit scale (value - 32) of sub-block ib (32 weights). */

@@ -266,7 +266,9 @@ static int run_isa_env(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--isa-env") == 0) return run_isa_env();
     int do_speed = !(argc > 1 && strcmp(argv[1], "--no-speed") == 0);
+    int speed_only = argc > 1 && strcmp(argv[1], "--speed-only") == 0;
     qtt_rng r = {0x243f6a8885a308d3ULL};
+    if (speed_only) goto speed;
 
     for (int isa = 0; isa < QT_ISA_COUNT; isa++)
         if (!qt_isa_supported((qt_isa)isa))
@@ -299,6 +301,7 @@ int main(int argc, char **argv) {
     printf("checked %d weight types with a dot product\n", ntypes);
     CHECK(ntypes >= 16, "only %d types have a dot product", ntypes);
 
+speed:
     if (do_speed) {
         printf("\nspeed, one core, 16 rows of 4096 weights in cache (GB/s of weights; not asserted)\n");
         printf("%-8s", "type");
