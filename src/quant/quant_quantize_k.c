@@ -233,7 +233,7 @@ void qt_quantize_q4_k(const float *src, void *dst, int64_t n) {
     block_q4_K *y = dst;
     uint8_t q[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++) {
-        quantize_k4_common(src + i * QK_K, 15, 3, 0.5f, &y[i].d, &y[i].dmin, y[i].scales, q);
+        quantize_k4_common(src + i * QK_K, 15, 5, 0.3f, &y[i].d, &y[i].dmin, y[i].scales, q);
         /* per 64 weights: low nibbles the first sub-block, high nibbles the second */
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++) y[i].qs[32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
