@@ -42,6 +42,7 @@ static void count_task(void *p, int64_t task, int thread) {
     else atomic_fetch_or(&c->thread_use, (int64_t)1 << thread);
     volatile int sink = 0;
     for (int i = 0; i < c->spin_work; i++) sink += i;
+    (void)sink; /* clang: "set but not used" is an error under -Werror */
     atomic_fetch_add_explicit(&c->hits[task], 1, memory_order_relaxed);
 }
 
