@@ -118,6 +118,62 @@ static void check_output(const weights *w, const double *Ad, const int32_t *tok,
     }
 }
 
+/* cpu_matmul_q_batch: 70 products of mixed types, shapes and token counts
+ * (0, 1, several; gathered) in one call, so that the batch spans two groups
+ * of 64; each output checked against the reference. Then a batch with one bad
+ * entry must fail without writing anything. */
+static void check_batch(st_pool *pool) {
+    const qt_type types[] = {QT_Q4_K, QT_Q8_0, QT_IQ4_XS, QT_F16, QT_Q6_K, QT_IQ2_XS};
+    enum { N = 70, NT = 6 };
+    weights w[N];
+    cpu_mm mm[N];
+    double *Ad[NT];
+    void *Xq[NT];
+    const int64_t n_cols = 512;
+    float *X = st_malloc(sizeof(float) * 17 * n_cols);
+    for (int i = 0; i < 17 * n_cols; i++) X[i] = frand();
+    for (int k = 0; k < NT; k++) {
+        Ad[k] = st_malloc(sizeof(double) * 17 * n_cols);
+        for (int i = 0; i < 17; i++) act_reference(types[k], X + i * n_cols, n_cols, Ad[k] + i * n_cols);
+        Xq[k] = st_malloc(cpu_act_row_size(types[k], n_cols) * 17);
+        ST_ASSERT(cpu_quantize_act(pool, types[k], n_cols, 17, X, Xq[k]) == 0);
+    }
+    static const int32_t ids[5] = {3, 16, 0, 7, 7};
+    const int64_t toks[4] = {1, 0, 5, 1};
+    for (int i = 0; i < N; i++) {
+        int k = i % NT;
+        ST_ASSERT(make_weights(&w[i], types[k], 1 + (i * 37) % 61, n_cols, 0, 9000 + (uint64_t)i) == 0);
+        mm[i] = (cpu_mm){w[i].W, 0, types[k], w[i].n_rows, n_cols, toks[i % 4], Xq[k], ids + (i % 2), NULL, 0};
+        mm[i].Y = st_malloc(sizeof(float) * 5 * (size_t)w[i].n_rows);
+        memset(mm[i].Y, 0xff, sizeof(float) * 5 * (size_t)w[i].n_rows);
+    }
+    CHECK(cpu_matmul_q_batch(pool, mm, N) == 0, "cpu_matmul_q_batch failed: %s", st_error_get());
+    for (int i = 0; i < N; i++)
+        check_output(&w[i], Ad[i % NT], mm[i].x_ids, mm[i].n_tok, mm[i].Y, w[i].n_rows, 1e-5, "batch",
+                     st_pool_n_threads(pool));
+    printf("batch of %d products (6 types, 0/1/5 tokens, gathered) in one call: outputs match the reference\n", N);
+
+    /* one bad entry (a partial block): error, and the good ones untouched */
+    for (int i = 0; i < 3; i++) memset(mm[i].Y, 0xff, sizeof(float) * 5 * (size_t)w[i].n_rows);
+    cpu_mm bad[3] = {mm[0], mm[1], mm[2]};
+    bad[2].n_cols = 100;
+    CHECK(cpu_matmul_q_batch(pool, bad, 3) == -1, "batch with a bad entry accepted");
+    uint32_t bits;
+    memcpy(&bits, mm[0].Y, 4);
+    CHECK(bits == 0xffffffffu, "batch with a bad entry wrote an output");
+    printf("batch with a bad entry rejected before running: %s\n", st_error_get());
+
+    for (int i = 0; i < N; i++) {
+        st_free(mm[i].Y);
+        free_weights(&w[i]);
+    }
+    for (int k = 0; k < NT; k++) {
+        st_free(Ad[k]);
+        st_free(Xq[k]);
+    }
+    st_free(X);
+}
+
 int main(void) {
     st_pool *pools[8] = {NULL};
     for (int n = 1; n <= 7; n++) pools[n] = st_pool_init(n);
@@ -215,6 +271,8 @@ int main(void) {
     CHECK(n_types >= 6, "only %d types have a dot product", n_types);
     for (int t = 0; t < QT_COUNT; t++)
         if (worst_ratio[t] > 0) printf("  %-8s max |y - ref| / sum|w*a| = %.2e\n", qt_get((qt_type)t)->name, worst_ratio[t]);
+
+    check_batch(pools[5]);
 
     /* bad input: an error code and a message, no crash */
     float x[256] = {0}, y[4];

@@ -132,9 +132,7 @@ typedef struct {
 } mm_job;
 
 /* One token: a run of rows. */
-static void matvec_task(void *p, int64_t task, int thread) {
-    (void)thread;
-    const mm_job *j = p;
+static void matvec_rows(const mm_job *j, int64_t task) {
     int64_t r0 = task * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
     const uint8_t *x = j->Xq + (j->x_ids ? (size_t)j->x_ids[0] * j->act_row : 0);
@@ -144,9 +142,7 @@ static void matvec_task(void *p, int64_t task, int thread) {
 
 /* Many tokens: a block of rows times a block of tokens, row-outer so that a
  * weight row is loaded once and stays in L1 across the block's tokens. */
-static void matmul_task(void *p, int64_t task, int thread) {
-    (void)thread;
-    const mm_job *j = p;
+static void matmul_tile(const mm_job *j, int64_t task) {
     int64_t rb = task / j->n_tok_blocks, tb = task % j->n_tok_blocks;
     int64_t r0 = rb * j->rows_per_task;
     int64_t r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
@@ -161,60 +157,116 @@ static void matmul_task(void *p, int64_t task, int thread) {
     }
 }
 
+static void run_task(const mm_job *j, int64_t task) {
+    if (j->n_tok == 1) matvec_rows(j, task);
+    else matmul_tile(j, task);
+}
+
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
-                 int64_t n_cols, int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy) {
-    const qt_traits *tr = check_type("cpu_matmul_q", type, n_cols);
+/* Validates one product and fills its job; returns its task count (0: nothing
+ * to do) or -1 with st_error set. */
+static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
+    const qt_traits *tr = check_type("cpu_matmul_q", m->type, m->n_cols);
     if (!tr) return -1;
-    size_t min_stride = qt_row_size(type, n_cols);
-    if (row_stride == 0) row_stride = min_stride;
+    size_t min_stride = qt_row_size(m->type, m->n_cols);
+    size_t row_stride = m->row_stride ? m->row_stride : min_stride;
+    int64_t ldy = m->ldy ? m->ldy : m->n_rows;
     if (row_stride < min_stride) {
         st_error_set("cpu_matmul_q: row stride %zu below the row size %zu", row_stride, min_stride);
         return -1;
     }
-    if (ldy == 0) ldy = n_rows;
-    if (n_rows < 0 || n_tok < 0 || ldy < n_rows) {
-        st_error_set("cpu_matmul_q: bad shape (rows %lld, tokens %lld, ldy %lld)", (long long)n_rows,
-                     (long long)n_tok, (long long)ldy);
+    if (m->n_rows < 0 || m->n_tok < 0 || ldy < m->n_rows) {
+        st_error_set("cpu_matmul_q: bad shape (rows %lld, tokens %lld, ldy %lld)", (long long)m->n_rows,
+                     (long long)m->n_tok, (long long)ldy);
         return -1;
     }
-    if (n_rows == 0 || n_tok == 0) return 0;
+    memset(j, 0, sizeof *j);
+    if (m->n_rows == 0 || m->n_tok == 0) return 0;
+    j->dot = qt_vec_dot(m->type, qt_cpu_isa());
+    j->W = m->W;
+    j->row_stride = row_stride;
+    j->n_rows = m->n_rows;
+    j->n_cols = (int)m->n_cols;
+    j->Xq = m->Xq;
+    j->act_row = qt_row_size(tr->vec_dot_type, m->n_cols);
+    j->x_ids = m->x_ids;
+    j->Y = m->Y;
+    j->ldy = ldy;
+    j->n_tok = m->n_tok;
 
-    mm_job j;
-    memset(&j, 0, sizeof j);
-    j.dot = qt_vec_dot(type, qt_cpu_isa());
-    j.W = W;
-    j.row_stride = row_stride;
-    j.n_rows = n_rows;
-    j.n_cols = (int)n_cols;
-    j.Xq = Xq;
-    j.act_row = qt_row_size(tr->vec_dot_type, n_cols);
-    j.x_ids = x_ids;
-    j.Y = Y;
-    j.ldy = ldy;
-    j.n_tok = n_tok;
-    int n_threads = st_pool_n_threads(pool);
-
-    if (n_tok == 1) {
+    if (m->n_tok == 1) {
         /* Rows per task: about TASKS_PER_THREAD tasks per thread, but no task
          * under MIN_TASK_BYTES; multiples of 16 rows keep y's cache lines apart. */
         int64_t min_rows = (int64_t)(MIN_TASK_BYTES / row_stride) + 1;
-        int64_t rows = ceil_div(n_rows, (int64_t)n_threads * TASKS_PER_THREAD);
+        int64_t rows = ceil_div(m->n_rows, (int64_t)n_threads * TASKS_PER_THREAD);
         if (rows < min_rows) rows = min_rows;
         if (rows >= 16) rows = ceil_div(rows, 16) * 16;
-        j.rows_per_task = rows;
-        st_pool_run(pool, ceil_div(n_rows, rows), matvec_task, &j);
-        return 0;
+        j->rows_per_task = rows;
+        return ceil_div(m->n_rows, rows);
     }
-
-    int64_t tb = (int64_t)(act_block_bytes / j.act_row);
+    int64_t tb = (int64_t)(act_block_bytes / j->act_row);
     if (tb < 1) tb = 1;
-    if (tb > n_tok) tb = n_tok;
-    j.tok_per_task = tb;
-    j.n_tok_blocks = ceil_div(n_tok, tb);
-    j.rows_per_task = MATMUL_ROW_BLOCK;
-    st_pool_run(pool, ceil_div(n_rows, MATMUL_ROW_BLOCK) * j.n_tok_blocks, matmul_task, &j);
+    if (tb > m->n_tok) tb = m->n_tok;
+    j->tok_per_task = tb;
+    j->n_tok_blocks = ceil_div(m->n_tok, tb);
+    j->rows_per_task = MATMUL_ROW_BLOCK;
+    return ceil_div(m->n_rows, MATMUL_ROW_BLOCK) * j->n_tok_blocks;
+}
+
+static void single_task(void *p, int64_t task, int thread) {
+    (void)thread;
+    run_task(p, task);
+}
+
+int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
+                 int64_t n_cols, int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy) {
+    cpu_mm m = {W, row_stride, type, n_rows, n_cols, n_tok, Xq, x_ids, Y, ldy};
+    mm_job j;
+    int64_t n_tasks = setup_job(&j, &m, st_pool_n_threads(pool));
+    if (n_tasks < 0) return -1;
+    st_pool_run(pool, n_tasks, single_task, &j);
+    return 0;
+}
+
+/* Several products in one dispatch: task t belongs to the product whose
+ * range [first[i], first[i+1]) holds it. */
+#define BATCH_MAX 64
+typedef struct {
+    mm_job jobs[BATCH_MAX];
+    int64_t first[BATCH_MAX + 1];
+    int n;
+} batch_job;
+
+static void batch_task(void *p, int64_t task, int thread) {
+    (void)thread;
+    const batch_job *b = p;
+    int lo = 0, hi = b->n - 1; /* the last i with first[i] <= task */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (b->first[mid] <= task) lo = mid;
+        else hi = mid - 1;
+    }
+    run_task(&b->jobs[lo], task - b->first[lo]);
+}
+
+int cpu_matmul_q_batch(st_pool *pool, const cpu_mm *mm, int n) {
+    int n_threads = st_pool_n_threads(pool);
+    static _Thread_local batch_job b; /* ~9 KiB: kept off the stack, one per calling thread */
+    /* validate everything first, so that an error leaves every output untouched */
+    for (int i = 0; i < n; i++)
+        if (setup_job(&b.jobs[0], &mm[i], n_threads) < 0) return -1;
+    for (int i0 = 0; i0 < n; i0 += BATCH_MAX) {
+        b.n = 0;
+        b.first[0] = 0;
+        for (int i = i0; i < n && i < i0 + BATCH_MAX; i++) {
+            int64_t t = setup_job(&b.jobs[b.n], &mm[i], n_threads);
+            if (t == 0) continue; /* empty product: no tasks (and no entry, so ranges stay non-empty) */
+            b.first[b.n + 1] = b.first[b.n] + t;
+            b.n++;
+        }
+        if (b.n) st_pool_run(pool, b.first[b.n], batch_task, &b);
+    }
     return 0;
 }
 

@@ -66,6 +66,25 @@ int cpu_matmul(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_st
 int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
                  int64_t n_cols, int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy);
 
+/* One product of a batch: the arguments of cpu_matmul_q(). */
+typedef struct {
+    const void *W;        /* first row */
+    size_t row_stride;    /* bytes between rows; 0: qt_row_size(type, n_cols) */
+    qt_type type;
+    int64_t n_rows, n_cols;
+    int64_t n_tok;        /* outputs (tokens); 0: nothing to do */
+    const void *Xq;       /* quantized activations (cpu_quantize_act) */
+    const int32_t *x_ids; /* activation row of each output; NULL: 0..n_tok-1 */
+    float *Y;             /* (n_tok, ldy) */
+    int64_t ldy;          /* 0: n_rows */
+} cpu_mm;
+
+/* Runs n products in one pool dispatch (in groups of 64): the MoE decode step,
+ * where each routed expert's matrices are small and a dispatch per matrix
+ * would cost as much as the product. All are validated before any runs;
+ * returns 0 or -1 (nothing written). */
+int cpu_matmul_q_batch(st_pool *pool, const cpu_mm *mm, int n);
+
 /* Bytes of quantized activations that one task of cpu_matmul keeps in cache
  * (the token block; default 256 KiB, about a quarter of a server core's L2).
  * Not thread-safe: set it at start. 0 only reads it. Returns the old value. */
