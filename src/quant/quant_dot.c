@@ -22,6 +22,8 @@
  *         (never in a file), so we keep the symmetric positive-d convention:
  *         the kernels only need d*q to approximate x and |q| <= 127.
  *   F32:  a copy.
+ * With AVX2 the quantizers run vectorised (quant_dot_avx2.c) and write the
+ * same bytes as the scalar ones here (checked by tests/quant/test_dot.c).
  */
 #include <cpuid.h>
 #include <math.h>
@@ -32,6 +34,7 @@
 #include "core/fp16.h"
 #include "core/log.h"
 #include "quant/dot_impl.h"
+#include "quant/quant_dot_common.h"
 
 /* ---- ISA detection ---- */
 
@@ -168,21 +171,30 @@ static void quantize_q8_k(const float *x, block_q8_K *y, int64_t nb) {
     }
 }
 
-void qt_quantize_act(qt_type vec_dot_type, const float *x, void *dst, int64_t n) {
+void qdot_quantize_act_isa(qt_type vec_dot_type, const float *x, void *dst, int64_t n, qt_isa isa) {
+    pthread_once(&g_isa_once, isa_init);
+    const int simd = isa >= QT_ISA_AVX2 && g_hw_isa >= QT_ISA_AVX2;
     switch (vec_dot_type) {
     case QT_F32: memcpy(dst, x, (size_t)n * sizeof(float)); return;
     case QT_Q8_0:
         ST_ASSERT(n % QK8_0 == 0);
-        quantize_q8_0(x, dst, n / QK8_0);
+        if (simd) qdot_quantize_q8_0_avx2(x, dst, n / QK8_0);
+        else quantize_q8_0(x, dst, n / QK8_0);
         return;
     case QT_Q8_1:
         ST_ASSERT(n % QK8_1 == 0);
-        quantize_q8_1(x, dst, n / QK8_1);
+        if (simd) qdot_quantize_q8_1_avx2(x, dst, n / QK8_1);
+        else quantize_q8_1(x, dst, n / QK8_1);
         return;
     case QT_Q8_K:
         ST_ASSERT(n % QK_K == 0);
-        quantize_q8_k(x, dst, n / QK_K);
+        if (simd) qdot_quantize_q8_k_avx2(x, dst, n / QK_K);
+        else quantize_q8_k(x, dst, n / QK_K);
         return;
     default: ST_ASSERT(!"qt_quantize_act: not an activation format");
     }
+}
+
+void qt_quantize_act(qt_type vec_dot_type, const float *x, void *dst, int64_t n) {
+    qdot_quantize_act_isa(vec_dot_type, x, dst, n, qt_cpu_isa());
 }

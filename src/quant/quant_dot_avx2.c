@@ -448,3 +448,91 @@ const qt_vec_dot_fn qt_dots_main_avx2[QT_COUNT] = {
     [QT_Q4_K] = dot_q4_k,     [QT_Q5_K] = dot_q5_k,     [QT_Q6_K] = dot_q6_k,
     [QT_IQ4_XS] = dot_iq4_xs,
 };
+
+/* ---- activation quantizers (called by qt_quantize_act when AVX2 runs) ----
+ * Bit-identical to the scalar ones in quant_dot.c: the same f32 d = amax/127
+ * and id = 1/d (scalar), the same products x*id, and round half away from
+ * zero like roundf (vroundps only truncates or rounds to even, so the tie is
+ * fixed up from the exact remainder x - trunc(x)). */
+
+static inline float absmax_avx2(const float *x, int n) {
+    const __m256 nosign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), nosign));
+    __m128 t = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_max_ss(t, _mm_movehdup_ps(t));
+    return _mm_cvtss_f32(t);
+}
+
+static inline __m256i round_away_epi32(__m256 v) {
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t)); /* exact for |v| < 2^23 */
+    __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f)); /* copysign(1, v) */
+    return _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, one)));
+}
+
+/* 32 floats * id -> 32 int8 (saturating packs keep order after the final permute) */
+static inline __m256i quant32(const float *x, __m256 id, __m256 lo, __m256 hi) {
+    __m256i i0 = round_away_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x), id), lo), hi));
+    __m256i i1 = round_away_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id), lo), hi));
+    __m256i i2 = round_away_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id), lo), hi));
+    __m256i i3 = round_away_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id), lo), hi));
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+void qdot_quantize_q8_0_avx2(const float *x, block_q8_0 *y, int64_t nb) {
+    /* no clamp needed for Q8_0 (|x*id| <= 127 + rounding): +-1e9 bounds are inert */
+    const __m256 lo = _mm256_set1_ps(-1e9f), hi = _mm256_set1_ps(1e9f);
+    for (int64_t ib = 0; ib < nb; ib++, x += QK8_0) {
+        float d = absmax_avx2(x, QK8_0) / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[ib].d = st_f32_to_f16(d);
+        _mm256_storeu_si256((__m256i *)y[ib].qs, quant32(x, _mm256_set1_ps(id), lo, hi));
+    }
+}
+
+/* sum of 32 int8 as int */
+static inline int sum_i8x32(__m256i q) {
+    __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+    return _mm_cvtsi128_si32(t);
+}
+
+void qdot_quantize_q8_1_avx2(const float *x, block_q8_1 *y, int64_t nb) {
+    const __m256 lo = _mm256_set1_ps(-1e9f), hi = _mm256_set1_ps(1e9f);
+    for (int64_t ib = 0; ib < nb; ib++, x += QK8_1) {
+        float d = absmax_avx2(x, QK8_1) / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256i q = quant32(x, _mm256_set1_ps(id), lo, hi);
+        _mm256_storeu_si256((__m256i *)y[ib].qs, q);
+        y[ib].d = st_f32_to_f16(d);
+        y[ib].s = st_f32_to_f16(d * (float)sum_i8x32(q));
+    }
+}
+
+void qdot_quantize_q8_k_avx2(const float *x, block_q8_K *y, int64_t nb) {
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    for (int64_t ib = 0; ib < nb; ib++, x += QK_K) {
+        float amax = absmax_avx2(x, QK_K);
+        if (amax == 0.0f) {
+            memset(&y[ib], 0, sizeof y[ib]);
+            continue;
+        }
+        float iscale = 127.0f / amax;
+        for (int c = 0; c < QK_K / 32; c++) {
+            __m256i q = quant32(x + 32 * c, _mm256_set1_ps(iscale), lo, hi);
+            _mm256_storeu_si256((__m256i *)(y[ib].qs + 32 * c), q);
+            /* sums of each 16: psadbw on q+128 gives sums of 8, minus 8*128 each */
+            __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+            y[ib].bsums[2 * c] = (int16_t)(_mm256_extract_epi64(s8, 0) + _mm256_extract_epi64(s8, 1) - 2048);
+            y[ib].bsums[2 * c + 1] = (int16_t)(_mm256_extract_epi64(s8, 2) + _mm256_extract_epi64(s8, 3) - 2048);
+        }
+        y[ib].d = 1.0f / iscale;
+    }
+}

@@ -15,6 +15,17 @@
 #include "quant/blocks.h"
 
 #include "quant/iq_tables.h"
+#include "quant/quant.h"
+
+/* Activation quantizers of the AVX2 path (quant_dot_avx2.c), bit-identical
+ * to the scalar ones; nb = number of blocks. */
+void qdot_quantize_q8_0_avx2(const float *x, block_q8_0 *y, int64_t nb);
+void qdot_quantize_q8_1_avx2(const float *x, block_q8_1 *y, int64_t nb);
+void qdot_quantize_q8_k_avx2(const float *x, block_q8_K *y, int64_t nb);
+
+/* qt_quantize_act on a chosen ISA path (clamped to what the CPU runs); the
+ * tests use it to check that every path writes the same bytes. */
+void qdot_quantize_act_isa(qt_type vec_dot_type, const float *x, void *dst, int64_t n, qt_isa isa);
 
 /* The 8 6-bit scales and 8 6-bit mins of a Q4_K / Q5_K super-block, unpacked
  * into bytes: sc[j] and mn[j] for sub-block j (32 weights each).

@@ -26,6 +26,7 @@
 
 #include "qt_testutil.h"
 #include "quant/quant.h"
+#include "quant/quant_dot_common.h" /* qdot_quantize_act_isa: one quantizer path on demand */
 
 static int g_failures;
 
@@ -132,6 +133,57 @@ static void test_quantize_act(qtt_rng *r) {
     free(x);
     free(back);
     free(q);
+}
+
+/* Every ISA's activation quantizer must write the scalar path's bytes, also
+ * on exact ties (x*id = k + 0.5, rounded away from zero) and on rows whose
+ * largest value is negative. */
+static void test_quantize_act_paths(qtt_rng *r) {
+    const int n = 4096;
+    float *x = xmalloc(n * sizeof(float));
+    const size_t cap = qt_row_size(QT_Q8_K, n) + qt_row_size(QT_Q8_1, n);
+    uint8_t *ref = xmalloc(cap), *got = xmalloc(cap);
+    const qt_type kinds[] = {QT_Q8_0, QT_Q8_1, QT_Q8_K};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        qt_type t = kinds[k];
+        const int blck = qt_get(t)->blck;
+        const size_t bytes = qt_row_size(t, n);
+        for (int pass = 0; pass < 3; pass++) {
+            for (int i = 0; i < n; i++) x[i] = qtt_gauss(r);
+            if (pass == 1) /* ties: block max 127 makes id = 1, so halves are exact ties */
+                for (int b = 0; b < n / blck; b++) {
+                    x[b * blck] = 127.0f;
+                    for (int i = 1; i < blck; i++) x[b * blck + i] = (float)((int)(qtt_next(r) % 254) - 127) + 0.5f;
+                }
+            if (pass == 2)
+                for (int i = 0; i < n; i++) x[i] = -fabsf(x[i]);
+            qdot_quantize_act_isa(t, x, ref, n, QT_ISA_SCALAR);
+            for (int isa = 1; isa < QT_ISA_COUNT; isa++) {
+                if (!qt_isa_supported((qt_isa)isa)) continue;
+                memset(got, 0xa5, bytes);
+                qdot_quantize_act_isa(t, x, got, n, (qt_isa)isa);
+                CHECK(memcmp(ref, got, bytes) == 0, "%s quantize_act on %s differs from scalar (pass %d)",
+                      qt_get(t)->name, qt_isa_name((qt_isa)isa), pass);
+            }
+        }
+        /* speed of each path, n = 4096 (not asserted) */
+        printf("quantize_act %-5s: every ISA writes the scalar bytes (random, ties, negative rows);", qt_get(t)->name);
+        for (int isa = 0; isa < QT_ISA_COUNT; isa++) {
+            if (!qt_isa_supported((qt_isa)isa)) continue;
+            double best = 1e30;
+            for (int rep = 0; rep < 20; rep++) {
+                double t0 = now_s();
+                qdot_quantize_act_isa(t, x, got, n, (qt_isa)isa);
+                double dt = now_s() - t0;
+                if (dt < best) best = dt;
+            }
+            printf(" %s %.1f us", qt_isa_name((qt_isa)isa), best * 1e6);
+        }
+        printf("\n");
+    }
+    free(x);
+    free(ref);
+    free(got);
 }
 
 /* ---- dot products vs the double reference ---- */
@@ -276,6 +328,7 @@ int main(int argc, char **argv) {
             printf("skipped: CPU lacks %s (its rows below are not run)\n", qt_isa_name((qt_isa)isa));
     test_dispatch();
     test_quantize_act(&r);
+    test_quantize_act_paths(&r);
 
     printf("\n%-8s %-7s %12s %12s %9s  %s\n", "type", "isa", "max rel err", "vs scalar", "bound", "result");
     int ntypes = 0;
