@@ -40,11 +40,11 @@ static const fmt_case CASES[] = {
     {QT_Q5_1, 2.5e-3, 1.5e-2, 1e-5, 1},
     {QT_Q8_0, 1e-4, 3e-4, 1e-5, 1},
     {QT_Q8_1, 1e-4, 3e-4, 1e-5, 0}, /* s = d*sum(q) uses the unrounded d: not a fixed point */
-    {QT_Q2_K, 1.2e-1, 2e-1, 1e-4, 0},
-    {QT_Q3_K, 4e-2, 1e-1, 1e-4, 0},
-    {QT_Q4_K, 1e-2, 3e-2, 1e-4, 0},
-    {QT_Q5_K, 3e-3, 1e-2, 1e-4, 0},
-    {QT_Q6_K, 1e-3, 3e-3, 1e-4, 0},
+    {QT_Q2_K, 1.2e-1, 2e-1, 1e-5, 0},
+    {QT_Q3_K, 4e-2, 1e-1, 1e-5, 0},
+    {QT_Q4_K, 1e-2, 3e-2, 1e-5, 0},
+    {QT_Q5_K, 3e-3, 1e-2, 1e-5, 0},
+    {QT_Q6_K, 1e-3, 3e-3, 1e-5, 0},
     {QT_Q8_K, 1e-4, 3e-3, 1e-5, 0},
     {QT_MXFP4, 5e-2, 2e-1, 5e-3, 0}, /* 0.37 is not an E2M1 value */
     {QT_IQ4_NL, 8e-3, 2e-2, 1e-5, 0},
