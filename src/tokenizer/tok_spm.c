@@ -137,10 +137,10 @@ static void try_pair(const tokenizer *t, const char *text, const spm_sym *sym, i
 
 int tok_spm_encode(const tokenizer *t, const char *s, size_t n, int space_prefix, tok_ids *out) {
     /* rewrite: ' ' -> U+2581, optional leading one */
-    size_t spaces = space_prefix ? 1 : 0;
+    size_t spaces = 0;
     for (size_t i = 0; i < n; i++)
         spaces += s[i] == ' ';
-    size_t tn = n + 2 * spaces;
+    size_t tn = (space_prefix ? 3 : 0) + n + 2 * spaces; /* ' ' (1 byte) -> U+2581 (3) */
     char *text = st_malloc(tn + 1);
     size_t o = 0;
     if (space_prefix) {

@@ -83,6 +83,97 @@ static int same_ids(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) 
     return na == nb && memcmp(a, b, (size_t)na * sizeof(int32_t)) == 0;
 }
 
+/* The API's edges on the loaded model: errors, buffer sizes, specials, and a
+ * stream fed a character cut in two or broken off. Returns failures. */
+static int check_api(const tokenizer *tok, int *passed) {
+    int fails = 0, n = 0;
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        n++;                                                                                       \
+        if (!(cond)) {                                                                             \
+            fails++;                                                                               \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                       \
+        }                                                                                          \
+    } while (0)
+    int32_t ids[64];
+    CHECK(tokenizer_encode(tok, "ab\xff", 3, 0, 0, ids, 64) == -1); /* invalid UTF-8 */
+    CHECK(tokenizer_encode(tok, "\xe2\x82", 2, 0, 0, ids, 64) == -1); /* cut short */
+    CHECK(tokenizer_encode(tok, "\xed\xa0\x80", 3, 0, 0, ids, 64) == -1); /* surrogate */
+    CHECK(tokenizer_encode(tok, "", 0, 0, 0, ids, 64) == 0);
+    /* too small a buffer: the count needed comes back, the prefix is written */
+    const char *txt = "The quick brown fox jumps over the lazy dog.";
+    int64_t need = tokenizer_encode(tok, txt, strlen(txt), 0, 0, ids, 64);
+    int32_t few[3] = {-7, -7, -7};
+    CHECK(need > 3 && tokenizer_encode(tok, txt, strlen(txt), 0, 0, few, 2) == need);
+    CHECK(few[0] == ids[0] && few[1] == ids[1] && few[2] == -7);
+    /* control tokens: recognised only with parse_special; ends of generation */
+    int32_t eot = tokenizer_eot(tok), eos = tokenizer_eos(tok);
+    size_t el;
+    const char *et = tokenizer_token_text(tok, eot, &el);
+    CHECK(et && tokenizer_encode(tok, et, el, 0, 1, ids, 64) == 1 && ids[0] == eot);
+    CHECK(tokenizer_encode(tok, et, el, 0, 0, ids, 64) > 1);
+    CHECK(tokenizer_is_eog(tok, eot) && tokenizer_is_eog(tok, eos));
+    CHECK(!tokenizer_is_eog(tok, ids[0]));
+    CHECK(tokenizer_find(tok, et, el) == eot);
+    /* a control token decodes to its text only when asked */
+    char buf[64];
+    CHECK(tokenizer_decode(tok, &eot, 1, 0, buf, sizeof buf) == 0);
+    CHECK(tokenizer_decode(tok, &eot, 1, 1, buf, sizeof buf) == (int64_t)el && !memcmp(buf, et, el));
+    int32_t bad = tokenizer_n_vocab(tok);
+    CHECK(tokenizer_decode(tok, &bad, 1, 1, buf, sizeof buf) == -1);
+    CHECK(tokenizer_token_text(tok, bad, &el) == NULL && tokenizer_token_text(tok, -1, &el) == NULL);
+
+    /* stream: a 4-byte character the model spells with several ids (byte
+     * tokens) gives nothing until it is whole */
+    const char *cands[] = {"\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbd", "\xf0\x9d\x84\x9e"};
+    const char *emoji = cands[0];
+    int64_t ne = 0;
+    for (int k = 0; k < 3 && ne < 2; k++) {
+        emoji = cands[k];
+        ne = tokenizer_encode(tok, emoji, 4, 0, 0, ids, 64);
+    }
+    CHECK(ne > 1);
+    tok_stream *st = tok_stream_new(tok, 1);
+    const char *out;
+    size_t ol, total = 0;
+    char acc[64];
+    for (int64_t i = 0; i < ne; i++) {
+        CHECK(tok_stream_push(st, ids[i], &out, &ol) == 0);
+        CHECK(ol == 0 || (i == ne - 1 && ol == 4 && !memcmp(out, emoji, 4)));
+        total += ol;
+    }
+    CHECK(total == 4);
+    /* a character broken off (all but its last id, then "A"): U+FFFD, then "A" */
+    total = 0;
+    tok_stream_reset(st);
+    int32_t a_id[8];
+    CHECK(tokenizer_encode(tok, "A", 1, 0, 0, a_id, 8) == 1);
+    for (int64_t i = 0; i + 1 < ne; i++) {
+        tok_stream_push(st, ids[i], &out, &ol);
+        memcpy(acc + total, out, ol);
+        total += ol;
+    }
+    tok_stream_push(st, a_id[0], &out, &ol);
+    memcpy(acc + total, out, ol);
+    total += ol;
+    tok_stream_flush(st, &out, &ol);
+    memcpy(acc + total, out, ol);
+    total += ol;
+    CHECK(ne > 1 && total == 4 && !memcmp(acc, "\xef\xbf\xbd" "A", 4));
+    /* cut at the end of the stream: flush gives U+FFFD */
+    tok_stream_reset(st);
+    tok_stream_push(st, ids[0], &out, &ol);
+    CHECK(ol == 0);
+    tok_stream_flush(st, &out, &ol);
+    CHECK(ol == 3 && !memcmp(out, "\xef\xbf\xbd", 3));
+    CHECK(tok_stream_push(st, bad, &out, &ol) == -1);
+    tok_stream_free(st);
+    printf("  api checks        %4d passed, %d failed\n", n - fails, fails);
+    *passed = n - fails;
+    return fails;
+#undef CHECK
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s MODEL.gguf FIXTURE.json\n", argv[0]);
@@ -219,7 +310,8 @@ int main(int argc, char **argv) {
         }
     }
 
-    int total_fail = 0, total_pass = 0;
+    int api_pass = 0, api_fail = check_api(tok, &api_pass);
+    int total_fail = api_fail, total_pass = api_pass;
     for (int k = 0; k < 5; k++) {
         printf("  %-17s %4d passed, %d failed\n", names[k], pass[k], fail[k]);
         total_fail += fail[k];
