@@ -37,10 +37,13 @@ static inline __m256i dot_ss(__m256i x, __m256i y) {
     return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
-/* 16 packed nibbles -> 32 bytes: low nibbles first (weights 0..15), then high */
+/* 16 packed nibbles -> 32 bytes: low nibbles first (weights 0..15), then high.
+ * vbroadcasti128 from memory is a plain load and vpsrlvq shifts only the upper
+ * copy, so no shuffle-port work (the 64-bit shift pulls bits across bytes, the
+ * mask drops them). */
 static inline __m256i nibbles32(const uint8_t *p) {
-    __m128i q = _mm_loadu_si128((const __m128i *)p);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
@@ -106,98 +109,135 @@ DOT_HALF(dot_f16, load_f16x8, st_f16_to_f32)
 DOT_HALF(dot_bf16, load_bf16x8, st_bf16_to_f32)
 
 /* ---- 32-weight blocks x Q8_0 / Q8_1 ----
- * Each format has a per-block function: int32 dot of the quants, scaled and
- * added to acc. LEGACY_DOT runs it over the row with two accumulators so the
- * FMA latency does not serialise blocks. */
-
-#define LEGACY_DOT(name, BT, YT, block_fn)                                                        \
-    static void name(int n, float *s, const void *w, const void *a) {                           \
-        const BT *x = w;                                                                         \
-        const YT *y = a;                                                                         \
-        const int nb = n / 32;                                                                   \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                           \
-        int ib = 0;                                                                              \
-        for (; ib + 2 <= nb; ib += 2) {                                                          \
-            acc0 = block_fn(&x[ib], &y[ib], acc0);                                               \
-            acc1 = block_fn(&x[ib + 1], &y[ib + 1], acc1);                                       \
-        }                                                                                        \
-        if (ib < nb) acc0 = block_fn(&x[ib], &y[ib], acc0);                                      \
-        *s = hsum_ps(_mm256_add_ps(acc0, acc1));                                                 \
-    }
-
-static inline __m256 scale_add(float d, __m256i p, __m256 acc) {
-    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
-}
+ * Per block the int32 dot (qd_*) is cheap; converting two scales per block
+ * (f16 -> f32, broadcast) would cost as much and crowd the shuffle port. So
+ * the scale products of 8 blocks are converted at once (one vcvtph2ps each
+ * for weights and activations), kept in memory, and each block reads its
+ * product with vbroadcastss from memory (a plain load). Two accumulators hide
+ * the FMA latency. */
 
 static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-static inline __m256 blk_q4_0(const block_q4_0 *x, const block_q8_0 *y, __m256 acc) {
-    __m256i q = _mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8));
-    return scale_add(f16(x->d) * f16(y->d), dot_ss(q, load32(y->qs)), acc);
-}
-
-/* Q4_1/Q5_1: only the d*q part; the min part m*s is summed by min_term() */
-static inline __m256 blk_q4_1(const block_q4_1 *x, const block_q8_1 *y, __m256 acc) {
-    return scale_add(f16(x->d) * f16(y->d), dot_us(nibbles32(x->qs), load32(y->qs)), acc);
-}
-
-/* Q5_0: q - 16 in one step: a clear 5th bit means q4 - 16 = q4 | 0xf0 as int8 */
-static inline __m256 blk_q5_0(const block_q5_0 *x, const block_q8_0 *y, __m256 acc) {
-    __m256i hi = _mm256_andnot_si256(bits_to_bytes(x->qh), _mm256_set1_epi8((char)0xf0));
-    __m256i q = _mm256_or_si256(nibbles32(x->qs), hi);
-    return scale_add(f16(x->d) * f16(y->d), dot_ss(q, load32(y->qs)), acc);
-}
-
-static inline __m256 blk_q5_1(const block_q5_1 *x, const block_q8_1 *y, __m256 acc) {
-    __m256i hi = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
-    __m256i q = _mm256_or_si256(nibbles32(x->qs), hi);
-    return scale_add(f16(x->d) * f16(y->d), dot_us(q, load32(y->qs)), acc);
-}
-
-static inline __m256 blk_q8_0(const block_q8_0 *x, const block_q8_0 *y, __m256 acc) {
-    return scale_add(f16(x->d) * f16(y->d), dot_ss(load32(x->qs), load32(y->qs)), acc);
-}
 
 /* 16-entry int8 table looked up by nibble with vpshufb (both 128-bit lanes) */
 static inline __m256i lut16(const int8_t *table) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
 }
 
-static inline __m256 blk_iq4_nl(const block_iq4_nl *x, const block_q8_0 *y, __m256 acc) {
-    __m256i v = _mm256_shuffle_epi8(lut16(kvalues_iq4nl), nibbles32(x->qs));
-    return scale_add(f16(x->d) * f16(y->d), dot_ss(v, load32(y->qs)), acc);
+static inline __m256i qd_q4_0(const block_q4_0 *x, const block_q8_0 *y) {
+    return dot_ss(_mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8)), load32(y->qs));
 }
 
-static inline __m256 blk_mxfp4(const block_mxfp4 *x, const block_q8_0 *y, __m256 acc) {
-    __m256i v = _mm256_shuffle_epi8(lut16(kvalues_mxfp4), nibbles32(x->qs));
-    return scale_add(qdot_e8m0_half(x->e) * f16(y->d), dot_ss(v, load32(y->qs)), acc);
+/* Q4_1/Q5_1: only the d*q part; the min part m*s is summed separately */
+static inline __m256i qd_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
+    return dot_us(nibbles32(x->qs), load32(y->qs));
 }
 
-LEGACY_DOT(dot_q4_0, block_q4_0, block_q8_0, blk_q4_0)
-LEGACY_DOT(dot_q4_1_d, block_q4_1, block_q8_1, blk_q4_1)
-LEGACY_DOT(dot_q5_0, block_q5_0, block_q8_0, blk_q5_0)
-LEGACY_DOT(dot_q5_1_d, block_q5_1, block_q8_1, blk_q5_1)
-LEGACY_DOT(dot_q8_0, block_q8_0, block_q8_0, blk_q8_0)
-LEGACY_DOT(dot_iq4_nl, block_iq4_nl, block_q8_0, blk_iq4_nl)
-LEGACY_DOT(dot_mxfp4, block_mxfp4, block_q8_0, blk_mxfp4)
-
-static void dot_q4_1(int n, float *s, const void *w, const void *a) {
-    const block_q4_1 *x = w;
-    const block_q8_1 *y = a;
-    float summ = 0;
-    for (int ib = 0; ib < n / QK4_1; ib++) summ += f16(x[ib].m) * f16(y[ib].s);
-    dot_q4_1_d(n, s, w, a);
-    *s += summ;
+/* Q5_0: q - 16 in one step: a clear 5th bit means q4 - 16 = q4 | 0xf0 as int8 */
+static inline __m256i qd_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
+    __m256i hi = _mm256_andnot_si256(bits_to_bytes(x->qh), _mm256_set1_epi8((char)0xf0));
+    return dot_ss(_mm256_or_si256(nibbles32(x->qs), hi), load32(y->qs));
 }
 
-static void dot_q5_1(int n, float *s, const void *w, const void *a) {
-    const block_q5_1 *x = w;
-    const block_q8_1 *y = a;
-    float summ = 0;
-    for (int ib = 0; ib < n / QK5_1; ib++) summ += f16(x[ib].m) * f16(y[ib].s);
-    dot_q5_1_d(n, s, w, a);
-    *s += summ;
+static inline __m256i qd_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
+    __m256i hi = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
+    return dot_us(_mm256_or_si256(nibbles32(x->qs), hi), load32(y->qs));
 }
+
+static inline __m256i qd_q8_0(const block_q8_0 *x, const block_q8_0 *y) {
+    return dot_ss(load32(x->qs), load32(y->qs));
+}
+
+static inline __m256i qd_iq4_nl(const block_iq4_nl *x, const block_q8_0 *y) {
+    return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_iq4nl), nibbles32(x->qs)), load32(y->qs));
+}
+
+static inline __m256i qd_mxfp4(const block_mxfp4 *x, const block_q8_0 *y) {
+    return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_mxfp4), nibbles32(x->qs)), load32(y->qs));
+}
+
+/* the f16 field F of 8 consecutive blocks, as 8 floats */
+#define F16X8(fn, BT, F)                                                                          \
+    static inline __m256 fn(const BT *b) {                                                       \
+        uint16_t h[8];                                                                           \
+        for (int k = 0; k < 8; k++) h[k] = b[k].F;                                               \
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));                             \
+    }
+F16X8(d8_q4_0, block_q4_0, d)
+F16X8(d8_q4_1, block_q4_1, d)
+F16X8(m8_q4_1, block_q4_1, m)
+F16X8(d8_q5_0, block_q5_0, d)
+F16X8(d8_q5_1, block_q5_1, d)
+F16X8(m8_q5_1, block_q5_1, m)
+F16X8(d8_q8_0, block_q8_0, d)
+F16X8(d8_q8_1, block_q8_1, d)
+F16X8(s8_q8_1, block_q8_1, s)
+F16X8(d8_iq4_nl, block_iq4_nl, d)
+
+/* E8M0 halves of 8 blocks (see qdot_e8m0_half): (e-1) << 23, or for e < 2 the
+ * subnormals 0x00200000 << e */
+static inline __m256 d8_mxfp4(const block_mxfp4 *b) {
+    uint8_t e[8];
+    for (int k = 0; k < 8; k++) e[k] = b[k].e;
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+    __m256i is_normal = _mm256_cmpgt_epi32(v, _mm256_set1_epi32(1));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, normal, is_normal));
+}
+
+#define XD1_D(b) f16((b)->d)
+#define XD1_E(b) qdot_e8m0_half((b)->e)
+
+#define LEGACY_DOT(name, BT, YT, qd, xd8, yd8, xd1)                                              \
+    static float name(int n, const BT *x, const YT *y) {                                         \
+        const int nb = n / 32;                                                                   \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                           \
+        int ib = 0;                                                                              \
+        for (; ib + 8 <= nb; ib += 8) {                                                          \
+            float dd[8] __attribute__((aligned(32)));                                            \
+            _mm256_store_ps(dd, _mm256_mul_ps(xd8(x + ib), yd8(y + ib)));                        \
+            for (int k = 0; k < 8; k += 2) {                                                     \
+                acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k),                              \
+                                       _mm256_cvtepi32_ps(qd(&x[ib + k], &y[ib + k])), acc0);    \
+                acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),                          \
+                                       _mm256_cvtepi32_ps(qd(&x[ib + k + 1], &y[ib + k + 1])), acc1); \
+            }                                                                                    \
+        }                                                                                        \
+        for (; ib < nb; ib++)                                                                    \
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd1(&x[ib]) * f16(y[ib].d)),                   \
+                                   _mm256_cvtepi32_ps(qd(&x[ib], &y[ib])), acc0);                \
+        return hsum_ps(_mm256_add_ps(acc0, acc1));                                               \
+    }
+
+LEGACY_DOT(sum_q4_0, block_q4_0, block_q8_0, qd_q4_0, d8_q4_0, d8_q8_0, XD1_D)
+LEGACY_DOT(sum_q4_1, block_q4_1, block_q8_1, qd_q4_1, d8_q4_1, d8_q8_1, XD1_D)
+LEGACY_DOT(sum_q5_0, block_q5_0, block_q8_0, qd_q5_0, d8_q5_0, d8_q8_0, XD1_D)
+LEGACY_DOT(sum_q5_1, block_q5_1, block_q8_1, qd_q5_1, d8_q5_1, d8_q8_1, XD1_D)
+LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, XD1_D)
+LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, XD1_D)
+LEGACY_DOT(sum_mxfp4, block_mxfp4, block_q8_0, qd_mxfp4, d8_mxfp4, d8_q8_0, XD1_E)
+
+/* Q4_1/Q5_1 min term: sum over blocks of m * s, 8 blocks per vector */
+#define MIN_TERM(name, BT, m8, mfield)                                                            \
+    static float name(int n, const BT *x, const block_q8_1 *y) {                                 \
+        const int nb = n / 32;                                                                   \
+        __m256 acc = _mm256_setzero_ps();                                                        \
+        int ib = 0;                                                                              \
+        for (; ib + 8 <= nb; ib += 8) acc = _mm256_fmadd_ps(m8(x + ib), s8_q8_1(y + ib), acc);   \
+        float sum = hsum_ps(acc);                                                                \
+        for (; ib < nb; ib++) sum += f16(x[ib].mfield) * f16(y[ib].s);                           \
+        return sum;                                                                              \
+    }
+MIN_TERM(min_q4_1, block_q4_1, m8_q4_1, m)
+MIN_TERM(min_q5_1, block_q5_1, m8_q5_1, m)
+
+static void dot_q4_0(int n, float *s, const void *w, const void *a) { *s = sum_q4_0(n, w, a); }
+static void dot_q4_1(int n, float *s, const void *w, const void *a) { *s = sum_q4_1(n, w, a) + min_q4_1(n, w, a); }
+static void dot_q5_0(int n, float *s, const void *w, const void *a) { *s = sum_q5_0(n, w, a); }
+static void dot_q5_1(int n, float *s, const void *w, const void *a) { *s = sum_q5_1(n, w, a) + min_q5_1(n, w, a); }
+static void dot_q8_0(int n, float *s, const void *w, const void *a) { *s = sum_q8_0(n, w, a); }
+static void dot_iq4_nl(int n, float *s, const void *w, const void *a) { *s = sum_iq4_nl(n, w, a); }
+static void dot_mxfp4(int n, float *s, const void *w, const void *a) { *s = sum_mxfp4(n, w, a); }
 
 /* ---- K-quants x Q8_K ---- */
 

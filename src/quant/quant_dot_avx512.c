@@ -95,23 +95,38 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(t);
 }
 
-static inline __m256 blk_q8_0(const block_q8_0 *x, const block_q8_0 *y, __m256 acc) {
-    __m256i xv = load32(x->qs), yv = load32(y->qs);
-    __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(xv, xv), _mm256_sign_epi8(yv, xv));
-    return _mm256_fmadd_ps(_mm256_set1_ps(f16(x->d) * f16(y->d)), _mm256_cvtepi32_ps(p), acc);
+/* the f16 d of 8 consecutive Q8_0 blocks as 8 floats (one vcvtph2ps) */
+static inline __m256 d8_q8_0(const block_q8_0 *b) {
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) h[k] = b[k].d;
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
+static inline __m256i qd_q8_0(const block_q8_0 *x, const block_q8_0 *y) {
+    __m256i xv = load32(x->qs), yv = load32(y->qs);
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(xv, xv), _mm256_sign_epi8(yv, xv));
+}
+
+/* as the AVX2 path: scale products of 8 blocks converted at once and read back
+ * with vbroadcastss from memory (no shuffle-port work per block) */
 static void dot_q8_0(int n, float *s, const void *w, const void *a) {
     const block_q8_0 *x = w;
     const block_q8_0 *y = a;
     const int nb = n / QK8_0;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        acc0 = blk_q8_0(&x[ib], &y[ib], acc0);
-        acc1 = blk_q8_0(&x[ib + 1], &y[ib + 1], acc1);
+    for (; ib + 8 <= nb; ib += 8) {
+        float dd[8] __attribute__((aligned(32)));
+        _mm256_store_ps(dd, _mm256_mul_ps(d8_q8_0(x + ib), d8_q8_0(y + ib)));
+        for (int k = 0; k < 8; k += 2) {
+            acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd_q8_0(&x[ib + k], &y[ib + k])), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),
+                                   _mm256_cvtepi32_ps(qd_q8_0(&x[ib + k + 1], &y[ib + k + 1])), acc1);
+        }
     }
-    if (ib < nb) acc0 = blk_q8_0(&x[ib], &y[ib], acc0);
+    for (; ib < nb; ib++)
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d)), _mm256_cvtepi32_ps(qd_q8_0(&x[ib], &y[ib])),
+                               acc0);
     *s = hsum256(_mm256_add_ps(acc0, acc1));
 }
 
