@@ -90,6 +90,11 @@ int cpu_matmul_q_batch(st_pool *pool, const cpu_mm *mm, int n);
  * Not thread-safe: set it at start. 0 only reads it. Returns the old value. */
 size_t cpu_set_act_block_bytes(size_t bytes);
 
+/* How many bytes ahead a matvec prefetches its weight rows (default 4096;
+ * 0 turns prefetching off; (size_t)-1 only reads it). Not thread-safe: set it
+ * at start. Returns the old value. */
+size_t cpu_set_prefetch_bytes(size_t bytes);
+
 /* Fill n_blocks blocks of `type` with random but valid contents: random quant
  * bits, and finite scales of moderate size (dequantized weights stay within a
  * few units). For tests and benchmarks that need big weight matrices fast;
