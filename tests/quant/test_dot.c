@@ -2,7 +2,8 @@
  * (qt_quantize_act), on every ISA path this CPU runs.
  *
  * For every weight type that has a dot product (main and i-quant tables),
- * every supported ISA, and rows of one block, 8 blocks and 4096 weights:
+ * every supported ISA, and rows of one block, 8 blocks, 13 blocks and 4096
+ * weights (4096+37 for the float formats):
  *   weights  = random valid blocks (qt_testutil.h),
  *   acts     = Gaussian values quantized with qt_quantize_act,
  *   ref      = double-precision sum of qt_dequantize(weights) * qt_dequantize(acts),
@@ -197,9 +198,10 @@ static void test_type(qt_type t, qtt_rng *r, type_result *res) {
     const qt_traits *tr = qt_get(t);
     const qt_type vt = tr->vec_dot_type;
     const int blck = tr->blck;
-    int ns[4] = {blck, 8 * blck, 4096, 0};
-    if (blck == 1) ns[3] = 4096 + 37; /* float formats: a tail that is no multiple of 8 */
-    for (int k = 0; k < 4; k++) {
+    /* 13 blocks: kernels that take 8 (or 2, 4) blocks per step plus a tail run both parts */
+    int ns[5] = {blck, 8 * blck, 13 * blck, 4096, 0};
+    if (blck == 1) ns[4] = 4096 + 37; /* float formats: a tail that is no multiple of 8 or 16 */
+    for (int k = 0; k < 5; k++) {
         const int n = ns[k];
         if (n == 0) continue;
         const int trials = n >= 1024 ? 6 : 40;
