@@ -354,9 +354,11 @@ def main():
             "cases": cases,
         }
         out = os.path.join(args.out, os.path.splitext(name)[0] + ".json")
+        # one case a line, so that a regenerated fixture diffs case by case
+        head = json.dumps({k: v for k, v in doc.items() if k != "cases"}, ensure_ascii=False)
+        lines = ",\n".join(json.dumps(c, ensure_ascii=False) for c in cases)
         with open(out, "w", encoding="utf-8") as f:
-            json.dump(doc, f, ensure_ascii=False, indent=0)
-            f.write("\n")
+            f.write(head[:-1] + ', "cases": [\n' + lines + "\n]}\n")
         n_rt = sum(c["roundtrip"] for c in cases)
         print(f"{out}: {len(cases)} strings, {n_rt} round-trip")
 
