@@ -23,20 +23,10 @@
 #include "quant/quant_impl.h"
 #include "quant/quant_quantize_util.h"
 
-/* The type table (quant_table.c) refers to the quantizers weakly, and a weak
- * reference does not pull an object file out of the static archive; this
- * strong list does, whenever a program calls qt_quantize(). */
-const qt_quant_fn qt_quantize_strong_refs[] = {
-    qt_quantize_q2_k,    qt_quantize_q3_k,   qt_quantize_q4_k,   qt_quantize_q5_k,    qt_quantize_q6_k,
-    qt_quantize_iq2_xxs, qt_quantize_iq2_xs, qt_quantize_iq2_s,  qt_quantize_iq3_xxs, qt_quantize_iq3_s,
-    qt_quantize_iq1_s,   qt_quantize_iq1_m,  qt_quantize_iq4_nl, qt_quantize_iq4_xs,
-};
-
 void qt_quantize(qt_type t, const float *src, void *dst, int64_t n) {
     const qt_traits *tr = qt_get(t);
     ST_ASSERT(tr != NULL && tr->quantize != NULL);
     ST_ASSERT(n >= 0 && n % tr->blck == 0);
-    (void)qt_quantize_strong_refs;
     tr->quantize(src, dst, n);
 }
 
