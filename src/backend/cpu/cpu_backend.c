@@ -250,7 +250,8 @@ static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int
     size_t rg = cpu_act_row_size(gate->type, E), ru = cpu_act_row_size(up->type, E), rd = cpu_act_row_size(down->type, F);
     int same = qt_get(gate->type)->vec_dot_type == qt_get(up->type)->vec_dot_type;
     uint8_t *q = cpu_scratch_reserve(&c->moeq, (size_t)n_tok * (rg + (same ? 0 : ru) + rd));
-    uint8_t *hq_g = q, *hq_u = same ? q : q + (size_t)n_tok * rg, *gq = hq_u + (same ? 0 : (size_t)n_tok * ru);
+    uint8_t *hq_g = q, *hq_u = same ? q : q + (size_t)n_tok * rg;
+    uint8_t *gq = hq_u + (size_t)n_tok * (same ? rg : ru); /* after the input rows, never over them */
     ST_ASSERT(cpu_quantize_act(c->pool, gate->type, E, n_tok, h, hq_g) == 0);
     if (!same) ST_ASSERT(cpu_quantize_act(c->pool, up->type, E, n_tok, h, hq_u) == 0);
     memset(out, 0, (size_t)n_tok * E * sizeof(float));
