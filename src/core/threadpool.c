@@ -36,7 +36,7 @@
 struct st_pool {
     int n_threads;       /* caller included */
     pthread_t *threads;  /* (n_threads - 1) workers */
-    int64_t spin_ns;
+    _Atomic int64_t spin_ns; /* read by idle workers while the owner may change it */
 
     /* The job; plain fields, published by the release on gen. */
     st_pool_fn fn;
@@ -105,7 +105,7 @@ static uint32_t wait_generation(st_pool *pool, uint32_t seen) {
         if ((spins & 63) == 63) {
             /* reading the clock every 64 pauses keeps its cost out of the latency */
             int64_t now = st_now_ns();
-            if (!deadline) deadline = now + pool->spin_ns;
+            if (!deadline) deadline = now + atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
             else if (now >= deadline) break;
         }
     }
@@ -134,7 +134,7 @@ st_pool *st_pool_init(int n_threads) {
     if (n_threads <= 0) n_threads = st_cpu_count();
     st_pool *pool = st_calloc(1, sizeof *pool);
     pool->n_threads = n_threads;
-    pool->spin_ns = 50 * 1000;
+    atomic_init(&pool->spin_ns, 50 * 1000);
     atomic_init(&pool->gen, 0);
     atomic_init(&pool->n_sleeping, 0);
     atomic_init(&pool->quit, 0);
@@ -171,7 +171,7 @@ void st_pool_free(st_pool *pool) {
 int st_pool_n_threads(const st_pool *pool) { return pool ? pool->n_threads : 1; }
 
 void st_pool_set_spin_us(st_pool *pool, int us) {
-    if (pool) pool->spin_ns = (int64_t)(us < 0 ? 0 : us) * 1000;
+    if (pool) atomic_store_explicit(&pool->spin_ns, (int64_t)(us < 0 ? 0 : us) * 1000, memory_order_relaxed);
 }
 
 void st_pool_run(st_pool *pool, int64_t n_tasks, st_pool_fn fn, void *ctx) {
@@ -200,7 +200,7 @@ void st_pool_run(st_pool *pool, int64_t n_tasks, st_pool_fn fn, void *ctx) {
         cpu_relax();
         if ((spins & 63) == 63) {
             int64_t now = st_now_ns();
-            if (!deadline) deadline = now + pool->spin_ns;
+            if (!deadline) deadline = now + atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
             else if (now >= deadline) {
                 atomic_store(&pool->caller_sleeping, 1);
                 uint32_t p;
