@@ -1,0 +1,215 @@
+"""Tiny random models for the forward-pass oracle, written with the gguf
+package's GGUFWriter (not with `strata synth`: the oracle must not share code
+with the engine it checks).
+
+Each model has llama.cpp's metadata keys and tensor names for its family
+(llama, qwen2, qwen3, qwen3moe, gemma3), random weights, and a "mix" that says
+which storage type each matrix gets. Types the gguf package can quantize
+(F16, Q8_0, Q4_0) are quantized from Gaussian weights; K-quants and i-quants
+are random valid blocks (random quant bits, finite f16 scales) rescaled so
+that the dequantized matrix has the wanted standard deviation. The reference
+(ref_forward.py) dequantizes whatever bytes are there with
+gguf.quants.dequantize, so any valid block is as good a test as a quantized
+one. Norm weights, biases and the MoE router stay F32, as llama.cpp keeps them.
+
+    python make_tiny.py OUT.gguf ARCH MIX [--tied] [--seed N]
+"""
+import argparse
+import sys
+
+import numpy as np
+from gguf import GGUFWriter, GGMLQuantizationType as QT
+from gguf.constants import GGML_QUANT_SIZES
+from gguf.quants import dequantize, quantize
+
+# Hyper-parameters per family. Widths are multiples of 256 so that K-quant
+# and i-quant rows are whole blocks. qwen3 has head_dim * n_head != n_embd
+# (as the real models do), gemma3 has 7 layers so that both sliding-window
+# layers (0-4, 6) and a global one (5) run.
+ARCHS = {
+    "llama": dict(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                  rope_base=10000.0, eps=1e-5),
+    "qwen2": dict(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                  rope_base=1000000.0, eps=1e-6, qkv_bias=True),
+    "qwen3": dict(n_layer=2, n_embd=256, n_head=8, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                  rope_base=1000000.0, eps=1e-6, qk_norm=True),
+    "qwen3moe": dict(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=0, n_vocab=512,
+                     rope_base=1000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=256),
+    "gemma3": dict(n_layer=7, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                   rope_base=1000000.0, eps=1e-6, qk_norm=True, post_norms=True, sliding_window=8,
+                   rope_scale_linear=8.0),
+}
+
+# Storage type of each matrix per mix: (default, {name fragment: type}).
+MIXES = {
+    "f32": (QT.F32, {}),
+    "f16": (QT.F16, {}),
+    "q8_0": (QT.Q8_0, {}),
+    "q4_0": (QT.Q4_0, {"token_embd": QT.Q8_0}),
+    # llama.cpp's Q4_K_M pattern: V, FFN down and the output one step up
+    "q4k_q6k": (QT.Q4_K, {"attn_v": QT.Q6_K, "ffn_down": QT.Q6_K, "output.": QT.Q6_K, "token_embd": QT.Q6_K}),
+    "iq4xs": (QT.IQ4_XS, {"token_embd": QT.Q4_K, "output.": QT.Q6_K}),
+    "iq2_mix": (QT.IQ2_XS, {"attn_q.": QT.IQ2_XXS, "attn_k.": QT.IQ3_XXS, "ffn_down": QT.IQ3_S,
+                            "token_embd": QT.Q5_K, "output.": QT.Q2_K, "attn_output": QT.Q3_K}),
+}
+
+# Random valid blocks: (byte offset of the f16 super-scale d, offset of dmin
+# or None, dmin / d). dmin is set so that sub-blocks are centred on average
+# (mean quant level times the mean scale), keeping the weights near zero-mean.
+RANDOM_BLOCK_SCALES = {
+    QT.Q2_K: (80, 82, 1.5),
+    QT.Q3_K: (108, None, 0),
+    QT.Q4_K: (0, 2, 7.5),
+    QT.Q5_K: (0, 2, 15.5),
+    QT.Q6_K: (208, None, 0),
+    QT.IQ2_XXS: (0, None, 0),
+    QT.IQ2_XS: (0, None, 0),
+    QT.IQ2_S: (0, None, 0),
+    QT.IQ3_XXS: (0, None, 0),
+    QT.IQ3_S: (0, None, 0),
+    QT.IQ4_XS: (0, None, 0),
+    QT.IQ4_NL: (0, None, 0),
+}
+
+
+def _set_f16(raw, off, vals):
+    raw[..., off:off + 2] = vals.astype(np.float16)[..., None].view(np.uint8)
+
+
+def random_blocks(rng, qtype, rows, n_in, std):
+    """uint8 array (*rows, row_bytes) of random valid blocks whose dequantized
+    values have standard deviation `std`."""
+    blck, tsize = GGML_QUANT_SIZES[qtype]
+    assert n_in % blck == 0, (qtype.name, n_in)
+    nb = n_in // blck
+    d_off, m_off, m_ratio = RANDOM_BLOCK_SCALES[qtype]
+    raw = rng.integers(0, 256, size=(*rows, nb, tsize), dtype=np.uint8)
+    d = rng.uniform(0.5, 1.0, size=(*rows, nb))
+    dm = d * m_ratio * rng.uniform(0.8, 1.2, size=d.shape)
+
+    def fill(c):
+        _set_f16(raw, d_off, d * c)
+        if m_off is not None:
+            _set_f16(raw, m_off, dm * c)
+        return raw.reshape(*rows, nb * tsize)
+
+    w = dequantize(fill(1.0), qtype)
+    # scales enter linearly (w = d*sc*q - dmin*m), so one factor sets the spread
+    return fill(std / float(np.std(w))).copy()
+
+
+def make_weight(rng, qtype, rows, n_in, std):
+    """(data, raw_dtype) for GGUFWriter.add_tensor: a Gaussian matrix quantized
+    by the gguf package, or random valid blocks."""
+    if qtype in RANDOM_BLOCK_SCALES:
+        return random_blocks(rng, qtype, rows, n_in, std), qtype
+    w = (rng.standard_normal((*rows, n_in)) * std).astype(np.float32)
+    if qtype == QT.F32:
+        return w, None
+    if qtype == QT.F16:
+        return w.astype(np.float16), None
+    return quantize(w, qtype), qtype
+
+
+def weight_type(mix, name):
+    default, over = MIXES[mix]
+    for frag, t in over.items():
+        if frag in name:
+            return t
+    return default
+
+
+def make_model(path, arch, mix, tied=False, seed=0):
+    """Writes the model; returns its hyper-parameter dict."""
+    hp = dict(ARCHS[arch])
+    rng = np.random.default_rng(seed)
+    E, H, HKV, D = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"]
+    V, F = hp["n_vocab"], hp["n_ff"]
+    w = GGUFWriter(path, arch)
+    w.add_string("general.name", f"tiny-{arch}-{mix}")
+    u32 = lambda k, v: w.add_uint32(f"{arch}.{k}", int(v))  # noqa: E731
+    f32 = lambda k, v: w.add_float32(f"{arch}.{k}", float(v))  # noqa: E731
+    u32("block_count", hp["n_layer"])
+    u32("embedding_length", E)
+    if F:
+        u32("feed_forward_length", F)
+    u32("attention.head_count", H)
+    u32("attention.head_count_kv", HKV)
+    u32("attention.key_length", D)
+    u32("attention.value_length", D)
+    u32("context_length", 4096)
+    f32("rope.freq_base", hp["rope_base"])
+    f32("attention.layer_norm_rms_epsilon", hp["eps"])
+    if "n_expert" in hp:
+        u32("expert_count", hp["n_expert"])
+        u32("expert_used_count", hp["n_expert_used"])
+        u32("expert_feed_forward_length", hp["n_ff_exp"])
+    if "sliding_window" in hp:
+        u32("attention.sliding_window", hp["sliding_window"])
+    if "rope_scale_linear" in hp:
+        w.add_string(f"{arch}.rope.scaling.type", "linear")
+        f32("rope.scaling.factor", hp["rope_scale_linear"])
+
+    def mat(name, rows, n_in, std=None):
+        t = weight_type(mix, name)
+        data, raw = make_weight(rng, t, rows, n_in, std if std is not None else 1.0 / np.sqrt(n_in))
+        w.add_tensor(name, data, raw_dtype=raw)
+
+    def vec(name, n, mean=1.0, std=0.1):
+        w.add_tensor(name, (mean + std * rng.standard_normal(n)).astype(np.float32))
+
+    # Gemma multiplies the embedding by sqrt(n_embd): small rows, as in the real models
+    mat("token_embd.weight", (V,), E, std=(1.0 / np.sqrt(E)) if arch == "gemma3" else 1.0)
+    vec("output_norm.weight", E)
+    if not tied:
+        mat("output.weight", (V,), E)
+    for il in range(hp["n_layer"]):
+        p = f"blk.{il}."
+        vec(p + "attn_norm.weight", E)
+        mat(p + "attn_q.weight", (H * D,), E)
+        mat(p + "attn_k.weight", (HKV * D,), E)
+        mat(p + "attn_v.weight", (HKV * D,), E)
+        mat(p + "attn_output.weight", (E,), H * D)
+        if hp.get("qkv_bias"):
+            vec(p + "attn_q.bias", H * D, 0.0, 0.5)
+            vec(p + "attn_k.bias", HKV * D, 0.0, 0.5)
+            vec(p + "attn_v.bias", HKV * D, 0.0, 0.5)
+        if hp.get("qk_norm"):
+            vec(p + "attn_q_norm.weight", D)
+            vec(p + "attn_k_norm.weight", D)
+        if hp.get("post_norms"):
+            vec(p + "post_attention_norm.weight", E)
+            vec(p + "post_ffw_norm.weight", E)
+        vec(p + "ffn_norm.weight", E)
+        if "n_expert" in hp:
+            X, FE = hp["n_expert"], hp["n_ff_exp"]
+            w.add_tensor(p + "ffn_gate_inp.weight",
+                         (rng.standard_normal((X, E)) / np.sqrt(E)).astype(np.float32))
+            mat(p + "ffn_gate_exps.weight", (X, FE), E)  # ne {E, FE, X}
+            mat(p + "ffn_up_exps.weight", (X, FE), E)
+            mat(p + "ffn_down_exps.weight", (X, E), FE)  # ne {FE, E, X}
+        else:
+            mat(p + "ffn_gate.weight", (F,), E)
+            mat(p + "ffn_up.weight", (F,), E)
+            mat(p + "ffn_down.weight", (E,), F)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return hp
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("arch", choices=sorted(ARCHS))
+    ap.add_argument("mix", choices=sorted(MIXES))
+    ap.add_argument("--tied", action="store_true", help="no output.weight: logits use token_embd")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    make_model(a.out, a.arch, a.mix, a.tied, a.seed)
+    print(f"wrote {a.out}: {a.arch} {a.mix}{' tied' if a.tied else ''}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
