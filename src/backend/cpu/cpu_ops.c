@@ -7,7 +7,8 @@
  * contiguous runs of rows (the hardware prefetchers like long runs), several
  * per thread so that a thread slowed by a neighbour does not hold the others
  * back, and multiples of 16 rows so that two tasks never write the same cache
- * line of y.
+ * line of y. Each row also prefetches the weights 4 KiB ahead (see
+ * matvec_rows), which the kernels' sparse loads need to reach the bandwidth.
  *
  * Prompt chunks (many tokens) reuse each weight row across a block of tokens
  * while it is in L1, with the block's quantized activations held in L2; the
@@ -26,9 +27,9 @@
  * cpu_set_act_block_bytes() changes it (tuning, and tests of the tiling). */
 static size_t act_block_bytes = 256 * 1024;
 /* How far ahead a matvec prefetches its weights (cpu_set_prefetch_bytes).
- * Measured on a 16-core Xeon (docs/benchmarks.md): 4 KiB took Q6_K/Q8_0/
- * IQ4_XS from 63-74% to 84-104% of the read bandwidth; NTA hints and 16 KiB
- * were worse. */
+ * Measured on a 16-core Xeon (docs/benchmarks.md): 4 KiB raised Q6_K, Q8_0
+ * and IQ4_XS by 10-20 points, to 70-78% of the read bandwidth; NTA hints
+ * were worse than no prefetch, 16 KiB slightly worse than 4. */
 static size_t prefetch_bytes = 4096;
 /* Tasks per thread for a matvec: enough to even out uneven cores. */
 #define TASKS_PER_THREAD 4
