@@ -6,6 +6,6 @@ cd "$(dirname "$0")"
 scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
-mkdir -p models
-./build/bin/strata synth --preset tiny -o models/tiny-qwen3moe.gguf
-./build/bin/strata info models/tiny-qwen3moe.gguf
+scripts/fetch-models.sh
+# the main job: chat with the default model (SmolLM2-135M-Instruct) on the CPU
+exec ./build/bin/strata chat "$@"

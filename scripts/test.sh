@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+scripts/fetch-models.sh
 JOBS=$(nproc)
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -13,4 +14,4 @@ ctest --test-dir build --output-on-failure -j"$JOBS"
 
 CC=clang cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON -DSTRATA_FUZZ=ON >/dev/null
 cmake --build build-san -j"$JOBS"
-ctest --test-dir build-san --output-on-failure -L 'gguf|fuzz'
+ctest --test-dir build-san --output-on-failure -L 'gguf|fuzz|tokenizer'
