@@ -4,13 +4,15 @@
  * of its own beyond its input: it is the Strata side of the comparison.
  *
  *   forward_dump MODEL.gguf OUT.bin --tokens 1,2,3 [--kv f16|int8]
- *                [--ubatch N] [--ctx N] [--threads N] [--split] [--router R.bin]
+ *                [--ubatch N] [--ctx N] [--threads N] [--split] [--last] [--router R.bin]
  *
  * OUT.bin is float32 [n_tok][n_vocab], native byte order, no header.
  * --split runs the first half of the tokens as one call and then the rest one
  * token at a time (the prompt-then-decode pattern), which must give the same
  * logits as one call over all of them: the KV cache carries the state.
  * --ubatch below n_tok makes model_forward cut the call into chunks itself.
+ * --last asks for the last token's logits only (all_logits = 0, the prompt
+ * path of the engine): OUT.bin then holds [1][n_vocab].
  * --router appends the router logits of every MoE call (float32
  * [n_tok][n_expert] per call, so [n_layer][n_tok][n_expert] for one call of
  * the whole list): the reference can then follow Strata's expert choice at a
@@ -51,7 +53,7 @@ static void recording_moe_ffn(st_backend *be, const float *h, const float *route
 
 static int usage(void) {
     fprintf(stderr, "usage: forward_dump MODEL.gguf OUT.bin --tokens 1,2,3 [--kv f16|int8] [--ubatch N] "
-                    "[--ctx N] [--threads N] [--split] [--router R.bin]\n");
+                    "[--ctx N] [--threads N] [--split] [--last] [--router R.bin]\n");
     return 2;
 }
 
@@ -84,11 +86,12 @@ int main(int argc, char **argv) {
     if (argc < 3) return usage();
     const char *model_path = argv[1], *out_path = argv[2];
     const char *tok_arg = NULL, *kv_arg = "f16", *router_path = NULL;
-    int ubatch = 0, n_ctx = 0, n_threads = 0, split = 0;
+    int ubatch = 0, n_ctx = 0, n_threads = 0, split = 0, last_only = 0;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
         if (!strcmp(a, "--split")) split = 1;
+        else if (!strcmp(a, "--last")) last_only = 1;
         else if (!strcmp(a, "--tokens") && has_val) tok_arg = argv[++i];
         else if (!strcmp(a, "--kv") && has_val) kv_arg = argv[++i];
         else if (!strcmp(a, "--router") && has_val) router_path = argv[++i];
@@ -101,7 +104,7 @@ int main(int argc, char **argv) {
         } else
             return usage();
     }
-    if (!tok_arg) return usage();
+    if (!tok_arg || (split && last_only)) return usage();
     int32_t *tokens = st_malloc(MAX_TOKENS * sizeof(int32_t));
     int n_tok = parse_tokens(tok_arg, tokens, MAX_TOKENS);
     if (n_tok <= 0) {
@@ -152,19 +155,21 @@ int main(int argc, char **argv) {
         model_forward(ctx, kv->layers, tokens, first, 0, logits, 1);
         for (int t = first; t < n_tok; t++) model_forward(ctx, kv->layers, tokens + t, 1, t, logits + (size_t)t * nv, 1);
     } else
-        model_forward(ctx, kv->layers, tokens, n_tok, 0, logits, 1);
+        model_forward(ctx, kv->layers, tokens, n_tok, 0, logits, !last_only);
+    size_t n_out = last_only ? nv : (size_t)n_tok * nv;
 
     if (router_file && fclose(router_file) != 0) {
         fprintf(stderr, "forward_dump: cannot write %s\n", router_path);
         return 1;
     }
     FILE *f = fopen(out_path, "wb");
-    if (!f || fwrite(logits, sizeof(float), (size_t)n_tok * nv, f) != (size_t)n_tok * nv || fclose(f) != 0) {
+    if (!f || fwrite(logits, sizeof(float), n_out, f) != n_out || fclose(f) != 0) {
         fprintf(stderr, "forward_dump: cannot write %s\n", out_path);
         return 1;
     }
     printf("forward_dump: %s arch %s, %d tokens, vocab %d, kv %s, ubatch %d%s -> %s\n", model_path,
-           model_arch_name(hp->arch), n_tok, hp->n_vocab, kv_arg, ubatch, split ? ", split" : "", out_path);
+           model_arch_name(hp->arch), n_tok, hp->n_vocab, kv_arg, ubatch,
+           split ? ", split" : last_only ? ", last only" : "", out_path);
 
     st_free(logits);
     kv_cache_free(kv);

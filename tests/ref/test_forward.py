@@ -23,9 +23,10 @@ the difference cascades through later roundings), so it is not asserted.
 Top-1: Strata's argmax must equal the reference's at every position whose
 reference margin (top-1 minus top-2 logit) exceeds twice the allowed error;
 the table shows agreement over all 32 positions.
-Split: the first 16 tokens in one call and the rest one at a time (and a
-ubatch of 5, which chunks inside model_forward) must equal the one-call
-logits within 1e-4 std: the KV cache carries the whole state.
+Split: the first 16 tokens in one call and the rest one at a time, a ubatch
+of 5 (model_forward chunks the call), and the last-token-only prompt path
+(all_logits = 0, chunks of 5) must equal the one-call logits within 1e-4 std:
+the KV cache carries the whole state.
 Mutations: for the F32 models, deliberate errors in the reference (RoPE pair
 style, a skipped norm, no sliding window, ...) must each break the bound, so
 the tolerance is shown to catch the mistakes it is meant to catch.
@@ -94,11 +95,11 @@ def workdir():
         yield d
 
 
-def run_dump(model, out, toks, *extra):
+def run_dump(model, out, toks, *extra, rows=None):
     cmd = [DUMP, model, out, "--tokens", ",".join(map(str, toks)), "--threads", THREADS, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stderr}"
-    return np.fromfile(out, dtype=np.float32).reshape(len(toks), -1).astype(np.float64)
+    return np.fromfile(out, dtype=np.float32).reshape(rows or len(toks), -1).astype(np.float64)
 
 
 def err(a, b, sd):
@@ -164,10 +165,11 @@ def test_forward_vs_reference(case, workdir):
         if split and kv == kvs[0]:
             s_split = run_dump(path, out + ".split", toks, "--kv", kv, "--split")
             s_ub = run_dump(path, out + ".ub", toks, "--kv", kv, "--ubatch", "5")
-            e_split = max(err(s_split, s, sd), err(s_ub, s, sd))
+            s_last = run_dump(path, out + ".last", toks, "--kv", kv, "--last", "--ubatch", "5", rows=1)
+            e_split = max(err(s_split, s, sd), err(s_ub, s, sd), err(s_last, s[-1:], sd))
             row["split"] = f"{e_split:.1e}"
             if e_split > SPLIT_TOL:
-                failures.append(f"{kv}: split / ubatch-5 logits differ from one call by {e_split:.3g} std")
+                failures.append(f"{kv}: split / ubatch-5 / last-only logits differ from one call by {e_split:.3g} std")
         if mutations and kv == "f16":
             caught = []
             for mut in mutations:
