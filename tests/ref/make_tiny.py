@@ -23,9 +23,10 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize, quantize
 
 # Hyper-parameters per family. Widths are multiples of 256 so that K-quant
-# and i-quant rows are whole blocks. qwen3 has head_dim * n_head != n_embd
-# (as the real models do), gemma3 has 7 layers so that both sliding-window
-# layers (0-4, 6) and a global one (5) run.
+# and i-quant rows are whole blocks. qwen3 and gemma3 have head_dim * n_head
+# != n_embd (as the real models do); gemma3 has one KV head (as Gemma 3 1B)
+# and 7 layers, so that both sliding-window layers (0-4, 6) and a global one
+# (5) run.
 ARCHS = {
     "llama": dict(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
                   rope_base=10000.0, eps=1e-5),
@@ -35,7 +36,7 @@ ARCHS = {
                   rope_base=1000000.0, eps=1e-6, qk_norm=True),
     "qwen3moe": dict(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=0, n_vocab=512,
                      rope_base=1000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=256),
-    "gemma3": dict(n_layer=7, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+    "gemma3": dict(n_layer=7, n_embd=256, n_head=4, n_head_kv=1, head_dim=128, n_ff=512, n_vocab=512,
                    rope_base=1000000.0, eps=1e-6, qk_norm=True, post_norms=True, sliding_window=8,
                    rope_scale_linear=8.0),
 }

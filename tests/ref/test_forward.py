@@ -96,7 +96,8 @@ def workdir():
 
 
 def run_dump(model, out, toks, *extra, rows=None):
-    cmd = [DUMP, model, out, "--tokens", ",".join(map(str, toks)), "--threads", THREADS, *extra]
+    # a cache longer than the tokens, as in serving (rows past the end stay unused)
+    cmd = [DUMP, model, out, "--tokens", ",".join(map(str, toks)), "--threads", THREADS, "--ctx", "40", *extra]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stderr}"
     return np.fromfile(out, dtype=np.float32).reshape(rows or len(toks), -1).astype(np.float64)
