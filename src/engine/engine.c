@@ -98,6 +98,7 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
                     gen_text_fn fn, void *ctx, gen_stats *st) {
     memset(st, 0, sizeof *st);
     st->finish = "error";
+    st->stop_index = -1;
     if (n_prompt <= 0) {
         st_error_set("the prompt is empty");
         return -1;
@@ -147,6 +148,7 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
             if (hit) {
                 len = (size_t)(hit - pending);
                 stopped = 1;
+                st->stop_index = k;
             }
         }
         size_t keep = stopped ? 0 : partial_stop(pending, len, gp);

@@ -59,6 +59,7 @@ typedef struct {
     double gen_ms;
     int drafts_accepted, drafts_total;
     const char *finish;         /* "stop" (EOS or stop string), "length", "error" */
+    int stop_index;             /* which gp->stop string ended generation; -1: none (EOS, length) */
 } gen_stats;
 
 /* Receives text as it becomes final (whole UTF-8 characters, stop strings
