@@ -1,0 +1,63 @@
+/* What every .cu file of the GPU backend includes: the toolkit through
+ * compat.h (CUDA or HIP), the Strata C headers with C linkage, and the two
+ * checks of the third error tier (core/log.h): CUDA_CHECK around every
+ * runtime call and CUDA_LAUNCH_CHECK after every kernel launch. A failed
+ * device call is not recoverable in the middle of a forward pass, so both
+ * print the call, the error string and file:line, then abort.
+ */
+#ifndef STRATA_BACKEND_CUDA_COMMON_CUH
+#define STRATA_BACKEND_CUDA_COMMON_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cuda/compat.h"
+
+/* C11's _Noreturn (core/log.h) is no C++ keyword: spell it as the attribute. */
+#ifndef _Noreturn
+#define _Noreturn __attribute__((noreturn))
+#endif
+extern "C" {
+#include "backend/backend.h"
+#include "core/log.h"
+}
+
+#define CUDA_CHECK(call)                                                                                    \
+    do {                                                                                                    \
+        cudaError_t err_ = (call);                                                                          \
+        if (err_ != cudaSuccess) {                                                                          \
+            fprintf(stderr, "CUDA error %s: %s at %s:%d\n", #call, cudaGetErrorString(err_), __FILE__,      \
+                    __LINE__);                                                                              \
+            abort();                                                                                        \
+        }                                                                                                   \
+    } while (0)
+
+/* After a launch: configuration errors (no kernel image, too many threads,
+ * too much shared memory) surface here, not at the next synchronisation. */
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+#define CUBLAS_CHECK(call)                                                                                  \
+    do {                                                                                                    \
+        cublasStatus_t st_ = (call);                                                                        \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                                 \
+            fprintf(stderr, "cuBLAS error %d in %s at %s:%d\n", (int)st_, #call, __FILE__, __LINE__);     \
+            abort();                                                                                        \
+        }                                                                                                   \
+    } while (0)
+
+static inline unsigned st_div_up(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* Sum over the 32 lanes of a warp; every lane gets the total. */
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = ST_WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(ST_FULL_MASK, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = ST_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_FULL_MASK, v, o));
+    return v;
+}
+
+#endif
