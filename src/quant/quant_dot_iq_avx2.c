@@ -38,21 +38,23 @@ static inline uint64_t load_u64(const void *p) {
     return v;
 }
 
-/* Four 7-bit sign indices (bits 0..27) -> 32 sign bits, byte l = ksigns_iq2xs[index l]. */
-static inline uint32_t ksigns4(uint32_t packed) {
-    uint32_t x = _pdep_u32(packed, 0x7f7f7f7fu);
-    uint32_t p = x ^ (x >> 4);
+/* Eight 7-bit sign indices (bits 0..55) -> 64 sign bits: two sub-blocks at once. */
+static inline uint64_t ksigns8(uint64_t packed) {
+    uint64_t x = _pdep_u64(packed, 0x7f7f7f7f7f7f7f7fULL);
+    uint64_t p = x ^ (x >> 4);
     p ^= p >> 2;
     p ^= p >> 1;
-    return x | ((p & 0x01010101u) << 7);
+    return x | ((p & 0x0101010101010101ULL) << 7);
 }
 
-/* q8 with byte k negated where bit k of s is set. */
-static inline __m256i apply_signs(__m256i q, uint32_t s) {
+/* q8 of sub-block `half` (0/1) of a pair, with byte k negated where bit
+ * 32*half + k of the 64 sign bits is set; sv holds those bits in every qword
+ * (one broadcast serves both sub-blocks of the pair). */
+static inline __m256i apply_signs(__m256i q, __m256i sv, int half) {
     const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s), shuf);
+    __m256i v = _mm256_shuffle_epi8(sv, _mm256_add_epi8(shuf, _mm256_set1_epi8((char)(4 * half))));
     __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
     return _mm256_sub_epi8(_mm256_xor_si256(q, m), m);
 }
@@ -109,12 +111,17 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
         const uint16_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t aux0 = load_u32(qs + 4 * ib);
             const uint32_t aux1 = load_u32(qs + 4 * ib + 2);
+            if (!(ib & 1)) {
+                const uint64_t pk = (aux1 & 0x0fffffffu) | ((uint64_t)(load_u32(qs + 4 * ib + 6) & 0x0fffffffu) << 28);
+                sv = _mm256_set1_epi64x((long long)ksigns8(pk));
+            }
             const __m256i g = rows4_u64(iq2xxs_grid, aux0 & 255, (aux0 >> 8) & 255, (aux0 >> 16) & 255, aux0 >> 24);
-            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), ksigns4(aux1));
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), sv, ib & 1);
             const __m256i p = _mm256_maddubs_epi16(g, q);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(2 * (aux1 >> 28) + 1))));
         }
@@ -132,13 +139,18 @@ static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
         const __m128i sc = odd_scales_nib16(load_u64(x[i].scales));
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             /* four uint16: 9-bit grid index | 7-bit sign index << 9 */
             const uint64_t v = load_u64(x[i].qs + 4 * ib);
             const __m256i g = rows4_u64(iq2xs_grid, v & 511, (v >> 16) & 511, (v >> 32) & 511, (v >> 48) & 511);
-            const uint32_t sg = ksigns4((uint32_t)_pext_u64(v, 0xfe00fe00fe00fe00ULL));
-            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), sg);
+            if (!(ib & 1)) {
+                const uint64_t pk = _pext_u64(v, 0xfe00fe00fe00fe00ULL) |
+                                    (_pext_u64(load_u64(x[i].qs + 4 * ib + 4), 0xfe00fe00fe00fe00ULL) << 28);
+                sv = _mm256_set1_epi64x((long long)ksigns8(pk));
+            }
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), sv, ib & 1);
             const __m256i p = _mm256_maddubs_epi16(g, q);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair16(sc, ib)));
         }
@@ -158,11 +170,13 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
         const uint8_t *signs = x[i].qs + QK_K / 8;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = x[i].qh[ib];
             const __m256i g = rows4_u64(iq2s_grid, qs[4 * ib + 0] | ((qh << 8) & 0x300), qs[4 * ib + 1] | ((qh << 6) & 0x300), qs[4 * ib + 2] | ((qh << 4) & 0x300), qs[4 * ib + 3] | ((qh << 2) & 0x300));
-            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), load_u32(signs + 4 * ib));
+            if (!(ib & 1)) sv = _mm256_set1_epi64x((long long)load_u64(signs + 4 * ib));
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), sv, ib & 1);
             const __m256i p = _mm256_maddubs_epi16(g, q);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale_pair16(sc, ib)));
         }
@@ -181,12 +195,17 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
         const uint8_t *gas = x[i].qs + QK_K / 4;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t aux = load_u32(gas + 4 * ib);
             const uint8_t *ix = qs + 8 * ib;
             const __m256i g = rows8_u32(iq3xxs_grid, ix[0], ix[1], ix[2], ix[3], ix[4], ix[5], ix[6], ix[7]);
-            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), ksigns4(aux));
+            if (!(ib & 1)) {
+                const uint64_t pk = (aux & 0x0fffffffu) | ((uint64_t)(load_u32(gas + 4 * ib + 4) & 0x0fffffffu) << 28);
+                sv = _mm256_set1_epi64x((long long)ksigns8(pk));
+            }
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), sv, ib & 1);
             const __m256i p = _mm256_maddubs_epi16(g, q);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(2 * (aux >> 28) + 1))));
         }
@@ -205,13 +224,15 @@ static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
+        __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             /* 9-bit indices: 8 low bits in qs, bit k of qh[ib] is index k's 9th */
             const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 8 * ib)));
             const __m256i hi = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(x[i].qh[ib]), hshift), bit8);
             const __m256i g = _mm256_i32gather_epi32((const int *)iq3s_grid, _mm256_or_si256(lo, hi), 4);
-            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), load_u32(x[i].signs + 4 * ib));
+            if (!(ib & 1)) sv = _mm256_set1_epi64x((long long)load_u64(x[i].signs + 4 * ib));
+            const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), sv, ib & 1);
             const __m256i p = _mm256_maddubs_epi16(g, q);
             const int sc = (x[i].scales[ib >> 1] >> (4 * (ib & 1))) & 15;
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(2 * sc + 1))));
