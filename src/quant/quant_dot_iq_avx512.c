@@ -85,11 +85,6 @@ static inline __m512i odd_scales_nib16(uint64_t nibbles) {
     return _mm512_zextsi256_si512(_mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1)));
 }
 
-/* 8 bytes -> 8 qword lanes. */
-static inline __m512i bytes_to_q(uint64_t b) {
-    return _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)b));
-}
-
 /* 8 qword gather indices lo[j] | hi[j] << 8: bytes interleaved into words
  * (lo is read as 16 bytes, of which the first 8 count). */
 static inline __m512i idx_lo_hi(const uint8_t *lo, uint64_t hi) {
@@ -103,6 +98,8 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
     const scale_perm sp = perm_per32(4, 2);
     __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
     for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
+    /* the grid index dwords (even) of the 8 sub-blocks gathered into the low 256 bits */
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
@@ -111,15 +108,16 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
         const __m512i all = _mm512_loadu_si512(x[i].qs);
         const __m512i t = _mm512_srli_epi32(all, 28);
         const __m512i sc = _mm512_add_epi32(_mm512_add_epi32(t, t), _mm512_set1_epi32(1));
+        const __m256i ix = _mm512_castsi512_si256(_mm512_permutexvar_epi32(even, all));
+        const __m128i ixl = _mm256_castsi256_si128(ix), ixh = _mm256_extracti128_si256(ix, 1);
+        const __m128i ixs[4] = {ixl, _mm_unpackhi_epi64(ixl, ixl), ixh, _mm_unpackhi_epi64(ixh, ixh)};
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
         #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
-            const uint64_t lo = load_u64(x[i].qs + 8 * k);     /* aux0 | aux1 << 32 of ib 2k */
-            const uint64_t hi = load_u64(x[i].qs + 8 * k + 4); /* of ib 2k+1 */
-            const __m512i g = _mm512_i64gather_epi64(bytes_to_q((lo & 0xffffffffULL) | (hi << 32)),
-                                                     (const void *)iq2xxs_grid, 8);
-            const uint64_t sg = ((lo >> 32) & 0x0fffffffULL) | (((hi >> 32) & 0x0fffffffULL) << 28);
+            const __m512i g = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(ixs[k]), (const void *)iq2xxs_grid, 8);
+            const uint64_t sg = (load_u32(x[i].qs + 8 * k + 2) & 0x0fffffffu) |
+                                ((uint64_t)(load_u32(x[i].qs + 8 * k + 6) & 0x0fffffffu) << 28);
             const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
             const __m512i p = _mm512_maddubs_epi16(g, q);
             acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
@@ -148,8 +146,9 @@ static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
             const __m128i v = _mm_loadu_si128((const __m128i *)(x[i].qs + 8 * k));
             const __m512i idx = _mm512_and_si512(_mm512_cvtepu16_epi64(v), m511);
             const __m512i g = _mm512_i64gather_epi64(idx, (const void *)iq2xs_grid, 8);
-            const uint64_t sg = _pext_u64((uint64_t)_mm_cvtsi128_si64(v), 0xfe00fe00fe00fe00ULL) |
-                                (_pext_u64((uint64_t)_mm_extract_epi64(v, 1), 0xfe00fe00fe00fe00ULL) << 28);
+            /* the sign fields again from memory: cheaper than moving lanes out of v */
+            const uint64_t sg = _pext_u64(load_u64(x[i].qs + 8 * k), 0xfe00fe00fe00fe00ULL) |
+                                (_pext_u64(load_u64(x[i].qs + 8 * k + 4), 0xfe00fe00fe00fe00ULL) << 28);
             const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
             const __m512i p = _mm512_maddubs_epi16(g, q);
             acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
