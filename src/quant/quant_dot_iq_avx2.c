@@ -7,14 +7,17 @@
  *     faster in a vector and fed to a dword gather (23 vs 37 ns per block on
  *     the dev Xeon; gathers are much slower on Skylake-derived cores with the
  *     GDS microcode, which is why the other formats avoid them here);
- *   - the sign bits of the 32 weights become a byte mask (broadcast, shuffle,
- *     test bit) and negate the activations, so that the grid stays unsigned
- *     for vpmaddubsw (|grid * q8| pairs fit int16: 2*62*127 < 32767);
+ *   - the sign bits of the 32 weights become a byte mask (shuffle, test bit;
+ *     one broadcast of 64 bits serves two sub-blocks) and negate the
+ *     activations, so that the grid stays unsigned for vpmaddubsw
+ *     (|grid * q8| pairs fit int16: 2*62*127 < 32767);
  *   - vpmaddwd with the sub-block's odd scale 2s+1 sums to int32, and each
  *     super-block is converted to float once.
  * The 7-bit sign indices of IQ2_XXS/IQ2_XS/IQ3_XXS expand to 8 sign bits with
- * the parity rule of ksigns_iq2xs (bit 7 = parity of bits 0..6), done with
- * pdep and a few shifts instead of four table loads.
+ * the parity rule of ksigns_iq2xs (bit 7 = parity of bits 0..6), done for
+ * eight groups at once with pdep and a few shifts instead of table loads.
+ * Activations must be Q8_K as qt_quantize_act makes them: |q| <= 127 (so
+ * that negating never overflows) and bsums filled (IQ1).
  * IQ1_M uses the unsigned weight 8*(g+1) + (delta+1) in 0..18 and subtracts
  * 9*sum(q) per scale group from the Q8_K bsums (see the scalar file for why
  * 8*g +- 1); IQ1_S, whose delta is constant per 32 weights, uses g+1 and

@@ -13,6 +13,8 @@
  *     built once and spread per step with vpermw.
  * 7-bit sign indices (IQ2_XXS/IQ2_XS/IQ3_XXS) expand to 8 bits with the
  * parity rule of ksigns_iq2xs, 8 groups at a time in a 64-bit register.
+ * Activations must be Q8_K as qt_quantize_act makes them: |q| <= 127 (so
+ * that negating never overflows) and bsums filled (IQ1).
  * IQ1_M uses the unsigned weight 8*(g+1) + (delta+1) in 0..18 and subtracts
  * 9*sum(q) per scale group using the Q8_K bsums; IQ1_S, whose delta is
  * constant per 32 weights, uses g+1 and takes the whole delta from bsums.
