@@ -1,0 +1,139 @@
+/* Causal attention over the KV cache (backend.h's attention op).
+ *
+ * One kernel for decode and prompt: a block takes one (token, head) and one
+ * slice of the positions that token sees, and runs an online softmax over
+ * tiles of 64 positions (running max m, running sum l, unnormalised output
+ * acc). A second kernel combines the slices of each (token, head):
+ *   M = max m_s,  out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s.
+ * Decode has few (token, head) pairs, so long contexts are split into many
+ * slices to fill the multiprocessors; a prompt chunk has enough pairs and
+ * mostly runs one slice each (a straightforward tiled kernel: every pair
+ * reads its own K/V rows, no sharing between the heads of a GQA group yet).
+ */
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/ops.h"
+
+#define ATT_THREADS 128
+#define ATT_TILE 64
+#define ATT_MAX_HD 512
+#define ATT_ACC (ATT_MAX_HD / ATT_THREADS)
+
+static __device__ __forceinline__ float kv_load(int type, const void *base, const float *scales, size_t idx,
+                                                size_t srow) {
+    if (type == ST_KV_F16) return __half2float(__ushort_as_half(((const uint16_t *)base)[idx]));
+    return scales[srow] * (float)((const int8_t *)base)[idx];
+}
+
+/* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attn_split_kernel(const float *q, st_kv_layer kv, int pos0, int n_head, float scale, int window, int chunk,
+                      int n_split, float *part) {
+    __shared__ float qs[ATT_MAX_HD];
+    __shared__ float sc[ATT_TILE];
+    const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
+    const int hd = kv.head_dim, hkv = h / (n_head / kv.n_head_kv), tid = threadIdx.x;
+    const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
+    const int pos = pos0 + t;
+    const int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+    const int c0 = first + split * chunk, c1 = min(c0 + chunk, pos + 1);
+    const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
+
+    for (int i = tid; i < hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + h) * hd + i];
+    __syncthreads();
+
+    float m = -INFINITY, l = 0.0f, acc[ATT_ACC];
+#pragma unroll
+    for (int j = 0; j < ATT_ACC; j++) acc[j] = 0.0f;
+
+    for (int p0 = c0; p0 < c1; p0 += ATT_TILE) {
+        const int nt = min(ATT_TILE, c1 - p0);
+        /* scores: a warp per position, lanes across the head dimension */
+        for (int j = warp; j < nt; j += n_warps) {
+            const size_t p = (size_t)(p0 + j);
+            float s = 0.0f;
+            for (int i = lane; i < hd; i += ST_WARP)
+                s += qs[i] * kv_load(kv.type, kv.k, kv.k_scale, p * row + hoff + i, p * kv.n_head_kv + hkv);
+            s = warp_sum(s);
+            if (lane == 0) sc[j] = s * scale;
+        }
+        __syncthreads();
+        float tmax = -INFINITY;
+        for (int j = 0; j < nt; j++) tmax = fmaxf(tmax, sc[j]);
+        const float mn = fmaxf(m, tmax), f = expf(m - mn); /* f = 0 on the first tile (m = -inf) */
+        __syncthreads(); /* everyone has read the raw scores */
+        if (tid < nt) sc[tid] = expf(sc[tid] - mn);
+        __syncthreads();
+        float tsum = 0.0f;
+        for (int j = 0; j < nt; j++) tsum += sc[j];
+        l = l * f + tsum;
+#pragma unroll
+        for (int a = 0; a < ATT_ACC; a++) {
+            const int d = tid + a * ATT_THREADS;
+            if (d < hd) {
+                float v = acc[a] * f;
+                for (int j = 0; j < nt; j++) {
+                    const size_t p = (size_t)(p0 + j);
+                    v += sc[j] * kv_load(kv.type, kv.v, kv.v_scale, p * row + hoff + d, p * kv.n_head_kv + hkv);
+                }
+                acc[a] = v;
+            }
+        }
+        m = mn;
+        __syncthreads(); /* sc is rewritten by the next tile */
+    }
+    float *o = part + (((size_t)t * n_head + h) * n_split + split) * (size_t)(hd + 2);
+    if (tid == 0) {
+        o[0] = m; /* -inf for an empty slice: it weighs nothing in the combine */
+        o[1] = l;
+    }
+#pragma unroll
+    for (int a = 0; a < ATT_ACC; a++) {
+        const int d = tid + a * ATT_THREADS;
+        if (d < hd) o[2 + d] = acc[a];
+    }
+}
+
+static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, float *out) {
+    const int h = blockIdx.x, t = blockIdx.y;
+    const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float ms = pp[(size_t)s * (hd + 2)];
+        if (ms != -INFINITY) L += expf(ms - M) * pp[(size_t)s * (hd + 2) + 1];
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float ms = pp[(size_t)s * (hd + 2)];
+            if (ms != -INFINITY) v += expf(ms - M) * pp[(size_t)s * (hd + 2) + 2 + d];
+        }
+        out[((size_t)t * n_head + h) * hd + d] = v / L;
+    }
+}
+
+void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
+                    float *out, cuda_scratch *scratch, int n_sm, cudaStream_t s) {
+    ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
+    if (n_tok <= 0) return;
+    /* the longest visible span of any token in the chunk (the last one sees the most) */
+    int span = pos0 + n_tok;
+    if (window > 0 && span > window) span = window;
+    /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
+    int pairs = n_tok * n_head, want = (4 * n_sm + pairs - 1) / pairs;
+    int max_split = (span + ATT_TILE - 1) / ATT_TILE;
+    int n_split = want < 1 ? 1 : want > max_split ? max_split : want;
+    int chunk = (span + n_split - 1) / n_split;
+    chunk = (chunk + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+    n_split = (span + chunk - 1) / chunk;
+    size_t bytes = (size_t)pairs * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
+    float *part = (float *)cuda_scratch_reserve(scratch, bytes);
+    attn_split_kernel<<<dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), ATT_THREADS, 0, s>>>(
+        q, *kv, pos0, n_head, scale, window, chunk, n_split, part);
+    CUDA_LAUNCH_CHECK();
+    int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
+    attn_combine_kernel<<<dim3((unsigned)n_head, (unsigned)n_tok), th, 0, s>>>(part, n_head, kv->head_dim, n_split,
+                                                                             out);
+    CUDA_LAUNCH_CHECK();
+}
