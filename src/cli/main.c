@@ -20,6 +20,7 @@ static const command COMMANDS[] = {
     {"chat", cmd_chat, "chat with a model in its chat format"},
     {"perplexity", cmd_perplexity, "perplexity on a text file, comparable with llama.cpp's"},
     {"bench", cmd_bench, "prompt and decode speed, GB/s of weights read"},
+    {"serve", cmd_serve, "OpenAI- and Anthropic-compatible HTTP server (default model when -m is not given)"},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

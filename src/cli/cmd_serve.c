@@ -1,0 +1,68 @@
+/* `strata serve`: the OpenAI- and Anthropic-compatible HTTP server
+ * (server/server.h) on the default model unless -m names another. It binds
+ * 127.0.0.1 unless --host says otherwise: a server open to the network is a
+ * choice the user makes, ideally with --api-key. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/cli.h"
+#include "cli/engine_opts.h"
+#include "core/log.h"
+#include "server/server.h"
+
+#define SERVE_USAGE                                                                                                \
+    "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "      \
+    "[--max-body MB]"
+
+int cmd_serve(int argc, char **argv) {
+    args_t a = {.cmd = "serve", .usage = SERVE_USAGE, .argc = argc, .argv = argv, .i = 1};
+    server_params p = server_defaults();
+    p.ep.model_path = STRATA_DEFAULT_MODEL;
+    p.api_key = getenv("STRATA_API_KEY");
+    while (a.i < a.argc) {
+        if (args_is_help(&a)) {
+            printf("usage: %s\n\n", SERVE_USAGE);
+            printf("Serves POST /v1/chat/completions, /v1/completions (OpenAI), /v1/messages,\n"
+                   "/v1/messages/count_tokens (Anthropic), /tokenize, /detokenize and GET /v1/models,\n"
+                   "/health, /metrics. Each of the --slots N workers (default 1) opens its own engine\n"
+                   "(its own KV cache of --ctx tokens); --queue N requests (default 64) may wait for one\n"
+                   "before the server answers 503. --api-key (or STRATA_API_KEY) requires\n"
+                   "'Authorization: Bearer KEY' or 'x-api-key: KEY' on every path but /health.\n"
+                   "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
+                   "See docs/server.md.\n",
+                   STRATA_DEFAULT_MODEL);
+            return 0;
+        }
+        int r = engine_opts_parse(&a, &p.ep);
+        if (r > 0) continue;
+        if (r < 0) return a.err;
+        const char *v;
+        long long n;
+        if ((r = args_value(&a, "--host", &v))) {
+            if (r < 0) return a.err;
+            p.host = v;
+        } else if ((r = args_value(&a, "--port", &v))) {
+            if (r < 0 || args_int(&a, "--port", v, 0, 65535, &n)) return a.err;
+            p.port = (int)n;
+        } else if ((r = args_value(&a, "--slots", &v)) || (r = args_value(&a, "-np", &v))) {
+            if (r < 0 || args_int(&a, "--slots", v, 1, 256, &n)) return a.err;
+            p.n_slots = (int)n;
+        } else if ((r = args_value(&a, "--queue", &v))) {
+            if (r < 0 || args_int(&a, "--queue", v, 1, 1 << 20, &n)) return a.err;
+            p.max_queue = (int)n;
+        } else if ((r = args_value(&a, "--max-body", &v))) {
+            if (r < 0 || args_int(&a, "--max-body", v, 1, 1024, &n)) return a.err;
+            p.max_body = (size_t)n << 20;
+        } else if ((r = args_value(&a, "--api-key", &v))) {
+            if (r < 0) return a.err;
+            p.api_key = v;
+        } else
+            return args_unknown(&a);
+    }
+    if (p.api_key && !p.api_key[0]) p.api_key = NULL;
+    if (server_run(&p) != 0) {
+        fprintf(stderr, "strata serve: %s\n", st_error_get());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,28 @@
+/* The HTTP server: OpenAI- and Anthropic-compatible APIs over the engine's
+ * worker slots (srv_sched.h), on libmicrohttpd with one thread per connection.
+ *
+ * Endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages,
+ * /v1/messages/count_tokens, /tokenize, /detokenize; GET /v1/models, /health,
+ * /metrics (Prometheus text). docs/server.md lists the parameters and the
+ * error policy. */
+#ifndef STRATA_SERVER_SERVER_H
+#define STRATA_SERVER_SERVER_H
+
+#include "engine/engine.h"
+
+typedef struct {
+    engine_params ep;      /* every slot opens its own engine with these */
+    const char *host;      /* "127.0.0.1" by default; an address with ':' is IPv6 */
+    int port;              /* 0: any free port (the log names it) */
+    int n_slots;
+    int max_queue;         /* requests waiting for a slot before 503 */
+    const char *api_key;   /* NULL: no authentication */
+    size_t max_body;       /* bytes; a bigger body gets 413 */
+} server_params;
+
+server_params server_defaults(void);
+/* Serve until SIGINT or SIGTERM. 0 after a clean stop, -1 with st_error_get()
+ * when the model or the socket cannot be opened. */
+int server_run(const server_params *p);
+
+#endif

@@ -1,0 +1,167 @@
+/* Internals shared by the HTTP front end's files: the server state, growing
+ * byte buffers, errors in each API's shape, strict JSON field readers, and
+ * the job that carries one generation between a connection and a slot. */
+#ifndef STRATA_SERVER_SRV_INTERNAL_H
+#define STRATA_SERVER_SRV_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/server.h"
+#include "server/srv_sched.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+/* ---- byte buffer ---- */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} sbuf;
+
+void sbuf_put(sbuf *b, const char *s, size_t n);
+void sbuf_puts(sbuf *b, const char *s);
+void sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sbuf_free(sbuf *b);
+
+/* ---- server state ---- */
+typedef enum { API_OPENAI, API_ANTHROPIC } srv_api;
+
+/* HTTP statuses counted for /metrics (the last bucket is "other"). */
+#define SRV_N_STATUS 11
+extern const int SRV_STATUS_CODES[SRV_N_STATUS];
+
+typedef struct {
+    server_params p;
+    srv_sched *sched;
+    tokenizer *tok;            /* the front end's own copy: counting, chat prompts, /tokenize */
+    chat_format fmt;
+    const char *eot;           /* end-of-turn text of the chat format (a stop string) */
+    char model_name[256];      /* the file name without .gguf: what /v1/models lists */
+    int n_ctx;
+    long started;              /* unix time */
+    atomic_int stopping;
+    atomic_uint_fast64_t by_status[SRV_N_STATUS];
+    atomic_uint_fast64_t id_counter;
+} srv_ctx;
+
+/* ---- errors ---- */
+typedef struct {
+    int status;
+    char msg[512];
+    char param[128];
+    const char *code;          /* OpenAI's error.code; NULL -> null */
+} srv_err;
+
+/* Fill e and return -1, so parsers can `return srv_fail(...)`. */
+int srv_fail(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* {"error":{...}} or {"type":"error","error":{...}} for e. */
+json_t *srv_error_json(srv_api api, const srv_err *e);
+/* A JSON string of text that may hold invalid UTF-8 (bad bytes become U+FFFD). */
+json_t *srv_json_text(const char *text, size_t len);
+
+/* ---- strict field readers: 0 absent or null, 1 read, -1 wrong type or range (e filled) ---- */
+int jf_string(json_t *o, const char *key, const char **out, srv_err *e);
+int jf_bool(json_t *o, const char *key, int *out, srv_err *e);
+int jf_number(json_t *o, const char *key, double lo, double hi, double *out, srv_err *e);
+int jf_int(json_t *o, const char *key, long long lo, long long hi, long long *out, srv_err *e);
+/* Every key of o must be in `known` (NULL-terminated); else 400 naming it. */
+int jf_known_keys(json_t *o, const char *const *known, srv_err *e);
+/* stop: a string or an array of at most 16 strings; empty strings are dropped. */
+int jf_stops(json_t *o, const char *key, const char **stops, int *n_stop, srv_err *e);
+
+/* Message content: a string, or an array of {"type":"text","text":...}
+ * blocks joined with sep; other block types get 400. *out is st_malloc'd. */
+int srv_content_text(json_t *content, const char *param, const char *sep, char **out, srv_err *e);
+/* Sampling and length settings common to both APIs (temperature, top_p, top_k,
+ * min_p, seed, penalties, max_tokens under the given key). */
+typedef struct {
+    const char *max_key;       /* "max_tokens" or "max_completion_tokens" */
+    double temp_max;           /* 2 for OpenAI, 1 for Anthropic */
+} srv_sampling_rules;
+/* Reads them into sp (API defaults: temperature 1, top_p 1, no top-k/min-p,
+ * a random seed) and *max_tokens (0 when absent). */
+int srv_parse_sampling(srv_ctx *s, json_t *body, const srv_sampling_rules *r, sampler_params *sp, int *max_tokens,
+                       srv_err *e);
+
+/* ---- prompts ---- */
+/* Tokens of text (BOS by the model's rules, control-token text recognised). */
+int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special, int parse_special, int *n,
+                      srv_err *e);
+/* Render chat messages and tokenize; a last assistant message is continued
+ * (Anthropic's prefill) instead of closed. */
+int32_t *srv_chat_tokens(srv_ctx *s, const chat_msg *msgs, size_t n, int *n_tok, srv_err *e);
+/* 400 (context_length_exceeded) when the prompt leaves no room to generate. */
+int srv_check_context(srv_ctx *s, int n_prompt, srv_api api, const char *param, srv_err *e);
+/* A fresh id "<prefix><24 hex>" and an unpredictable seed. */
+void srv_make_id(srv_ctx *s, const char *prefix, char *out, size_t cap);
+uint64_t srv_random_seed(srv_ctx *s);
+
+/* ---- jobs: one generation between a connection and a slot ---- */
+typedef enum { JOB_OAI_CHAT, JOB_OAI_COMPLETION, JOB_ANTHROPIC } job_kind;
+
+typedef struct srv_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;                  /* the connection's and the scheduler's */
+    int cancelled, done, failed, started;
+    srv_ctx *srv;
+    job_kind kind;
+    int stream, include_usage;
+    int fd;                    /* the client's socket, watched for a hang-up */
+    char id[64];
+    long created;
+    /* the request, owned */
+    srv_request req;
+    int32_t *prompt;
+    const char *stops[17];
+    char *stop_store[17];
+    int n_user_stop;           /* stops[n_user_stop..] are the format's end of turn */
+    /* results */
+    sbuf text;                 /* the whole answer (non-streaming) */
+    sbuf out;                  /* bytes ready for the client (streaming) */
+    size_t out_sent;
+    gen_stats st;
+    char err[512];
+} srv_job;
+
+srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c);
+/* Takes ownership of the prompt tokens; copies the stop strings. */
+void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop);
+void job_release(srv_job *j);
+/* Queue the job and answer the connection: streaming responses start at
+ * once, others wait for the end. Returns the MHD result to hand back. */
+enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c);
+
+/* API-specific output, called with the job's mutex held. */
+void oai_stream_begin(srv_job *j);
+void oai_stream_text(srv_job *j, const char *text, size_t len);
+void oai_stream_end(srv_job *j);
+json_t *oai_response(srv_job *j);
+void anth_stream_begin(srv_job *j);
+void anth_stream_text(srv_job *j, const char *text, size_t len);
+void anth_stream_end(srv_job *j);
+json_t *anth_response(srv_job *j);
+
+/* ---- responses ---- */
+enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, json_t *body);
+enum MHD_Result srv_send_error(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e);
+enum MHD_Result srv_send_text(srv_ctx *s, struct MHD_Connection *c, int status, const char *type, char *text,
+                              size_t len);
+void srv_count_status(srv_ctx *s, int status);
+
+/* ---- endpoints (body already parsed, auth checked) ---- */
+enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result oai_completions(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result anth_count_tokens(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result srv_models(srv_ctx *s, struct MHD_Connection *c, const char *id);
+enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c);
+enum MHD_Result srv_tokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result srv_detokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+
+#endif

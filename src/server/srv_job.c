@@ -1,0 +1,204 @@
+/* Jobs (srv_internal.h): the bridge between a connection thread and a worker
+ * slot. The worker's events append to the job under its mutex (formatted for
+ * the client when streaming); the connection thread waits on the condition
+ * variable and, while it waits, watches the client's socket so that a client
+ * that hangs up stops its generation and frees the slot at the next token. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "server/srv_internal.h"
+
+#define WAIT_STEP_MS 50 /* how often a waiting connection looks at its socket */
+
+srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
+    srv_job *j = st_calloc(1, sizeof *j);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->srv = s;
+    j->kind = kind;
+    j->created = (long)time(NULL);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    srv_make_id(s, kind == JOB_ANTHROPIC ? "msg_" : kind == JOB_OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    return j;
+}
+
+void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop) {
+    ST_ASSERT(n_stop <= 17);
+    j->prompt = prompt;
+    j->req.prompt = prompt;
+    j->req.n_prompt = n_prompt;
+    for (int i = 0; i < n_stop; i++) {
+        j->stop_store[i] = st_strdup(stops[i]);
+        j->stops[i] = j->stop_store[i];
+    }
+    j->req.stop = j->stops;
+    j->req.n_stop = n_stop;
+}
+
+void job_release(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    st_free(j->prompt);
+    for (int i = 0; i < 17; i++) st_free(j->stop_store[i]);
+    sbuf_free(&j->text);
+    sbuf_free(&j->out);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    st_free(j);
+}
+
+/* 1 when the client has closed its end or the connection broke. */
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    int r = poll(&p, 1, 0);
+    return r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static void stream_text(srv_job *j, const char *t, size_t n) {
+    if (j->kind == JOB_ANTHROPIC) anth_stream_text(j, t, n);
+    else oai_stream_text(j, t, n);
+}
+
+static void stream_end(srv_job *j) {
+    if (j->kind == JOB_ANTHROPIC) anth_stream_end(j);
+    else oai_stream_end(j);
+}
+
+/* Scheduler events (srv_sched.h), on the worker's thread. */
+static int on_event(void *ctx, const srv_event *ev) {
+    srv_job *j = ctx;
+    pthread_mutex_lock(&j->mu);
+    int stop = j->cancelled || atomic_load(&j->srv->stopping);
+    switch (ev->kind) {
+    case SRV_EV_START:
+        j->started = 1;
+        break;
+    case SRV_EV_TEXT:
+        if (j->stream) stream_text(j, ev->text, ev->len);
+        else sbuf_put(&j->text, ev->text, ev->len);
+        break;
+    case SRV_EV_DONE:
+    case SRV_EV_ERROR:
+        if (ev->kind == SRV_EV_DONE) j->st = *ev->stats;
+        else {
+            j->failed = 1;
+            snprintf(j->err, sizeof j->err, "%s", ev->error);
+        }
+        if (j->stream) stream_end(j);
+        j->done = 1;
+        break;
+    }
+    pthread_cond_broadcast(&j->cv);
+    int terminal = j->done;
+    pthread_mutex_unlock(&j->mu);
+    if (terminal) job_release(j); /* the scheduler's reference */
+    return stop;
+}
+
+/* Wait up to one step for news; on a quiet step, look at the client.
+ * Caller holds mu. Returns 0, or -1 when the client left or the server stops. */
+static int wait_step(srv_job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += WAIT_STEP_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    int r = pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    if (r == ETIMEDOUT && (client_gone(j->fd) || atomic_load(&j->srv->stopping))) {
+        j->cancelled = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    srv_job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        if (j->out.len > j->out_sent) {
+            size_t n = j->out.len - j->out_sent;
+            if (n > max) n = max;
+            memcpy(buf, j->out.s + j->out_sent, n);
+            j->out_sent += n;
+            if (j->out_sent == j->out.len) j->out.len = j->out_sent = 0;
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)n;
+        }
+        if (j->done) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (wait_step(j) != 0) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) {
+    srv_job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    j->cancelled = 1; /* if the generation still runs, nobody reads it any more */
+    pthread_mutex_unlock(&j->mu);
+    job_release(j);
+}
+
+enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
+    srv_ctx *s = j->srv;
+    srv_api api = j->kind == JOB_ANTHROPIC ? API_ANTHROPIC : API_OPENAI;
+    if (j->stream) {
+        if (j->kind == JOB_ANTHROPIC) anth_stream_begin(j);
+        else oai_stream_begin(j);
+    }
+    j->refs++; /* the scheduler's, given back by on_event's terminal event */
+    if (sched_submit(s->sched, &j->req, on_event, j) != 0) {
+        j->refs--;
+        srv_err e;
+        srv_fail(&e, 503, NULL, "overloaded", "all %d slots are busy and %d requests are queued; retry later",
+                 s->p.n_slots, s->p.max_queue);
+        enum MHD_Result r = srv_send_error(s, c, api, &e);
+        job_release(j);
+        return r;
+    }
+    if (j->stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, j,
+                                                                      stream_free);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        srv_count_status(s, 200);
+        enum MHD_Result r = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return r;
+    }
+    pthread_mutex_lock(&j->mu);
+    while (!j->done)
+        if (wait_step(j) != 0) break;
+    int done = j->done, failed = j->failed;
+    pthread_mutex_unlock(&j->mu);
+    enum MHD_Result r;
+    if (!done) { /* the client left: nobody reads an answer */
+        job_release(j);
+        return MHD_NO;
+    }
+    if (failed) {
+        srv_err e;
+        srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
+        r = srv_send_error(s, c, api, &e);
+    } else
+        r = srv_send_json(s, c, 200, j->kind == JOB_ANTHROPIC ? anth_response(j) : oai_response(j));
+    job_release(j);
+    return r;
+}

@@ -1,0 +1,375 @@
+/* OpenAI API: POST /v1/chat/completions and /v1/completions, requests to
+ * jobs and jobs to responses (one JSON object, or SSE chunks ending in
+ * `data: [DONE]`).
+ *
+ * Parameter policy (docs/server.md): every parameter of OpenAI's API is known.
+ * Those we honour are read strictly (wrong type or range -> 400 naming it);
+ * those that do not change the output (user, metadata, store, ...) are type-
+ * checked and ignored; those that would change it in a way we cannot give
+ * yet (tools, logprobs, n > 1, response_format json, logit_bias, ...) get 400
+ * with code "unsupported_parameter" rather than a silently different answer;
+ * a name OpenAI does not have gets 400, as OpenAI itself answers. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "server/srv_internal.h"
+
+static const char *const CHAT_KEYS[] = {
+    "model", "messages", "stream", "stream_options", "temperature", "top_p", "max_tokens",
+    "max_completion_tokens", "stop", "seed", "presence_penalty", "frequency_penalty", "n", "logprobs",
+    "top_logprobs", "tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias",
+    "parallel_tool_calls", "user", "metadata", "store", "service_tier", "modalities", "audio", "prediction",
+    "reasoning_effort", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity",
+    /* extensions (llama.cpp spells them the same) */
+    "top_k", "min_p", "repeat_penalty", NULL};
+
+static const char *const COMPLETION_KEYS[] = {
+    "model", "prompt", "stream", "stream_options", "temperature", "top_p", "max_tokens", "stop", "seed",
+    "presence_penalty", "frequency_penalty", "n", "logprobs", "echo", "best_of", "logit_bias", "suffix", "user",
+    "top_k", "min_p", "repeat_penalty", NULL};
+
+/* Known parameters with no effect on the output: checked for type, ignored. */
+static const struct {
+    const char *key;
+    json_type type;
+} IGNORED[] = {
+    {"user", JSON_STRING}, {"metadata", JSON_OBJECT}, {"store", JSON_TRUE}, {"service_tier", JSON_STRING},
+    {"parallel_tool_calls", JSON_TRUE}, {"reasoning_effort", JSON_STRING}, {"prompt_cache_key", JSON_STRING},
+    {"safety_identifier", JSON_STRING}, {"verbosity", JSON_STRING}, {"model", JSON_STRING},
+};
+
+static int check_ignored(json_t *body, srv_err *e) {
+    for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
+        json_t *v = json_object_get(body, IGNORED[i].key);
+        if (!v || json_is_null(v)) continue;
+        int ok = IGNORED[i].type == JSON_TRUE ? json_is_boolean(v) : json_typeof(v) == IGNORED[i].type;
+        if (!ok) {
+            const char *want = IGNORED[i].type == JSON_STRING ? "a string"
+                               : IGNORED[i].type == JSON_OBJECT ? "an object" : "a boolean";
+            return srv_fail(e, 400, IGNORED[i].key, "invalid_type", "'%s' must be %s", IGNORED[i].key, want);
+        }
+    }
+    return 0;
+}
+
+static int unsupported(srv_err *e, const char *key, const char *why) {
+    return srv_fail(e, 400, key, "unsupported_parameter", "'%s' is not supported by this server yet: %s", key, why);
+}
+
+/* Parameters we know but cannot honour yet: 400 unless set to their no-op value. */
+static int check_unsupported(json_t *body, int chat, srv_err *e) {
+    long long n;
+    int b, rc;
+    const char *s;
+    if ((rc = jf_int(body, "n", 1, 128, &n, e)) < 0) return -1;
+    if (rc && n != 1) return unsupported(e, "n", "only one choice per request (n=1)");
+    if ((rc = jf_int(body, "best_of", 1, 128, &n, e)) < 0) return -1;
+    if (rc && n != 1) return unsupported(e, "best_of", "only best_of=1");
+    if (chat) {
+        if ((rc = jf_bool(body, "logprobs", &b, e)) < 0) return -1;
+        if (rc && b) return unsupported(e, "logprobs", "log probabilities are not returned");
+        if ((rc = jf_int(body, "top_logprobs", 0, 20, &n, e)) < 0) return -1;
+        if (rc && n > 0) return unsupported(e, "top_logprobs", "log probabilities are not returned");
+    } else {
+        if ((rc = jf_int(body, "logprobs", 0, 5, &n, e)) < 0) return -1;
+        if (rc) return unsupported(e, "logprobs", "log probabilities are not returned");
+        if ((rc = jf_bool(body, "echo", &b, e)) < 0) return -1;
+        if (rc && b) return unsupported(e, "echo", "the prompt is not echoed");
+        if ((rc = jf_string(body, "suffix", &s, e)) < 0) return -1;
+        if (rc && *s) return unsupported(e, "suffix", "no fill-in-the-middle");
+    }
+    static const char *const lists[] = {"tools", "functions"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(body, lists[i]);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_array(v)) return srv_fail(e, 400, lists[i], "invalid_type", "'%s' must be an array", lists[i]);
+        if (json_array_size(v)) return unsupported(e, lists[i], "no tool calling");
+    }
+    static const char *const choices[] = {"tool_choice", "function_call"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(body, choices[i]);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_string(v) && !json_is_object(v))
+            return srv_fail(e, 400, choices[i], "invalid_type", "'%s' must be a string or an object", choices[i]);
+        if (!json_is_string(v) || (strcmp(json_string_value(v), "none") && strcmp(json_string_value(v), "auto")))
+            return unsupported(e, choices[i], "no tool calling");
+    }
+    json_t *v = json_object_get(body, "response_format");
+    if (v && !json_is_null(v)) {
+        json_t *t = json_object_get(v, "type");
+        if (!json_is_object(v) || !json_is_string(t))
+            return srv_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
+        if (strcmp(json_string_value(t), "text")) return unsupported(e, "response_format", "only {\"type\": \"text\"}");
+    }
+    v = json_object_get(body, "logit_bias");
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) return srv_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object");
+        if (json_object_size(v)) return unsupported(e, "logit_bias", "no logit bias");
+    }
+    v = json_object_get(body, "modalities");
+    if (v && !json_is_null(v)) {
+        if (!json_is_array(v)) return srv_fail(e, 400, "modalities", "invalid_type", "'modalities' must be an array");
+        size_t i;
+        json_t *m;
+        json_array_foreach(v, i, m) if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
+            return unsupported(e, "modalities", "text only");
+    }
+    static const char *const absent[] = {"audio", "prediction", "web_search_options"};
+    for (int i = 0; i < 3; i++) {
+        v = json_object_get(body, absent[i]);
+        if (v && !json_is_null(v)) return unsupported(e, absent[i], "text generation only");
+    }
+    return check_ignored(body, e);
+}
+
+/* stream, stream_options.include_usage */
+static int parse_stream(json_t *body, srv_job *j, srv_err *e) {
+    if (jf_bool(body, "stream", &j->stream, e) < 0) return -1;
+    json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return srv_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+        if (!j->stream)
+            return srv_fail(e, 400, "stream_options", "invalid_value",
+                            "'stream_options' is only allowed when 'stream' is true");
+        static const char *const keys[] = {"include_usage", "include_obfuscation", NULL};
+        if (jf_known_keys(so, keys, e) < 0) return -1;
+        if (jf_bool(so, "include_usage", &j->include_usage, e) < 0) return -1;
+    }
+    return 0;
+}
+
+static void free_msgs(chat_msg *msgs, size_t n) {
+    for (size_t i = 0; i < n; i++) st_free((void *)msgs[i].content);
+    st_free(msgs);
+}
+
+/* messages -> chat_msg (system/developer/user/assistant; tool turns are 400). */
+static chat_msg *parse_messages(json_t *body, size_t *n_out, srv_err *e) {
+    json_t *arr = json_object_get(body, "messages");
+    if (!arr) {
+        srv_fail(e, 400, "messages", "missing_required_parameter", "Missing required parameter: 'messages'");
+        return NULL;
+    }
+    if (!json_is_array(arr) || json_array_size(arr) == 0) {
+        srv_fail(e, 400, "messages", "invalid_value", "'messages' must be a non-empty array");
+        return NULL;
+    }
+    size_t n = json_array_size(arr), i;
+    chat_msg *msgs = st_calloc(n, sizeof *msgs);
+    json_t *m;
+    char param[64];
+    json_array_foreach(arr, i, m) {
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            srv_fail(e, 400, param, "invalid_type", "'%s' must be an object with a string 'role'", param);
+            goto fail;
+        }
+        const char *r = json_string_value(role);
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+            srv_fail(e, 400, param, strcmp(r, "tool") && strcmp(r, "function") ? "invalid_value" : "unsupported_parameter",
+                     "'%s.role' is '%s'; this server takes system, developer, user and assistant messages", param, r);
+            goto fail;
+        }
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_null(calls) && (!json_is_array(calls) || json_array_size(calls))) {
+            srv_fail(e, 400, param, "unsupported_parameter", "'%s.tool_calls': no tool calling", param);
+            goto fail;
+        }
+        msgs[i].role = r;
+        char *text;
+        if (!content || json_is_null(content)) {
+            if (strcmp(r, "assistant")) {
+                srv_fail(e, 400, param, "missing_required_parameter", "'%s.content' is required", param);
+                goto fail;
+            }
+            text = st_strdup("");
+        } else {
+            char cparam[80];
+            snprintf(cparam, sizeof cparam, "%s.content", param);
+            if (srv_content_text(content, cparam, "\n", &text, e) < 0) goto fail;
+        }
+        msgs[i].content = text;
+    }
+    *n_out = n;
+    return msgs;
+fail:
+    free_msgs(msgs, n);
+    return NULL;
+}
+
+/* Common tail of both endpoints: sampling, stops, context check, run. */
+static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json_t *body, srv_job *j,
+                                      int32_t *ids, int n, const char *max_key, int chat) {
+    srv_err e;
+    srv_sampling_rules rules = {max_key, 2.0};
+    const char *stops[17];
+    int n_stop = 0;
+    if (srv_parse_sampling(s, body, &rules, &j->req.sp, &j->req.max_tokens, &e) < 0 ||
+        jf_stops(body, "stop", stops, &n_stop, &e) < 0 || srv_check_context(s, n, API_OPENAI, chat ? "messages" : "prompt", &e) < 0) {
+        st_free(ids);
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    if (!chat && j->req.max_tokens == 0) j->req.max_tokens = 16; /* the legacy API's default */
+    j->n_user_stop = n_stop;
+    if (chat) stops[n_stop++] = s->eot;
+    job_set_prompt(j, ids, n, stops, n_stop);
+    return job_run(j, c);
+}
+
+enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
+    srv_err e;
+    srv_job *j = job_new(s, JOB_OAI_CHAT, c);
+    size_t n_msg = 0;
+    chat_msg *msgs = NULL;
+    if (jf_known_keys(body, CHAT_KEYS, &e) < 0 || check_unsupported(body, 1, &e) < 0 ||
+        parse_stream(body, j, &e) < 0 || !(msgs = parse_messages(body, &n_msg, &e))) {
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    int n;
+    int32_t *ids = srv_chat_tokens(s, msgs, n_msg, &n, &e);
+    free_msgs(msgs, n_msg);
+    if (!ids) {
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    return finish_request(s, c, body, j, ids, n, "max_completion_tokens", 1);
+}
+
+/* prompt: a string, an array of one string, or an array of token ids. */
+static int32_t *completion_prompt(srv_ctx *s, json_t *body, int *n, srv_err *e) {
+    json_t *p = json_object_get(body, "prompt");
+    if (!p) {
+        srv_fail(e, 400, "prompt", "missing_required_parameter", "Missing required parameter: 'prompt'");
+        return NULL;
+    }
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+        p = json_array_get(p, 0);
+    int32_t *ids = NULL;
+    if (json_is_string(p))
+        ids = srv_tokenize(s, json_string_value(p), json_string_length(p), 1, 1, n, e);
+    else if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
+        size_t len = json_array_size(p), i;
+        if (len > (size_t)s->n_ctx) {
+            srv_check_context(s, (int)(len < (1u << 30) ? len : 1u << 30), API_OPENAI, "prompt", e);
+            return NULL;
+        }
+        ids = st_malloc(len * sizeof(int32_t));
+        json_t *t;
+        json_array_foreach(p, i, t) {
+            json_int_t v = json_is_integer(t) ? json_integer_value(t) : -1;
+            if (v < 0 || v >= tokenizer_n_vocab(s->tok)) {
+                srv_fail(e, 400, "prompt", "invalid_value", "'prompt[%zu]' is not a token id of this model", i);
+                st_free(ids);
+                return NULL;
+            }
+            ids[i] = (int32_t)v;
+        }
+        *n = (int)len;
+    } else if (json_is_array(p)) {
+        srv_fail(e, 400, "prompt", "unsupported_parameter",
+                 "'prompt' must be a string, one string in an array, or an array of token ids (one prompt per request)");
+        return NULL;
+    } else {
+        srv_fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string or an array");
+        return NULL;
+    }
+    if (ids && *n == 0) {
+        srv_fail(e, 400, "prompt", "invalid_value", "'prompt' is empty");
+        st_free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
+enum MHD_Result oai_completions(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
+    srv_err e;
+    srv_job *j = job_new(s, JOB_OAI_COMPLETION, c);
+    int n = 0;
+    int32_t *ids = NULL;
+    if (jf_known_keys(body, COMPLETION_KEYS, &e) < 0 || check_unsupported(body, 0, &e) < 0 ||
+        parse_stream(body, j, &e) < 0 || !(ids = completion_prompt(s, body, &n, &e))) {
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    return finish_request(s, c, body, j, ids, n, "max_tokens", 0);
+}
+
+/* ---- output (called with the job's mutex held) ---- */
+
+static const char *finish_reason(const srv_job *j) {
+    return !strcmp(j->st.finish, "length") ? "length" : "stop";
+}
+
+static json_t *usage(const srv_job *j) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->st.n_prompt, "completion_tokens", j->st.n_gen,
+                     "total_tokens", j->st.n_prompt + j->st.n_gen, "prompt_tokens_details", "cached_tokens",
+                     j->st.n_reused);
+}
+
+/* One SSE chunk with one choice (text or delta) or, when choice is NULL, the usage chunk. */
+static void put_chunk(srv_job *j, json_t *choice, json_t *use) {
+    int chat = j->kind == JOB_OAI_CHAT;
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", j->id, "object",
+                          chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)j->created,
+                          "model", j->srv->model_name, "system_fingerprint", "strata");
+    json_object_set_new(o, "choices", choice ? json_pack("[o]", choice) : json_array());
+    if (j->include_usage) json_object_set_new(o, "usage", use ? use : json_null());
+    char *txt = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    sbuf_puts(&j->out, "data: ");
+    sbuf_puts(&j->out, txt);
+    sbuf_puts(&j->out, "\n\n");
+    free(txt);
+}
+
+static json_t *choice(srv_job *j, json_t *text, const char *finish) {
+    json_t *fin = finish ? json_string(finish) : json_null();
+    if (j->kind == JOB_OAI_CHAT)
+        return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", text, "logprobs", "finish_reason", fin);
+    return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", text, "logprobs", "finish_reason", fin);
+}
+
+void oai_stream_begin(srv_job *j) {
+    if (j->kind == JOB_OAI_CHAT)
+        put_chunk(j, choice(j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL), NULL);
+}
+
+void oai_stream_text(srv_job *j, const char *text, size_t len) {
+    json_t *t = srv_json_text(text, len);
+    put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_pack("{s:o}", "content", t) : t, NULL), NULL);
+}
+
+void oai_stream_end(srv_job *j) {
+    if (j->failed) {
+        srv_err e;
+        srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
+        json_t *o = srv_error_json(API_OPENAI, &e);
+        char *txt = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        sbuf_printf(&j->out, "data: %s\n\n", txt);
+        free(txt);
+    } else {
+        put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
+        if (j->include_usage) put_chunk(j, NULL, usage(j));
+    }
+    sbuf_puts(&j->out, "data: [DONE]\n\n");
+}
+
+json_t *oai_response(srv_job *j) {
+    json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
+    json_t *ch;
+    if (j->kind == JOB_OAI_CHAT)
+        ch = json_pack("{s:i, s:{s:s, s:o, s:n}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
+                       text, "refusal", "logprobs", "finish_reason", finish_reason(j));
+    else
+        ch = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs", "finish_reason", finish_reason(j));
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->id, "object",
+                     j->kind == JOB_OAI_CHAT ? "chat.completion" : "text_completion", "created",
+                     (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata", "choices", ch,
+                     "usage", usage(j));
+}

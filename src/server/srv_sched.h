@@ -1,0 +1,75 @@
+/* The engine side of the server: a queue of requests and N worker slots, each
+ * owning one engine (one sequence with its KV cache).
+ *
+ * This is the narrow interface between the HTTP front end and the engine: a
+ * request goes in as plain data (prompt tokens, sampling and stop settings),
+ * events come out (START, TEXT, DONE or ERROR), and the scheduler knows
+ * nothing of HTTP or JSON. Keeping it this small is what lets the engine move
+ * into a supervised child process later, with the same structs sent over a pipe.
+ *
+ * Routing: a queued request goes to the free slot whose cached tokens share
+ * the longest prefix with its prompt, as long as that prefix is at least half
+ * of the prompt; otherwise to the least recently used free slot (an empty one
+ * first), so that a new conversation does not evict another one only because
+ * both start with the same few template tokens.
+ */
+#ifndef STRATA_SERVER_SRV_SCHED_H
+#define STRATA_SERVER_SRV_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+typedef struct {
+    const int32_t *prompt;       /* (n_prompt) token ids, BOS included */
+    int n_prompt;
+    sampler_params sp;
+    int max_tokens;              /* <= 0: until the context is full */
+    const char *const *stop;     /* (n_stop) stop strings, withheld from the text */
+    int n_stop;
+} srv_request;
+
+typedef enum {
+    SRV_EV_START, /* a slot took the request; return nonzero to drop it unread */
+    SRV_EV_TEXT,  /* text, whole UTF-8 characters; return nonzero to stop generating */
+    SRV_EV_DONE,  /* terminal: stats filled */
+    SRV_EV_ERROR, /* terminal: error names what went wrong */
+} srv_event_kind;
+
+typedef struct {
+    srv_event_kind kind;
+    int slot;
+    const char *text;            /* TEXT */
+    size_t len;
+    const gen_stats *stats;      /* DONE */
+    const char *error;           /* ERROR */
+} srv_event;
+
+/* Called on a worker thread. Exactly one terminal event (DONE or ERROR) ends
+ * every accepted request; after it the scheduler touches neither the request
+ * nor ctx again, so the request must stay valid until then. */
+typedef int (*srv_event_fn)(void *ctx, const srv_event *ev);
+
+typedef struct {
+    int n_slots, busy, queued, max_queue, n_ctx;
+    uint64_t done, failed, cancelled;                 /* requests finished by outcome */
+    uint64_t prompt_tokens, reused_tokens, read_tokens, gen_tokens;
+    double prompt_s, gen_s;                           /* summed over requests */
+    double last_prompt_tps, last_gen_tps;             /* of the last finished request */
+} sched_metrics;
+
+typedef struct srv_sched srv_sched;
+
+/* Open n_slots engines and start their workers. NULL with st_error_get(). */
+srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue);
+/* Stops the workers: the running requests are told to stop, queued ones end
+ * with an ERROR event. */
+void sched_free(srv_sched *s);
+/* Queue a request. 0, or -1 when the queue is full (no event will come). */
+int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx);
+void sched_metrics_get(srv_sched *s, sched_metrics *m);
+int sched_n_ctx(const srv_sched *s);
+
+#endif
