@@ -83,6 +83,17 @@ static inline __m256i rows4_u64(const uint64_t *grid, int i0, int i1, int i2, in
     return _mm256_set_m128i(b, a);
 }
 
+/* Four grid indices of up to 11 bits as 16-bit fields of a uint64_t: the low
+ * bytes from four index bytes, the high bits already spread by the caller
+ * (pdep) into bits 8.. of each field. Cheaper than per-index shifts/masks. */
+static inline uint64_t idx4(const uint8_t *lo, uint64_t hi) {
+    return _pdep_u64(load_u32(lo), 0x00ff00ff00ff00ffULL) | hi;
+}
+
+static inline __m256i rows4_idx(const uint64_t *grid, uint64_t v) {
+    return rows4_u64(grid, (int)(v & 0xffff), (int)((v >> 16) & 0xffff), (int)((v >> 32) & 0xffff), (int)(v >> 48));
+}
+
 static inline float hsum_ps(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -177,7 +188,7 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = x[i].qh[ib];
-            const __m256i g = rows4_u64(iq2s_grid, qs[4 * ib + 0] | ((qh << 8) & 0x300), qs[4 * ib + 1] | ((qh << 6) & 0x300), qs[4 * ib + 2] | ((qh << 4) & 0x300), qs[4 * ib + 3] | ((qh << 2) & 0x300));
+            const __m256i g = rows4_idx(iq2s_grid, idx4(qs + 4 * ib, _pdep_u64(qh, 0x0300030003000300ULL)));
             if (!(ib & 1)) sv = _mm256_set1_epi64x((long long)load_u64(signs + 4 * ib));
             const __m256i q = apply_signs(_mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)), sv, ib & 1);
             const __m256i p = _mm256_maddubs_epi16(g, q);
@@ -269,8 +280,7 @@ static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = x[i].qh[ib];
-            const __m256i g = rows4_u64(iq1s_grid, qs[4 * ib + 0] | ((qh << 8) & 0x700), qs[4 * ib + 1] | ((qh << 5) & 0x700),
-                                        qs[4 * ib + 2] | ((qh << 2) & 0x700), qs[4 * ib + 3] | ((qh >> 1) & 0x700));
+            const __m256i g = rows4_idx(iq1s_grid, idx4(qs + 4 * ib, _pdep_u64(qh & 0xfff, 0x0700070007000700ULL)));
             const __m256i p = _mm256_maddubs_epi16(_mm256_add_epi8(g, one), _mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)));
             const int ls = 2 * ((qh >> 12) & 7) + 1;
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(8 * ls))));
@@ -313,7 +323,7 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
         #pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = load_u32(x[i].qh + 2 * ib) & 0xffff; /* 4 nibbles: 3 index bits + delta sign */
-            const __m256i g = rows4_u64(iq1s_grid, qs[4 * ib + 0] | ((qh << 8) & 0x700), qs[4 * ib + 1] | ((qh << 4) & 0x700), qs[4 * ib + 2] | (qh & 0x700), qs[4 * ib + 3] | ((qh >> 4) & 0x700));
+            const __m256i g = rows4_idx(iq1s_grid, idx4(qs + 4 * ib, _pdep_u64(_pext_u32(qh, 0x7777u), 0x0700070007000700ULL)));
             const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi16((short)qh), dshuf);
             const __m256i dp = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, dbit), dbit), two);
             const __m256i wq = iq1_weights(g, dp);
