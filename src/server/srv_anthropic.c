@@ -13,12 +13,26 @@
 #include "core/alloc.h"
 #include "server/srv_internal.h"
 
+/* temperature, top_p and top_k are gone from the newest API but older clients send them */
 static const char *const MESSAGE_KEYS[] = {
     "model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k",
-    "metadata", "tools", "tool_choice", "thinking", "service_tier",
+    "metadata", "tools", "tool_choice", "thinking", "service_tier", "cache_control", "container", "diagnostics",
+    "inference_geo", "output_config", "speed", "user_profile_id", "workspace_id",
     /* extensions */
     "min_p", "seed", "repeat_penalty", NULL};
-static const char *const COUNT_KEYS[] = {"model", "messages", "system", "tools", "tool_choice", "thinking", NULL};
+static const char *const COUNT_KEYS[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
+                                         "cache_control", "output_config", "speed", "user_profile_id",
+                                         "workspace_id", NULL};
+
+/* Known fields with no effect here (caching hints, routing, ids): type-checked, ignored. */
+static const struct {
+    const char *key;
+    json_type type;
+} IGNORED[] = {
+    {"metadata", JSON_OBJECT}, {"service_tier", JSON_STRING}, {"cache_control", JSON_OBJECT},
+    {"diagnostics", JSON_OBJECT}, {"inference_geo", JSON_STRING}, {"speed", JSON_STRING},
+    {"user_profile_id", JSON_STRING}, {"workspace_id", JSON_STRING}, {"container", JSON_NULL},
+};
 
 static int unsupported(srv_err *e, const char *key, const char *why) {
     return srv_fail(e, 400, key, "unsupported_parameter", "%s: not supported by this server yet (%s)", key, why);
@@ -47,10 +61,19 @@ static int check_common(json_t *body, srv_err *e) {
             return srv_fail(e, 400, "thinking", "invalid_type", "thinking: must be an object with a 'type'");
         if (strcmp(json_string_value(t), "disabled")) return unsupported(e, "thinking", "no extended thinking");
     }
-    v = json_object_get(body, "metadata");
-    if (v && !json_is_null(v) && !json_is_object(v))
-        return srv_fail(e, 400, "metadata", "invalid_type", "metadata: must be an object");
-    if (jf_string(body, "service_tier", &s, e) < 0) return -1;
+    v = json_object_get(body, "output_config");
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) return srv_fail(e, 400, "output_config", "invalid_type", "output_config: must be an object");
+        json_t *f = json_object_get(v, "format");
+        if (f && !json_is_null(f)) return unsupported(e, "output_config.format", "no structured outputs");
+    }
+    for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
+        v = json_object_get(body, IGNORED[i].key);
+        if (!v || json_is_null(v) || IGNORED[i].type == JSON_NULL) continue;
+        if (json_typeof(v) != IGNORED[i].type)
+            return srv_fail(e, 400, IGNORED[i].key, "invalid_type", "%s: must be %s", IGNORED[i].key,
+                            IGNORED[i].type == JSON_STRING ? "a string" : "an object");
+    }
     return 0;
 }
 

@@ -19,7 +19,8 @@ static const char *const CHAT_KEYS[] = {
     "max_completion_tokens", "stop", "seed", "presence_penalty", "frequency_penalty", "n", "logprobs",
     "top_logprobs", "tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias",
     "parallel_tool_calls", "user", "metadata", "store", "service_tier", "modalities", "audio", "prediction",
-    "reasoning_effort", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity",
+    "reasoning_effort", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity", "moderation",
+    "prompt_cache_options", "prompt_cache_retention",
     /* extensions (llama.cpp spells them the same) */
     "top_k", "min_p", "repeat_penalty", NULL};
 
@@ -28,7 +29,8 @@ static const char *const COMPLETION_KEYS[] = {
     "presence_penalty", "frequency_penalty", "n", "logprobs", "echo", "best_of", "logit_bias", "suffix", "user",
     "top_k", "min_p", "repeat_penalty", NULL};
 
-/* Known parameters with no effect on the output: checked for type, ignored. */
+/* Known parameters with no effect on the output: checked for type (JSON_NULL:
+ * any type), ignored. */
 static const struct {
     const char *key;
     json_type type;
@@ -36,12 +38,13 @@ static const struct {
     {"user", JSON_STRING}, {"metadata", JSON_OBJECT}, {"store", JSON_TRUE}, {"service_tier", JSON_STRING},
     {"parallel_tool_calls", JSON_TRUE}, {"reasoning_effort", JSON_STRING}, {"prompt_cache_key", JSON_STRING},
     {"safety_identifier", JSON_STRING}, {"verbosity", JSON_STRING}, {"model", JSON_STRING},
+    {"prompt_cache_options", JSON_OBJECT}, {"prompt_cache_retention", JSON_STRING}, {"moderation", JSON_NULL},
 };
 
 static int check_ignored(json_t *body, srv_err *e) {
     for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
         json_t *v = json_object_get(body, IGNORED[i].key);
-        if (!v || json_is_null(v)) continue;
+        if (!v || json_is_null(v) || IGNORED[i].type == JSON_NULL) continue;
         int ok = IGNORED[i].type == JSON_TRUE ? json_is_boolean(v) : json_typeof(v) == IGNORED[i].type;
         if (!ok) {
             const char *want = IGNORED[i].type == JSON_STRING ? "a string"

@@ -78,12 +78,14 @@ static void dispatch_locked(srv_sched *s) {
 typedef struct {
     pending *job;
     int slot;
+    int stopped;        /* the front end asked to stop (client gone) */
 } text_ctx;
 
 static int on_text(void *ctx, const char *text, size_t len) {
     text_ctx *t = ctx;
     srv_event ev = {.kind = SRV_EV_TEXT, .slot = t->slot, .text = text, .len = len};
-    return t->job->fn(t->job->ctx, &ev);
+    if (t->job->fn(t->job->ctx, &ev) != 0) t->stopped = 1;
+    return t->stopped;
 }
 
 /* Run one request on the slot's engine; returns its outcome for the metrics:
@@ -99,7 +101,7 @@ static int run_job(slot *sl, pending *job, gen_stats *st) {
     const srv_request *r = job->req;
     sampler *smp = sampler_create(&r->sp, sl->e->m->hp.n_vocab);
     gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop};
-    text_ctx tc = {job, sl->id};
+    text_ctx tc = {job, sl->id, 0};
     int rc = engine_generate(sl->e, smp, r->prompt, r->n_prompt, &gp, on_text, &tc, st);
     sampler_free(smp);
     if (rc != 0) {
@@ -110,10 +112,10 @@ static int run_job(slot *sl, pending *job, gen_stats *st) {
     }
     char line[512];
     gen_stats_format(st, line, sizeof line);
-    ST_INFO("slot %d: %s, finish %s", sl->id, line, st->finish);
+    ST_INFO("slot %d: %s, finish %s", sl->id, line, tc.stopped ? "cancelled" : st->finish);
     ev = (srv_event){.kind = SRV_EV_DONE, .slot = sl->id, .stats = st};
     job->fn(job->ctx, &ev);
-    return 0;
+    return tc.stopped ? 2 : 0;
 }
 
 static void *worker(void *arg) {
@@ -129,8 +131,9 @@ static void *worker(void *arg) {
         int outcome = run_job(sl, &job, &st);
         pthread_mutex_lock(&s->mu);
         sched_metrics *m = &s->m;
-        if (outcome == 0) {
-            m->done++;
+        if (outcome == 0 || (outcome == 2 && st.n_prompt > 0)) {
+            if (outcome == 0) m->done++;
+            else m->cancelled++;
             m->prompt_tokens += (uint64_t)st.n_prompt;
             m->reused_tokens += (uint64_t)st.n_reused;
             m->read_tokens += (uint64_t)st.n_read;
@@ -142,7 +145,7 @@ static void *worker(void *arg) {
         } else if (outcome == 1)
             m->failed++;
         else
-            m->cancelled++;
+            m->cancelled++; /* dropped before it started */
         sl->job.req = NULL;
         m->busy--;
         dispatch_locked(s);
