@@ -1,0 +1,99 @@
+/* Benchmark of the shipped matrix products (src/backend/cuda, through the
+ * public cuda_matmul) for every weight format: decode GB/s against the read
+ * ceiling, and the decode-vs-GEMM crossover in tokens.
+ *
+ * Decode: one 16384 x 4096 matrix per format (rows of 4096 weights), rotated
+ * over copies worth >= 1 GiB so that every launch reads HBM; the time covers
+ * the whole cuda_matmul call (activation quantization + product). GB/s =
+ * weight bytes / time.
+ * Crossover: Q4_K and Q6_K 6144 x 2048 (qwen3 experts x 8) and 4096 x 4096
+ * at 1..512 tokens on both paths, forced (cuda_mm_force_path).
+ *
+ * Build (device, after the CMake build): see dev/cuda/run_device.sh.
+ */
+#include "lab_common.cuh"
+
+#include "backend/cuda/mm.h"
+extern "C" {
+#include "quant/quant.h"
+}
+
+static double time_matmul(st_weight *ws, int rot, const float *x, float *y, int n_tok, int reps) {
+    return lab_time_ms(reps, [&](int i) {
+        if (cuda_matmul(&ws[i % rot], 0, x, y, n_tok, 0) != 0) {
+            fprintf(stderr, "cuda_matmul failed\n");
+            exit(1);
+        }
+    });
+}
+
+int main(int argc, char **argv) {
+    const double bw = lab_read_bw_gbs();
+    printf("read ceiling %.0f GB/s\n", bw);
+    const qt_type types[] = {QT_F32,   QT_F16,    QT_BF16,   QT_Q4_0,    QT_Q4_1,   QT_Q5_0,  QT_Q5_1,   QT_Q8_0,
+                             QT_Q2_K,  QT_Q3_K,   QT_Q4_K,   QT_Q5_K,    QT_Q6_K,   QT_IQ4_NL, QT_IQ4_XS, QT_IQ2_XXS,
+                             QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S,  QT_IQ1_M, QT_MXFP4};
+    const int n_in = 4096, n_out = 16384;
+    float *x, *y;
+    LAB_CHECK(cudaMalloc(&x, sizeof(float) * n_in * 512));
+    LAB_CHECK(cudaMalloc(&y, sizeof(float) * n_out * 512));
+    {
+        std::vector<float> hx((size_t)n_in * 512);
+        for (auto &v : hx) v = lab_gauss();
+        LAB_CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    }
+    printf("\ndecode, %d x %d, whole cuda_matmul call\n", n_out, n_in);
+    printf("%-8s %6s %8s %8s %9s %9s %9s\n", "format", "bpw", "MB", "us(1)", "GB/s(1)", "%ceiling", "us(8tok)");
+    for (qt_type t : types) {
+        if (argc > 1 && strcmp(argv[1], "--quick") == 0 && t != QT_Q4_K && t != QT_Q6_K) continue;
+        const size_t rb = qt_row_size(t, n_in), mb = rb * n_out;
+        const int rot = (int)std::max<size_t>(2, ((size_t)1 << 30) / mb + 1);
+        uint8_t *w;
+        LAB_CHECK(cudaMalloc(&w, mb * rot));
+        std::vector<uint8_t> h(mb);
+        for (auto &c : h) c = (uint8_t)lab_rand();
+        if (t == QT_F32 || t == QT_F16 || t == QT_BF16) { /* finite values */
+            std::vector<float> f((size_t)n_in * n_out);
+            for (auto &v : f) v = 0.05f * lab_gauss();
+            qt_quantize(t, f.data(), h.data(), (int64_t)f.size());
+        }
+        for (int k = 0; k < rot; k++) LAB_CHECK(cudaMemcpy(w + k * mb, h.data(), mb, cudaMemcpyHostToDevice));
+        std::vector<st_weight> ws(rot);
+        for (int k = 0; k < rot; k++) ws[k] = st_weight{w + k * mb, NULL, t, n_in, n_out, 1, rb};
+        const double ms1 = time_matmul(ws.data(), rot, x, y, 1, 100);
+        const double ms8 = time_matmul(ws.data(), rot, x, y, 8, 50);
+        const double gbs = (double)mb / (ms1 * 1e-3) / 1e9;
+        printf("%-8s %6.2f %8.1f %8.1f %9.0f %8.1f%% %9.1f\n", qt_get(t)->name, 8.0 * rb / n_in, mb / 1e6, ms1 * 1e3,
+               gbs, 100 * gbs / bw, ms8 * 1e3);
+        cudaFree(w);
+    }
+
+    printf("\ncrossover: time per call (us) by path and tokens\n");
+    const int toks[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
+    struct shp { qt_type t; int n_out, n_in; } shps[] = {
+        {QT_Q4_K, 6144, 2048}, {QT_Q6_K, 6144, 2048}, {QT_Q4_K, 4096, 4096}, {QT_Q6_K, 4096, 4096}};
+    for (const shp &s : shps) {
+        const size_t rb = qt_row_size(s.t, s.n_in), mb = rb * s.n_out;
+        const int rot = (int)std::max<size_t>(2, ((size_t)1 << 30) / mb + 1);
+        uint8_t *w;
+        LAB_CHECK(cudaMalloc(&w, mb * rot));
+        std::vector<uint8_t> h(mb);
+        for (auto &c : h) c = (uint8_t)lab_rand();
+        for (int k = 0; k < rot; k++) LAB_CHECK(cudaMemcpy(w + k * mb, h.data(), mb, cudaMemcpyHostToDevice));
+        std::vector<st_weight> ws(rot);
+        for (int k = 0; k < rot; k++) ws[k] = st_weight{w + k * mb, NULL, s.t, s.n_in, s.n_out, 1, rb};
+        printf("%s %dx%d\n  %-6s %10s %10s %12s\n", qt_get(s.t)->name, s.n_out, s.n_in, "tok", "mmv us", "gemm us",
+               "gemm TFLOP/s");
+        for (int nt : toks) {
+            cuda_mm_force_path(1);
+            const double a = nt <= 64 ? time_matmul(ws.data(), rot, x, y, nt, 20) : NAN;
+            cuda_mm_force_path(2);
+            const double g = time_matmul(ws.data(), rot, x, y, nt, 20);
+            cuda_mm_force_path(0);
+            printf("  %-6d %10.1f %10.1f %12.1f\n", nt, a * 1e3, g * 1e3, 2.0 * s.n_out * s.n_in * nt / (g * 1e-3) / 1e12);
+        }
+        cudaFree(w);
+    }
+    cuda_mm_release();
+    return 0;
+}

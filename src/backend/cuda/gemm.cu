@@ -1,0 +1,155 @@
+/* The prompt path of the matrix products: dequantize the weights to bf16 in
+ * row chunks and multiply with cuBLAS (bf16 inputs, f32 accumulation and
+ * output), plus the small gather/convert/scatter kernels the MoE grouping
+ * needs.
+ *
+ * Why bf16 and not f16: activations of some models exceed f16's range
+ * (65504); bf16 has f32's exponent. Its 8-bit mantissa adds a relative error
+ * near 2^-9 per operand, far below the activations' int8 error on the decode
+ * path and the weights' own quantization error. F32 weights (rare for
+ * matrices) go to cuBLAS as f32 without conversion; BF16 weights are used in
+ * place.
+ *
+ * Chunking bounds the scratch (MM_WB_ELEMS bf16 values): a 151936 x 2048
+ * output matrix would otherwise need 622 MB of bf16.
+ */
+#include "backend/cuda/mm_impl.cuh"
+#include "backend/cuda/quant_cuda.cuh"
+
+#include <cuda_bf16.h>
+
+#define MM_WB_ELEMS ((size_t)32 << 20) /* bf16 values per dequantized chunk (64 MB) */
+
+/* ---- dequantize: one thread per 32-weight unit, 64 bytes of bf16 out ---- */
+
+template <int T>
+static __global__ void mm_dequant_kernel(const uint8_t *__restrict__ w, size_t row_bytes, int n_units, int64_t n,
+                                         uint4 *__restrict__ dst) {
+    using F = mmf<T>;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* unit over all rows */
+    if (i >= n) return;
+    const int64_t r = i / n_units;
+    const int gu = (int)(i % n_units);
+    mm_unit u;
+    F::unit(w + r * row_bytes + (size_t)(gu / F::UPB) * F::BYTES, gu % F::UPB, u);
+    uint32_t o[16];
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(mm_unit_weight<F>(u, 2 * k), mm_unit_weight<F>(u, 2 * k + 1));
+        o[k] = *(const uint32_t *)&h;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) dst[4 * i + k] = make_uint4(o[4 * k], o[4 * k + 1], o[4 * k + 2], o[4 * k + 3]);
+}
+
+static __global__ void mm_f16_to_bf16_kernel(const __half *__restrict__ w, size_t row_elems, int n_in, int64_t n,
+                                             __nv_bfloat16 *__restrict__ dst) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    dst[i] = __float2bfloat16_rn(__half2float(w[(i / n_in) * row_elems + i % n_in]));
+}
+
+int mm_dequant_bf16(qt_type t, const void *w, size_t row_bytes, int n_in, int64_t r0, int64_t n_rows, void *dst,
+                    cudaStream_t s) {
+    const uint8_t *base = (const uint8_t *)w + r0 * row_bytes;
+    if (t == QT_F16) {
+        const int64_t n = n_rows * n_in;
+        mm_f16_to_bf16_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>((const __half *)base, row_bytes / 2, n_in, n,
+                                                                         (__nv_bfloat16 *)dst);
+        CUDA_LAUNCH_CHECK();
+        return 0;
+    }
+    const int n_units = n_in / 32;
+    const int64_t n = n_rows * n_units;
+    const unsigned blocks = st_div_up((size_t)n, 128);
+    switch ((int)t) {
+#define MM_CASE(T)                                                                                           \
+    case T:                                                                                                  \
+        mm_dequant_kernel<T><<<blocks, 128, 0, s>>>(base, row_bytes, n_units, n, (uint4 *)dst);              \
+        break;
+        MM_QUANT_TYPES(MM_CASE)
+#undef MM_CASE
+    default:
+        st_error_set("cuda_matmul: weight type %d cannot be dequantized on the GPU", (int)t);
+        return -1;
+    }
+    CUDA_LAUNCH_CHECK();
+    return 0;
+}
+
+/* ---- activations ---- */
+
+static __global__ void mm_act_bf16_kernel(const float *__restrict__ x, const int32_t *__restrict__ idx, int n_in,
+                                          int64_t n, __nv_bfloat16 *__restrict__ dst) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int64_t r = i / n_in, c = i % n_in;
+    const int64_t src = idx ? idx[r] : r;
+    dst[i] = __float2bfloat16_rn(x[src * n_in + c]);
+}
+
+void mm_act_bf16(const float *x, const int32_t *idx, int n, int n_in, void *dst, cudaStream_t s) {
+    const int64_t total = (int64_t)n * n_in;
+    if (total == 0) return;
+    mm_act_bf16_kernel<<<st_div_up((size_t)total, 256), 256, 0, s>>>(x, idx, n_in, total, (__nv_bfloat16 *)dst);
+    CUDA_LAUNCH_CHECK();
+}
+
+static __global__ void mm_scatter_kernel(const float *__restrict__ yb, const int32_t *__restrict__ idx, int n_out,
+                                         int64_t n, float *__restrict__ y) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int64_t r = i / n_out, c = i % n_out;
+    y[(int64_t)(idx ? idx[r] : r) * n_out + c] = yb[i];
+}
+
+void mm_scatter_rows(const float *yb, const int32_t *idx, int n, int n_out, float *y, cudaStream_t s) {
+    const int64_t total = (int64_t)n * n_out;
+    if (total == 0) return;
+    mm_scatter_kernel<<<st_div_up((size_t)total, 256), 256, 0, s>>>(yb, idx, n_out, total, y);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* ---- cuBLAS ---- */
+
+/* Rows per dequantized chunk for n_in columns (whole matrix if it fits). */
+static int64_t mm_chunk_rows(int64_t n_in, int64_t n_out) {
+    int64_t r = (int64_t)(MM_WB_ELEMS / (size_t)n_in);
+    if (r < 1) r = 1;
+    return r < n_out ? r : n_out;
+}
+
+size_t mm_gemm_scratch_bytes(qt_type t, int64_t n_in, int64_t n_out) {
+    if (t == QT_F32 || t == QT_BF16) return 0;
+    return (size_t)mm_chunk_rows(n_in, n_out) * (size_t)n_in * 2;
+}
+
+int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok,
+            float *y, cudaStream_t s) {
+    const int n_in = (int)w->n_in, n_out = (int)w->n_out;
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasSetStream(sc->blas, s));
+    /* Column-major view: W rows are columns of an n_in x n_out matrix, so
+     * Y^T (n_out x n_tok) = op_T(W) * X^T with X^T's columns the tokens. */
+    if (w->type == QT_F32) {
+        CUBLAS_CHECK(cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, CUDA_R_32F,
+                                  (int)(w->row_bytes / 4), xf, CUDA_R_32F, n_in, &zero, y, CUDA_R_32F, n_out,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return 0;
+    }
+    if (w->type == QT_BF16) {
+        CUBLAS_CHECK(cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, CUDA_R_16BF,
+                                  (int)(w->row_bytes / 2), xb, CUDA_R_16BF, n_in, &zero, y, CUDA_R_32F, n_out,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return 0;
+    }
+    const int64_t chunk = mm_chunk_rows(n_in, n_out);
+    for (int64_t r0 = 0; r0 < n_out; r0 += chunk) {
+        const int64_t nr = r0 + chunk <= n_out ? chunk : n_out - r0;
+        if (mm_dequant_bf16(w->type, wdata, w->row_bytes, n_in, r0, nr, sc->wb, s) != 0) return -1;
+        CUBLAS_CHECK(cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n_tok, n_in, &one, sc->wb,
+                                  CUDA_R_16BF, n_in, xb, CUDA_R_16BF, n_in, &zero, y + r0, CUDA_R_32F, n_out,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    return 0;
+}

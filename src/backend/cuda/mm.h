@@ -1,0 +1,96 @@
+/* Matrix products of the CUDA backend: y = W x for every GGUF weight format.
+ *
+ * Two paths, chosen by the number of tokens:
+ *  - decode (n_tok <= MM_MMV_MAX_TOK): matrix-vector kernels (mmv.cu). The
+ *    activations are quantized on the device to int8 blocks of 32 (a scale and
+ *    the scaled sum per block, like Q8_1) and each 32-weight unit of a row is
+ *    decoded to int8 and multiplied with dp4a; one pass over the weights
+ *    serves all tokens. F32/F16/BF16 weights are read as floats instead.
+ *  - prompt (more tokens): the weights are dequantized to bf16 into a scratch
+ *    buffer, in row chunks, and multiplied by cuBLAS (gemm.cu), the
+ *    activations converted to bf16, f32 accumulation.
+ *
+ * All pointers to weights, activations and outputs are device pointers on the
+ * current device, 16-byte aligned (cudaMalloc gives 256). Scratch buffers and
+ * the cuBLAS handle are per device and grow on demand; growth is refused
+ * while the stream is being captured, so call cuda_mm_reserve() before
+ * capturing a graph. One host thread drives a given device at a time.
+ *
+ * Errors: bad shapes or an unknown type return -1 with st_error set (core/log.h);
+ * failed CUDA calls abort (CUDA_CHECK, common.cuh).
+ */
+#ifndef STRATA_BACKEND_CUDA_MM_H
+#define STRATA_BACKEND_CUDA_MM_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+/* C callers need only cudaStream_t; the .cu files get the whole toolkit. */
+#if defined(__cplusplus) || defined(__CUDACC__)
+#include "backend/cuda/compat.h"
+#elif defined(STRATA_HIP)
+#include <hip/hip_runtime_api.h>
+#define cudaStream_t hipStream_t
+#else
+#include <cuda_runtime_api.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest token count that takes the matrix-vector path; above it, GEMM. */
+#define MM_MMV_MAX_TOK 8
+
+/* y[t, 0:n_out] = W[mat] x[t, 0:n_in] for t < n_tok.
+ * w: device data (w->data, or w->mat[mat] when the matrices are placed apart:
+ *    w->mat is then a HOST array of device pointers);
+ * x: [n_tok][n_in] f32, y: [n_tok][n_out] f32 (y must not alias x). */
+int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, cudaStream_t s);
+
+/* Grouped expert product (MoE), for each pair p < n_pairs:
+ *
+ *     y[p, 0:n_out] = W[ids[p]] x[xrow[p], 0:n_in]
+ *
+ * w        shape and type of one expert matrix (n_in, n_out, type, row_bytes);
+ *          w->n_mat is the number of experts (ids must be < n_mat).
+ * d_mat    DEVICE array of n_mat device pointers, expert -> its matrix (for
+ *          experts placed in cache slots); NULL when the experts are one
+ *          contiguous device tensor at w->data (expert e at e*n_out*row_bytes).
+ * d_ids    DEVICE int32 [n_pairs]: expert of each pair; a negative id (an
+ *          expert handled elsewhere, e.g. by the CPU lane) writes zeros to y[p].
+ * d_xrow   DEVICE int32 [n_pairs]: row of x for each pair (e.g. token t of a
+ *          top-k pair t*k+j); NULL means row p.
+ * x        [n_x][n_in] f32, the rows the pairs read.
+ * y        [n_pairs][n_out] f32.
+ *
+ * With n_pairs <= MM_MOE_DEVICE_MAX (decode) everything stays on the device:
+ * no host synchronisation, so it can be captured in a CUDA graph. With more
+ * pairs (prompt chunks) the ids are copied to the host once (the stream is
+ * synchronised), pairs are grouped per expert, and each expert's tokens go
+ * through the matrix-vector kernel in groups of 8 or, for experts with many
+ * tokens, through the bf16 GEMM path. */
+#define MM_MOE_DEVICE_MAX 64
+int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
+                    int n_pairs, const float *x, int n_x, float *y, cudaStream_t s);
+
+/* Pre-size the current device's scratch for products up to n_in columns and
+ * n_rows activation rows (decode graphs: call before capture). 0 or -1. */
+int cuda_mm_reserve(int64_t n_in, int n_rows);
+
+/* Free every device's scratch and cuBLAS handle (at backend destroy). */
+void cuda_mm_release(void);
+
+/* Whether type t has a CUDA matrix product (every weight format of blocks.h). */
+int cuda_mm_supports(qt_type t);
+
+/* Force a path for tests and benchmarks: 0 automatic, 1 matrix-vector for any
+ * n_tok (in groups of 8), 2 GEMM for any n_tok. Returns the previous mode. */
+int cuda_mm_force_path(int mode);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

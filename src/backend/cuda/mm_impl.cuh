@@ -1,0 +1,84 @@
+/* Internal to the matrix products (mmv.cu, gemm.cu, gemm_dispatch.cu): the
+ * launch descriptions passed between them and the per-device scratch. The
+ * public API is mm.h.
+ */
+#ifndef STRATA_BACKEND_CUDA_MM_IMPL_CUH
+#define STRATA_BACKEND_CUDA_MM_IMPL_CUH
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/mm.h"
+
+/* The unit formats of quant_cuda.cuh, for the launchers' switches: X(T) per type. */
+#define MM_QUANT_TYPES(X)                                                                                    \
+    X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) X(QT_Q8_0) X(QT_Q2_K) X(QT_Q3_K) X(QT_Q4_K) X(QT_Q5_K)      \
+        X(QT_Q6_K) X(QT_IQ2_XXS) X(QT_IQ2_XS) X(QT_IQ2_S) X(QT_IQ3_XXS) X(QT_IQ3_S) X(QT_IQ1_S) X(QT_IQ1_M) \
+            X(QT_IQ4_NL) X(QT_IQ4_XS) X(QT_MXFP4)
+
+/* Most tokens one matrix-vector launch serves per pass over the weights. */
+#define MM_NT_MAX 8
+/* A token group record: expert, count, MM_NT_MAX activation rows, MM_NT_MAX output rows. */
+#define MM_REC (2 + 2 * MM_NT_MAX)
+
+typedef enum {
+    MM_GROUPS_DENSE = 0, /* one group: matrix `mat`, tokens 0..n_tok-1 */
+    MM_GROUPS_PAIRS = 1, /* group p: expert ids[p], activation row xrow[p] (or p), output row p */
+    MM_GROUPS_REC = 2,   /* group g: the record rec[g*MM_REC ...] */
+} mm_groups;
+
+/* One matrix-vector launch. */
+struct mm_mmv_args {
+    qt_type type;
+    const uint8_t *w;         /* matrix 0 */
+    size_t mat_stride;        /* bytes between matrices at w */
+    const void *const *w_tab; /* device table expert -> matrix, or NULL */
+    size_t row_bytes;
+    int n_in, n_out;
+    const int8_t *aq;         /* quantized activations [rows][n_in] (quant formats) */
+    const float2 *ad;         /* their (scale, scale*sum) per 32 [rows][n_in/32] */
+    const float *x;           /* f32 activations [rows][n_in] (float formats) */
+    float *y;                 /* [rows][n_out] */
+    mm_groups groups;
+    int mat, n_tok;           /* DENSE */
+    const int32_t *ids, *xrow; /* PAIRS */
+    const int32_t *rec;       /* REC */
+    int n_groups;
+};
+
+/* Per-device scratch (gemm_dispatch.cu). */
+struct mm_scratch {
+    int8_t *aq;    size_t aq_bytes;   /* quantized activations */
+    float2 *ad;    size_t ad_bytes;
+    void *wb;      size_t wb_bytes;   /* dequantized bf16 weight chunk */
+    void *xb;      size_t xb_bytes;   /* bf16 activations (gathered for MoE) */
+    float *yb;     size_t yb_bytes;   /* f32 GEMM output (MoE, before scatter) */
+    int32_t *rec;  size_t rec_bytes;  /* token group records / gather lists */
+    cublasHandle_t blas;
+};
+
+/* The current device's scratch with each buffer at least the given size
+ * (0 = not needed); NULL with st_error if it must grow during capture. */
+mm_scratch *mm_scratch_get(cudaStream_t s, size_t aq, size_t ad, size_t wb, size_t xb, size_t yb, size_t rec);
+
+/* mmv.cu */
+int mm_is_float(qt_type t);
+/* x [n_rows][n_in] f32 -> aq, ad (n_in a multiple of 32). */
+void mm_quantize_act(const float *x, int n_in, int n_rows, int8_t *aq, float2 *ad, cudaStream_t s);
+/* Launch one matrix-vector product; -1 with st_error for an unsupported type. */
+int mm_mmv_launch(const mm_mmv_args *a, cudaStream_t s);
+
+/* gemm.cu */
+/* Rows [r0, r0+n_rows) of a weight matrix -> bf16 [n_rows][n_in] at dst. */
+int mm_dequant_bf16(qt_type t, const void *w, size_t row_bytes, int n_in, int64_t r0, int64_t n_rows, void *dst,
+                    cudaStream_t s);
+/* x rows (idx[i] or i) f32 -> bf16 [n][n_in]. */
+void mm_act_bf16(const float *x, const int32_t *idx, int n, int n_in, void *dst, cudaStream_t s);
+/* y[idx[i] or i][n_out] = yb[i][n_out] for i < n. */
+void mm_scatter_rows(const float *yb, const int32_t *idx, int n, int n_out, float *y, cudaStream_t s);
+/* Bytes of bf16 weight scratch mm_gemm needs for this matrix (0 for F32/BF16). */
+size_t mm_gemm_scratch_bytes(qt_type t, int64_t n_in, int64_t n_out);
+/* y[n_tok][n_out] = W x via bf16 chunks and cuBLAS; x already bf16
+ * (xb, [n_tok][n_in]) unless the weights are F32, in which case xf is used. */
+int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok,
+            float *y, cudaStream_t s);
+
+#endif
