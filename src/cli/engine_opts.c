@@ -29,6 +29,11 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         p->n_ubatch = (int)n;
         return 1;
     }
+    if ((r = args_value(a, "--gpu", &v))) { /* run every op on this GPU (CUDA/HIP builds) */
+        if (r < 0 || args_int(a, "--gpu", v, 0, 255, &n)) return -1;
+        p->gpu = (int)n;
+        return 1;
+    }
     if ((r = args_value(a, "--kv", &v))) {
         if (r < 0) return -1;
         int t = kv_type_from_name(v);

@@ -21,6 +21,7 @@ static const command COMMANDS[] = {
     {"perplexity", cmd_perplexity, "perplexity on a text file, comparable with llama.cpp's"},
     {"bench", cmd_bench, "prompt and decode speed, GB/s of weights read"},
     {"serve", cmd_serve, "OpenAI- and Anthropic-compatible HTTP server (default model when -m is not given)"},
+    {"device", cmd_device, "list the GPUs and self-test one (memory plan, bandwidth, every op vs the CPU)"},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

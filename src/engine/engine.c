@@ -7,10 +7,15 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/engine_place.h"
+#ifdef STRATA_HAVE_GPU
+#include "backend/cuda/backend_cuda.h"
+#endif
 
 engine_params engine_defaults(void) {
     engine_params p = {0};
     p.kv_type = ST_KV_F16;
+    p.gpu = -1;
     return p;
 }
 
@@ -29,10 +34,26 @@ engine *engine_open(const engine_params *p) {
         model_free(m);
         return NULL;
     }
+    st_backend *be = NULL;
+    if (p->gpu < 0) {
+        be = backend_cpu_create(p->n_threads);
+    } else {
+#ifdef STRATA_HAVE_GPU
+        be = backend_cuda_create(p->gpu); /* NULL: one line naming the card and the build's architectures */
+#else
+        st_error_set("--gpu %d: this build has no GPU backend (configure with -DSTRATA_CUDA=ON)", p->gpu);
+#endif
+        if (!be) {
+            tokenizer_free(tok);
+            model_free(m);
+            return NULL;
+        }
+    }
     engine *e = st_calloc(1, sizeof *e);
     e->m = m;
     e->tok = tok;
-    e->be = backend_cpu_create(p->n_threads);
+    e->be = be;
+    if (p->gpu >= 0) e->placed = engine_place_model(m, be); /* the engine decides where weights live */
     e->mc = model_ctx_create(m, e->be, p->n_ubatch > 0 ? p->n_ubatch : 512);
     e->kv = kv_cache_create(e->be, &m->hp, n_ctx, p->kv_type);
     e->n_ctx = n_ctx;
@@ -45,6 +66,7 @@ void engine_close(engine *e) {
     if (!e) return;
     kv_cache_free(e->kv);
     model_ctx_free(e->mc);
+    engine_place_free(e->placed);
     e->be->destroy(e->be);
     tokenizer_free(e->tok);
     model_free(e->m);

@@ -19,6 +19,7 @@ typedef struct {
     st_kv_type kv_type;
     int n_threads;      /* 0: all cores */
     int n_ubatch;       /* prompt chunk size, 0: 512 */
+    int gpu;            /* -1: CPU backend (default); N >= 0: every op on GPU N (builds with STRATA_CUDA/HIP) */
 } engine_params;
 
 typedef struct {
@@ -31,6 +32,7 @@ typedef struct {
     int n_past;         /* positions filled in the cache */
     int32_t *hist;      /* (n_ctx) the tokens at those positions */
     float *logits;      /* (n_vocab) of the last evaluated token */
+    struct engine_placed *placed; /* device copies of the weights (GPU backend), else NULL */
 } engine;
 
 engine_params engine_defaults(void);

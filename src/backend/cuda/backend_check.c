@@ -1,0 +1,390 @@
+/* Op-by-op comparison of two backends (backend_check.h).
+ *
+ * Bounds, and why: ops that do the same float arithmetic in the same order
+ * per value (get_rows, add, scale, kv_store's f16 rounding) must match
+ * exactly or within a few ulp (bound 1e-12); ops whose sums are ordered
+ * differently (rmsnorm, softmax in attention and routing, transcendental
+ * functions in rope and act_mul) get 1e-9 to 1e-7; matrix products quantize
+ * the activations differently on each backend (the CPU to Q8_1/Q8_K, the GPU
+ * to int8 blocks of 32 or bf16), so they and the MoE FFN get 2e-3, about ten
+ * times the NMSE that one 8-bit activation rounding adds.
+ */
+#include "backend/cuda/backend_check.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cuda/backend_cuda.h"
+#include "core/alloc.h"
+#include "quant/quant.h"
+
+typedef struct {
+    st_backend *ref, *dut;
+    uint64_t rng;
+    bcheck_report_fn fn;
+    void *ctx;
+    int fails;
+} chk;
+
+static uint64_t next_u64(chk *c) { /* splitmix64 */
+    uint64_t z = (c->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(chk *c) { return (float)((next_u64(c) >> 40) + 0.5) / 16777216.0f; }
+
+static float gauss(chk *c) {
+    float u = uniform(c), v = uniform(c);
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+static float *rand_host(chk *c, size_t n, float sd) {
+    float *h = st_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = gauss(c) * sd;
+    return h;
+}
+
+/* A buffer on a backend holding a copy of host data (or NaN-poisoned when h is NULL). */
+static void *put(st_backend *be, const void *h, size_t bytes) {
+    void *p = be->alloc(be, bytes);
+    if (h) {
+        be->to_device(be, p, h, bytes);
+    } else {
+        void *nan = st_malloc(bytes);
+        memset(nan, 0xff, bytes); /* all-ones floats are NaN */
+        be->to_device(be, p, nan, bytes);
+        st_free(nan);
+    }
+    return p;
+}
+
+static float *get(st_backend *be, const void *p, size_t n) {
+    float *h = st_malloc(n * sizeof(float));
+    be->to_host(be, h, p, n * sizeof(float));
+    return h;
+}
+
+static double nmse(const float *out, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(out[i]) || !isfinite(ref[i])) return INFINITY;
+        double d = (double)out[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void report(chk *c, const char *op, double e, double bound, double ms, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+#include <stdarg.h>
+static void report(chk *c, const char *op, double e, double bound, double ms, const char *fmt, ...) {
+    bcheck_result r = {op, "", e, bound, ms, e <= bound};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r.what, sizeof r.what, fmt, ap);
+    va_end(ap);
+    if (!r.pass) c->fails++;
+    if (c->fn) c->fn(c->ctx, &r);
+}
+
+/* Compare dut buffer d against ref buffer r, n floats. */
+static double cmp_bufs(chk *c, const void *r, const void *d, size_t n) {
+    float *a = get(c->ref, r, n), *b = get(c->dut, d, n);
+    double e = nmse(b, a, n);
+    st_free(a);
+    st_free(b);
+    return e;
+}
+
+/* A weight of n_mat matrices on both backends, quantized from Gaussians. */
+typedef struct {
+    st_weight r, d;
+    void *rp, *dp;
+} wpair;
+
+static wpair make_weight(chk *c, qt_type t, int64_t n_in, int64_t n_out, int64_t n_mat) {
+    size_t rb = qt_row_size(t, n_in), bytes = rb * (size_t)(n_out * n_mat);
+    float *f = rand_host(c, (size_t)(n_in * n_out * n_mat), 0.5f);
+    void *q = st_malloc(bytes);
+    for (int64_t r = 0; r < n_out * n_mat; r++) qt_quantize(t, f + r * n_in, (uint8_t *)q + (size_t)r * rb, n_in);
+    wpair w;
+    w.rp = put(c->ref, q, bytes);
+    w.dp = put(c->dut, q, bytes);
+    st_weight base = {NULL, NULL, t, n_in, n_out, n_mat, rb};
+    w.r = base;
+    w.d = base;
+    w.r.data = w.rp;
+    w.d.data = w.dp;
+    st_free(f);
+    st_free(q);
+    return w;
+}
+
+static void free_weight(chk *c, wpair *w) {
+    c->ref->free(c->ref, w->rp);
+    c->dut->free(c->dut, w->dp);
+}
+
+static void check_get_rows(chk *c, qt_type t, int64_t n_in) {
+    const int n_out = 64, n = 5;
+    wpair w = make_weight(c, t, n_in, n_out, 1);
+    int32_t ids[5];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(next_u64(c) % n_out);
+    void *ir = put(c->ref, ids, sizeof ids), *id = put(c->dut, ids, sizeof ids);
+    size_t no = (size_t)n * n_in;
+    void *or_ = put(c->ref, NULL, no * 4), *od = put(c->dut, NULL, no * 4);
+    c->ref->get_rows(c->ref, &w.r, ir, n, or_);
+    double t0 = now_ms();
+    c->dut->get_rows(c->dut, &w.d, id, n, od);
+    double e = cmp_bufs(c, or_, od, no);
+    report(c, "get_rows", e, 1e-12, now_ms() - t0, "%s, %d rows of %lld", qt_get(t)->name, n, (long long)n_in);
+    void *bufs[][2] = {{ir, id}, {or_, od}};
+    for (int i = 0; i < 2; i++) {
+        c->ref->free(c->ref, bufs[i][0]);
+        c->dut->free(c->dut, bufs[i][1]);
+    }
+    free_weight(c, &w);
+}
+
+static void check_matmul(chk *c, qt_type t, int64_t n_in, int64_t n_out, int n_tok) {
+    wpair w = make_weight(c, t, n_in, n_out, 2);
+    float *x = rand_host(c, (size_t)n_tok * n_in, 1.0f);
+    void *xr = put(c->ref, x, (size_t)n_tok * n_in * 4), *xd = put(c->dut, x, (size_t)n_tok * n_in * 4);
+    size_t no = (size_t)n_tok * n_out;
+    void *yr = put(c->ref, NULL, no * 4), *yd = put(c->dut, NULL, no * 4);
+    c->ref->matmul(c->ref, &w.r, 1, xr, yr, n_tok);
+    double t0 = now_ms();
+    c->dut->matmul(c->dut, &w.d, 1, xd, yd, n_tok);
+    double e = cmp_bufs(c, yr, yd, no);
+    report(c, "matmul", e, 2e-3, now_ms() - t0, "%s, %lld -> %lld, %d tokens, matrix 1 of 2", qt_get(t)->name,
+           (long long)n_in, (long long)n_out, n_tok);
+    c->ref->free(c->ref, xr), c->dut->free(c->dut, xd), c->ref->free(c->ref, yr), c->dut->free(c->dut, yd);
+    st_free(x);
+    free_weight(c, &w);
+}
+
+static void check_rmsnorm(chk *c, int dim, int rows, int in_place) {
+    size_t n = (size_t)dim * rows;
+    float *x = rand_host(c, n, 2.0f), *w = rand_host(c, (size_t)dim, 1.0f);
+    void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4);
+    void *wr = put(c->ref, w, (size_t)dim * 4), *wd = put(c->dut, w, (size_t)dim * 4);
+    void *yr = in_place ? xr : put(c->ref, NULL, n * 4), *yd = in_place ? xd : put(c->dut, NULL, n * 4);
+    c->ref->rmsnorm(c->ref, xr, wr, yr, dim, rows, 1e-6f);
+    double t0 = now_ms();
+    c->dut->rmsnorm(c->dut, xd, wd, yd, dim, rows, 1e-6f);
+    double e = cmp_bufs(c, yr, yd, n);
+    report(c, "rmsnorm", e, 1e-10, now_ms() - t0, "%d rows of %d%s", rows, dim, in_place ? ", in place" : "");
+    if (!in_place) c->ref->free(c->ref, yr), c->dut->free(c->dut, yd);
+    c->ref->free(c->ref, xr), c->dut->free(c->dut, xd), c->ref->free(c->ref, wr), c->dut->free(c->dut, wd);
+    st_free(x);
+    st_free(w);
+}
+
+static void check_rope(chk *c, int n_tok, int heads, int hd, int pos0, float theta, float fs, int neox) {
+    size_t n = (size_t)n_tok * heads * hd;
+    float *x = rand_host(c, n, 1.0f);
+    void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4);
+    c->ref->rope(c->ref, xr, n_tok, heads, hd, pos0, theta, fs, neox);
+    double t0 = now_ms();
+    c->dut->rope(c->dut, xd, n_tok, heads, hd, pos0, theta, fs, neox);
+    double e = cmp_bufs(c, xr, xd, n);
+    report(c, "rope", e, 1e-10, now_ms() - t0, "%s, %d tokens x %d heads x %d, pos %d, theta %g, scale %g",
+           neox ? "neox" : "normal", n_tok, heads, hd, pos0, theta, fs);
+    c->ref->free(c->ref, xr), c->dut->free(c->dut, xd);
+    st_free(x);
+}
+
+static void check_elementwise(chk *c, int64_t n, int dim) {
+    float *g = rand_host(c, (size_t)n, 2.0f), *u = rand_host(c, (size_t)n, 1.0f);
+    void *gr = put(c->ref, g, (size_t)n * 4), *gd = put(c->dut, g, (size_t)n * 4);
+    void *ur = put(c->ref, u, (size_t)n * 4), *ud = put(c->dut, u, (size_t)n * 4);
+    void *or_ = put(c->ref, NULL, (size_t)n * 4), *od = put(c->dut, NULL, (size_t)n * 4);
+    for (int a = 0; a < 2; a++) {
+        c->ref->act_mul(c->ref, (st_act)a, gr, ur, or_, n);
+        double t0 = now_ms();
+        c->dut->act_mul(c->dut, (st_act)a, gd, ud, od, n);
+        report(c, "act_mul", cmp_bufs(c, or_, od, (size_t)n), 1e-10, now_ms() - t0, "%s, %lld values",
+               a == ST_ACT_SILU ? "silu" : "gelu", (long long)n);
+    }
+    /* add: a bias row over n/dim rows, then a whole-tensor residual (n_rows = 1) */
+    c->ref->add(c->ref, gr, ur, dim, (int)(n / dim));
+    double t0 = now_ms();
+    c->dut->add(c->dut, gd, ud, dim, (int)(n / dim));
+    report(c, "add", cmp_bufs(c, gr, gd, (size_t)n), 1e-12, now_ms() - t0, "bias of %d over %lld rows", dim,
+           (long long)(n / dim));
+    c->ref->add(c->ref, gr, ur, n, 1);
+    c->dut->add(c->dut, gd, ud, n, 1);
+    report(c, "add", cmp_bufs(c, gr, gd, (size_t)n), 1e-12, 0, "residual of %lld values", (long long)n);
+    c->ref->scale(c->ref, gr, 0.37f, n);
+    c->dut->scale(c->dut, gd, 0.37f, n);
+    report(c, "scale", cmp_bufs(c, gr, gd, (size_t)n), 1e-12, 0, "%lld values", (long long)n);
+    void *bufs[][2] = {{gr, gd}, {ur, ud}, {or_, od}};
+    for (int i = 0; i < 3; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
+    st_free(g);
+    st_free(u);
+}
+
+static st_kv_layer make_kv(st_backend *be, st_kv_type t, int n_ctx, int hkv, int hd) {
+    st_kv_layer kv = {t, n_ctx, hkv, hd, NULL, NULL, NULL, NULL};
+    size_t elems = (size_t)n_ctx * hkv * hd, es = t == ST_KV_F16 ? 2 : 1;
+    kv.k = put(be, NULL, elems * es);
+    kv.v = put(be, NULL, elems * es);
+    if (t == ST_KV_INT8) {
+        kv.k_scale = put(be, NULL, (size_t)n_ctx * hkv * 4);
+        kv.v_scale = put(be, NULL, (size_t)n_ctx * hkv * 4);
+    }
+    return kv;
+}
+
+static void free_kv(st_backend *be, st_kv_layer *kv) {
+    void *p[] = {kv->k, kv->v, kv->k_scale, kv->v_scale};
+    for (int i = 0; i < 4; i++)
+        if (p[i]) be->free(be, p[i]);
+}
+
+/* Stored caches compared as dequantized values (f16 must be bit-equal; an
+ * int8 value may differ by one step where x*127/amax lands on a tie). */
+static double kv_diff(chk *c, const st_kv_layer *r, const st_kv_layer *d, int npos, int which) {
+    size_t row = (size_t)r->n_head_kv * r->head_dim, n = row * npos;
+    size_t es = r->type == ST_KV_F16 ? 2 : 1;
+    uint8_t *a = st_malloc(n * es), *b = st_malloc(n * es);
+    float *fa = st_malloc(n * 4), *fb = st_malloc(n * 4);
+    c->ref->to_host(c->ref, a, which ? r->v : r->k, n * es);
+    c->dut->to_host(c->dut, b, which ? d->v : d->k, n * es);
+    float *sa = NULL, *sb = NULL;
+    if (r->type == ST_KV_INT8) {
+        sa = get(c->ref, which ? r->v_scale : r->k_scale, (size_t)npos * r->n_head_kv);
+        sb = get(c->dut, which ? d->v_scale : d->k_scale, (size_t)npos * r->n_head_kv);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (r->type == ST_KV_F16) {
+            uint16_t x, y;
+            memcpy(&x, a + 2 * i, 2);
+            memcpy(&y, b + 2 * i, 2);
+            fa[i] = (float)x; /* bit patterns: equal or not */
+            fb[i] = (float)y;
+        } else {
+            size_t s = i / r->head_dim;
+            fa[i] = sa[s] * (float)(int8_t)a[i];
+            fb[i] = sb[s] * (float)(int8_t)b[i];
+        }
+    }
+    double e = nmse(fb, fa, n);
+    st_free(a), st_free(b), st_free(fa), st_free(fb), st_free(sa), st_free(sb);
+    return e;
+}
+
+static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt) {
+    const char *tn = t == ST_KV_F16 ? "f16" : "int8";
+    st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
+    /* fill positions 0..n_ctx-2 in two stores (the second at an offset), keep the last for decode */
+    int fill = n_ctx - 1, first = fill / 3;
+    size_t kvw = (size_t)hkv * hd;
+    float *k = rand_host(c, (size_t)fill * kvw, 1.0f), *v = rand_host(c, (size_t)fill * kvw, 1.0f);
+    void *kr_ = put(c->ref, k, (size_t)fill * kvw * 4), *kd_ = put(c->dut, k, (size_t)fill * kvw * 4);
+    void *vr_ = put(c->ref, v, (size_t)fill * kvw * 4), *vd_ = put(c->dut, v, (size_t)fill * kvw * 4);
+    c->ref->kv_store(c->ref, &kr, kr_, vr_, first, 0);
+    c->dut->kv_store(c->dut, &kd, kd_, vd_, first, 0);
+    size_t off = (size_t)first * kvw * 4;
+    c->ref->kv_store(c->ref, &kr, (float *)((uint8_t *)kr_ + off), (float *)((uint8_t *)vr_ + off), fill - first, first);
+    double t0 = now_ms();
+    c->dut->kv_store(c->dut, &kd, (float *)((uint8_t *)kd_ + off), (float *)((uint8_t *)vd_ + off), fill - first, first);
+    double ms = now_ms() - t0;
+    double ek = kv_diff(c, &kr, &kd, fill, 0), ev = kv_diff(c, &kr, &kd, fill, 1);
+    report(c, "kv_store", ek > ev ? ek : ev, t == ST_KV_F16 ? 0.0 : 1e-5, ms, "%s, %d positions x %d kv heads x %d",
+           tn, fill, hkv, hd);
+    double bound = t == ST_KV_F16 ? 1e-9 : 1e-6; /* same cache contents up to int8 ties */
+    float scale = 1.0f / sqrtf((float)hd);
+    /* decode: the last stored position attends over everything, then with a window;
+     * prompt: n_prompt tokens ending at the last stored position, causal */
+    int cases[3][3] = {{1, fill - 1, 0}, {1, fill - 1, n_ctx / 5}, {n_prompt, fill - n_prompt, 0}};
+    for (int ci = 0; ci < 3; ci++) {
+        int nt = cases[ci][0], pos0 = cases[ci][1], win = cases[ci][2];
+        size_t nq = (size_t)nt * n_head * hd;
+        float *q = rand_host(c, nq, 1.0f);
+        void *qr = put(c->ref, q, nq * 4), *qd = put(c->dut, q, nq * 4);
+        void *or_ = put(c->ref, NULL, nq * 4), *od = put(c->dut, NULL, nq * 4);
+        c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
+        t0 = now_ms();
+        c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
+        double e = cmp_bufs(c, or_, od, nq);
+        report(c, "attention", e, bound, now_ms() - t0, "%s, %s %d tokens at pos %d, %d/%d heads x %d, window %d", tn,
+               nt == 1 ? "decode" : "prompt", nt, pos0, n_head, hkv, hd, win);
+        c->ref->free(c->ref, qr), c->dut->free(c->dut, qd), c->ref->free(c->ref, or_), c->dut->free(c->dut, od);
+        st_free(q);
+    }
+    c->ref->free(c->ref, kr_), c->dut->free(c->dut, kd_), c->ref->free(c->ref, vr_), c->dut->free(c->dut, vd_);
+    st_free(k);
+    st_free(v);
+    free_kv(c->ref, &kr);
+    free_kv(c->dut, &kd);
+}
+
+static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int loop) {
+    wpair g = make_weight(c, QT_Q4_K, E, F, n_expert), u = make_weight(c, QT_Q4_K, E, F, n_expert);
+    wpair d = make_weight(c, QT_Q6_K, F, E, n_expert);
+    float *h = rand_host(c, (size_t)n_tok * E, 1.0f), *l = rand_host(c, (size_t)n_tok * n_expert, 2.0f);
+    void *hr = put(c->ref, h, (size_t)n_tok * E * 4), *hd = put(c->dut, h, (size_t)n_tok * E * 4);
+    void *lr = put(c->ref, l, (size_t)n_tok * n_expert * 4), *ld = put(c->dut, l, (size_t)n_tok * n_expert * 4);
+    void *or_ = put(c->ref, NULL, (size_t)n_tok * E * 4), *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
+    c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, norm_topk, ST_ACT_SILU, &g.r, &u.r, &d.r, or_);
+    int is_cuda = !strcmp(c->dut->name, "cuda");
+    int old = is_cuda ? backend_cuda_set_moe_path(loop) : 0;
+    double t0 = now_ms();
+    c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, norm_topk, ST_ACT_SILU, &g.d, &u.d, &d.d, od);
+    double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
+    if (is_cuda) backend_cuda_set_moe_path(old);
+    report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, Q4_K/Q6_K%s",
+           loop ? "expert loop" : "grouped", n_tok, k, n_expert, (long long)E, (long long)F,
+           norm_topk ? ", renormalised" : "");
+    void *bufs[][2] = {{hr, hd}, {lr, ld}, {or_, od}};
+    for (int i = 0; i < 3; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
+    st_free(h);
+    st_free(l);
+    free_weight(c, &g), free_weight(c, &u), free_weight(c, &d);
+}
+
+int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
+    chk c = {ref, dut, seed * 0x2545f4914f6cdd1dull + 1, fn, ctx, 0};
+    static const qt_type rows_types[] = {QT_F32, QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
+                                         QT_Q8_0, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS};
+    for (size_t i = 0; i < sizeof rows_types / sizeof rows_types[0]; i++) check_get_rows(&c, rows_types[i], 512);
+    static const qt_type mm_tiny[] = {QT_F32, QT_Q4_1, QT_Q8_0, QT_Q4_K, QT_Q6_K};
+    static const qt_type mm_all[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1,  QT_Q5_0,   QT_Q5_1,  QT_Q8_0,
+                                     QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K,  QT_IQ4_XS, QT_IQ4_NL, QT_IQ2_XXS,
+                                     QT_IQ3_S, QT_MXFP4};
+    const qt_type *mm = size ? mm_all : mm_tiny;
+    size_t n_mm = size ? sizeof mm_all / sizeof mm_all[0] : sizeof mm_tiny / sizeof mm_tiny[0];
+    static const int toks[] = {1, 5, 33};
+    for (size_t i = 0; i < n_mm; i++)
+        for (int j = 0; j < 3; j++)
+            if (size || j != 1) check_matmul(&c, mm[i], size ? 1024 : 256, size ? 320 : 64, toks[j]);
+    check_rmsnorm(&c, 576, size ? 33 : 3, 0);
+    check_rmsnorm(&c, 64, size ? 200 : 8, 1);
+    check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 1);
+    check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 0);
+    check_rope(&c, 5, 2, 128, 30000, 1e6f, 0.25f, 1);
+    check_elementwise(&c, size ? 576 * 37 : 576 * 3, 576);
+    for (int t = 0; t < 2; t++) {
+        check_attention(&c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);
+        if (size) check_attention(&c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */
+    }
+    for (int loop = 0; loop < 2; loop++) {
+        check_moe(&c, 1, 8, 2, 256, 256, 1, loop);
+        check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, loop, loop);
+        if (size) check_moe(&c, 70, 16, 4, 512, 256, 1, loop); /* past the grouped product's device-only limit */
+    }
+    return c.fails;
+}

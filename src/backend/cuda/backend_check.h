@@ -1,0 +1,38 @@
+/* Every op of one backend against another on random inputs (the CPU backend
+ * is the reference): used by `strata device --selftest` on tiny shapes and by
+ * tests/cuda on larger ones. Each check draws fresh inputs, poisons the
+ * outputs of the backend under test with NaN first (an unwritten value
+ * fails), and compares by NMSE = sum (out - ref)^2 / sum ref^2 against a
+ * bound stated per op; a NaN anywhere fails.
+ */
+#ifndef STRATA_BACKEND_CUDA_BACKEND_CHECK_H
+#define STRATA_BACKEND_CUDA_BACKEND_CHECK_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *op;  /* "rmsnorm", "attention", ... */
+    char what[128];  /* shapes, types, variant */
+    double nmse, bound;
+    double ms;       /* wall time of the op under test (with its copies), for orientation only */
+    int pass;
+} bcheck_result;
+
+typedef void (*bcheck_report_fn)(void *ctx, const bcheck_result *r);
+
+/* size 0: tiny shapes (start-up self-test, well under a second);
+ * size 1: test shapes (several splits of a long context, prompt chunks,
+ * more formats). Returns the number of failed checks. */
+int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,19 @@
+/* Placement of a model's weights on a device backend (engine_place.c): the
+ * engine owns where weights live; the forward pass and the backends only see
+ * st_weight views and vector pointers. */
+#ifndef STRATA_ENGINE_ENGINE_PLACE_H
+#define STRATA_ENGINE_ENGINE_PLACE_H
+
+#include "model/model.h"
+
+typedef struct engine_placed engine_placed;
+
+/* Copy every weight and norm/bias vector of m to be's memory and point m's
+ * tensors at the copies (m then only runs on be). Aborts on device errors
+ * (the backend's own checks); returns the record of the copies. */
+engine_placed *engine_place_model(model *m, st_backend *be);
+size_t engine_placed_bytes(const engine_placed *pl);
+/* Free the copies (before the backend is destroyed). */
+void engine_place_free(engine_placed *pl);
+
+#endif
