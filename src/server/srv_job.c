@@ -3,7 +3,6 @@
  * the client when streaming); the connection thread waits on the condition
  * variable and, while it waits, watches the client's socket so that a client
  * that hangs up stops its generation and frees the slot at the next token. */
-#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,14 +97,15 @@ static int on_event(void *ctx, const srv_event *ev) {
         j->done = 1;
         break;
     }
-    pthread_cond_broadcast(&j->cv);
+    if (j->stream || j->done) pthread_cond_broadcast(&j->cv); /* a non-streaming waiter wants the end only */
     int terminal = j->done;
     pthread_mutex_unlock(&j->mu);
     if (terminal) job_release(j); /* the scheduler's reference */
     return stop;
 }
 
-/* Wait up to one step for news; on a quiet step, look at the client.
+/* Wait up to one step for news, then look at the client (a poll of one
+ * socket costs about a microsecond, so every wake-up may afford it).
  * Caller holds mu. Returns 0, or -1 when the client left or the server stops. */
 static int wait_step(srv_job *j) {
     struct timespec ts;
@@ -115,8 +115,8 @@ static int wait_step(srv_job *j) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    int r = pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    if (r == ETIMEDOUT && (client_gone(j->fd) || atomic_load(&j->srv->stopping))) {
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    if (!j->done && (client_gone(j->fd) || atomic_load(&j->srv->stopping))) {
         j->cancelled = 1;
         return -1;
     }

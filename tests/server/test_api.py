@@ -166,6 +166,23 @@ def test_disconnect_stops_generation(server):
     print(f"checked: closing the stream after {got} chunks cancelled the generation after {gen:.0f} tokens, slot freed")
 
 
+def test_disconnect_nonstreaming_stops_generation(server):
+    m0 = server.metrics()
+    body = {"messages": [{"role": "user", "content": "Write a very long story about a castle."}],
+            "max_tokens": CTX, "temperature": 0.7}
+    try:  # give up after 1 s: the client closes the connection
+        httpx.post(server.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(60, read=1.0))
+        raise AssertionError("the request finished within 1 s; it should still be generating")
+    except httpx.TimeoutException:
+        pass
+    server.wait_metric("strata_slots_busy", lambda v: v == 0, timeout=10)
+    m1 = server.metrics()
+    cancelled = m1['strata_generations_total{outcome="cancelled"}'] - m0['strata_generations_total{outcome="cancelled"}']
+    gen = m1["strata_generated_tokens_total"] - m0["strata_generated_tokens_total"]
+    assert cancelled == 1 and gen < 300, (cancelled, gen)
+    print(f"checked: a non-streaming client that hung up after 1 s stopped its generation after {gen:.0f} tokens")
+
+
 def test_speed_line_logged(server, oai):
     oai.chat.completions.create(model="any", messages=USER, max_tokens=2, temperature=0)
     time.sleep(0.2)
