@@ -66,6 +66,13 @@ void mm_quantize_act(const float *x, int n_in, int n_rows, int8_t *aq, float2 *a
 /* Launch one matrix-vector product; -1 with st_error for an unsupported type. */
 int mm_mmv_launch(const mm_mmv_args *a, cudaStream_t s);
 
+/* The per-family launchers (mmv_float.cu, mmv_legacy.cu, mmv_k.cu, mmv_iq.cu):
+ * 0 if the type is theirs and launched, 1 if not theirs. nt in {1,2,4,8}, r rows per warp. */
+int mmv_launch_float(const mm_mmv_args *a, int nt, int r, cudaStream_t s);
+int mmv_launch_legacy(const mm_mmv_args *a, int nt, int r, cudaStream_t s);
+int mmv_launch_k(const mm_mmv_args *a, int nt, int r, cudaStream_t s);
+int mmv_launch_iq(const mm_mmv_args *a, int nt, int r, cudaStream_t s);
+
 /* gemm.cu */
 /* Rows [r0, r0+n_rows) of a weight matrix -> bf16 [n_rows][n_in] at dst. */
 int mm_dequant_bf16(qt_type t, const void *w, size_t row_bytes, int n_in, int64_t r0, int64_t n_rows, void *dst,

@@ -1,0 +1,239 @@
+/* The matrix-vector kernels (see mmv.cu for the design), as templates over
+ * the weight type T, the tokens per pass NT and the rows per warp R. The
+ * instantiations are spread over mmv_legacy.cu, mmv_k.cu, mmv_iq.cu and
+ * mmv_float.cu so that they compile in parallel.
+ *
+ * R rows per warp: every lane loads its unit's int8 activations once and
+ * uses them for R rows. With R = 1 the activations (32 bytes + 8 of scales
+ * per unit and token) cost L1 more traffic than the 4-bit weights they
+ * multiply (18 bytes per unit), and the lab measured the kernel at under
+ * half the HBM ceiling on large matrices; R > 1 divides that traffic by R.
+ */
+#ifndef STRATA_BACKEND_CUDA_MMV_KERNEL_CUH
+#define STRATA_BACKEND_CUDA_MMV_KERNEL_CUH
+
+#include "backend/cuda/mm_impl.cuh"
+#include "backend/cuda/quant_cuda.cuh"
+
+#define MMV_WARPS 4 /* warps per CTA */
+
+template <int NT>
+struct mm_group {
+    int e, n;
+    int arow[NT], orow[NT];
+};
+
+template <int NT>
+static __device__ __forceinline__ mm_group<NT> mm_group_get(const mm_mmv_args &p) {
+    mm_group<NT> g;
+    const int gi = blockIdx.y;
+    if (p.groups == MM_GROUPS_PAIRS) {
+        g.e = p.ids[gi];
+        g.n = 1;
+        g.arow[0] = p.xrow ? p.xrow[gi] : gi;
+        g.orow[0] = gi;
+#pragma unroll
+        for (int t = 1; t < NT; t++) g.arow[t] = g.orow[t] = 0;
+    } else if (p.groups == MM_GROUPS_REC) {
+        const int32_t *r = p.rec + (size_t)gi * MM_REC;
+        g.e = r[0];
+        g.n = r[1];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            g.arow[t] = r[2 + t];
+            g.orow[t] = r[2 + MM_NT_MAX + t];
+        }
+    } else {
+        g.e = p.mat;
+        g.n = p.n_tok;
+#pragma unroll
+        for (int t = 0; t < NT; t++) g.arow[t] = g.orow[t] = t;
+    }
+    return g;
+}
+
+static __device__ __forceinline__ const uint8_t *mm_matrix(const mm_mmv_args &p, int e) {
+    return p.w_tab ? (const uint8_t *)p.w_tab[e] : p.w + (size_t)e * p.mat_stride;
+}
+
+/* Writes the warp's sums (lane 0), or zeros for an expert handled elsewhere
+ * (acc stays 0 then). */
+template <int NT, int R>
+static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_group<NT> &g, int row0,
+                                                float (&acc)[R][NT]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = warp_sum(acc[r][t]);
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < g.n && row0 + r < p.n_out) p.y[(size_t)g.orow[t] * p.n_out + row0 + r] = acc[r][t];
+    }
+}
+
+/* ---- quantized weights ---- */
+
+/* The 32 int8 activations of unit gu of activation row `row`. */
+static __device__ __forceinline__ void mm_load_act(const mm_mmv_args &p, int row, int gu, int a[8]) {
+    const int4 *ap = (const int4 *)(p.aq + (size_t)row * p.n_in + 32 * gu);
+    const int4 a0 = ap[0], a1 = ap[1];
+    a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+}
+
+template <int T, int NT, int R>
+static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_mmv_args p) {
+    using F = mmf<T>;
+    const int row0 = (blockIdx.x * MMV_WARPS + threadIdx.y) * R;
+    if (row0 >= p.n_out) return; /* whole warp */
+    const mm_group<NT> g = mm_group_get<NT>(p);
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    if (g.e >= 0) {
+        const uint8_t *w0 = mm_matrix(p, g.e) + (size_t)row0 * p.row_bytes;
+        const int n_units = p.n_in / 32;
+        for (int gu = threadIdx.x; gu < n_units; gu += 32) {
+            const uint8_t *blk = w0 + (size_t)(gu / F::UPB) * F::BYTES;
+            if constexpr (R == 1) {
+                /* one row: decode, then each token's activations in turn
+                 * (holding all 8 tokens' words at once costs ~90 registers) */
+                mm_unit w;
+                F::unit(blk, gu % F::UPB, w);
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t < g.n) {
+                        int a[8];
+                        mm_load_act(p, g.arow[t], gu, a);
+                        acc[0][t] += mm_unit_dot<F>(w, a, p.ad[(size_t)g.arow[t] * n_units + gu]);
+                    }
+                }
+            } else {
+                int a[NT][8];
+                float2 ds[NT];
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t < g.n) {
+                        mm_load_act(p, g.arow[t], gu, a[t]);
+                        ds[t] = p.ad[(size_t)g.arow[t] * n_units + gu];
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (row0 + r < p.n_out) {
+                        mm_unit w;
+                        F::unit(blk + (size_t)r * p.row_bytes, gu % F::UPB, w);
+#pragma unroll
+                        for (int t = 0; t < NT; t++)
+                            if (t < g.n) acc[r][t] += mm_unit_dot<F>(w, a[t], ds[t]);
+                    }
+                }
+            }
+        }
+    }
+    mm_store<NT, R>(p, g, row0, acc);
+}
+
+/* ---- float weights: 8 per lane per step (V = 8) or 1 when rows are not 16-byte multiples ---- */
+
+static __device__ __forceinline__ void mm_load8(const float *w, float *o) {
+    const float4 a = ((const float4 *)w)[0], b = ((const float4 *)w)[1];
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+static __device__ __forceinline__ void mm_load8(const __half *w, float *o) {
+    const uint4 v = *(const uint4 *)w;
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(*(const __half2 *)&u[i]);
+        o[2 * i] = f.x, o[2 * i + 1] = f.y;
+    }
+}
+static __device__ __forceinline__ void mm_load8(const uint16_t *w, float *o) { /* bf16 bits */
+    const uint4 v = *(const uint4 *)w;
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) o[2 * i] = __uint_as_float(u[i] << 16), o[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+}
+static __device__ __forceinline__ float mm_load1(const float *w) { return *w; }
+static __device__ __forceinline__ float mm_load1(const __half *w) { return __half2float(*w); }
+static __device__ __forceinline__ float mm_load1(const uint16_t *w) { return __uint_as_float((uint32_t)*w << 16); }
+
+template <typename WT, int V, int NT, int R>
+static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_mmv_args p) {
+    const int row0 = (blockIdx.x * MMV_WARPS + threadIdx.y) * R;
+    if (row0 >= p.n_out) return;
+    const mm_group<NT> g = mm_group_get<NT>(p);
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    if (g.e >= 0) {
+        const uint8_t *w0 = mm_matrix(p, g.e) + (size_t)row0 * p.row_bytes;
+        for (int i = V * threadIdx.x; i < p.n_in; i += V * 32) {
+            float xv[NT][V];
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < g.n) {
+                    const float *xp = p.x + (size_t)g.arow[t] * p.n_in + i;
+                    if constexpr (V == 8) mm_load8(xp, xv[t]);
+                    else xv[t][0] = *xp;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (row0 + r < p.n_out) {
+                    const WT *wr = (const WT *)(w0 + (size_t)r * p.row_bytes);
+                    float w[V];
+                    if constexpr (V == 8) mm_load8(wr + i, w);
+                    else w[0] = mm_load1(wr + i);
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        if (t < g.n)
+#pragma unroll
+                            for (int j = 0; j < V; j++) acc[r][t] = fmaf(w[j], xv[t][j], acc[r][t]);
+                }
+            }
+        }
+    }
+    mm_store<NT, R>(p, g, row0, acc);
+}
+
+/* ---- launch of one type: NT and R picked by the caller (mmv.cu) ---- */
+
+template <int NT, int R>
+static inline dim3 mmv_grid(const mm_mmv_args *a) {
+    return dim3(st_div_up((size_t)a->n_out, (size_t)MMV_WARPS * R), (unsigned)a->n_groups);
+}
+
+/* R > 1 only for NT <= 2: more would cost registers (R x NT sums, NT x 8 words). */
+template <int T, int NT>
+static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
+    const dim3 block(32, MMV_WARPS);
+    if constexpr (NT <= 2) {
+        if (r >= 4) {
+            mmv_q_kernel<T, NT, 4><<<mmv_grid<NT, 4>(a), block, 0, s>>>(*a);
+            return;
+        }
+        if (r == 2) {
+            mmv_q_kernel<T, NT, 2><<<mmv_grid<NT, 2>(a), block, 0, s>>>(*a);
+            return;
+        }
+    }
+    mmv_q_kernel<T, NT, 1><<<mmv_grid<NT, 1>(a), block, 0, s>>>(*a);
+}
+
+template <int T>
+static void mmv_q_launch(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
+    if (nt <= 1) mmv_q_launch_nt<T, 1>(a, r, s);
+    else if (nt <= 2) mmv_q_launch_nt<T, 2>(a, r, s);
+    else if (nt <= 4) mmv_q_launch_nt<T, 4>(a, r, s);
+    else mmv_q_launch_nt<T, 8>(a, r, s);
+}
+
+#endif
