@@ -39,8 +39,10 @@ $S synth --preset tiny --zipf 1.0 -o /tmp/tiny.gguf > /dev/null 2>&1
       gcc -std=c11 -Isrc tests/cuda/arch_refusal.c /tmp/dev_$A.o $B/src/libstrata.a -L/usr/local/cuda/lib64 -lcudart \
         -lstdc++ -lm -lpthread -o /tmp/arch_$A && /tmp/arch_$A $W; echo "  ($L, expect $W: rc $?)"
   done; } >> "$OUT/selftest.log" 2>&1
+# the carried 6-layer SmolLM2 (tools/truncate_model.py; the full model cannot travel)
+[ -f .e2e/smollm2-6l.gguf ] && cp .e2e/smollm2-6l.gguf $B/tests/cuda/
 (cd $B && timeout 300 ctest -L gpu -E test_cuda_mm -V > "$OUT/ctest.log" 2>&1; echo "ctest rc $?" >> "$OUT/ctest.log")
-{ for g in "" "--gpu 0"; do echo "== bench tiny synth $g"; timeout 60 $S bench -m /tmp/tiny.gguf $g -p 128 -n 64 2>&1 | tail -4; done; } > "$OUT/bench.log" 2>&1
+{ for M in /tmp/tiny.gguf $B/tests/cuda/smollm2-6l.gguf; do for g in "" "--gpu 0"; do echo "== bench $M $g"; timeout 60 $S bench -m $M $g -p 128 -n 64 2>&1 | tail -4; done; done; } > "$OUT/bench.log" 2>&1
 cat "$OUT/env.log"; grep -E "FAIL|selftest|pinned|FITS|GPU" "$OUT/selftest.log" | head -20
-grep -E "^(ok|FAIL) |SKIPPED|prompt|model\(s\)|Test +#|tests passed|ctest rc" "$OUT/ctest.log" | grep -v "^ok " | head -60
+grep -E "FAIL|SKIPPED|prompt|then CPU|model\(s\)|gguf,|Test +#|tests passed|ctest rc" "$OUT/ctest.log" | head -70
 grep -c "^ok " "$OUT/ctest.log"; cat "$OUT/bench.log"

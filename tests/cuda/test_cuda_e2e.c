@@ -5,17 +5,21 @@
  * default prompt chunk; int8 KV cache with 4-token chunks, so the prompt is
  * read in several chunks and attention runs the prompt path at pos0 > 0):
  *  - the GPU's greedy tokens equal the CPU's for all N_GEN tokens, or the
- *    first difference is a near-tie (the CPU's top-2 logit gap below
- *    NEAR_TIE, relative to the logits' spread): both backends quantize the
- *    activations of the matrix products to 8 bits, but differently (CPU:
- *    Q8_1/Q8_K blocks; GPU: int8 blocks of 32, bf16 for prompt GEMMs), so
- *    exact ties may flip;
- *  - while the tokens agree, the NMSE of the GPU's logits against the CPU's
- *    stays below MAX_NMSE at every step.
+ *    first difference is a near-tie: the CPU's top-2 logit gap there is
+ *    below NEAR_TIE_SD standard deviations of its logits, or below 4 times
+ *    the RMS difference between the two backends' logits at that step (the
+ *    measured noise; a bug that inflates it is caught by the next check).
+ *    Both backends quantize the activations of the matrix products to 8
+ *    bits, but differently (CPU: Q8_0/Q8_1/Q8_K blocks by format; GPU: int8
+ *    blocks of 32, bf16 for prompt GEMMs), so exact ties may flip;
+ *  - up to the first difference, the NMSE of the GPU's logits against the
+ *    CPU's stays below the model's bound at every step (argument
+ *    FILE[:BOUND], default 1e-2).
  * Models that are absent are skipped with a message; no GPU: SKIPPED, exit 0.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -25,8 +29,7 @@
 #include "engine/engine.h"
 
 #define N_GEN 40
-#define NEAR_TIE 0.01 /* top-2 gap / standard deviation of the logits */
-#define MAX_NMSE 5e-3
+#define NEAR_TIE_SD 0.01 /* top-2 gap / standard deviation of the logits */
 
 static const char *PROMPTS[] = {
     "The capital of France is",
@@ -77,7 +80,12 @@ static void greedy(engine *e, const int32_t *prompt, int n, int32_t *out, float 
     }
 }
 
-static int run_model(const char *path, st_kv_type kv, int n_ubatch) {
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch) {
     engine_params p = engine_defaults();
     p.model_path = path;
     p.n_ctx = 256;
@@ -101,31 +109,29 @@ static int run_model(const char *path, st_kv_type kv, int n_ubatch) {
         greedy(cpu, ids, (int)n, tc, lc, gc);
         greedy(gpu, ids, (int)n, tg, lg, gg);
         int same = 0;
-        double worst = 0;
-        while (same < N_GEN && tc[same] == tg[same]) {
-            double e = nmse(lg + (size_t)same * nv, lc + (size_t)same * nv, nv);
-            if (e > worst) worst = e;
-            same++;
+        while (same < N_GEN && tc[same] == tg[same]) same++;
+        /* the first differing step's logits came from the same history: they count too */
+        int steps = same < N_GEN ? same + 1 : N_GEN;
+        double e[N_GEN], worst = 0;
+        for (int i = 0; i < steps; i++) {
+            e[i] = nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv);
+            if (e[i] > worst) worst = e[i];
         }
-        /* logits of the first differing step were computed from the same history: compare them too */
+        double first = e[0];
+        qsort(e, (size_t)steps, sizeof e[0], cmp_double);
+        int ok = worst <= bound;
+        printf("  prompt %zu (%lld tokens): %d/%d greedy tokens equal; logits NMSE after the prompt %.1e, median "
+               "%.1e, worst %.1e (bound %.0e)%s\n",
+               pi, (long long)n, same, N_GEN, first, e[steps / 2], worst, bound, ok ? "" : " OVER THE BOUND");
         if (same < N_GEN) {
-            double e = nmse(lg + (size_t)same * nv, lc + (size_t)same * nv, nv);
-            if (e > worst) worst = e;
-        }
-        int ok = worst <= MAX_NMSE;
-        const char *verdict = "equal";
-        if (same < N_GEN) {
-            double rel = gc[same] / stddev(lc + (size_t)same * nv, nv);
-            int tie = rel < NEAR_TIE;
-            verdict = tie ? "near-tie" : "DIFFERENT";
+            const float *c = lc + (size_t)same * nv, *g = lg + (size_t)same * nv;
+            double sd = stddev(c, nv), rms, d2 = 0;
+            for (int i = 0; i < nv; i++) d2 += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
+            rms = sqrt(d2 / nv);
+            int tie = gc[same] < NEAR_TIE_SD * sd || gc[same] < 4 * rms;
             ok = ok && tie;
-            printf("  prompt %zu (%lld tokens): %d/%d greedy tokens equal, then CPU %d vs GPU %d (CPU top-2 gap %.4f "
-                   "= %.4f sd): %s; worst logits NMSE %.2e%s\n",
-                   pi, (long long)n, same, N_GEN, tc[same], tg[same], gc[same], rel, verdict, worst,
-                   worst <= MAX_NMSE ? "" : " (over the bound)");
-        } else {
-            printf("  prompt %zu (%lld tokens): %d/%d greedy tokens equal; worst logits NMSE %.2e%s\n", pi,
-                   (long long)n, same, N_GEN, worst, worst <= MAX_NMSE ? "" : " (over the bound)");
+            printf("    then CPU %d vs GPU %d: CPU top-2 gap %.4f (%.4f sd; RMS logit difference %.4f): %s\n",
+                   tc[same], tg[same], gc[same], gc[same] / sd, rms, tie ? "near-tie" : "DIFFERENT");
         }
         fails += !ok;
     }
@@ -147,15 +153,23 @@ int main(int argc, char **argv) {
     }
     int fails = 0, ran = 0;
     for (int i = 1; i < argc; i++) {
-        if (access(argv[i], R_OK) != 0) {
-            printf("SKIPPED: %s is absent\n", argv[i]);
+        char path[4096];
+        double bound = 1e-2;
+        snprintf(path, sizeof path, "%s", argv[i]);
+        char *colon = strrchr(path, ':');
+        if (colon) {
+            bound = atof(colon + 1);
+            *colon = 0;
+        }
+        if (access(path, R_OK) != 0) {
+            printf("SKIPPED: %s is absent\n", path);
             continue;
         }
         ran++;
-        printf("%s, f16 KV cache, default prompt chunk:\n", argv[i]);
-        fails += run_model(argv[i], ST_KV_F16, 0);
-        printf("%s, int8 KV cache, 4-token prompt chunks:\n", argv[i]);
-        fails += run_model(argv[i], ST_KV_INT8, 4);
+        printf("%s, f16 KV cache, default prompt chunk:\n", path);
+        fails += run_model(path, bound, ST_KV_F16, 0);
+        printf("%s, int8 KV cache, 4-token prompt chunks:\n", path);
+        fails += run_model(path, bound, ST_KV_INT8, 4);
     }
     printf("%d model(s) compared, %d failure(s)\n", ran, fails);
     return fails ? 1 : 0;
