@@ -137,6 +137,11 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
         return send_fail(s, c, api, 413, "request_too_large", msg);
     }
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    if (!atomic_load(&s->ready)) { /* the socket is bound before the engines load, to fail fast */
+        if (!strcmp(url, "/health"))
+            return srv_send_json(s, c, 503, json_pack("{s:s}", "status", "loading"));
+        return send_fail(s, c, api, 503, "loading", "the model is still loading; retry shortly");
+    }
     if (!strcmp(url, "/health")) {
         if (!get) return send_fail(s, c, api, 405, "method_not_allowed", "/health takes GET");
         sched_metrics m;
@@ -260,10 +265,6 @@ int server_run(const server_params *p) {
     struct MHD_Daemon *d = NULL;
     struct addrinfo *ai = NULL;
     if (open_front(s) != 0) goto done;
-    s->sched = sched_create(&p->ep, p->n_slots, p->max_queue);
-    if (!s->sched) goto done;
-    s->n_ctx = sched_n_ctx(s->sched);
-
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     char port[16];
     snprintf(port, sizeof port, "%d", p->port);
@@ -282,6 +283,10 @@ int server_run(const server_params *p) {
         st_error_set("cannot listen on %s port %d (in use, or not an address of this machine?)", p->host, p->port);
         goto done;
     }
+    s->sched = sched_create(&p->ep, p->n_slots, p->max_queue);
+    if (!s->sched) goto done;
+    s->n_ctx = sched_n_ctx(s->sched);
+    atomic_store(&s->ready, 1);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int bound = di ? di->port : p->port;
     ST_INFO("serve: listening on http://%s%s%s:%d (model %s, %d slot%s, context %d, %s chat format%s)",
@@ -294,6 +299,7 @@ int server_run(const server_params *p) {
     atomic_store(&s->stopping, 1);
     rc = 0;
 done:
+    atomic_store(&s->stopping, 1);
     if (d) MHD_stop_daemon(d); /* waits for the connection threads, which see `stopping` */
     if (ai) freeaddrinfo(ai);
     sched_free(s->sched);

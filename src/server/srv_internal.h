@@ -43,6 +43,7 @@ typedef struct {
     char model_name[256];      /* the file name without .gguf: what /v1/models lists */
     int n_ctx;
     long started;              /* unix time */
+    atomic_int ready;          /* set once sched and n_ctx are: until then every path answers 503 */
     atomic_int stopping;
     atomic_uint_fast64_t by_status[SRV_N_STATUS];
     atomic_uint_fast64_t id_counter;

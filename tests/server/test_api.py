@@ -91,6 +91,25 @@ def test_anthropic_messages(server, anth):
     print(f"checked: messages {text!r}, count_tokens {n} = input + cache_read, stream equal, blocks = strings")
 
 
+def test_prefill_and_developer_role(server, oai, anth):
+    # an Anthropic last assistant message is continued, not closed
+    msgs = USER + [{"role": "assistant", "content": "The capital of France is"}]
+    m = anth.messages.create(model="any", max_tokens=4, extra_body={"temperature": 0}, messages=msgs)
+    n = anth.messages.count_tokens(model="any", messages=msgs).input_tokens
+    closed = anth.messages.count_tokens(model="any", messages=USER).input_tokens
+    toks = httpx.post(server.url + "/tokenize", json={"content": "The capital of France is"}).json()["tokens"]
+    assert n == closed + len(toks), (n, closed, len(toks))  # the assistant turn is opened, the text follows
+    assert m.usage.input_tokens + m.usage.cache_read_input_tokens == n
+    assert "Paris" in m.content[0].text, m.content[0].text
+    # OpenAI's developer role is the system role
+    a = oai.chat.completions.create(model="any", max_tokens=2, temperature=0,
+                                    messages=[{"role": "developer", "content": "Be brief."}] + USER)
+    b = oai.chat.completions.create(model="any", max_tokens=2, temperature=0,
+                                    messages=[{"role": "system", "content": "Be brief."}] + USER)
+    assert a.usage.prompt_tokens == b.usage.prompt_tokens and a.choices[0].message.content == b.choices[0].message.content
+    print(f"checked: prefill continues {m.content[0].text!r} ({n} = {closed} + {len(toks)} tokens); developer = system")
+
+
 def test_stop_sequences(server, oai, anth):
     msgs = [{"role": "user", "content": "Count from one to ten in words, separated by commas."}]
     full = oai.chat.completions.create(model="any", messages=msgs, max_tokens=24, temperature=0)
