@@ -187,10 +187,8 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
         if (engine_eval(e, &t, 1) != 0) break;
     }
     if (len) fn(ctx, pending, len);
-    const char *tail;
-    size_t tlen;
-    tok_stream_flush(ts, &tail, &tlen);
-    if (tlen && strcmp(st->finish, "stop") != 0) fn(ctx, tail, tlen);
+    /* bytes still held back are an incomplete UTF-8 character cut off by the
+     * end of generation: dropped, never sent as U+FFFD */
     tok_stream_free(ts);
     st_free(pending);
     st->gen_ms = (double)(st_now_ns() - t1) / 1e6;

@@ -31,7 +31,12 @@ static int has(const char *s, uint64_t len, const char *needle) {
 chat_format chat_detect(const gguf_file *f) {
     const char *t;
     uint64_t len;
-    if (gguf_get_str(f, "tokenizer.chat_template", &t, &len) != 0) return CHAT_CHATML;
+    if (gguf_get_str(f, "tokenizer.chat_template", &t, &len) != 0) {
+        /* no template in the file: the family's own format */
+        if (gguf_get_str(f, "general.architecture", &t, &len) == 0 && len >= 5 && !memcmp(t, "gemma", 5))
+            return CHAT_GEMMA;
+        return CHAT_CHATML;
+    }
     if (has(t, len, "<start_of_turn>")) return CHAT_GEMMA;
     if (has(t, len, "<|start_header_id|>")) return CHAT_LLAMA3;
     return CHAT_CHATML;

@@ -4,6 +4,7 @@
  * elementwise and attention loops parallelised over rows or heads.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -20,6 +21,9 @@ typedef struct {
     cpu_scratch act;  /* quantized activations of matmul */
     cpu_scratch moe;  /* MoE routing and per-expert buffers */
     cpu_scratch moeq; /* MoE quantized activations */
+    int precise;      /* f32 activations in matrix products (STRATA_PRECISE=1) */
+    cpu_scratch rows; /* precise mode: one dequantized weight row per thread */
+    cpu_scratch gath; /* precise mode: an expert's gathered input rows */
 } cpu_ctx;
 
 static cpu_ctx *CTX(st_backend *be) { return (cpu_ctx *)be->ctx; }
@@ -48,8 +52,43 @@ static void cpu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids,
     }
 }
 
+/* Precise mode: each weight row is dequantized to f32 and dotted with the
+ * f32 activations, instead of quantizing the activations to 8 bits. Slower
+ * (the dequantization is paid per row and call), but it isolates the one
+ * rounding that the integer path adds, for accuracy comparisons with f32
+ * references such as transformers. */
+typedef struct {
+    const st_weight *w;
+    const uint8_t *base;
+    const float *x;
+    float *y;
+    int n_tok;
+    float *rows; /* [thread][n_in] */
+    qt_vec_dot_fn dot;
+} precise_job;
+
+static void precise_task(void *ctx, int64_t task, int thread) {
+    precise_job *j = ctx;
+    int64_t n = j->w->n_in;
+    float *row = j->rows + (size_t)thread * (size_t)n;
+    for (int64_t r = task * 16; r < (task + 1) * 16 && r < j->w->n_out; r++) {
+        qt_dequantize(j->w->type, j->base + (size_t)r * j->w->row_bytes, row, n);
+        for (int t = 0; t < j->n_tok; t++) j->dot((int)n, &j->y[(size_t)t * j->w->n_out + r], row, j->x + (size_t)t * n);
+    }
+}
+
+static void matmul_precise(cpu_ctx *c, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
+    precise_job j = {w, st_weight_mat(w, mat), x, y, n_tok, NULL, qt_vec_dot(QT_F32, qt_cpu_isa())};
+    j.rows = cpu_scratch_reserve(&c->rows, (size_t)c->n_threads * (size_t)w->n_in * sizeof(float));
+    st_pool_run(c->pool, (w->n_out + 15) / 16, precise_task, &j);
+}
+
 static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
     cpu_ctx *c = CTX(be);
+    if (c->precise) {
+        matmul_precise(c, w, mat, x, y, n_tok);
+        return;
+    }
     /* types were checked at model load: a failure here is a bug */
     int rc = n_tok == 1 ? cpu_matvec(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out,
                                      w->n_in, x, y)
@@ -264,14 +303,23 @@ static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int
                     tw[n++] = wsel[t * k + j];
                 }
         if (!n) continue;
-        ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(gate, e), gate->row_bytes, gate->type, F, E, n, hq_g, tok,
-                               ge, 0) == 0);
-        ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(up, e), up->row_bytes, up->type, F, E, n, hq_u, tok, ue,
-                               0) == 0);
-        cpu_act_mul(be, act, ge, ue, ge, (int64_t)n * F);
-        ST_ASSERT(cpu_quantize_act(c->pool, down->type, F, n, ge, gq) == 0);
-        ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(down, e), down->row_bytes, down->type, E, F, n, gq, NULL,
-                               ye, 0) == 0);
+        if (c->precise) { /* gather the tokens' rows, then f32 products */
+            float *xe = cpu_scratch_reserve(&c->gath, (size_t)n * (size_t)E * sizeof(float));
+            for (int i = 0; i < n; i++) memcpy(xe + (size_t)i * E, h + (size_t)tok[i] * E, (size_t)E * sizeof(float));
+            matmul_precise(c, gate, e, xe, ge, n);
+            matmul_precise(c, up, e, xe, ue, n);
+            cpu_act_mul(be, act, ge, ue, ge, (int64_t)n * F);
+            matmul_precise(c, down, e, ge, ye, n);
+        } else {
+            ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(gate, e), gate->row_bytes, gate->type, F, E, n, hq_g, tok,
+                                   ge, 0) == 0);
+            ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(up, e), up->row_bytes, up->type, F, E, n, hq_u, tok, ue,
+                                   0) == 0);
+            cpu_act_mul(be, act, ge, ue, ge, (int64_t)n * F);
+            ST_ASSERT(cpu_quantize_act(c->pool, down->type, F, n, ge, gq) == 0);
+            ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(down, e), down->row_bytes, down->type, E, F, n, gq, NULL,
+                                   ye, 0) == 0);
+        }
         for (int i = 0; i < n; i++) {
             float *o = out + (size_t)tok[i] * E;
             const float *y = ye + (size_t)i * E;
@@ -285,6 +333,8 @@ static void cpu_destroy(st_backend *be) {
     cpu_scratch_free(&c->act);
     cpu_scratch_free(&c->moe);
     cpu_scratch_free(&c->moeq);
+    cpu_scratch_free(&c->rows);
+    cpu_scratch_free(&c->gath);
     st_pool_free(c->pool);
     st_free(be->ctx);
     st_free(be);
@@ -295,6 +345,9 @@ st_backend *backend_cpu_create(int n_threads) {
     cpu_ctx *c = st_calloc(1, sizeof *c);
     c->pool = st_pool_init(n_threads);
     c->n_threads = st_pool_n_threads(c->pool);
+    const char *p = getenv("STRATA_PRECISE");
+    c->precise = p && !strcmp(p, "1");
+    if (c->precise) ST_INFO("STRATA_PRECISE=1: matrix products use f32 activations (slower)");
     *be = (st_backend){
         .name = "cpu",
         .ctx = c,
