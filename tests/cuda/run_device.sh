@@ -42,6 +42,12 @@ $S synth --preset tiny --zipf 1.0 -o /tmp/tiny.gguf > /dev/null 2>&1
 # the carried 6-layer SmolLM2 (tools/truncate_model.py; the full model cannot travel)
 [ -f .e2e/smollm2-6l.gguf ] && cp .e2e/smollm2-6l.gguf $B/tests/cuda/
 (cd $B && timeout 300 ctest -L gpu -E test_cuda_mm -V > "$OUT/ctest.log" 2>&1; echo "ctest rc $?" >> "$OUT/ctest.log")
+# diagnosis: the same comparison on SmolLM2 cut to its first layer only (made
+# here from the carried 6-layer copy when the gguf package travels along)
+if [ -d .e2e/pylib ] && [ -f .e2e/smollm2-6l.gguf ]; then
+  PYTHONPATH=.e2e/pylib python3 tools/truncate_model.py .e2e/smollm2-6l.gguf /tmp/smollm2-1l.gguf 0 &&
+    $B/tests/cuda/test_cuda_e2e /tmp/smollm2-1l.gguf:1e-2 >> "$OUT/ctest.log" 2>&1
+fi
 { for M in /tmp/tiny.gguf $B/tests/cuda/smollm2-6l.gguf; do for g in "" "--gpu 0"; do echo "== bench $M $g"; timeout 60 $S bench -m $M $g -p 128 -n 64 2>&1 | tail -4; done; done; } > "$OUT/bench.log" 2>&1
 cat "$OUT/env.log"; grep -E "FAIL|selftest|pinned|FITS|GPU" "$OUT/selftest.log" | head -20
 grep -E "FAIL|SKIPPED|prompt|then CPU|model\(s\)|gguf,|Test +#|tests passed|ctest rc" "$OUT/ctest.log" | head -70

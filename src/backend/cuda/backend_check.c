@@ -371,6 +371,14 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     for (size_t i = 0; i < n_mm; i++)
         for (int j = 0; j < 3; j++)
             if (size || j != 1) check_matmul(&c, mm[i], size ? 1024 : 256, size ? 320 : 64, toks[j]);
+    if (size) { /* the shapes of SmolLM2-135M: 576-wide rows (not a multiple of 256), a 49152-row output */
+        check_matmul(&c, QT_Q8_0, 576, 49152, 1);
+        static const int64_t sh[3][2] = {{576, 1536}, {1536, 576}, {576, 192}};
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 2; j++) check_matmul(&c, QT_Q4_1, sh[i][0], sh[i][1], j ? 5 : 1);
+        check_rope(&c, 5, 9, 64, 17, 100000.0f, 1.0f, 0);
+        check_attention(&c, ST_KV_F16, 300, 9, 3, 64, 5);
+    }
     check_rmsnorm(&c, 576, size ? 33 : 3, 0);
     check_rmsnorm(&c, 64, size ? 200 : 8, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 1);
