@@ -3,7 +3,7 @@
 # build what the gpu-labelled tests need, list the devices, self-test GPU 0,
 # run `ctest -L gpu` (less the matrix products' own test, run by their script), and time decode on a synthetic model. Logs to $OUT
 # (at most 8 files come back): env.log, build.log, selftest.log, ctest.log, bench.log.
-#   usage (device machine, repo root): bash tests/cuda/run_device.sh
+#   usage (device machine, repo root): bash tests/cuda/run_device.sh [REGEX of gpu tests to leave out]
 # If pkg-config or the -dev packages of PCRE2/jansson/libmicrohttpd are
 # missing there, .devdeps/ (carried: headers, .pc files and libraries copied
 # from the build host) stands in for them.
@@ -41,7 +41,7 @@ $S synth --preset tiny --zipf 1.0 -o /tmp/tiny.gguf > /dev/null 2>&1
   done; } >> "$OUT/selftest.log" 2>&1
 # the carried 6-layer SmolLM2 (tools/truncate_model.py; the full model cannot travel)
 [ -f .e2e/smollm2-6l.gguf ] && cp .e2e/smollm2-6l.gguf $B/tests/cuda/
-(cd $B && timeout 300 ctest -L gpu -E test_cuda_mm -V > "$OUT/ctest.log" 2>&1; echo "ctest rc $?" >> "$OUT/ctest.log")
+(cd $B && timeout 300 ctest -L gpu -E "test_cuda_mm${1:+|$1}" -V > "$OUT/ctest.log" 2>&1; echo "ctest rc $?" >> "$OUT/ctest.log")
 # diagnosis: the same comparison on SmolLM2 cut to its first layer only (made
 # here from the carried 6-layer copy when the gguf package travels along)
 if [ -d .e2e/pylib ] && [ -f .e2e/smollm2-6l.gguf ]; then

@@ -215,10 +215,21 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     float *wsel = (float *)(a + o_w), *ge = (float *)(a + o_g), *ue = (float *)(a + o_u), *ye = (float *)(a + o_y);
     cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, c->s);
     cuda_moe_pair_rows(xrow, nk, k, c->s);
-    ST_ASSERT(cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, c->s) == 0);
-    ST_ASSERT(cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, c->s) == 0);
-    cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, c->s);
-    ST_ASSERT(cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, c->s) == 0);
+    /* A format the grouped products lack (they return -1 with st_error, e.g.
+     * F32 experts): the per-expert loop, which recomputes everything, so no
+     * partial result is used. Said once per process. */
+    int ok = cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, c->s) == 0 &&
+             cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, c->s) == 0;
+    if (ok) {
+        cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, c->s);
+        ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, c->s) == 0;
+    }
+    if (!ok) {
+        static int warned;
+        if (!warned++) ST_WARN("MoE grouped products: %s; using the per-expert loop", st_error_get());
+        moe_ffn_loop(be, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+        return;
+    }
     cuda_moe_combine(out, ye, wsel, n_tok, k, E, c->s);
 }
 
