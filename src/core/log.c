@@ -1,5 +1,6 @@
 /* Logging to stderr and the thread-local error message (see log.h). */
 #include "core/log.h"
+#include "core/switches.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@ static _Thread_local char g_error[1024];
 static void level_from_env(void) {
     if (g_level_from_env) return;
     g_level_from_env = 1;
-    const char *s = getenv("STRATA_LOG");
+    const char *s = st_switch_get("STRATA_LOG");
     if (!s) return;
     if (!strcmp(s, "debug")) g_level = ST_LOG_DEBUG;
     else if (!strcmp(s, "info")) g_level = ST_LOG_INFO;

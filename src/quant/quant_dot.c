@@ -33,6 +33,7 @@
 
 #include "core/fp16.h"
 #include "core/log.h"
+#include "core/switches.h"
 #include "quant/dot_impl.h"
 #include "quant/quant_dot_common.h"
 
@@ -68,7 +69,7 @@ static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 static void isa_init(void) {
     g_hw_isa = detect_hw_isa();
     g_isa = g_hw_isa;
-    const char *env = getenv("STRATA_ISA");
+    const char *env = st_switch_get("STRATA_ISA");
     if (!env || !*env) return;
     int want = -1;
     for (int i = 0; i < QT_ISA_COUNT; i++)

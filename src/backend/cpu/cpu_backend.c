@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/fp16.h"
 #include "core/log.h"
+#include "core/switches.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
 
@@ -345,7 +346,7 @@ st_backend *backend_cpu_create(int n_threads) {
     cpu_ctx *c = st_calloc(1, sizeof *c);
     c->pool = st_pool_init(n_threads);
     c->n_threads = st_pool_n_threads(c->pool);
-    const char *p = getenv("STRATA_PRECISE");
+    const char *p = st_switch_get("STRATA_PRECISE");
     c->precise = p && !strcmp(p, "1");
     if (c->precise) ST_INFO("STRATA_PRECISE=1: matrix products use f32 activations (slower)");
     *be = (st_backend){

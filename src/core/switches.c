@@ -1,0 +1,222 @@
+/* The switch table and its precedence (see switches.h).
+ *
+ * Environment switches are read from the environment at every call, as the
+ * call sites did before the table existed, so behaviour is unchanged for a
+ * user who only sets variables. Flags keep their values here: one slot per
+ * source, so a config value can sit under a flag value without being lost,
+ * and the start log can say which one won. */
+#include "core/switches.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+
+/* The environment variable that records who set an exported switch. */
+#define SOURCES_VAR "STRATA_SWITCH_SOURCES"
+
+static const st_switch_def TABLE[] = {
+    /* environment switches */
+    {"STRATA_LOG", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "info", "info",
+     "log level on stderr: debug | info | warn | error", 0},
+    {"STRATA_ISA", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL,
+     "auto: x86-64 the best of avx512 | avx2 | scalar the CPU has; other CPUs scalar",
+     "caps the CPU kernels' instruction set (scalar | avx2 | avx512); never raises it above the CPU's", 0},
+    {"STRATA_PRECISE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
+     "1: CPU matrix products take f32 activations instead of 8-bit (slower, closer to the reference)", 0},
+    {"STRATA_API_KEY", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL, "none",
+     "serve: require this key (Bearer or x-api-key); same as --api-key", 1},
+    /* engine and server flags (strata serve / strata launch) */
+    {"--model", ST_SW_KIND_FLAG, "-m", NULL, 0, 0, NULL, "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+     "the GGUF model file", 0},
+    {"--ctx", ST_SW_KIND_FLAG, "-c", NULL, 1, 1 << 24, NULL,
+     "serve: min(the model's trained context, 4096); launch: the largest of min(trained, 8192) that fits",
+     "context length of each slot, in tokens", 0},
+    {"--kv", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "f16 (launch: int8 when f16 does not fit)",
+     "KV cache element type: f16 | int8", 0},
+    {"--threads", ST_SW_KIND_FLAG, "-t", NULL, 1, 1024, NULL, "all cores", "CPU threads of each engine", 0},
+    {"--prefill", ST_SW_KIND_FLAG, NULL, NULL, 1, 65536, NULL, "512", "prompt chunk size in tokens", 0},
+    {"--gpu", ST_SW_KIND_FLAG, NULL, NULL, 0, 255, NULL, "CPU (launch: GPU 0 when a GPU build finds one)",
+     "run every op on this GPU (CUDA/HIP builds)", 0},
+    {"--host", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, "127.0.0.1", "127.0.0.1", "address the server binds", 0},
+    {"--port", ST_SW_KIND_FLAG, NULL, NULL, 0, 65535, "8080", "8080", "TCP port (0: any free port)", 0},
+    {"--slots", ST_SW_KIND_FLAG, "-np", NULL, 1, 256, "1", "1", "worker slots (engines) serving at once", 0},
+    {"--queue", ST_SW_KIND_FLAG, NULL, NULL, 1, 1 << 20, "64", "64", "requests that may wait for a slot", 0},
+    {"--max-body", ST_SW_KIND_FLAG, NULL, NULL, 1, 1024, "8", "8", "largest request body, MB", 0},
+    {"--api-key", ST_SW_KIND_FLAG, NULL, "STRATA_API_KEY", 0, 0, NULL, "none",
+     "require this key on every path but /health and the web page", 1},
+};
+#define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
+
+/* Flag values by source (index st_switch_src); env switches live in the environment. */
+static const char *g_flag_val[N_TABLE][4];
+
+const st_switch_def *st_switch_table(int *n) {
+    *n = N_TABLE;
+    return TABLE;
+}
+
+static int find_index(const char *name) {
+    if (!name) return -1;
+    for (int i = 0; i < N_TABLE; i++) {
+        const st_switch_def *d = &TABLE[i];
+        if (!strcmp(name, d->name) || (d->short_name && !strcmp(name, d->short_name))) return i;
+        if (d->kind == ST_SW_KIND_FLAG && !strcmp(name, d->name + 2)) return i; /* "ctx" for "--ctx" */
+    }
+    return -1;
+}
+
+const st_switch_def *st_switch_find(const char *name) {
+    int i = find_index(name);
+    return i < 0 ? NULL : &TABLE[i];
+}
+
+/* The source recorded for name in STRATA_SWITCH_SOURCES, or DEFAULT when none is. */
+static st_switch_src recorded_source(const char *name) {
+    const char *s = getenv(SOURCES_VAR);
+    size_t n = strlen(name);
+    while (s && *s) {
+        const char *end = strchr(s, ';');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        if (len > n + 1 && !strncmp(s, name, n) && s[n] == '=') {
+            const char *v = s + n + 1;
+            size_t vl = len - n - 1;
+            if (vl == 6 && !strncmp(v, "config", 6)) return ST_SW_CONFIG;
+            if (vl == 4 && !strncmp(v, "flag", 4)) return ST_SW_FLAG;
+        }
+        s = end ? end + 1 : NULL;
+    }
+    return ST_SW_DEFAULT;
+}
+
+/* Rewrite STRATA_SWITCH_SOURCES with name's entry replaced by src (removed for ENV/DEFAULT). */
+static void record_source(const char *name, st_switch_src src) {
+    const char *old = getenv(SOURCES_VAR);
+    size_t n = strlen(name), cap = (old ? strlen(old) : 0) + n + 16;
+    char *buf = malloc(cap);
+    ST_ASSERT(buf);
+    buf[0] = 0;
+    size_t len = 0;
+    for (const char *s = old; s && *s;) {
+        const char *end = strchr(s, ';');
+        size_t l = end ? (size_t)(end - s) : strlen(s);
+        if (!(l > n && !strncmp(s, name, n) && s[n] == '=') && l > 0) {
+            memcpy(buf + len, s, l);
+            len += l;
+            buf[len++] = ';';
+            buf[len] = 0;
+        }
+        s = end ? end + 1 : NULL;
+    }
+    if (src == ST_SW_CONFIG || src == ST_SW_FLAG)
+        len += (size_t)snprintf(buf + len, cap - len, "%s=%s;", name, st_switch_src_name(src));
+    setenv(SOURCES_VAR, buf, 1);
+    free(buf);
+}
+
+const char *st_switch_get(const char *name) {
+    int i = find_index(name);
+    ST_ASSERT(i >= 0); /* every switch the code reads is in the table */
+    const st_switch_def *d = &TABLE[i];
+    if (d->kind == ST_SW_KIND_ENV) {
+        const char *v = getenv(d->name);
+        return v ? v : d->def;
+    }
+    if (g_flag_val[i][ST_SW_FLAG]) return g_flag_val[i][ST_SW_FLAG];
+    if (d->env_alias && getenv(d->env_alias)) return getenv(d->env_alias);
+    if (g_flag_val[i][ST_SW_CONFIG]) return g_flag_val[i][ST_SW_CONFIG];
+    return d->def;
+}
+
+st_switch_src st_switch_source(const char *name) {
+    int i = find_index(name);
+    ST_ASSERT(i >= 0);
+    const st_switch_def *d = &TABLE[i];
+    if (d->kind == ST_SW_KIND_ENV) {
+        if (!getenv(d->name)) return ST_SW_DEFAULT;
+        st_switch_src r = recorded_source(d->name);
+        return r == ST_SW_DEFAULT ? ST_SW_ENV : r;
+    }
+    if (g_flag_val[i][ST_SW_FLAG]) return ST_SW_FLAG;
+    if (d->env_alias && getenv(d->env_alias)) {
+        st_switch_src r = recorded_source(d->env_alias);
+        return r == ST_SW_DEFAULT ? ST_SW_ENV : r;
+    }
+    if (g_flag_val[i][ST_SW_CONFIG]) return ST_SW_CONFIG;
+    return ST_SW_DEFAULT;
+}
+
+const char *st_switch_src_name(st_switch_src src) {
+    switch (src) {
+    case ST_SW_DEFAULT: return "default";
+    case ST_SW_CONFIG: return "config";
+    case ST_SW_ENV: return "env";
+    case ST_SW_FLAG: return "flag";
+    }
+    return "?";
+}
+
+int st_switch_set(const char *name, const char *value, st_switch_src src) {
+    ST_ASSERT(src == ST_SW_CONFIG || src == ST_SW_FLAG);
+    int i = find_index(name);
+    if (i < 0) {
+        st_error_set("'%s' is not a switch (strata launch --help lists them)", name);
+        return -1;
+    }
+    const st_switch_def *d = &TABLE[i];
+    if (d->kind == ST_SW_KIND_FLAG) {
+        g_flag_val[i][src] = value;
+        return st_switch_source(d->name) == src;
+    }
+    /* an environment switch: the environment is its store */
+    st_switch_src cur = st_switch_source(d->name);
+    if (cur > src) return 0; /* the user's value stays */
+    if (!value) {
+        if (cur == src) {
+            unsetenv(d->name);
+            record_source(d->name, ST_SW_DEFAULT);
+        }
+        return 1;
+    }
+    setenv(d->name, value, 1);
+    record_source(d->name, src);
+    return 1;
+}
+
+static int differs(const char *v, const char *def) {
+    if (!v) return 0;
+    return !def || strcmp(v, def) != 0;
+}
+
+int st_switch_describe(char *buf, unsigned long cap) {
+    int n = 0;
+    size_t len = 0;
+    if (cap) buf[0] = 0;
+    for (int i = 0; i < N_TABLE; i++) {
+        const st_switch_def *d = &TABLE[i];
+        const char *v = st_switch_get(d->name);
+        st_switch_src src = st_switch_source(d->name);
+        if (src == ST_SW_DEFAULT || !differs(v, d->def)) continue;
+        n++;
+        if (len < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s=%s (set by %s)\n", d->name, d->secret ? "***" : v,
+                                    st_switch_src_name(src));
+    }
+    return n;
+}
+
+void st_switch_log_start(const char *who) {
+    char buf[4096];
+    int n = st_switch_describe(buf, sizeof buf);
+    if (!n) {
+        ST_INFO("%s: every switch at its default", who);
+        return;
+    }
+    for (char *line = buf, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (!nl) break;
+        *nl = 0;
+        ST_INFO("%s: switch %s", who, line);
+    }
+}
