@@ -83,19 +83,20 @@ void sampler_accept(sampler *s, int32_t token) {
 static void apply_penalties(sampler *s, float *logits) {
     const sampler_params *p = &s->p;
     if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    /* each distinct token once: its count is zeroed once used (a token seen
+     * twice in the window is then skipped), and recounted from the ring below */
     for (int i = 0; i < s->n_recent; i++) {
         int32_t t = s->recent[i];
         int c = s->count[t];
         if (c == 0) continue;
-        /* each distinct token once: mark by negating after use, restored below */
         float *l = &logits[t];
         if (p->repeat_penalty != 1.0f) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
         *l -= (float)c * p->frequency_penalty + p->presence_penalty;
-        s->count[t] = (uint16_t)(UINT16_MAX - c); /* visited marker */
+        s->count[t] = 0;
     }
     for (int i = 0; i < s->n_recent; i++) {
         int32_t t = s->recent[i];
-        if (s->count[t] > UINT16_MAX / 2) s->count[t] = (uint16_t)(UINT16_MAX - s->count[t]);
+        if (s->count[t] < UINT16_MAX) s->count[t]++;
     }
 }
 
@@ -181,9 +182,11 @@ int32_t sampler_sample(sampler *s, float *logits) {
     if (p->min_p > 0.0f) { /* drop candidates below min_p times the best one */
         float best = 0;
         for (int i = 0; i < nc; i++) best = fmaxf(best, s->prob[i]);
+        /* min_p above 1 would drop every candidate: the best one always stays */
+        float thr = p->min_p < 1.0f ? p->min_p * best : best;
         int w = 0;
         for (int i = 0; i < nc; i++)
-            if (s->prob[i] >= p->min_p * best) {
+            if (s->prob[i] >= thr) {
                 s->idx[w] = s->idx[i];
                 s->prob[w++] = s->prob[i];
             }
