@@ -1,0 +1,517 @@
+/* Sampler tests on synthetic logits (engine/sampler.h).
+ *
+ * Exact checks: greedy is the argmax; a tiny temperature behaves like greedy;
+ * top-k = 1 is greedy; penalties change exactly the logits of tokens inside
+ * the last penalty_last_n accepted ones, by an independent re-implementation
+ * of the rules (repetition divides positive / multiplies negative logits once
+ * per distinct token; OpenAI's presence/frequency: l -= c*freq + (c>0)*pres).
+ * Statistical checks (fixed seeds, so the run is deterministic, but the
+ * bounds are what a correct sampler meets with overwhelming probability):
+ * top-k / top-p / min-p never draw outside the support they should keep and
+ * do draw every member of it; the empirical frequencies of 20k draws match
+ * softmax(logits/T) (renormalised over the kept support) by a chi-square
+ * bound, and the same draws fail that bound against a wrong distribution,
+ * which shows the check has the power to notice a mistake.
+ * Reproducibility: a seed gives the same sequence, other seeds differ, and
+ * sampler_reset restarts the sequence and forgets the penalty history. */
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_fail;
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            n_fail++;                                                                                                  \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+        }                                                                                                              \
+    } while (0)
+
+/* the test's own generator (xorshift64*), independent of the sampler's */
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static uint64_t rnd_u64(void) {
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return g_rng * 2685821657736338717ull;
+}
+static double rnd_unit(void) { return (double)(rnd_u64() >> 11) / 9007199254740992.0; }
+static float rnd_logit(float scale) { return (float)((rnd_unit() * 2 - 1) * scale); }
+
+/* every cut off, penalties off: a plain softmax draw at temperature 1 */
+static sampler_params plain(uint64_t seed) {
+    sampler_params p = sampler_defaults();
+    p.temp = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = p.frequency_penalty = 0.0f;
+    p.penalty_last_n = 64;
+    p.seed = seed;
+    return p;
+}
+
+static int argmax_f(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* one draw from a copy of logits (the sampler modifies its input) */
+static int draw(sampler *s, const float *logits, int n) {
+    float tmp[256];
+    memcpy(tmp, logits, (size_t)n * sizeof(float));
+    return sampler_sample(s, tmp);
+}
+
+/* softmax(logits/T) restricted to keep[] (NULL: all), in double */
+static void softmax_T(const float *l, int n, double T, const int *keep, double *out) {
+    double mx = -1e300, sum = 0;
+    for (int i = 0; i < n; i++)
+        if ((!keep || keep[i]) && l[i] > mx) mx = l[i];
+    for (int i = 0; i < n; i++) {
+        out[i] = (!keep || keep[i]) ? exp((l[i] - mx) / T) : 0;
+        sum += out[i];
+    }
+    for (int i = 0; i < n; i++) out[i] /= sum;
+}
+
+/* Pearson chi-square of counts against probabilities; bins expecting < 5
+ * draws are pooled. *df gets the degrees of freedom. A bin with p = 0 and a
+ * nonzero count makes the statistic infinite. */
+static double chi_square(const int *cnt, const double *p, int n, int total, int *df) {
+    double chi = 0, pool_e = 0;
+    int pool_o = 0, bins = 0;
+    for (int i = 0; i < n; i++) {
+        double e = p[i] * total;
+        if (p[i] == 0) {
+            if (cnt[i]) return INFINITY;
+            continue;
+        }
+        if (e < 5) {
+            pool_e += e;
+            pool_o += cnt[i];
+            continue;
+        }
+        chi += (cnt[i] - e) * (cnt[i] - e) / e;
+        bins++;
+    }
+    if (pool_e > 0) {
+        chi += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    }
+    *df = bins - 1;
+    return chi;
+}
+
+/* mean + 5 standard deviations of a chi-square with df degrees of freedom
+ * (a false alarm rate around 1e-4 for the df used here) */
+static double chi_bound(int df) { return df + 5.0 * sqrt(2.0 * df); }
+
+static void test_greedy(void) {
+    int bad = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        float l[100];
+        for (int i = 0; i < 100; i++) l[i] = rnd_logit(10);
+        sampler_params p = sampler_defaults(); /* top-k/p/min-p set, but temp 0 ignores them */
+        p.temp = 0.0f;
+        sampler *s = sampler_create(&p, 100);
+        if (draw(s, l, 100) != argmax_f(l, 100)) bad++;
+        p.temp = -1.0f;
+        sampler_free(s);
+        s = sampler_create(&p, 100);
+        if (draw(s, l, 100) != argmax_f(l, 100)) bad++;
+        sampler_free(s);
+    }
+    CHECK(bad == 0, "greedy != argmax in %d of 400 cases", bad);
+    printf("greedy: temp 0 and -1 give the argmax on 200 random vectors of 100 logits\n");
+}
+
+static void test_tiny_temp_and_topk1(void) {
+    int bad_t = 0, bad_k = 0, used = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        float l[64];
+        for (int i = 0; i < 64; i++) l[i] = rnd_logit(5);
+        int a = argmax_f(l, 64);
+        float second = -1e30f;
+        for (int i = 0; i < 64; i++)
+            if (i != a && l[i] > second) second = l[i];
+        sampler_params p = plain(trial + 1);
+        p.top_k = 1; /* top-k = 1 at any temperature: the argmax */
+        p.temp = 1.5f;
+        sampler *s = sampler_create(&p, 64);
+        for (int d = 0; d < 20; d++)
+            if (draw(s, l, 64) != a) bad_k++;
+        sampler_free(s);
+        if (l[a] - second < 0.05f) continue; /* a near tie is a coin flip even at small T */
+        used++;
+        p = plain(trial + 1);
+        p.temp = 1e-3f; /* gap/T >= 50: the runner-up has probability < e^-50 */
+        s = sampler_create(&p, 64);
+        for (int d = 0; d < 20; d++)
+            if (draw(s, l, 64) != a) bad_t++;
+        sampler_free(s);
+    }
+    CHECK(bad_k == 0, "top-k 1 drew a non-argmax %d times", bad_k);
+    CHECK(bad_t == 0, "temp 1e-3 drew a non-argmax %d times", bad_t);
+    CHECK(used > 100, "too few vectors with a clear maximum (%d)", used);
+    printf("top-k 1 = argmax (200 vectors x 20 draws at T 1.5); temp 1e-3 = argmax (%d vectors x 20 draws)\n", used);
+}
+
+static void test_seed_and_reset(void) {
+    enum { V = 50, N = 200 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = rnd_logit(1);
+    int a[N], b[N], c[N], r[N];
+    sampler_params p = plain(1234);
+    sampler *s1 = sampler_create(&p, V), *s2 = sampler_create(&p, V);
+    p.seed = 1235;
+    sampler *s3 = sampler_create(&p, V);
+    for (int i = 0; i < N; i++) {
+        a[i] = draw(s1, l, V);
+        b[i] = draw(s2, l, V);
+        c[i] = draw(s3, l, V);
+    }
+    sampler_reset(s1);
+    for (int i = 0; i < N; i++) r[i] = draw(s1, l, V);
+    int same_ab = !memcmp(a, b, sizeof a), same_ac = 0, same_ar = !memcmp(a, r, sizeof a);
+    for (int i = 0; i < N; i++) same_ac += a[i] == c[i];
+    CHECK(same_ab, "two samplers with seed 1234 differ");
+    CHECK(same_ac < N / 4, "seeds 1234 and 1235 agree on %d of %d draws", same_ac, N);
+    CHECK(same_ar, "sampler_reset does not restart the seed's sequence");
+    /* the sequence is not constant: the draws spread over the vocabulary */
+    int seen[V] = {0}, distinct = 0;
+    for (int i = 0; i < N; i++) distinct += !seen[a[i]]++;
+    CHECK(distinct > 20, "only %d distinct tokens in %d draws from 50 near-uniform ones", distinct, N);
+    printf("seed: same seed same %d draws; seed+1 agrees on %d of %d; reset replays; %d distinct tokens\n", N,
+           same_ac, N, distinct);
+
+    /* reset also forgets the penalty history: a penalised sampler after reset
+     * draws exactly what a fresh one draws */
+    p = plain(99);
+    p.repeat_penalty = 3.0f;
+    p.presence_penalty = 1.0f;
+    sampler *pen = sampler_create(&p, V), *fresh = sampler_create(&p, V);
+    for (int i = 0; i < 30; i++) sampler_accept(pen, i % 7);
+    sampler_reset(pen);
+    int differ = 0;
+    for (int i = 0; i < N; i++) differ += draw(pen, l, V) != draw(fresh, l, V);
+    CHECK(differ == 0, "after reset a penalised sampler differs from a fresh one on %d draws", differ);
+    printf("reset: forgets the accepted tokens (penalties) and replays the fresh sequence\n");
+    sampler_free(s1);
+    sampler_free(s2);
+    sampler_free(s3);
+    sampler_free(pen);
+    sampler_free(fresh);
+}
+
+/* draws `total` samples; returns the number of draws outside keep[] and
+ * whether every kept token was drawn; fills counts */
+static int sample_counts(const sampler_params *p, const float *l, int n, int total, int *cnt) {
+    sampler *s = sampler_create(p, n);
+    memset(cnt, 0, (size_t)n * sizeof(int));
+    int bad = 0;
+    for (int d = 0; d < total; d++) {
+        int t = draw(s, l, n);
+        if (t < 0 || t >= n) bad++;
+        else cnt[t]++;
+    }
+    sampler_free(s);
+    return bad;
+}
+
+/* support and distribution of one configuration: keep[] is the expected
+ * support; the frequencies must match softmax(l/T) renormalised over it */
+static void check_support(const char *what, const sampler_params *p, const float *l, int n, const int *keep,
+                          int total) {
+    int cnt[256];
+    int oob = sample_counts(p, l, n, total, cnt);
+    int outside = 0, missing = 0;
+    for (int i = 0; i < n; i++) {
+        if (!keep[i]) outside += cnt[i];
+        else if (cnt[i] == 0) missing++;
+    }
+    double q[256];
+    softmax_T(l, n, p->temp, keep, q);
+    int df;
+    double chi = chi_square(cnt, q, n, total, &df);
+    CHECK(oob == 0 && outside == 0, "%s: %d draws outside the support (%d out of range)", what, outside, oob);
+    CHECK(missing == 0, "%s: %d kept tokens never drawn", what, missing);
+    CHECK(df < 1 || chi < chi_bound(df), "%s: chi-square %.1f > %.1f (df %d)", what, chi, chi_bound(df), df);
+    int n_keep = 0;
+    for (int i = 0; i < n; i++) n_keep += keep[i] != 0;
+    printf("%s: %d draws, %d outside the %d kept, %d kept never drawn, chi2 %.1f (df %d, bound %.1f)\n", what, total,
+           outside + oob, n_keep, missing, chi, df, df >= 1 ? chi_bound(df) : 0.0);
+}
+
+/* ids of the k largest logits, marked in keep[] (the test's own selection sort) */
+static void mark_top_k(const float *l, int n, int k, int *keep) {
+    memset(keep, 0, (size_t)n * sizeof(int));
+    for (int j = 0; j < k; j++) {
+        int b = -1;
+        for (int i = 0; i < n; i++)
+            if (!keep[i] && (b < 0 || l[i] > l[b])) b = i;
+        keep[b] = 1;
+    }
+}
+
+static void test_top_k(void) {
+    enum { V = 30 };
+    float l[V];
+    int keep[V];
+    for (int i = 0; i < V; i++) l[i] = rnd_logit(1.5f);
+    const int ks[] = {2, 5, 12};
+    const float ts[] = {0.7f, 1.0f, 1.6f};
+    for (int a = 0; a < 3; a++) {
+        sampler_params p = plain(77 + a);
+        p.top_k = ks[a];
+        p.temp = ts[a];
+        mark_top_k(l, V, ks[a], keep);
+        char what[64];
+        snprintf(what, sizeof what, "top-k %d at T %.1f", ks[a], ts[a]);
+        check_support(what, &p, l, V, keep, 10000);
+    }
+    /* k beyond the vocabulary is no cut */
+    sampler_params p = plain(5);
+    p.top_k = 1000;
+    for (int i = 0; i < V; i++) keep[i] = 1;
+    check_support("top-k 1000 > vocabulary 30", &p, l, V, keep, 10000);
+}
+
+/* the known distribution for top-p and min-p, placed at shuffled ids */
+enum { KV = 8 };
+static const double known_p[KV] = {0.4, 0.3, 0.2, 0.04, 0.03, 0.02, 0.007, 0.003};
+
+static void known_logits(float *l, int *perm) {
+    for (int i = 0; i < KV; i++) perm[i] = i;
+    for (int i = KV - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)(rnd_u64() % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int i = 0; i < KV; i++) l[perm[i]] = (float)log(known_p[i]);
+}
+
+/* the smallest set of most probable ids (under softmax(l/T)) whose mass
+ * reaches top_p; *margin gets how far the cut is from flipping */
+static void mark_top_p(const float *l, double T, double top_p, int *keep, double *margin) {
+    double q[KV];
+    softmax_T(l, KV, T, NULL, q);
+    memset(keep, 0, KV * sizeof(int));
+    double cum = 0;
+    *margin = 1;
+    for (int j = 0; j < KV; j++) {
+        int b = -1;
+        for (int i = 0; i < KV; i++)
+            if (!keep[i] && (b < 0 || q[i] > q[b])) b = i;
+        keep[b] = 1;
+        double before = cum;
+        cum += q[b];
+        *margin = fmin(fabs(cum - top_p), fabs(before - top_p));
+        if (cum >= top_p) break;
+    }
+}
+
+static void test_top_p(void) {
+    float l[KV];
+    int perm[KV], keep[KV];
+    known_logits(l, perm);
+    /* at T 1 the cuts are read off known_p: 0.4 | 0.7 | 0.9 | 0.94 | 0.97 ... */
+    const double tops[] = {0.35, 0.65, 0.85, 0.95, 0.8};
+    const int expect_n[] = {1, 2, 3, 5, 3};
+    for (int a = 0; a < 5; a++)
+        for (int k = 0; k <= 6; k += 6) { /* k 0: the sort path; k 6: the top-k heap path */
+            sampler_params p = plain(300 + a);
+            p.top_p = (float)tops[a];
+            p.top_k = k;
+            double margin;
+            mark_top_p(l, 1.0, tops[a], keep, &margin);
+            int n_keep = 0;
+            for (int i = 0; i < KV; i++) n_keep += keep[i];
+            CHECK(n_keep == expect_n[a] && margin > 1e-3, "top-p %.2f oracle keeps %d (margin %g)", tops[a], n_keep,
+                  margin);
+            char what[64];
+            snprintf(what, sizeof what, "top-p %.2f (top-k %d)", tops[a], k);
+            check_support(what, &p, l, KV, keep, 10000);
+        }
+    /* the cut applies to the temperature-scaled distribution (sampler.c's
+     * order): at T 0.5 the probabilities are 0.54, 0.30, 0.14, ... so top-p
+     * 0.8 keeps two tokens where T 1 keeps three */
+    sampler_params p = plain(400);
+    p.temp = 0.5f;
+    p.top_p = 0.8f;
+    double margin;
+    mark_top_p(l, 0.5, 0.8, keep, &margin);
+    int n_keep = 0;
+    for (int i = 0; i < KV; i++) n_keep += keep[i];
+    CHECK(n_keep == 2 && margin > 1e-3, "top-p 0.8 at T 0.5: oracle keeps %d", n_keep);
+    check_support("top-p 0.80 at T 0.5", &p, l, KV, keep, 10000);
+}
+
+static void test_min_p(void) {
+    float l[KV];
+    int perm[KV], keep[KV];
+    known_logits(l, perm);
+    /* thresholds min_p * 0.4: 0.15 -> 0.06 keeps three; 0.6 -> 0.24 keeps two;
+     * 0.06 -> 0.024 keeps five; 0.9 -> 0.36 keeps one (each threshold away
+     * from a probability, where float rounding would decide) */
+    const double mins[] = {0.15, 0.6, 0.06, 0.9};
+    for (int a = 0; a < 4; a++)
+        for (int k = 0; k <= 6; k += 6) {
+            sampler_params p = plain(500 + a);
+            p.min_p = (float)mins[a];
+            p.top_k = k;
+            int n_keep = 0;
+            for (int i = 0; i < KV; i++) {
+                keep[perm[i]] = known_p[i] >= mins[a] * known_p[0] && (k == 0 || i < k);
+                n_keep += keep[perm[i]];
+            }
+            char what[64];
+            snprintf(what, sizeof what, "min-p %.2f (top-k %d, keeps %d)", mins[a], k, n_keep);
+            check_support(what, &p, l, KV, keep, 10000);
+        }
+    /* min-p above 1 would drop every candidate: the best one must remain
+     * (the CLI accepts any number for --min-p) */
+    sampler_params p = plain(600);
+    p.min_p = 2.0f;
+    memset(keep, 0, sizeof keep);
+    keep[perm[0]] = 1;
+    check_support("min-p 2.00 keeps the best", &p, l, KV, keep, 2000);
+}
+
+/* the distribution itself: frequencies against softmax(l/T), and against a
+ * wrong temperature as a control that the bound can fail */
+static void test_distribution(void) {
+    enum { V = 20, N = 20000 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = rnd_logit(2);
+    const float ts[] = {0.5f, 1.0f, 2.0f};
+    for (int a = 0; a < 3; a++) {
+        sampler_params p = plain(700 + a);
+        p.temp = ts[a];
+        int cnt[V];
+        int oob = sample_counts(&p, l, V, N, cnt);
+        double q[V], w[V];
+        softmax_T(l, V, ts[a], NULL, q);
+        softmax_T(l, V, ts[a] * 1.3, NULL, w);
+        int df, df_w;
+        double chi = chi_square(cnt, q, V, N, &df), chi_w = chi_square(cnt, w, V, N, &df_w);
+        CHECK(oob == 0, "T %.1f: %d draws out of range", ts[a], oob);
+        CHECK(chi < chi_bound(df), "T %.1f: chi-square %.1f > %.1f (df %d)", ts[a], chi, chi_bound(df), df);
+        CHECK(chi_w > chi_bound(df_w), "T %.1f: control at T*1.3 passes (chi2 %.1f): the check has no power", ts[a],
+              chi_w);
+        printf("softmax(l/T) at T %.1f: %d draws, chi2 %.1f (df %d, bound %.1f); vs T*1.3 chi2 %.1f (fails, as it "
+               "should)\n",
+               ts[a], N, chi, df, chi_bound(df), chi_w);
+    }
+}
+
+/* independent penalty rules: window = the last min(len, last_n) tokens */
+static void penalise_ref(float *l, int n, const int *hist, int len, int last_n, float rp, float pres, float freq) {
+    int c[256] = {0};
+    int from = len > last_n ? len - last_n : 0;
+    for (int i = from; i < len; i++) c[hist[i]]++;
+    for (int t = 0; t < n; t++) {
+        if (!c[t]) continue;
+        l[t] = l[t] > 0 ? l[t] / rp : l[t] * rp;
+        l[t] -= (float)c[t] * freq + pres;
+    }
+}
+
+static void test_penalties(void) {
+    /* a hand case: window of 3 over history 0 1 5 2 2 -> {5, 2, 2} */
+    {
+        float l[8] = {2.0f, -2.0f, 1.0f, 3.0f, -1.0f, -1.5f, 0.5f, 0.25f};
+        sampler_params p = plain(1);
+        p.temp = 0.0f;
+        p.repeat_penalty = 2.0f;
+        p.penalty_last_n = 3;
+        sampler *s = sampler_create(&p, 8);
+        const int hist[] = {0, 1, 5, 2, 2};
+        for (int i = 0; i < 5; i++) sampler_accept(s, hist[i]);
+        int t = sampler_sample(s, l);
+        /* 2 (twice in the window) is divided once; 5 (negative) is doubled; 0 and 1 left the window */
+        const float want[8] = {2.0f, -2.0f, 0.5f, 3.0f, -1.0f, -3.0f, 0.5f, 0.25f};
+        int bad = 0;
+        for (int i = 0; i < 8; i++) bad += l[i] != want[i];
+        CHECK(bad == 0 && t == 3, "repeat penalty hand case: %d logits wrong (l[2] %g l[5] %g), token %d", bad, l[2],
+              l[5], t);
+        sampler_free(s);
+
+        float m[8] = {2.0f, -2.0f, 1.0f, 3.0f, -1.0f, -1.5f, 0.5f, 0.25f};
+        p.repeat_penalty = 1.0f;
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = 0.25f;
+        p.penalty_last_n = 4; /* window {1, 5, 2, 2} */
+        s = sampler_create(&p, 8);
+        for (int i = 0; i < 5; i++) sampler_accept(s, hist[i]);
+        sampler_sample(s, m);
+        /* 2: 1 - 2*0.25 - 0.5 = 0; 1: -2 - 0.25 - 0.5 = -2.75; 5: -1.5 - 0.75 = -2.25 */
+        const float want2[8] = {2.0f, -2.75f, 0.0f, 3.0f, -1.0f, -2.25f, 0.5f, 0.25f};
+        bad = 0;
+        for (int i = 0; i < 8; i++) bad += m[i] != want2[i];
+        CHECK(bad == 0, "presence/frequency hand case: %d logits wrong (l[1] %g l[2] %g l[5] %g)", bad, m[1], m[2],
+              m[5]);
+        sampler_free(s);
+        printf("penalties, hand cases: repetition /2 and *2 once per distinct token in the last 3; "
+               "presence 0.5 + frequency 0.25*count in the last 4\n");
+    }
+    /* random cases against penalise_ref, including a window that slides
+     * and a penalty that changes the argmax */
+    enum { V = 16 };
+    int bad = 0, flips = 0, cases = 0;
+    const int lasts[] = {0, 1, 5, 64};
+    for (int trial = 0; trial < 400; trial++) {
+        float l[V], ref[V];
+        for (int i = 0; i < V; i++) ref[i] = l[i] = rnd_logit(3);
+        int hist[120], len = (int)(rnd_u64() % 120);
+        for (int i = 0; i < len; i++) hist[i] = (int)(rnd_u64() % V);
+        sampler_params p = plain(trial);
+        p.temp = 0.0f;
+        p.penalty_last_n = lasts[trial % 4];
+        p.repeat_penalty = (trial / 4) % 2 ? 1.3f : 1.0f;
+        p.presence_penalty = (trial / 8) % 2 ? 0.5f : 0.0f;
+        p.frequency_penalty = (trial / 16) % 2 ? 0.25f : 0.0f;
+        sampler *s = sampler_create(&p, V);
+        for (int i = 0; i < len; i++) sampler_accept(s, hist[i]);
+        int a0 = argmax_f(l, V);
+        int t = sampler_sample(s, l);
+        penalise_ref(ref, V, hist, len, p.penalty_last_n, p.repeat_penalty, p.presence_penalty, p.frequency_penalty);
+        int wrong = 0;
+        for (int i = 0; i < V; i++) wrong += fabsf(l[i] - ref[i]) > 1e-5f * (1 + fabsf(ref[i]));
+        if (wrong || t != argmax_f(ref, V)) {
+            if (bad++ < 5)
+                printf("  case %d (last_n %d rp %g pres %g freq %g, %d tokens): %d logits differ, token %d want %d\n",
+                       trial, p.penalty_last_n, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, len, wrong,
+                       t, argmax_f(ref, V));
+        }
+        flips += t != a0;
+        cases++;
+        sampler_free(s);
+    }
+    CHECK(bad == 0, "penalties differ from the reference rules in %d of %d cases", bad, cases);
+    CHECK(flips > 20, "penalties changed the greedy token in only %d cases", flips);
+    printf("penalties, %d random cases (window 0/1/5/64, histories up to 119 tokens) = reference rules; "
+           "argmax changed in %d\n",
+           cases, flips);
+}
+
+int main(void) {
+    test_greedy();
+    test_tiny_temp_and_topk1();
+    test_seed_and_reset();
+    test_top_k();
+    test_top_p();
+    test_min_p();
+    test_distribution();
+    test_penalties();
+    printf("sampler: %d failures\n", n_fail);
+    return n_fail != 0;
+}
