@@ -103,6 +103,9 @@ static int parse(args_t *a, run_opts *o, int chat) {
             return args_unknown(a);
     }
     if (!chat && !o->prompt) return cli_usage_error(a->cmd, a->usage, "missing -p TEXT");
+    /* refused here, not by the engine: a model that adds BOS would otherwise
+     * accept "" (one token) and run while others refuse it */
+    if (!chat && !o->prompt[0]) return cli_usage_error(a->cmd, a->usage, "the prompt is empty (-p \"\")");
     return -1;
 }
 
