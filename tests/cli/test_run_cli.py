@@ -183,7 +183,8 @@ def write_mamba(path):
 LONG = " ".join(["word"] * 60)
 # (case, args after "run", expected exit code, text the error message must contain)
 BAD = [
-    ("empty prompt", ["-m", SMOL, "-p", ""], 1, "the prompt is empty"),
+    ("empty prompt", ["-m", SMOL, "-p", ""], 2, "the prompt is empty"),
+    ("empty prompt, BOS model", ["-m", GEMMA, "-p", ""], 2, "the prompt is empty"),
     ("prompt beyond ctx", ["-m", SMOL, "--ctx", 16, "-p", LONG], 1, "beyond the context of 16 tokens"),
     ("ctx beyond training", ["-m", SMOL, "--ctx", 1 << 20, "-p", "hi"], 1, "beyond the model's trained context"),
     ("mamba", ["-m", "MAMBA", "-p", "hi"], 1, "architecture 'mamba' is not supported"),
@@ -202,6 +203,8 @@ BAD = [
 @need_smol
 @pytest.mark.parametrize("case,args,code,msg", BAD, ids=[b[0] for b in BAD])
 def test_bad_input(case, args, code, msg):
+    if GEMMA in args and not GEMMA.exists():
+        pytest.skip(f"{GEMMA} missing")
     mamba, notgguf = TMP / "clitest_mamba.gguf", TMP / "clitest_not.gguf"
     if "MAMBA" in args:
         write_mamba(mamba)
