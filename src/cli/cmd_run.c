@@ -199,6 +199,7 @@ int cmd_chat(int argc, char **argv) {
     fprintf(stderr, "strata chat: %s (%s format); an empty line ends the chat\n", o.ep.model_path,
             chat_format_name(fmt));
     char line[8192];
+    rc = 0; /* a turn that fails (e.g. the history outgrows the context) ends the chat with exit 1 */
     for (;;) {
         fprintf(stdout, "> ");
         fflush(stdout);
@@ -211,7 +212,11 @@ int cmd_chat(int argc, char **argv) {
         int n;
         int32_t *ids = tokenize(e, text, 1, 1, &n);
         st_free(text);
-        if (!ids) break;
+        if (!ids) {
+            fprintf(stderr, "strata chat: %s\n", st_error_get());
+            rc = -1;
+            break;
+        }
         answer ans = {st_malloc(1024), 0, 1024};
         ans.buf[0] = 0;
         gen_stats st;
@@ -232,5 +237,5 @@ int cmd_chat(int argc, char **argv) {
     st_free(msgs);
     sampler_free(s);
     engine_close(e);
-    return 0;
+    return rc ? 1 : 0;
 }
