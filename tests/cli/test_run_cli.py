@@ -141,6 +141,16 @@ def test_chat_two_turns():
 
 
 @need_smol
+def test_chat_context_overflow():
+    # the second turn's history (about 38 tokens) outgrows --ctx 24: a message and exit 1
+    r = strata("chat", "-m", SMOL, "-n", 8, "--temp", 0, "--ctx", 24, stdin="My name is Ada.\nWhat is my name?\n")
+    print(f"chat over --ctx 24: exit {r.returncode}; {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 1
+    assert len(speed_lines(r.stderr)) == 1
+    assert "beyond the context of 24 tokens" in r.stderr
+
+
+@need_smol
 def test_perplexity():
     text = TMP / "clitest_ppl.txt"
     text.write_text(TEXT.read_text(encoding="utf-8")[:4000] if TEXT.exists() else
