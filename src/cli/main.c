@@ -2,6 +2,7 @@
  * subcommand is listed in `strata --help` and nothing else parses argv[1]. */
 #include "cli/cli.h"
 #include "model/model.h"
+#include "server/server.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@ static const command COMMANDS[] = {
     {"perplexity", cmd_perplexity, "perplexity on a text file, comparable with llama.cpp's"},
     {"bench", cmd_bench, "prompt and decode speed, GB/s of weights read"},
     {"serve", cmd_serve, "OpenAI- and Anthropic-compatible HTTP server (default model when -m is not given)"},
+    {"launch", cmd_launch, "plan device, context, KV and memory from this machine, then serve (--plan: only print)"},
     {"device", cmd_device, "list the GPUs and self-test one (memory plan, bandwidth, every op vs the CPU)"},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
@@ -54,6 +56,8 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    /* hidden: the engine process `strata serve` spawns for itself (docs/server.md) */
+    if (!strcmp(argv[1], "engine")) return server_engine_main(argc - 1, argv + 1);
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "strata: unknown command '%s'\n", argv[1]);

@@ -18,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_web.h"
 
 /* A declared or received body beyond this is not read to its end: 413 at once, then close. */
 #define DRAIN_CAP ((uint64_t)256 << 20)
@@ -137,6 +138,8 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
         return send_fail(s, c, api, 413, "request_too_large", msg);
     }
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    const srv_web_asset *page = get ? srv_web_find(url) : NULL; /* the page loads while the model does */
+    if (page) return srv_web_send(s, c, page);
     if (!atomic_load(&s->ready)) { /* the socket is bound before the engines load, to fail fast */
         if (!strcmp(url, "/health"))
             return srv_send_json(s, c, 503, json_pack("{s:s}", "status", "loading"));
@@ -152,6 +155,8 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     }
     if (!authorized(s, c))
         return send_fail(s, c, api, 401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY or x-api-key: KEY)");
+    if (!strcmp(url, "/metrics/gpu")) /* the web monitor's GPU numbers (NVML, srv_web.c) */
+        return get ? srv_web_gpu_metrics(s, c) : send_fail(s, c, api, 405, "method_not_allowed", "this path takes GET");
     for (size_t i = 0; i < N_POST; i++) {
         if (strcmp(url, POST_ROUTES[i].path)) continue;
         if (!post) return send_fail(s, c, api, 405, "method_not_allowed", "this path takes POST");

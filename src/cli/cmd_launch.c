@@ -1,0 +1,342 @@
+/* `strata launch`: look at the machine, make a plan, serve with it.
+ *
+ * The plan picks the device (the GPU with the most free VRAM when this build
+ * has a GPU backend and finds one, else the CPU), the model (the default real
+ * model unless -m names one), the context and the KV type that fit the memory
+ * there (weights + KV cache per slot + scratch against MemAvailable or free
+ * VRAM), prints it, and without --plan starts `strata serve` with it.
+ *
+ * Every value comes from the switch table (core/switches.h): a flag on the
+ * command line or a STRATA_* variable the user set is never overridden by the
+ * --config file or by the plan; the plan only fills what nobody set, and the
+ * start log names each non-default value and who set it.
+ *
+ * --config FILE is one JSON object whose keys are switch names: flags with or
+ * without their dashes ("ctx", "--ctx", "model", "-m") and STRATA_* variables;
+ * values are strings, whole numbers or booleans (true = "1"). docs/launch.md. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/engine_opts.h"
+#include "core/log.h"
+#include "core/switches.h"
+#include "engine/kv_cache.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+#ifdef STRATA_HAVE_GPU
+#include "backend/cuda/device.h"
+#endif
+
+#define LAUNCH_USAGE "strata launch [--plan] [--config FILE] " ENGINE_OPTS_USAGE " [serve options: strata serve --help]"
+
+/* The plan aims for this much context when nobody set --ctx (and the model was trained for it). */
+#define PLAN_CTX_TARGET 8192
+#define PLAN_CTX_MIN 512
+/* Only this fraction of free memory is planned for: the OS, the HTTP side and allocator slack keep the rest. */
+#define PLAN_MEM_FRAC 0.90
+
+static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+/* Validate a value for a flag entry the way serve's parser will, so a bad
+ * value is refused here with the place it came from. */
+static int check_value(const st_switch_def *d, const char *v, const char *where) {
+    if (!strcmp(d->name, "--kv") && kv_type_from_name(v) < 0) {
+        fprintf(stderr, "strata launch: %s: invalid value '%s' for --kv (f16 or int8)\n", where, v);
+        return -1;
+    }
+    if (d->lo || d->hi) {
+        char *end;
+        long long n = strtoll(v, &end, 10);
+        if (!*v || *end || n < d->lo || n > d->hi) {
+            fprintf(stderr, "strata launch: %s: invalid value '%s' for %s (a whole number in [%lld, %lld])\n", where,
+                    v, d->name, d->lo, d->hi);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Apply the config file: every key a switch, set with source "config" unless
+ * a user's value outranks it (then a note says so). Returns the parsed root
+ * (its strings are the values now in the table) or NULL after printing the error. */
+static json_t *apply_config(const char *path) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        fprintf(stderr, "strata launch: config %s: %s (line %d, column %d)\n", path, jerr.text, jerr.line,
+                jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        fprintf(stderr, "strata launch: config %s: the file must hold one JSON object of switches\n", path);
+        json_decref(root);
+        return NULL;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        const st_switch_def *d = st_switch_find(key);
+        if (!d) {
+            fprintf(stderr, "strata launch: config %s: unknown key '%s' (keys are switch names: strata launch --help)\n",
+                    path, key);
+            json_decref(root);
+            return NULL;
+        }
+        char num[32];
+        const char *v;
+        if (json_is_string(val)) v = json_string_value(val);
+        else if (json_is_integer(val)) {
+            snprintf(num, sizeof num, "%lld", (long long)json_integer_value(val));
+            v = strdup(num); /* lives as long as the process, like the table's other values */
+            ST_ASSERT(v);
+        } else if (json_is_boolean(val)) v = json_is_true(val) ? "1" : "0";
+        else {
+            fprintf(stderr, "strata launch: config %s: '%s' must be a string, a whole number or a boolean\n", path,
+                    key);
+            json_decref(root);
+            return NULL;
+        }
+        char where[600];
+        snprintf(where, sizeof where, "config %s, key '%s'", path, key);
+        if (check_value(d, v, where) != 0) {
+            json_decref(root);
+            return NULL;
+        }
+        if (st_switch_set(d->name, v, ST_SW_CONFIG) == 0)
+            printf("note: config's %s=%s is not used: %s was set by %s\n", d->name, d->secret ? "***" : v, d->name,
+                   st_switch_src_name(st_switch_source(d->name)));
+    }
+    return root;
+}
+
+/* MemAvailable and MemTotal from /proc/meminfo, bytes; 0 when unreadable. */
+static void read_meminfo(size_t *avail, size_t *total) {
+    *avail = *total = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return;
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = (size_t)kb << 10;
+        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = (size_t)kb << 10;
+    }
+    fclose(f);
+}
+
+/* Work memory besides weights and KV: the forward pass's activations for a
+ * prompt chunk, plus a round 256 MiB for matmul scratch and the runtime. */
+static size_t scratch_bytes(const model_hparams *hp, int chunk) {
+    size_t B = (size_t)chunk, qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t act = B * (3 * (size_t)hp->n_embd + 2 * qw + 2 * kvw + 2 * (size_t)hp->n_ff + (size_t)hp->n_vocab) * 4;
+    size_t moe = hp->n_expert ? B * hp->n_expert_used * (2 * (size_t)hp->n_ff_exp + hp->n_embd) * 4 : 0;
+    return act + moe + ((size_t)256 << 20);
+}
+
+typedef struct {
+    int gpu;             /* -1: CPU */
+    char device[300];    /* in words */
+    size_t budget;       /* bytes the plan may use on that device */
+    char budget_note[200];
+} device_pick;
+
+static void pick_device(device_pick *p, size_t need_weights) {
+    size_t avail, total;
+    read_meminfo(&avail, &total);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    p->gpu = -1;
+    p->budget = (size_t)((double)avail * PLAN_MEM_FRAC);
+    snprintf(p->device, sizeof p->device, "CPU (%ld cores, %s kernels)", cores, qt_isa_name(qt_cpu_isa()));
+    snprintf(p->budget_note, sizeof p->budget_note, "RAM available %.2f GiB of %.2f GiB (/proc/meminfo)", gib(avail),
+             gib(total));
+#ifdef STRATA_HAVE_GPU
+    const char *want = st_switch_get("--gpu");
+    int n = gpu_device_count(), best = -1;
+    size_t best_free = 0;
+    gpu_device_info d, bd;
+    memset(&bd, 0, sizeof bd);
+    for (int i = 0; i < n; i++) {
+        if (want && atoi(want) != i) continue;
+        if (gpu_device_info_get(i, &d) != 0 || d.code == GPU_CODE_NONE) continue;
+        if (best < 0 || d.vram_free > best_free) best = i, best_free = d.vram_free, bd = d;
+    }
+    if (best >= 0 && (want || (double)need_weights < (double)best_free * PLAN_MEM_FRAC)) {
+        p->gpu = best;
+        p->budget = (size_t)((double)best_free * PLAN_MEM_FRAC);
+        snprintf(p->device, sizeof p->device, "GPU %d: %s (%s, %d SMs)", best, bd.name, bd.arch, bd.n_sm);
+        snprintf(p->budget_note, sizeof p->budget_note, "VRAM free %.2f GiB of %.2f GiB", gib(bd.vram_free),
+                 gib(bd.vram_total));
+    } else if (n > 0 && best < 0)
+        printf("note: %d GPU%s found, none this build can run on (strata device --list-devices)\n", n,
+               n == 1 ? "" : "s");
+    else if (best >= 0)
+        printf("note: the weights (%.2f GiB) do not fit GPU %d's free VRAM: planning for the CPU\n",
+               gib(need_weights), best);
+    else
+        printf("note: this build has a GPU backend but found no GPU\n");
+#else
+    (void)need_weights;
+    strncat(p->device, "; this build has no GPU backend", sizeof p->device - strlen(p->device) - 1);
+#endif
+}
+
+static int get_int(const char *name, int fallback) {
+    const char *v = st_switch_get(name);
+    return v ? atoi(v) : fallback;
+}
+
+/* Who set a flag, for the plan lines: "(flag)", "(config)", or the plan's reason. */
+static const char *src_word(const char *name, const char *planned) {
+    st_switch_src s = st_switch_source(name);
+    return s == ST_SW_DEFAULT ? planned : st_switch_src_name(s);
+}
+
+int cmd_launch(int argc, char **argv) {
+    args_t a = {.cmd = "launch", .usage = LAUNCH_USAGE, .argc = argc, .argv = argv, .i = 1};
+    const char *config = NULL;
+    int plan_only = 0, n_table;
+    const st_switch_def *table = st_switch_table(&n_table);
+    while (a.i < a.argc) {
+        if (args_is_help(&a)) {
+            printf("usage: %s\n\n", LAUNCH_USAGE);
+            printf("Plans device, context, KV type and memory from what this machine has, prints the plan,\n"
+                   "and (without --plan) serves with it. --config FILE: a JSON object of switches.\n"
+                   "A value you set (flag or environment) is never overridden: flag > env > config > default.\n\n"
+                   "switches:\n");
+            for (int i = 0; i < n_table; i++)
+                printf("  %-16s %-5s %s\n  %-16s       default: %s\n", table[i].name,
+                       table[i].short_name ? table[i].short_name : "", table[i].effect, "", table[i].def_note);
+            printf("\nSee docs/launch.md.\n");
+            return 0;
+        }
+        const char *v;
+        int r;
+        if (!strcmp(a.argv[a.i], "--plan")) {
+            plan_only = 1;
+            a.i++;
+            continue;
+        }
+        if ((r = args_value(&a, "--config", &v))) {
+            if (r < 0) return a.err;
+            config = v;
+            continue;
+        }
+        int hit = 0;
+        for (int i = 0; i < n_table && !hit; i++) {
+            const st_switch_def *d = &table[i];
+            if (d->kind != ST_SW_KIND_FLAG) continue;
+            if (!(r = args_value(&a, d->name, &v)) && !(d->short_name && (r = args_value(&a, d->short_name, &v))))
+                continue;
+            if (r < 0) return a.err;
+            if (check_value(d, v, "command line") != 0) return 2;
+            st_switch_set(d->name, v, ST_SW_FLAG);
+            hit = 1;
+        }
+        if (!hit) return args_unknown(&a);
+    }
+    json_t *cfg = NULL;
+    if (config && !(cfg = apply_config(config))) return 2;
+
+    /* the model: what it needs is known before any device is picked */
+    const char *path = st_switch_get("--model");
+    if (!path) path = STRATA_DEFAULT_MODEL;
+    model *m = model_load(path);
+    if (!m) {
+        fprintf(stderr, "strata launch: %s\n", st_error_get());
+        json_decref(cfg);
+        return 1;
+    }
+    const model_hparams *hp = &m->hp;
+    size_t weights = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->file); i++) weights += gguf_tensor_at(m->file, i)->size;
+    int slots = get_int("--slots", 1), chunk = get_int("--prefill", 512);
+    size_t scratch = scratch_bytes(hp, chunk < 512 ? chunk : 512) * (size_t)slots;
+
+    device_pick dev;
+    pick_device(&dev, weights);
+
+    /* context and KV type: the user's values stand; the plan fills the rest,
+     * the largest context (up to the target) that fits, f16 before int8 */
+    const char *ctx_set = st_switch_get("--ctx"), *kv_set = st_switch_get("--kv");
+    int ctx_target = hp->n_ctx_train < PLAN_CTX_TARGET ? hp->n_ctx_train : PLAN_CTX_TARGET;
+    int n_ctx = ctx_set ? atoi(ctx_set) : ctx_target;
+    st_kv_type kv = kv_set ? (st_kv_type)kv_type_from_name(kv_set) : ST_KV_F16;
+    size_t avail_kv = dev.budget > weights + scratch ? dev.budget - weights - scratch : 0;
+    int fits = 0;
+    int c_min = ctx_target < PLAN_CTX_MIN ? ctx_target : PLAN_CTX_MIN;
+    for (int c = n_ctx; !fits && c >= (ctx_set ? n_ctx : c_min); c /= 2) {
+        for (int t = 0; t < 2 && !fits; t++) {
+            st_kv_type k = kv_set ? kv : (t == 0 ? ST_KV_F16 : ST_KV_INT8);
+            if (kv_cache_bytes(hp, c, k) * (size_t)slots <= avail_kv) fits = 1, n_ctx = c, kv = k;
+        }
+        if (ctx_set) break;
+    }
+    if (!fits && !ctx_set) n_ctx = c_min;
+    size_t kv_bytes = kv_cache_bytes(hp, n_ctx, kv) * (size_t)slots;
+    size_t total = weights + kv_bytes + scratch;
+    char gpu_txt[16];
+    snprintf(gpu_txt, sizeof gpu_txt, "%d", dev.gpu);
+
+    printf("strata launch plan:\n");
+    printf("  device    %s\n", dev.device);
+    printf("  model     %s (%s, %d layers, trained context %d%s)\n", path, model_arch_name(hp->arch), hp->n_layer,
+           hp->n_ctx_train, hp->n_expert ? ", MoE" : "");
+    printf("  weights   %.3f GiB\n", gib(weights));
+    printf("  KV cache  %s, %.1f KiB per token of context, x %d context x %d slot%s = %.3f GiB\n",
+           kv == ST_KV_F16 ? "f16" : "int8", (double)kv_cache_bytes(hp, 1, kv) / 1024.0, n_ctx, slots,
+           slots == 1 ? "" : "s", gib(kv_bytes));
+    printf("  context   %d (%s)\n", n_ctx, src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));
+    printf("  kv type   %s (%s)\n", kv == ST_KV_F16 ? "f16" : "int8", src_word("--kv", "planned"));
+    printf("  scratch   %.3f GiB\n", gib(scratch));
+    printf("  memory    %.3f GiB planned of %.3f GiB usable; %s -> %s\n", gib(total), gib(dev.budget),
+           dev.budget_note, total <= dev.budget ? "FITS" : "DOES NOT FIT");
+    if (total > dev.budget)
+        printf("note: %s; the values you set are kept (weights are mapped from the file, so the CPU may still run)\n",
+               ctx_set || kv_set ? "your --ctx/--kv do not fit" : "even the smallest plan does not fit");
+    char sw[4096];
+    int n_sw = st_switch_describe(sw, sizeof sw);
+    printf("  switches  %s\n", n_sw ? "(non-default, and who set them)" : "all at their defaults");
+    for (char *line = sw, *nl; n_sw && (nl = strchr(line, '\n')); line = nl + 1) {
+        *nl = 0;
+        printf("            %s\n", line);
+    }
+
+    /* the serve command line: every flag the table holds a value for */
+    char ctx_txt[16];
+    snprintf(ctx_txt, sizeof ctx_txt, "%d", n_ctx);
+    const char *sargv[64];
+    int sargc = 0;
+    sargv[sargc++] = "serve";
+    sargv[sargc++] = "-m", sargv[sargc++] = path;
+    sargv[sargc++] = "--ctx", sargv[sargc++] = ctx_txt;
+    sargv[sargc++] = "--kv", sargv[sargc++] = kv == ST_KV_F16 ? "f16" : "int8";
+    if (dev.gpu >= 0) sargv[sargc++] = "--gpu", sargv[sargc++] = gpu_txt;
+    for (int i = 0; i < n_table; i++) {
+        const st_switch_def *d = &table[i];
+        if (d->kind != ST_SW_KIND_FLAG || !strcmp(d->name, "--model") || !strcmp(d->name, "--ctx") ||
+            !strcmp(d->name, "--kv") || !strcmp(d->name, "--gpu"))
+            continue;
+        const char *v = st_switch_get(d->name);
+        if (!v || (d->env_alias && st_switch_source(d->name) == ST_SW_ENV)) continue; /* serve reads the env itself */
+        sargv[sargc++] = d->name, sargv[sargc++] = v;
+    }
+    printf("  command   strata");
+    for (int i = 0; i < sargc; i++)
+        printf(" %s", i > 0 && !strcmp(sargv[i - 1], "--api-key") ? "***" : sargv[i]);
+    printf("\n");
+    fflush(stdout);
+    model_free(m);
+    if (plan_only) {
+        json_decref(cfg);
+        return 0;
+    }
+    st_switch_log_start("launch");
+    sargv[sargc] = NULL;
+    int rc = cmd_serve(sargc, (char **)sargv);
+    json_decref(cfg);
+    return rc;
+}
