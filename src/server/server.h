@@ -24,5 +24,8 @@ server_params server_defaults(void);
 /* Serve until SIGINT or SIGTERM. 0 after a clean stop, -1 with st_error_get()
  * when the model or the socket cannot be opened. */
 int server_run(const server_params *p);
+/* The engine process the server spawns (`strata engine --fd N`, hidden;
+ * srv_proto.h). Not for users: it speaks the server's protocol on fd N. */
+int server_engine_main(int argc, char **argv);
 
 #endif

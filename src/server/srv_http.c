@@ -147,11 +147,13 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     }
     if (!strcmp(url, "/health")) {
         if (!get) return send_fail(s, c, api, 405, "method_not_allowed", "/health takes GET");
+        sched_wake(s->sched); /* a probe counts as the next request: a stopped engine restarts */
         sched_metrics m;
         sched_metrics_get(s->sched, &m);
-        return srv_send_json(s, c, 200,
-                             json_pack("{s:s, s:i, s:i}", "status", "ok", "slots_idle", m.n_slots - m.busy,
-                                       "slots_processing", m.busy));
+        return srv_send_json(s, c, strcmp(m.engine_state, "ok") ? 503 : 200,
+                             json_pack("{s:s, s:i, s:i, s:i, s:I}", "status", m.engine_state, "slots_idle",
+                                       m.n_slots - m.busy, "slots_processing", m.busy, "engine_pid", m.engine_pid,
+                                       "engine_restarts", (json_int_t)m.engine_restarts));
     }
     if (!authorized(s, c))
         return send_fail(s, c, api, 401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY or x-api-key: KEY)");
@@ -288,7 +290,7 @@ int server_run(const server_params *p) {
         st_error_set("cannot listen on %s port %d (in use, or not an address of this machine?)", p->host, p->port);
         goto done;
     }
-    s->sched = sched_create(&p->ep, p->n_slots, p->max_queue);
+    s->sched = sched_create_supervised(&p->ep, p->n_slots, p->max_queue); /* the engine runs in a child */
     if (!s->sched) goto done;
     s->n_ctx = sched_n_ctx(s->sched);
     atomic_store(&s->ready, 1);

@@ -90,7 +90,7 @@ static int on_event(void *ctx, const srv_event *ev) {
     case SRV_EV_ERROR:
         if (ev->kind == SRV_EV_DONE) j->st = *ev->stats;
         else {
-            j->failed = 1;
+            j->failed = ev->engine_down ? 2 : 1; /* 2: the engine process stopped, 503 */
             snprintf(j->err, sizeof j->err, "%s", ev->error);
         }
         if (j->stream) stream_end(j);
@@ -195,7 +195,8 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
     }
     if (failed) {
         srv_err e;
-        srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
+        if (failed == 2) srv_fail(&e, 503, NULL, "engine_stopped", "%s", j->err);
+        else srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
         r = srv_send_error(s, c, api, &e);
     } else
         r = srv_send_json(s, c, 200, j->kind == JOB_ANTHROPIC ? anth_response(j) : oai_response(j));

@@ -8,8 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "core/alloc.h"
 #include "core/log.h"
+#include "server/srv_proto.h"
 
 typedef struct {
     const srv_request *req;
@@ -35,6 +38,7 @@ struct srv_sched {
     int q_head, q_len, max_queue;
     uint64_t tick;
     sched_metrics m;
+    srv_proc *proc;     /* supervised: everything above is in the child, this forwards to it */
 };
 
 static int common_prefix(const engine *e, const int32_t *toks, int n) {
@@ -188,11 +192,30 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     s->m.n_slots = n_slots;
     s->m.max_queue = max_queue;
     s->m.n_ctx = s->slots[0].e->n_ctx;
+    s->m.engine_state = "ok";
+    s->m.engine_pid = (int)getpid();
     return s;
+}
+
+srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue) {
+    srv_proc *p = proc_create(ep, n_slots, max_queue);
+    if (!p) return NULL;
+    srv_sched *s = st_calloc(1, sizeof *s);
+    s->proc = p;
+    return s;
+}
+
+void sched_wake(srv_sched *s) {
+    if (s->proc) proc_wake(s->proc);
 }
 
 void sched_free(srv_sched *s) {
     if (!s) return;
+    if (s->proc) {
+        proc_free(s->proc);
+        st_free(s);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     /* queued requests end now; running ones stop at their next event because
@@ -218,6 +241,7 @@ void sched_free(srv_sched *s) {
 }
 
 int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx) {
+    if (s->proc) return proc_submit(s->proc, req, fn, ctx);
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->q_len == s->max_queue) {
         pthread_mutex_unlock(&s->mu);
@@ -231,10 +255,14 @@ int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ct
 }
 
 void sched_metrics_get(srv_sched *s, sched_metrics *m) {
+    if (s->proc) {
+        proc_metrics_get(s->proc, m);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     *m = s->m;
     m->queued = s->q_len;
     pthread_mutex_unlock(&s->mu);
 }
 
-int sched_n_ctx(const srv_sched *s) { return s->m.n_ctx; }
+int sched_n_ctx(const srv_sched *s) { return s->proc ? proc_n_ctx(s->proc) : s->m.n_ctx; }

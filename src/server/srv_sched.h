@@ -4,8 +4,9 @@
  * This is the narrow interface between the HTTP front end and the engine: a
  * request goes in as plain data (prompt tokens, sampling and stop settings),
  * events come out (START, TEXT, DONE or ERROR), and the scheduler knows
- * nothing of HTTP or JSON. Keeping it this small is what lets the engine move
- * into a supervised child process later, with the same structs sent over a pipe.
+ * nothing of HTTP or JSON. Keeping it this small is what lets the engine run
+ * in a supervised child process (srv_proto.h): sched_create_supervised gives
+ * the same interface with the scheduler itself running in that child.
  *
  * Routing: a queued request goes to the free slot whose cached tokens share
  * the longest prefix with its prompt, as long as that prefix is at least half
@@ -45,6 +46,7 @@ typedef struct {
     size_t len;
     const gen_stats *stats;      /* DONE */
     const char *error;           /* ERROR */
+    int engine_down;             /* ERROR: the engine process stopped (503; the next request restarts it) */
 } srv_event;
 
 /* Called on a worker thread. Exactly one terminal event (DONE or ERROR) ends
@@ -58,12 +60,21 @@ typedef struct {
     uint64_t prompt_tokens, reused_tokens, read_tokens, gen_tokens;
     double prompt_s, gen_s;                           /* summed over requests */
     double last_prompt_tps, last_gen_tps;             /* of the last finished request */
+    const char *engine_state;   /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
+    int engine_pid;             /* the process running the engines (this one when in-process) */
+    uint64_t engine_restarts;   /* engine processes started after the first */
 } sched_metrics;
 
 typedef struct srv_sched srv_sched;
 
-/* Open n_slots engines and start their workers. NULL with st_error_get(). */
+/* Open n_slots engines and start their workers in this process. NULL with st_error_get(). */
 srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue);
+/* The same in a child process (srv_proto.h), spawned now and waited for; if it
+ * dies, the requests in flight end with an ERROR event with engine_down set
+ * and the next sched_submit (or sched_wake) starts a new one. */
+srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue);
+/* Start the engine process if it is down; nothing in-process. */
+void sched_wake(srv_sched *s);
 /* Stops the workers: the running requests are told to stop, queued ones end
  * with an ERROR event. */
 void sched_free(srv_sched *s);

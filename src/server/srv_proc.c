@@ -1,0 +1,508 @@
+/* The supervisor (srv_proto.h): the HTTP front end's side of the engine
+ * process. It spawns `/proc/self/exe engine --fd 3`, keeps a table of the
+ * requests in flight, and gives the front end the scheduler's interface
+ * (srv_sched.h) as if the engine ran in this process.
+ *
+ * Threads. Connection threads submit: a request is encoded at once and sent
+ * if the engine is ready, else kept in its table entry until READY. One
+ * reader thread per engine process turns its frames back into events and is
+ * the only thread that removes entries, so it can call the front end's
+ * callbacks without holding the lock. When the socket ends it reaps the
+ * child, ends every entry with an ERROR event (engine_down: 503 with the exit
+ * code) and marks the engine down; the next submit (or a /health probe)
+ * spawns a new one. Nothing restarts by itself, so a model that crashes at
+ * load cannot make a restart loop while nobody asks.
+ *
+ * Locks: mu guards the state, the table and the metrics; wmu serialises
+ * frames on the socket and guards which socket is live (wfd, wgen). Order
+ * mu -> wmu; nothing waits for mu while holding wmu. A write never happens
+ * under mu, so a slow child cannot stall /metrics or /health. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "server/srv_proto.h"
+
+extern char **environ;
+
+#define STOP_GRACE_S 10 /* proc_free waits this long for the child before SIGKILL */
+
+typedef struct {
+    uint64_t id;
+    srv_event_fn fn;
+    void *ctx;
+    sbuf frame;        /* the encoded REQUEST while it waits for READY */
+    int sent, started;
+    int cancel_sent;   /* touched by the reader thread only */
+} pentry;
+
+typedef enum { ENG_DOWN, ENG_STARTING, ENG_READY } eng_state;
+
+struct srv_proc {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* state changes, readers ending */
+    pthread_mutex_t wmu;
+    engine_params ep;
+    char *model_path;
+    int n_slots, max_queue;
+    eng_state state;
+    int ever_ready, stopping, n_readers;
+    int gen;                /* engine processes started so far */
+    pid_t pid;              /* the current one, 0 when down */
+    double t_spawn;         /* when it was spawned (monotonic seconds) */
+    int wfd, wgen;          /* the live socket and its process's gen (under wmu) */
+    uint64_t next_id;
+    pentry **ents;          /* (n_ents) requests in flight, oldest first */
+    int n_ents, cap_ents;
+    sched_metrics m;
+    char why_down[512];     /* why the last process ended (proc_create's error) */
+};
+
+typedef struct {
+    srv_proc *p;
+    int fd, gen;
+    pid_t pid;
+} reader_arg;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Send a frame to process `gen` if it is still the live one; a failure means
+ * it died, which its reader thread notices and reports. */
+static void send_gen(srv_proc *p, int gen, uint32_t type, uint64_t id, const void *data, size_t len) {
+    pthread_mutex_lock(&p->wmu);
+    if (p->wgen == gen && p->wfd >= 0) (void)proto_send(p->wfd, type, id, data, len);
+    pthread_mutex_unlock(&p->wmu);
+}
+
+static void *reader(void *arg);
+
+/* Start an engine process. Caller holds mu. -1 with st_error. */
+static int spawn_locked(srv_proc *p) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        st_error_set("could not start the engine process: socketpair: %s", strerror(errno));
+        return -1;
+    }
+    int cfd = sv[1];
+    if (cfd == PROTO_CHILD_FD) { /* dup2 onto itself would keep close-on-exec */
+        cfd = fcntl(sv[1], F_DUPFD_CLOEXEC, PROTO_CHILD_FD + 1);
+        close(sv[1]);
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, cfd, PROTO_CHILD_FD);
+    /* the front end's threads block SIGINT/SIGTERM for sigwait; the child
+     * must not inherit that mask */
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK);
+    char a0[] = "strata", a1[] = "engine", a2[] = "--fd", a3[16];
+    snprintf(a3, sizeof a3, "%d", PROTO_CHILD_FD);
+    char *argv[] = {a0, a1, a2, a3, NULL};
+    pid_t pid;
+    int rc = cfd < 0 ? errno : posix_spawn(&pid, "/proc/self/exe", &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (cfd >= 0) close(cfd);
+    if (rc != 0) {
+        close(sv[0]);
+        st_error_set("could not start the engine process: %s", strerror(rc));
+        return -1;
+    }
+    p->gen++;
+    if (p->gen > 1) p->m.engine_restarts++;
+    p->state = ENG_STARTING;
+    p->pid = pid;
+    p->t_spawn = now_s();
+    pthread_mutex_lock(&p->wmu);
+    p->wfd = sv[0];
+    p->wgen = p->gen;
+    pthread_mutex_unlock(&p->wmu);
+    reader_arg *ra = st_calloc(1, sizeof *ra);
+    *ra = (reader_arg){p, sv[0], p->gen, pid};
+    pthread_t t;
+    if (pthread_create(&t, NULL, reader, ra) != 0) {
+        /* without a reader nobody would reap it: end it here */
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        pthread_mutex_lock(&p->wmu);
+        p->wfd = -1;
+        pthread_mutex_unlock(&p->wmu);
+        close(sv[0]);
+        st_free(ra);
+        p->state = ENG_DOWN;
+        p->pid = 0;
+        st_error_set("could not start the engine's reader thread");
+        return -1;
+    }
+    pthread_detach(t);
+    p->n_readers++;
+    if (p->gen > 1) ST_INFO("engine: restarting (process %d, restart %llu)", (int)pid,
+                            (unsigned long long)p->m.engine_restarts);
+    return 0;
+}
+
+static int find_locked(srv_proc *p, uint64_t id) {
+    for (int i = 0; i < p->n_ents; i++)
+        if (p->ents[i]->id == id) return i;
+    return -1;
+}
+
+static void remove_locked(srv_proc *p, int i) {
+    memmove(p->ents + i, p->ents + i + 1, (size_t)(p->n_ents - i - 1) * sizeof *p->ents);
+    p->n_ents--;
+}
+
+static void free_entry(pentry *e) {
+    sbuf_free(&e->frame);
+    st_free(e);
+}
+
+static void on_ready(srv_proc *p, const reader_arg *ra, const proto_frame *f) {
+    proto_cur c = {f->payload, f->len, 0};
+    int n_ctx = proto_get_i32(&c);
+    pthread_mutex_lock(&p->mu);
+    p->m.n_ctx = n_ctx;
+    p->state = ENG_READY;
+    p->ever_ready = 1;
+    double ms = (now_s() - p->t_spawn) * 1e3;
+    /* the requests that came while it loaded: sent now, oldest first; only
+     * this thread frees entries, so they stay valid after the unlock */
+    int n = 0;
+    pentry **wait = st_calloc((size_t)p->n_ents + 1, sizeof *wait);
+    for (int i = 0; i < p->n_ents; i++)
+        if (!p->ents[i]->sent) {
+            p->ents[i]->sent = 1;
+            wait[n++] = p->ents[i];
+        }
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    ST_INFO("engine: process %d ready in %.0f ms (context %d)%s", (int)ra->pid, ms, n_ctx,
+            ra->gen > 1 ? ", restarted" : "");
+    for (int i = 0; i < n; i++) {
+        send_gen(p, ra->gen, PROTO_REQUEST, wait[i]->id, wait[i]->frame.s, wait[i]->frame.len);
+        sbuf_free(&wait[i]->frame);
+    }
+    st_free(wait);
+}
+
+static const char *finish_name(const char *s, uint32_t n) {
+    static const char *const known[] = {"stop", "length", "error"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strlen(known[i]) == n && !memcmp(known[i], s, n)) return known[i];
+    return "stop";
+}
+
+/* Metrics of a finished request, as the in-process scheduler counts them. Caller holds mu. */
+static void count_done_locked(srv_proc *p, const pentry *e, const gen_stats *st) {
+    sched_metrics *m = &p->m;
+    if (!st) {
+        if (e->cancel_sent) m->cancelled++;
+        else m->failed++;
+        return;
+    }
+    if (e->cancel_sent) m->cancelled++;
+    else m->done++;
+    m->prompt_tokens += (uint64_t)st->n_prompt;
+    m->reused_tokens += (uint64_t)st->n_reused;
+    m->read_tokens += (uint64_t)st->n_read;
+    m->gen_tokens += (uint64_t)st->n_gen;
+    m->prompt_s += st->prompt_ms / 1e3;
+    m->gen_s += st->gen_ms / 1e3;
+    m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
+    m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
+}
+
+/* START, TEXT, DONE or ERROR of one request -> the front end's callback. */
+static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame *f) {
+    proto_cur c = {f->payload, f->len, 0};
+    srv_event ev = {.slot = proto_get_i32(&c)};
+    gen_stats st = {0};
+    char err[512];
+    uint32_t n;
+    const char *s;
+    switch (f->type) {
+    case PROTO_START:
+        ev.kind = SRV_EV_START;
+        break;
+    case PROTO_TEXT:
+        ev.kind = SRV_EV_TEXT;
+        ev.text = (const char *)c.p;
+        ev.len = c.left;
+        break;
+    case PROTO_DONE:
+        ev.kind = SRV_EV_DONE;
+        st.n_prompt = proto_get_i32(&c);
+        st.n_reused = proto_get_i32(&c);
+        st.n_read = proto_get_i32(&c);
+        st.prompt_ms = proto_get_f64(&c);
+        st.n_gen = proto_get_i32(&c);
+        st.gen_ms = proto_get_f64(&c);
+        st.drafts_accepted = proto_get_i32(&c);
+        st.drafts_total = proto_get_i32(&c);
+        s = proto_get_str(&c, &n);
+        st.finish = finish_name(s, n);
+        st.stop_index = proto_get_i32(&c);
+        ev.stats = &st;
+        break;
+    default: /* PROTO_ERROR */
+        ev.kind = SRV_EV_ERROR;
+        s = proto_get_str(&c, &n);
+        snprintf(err, sizeof err, "%.*s", (int)n, s);
+        ev.error = err;
+        break;
+    }
+    if (c.bad) ST_WARN("engine: short frame of type %u for request %llu", f->type, (unsigned long long)f->id);
+    int terminal = ev.kind == SRV_EV_DONE || ev.kind == SRV_EV_ERROR;
+    pthread_mutex_lock(&p->mu);
+    int i = find_locked(p, f->id);
+    if (i < 0) { /* not ours (cannot happen) or already ended */
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    pentry *e = p->ents[i];
+    if (ev.kind == SRV_EV_START) e->started = 1;
+    if (terminal) {
+        count_done_locked(p, e, ev.kind == SRV_EV_DONE ? &st : NULL);
+        remove_locked(p, i);
+    }
+    pthread_mutex_unlock(&p->mu);
+    int stop = e->fn(e->ctx, &ev);
+    if (terminal) {
+        free_entry(e);
+    } else if (stop && !e->cancel_sent) {
+        e->cancel_sent = 1;
+        send_gen(p, ra->gen, PROTO_CANCEL, e->id, NULL, 0);
+    }
+}
+
+/* Reap the child and describe how it ended: N for the message, and a log phrase. */
+static int reap(pid_t pid, char *how, size_t cap) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        snprintf(how, cap, "was killed by signal %d (%s)", sig, strsignal(sig));
+        return 128 + sig; /* the shell's convention */
+    }
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+    snprintf(how, cap, "exited with code %d", code);
+    return code;
+}
+
+static void *reader(void *arg) {
+    reader_arg *ra = arg;
+    srv_proc *p = ra->p;
+    sbuf cfg = {0};
+    proto_put_config(&cfg, &p->ep, p->n_slots, p->max_queue);
+    send_gen(p, ra->gen, PROTO_CONFIG, 0, cfg.s, cfg.len);
+    sbuf_free(&cfg);
+    proto_frame f = {0};
+    char fail[400] = "";
+    int r;
+    while ((r = proto_recv(ra->fd, &f)) == 1) {
+        if (f.type == PROTO_READY) on_ready(p, ra, &f);
+        else if (f.type == PROTO_FAIL) {
+            proto_cur c = {f.payload, f.len, 0};
+            uint32_t n;
+            const char *s = proto_get_str(&c, &n);
+            snprintf(fail, sizeof fail, "%.*s", (int)n, s);
+        } else if (f.type >= PROTO_START && f.type <= PROTO_ERROR)
+            on_event_frame(p, ra, &f);
+        else {
+            r = -1;
+            break;
+        }
+    }
+    proto_frame_free(&f);
+    if (r < 0) { /* a frame that makes no sense: this child cannot be trusted any more */
+        ST_WARN("engine: broken frame from process %d; killing it", (int)ra->pid);
+        kill(ra->pid, SIGKILL);
+    }
+    pthread_mutex_lock(&p->wmu);
+    if (p->wgen == ra->gen) p->wfd = -1;
+    pthread_mutex_unlock(&p->wmu);
+    close(ra->fd);
+    char how[128];
+    int code = reap(ra->pid, how, sizeof how);
+
+    pthread_mutex_lock(&p->mu);
+    int stopping = p->stopping, loading = p->state == ENG_STARTING;
+    p->state = ENG_DOWN;
+    p->pid = 0;
+    int n = p->n_ents;
+    pentry **ents = p->ents;
+    p->ents = NULL;
+    p->n_ents = p->cap_ents = 0;
+    for (int i = 0; i < n; i++) count_done_locked(p, ents[i], NULL);
+    char msg[512];
+    if (stopping) snprintf(msg, sizeof msg, "the server is shutting down");
+    else if (fail[0]) snprintf(msg, sizeof msg, "the engine could not start: %s; the next request retries", fail);
+    else snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); the next request restarts it", code);
+    if (fail[0]) snprintf(p->why_down, sizeof p->why_down, "%s", fail);
+    else snprintf(p->why_down, sizeof p->why_down, "the engine process %s%s", how, loading ? " while loading" : "");
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+
+    if (!stopping)
+        ST_WARN("engine: process %d %s%s; %d request%s in flight get the error; the next request restarts it",
+                (int)ra->pid, how, loading ? " while loading" : "", n, n == 1 ? "" : "s");
+    srv_event ev = {.kind = SRV_EV_ERROR, .slot = -1, .error = msg, .engine_down = !stopping};
+    for (int i = 0; i < n; i++) {
+        ents[i]->fn(ents[i]->ctx, &ev);
+        free_entry(ents[i]);
+    }
+    st_free(ents);
+
+    pthread_mutex_lock(&p->mu);
+    p->n_readers--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    st_free(ra);
+    return NULL;
+}
+
+srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue) {
+    ST_ASSERT(n_slots > 0 && max_queue > 0 && ep->model_path);
+    srv_proc *p = st_calloc(1, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->wmu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    p->ep = *ep;
+    p->model_path = st_strdup(ep->model_path);
+    p->ep.model_path = p->model_path;
+    p->n_slots = n_slots;
+    p->max_queue = max_queue;
+    p->wfd = -1;
+    p->m.n_slots = n_slots;
+    p->m.max_queue = max_queue;
+    pthread_mutex_lock(&p->mu);
+    int ok = spawn_locked(p) == 0;
+    while (ok && p->state == ENG_STARTING) pthread_cond_wait(&p->cv, &p->mu);
+    ok = ok && p->state == ENG_READY;
+    char why[512];
+    snprintf(why, sizeof why, "%s", ok ? "" : p->why_down[0] ? p->why_down : st_error_get());
+    pthread_mutex_unlock(&p->mu);
+    if (!ok) {
+        proc_free(p);
+        st_error_set("%s", why);
+        return NULL;
+    }
+    return p;
+}
+
+void proc_free(srv_proc *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stopping = 1;
+    pid_t pid = p->pid;
+    pthread_mutex_unlock(&p->mu);
+    /* end of file on both sides: the child exits, our reader ends */
+    pthread_mutex_lock(&p->wmu);
+    if (p->wfd >= 0) shutdown(p->wfd, SHUT_RDWR);
+    pthread_mutex_unlock(&p->wmu);
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += STOP_GRACE_S;
+    pthread_mutex_lock(&p->mu);
+    while (p->n_readers > 0)
+        if (pthread_cond_timedwait(&p->cv, &p->mu, &dl) == ETIMEDOUT) {
+            ST_WARN("engine: process %d did not stop within %d s; killing it", (int)pid, STOP_GRACE_S);
+            if (pid > 0) kill(pid, SIGKILL);
+            while (p->n_readers > 0) pthread_cond_wait(&p->cv, &p->mu);
+        }
+    pthread_mutex_unlock(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->wmu);
+    st_free(p->ents);
+    st_free(p->model_path);
+    st_free(p);
+}
+
+int proc_submit(srv_proc *p, const srv_request *req, srv_event_fn fn, void *ctx) {
+    sbuf fr = {0};
+    proto_put_request(&fr, req); /* encoded outside the lock: prompts can be long */
+    pthread_mutex_lock(&p->mu);
+    if (p->stopping || p->n_ents >= p->n_slots + p->max_queue) {
+        pthread_mutex_unlock(&p->mu);
+        sbuf_free(&fr);
+        return -1;
+    }
+    if (p->state == ENG_DOWN && spawn_locked(p) != 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_error_get());
+        pthread_mutex_unlock(&p->mu);
+        sbuf_free(&fr);
+        ST_WARN("engine: %s", msg);
+        srv_event ev = {.kind = SRV_EV_ERROR, .slot = -1, .error = msg, .engine_down = 1};
+        fn(ctx, &ev);
+        return 0;
+    }
+    pentry *e = st_calloc(1, sizeof *e);
+    e->id = ++p->next_id;
+    e->fn = fn;
+    e->ctx = ctx;
+    int send_now = p->state == ENG_READY, gen = p->gen;
+    if (send_now) e->sent = 1; /* fr stays ours: the entry may end (engine death) before we write */
+    else {
+        e->frame = fr;
+        fr = (sbuf){0};
+    }
+    if (p->n_ents == p->cap_ents) {
+        p->cap_ents = p->cap_ents ? 2 * p->cap_ents : 16;
+        p->ents = st_realloc(p->ents, (size_t)p->cap_ents * sizeof *p->ents);
+    }
+    p->ents[p->n_ents++] = e;
+    uint64_t id = e->id;
+    pthread_mutex_unlock(&p->mu);
+    if (send_now) send_gen(p, gen, PROTO_REQUEST, id, fr.s, fr.len);
+    sbuf_free(&fr);
+    return 0;
+}
+
+void proc_metrics_get(srv_proc *p, sched_metrics *m) {
+    pthread_mutex_lock(&p->mu);
+    *m = p->m;
+    m->busy = 0;
+    for (int i = 0; i < p->n_ents; i++) m->busy += p->ents[i]->started;
+    m->queued = p->n_ents - m->busy;
+    m->engine_state = p->state == ENG_READY ? "ok" : p->ever_ready ? "restarting" : "loading";
+    m->engine_pid = (int)p->pid;
+    pthread_mutex_unlock(&p->mu);
+}
+
+int proc_n_ctx(srv_proc *p) {
+    pthread_mutex_lock(&p->mu);
+    int n = p->m.n_ctx;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+void proc_wake(srv_proc *p) {
+    pthread_mutex_lock(&p->mu);
+    if (p->state == ENG_DOWN && !p->stopping && spawn_locked(p) != 0) ST_WARN("engine: %s", st_error_get());
+    pthread_mutex_unlock(&p->mu);
+}

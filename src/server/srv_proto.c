@@ -1,0 +1,251 @@
+/* The engine process's wire protocol (srv_proto.h): whole-frame send and
+ * receive on a stream socket, payload writers and a bounds-checked reader,
+ * and the encodings of a request and of the engine configuration, shared by
+ * both ends so that the field order is written down once. */
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "server/srv_proto.h"
+
+#define HEADER_BYTES 16
+
+int proto_send(int fd, uint32_t type, uint64_t id, const void *payload, size_t len) {
+    if (len > PROTO_MAX_PAYLOAD) return -1;
+    uint8_t hdr[HEADER_BYTES];
+    uint32_t len32 = (uint32_t)len;
+    memcpy(hdr, &len32, 4);
+    memcpy(hdr + 4, &type, 4);
+    memcpy(hdr + 8, &id, 8);
+    struct iovec iov[2] = {{hdr, HEADER_BYTES}, {(void *)payload, len}};
+    int n_iov = len ? 2 : 1;
+    struct iovec *v = iov;
+    while (n_iov > 0) {
+        /* sendmsg with MSG_NOSIGNAL: a dead peer is EPIPE here, never a signal */
+        struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)n_iov};
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        size_t done = (size_t)w;
+        while (n_iov > 0 && done >= v->iov_len) {
+            done -= v->iov_len;
+            v++;
+            n_iov--;
+        }
+        if (n_iov > 0) {
+            v->iov_base = (uint8_t *)v->iov_base + done;
+            v->iov_len -= done;
+        }
+    }
+    return 0;
+}
+
+/* Read exactly n bytes. 1 read, 0 end of file before the first byte, -1 otherwise. */
+static int read_full(int fd, void *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, (uint8_t *)buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) return got == 0 ? 0 : -1;
+        got += (size_t)r;
+    }
+    return 1;
+}
+
+int proto_recv(int fd, proto_frame *f) {
+    uint8_t hdr[HEADER_BYTES];
+    int r = read_full(fd, hdr, HEADER_BYTES);
+    if (r <= 0) return r;
+    memcpy(&f->len, hdr, 4);
+    memcpy(&f->type, hdr + 4, 4);
+    memcpy(&f->id, hdr + 8, 8);
+    if (f->len > PROTO_MAX_PAYLOAD) return -1;
+    if (f->len > f->cap) {
+        f->payload = st_realloc(f->payload, f->len);
+        f->cap = f->len;
+    }
+    if (f->len && read_full(fd, f->payload, f->len) != 1) return -1;
+    return 1;
+}
+
+void proto_frame_free(proto_frame *f) {
+    st_free(f->payload);
+    *f = (proto_frame){0};
+}
+
+/* ---- payload fields ---- */
+
+void proto_put_u32(sbuf *b, uint32_t v) { sbuf_put(b, (const char *)&v, 4); }
+void proto_put_i32(sbuf *b, int32_t v) { sbuf_put(b, (const char *)&v, 4); }
+void proto_put_u64(sbuf *b, uint64_t v) { sbuf_put(b, (const char *)&v, 8); }
+void proto_put_f32(sbuf *b, float v) { sbuf_put(b, (const char *)&v, 4); }
+void proto_put_f64(sbuf *b, double v) { sbuf_put(b, (const char *)&v, 8); }
+
+void proto_put_str(sbuf *b, const char *s, size_t len) {
+    proto_put_u32(b, (uint32_t)len);
+    sbuf_put(b, s, len);
+}
+
+/* Copy n bytes out of the payload, or zeros once it has run out. */
+static void take(proto_cur *c, void *out, size_t n) {
+    if (c->bad || c->left < n) {
+        c->bad = 1;
+        memset(out, 0, n);
+        return;
+    }
+    memcpy(out, c->p, n);
+    c->p += n;
+    c->left -= n;
+}
+
+uint32_t proto_get_u32(proto_cur *c) {
+    uint32_t v;
+    take(c, &v, 4);
+    return v;
+}
+
+int32_t proto_get_i32(proto_cur *c) {
+    int32_t v;
+    take(c, &v, 4);
+    return v;
+}
+
+uint64_t proto_get_u64(proto_cur *c) {
+    uint64_t v;
+    take(c, &v, 8);
+    return v;
+}
+
+float proto_get_f32(proto_cur *c) {
+    float v;
+    take(c, &v, 4);
+    return v;
+}
+
+double proto_get_f64(proto_cur *c) {
+    double v;
+    take(c, &v, 8);
+    return v;
+}
+
+const char *proto_get_str(proto_cur *c, uint32_t *len) {
+    uint32_t n = proto_get_u32(c);
+    if (c->bad || c->left < n) {
+        c->bad = 1;
+        *len = 0;
+        return "";
+    }
+    const char *s = (const char *)c->p;
+    c->p += n;
+    c->left -= n;
+    *len = n;
+    return s;
+}
+
+static char *dup_str(const char *s, uint32_t n) {
+    char *d = st_malloc((size_t)n + 1);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+/* ---- requests ---- */
+
+void proto_put_request(sbuf *b, const srv_request *r) {
+    const sampler_params *sp = &r->sp;
+    proto_put_f32(b, sp->temp);
+    proto_put_i32(b, sp->top_k);
+    proto_put_f32(b, sp->top_p);
+    proto_put_f32(b, sp->min_p);
+    proto_put_f32(b, sp->repeat_penalty);
+    proto_put_f32(b, sp->presence_penalty);
+    proto_put_f32(b, sp->frequency_penalty);
+    proto_put_i32(b, sp->penalty_last_n);
+    proto_put_u64(b, sp->seed);
+    proto_put_i32(b, r->max_tokens);
+    proto_put_u32(b, (uint32_t)r->n_prompt);
+    sbuf_put(b, (const char *)r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+    proto_put_u32(b, (uint32_t)r->n_stop);
+    for (int i = 0; i < r->n_stop; i++) proto_put_str(b, r->stop[i], strlen(r->stop[i]));
+}
+
+int proto_get_request(proto_cur *c, srv_request *r) {
+    memset(r, 0, sizeof *r);
+    sampler_params *sp = &r->sp;
+    sp->temp = proto_get_f32(c);
+    sp->top_k = proto_get_i32(c);
+    sp->top_p = proto_get_f32(c);
+    sp->min_p = proto_get_f32(c);
+    sp->repeat_penalty = proto_get_f32(c);
+    sp->presence_penalty = proto_get_f32(c);
+    sp->frequency_penalty = proto_get_f32(c);
+    sp->penalty_last_n = proto_get_i32(c);
+    sp->seed = proto_get_u64(c);
+    r->max_tokens = proto_get_i32(c);
+    uint32_t n = proto_get_u32(c);
+    if (c->bad || n == 0 || n > c->left / sizeof(int32_t)) return -1;
+    int32_t *prompt = st_malloc((size_t)n * sizeof(int32_t));
+    take(c, prompt, (size_t)n * sizeof(int32_t));
+    r->prompt = prompt;
+    r->n_prompt = (int)n;
+    uint32_t n_stop = proto_get_u32(c);
+    if (c->bad || n_stop > 64) {
+        proto_request_free(r);
+        return -1;
+    }
+    const char **stops = st_calloc(n_stop ? n_stop : 1, sizeof(char *));
+    r->stop = stops;
+    for (uint32_t i = 0; i < n_stop; i++) {
+        uint32_t len;
+        const char *s = proto_get_str(c, &len);
+        stops[i] = dup_str(s, len);
+        r->n_stop = (int)i + 1;
+    }
+    if (c->bad) {
+        proto_request_free(r);
+        return -1;
+    }
+    return 0;
+}
+
+void proto_request_free(srv_request *r) {
+    st_free((void *)r->prompt);
+    for (int i = 0; i < r->n_stop; i++) st_free((void *)r->stop[i]);
+    st_free((void *)r->stop);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- configuration ---- */
+
+void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_queue) {
+    proto_put_str(b, ep->model_path, strlen(ep->model_path));
+    proto_put_i32(b, ep->n_ctx);
+    proto_put_i32(b, (int32_t)ep->kv_type);
+    proto_put_i32(b, ep->n_threads);
+    proto_put_i32(b, ep->n_ubatch);
+    proto_put_i32(b, ep->gpu);
+    proto_put_i32(b, n_slots);
+    proto_put_i32(b, max_queue);
+}
+
+int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_queue) {
+    *ep = engine_defaults();
+    uint32_t len;
+    const char *path = proto_get_str(c, &len);
+    ep->n_ctx = proto_get_i32(c);
+    ep->kv_type = (st_kv_type)proto_get_i32(c);
+    ep->n_threads = proto_get_i32(c);
+    ep->n_ubatch = proto_get_i32(c);
+    ep->gpu = proto_get_i32(c);
+    *n_slots = proto_get_i32(c);
+    *max_queue = proto_get_i32(c);
+    if (c->bad || *n_slots <= 0 || *max_queue <= 0) return -1;
+    ep->model_path = dup_str(path, len);
+    return 0;
+}
