@@ -1,0 +1,255 @@
+"""The server outlives the engine (DESIGN.md): `strata serve` runs the engine
+in a child process (`strata engine --fd 3`). These tests kill that child
+with signals while requests are in flight and while idle, and check:
+
+- a stream already started ends with the API's SSE error event carrying
+  exactly "the engine stopped unexpectedly (exit code N); the next request
+  restarts it" (N = 128 + signal), seen through the official openai and
+  anthropic SDKs;
+- a non-streaming request running on the other slot, and one waiting in the
+  queue, get HTTP 503 with that message in the API's error shape;
+- the HTTP server itself stays up, the next request succeeds on a new engine
+  process (the restart time is measured and printed), /health reports
+  restarting then ok with the new pid;
+- the engine process goes away when the server is killed (no orphan).
+
+The engine's pid comes from /health and is checked against /proc (parent pid
+and command line), so the test never signals a process that is not the child.
+"""
+import os
+import re
+import signal
+import threading
+import time
+
+import pytest
+
+from conftest import Server, httpx
+
+MSG = "the engine stopped unexpectedly (exit code {}); the next request restarts it"
+LONG = [{"role": "user", "content": "Write a very long story about a dragon who learns to sing."}]
+
+
+def proc_stat(pid):
+    """(state, ppid) from /proc/PID/stat, or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except FileNotFoundError:
+        return None
+    fields = s[s.rindex(")") + 2:].split()
+    return fields[0], int(fields[1])
+
+
+def engine_pid(server):
+    h = httpx.get(server.url + "/health", timeout=10).json()
+    pid = h["engine_pid"]
+    st = proc_stat(pid)
+    assert st is not None and st[1] == server.proc.pid, (pid, st, server.proc.pid)
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    assert argv[1:4] == [b"engine", b"--fd", b"3"], argv
+    return pid
+
+
+def wait_gone(pid, timeout=10.0):
+    """Wait until the server has reaped pid (no /proc entry, or another process's)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        st = proc_stat(pid)
+        if st is None:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"engine process {pid} still exists after {timeout} s: {proc_stat(pid)}")
+
+
+def wait_health(server, status, timeout=60.0):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        r = httpx.get(server.url + "/health", timeout=10)
+        if r.json()["status"] == status:
+            return r
+        time.sleep(0.02)
+    raise AssertionError(f"/health never said {status}: {r.status_code} {r.text}")
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = Server("--slots", "2", "--queue", "4")
+    yield s
+    child = httpx.get(s.url + "/health", timeout=10).json()["engine_pid"]
+    rc = s.stop()
+    assert rc == 0, f"strata serve exited with {rc}\n{s.log()[-3000:]}"
+    assert proc_stat(child) is None, f"engine process {child} outlived the server"
+    print(f"checked: SIGTERM stops the server (exit 0) and its engine process {child}")
+
+
+def restart_ms(server, after_line):
+    """The 'ready in X ms ... restarted' log line written after line index after_line."""
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        for line in server.lines[after_line:]:
+            m = re.search(r"engine: process \d+ ready in (\d+) ms .*restarted", line)
+            if m:
+                return int(m.group(1))
+        time.sleep(0.05)
+    raise AssertionError("no restart line in the log:\n" + "\n".join(server.lines[after_line:]))
+
+
+def kill_in_flight(server, api, sig):
+    """Start a stream (SDK) on one slot, a non-streaming request on the other
+    and one more in the queue, kill the engine with sig mid-stream, and check
+    what each client got. Returns the seconds from the kill to the next answer."""
+    import anthropic
+    import openai
+    want = MSG.format(128 + sig)
+    pid = engine_pid(server)
+    restarts0 = httpx.get(server.url + "/health").json()["engine_restarts"]
+    started = threading.Event()
+    got = {}
+
+    def streamer():
+        chunks = 0
+        try:
+            if api == "openai":
+                c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
+                for ch in c.chat.completions.create(model="m", messages=LONG, max_tokens=600, temperature=0.8,
+                                                    stream=True):
+                    if ch.choices and ch.choices[0].delta.content:
+                        chunks += 1
+                    if chunks >= 3:
+                        started.set()
+            else:
+                c = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=60)
+                with c.messages.stream(model="m", messages=LONG, max_tokens=600,
+                                       extra_body={"temperature": 0.8}) as st:
+                    for _ in st.text_stream:
+                        chunks += 1
+                        if chunks >= 3:
+                            started.set()
+            got["stream"] = ("finished", chunks)
+        except Exception as e:  # the SDK's error for the SSE error event
+            got["stream"] = (e, chunks)
+        started.set()
+
+    def poster(key):
+        if api == "openai":
+            url, body = "/v1/chat/completions", {"messages": LONG, "max_tokens": 600, "temperature": 0.8}
+        else:
+            url, body = "/v1/messages", {"model": "m", "messages": LONG, "max_tokens": 600, "temperature": 0.8}
+        got[key] = httpx.post(server.url + url, json=body, timeout=60)
+
+    ts = threading.Thread(target=streamer)
+    ts.start()
+    assert started.wait(60), "the stream never started"
+    assert "stream" not in got, got
+    tp = threading.Thread(target=poster, args=("running",))
+    tp.start()
+    server.wait_metric("strata_slots_busy", lambda v: v == 2, timeout=30)
+    tq = threading.Thread(target=poster, args=("queued",))
+    tq.start()
+    server.wait_metric("strata_queue_depth", lambda v: v == 1, timeout=30)
+    n0 = len(server.lines)
+    os.kill(pid, sig)
+    t_kill = time.time()
+    for t in (ts, tp, tq):
+        t.join(60)
+        assert not t.is_alive()
+    assert server.alive(), "the HTTP server died with its engine"
+
+    err, chunks = got["stream"]
+    assert not isinstance(err, str), f"the stream finished normally after {chunks} chunks"
+    if api == "openai":
+        assert isinstance(err, openai.APIError), repr(err)
+        assert err.message == want, err.message
+        assert err.body["message"] == want and err.body["type"] == "server_error", err.body
+    else:
+        assert isinstance(err, anthropic.APIStatusError), repr(err)
+        assert err.body == {"type": "error", "error": {"type": "api_error", "message": want}}, err.body
+    for key in ("running", "queued"):
+        r = got[key]
+        assert r.status_code == 503, (key, r.status_code, r.text)
+        e = r.json()
+        if api == "openai":
+            assert e == {"error": {"message": want, "type": "server_error", "param": None,
+                                   "code": "engine_stopped"}}, e
+        else:
+            assert e == {"type": "error", "error": {"type": "overloaded_error", "message": want}}, e
+
+    # the next request restarts the engine and succeeds
+    t0 = time.time()
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=60,
+                   json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 3, "temperature": 0})
+    t_next = time.time() - t0
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1, r.text
+    h = httpx.get(server.url + "/health").json()
+    assert h["status"] == "ok" and h["engine_restarts"] == restarts0 + 1, h
+    new = engine_pid(server)
+    assert new != pid
+    wait_gone(pid)
+    ms = restart_ms(server, n0)
+    log = "\n".join(server.lines[n0:])
+    assert f"engine: process {pid} was killed by signal {sig}" in log, log
+    print(f"checked ({api}, signal {sig}): after {chunks} streamed chunks the stream got the SSE error "
+          f"{want!r}; the running and the queued non-streaming requests got 503 in {api}'s shape; the server "
+          f"stayed up; the next request succeeded in {t_next * 1e3:.0f} ms on engine {new} "
+          f"(engine ready {ms} ms after spawn; {time.time() - t_kill:.2f} s since the kill)")
+
+
+def test_sigkill_mid_stream_openai_twice(srv):
+    kill_in_flight(srv, "openai", signal.SIGKILL)
+    kill_in_flight(srv, "openai", signal.SIGKILL)
+
+
+def test_sigkill_mid_stream_anthropic(srv):
+    kill_in_flight(srv, "anthropic", signal.SIGKILL)
+
+
+def test_other_signal_gives_its_exit_code(srv):
+    kill_in_flight(srv, "openai", signal.SIGSEGV)  # what a crash in the engine looks like: 139
+
+
+def test_sigkill_idle_then_health_and_request(srv, ):
+    import openai
+    for _ in range(2):
+        pid = engine_pid(srv)
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid)  # the server has reaped it: the engine is down, nothing restarted it yet
+        m = srv.metrics()
+        assert m["strata_slots_busy"] == 0 and m["strata_queue_depth"] == 0, m
+        t0 = time.time()
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        r = c.completions.create(model="m", prompt="The capital of France is", max_tokens=4, temperature=0)
+        dt = time.time() - t0
+        assert r.usage.completion_tokens >= 1
+        assert engine_pid(srv) != pid
+        print(f"checked: engine {pid} SIGKILLed while idle; the next request restarted it and succeeded "
+              f"in {dt * 1e3:.0f} ms")
+    # a health probe also restarts a stopped engine: restarting (503) first, then ok (200)
+    pid = engine_pid(srv)
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid)
+    t0 = time.time()
+    r = httpx.get(srv.url + "/health")
+    assert r.status_code == 503 and r.json()["status"] == "restarting", r.text
+    r = wait_health(srv, "ok")
+    assert r.status_code == 200 and r.json()["engine_pid"] != pid
+    print(f"checked: /health after an idle kill says restarting (503), then ok (200) after "
+          f"{(time.time() - t0) * 1e3:.0f} ms with a new engine pid")
+
+
+def test_engine_exits_when_server_is_killed():
+    s = Server()
+    child = engine_pid(s)
+    s.proc.kill()
+    s.proc.wait(10)
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        st = proc_stat(child)
+        if st is None or st[0] == "Z":  # gone, or a zombie waiting for an init that does not reap
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError(f"engine {child} still running after its server was SIGKILLed: {proc_stat(child)}")
+    print(f"checked: SIGKILL of the server ends its engine process {child} (end of file on the socket) "
+          f"within {(time.time() - t0) * 1e3:.0f} ms")
