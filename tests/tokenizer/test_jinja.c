@@ -1,0 +1,246 @@
+/* Jinja interpreter against Python's jinja2.
+ *
+ * 1. Every case of tests/data/jinja/cases.json (tools/make_jinja_fixtures.py:
+ *    the chat templates of SmolLM2, Qwen2.5, Qwen3, Llama 3.2/3.3, Gemma 3,
+ *    DeepSeek-V3/V3.1 over a set of conversations, plus single features)
+ *    is rendered and compared byte for byte with jinja2's output, or must fail
+ *    where jinja2 failed (with raise_exception's exact message). A table shows
+ *    each template family.
+ * 2. Syntax errors name the line and column (positions counted by hand here).
+ * 3. Hostile templates -- deep nesting, huge loops, output and memory bombs,
+ *    runaway macro recursion -- are refused quickly with a clear message.
+ *
+ * Usage: test_jinja <tests/data/jinja>
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "tokenizer/jinja.h"
+
+static int failures;
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    *len = fread(s, 1, (size_t)n, f);
+    s[*len] = 0;
+    fclose(f);
+    return s;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* first differing byte, for the failure report */
+static void show_diff(const char *want, const char *got) {
+    size_t i = 0;
+    while (want[i] && want[i] == got[i]) i++;
+    size_t from = i > 40 ? i - 40 : 0;
+    printf("    first difference at byte %zu\n    want: \"", i);
+    for (size_t k = from; want[k] && k < i + 40; k++) putchar(want[k] == '\n' ? '|' : want[k]);
+    printf("\"\n    got:  \"");
+    for (size_t k = from; got[k] && k < i + 40; k++) putchar(got[k] == '\n' ? '|' : got[k]);
+    printf("\"\n");
+}
+
+typedef struct {
+    char family[32];
+    int n, pass;
+    size_t bytes;
+    double ms;
+} fam_row;
+
+static void run_fixtures(const char *dir) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cases.json", dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        printf("FAIL cannot read %s: %s\n", path, jerr.text);
+        failures++;
+        return;
+    }
+    json_t *cases = json_object_get(root, "cases");
+    fam_row rows[32];
+    int n_rows = 0;
+    size_t i;
+    json_t *cs;
+    json_array_foreach(cases, i, cs) {
+        const char *name = json_string_value(json_object_get(cs, "name"));
+        const char *stem = json_string_value(json_object_get(cs, "template"));
+        char *src;
+        size_t len;
+        if (stem) {
+            snprintf(path, sizeof path, "%s/templates/%s.jinja", dir, stem);
+            src = read_file(path, &len);
+            if (!src) {
+                printf("FAIL %s: cannot read %s\n", name, path);
+                failures++;
+                continue;
+            }
+        } else {
+            json_t *s = json_object_get(cs, "source");
+            len = json_string_length(s);
+            src = malloc(len + 1);
+            memcpy(src, json_string_value(s), len + 1);
+        }
+        char fam[32];
+        snprintf(fam, sizeof fam, "%s", name);
+        char *slash = strchr(fam, '/');
+        if (slash) *slash = 0;
+        int r = 0;
+        while (r < n_rows && strcmp(rows[r].family, fam)) r++;
+        if (r == n_rows && n_rows < 32) {
+            memset(&rows[r], 0, sizeof rows[r]);
+            snprintf(rows[r].family, sizeof rows[r].family, "%s", fam);
+            n_rows++;
+        }
+        rows[r].n++;
+
+        double t0 = now_ms();
+        jinja_tmpl *t = jinja_parse(src, len);
+        char *out = NULL;
+        size_t out_len = 0;
+        if (t) out = jinja_render_json_ex(t, json_object_get(cs, "context"), NULL, &out_len);
+        rows[r].ms += now_ms() - t0;
+        json_t *expect = json_object_get(cs, "expect"), *err = json_object_get(cs, "error");
+        int ok = 0;
+        if (!t) {
+            printf("FAIL %s: parse error: %s\n", name, st_error_get());
+        } else if (expect) {
+            const char *want = json_string_value(expect);
+            size_t want_len = json_string_length(expect);
+            ok = out && out_len == want_len && !memcmp(out, want, want_len);
+            if (!ok) {
+                printf("FAIL %s: %s\n", name, out ? "output differs" : st_error_get());
+                if (out) show_diff(want, out);
+            }
+            rows[r].bytes += out_len;
+        } else if (json_is_string(err)) {
+            ok = !out && !strcmp(st_error_get(), json_string_value(err));
+            if (!ok) printf("FAIL %s: want error \"%s\", got %s\n", name, json_string_value(err), out ? "output" : st_error_get());
+        } else {
+            ok = !out;
+            if (!ok) printf("FAIL %s: jinja2 failed here but we rendered \"%.80s\"\n", name, out);
+            else if (!strstr(name, "feature/")) printf("  ok %-44s refused as jinja2 does: %s\n", name, st_error_get());
+        }
+        rows[r].pass += ok;
+        failures += !ok;
+        st_free(out);
+        jinja_free(t);
+        free(src);
+    }
+    printf("\n%-14s %6s %6s %10s %9s\n", "template", "cases", "equal", "out bytes", "ms total");
+    for (int r = 0; r < n_rows; r++)
+        printf("%-14s %6d %6d %10zu %9.2f\n", rows[r].family, rows[r].n, rows[r].pass, rows[r].bytes, rows[r].ms);
+    printf("\n");
+    json_decref(root);
+}
+
+/* ---- syntax errors ---- */
+static void expect_syntax_error(const char *src, const char *where, const char *what) {
+    jinja_tmpl *t = jinja_parse(src, strlen(src));
+    int ok = !t && strstr(st_error_get(), where) && (!what || strstr(st_error_get(), what));
+    printf("%s syntax error names \"%s\": %s\n", ok ? "  ok" : "FAIL", where, t ? "(parsed!)" : st_error_get());
+    failures += !ok;
+    jinja_free(t);
+}
+
+static void syntax_errors(void) {
+    expect_syntax_error("{% if x %}\n  {{ x + }}\n{% endif %}", "line 2, column 10", "unexpected");
+    expect_syntax_error("a\nb\n{% for m in messages %}{{ m }}", "line 3", "endfor");
+    expect_syntax_error("{{ 'abc }}", "line 1, column 4", "unterminated");
+    expect_syntax_error("x\n   {% frobnicate %}", "line 2, column 7", "frobnicate");
+    expect_syntax_error("{% if a %}{% endfor %}", "line 1, column 14", "endfor");
+    expect_syntax_error("{{ a }\n}", "line 1, column 1", "unclosed");
+    expect_syntax_error("{# never closed", "line 1, column 1", "comment");
+    expect_syntax_error("{{ f(a, }}", "line 1, column 5", "unclosed '('");
+}
+
+/* ---- hostile input ---- */
+static void expect_refused(const char *label, const char *src, const jinja_limits *lim, const char *what) {
+    double t0 = now_ms();
+    jinja_tmpl *t = jinja_parse(src, strlen(src));
+    char *out = NULL;
+    json_t *ctx = json_object();
+    if (t) out = jinja_render_json_ex(t, ctx, lim, NULL);
+    double ms = now_ms() - t0;
+    int ok = !out && strstr(st_error_get(), what) && ms < 5000;
+    printf("%s %-26s refused in %7.1f ms: %s\n", ok ? "  ok" : "FAIL", label, ms, out ? "(rendered!)" : st_error_get());
+    failures += !ok;
+    st_free(out);
+    jinja_free(t);
+    json_decref(ctx);
+}
+
+static char *repeat3(const char *a, const char *mid, const char *b, int n) {
+    size_t la = strlen(a), lm = strlen(mid), lb = strlen(b);
+    char *s = malloc(n * (la + lb) + lm + 1), *p = s;
+    for (int i = 0; i < n; i++, p += la) memcpy(p, a, la);
+    memcpy(p, mid, lm);
+    p += lm;
+    for (int i = 0; i < n; i++, p += lb) memcpy(p, b, lb);
+    *p = 0;
+    return s;
+}
+
+static void hostile(void) {
+    jinja_limits lim;
+    jinja_limits_default(&lim);
+    char *s = repeat3("(", "1", ")", 100000);
+    char *deep = malloc(strlen(s) + 8);
+    sprintf(deep, "{{ %s }}", s);
+    expect_refused("100k nested parentheses", deep, NULL, "nesting deeper");
+    free(s);
+    free(deep);
+    s = repeat3("{% if 1 %}", "x", "{% endif %}", 5000);
+    expect_refused("5000 nested ifs", s, NULL, "nesting deeper");
+    free(s);
+    s = repeat3("[", "", "]", 50000);
+    deep = malloc(strlen(s) + 8);
+    sprintf(deep, "{{ %s }}", s);
+    expect_refused("50k nested lists", deep, NULL, "nesting deeper");
+    free(s);
+    free(deep);
+    expect_refused("range(10^12)", "{% for i in range(1000000000000) %}x{% endfor %}", NULL, "iteration limit");
+    expect_refused("nested 5000x5000 loop", "{% for a in range(5000) %}{% for b in range(5000) %}{% endfor %}{% endfor %}",
+                   NULL, "loop iterations");
+    jinja_limits small = lim;
+    small.max_output = 1 << 20;
+    expect_refused("output bomb (1 MiB limit)", "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}", &small,
+                   "output would exceed");
+    small = lim;
+    small.max_memory = 32 << 20;
+    expect_refused("doubling string (32 MiB)",
+                   "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                   &small, "memory");
+    expect_refused("'x' * 10^15", "{{ 'x' * 1000000000000000 }}", NULL, "repetition too large");
+    expect_refused("runaway macro recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL,
+                   "nested deeper");
+    expect_refused("raise_exception", "{{ raise_exception('Only user and assistant roles are supported!') }}", NULL,
+                   "Only user and assistant roles are supported!");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s <tests/data/jinja>\n", argv[0]);
+        return 2;
+    }
+    run_fixtures(argv[1]);
+    syntax_errors();
+    hostile();
+    printf("\n%s (%d failure%s)\n", failures ? "FAILED" : "all passed", failures, failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}
