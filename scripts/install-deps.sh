@@ -4,8 +4,8 @@
 set -euo pipefail
 
 APT_PKGS=(build-essential cmake clang libclang-rt-14-dev pkg-config python3 python3-pip
-          libpcre2-dev libjansson-dev libmicrohttpd-dev libutf8proc-dev liburing-dev)
-PIP_PKGS=(numpy gguf pytest openai anthropic)
+          libpcre2-dev libjansson-dev libmicrohttpd-dev libutf8proc-dev liburing-dev chromium)
+PIP_PKGS=(numpy gguf pytest openai anthropic playwright)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -68,8 +68,11 @@ static json_t *apply_config(const char *path) {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        fprintf(stderr, "strata launch: config %s: %s (line %d, column %d)\n", path, jerr.text, jerr.line,
-                jerr.column);
+        if (jerr.line < 1) /* the file could not be read: jansson's text says why */
+            fprintf(stderr, "strata launch: config %s: %s\n", path, jerr.text);
+        else
+            fprintf(stderr, "strata launch: config %s: %s (line %d, column %d)\n", path, jerr.text, jerr.line,
+                    jerr.column);
         return NULL;
     }
     if (!json_is_object(root)) {
@@ -285,10 +288,10 @@ int cmd_launch(int argc, char **argv) {
     printf("  device    %s\n", dev.device);
     printf("  model     %s (%s, %d layers, trained context %d%s)\n", path, model_arch_name(hp->arch), hp->n_layer,
            hp->n_ctx_train, hp->n_expert ? ", MoE" : "");
-    printf("  weights   %.3f GiB\n", gib(weights));
-    printf("  KV cache  %s, %.1f KiB per token of context, x %d context x %d slot%s = %.3f GiB\n",
-           kv == ST_KV_F16 ? "f16" : "int8", (double)kv_cache_bytes(hp, 1, kv) / 1024.0, n_ctx, slots,
-           slots == 1 ? "" : "s", gib(kv_bytes));
+    printf("  weights   %.3f GiB (%zu bytes)\n", gib(weights), weights);
+    printf("  KV cache  %s, %zu bytes per token of context, x %d context x %d slot%s = %.3f GiB (%zu bytes)\n",
+           kv == ST_KV_F16 ? "f16" : "int8", kv_cache_bytes(hp, 1, kv), n_ctx, slots, slots == 1 ? "" : "s",
+           gib(kv_bytes), kv_bytes);
     printf("  context   %d (%s)\n", n_ctx, src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));
     printf("  kv type   %s (%s)\n", kv == ST_KV_F16 ? "f16" : "int8", src_word("--kv", "planned"));
     printf("  scratch   %.3f GiB\n", gib(scratch));

@@ -199,57 +199,72 @@ function showServer(ms) {
   $("m_requests").textContent = req.toFixed(0);
 }
 
-function gpuCard(ms, i, name) {
-  const is = (l) => l.gpu === i;
-  const util = val(ms, "strata_gpu_utilization_percent", is);
-  const used = val(ms, "strata_gpu_memory_used_bytes", is), total = val(ms, "strata_gpu_memory_total_bytes", is);
-  const temp = val(ms, "strata_gpu_temperature_celsius", is), watts = val(ms, "strata_gpu_power_watts", is);
-  const limit = val(ms, "strata_gpu_power_limit_watts", is);
+// One card per GPU, built once and then updated in place, so that the
+// numbers change without the cards being rebuilt every second.
+const cards = new Map();     // gpu index -> {card, title, dd: {row: element}, bar: {row: element}}
+const ROWS = ["load", "VRAM", "temperature", "power"];
+
+function gpuCard(i) {
   const card = document.createElement("div");
   card.className = "gpu";
   const title = document.createElement("div");
   title.className = "name";
-  title.textContent = `GPU ${i}: ${name}`;
   card.appendChild(title);
-  const rows = [
-    ["load", util === undefined ? "–" : `${util.toFixed(0)}%`, util],
-    ["VRAM", used === undefined ? "–" : `${gib(used)} / ${gib(total)} GiB`, total ? (100 * used) / total : undefined],
-    ["temperature", temp === undefined ? "–" : `${temp.toFixed(0)} °C`],
-    ["power", watts === undefined ? "–" : `${watts.toFixed(0)} W` + (limit ? ` / ${limit.toFixed(0)} W` : "")],
-  ];
   const dl = document.createElement("dl");
-  for (const [k, v, pct] of rows) {
+  const c = { card, title, dd: {}, bar: {} };
+  for (const k of ROWS) {
     const dt = document.createElement("dt"), dd = document.createElement("dd");
     dt.textContent = k;
-    dd.textContent = v;
     dl.append(dt, dd);
-    if (pct !== undefined) {
+    c.dd[k] = dd;
+    if (k === "load" || k === "VRAM") {
       const bar = document.createElement("div"), fill = document.createElement("span");
       bar.className = "bar";
-      bar.style.gridColumn = "1 / 3";
-      fill.style.width = Math.min(100, Math.max(0, pct)).toFixed(0) + "%";
       bar.appendChild(fill);
       dl.appendChild(bar);
+      c.bar[k] = fill;
     }
   }
   card.appendChild(dl);
-  return card;
+  cards.set(i, c);
+  return c;
 }
 
 function showGpus(ms) {
   const box = $("gpus");
   const n = val(ms, "strata_gpu_count");
   const infos = ms.filter((x) => x.name === "strata_gpu_info");
-  box.replaceChildren();
   if (!n || !infos.length) {
-    const p = document.createElement("p");
-    p.className = "muted";
-    p.id = "no_gpu";
-    p.textContent = "no GPU";
-    box.appendChild(p);
+    if (!$("no_gpu")) {
+      cards.clear();
+      const p = document.createElement("p");
+      p.className = "muted";
+      p.id = "no_gpu";
+      p.textContent = "no GPU";
+      box.replaceChildren(p);
+    }
     return;
   }
-  for (const info of infos) box.appendChild(gpuCard(ms, info.labels.gpu, info.labels.name || "GPU"));
+  const seen = new Set(infos.map((x) => x.labels.gpu));
+  if ($("no_gpu") || [...cards.keys()].some((k) => !seen.has(k)) || cards.size !== seen.size) {
+    cards.clear();   // the set of cards changed: build them again
+    box.replaceChildren(...infos.map((x) => gpuCard(x.labels.gpu).card));
+  }
+  for (const info of infos) {
+    const i = info.labels.gpu, c = cards.get(i), is = (l) => l.gpu === i;
+    const util = val(ms, "strata_gpu_utilization_percent", is);
+    const used = val(ms, "strata_gpu_memory_used_bytes", is), total = val(ms, "strata_gpu_memory_total_bytes", is);
+    const temp = val(ms, "strata_gpu_temperature_celsius", is), watts = val(ms, "strata_gpu_power_watts", is);
+    const limit = val(ms, "strata_gpu_power_limit_watts", is);
+    c.title.textContent = `GPU ${i}: ${info.labels.name || "GPU"}`;
+    c.dd.load.textContent = util === undefined ? "–" : `${util.toFixed(0)}%`;
+    c.dd.VRAM.textContent = used === undefined ? "–" : `${gib(used)} / ${gib(total)} GiB`;
+    c.dd.temperature.textContent = temp === undefined ? "–" : `${temp.toFixed(0)} °C`;
+    c.dd.power.textContent = watts === undefined ? "–" : `${watts.toFixed(0)} W` + (limit ? ` / ${limit.toFixed(0)} W` : "");
+    const pct = (v) => Math.min(100, Math.max(0, v || 0)).toFixed(0) + "%";
+    c.bar.load.style.width = pct(util);
+    c.bar.VRAM.style.width = pct(total ? (100 * used) / total : 0);
+  }
 }
 
 async function poll() {

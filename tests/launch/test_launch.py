@@ -1,0 +1,258 @@
+"""strata launch, end to end through the binary.
+
+The --plan numbers are checked against what the test reads itself: tensor
+bytes and KV shape from the gguf package's reader of the same file, memory
+from /proc/meminfo. The precedence of switches (DESIGN.md: "a switch you set
+is never overridden"): flag > env > config > default, both for the value in
+effect (the CPU kernels' ISA line, the context) and for who the plan says set
+it. Bad config files must exit 2 with a message naming the file and the fault.
+One real start serves with a config file and shows that a config switch
+reaches the engine process.
+"""
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("STRATA_BIN", os.path.join(ROOT, "build", "bin", "strata"))
+MODEL = os.environ.get("STRATA_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+TMP = os.environ.get("STRATA_TMP", "/tmp")
+SWITCH_VARS = ["STRATA_ISA", "STRATA_LOG", "STRATA_PRECISE", "STRATA_API_KEY", "STRATA_SWITCH_SOURCES"]
+ISAS = ["scalar", "avx2", "avx512"]
+
+
+def need_model():
+    if not os.path.exists(MODEL):
+        pytest.skip(f"SKIPPED: {MODEL} is missing (run scripts/fetch-models.sh)")
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in SWITCH_VARS}
+    env.update(extra)
+    return env
+
+
+def launch(*args, env=None, config=None, model=True):
+    argv = [BIN, "launch", "--plan"]
+    if model:
+        argv += ["-m", MODEL]
+    if config is not None:
+        path = os.path.join(TMP, "launch_config.json")
+        with open(path, "w") as f:
+            f.write(config if isinstance(config, str) else json.dumps(config))
+        argv += ["--config", path]
+    argv += list(args)
+    return subprocess.run(argv, capture_output=True, text=True, env=env or clean_env(), timeout=60)
+
+
+def plan(*args, **kw):
+    r = launch(*args, **kw)
+    assert r.returncode == 0, r.stderr + r.stdout
+    lines = {}
+    switches = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"  (\w[\w ]*?)\s{2,}(.*)$", line)
+        if m:
+            lines[m.group(1)] = m.group(2)
+        m = re.match(r"\s+(\S+)=(\S+) \(set by (\w+)\)$", line)
+        if m:
+            switches[m.group(1)] = (m.group(2), m.group(3))
+    return r.stdout, lines, switches
+
+
+def gguf_facts():
+    from gguf import GGUFReader
+    r = GGUFReader(MODEL)
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+
+    def num(key):
+        return int(r.fields[f"{arch}.{key}"].parts[-1][0])
+
+    n_head = num("attention.head_count")
+    kl = f"{arch}.attention.key_length"
+    head_dim = int(r.fields[kl].parts[-1][0]) if kl in r.fields else num("embedding_length") // n_head
+    return {
+        "weights": sum(int(t.n_bytes) for t in r.tensors),
+        "n_layer": num("block_count"),
+        "n_head_kv": num("attention.head_count_kv"),
+        "head_dim": head_dim,
+        "n_ctx_train": num("context_length"),
+    }
+
+
+def meminfo_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def test_plan_numbers():
+    need_model()
+    g = gguf_facts()
+    out, lines, switches = plan()
+    print(out)
+    # weights: every tensor's bytes, as the gguf package counts them
+    m = re.search(r"\((\d+) bytes\)", lines["weights"])
+    assert int(m.group(1)) == g["weights"], (lines["weights"], g["weights"])
+    # KV: K and V rows of n_head_kv*head_dim f16 values per layer and token
+    per_tok = 2 * g["n_layer"] * g["n_head_kv"] * g["head_dim"] * 2
+    m = re.match(r"f16, (\d+) bytes per token of context, x (\d+) context x 1 slot = [\d.]+ GiB \((\d+) bytes\)",
+                 lines["KV cache"])
+    assert m, lines["KV cache"]
+    assert int(m.group(1)) == per_tok
+    ctx = int(m.group(2))
+    assert int(m.group(3)) == per_tok * ctx
+    # with this small model the plan takes the target context: min(trained, 8192)
+    assert ctx == min(g["n_ctx_train"], 8192), ctx
+    assert lines["context"].startswith(f"{ctx} (planned")
+    # memory: MemAvailable as /proc/meminfo says (it moves a little between the two reads)
+    avail = meminfo_available()
+    m = re.search(r"RAM available ([\d.]+) GiB", lines["memory"])
+    assert abs(float(m.group(1)) * 2**30 - avail) < 0.1 * avail, (lines["memory"], avail)
+    assert lines["memory"].endswith("FITS")
+    assert lines["device"].startswith("CPU") or lines["device"].startswith("GPU")
+    assert switches.get("--model", (None, None))[1] == "flag"
+    assert f"--ctx {ctx} --kv f16" in lines["command"]
+    print(f"checked: weights {g['weights']} bytes, KV {per_tok} bytes/token, context {ctx}, RAM {avail} bytes")
+
+
+def test_plan_user_values_kept():
+    """--ctx and --kv given: the plan keeps them and says so."""
+    need_model()
+    g = gguf_facts()
+    out, lines, switches = plan("--ctx", "1000", "--kv", "int8", "--slots", "3")
+    per_tok = 2 * g["n_layer"] * (g["n_head_kv"] * g["head_dim"] + g["n_head_kv"] * 4)
+    assert lines["KV cache"].startswith(f"int8, {per_tok} bytes per token of context, x 1000 context x 3 slots")
+    assert lines["context"] == "1000 (flag)"
+    assert lines["kv type"] == "int8 (flag)"
+    assert switches["--ctx"] == ("1000", "flag") and switches["--slots"] == ("3", "flag")
+    print("checked: user --ctx/--kv/--slots kept in the plan and the command:", lines["command"])
+
+
+def isa_of(lines):
+    return re.search(r"(\w+) kernels", lines["device"]).group(1)
+
+
+def test_precedence():
+    need_model()
+    hw = isa_of(plan()[1])  # no switch: the CPU's own ISA
+    cfg = {"STRATA_ISA": "scalar", "ctx": 1024, "--slots": 2}
+
+    # config beats default
+    out, lines, sw = plan(config=cfg)
+    assert sw["STRATA_ISA"] == ("scalar", "config") and isa_of(lines) == "scalar", out
+    assert sw["--ctx"] == ("1024", "config") and lines["context"] == "1024 (config)", out
+    assert sw["--slots"] == ("2", "config")
+
+    # env beats config: the value in effect and the source
+    out, lines, sw = plan(config=cfg, env=clean_env(STRATA_ISA="avx2"))
+    assert sw["STRATA_ISA"] == ("avx2", "env"), out
+    expect = ISAS[min(ISAS.index(hw), ISAS.index("avx2"))]
+    assert isa_of(lines) == expect, (lines["device"], expect)
+    assert "note: config's STRATA_ISA=scalar is not used: STRATA_ISA was set by env" in out
+
+    # flag beats config
+    out, lines, sw = plan("--ctx", "2048", config=cfg)
+    assert sw["--ctx"] == ("2048", "flag") and lines["context"] == "2048 (flag)", out
+    assert "note: config's --ctx=1024 is not used: --ctx was set by flag" in out
+    assert "--ctx 2048" in lines["command"]
+
+    # flag beats env (the API key: env STRATA_API_KEY vs --api-key), and a secret is never printed
+    out, lines, sw = plan("--api-key", "sekrit-flag", env=clean_env(STRATA_API_KEY="sekrit-env"))
+    assert sw["--api-key"] == ("***", "flag") and "sekrit" not in out, out
+    assert "--api-key ***" in lines["command"]
+
+    # nobody set anything: defaults, nothing listed
+    out, lines, sw = plan()
+    assert "STRATA_ISA" not in sw and "--ctx" not in sw and lines["context"].endswith("that fits)"), out
+    print(f"checked: config>default, env>config (ISA {expect}), flag>config, flag>env; CPU ISA {hw}")
+
+
+@pytest.mark.parametrize("text,needle", [
+    (None, "No such file"),
+    ('{"ctx": 1024,', "line 1"),
+    ('[1, 2]', "one JSON object"),
+    ('{"ctx": 1024, "ctx": 2048}', "duplicate"),
+    ('{"no_such_switch": 1}', "unknown key 'no_such_switch'"),
+    ('{"ctx": "many"}', "invalid value 'many' for --ctx"),
+    ('{"kv": "f32"}', "invalid value 'f32' for --kv"),
+    ('{"port": 70000}', "invalid value '70000' for --port"),
+    ('{"STRATA_ISA": [1]}', "must be a string, a whole number or a boolean"),
+])
+def test_bad_config(text, needle):
+    need_model()
+    if text is None:
+        path = os.path.join(TMP, "no_such_config.json")
+        r = subprocess.run([BIN, "launch", "--plan", "--config", path], capture_output=True, text=True,
+                           env=clean_env(), timeout=60)
+    else:
+        r = launch(config=text)
+        path = os.path.join(TMP, "launch_config.json")
+    print(f"config {text!r}: rc {r.returncode}: {r.stderr.strip()}")
+    assert r.returncode == 2
+    assert f"config {path}" in r.stderr and needle in r.stderr, r.stderr
+    assert "strata launch plan" not in r.stdout  # nothing planned on a bad config
+
+
+def test_bad_flag():
+    r = launch("--ctx", "zero", model=False)
+    assert r.returncode == 2 and "invalid value 'zero' for --ctx" in r.stderr, r.stderr
+    r = launch("--bogus", model=False)
+    assert r.returncode == 2 and "--bogus" in r.stderr, r.stderr
+    print("checked: bad flags exit 2 with the flag named")
+
+
+def test_launch_serves_with_config():
+    """Without --plan: serves; the start log names each non-default and who
+    set it; a config switch reaches the engine (STRATA_PRECISE logs there)."""
+    need_model()
+    path = os.path.join(TMP, "launch_serve.json")
+    with open(path, "w") as f:
+        json.dump({"port": 0, "ctx": 512, "STRATA_PRECISE": True, "STRATA_ISA": "scalar"}, f)
+    env = clean_env(STRATA_ISA="avx2")
+    p = subprocess.Popen([BIN, "launch", "-m", MODEL, "--config", path], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    lines, port, ready = [], [None], threading.Event()
+
+    def drain():
+        for line in p.stderr:
+            lines.append(line.rstrip("\n"))
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                port[0] = int(m.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        assert ready.wait(60) and port[0], "launch did not start:\n" + "\n".join(lines)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port[0]}/v1/models", timeout=10) as r:
+            models = json.load(r)
+        assert models["data"][0]["context_length"] == 512, models
+        # the engine may run in a child process: give its start lines a moment
+        t0 = time.time()
+        while time.time() - t0 < 10 and not any("STRATA_PRECISE=1" in l and "f32" in l for l in lines):
+            time.sleep(0.1)
+        log = "\n".join(lines)
+        print(log)
+        assert "launch: switch STRATA_PRECISE=1 (set by config)" in log
+        assert "launch: switch STRATA_ISA=avx2 (set by env)" in log
+        assert "launch: switch --ctx=512 (set by config)" in log
+        assert any("STRATA_PRECISE=1" in l and "f32 activations" in l for l in lines), log
+    finally:
+        p.terminate()
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    assert p.returncode == 0, "\n".join(lines)
+    print("checked: launch served context 512 from the config; start log names config/env switches; "
+          "STRATA_PRECISE from the config reached the engine")
