@@ -9,18 +9,27 @@
  * 2. Syntax errors name the line and column (positions counted by hand here).
  * 3. Hostile templates -- deep nesting, huge loops, output and memory bombs,
  *    runaway macro recursion -- are refused quickly with a clear message.
+ * 4. chat_render_template (chat.h) on GGUF files: SmolLM2's own template,
+ *    Gemma 3 270M (no template: the built-in Gemma format must equal what the
+ *    Gemma 3 template renders), and a written GGUF carrying the Llama 3.3
+ *    template with OpenAI-style string arguments (turned into the object HF
+ *    templates expect). Real models are skipped when models/ lacks them.
  *
- * Usage: test_jinja <tests/data/jinja>
+ * Usage: test_jinja <tests/data/jinja> [models dir]
  */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "gguf/gguf.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/jinja.h"
+#include "tokenizer/tokenizer.h"
 
 static int failures;
 
@@ -233,6 +242,105 @@ static void hostile(void) {
                    "Only user and assistant roles are supported!");
 }
 
+/* ---- chat_render_template on GGUF files ---- */
+static json_t *g_cases;
+
+static json_t *find_case(const char *name) {
+    size_t i;
+    json_t *cs;
+    json_array_foreach(json_object_get(g_cases, "cases"), i, cs) if (!strcmp(json_string_value(json_object_get(cs, "name")), name)) return cs;
+    return NULL;
+}
+
+/* render the case's conversation through chat_render_template and compare with
+ * its jinja2 output less `drop_prefix` */
+static void check_file(const char *label, const gguf_file *f, const tokenizer *tok, const char *case_name,
+                       const json_t *messages, const char *drop_prefix) {
+    json_t *cs = find_case(case_name);
+    if (!cs) {
+        printf("FAIL %s: fixture %s missing\n", label, case_name);
+        failures++;
+        return;
+    }
+    json_t *ctx = json_object_get(cs, "context");
+    if (!messages) messages = json_object_get(ctx, "messages");
+    char *out = chat_render_template(f, tok, messages, json_object_get(ctx, "tools"), NULL,
+                                     json_is_true(json_object_get(ctx, "add_generation_prompt")));
+    const char *want = json_string_value(json_object_get(cs, "expect"));
+    size_t dl = strlen(drop_prefix);
+    int ok = out && want && !strncmp(want, drop_prefix, dl) && !strcmp(out, want + dl);
+    printf("%s %-40s %s (%zu bytes)\n", ok ? "  ok" : "FAIL", label, case_name, out ? strlen(out) : 0);
+    if (!ok && out && want) show_diff(want + dl, out);
+    if (!out) printf("    error: %s\n", st_error_get());
+    failures += !ok;
+    st_free(out);
+}
+
+static void chat_files(const char *data_dir, const char *models) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cases.json", data_dir);
+    g_cases = json_load_file(path, 0, NULL);
+    if (!g_cases) return;
+    if (models) {
+        snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", models);
+        gguf_file *f = gguf_open(path);
+        tokenizer *tok = f ? tokenizer_load(f) : NULL;
+        if (tok) {
+            check_file("SmolLM2 GGUF, own template", f, tok, "smollm2/multi_turn/gen", NULL, "");
+            check_file("SmolLM2 GGUF, own template", f, tok, "smollm2/user_only/gen", NULL, "");
+        } else {
+            printf("SKIP SmolLM2 GGUF (not in %s)\n", models);
+        }
+        tokenizer_free(tok);
+        gguf_close(f);
+        snprintf(path, sizeof path, "%s/gemma-3-270m-q4_k_m.gguf", models);
+        f = gguf_open(path);
+        tok = f ? tokenizer_load(f) : NULL;
+        if (tok) {
+            /* no template in this file: the built-in format must match the Gemma 3 template (its BOS dropped) */
+            check_file("Gemma 3 GGUF, built-in = template", f, tok, "gemma3/multi_turn/gen", NULL, "<bos>");
+            check_file("Gemma 3 GGUF, built-in = template", f, tok, "gemma3/sys_user/gen", NULL, "<bos>");
+        } else {
+            printf("SKIP Gemma 3 GGUF (not in %s)\n", models);
+        }
+        tokenizer_free(tok);
+        gguf_close(f);
+    }
+    /* a written GGUF with the Llama 3.3 template and no tokenizer: bos_token is empty */
+    char *tmpl;
+    size_t len;
+    snprintf(path, sizeof path, "%s/templates/llama33.jinja", data_dir);
+    tmpl = read_file(path, &len);
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "general.architecture", "llama");
+    gguf_w_str(w, "tokenizer.chat_template", tmpl);
+    snprintf(path, sizeof path, "/tmp/strata_test_jinja_%d.gguf", (int)getpid());
+    int wrote = gguf_writer_write(w, path, NULL, NULL) == 0;
+    gguf_writer_free(w);
+    gguf_file *f = wrote ? gguf_open(path) : NULL;
+    if (f) {
+        json_t *cs = find_case("llama33/tool_call_dict_args/gen");
+        json_t *msgs = json_deep_copy(json_object_get(json_object_get(cs, "context"), "messages"));
+        /* as an OpenAI client sends it: arguments as a JSON string, content null */
+        json_t *fn = json_object_get(json_array_get(json_object_get(json_array_get(msgs, 2), "tool_calls"), 0), "function");
+        json_t *args = json_object_get(fn, "arguments");
+        char *js = json_dumps(args, JSON_COMPACT);
+        json_object_set_new(fn, "arguments", json_string(js));
+        free(js);
+        json_object_set_new(json_array_get(msgs, 2), "content", json_null());
+        check_file("written GGUF, Llama 3.3, string args", f, NULL, "llama33/tool_call_dict_args/gen", msgs,
+                   "<|begin_of_text|>");
+        json_decref(msgs);
+    } else {
+        printf("FAIL cannot write a GGUF: %s\n", st_error_get());
+        failures++;
+    }
+    gguf_close(f);
+    remove(path);
+    free(tmpl);
+    json_decref(g_cases);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s <tests/data/jinja>\n", argv[0]);
@@ -241,6 +349,8 @@ int main(int argc, char **argv) {
     run_fixtures(argv[1]);
     syntax_errors();
     hostile();
+    printf("\n");
+    chat_files(argv[1], argc > 2 ? argv[2] : NULL);
     printf("\n%s (%d failure%s)\n", failures ? "FAILED" : "all passed", failures, failures == 1 ? "" : "s");
     return failures ? 1 : 0;
 }
