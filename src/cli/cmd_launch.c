@@ -142,7 +142,7 @@ static size_t scratch_bytes(const model_hparams *hp, int chunk) {
 
 typedef struct {
     int gpu;             /* -1: CPU */
-    char device[300];    /* in words */
+    char device[400];    /* in words */
     size_t budget;       /* bytes the plan may use on that device */
     char budget_note[200];
 } device_pick;
@@ -170,7 +170,7 @@ static void pick_device(device_pick *p, size_t need_weights) {
     if (best >= 0 && (want || (double)need_weights < (double)best_free * PLAN_MEM_FRAC)) {
         p->gpu = best;
         p->budget = (size_t)((double)best_free * PLAN_MEM_FRAC);
-        snprintf(p->device, sizeof p->device, "GPU %d: %s (%s, %d SMs)", best, bd.name, bd.arch, bd.n_sm);
+        snprintf(p->device, sizeof p->device, "GPU %d: %.200s (%s, %d SMs)", best, bd.name, bd.arch, bd.n_sm);
         snprintf(p->budget_note, sizeof p->budget_note, "VRAM free %.2f GiB of %.2f GiB", gib(bd.vram_free),
                  gib(bd.vram_total));
     } else if (n > 0 && best < 0)
