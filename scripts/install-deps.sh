@@ -21,7 +21,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-if ! $PY -c "import numpy, gguf, pytest, openai, anthropic" 2>/dev/null; then
+if ! $PY -c "import numpy, gguf, pytest, openai, anthropic, playwright" 2>/dev/null; then
     echo "setup: installing pip packages: ${PIP_PKGS[*]}"
     $PY -m pip install -q "${PIP_PKGS[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${PIP_PKGS[@]}"
 fi
