@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+
 #include "tokenizer/jinja_internal.h"
 
 /* ---- arguments ---- */
@@ -117,6 +118,13 @@ static jv *list_push(jctx *c, jv *l, size_t *cap, jv *v) {
     return l;
 }
 
+/* Substring search in linear time (glibc's memmem is two-way), so long
+ * hostile strings cannot make a search quadratic. */
+static const char *find_sub(const char *h, size_t n, const char *needle, size_t m) {
+    if (!m) return h;
+    return memmem(h, n, needle, m);
+}
+
 static jv *split(jctx *c, const jv *s, const jv *sep, int64_t maxsplit) {
     jv *l = jv_list(c, 0);
     size_t cap = 0;
@@ -147,14 +155,11 @@ static jv *split(jctx *c, const jv *s, const jv *sep, int64_t maxsplit) {
     need_str(c, sep, "split");
     if (!sep->u.str.len) jx_fail(c, "split: empty separator");
     size_t m = sep->u.str.len, start = 0;
-    for (i = 0; i + m <= n;) {
-        if ((maxsplit < 0 || (int64_t)l->u.list.n < maxsplit) && !memcmp(p + i, sep->u.str.s, m)) {
-            list_push(c, l, &cap, jv_strn(c, p + start, i - start));
-            i += m;
-            start = i;
-        } else {
-            i++;
-        }
+    const char *hit;
+    while ((maxsplit < 0 || (int64_t)l->u.list.n < maxsplit) &&
+           (hit = find_sub(p + start, n - start, sep->u.str.s, m))) {
+        list_push(c, l, &cap, jv_strn(c, p + start, (size_t)(hit - (p + start))));
+        start = (size_t)(hit - p) + m;
     }
     list_push(c, l, &cap, jv_strn(c, p + start, n - start));
     return l;
@@ -180,16 +185,15 @@ static jv *replace(jctx *c, const jv *s, const jv *old, const jv *new, int64_t c
         }
         return jv_strn(c, b.s ? b.s : "", b.len);
     }
-    while (i < n) {
-        if ((count < 0 || done < count) && i + m <= n && !memcmp(s->u.str.s + i, old->u.str.s, m)) {
-            jb_put(c, &b, new->u.str.s, new->u.str.len);
-            i += m;
-            done++;
-        } else {
-            jb_put(c, &b, s->u.str.s + i, 1);
-            i++;
-        }
+    const char *hit;
+    while ((count < 0 || done < count) && (hit = find_sub(s->u.str.s + i, n - i, old->u.str.s, m))) {
+        size_t at = (size_t)(hit - s->u.str.s);
+        jb_put(c, &b, s->u.str.s + i, at - i);
+        jb_put(c, &b, new->u.str.s, new->u.str.len);
+        i = at + m;
+        done++;
     }
+    jb_put(c, &b, s->u.str.s + i, n - i);
     return jv_strn(c, b.s ? b.s : "", b.len);
 }
 
@@ -268,17 +272,19 @@ jv *jx_method(jctx *c, jv *self, const char *name, jv **args, const char **kw, s
         }
         if (!strcmp(name, "find") || !strcmp(name, "count")) {
             need_str(c, a0, name);
-            int64_t hits = 0;
-            for (size_t i = 0; i + a0->u.str.len <= self->u.str.len;) {
-                if (!memcmp(self->u.str.s + i, a0->u.str.s, a0->u.str.len)) {
-                    if (name[0] == 'f') return jv_int(c, (int64_t)ju_len(self->u.str.s, i));
-                    hits++;
-                    i += a0->u.str.len ? a0->u.str.len : 1;
-                } else {
-                    i++;
-                }
+            const char *h = self->u.str.s, *hit;
+            size_t n_h = self->u.str.len, m = a0->u.str.len, i = 0;
+            if (name[0] == 'f') {
+                hit = find_sub(h, n_h, a0->u.str.s, m);
+                return jv_int(c, hit ? (int64_t)ju_len(h, (size_t)(hit - h)) : -1);
             }
-            return jv_int(c, name[0] == 'f' ? -1 : hits + (a0->u.str.len ? 0 : 1));
+            if (!m) return jv_int(c, (int64_t)ju_len(h, n_h) + 1);
+            int64_t hits = 0;
+            while ((hit = find_sub(h + i, n_h - i, a0->u.str.s, m))) {
+                hits++;
+                i = (size_t)(hit - h) + m;
+            }
+            return jv_int(c, hits);
         }
         if (!strcmp(name, "join")) {
             if (!a0) jx_fail(c, "join expected 1 argument");
@@ -398,11 +404,7 @@ int jx_test(jctx *c, const char *name, jv *v, jv **args, size_t n) {
     if (!strcmp(name, "sameas"))
         return v == a || (v->t == a->t && (v->t == JV_NONE || v->t == JV_UNDEF || (v->t == JV_BOOL && v->u.b == a->u.b)));
     if (!strcmp(name, "in")) {
-        if (a->t == JV_STR && v->t == JV_STR) {
-            for (size_t i = 0; i + v->u.str.len <= a->u.str.len; i++)
-                if (!memcmp(a->u.str.s + i, v->u.str.s, v->u.str.len)) return 1;
-            return 0;
-        }
+        if (a->t == JV_STR && v->t == JV_STR) return find_sub(a->u.str.s, a->u.str.len, v->u.str.s, v->u.str.len) != NULL;
         if (a->t == JV_LIST) {
             for (size_t i = 0; i < a->u.list.n; i++)
                 if (jv_equal(v, a->u.list.v[i])) return 1;
@@ -484,8 +486,6 @@ static int sort_cmp(jctx *c, jv *a, jv *b, int case_sensitive) {
         }
         return (a->u.str.len > b->u.str.len) - (a->u.str.len < b->u.str.len);
     }
-    jv *lt = jv_bool(0);
-    (void)lt;
     int is_n = (a->t == JV_INT || a->t == JV_FLOAT || a->t == JV_BOOL) && (b->t == JV_INT || b->t == JV_FLOAT || b->t == JV_BOOL);
     if (is_n) {
         double x = a->t == JV_FLOAT ? a->u.f : a->t == JV_INT ? (double)a->u.i : a->u.b;
@@ -589,6 +589,8 @@ jv *jx_filter(jctx *c, const char *name, jv *v, jv **args, const char **kw, size
         size_t cap = 0;
         for (size_t i = 0; i < seq->u.list.n; i++) {
             int seen = 0;
+            c->steps += out->u.list.n; /* quadratic: the comparisons count against the iteration limit */
+            if (c->steps > c->lim.max_steps) jx_fail(c, "unique: more than %llu comparisons", (unsigned long long)c->lim.max_steps);
             for (size_t k = 0; k < out->u.list.n && !seen; k++) seen = jv_equal(out->u.list.v[k], seq->u.list.v[i]);
             if (!seen) list_push(c, out, &cap, seq->u.list.v[i]);
         }
@@ -610,18 +612,33 @@ jv *jx_filter(jctx *c, const char *name, jv *v, jv **args, const char **kw, size
         jv *attr = arg(args, kw, n, 2, "attribute");
         jv *seq = to_list(c, v), *out = jv_list(c, seq->u.list.n);
         if (seq->u.list.n) memcpy(out->u.list.v, seq->u.list.v, seq->u.list.n * sizeof(jv *));
-        /* insertion sort: stable like Python's, and lists in templates are short */
-        for (size_t i = 1; i < out->u.list.n; i++) {
-            jv *x = out->u.list.v[i], *kx = attr ? attr_path(c, x, attr) : x;
-            size_t j = i;
-            for (; j > 0; j--) {
-                jv *y = out->u.list.v[j - 1], *ky = attr ? attr_path(c, y, attr) : y;
-                int r = sort_cmp(c, ky, kx, cs && jv_truthy(cs));
-                if (rev && jv_truthy(rev) ? r >= 0 : r <= 0) break;
-                out->u.list.v[j] = y;
+        /* bottom-up merge sort: stable like Python's, O(n log n) for any list */
+        size_t len = out->u.list.n;
+        jv **src = out->u.list.v, **tmp = len ? jx_alloc(c, len * sizeof *tmp) : NULL;
+        jv **key = len ? jx_alloc(c, len * sizeof *key) : NULL, **ktmp = len ? jx_alloc(c, len * sizeof *ktmp) : NULL;
+        for (size_t i = 0; i < len; i++) key[i] = attr ? attr_path(c, src[i], attr) : src[i];
+        int desc = rev && jv_truthy(rev), cs_on = cs && jv_truthy(cs);
+        for (size_t w = 1; w < len; w *= 2) {
+            for (size_t lo0 = 0; lo0 < len; lo0 += 2 * w) {
+                size_t mid = lo0 + w < len ? lo0 + w : len, hi = lo0 + 2 * w < len ? lo0 + 2 * w : len;
+                size_t i = lo0, j = mid, o = lo0;
+                while (i < mid && j < hi) {
+                    int r = sort_cmp(c, key[j], key[i], cs_on);
+                    int take_right = desc ? r > 0 : r < 0;
+                    tmp[o] = take_right ? src[j] : src[i];
+                    ktmp[o++] = take_right ? key[j++] : key[i++];
+                }
+                while (i < mid) tmp[o] = src[i], ktmp[o++] = key[i++];
+                while (j < hi) tmp[o] = src[j], ktmp[o++] = key[j++];
             }
-            out->u.list.v[j] = x;
+            jv **t1 = src;
+            src = tmp;
+            tmp = t1;
+            t1 = key;
+            key = ktmp;
+            ktmp = t1;
         }
+        out->u.list.v = src;
         return out;
     }
     if (!strcmp(name, "int")) {

@@ -283,9 +283,7 @@ static int contains(jctx *c, jv *item, jv *seq) {
     case JV_STR:
         if (item->t != JV_STR) jx_fail(c, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
         if (!item->u.str.len) return 1;
-        for (size_t i = 0; i + item->u.str.len <= seq->u.str.len; i++)
-            if (!memcmp(seq->u.str.s + i, item->u.str.s, item->u.str.len)) return 1;
-        return 0;
+        return memmem(seq->u.str.s, seq->u.str.len, item->u.str.s, item->u.str.len) != NULL; /* linear */
     case JV_LIST:
         for (size_t i = 0; i < seq->u.list.n; i++)
             if (jv_equal(item, seq->u.list.v[i])) return 1;

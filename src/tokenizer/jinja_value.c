@@ -202,8 +202,18 @@ int jv_truthy(const jv *v) {
 static int is_num(const jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL; }
 static double num(const jv *v) { return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : v->u.b; }
 
-int jv_equal(const jv *a, const jv *b) {
+/* Values can nest as deep as a loop makes them ({% set ns.x = [ns.x] %}):
+ * past this depth a comparison gives up and says "not equal" rather than
+ * overflow the stack. */
+enum { MAX_VALUE_DEPTH = 200 };
+
+static int equal_d(const jv *a, const jv *b, int depth);
+
+int jv_equal(const jv *a, const jv *b) { return equal_d(a, b, 0); }
+
+static int equal_d(const jv *a, const jv *b, int depth) {
     if (a == b) return 1;
+    if (depth > MAX_VALUE_DEPTH) return 0;
     if (is_num(a) && is_num(b)) {
         if (a->t != JV_FLOAT && b->t != JV_FLOAT) {
             int64_t x = a->t == JV_INT ? a->u.i : a->u.b, y = b->t == JV_INT ? b->u.i : b->u.b;
@@ -219,13 +229,13 @@ int jv_equal(const jv *a, const jv *b) {
     case JV_LIST:
         if (a->u.list.n != b->u.list.n) return 0;
         for (size_t i = 0; i < a->u.list.n; i++)
-            if (!jv_equal(a->u.list.v[i], b->u.list.v[i])) return 0;
+            if (!equal_d(a->u.list.v[i], b->u.list.v[i], depth + 1)) return 0;
         return 1;
     case JV_DICT:
         if (a->is_ns || b->is_ns || a->u.dict.n != b->u.dict.n) return 0;
         for (size_t i = 0; i < a->u.dict.n; i++) {
             const jv *o = jv_dict_getv(b, a->u.dict.k[i]);
-            if (!o || !jv_equal(a->u.dict.v[i], o)) return 0;
+            if (!o || !equal_d(a->u.dict.v[i], o, depth + 1)) return 0;
         }
         return 1;
     default: return 0;
@@ -379,14 +389,19 @@ static void write_py_str(jctx *c, jbuf *b, const char *s, size_t n) {
     jb_put(c, b, &q, 1);
 }
 
-void jv_write_repr(jctx *c, jbuf *b, const jv *v) {
+static void write_repr_d(jctx *c, jbuf *b, const jv *v, int depth);
+
+void jv_write_repr(jctx *c, jbuf *b, const jv *v) { write_repr_d(c, b, v, 0); }
+
+static void write_repr_d(jctx *c, jbuf *b, const jv *v, int depth) {
+    if (depth > MAX_VALUE_DEPTH) jx_fail(c, "cannot print a value nested deeper than %d levels", MAX_VALUE_DEPTH);
     switch (v->t) {
     case JV_STR: write_py_str(c, b, v->u.str.s, v->u.str.len); return;
     case JV_LIST: {
         jb_puts(c, b, v->is_tuple ? "(" : "[");
         for (size_t i = 0; i < v->u.list.n; i++) {
             if (i) jb_puts(c, b, ", ");
-            jv_write_repr(c, b, v->u.list.v[i]);
+            write_repr_d(c, b, v->u.list.v[i], depth + 1);
         }
         if (v->is_tuple && v->u.list.n == 1) jb_puts(c, b, ",");
         jb_puts(c, b, v->is_tuple ? ")" : "]");
@@ -397,9 +412,9 @@ void jv_write_repr(jctx *c, jbuf *b, const jv *v) {
         jb_puts(c, b, "{");
         for (size_t i = 0; i < v->u.dict.n; i++) {
             if (i) jb_puts(c, b, ", ");
-            jv_write_repr(c, b, v->u.dict.k[i]);
+            write_repr_d(c, b, v->u.dict.k[i], depth + 1);
             jb_puts(c, b, ": ");
-            jv_write_repr(c, b, v->u.dict.v[i]);
+            write_repr_d(c, b, v->u.dict.v[i], depth + 1);
         }
         jb_puts(c, b, v->is_ns ? "}>" : "}");
         return;
@@ -485,7 +500,7 @@ static int cmp_keys(const void *x, const void *y) {
 void jv_write_json(jctx *c, jbuf *b, const jv *v, int indent, int sort_keys, const char *item_sep,
                    const char *key_sep, int level) {
     char tmp[64];
-    if (level > 200) jx_fail(c, "tojson: nesting deeper than 200 levels");
+    if (level > MAX_VALUE_DEPTH) jx_fail(c, "tojson: nesting deeper than %d levels", MAX_VALUE_DEPTH);
     if (!item_sep) item_sep = indent >= 0 ? "," : ", ";
     if (!key_sep) key_sep = ": ";
     switch (v->t) {

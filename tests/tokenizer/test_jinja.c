@@ -194,6 +194,21 @@ static void expect_refused(const char *label, const char *src, const jinja_limit
     json_decref(ctx);
 }
 
+/* must render, and quickly: the operations hostile input could make quadratic */
+static void expect_fast(const char *label, const char *src, const char *want) {
+    double t0 = now_ms();
+    jinja_tmpl *t = jinja_parse(src, strlen(src));
+    json_t *ctx = json_object();
+    char *out = t ? jinja_render_json(t, ctx) : NULL;
+    double ms = now_ms() - t0;
+    int ok = out && !strcmp(out, want) && ms < 2000;
+    printf("%s %-26s rendered in %7.1f ms: %.60s\n", ok ? "  ok" : "FAIL", label, ms, out ? out : st_error_get());
+    failures += !ok;
+    st_free(out);
+    jinja_free(t);
+    json_decref(ctx);
+}
+
 static char *repeat3(const char *a, const char *mid, const char *b, int n) {
     size_t la = strlen(a), lm = strlen(mid), lb = strlen(b);
     char *s = malloc(n * (la + lb) + lm + 1), *p = s;
@@ -238,6 +253,19 @@ static void hostile(void) {
     expect_refused("'x' * 10^15", "{{ 'x' * 1000000000000000 }}", NULL, "repetition too large");
     expect_refused("runaway macro recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL,
                    "nested deeper");
+    expect_refused("value nested 100k deep",
+                   "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+                   NULL, "nested deeper");
+    expect_refused("tojson of it", "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}{{ ns.x | tojson }}",
+                   NULL, "nesting deeper");
+    expect_fast("sort 1M reversed ints", "{% set l = range(1000000, 0, -1) | sort %}{{ l[0] }} {{ l[-1] }} {{ l | length }}",
+                "1 1000000 1000000");
+    expect_fast("sort 1M, reverse=true", "{{ (range(1000000) | sort(reverse=true))[:3] }}", "[999999, 999998, 999997]");
+    expect_fast("4 MB search, miss", "{% set s = 'ab' * 2000000 %}{{ s.find('abb') }} {{ 'aab' in s }} {{ s.count('ba') }}",
+                "-1 False 1999999");
+    expect_fast("4 MB replace and split", "{% set s = 'ab' * 2000000 %}{{ s.replace('ba', '') | length }} {{ s.split('b') | length }}",
+                "2 2000001"); /* values from Python */
+    expect_refused("unique of 100k distinct", "{{ range(100000) | unique | list | length }}", NULL, "comparisons");
     expect_refused("raise_exception", "{{ raise_exception('Only user and assistant roles are supported!') }}", NULL,
                    "Only user and assistant roles are supported!");
 }
