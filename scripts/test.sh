@@ -15,3 +15,14 @@ ctest --test-dir build --output-on-failure -j"$JOBS"
 CC=clang cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON -DSTRATA_FUZZ=ON >/dev/null
 cmake --build build-san -j"$JOBS"
 ctest --test-dir build-san --output-on-failure -L 'gguf|fuzz|tokenizer'
+
+# CUDA: compile the kernels for the architectures CI must check (Hopper and
+# Ampere consumer cards) and run the GPU tests, which skip with a message on a
+# machine without a GPU.
+if command -v nvcc >/dev/null; then
+    cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="90;86" >/dev/null
+    cmake --build build-cuda -j"$JOBS"
+    ctest --test-dir build-cuda --output-on-failure -L gpu
+else
+    echo "CUDA compile check skipped: nvcc is not installed on this machine"
+fi
