@@ -1,0 +1,51 @@
+/* Multi-token CPU products of quantized weights: a tile of weight rows times
+ * a few quantized activation rows, for the prompt path (cpu_matmul with two
+ * or more tokens).
+ *
+ * Why: the single-row dot (qt_vec_dot) decodes every weight block (nibble
+ * unpack, scale decode) each time it is called, so a prompt of T tokens
+ * decoded each block T times and prompt processing was bound by decode work.
+ * A gemm kernel decodes each block of R rows ONCE into bytes and float scales
+ * held in L1, then multiplies them with the blocks of up to QT_GEMM_MAX_TOK
+ * tokens: decode work is amortized over the tokens, activation preparation
+ * (offset sums, scale conversion) over the rows.
+ *
+ * Results equal the single-row dot's up to float rounding: the integer sums
+ * of each block are exact in both; the kernels here scale per 32-weight unit
+ * in float (scale products rounded differently) and sum blocks in another
+ * order. tests/quant/test_gemm.c bounds the difference at 1e-6 of
+ * sum|w_i * a_i| (the normalisation test_dot.c uses).
+ *
+ * Formats (x86 with AVX2 or AVX-512 VNNI): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS. The rest (and the scalar ISA) have no
+ * gemm kernel: qt_gemm() returns NULL and callers use qt_vec_dot per pair
+ * (qt_gemm_by_dot does exactly that).
+ */
+#ifndef STRATA_QUANT_QUANT_GEMM_H
+#define STRATA_QUANT_QUANT_GEMM_H
+
+#include <stddef.h>
+
+#include "quant/quant.h"
+
+/* Most activation rows one call takes. */
+#define QT_GEMM_MAX_TOK 4
+
+/* y[c*ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc.
+ * n: weights per row (whole blocks of the format, and of its vec_dot_type);
+ * w: first weight row, rows w_stride bytes apart; act[c]: activation row c,
+ * quantized in the format's vec_dot_type (qt_quantize_act); nr >= 1 any,
+ * 1 <= nc <= QT_GEMM_MAX_TOK. */
+typedef void (*qt_gemm_fn)(int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act,
+                           float *y, size_t ldy);
+
+/* The gemm kernel of weight type t on the given ISA path (clamped to what
+ * the CPU runs, as qt_vec_dot); NULL if t has none there. */
+qt_gemm_fn qt_gemm(qt_type t, qt_isa isa);
+
+/* The generic fallback with qt_gemm_fn's arguments: one dot call per (row,
+ * token) pair with `dot` (a qt_vec_dot of the weight type). */
+void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride,
+                    const void *const *act, float *y, size_t ldy);
+
+#endif

@@ -1,0 +1,11 @@
+/* Internal to quant/: the per-ISA tables of gemm kernels (quant_gemm.h),
+ * indexed by qt_type; NULL means "no gemm kernel for this type on this ISA". */
+#ifndef STRATA_QUANT_QUANT_GEMM_IMPL_H
+#define STRATA_QUANT_QUANT_GEMM_IMPL_H
+
+#include "quant/quant_gemm.h"
+
+extern const qt_gemm_fn qt_gemms_avx2[QT_COUNT];
+extern const qt_gemm_fn qt_gemms_avx512[QT_COUNT];
+
+#endif
