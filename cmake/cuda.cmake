@@ -11,7 +11,7 @@
 # and the compile definition STRATA_HAVE_GPU everywhere (engine and CLI pick
 # the backend at run time; only their start-up code looks at it).
 option(STRATA_CUDA "Build the CUDA backend (needs nvcc, cudart, cuBLAS)" OFF)
-option(STRATA_HIP "Build the GPU backend for AMD GPUs with HIP (needs hipcc, hipBLAS)" OFF)
+option(STRATA_HIP "Build the GPU backend for AMD GPUs with HIP (needs hipcc; hipBLAS optional)" OFF)
 
 set(STRATA_GPU OFF)
 if(STRATA_CUDA AND STRATA_HIP)
@@ -34,16 +34,70 @@ if(STRATA_CUDA)
   set(STRATA_GPU_ARCHS ${CMAKE_CUDA_ARCHITECTURES})
 elseif(STRATA_HIP)
   if(NOT DEFINED CMAKE_HIP_ARCHITECTURES OR CMAKE_HIP_ARCHITECTURES STREQUAL "")
-    # RDNA2/RDNA3: wave32 cards. Wave64 targets (gfx9xx, CDNA) are refused at
-    # start by the backend (the kernels assume 32-lane warps).
-    set(CMAKE_HIP_ARCHITECTURES "gfx1100;gfx1030" CACHE STRING "HIP architectures to build code for" FORCE)
+    # RDNA2 (wave32) by default: Debian's ROCm 5.2 device libraries stop at
+    # gfx1036, so gfx1100 (RDNA3) needs a newer ROCm; add it by hand there.
+    # Wave64 targets (gfx9xx, CDNA) stop the device compile (compat.h) and a
+    # wave64 card is refused at start (device.cu): the kernels assume
+    # 32-lane warps.
+    set(CMAKE_HIP_ARCHITECTURES "gfx1030" CACHE STRING "HIP architectures to build code for" FORCE)
+  endif()
+  # CMake's HIP language wants ROCm's clang, not the hipcc wrapper: take the
+  # clang++ hipcc itself runs (Debian: /usr/bin/clang++-15 with
+  # /usr/lib/x86_64-linux-gnu/cmake/hip-lang), unless one was given.
+  if(NOT DEFINED CMAKE_HIP_COMPILER AND NOT DEFINED ENV{HIPCXX})
+    find_program(STRATA_HIP_CLANG NAMES clang++-15 clang++ PATHS /opt/rocm/llvm/bin /usr/lib/llvm-15/bin
+                 NO_DEFAULT_PATH)
+    if(STRATA_HIP_CLANG)
+      set(CMAKE_HIP_COMPILER ${STRATA_HIP_CLANG})
+    endif()
+  endif()
+  # CMake (before 3.28) looks for ROOT/lib/cmake/hip-lang only; Debian keeps
+  # it under lib/<multiarch>/. A root in the build tree whose lib/cmake
+  # links to Debian's folder satisfies it: the package resolves its real
+  # path and finds /usr as its prefix.
+  if(NOT DEFINED CMAKE_HIP_COMPILER_ROCM_ROOT AND NOT EXISTS /usr/lib/cmake/hip-lang/hip-lang-config.cmake
+     AND NOT EXISTS /opt/rocm/lib/cmake/hip-lang/hip-lang-config.cmake)
+    file(GLOB STRATA_HIP_LANG_DIRS /usr/lib/*/cmake/hip-lang)
+    if(STRATA_HIP_LANG_DIRS)
+      list(GET STRATA_HIP_LANG_DIRS 0 STRATA_HIP_LANG_DIR)
+      set(STRATA_HIP_ROOT ${CMAKE_BINARY_DIR}/hip-root)
+      file(MAKE_DIRECTORY ${STRATA_HIP_ROOT}/lib/cmake ${STRATA_HIP_ROOT}/bin)
+      file(CREATE_LINK ${STRATA_HIP_LANG_DIR} ${STRATA_HIP_ROOT}/lib/cmake/hip-lang SYMBOLIC)
+      set(CMAKE_HIP_COMPILER_ROCM_ROOT ${STRATA_HIP_ROOT})
+      # The compiler checks run in projects of their own, which do not know
+      # the multiarch folder yet: give them its cmake/ as a prefix (each
+      # package sits in <prefix>/<name>/), e.g. for amd_comgr.
+      get_filename_component(STRATA_HIP_CMAKE_DIR ${STRATA_HIP_LANG_DIR} DIRECTORY)
+      set(ENV{CMAKE_PREFIX_PATH} "${STRATA_HIP_CMAKE_DIR}:$ENV{CMAKE_PREFIX_PATH}")
+      # Debian's plain clang++-15 does not find the HIP headers and device
+      # bitcode by itself (hipcc passes the same two options).
+      file(GLOB STRATA_HIP_BITCODE /usr/lib/*/amdgcn/bitcode)
+      if(STRATA_HIP_BITCODE)
+        list(GET STRATA_HIP_BITCODE 0 STRATA_HIP_BITCODE)
+        set(CMAKE_HIP_FLAGS "${CMAKE_HIP_FLAGS} --rocm-path=/usr --hip-device-lib-path=${STRATA_HIP_BITCODE}")
+      endif()
+    endif()
   endif()
   enable_language(HIP)
+  set(CMAKE_HIP_STANDARD 17) # the kernels use if constexpr
+  set(CMAKE_HIP_STANDARD_REQUIRED ON)
+  # hip-config.cmake (ROCm 5.x) reads CMAKE_CXX_COMPILER_ID: it needs C++ on.
+  enable_language(CXX)
   find_package(hip REQUIRED)
-  find_package(hipblas REQUIRED)
+  # hipBLAS is optional: Debian bookworm packages neither hipBLAS nor
+  # rocBLAS. Without it the GEMM path is compiled out (compat.h) and every
+  # product runs on the matrix-vector kernels.
+  find_package(hipblas QUIET)
   set(STRATA_GPU ON)
   set(STRATA_GPU_LANG HIP)
-  set(STRATA_GPU_LIBS hip::host roc::hipblas)
+  if(hipblas_FOUND)
+    set(STRATA_HIP_BLAS 1)
+    set(STRATA_GPU_LIBS hip::host roc::hipblas)
+  else()
+    set(STRATA_HIP_BLAS 0)
+    set(STRATA_GPU_LIBS hip::host)
+    message(STATUS "Strata HIP: hipBLAS not found, prompt products use the matrix-vector kernels")
+  endif()
   set(STRATA_GPU_ARCHS ${CMAKE_HIP_ARCHITECTURES})
 endif()
 
@@ -51,5 +105,10 @@ if(STRATA_GPU)
   # "90;86" -> "90,86": a string the device code compares each card against.
   string(REPLACE ";" "," STRATA_GPU_ARCHS_STR "${STRATA_GPU_ARCHS}")
   add_compile_definitions(STRATA_HAVE_GPU=1)
+  if(STRATA_HIP)
+    # Everywhere, not only in the backend: C code that includes
+    # backend/cuda/compat.h (tests) must see HIP's runtime, not CUDA's.
+    add_compile_definitions(STRATA_HIP=1)
+  endif()
   message(STATUS "Strata GPU backend: ${STRATA_GPU_LANG}, architectures ${STRATA_GPU_ARCHS_STR}")
 endif()

@@ -18,12 +18,12 @@
  *
  * Without a CUDA device it prints "SKIPPED: no CUDA device" and exits 0.
  */
-#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/compat.h" /* the CUDA runtime, or HIP's (STRATA_HIP) */
 #include "backend/cuda/mm.h"
 #include "core/fp16.h"
 #include "core/log.h"

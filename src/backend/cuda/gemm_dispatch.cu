@@ -75,6 +75,7 @@ mm_scratch *mm_scratch_get(cudaStream_t s, size_t aq, size_t ad, size_t wb, size
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
     const int cap = cs != cudaStreamCaptureStatusNone;
+#if ST_GPU_HAVE_BLAS /* a HIP build without hipBLAS has no handle (compat.h) */
     if (!sc->blas) {
         if (cap) {
             st_error_set("cuda_matmul: first use on a device while a graph is captured; call cuda_mm_reserve first");
@@ -82,6 +83,7 @@ mm_scratch *mm_scratch_get(cudaStream_t s, size_t aq, size_t ad, size_t wb, size
         }
         CUBLAS_CHECK(cublasCreate(&sc->blas));
     }
+#endif
     if (mm_grow((void **)&sc->aq, &sc->aq_bytes, aq, cap) || mm_grow((void **)&sc->ad, &sc->ad_bytes, ad, cap) ||
         mm_grow(&sc->wb, &sc->wb_bytes, wb, cap) || mm_grow(&sc->xb, &sc->xb_bytes, xb, cap) ||
         mm_grow((void **)&sc->yb, &sc->yb_bytes, yb, cap) || mm_grow((void **)&sc->rec, &sc->rec_bytes, rec, cap))
@@ -101,8 +103,12 @@ void cuda_mm_release(void) {
         mm_scratch *sc = &g_scratch[d];
         if (!sc->blas && !sc->aq && !sc->wb && !sc->xb && !sc->yb && !sc->rec && !sc->ad) continue;
         CUDA_CHECK(cudaSetDevice(d));
-        cudaFree(sc->aq), cudaFree(sc->ad), cudaFree(sc->wb), cudaFree(sc->xb), cudaFree(sc->yb), cudaFree(sc->rec);
+        /* (void): hipFree is nodiscard; a failed free at release changes nothing */
+        (void)cudaFree(sc->aq), (void)cudaFree(sc->ad), (void)cudaFree(sc->wb);
+        (void)cudaFree(sc->xb), (void)cudaFree(sc->yb), (void)cudaFree(sc->rec);
+#if ST_GPU_HAVE_BLAS
         if (sc->blas) cublasDestroy(sc->blas);
+#endif
         memset(sc, 0, sizeof(*sc));
     }
     CUDA_CHECK(cudaSetDevice(cur));
@@ -136,6 +142,7 @@ static int mm_check_weight(const char *fn, const st_weight *w) {
 }
 
 static int mm_use_gemm(int n_tok) {
+    if (!ST_GPU_HAVE_BLAS) return 0; /* HIP without hipBLAS: matrix-vector kernels only */
     if (g_force_path == 1) return 0;
     if (g_force_path == 2) return 1;
     return n_tok > MM_MMV_MAX_TOK;
@@ -221,7 +228,7 @@ static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const in
     {
         /* Layout of the uploaded ints: records of up to 8 pairs for the
          * matrix-vector experts, then per GEMM expert its x rows and its pairs. */
-        const int use_gemm_any = g_force_path != 1;
+        const int use_gemm_any = g_force_path != 1 && ST_GPU_HAVE_BLAS;
         size_t n_rec = 0, n_list = 0, max_gemm = 0;
         for (int e = 0; e <= n_mat; e++) {
             if (e < n_mat && use_gemm_any && (cnt[e] >= MM_MOE_GEMM_MIN || g_force_path == 2) && cnt[e] > 0) {
@@ -313,7 +320,7 @@ int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t 
         return -1;
     }
     if (n_pairs == 0) return 0;
-    if (w->type == QT_F32 && n_pairs > MM_MOE_DEVICE_MAX && g_force_path != 1) {
+    if (w->type == QT_F32 && n_pairs > MM_MOE_DEVICE_MAX && g_force_path != 1 && ST_GPU_HAVE_BLAS) {
         st_error_set("cuda_moe_matmul: F32 expert matrices are supported for up to %d pairs", MM_MOE_DEVICE_MAX);
         return -1;
     }

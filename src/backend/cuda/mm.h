@@ -26,15 +26,9 @@
 
 #include "backend/backend.h"
 
-/* C callers need only cudaStream_t; the .cu files get the whole toolkit. */
-#if defined(__cplusplus) || defined(__CUDACC__)
+/* C callers get the runtime API (cudaStream_t, or HIP's under STRATA_HIP);
+ * the .cu files the whole toolkit (compat.h tells the two apart). */
 #include "backend/cuda/compat.h"
-#elif defined(STRATA_HIP)
-#include <hip/hip_runtime_api.h>
-#define cudaStream_t hipStream_t
-#else
-#include <cuda_runtime_api.h>
-#endif
 
 #ifdef __cplusplus
 extern "C" {
