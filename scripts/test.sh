@@ -26,3 +26,7 @@ if command -v nvcc >/dev/null; then
 else
     echo "CUDA compile check skipped: nvcc is not installed on this machine"
 fi
+
+# HIP: the same kernel sources through compat.h with Debian's hipcc, for
+# gfx1030 (RDNA2), compile only (no AMD GPU here).
+scripts/check-hip.sh
