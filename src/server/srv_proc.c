@@ -345,7 +345,7 @@ static void *reader(void *arg) {
     int code = reap(ra->pid, how, sizeof how);
 
     pthread_mutex_lock(&p->mu);
-    int stopping = p->stopping, loading = p->state == ENG_STARTING;
+    int stopping = p->stopping, loading = p->state == ENG_STARTING, first = !p->ever_ready;
     p->state = ENG_DOWN;
     p->pid = 0;
     int n = p->n_ents;
@@ -362,7 +362,7 @@ static void *reader(void *arg) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 
-    if (!stopping)
+    if (!stopping && !(first && n == 0)) /* a failed first start is proc_create's error, not news */
         ST_WARN("engine: process %d %s%s; %d request%s in flight get the error; the next request restarts it",
                 (int)ra->pid, how, loading ? " while loading" : "", n, n == 1 ? "" : "s");
     srv_event ev = {.kind = SRV_EV_ERROR, .slot = -1, .error = msg, .engine_down = !stopping};
