@@ -10,15 +10,20 @@
 #   THREADS          threads for both (default 2)
 #   REPS             repetitions for both (default 3; llama-bench reports the
 #                    mean of its repetitions, strata bench the median)
-# env: PP (default 512), TG (default 128) set the prompt and decode lengths.
+# env: PP (default 512), TG (default 128) set the prompt and decode lengths;
+#      LLAMA_ARGS / STRATA_ARGS add arguments to one side (e.g. LLAMA_ARGS="--repack 0").
 #
 # Both tools use random prompt tokens and decode from an empty cache, so pp512
 # and tg128 mean the same work. The load average before and after is printed:
 # other jobs on the machine distort both sides (and not always equally).
+# On a machine with more runnable jobs than cores, llama.cpp's OpenMP threads
+# spin at every graph barrier while the other thread is descheduled (tg128 at
+# load 13 on 2 cores: 0.45 tok/s, against 50 with OMP_WAIT_POLICY=passive);
+# the variable is passed through and printed, so set it and say so.
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 STRATA=$1
@@ -38,9 +43,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-"$STRATA" bench -m "$MODEL" -p "$PP" -n "$TG" -t "$T" -r "$R" >"$tmp/strata.txt" 2>"$tmp/strata.err" || {
+# shellcheck disable=SC2086 # the *_ARGS are word lists on purpose
+"$STRATA" bench -m "$MODEL" -p "$PP" -n "$TG" -t "$T" -r "$R" ${STRATA_ARGS:-} >"$tmp/strata.txt" 2>"$tmp/strata.err" || {
     echo "compare_cpu.sh: strata bench failed:" >&2; cat "$tmp/strata.err" >&2; exit 1; }
-"$LLAMA" -m "$MODEL" -p "$PP" -n "$TG" -t "$T" -r "$R" -o json >"$tmp/llama.json" 2>"$tmp/llama.err" || {
+# shellcheck disable=SC2086
+"$LLAMA" -m "$MODEL" -p "$PP" -n "$TG" -t "$T" -r "$R" -o json ${LLAMA_ARGS:-} >"$tmp/llama.json" 2>"$tmp/llama.err" || {
     echo "compare_cpu.sh: llama-bench failed:" >&2; tail -20 "$tmp/llama.err" >&2; exit 1; }
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -68,6 +75,11 @@ if tg:
 commit = rows[0][2][2] if rows else '?'
 print('model: %s, threads: %s, load average before: %s, after: %s, llama.cpp build %s'
       % (os.path.basename(model), t, lb, la, commit))
+if os.environ.get('OMP_WAIT_POLICY'):
+    print('OMP_WAIT_POLICY=%s (llama.cpp\'s OpenMP threads)' % os.environ['OMP_WAIT_POLICY'])
+if os.environ.get('LLAMA_ARGS') or os.environ.get('STRATA_ARGS'):
+    print('extra args: llama-bench %r, strata bench %r'
+          % (os.environ.get('LLAMA_ARGS', ''), os.environ.get('STRATA_ARGS', '')))
 print()
 print('| test | Strata tok/s | llama.cpp tok/s | Strata/llama.cpp |')
 print('| --- | ---: | ---: | ---: |')
