@@ -29,7 +29,7 @@
 #include "quant/quant.h"
 
 /* Most activation rows one call takes. */
-#define QT_GEMM_MAX_TOK 4
+#define QT_GEMM_MAX_TOK 64
 
 /* y[c*ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc.
  * n: weights per row (whole blocks of the format, and of its vec_dot_type);

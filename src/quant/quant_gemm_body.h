@@ -93,58 +93,94 @@ QG_INLINE __m256i qg_bits(const uint8_t *p) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
-/* IQ4 table lookup of 32 nibbles, plus 128 on VNNI (unsigned storage) */
+/* IQ4 table lookup of 32 nibbles (signed values) */
 QG_INLINE __m256i qg_iq4(__m256i nib) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
-    __m256i v = _mm256_shuffle_epi8(lut, nib);
-    return QG_VNNI ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
+    return _mm256_shuffle_epi8(lut, nib);
 }
 
-/* Decoded weights of one row's group. */
+/* Units per chunk: the row length is cut into chunks of 1024 weights so
+ * that the decoded rows and the prepared tokens of one chunk live on the
+ * stack (~90 KiB) and in L1/L2; partial sums are added into y between chunks. */
+#define QG_CHUNK 32
+#define QG_GROUPS (QG_CHUNK / 8)
+
+/* AVX2 and a full-range format: the sign trick on the original activations.
+ * Every other case: unsigned activations a+128 x signed weights, with the
+ * exact correction -128 * sum(w) per unit as the integer accumulator's start. */
+QG_INLINE int qg_sign_path(int f) { return !QG_VNNI && qg_wide(f); }
+
+/* One weight row's decoded chunk. */
 typedef struct {
-    uint8_t q[8][32] QG_ALIGN; /* unit bytes: unsigned (offset) or signed (qg_signed) */
-    uint8_t qa[8][32] QG_ALIGN; /* |q| for the sign trick (qg_signed only) */
-    float dw[8] QG_ALIGN;      /* unit scale; 0 past the group's units */
-    float mw[8] QG_ALIGN;      /* min coefficient (qg_has_min); 0 past the units */
+    int8_t q[QG_CHUNK][32] QG_ALIGN;  /* signed weights of each unit */
+    int32_t z[QG_CHUNK][8] QG_ALIGN;  /* -128 * sum of the unit's weights, spread over 8 lanes */
+#if !QG_VNNI
+    uint8_t qa[QG_CHUNK][32] QG_ALIGN; /* |q| (sign path only) */
+#endif
+    float dw[QG_GROUPS][8] QG_ALIGN;   /* unit scale; 0 past the row's units */
+    float mw[QG_GROUPS][8] QG_ALIGN;   /* min coefficient (qg_has_min); 0 past the units */
 } qg_wrow;
 
-/* Decode g units starting at unit u0 of row w. */
-QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *o) {
-    if (g < 8) { /* tail of a legacy row: zero scales keep unused lanes out of the sums */
-        for (int k = 0; k < 8; k++) o->dw[k] = o->mw[k] = 0.0f;
+/* One token's prepared group. */
+typedef struct {
+    float da[8] QG_ALIGN; /* unit scale; 0 past the row's units */
+    float sa[8] QG_ALIGN; /* min partner (qg_has_min): Q8_1's s, or dy * unit sum */
+} qg_tgrp;
+
+/* int32 lanes whose sum is 128 * the sum of 32 signed bytes w (|2*128*w| fits int16 for AVX2) */
+QG_INLINE __m256i qg_sum128(__m256i w) {
+    const __m256i k = _mm256_set1_epi8((char)0x80);
+#if QG_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), k, w);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(k, w), _mm256_set1_epi16(1));
+#endif
+}
+
+QG_INLINE void qg_put_unit(const int f, qg_wrow *o, int k, __m256i v) {
+    _mm256_store_si256((__m256i *)o->q[k], v);
+    if (qg_sign_path(f)) {
+#if !QG_VNNI
+        _mm256_store_si256((__m256i *)o->qa[k], _mm256_abs_epi8(v));
+#endif
+    } else {
+        _mm256_store_si256((__m256i *)o->z[k], _mm256_sub_epi32(_mm256_setzero_si256(), qg_sum128(v)));
     }
+}
+
+/* Decode units u0..u0+g-1 (group gi of the chunk) of row w. */
+QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *o, int gi) {
+    const int k0 = 8 * gi;
+    float *dw = o->dw[gi], *mw = o->mw[gi];
     if (!qg_super(f)) {
         const uint8_t *b = w + (size_t)u0 * qg_wblock(f);
+        uint16_t dh[8] = {0}, mh[8] = {0};
         for (int k = 0; k < g; k++, b += qg_wblock(f)) {
             __m256i v;
-            uint16_t d, m = 0;
-            memcpy(&d, b, 2);
+            memcpy(&dh[k], b, 2); /* every legacy block starts with its f16 d */
             switch (f) {
-            case QG_Q4_0: v = qg_nibbles(((const block_q4_0 *)b)->qs); break;
+            case QG_Q4_0: v = _mm256_sub_epi8(qg_nibbles(((const block_q4_0 *)b)->qs), _mm256_set1_epi8(8)); break;
             case QG_Q4_1:
                 v = qg_nibbles(((const block_q4_1 *)b)->qs);
-                m = ((const block_q4_1 *)b)->m;
+                mh[k] = ((const block_q4_1 *)b)->m;
                 break;
-            case QG_Q5_0:
+            case QG_Q5_0: /* q - 16 in one step: a clear 5th bit makes the byte nibble | 0xf0 */
                 v = _mm256_or_si256(qg_nibbles(((const block_q5_0 *)b)->qs),
-                                    _mm256_and_si256(qg_bits(((const block_q5_0 *)b)->qh), _mm256_set1_epi8(0x10)));
+                                    _mm256_andnot_si256(qg_bits(((const block_q5_0 *)b)->qh), _mm256_set1_epi8((char)0xf0)));
                 break;
             case QG_Q5_1:
                 v = _mm256_or_si256(qg_nibbles(((const block_q5_1 *)b)->qs),
                                     _mm256_and_si256(qg_bits(((const block_q5_1 *)b)->qh), _mm256_set1_epi8(0x10)));
-                m = ((const block_q5_1 *)b)->m;
+                mh[k] = ((const block_q5_1 *)b)->m;
                 break;
-            case QG_Q8_0:
-                v = qg_load(((const block_q8_0 *)b)->qs);
-                if (QG_VNNI) v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
-                break;
+            case QG_Q8_0: v = qg_load(((const block_q8_0 *)b)->qs); break;
             default: v = qg_iq4(qg_nibbles(((const block_iq4_nl *)b)->qs)); break;
             }
-            _mm256_store_si256((__m256i *)o->q[k], v);
-            if (qg_signed(f)) _mm256_store_si256((__m256i *)o->qa[k], _mm256_abs_epi8(v));
-            o->dw[k] = _cvtsh_ss(d);
-            if (qg_has_min(f)) o->mw[k] = _cvtsh_ss(m);
+            qg_put_unit(f, o, k0 + k, v);
         }
+        /* 8 scales in one conversion; lanes past g convert the zero halves to 0 */
+        _mm256_store_ps(dw, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+        if (qg_has_min(f)) _mm256_store_ps(mw, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh)));
         return;
     }
     const int sb = u0 / 8;
@@ -161,10 +197,11 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
         qdot_k4_scales(scales, sc, mn);
         __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
         __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));
-        _mm256_store_ps(o->dw, _mm256_mul_ps(scf, _mm256_set1_ps(d)));
-        _mm256_store_ps(o->mw, _mm256_mul_ps(mnf, _mm256_set1_ps(-dmin)));
+        _mm256_store_ps(dw, _mm256_mul_ps(scf, _mm256_set1_ps(d)));
+        _mm256_store_ps(mw, _mm256_mul_ps(mnf, _mm256_set1_ps(-dmin)));
         /* chunk c of 32 bytes: low nibbles = unit 2c, high = unit 2c+1; Q5_K's
-         * qh bit 2c / 2c+1 of byte l is the 5th bit of element l of those units */
+         * qh bit 2c / 2c+1 of byte l is the 5th bit of element l of those units
+         * (16-bit shifts pull bits across bytes; only bits 0..1 are read) */
         __m256i hb = f == QG_Q5_K ? qg_load(x5->qh) : _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i v = qg_load(qs + 32 * c);
@@ -175,8 +212,8 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
                 hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
                 hb = _mm256_srli_epi16(hb, 2);
             }
-            _mm256_store_si256((__m256i *)o->q[2 * c], lo);
-            _mm256_store_si256((__m256i *)o->q[2 * c + 1], hi);
+            qg_put_unit(f, o, k0 + 2 * c, lo);
+            qg_put_unit(f, o, k0 + 2 * c + 1, hi);
         }
         return;
     }
@@ -185,82 +222,49 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
     const block_iq4_xs *x = (const block_iq4_xs *)w + sb;
     const float d = _cvtsh_ss(x->d);
     for (int j = 0; j < 8; j++) {
-        __m256i v = qg_iq4(qg_nibbles(x->qs + 16 * j));
-        _mm256_store_si256((__m256i *)o->q[j], v);
-        if (qg_signed(f)) _mm256_store_si256((__m256i *)o->qa[j], _mm256_abs_epi8(v));
-        o->dw[j] = d * (float)qdot_iq4xs_scale(x, j);
+        qg_put_unit(f, o, k0 + j, qg_iq4(qg_nibbles(x->qs + 16 * j)));
+        dw[j] = d * (float)qdot_iq4xs_scale(x, j);
     }
 }
 
-/* Prepared activations of one token's group. */
-typedef struct {
-    int32_t z[8][8] QG_ALIGN; /* -offset * sum of the unit's quants, spread over 8 lanes */
-    float da[8] QG_ALIGN;     /* unit scale; 0 past the group's units */
-    float sa[8] QG_ALIGN;     /* min partner (qg_has_min); 0 past the units */
-    const int8_t *a[8];       /* the unit's 32 quants */
-} qg_arow;
-
-/* int32 lanes whose sum is sum(a) * s for 32 int8 a, s an unsigned byte value (s * 2 * 127 < 2^15) */
-QG_INLINE __m256i qg_sum_scaled(__m256i a, int s) {
-    const __m256i sv = _mm256_set1_epi8((char)s);
-#if QG_VNNI
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), sv, a);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(sv, a), _mm256_set1_epi16(1));
-#endif
+/* quants of unit u of an activation row */
+QG_INLINE const int8_t *qg_act(const int f, const uint8_t *act, int u) {
+    if (qg_super(f)) return ((const block_q8_K *)act)[u / 8].qs + 32 * (u % 8);
+    if (qg_has_min(f)) return ((const block_q8_1 *)act)[u].qs;
+    return ((const block_q8_0 *)act)[u].qs;
 }
 
-QG_INLINE void qg_prep(const int f, const uint8_t *act, int u0, int g, qg_arow *o) {
-    const int off = qg_offset(f);
-    if (g < 8) {
-        for (int k = 0; k < 8; k++) o->da[k] = o->sa[k] = 0.0f;
-    }
-    if (!qg_super(f)) {
-        if (qg_has_min(f)) { /* Q8_1 */
-            const block_q8_1 *y = (const block_q8_1 *)act + u0;
-            for (int k = 0; k < g; k++) {
-                o->a[k] = y[k].qs;
-                o->da[k] = _cvtsh_ss(y[k].d);
-                o->sa[k] = _cvtsh_ss(y[k].s);
-            }
-        } else { /* Q8_0 */
-            const block_q8_0 *y = (const block_q8_0 *)act + u0;
-            for (int k = 0; k < g; k++) {
-                o->a[k] = y[k].qs;
-                o->da[k] = _cvtsh_ss(y[k].d);
-            }
-        }
-    } else {
-        const block_q8_K *y = (const block_q8_K *)act + u0 / 8;
-        const float dy = y->d;
-        _mm256_store_ps(o->da, _mm256_set1_ps(dy));
-        for (int k = 0; k < 8; k++) o->a[k] = y->qs + 32 * k;
-        if (qg_has_min(f)) {
-            /* pair sums of the 16 bsums -> 8 sub-block sums, times dy */
-            __m256i bs = qg_load(y->bsums);
-            __m128i s16 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(s16));
-            _mm256_store_ps(o->sa, _mm256_mul_ps(s, _mm256_set1_ps(dy)));
-        }
-    }
-    if (off)
+/* Prepare units u0..u0+g-1 (group gi) of a token: scales, and on the
+ * offset path the unsigned quants a+128 into ap[8*gi..]. */
+QG_INLINE void qg_prep(const int f, const uint8_t *act, int u0, int g, qg_tgrp *o, uint8_t (*ap)[32], int gi) {
+    if (!qg_sign_path(f))
         for (int k = 0; k < g; k++)
-            _mm256_store_si256((__m256i *)o->z[k],
-                               _mm256_sub_epi32(_mm256_setzero_si256(), qg_sum_scaled(qg_load(o->a[k]), off)));
-}
-
-/* int32 dot of unit k of a weight row with 32 activation quants, started at z */
-QG_INLINE __m256i qg_udot(const int f, const qg_wrow *w, int k, __m256i q, const int8_t *a, __m256i z) {
-    __m256i av = qg_load(a);
-    if (qg_signed(f)) {
-        __m256i p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)w->qa[k]), _mm256_sign_epi8(av, q));
-        return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+            _mm256_store_si256((__m256i *)ap[8 * gi + k],
+                               _mm256_xor_si256(qg_load(qg_act(f, act, u0 + k)), _mm256_set1_epi8((char)0x80)));
+    if (!qg_super(f)) {
+        uint16_t dh[8] = {0}, sh[8] = {0};
+        for (int k = 0; k < g; k++) {
+            if (qg_has_min(f)) {
+                const block_q8_1 *y = (const block_q8_1 *)act + u0 + k;
+                dh[k] = y->d;
+                sh[k] = y->s;
+            } else {
+                dh[k] = ((const block_q8_0 *)act)[u0 + k].d;
+            }
+        }
+        _mm256_store_ps(o->da, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+        if (qg_has_min(f)) _mm256_store_ps(o->sa, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sh)));
+        return;
     }
-#if QG_VNNI
-    return _mm256_dpbusd_epi32(z, q, av);
-#else
-    return _mm256_add_epi32(z, _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), _mm256_set1_epi16(1)));
-#endif
+    const block_q8_K *y = (const block_q8_K *)act + u0 / 8;
+    const __m256 dy = _mm256_set1_ps(y->d);
+    _mm256_store_ps(o->da, dy);
+    if (qg_has_min(f)) {
+        /* pair sums of the 16 bsums = the 8 unit sums */
+        __m256i bs = qg_load(y->bsums);
+        __m128i s16 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        _mm256_store_ps(o->sa, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(s16)), dy));
+    }
 }
 
 QG_INLINE float qg_hsum(__m256 v) {
@@ -270,42 +274,101 @@ QG_INLINE float qg_hsum(__m256 v) {
     return _mm_cvtss_f32(t);
 }
 
-/* One tile: R rows x C tokens, all of the row's units. */
-QG_INLINE void qg_tile(const int f, const int R, const int C, int n, const uint8_t *w, size_t ws,
-                       const void *const *act, float *y, size_t ldy) {
-    qg_wrow wr[QG_R];
-    qg_arow ar[QG_C];
+/* One tile over one chunk: R decoded rows x C prepared tokens; y = (first) or += the sums. */
+QG_INLINE void qg_micro(const int f, const int R, const int C, int u0, int cu, const qg_wrow *wr,
+                        qg_tgrp (*tp)[QG_GROUPS], uint8_t (*ap)[QG_CHUNK][32], const uint8_t *const *act, float *y,
+                        size_t ldy, int first) {
     float dd[QG_R][QG_C][8] QG_ALIGN;
     __m256 acc[QG_R][QG_C];
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
-    const int n_units = n / 32;
-    const int off = qg_offset(f);
-    for (int u0 = 0; u0 < n_units; u0 += 8) {
-        const int g = n_units - u0 < 8 ? n_units - u0 : 8;
-        for (int r = 0; r < R; r++) qg_decode(f, w + (size_t)r * ws, u0, g, &wr[r]);
-        for (int c = 0; c < C; c++) qg_prep(f, act[c], u0, g, &ar[c]);
-        for (int r = 0; r < R; r++) {
-            __m256 dw = _mm256_load_ps(wr[r].dw);
-            for (int c = 0; c < C; c++) {
-                _mm256_store_ps(dd[r][c], _mm256_mul_ps(dw, _mm256_load_ps(ar[c].da)));
+    (void)u0; /* u0 and act: read by the sign path only */
+    (void)act;
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int gi = 0; gi * 8 < cu; gi++) {
+        const int g = cu - 8 * gi < 8 ? cu - 8 * gi : 8;
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+            __m256 dw = _mm256_load_ps(wr[r].dw[gi]);
+            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+                _mm256_store_ps(dd[r][c], _mm256_mul_ps(dw, _mm256_load_ps(tp[c][gi].da)));
                 if (qg_has_min(f))
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_load_ps(wr[r].mw), _mm256_load_ps(ar[c].sa), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_load_ps(wr[r].mw[gi]), _mm256_load_ps(tp[c][gi].sa), acc[r][c]);
             }
         }
         for (int k = 0; k < g; k++) {
-            for (int r = 0; r < R; r++) {
-                __m256i q = _mm256_load_si256((const __m256i *)wr[r].q[k]);
-                for (int c = 0; c < C; c++) {
-                    __m256i z = off ? _mm256_load_si256((const __m256i *)ar[c].z[k]) : _mm256_setzero_si256();
-                    __m256i p = qg_udot(f, &wr[r], k, q, ar[c].a[k], z);
+            const int uk = 8 * gi + k;
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                const __m256i q = _mm256_load_si256((const __m256i *)wr[r].q[uk]);
+                _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+                    __m256i p;
+                    if (qg_sign_path(f)) {
+#if !QG_VNNI
+                        __m256i av = qg_load(qg_act(f, act[c], u0 + uk));
+                        p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)wr[r].qa[uk]), _mm256_sign_epi8(av, q));
+                        p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#else
+                        p = _mm256_setzero_si256(); /* not reached: VNNI has no sign path */
+#endif
+                    } else {
+                        const __m256i z = _mm256_load_si256((const __m256i *)wr[r].z[uk]);
+                        const __m256i a = _mm256_load_si256((const __m256i *)ap[c][uk]);
+#if QG_VNNI
+                        p = _mm256_dpbusd_epi32(z, a, q);
+#else
+                        p = _mm256_add_epi32(z, _mm256_madd_epi16(_mm256_maddubs_epi16(a, q), _mm256_set1_epi16(1)));
+#endif
+                    }
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&dd[r][c][k]), acc[r][c]);
                 }
             }
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) y[(size_t)c * ldy + (size_t)r] = qg_hsum(acc[r][c]);
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+            float *o = &y[(size_t)c * ldy + (size_t)r];
+            *o = first ? qg_hsum(acc[r][c]) : *o + qg_hsum(acc[r][c]);
+        }
+}
+
+QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv,
+                      float *y, size_t ldy) {
+    const uint8_t *const *act = (const uint8_t *const *)actv;
+    qg_wrow wr[QG_R];
+    qg_tgrp tp[QT_GEMM_MAX_TOK][QG_GROUPS];
+    uint8_t ap[QT_GEMM_MAX_TOK][QG_CHUNK][32] QG_ALIGN; /* unsigned activations (offset path) */
+    const int n_units = n / 32;
+    for (int u0 = 0; u0 < n_units; u0 += QG_CHUNK) {
+        const int cu = n_units - u0 < QG_CHUNK ? n_units - u0 : QG_CHUNK;
+        const int first = u0 == 0;
+        /* tokens: prepared once per chunk, used by every row tile */
+        for (int c = 0; c < nc; c++)
+            for (int gi = 0; gi * 8 < cu; gi++)
+                qg_prep(f, act[c], u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &tp[c][gi], ap[c], gi);
+        const uint8_t *w = wv;
+        for (int r = 0; r < nr; r += QG_R, w += (size_t)QG_R * ws) {
+            const int rt = nr - r < QG_R ? nr - r : QG_R;
+            /* rows: decoded once per chunk, used by every token */
+            for (int i = 0; i < rt; i++)
+                for (int gi = 0; gi * 8 < cu; gi++)
+                    qg_decode(f, w + (size_t)i * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &wr[i], gi);
+            for (int c = 0; c < nc; c += QG_C) {
+                const int ct = nc - c < QG_C ? nc - c : QG_C;
+                float *yt = y + (size_t)c * ldy + (size_t)r;
+                if (rt < QG_R) { /* leftover rows (rare: models' row counts are multiples of 4) */
+                    for (int i = 0; i < rt; i++)
+                        for (int j = 0; j < ct; j++)
+                            qg_micro(f, 1, 1, u0, cu, &wr[i], &tp[c + j], &ap[c + j], act + c + j,
+                                     yt + (size_t)j * ldy + i, ldy, first);
+                    continue;
+                }
+                switch (ct) {
+                case 1: qg_micro(f, QG_R, 1, u0, cu, wr, &tp[c], &ap[c], act + c, yt, ldy, first); break;
+                case 2: qg_micro(f, QG_R, 2, u0, cu, wr, &tp[c], &ap[c], act + c, yt, ldy, first); break;
+                case 3: qg_micro(f, QG_R, 3, u0, cu, wr, &tp[c], &ap[c], act + c, yt, ldy, first); break;
+                default: qg_micro(f, QG_R, QG_C, u0, cu, wr, &tp[c], &ap[c], act + c, yt, ldy, first); break;
+                }
+            }
+        }
+    }
 }
 
 /* ---- Q6_K ---- */
@@ -315,9 +378,9 @@ typedef struct {
     int16_t sc[8][16] QG_ALIGN; /* unit k's scales: 8 lanes sc[2k], 8 lanes sc[2k+1] */
     int16_t nb[16] QG_ALIGN;    /* -32 * sc[g]: the offset against the bsums */
     float d;
-} qg_q6row;
+} qg_q6sb;
 
-QG_INLINE void qg_q6_decode(const block_q6_K *x, qg_q6row *o) {
+QG_INLINE void qg_q6_decode(const block_q6_K *x, qg_q6sb *o) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
     for (int h = 0; h < 2; h++) {
         /* 32-weight slice 4h+k: nibble k/2 of ql chunk k%2, qh bits 2k..2k+1 */
@@ -338,8 +401,8 @@ QG_INLINE void qg_q6_decode(const block_q6_K *x, qg_q6row *o) {
                                      (long long)(0x0101010101010101ull * (uint64_t)(2 * k)));
         _mm256_store_si256((__m256i *)o->sc[k], _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, idx)));
     }
-    _mm256_store_si256((__m256i *)o->nb, _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(),
-                                                                             _mm256_cvtepi8_epi16(sc8)), 5));
+    _mm256_store_si256((__m256i *)o->nb,
+                       _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(sc8)), 5));
     o->d = _cvtsh_ss(x->d);
 }
 
@@ -351,61 +414,71 @@ QG_INLINE __m256i qg_dpwssd(__m256i acc, __m256i p, __m256i s) {
 #endif
 }
 
-QG_INLINE void qg_q6_tile(const int R, const int C, int n, const uint8_t *w, size_t ws, const void *const *act,
-                          float *y, size_t ldy) {
-    qg_q6row wr[QG_R];
+#define QG_Q6_CHUNK 8 /* super-blocks per chunk */
+
+QG_INLINE void qg_q6_micro(const int R, const int C, int sb0, int nsb, qg_q6sb (*wr)[QG_Q6_CHUNK],
+                           const uint8_t *const *act, float *y, size_t ldy, int first) {
     __m256 acc[QG_R][QG_C];
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
-    for (int sb = 0; sb < n / QK_K; sb++) {
-        for (int r = 0; r < R; r++) qg_q6_decode((const block_q6_K *)(w + (size_t)r * ws) + sb, &wr[r]);
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int s = 0; s < nsb; s++) {
         const block_q8_K *ya[QG_C];
-        for (int c = 0; c < C; c++) ya[c] = (const block_q8_K *)act[c] + sb;
-        for (int r = 0; r < R; r++) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) ya[c] = (const block_q8_K *)act[c] + sb0 + s;
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+            const qg_q6sb *x = &wr[r][s];
             __m256i isum[QG_C];
-            __m256i nb = _mm256_load_si256((const __m256i *)wr[r].nb);
-            for (int c = 0; c < C; c++) isum[c] = _mm256_madd_epi16(nb, qg_load(ya[c]->bsums));
-            for (int k = 0; k < 8; k++) {
-                __m256i q = _mm256_load_si256((const __m256i *)wr[r].q[k]);
-                __m256i s = _mm256_load_si256((const __m256i *)wr[r].sc[k]);
-                for (int c = 0; c < C; c++)
-                    isum[c] = qg_dpwssd(isum[c], _mm256_maddubs_epi16(q, qg_load(ya[c]->qs + 32 * k)), s);
+            __m256i nb = _mm256_load_si256((const __m256i *)x->nb);
+            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) isum[c] = _mm256_madd_epi16(nb, qg_load(ya[c]->bsums));
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                __m256i q = _mm256_load_si256((const __m256i *)x->q[k]);
+                __m256i sc = _mm256_load_si256((const __m256i *)x->sc[k]);
+                _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+                    isum[c] = qg_dpwssd(isum[c], _mm256_maddubs_epi16(q, qg_load(ya[c]->qs + 32 * k)), sc);
             }
-            for (int c = 0; c < C; c++)
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(wr[r].d * ya[c]->d), acc[r][c]);
+            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(x->d * ya[c]->d), acc[r][c]);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) y[(size_t)c * ldy + (size_t)r] = qg_hsum(acc[r][c]);
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+            float *o = &y[(size_t)c * ldy + (size_t)r];
+            *o = first ? qg_hsum(acc[r][c]) : *o + qg_hsum(acc[r][c]);
+        }
 }
 
-/* ---- entry points: full tiles of QG_R rows, then single rows ---- */
-
-#define QG_FMT_Q6K (-1)
-
-QG_INLINE void qg_any_tile(const int f, const int R, const int C, int n, const uint8_t *w, size_t ws,
-                           const void *const *act, float *y, size_t ldy) {
-    if (f == QG_FMT_Q6K) qg_q6_tile(R, C, n, w, ws, act, y, ldy);
-    else qg_tile(f, R, C, n, w, ws, act, y, ldy);
-}
-
-QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t ws, const void *const *act,
-                      float *y, size_t ldy) {
-    const uint8_t *w = wv;
-    int r = 0;
-    for (; r + QG_R <= nr; r += QG_R, w += (size_t)QG_R * ws, y += QG_R) {
-        switch (nc) {
-        case 1: qg_any_tile(f, QG_R, 1, n, w, ws, act, y, ldy); break;
-        case 2: qg_any_tile(f, QG_R, 2, n, w, ws, act, y, ldy); break;
-        case 3: qg_any_tile(f, QG_R, 3, n, w, ws, act, y, ldy); break;
-        default: qg_any_tile(f, QG_R, 4, n, w, ws, act, y, ldy); break;
+static void gemm_q6_k(int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv, float *y,
+                      size_t ldy) {
+    const uint8_t *const *act = (const uint8_t *const *)actv;
+    qg_q6sb wr[QG_R][QG_Q6_CHUNK];
+    const int n_sb = n / QK_K;
+    for (int sb0 = 0; sb0 < n_sb; sb0 += QG_Q6_CHUNK) {
+        const int nsb = n_sb - sb0 < QG_Q6_CHUNK ? n_sb - sb0 : QG_Q6_CHUNK;
+        const uint8_t *w = wv;
+        for (int r = 0; r < nr; r += QG_R, w += (size_t)QG_R * ws) {
+            const int rt = nr - r < QG_R ? nr - r : QG_R;
+            for (int i = 0; i < rt; i++)
+                for (int s = 0; s < nsb; s++) qg_q6_decode((const block_q6_K *)(w + (size_t)i * ws) + sb0 + s, &wr[i][s]);
+            for (int c = 0; c < nc; c += QG_C) {
+                const int ct = nc - c < QG_C ? nc - c : QG_C;
+                float *yt = y + (size_t)c * ldy + (size_t)r;
+                if (rt < QG_R) {
+                    for (int i = 0; i < rt; i++)
+                        for (int j = 0; j < ct; j++)
+                            qg_q6_micro(1, 1, sb0, nsb, &wr[i], act + c + j, yt + (size_t)j * ldy + i, ldy, sb0 == 0);
+                    continue;
+                }
+                switch (ct) {
+                case 1: qg_q6_micro(QG_R, 1, sb0, nsb, wr, act + c, yt, ldy, sb0 == 0); break;
+                case 2: qg_q6_micro(QG_R, 2, sb0, nsb, wr, act + c, yt, ldy, sb0 == 0); break;
+                case 3: qg_q6_micro(QG_R, 3, sb0, nsb, wr, act + c, yt, ldy, sb0 == 0); break;
+                default: qg_q6_micro(QG_R, QG_C, sb0, nsb, wr, act + c, yt, ldy, sb0 == 0); break;
+                }
+            }
         }
     }
-    /* leftover rows: one at a time, each token alone (rare: row counts are
-     * multiples of 4 in the models we run) */
-    for (; r < nr; r++, w += ws, y++)
-        for (int c = 0; c < nc; c++) qg_any_tile(f, 1, 1, n, w, ws, act + c, y + (size_t)c * ldy, ldy);
 }
+
+/* ---- entry points ---- */
 
 #define QG_ENTRY(name, f)                                                                          \
     static void name(int n, int nr, int nc, const void *w, size_t ws, const void *const *act, float *y, \
@@ -422,7 +495,6 @@ QG_ENTRY(gemm_iq4_nl, QG_IQ4_NL)
 QG_ENTRY(gemm_q4_k, QG_Q4_K)
 QG_ENTRY(gemm_q5_k, QG_Q5_K)
 QG_ENTRY(gemm_iq4_xs, QG_IQ4_XS)
-QG_ENTRY(gemm_q6_k, QG_FMT_Q6K)
 
 const qt_gemm_fn QG_TABLE[QT_COUNT] = {
     [QT_Q4_0] = gemm_q4_0, [QT_Q4_1] = gemm_q4_1, [QT_Q5_0] = gemm_q5_0,     [QT_Q5_1] = gemm_q5_1,

@@ -12,13 +12,18 @@
  *
  * Prompt chunks (many tokens) reuse each weight row across a block of tokens
  * while it is in L1, with the block's quantized activations held in L2; the
- * token block is sized so that they fit (act_block_bytes).
+ * token block is sized so that they fit (act_block_bytes). Formats with a
+ * multi-token gemm kernel (quant/quant_gemm.h) run each task's 16 rows
+ * against up to QT_GEMM_MAX_TOK tokens per call, so each weight block is
+ * decoded once per call rather than once per token; the others call the
+ * single-row dot per (row, token) pair.
  */
 #include "backend/cpu/cpu_ops.h"
 
 #include "core/alloc.h"
 #include "core/log.h"
 #include "quant/quant.h"
+#include "quant/quant_gemm.h"
 
 #include <string.h>
 
@@ -128,6 +133,7 @@ int cpu_quantize_act(st_pool *pool, qt_type type, int64_t n_cols, int64_t n_tok,
 
 typedef struct {
     qt_vec_dot_fn dot;
+    qt_gemm_fn gemm; /* multi-token kernel, or NULL: dot per pair (also always for one token) */
     const uint8_t *W;
     size_t row_stride;
     int64_t n_rows;
@@ -172,6 +178,19 @@ static void matmul_tile(const mm_job *j, int64_t task) {
     int64_t r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
     int64_t t0 = tb * j->tok_per_task;
     int64_t t1 = t0 + j->tok_per_task < j->n_tok ? t0 + j->tok_per_task : j->n_tok;
+    if (j->gemm) {
+        const uint8_t *w = j->W + (size_t)r0 * j->row_stride;
+        for (int64_t t = t0; t < t1; t += QT_GEMM_MAX_TOK) {
+            const int nc = t1 - t < QT_GEMM_MAX_TOK ? (int)(t1 - t) : QT_GEMM_MAX_TOK;
+            const void *act[QT_GEMM_MAX_TOK];
+            for (int c = 0; c < nc; c++) {
+                int64_t xi = j->x_ids ? j->x_ids[t + c] : t + c;
+                act[c] = j->Xq + (size_t)xi * j->act_row;
+            }
+            j->gemm(j->n_cols, (int)(r1 - r0), nc, w, j->row_stride, act, &j->Y[t * j->ldy + r0], (size_t)j->ldy);
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *w = j->W + (size_t)r * j->row_stride;
         for (int64_t t = t0; t < t1; t++) {
@@ -208,6 +227,7 @@ static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
     memset(j, 0, sizeof *j);
     if (m->n_rows == 0 || m->n_tok == 0) return 0;
     j->dot = qt_vec_dot(m->type, qt_cpu_isa());
+    j->gemm = m->n_tok >= 2 ? qt_gemm(m->type, qt_cpu_isa()) : NULL;
     j->W = m->W;
     j->row_stride = row_stride;
     j->n_rows = m->n_rows;
