@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "server/srv_internal.h"
+#include "server/srv_tools.h"
 
 /* temperature, top_p and top_k are gone from the newest API but older clients send them */
 static const char *const MESSAGE_KEYS[] = {
@@ -38,22 +39,74 @@ static int unsupported(srv_err *e, const char *key, const char *why) {
     return srv_fail(e, 400, key, "unsupported_parameter", "%s: not supported by this server yet (%s)", key, why);
 }
 
-static int check_common(json_t *body, srv_err *e) {
-    const char *s;
-    if (jf_string(body, "model", &s, e) < 0) return -1;
+/* tools (Anthropic: name, description, input_schema) -> OpenAI shape in *tools
+ * (NULL when none or tool_choice none); tool_choice any/tool -> *force. */
+static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err *e) {
+    *tools = NULL;
+    *force = NULL;
     json_t *v = json_object_get(body, "tools");
     if (v && !json_is_null(v)) {
         if (!json_is_array(v)) return srv_fail(e, 400, "tools", "invalid_type", "tools: must be an array");
-        if (json_array_size(v)) return unsupported(e, "tools", "no tool use");
+        json_t *out = json_array(), *t;
+        size_t i;
+        json_array_foreach(v, i, t) {
+            const char *type = json_string_value(json_object_get(t, "type"));
+            json_t *name = json_object_get(t, "name"), *desc = json_object_get(t, "description");
+            json_t *schema = json_object_get(t, "input_schema");
+            if (!json_is_object(t) || (type && strcmp(type, "custom"))) {
+                json_decref(out);
+                return unsupported(e, "tools", "only client tools with an input_schema");
+            }
+            if (!json_is_string(name) || !json_is_object(schema) || (desc && !json_is_string(desc))) {
+                json_decref(out);
+                return srv_fail(e, 400, "tools", "invalid_type",
+                                "tools.%zu: must have a string 'name' and an object 'input_schema'", i);
+            }
+            json_t *fn = json_pack("{s:O, s:O}", "name", name, "parameters", schema);
+            if (desc) json_object_set(fn, "description", desc);
+            json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+        }
+        if (srv_check_tools(out, API_ANTHROPIC, "tools", e) < 0) {
+            json_decref(out);
+            return -1;
+        }
+        if (json_array_size(out)) *tools = out;
+        else json_decref(out);
     }
     v = json_object_get(body, "tool_choice");
     if (v && !json_is_null(v)) {
         json_t *t = json_object_get(v, "type");
         if (!json_is_object(v) || !json_is_string(t))
             return srv_fail(e, 400, "tool_choice", "invalid_type", "tool_choice: must be an object with a 'type'");
-        if (strcmp(json_string_value(t), "none") && strcmp(json_string_value(t), "auto"))
-            return unsupported(e, "tool_choice", "no tool use");
+        const char *type = json_string_value(t), *name = json_string_value(json_object_get(v, "name"));
+        if (!strcmp(type, "none")) {
+            json_decref(*tools);
+            *tools = NULL;
+        } else if (!strcmp(type, "any")) *force = "";
+        else if (!strcmp(type, "tool") && name) *force = name;
+        else if (strcmp(type, "auto"))
+            return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice.type: must be auto, any, tool or none");
+        if (*force && !*tools) return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice: requires tools");
+        if (*force && **force) {
+            int found = 0;
+            size_t i;
+            json_t *x;
+            json_array_foreach(*tools, i, x) found |=
+                !strcmp(json_string_value(json_object_get(json_object_get(x, "function"), "name")), name);
+            if (!found) {
+                json_decref(*tools);
+                *tools = NULL;
+                return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice.name: '%s' is not in tools", name);
+            }
+        }
     }
+    return 0;
+}
+
+static int check_common(json_t *body, srv_err *e) {
+    const char *s;
+    if (jf_string(body, "model", &s, e) < 0) return -1;
+    json_t *v;
     v = json_object_get(body, "thinking");
     if (v && !json_is_null(v)) {
         json_t *t = json_object_get(v, "type");
@@ -77,13 +130,82 @@ static int check_common(json_t *body, srv_err *e) {
     return 0;
 }
 
-static void free_msgs(chat_msg *msgs, size_t n) {
-    for (size_t i = 0; i < n; i++) st_free((void *)msgs[i].content);
-    st_free(msgs);
+/* A tool_result's content: a string or text blocks (absent: empty). */
+static int result_text(json_t *blk, const char *param, char **out, srv_err *e) {
+    json_t *c = json_object_get(blk, "content");
+    if (!c || json_is_null(c)) {
+        *out = st_strdup("");
+        return 0;
+    }
+    return srv_content_text(c, param, "", out, e);
 }
 
-/* system + messages -> chat_msg; roles user and assistant only. */
-static chat_msg *parse_messages(json_t *body, size_t *n_out, srv_err *e) {
+/* One message's content blocks appended to out in OpenAI's shape: user text
+ * and tool_result blocks (each its own "tool" message, before the text), or
+ * assistant text and tool_use blocks (tool_calls). */
+static int convert_blocks(json_t *out, const char *role, json_t *content, const char *param, srv_err *e) {
+    sbuf text = {0};
+    sbuf_put(&text, "", 0);
+    json_t *calls = json_array(), *blk;
+    size_t i;
+    char bp[128];
+    int rc = 0;
+    json_array_foreach(content, i, blk) {
+        snprintf(bp, sizeof bp, "%s.%zu", param, i);
+        const char *type = json_string_value(json_object_get(blk, "type"));
+        if (!json_is_object(blk) || !type) {
+            rc = srv_fail(e, 400, bp, "invalid_type", "%s: must be an object with a string 'type'", bp);
+            break;
+        }
+        if (!strcmp(type, "text")) {
+            json_t *t = json_object_get(blk, "text");
+            if (!json_is_string(t)) {
+                rc = srv_fail(e, 400, bp, "invalid_type", "%s.text: must be a string", bp);
+                break;
+            }
+            sbuf_put(&text, json_string_value(t), json_string_length(t));
+        } else if (!strcmp(type, "tool_use") && !strcmp(role, "assistant")) {
+            json_t *id = json_object_get(blk, "id"), *name = json_object_get(blk, "name"), *in = json_object_get(blk, "input");
+            if (!json_is_string(id) || !json_is_string(name) || !json_is_object(in)) {
+                rc = srv_fail(e, 400, bp, "invalid_type", "%s: tool_use needs a string id and name and an object input", bp);
+                break;
+            }
+            char *args = json_dumps(in, JSON_COMPACT);
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function",
+                                                   "name", name, "arguments", args));
+            free(args);
+        } else if (!strcmp(type, "tool_result") && !strcmp(role, "user")) {
+            json_t *id = json_object_get(blk, "tool_use_id");
+            char *rt;
+            if (!json_is_string(id)) {
+                rc = srv_fail(e, 400, bp, "invalid_type", "%s.tool_use_id: must be a string", bp);
+                break;
+            }
+            if (result_text(blk, bp, &rt, e) < 0) {
+                rc = -1;
+                break;
+            }
+            json_array_append_new(out, json_pack("{s:s, s:O, s:s}", "role", "tool", "tool_call_id", id, "content", rt));
+            st_free(rt);
+        } else {
+            rc = srv_fail(e, 400, bp, "unsupported_content", "%s: content of type '%s' is not supported in a %s message",
+                          bp, type, role);
+            break;
+        }
+    }
+    if (rc == 0 && (text.len || json_array_size(calls) || !json_array_size(content) ||
+                    strcmp(role, "user"))) {
+        json_t *m = json_pack("{s:s, s:s}", "role", role, "content", text.s);
+        if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
+        json_array_append_new(out, m);
+    }
+    json_decref(calls);
+    sbuf_free(&text);
+    return rc;
+}
+
+/* system + messages -> OpenAI-shaped messages for the template. */
+static json_t *parse_messages(json_t *body, srv_err *e) {
     json_t *arr = json_object_get(body, "messages"), *sys = json_object_get(body, "system");
     if (!arr) {
         srv_fail(e, 400, "messages", "missing_required_parameter", "messages: Field required");
@@ -93,15 +215,15 @@ static chat_msg *parse_messages(json_t *body, size_t *n_out, srv_err *e) {
         srv_fail(e, 400, "messages", "invalid_value", "messages: must be a non-empty array");
         return NULL;
     }
-    size_t n = json_array_size(arr), k = 0, i;
-    chat_msg *msgs = st_calloc(n + 1, sizeof *msgs);
+    json_t *out = json_array(), *m;
+    size_t i;
     if (sys && !json_is_null(sys)) {
         char *text;
         if (srv_content_text(sys, "system", "\n", &text, e) < 0) goto fail;
-        msgs[k++] = (chat_msg){"system", text};
+        json_array_append_new(out, json_pack("{s:s, s:s}", "role", "system", "content", text));
+        st_free(text);
     }
-    json_t *m;
-    char param[64], cparam[80];
+    char param[64];
     json_array_foreach(arr, i, m) {
         snprintf(param, sizeof param, "messages.%zu", i);
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
@@ -118,29 +240,50 @@ static chat_msg *parse_messages(json_t *body, size_t *n_out, srv_err *e) {
             srv_fail(e, 400, param, "missing_required_parameter", "%s.content: Field required", param);
             goto fail;
         }
+        char cparam[80];
         snprintf(cparam, sizeof cparam, "%s.content", param);
-        char *text;
-        if (srv_content_text(content, cparam, "", &text, e) < 0) goto fail;
-        msgs[k++] = (chat_msg){r, text};
+        if (json_is_string(content))
+            json_array_append_new(out, json_pack("{s:s, s:O}", "role", r, "content", content));
+        else if (!json_is_array(content)) {
+            srv_fail(e, 400, cparam, "invalid_type", "%s: must be a string or an array of content blocks", cparam);
+            goto fail;
+        } else if (convert_blocks(out, r, content, cparam, e) < 0)
+            goto fail;
     }
-    *n_out = k;
-    return msgs;
+    return out;
 fail:
-    free_msgs(msgs, k);
+    json_decref(out);
     return NULL;
+}
+
+/* The prompt of a messages / count_tokens request (tools included). */
+static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv_err *e) {
+    json_t *tools = NULL, *msgs = NULL;
+    const char *force = NULL;
+    char *opening = NULL;
+    if (parse_tools(body, &tools, &force, e) < 0 || !(msgs = parse_messages(body, e))) {
+        json_decref(tools);
+        return NULL;
+    }
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, &opening, n, e);
+    json_decref(msgs);
+    if (j && ids) {
+        j->tools = tools;
+        j->call_opening = opening;
+    } else {
+        json_decref(tools);
+        st_free(opening);
+    }
+    return ids;
 }
 
 enum MHD_Result anth_count_tokens(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     srv_err e;
-    size_t n_msg;
-    chat_msg *msgs = NULL;
-    if (jf_known_keys(body, COUNT_KEYS, &e) < 0 || check_common(body, &e) < 0 ||
-        !(msgs = parse_messages(body, &n_msg, &e)))
-        return srv_send_error(s, c, API_ANTHROPIC, &e);
     int n;
-    int32_t *ids = srv_chat_tokens(s, msgs, n_msg, &n, &e);
-    free_msgs(msgs, n_msg);
-    if (!ids) return srv_send_error(s, c, API_ANTHROPIC, &e);
+    int32_t *ids = NULL;
+    if (jf_known_keys(body, COUNT_KEYS, &e) < 0 || check_common(body, &e) < 0 ||
+        !(ids = request_prompt(s, body, NULL, &n, &e)))
+        return srv_send_error(s, c, API_ANTHROPIC, &e);
     st_free(ids);
     return srv_send_json(s, c, 200, json_pack("{s:i}", "input_tokens", n));
 }
@@ -148,8 +291,6 @@ enum MHD_Result anth_count_tokens(srv_ctx *s, struct MHD_Connection *c, json_t *
 enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     srv_err e;
     srv_job *j = job_new(s, JOB_ANTHROPIC, c);
-    size_t n_msg = 0;
-    chat_msg *msgs = NULL;
     const char *stops[17];
     int n_stop = 0;
     srv_sampling_rules rules = {"max_tokens", 1.0};
@@ -166,10 +307,8 @@ enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body
         srv_fail(&e, 400, "max_tokens", "missing_required_parameter", "max_tokens: Field required");
         goto fail;
     }
-    if (!(msgs = parse_messages(body, &n_msg, &e))) goto fail;
     int n;
-    int32_t *ids = srv_chat_tokens(s, msgs, n_msg, &n, &e);
-    free_msgs(msgs, n_msg);
+    int32_t *ids = request_prompt(s, body, j, &n, &e);
     if (!ids) goto fail;
     if (srv_check_context(s, n, API_ANTHROPIC, "messages", &e) < 0) {
         st_free(ids);
@@ -177,6 +316,7 @@ enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body
     }
     j->n_user_stop = n_stop;
     stops[n_stop++] = s->eot;
+    if (j->call_opening && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
     job_set_prompt(j, ids, n, stops, n_stop);
     return job_run(j, c);
 fail:
@@ -194,6 +334,13 @@ static void put_event(srv_job *j, const char *name, json_t *data) {
 }
 
 static const char *stop_reason(const srv_job *j) {
+    if (j->tools && j->done && !j->failed) { /* an answer with tool calls stops for them */
+        sbuf c = {0};
+        json_t *calls = srv_job_tool_calls((srv_job *)j, &c);
+        sbuf_free(&c);
+        json_decref(calls);
+        if (calls) return "tool_use";
+    }
     if (!strcmp(j->st.finish, "length")) return "max_tokens";
     if (j->st.stop_index >= 0 && j->st.stop_index < j->n_user_stop) return "stop_sequence";
     return "end_turn";
@@ -214,6 +361,7 @@ void anth_stream_begin(srv_job *j) {
                         "message", "id", j->id, "type", "message", "role", "assistant", "model", j->srv->model_name,
                         "content", "stop_reason", "stop_sequence", "usage", "input_tokens", j->req.n_prompt,
                         "output_tokens", 0));
+    if (j->tools) return; /* blocks come at the end, once the calls are parsed */
     put_event(j, "content_block_start",
               json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block",
                         "type", "text", "text", ""));
@@ -225,14 +373,60 @@ void anth_stream_text(srv_job *j, const char *text, size_t len) {
                         "text_delta", "text", srv_json_text(text, len)));
 }
 
+/* The content blocks of an answer with tools: text (if any), then one
+ * tool_use block per call with input parsed from the arguments. */
+static json_t *tool_blocks(srv_job *j) {
+    sbuf content = {0};
+    json_t *calls = srv_job_tool_calls(j, &content), *blocks = json_array(), *call;
+    if (content.len || !calls)
+        json_array_append_new(blocks, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                srv_json_text(content.s ? content.s : "", content.len)));
+    size_t i;
+    json_array_foreach(calls, i, call) {
+        json_t *fn = json_object_get(call, "function");
+        json_t *in = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+        json_array_append_new(blocks, json_pack("{s:s, s:O, s:O, s:o}", "type", "tool_use", "id",
+                                                json_object_get(call, "id"), "name", json_object_get(fn, "name"),
+                                                "input", in ? in : json_object()));
+    }
+    json_decref(calls);
+    sbuf_free(&content);
+    return blocks;
+}
+
+static void stream_tool_blocks(srv_job *j) {
+    json_t *blocks = tool_blocks(j), *b;
+    size_t i;
+    json_array_foreach(blocks, i, b) {
+        int text = !strcmp(json_string_value(json_object_get(b, "type")), "text");
+        json_t *start = json_deep_copy(b), *delta;
+        if (text) {
+            json_object_set_new(start, "text", json_string(""));
+            delta = json_pack("{s:s, s:O}", "type", "text_delta", "text", json_object_get(b, "text"));
+        } else {
+            char *args = json_dumps(json_object_get(b, "input"), JSON_COMPACT);
+            json_object_set_new(start, "input", json_object());
+            delta = json_pack("{s:s, s:s}", "type", "input_json_delta", "partial_json", args);
+            free(args);
+        }
+        put_event(j, "content_block_start",
+                  json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", (int)i, "content_block", start));
+        put_event(j, "content_block_delta",
+                  json_pack("{s:s, s:i, s:o}", "type", "content_block_delta", "index", (int)i, "delta", delta));
+        put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", (int)i));
+    }
+    json_decref(blocks);
+}
+
 void anth_stream_end(srv_job *j) {
     if (j->failed) {
         srv_err e;
-        srv_fail(&e, 500, NULL, NULL, "%s", j->err);
+        srv_fail(&e, j->failed == 2 ? 503 : 500, NULL, NULL, "%s", j->err); /* 503: overloaded_error */
         put_event(j, "error", srv_error_json(API_ANTHROPIC, &e));
         return;
     }
-    put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
+    if (j->tools) stream_tool_blocks(j);
+    else put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
     put_event(j, "message_delta",
               json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta", "stop_reason", stop_reason(j),
                         "stop_sequence", stop_sequence(j), "usage", usage(j)));
@@ -240,6 +434,10 @@ void anth_stream_end(srv_job *j) {
 }
 
 json_t *anth_response(srv_job *j) {
+    if (j->tools)
+        return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", j->id, "type", "message", "role",
+                         "assistant", "model", j->srv->model_name, "content", tool_blocks(j), "stop_reason",
+                         stop_reason(j), "stop_sequence", stop_sequence(j), "usage", usage(j));
     json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
     return json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o}], s:s, s:o, s:o}", "id", j->id, "type", "message", "role",
                      "assistant", "model", j->srv->model_name, "content", "type", "text", "text", text, "stop_reason",

@@ -18,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_tools.h"
 #include "server/srv_web.h"
 
 /* A declared or received body beyond this is not read to its end: 413 at once, then close. */
@@ -250,8 +251,13 @@ static int open_front(srv_ctx *s) {
     if (!f) return -1;
     s->tok = tokenizer_load(f);
     s->fmt = chat_detect(f);
-    gguf_close(f);
+    s->gf = f; /* its chat template renders every prompt (chat_render_template) */
     if (!s->tok) return -1;
+    const char *tmpl = NULL;
+    uint64_t tlen = 0;
+    if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen) != 0) tmpl = NULL;
+    s->tmpl_tools = tools_template_handles(tmpl, (size_t)tlen);
+    s->tools_fam = (int)tools_family_of(tmpl, (size_t)tlen);
     s->eot = chat_end_of_turn(s->fmt);
     model_name(s->p.ep.model_path, s->model_name, sizeof s->model_name);
     return 0;
@@ -311,6 +317,7 @@ done:
     if (ai) freeaddrinfo(ai);
     sched_free(s->sched);
     tokenizer_free(s->tok);
+    if (s->gf) gguf_close(s->gf);
     st_free(s);
     return rc;
 }

@@ -38,6 +38,9 @@ typedef struct {
     server_params p;
     srv_sched *sched;
     tokenizer *tok;            /* the front end's own copy: counting, chat prompts, /tokenize */
+    gguf_file *gf;             /* kept open for the server's life: its chat template renders every prompt */
+    int tmpl_tools;            /* the template renders `tools` itself (else a system message describes them) */
+    int tools_fam;             /* tools_family (srv_tools.h): how this model writes a call */
     chat_format fmt;
     const char *eot;           /* end-of-turn text of the chat format (a stop string) */
     char model_name[256];      /* the file name without .gguf: what /v1/models lists */
@@ -93,9 +96,15 @@ int srv_parse_sampling(srv_ctx *s, json_t *body, const srv_sampling_rules *r, sa
 /* Tokens of text (BOS by the model's rules, control-token text recognised). */
 int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special, int parse_special, int *n,
                       srv_err *e);
-/* Render chat messages and tokenize; a last assistant message is continued
- * (Anthropic's prefill) instead of closed. */
-int32_t *srv_chat_tokens(srv_ctx *s, const chat_msg *msgs, size_t n, int *n_tok, srv_err *e);
+/* Render OpenAI-shaped messages with the model's chat template and tokenize
+ * (srv_chat.c). A last assistant message without tool calls is continued
+ * (Anthropic's prefill) instead of closed. tools: OpenAI-shaped, or NULL;
+ * force: NULL, "" (tool_choice required) or the function to call, whose
+ * opening is written after the generation prompt (*opening, st_malloc'd). */
+int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, char **opening, int *n_tok,
+                         srv_err *e);
+/* 400 unless tools is an array of valid {"type":"function","function":{name,...}}. */
+int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e);
 /* 400 (context_length_exceeded) when the prompt leaves no room to generate. */
 int srv_check_context(srv_ctx *s, int n_prompt, srv_api api, const char *param, srv_err *e);
 /* A fresh id "<prefix><24 hex>" and an unpredictable seed. */
@@ -123,7 +132,9 @@ typedef struct srv_job {
     char *stop_store[17];
     int n_user_stop;           /* stops[n_user_stop..] are the format's end of turn */
     /* results */
-    sbuf text;                 /* the whole answer (non-streaming) */
+    json_t *tools;             /* tools the answer may call (parsed at the end), or NULL */
+    char *call_opening;        /* a forced call's opening, written into the prompt */
+    sbuf text;                 /* the whole answer (non-streaming, or streaming with tools) */
     sbuf out;                  /* bytes ready for the client (streaming) */
     size_t out_sent;
     gen_stats st;
@@ -147,6 +158,10 @@ void anth_stream_begin(srv_job *j);
 void anth_stream_text(srv_job *j, const char *text, size_t len);
 void anth_stream_end(srv_job *j);
 json_t *anth_response(srv_job *j);
+
+/* The finished answer's tool calls (OpenAI shape) or NULL; content gets the
+ * text before them (the whole answer when there are none). */
+json_t *srv_job_tool_calls(srv_job *j, sbuf *content);
 
 /* ---- responses ---- */
 enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, json_t *body);

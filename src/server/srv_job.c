@@ -47,6 +47,8 @@ void job_release(srv_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (left) return;
     st_free(j->prompt);
+    json_decref(j->tools);
+    st_free(j->call_opening);
     for (int i = 0; i < 17; i++) st_free(j->stop_store[i]);
     sbuf_free(&j->text);
     sbuf_free(&j->out);
@@ -83,7 +85,7 @@ static int on_event(void *ctx, const srv_event *ev) {
         j->started = 1;
         break;
     case SRV_EV_TEXT:
-        if (j->stream) stream_text(j, ev->text, ev->len);
+        if (j->stream && !j->tools) stream_text(j, ev->text, ev->len); /* with tools: parsed at the end */
         else sbuf_put(&j->text, ev->text, ev->len);
         break;
     case SRV_EV_DONE:

@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "server/srv_internal.h"
+#include "server/srv_tools.h"
 
 static const char *const CHAT_KEYS[] = {
     "model", "messages", "stream", "stream_options", "temperature", "top_p", "max_tokens",
@@ -81,23 +82,19 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
         if ((rc = jf_string(body, "suffix", &s, e)) < 0) return -1;
         if (rc && *s) return unsupported(e, "suffix", "no fill-in-the-middle");
     }
-    static const char *const lists[] = {"tools", "functions"};
-    for (int i = 0; i < 2; i++) {
-        json_t *v = json_object_get(body, lists[i]);
-        if (!v || json_is_null(v)) continue;
-        if (!json_is_array(v)) return srv_fail(e, 400, lists[i], "invalid_type", "'%s' must be an array", lists[i]);
-        if (json_array_size(v)) return unsupported(e, lists[i], "no tool calling");
+    json_t *v = json_object_get(body, "functions"); /* the deprecated spelling of tools */
+    if (v && !json_is_null(v)) {
+        if (!json_is_array(v)) return srv_fail(e, 400, "functions", "invalid_type", "'functions' must be an array");
+        if (json_array_size(v)) return unsupported(e, "functions", "use 'tools'");
     }
-    static const char *const choices[] = {"tool_choice", "function_call"};
-    for (int i = 0; i < 2; i++) {
-        json_t *v = json_object_get(body, choices[i]);
-        if (!v || json_is_null(v)) continue;
+    v = json_object_get(body, "function_call");
+    if (v && !json_is_null(v)) {
         if (!json_is_string(v) && !json_is_object(v))
-            return srv_fail(e, 400, choices[i], "invalid_type", "'%s' must be a string or an object", choices[i]);
+            return srv_fail(e, 400, "function_call", "invalid_type", "'function_call' must be a string or an object");
         if (!json_is_string(v) || (strcmp(json_string_value(v), "none") && strcmp(json_string_value(v), "auto")))
-            return unsupported(e, choices[i], "no tool calling");
+            return unsupported(e, "function_call", "use 'tools' and 'tool_choice'");
     }
-    json_t *v = json_object_get(body, "response_format");
+    v = json_object_get(body, "response_format");
     if (v && !json_is_null(v)) {
         json_t *t = json_object_get(v, "type");
         if (!json_is_object(v) || !json_is_string(t))
@@ -142,13 +139,33 @@ static int parse_stream(json_t *body, srv_job *j, srv_err *e) {
     return 0;
 }
 
-static void free_msgs(chat_msg *msgs, size_t n) {
-    for (size_t i = 0; i < n; i++) st_free((void *)msgs[i].content);
-    st_free(msgs);
+/* One assistant tool_calls entry, checked and normalised to {id, type, function:{name, arguments}}. */
+static json_t *check_call(json_t *call, const char *param, srv_err *e) {
+    json_t *fn = json_object_get(call, "function");
+    const char *id = json_string_value(json_object_get(call, "id"));
+    const char *type = json_string_value(json_object_get(call, "type"));
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    json_t *args = json_object_get(fn, "arguments");
+    if (!json_is_object(call) || !id || (type && strcmp(type, "function")) || !name ||
+        !(json_is_string(args) || json_is_object(args))) {
+        srv_fail(e, 400, param, "invalid_type",
+                 "'%s' must be {\"id\": string, \"type\": \"function\", \"function\": {\"name\": string, "
+                 "\"arguments\": string}}", param);
+        return NULL;
+    }
+    json_t *a = json_is_string(args) ? json_incref(args) : json_string_nocheck("");
+    if (json_is_object(args)) { /* tolerated: an object, as some clients send */
+        char *t = json_dumps(args, JSON_COMPACT);
+        json_string_set(a, t);
+        free(t);
+    }
+    return json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", id, "type", "function", "function", "name", name,
+                     "arguments", a);
 }
 
-/* messages -> chat_msg (system/developer/user/assistant; tool turns are 400). */
-static chat_msg *parse_messages(json_t *body, size_t *n_out, srv_err *e) {
+/* messages -> OpenAI-shaped JSON for the template: system/developer/user/
+ * assistant (with tool_calls)/tool messages, text content as one string. */
+static json_t *parse_messages(json_t *body, srv_err *e) {
     json_t *arr = json_object_get(body, "messages");
     if (!arr) {
         srv_fail(e, 400, "messages", "missing_required_parameter", "Missing required parameter: 'messages'");
@@ -158,10 +175,9 @@ static chat_msg *parse_messages(json_t *body, size_t *n_out, srv_err *e) {
         srv_fail(e, 400, "messages", "invalid_value", "'messages' must be a non-empty array");
         return NULL;
     }
-    size_t n = json_array_size(arr), i;
-    chat_msg *msgs = st_calloc(n, sizeof *msgs);
-    json_t *m;
-    char param[64];
+    json_t *out = json_array(), *m;
+    size_t i;
+    char param[64], cparam[128];
     json_array_foreach(arr, i, m) {
         snprintf(param, sizeof param, "messages[%zu]", i);
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
@@ -171,36 +187,111 @@ static chat_msg *parse_messages(json_t *body, size_t *n_out, srv_err *e) {
         }
         const char *r = json_string_value(role);
         if (!strcmp(r, "developer")) r = "system";
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            srv_fail(e, 400, param, strcmp(r, "tool") && strcmp(r, "function") ? "invalid_value" : "unsupported_parameter",
-                     "'%s.role' is '%s'; this server takes system, developer, user and assistant messages", param, r);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
+            srv_fail(e, 400, param, strcmp(r, "function") ? "invalid_value" : "unsupported_parameter",
+                     "'%s.role' is '%s'; this server takes system, developer, user, assistant and tool messages",
+                     param, r);
             goto fail;
         }
+        json_t *o = json_pack("{s:s}", "role", r);
+        json_array_append_new(out, o);
         json_t *calls = json_object_get(m, "tool_calls");
-        if (calls && !json_is_null(calls) && (!json_is_array(calls) || json_array_size(calls))) {
-            srv_fail(e, 400, param, "unsupported_parameter", "'%s.tool_calls': no tool calling", param);
-            goto fail;
+        if (calls && !json_is_null(calls)) {
+            if (strcmp(r, "assistant") || !json_is_array(calls)) {
+                srv_fail(e, 400, param, "invalid_value", "'%s.tool_calls' must be an array in an assistant message",
+                         param);
+                goto fail;
+            }
+            json_t *list = json_array(), *call;
+            json_object_set_new(o, "tool_calls", list);
+            size_t k;
+            json_array_foreach(calls, k, call) {
+                snprintf(cparam, sizeof cparam, "%s.tool_calls[%zu]", param, k);
+                json_t *c = check_call(call, cparam, e);
+                if (!c) goto fail;
+                json_array_append_new(list, c);
+            }
+            if (!json_array_size(list)) json_object_del(o, "tool_calls");
         }
-        msgs[i].role = r;
+        if (!strcmp(r, "tool")) {
+            json_t *id = json_object_get(m, "tool_call_id");
+            if (!json_is_string(id)) {
+                srv_fail(e, 400, param, "missing_required_parameter", "'%s.tool_call_id' must be a string", param);
+                goto fail;
+            }
+            json_object_set(o, "tool_call_id", id);
+        }
+        json_t *name = json_object_get(m, "name");
+        if (name && !json_is_null(name)) {
+            if (!json_is_string(name)) {
+                srv_fail(e, 400, param, "invalid_type", "'%s.name' must be a string", param);
+                goto fail;
+            }
+            json_object_set(o, "name", name);
+        }
         char *text;
         if (!content || json_is_null(content)) {
             if (strcmp(r, "assistant")) {
                 srv_fail(e, 400, param, "missing_required_parameter", "'%s.content' is required", param);
                 goto fail;
             }
+            if (json_object_get(o, "tool_calls")) continue; /* content null beside calls, as clients send */
             text = st_strdup("");
         } else {
-            char cparam[80];
             snprintf(cparam, sizeof cparam, "%s.content", param);
             if (srv_content_text(content, cparam, "\n", &text, e) < 0) goto fail;
         }
-        msgs[i].content = text;
+        json_object_set_new(o, "content", json_string_nocheck(text));
+        st_free(text);
     }
-    *n_out = n;
-    return msgs;
+    return out;
 fail:
-    free_msgs(msgs, n);
+    json_decref(out);
     return NULL;
+}
+
+/* tools + tool_choice. *tools: the tools the answer may call (NULL for none
+ * or tool_choice "none"); *force: NULL, "" (required) or a function name
+ * (pointing into body). */
+static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err *e) {
+    *tools = NULL;
+    *force = NULL;
+    json_t *t = json_object_get(body, "tools"), *tc = json_object_get(body, "tool_choice");
+    if (t && !json_is_null(t)) {
+        if (!json_is_array(t)) return srv_fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
+        if (srv_check_tools(t, API_OPENAI, "tools", e) < 0) return -1;
+        if (json_array_size(t)) *tools = t;
+    }
+    if (!tc || json_is_null(tc)) return 0;
+    if (json_is_string(tc)) {
+        const char *v = json_string_value(tc);
+        if (!strcmp(v, "none")) *tools = NULL;
+        else if (!strcmp(v, "required")) *force = "";
+        else if (strcmp(v, "auto"))
+            return srv_fail(e, 400, "tool_choice", "invalid_value",
+                            "'tool_choice' must be 'none', 'auto', 'required' or a function");
+    } else if (json_is_object(tc)) {
+        const char *type = json_string_value(json_object_get(tc, "type"));
+        const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (!type || strcmp(type, "function") || !name)
+            return srv_fail(e, 400, "tool_choice", "invalid_value",
+                            "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        *force = name;
+    } else
+        return srv_fail(e, 400, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
+    if (*force && !*tools)
+        return srv_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' requires 'tools'");
+    if (*force && **force) {
+        size_t i;
+        json_t *x;
+        int found = 0;
+        json_array_foreach(*tools, i, x) found |= !strcmp(
+            json_string_value(json_object_get(json_object_get(x, "function"), "name")), *force);
+        if (!found)
+            return srv_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' names '%s', which is not in 'tools'",
+                            *force);
+    }
+    return 0;
 }
 
 /* Common tail of both endpoints: sampling, stops, context check, run. */
@@ -219,6 +310,7 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
     if (!chat && j->req.max_tokens == 0) j->req.max_tokens = 16; /* the legacy API's default */
     j->n_user_stop = n_stop;
     if (chat) stops[n_stop++] = s->eot;
+    if (chat && j->call_opening && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
     job_set_prompt(j, ids, n, stops, n_stop);
     return job_run(j, c);
 }
@@ -226,16 +318,18 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
 enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     srv_err e;
     srv_job *j = job_new(s, JOB_OAI_CHAT, c);
-    size_t n_msg = 0;
-    chat_msg *msgs = NULL;
+    json_t *msgs = NULL, *tools = NULL;
+    const char *force = NULL;
     if (jf_known_keys(body, CHAT_KEYS, &e) < 0 || check_unsupported(body, 1, &e) < 0 ||
-        parse_stream(body, j, &e) < 0 || !(msgs = parse_messages(body, &n_msg, &e))) {
+        parse_stream(body, j, &e) < 0 || parse_tools(body, &tools, &force, &e) < 0 ||
+        !(msgs = parse_messages(body, &e))) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
+    if (tools) j->tools = json_deep_copy(tools);
     int n;
-    int32_t *ids = srv_chat_tokens(s, msgs, n_msg, &n, &e);
-    free_msgs(msgs, n_msg);
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, &j->call_opening, &n, &e);
+    json_decref(msgs);
     if (!ids) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
@@ -337,6 +431,24 @@ static json_t *choice(srv_job *j, json_t *text, const char *finish) {
     return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", text, "logprobs", "finish_reason", fin);
 }
 
+/* Streamed answers with tools are held back and sent here at the end: the
+ * content, then each call whole as one delta (index, id, type, name, arguments). */
+static void stream_tool_answer(srv_job *j) {
+    sbuf content = {0};
+    json_t *calls = srv_job_tool_calls(j, &content);
+    if (content.len) put_chunk(j, choice(j, json_pack("{s:o}", "content", srv_json_text(content.s, content.len)), NULL), NULL);
+    size_t i;
+    json_t *call;
+    json_array_foreach(calls, i, call) {
+        json_t *d = json_deep_copy(call);
+        json_object_set_new(d, "index", json_integer((json_int_t)i));
+        put_chunk(j, choice(j, json_pack("{s:[o]}", "tool_calls", d), NULL), NULL);
+    }
+    put_chunk(j, choice(j, json_object(), calls ? "tool_calls" : finish_reason(j)), NULL);
+    json_decref(calls);
+    sbuf_free(&content);
+}
+
 void oai_stream_begin(srv_job *j) {
     if (j->kind == JOB_OAI_CHAT)
         put_chunk(j, choice(j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL), NULL);
@@ -350,22 +462,39 @@ void oai_stream_text(srv_job *j, const char *text, size_t len) {
 void oai_stream_end(srv_job *j) {
     if (j->failed) {
         srv_err e;
-        srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
+        if (j->failed == 2) srv_fail(&e, 503, NULL, "engine_stopped", "%s", j->err); /* the engine process died */
+        else srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
         json_t *o = srv_error_json(API_OPENAI, &e);
         char *txt = json_dumps(o, JSON_COMPACT);
         json_decref(o);
         sbuf_printf(&j->out, "data: %s\n\n", txt);
         free(txt);
     } else {
-        put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
+        if (j->tools) stream_tool_answer(j);
+        else put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
         if (j->include_usage) put_chunk(j, NULL, usage(j));
     }
     sbuf_puts(&j->out, "data: [DONE]\n\n");
 }
 
 json_t *oai_response(srv_job *j) {
-    json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
     json_t *ch;
+    if (j->kind == JOB_OAI_CHAT && j->tools) {
+        sbuf content = {0};
+        json_t *calls = srv_job_tool_calls(j, &content);
+        json_t *msg = json_pack("{s:s, s:o, s:n}", "role", "assistant", "content",
+                                content.len || !calls ? srv_json_text(content.s ? content.s : "", content.len)
+                                                      : json_null(),
+                                "refusal");
+        if (calls) json_object_set_new(msg, "tool_calls", calls);
+        ch = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason",
+                       calls ? "tool_calls" : finish_reason(j));
+        sbuf_free(&content);
+        return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->id, "object", "chat.completion", "created",
+                         (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata",
+                         "choices", ch, "usage", usage(j));
+    }
+    json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
     if (j->kind == JOB_OAI_CHAT)
         ch = json_pack("{s:i, s:{s:s, s:o, s:n}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
                        text, "refusal", "logprobs", "finish_reason", finish_reason(j));

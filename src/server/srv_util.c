@@ -230,18 +230,6 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
     return ids;
 }
 
-int32_t *srv_chat_tokens(srv_ctx *s, const chat_msg *msgs, size_t n, int *n_tok, srv_err *e) {
-    int prefill = n > 0 && !strcmp(msgs[n - 1].role, "assistant");
-    char *text = chat_render(s->fmt, msgs, prefill ? n - 1 : n, 1);
-    sbuf b = {0};
-    sbuf_puts(&b, text);
-    st_free(text);
-    if (prefill) sbuf_puts(&b, msgs[n - 1].content);
-    int32_t *ids = srv_tokenize(s, b.s, b.len, 1, 1, n_tok, e);
-    sbuf_free(&b);
-    return ids;
-}
-
 int srv_check_context(srv_ctx *s, int n_prompt, srv_api api, const char *param, srv_err *e) {
     if (n_prompt < s->n_ctx) return 0;
     if (api == API_ANTHROPIC)

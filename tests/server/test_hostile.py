@@ -54,8 +54,27 @@ CASES = [
     ("model a number", "/v1/chat/completions", json.dumps(chat(model=5)).encode(), 400, "invalid_type"),
     ("unknown parameter", "/v1/chat/completions", json.dumps(chat(frobnicate=1)).encode(), 400,
      "unknown_parameter"),
-    ("tools (unsupported)", "/v1/chat/completions", json.dumps(chat(tools=[{"type": "function", "function": {
-        "name": "f"}}])).encode(), 400, "unsupported_parameter"),
+    ("tools not an array", "/v1/chat/completions", json.dumps(chat(tools={"type": "function"})).encode(), 400,
+     "invalid_type"),
+    ("tool without a function", "/v1/chat/completions", json.dumps(chat(tools=[{"type": "function"}])).encode(), 400,
+     "invalid_type"),
+    ("tool name with a space", "/v1/chat/completions", json.dumps(chat(tools=[{"type": "function", "function": {
+        "name": "f g"}}])).encode(), 400, "invalid_value"),
+    ("tool name twice", "/v1/chat/completions", json.dumps(chat(tools=[{"type": "function", "function": {
+        "name": "f"}}] * 2)).encode(), 400, "invalid_value"),
+    ("tool_choice names an absent tool", "/v1/chat/completions", json.dumps(chat(tools=[{"type": "function",
+        "function": {"name": "f"}}], tool_choice={"type": "function", "function": {"name": "g"}})).encode(), 400,
+     "invalid_value"),
+    ("tool_choice required without tools", "/v1/chat/completions", json.dumps(chat(tool_choice="required")).encode(),
+     400, "invalid_value"),
+    ("tool message without tool_call_id", "/v1/chat/completions", json.dumps(chat(messages=[
+        {"role": "tool", "content": "x"}])).encode(), 400, "missing_required_parameter"),
+    ("tool_calls in a user message", "/v1/chat/completions", json.dumps(chat(messages=[
+        {"role": "user", "content": "x", "tool_calls": []}])).encode(), 400, "invalid_value"),
+    ("malformed tool call in history", "/v1/chat/completions", json.dumps(chat(messages=[
+        {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": 5}}]}])).encode(), 400, "invalid_type"),
+    ("functions (deprecated)", "/v1/chat/completions", json.dumps(chat(functions=[{"name": "f"}])).encode(), 400,
+     "unsupported_parameter"),
     ("n=2 (unsupported)", "/v1/chat/completions", json.dumps(chat(n=2)).encode(), 400, "unsupported_parameter"),
     ("logprobs (unsupported)", "/v1/chat/completions", json.dumps(chat(logprobs=True)).encode(), 400,
      "unsupported_parameter"),

@@ -1,0 +1,172 @@
+/* Chat prompts and tool calls for both APIs (srv_internal.h): OpenAI-shaped
+ * messages and tools rendered with the GGUF's own chat template
+ * (chat_render_template, docs/chat-templates.md), the tools request fields
+ * read strictly, and a finished answer split into content and tool calls.
+ *
+ * Anthropic requests are converted to the OpenAI shape by srv_anthropic.c
+ * first, so there is one path from a conversation to prompt tokens, and
+ * count_tokens counts exactly what a message request would read.
+ *
+ * Tools reach the model in one of two ways: templates that render `tools`
+ * themselves (Qwen, Llama 3.x, ...) get them as the template variable; for
+ * templates that ignore tools (SmolLM2's) the server describes them in the
+ * system message, asking for the `<tool_call>` format. tool_choice "required"
+ * or a named function writes the opening of a call at the start of the answer
+ * (after the generation prompt), so the model can only continue it; the
+ * opening is put back in front of the answer before parsing. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "server/srv_internal.h"
+#include "server/srv_tools.h"
+
+/* OpenAI function names: [a-zA-Z0-9_-]{1,64} (so they need no escaping in a prompt). */
+static int valid_name(const char *n) {
+    size_t len = strlen(n);
+    if (len == 0 || len > 64) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = n[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn))
+            return srv_fail(e, 400, param, api == API_OPENAI ? "invalid_type" : "invalid_value",
+                            "'%s[%zu]' must be {\"type\": \"function\", \"function\": {...}}", param, i);
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!name || !valid_name(name))
+            return srv_fail(e, 400, param, "invalid_value",
+                            "'%s[%zu].function.name' must be 1 to 64 letters, digits, '_' or '-'", param, i);
+        json_t *d = json_object_get(fn, "description"), *p = json_object_get(fn, "parameters");
+        if (d && !json_is_null(d) && !json_is_string(d))
+            return srv_fail(e, 400, param, "invalid_type", "'%s[%zu].function.description' must be a string", param, i);
+        if (p && !json_is_null(p) && !json_is_object(p))
+            return srv_fail(e, 400, param, "invalid_type", "'%s[%zu].function.parameters' must be an object", param, i);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(tools, k), "function"), "name")),
+                        name))
+                return srv_fail(e, 400, param, "invalid_value", "'%s': the function name '%s' is given twice", param,
+                                name);
+    }
+    return 0;
+}
+
+/* The opening of a forced call in the model's family. */
+static char *call_opening(srv_ctx *s, const char *name) {
+    sbuf b = {0};
+    int llama = s->tools_fam == TOOLS_LLAMA3;
+    sbuf_puts(&b, llama ? "{\"name\": \"" : "<tool_call>\n{\"name\": \"");
+    if (*name) sbuf_printf(&b, "%s\", \"%s\": ", name, llama ? "parameters" : "arguments");
+    return b.s;
+}
+
+/* For templates that know nothing of tools: earlier calls become the
+ * assistant's text in the <tool_call> format it is asked for, and tool
+ * results user turns in <tool_response> tags, so the model sees them. */
+static void plain_history(json_t *msgs) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *calls = json_object_get(m, "tool_calls");
+        const char *content = json_string_value(json_object_get(m, "content"));
+        sbuf b = {0};
+        sbuf_put(&b, "", 0);
+        if (!strcmp(role, "tool")) {
+            sbuf_printf(&b, "<tool_response>\n%s\n</tool_response>", content ? content : "");
+            json_array_set_new(msgs, i, json_pack("{s:s, s:s}", "role", "user", "content", b.s));
+        } else if (json_is_array(calls)) {
+            if (content && *content) sbuf_printf(&b, "%s\n", content);
+            size_t k;
+            json_t *c;
+            json_array_foreach(calls, k, c) {
+                json_t *fn = json_object_get(c, "function");
+                const char *args = json_string_value(json_object_get(fn, "arguments"));
+                sbuf_printf(&b, "%s<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>", k ? "\n" : "",
+                            json_string_value(json_object_get(fn, "name")), args && *args ? args : "{}");
+            }
+            json_array_set_new(msgs, i, json_pack("{s:s, s:s}", "role", "assistant", "content", b.s));
+        }
+        sbuf_free(&b);
+    }
+}
+
+int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, char **opening, int *n_tok,
+                         srv_err *e) {
+    *opening = NULL;
+    json_t *msgs = json_copy(messages); /* shallow: elements shared, the list ours */
+    size_t n = json_array_size(msgs);
+    /* a last assistant message without calls is continued (Anthropic's prefill) */
+    json_t *last = json_array_get(msgs, n - 1);
+    const char *prefill = NULL;
+    json_t *keep_last = NULL;
+    if (n && !strcmp(json_string_value(json_object_get(last, "role")), "assistant") &&
+        !json_object_get(last, "tool_calls") && json_is_string(json_object_get(last, "content"))) {
+        keep_last = json_incref(last);
+        prefill = json_string_value(json_object_get(last, "content"));
+        json_array_remove(msgs, n - 1);
+    }
+    int have_tools = json_is_array(tools) && json_array_size(tools) > 0;
+    if (!s->tmpl_tools) plain_history(msgs);
+    if (have_tools && !s->tmpl_tools) { /* describe the tools in the system message */
+        char *desc = tools_system_prompt(tools);
+        json_t *first = json_array_get(msgs, 0);
+        const char *sys = json_string_value(json_object_get(first, "content"));
+        if (first && !strcmp(json_string_value(json_object_get(first, "role")), "system") && sys) {
+            sbuf b = {0};
+            sbuf_printf(&b, "%s\n\n%s", sys, desc);
+            json_array_set_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", b.s));
+            sbuf_free(&b);
+        } else
+            json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", desc));
+        st_free(desc);
+    }
+    int32_t *ids = NULL;
+    char *text = json_array_size(msgs)
+                     ? chat_render_template(s->gf, s->tok, msgs, have_tools && s->tmpl_tools ? tools : NULL, NULL, 1)
+                     : st_strdup("");
+    json_decref(msgs);
+    if (!text) {
+        srv_fail(e, 400, "messages", "invalid_value", "the model's chat template refused the conversation: %s",
+                 st_error_get());
+        goto out;
+    }
+    sbuf b = {0};
+    sbuf_puts(&b, text);
+    st_free(text);
+    if (prefill) sbuf_puts(&b, prefill);
+    else if (force && have_tools) {
+        *opening = call_opening(s, force);
+        sbuf_puts(&b, *opening);
+    }
+    ids = srv_tokenize(s, b.s, b.len, 1, 1, n_tok, e);
+    sbuf_free(&b);
+out:
+    json_decref(keep_last);
+    return ids;
+}
+
+json_t *srv_job_tool_calls(srv_job *j, sbuf *content) {
+    sbuf all = {0};
+    sbuf_put(&all, "", 0);
+    if (j->call_opening) sbuf_puts(&all, j->call_opening);
+    if (j->text.len) sbuf_put(&all, j->text.s, j->text.len);
+    char prefix[96];
+    const char *hex = strchr(j->id, '-') ? strchr(j->id, '-') + 1 : strchr(j->id, '_') ? strchr(j->id, '_') + 1 : j->id;
+    snprintf(prefix, sizeof prefix, "%s%.12s_", j->kind == JOB_ANTHROPIC ? "toolu_" : "call_", hex);
+    size_t clen = all.len;
+    json_t *calls = tools_parse(all.s, all.len, j->tools, prefix, &clen);
+    content->len = 0;
+    sbuf_put(content, all.s, calls ? clen : all.len); /* no call: the whole answer, a forced opening included */
+    sbuf_free(&all);
+    return calls;
+}

@@ -1,0 +1,43 @@
+/* Tool calls in a model's text: the parser that turns a generated answer into
+ * OpenAI-shaped tool_calls, and the forced-call opening that tool_choice
+ * "required" / a named function writes at the start of the answer.
+ *
+ * Kept apart from srv_internal.h (no HTTP types) so that tests/server can
+ * unit-test the parser on recorded model outputs. */
+#ifndef STRATA_SERVER_SRV_TOOLS_H
+#define STRATA_SERVER_SRV_TOOLS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* How the model writes a call, chosen from its chat template's text:
+ * TOOLS_TAGGED  `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`
+ *               (Qwen2.5, Qwen3, Hermes; also what the server asks of
+ *               templates that do not mention tools at all, SmolLM2's among them)
+ * TOOLS_LLAMA3  a bare `{"name": ..., "parameters": {...}}` (Llama 3.1-3.3's
+ *               JSON tool calling; `<|python_tag|>` before it is skipped) */
+typedef enum { TOOLS_TAGGED, TOOLS_LLAMA3 } tools_family;
+
+tools_family tools_family_of(const char *tmpl, size_t len);
+/* 1 when the template renders `tools` itself (else the server describes them
+ * in a system message). */
+int tools_template_handles(const char *tmpl, size_t len);
+
+/* Parse tool calls out of text. tools: the request's OpenAI-shaped tools (a
+ * call naming a function not among them is not a call). Returns a new array
+ * of {id, type:"function", function:{name, arguments (a JSON string)}} or
+ * NULL when the text holds none; *content_len gets the length of the text
+ * before the first call (the answer's content, trailing space trimmed).
+ *
+ * Recognised, in this order: `<tool_call>` blocks (one or more; a missing
+ * closing tag at the end is tolerated: a stop or max_tokens may cut it), then
+ * the whole text (after optional `<|python_tag|>` and a ```json fence) as one
+ * JSON object {"name", "parameters"|"arguments"} or an array of them.
+ * id_prefix: ids are "<id_prefix><n>" so they are unique per response. */
+json_t *tools_parse(const char *text, size_t len, const json_t *tools, const char *id_prefix, size_t *content_len);
+
+/* The system-message text that describes tools to a model whose template
+ * ignores them (st_malloc'd): the TOOLS_TAGGED format, the tools as JSON. */
+char *tools_system_prompt(const json_t *tools);
+
+#endif
