@@ -77,6 +77,8 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
     metric(&b, "slots_busy", "gauge", "Slots generating.", m.busy);
     metric(&b, "slots_total", "gauge", "Slots (engines).", m.n_slots);
     metric(&b, "context_tokens", "gauge", "Context length of each slot.", m.n_ctx);
+    metric(&b, "engine_restarts_total", "counter", "Engine processes started after the first (each after a death).",
+           (double)m.engine_restarts);
     /* MHD frees the buffer with free(): hand it a malloc'd copy */
     char *txt = malloc(b.len + 1);
     ST_ASSERT(txt);

@@ -163,9 +163,10 @@ def kill_in_flight(server, api, sig):
         assert isinstance(err, openai.APIError), repr(err)
         assert err.message == want, err.message
         assert err.body["message"] == want and err.body["type"] == "server_error", err.body
+        assert err.body["code"] == "engine_stopped", err.body  # the same code as the 503 answers
     else:
         assert isinstance(err, anthropic.APIStatusError), repr(err)
-        assert err.body == {"type": "error", "error": {"type": "api_error", "message": want}}, err.body
+        assert err.body == {"type": "error", "error": {"type": "overloaded_error", "message": want}}, err.body
     for key in ("running", "queued"):
         r = got[key]
         assert r.status_code == 503, (key, r.status_code, r.text)
@@ -184,6 +185,7 @@ def kill_in_flight(server, api, sig):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1, r.text
     h = httpx.get(server.url + "/health").json()
     assert h["status"] == "ok" and h["engine_restarts"] == restarts0 + 1, h
+    assert server.metrics()["strata_engine_restarts_total"] == restarts0 + 1  # /metrics counts it too
     new = engine_pid(server)
     assert new != pid
     wait_gone(pid)
