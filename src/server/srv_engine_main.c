@@ -93,6 +93,16 @@ static int on_event(void *ctx, const srv_event *ev) {
         type = PROTO_ERROR;
         proto_put_str(&b, ev->error, strlen(ev->error));
         break;
+    case SRV_EV_TOKEN:
+        type = PROTO_TOKEN;
+        proto_put_i32(&b, ev->token);
+        proto_put_f32(&b, ev->logprob);
+        proto_put_u32(&b, (uint32_t)ev->n_top);
+        for (int i = 0; i < ev->n_top; i++) {
+            proto_put_i32(&b, ev->top_ids[i]);
+            proto_put_f32(&b, ev->top_lp[i]);
+        }
+        break;
     }
     send_frame(type, r->id, &b);
     sbuf_free(&b);

@@ -133,6 +133,8 @@ typedef struct srv_job {
     int n_user_stop;           /* stops[n_user_stop..] are the format's end of turn */
     /* results */
     json_t *tools;             /* tools the answer may call (parsed at the end), or NULL */
+    json_t *lp;                /* logprobs requests: token entries not yet sent (OpenAI chat shape) */
+    size_t lp_offset;          /* bytes of text the sent entries cover (the legacy text_offset) */
     char *call_opening;        /* a forced call's opening, written into the prompt */
     sbuf text;                 /* the whole answer (non-streaming, or streaming with tools) */
     sbuf out;                  /* bytes ready for the client (streaming) */
@@ -153,6 +155,7 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c);
 void oai_stream_begin(srv_job *j);
 void oai_stream_text(srv_job *j, const char *text, size_t len);
 void oai_stream_end(srv_job *j);
+void oai_token(srv_job *j, const srv_event *ev);
 json_t *oai_response(srv_job *j);
 void anth_stream_begin(srv_job *j);
 void anth_stream_text(srv_job *j, const char *text, size_t len);

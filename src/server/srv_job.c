@@ -48,6 +48,7 @@ void job_release(srv_job *j) {
     if (left) return;
     st_free(j->prompt);
     json_decref(j->tools);
+    json_decref(j->lp);
     st_free(j->call_opening);
     for (int i = 0; i < 17; i++) st_free(j->stop_store[i]);
     sbuf_free(&j->text);
@@ -83,6 +84,9 @@ static int on_event(void *ctx, const srv_event *ev) {
     switch (ev->kind) {
     case SRV_EV_START:
         j->started = 1;
+        break;
+    case SRV_EV_TOKEN:
+        oai_token(j, ev);
         break;
     case SRV_EV_TEXT:
         if (j->stream && !j->tools) stream_text(j, ev->text, ev->len); /* with tools: parsed at the end */

@@ -70,13 +70,13 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
     if ((rc = jf_int(body, "best_of", 1, 128, &n, e)) < 0) return -1;
     if (rc && n != 1) return unsupported(e, "best_of", "only best_of=1");
     if (chat) {
-        if ((rc = jf_bool(body, "logprobs", &b, e)) < 0) return -1;
-        if (rc && b) return unsupported(e, "logprobs", "log probabilities are not returned");
         if ((rc = jf_int(body, "top_logprobs", 0, 20, &n, e)) < 0) return -1;
-        if (rc && n > 0) return unsupported(e, "top_logprobs", "log probabilities are not returned");
+        if ((rc = jf_bool(body, "logprobs", &b, e)) < 0) return -1;
+        json_t *tl = json_object_get(body, "top_logprobs");
+        if (tl && !json_is_null(tl) && !(rc && b))
+            return srv_fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' requires 'logprobs' to be true");
     } else {
         if ((rc = jf_int(body, "logprobs", 0, 5, &n, e)) < 0) return -1;
-        if (rc) return unsupported(e, "logprobs", "log probabilities are not returned");
         if ((rc = jf_bool(body, "echo", &b, e)) < 0) return -1;
         if (rc && b) return unsupported(e, "echo", "the prompt is not echoed");
         if ((rc = jf_string(body, "suffix", &s, e)) < 0) return -1;
@@ -99,7 +99,8 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
         json_t *t = json_object_get(v, "type");
         if (!json_is_object(v) || !json_is_string(t))
             return srv_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
-        if (strcmp(json_string_value(t), "text")) return unsupported(e, "response_format", "only {\"type\": \"text\"}");
+        if (strcmp(json_string_value(t), "text") && strcmp(json_string_value(t), "json_object"))
+            return unsupported(e, "response_format", "only {\"type\": \"text\"} and {\"type\": \"json_object\"}");
     }
     v = json_object_get(body, "logit_bias");
     if (v && !json_is_null(v)) {
@@ -308,6 +309,26 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
         return srv_send_error(s, c, API_OPENAI, &e);
     }
     if (!chat && j->req.max_tokens == 0) j->req.max_tokens = 16; /* the legacy API's default */
+    long long nlp = 0;
+    int blp = 0;
+    if (chat && jf_bool(body, "logprobs", &blp, &e) > 0 && blp) {
+        j->req.logprobs = 1;
+        if (jf_int(body, "top_logprobs", 0, 20, &nlp, &e) > 0) j->req.top_logprobs = (int)nlp;
+    } else if (!chat && jf_int(body, "logprobs", 0, 5, &nlp, &e) > 0) {
+        j->req.logprobs = 1;
+        j->req.top_logprobs = (int)nlp;
+    }
+    if (j->req.logprobs) j->lp = json_array();
+    json_t *rf = json_object_get(json_object_get(body, "response_format"), "type");
+    if (chat && json_is_string(rf) && !strcmp(json_string_value(rf), "json_object")) {
+        if (j->tools) {
+            st_free(ids);
+            srv_fail(&e, 400, "response_format", "invalid_value", "'response_format' json_object cannot be combined with 'tools'");
+            job_release(j);
+            return srv_send_error(s, c, API_OPENAI, &e);
+        }
+        j->req.json_mode = 1;
+    }
     j->n_user_stop = n_stop;
     if (chat) stops[n_stop++] = s->eot;
     if (chat && j->call_opening && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
@@ -398,6 +419,58 @@ enum MHD_Result oai_completions(srv_ctx *s, struct MHD_Connection *c, json_t *bo
 
 /* ---- output (called with the job's mutex held) ---- */
 
+/* A token's text (its bytes, lossy UTF-8 as a JSON string) and bytes array. */
+static json_t *token_entry(srv_job *j, int32_t id, float lp) {
+    char buf[256];
+    int64_t n = tokenizer_token_to_piece(j->srv->tok, id, 0, buf, sizeof buf);
+    if (n < 0) n = 0;
+    if (n > (int64_t)sizeof buf) n = sizeof buf;
+    json_t *bytes = json_array();
+    for (int64_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)buf[i]));
+    return json_pack("{s:o, s:f, s:o}", "token", srv_json_text(buf, (size_t)n), "logprob", (double)lp, "bytes", bytes);
+}
+
+void oai_token(srv_job *j, const srv_event *ev) {
+    if (!j->lp) return;
+    json_t *e = token_entry(j, ev->token, ev->logprob), *top = json_array();
+    for (int k = 0; k < ev->n_top; k++) json_array_append_new(top, token_entry(j, ev->top_ids[k], ev->top_lp[k]));
+    json_object_set_new(e, "top_logprobs", top);
+    json_array_append_new(j->lp, e);
+}
+
+/* The logprobs object for entries (taken), in the chat or the legacy shape. */
+static json_t *logprobs_json(srv_job *j, json_t *entries, size_t text_offset) {
+    if (j->kind == JOB_OAI_CHAT) return json_pack("{s:o, s:n}", "content", entries, "refusal");
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array(), *e;
+    size_t i, off = text_offset;
+    json_array_foreach(entries, i, e) {
+        json_array_append(toks, json_object_get(e, "token"));
+        json_array_append(lps, json_object_get(e, "logprob"));
+        json_t *t = json_object(), *x;
+        size_t k;
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, x)
+            json_object_set(t, json_string_value(json_object_get(x, "token")), json_object_get(x, "logprob"));
+        json_array_append_new(tops, t);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += json_array_size(json_object_get(e, "bytes"));
+    }
+    json_decref(entries);
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+/* The entries not yet sent, as a logprobs object (null when not asked). */
+static json_t *take_logprobs(srv_job *j) {
+    if (!j->lp) return json_null();
+    json_t *e = j->lp;
+    j->lp = json_array();
+    size_t off = j->lp_offset;
+    size_t i;
+    json_t *x;
+    json_array_foreach(e, i, x) j->lp_offset += json_array_size(json_object_get(x, "bytes"));
+    return logprobs_json(j, e, off);
+}
+
 static const char *finish_reason(const srv_job *j) {
     return !strcmp(j->st.finish, "length") ? "length" : "stop";
 }
@@ -426,9 +499,10 @@ static void put_chunk(srv_job *j, json_t *choice, json_t *use) {
 
 static json_t *choice(srv_job *j, json_t *text, const char *finish) {
     json_t *fin = finish ? json_string(finish) : json_null();
+    json_t *lp = j->lp && json_array_size(j->lp) ? take_logprobs(j) : json_null();
     if (j->kind == JOB_OAI_CHAT)
-        return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", text, "logprobs", "finish_reason", fin);
-    return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", text, "logprobs", "finish_reason", fin);
+        return json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", text, "logprobs", lp, "finish_reason", fin);
+    return json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "text", text, "logprobs", lp, "finish_reason", fin);
 }
 
 /* Streamed answers with tools are held back and sent here at the end: the
@@ -495,11 +569,13 @@ json_t *oai_response(srv_job *j) {
                          "choices", ch, "usage", usage(j));
     }
     json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
+    json_t *lp = take_logprobs(j);
     if (j->kind == JOB_OAI_CHAT)
-        ch = json_pack("{s:i, s:{s:s, s:o, s:n}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
-                       text, "refusal", "logprobs", "finish_reason", finish_reason(j));
+        ch = json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
+                       text, "refusal", "logprobs", lp, "finish_reason", finish_reason(j));
     else
-        ch = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", text, "logprobs", "finish_reason", finish_reason(j));
+        ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lp, "finish_reason",
+                       finish_reason(j));
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->id, "object",
                      j->kind == JOB_OAI_CHAT ? "chat.completion" : "text_completion", "created",
                      (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata", "choices", ch,

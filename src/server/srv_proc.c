@@ -236,6 +236,8 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
     srv_event ev = {.slot = proto_get_i32(&c)};
     gen_stats st = {0};
     char err[512];
+    int32_t top_ids[20];
+    float top_lp[20];
     uint32_t n;
     const char *s;
     switch (f->type) {
@@ -246,6 +248,19 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
         ev.kind = SRV_EV_TEXT;
         ev.text = (const char *)c.p;
         ev.len = c.left;
+        break;
+    case PROTO_TOKEN:
+        ev.kind = SRV_EV_TOKEN;
+        ev.token = proto_get_i32(&c);
+        ev.logprob = proto_get_f32(&c);
+        n = proto_get_u32(&c);
+        ev.n_top = n <= 20 ? (int)n : 0;
+        for (int k = 0; k < ev.n_top; k++) {
+            top_ids[k] = proto_get_i32(&c);
+            top_lp[k] = proto_get_f32(&c);
+        }
+        ev.top_ids = top_ids;
+        ev.top_lp = top_lp;
         break;
     case PROTO_DONE:
         ev.kind = SRV_EV_DONE;
@@ -325,7 +340,7 @@ static void *reader(void *arg) {
             uint32_t n;
             const char *s = proto_get_str(&c, &n);
             snprintf(fail, sizeof fail, "%.*s", (int)n, s);
-        } else if (f.type >= PROTO_START && f.type <= PROTO_ERROR)
+        } else if (f.type >= PROTO_START && f.type <= PROTO_TOKEN)
             on_event_frame(p, ra, &f);
         else {
             r = -1;

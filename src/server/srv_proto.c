@@ -173,6 +173,9 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     sbuf_put(b, (const char *)r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
     proto_put_u32(b, (uint32_t)r->n_stop);
     for (int i = 0; i < r->n_stop; i++) proto_put_str(b, r->stop[i], strlen(r->stop[i]));
+    proto_put_i32(b, r->logprobs);
+    proto_put_i32(b, r->top_logprobs);
+    proto_put_i32(b, r->json_mode);
 }
 
 int proto_get_request(proto_cur *c, srv_request *r) {
@@ -207,6 +210,10 @@ int proto_get_request(proto_cur *c, srv_request *r) {
         stops[i] = dup_str(s, len);
         r->n_stop = (int)i + 1;
     }
+    r->logprobs = proto_get_i32(c);
+    r->top_logprobs = proto_get_i32(c);
+    r->json_mode = proto_get_i32(c);
+    if (r->top_logprobs < 0 || r->top_logprobs > 20) c->bad = 1;
     if (c->bad) {
         proto_request_free(r);
         return -1;

@@ -60,6 +60,7 @@ enum {
     PROTO_TEXT,
     PROTO_DONE,
     PROTO_ERROR,
+    PROTO_TOKEN, /* i32 slot, i32 token, f32 logprob, u32 n_top, (i32 id, f32 logprob) x n_top */
 };
 
 typedef struct {

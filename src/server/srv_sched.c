@@ -106,7 +106,8 @@ static int run_job(slot *sl, pending *job, gen_stats *st) {
     sampler *smp = sampler_create(&r->sp, sl->e->m->hp.n_vocab);
     gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop};
     text_ctx tc = {job, sl->id, 0};
-    int rc = engine_generate(sl->e, smp, r->prompt, r->n_prompt, &gp, on_text, &tc, st);
+    int rc = r->logprobs || r->json_mode ? srv_generate(sl->e, smp, r, job->fn, job->ctx, sl->id, &tc.stopped, st)
+                                         : engine_generate(sl->e, smp, r->prompt, r->n_prompt, &gp, on_text, &tc, st);
     sampler_free(smp);
     if (rc != 0) {
         ev = (srv_event){.kind = SRV_EV_ERROR, .slot = sl->id, .error = st_error_get()};

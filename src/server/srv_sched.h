@@ -30,6 +30,9 @@ typedef struct {
     int max_tokens;              /* <= 0: until the context is full */
     const char *const *stop;     /* (n_stop) stop strings, withheld from the text */
     int n_stop;
+    int logprobs;                /* report each generated token's log probability (TOKEN events) */
+    int top_logprobs;            /* and the n (<= 20) most likely alternatives */
+    int json_mode;               /* constrain the answer to one JSON object (srv_gen.c) */
 } srv_request;
 
 typedef enum {
@@ -37,6 +40,7 @@ typedef enum {
     SRV_EV_TEXT,  /* text, whole UTF-8 characters; return nonzero to stop generating */
     SRV_EV_DONE,  /* terminal: stats filled */
     SRV_EV_ERROR, /* terminal: error names what went wrong */
+    SRV_EV_TOKEN, /* a generated token's log probability (logprobs requests), before its text */
 } srv_event_kind;
 
 typedef struct {
@@ -47,6 +51,11 @@ typedef struct {
     const gen_stats *stats;      /* DONE */
     const char *error;           /* ERROR */
     int engine_down;             /* ERROR: the engine process stopped (503; the next request restarts it) */
+    int32_t token;               /* TOKEN: the id, its log probability and the top alternatives */
+    float logprob;
+    int n_top;
+    const int32_t *top_ids;      /* (n_top) */
+    const float *top_lp;         /* (n_top) */
 } srv_event;
 
 /* Called on a worker thread. Exactly one terminal event (DONE or ERROR) ends
@@ -82,5 +91,13 @@ void sched_free(srv_sched *s);
 int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx);
 void sched_metrics_get(srv_sched *s, sched_metrics *m);
 int sched_n_ctx(const srv_sched *s);
+
+/* The generation loop for requests with logprobs or json_mode (srv_gen.c):
+ * engine_generate's contract plus TOKEN events; events go to fn with slot;
+ * *stopped is set when fn asks to stop. */
+int srv_generate(engine *e, sampler *smp, const srv_request *r, srv_event_fn fn, void *ctx, int slot, int *stopped,
+                 gen_stats *st);
+/* 0 when s[0..n) is a prefix of a JSON object text (*complete: it is whole), -1 otherwise. */
+int srv_json_prefix_ok(const char *s, size_t n, int *complete);
 
 #endif

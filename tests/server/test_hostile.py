@@ -76,10 +76,14 @@ CASES = [
     ("functions (deprecated)", "/v1/chat/completions", json.dumps(chat(functions=[{"name": "f"}])).encode(), 400,
      "unsupported_parameter"),
     ("n=2 (unsupported)", "/v1/chat/completions", json.dumps(chat(n=2)).encode(), 400, "unsupported_parameter"),
-    ("logprobs (unsupported)", "/v1/chat/completions", json.dumps(chat(logprobs=True)).encode(), 400,
-     "unsupported_parameter"),
-    ("json mode (unsupported)", "/v1/chat/completions", json.dumps(chat(response_format={"type": "json_object"}))
-     .encode(), 400, "unsupported_parameter"),
+    ("top_logprobs without logprobs", "/v1/chat/completions", json.dumps(chat(top_logprobs=2)).encode(), 400,
+     "invalid_value"),
+    ("top_logprobs 21", "/v1/chat/completions", json.dumps(chat(logprobs=True, top_logprobs=21)).encode(), 400,
+     "invalid_value"),
+    ("json_schema (unsupported)", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x"}})).encode(), 400, "unsupported_parameter"),
+    ("json mode with tools", "/v1/chat/completions", json.dumps(chat(response_format={"type": "json_object"},
+        tools=[{"type": "function", "function": {"name": "f"}}])).encode(), 400, "invalid_value"),
     ("stream_options without stream", "/v1/chat/completions",
      json.dumps(chat(stream_options={"include_usage": True})).encode(), 400, "invalid_value"),
     ("prompt beyond the context", "/v1/chat/completions",
