@@ -334,7 +334,7 @@ static void put_event(srv_job *j, const char *name, json_t *data) {
 }
 
 static const char *stop_reason(const srv_job *j) {
-    if (j->tools && j->done && !j->failed) { /* an answer with tool calls stops for them */
+    if (j->tools && !j->failed) { /* an answer with tool calls stops for them (called at the end only) */
         sbuf c = {0};
         json_t *calls = srv_job_tool_calls((srv_job *)j, &c);
         sbuf_free(&c);
