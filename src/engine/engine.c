@@ -102,6 +102,21 @@ int engine_reuse_prefix(engine *e, const int32_t *toks, int n) {
     return k;
 }
 
+int engine_read_prompt(engine *e, const int32_t *prompt, int n) {
+    if (n <= 0) {
+        st_error_set("the prompt is empty");
+        return -1;
+    }
+    if (n > e->n_ctx) {
+        st_error_set("the prompt has %d tokens, beyond the context of %d tokens", n, e->n_ctx);
+        return -1;
+    }
+    int reused = engine_reuse_prefix(e, prompt, n);
+    if (engine_eval(e, prompt + reused, n - 1 - reused) != 0) return -1;
+    if (engine_eval(e, prompt + n - 1, 1) != 0) return -1;
+    return reused;
+}
+
 /* Length of the longest suffix of s[0..n) that is a proper prefix of a stop string. */
 static size_t partial_stop(const char *s, size_t n, const gen_params *gp) {
     size_t best = 0;
@@ -130,8 +145,8 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
         return -1;
     }
     int64_t t0 = st_now_ns();
-    int reused = engine_reuse_prefix(e, prompt, n_prompt);
-    if (engine_eval(e, prompt + reused, n_prompt - reused) != 0) return -1;
+    int reused = engine_read_prompt(e, prompt, n_prompt);
+    if (reused < 0) return -1;
     st->n_prompt = n_prompt;
     st->n_reused = reused;
     st->n_read = n_prompt - reused;

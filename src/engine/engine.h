@@ -46,6 +46,12 @@ int engine_eval(engine *e, const int32_t *toks, int n);
 /* Drop cache positions beyond the longest common prefix of the cache and
  * toks (keeping at least one token to evaluate); returns the prefix length. */
 int engine_reuse_prefix(engine *e, const int32_t *toks, int n);
+/* Reuse what the cache shares with the prompt and read the rest, the last
+ * token in a call of its own: batched and single-token products round
+ * differently (and 8-bit activations amplify that), so this makes the first
+ * sampled token's logits the same whether or not the prompt was cached.
+ * Returns the reused count, or -1 with st_error. */
+int engine_read_prompt(engine *e, const int32_t *prompt, int n);
 
 typedef struct {
     int max_tokens;             /* <= 0: until the context is full */

@@ -267,8 +267,8 @@ int srv_generate(engine *e, sampler *smp, const srv_request *r, srv_event_fn fn,
         return -1;
     }
     int64_t t0 = st_now_ns();
-    int reused = engine_reuse_prefix(e, r->prompt, r->n_prompt);
-    if (engine_eval(e, r->prompt + reused, r->n_prompt - reused) != 0) return -1;
+    int reused = engine_read_prompt(e, r->prompt, r->n_prompt);
+    if (reused < 0) return -1;
     st->n_prompt = r->n_prompt;
     st->n_reused = reused;
     st->n_read = r->n_prompt - reused;

@@ -114,10 +114,16 @@ def test_stop_sequences(server, oai, anth):
     msgs = [{"role": "user", "content": "Count from one to ten in words, separated by commas."}]
     full = oai.chat.completions.create(model="any", messages=msgs, max_tokens=24, temperature=0)
     text = full.choices[0].message.content
-    words = re.findall(r"[A-Za-z]{3,}", text)
-    assert len(words) >= 3, text
-    stop = words[2]
-    cut = text[:text.index(stop)]
+    assert len(text) >= 8, text
+    # the stop string is taken from the answer itself (what a 135M model
+    # writes is not ours to fix): the first 3-character piece from a third of
+    # the way in that does not occur earlier
+    i = len(text) // 3
+    while i < len(text) - 3 and text.index(text[i:i + 3]) < i:
+        i += 1
+    stop = text[i:i + 3]
+    assert len(stop) == 3 and text.index(stop) == i, text
+    cut = text[:i]
     r = oai.chat.completions.create(model="any", messages=msgs, max_tokens=24, temperature=0, stop=[stop, "zzzz"])
     assert r.choices[0].message.content == cut and r.choices[0].finish_reason == "stop", (r, cut)
     r = oai.chat.completions.create(model="any", messages=msgs, max_tokens=24, temperature=0, stop=stop)
