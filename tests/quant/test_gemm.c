@@ -210,10 +210,10 @@ static void test_dispatch(qtt_rng *rng) {
 }
 
 /* Speed on one core, rows in cache: 16 rows x 64 tokens of 4096 weights
- * (2048 for the tile's sake on big formats is not needed: 16 rows of Q8_0
- * are 70 KiB, in L2). Reported as the gemm's speed-up over the dot loop. */
-static void bench(qtt_rng *rng) {
-    const qt_isa isa = qt_cpu_isa();
+ * (16 rows of Q8_0 are 70 KiB: L2), the shape of one cpu_matmul task, on
+ * each ISA this CPU runs; best of 9. Reported as multiply-adds per second
+ * and the gemm's speed-up over the dot loop on the same ISA. */
+static void bench_isa(qtt_rng *rng, qt_isa isa) {
     if (!qt_gemm(QT_Q4_K, isa)) {
         printf("gemm speed: no gemm kernels on %s\n", qt_isa_name(isa));
         return;
@@ -233,7 +233,7 @@ static void bench(qtt_rng *rng) {
         qt_gemm_fn gemm = qt_gemm(t, isa);
         qt_vec_dot_fn dot = qt_vec_dot(t, isa);
         double best_g = 1e9, best_d = 1e9;
-        for (int rep = 0; rep < 5; rep++) {
+        for (int rep = 0; rep < 9; rep++) {
             double t0 = now_s();
             for (int c = 0; c < nt; c += QT_GEMM_MAX_TOK) {
                 const void *act[QT_GEMM_MAX_TOK];
@@ -255,6 +255,10 @@ static void bench(qtt_rng *rng) {
         free(x);
         free(y);
     }
+}
+
+static void bench(qtt_rng *rng) {
+    for (int isa = QT_ISA_AVX2; isa <= (int)qt_cpu_isa(); isa++) bench_isa(rng, (qt_isa)isa);
 }
 
 int main(int argc, char **argv) {
