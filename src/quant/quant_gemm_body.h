@@ -105,6 +105,21 @@ QG_INLINE __m256i qg_iq4(__m256i nib) {
 #define QG_CHUNK 32
 #define QG_GROUPS (QG_CHUNK / 8)
 
+/* Prepared activations, tokens per 32-byte slot group: on VNNI two tokens'
+ * units sit side by side (64 bytes: one zmm holds unit k of tokens 2p and
+ * 2p+1, see qg_micro512); on AVX2 one. */
+#if QG_VNNI
+#define QG_TP 2
+#else
+#define QG_TP 1
+#endif
+#define QG_AP_BYTES ((size_t)QT_GEMM_MAX_TOK * QG_CHUNK * 32)
+
+/* unit k of token c in the prepared-activation buffer */
+QG_INLINE uint8_t *qg_ap(uint8_t *apb, int c, int k) {
+    return apb + ((size_t)((c / QG_TP) * QG_CHUNK + k) * QG_TP + (size_t)(c % QG_TP)) * 32;
+}
+
 /* AVX2 and a full-range format: the sign trick on the original activations.
  * Every other case: unsigned activations a+128 x signed weights, with the
  * exact correction -128 * sum(w) per unit as the integer accumulator's start. */
@@ -243,11 +258,11 @@ QG_INLINE const int8_t *qg_act(const int f, const uint8_t *act, int u) {
 }
 
 /* Prepare units u0..u0+g-1 (group gi) of a token: scales, and on the
- * offset path the unsigned quants a+128 into ap[8*gi..]. */
-QG_INLINE void qg_prep(const int f, const uint8_t *act, int u0, int g, qg_tgrp *o, uint8_t (*ap)[32], int gi) {
+ * offset path the unsigned quants a+128 into its slots of the buffer apb. */
+QG_INLINE void qg_prep(const int f, const uint8_t *act, int u0, int g, qg_tgrp *o, uint8_t *apb, int c, int gi) {
     if (!qg_sign_path(f))
         for (int k = 0; k < g; k++)
-            _mm256_store_si256((__m256i *)ap[8 * gi + k],
+            _mm256_store_si256((__m256i *)qg_ap(apb, c, 8 * gi + k),
                                _mm256_xor_si256(qg_load(qg_act(f, act, u0 + k)), _mm256_set1_epi8((char)0x80)));
     if (!qg_super(f)) {
         if (qg_has_min(f)) { /* Q8_1: d, then s */
@@ -279,12 +294,14 @@ QG_INLINE float qg_hsum(__m256 v) {
 
 /* One tile over one chunk: R decoded rows x C prepared tokens; y = (first) or += the sums. */
 QG_INLINE void qg_micro(const int f, const int R, const int C, int u0, int cu, const qg_wrow *wr,
-                        qg_tgrp (*tp)[QG_GROUPS], uint8_t (*ap)[QG_CHUNK][32], const uint8_t *const *act, float *y,
+                        qg_tgrp (*tp)[QG_GROUPS], uint8_t *apb, int c0, const uint8_t *const *act, float *y,
                         size_t ldy, int first) {
     float dd[QG_R][QG_C][8] QG_ALIGN;
     __m256 acc[QG_R][QG_C];
-    (void)u0; /* u0 and act: read by the sign path only */
+    (void)u0; /* u0 and act: read by the sign path only; apb and c0 by the others */
     (void)act;
+    (void)apb;
+    (void)c0;
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
         _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
     for (int gi = 0; gi * 8 < cu; gi++) {
@@ -313,7 +330,7 @@ QG_INLINE void qg_micro(const int f, const int R, const int C, int u0, int cu, c
 #endif
                     } else {
                         const __m256i z = _mm256_load_si256((const __m256i *)wr[r].z[uk]);
-                        const __m256i a = _mm256_load_si256((const __m256i *)ap[c][uk]);
+                        const __m256i a = _mm256_load_si256((const __m256i *)qg_ap(apb, c0 + c, uk));
 #if QG_VNNI
                         p = _mm256_dpbusd_epi32(z, a, q);
 #else
@@ -332,12 +349,71 @@ QG_INLINE void qg_micro(const int f, const int R, const int C, int u0, int cu, c
         }
 }
 
+#if QG_VNNI
+/* The AVX-512 tile: R rows x NP token pairs in zmm. One vpdpbusd does unit k
+ * of a row against tokens 2p and 2p+1 at once (the row's 32 bytes broadcast
+ * to both halves, the tokens' prepared units side by side); 512-bit
+ * VNNI/convert/FMA issue on two ports, as 256-bit FMA-class work does, so
+ * each instruction does twice the work. The per-half scale [da(2p) | da(2p+1)]
+ * of unit k comes from one vpermps per (pair, unit), shared by the R rows;
+ * the row's unit scale multiplies it by embedded broadcast. Tokens past ct
+ * (an odd count) compute on zeroed slots and are not written. */
+QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const qg_wrow *wr, qg_tgrp (*tp)[QG_GROUPS],
+                           uint8_t *apb, int c0, int ct, float *y, size_t ldy, int first) {
+    __m512 acc[QG_R][4];
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();
+    const __m512i half = _mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int gi = 0; gi * 8 < cu; gi++) {
+        const int g = cu - 8 * gi < 8 ? cu - 8 * gi : 8;
+        __m512 dap[4];
+        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {
+            dap[p] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(tp[2 * p][gi].da)),
+                                        _mm256_load_ps(tp[2 * p + 1][gi].da), 1);
+            if (qg_has_min(f)) {
+                __m512 sap = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(tp[2 * p][gi].sa)),
+                                                _mm256_load_ps(tp[2 * p + 1][gi].sa), 1);
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+                    acc[r][p] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_load_ps(wr[r].mw[gi])), sap, acc[r][p]);
+            }
+        }
+        for (int k = 0; k < g; k++) {
+            const int uk = 8 * gi + k;
+            const __m512i idx = _mm512_add_epi32(half, _mm512_set1_epi32(k));
+            __m512i q2[QG_R];
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+                q2[r] = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)wr[r].q[uk]));
+            _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {
+                const __m512 dax = _mm512_permutexvar_ps(idx, dap[p]);
+                const __m512i a2 = _mm512_load_si512(qg_ap(apb, c0 + 2 * p, uk));
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                    __m512i z2 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)wr[r].z[uk]));
+                    __m512i pv = _mm512_dpbusd_epi32(z2, a2, q2[r]);
+                    __m512 dd = _mm512_mul_ps(dax, _mm512_set1_ps(wr[r].dw[gi][k]));
+                    acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pv), dd, acc[r][p]);
+                }
+            }
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {
+            for (int h = 0; h < 2; h++) {
+                const int c = 2 * p + h;
+                if (c >= ct) break;
+                __m256 v = h ? _mm512_extractf32x8_ps(acc[r][p], 1) : _mm512_castps512_ps256(acc[r][p]);
+                float *o = &y[(size_t)c * ldy + (size_t)r];
+                *o = first ? qg_hsum(v) : *o + qg_hsum(v);
+            }
+        }
+}
+#endif
+
 QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv,
                       float *y, size_t ldy) {
     const uint8_t *const *act = (const uint8_t *const *)actv;
     qg_wrow wr[QG_R];
     qg_tgrp tp[QT_GEMM_MAX_TOK][QG_GROUPS];
-    uint8_t ap[QT_GEMM_MAX_TOK][QG_CHUNK][32] QG_ALIGN; /* unsigned activations (offset path) */
+    uint8_t apb[QG_AP_BYTES] QG_ALIGN; /* unsigned activations (offset path), qg_ap layout */
     const int n_units = n / 32;
     for (int u0 = 0; u0 < n_units; u0 += QG_CHUNK) {
         const int cu = n_units - u0 < QG_CHUNK ? n_units - u0 : QG_CHUNK;
@@ -345,7 +421,13 @@ QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t
         /* tokens: prepared once per chunk, used by every row tile */
         for (int c = 0; c < nc; c++)
             for (int gi = 0; gi * 8 < cu; gi++)
-                qg_prep(f, act[c], u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &tp[c][gi], ap[c], gi);
+                qg_prep(f, act[c], u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &tp[c][gi], apb, c, gi);
+#if QG_VNNI
+        if (nc % 2) { /* the odd token's partner slot: zeros, computed on and not written */
+            memset(tp[nc], 0, sizeof tp[nc]);
+            for (int k = 0; k < cu; k++) memset(qg_ap(apb, nc, k), 0, 32);
+        }
+#endif
         const uint8_t *w = wv;
         for (int r = 0; r < nr; r += QG_R, w += (size_t)QG_R * ws) {
             const int rt = nr - r < QG_R ? nr - r : QG_R;
@@ -353,23 +435,36 @@ QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t
             for (int i = 0; i < rt; i++)
                 for (int gi = 0; gi * 8 < cu; gi++)
                     qg_decode(f, w + (size_t)i * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &wr[i], gi);
+            if (rt < QG_R) { /* leftover rows (rare: models' row counts are multiples of 4) */
+                for (int i = 0; i < rt; i++)
+                    for (int c = 0; c < nc; c++)
+                        qg_micro(f, 1, 1, u0, cu, &wr[i], &tp[c], apb, c, act + c, y + (size_t)c * ldy + r + i, ldy,
+                                 first);
+                continue;
+            }
+#if QG_VNNI
+            for (int c = 0; c < nc; c += 8) {
+                const int ct = nc - c < 8 ? nc - c : 8;
+                float *yt = y + (size_t)c * ldy + (size_t)r;
+                switch ((ct + 1) / 2) {
+                case 1: qg_micro512(f, QG_R, 1, cu, wr, &tp[c], apb, c, ct, yt, ldy, first); break;
+                case 2: qg_micro512(f, QG_R, 2, cu, wr, &tp[c], apb, c, ct, yt, ldy, first); break;
+                case 3: qg_micro512(f, QG_R, 3, cu, wr, &tp[c], apb, c, ct, yt, ldy, first); break;
+                default: qg_micro512(f, QG_R, 4, cu, wr, &tp[c], apb, c, ct, yt, ldy, first); break;
+                }
+            }
+#else
             for (int c = 0; c < nc; c += QG_C) {
                 const int ct = nc - c < QG_C ? nc - c : QG_C;
                 float *yt = y + (size_t)c * ldy + (size_t)r;
-                if (rt < QG_R) { /* leftover rows (rare: models' row counts are multiples of 4) */
-                    for (int i = 0; i < rt; i++)
-                        for (int j = 0; j < ct; j++)
-                            qg_micro(f, 1, 1, u0, cu, &wr[i], &tp[c + j], &ap[c + j], act + c + j,
-                                     yt + (size_t)j * ldy + i, ldy, first);
-                    continue;
-                }
                 switch (ct) {
-                case 1: qg_micro(f, QG_R, 1, u0, cu, wr, &tp[c], &ap[c], act + c, yt, ldy, first); break;
-                case 2: qg_micro(f, QG_R, 2, u0, cu, wr, &tp[c], &ap[c], act + c, yt, ldy, first); break;
-                case 3: qg_micro(f, QG_R, 3, u0, cu, wr, &tp[c], &ap[c], act + c, yt, ldy, first); break;
-                default: qg_micro(f, QG_R, QG_C, u0, cu, wr, &tp[c], &ap[c], act + c, yt, ldy, first); break;
+                case 1: qg_micro(f, QG_R, 1, u0, cu, wr, &tp[c], apb, c, act + c, yt, ldy, first); break;
+                case 2: qg_micro(f, QG_R, 2, u0, cu, wr, &tp[c], apb, c, act + c, yt, ldy, first); break;
+                case 3: qg_micro(f, QG_R, 3, u0, cu, wr, &tp[c], apb, c, act + c, yt, ldy, first); break;
+                default: qg_micro(f, QG_R, QG_C, u0, cu, wr, &tp[c], apb, c, act + c, yt, ldy, first); break;
                 }
             }
+#endif
         }
     }
 }
