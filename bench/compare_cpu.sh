@@ -17,8 +17,8 @@
 # and tg128 mean the same work. The load average before and after is printed:
 # other jobs on the machine distort both sides (and not always equally).
 # On a machine with more runnable jobs than cores, llama.cpp's OpenMP threads
-# spin at every graph barrier while the other thread is descheduled (tg128 at
-# load 13 on 2 cores: 0.45 tok/s, against 50 with OMP_WAIT_POLICY=passive);
+# spin at every graph barrier while the other thread is descheduled (SmolLM2
+# decode at load 13 on 2 cores: 0.45 tok/s, 50 with OMP_WAIT_POLICY=passive);
 # the variable is passed through and printed, so set it and say so.
 set -euo pipefail
 
