@@ -25,6 +25,7 @@ typedef struct {
     int precise;      /* f32 activations in matrix products (STRATA_PRECISE=1) */
     cpu_scratch rows; /* precise mode: one dequantized weight row per thread */
     cpu_scratch gath; /* precise mode: an expert's gathered input rows */
+    cpu_scratch attn; /* attention scores and accumulators, per thread */
 } cpu_ctx;
 
 static cpu_ctx *CTX(st_backend *be) { return (cpu_ctx *)be->ctx; }
@@ -174,55 +175,115 @@ typedef struct {
     int n_tok, pos0, n_head, window;
     float scale;
     float *out;
-    float *scratch; /* per thread: n_ctx scores + head_dim values */
+    float *scratch; /* per thread: scores of the group's heads, then their accumulators */
     size_t scratch_stride;
 } attn_job;
 
-static float kv_elem(const st_kv_layer *kv, const void *base, const float *scales, size_t p, int h, int i) {
-    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
-    if (kv->type == ST_KV_F16) return st_f16_to_f32(((const uint16_t *)base)[p * row + (size_t)h * kv->head_dim + i]);
-    return scales[p * kv->n_head_kv + h] * (float)((const int8_t *)base)[p * row + (size_t)h * kv->head_dim + i];
+/* Dot products and axpys of f32 query/accumulator rows with one f16 or int8
+ * cache row. The AVX2 versions convert 8 halves per instruction (F16C); the
+ * portable ones convert through st_f16_to_f32. Picked once per call. */
+static float dot_f16(const float *q, const uint16_t *k, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += q[i] * st_f16_to_f32(k[i]);
+    return s;
 }
 
-/* One (token, head) pair: scores over the visible positions, softmax, weighted sum of V. */
+static void axpy_f16(float *acc, float w, const uint16_t *v, int n) {
+    for (int i = 0; i < n; i++) acc[i] += w * st_f16_to_f32(v[i]);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma,f16c"))) static float dot_f16_avx2(const float *q, const uint16_t *k, int n) {
+    __m256 a = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), a);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float s = _mm_cvtss_f32(h);
+    for (; i < n; i++) s += q[i] * st_f16_to_f32(k[i]);
+    return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *acc, float w, const uint16_t *v, int n) {
+    __m256 wv = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))),
+                                                  _mm256_loadu_ps(acc + i)));
+    for (; i < n; i++) acc[i] += w * st_f16_to_f32(v[i]);
+}
+#endif
+
+static float dot_i8(const float *q, const int8_t *k, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += q[i] * (float)k[i];
+    return s;
+}
+
+static void axpy_i8(float *acc, float w, const int8_t *v, int n) {
+    for (int i = 0; i < n; i++) acc[i] += w * (float)v[i];
+}
+
+typedef float (*dot_f16_fn)(const float *, const uint16_t *, int);
+typedef void (*axpy_f16_fn)(float *, float, const uint16_t *, int);
+static dot_f16_fn g_dot_f16 = dot_f16;
+static axpy_f16_fn g_axpy_f16 = axpy_f16;
+
+/* One (token, KV head) pair: the query heads that share this KV head (GQA)
+ * go together, so each cache row is read and converted once for all of
+ * them: scores over the visible positions, softmax, weighted sum of V. */
 static void attn_task(void *ctx, int64_t task, int thread) {
     attn_job *j = ctx;
     const st_kv_layer *kv = j->kv;
-    int t = (int)(task / j->n_head), h = (int)(task % j->n_head);
-    int hd = kv->head_dim, hkv = h / (j->n_head / kv->n_head_kv);
+    int hd = kv->head_dim, G = j->n_head / kv->n_head_kv;
+    int t = (int)(task / kv->n_head_kv), hkv = (int)(task % kv->n_head_kv);
     int pos = j->pos0 + t;
     int first = (j->window > 0 && pos - j->window + 1 > 0) ? pos - j->window + 1 : 0;
-    float *sc = j->scratch + (size_t)thread * j->scratch_stride;
-    float *acc = sc + kv->n_ctx;
-    const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
-    float mx = -INFINITY;
+    size_t row = (size_t)kv->n_head_kv * hd, nc = (size_t)kv->n_ctx;
+    float *sc = j->scratch + (size_t)thread * j->scratch_stride; /* [G][n_ctx] */
+    float *acc = sc + (size_t)G * nc;                            /* [G][hd] */
+    const float *q = j->q + ((size_t)t * j->n_head + (size_t)hkv * G) * hd;
+    int f16 = kv->type == ST_KV_F16;
     for (int p = first; p <= pos; p++) {
-        float s = 0;
-        for (int i = 0; i < hd; i++) s += q[i] * kv_elem(kv, kv->k, kv->k_scale, (size_t)p, hkv, i);
-        s *= j->scale;
-        sc[p] = s;
-        mx = fmaxf(mx, s);
+        size_t off = (size_t)p * row + (size_t)hkv * hd;
+        for (int g = 0; g < G; g++)
+            sc[(size_t)g * nc + p] =
+                j->scale * (f16 ? g_dot_f16(q + (size_t)g * hd, (const uint16_t *)kv->k + off, hd)
+                                : kv->k_scale[(size_t)p * kv->n_head_kv + hkv] *
+                                      dot_i8(q + (size_t)g * hd, (const int8_t *)kv->k + off, hd));
     }
-    double sum = 0;
+    for (int g = 0; g < G; g++) {
+        float *s = sc + (size_t)g * nc, mx = -INFINITY;
+        for (int p = first; p <= pos; p++) mx = fmaxf(mx, s[p]);
+        double sum = 0;
+        for (int p = first; p <= pos; p++) sum += s[p] = expf(s[p] - mx);
+        float inv = (float)(1.0 / sum);
+        for (int p = first; p <= pos; p++) s[p] *= inv;
+    }
+    memset(acc, 0, (size_t)G * hd * sizeof(float));
     for (int p = first; p <= pos; p++) {
-        sc[p] = expf(sc[p] - mx);
-        sum += sc[p];
+        size_t off = (size_t)p * row + (size_t)hkv * hd;
+        float vs = f16 ? 1.0f : kv->v_scale[(size_t)p * kv->n_head_kv + hkv];
+        for (int g = 0; g < G; g++) {
+            float w = sc[(size_t)g * nc + p];
+            if (f16) g_axpy_f16(acc + (size_t)g * hd, w, (const uint16_t *)kv->v + off, hd);
+            else axpy_i8(acc + (size_t)g * hd, w * vs, (const int8_t *)kv->v + off, hd);
+        }
     }
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int p = first; p <= pos; p++) {
-        float w = (float)(sc[p] / sum);
-        for (int i = 0; i < hd; i++) acc[i] += w * kv_elem(kv, kv->v, kv->v_scale, (size_t)p, hkv, i);
-    }
-    memcpy(j->out + ((size_t)t * j->n_head + h) * hd, acc, (size_t)hd * sizeof(float));
+    memcpy(j->out + ((size_t)t * j->n_head + (size_t)hkv * G) * hd, acc, (size_t)G * hd * sizeof(float));
 }
 
 static void cpu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                           float scale, int window, float *out) {
     cpu_ctx *c = CTX(be);
-    attn_job j = {q, kv, n_tok, pos0, n_head, window, scale, out, NULL, (size_t)kv->n_ctx + (size_t)kv->head_dim};
-    j.scratch = st_malloc(j.scratch_stride * (size_t)c->n_threads * sizeof(float));
-    st_pool_run(c->pool, (int64_t)n_tok * n_head, attn_task, &j);
-    st_free(j.scratch);
+    int G = n_head / kv->n_head_kv;
+    attn_job j = {q, kv, n_tok, pos0, n_head, window, scale, out, NULL,
+                  (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
+    j.scratch = cpu_scratch_reserve(&c->attn, j.scratch_stride * (size_t)c->n_threads * sizeof(float));
+    st_pool_run(c->pool, (int64_t)n_tok * kv->n_head_kv, attn_task, &j);
 }
 
 static float gelu_tanh(float x) {
@@ -336,6 +397,7 @@ static void cpu_destroy(st_backend *be) {
     cpu_scratch_free(&c->moeq);
     cpu_scratch_free(&c->rows);
     cpu_scratch_free(&c->gath);
+    cpu_scratch_free(&c->attn);
     st_pool_free(c->pool);
     st_free(be->ctx);
     st_free(be);
@@ -346,6 +408,12 @@ st_backend *backend_cpu_create(int n_threads) {
     cpu_ctx *c = st_calloc(1, sizeof *c);
     c->pool = st_pool_init(n_threads);
     c->n_threads = st_pool_n_threads(c->pool);
+#if defined(__x86_64__)
+    if (qt_cpu_isa() >= QT_ISA_AVX2) { /* AVX2 machines have F16C and FMA */
+        g_dot_f16 = dot_f16_avx2;
+        g_axpy_f16 = axpy_f16_avx2;
+    }
+#endif
     const char *p = st_switch_get("STRATA_PRECISE");
     c->precise = p && !strcmp(p, "1");
     if (c->precise) ST_INFO("STRATA_PRECISE=1: matrix products use f32 activations (slower)");
