@@ -5,15 +5,16 @@
  * Why: the single-row dot (qt_vec_dot) decodes every weight block (nibble
  * unpack, scale decode) each time it is called, so a prompt of T tokens
  * decoded each block T times and prompt processing was bound by decode work.
- * A gemm kernel decodes each block of R rows ONCE into bytes and float scales
- * held in L1, then multiplies them with the blocks of up to QT_GEMM_MAX_TOK
- * tokens: decode work is amortized over the tokens, activation preparation
- * (offset sums, scale conversion) over the rows.
+ * A gemm kernel decodes each block of a few rows ONCE into int8 and float
+ * scales held in L1, then multiplies them with the blocks of up to
+ * QT_GEMM_MAX_TOK tokens in register tiles (AVX-512: 4 rows x 8 tokens):
+ * decode work is amortized over the tokens, activation preparation (scale
+ * conversion, unsigned copy) over the rows. Design: quant_gemm_body.h.
  *
  * Results equal the single-row dot's up to float rounding: the integer sums
- * of each block are exact in both; the kernels here scale per 32-weight unit
- * in float (scale products rounded differently) and sum blocks in another
- * order. tests/quant/test_gemm.c bounds the difference at 1e-6 of
+ * of each block are exact in both (offsets included); the kernels here scale
+ * per 32-weight unit in float (scale products rounded differently) and sum
+ * blocks in another order. tests/quant/test_gemm.c bounds the difference at 1e-6 of
  * sum|w_i * a_i| (the normalisation test_dot.c uses).
  *
  * Formats (x86 with AVX2 or AVX-512 VNNI): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
@@ -28,7 +29,8 @@
 
 #include "quant/quant.h"
 
-/* Most activation rows one call takes. */
+/* Most activation rows one call takes (the kernels keep that many tokens'
+ * prepared chunks on the stack: ~90 KiB). */
 #define QT_GEMM_MAX_TOK 64
 
 /* y[c*ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc.

@@ -1,38 +1,40 @@
 /* The gemm kernels (quant_gemm.h), written once and compiled twice: by
  * quant_gemm_avx2.c (QG_VNNI 0: vpmaddubsw + vpmaddwd, 16 ymm registers) and
- * by quant_gemm_avx512.c (QG_VNNI 1: vpdpbusd / vpdpwssd on ymm, 32
- * registers). Each includer defines QG_VNNI, QG_R (rows per tile), QG_C
- * (tokens per tile, <= QT_GEMM_MAX_TOK) and QG_TABLE (its table's name).
+ * by quant_gemm_avx512.c (QG_VNNI 1: vpdpbusd, zmm tiles). Each includer
+ * defines QG_VNNI, QG_R (rows per tile), QG_C (tokens per ymm tile) and
+ * QG_TABLE (its table's name).
  *
  * Every format is cut into 32-weight UNITS that match a 32-byte run of
  * activation quants: a legacy block, or a sub-block of a 256-weight
- * super-block. A GROUP is up to 8 units (one super-block, or 8 legacy blocks).
- * Per group:
- *   1. each of R weight rows is decoded once into 8 x 32 bytes (L1 buffer),
- *      a float scale per unit dw (d, or d * sub-block scale) and, for formats
- *      with a min, a float min coefficient per unit mw;
- *   2. each of C tokens gets its per-unit scale da, min partner sa (Q8_1's s,
- *      or dy * sub-block sum from Q8_K's bsums) and, for formats stored with
- *      an offset, Z = -offset * (sum of the unit's activation quants) as an
- *      int32 vector: the accumulator the unit's integer dot starts from;
- *   3. per (row, token) and unit: P = Z + dot(u, a) in int32 (exact), then
- *      acc += float(P) * (dw * da)[unit], with the 8 scale products of a
- *      group made by one vector multiply; the min term adds mw * sa once per
- *      group (8 units in one FMA).
+ * super-block. A GROUP is up to 8 units; a CHUNK 32 units (1024 weights).
+ * One call (nr rows x nc <= QT_GEMM_MAX_TOK tokens) goes chunk by chunk:
+ *   1. each token's units are PREPARED once: float unit scale da, min
+ *      partner sa (Q8_1's s, or dy * unit sum from Q8_K's bsums), and the
+ *      quants stored unsigned as a+128 (a xor 0x80);
+ *   2. each row tile of R rows is DECODED once: signed int8 weights per unit,
+ *      z = -128 * sum(w) as int32 lanes, float unit scale dw (d, or d times
+ *      the sub-block scale) and min coefficient mw;
+ *   3. per (row, token, unit): P = z + dot(a+128, w) = dot(a, w) EXACTLY in
+ *      int32 (vpdpbusd takes the unsigned a+128 against signed w and starts
+ *      from z), then acc += float(P) * dw*da; formats with a min add mw * sa
+ *      once per group (8 units in one FMA).
+ * Offsets are exact on purpose: a float correction (-128 * sum(a) * da * dw)
+ * cancels badly on activations with a large mean, and the next layer's
+ * activation quantization amplifies it (seen in tests/ref, qwen3 q8_0).
+ * Decode work is paid once per chunk per row for all nc tokens; activation
+ * preparation once per chunk per token for all nr rows.
+ *
+ * Byte ranges for the integer core:
+ *   VNNI: vpdpbusd(u8 a+128 in 1..255, s8 w) sums 4 products in int32: exact.
+ *   AVX2: vpmaddubsw sums pairs into int16 and saturates past 32767:
+ *     2 * 255 * |w| must stay below 2^15, true for |w| <= 31 (Q4_0 -8..7,
+ *     Q5_0 -16..15, Q4_1/Q4_K 0..15, Q5_1/Q5_K 0..31). Q8_0, IQ4_NL and
+ *     IQ4_XS (|w| up to 128) use the sign trick instead: |w| x sign(a, w) on
+ *     the original activations (|w| <= 128 as unsigned, 2*128*127 fits).
  * Q6_K has 16-weight sub-blocks and int8 scales: it keeps the integer scale
  * (vpmaddubsw, then vpdpwssd / vpmaddwd with the scale pair vectors made at
  * decode) and applies d * dy once per super-block; its -32 offset is
  * -32 * sum_g sc_g * bsum_g, one vpmaddwd per (row, token).
- *
- * Weight bytes must make exact products with the integer core:
- *   VNNI: vpdpbusd takes unsigned 0..255 x signed: values are stored as
- *     unsigned with an offset (Q4_0 8, Q5_0 16, Q8_0/IQ4_NL/IQ4_XS 128).
- *   AVX2: vpmaddubsw sums pairs into int16 and saturates past 32767, so an
- *     unsigned byte may be at most 128 (2*128*127 fits): nibble formats are
- *     stored unsigned as above; Q8_0, IQ4_NL, IQ4_XS signed, and each pair
- *     uses the sign trick |w| x sign(a, w) (|w| <= 128 as unsigned).
- * Sub-block scale ranges: Q4_K/Q5_K 0..63, IQ4_XS -32..31; the float dw holds
- * d * that exactly up to f32 rounding of the product.
  */
 #ifndef STRATA_QUANT_QUANT_GEMM_BODY_H
 #define STRATA_QUANT_QUANT_GEMM_BODY_H
