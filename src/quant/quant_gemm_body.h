@@ -387,7 +387,7 @@ QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const
                 q2[r] = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)wr[r].q[uk]));
             _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {
                 const __m512 dax = _mm512_permutexvar_ps(idx, dap[p]);
-                const __m512i a2 = _mm512_load_si512(qg_ap(apb, c0 + 2 * p, uk));
+                const __m512i a2 = _mm512_loadu_si512(qg_ap(apb, c0 + 2 * p, uk));
                 _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
                     __m512i z2 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)wr[r].z[uk]));
                     __m512i pv = _mm512_dpbusd_epi32(z2, a2, q2[r]);
@@ -415,7 +415,7 @@ QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t
     const uint8_t *const *act = (const uint8_t *const *)actv;
     qg_wrow wr[QG_R];
     qg_tgrp tp[QT_GEMM_MAX_TOK][QG_GROUPS];
-    uint8_t apb[QG_AP_BYTES] QG_ALIGN; /* unsigned activations (offset path), qg_ap layout */
+    uint8_t apb[QG_AP_BYTES] __attribute__((aligned(64))); /* unsigned activations (offset path), qg_ap layout */
     const int n_units = n / 32;
     for (int u0 = 0; u0 < n_units; u0 += QG_CHUNK) {
         const int cu = n_units - u0 < QG_CHUNK ? n_units - u0 : QG_CHUNK;
