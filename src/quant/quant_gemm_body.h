@@ -136,7 +136,17 @@ typedef struct {
 #endif
     float dw[QG_GROUPS][8] QG_ALIGN;   /* unit scale; 0 past the row's units */
     float mw[QG_GROUPS][8] QG_ALIGN;   /* min coefficient (qg_has_min); 0 past the units */
+#if QG_VNNI
+    /* Q4_K/Q5_K integer scales (qg_kint): */
+    int32_t zs[QG_GROUPS][8] QG_ALIGN; /* sum_j sc_j * z_j: the super-block's offset, scaled */
+    uint32_t sc2[QG_CHUNK];            /* unit j's 6-bit scale in both int16 halves */
+    float dk[QG_GROUPS];               /* the super-block's d */
+#endif
 } qg_wrow;
+
+/* Q4_K/Q5_K on VNNI: integer sub-block scales (vpmaddubsw + vpdpwssd), d * dy
+ * once per super-block, instead of a float scale per unit */
+QG_INLINE int qg_kint(int f) { return QG_VNNI && (f == QG_Q4_K || f == QG_Q5_K); }
 
 /* One token's prepared group. */
 typedef struct {
@@ -240,6 +250,16 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
             qg_put_unit(f, o, k0 + 2 * c, lo);
             qg_put_unit(f, o, k0 + 2 * c + 1, hi);
         }
+#if QG_VNNI
+        __m256i zs = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            o->sc2[k0 + j] = (uint32_t)sc[j] * 0x10001u;
+            zs = _mm256_add_epi32(zs, _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)o->z[k0 + j]),
+                                                         _mm256_set1_epi32(sc[j])));
+        }
+        _mm256_store_si256((__m256i *)o->zs[gi], zs);
+        o->dk[gi] = d;
+#endif
         return;
     }
     /* IQ4_XS: unit j = 16 bytes of qs (low nibbles elements 0..15, high 16..31),
@@ -378,6 +398,28 @@ QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const
                 _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
                     acc[r][p] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_load_ps(wr[r].mw[gi])), sap, acc[r][p]);
             }
+        }
+        if (qg_kint(f)) {
+            /* a super-block: per row, isum = sum_j sc_j * (z_j + dot(a+128, w_j)) in
+             * int32 (|isum| < 8 * 63 * 32 * 255 * 31: exact), then acc += isum * d*dy */
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                __m512i isum[4];
+                const __m512i zs = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)wr[r].zs[gi]));
+                _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) isum[p] = zs;
+                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                    const int uk = 8 * gi + k;
+                    const __m512i q2 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)wr[r].q[uk]));
+                    const __m512i sc = _mm512_set1_epi32((int)wr[r].sc2[uk]);
+                    _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {
+                        const __m512i a2 = _mm512_loadu_si512(qg_ap(apb, c0 + 2 * p, uk));
+                        isum[p] = _mm512_dpwssd_epi32(isum[p], _mm512_maddubs_epi16(a2, q2), sc);
+                    }
+                }
+                _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)
+                    acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[p]),
+                                                _mm512_mul_ps(dap[p], _mm512_set1_ps(wr[r].dk[gi])), acc[r][p]);
+            }
+            continue;
         }
         for (int k = 0; k < g; k++) {
             const int uk = 8 * gi + k;
