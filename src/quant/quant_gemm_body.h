@@ -282,7 +282,7 @@ QG_INLINE const int8_t *qg_act(const int f, const uint8_t *act, int u) {
 /* Prepare units u0..u0+g-1 (group gi) of a token: scales, and on the
  * offset path the unsigned quants a+128 into its slots of the buffer apb. */
 QG_INLINE void qg_prep(const int f, const uint8_t *act, int u0, int g, qg_tgrp *o, uint8_t *apb, int c, int gi) {
-    if (!qg_sign_path(f))
+    if (!qg_sign_path(f) && apb) /* qg_run16 reads the activations in place: no copy */
         for (int k = 0; k < g; k++)
             _mm256_store_si256((__m256i *)qg_ap(apb, c, 8 * gi + k),
                                _mm256_xor_si256(qg_load(qg_act(f, act, u0 + k)), _mm256_set1_epi8((char)0x80)));
@@ -449,6 +449,129 @@ QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const
                 *o = first ? qg_hsum(v) : *o + qg_hsum(v);
             }
         }
+}
+#endif
+
+#if QG_VNNI
+/* ---- AVX-512: 16 rows interleaved (lane = row) ----
+ * For blocks of 16 rows (every full cpu_matmul task), the chunk's decoded
+ * rows are stored interleaved: for unit k and dword j, one 64-byte vector
+ * holds bytes 4j..4j+3 of the 16 rows, as unsigned w+128. One vpdpbusd then
+ * multiplies 16 rows x 4 weights with a token's 4 activation bytes, broadcast
+ * from the activation row itself ({1to16}: no copy, no shuffle); 8 of them
+ * cover a unit, whose int32 sums start at -128 * sum(a) (exact offset). The
+ * lane-per-row result takes the rows' unit scales as one vector: per (unit,
+ * token) 8 vpdpbusd + convert + multiply + FMA for 512 multiply-adds, against
+ * 4 instructions per 64 in qg_micro512. The outputs are 16 consecutive floats
+ * of y per token (no horizontal sums). It is llama.cpp's repacked layout,
+ * built per call in L1 from the decoded chunk instead of once at load. */
+#define QG_RB 16
+
+typedef struct {
+    uint8_t w[QG_CHUNK][8][64]; /* unit k, dword j: lane r = row r's bytes 4j..4j+3, as w+128 */
+    float dw[QG_CHUNK][QG_RB];  /* unit scale per row */
+    float mw[QG_CHUNK][QG_RB];  /* min coefficient per row (qg_has_min) */
+} qg_wblk;
+
+/* per token and unit of the chunk */
+typedef struct {
+    int32_t zt[QT_GEMM_MAX_TOK][QG_CHUNK]; /* -128 * sum of the unit's quants */
+    float da[QT_GEMM_MAX_TOK][QG_CHUNK];
+    float sa[QT_GEMM_MAX_TOK][QG_CHUNK];
+} qg_tblk;
+
+/* CT tokens (c0..c0+CT-1) x 16 rows over the chunk's cu units */
+QG_INLINE void qg_micro16(const int f, const int CT, int u0, int cu, const qg_wblk *b, const qg_tblk *t,
+                          const uint8_t *const *act, int c0, float *y, size_t ldy, int first) {
+    __m512 acc[16];
+    _Pragma("GCC unroll 16") for (int c = 0; c < CT; c++) acc[c] = _mm512_setzero_ps();
+    for (int k = 0; k < cu; k++) {
+        __m512i wv[8];
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) wv[j] = _mm512_load_si512(b->w[k][j]);
+        const __m512 dw = _mm512_load_ps(b->dw[k]);
+        _Pragma("GCC unroll 16") for (int c = 0; c < CT; c++) {
+            const int8_t *a = qg_act(f, act[c0 + c], u0 + k);
+            __m512i isum = _mm512_set1_epi32(t->zt[c0 + c][k]);
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
+                int32_t a4;
+                memcpy(&a4, a + 4 * j, 4);
+                isum = _mm512_dpbusd_epi32(isum, wv[j], _mm512_set1_epi32(a4));
+            }
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(t->da[c0 + c][k])),
+                                     acc[c]);
+            if (qg_has_min(f))
+                acc[c] = _mm512_fmadd_ps(_mm512_load_ps(b->mw[k]), _mm512_set1_ps(t->sa[c0 + c][k]), acc[c]);
+        }
+    }
+    _Pragma("GCC unroll 16") for (int c = 0; c < CT; c++) {
+        float *o = y + (size_t)(c0 + c) * ldy;
+        _mm512_storeu_ps(o, first ? acc[c] : _mm512_add_ps(_mm512_loadu_ps(o), acc[c]));
+    }
+}
+
+QG_INLINE void qg_run16(const int f, int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv,
+                        float *y, size_t ldy) {
+    const uint8_t *const *act = (const uint8_t *const *)actv;
+    qg_wblk b __attribute__((aligned(64)));
+    qg_tblk t;
+    qg_wrow tmp;
+    const int n_units = n / 32;
+    for (int u0 = 0; u0 < n_units; u0 += QG_CHUNK) {
+        const int cu = n_units - u0 < QG_CHUNK ? n_units - u0 : QG_CHUNK;
+        const int first = u0 == 0;
+        /* tokens: scales and the exact offset -128 * sum(a) per unit, 8 units at a time */
+        for (int c = 0; c < nc; c++)
+            for (int gi = 0; gi * 8 < cu; gi++) {
+                const int g = cu - 8 * gi < 8 ? cu - 8 * gi : 8;
+                qg_tgrp tg;
+                qg_prep(f, act[c], u0 + 8 * gi, g, &tg, NULL, 0, gi);
+                __m256i sums;
+                if (qg_super(f)) { /* pair sums of Q8_K's 16 bsums */
+                    __m256i bs = qg_load(((const block_q8_K *)act[c])[(u0 + 8 * gi) / 8].bsums);
+                    sums = _mm256_cvtepi16_epi32(
+                        _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+                } else { /* lane sums of each unit, then a transposing add tree: lane k = unit k */
+                    __m256i u[8];
+                    for (int k = 0; k < 8; k++)
+                        u[k] = k < g ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
+                                                           qg_load(qg_act(f, act[c], u0 + 8 * gi + k)))
+                                     : _mm256_setzero_si256();
+                    __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(u[0], u[1]), _mm256_hadd_epi32(u[2], u[3]));
+                    __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(u[4], u[5]), _mm256_hadd_epi32(u[6], u[7]));
+                    sums = _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                                            _mm256_permute2x128_si256(lo, hi, 0x31));
+                }
+                int32_t zt[8];
+                _mm256_storeu_si256((__m256i *)zt, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7)));
+                for (int k = 0; k < g; k++) {
+                    t.zt[c][8 * gi + k] = zt[k];
+                    t.da[c][8 * gi + k] = tg.da[k];
+                    t.sa[c][8 * gi + k] = qg_has_min(f) ? tg.sa[k] : 0.0f;
+                }
+            }
+        const uint8_t *w = wv;
+        for (int r0 = 0; r0 < nr; r0 += QG_RB, w += (size_t)QG_RB * ws) {
+            /* rows: decoded once per chunk, then interleaved dword by dword */
+            for (int r = 0; r < QG_RB; r++) {
+                for (int gi = 0; gi * 8 < cu; gi++)
+                    qg_decode(f, w + (size_t)r * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &tmp, gi);
+                for (int k = 0; k < cu; k++) {
+                    uint32_t d[8];
+                    _mm256_storeu_si256((__m256i *)d, _mm256_xor_si256(_mm256_load_si256((const __m256i *)tmp.q[k]),
+                                                                       _mm256_set1_epi8((char)0x80)));
+                    for (int j = 0; j < 8; j++) memcpy(&b.w[k][j][4 * r], &d[j], 4);
+                    b.dw[k][r] = tmp.dw[k / 8][k % 8];
+                    b.mw[k][r] = qg_has_min(f) ? tmp.mw[k / 8][k % 8] : 0.0f;
+                }
+            }
+            float *yr = y + r0;
+            int c = 0;
+            for (; c + 16 <= nc; c += 16) qg_micro16(f, 16, u0, cu, &b, &t, act, c, yr, ldy, first);
+            for (; c + 8 <= nc; c += 8) qg_micro16(f, 8, u0, cu, &b, &t, act, c, yr, ldy, first);
+            for (; c + 4 <= nc; c += 4) qg_micro16(f, 4, u0, cu, &b, &t, act, c, yr, ldy, first);
+            for (; c < nc; c++) qg_micro16(f, 1, u0, cu, &b, &t, act, c, yr, ldy, first);
+        }
+    }
 }
 #endif
 
@@ -622,9 +745,22 @@ static void gemm_q6_k(int n, int nr, int nc, const void *wv, size_t ws, const vo
 
 /* ---- entry points ---- */
 
+#if QG_VNNI
+/* Q4_K/Q5_K keep qg_micro512's integer sub-block scales (faster than a
+ * float scale per unit here); Q6_K has its own kernel */
+#define QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy) \
+    if ((nr) % QG_RB == 0 && !qg_kint(f)) {     \
+        qg_run16(f, n, nr, nc, w, ws, act, y, ldy); \
+        return;                                  \
+    }
+#else
+#define QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy)
+#endif
+
 #define QG_ENTRY(name, f)                                                                          \
     static void name(int n, int nr, int nc, const void *w, size_t ws, const void *const *act, float *y, \
                      size_t ldy) {                                                                 \
+        QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy)                                                 \
         qg_run(f, n, nr, nc, w, ws, act, y, ldy);                                                  \
     }
 

@@ -254,8 +254,13 @@ static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
     if (tb > m->n_tok) tb = m->n_tok;
     j->tok_per_task = tb;
     j->n_tok_blocks = ceil_div(m->n_tok, tb);
-    j->rows_per_task = MATMUL_ROW_BLOCK;
-    return ceil_div(m->n_rows, MATMUL_ROW_BLOCK) * j->n_tok_blocks;
+    /* A gemm call prepares its tokens once for all its rows: give it up to
+     * 64 rows (multiples of 16, the kernels' row block) while that still
+     * leaves at least 4 tasks per thread. */
+    int64_t rows = MATMUL_ROW_BLOCK;
+    while (j->gemm && rows < 64 && ceil_div(m->n_rows, 2 * rows) * j->n_tok_blocks >= 4 * (int64_t)n_threads) rows *= 2;
+    j->rows_per_task = rows;
+    return ceil_div(m->n_rows, rows) * j->n_tok_blocks;
 }
 
 static void single_task(void *p, int64_t task, int thread) {
