@@ -7,7 +7,8 @@
  * decoded each block T times and prompt processing was bound by decode work.
  * A gemm kernel decodes each block of a few rows ONCE into int8 and float
  * scales held in L1, then multiplies them with the blocks of up to
- * QT_GEMM_MAX_TOK tokens in register tiles (AVX-512: 4 rows x 8 tokens):
+ * QT_GEMM_MAX_TOK tokens in register tiles (AVX-512: 16 interleaved rows x
+ * up to 16 tokens):
  * decode work is amortized over the tokens, activation preparation (scale
  * conversion, unsigned copy) over the rows. Design: quant_gemm_body.h.
  *

@@ -31,6 +31,9 @@
  *     Q5_0 -16..15, Q4_1/Q4_K 0..15, Q5_1/Q5_K 0..31). Q8_0, IQ4_NL and
  *     IQ4_XS (|w| up to 128) use the sign trick instead: |w| x sign(a, w) on
  *     the original activations (|w| <= 128 as unsigned, 2*128*127 fits).
+ * AVX-512 adds two paths: blocks of 16 rows with the rows interleaved (lane =
+ * row, qg_run16: the fastest, for every format but Q4_K/Q5_K/Q6_K) and, for
+ * Q4_K/Q5_K, integer sub-block scales in the zmm tile (qg_kint).
  * Q6_K has 16-weight sub-blocks and int8 scales: it keeps the integer scale
  * (vpmaddubsw, then vpdpwssd / vpmaddwd with the scale pair vectors made at
  * decode) and applies d * dy once per super-block; its -32 offset is

@@ -13,7 +13,7 @@
  * Prompt chunks (many tokens) reuse each weight row across a block of tokens
  * while it is in L1, with the block's quantized activations held in L2; the
  * token block is sized so that they fit (act_block_bytes). Formats with a
- * multi-token gemm kernel (quant/quant_gemm.h) run each task's 16 rows
+ * multi-token gemm kernel (quant/quant_gemm.h) run each task's 16-64 rows
  * against up to QT_GEMM_MAX_TOK tokens per call, so each weight block is
  * decoded once per call rather than once per token; the others call the
  * single-row dot per (row, token) pair.
