@@ -3,11 +3,12 @@
  * reference by test_dot.c), on every ISA path this CPU runs.
  *
  * For every format with a gemm kernel, every ISA that has one, row lengths
- * that end in a partial group of units and span several chunks of 2048
- * weights (legacy: 1, 18 and 131 blocks; K/IQ4_XS: 1, 6 and 17 super-blocks), row counts 1..9 and 16 (full tiles and leftover
- * rows), token counts 1..7, 9, 16 and QT_GEMM_MAX_TOK (full and partial
- * token tiles), a row stride with padding and an
- * output stride wider than the tile:
+ * that end in a partial group of units and span several chunks of 1024
+ * weights (legacy: 1, 18 and 131 blocks; K/IQ4_XS: 1, 6 and 17 super-blocks),
+ * row counts 1..9, 16, 17, 32 and 48 (full tiles, leftover rows, one and
+ * several interleaved 16-row blocks), token counts 1..7, 9, 16 and
+ * QT_GEMM_MAX_TOK (full and partial token tiles), a row stride with padding
+ * and an output stride wider than the tile:
  *   weights = random valid blocks (qt_testutil.h), acts = Gaussian values
  *   (every other token with a large common mean: 4 + 0.5 N(0,1)) quantized
  *   with qt_quantize_act, scattered in memory (act[] pointers);
@@ -49,7 +50,7 @@ static int g_failures;
     } while (0)
 
 #define REL_BOUND 1e-6
-#define MAX_ROWS 16
+#define MAX_ROWS 48
 #define SENTINEL -12345.0f
 
 static void *xmalloc(size_t n) {
@@ -103,7 +104,7 @@ static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_chec
         }
     }
     double worst = 0;
-    static const int NRS[] = {1, 2, 3, 4, 5, 7, 8, 9, 16};
+    static const int NRS[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 48};
     for (int in = 0; in < (int)(sizeof NRS / sizeof NRS[0]); in++) {
         int nr = NRS[in];
         static const int NCS[] = {1, 2, 3, 4, 5, 6, 7, 9, 16, QT_GEMM_MAX_TOK};
