@@ -31,7 +31,7 @@
 #include "quant/quant.h"
 
 /* Most activation rows one call takes (the kernels keep that many tokens'
- * prepared chunks on the stack: ~90 KiB). */
+ * prepared chunks on the stack: up to ~150 KiB per call). */
 #define QT_GEMM_MAX_TOK 64
 
 /* y[c*ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc.

@@ -106,7 +106,7 @@ QG_INLINE __m256i qg_iq4(__m256i nib) {
 
 /* Units per chunk: the row length is cut into chunks of 1024 weights so
  * that the decoded rows and the prepared tokens of one chunk live on the
- * stack (~90 KiB) and in L1/L2; partial sums are added into y between chunks. */
+ * stack and in L1/L2; partial sums are added into y between chunks. */
 #define QG_CHUNK 32
 #define QG_GROUPS (QG_CHUNK / 8)
 
