@@ -13,6 +13,17 @@
 
 #define BENCH_USAGE "strata bench " ENGINE_OPTS_USAGE " [-p N] [-n N] [-r REPS]"
 
+/* Median of n values (sorts them in place; n is small). */
+static double median(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return v[n / 2];
+}
+
 int cmd_bench(int argc, char **argv) {
     args_t a = {.cmd = "bench", .usage = BENCH_USAGE, .argc = argc, .argv = argv, .i = 1};
     engine_params ep = engine_defaults();
@@ -69,20 +80,12 @@ int cmd_bench(int argc, char **argv) {
         pp[r] = n_p ? n_p / ((double)(t1 - t0) / 1e9) : 0;
         tg[r] = n_g ? n_g / ((double)(t2 - t1) / 1e9) : 0;
     }
-    /* median of reps (insertion sort: reps is small) */
-    for (long long i = 1; i < reps; i++)
-        for (long long j = i; j > 0 && pp[j] < pp[j - 1]; j--) {
-            double x = pp[j]; pp[j] = pp[j - 1]; pp[j - 1] = x;
-        }
-    for (long long i = 1; i < reps; i++)
-        for (long long j = i; j > 0 && tg[j] < tg[j - 1]; j--) {
-            double x = tg[j]; tg[j] = tg[j - 1]; tg[j - 1] = x;
-        }
     double bytes = model_active_bytes_per_token(e->m);
     printf("model: %s (%s, %.1f MB active weights per token)\n", ep.model_path, model_arch_name(e->m->hp.arch),
            bytes / 1e6);
-    if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp[reps / 2]);
-    if (n_g) printf("tg%lld: %.2f tok/s, %.2f GB/s of weights\n", n_g, tg[reps / 2], tg[reps / 2] * bytes / 1e9);
+    double pp_med = median(pp, (int)reps), tg_med = median(tg, (int)reps);
+    if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp_med);
+    if (n_g) printf("tg%lld: %.2f tok/s, %.2f GB/s of weights\n", n_g, tg_med, tg_med * bytes / 1e9);
     st_free(pp);
     st_free(tg);
     st_free(toks);
