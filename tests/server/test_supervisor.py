@@ -35,7 +35,7 @@ def proc_stat(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             s = f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
         return None
     fields = s[s.rindex(")") + 2:].split()
     return fields[0], int(fields[1])
