@@ -123,6 +123,7 @@ static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, 
         attention_block(c, il, &kv[il], n, pos0);
         ffn_block(c, il, n);
     }
+    if (!logits) return; /* an intermediate prompt chunk: only its KV is needed */
     /* only the rows whose logits are wanted go through the output matrix */
     int first = all_logits ? 0 : n - 1, rows = all_logits ? n : 1;
     float *xr = c->x + (size_t)first * hp->n_embd;
@@ -139,15 +140,9 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
     for (int done = 0; done < n_tok;) {
         int n = n_tok - done < c->n_ubatch ? n_tok - done : c->n_ubatch;
         int last = done + n == n_tok;
-        /* intermediate chunks only produce logits when every position's are wanted */
-        if (all_logits || last)
-            forward_chunk(c, kv, tokens + done, n, pos0 + done, all_logits ? logits + (size_t)done * nv : logits,
-                          all_logits);
-        else {
-            float *scratch = st_malloc(nv * sizeof(float));
-            forward_chunk(c, kv, tokens + done, n, pos0 + done, scratch, 0);
-            st_free(scratch);
-        }
+        /* intermediate chunks produce no logits unless every position's are wanted */
+        float *out = all_logits ? logits + (size_t)done * nv : last ? logits : NULL;
+        forward_chunk(c, kv, tokens + done, n, pos0 + done, out, all_logits);
         done += n;
     }
 }
