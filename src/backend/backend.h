@@ -47,6 +47,13 @@ typedef struct {
 
 typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1 } st_act;
 
+/* Rotary embedding of one layer: base theta, position scale, and the pair
+ * layout (neox: pairs (i, i+d/2); else adjacent pairs (2i, 2i+1)). */
+typedef struct {
+    float theta, freq_scale;
+    int neox;
+} st_rope;
+
 typedef struct st_backend st_backend;
 
 struct st_backend {
@@ -69,6 +76,12 @@ struct st_backend {
                  float freq_scale, int neox);
     /* Write n_tok rows of k and v (f32 [n_tok][n_head_kv*head_dim]) at positions pos0.. */
     void (*kv_store)(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0);
+    /* The attention inputs of n_tok tokens at positions pos0..: per-head
+     * RMSNorm of q and k when qn, kn (head_dim weights each) are given, the
+     * rotary embedding of both, then k and v into the cache.
+     * q [n_tok][n_head][hd]; k, v [n_tok][kv->n_head_kv][hd]; hd = kv->head_dim. */
+    void (*qkv_prep)(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn, float eps,
+                     int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0);
     /* Causal attention of q [n_tok][n_head][head_dim] (positions pos0..) over the
      * cache positions 0..pos0+t (the last `window` of them if window > 0). */
     void (*attention)(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
@@ -84,6 +97,14 @@ struct st_backend {
     void (*moe_ffn)(st_backend *be, const float *h, const float *router_logits, int n_tok, int n_expert,
                     int k, int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
                     const st_weight *down, float *out);
+    /* Run one forward step: body(arg, pos0) queues this backend's ops for
+     * n_tok tokens from position pos0. The CPU just calls it. The GPU records
+     * a one-token step as a CUDA graph once and replays it while the
+     * arg_size bytes at arg (the buffers and cache the step uses) stay the
+     * same; its ops read pos0 from the device inside a step, so a replay at
+     * the next position needs no new recording. */
+    void (*run_step)(st_backend *be, int n_tok, int pos0, void (*body)(void *arg, int pos0), void *arg,
+                     size_t arg_size);
     /* Copy between host and device (identity memcpy on the CPU backend). */
     void (*to_host)(st_backend *be, void *dst, const void *src, size_t bytes);
     void (*to_device)(st_backend *be, void *dst, const void *src, size_t bytes);

@@ -8,6 +8,8 @@
  */
 #include "model/forward.h"
 
+#include <string.h>
+
 #include "core/alloc.h"
 #include "core/log.h"
 
@@ -73,17 +75,10 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *kv, int n, int po
         be->add(be, c->k, l->bk, kvw, n);
         be->add(be, c->v, l->bv, kvw, n);
     }
-    if (l->q_norm) {
-        be->rmsnorm(be, c->q, l->q_norm, c->q, hp->head_dim, n * hp->n_head, hp->rms_eps);
-        be->rmsnorm(be, c->k, l->k_norm, c->k, hp->head_dim, n * hp->n_head_kv, hp->rms_eps);
-    }
     /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
-    float theta = swa ? hp->rope_theta_swa : hp->rope_theta;
-    float fscale = swa ? 1.0f : hp->rope_freq_scale;
-    be->rope(be, c->q, n, hp->n_head, hp->head_dim, pos0, theta, fscale, hp->rope_neox);
-    be->rope(be, c->k, n, hp->n_head_kv, hp->head_dim, pos0, theta, fscale, hp->rope_neox);
-    be->kv_store(be, kv, c->k, c->v, n, pos0);
+    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox};
+    be->qkv_prep(be, c->q, c->k, c->v, l->q_norm, l->k_norm, hp->rms_eps, n, hp->n_head, &rope, kv, pos0);
     be->attention(be, c->q, kv, n, pos0, hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, c->att);
     be->matmul(be, &l->wo, 0, c->att, c->o, n);
     if (l->post_attn_norm) be->rmsnorm(be, c->o, l->post_attn_norm, c->o, hp->n_embd, n, hp->rms_eps);
@@ -110,26 +105,46 @@ static void ffn_block(model_ctx *c, int il, int n) {
     be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
 }
 
-static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
-                          int all_logits) {
+/* One step's ops (backend run_step): what a step touches, and nothing that
+ * changes from one decode step to the next but the position. */
+typedef struct {
+    model_ctx *c;
+    st_kv_layer *kv;
+    int n, first, rows; /* tokens; logits rows [first, first+rows), rows 0: none */
+} step_args;
+
+static void step_body(void *arg, int pos0) {
+    const step_args *a = arg;
+    model_ctx *c = a->c;
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     st_backend *be = c->be;
 
-    be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->get_rows(be, &m->tok_embd, c->ids, n, c->x);
-    if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)n * hp->n_embd);
+    be->get_rows(be, &m->tok_embd, c->ids, a->n, c->x);
+    if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)a->n * hp->n_embd);
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(c, il, &kv[il], n, pos0);
-        ffn_block(c, il, n);
+        attention_block(c, il, &a->kv[il], a->n, pos0);
+        ffn_block(c, il, a->n);
     }
-    if (!logits) return; /* an intermediate prompt chunk: only its KV is needed */
+    if (!a->rows) return; /* an intermediate prompt chunk: only its KV is needed */
     /* only the rows whose logits are wanted go through the output matrix */
-    int first = all_logits ? 0 : n - 1, rows = all_logits ? n : 1;
-    float *xr = c->x + (size_t)first * hp->n_embd;
-    be->rmsnorm(be, xr, m->output_norm, c->h, hp->n_embd, rows, hp->rms_eps);
-    be->matmul(be, &m->output, 0, c->h, c->logits, rows);
-    be->to_host(be, logits, c->logits, (size_t)rows * hp->n_vocab * sizeof(float));
+    be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, m->output_norm, c->h, hp->n_embd, a->rows, hp->rms_eps);
+    be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
+}
+
+static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
+                          int all_logits) {
+    st_backend *be = c->be;
+    step_args a;
+    memset(&a, 0, sizeof a); /* the bytes are the graph's key: no stray padding */
+    a.c = c;
+    a.kv = kv;
+    a.n = n;
+    a.first = all_logits ? 0 : n - 1;
+    a.rows = !logits ? 0 : all_logits ? n : 1;
+    be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->run_step(be, n, pos0, step_body, &a, sizeof a);
+    if (logits) be->to_host(be, logits, c->logits, (size_t)a.rows * c->m->hp.n_vocab * sizeof(float));
 }
 
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,

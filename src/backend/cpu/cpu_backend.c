@@ -169,6 +169,21 @@ static void cpu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const 
     }
 }
 
+static void cpu_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
+                         float eps, int n_tok, int n_head, const st_rope *r, st_kv_layer *kv, int pos0) {
+    const int hd = kv->head_dim, nkv = kv->n_head_kv;
+    if (qn) cpu_rmsnorm(be, q, qn, q, hd, n_tok * n_head, eps);
+    if (kn) cpu_rmsnorm(be, k, kn, k, hd, n_tok * nkv, eps);
+    cpu_rope(be, q, n_tok, n_head, hd, pos0, r->theta, r->freq_scale, r->neox);
+    cpu_rope(be, k, n_tok, nkv, hd, pos0, r->theta, r->freq_scale, r->neox);
+    cpu_kv_store(be, kv, k, v, n_tok, pos0);
+}
+
+static void cpu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
+    (void)be, (void)n_tok, (void)size;
+    body(arg, pos0);
+}
+
 typedef struct {
     const float *q;
     const st_kv_layer *kv;
@@ -428,11 +443,13 @@ st_backend *backend_cpu_create(int n_threads) {
         .rmsnorm = cpu_rmsnorm,
         .rope = cpu_rope,
         .kv_store = cpu_kv_store,
+        .qkv_prep = cpu_qkv_prep,
         .attention = cpu_attention,
         .act_mul = cpu_act_mul,
         .add = cpu_add,
         .scale = cpu_scale,
         .moe_ffn = cpu_moe_ffn,
+        .run_step = cpu_run_step,
         .to_host = cpu_copy,
         .to_device = cpu_copy,
     };
