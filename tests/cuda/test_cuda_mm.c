@@ -155,7 +155,7 @@ static void check_dense(qt_type t, int64_t n_in, int64_t n_out, int n_tok, int m
 
     st_weight sw = {.data = dw, .type = t, .n_in = n_in, .n_out = n_out, .n_mat = 1, .row_bytes = qt_row_size(t, n_in)};
     const int old = cuda_mm_force_path(mode);
-    const int rc = cuda_matmul(&sw, 0, dx, dy, n_tok, 0);
+    const int rc = cuda_matmul(&sw, 0, dx, dy, n_tok, 0, 0);
     cuda_mm_force_path(old);
     float *y = malloc(sizeof(float) * (size_t)(n_out * n_tok));
     CK(cudaDeviceSynchronize());
@@ -216,7 +216,7 @@ static void check_moe(qt_type t, int64_t n_in, int64_t n_out, int n_mat, int n_p
     CK(cudaMemset(dy, 0xFF, sizeof(float) * (size_t)(n_out * n_pairs)));
     st_weight sw = {.data = dw, .type = t, .n_in = n_in, .n_out = n_out, .n_mat = n_mat, .row_bytes = rb};
     const int old = cuda_mm_force_path(mode);
-    const int rc = cuda_moe_matmul(&sw, (const void *const *)dtab, dids, dxrow, n_pairs, dx, n_x, dy, 0);
+    const int rc = cuda_moe_matmul(&sw, (const void *const *)dtab, dids, dxrow, n_pairs, dx, n_x, dy, 0, 0);
     cuda_mm_force_path(old);
     CK(cudaDeviceSynchronize());
     float *y = malloc(sizeof(float) * (size_t)(n_out * n_pairs));

@@ -26,13 +26,18 @@ static __device__ __forceinline__ float kv_load(int type, const void *base, cons
 
 /* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attn_split_kernel(const float *q, st_kv_layer kv, int pos0, int n_head, float scale, int window, int chunk,
-                      int n_split, float *part) {
+    attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
+                      int window, int n_split, float *part) {
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float sc[ATT_TILE];
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
     const int hd = kv.head_dim, hkv = h / (n_head / kv.n_head_kv), tid = threadIdx.x;
     const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
+    if (dpos) pos0 = *dpos;
+    /* the slices split the longest span of the chunk (its last token's) evenly, in whole tiles */
+    int span = pos0 + n_tok;
+    if (window > 0 && span > window) span = window;
+    const int chunk = ((span + n_split - 1) / n_split + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
     const int pos = pos0 + t;
     const int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
     const int c0 = first + split * chunk, c1 = min(c0 + chunk, pos + 1);
@@ -113,24 +118,26 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
     }
 }
 
-void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
-                    float *out, cuda_scratch *scratch, int n_sm, cudaStream_t s) {
+void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
+                    float scale, int window, float *out, cuda_scratch *scratch, int n_sm, cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
     if (n_tok <= 0) return;
-    /* the longest visible span of any token in the chunk (the last one sees the most) */
-    int span = pos0 + n_tok;
+    /* the longest visible span of any token in the chunk (the last one sees
+     * the most); a recorded step must fit any position: the whole cache */
+    int span = dpos ? kv->n_ctx : pos0 + n_tok;
     if (window > 0 && span > window) span = window;
     /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
     int pairs = n_tok * n_head, want = (4 * n_sm + pairs - 1) / pairs;
     int max_split = (span + ATT_TILE - 1) / ATT_TILE;
     int n_split = want < 1 ? 1 : want > max_split ? max_split : want;
-    int chunk = (span + n_split - 1) / n_split;
-    chunk = (chunk + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
-    n_split = (span + chunk - 1) / chunk;
+    if (!dpos) { /* no slice left empty */
+        const int chunk = ((span + n_split - 1) / n_split + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+        n_split = (span + chunk - 1) / chunk;
+    }
     size_t bytes = (size_t)pairs * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
     attn_split_kernel<<<dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), ATT_THREADS, 0, s>>>(
-        q, *kv, pos0, n_head, scale, window, chunk, n_split, part);
+        q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     CUDA_LAUNCH_CHECK();
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
     attn_combine_kernel<<<dim3((unsigned)n_head, (unsigned)n_tok), th, 0, s>>>(part, n_head, kv->head_dim, n_split,

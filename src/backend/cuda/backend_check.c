@@ -356,6 +356,47 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
     free_weight(c, &g), free_weight(c, &u), free_weight(c, &d);
 }
 
+/* qkv_prep: a prompt of n_tok at position 0, then one decode token after it,
+ * with and without head norms; q, k and both caches compared. */
+static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv, int hd, int norms, int neox) {
+    const char *tn = t == ST_KV_F16 ? "f16" : "int8";
+    const int n_ctx = n_tok + 1;
+    st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
+    float *qn = rand_host(c, (size_t)hd, 1.0f), *kn = rand_host(c, (size_t)hd, 1.0f);
+    void *qnr = put(c->ref, qn, (size_t)hd * 4), *qnd = put(c->dut, qn, (size_t)hd * 4);
+    void *knr = put(c->ref, kn, (size_t)hd * 4), *knd = put(c->dut, kn, (size_t)hd * 4);
+    st_rope rope = {1e6f, 1.0f, neox};
+    double eq = 0, ek = 0, ms = 0;
+    for (int step = 0; step < 2; step++) {
+        int nt = step ? 1 : n_tok, pos0 = step ? n_tok : 0;
+        size_t nq = (size_t)nt * n_head * hd, nk = (size_t)nt * hkv * hd;
+        float *q = rand_host(c, nq, 1.0f), *k = rand_host(c, nk, 1.0f), *v = rand_host(c, nk, 1.0f);
+        void *qr = put(c->ref, q, nq * 4), *qd = put(c->dut, q, nq * 4), *kr_ = put(c->ref, k, nk * 4);
+        void *kd_ = put(c->dut, k, nk * 4), *vr = put(c->ref, v, nk * 4), *vd = put(c->dut, v, nk * 4);
+        c->ref->qkv_prep(c->ref, qr, kr_, vr, norms ? qnr : NULL, norms ? knr : NULL, 1e-6f, nt, n_head, &rope, &kr,
+                         pos0);
+        double t0 = now_ms();
+        c->dut->qkv_prep(c->dut, qd, kd_, vd, norms ? qnd : NULL, norms ? knd : NULL, 1e-6f, nt, n_head, &rope, &kd,
+                         pos0);
+        ms += now_ms() - t0;
+        double e1 = cmp_bufs(c, qr, qd, nq), e2 = cmp_bufs(c, kr_, kd_, nk);
+        eq = e1 > eq ? e1 : eq;
+        ek = e2 > ek ? e2 : ek;
+        void *b[][2] = {{qr, qd}, {kr_, kd_}, {vr, vd}};
+        for (int i = 0; i < 3; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
+        st_free(q), st_free(k), st_free(v);
+    }
+    double ck = kv_diff(c, &kr, &kd, n_ctx, 0), cv = kv_diff(c, &kr, &kd, n_ctx, 1);
+    double e = eq > ek ? eq : ek;
+    e = e > ck ? e : ck;
+    e = e > cv ? e : cv;
+    report(c, "qkv_prep", e, t == ST_KV_F16 ? 1e-9 : 1e-5, ms, "%s, %s%s, %d+1 tokens, %d/%d heads x %d", tn,
+           neox ? "neox" : "normal", norms ? ", head norms" : "", n_tok, n_head, hkv, hd);
+    free_kv(c->ref, &kr), free_kv(c->dut, &kd);
+    c->ref->free(c->ref, qnr), c->dut->free(c->dut, qnd), c->ref->free(c->ref, knr), c->dut->free(c->dut, knd);
+    st_free(qn), st_free(kn);
+}
+
 int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
     chk c = {ref, dut, seed * 0x2545f4914f6cdd1dull + 1, fn, ctx, 0};
     static const qt_type rows_types[] = {QT_F32, QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
@@ -385,6 +426,11 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 0);
     check_rope(&c, 5, 2, 128, 30000, 1e6f, 0.25f, 1);
     check_elementwise(&c, size ? 576 * 37 : 576 * 3, 576);
+    for (int t = 0; t < 2; t++) {
+        check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 1, 1);
+        check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 0, 0);
+        if (size) check_qkv_prep(&c, (st_kv_type)t, 40, 16, 4, 256, 1, 1);
+    }
     for (int t = 0; t < 2; t++) {
         check_attention(&c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);
         if (size) check_attention(&c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */

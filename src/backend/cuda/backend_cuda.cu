@@ -12,6 +12,19 @@
  * A second, simpler path loops over the experts on the host (token lists
  * read back, one matmul per expert and matrix): it is kept as a cross-check
  * (backend_cuda_set_moe_path) because it shares no code with the first.
+ *
+ * Decode steps are CUDA graphs (run_step): a one-token step is recorded once
+ * and replayed while its buffers stay the same (and no scratch has grown:
+ * cuda_mem_generation). Inside a step the position is read from d_pos, so
+ * the recorded kernels serve every position. A decode step launches ~20
+ * kernels per layer; replaying them as one graph removes the host launch
+ * cost of each, which at these sizes is as long as the kernels themselves.
+ * STRATA_CUDA_GRAPH=0 turns it off (for comparison).
+ *
+ * Activation reuse: consecutive products of one input (q, k, v; an expert's
+ * gate and up) quantize it once. act_* remembers the input the quantized
+ * scratch holds; every op that writes device memory forgets it (act_forget)
+ * unless it is a product whose output lies apart from that input.
  */
 #include <string.h>
 
@@ -23,12 +36,26 @@
 
 extern "C" {
 #include "core/alloc.h"
+#include "core/switches.h"
 #include "quant/quant.h"
 }
 
 typedef struct {
     int dev, n_sm;
     cudaStream_t s;
+    /* decode graphs */
+    int graphs;            /* 1: record and replay one-token steps */
+    int *d_pos, *h_pos;    /* the step's position: device copy, pinned source */
+    const int *step_pos;   /* d_pos while a step runs under run_step's graph mode, else NULL */
+    int capturing, capture_bad; /* recording; an op met that cannot be recorded */
+    cudaGraphExec_t exec;
+    void *key;             /* the step arguments the graph was recorded with */
+    size_t key_size;
+    unsigned long long key_gen;
+    /* activation reuse */
+    const float *act_x;
+    int64_t act_nin;
+    int act_rows, act_valid;
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
@@ -36,6 +63,17 @@ typedef struct {
 } cuda_ctx;
 
 static cuda_ctx *CTX(st_backend *be) { return (cuda_ctx *)be->ctx; }
+
+static void act_forget(cuda_ctx *c) { c->act_valid = 0; }
+
+/* A path that needs the host in the middle (a synchronisation) cannot be
+ * recorded: mark the recording bad, so that run_step drops it; the step's
+ * result comes from its unrecorded first pass. Returns 1 when so. */
+static int cannot_record(cuda_ctx *c) {
+    if (!c->capturing) return 0;
+    c->capture_bad = 1;
+    return 1;
+}
 
 static void *pin_reserve(cuda_ctx *c, size_t bytes) {
     if (bytes > c->pin_bytes) {
@@ -67,18 +105,21 @@ static void cu_to_host(st_backend *be, void *dst, const void *src, size_t bytes)
 
 static void cu_to_device(st_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = CTX(be);
+    act_forget(c);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->s));
     CUDA_CHECK(cudaStreamSynchronize(c->s)); /* the caller may reuse src at once */
 }
 
 static void cu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out) {
     cuda_ctx *c = CTX(be);
+    act_forget(c);
     if (n <= 0) return;
     if (cuda_get_rows_supported(w->type)) {
         cuda_get_rows(w, ids, n, out, c->s);
         return;
     }
     /* formats without a device decoder here: exact, slow path through the reference dequantizer */
+    if (cannot_record(c)) return;
     size_t nin = (size_t)w->n_in, need = (size_t)n * 4 + w->row_bytes + nin * 4;
     uint8_t *h = (uint8_t *)pin_reserve(c, need);
     int32_t *hid = (int32_t *)h;
@@ -97,40 +138,86 @@ static void cu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, 
     }
 }
 
+/* Whether the quantized scratch holds x as n_rows rows of n_in. */
+static int act_ready(const cuda_ctx *c, const float *x, int64_t n_in, int n_rows) {
+    return c->act_valid && c->act_x == x && c->act_nin == n_in && c->act_rows == n_rows;
+}
+
+/* After a product of x (n_rows of n_in) into y (y_bytes): the scratch holds
+ * x quantized when the product quantized it (matrix-vector path, quantized
+ * weights), unless y overlaps x; a float product leaves it as it was. */
+static void act_after(cuda_ctx *c, const st_weight *w, const float *x, int n_rows, const float *y, size_t y_bytes,
+                      int quantized) {
+    const uint8_t *ya = (const uint8_t *)y, *yb = ya + y_bytes;
+    if (quantized) {
+        c->act_x = x, c->act_nin = w->n_in, c->act_rows = n_rows, c->act_valid = 1;
+    } else if (c->act_valid) {
+        const uint8_t *xa = (const uint8_t *)c->act_x, *xb = xa + (size_t)c->act_nin * c->act_rows * 4;
+        if (ya < xb && xa < yb) c->act_valid = 0;
+    }
+}
+
+static int quantizes(const st_weight *w, int n_tok) {
+    return w->type != QT_F32 && w->type != QT_F16 && w->type != QT_BF16 && n_tok <= MM_MMV_MAX_TOK;
+}
+
+static void matmul_tracked(cuda_ctx *c, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
+    const int q = quantizes(w, n_tok);
+    int rc = cuda_matmul(w, mat, x, y, n_tok, q && act_ready(c, x, w->n_in, n_tok), c->s);
+    ST_ASSERT(rc == 0); /* types were checked at model load: a failure here is a bug */
+    if (n_tok > MM_MMV_MAX_TOK) act_forget(c); /* the GEMM path leaves the scratch as it was: forget, to be plain */
+    else act_after(c, w, x, n_tok, y, (size_t)n_tok * w->n_out * 4, q);
+}
+
 static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
     if (n_tok <= 0) return;
-    int rc = cuda_matmul(w, mat, x, y, n_tok, CTX(be)->s);
-    ST_ASSERT(rc == 0); /* types were checked at model load: a failure here is a bug */
+    matmul_tracked(CTX(be), w, mat, x, y, n_tok);
 }
 
 static void cu_rmsnorm(st_backend *be, const float *x, const float *w, float *y, int dim, int n_rows, float eps) {
+    act_forget(CTX(be));
     cuda_rmsnorm(x, w, y, dim, n_rows, eps, CTX(be)->s);
 }
 
 static void cu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
                     float freq_scale, int neox) {
+    act_forget(CTX(be));
     cuda_rope(x, n_tok, n_heads, head_dim, pos0, theta, freq_scale, neox, CTX(be)->s);
 }
 
 static void cu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
+    act_forget(CTX(be));
     cuda_kv_store(kv, k, v, n_tok, pos0, CTX(be)->s);
 }
 
 static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                          float scale, int window, float *out) {
     cuda_ctx *c = CTX(be);
-    cuda_attention(q, kv, n_tok, pos0, n_head, scale, window, out, &c->att, c->n_sm, c->s);
+    act_forget(c);
+    cuda_attention(q, kv, n_tok, pos0, c->step_pos, n_head, scale, window, out, &c->att, c->n_sm, c->s);
 }
 
 static void cu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
+    act_forget(CTX(be));
     cuda_act_mul(act, g, u, out, n, CTX(be)->s);
 }
 
 static void cu_add(st_backend *be, float *x, const float *b, int64_t dim, int n_rows) {
+    act_forget(CTX(be));
     cuda_add(x, b, dim, n_rows, CTX(be)->s);
 }
 
-static void cu_scale(st_backend *be, float *x, float s, int64_t n) { cuda_scale(x, s, n, CTX(be)->s); }
+static void cu_scale(st_backend *be, float *x, float s, int64_t n) {
+    act_forget(CTX(be));
+    cuda_scale(x, s, n, CTX(be)->s);
+}
+
+static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn, float eps,
+                        int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0) {
+    cuda_ctx *c = CTX(be);
+    act_forget(c);
+    cuda_qkv_prep(q, k, v, qn, kn, eps, n_tok, n_head, rope, kv, pos0, c->step_pos, c->s);
+}
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
@@ -148,7 +235,8 @@ static void moe_ffn_loop(st_backend *be, const float *h, const float *logits, in
     cuda_ctx *c = CTX(be);
     const int64_t E = gate->n_in, F = gate->n_out;
     const size_t nk = (size_t)n_tok * k;
-    if (n_tok <= 0) return;
+    act_forget(c);
+    if (n_tok <= 0 || cannot_record(c)) return;
     /* device arena: sel, wsel, per-expert token lists and weights, then hx [n][E], g/u [n][F], y [n][E] */
     size_t o_sel = 0, o_w = align256(nk * 4), o_tok = o_w + align256(nk * 4), o_tw = o_tok + align256(nk * 4);
     size_t o_hx = o_tw + align256(nk * 4), o_g = o_hx + align256((size_t)n_tok * E * 4);
@@ -159,7 +247,7 @@ static void moe_ffn_loop(st_backend *be, const float *h, const float *logits, in
     float *wsel = (float *)(a + o_w), *tw = (float *)(a + o_tw);
     float *hx = (float *)(a + o_hx), *ge = (float *)(a + o_g), *ue = (float *)(a + o_u), *ye = (float *)(a + o_y);
 
-    cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, c->s);
+    cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, NULL, c->s);
     /* host side: sel, wsel read back, then a counting sort by expert into
      * token lists (tokens in order) with off[e] = first list index of e */
     uint8_t *hp = (uint8_t *)pin_reserve(c, nk * 16 + (size_t)(2 * n_expert + 1) * 4);
@@ -187,10 +275,12 @@ static void moe_ffn_loop(st_backend *be, const float *h, const float *logits, in
         int n = off[e + 1] - off[e];
         if (!n) continue;
         cuda_gather_rows(hx, h, tok + off[e], n, E, c->s);
-        cu_matmul(be, gate, e, hx, ge, n);
-        cu_matmul(be, up, e, hx, ue, n);
+        act_forget(c);
+        matmul_tracked(c, gate, e, hx, ge, n);
+        matmul_tracked(c, up, e, hx, ue, n);
         cuda_act_mul(act, ge, ue, ge, (int64_t)n * F, c->s);
-        cu_matmul(be, down, e, ge, ye, n);
+        act_forget(c);
+        matmul_tracked(c, down, e, ge, ye, n);
         cuda_scatter_add(out, ye, tok + off[e], tw + off[e], n, E, c->s);
     }
 }
@@ -213,16 +303,20 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     uint8_t *a = (uint8_t *)cuda_scratch_reserve(&c->moe, total);
     int32_t *sel = (int32_t *)a, *xrow = (int32_t *)(a + o_x);
     float *wsel = (float *)(a + o_w), *ge = (float *)(a + o_g), *ue = (float *)(a + o_u), *ye = (float *)(a + o_y);
-    cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, c->s);
-    cuda_moe_pair_rows(xrow, nk, k, c->s);
+    /* the prompt path groups pairs on the host: it cannot be recorded */
+    if (nk > MM_MOE_DEVICE_MAX && cannot_record(c)) return;
+    cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, xrow, c->s);
     /* A format the grouped products lack (they return -1 with st_error, e.g.
      * F32 experts): the per-expert loop, which recomputes everything, so no
-     * partial result is used. Said once per process. */
-    int ok = cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, c->s) == 0 &&
-             cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, c->s) == 0;
+     * partial result is used. Said once per process. gate and up read h
+     * quantized once (by the router product when that is quantized). */
+    const int qg = quantizes(gate, MM_MMV_MAX_TOK);
+    int ok = cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), c->s) == 0 &&
+             cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, qg, c->s) == 0;
+    act_forget(c);
     if (ok) {
         cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, c->s);
-        ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, c->s) == 0;
+        ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, 0, c->s) == 0;
     }
     if (!ok) {
         static int warned;
@@ -233,13 +327,76 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     cuda_moe_combine(out, ye, wsel, n_tok, k, E, c->s);
 }
 
+static void graph_drop(cuda_ctx *c) {
+    if (c->exec) CUDA_CHECK(cudaGraphExecDestroy(c->exec));
+    c->exec = NULL;
+    st_free(c->key);
+    c->key = NULL;
+    c->key_size = 0;
+}
+
+/* One pass of the step's ops, unrecorded, in graph mode (position from d_pos). */
+static void step_pass(cuda_ctx *c, void (*body)(void *, int), void *arg, int pos0) {
+    c->step_pos = c->d_pos;
+    act_forget(c);
+    body(arg, pos0);
+    c->step_pos = NULL;
+}
+
+static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
+    cuda_ctx *c = CTX(be);
+    act_forget(c);
+    if (n_tok != 1 || !c->graphs) {
+        body(arg, pos0);
+        return;
+    }
+    *c->h_pos = pos0; /* the previous step's copy has run: every step ends with a synchronising read-back */
+    CUDA_CHECK(cudaMemcpyAsync(c->d_pos, c->h_pos, sizeof(int), cudaMemcpyHostToDevice, c->s));
+    if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation()) {
+        CUDA_CHECK(cudaGraphLaunch(c->exec, c->s));
+        return;
+    }
+    /* New arguments (or moved scratch): run the step unrecorded, which also
+     * sizes every scratch buffer for it, then record it for the next ones. */
+    graph_drop(c);
+    step_pass(c, body, arg, pos0);
+    const unsigned long long gen = cuda_mem_generation();
+    CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
+    c->capturing = 1;
+    c->capture_bad = 0;
+    step_pass(c, body, arg, pos0);
+    c->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t err = cudaStreamEndCapture(c->s, &g);
+    if (err == cudaSuccess && !c->capture_bad && gen == cuda_mem_generation()) {
+        err = cudaGraphInstantiate(&c->exec, g, 0);
+        if (err != cudaSuccess) c->exec = NULL;
+    }
+    if (g) CUDA_CHECK(cudaGraphDestroy(g));
+    if (!c->exec) {
+        (void)cudaGetLastError();
+        ST_WARN("decode steps run without a CUDA graph: %s",
+                err != cudaSuccess ? cudaGetErrorString(err) : c->capture_bad ? "an op needs the host mid-step"
+                                                                              : "scratch grew while recording");
+        c->graphs = 0;
+        return;
+    }
+    c->key = st_malloc(size);
+    memcpy(c->key, arg, size);
+    c->key_size = size;
+    c->key_gen = gen;
+}
+
 static void cu_destroy(st_backend *be) {
     cuda_ctx *c = CTX(be);
     CUDA_CHECK(cudaSetDevice(c->dev));
     CUDA_CHECK(cudaStreamSynchronize(c->s));
+    graph_drop(c);
     cuda_scratch_free(&c->att);
     cuda_scratch_free(&c->moe);
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
+    CUDA_CHECK(cudaFree(c->d_pos));
+    CUDA_CHECK(cudaFreeHost(c->h_pos));
     CUDA_CHECK(cudaStreamDestroy(c->s));
     cuda_mm_release();
     st_free(c);
@@ -257,6 +414,10 @@ extern "C" st_backend *backend_cuda_create(int device) {
     CUDA_CHECK(cudaGetDeviceProperties(&p, device));
     c->n_sm = p.multiProcessorCount;
     CUDA_CHECK(cudaStreamCreate(&c->s));
+    CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
+    CUDA_CHECK(cudaMallocHost(&c->h_pos, sizeof(int)));
+    const char *g = st_switch_get("STRATA_CUDA_GRAPH");
+    c->graphs = !(g && !strcmp(g, "0"));
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
     be->name = "cuda";
     be->ctx = c;
@@ -268,6 +429,8 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->rmsnorm = cu_rmsnorm;
     be->rope = cu_rope;
     be->kv_store = cu_kv_store;
+    be->qkv_prep = cu_qkv_prep;
+    be->run_step = cu_run_step;
     be->attention = cu_attention;
     be->act_mul = cu_act_mul;
     be->add = cu_add;

@@ -45,6 +45,13 @@ extern "C" {
         }                                                                                                   \
     } while (0)
 
+/* Device scratch of the backend grows on demand (ops.h cuda_scratch, the
+ * matrix products' per-device scratch); a recorded CUDA graph holds the old
+ * addresses, so every growth bumps this count and a graph recorded under
+ * another count is recorded again (backend_cuda.cu). */
+unsigned long long cuda_mem_generation(void);
+void cuda_mem_grew(void);
+
 static inline unsigned st_div_up(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
 /* Sum over the 32 lanes of a warp; every lane gets the total. */

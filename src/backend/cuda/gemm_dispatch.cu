@@ -52,6 +52,7 @@ static int mm_grow(void **p, size_t *have, size_t need, int capturing) {
         return -1;
     }
     const size_t sz = ((need + need / 4) | ((1u << 20) - 1)) + 1;
+    cuda_mem_grew();
     if (*p) CUDA_CHECK(cudaFree(*p)); /* cudaFree waits for the device: no kernel still reads it */
     *p = NULL;
     *have = 0;
@@ -148,7 +149,7 @@ static int mm_use_gemm(int n_tok) {
     return n_tok > MM_MMV_MAX_TOK;
 }
 
-int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, cudaStream_t s) {
+int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, int act_ready, cudaStream_t s) {
     if (mm_check_weight("cuda_matmul", w) != 0) return -1;
     if (mat < 0 || mat >= w->n_mat || n_tok < 0 || (!w->data && !w->mat) || !x || !y) {
         st_error_set("cuda_matmul: bad arguments (mat %lld of %lld, n_tok %d)", (long long)mat, (long long)w->n_mat,
@@ -175,7 +176,7 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
     const size_t nq = (size_t)n_tok * n_in;
     mm_scratch *sc = isf ? mm_scratch_get(s, 0, 0, 0, 0, 0, 0) : mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
     if (!sc) return -1;
-    if (!isf) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
+    if (!isf && !act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
     for (int t0 = 0; t0 < n_tok; t0 += MM_NT_MAX) {
         mm_mmv_args a;
         memset(&a, 0, sizeof(a));
@@ -313,7 +314,7 @@ done:
 }
 
 int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
-                    int n_pairs, const float *x, int n_x, float *y, cudaStream_t s) {
+                    int n_pairs, const float *x, int n_x, float *y, int act_ready, cudaStream_t s) {
     if (mm_check_weight("cuda_moe_matmul", w) != 0) return -1;
     if (n_pairs < 0 || n_x < 0 || !d_ids || !x || !y || (!d_mat && !w->data) || w->n_mat < 1) {
         st_error_set("cuda_moe_matmul: bad arguments (%d pairs, %d x rows)", n_pairs, n_x);
@@ -329,7 +330,7 @@ int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t 
     const size_t nq = isf ? 0 : (size_t)n_x * n_in;
     mm_scratch *sc = mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
     if (!sc) return -1;
-    if (!isf) mm_quantize_act(x, n_in, n_x, sc->aq, sc->ad, s);
+    if (!isf && !act_ready) mm_quantize_act(x, n_in, n_x, sc->aq, sc->ad, s);
 
     mm_mmv_args a;
     memset(&a, 0, sizeof(a));

@@ -40,8 +40,12 @@ extern "C" {
 /* y[t, 0:n_out] = W[mat] x[t, 0:n_in] for t < n_tok.
  * w: device data (w->data, or w->mat[mat] when the matrices are placed apart:
  *    w->mat is then a HOST array of device pointers);
- * x: [n_tok][n_in] f32, y: [n_tok][n_out] f32 (y must not alias x). */
-int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, cudaStream_t s);
+ * x: [n_tok][n_in] f32, y: [n_tok][n_out] f32 (y must not alias x).
+ * act_ready: the previous product on this device, on the matrix-vector path
+ *    with a quantized weight, read this same x (same pointer, n_in and rows)
+ *    and nothing has written x since: its quantized activations are reused.
+ *    The caller tracks that (backend_cuda.cu); 0 is always correct. */
+int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, int act_ready, cudaStream_t s);
 
 /* Grouped expert product (MoE), for each pair p < n_pairs:
  *
@@ -64,10 +68,11 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
  * pairs (prompt chunks) the ids are copied to the host once (the stream is
  * synchronised), pairs are grouped per expert, and each expert's tokens go
  * through the matrix-vector kernel in groups of 8 or, for experts with many
- * tokens, through the bf16 GEMM path. */
+ * tokens, through the bf16 GEMM path. act_ready as for cuda_matmul, with
+ * n_x rows of x. */
 #define MM_MOE_DEVICE_MAX 64
 int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
-                    int n_pairs, const float *x, int n_x, float *y, cudaStream_t s);
+                    int n_pairs, const float *x, int n_x, float *y, int act_ready, cudaStream_t s);
 
 /* Pre-size the current device's scratch for products up to n_in columns and
  * n_rows activation rows (decode graphs: call before capture). 0 or -1. */

@@ -24,24 +24,29 @@ void cuda_rmsnorm(const float *x, const float *w, float *y, int dim, int n_rows,
 void cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta, float freq_scale, int neox,
                cudaStream_t s);
 void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0, cudaStream_t s);
+/* qkv_prep (backend.h) in one kernel; the position is *dpos when dpos is
+ * given (a recorded decode step), else pos0. */
+void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
+                   int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s);
 void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_t n, cudaStream_t s);
 void cuda_add(float *x, const float *b, int64_t dim, int n_rows, cudaStream_t s);
 void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
 
-/* Causal attention (backend.h); scratch holds the split partial results. */
-void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
-                    float *out, cuda_scratch *scratch, int n_sm, cudaStream_t s);
+/* Causal attention (backend.h); scratch holds the split partial results.
+ * With dpos (a recorded decode step) the position is read on the device and
+ * the launch is sized for the whole cache, so that it fits every position. */
+void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
+                    float scale, int window, float *out, cuda_scratch *scratch, int n_sm, cudaStream_t s);
 
 /* MoE routing on the device: softmax over n_expert logits per token, top-k
- * (ties to the lower id), optional renormalisation. sel/wsel: [n_tok][k]. */
+ * (ties to the lower id), optional renormalisation. sel/wsel: [n_tok][k];
+ * xrow (optional): [n_tok][k], the token of each pair. */
 void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel, float *wsel,
-                    cudaStream_t s);
+                    int32_t *xrow, cudaStream_t s);
 /* out[tok[i]] += tw[i] * y[i] for i < n (rows of dim); the token list and
  * weights are device arrays. */
 void cuda_scatter_add(float *out, const float *y, const int32_t *tok, const float *tw, int n, int64_t dim,
                       cudaStream_t s);
-/* xrow[p] = p / k: the token row each (token, slot) pair reads. */
-void cuda_moe_pair_rows(int32_t *xrow, int nk, int k, cudaStream_t s);
 /* out[t] = sum_j wsel[t*k+j] * y[t*k+j] (rows of dim). */
 void cuda_moe_combine(float *out, const float *y, const float *wsel, int n_tok, int k, int64_t dim, cudaStream_t s);
 /* dst[i] = src[tok[i]] (rows of dim). */

@@ -7,8 +7,13 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
+static unsigned long long g_mem_gen;
+unsigned long long cuda_mem_generation(void) { return g_mem_gen; }
+void cuda_mem_grew(void) { g_mem_gen++; }
+
 void *cuda_scratch_reserve(cuda_scratch *sc, size_t bytes) {
     if (bytes > sc->bytes) {
+        cuda_mem_grew();
         if (sc->p) CUDA_CHECK(cudaFree(sc->p));
         size_t nb = bytes + bytes / 4; /* some headroom: prompt chunks vary in length */
         CUDA_CHECK(cudaMalloc(&sc->p, nb));
@@ -123,6 +128,77 @@ void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, i
     CUDA_LAUNCH_CHECK();
 }
 
+/* qkv_prep (backend.h): one warp per head row of a token, over the q heads,
+ * then the k heads, then the v heads. A q or k row is normalised (when its
+ * weights are given) and rotated through the warp's shared row; k and v rows
+ * go to the cache as in kv_store. The position comes from dpos (a recorded
+ * decode step) or pos0. Formulas as in rmsnorm_kernel, rope_kernel and the
+ * kv store kernels. */
+#define PREP_WARPS 8
+static __global__ void __launch_bounds__(PREP_WARPS * 32)
+    qkv_prep_kernel(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
+                    int n_head, st_kv_layer kv, int pos0, const int *dpos, float theta, float freq_scale, int neox) {
+    extern __shared__ float rows[]; /* [PREP_WARPS][hd] */
+    const int hd = kv.head_dim, nkv = kv.n_head_kv, per_tok = n_head + 2 * nkv, lane = threadIdx.x % 32;
+    const int r = blockIdx.x * PREP_WARPS + threadIdx.x / 32;
+    if (r >= n_tok * per_tok) return; /* whole warp */
+    const int t = r / per_tok, j = r % per_tok;
+    const int kind = j < n_head ? 0 : j < n_head + nkv ? 1 : 2, h = kind == 0 ? j : kind == 1 ? j - n_head : j - n_head - nkv;
+    const int pos = (dpos ? *dpos : pos0) + t;
+    float *src = kind == 0 ? q + ((size_t)t * n_head + h) * hd : (kind == 1 ? k : (float *)v) + ((size_t)t * nkv + h) * hd;
+    float *row = rows + (size_t)(threadIdx.x / 32) * hd;
+    if (kind < 2) {
+        const float *nw = kind == 0 ? qn : kn;
+        float sc = 1.0f;
+        if (nw) {
+            float ss = 0.0f;
+            for (int i = lane; i < hd; i += 32) ss += src[i] * src[i];
+            ss = warp_sum(ss);
+            sc = (float)(1.0 / sqrt((double)ss / hd + eps));
+        }
+        for (int i = lane; i < hd; i += 32) row[i] = nw ? src[i] * sc * nw[i] : src[i];
+        __syncwarp();
+        const int half = hd / 2;
+        for (int i = lane; i < half; i += 32) {
+            const double a = (double)pos * freq_scale * pow((double)theta, -2.0 * i / hd);
+            const float c = (float)cos(a), sn = (float)sin(a);
+            const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            const float p0 = row[i0], p1 = row[i1];
+            row[i0] = p0 * c - p1 * sn;
+            row[i1] = p0 * sn + p1 * c;
+        }
+        __syncwarp();
+        for (int i = lane; i < hd; i += 32) src[i] = row[i];
+        if (kind == 0) return;
+    } else {
+        for (int i = lane; i < hd; i += 32) row[i] = src[i];
+        __syncwarp();
+    }
+    /* k or v into the cache at pos */
+    const size_t off = ((size_t)pos * nkv + h) * hd;
+    void *base = kind == 1 ? kv.k : kv.v;
+    if (kv.type == ST_KV_F16) {
+        for (int i = lane; i < hd; i += 32) ((uint16_t *)base)[off + i] = __half_as_ushort(__float2half_rn(row[i]));
+        return;
+    }
+    float amax = 0.0f;
+    for (int i = lane; i < hd; i += 32) amax = fmaxf(amax, fabsf(row[i]));
+    amax = warp_max(amax);
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    if (lane == 0) (kind == 1 ? kv.k_scale : kv.v_scale)[(size_t)pos * nkv + h] = d;
+    for (int i = lane; i < hd; i += 32) ((int8_t *)base)[off + i] = (int8_t)__float2int_rn(__fmul_rn(row[i], id));
+}
+
+void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
+                   int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s) {
+    const int rows = n_tok * (n_head + 2 * kv->n_head_kv);
+    if (rows <= 0) return;
+    const size_t smem = (size_t)PREP_WARPS * kv->head_dim * sizeof(float);
+    qkv_prep_kernel<<<st_div_up((size_t)rows, PREP_WARPS), PREP_WARPS * 32, smem, s>>>(
+        q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta, rope->freq_scale, rope->neox);
+    CUDA_LAUNCH_CHECK();
+}
+
 static __global__ void act_mul_kernel(int act, const float *g, const float *u, float *out, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -166,7 +242,7 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
 /* One warp per token: softmax over the experts (held in shared memory),
  * then k rounds of warp argmax (ties to the lower id, as on the CPU). */
 static __global__ void moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int norm_topk,
-                                        int32_t *sel, float *wsel) {
+                                        int32_t *sel, float *wsel, int32_t *xrow) {
     extern __shared__ float probs[]; /* [warps per block][n_expert] */
     int wib = threadIdx.x / ST_WARP, lane = threadIdx.x % ST_WARP;
     int t = blockIdx.x * (blockDim.x / ST_WARP) + wib;
@@ -205,6 +281,7 @@ static __global__ void moe_route_kernel(const float *logits, int n_tok, int n_ex
         if (lane == 0) {
             sel[t * k + j] = bi;
             wsel[t * k + j] = bv;
+            if (xrow) xrow[t * k + j] = t;
             p[bi] = -1.0f;
         }
         wsum += bv;
@@ -215,12 +292,12 @@ static __global__ void moe_route_kernel(const float *logits, int n_tok, int n_ex
 }
 
 void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel, float *wsel,
-                    cudaStream_t s) {
+                    int32_t *xrow, cudaStream_t s) {
     if (n_tok <= 0) return;
     int warps = 4;
     size_t smem = (size_t)warps * n_expert * sizeof(float);
     moe_route_kernel<<<st_div_up((size_t)n_tok, (size_t)warps), warps * ST_WARP, smem, s>>>(logits, n_tok, n_expert,
-                                                                                           k, norm_topk, sel, wsel);
+                                                                                           k, norm_topk, sel, wsel, xrow);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -251,17 +328,6 @@ void cuda_scatter_add(float *out, const float *y, const int32_t *tok, const floa
     int64_t total = (int64_t)n * dim;
     if (total <= 0) return;
     scatter_add_kernel<<<st_div_up((size_t)total, 256), 256, 0, s>>>(out, y, tok, tw, dim, total);
-    CUDA_LAUNCH_CHECK();
-}
-
-static __global__ void moe_xrow_kernel(int32_t *xrow, int nk, int k) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < nk) xrow[i] = i / k;
-}
-
-void cuda_moe_pair_rows(int32_t *xrow, int nk, int k, cudaStream_t s) {
-    if (nk <= 0) return;
-    moe_xrow_kernel<<<st_div_up((size_t)nk, 256), 256, 0, s>>>(xrow, nk, k);
     CUDA_LAUNCH_CHECK();
 }
 
