@@ -11,7 +11,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 
-#define BENCH_USAGE "strata bench " ENGINE_OPTS_USAGE " [-p N] [-n N] [-r REPS]"
+#define BENCH_USAGE "strata bench " ENGINE_OPTS_USAGE " [-p N] [-n N] [-d N] [-r REPS]"
 
 /* Median of n values (sorts them in place; n is small). */
 static double median(double *v, int n) {
@@ -28,11 +28,13 @@ int cmd_bench(int argc, char **argv) {
     args_t a = {.cmd = "bench", .usage = BENCH_USAGE, .argc = argc, .argv = argv, .i = 1};
     engine_params ep = engine_defaults();
     ep.model_path = STRATA_DEFAULT_MODEL;
-    long long n_p = 512, n_g = 128, reps = 3;
+    long long n_p = 512, n_g = 128, depth = 0, reps = 3;
     while (a.i < argc) {
         if (args_is_help(&a)) {
             printf("usage: %s\n\nReads a prompt of N random tokens (-p, default 512) and decodes N tokens (-n,\n"
-                   "default 128), REPS times (-r, default 3); prints the median tok/s and GB/s.\n",
+                   "default 128), REPS times (-r, default 3); prints the median tok/s and GB/s. With -d N\n"
+                   "the decode starts after N tokens already in the cache (read once, not timed),\n"
+                   "like llama-bench's depth.\n",
                    BENCH_USAGE);
             return 0;
         }
@@ -44,26 +46,30 @@ int cmd_bench(int argc, char **argv) {
             if (r < 0 || args_int(&a, "-p", v, 0, 1 << 20, &n_p)) return a.err;
         } else if ((r = args_value(&a, "-n", &v))) {
             if (r < 0 || args_int(&a, "-n", v, 0, 1 << 20, &n_g)) return a.err;
+        } else if ((r = args_value(&a, "-d", &v))) {
+            if (r < 0 || args_int(&a, "-d", v, 0, 1 << 24, &depth)) return a.err;
         } else if ((r = args_value(&a, "-r", &v))) {
             if (r < 0 || args_int(&a, "-r", v, 1, 100, &reps)) return a.err;
         } else
             return args_unknown(&a);
     }
-    if (!ep.n_ctx) ep.n_ctx = (int)(n_p + n_g + 1);
+    const long long n_fill = n_p > depth ? n_p : depth; /* random tokens: the prompt, or the depth */
+    if (!ep.n_ctx) ep.n_ctx = (int)((n_p > depth + n_g ? n_p : depth + n_g) + 1);
     engine *e = engine_open(&ep);
     if (!e) {
         fprintf(stderr, "strata bench: %s\n", st_error_get());
         return 1;
     }
-    if (n_p + n_g > e->n_ctx) {
-        fprintf(stderr, "strata bench: -p %lld + -n %lld is beyond the context of %d\n", n_p, n_g, e->n_ctx);
+    if (n_p + n_g > e->n_ctx || depth + n_g > e->n_ctx) {
+        fprintf(stderr, "strata bench: -p %lld / -d %lld + -n %lld is beyond the context of %d\n", n_p, depth, n_g,
+                e->n_ctx);
         engine_close(e);
         return 1;
     }
     int nv = e->m->hp.n_vocab;
-    int32_t *toks = st_malloc((size_t)(n_p + 1) * sizeof(int32_t));
+    int32_t *toks = st_malloc((size_t)(n_fill + 1) * sizeof(int32_t));
     uint64_t rng = 1234;
-    for (long long i = 0; i <= n_p; i++) {
+    for (long long i = 0; i <= n_fill; i++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((rng >> 33) % (uint64_t)nv);
     }
@@ -73,19 +79,28 @@ int cmd_bench(int argc, char **argv) {
         int64_t t0 = st_now_ns();
         if (n_p) engine_eval(e, toks, (int)n_p);
         int64_t t1 = st_now_ns();
-        e->n_past = 0; /* decode from the start, like llama-bench's tg test */
-        int32_t t = toks[n_p];
-        for (long long i = 0; i < n_g; i++) engine_eval(e, &t, 1);
+        if (depth && (r == 0 || n_p)) { /* the prompt run overwrote the cache: fill it again */
+            e->n_past = 0;
+            engine_eval(e, toks, (int)depth);
+        }
+        e->n_past = (int)depth; /* decode from the depth (0: the start, like llama-bench's tg test) */
+        int32_t t = toks[n_fill];
         int64_t t2 = st_now_ns();
+        for (long long i = 0; i < n_g; i++) engine_eval(e, &t, 1);
+        int64_t t3 = st_now_ns();
         pp[r] = n_p ? n_p / ((double)(t1 - t0) / 1e9) : 0;
-        tg[r] = n_g ? n_g / ((double)(t2 - t1) / 1e9) : 0;
+        tg[r] = n_g ? n_g / ((double)(t3 - t2) / 1e9) : 0;
     }
     double bytes = model_active_bytes_per_token(e->m);
     printf("model: %s (%s, %.1f MB active weights per token)\n", ep.model_path, model_arch_name(e->m->hp.arch),
            bytes / 1e6);
     double pp_med = median(pp, (int)reps), tg_med = median(tg, (int)reps);
     if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp_med);
-    if (n_g) printf("tg%lld: %.2f tok/s, %.2f GB/s of weights\n", n_g, tg_med, tg_med * bytes / 1e9);
+    if (n_g)
+        printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights\n", n_g, depth ? " @ depth" : "", tg_med,
+               tg_med * bytes / 1e9);
+    if (depth) printf("depth: %lld tokens in the cache before decoding (%s KV)\n", depth,
+                      ep.kv_type == ST_KV_INT8 ? "int8" : "f16");
     st_free(pp);
     st_free(tg);
     st_free(toks);

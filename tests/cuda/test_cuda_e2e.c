@@ -36,6 +36,8 @@ static const char *PROMPTS[] = {
     "The capital of France is",
     "Once upon a time, in a small village by the sea, there lived",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Water boils at 100 degrees Celsius at sea level because",
+    "List three colours of the rainbow:\n1.",
 };
 
 static int32_t argmax2(const float *l, int n, float *gap) {

@@ -45,7 +45,7 @@ typedef struct {
     cudaStream_t s;
     /* decode graphs */
     int graphs;            /* 1: record and replay one-token steps */
-    int *d_pos, *h_pos;    /* the step's position: device copy, pinned source */
+    int *d_pos;            /* the step's position, on the device */
     const int *step_pos;   /* d_pos while a step runs under run_step's graph mode, else NULL */
     int capturing, capture_bad; /* recording; an op met that cannot be recorded */
     cudaGraphExec_t exec;
@@ -350,8 +350,9 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
         body(arg, pos0);
         return;
     }
-    *c->h_pos = pos0; /* the previous step's copy has run: every step ends with a synchronising read-back */
-    CUDA_CHECK(cudaMemcpyAsync(c->d_pos, c->h_pos, sizeof(int), cudaMemcpyHostToDevice, c->s));
+    /* from pageable memory: staged before the call returns, so p may go */
+    int p = pos0;
+    CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &p, sizeof(int), cudaMemcpyHostToDevice, c->s));
     if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation()) {
         CUDA_CHECK(cudaGraphLaunch(c->exec, c->s));
         return;
@@ -396,7 +397,6 @@ static void cu_destroy(st_backend *be) {
     cuda_scratch_free(&c->moe);
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
     CUDA_CHECK(cudaFree(c->d_pos));
-    CUDA_CHECK(cudaFreeHost(c->h_pos));
     CUDA_CHECK(cudaStreamDestroy(c->s));
     cuda_mm_release();
     st_free(c);
@@ -415,7 +415,6 @@ extern "C" st_backend *backend_cuda_create(int device) {
     c->n_sm = p.multiProcessorCount;
     CUDA_CHECK(cudaStreamCreate(&c->s));
     CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
-    CUDA_CHECK(cudaMallocHost(&c->h_pos, sizeof(int)));
     const char *g = st_switch_get("STRATA_CUDA_GRAPH");
     c->graphs = !(g && !strcmp(g, "0"));
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
