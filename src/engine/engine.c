@@ -1,6 +1,9 @@
-/* Engine: model + tokenizer + backend + KV cache of one sequence (engine.h). */
+/* Engine: model + tokenizer + backend shared by sequences (engine.h): opening,
+ * sequences, prompt reading and the batched decode step. Generation is in
+ * engine_gen.c. */
 #include "engine/engine.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +22,27 @@ engine_params engine_defaults(void) {
     return p;
 }
 
+/* engine.h's union: the named fields are the sequence's, member for member */
+_Static_assert(offsetof(engine, kv) == offsetof(engine, seq.kv) &&
+                   offsetof(engine, n_past) == offsetof(engine, seq.n_past) &&
+                   offsetof(engine, hist) == offsetof(engine, seq.hist) &&
+                   offsetof(engine, logits) == offsetof(engine, seq.logits),
+               "engine's sequence fields must alias e->seq");
+
+static void seq_init(engine *e, engine_seq *s) {
+    const model *m = e->m;
+    s->kv = kv_cache_create(e->be, &m->hp, e->n_ctx, e->kv_type);
+    s->n_past = 0;
+    s->hist = st_malloc((size_t)e->n_ctx * sizeof(int32_t));
+    s->logits = st_malloc((size_t)m->hp.n_vocab * sizeof(float));
+}
+
+static void seq_fini(engine_seq *s) {
+    kv_cache_free(s->kv);
+    st_free(s->hist);
+    st_free(s->logits);
+}
+
 engine *engine_open(const engine_params *p) {
     model *m = model_load(p->model_path);
     if (!m) return NULL;
@@ -29,7 +53,8 @@ engine *engine_open(const engine_params *p) {
     }
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (n_ctx > m->hp.n_ctx_train) {
-        st_error_set("context %d is beyond the model's trained context of %d tokens", n_ctx, m->hp.n_ctx_train);
+        st_error_set("context %d is beyond the model's trained context of %d tokens", n_ctx,
+                     m->hp.n_ctx_train);
         tokenizer_free(tok);
         model_free(m);
         return NULL;
@@ -39,9 +64,11 @@ engine *engine_open(const engine_params *p) {
         be = backend_cpu_create(p->n_threads);
     } else {
 #ifdef STRATA_HAVE_GPU
-        be = backend_cuda_create(p->gpu); /* NULL: one line naming the card and the build's architectures */
+        be = backend_cuda_create(
+            p->gpu); /* NULL: one line naming the card and the build's architectures */
 #else
-        st_error_set("--gpu %d: this build has no GPU backend (configure with -DSTRATA_CUDA=ON)", p->gpu);
+        st_error_set("--gpu %d: this build has no GPU backend (configure with -DSTRATA_CUDA=ON)",
+                     p->gpu);
 #endif
         if (!be) {
             tokenizer_free(tok);
@@ -53,33 +80,48 @@ engine *engine_open(const engine_params *p) {
     e->m = m;
     e->tok = tok;
     e->be = be;
-    if (p->gpu >= 0) e->placed = engine_place_model(m, be); /* the engine decides where weights live */
-    e->mc = model_ctx_create(m, e->be, p->n_ubatch > 0 ? p->n_ubatch : 512);
-    e->kv = kv_cache_create(e->be, &m->hp, n_ctx, p->kv_type);
+    if (p->gpu >= 0)
+        e->placed = engine_place_model(m, be); /* the engine decides where weights live */
+    e->n_ubatch = p->n_ubatch > 0 ? p->n_ubatch : 512;
+    e->mc = model_ctx_create(m, e->be, e->n_ubatch);
     e->n_ctx = n_ctx;
-    e->hist = st_malloc((size_t)n_ctx * sizeof(int32_t));
-    e->logits = st_malloc((size_t)m->hp.n_vocab * sizeof(float));
+    e->kv_type = p->kv_type;
+    seq_init(e, &e->seq);
     return e;
 }
 
 void engine_close(engine *e) {
     if (!e) return;
-    kv_cache_free(e->kv);
+    seq_fini(&e->seq);
     model_ctx_free(e->mc);
     engine_place_free(e->placed);
     e->be->destroy(e->be);
     tokenizer_free(e->tok);
     model_free(e->m);
-    st_free(e->hist);
-    st_free(e->logits);
+    st_free(e->batch_kv);
+    st_free(e->batch_pos);
+    st_free(e->batch_logits);
     st_free(e);
 }
 
-int engine_eval(engine *e, const int32_t *toks, int n) {
-    if (n <= 0) return 0;
-    if (e->n_past + n > e->n_ctx) {
-        st_error_set("the prompt and output need %d tokens, beyond the context of %d tokens", e->n_past + n,
-                     e->n_ctx);
+engine_seq *engine_seq_new(engine *e) {
+    engine_seq *s = st_calloc(1, sizeof *s);
+    seq_init(e, s);
+    return s;
+}
+
+void engine_seq_free(engine *e, engine_seq *s) {
+    if (!s) return;
+    ST_ASSERT(s != &e->seq);
+    seq_fini(s);
+    st_free(s);
+}
+
+/* 0 when n more tokens fit in s and every id is in the vocabulary, else -1 with st_error. */
+static int seq_check(const engine *e, const engine_seq *s, const int32_t *toks, int n) {
+    if (s->n_past + n > e->n_ctx) {
+        st_error_set("the prompt and output need %d tokens, beyond the context of %d tokens",
+                     s->n_past + n, e->n_ctx);
         return -1;
     }
     for (int i = 0; i < n; i++)
@@ -87,22 +129,34 @@ int engine_eval(engine *e, const int32_t *toks, int n) {
             st_error_set("token id %d is outside the vocabulary (%d)", toks[i], e->m->hp.n_vocab);
             return -1;
         }
-    model_forward(e->mc, e->kv->layers, toks, n, e->n_past, e->logits, 0);
-    memcpy(e->hist + e->n_past, toks, (size_t)n * sizeof(int32_t));
-    e->n_past += n;
     return 0;
 }
 
-int engine_reuse_prefix(engine *e, const int32_t *toks, int n) {
+int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
+    if (n <= 0) return 0;
+    if (seq_check(e, s, toks, n) != 0) return -1;
+    model_forward(e->mc, s->kv->layers, toks, n, s->n_past, s->logits, 0);
+    memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
+    s->n_past += n;
+    return 0;
+}
+
+int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n) {
     int k = 0;
-    while (k < e->n_past && k < n && e->hist[k] == toks[k]) k++;
-    if (k == n) k = n - 1; /* the last prompt token must be evaluated to get its logits */
-    if (k < 0) k = 0;
-    e->n_past = k;         /* positions past k are overwritten by the next eval */
+    while (k < s->n_past && k < n && s->hist[k] == toks[k])
+        k++;
     return k;
 }
 
-int engine_read_prompt(engine *e, const int32_t *prompt, int n) {
+int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n) {
+    int k = engine_seq_common_prefix(s, toks, n);
+    if (k == n) k = n - 1; /* the last prompt token must be evaluated to get its logits */
+    if (k < 0) k = 0;
+    s->n_past = k; /* positions past k are overwritten by the next eval */
+    return k;
+}
+
+int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int n) {
     if (n <= 0) {
         st_error_set("the prompt is empty");
         return -1;
@@ -111,110 +165,54 @@ int engine_read_prompt(engine *e, const int32_t *prompt, int n) {
         st_error_set("the prompt has %d tokens, beyond the context of %d tokens", n, e->n_ctx);
         return -1;
     }
-    int reused = engine_reuse_prefix(e, prompt, n);
-    if (engine_eval(e, prompt + reused, n - 1 - reused) != 0) return -1;
-    if (engine_eval(e, prompt + n - 1, 1) != 0) return -1;
+    int reused = engine_seq_reuse_prefix(s, prompt, n);
+    if (engine_seq_eval(e, s, prompt + reused, n - 1 - reused) != 0) return -1;
+    if (engine_seq_eval(e, s, prompt + n - 1, 1) != 0) return -1;
     return reused;
 }
 
-/* Length of the longest suffix of s[0..n) that is a proper prefix of a stop string. */
-static size_t partial_stop(const char *s, size_t n, const gen_params *gp) {
-    size_t best = 0;
-    for (int i = 0; i < gp->n_stop; i++) {
-        size_t L = strlen(gp->stop[i]);
-        for (size_t k = L > n ? n : L - 1; k > best; k--)
-            if (!memcmp(s + n - k, gp->stop[i], k)) {
-                best = k;
-                break;
-            }
+int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n) {
+    if (n <= 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (seq_check(e, seqs[i], &tok[i], 1) != 0) return -1;
+    if (n == 1) return engine_seq_eval(e, seqs[0], tok, 1);
+    size_t nv = (size_t)e->m->hp.n_vocab;
+    /* the step's inputs and outputs, gathered: kept across calls, grown as needed */
+    if (n > e->batch_cap) {
+        e->batch_cap = n;
+        e->batch_kv = st_realloc(e->batch_kv, (size_t)n * sizeof *e->batch_kv);
+        e->batch_pos = st_realloc(e->batch_pos, (size_t)n * sizeof *e->batch_pos);
+        e->batch_logits = st_realloc(e->batch_logits, (size_t)n * nv * sizeof(float));
     }
-    return best;
+    for (int i = 0; i < n; i++) {
+        e->batch_kv[i] = seqs[i]->kv->layers;
+        e->batch_pos[i] = seqs[i]->n_past;
+    }
+    model_forward_batch(e->mc, e->batch_kv, tok, e->batch_pos, n, e->batch_logits);
+    for (int i = 0; i < n; i++) {
+        engine_seq *s = seqs[i];
+        memcpy(s->logits, e->batch_logits + (size_t)i * nv, nv * sizeof(float));
+        s->hist[s->n_past++] = tok[i];
+    }
+    return 0;
 }
 
-int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, const gen_params *gp,
-                    gen_text_fn fn, void *ctx, gen_stats *st) {
-    memset(st, 0, sizeof *st);
-    st->finish = "error";
-    st->stop_index = -1;
-    if (n_prompt <= 0) {
-        st_error_set("the prompt is empty");
-        return -1;
-    }
-    if (n_prompt >= e->n_ctx) {
-        st_error_set("the prompt has %d tokens, beyond the context of %d tokens", n_prompt, e->n_ctx);
-        return -1;
-    }
-    int64_t t0 = st_now_ns();
-    int reused = engine_read_prompt(e, prompt, n_prompt);
-    if (reused < 0) return -1;
-    st->n_prompt = n_prompt;
-    st->n_reused = reused;
-    st->n_read = n_prompt - reused;
-    st->prompt_ms = (double)(st_now_ns() - t0) / 1e6;
-    sampler_reset(s);
-    for (int i = 0; i < n_prompt; i++) sampler_accept(s, prompt[i]);
-
-    tok_stream *ts = tok_stream_new(e->tok, 0);
-    size_t cap = 4096, len = 0;
-    char *pending = st_malloc(cap); /* text not yet released: may begin a stop string */
-    int64_t t1 = st_now_ns();
-    st->finish = "length";
-    int max = gp->max_tokens > 0 ? gp->max_tokens : e->n_ctx;
-    for (int i = 0; i < max; i++) {
-        int32_t t = sampler_sample(s, e->logits);
-        if (!gp->ignore_eos && tokenizer_is_eog(e->tok, t)) {
-            st->finish = "stop";
-            break;
-        }
-        sampler_accept(s, t);
-        st->n_gen++;
-        const char *piece;
-        size_t plen;
-        tok_stream_push(ts, t, &piece, &plen);
-        if (len + plen + 1 > cap) {
-            cap = (len + plen + 1) * 2;
-            pending = st_realloc(pending, cap);
-        }
-        memcpy(pending + len, piece, plen);
-        len += plen;
-        /* a complete stop string ends generation; text before it is released */
-        int stopped = 0;
-        for (int k = 0; k < gp->n_stop && !stopped; k++) {
-            pending[len] = 0;
-            char *hit = strstr(pending, gp->stop[k]);
-            if (hit) {
-                len = (size_t)(hit - pending);
-                stopped = 1;
-                st->stop_index = k;
-            }
-        }
-        size_t keep = stopped ? 0 : partial_stop(pending, len, gp);
-        int cancel = 0;
-        if (len - keep > 0) cancel = fn(ctx, pending, len - keep);
-        memmove(pending, pending + len - keep, keep);
-        len = keep;
-        if (stopped) {
-            st->finish = "stop";
-            break;
-        }
-        if (cancel || i + 1 == max) break;
-        if (e->n_past >= e->n_ctx) break; /* context full: "length" */
-        if (engine_eval(e, &t, 1) != 0) break;
-    }
-    if (len) fn(ctx, pending, len);
-    /* bytes still held back are an incomplete UTF-8 character cut off by the
-     * end of generation: dropped, never sent as U+FFFD */
-    tok_stream_free(ts);
-    st_free(pending);
-    st->gen_ms = (double)(st_now_ns() - t1) / 1e6;
-    return 0;
+int engine_eval(engine *e, const int32_t *toks, int n) {
+    return engine_seq_eval(e, &e->seq, toks, n);
+}
+int engine_reuse_prefix(engine *e, const int32_t *toks, int n) {
+    return engine_seq_reuse_prefix(&e->seq, toks, n);
+}
+int engine_read_prompt(engine *e, const int32_t *prompt, int n) {
+    return engine_seq_read_prompt(e, &e->seq, prompt, n);
 }
 
 void gen_stats_format(const gen_stats *st, char *buf, size_t cap) {
     double pt = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
     double gt = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
     snprintf(buf, cap,
-             "prompt %d tokens = %d reused + %d read in %.1f ms (%.1f tok/s), %d generated in %.1f ms (%.1f tok/s), "
+             "prompt %d tokens = %d reused + %d read in %.1f ms (%.1f tok/s), %d generated in %.1f "
+             "ms (%.1f tok/s), "
              "drafts accepted %d of %d",
              st->n_prompt, st->n_reused, st->n_read, st->prompt_ms, pt, st->n_gen, st->gen_ms, gt,
              st->drafts_accepted, st->drafts_total);

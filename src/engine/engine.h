@@ -1,7 +1,11 @@
-/* The engine: one model, its tokenizer, a backend, and one sequence's KV
- * cache, with prompt evaluation (prefix reuse), generation with stop strings
- * and tokens, and the speed line every front end prints the same way.
- * The server's slots (several sequences batched) build on this later. */
+/* The engine: one model, its tokenizer, a backend and model context, shared
+ * by any number of sequences (engine_seq: a KV cache, token history and
+ * logits each), with prompt evaluation (prefix reuse), a batched decode step
+ * over several sequences, step-wise generation (gen_state: sampling, stop
+ * strings, streaming text, one token at a time) and the speed line every
+ * front end prints the same way. The CLI's single-sequence calls
+ * (engine_eval, engine_read_prompt, engine_generate) are the same sequence
+ * code applied to the engine's own sequence. */
 #ifndef STRATA_ENGINE_ENGINE_H
 #define STRATA_ENGINE_ENGINE_H
 
@@ -15,24 +19,50 @@
 
 typedef struct {
     const char *model_path;
-    int n_ctx;          /* 0: min(trained context, 4096) */
+    int n_ctx; /* 0: min(trained context, 4096) */
     st_kv_type kv_type;
-    int n_threads;      /* 0: all cores */
-    int n_ubatch;       /* prompt chunk size, 0: 512 */
-    int gpu;            /* -1: CPU backend (default); N >= 0: every op on GPU N (builds with STRATA_CUDA/HIP) */
+    int n_threads; /* 0: all cores */
+    int n_ubatch;  /* prompt chunk size, 0: 512 */
+    int gpu; /* -1: CPU backend (default); N >= 0: every op on GPU N (builds with STRATA_CUDA/HIP)
+              */
 } engine_params;
 
-typedef struct {
+/* One sequence: its KV cache, the tokens at its filled positions and the
+ * logits of its last evaluated token. The server keeps one per slot, all on
+ * one engine; the single-sequence API below works on the engine's own. */
+typedef struct engine_seq {
+    kv_cache *kv;
+    int n_past;    /* positions filled in the cache */
+    int32_t *hist; /* (n_ctx) the tokens at those positions */
+    float *logits; /* (n_vocab) of the last evaluated token */
+} engine_seq;
+
+typedef struct engine {
     model *m;
     tokenizer *tok;
     st_backend *be;
     model_ctx *mc;
-    kv_cache *kv;
     int n_ctx;
-    int n_past;         /* positions filled in the cache */
-    int32_t *hist;      /* (n_ctx) the tokens at those positions */
-    float *logits;      /* (n_vocab) of the last evaluated token */
+    int n_ubatch; /* tokens per forward chunk (model_ctx's activation rows) */
+    st_kv_type kv_type;
     struct engine_placed *placed; /* device copies of the weights (GPU backend), else NULL */
+    /* engine_decode_batch's gathered inputs and outputs, (batch_cap) rows */
+    int batch_cap;
+    st_kv_layer **batch_kv;
+    int *batch_pos;
+    float *batch_logits; /* [batch_cap][n_vocab] */
+    /* The engine's own sequence, by either name: `seq` for the sequence
+     * functions, or its fields directly (e->n_past, e->logits, e->kv) as the
+     * single-sequence callers have always used them. Same members, same order. */
+    union {
+        engine_seq seq;
+        struct {
+            kv_cache *kv;
+            int n_past;
+            int32_t *hist;
+            float *logits;
+        };
+    };
 } engine;
 
 engine_params engine_defaults(void);
@@ -40,22 +70,38 @@ engine_params engine_defaults(void);
 engine *engine_open(const engine_params *p);
 void engine_close(engine *e);
 
-/* Evaluate tokens after the cache's current content. -1 with st_error if the
- * context would overflow (nothing is evaluated then). */
-int engine_eval(engine *e, const int32_t *toks, int n);
-/* Drop cache positions beyond the longest common prefix of the cache and
- * toks (keeping at least one token to evaluate); returns the prefix length. */
-int engine_reuse_prefix(engine *e, const int32_t *toks, int n);
-/* Reuse what the cache shares with the prompt and read the rest, the last
+/* ---- sequences ---- */
+/* A new empty sequence with a KV cache of the engine's context. */
+engine_seq *engine_seq_new(engine *e);
+void engine_seq_free(engine *e, engine_seq *s);
+/* Evaluate tokens after the sequence's current content. -1 with st_error if
+ * the context would overflow or an id is outside the vocabulary (nothing is
+ * evaluated then). */
+int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n);
+/* Drop positions beyond the longest common prefix of the sequence and toks
+ * (keeping at least one token to evaluate); returns the prefix length. */
+int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n);
+/* Length of the common prefix of the sequence's tokens and toks (no change). */
+int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n);
+/* Reuse what the sequence shares with the prompt and read the rest, the last
  * token in a call of its own: batched and single-token products round
  * differently (and 8-bit activations amplify that), so this makes the first
  * sampled token's logits the same whether or not the prompt was cached.
  * Returns the reused count, or -1 with st_error. */
+int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int n);
+/* One decode step of n sequences, tok[i] appended to seqs[i] (model_forward_batch);
+ * each sequence's logits are its new last token's. -1 with st_error (nothing
+ * evaluated) if a sequence is full or an id is outside the vocabulary. */
+int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n);
+
+/* The same on the engine's own sequence (e->seq). */
+int engine_eval(engine *e, const int32_t *toks, int n);
+int engine_reuse_prefix(engine *e, const int32_t *toks, int n);
 int engine_read_prompt(engine *e, const int32_t *prompt, int n);
 
 typedef struct {
-    int max_tokens;             /* <= 0: until the context is full */
-    const char *const *stop;    /* stop strings, not included in the output */
+    int max_tokens;          /* <= 0: until the context is full */
+    const char *const *stop; /* stop strings, not included in the output */
     int n_stop;
     int ignore_eos;
 } gen_params;
@@ -66,20 +112,58 @@ typedef struct {
     int n_gen;
     double gen_ms;
     int drafts_accepted, drafts_total;
-    const char *finish;         /* "stop" (EOS or stop string), "length", "error" */
-    int stop_index;             /* which gp->stop string ended generation; -1: none (EOS, length) */
+    const char *finish; /* "stop" (EOS or stop string), "length", "error" */
+    int stop_index;     /* which gp->stop string ended generation; -1: none (EOS, length) */
 } gen_stats;
 
 /* Receives text as it becomes final (whole UTF-8 characters, stop strings
  * withheld). Return nonzero to stop early. */
 typedef int (*gen_text_fn)(void *ctx, const char *text, size_t len);
 
+/* Optional per-request additions to generation (the server's JSON mode and
+ * log probabilities): filter changes the logits before sampling (a grammar
+ * mask); token sees each sampled token with the logits as the model gave
+ * them (before filter, penalties and temperature) and returns GEN_GO, or
+ * GEN_END (the answer is complete: finish "stop") or GEN_CANCEL (stop
+ * now: the reader is gone). eog_ok: end-of-generation tokens are ordinary
+ * tokens (the filter decides instead). */
+enum { GEN_GO = 0, GEN_END = 1, GEN_CANCEL = 2 };
+typedef struct {
+    int (*filter)(void *ctx, float *logits,
+                  int n_vocab); /* GEN_GO, or GEN_END: no token is allowed */
+    int (*token)(void *ctx, int32_t t, const float *raw_logits);
+    void *ctx;
+    int eog_ok;
+} gen_hooks;
+
+/* Generation of one request on one sequence, a token at a time, so that a
+ * scheduler can advance many requests by one batched step each:
+ *     g = gen_begin(e, s, ...);          after the prompt is read into s
+ *     while (gen_next(g, &t) == 0)       samples from s->logits, emits text
+ *         engine_seq_eval(e, s, &t, 1);  (or one engine_decode_batch for all)
+ *     gen_end(g, st);                    flushes the text, fills the stats
+ * engine_generate is that loop on the engine's own sequence. */
+typedef struct gen_state gen_state;
+/* The sampler is reset and fed the prompt; hooks may be NULL. */
+gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt,
+                     const gen_params *gp, const gen_hooks *hooks, gen_text_fn fn, void *ctx);
+/* Sample the next token from the sequence's logits and emit its text. 0 with
+ * *t: evaluate t into the sequence and call again; 1: finished (the finish
+ * reason is in the stats), t is not to be evaluated. */
+int gen_next(gen_state *g, int32_t *t);
+/* 1 once text or token callbacks asked to stop (the reader went away). */
+int gen_cancelled(const gen_state *g);
+/* Send what text is still held back, fill st's generation fields (n_gen,
+ * gen_ms, finish, stop_index; prompt fields are the caller's) and free g. */
+void gen_end(gen_state *g, gen_stats *st);
+
 /* Reuse what the cache shares with the prompt, read the rest, then sample up
  * to max_tokens. Returns 0, or -1 with st_error (context overflow, empty prompt). */
-int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, const gen_params *gp,
-                    gen_text_fn fn, void *ctx, gen_stats *st);
+int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt,
+                    const gen_params *gp, gen_text_fn fn, void *ctx, gen_stats *st);
 
-/* "prompt N tokens = R reused + M read in X ms (T tok/s), G generated in Y ms (U tok/s), drafts accepted A of B" */
+/* "prompt N tokens = R reused + M read in X ms (T tok/s), G generated in Y ms (U tok/s), drafts
+ * accepted A of B" */
 void gen_stats_format(const gen_stats *st, char *buf, size_t cap);
 
 #endif

@@ -25,7 +25,9 @@ struct model_ctx {
     int32_t *ids;                       /* token ids copied to the device */
 };
 
-static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
+static float *balloc(st_backend *be, size_t n) {
+    return be->alloc(be, n * sizeof(float));
+}
 
 model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     const model_hparams *hp = &m->hp;
@@ -33,7 +35,8 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     c->m = m;
     c->be = be;
     c->n_ubatch = n_ubatch;
-    size_t B = (size_t)n_ubatch, qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t B = (size_t)n_ubatch, qw = (size_t)hp->n_head * hp->head_dim,
+           kvw = (size_t)hp->n_head_kv * hp->head_dim;
     c->x = balloc(be, B * hp->n_embd);
     c->h = balloc(be, B * hp->n_embd);
     c->o = balloc(be, B * hp->n_embd);
@@ -54,37 +57,53 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
 void model_ctx_free(model_ctx *c) {
     if (!c) return;
     st_backend *be = c->be;
-    void *bufs[] = {c->x, c->h, c->o, c->q, c->att, c->k, c->v, c->g, c->u, c->router, c->logits, c->ids};
+    void *bufs[] = {c->x, c->h, c->o, c->q,      c->att,    c->k,
+                    c->v, c->g, c->u, c->router, c->logits, c->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     st_free(c);
 }
 
-static void attention_block(model_ctx *c, int il, st_kv_layer *kv, int n, int pos0) {
+/* Attention of n_seq sequences of n tokens each, stacked in the activation
+ * rows: norms and the Q/K/V/O products run on all rows at once (the weights
+ * are read once for every sequence); the rotary embedding, the cache write
+ * and attention run per sequence on its own rows, cache and positions.
+ * kv[s] is sequence s's per-layer cache array, pos0[s] its first position. */
+static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0,
+                            int n_seq, int n) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
     st_backend *be = c->be;
-    int qw = hp->n_head * hp->head_dim, kvw = hp->n_head_kv * hp->head_dim;
+    int qw = hp->n_head * hp->head_dim, kvw = hp->n_head_kv * hp->head_dim, rows = n_seq * n;
 
-    be->rmsnorm(be, c->x, l->attn_norm, c->h, hp->n_embd, n, hp->rms_eps);
-    be->matmul(be, &l->wq, 0, c->h, c->q, n);
-    be->matmul(be, &l->wk, 0, c->h, c->k, n);
-    be->matmul(be, &l->wv, 0, c->h, c->v, n);
+    be->rmsnorm(be, c->x, l->attn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+    be->matmul(be, &l->wq, 0, c->h, c->q, rows);
+    be->matmul(be, &l->wk, 0, c->h, c->k, rows);
+    be->matmul(be, &l->wv, 0, c->h, c->v, rows);
     if (l->bq) {
-        be->add(be, c->q, l->bq, qw, n);
-        be->add(be, c->k, l->bk, kvw, n);
-        be->add(be, c->v, l->bv, kvw, n);
+        be->add(be, c->q, l->bq, qw, rows);
+        be->add(be, c->k, l->bk, kvw, rows);
+        be->add(be, c->v, l->bv, kvw, rows);
     }
     /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
-    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox};
-    be->qkv_prep(be, c->q, c->k, c->v, l->q_norm, l->k_norm, hp->rms_eps, n, hp->n_head, &rope, kv, pos0);
-    be->attention(be, c->q, kv, n, pos0, hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, c->att);
-    be->matmul(be, &l->wo, 0, c->att, c->o, n);
-    if (l->post_attn_norm) be->rmsnorm(be, c->o, l->post_attn_norm, c->o, hp->n_embd, n, hp->rms_eps);
-    be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
+    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale,
+                    hp->rope_neox};
+    for (int s = 0; s < n_seq; s++) {
+        size_t r = (size_t)s * n;
+        float *q = c->q + r * qw, *att = c->att + r * qw;
+        be->qkv_prep(be, q, c->k + r * kvw, c->v + r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n,
+                     hp->n_head, &rope, &kv[s][il], pos0[s]);
+        be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale,
+                      swa ? hp->n_swa : 0, att);
+    }
+    be->matmul(be, &l->wo, 0, c->att, c->o, rows);
+    if (l->post_attn_norm)
+        be->rmsnorm(be, c->o, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
+    be->add(be, c->x, c->o, (int64_t)rows * hp->n_embd, 1);
 }
 
+/* The FFN (dense or MoE) of n rows, whichever sequences they belong to. */
 static void ffn_block(model_ctx *c, int il, int n) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
@@ -113,27 +132,36 @@ typedef struct {
     int n, first, rows; /* tokens; logits rows [first, first+rows), rows 0: none */
 } step_args;
 
-static void step_body(void *arg, int pos0) {
-    const step_args *a = arg;
-    model_ctx *c = a->c;
+/* Embedding, layers and output of the token ids in c->ids: n_seq sequences of
+ * n tokens each, stacked as rows; logits of rows [first, first+rows). */
+static void layers_and_logits(model_ctx *c, st_kv_layer *const *kv, const int *pos0, int n_seq,
+                              int n, int first, int rows) {
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     st_backend *be = c->be;
+    int all = n_seq * n;
 
-    be->get_rows(be, &m->tok_embd, c->ids, a->n, c->x);
-    if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)a->n * hp->n_embd);
+    be->get_rows(be, &m->tok_embd, c->ids, all, c->x);
+    if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)all * hp->n_embd);
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(c, il, &a->kv[il], a->n, pos0);
-        ffn_block(c, il, a->n);
+        attention_block(c, il, kv, pos0, n_seq, n);
+        ffn_block(c, il, all);
     }
-    if (!a->rows) return; /* an intermediate prompt chunk: only its KV is needed */
+    if (!rows) return; /* an intermediate prompt chunk: only its KV is needed */
     /* only the rows whose logits are wanted go through the output matrix */
-    be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, m->output_norm, c->h, hp->n_embd, a->rows, hp->rms_eps);
-    be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
+    be->rmsnorm(be, c->x + (size_t)first * hp->n_embd, m->output_norm, c->h, hp->n_embd, rows,
+                hp->rms_eps);
+    be->matmul(be, &m->output, 0, c->h, c->logits, rows);
 }
 
-static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
-                          int all_logits) {
+static void step_body(void *arg, int pos0) {
+    const step_args *a = arg;
+    st_kv_layer *kv = a->kv;
+    layers_and_logits(a->c, &kv, &pos0, 1, a->n, a->first, a->rows);
+}
+
+static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0,
+                          float *logits, int all_logits) {
     st_backend *be = c->be;
     step_args a;
     memset(&a, 0, sizeof a); /* the bytes are the graph's key: no stray padding */
@@ -144,11 +172,12 @@ static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, 
     a.rows = !logits ? 0 : all_logits ? n : 1;
     be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->run_step(be, n, pos0, step_body, &a, sizeof a);
-    if (logits) be->to_host(be, logits, c->logits, (size_t)a.rows * c->m->hp.n_vocab * sizeof(float));
+    if (logits)
+        be->to_host(be, logits, c->logits, (size_t)a.rows * c->m->hp.n_vocab * sizeof(float));
 }
 
-void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
-                   int all_logits) {
+void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0,
+                   float *logits, int all_logits) {
     ST_ASSERT(n_tok > 0);
     ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);
     size_t nv = (size_t)c->m->hp.n_vocab;
@@ -158,6 +187,43 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
         /* intermediate chunks produce no logits unless every position's are wanted */
         float *out = all_logits ? logits + (size_t)done * nv : last ? logits : NULL;
         forward_chunk(c, kv, tokens + done, n, pos0 + done, out, all_logits);
+        done += n;
+    }
+}
+
+/* A batched decode step (forward.h): one token for each of n_seq sequences. */
+typedef struct {
+    model_ctx *c;
+    st_kv_layer *const *kv; /* (n_seq) per-sequence layer arrays */
+    const int *pos;         /* (n_seq) */
+    int n_seq;
+} batch_args;
+
+static void batch_body(void *arg, int pos0) {
+    (void)pos0; /* each sequence has its own position */
+    const batch_args *a = arg;
+    layers_and_logits(a->c, a->kv, a->pos, a->n_seq, 1, 0, a->n_seq);
+}
+
+void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos,
+                         int n_seq, float *logits) {
+    ST_ASSERT(n_seq > 0);
+    size_t nv = (size_t)c->m->hp.n_vocab;
+    for (int s = 0; s < n_seq; s++)
+        ST_ASSERT(pos[s] >= 0 && pos[s] < kv[s][0].n_ctx);
+    for (int done = 0; done < n_seq;) {
+        int n = n_seq - done < c->n_ubatch ? n_seq - done : c->n_ubatch;
+        if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
+            forward_chunk(c, kv[done], tok + done, 1, pos[done], logits + (size_t)done * nv, 0);
+        } else {
+            /* several positions in one step: run_step calls the body directly
+             * (graphs are recorded for one-token steps only) */
+            batch_args a = {c, kv + done, pos + done, n};
+            st_backend *be = c->be;
+            be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
+            be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
+            be->to_host(be, logits + (size_t)done * nv, c->logits, (size_t)n * nv * sizeof(float));
+        }
         done += n;
     }
 }

@@ -5,8 +5,9 @@
  * The main thread reads frames from the start, so that end of file (the
  * server is gone, or stopping) ends this process at once even while the
  * model is still loading; the load runs on its own thread. The scheduler's
- * workers send their events as frames, one writer at a time, and read the
- * cancel flag the main thread sets when the front end says the client left.
+ * engine thread sends its events as frames (one writer at a time: the main
+ * thread answers malformed requests itself) and reads the cancel flag the
+ * main thread sets when the front end says the client left.
  * Nothing is freed on the way out: the process ends with _exit. */
 #include <pthread.h>
 #include <signal.h>
@@ -59,7 +60,7 @@ static void drop_req(creq *r) {
     st_free(r);
 }
 
-/* Scheduler events (srv_sched.h) -> frames, on a worker thread. */
+/* Scheduler events (srv_sched.h) -> frames, on the engine thread. */
 static int on_event(void *ctx, const srv_event *ev) {
     creq *r = ctx;
     sbuf b = {0};

@@ -1,9 +1,10 @@
-/* The server's own generation loop (srv_sched.h srv_generate), used instead
- * of engine_generate when a request wants what that loop cannot give: log
- * probabilities of each generated token (and the most likely alternatives),
- * or JSON mode (response_format {"type":"json_object"}), where sampling is
- * constrained so that the answer is always a prefix of a valid JSON object
- * and generation ends as soon as the object is complete.
+/* The server's additions to the engine's step-wise generation (srv_sched.h
+ * srv_gen_extra_new, engine.h gen_hooks), for requests that want what plain
+ * generation does not give: log probabilities of each generated token (and
+ * the most likely alternatives), or JSON mode (response_format
+ * {"type":"json_object"}), where sampling is constrained so that the answer
+ * is always a prefix of a valid JSON object and generation ends as soon as
+ * the object is complete.
  *
  * JSON constraint: a pushdown recogniser of JSON text (jfsm below) is fed the
  * bytes of each candidate token; tokens it rejects get logit -inf before the
@@ -223,20 +224,6 @@ static void pieces_build(piece_table *pt, const tokenizer *tok, int n_vocab) {
     pt->off[n_vocab] = (uint32_t)len;
 }
 
-/* Keep the end of pending that could begin a stop string. */
-static size_t partial_stop(const char *p, size_t len, const srv_request *r) {
-    size_t keep = 0;
-    for (int k = 0; k < r->n_stop; k++) {
-        size_t sl = strlen(r->stop[k]);
-        for (size_t n = sl - 1 < len ? sl - 1 : len; n > keep; n--)
-            if (!memcmp(p + len - n, r->stop[k], n)) {
-                keep = n;
-                break;
-            }
-    }
-    return keep;
-}
-
 /* Log-softmax of the logits at the token, and the top n alternatives. */
 static float log_prob(const float *l, int nv, int32_t t, int n_top, int32_t *top_ids, float *top_lp) {
     float mx = -INFINITY;
@@ -257,110 +244,74 @@ static float log_prob(const float *l, int nv, int32_t t, int n_top, int32_t *top
     return l[t] - lse;
 }
 
-int srv_generate(engine *e, sampler *smp, const srv_request *r, srv_event_fn fn, void *ctx, int slot, int *stopped,
-                 gen_stats *st) {
-    memset(st, 0, sizeof *st);
-    st->finish = "error";
-    st->stop_index = -1;
-    if (r->n_prompt <= 0 || r->n_prompt >= e->n_ctx) {
-        st_error_set("the prompt has %d tokens, outside 1..%d", r->n_prompt, e->n_ctx - 1);
-        return -1;
-    }
-    int64_t t0 = st_now_ns();
-    int reused = engine_read_prompt(e, r->prompt, r->n_prompt);
-    if (reused < 0) return -1;
-    st->n_prompt = r->n_prompt;
-    st->n_reused = reused;
-    st->n_read = r->n_prompt - reused;
-    st->prompt_ms = (double)(st_now_ns() - t0) / 1e6;
-    sampler_reset(smp);
-    for (int i = 0; i < r->n_prompt; i++) sampler_accept(smp, r->prompt[i]);
-
-    int nv = e->m->hp.n_vocab;
-    float *raw = r->logprobs ? st_malloc((size_t)nv * sizeof(float)) : NULL;
-    piece_table pt = {0};
-    jfsm js = {.state = J_VALUE};
-    if (r->json_mode) pieces_build(&pt, e->tok, nv);
-    tok_stream *ts = tok_stream_new(e->tok, 0);
-    size_t cap = 4096, len = 0;
-    char *pending = st_malloc(cap);
+struct srv_gen_extra {
+    const srv_request *r;
+    srv_event_fn fn;
+    void *ctx;
+    int slot, n_vocab;
+    piece_table pt;     /* json_mode */
+    jfsm js;
     int32_t top_ids[20];
     float top_lp[20];
-    int64_t t1 = st_now_ns();
-    st->finish = "length";
-    int max = r->max_tokens > 0 ? r->max_tokens : e->n_ctx;
-    for (int i = 0; i < max; i++) {
-        if (raw) memcpy(raw, e->logits, (size_t)nv * sizeof(float));
-        if (r->json_mode) { /* only tokens that keep the text a JSON prefix */
-            int any = 0;
-            for (int v = 0; v < nv; v++) {
-                jfsm m2 = js;
-                uint32_t a = pt.off[v], b = pt.off[v + 1];
-                if (a == b || jfsm_feed(&m2, pt.text + a, b - a) != 0) e->logits[v] = -INFINITY;
-                else any = 1;
-            }
-            if (!any) { /* cannot happen with a byte-complete vocabulary; end rather than emit junk */
-                st->finish = "stop";
-                break;
-            }
-        }
-        int32_t t = sampler_sample(smp, e->logits);
-        if (!r->json_mode && tokenizer_is_eog(e->tok, t)) {
-            st->finish = "stop";
-            break;
-        }
-        sampler_accept(smp, t);
-        st->n_gen++;
-        if (raw) {
-            int n_top = r->top_logprobs < 20 ? r->top_logprobs : 20;
-            float lp = log_prob(raw, nv, t, n_top, top_ids, top_lp);
-            srv_event ev = {.kind = SRV_EV_TOKEN, .slot = slot, .token = t, .logprob = lp, .n_top = n_top,
-                            .top_ids = top_ids, .top_lp = top_lp};
-            if (fn(ctx, &ev) != 0) *stopped = 1;
-        }
-        if (r->json_mode) jfsm_feed(&js, pt.text + pt.off[t], pt.off[t + 1] - pt.off[t]);
-        const char *piece;
-        size_t plen;
-        tok_stream_push(ts, t, &piece, &plen);
-        if (len + plen + 1 > cap) {
-            cap = (len + plen + 1) * 2;
-            pending = st_realloc(pending, cap);
-        }
-        memcpy(pending + len, piece, plen);
-        len += plen;
-        int hit_stop = 0;
-        for (int k = 0; k < r->n_stop && !hit_stop; k++) {
-            pending[len] = 0;
-            char *hit = strstr(pending, r->stop[k]);
-            if (hit) {
-                len = (size_t)(hit - pending);
-                hit_stop = 1;
-                st->stop_index = k;
-            }
-        }
-        size_t keep = hit_stop ? 0 : partial_stop(pending, len, r);
-        if (len - keep > 0) {
-            srv_event ev = {.kind = SRV_EV_TEXT, .slot = slot, .text = pending, .len = len - keep};
-            if (fn(ctx, &ev) != 0) *stopped = 1;
-        }
-        memmove(pending, pending + len - keep, keep);
-        len = keep;
-        if (hit_stop || (r->json_mode && js.state == J_DONE)) { /* the object is complete: done */
-            st->finish = "stop";
-            break;
-        }
-        if (*stopped || i + 1 == max || e->n_past >= e->n_ctx) break;
-        if (engine_eval(e, &t, 1) != 0) break;
+};
+
+/* JSON mode: only tokens that keep the text a JSON prefix. */
+static int json_filter(void *arg, float *logits, int nv) {
+    srv_gen_extra *x = arg;
+    int any = 0;
+    for (int v = 0; v < nv; v++) {
+        jfsm m2 = x->js;
+        uint32_t a = x->pt.off[v], b = x->pt.off[v + 1];
+        if (a == b || jfsm_feed(&m2, x->pt.text + a, b - a) != 0) logits[v] = -INFINITY;
+        else any = 1;
     }
-    if (len) {
-        srv_event ev = {.kind = SRV_EV_TEXT, .slot = slot, .text = pending, .len = len};
-        fn(ctx, &ev);
+    /* none allowed cannot happen with a byte-complete vocabulary; end rather than emit junk */
+    return any ? GEN_GO : GEN_END;
+}
+
+/* Each sampled token: its TOKEN event (logprobs), the JSON state (json_mode). */
+static int on_token(void *arg, int32_t t, const float *raw) {
+    srv_gen_extra *x = arg;
+    const srv_request *r = x->r;
+    int rc = GEN_GO;
+    if (r->logprobs) {
+        int n_top = r->top_logprobs < 20 ? r->top_logprobs : 20;
+        float lp = log_prob(raw, x->n_vocab, t, n_top, x->top_ids, x->top_lp);
+        srv_event ev = {.kind = SRV_EV_TOKEN, .slot = x->slot, .token = t, .logprob = lp, .n_top = n_top,
+                        .top_ids = x->top_ids, .top_lp = x->top_lp};
+        if (x->fn(x->ctx, &ev) != 0) rc = GEN_CANCEL;
     }
-    tok_stream_free(ts);
-    st_free(pending);
-    st_free(raw);
-    st_free(pt.text);
-    st_free(pt.off);
-    st->gen_ms = (double)(st_now_ns() - t1) / 1e6;
-    return 0;
+    if (r->json_mode) {
+        jfsm_feed(&x->js, x->pt.text + x->pt.off[t], x->pt.off[t + 1] - x->pt.off[t]);
+        if (x->js.state == J_DONE && rc == GEN_GO) rc = GEN_END; /* the object is complete: done */
+    }
+    return rc;
+}
+
+srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_event_fn fn, void *ctx, int slot,
+                                 gen_hooks *hk) {
+    memset(hk, 0, sizeof *hk);
+    if (!r->logprobs && !r->json_mode) return NULL;
+    srv_gen_extra *x = st_calloc(1, sizeof *x);
+    x->r = r;
+    x->fn = fn;
+    x->ctx = ctx;
+    x->slot = slot;
+    x->n_vocab = e->m->hp.n_vocab;
+    x->js.state = J_VALUE;
+    if (r->json_mode) {
+        pieces_build(&x->pt, e->tok, x->n_vocab);
+        hk->filter = json_filter;
+        hk->eog_ok = 1; /* end-of-turn pieces are empty, so the filter masks them: the object's end ends it */
+    }
+    hk->token = on_token;
+    hk->ctx = x;
+    return x;
+}
+
+void srv_gen_extra_free(srv_gen_extra *x) {
+    if (!x) return;
+    st_free(x->pt.text);
+    st_free(x->pt.off);
+    st_free(x);
 }

@@ -1,5 +1,5 @@
-/* Jobs (srv_internal.h): the bridge between a connection thread and a worker
- * slot. The worker's events append to the job under its mutex (formatted for
+/* Jobs (srv_internal.h): the bridge between a connection thread and a slot
+ * of the scheduler. The engine thread's events append to the job under its mutex (formatted for
  * the client when streaming); the connection thread waits on the condition
  * variable and, while it waits, watches the client's socket so that a client
  * that hangs up stops its generation and frees the slot at the next token. */
@@ -76,7 +76,7 @@ static void stream_end(srv_job *j) {
     else oai_stream_end(j);
 }
 
-/* Scheduler events (srv_sched.h), on the worker's thread. */
+/* Scheduler events (srv_sched.h), on the engine thread (or the child's frame reader). */
 static int on_event(void *ctx, const srv_event *ev) {
     srv_job *j = ctx;
     pthread_mutex_lock(&j->mu);

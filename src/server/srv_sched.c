@@ -1,7 +1,7 @@
-/* Request queue and worker slots (srv_sched.h). One mutex guards the queue,
- * the slot table and the metrics; a slot's engine is touched only by its own
- * worker while the slot is busy, and by the dispatcher (reading its token
- * history for routing) only while it is free. */
+/* Request queue and slots on one engine thread (srv_sched.h). The mutex
+ * guards the queue, each slot's job pointer and the metrics; everything else
+ * of a slot (its sequence, sampler, generation) is the engine thread's
+ * alone, and events are sent without the mutex held. */
 #include "server/srv_sched.h"
 
 #include <pthread.h>
@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/timer.h"
 #include "server/srv_proto.h"
 
 typedef struct {
@@ -20,32 +21,47 @@ typedef struct {
     void *ctx;
 } pending;
 
+/* A slot's request moves NEW -> PROMPT -> DECODE <-> SAMPLE -> FREE. */
+typedef enum {
+    SL_FREE,
+    SL_NEW,    /* admitted; START not sent yet */
+    SL_PROMPT, /* reading its prompt, a chunk per iteration, all but the last token */
+    SL_DECODE, /* `next` goes into the next batched step (the prompt's last token, or the one
+                  sampled) */
+    SL_SAMPLE, /* its logits are fresh: sample */
+} slot_state;
+
 typedef struct {
-    srv_sched *s;
     int id;
-    engine *e;
-    pthread_t thread;
-    pthread_cond_t cv;
+    engine_seq *seq;
     pending job;        /* job.req != NULL while busy */
-    uint64_t last_used; /* dispatch tick of its last request: LRU choice */
+    uint64_t last_used; /* admission tick of its last request: LRU choice and prompt order */
+    slot_state state;
+    int32_t next;
+    sampler *smp;
+    gen_state *gen; /* from the end of the prompt to the end of the request */
+    srv_gen_extra *extra;
+    int64_t t0; /* admission time: the prompt's time runs from it */
+    gen_stats st;
 } slot;
 
 struct srv_sched {
     pthread_mutex_t mu;
+    pthread_cond_t cv; /* the engine thread waits here when it has nothing to do */
+    engine *e;
     slot *slots;
-    int n_slots, stopping;
-    pending *queue;     /* ring of max_queue entries */
+    int n_slots, stopping, thread_started;
+    pthread_t thread;
+    pending *queue; /* ring of max_queue entries */
     int q_head, q_len, max_queue;
     uint64_t tick;
     sched_metrics m;
-    srv_proc *proc;     /* supervised: everything above is in the child, this forwards to it */
+    srv_proc *proc; /* supervised: everything above is in the child, this forwards to it */
+    /* the engine thread's own: the batched step's sequences and tokens */
+    engine_seq **step_seqs;
+    int32_t *step_toks;
+    slot **step_slots;
 };
-
-static int common_prefix(const engine *e, const int32_t *toks, int n) {
-    int k = 0;
-    while (k < e->n_past && k < n && e->hist[k] == toks[k]) k++;
-    return k;
-}
 
 /* The free slot for a prompt (see the routing rule in srv_sched.h); -1 if none is free. */
 static int choose_slot(srv_sched *s, const srv_request *r) {
@@ -54,7 +70,7 @@ static int choose_slot(srv_sched *s, const srv_request *r) {
         slot *sl = &s->slots[i];
         if (sl->job.req) continue;
         if (lru < 0 || sl->last_used < s->slots[lru].last_used) lru = i;
-        int lcp = common_prefix(sl->e, r->prompt, r->n_prompt);
+        int lcp = engine_seq_common_prefix(sl->seq, r->prompt, r->n_prompt);
         if (lcp > best_lcp && 2 * lcp >= r->n_prompt) {
             best = i;
             best_lcp = lcp;
@@ -64,7 +80,7 @@ static int choose_slot(srv_sched *s, const srv_request *r) {
 }
 
 /* Hand queued requests, oldest first, to free slots. Caller holds mu. */
-static void dispatch_locked(srv_sched *s) {
+static void admit_locked(srv_sched *s) {
     while (s->q_len > 0) {
         pending *p = &s->queue[s->q_head];
         int i = choose_slot(s, p->req);
@@ -72,129 +88,238 @@ static void dispatch_locked(srv_sched *s) {
         slot *sl = &s->slots[i];
         sl->job = *p;
         sl->last_used = ++s->tick;
+        sl->state = SL_NEW;
         s->q_head = (s->q_head + 1) % s->max_queue;
         s->q_len--;
         s->m.busy++;
-        pthread_cond_signal(&sl->cv);
     }
 }
 
-typedef struct {
-    pending *job;
-    int slot;
-    int stopped;        /* the front end asked to stop (client gone) */
-} text_ctx;
+/* Outcome of a request for the metrics. */
+enum { OUT_DONE, OUT_FAILED, OUT_CANCELLED };
+
+/* End the slot's request: its terminal event is already sent. */
+static void slot_release(srv_sched *s, slot *sl, int outcome) {
+    const gen_stats *st = &sl->st;
+    srv_gen_extra_free(sl->extra);
+    sampler_free(sl->smp);
+    sl->extra = NULL;
+    sl->smp = NULL;
+    sl->gen = NULL;
+    pthread_mutex_lock(&s->mu);
+    sched_metrics *m = &s->m;
+    if (outcome == OUT_DONE || (outcome == OUT_CANCELLED && st->n_prompt > 0)) {
+        if (outcome == OUT_DONE)
+            m->done++;
+        else
+            m->cancelled++;
+        m->prompt_tokens += (uint64_t)st->n_prompt;
+        m->reused_tokens += (uint64_t)st->n_reused;
+        m->read_tokens += (uint64_t)st->n_read;
+        m->gen_tokens += (uint64_t)st->n_gen;
+        m->prompt_s += st->prompt_ms / 1e3;
+        m->gen_s += st->gen_ms / 1e3;
+        m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
+        m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
+    } else if (outcome == OUT_FAILED)
+        m->failed++;
+    else
+        m->cancelled++; /* dropped before it started */
+    sl->job.req = NULL;
+    sl->state = SL_FREE;
+    m->busy--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void slot_fail(srv_sched *s, slot *sl, const char *msg, int outcome) {
+    if (sl->gen) gen_end(sl->gen, &sl->st);
+    srv_event ev = {.kind = SRV_EV_ERROR, .slot = sl->id, .error = msg};
+    if (outcome == OUT_FAILED) ST_WARN("slot %d: %s", sl->id, msg);
+    sl->job.fn(sl->job.ctx, &ev);
+    slot_release(s, sl, outcome);
+}
+
+/* The generation ended (or was stopped): flush, DONE, free the slot. */
+static void slot_finish(srv_sched *s, slot *sl) {
+    int cancelled = gen_cancelled(sl->gen);
+    gen_end(sl->gen, &sl->st);
+    char line[512];
+    gen_stats_format(&sl->st, line, sizeof line);
+    ST_INFO("slot %d: %s, finish %s", sl->id, line, cancelled ? "cancelled" : sl->st.finish);
+    srv_event ev = {.kind = SRV_EV_DONE, .slot = sl->id, .stats = &sl->st};
+    sl->job.fn(sl->job.ctx, &ev);
+    slot_release(s, sl, cancelled ? OUT_CANCELLED : OUT_DONE);
+}
 
 static int on_text(void *ctx, const char *text, size_t len) {
-    text_ctx *t = ctx;
-    srv_event ev = {.kind = SRV_EV_TEXT, .slot = t->slot, .text = text, .len = len};
-    if (t->job->fn(t->job->ctx, &ev) != 0) t->stopped = 1;
-    return t->stopped;
+    slot *sl = ctx;
+    srv_event ev = {.kind = SRV_EV_TEXT, .slot = sl->id, .text = text, .len = len};
+    return sl->job.fn(sl->job.ctx, &ev);
 }
 
-/* Run one request on the slot's engine; returns its outcome for the metrics:
- * 0 done, 1 failed, 2 cancelled. */
-static int run_job(slot *sl, pending *job, gen_stats *st) {
+/* A newly admitted request: START, checks, prefix reuse. */
+static void slot_start(srv_sched *s, slot *sl) {
+    const srv_request *r = sl->job.req;
+    memset(&sl->st, 0, sizeof sl->st);
+    sl->st.finish = "error";
+    sl->st.stop_index = -1;
     srv_event ev = {.kind = SRV_EV_START, .slot = sl->id};
-    memset(st, 0, sizeof *st);
-    if (job->fn(job->ctx, &ev) != 0) {
-        ev = (srv_event){.kind = SRV_EV_ERROR, .slot = sl->id, .error = "cancelled before it started"};
-        job->fn(job->ctx, &ev);
-        return 2;
+    if (sl->job.fn(sl->job.ctx, &ev) != 0) {
+        slot_fail(s, sl, "cancelled before it started", OUT_CANCELLED);
+        return;
     }
-    const srv_request *r = job->req;
-    sampler *smp = sampler_create(&r->sp, sl->e->m->hp.n_vocab);
-    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop};
-    text_ctx tc = {job, sl->id, 0};
-    int rc = r->logprobs || r->json_mode ? srv_generate(sl->e, smp, r, job->fn, job->ctx, sl->id, &tc.stopped, st)
-                                         : engine_generate(sl->e, smp, r->prompt, r->n_prompt, &gp, on_text, &tc, st);
-    sampler_free(smp);
-    if (rc != 0) {
-        ev = (srv_event){.kind = SRV_EV_ERROR, .slot = sl->id, .error = st_error_get()};
-        ST_WARN("slot %d: %s", sl->id, ev.error);
-        job->fn(job->ctx, &ev);
-        return 1;
+    if (r->n_prompt <= 0 || r->n_prompt >= s->e->n_ctx) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the prompt has %d tokens, outside 1..%d", r->n_prompt,
+                 s->e->n_ctx - 1);
+        slot_fail(s, sl, msg, OUT_FAILED);
+        return;
     }
-    char line[512];
-    gen_stats_format(st, line, sizeof line);
-    ST_INFO("slot %d: %s, finish %s", sl->id, line, tc.stopped ? "cancelled" : st->finish);
-    ev = (srv_event){.kind = SRV_EV_DONE, .slot = sl->id, .stats = st};
-    job->fn(job->ctx, &ev);
-    return tc.stopped ? 2 : 0;
+    sl->t0 = st_now_ns();
+    int reused = engine_seq_reuse_prefix(sl->seq, r->prompt, r->n_prompt);
+    sl->st.n_prompt = r->n_prompt;
+    sl->st.n_reused = reused;
+    sl->st.n_read = r->n_prompt - reused;
+    sl->state = SL_PROMPT;
 }
 
-static void *worker(void *arg) {
-    slot *sl = arg;
-    srv_sched *s = sl->s;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!sl->job.req && !s->stopping) pthread_cond_wait(&sl->cv, &s->mu);
-        if (!sl->job.req) break;
-        pending job = sl->job;
-        pthread_mutex_unlock(&s->mu);
-        gen_stats st;
-        int outcome = run_job(sl, &job, &st);
-        pthread_mutex_lock(&s->mu);
-        sched_metrics *m = &s->m;
-        if (outcome == 0 || (outcome == 2 && st.n_prompt > 0)) {
-            if (outcome == 0) m->done++;
-            else m->cancelled++;
-            m->prompt_tokens += (uint64_t)st.n_prompt;
-            m->reused_tokens += (uint64_t)st.n_reused;
-            m->read_tokens += (uint64_t)st.n_read;
-            m->gen_tokens += (uint64_t)st.n_gen;
-            m->prompt_s += st.prompt_ms / 1e3;
-            m->gen_s += st.gen_ms / 1e3;
-            m->last_prompt_tps = st.prompt_ms > 0 ? st.n_read / (st.prompt_ms / 1e3) : 0;
-            m->last_gen_tps = st.gen_ms > 0 ? st.n_gen / (st.gen_ms / 1e3) : 0;
-        } else if (outcome == 1)
-            m->failed++;
-        else
-            m->cancelled++; /* dropped before it started */
-        sl->job.req = NULL;
-        m->busy--;
-        dispatch_locked(s);
+/* One chunk of the prompt of the slot admitted first among those reading one;
+ * the last prompt token goes into the batched step with the others. */
+static void prompt_chunk(srv_sched *s) {
+    slot *sl = NULL;
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *c = &s->slots[i];
+        if (c->state == SL_PROMPT && (!sl || c->last_used < sl->last_used)) sl = c;
     }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
+    if (!sl) return;
+    const srv_request *r = sl->job.req;
+    int left = r->n_prompt - 1 - sl->seq->n_past;
+    int n = left < s->e->n_ubatch ? left : s->e->n_ubatch;
+    if (n > 0 && engine_seq_eval(s->e, sl->seq, r->prompt + sl->seq->n_past, n) != 0) {
+        slot_fail(s, sl, st_error_get(), OUT_FAILED);
+        return;
+    }
+    if (sl->seq->n_past == r->n_prompt - 1) {
+        sl->next = r->prompt[r->n_prompt - 1];
+        sl->state = SL_DECODE;
+    }
+}
+
+/* The prompt's last token has been evaluated: the generation starts. */
+static void gen_start(srv_sched *s, slot *sl) {
+    const srv_request *r = sl->job.req;
+    sl->st.prompt_ms = (double)(st_now_ns() - sl->t0) / 1e6;
+    sl->smp = sampler_create(&r->sp, s->e->m->hp.n_vocab);
+    gen_hooks hk;
+    sl->extra = srv_gen_extra_new(s->e, r, sl->job.fn, sl->job.ctx, sl->id, &hk);
+    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop};
+    sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
+}
+
+/* One batched decode step over every slot with a token to evaluate. */
+static void decode_step(srv_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->state != SL_DECODE) continue;
+        s->step_slots[n] = sl;
+        s->step_seqs[n] = sl->seq;
+        s->step_toks[n] = sl->next;
+        n++;
+    }
+    if (!n) return;
+    if (engine_decode_batch(s->e, s->step_seqs, s->step_toks, n) != 0) {
+        /* every token was checked when sampled or read: a bug, but fail the requests, not the
+         * process */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_error_get());
+        for (int i = 0; i < n; i++)
+            slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        slot *sl = s->step_slots[i];
+        if (!sl->gen) gen_start(s, sl);
+        sl->state = SL_SAMPLE;
+    }
+}
+
+/* Sample every slot with fresh logits; a finished or stopped one is freed. */
+static void sample_all(srv_sched *s) {
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->state != SL_SAMPLE) continue;
+        if (gen_next(sl->gen, &sl->next) == 0)
+            sl->state = SL_DECODE;
+        else
+            slot_finish(s, sl);
+    }
+}
+
+/* Shutting down: every running request ends now. */
+static void stop_all(srv_sched *s) {
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->state == SL_FREE) continue;
+        if (sl->gen)
+            slot_finish(s, sl);
+        else
+            slot_fail(s, sl, "the server is shutting down", OUT_CANCELLED);
+    }
+}
+
+static void *engine_thread(void *arg) {
+    srv_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && !s->q_len && !s->m.busy)
+            pthread_cond_wait(&s->cv, &s->mu);
+        int stopping = s->stopping;
+        if (!stopping) admit_locked(s);
+        pthread_mutex_unlock(&s->mu);
+        if (stopping) {
+            stop_all(s);
+            return NULL;
+        }
+        for (int i = 0; i < s->n_slots; i++)
+            if (s->slots[i].state == SL_NEW) slot_start(s, &s->slots[i]);
+        prompt_chunk(s);
+        decode_step(s);
+        sample_all(s);
+    }
 }
 
 srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     ST_ASSERT(n_slots > 0 && max_queue > 0);
+    engine *e = engine_open(ep);
+    if (!e) return NULL;
     srv_sched *s = st_calloc(1, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->e = e;
     s->slots = st_calloc((size_t)n_slots, sizeof(slot));
     s->queue = st_calloc((size_t)max_queue, sizeof(pending));
     s->max_queue = max_queue;
+    s->n_slots = n_slots;
+    s->step_seqs = st_calloc((size_t)n_slots, sizeof *s->step_seqs);
+    s->step_toks = st_calloc((size_t)n_slots, sizeof *s->step_toks);
+    s->step_slots = st_calloc((size_t)n_slots, sizeof *s->step_slots);
     for (int i = 0; i < n_slots; i++) {
-        slot *sl = &s->slots[i];
-        sl->s = s;
-        sl->id = i;
-        sl->e = engine_open(ep);
-        if (!sl->e) {
-            s->n_slots = i; /* close what was opened; the error stays set */
-            char err[512];
-            snprintf(err, sizeof err, "%s", st_error_get());
-            sched_free(s);
-            st_error_set("%s", err);
-            return NULL;
-        }
-        pthread_cond_init(&sl->cv, NULL);
-        s->n_slots = i + 1;
-        if (pthread_create(&sl->thread, NULL, worker, sl) != 0) {
-            pthread_cond_destroy(&sl->cv);
-            engine_close(sl->e);
-            s->n_slots = i;
-            sched_free(s);
-            st_error_set("could not start the worker thread of slot %d", i);
-            return NULL;
-        }
+        s->slots[i].id = i;
+        s->slots[i].seq =
+            i == 0 ? &e->seq : engine_seq_new(e); /* the engine's own sequence serves slot 0 */
     }
     s->m.n_slots = n_slots;
     s->m.max_queue = max_queue;
-    s->m.n_ctx = s->slots[0].e->n_ctx;
+    s->m.n_ctx = e->n_ctx;
     s->m.engine_state = "ok";
     s->m.engine_pid = (int)getpid();
+    if (pthread_create(&s->thread, NULL, engine_thread, s) != 0) {
+        sched_free(s);
+        st_error_set("could not start the engine thread");
+        return NULL;
+    }
+    s->thread_started = 1;
     return s;
 }
 
@@ -219,8 +344,7 @@ void sched_free(srv_sched *s) {
     }
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
-    /* queued requests end now; running ones stop at their next event because
-     * the front end, which is shutting down too, answers it with nonzero */
+    /* queued requests end now, running ones on the engine thread (stop_all) */
     while (s->q_len > 0) {
         pending p = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->max_queue;
@@ -228,16 +352,19 @@ void sched_free(srv_sched *s) {
         srv_event ev = {.kind = SRV_EV_ERROR, .slot = -1, .error = "the server is shutting down"};
         p.fn(p.ctx, &ev);
     }
-    for (int i = 0; i < s->n_slots; i++) pthread_cond_signal(&s->slots[i].cv);
+    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_slots; i++) {
-        pthread_join(s->slots[i].thread, NULL);
-        pthread_cond_destroy(&s->slots[i].cv);
-        engine_close(s->slots[i].e);
-    }
+    if (s->thread_started) pthread_join(s->thread, NULL);
+    for (int i = 1; i < s->n_slots; i++)
+        engine_seq_free(s->e, s->slots[i].seq);
+    engine_close(s->e);
+    pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     st_free(s->slots);
     st_free(s->queue);
+    st_free(s->step_seqs);
+    st_free(s->step_toks);
+    st_free(s->step_slots);
     st_free(s);
 }
 
@@ -250,7 +377,7 @@ int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ct
     }
     s->queue[(s->q_head + s->q_len) % s->max_queue] = (pending){req, fn, ctx};
     s->q_len++;
-    dispatch_locked(s);
+    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -266,4 +393,6 @@ void sched_metrics_get(srv_sched *s, sched_metrics *m) {
     pthread_mutex_unlock(&s->mu);
 }
 
-int sched_n_ctx(const srv_sched *s) { return s->proc ? proc_n_ctx(s->proc) : s->m.n_ctx; }
+int sched_n_ctx(const srv_sched *s) {
+    return s->proc ? proc_n_ctx(s->proc) : s->m.n_ctx;
+}

@@ -1,5 +1,5 @@
-/* The engine side of the server: a queue of requests and N worker slots, each
- * owning one engine (one sequence with its KV cache).
+/* The engine side of the server: a queue of requests and N slots on one
+ * engine, advanced together by one engine thread (continuous batching).
  *
  * This is the narrow interface between the HTTP front end and the engine: a
  * request goes in as plain data (prompt tokens, sampling and stop settings),
@@ -7,6 +7,16 @@
  * nothing of HTTP or JSON. Keeping it this small is what lets the engine run
  * in a supervised child process (srv_proto.h): sched_create_supervised gives
  * the same interface with the scheduler itself running in that child.
+ *
+ * Slots share the model, its backend (one CPU thread pool) and activations;
+ * each has its own sequence (KV cache, token history). Each iteration of the
+ * engine thread: admit queued requests into free slots, read one prompt
+ * chunk (n_ubatch tokens) of one slot that is reading its prompt, then one
+ * batched decode step (model_forward_batch) for every slot that is
+ * generating, and sample each: a long prompt delays the running streams by
+ * one chunk per token at most, and the weights are read once per step for
+ * all of them. A slot whose client went away (an event answered nonzero) is
+ * freed at once.
  *
  * Routing: a queued request goes to the free slot whose cached tokens share
  * the longest prefix with its prompt, as long as that prefix is at least half
@@ -24,15 +34,15 @@
 #include "engine/sampler.h"
 
 typedef struct {
-    const int32_t *prompt;       /* (n_prompt) token ids, BOS included */
+    const int32_t *prompt; /* (n_prompt) token ids, BOS included */
     int n_prompt;
     sampler_params sp;
-    int max_tokens;              /* <= 0: until the context is full */
-    const char *const *stop;     /* (n_stop) stop strings, withheld from the text */
+    int max_tokens;          /* <= 0: until the context is full */
+    const char *const *stop; /* (n_stop) stop strings, withheld from the text */
     int n_stop;
-    int logprobs;                /* report each generated token's log probability (TOKEN events) */
-    int top_logprobs;            /* and the n (<= 20) most likely alternatives */
-    int json_mode;               /* constrain the answer to one JSON object (srv_gen.c) */
+    int logprobs;     /* report each generated token's log probability (TOKEN events) */
+    int top_logprobs; /* and the n (<= 20) most likely alternatives */
+    int json_mode;    /* constrain the answer to one JSON object (srv_gen.c) */
 } srv_request;
 
 typedef enum {
@@ -46,37 +56,39 @@ typedef enum {
 typedef struct {
     srv_event_kind kind;
     int slot;
-    const char *text;            /* TEXT */
+    const char *text; /* TEXT */
     size_t len;
-    const gen_stats *stats;      /* DONE */
-    const char *error;           /* ERROR */
-    int engine_down;             /* ERROR: the engine process stopped (503; the next request restarts it) */
-    int32_t token;               /* TOKEN: the id, its log probability and the top alternatives */
+    const gen_stats *stats; /* DONE */
+    const char *error;      /* ERROR */
+    int engine_down; /* ERROR: the engine process stopped (503; the next request restarts it) */
+    int32_t token;   /* TOKEN: the id, its log probability and the top alternatives */
     float logprob;
     int n_top;
-    const int32_t *top_ids;      /* (n_top) */
-    const float *top_lp;         /* (n_top) */
+    const int32_t *top_ids; /* (n_top) */
+    const float *top_lp;    /* (n_top) */
 } srv_event;
 
-/* Called on a worker thread. Exactly one terminal event (DONE or ERROR) ends
+/* Called on the engine thread. Exactly one terminal event (DONE or ERROR) ends
  * every accepted request; after it the scheduler touches neither the request
  * nor ctx again, so the request must stay valid until then. */
 typedef int (*srv_event_fn)(void *ctx, const srv_event *ev);
 
 typedef struct {
     int n_slots, busy, queued, max_queue, n_ctx;
-    uint64_t done, failed, cancelled;                 /* requests finished by outcome */
+    uint64_t done, failed, cancelled; /* requests finished by outcome */
     uint64_t prompt_tokens, reused_tokens, read_tokens, gen_tokens;
-    double prompt_s, gen_s;                           /* summed over requests */
-    double last_prompt_tps, last_gen_tps;             /* of the last finished request */
-    const char *engine_state;   /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
-    int engine_pid;             /* the process running the engines (this one when in-process) */
-    uint64_t engine_restarts;   /* engine processes started after the first */
+    double prompt_s, gen_s;               /* summed over requests */
+    double last_prompt_tps, last_gen_tps; /* of the last finished request */
+    const char
+        *engine_state; /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
+    int engine_pid;    /* the process running the engines (this one when in-process) */
+    uint64_t engine_restarts; /* engine processes started after the first */
 } sched_metrics;
 
 typedef struct srv_sched srv_sched;
 
-/* Open n_slots engines and start their workers in this process. NULL with st_error_get(). */
+/* Open the engine with n_slots sequences and start its thread in this process. NULL with
+ * st_error_get(). */
 srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue);
 /* The same in a child process (srv_proto.h), spawned now and waited for; if it
  * dies, the requests in flight end with an ERROR event with engine_down set
@@ -84,19 +96,21 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue);
 srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue);
 /* Start the engine process if it is down; nothing in-process. */
 void sched_wake(srv_sched *s);
-/* Stops the workers: the running requests are told to stop, queued ones end
- * with an ERROR event. */
+/* Stops the engine thread: the running requests are told to stop, queued
+ * ones end with an ERROR event. */
 void sched_free(srv_sched *s);
 /* Queue a request. 0, or -1 when the queue is full (no event will come). */
 int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx);
 void sched_metrics_get(srv_sched *s, sched_metrics *m);
 int sched_n_ctx(const srv_sched *s);
 
-/* The generation loop for requests with logprobs or json_mode (srv_gen.c):
- * engine_generate's contract plus TOKEN events; events go to fn with slot;
- * *stopped is set when fn asks to stop. */
-int srv_generate(engine *e, sampler *smp, const srv_request *r, srv_event_fn fn, void *ctx, int slot, int *stopped,
-                 gen_stats *st);
+/* A request's additions to generation (srv_gen.c): hk gets the hooks for its
+ * log probabilities (TOKEN events to fn with slot) and JSON mode. NULL (hk
+ * cleared) when it has neither. */
+typedef struct srv_gen_extra srv_gen_extra;
+srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_event_fn fn, void *ctx,
+                                 int slot, gen_hooks *hk);
+void srv_gen_extra_free(srv_gen_extra *x);
 /* 0 when s[0..n) is a prefix of a JSON object text (*complete: it is whole), -1 otherwise. */
 int srv_json_prefix_ok(const char *s, size_t n, int *complete);
 

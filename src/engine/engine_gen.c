@@ -1,0 +1,184 @@
+/* Step-wise generation (engine.h gen_state): one request on one sequence,
+ * advanced a token at a time by whoever evaluates the tokens, so that the
+ * CLI (engine_generate, below) and the server's scheduler (one batched
+ * decode step for every slot) share the same sampling, stop-string and
+ * streaming-text code.
+ *
+ * Text is released as it becomes final: the streaming detokenizer gives
+ * whole UTF-8 characters, and the tail that could still begin a stop string
+ * is held back until it either completes one (generation ends, the stop
+ * string is not sent) or cannot any more. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "engine/engine.h"
+
+struct gen_state {
+    engine *e;
+    engine_seq *s;
+    sampler *smp;
+    gen_params gp;
+    gen_hooks hk; /* all NULL when none */
+    gen_text_fn fn;
+    void *ctx;
+    tok_stream *ts;
+    char *pending; /* (cap) text not yet released: may begin a stop string */
+    size_t len, cap;
+    float *raw; /* (n_vocab) the logits before the filter, when both hooks are set */
+    int max, n_gen, cancelled, finished, stop_index;
+    const char *finish;
+    int64_t t0;
+};
+
+gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt,
+                     const gen_params *gp, const gen_hooks *hooks, gen_text_fn fn, void *ctx) {
+    gen_state *g = st_calloc(1, sizeof *g);
+    g->e = e;
+    g->s = s;
+    g->smp = smp;
+    g->gp = *gp;
+    if (hooks) g->hk = *hooks;
+    g->fn = fn;
+    g->ctx = ctx;
+    g->ts = tok_stream_new(e->tok, 0);
+    g->cap = 4096;
+    g->pending = st_malloc(g->cap);
+    if (g->hk.filter && g->hk.token) g->raw = st_malloc((size_t)e->m->hp.n_vocab * sizeof(float));
+    g->max = gp->max_tokens > 0 ? gp->max_tokens : e->n_ctx;
+    g->finish = "length";
+    g->stop_index = -1;
+    sampler_reset(smp);
+    for (int i = 0; i < n_prompt; i++)
+        sampler_accept(smp, prompt[i]);
+    g->t0 = st_now_ns();
+    return g;
+}
+
+/* Length of the longest suffix of s[0..n) that is a proper prefix of a stop string. */
+static size_t partial_stop(const char *s, size_t n, const gen_params *gp) {
+    size_t best = 0;
+    for (int i = 0; i < gp->n_stop; i++) {
+        size_t L = strlen(gp->stop[i]);
+        for (size_t k = L > n ? n : L - 1; k > best; k--)
+            if (!memcmp(s + n - k, gp->stop[i], k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Append the token's text, end at a complete stop string, release what can
+ * no longer begin one. Returns 1 when a stop string ended generation. */
+static int push_text(gen_state *g, int32_t t) {
+    const char *piece;
+    size_t plen;
+    tok_stream_push(g->ts, t, &piece, &plen);
+    if (g->len + plen + 1 > g->cap) {
+        g->cap = (g->len + plen + 1) * 2;
+        g->pending = st_realloc(g->pending, g->cap);
+    }
+    memcpy(g->pending + g->len, piece, plen);
+    g->len += plen;
+    int stopped = 0;
+    g->pending[g->len] = 0;
+    for (int k = 0; k < g->gp.n_stop && !stopped; k++) {
+        char *hit = strstr(g->pending, g->gp.stop[k]);
+        if (hit) {
+            g->len = (size_t)(hit - g->pending);
+            stopped = 1;
+            g->stop_index = k;
+        }
+    }
+    size_t keep = stopped ? 0 : partial_stop(g->pending, g->len, &g->gp);
+    if (g->len - keep > 0 && g->fn(g->ctx, g->pending, g->len - keep) != 0) g->cancelled = 1;
+    memmove(g->pending, g->pending + g->len - keep, keep);
+    g->len = keep;
+    return stopped;
+}
+
+int gen_next(gen_state *g, int32_t *t) {
+    if (g->finished) return 1;
+    g->finished = 1; /* until shown otherwise below */
+    float *logits = g->s->logits;
+    int nv = g->e->m->hp.n_vocab;
+    const float *raw = logits;
+    if (g->hk.filter) {
+        if (g->raw) {
+            memcpy(g->raw, logits, (size_t)nv * sizeof(float));
+            raw = g->raw;
+        }
+        if (g->hk.filter(g->hk.ctx, logits, nv) != GEN_GO) {
+            g->finish = "stop";
+            return 1;
+        }
+    }
+    int32_t tok = sampler_sample(g->smp, logits);
+    if (!g->gp.ignore_eos && !g->hk.eog_ok && tokenizer_is_eog(g->e->tok, tok)) {
+        g->finish = "stop";
+        return 1;
+    }
+    sampler_accept(g->smp, tok);
+    g->n_gen++;
+    int hook = g->hk.token ? g->hk.token(g->hk.ctx, tok, raw) : GEN_GO;
+    if (hook == GEN_CANCEL) g->cancelled = 1;
+    if (push_text(g, tok) || hook == GEN_END) {
+        g->finish = "stop";
+        return 1;
+    }
+    if (g->cancelled || g->n_gen == g->max) return 1;
+    if (g->s->n_past >= g->e->n_ctx) return 1; /* context full: "length" */
+    g->finished = 0;
+    *t = tok;
+    return 0;
+}
+
+int gen_cancelled(const gen_state *g) {
+    return g->cancelled;
+}
+
+void gen_end(gen_state *g, gen_stats *st) {
+    /* bytes still held back are either a possible stop string's beginning
+     * (final now) or an incomplete UTF-8 character cut off by the end, which
+     * the detokenizer never released: dropped, never sent as U+FFFD */
+    if (g->len) g->fn(g->ctx, g->pending, g->len);
+    st->n_gen = g->n_gen;
+    st->gen_ms = (double)(st_now_ns() - g->t0) / 1e6;
+    st->finish = g->finish;
+    st->stop_index = g->stop_index;
+    tok_stream_free(g->ts);
+    st_free(g->pending);
+    st_free(g->raw);
+    st_free(g);
+}
+
+int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt,
+                    const gen_params *gp, gen_text_fn fn, void *ctx, gen_stats *st) {
+    memset(st, 0, sizeof *st);
+    st->finish = "error";
+    st->stop_index = -1;
+    if (n_prompt <= 0) {
+        st_error_set("the prompt is empty");
+        return -1;
+    }
+    if (n_prompt >= e->n_ctx) {
+        st_error_set("the prompt has %d tokens, beyond the context of %d tokens", n_prompt,
+                     e->n_ctx);
+        return -1;
+    }
+    int64_t t0 = st_now_ns();
+    int reused = engine_read_prompt(e, prompt, n_prompt);
+    if (reused < 0) return -1;
+    st->n_prompt = n_prompt;
+    st->n_reused = reused;
+    st->n_read = n_prompt - reused;
+    st->prompt_ms = (double)(st_now_ns() - t0) / 1e6;
+    gen_state *g = gen_begin(e, &e->seq, s, prompt, n_prompt, gp, NULL, fn, ctx);
+    int32_t t;
+    while (gen_next(g, &t) == 0)
+        if (engine_eval(e, &t, 1) != 0) break;
+    gen_end(g, st);
+    return 0;
+}
