@@ -12,7 +12,7 @@
 
 #define SERVE_USAGE                                                                                                \
     "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "      \
-    "[--max-body MB]"
+    "[--max-body MB] [--read-timeout S]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {.cmd = "serve", .usage = SERVE_USAGE, .argc = argc, .argv = argv, .i = 1};
@@ -28,6 +28,8 @@ int cmd_serve(int argc, char **argv) {
                    "(its own KV cache of --ctx tokens); --queue N requests (default 64) may wait for one\n"
                    "before the server answers 503. --api-key (or STRATA_API_KEY) requires\n"
                    "'Authorization: Bearer KEY' or 'x-api-key: KEY' on every path but /health.\n"
+                   "A request not read whole --read-timeout S seconds after its request line (default\n"
+                   "30; 0: no limit) has its connection closed.\n"
                    "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
                    "See docs/server.md.\n",
                    STRATA_DEFAULT_MODEL);
@@ -53,6 +55,9 @@ int cmd_serve(int argc, char **argv) {
         } else if ((r = args_value(&a, "--max-body", &v))) {
             if (r < 0 || args_int(&a, "--max-body", v, 1, 1024, &n)) return a.err;
             p.max_body = (size_t)n << 20;
+        } else if ((r = args_value(&a, "--read-timeout", &v))) {
+            if (r < 0 || args_int(&a, "--read-timeout", v, 0, 86400, &n)) return a.err;
+            p.read_timeout_s = (int)n;
         } else if ((r = args_value(&a, "--api-key", &v))) {
             if (r < 0) return a.err;
             p.api_key = v;

@@ -18,6 +18,7 @@ typedef struct {
     int max_queue;         /* requests waiting for a slot before 503 */
     const char *api_key;   /* NULL: no authentication */
     size_t max_body;       /* bytes; a bigger body gets 413 */
+    int read_timeout_s;    /* a request not read whole this long after its request line is cut off; 0: never */
 } server_params;
 
 server_params server_defaults(void);

@@ -5,9 +5,15 @@
  * max_body bytes (more is read and dropped, then 413, so that a client still
  * sending gets the answer instead of a reset), parsed by jansson (strict:
  * invalid UTF-8, NUL escapes, duplicate keys and nesting deeper than its
- * limit are 400), and errors take the shape of the API the path belongs to. */
+ * limit are 400), and errors take the shape of the API the path belongs to.
+ *
+ * A request must be read whole within --read-timeout seconds of its request
+ * line (the read deadline below), so a client trickling its body cannot hold
+ * a connection thread for ever. */
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +38,188 @@ typedef struct {
     int too_big, answered;
 } conn_state;
 
+/* ---- the read deadline ----
+ * libmicrohttpd has only an inactivity timeout, which a client sending one
+ * byte a second never trips, and no callback per byte read. So each
+ * connection is armed with a deadline when it is accepted and again when a
+ * request ends (keep-alive: the next one may start), and disarmed once a
+ * request's body is complete (generating and sending may take as long as they
+ * take). A watchdog thread shuts down the socket of a connection still armed
+ * at its deadline: the connection thread reads end of file and MHD ends the
+ * request. The deadline is therefore counted from no later than the
+ * request's first byte, and an idle keep-alive connection is closed after
+ * the same time.
+ *
+ * Why no 408: MHD_queue_response refuses a response while a body is being
+ * received (it accepts one only in the headers-processed and
+ * request-received states; 0.9.75 and 1.0.x alike), and the access handler
+ * is not called at all while a client sends nothing. So the client sees the
+ * connection close; a request cut off after its request line came in is
+ * logged and counted (strata_http_read_timeouts_total).
+ *
+ * shutdown() and not close(): the socket stays MHD's to close. MHD closes it
+ * only after the CLOSED connection notification, which disarms under the
+ * same lock, so the watchdog never touches a socket number that MHD has
+ * closed and the kernel may have reused. */
+typedef struct conn_guard {
+    int fd;
+    int64_t deadline_ms;       /* CLOCK_MONOTONIC */
+    int armed;
+    int in_request;            /* a request line is in: a cut-off is a request's, logged and counted */
+    struct conn_guard *prev, *next;
+} conn_guard;
+
+typedef struct read_guard {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;         /* on CLOCK_MONOTONIC */
+    conn_guard *head;
+    int64_t timeout_ms;
+    int stop;
+    pthread_t thread;
+    srv_ctx *srv;
+} read_guard;
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void guard_unlink_locked(read_guard *g, conn_guard *cg) {
+    if (!cg->armed) return;
+    if (cg->prev) cg->prev->next = cg->next;
+    else g->head = cg->next;
+    if (cg->next) cg->next->prev = cg->prev;
+    cg->prev = cg->next = NULL;
+    cg->armed = 0;
+}
+
+/* (Re)start the connection's deadline: it is waiting for a request. */
+static void guard_arm(read_guard *g, conn_guard *cg) {
+    pthread_mutex_lock(&g->mu);
+    guard_unlink_locked(g, cg);
+    cg->deadline_ms = now_ms() + g->timeout_ms;
+    cg->in_request = 0;
+    cg->next = g->head;
+    if (g->head) g->head->prev = cg;
+    g->head = cg;
+    cg->armed = 1;
+    pthread_cond_signal(&g->cv); /* the watchdog may be asleep on an empty list */
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void guard_disarm(read_guard *g, conn_guard *cg) {
+    pthread_mutex_lock(&g->mu);
+    guard_unlink_locked(g, cg);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void *guard_main(void *arg) {
+    read_guard *g = arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->stop) {
+        int64_t now = now_ms(), next = INT64_MAX;
+        for (conn_guard *cg = g->head, *nx; cg; cg = nx) {
+            nx = cg->next;
+            if (cg->deadline_ms > now) {
+                if (cg->deadline_ms < next) next = cg->deadline_ms;
+                continue;
+            }
+            shutdown(cg->fd, SHUT_RDWR);
+            guard_unlink_locked(g, cg);
+            if (cg->in_request) {
+                atomic_fetch_add(&g->srv->read_timeouts, 1);
+                ST_INFO("http: closed a connection whose request was not read whole within %lld s (--read-timeout)",
+                        (long long)(g->timeout_ms / 1000));
+            } else
+                ST_DEBUG("http: closed a connection that sent no request line for %lld s",
+                         (long long)(g->timeout_ms / 1000));
+        }
+        if (next == INT64_MAX) {
+            pthread_cond_wait(&g->cv, &g->mu);
+            continue;
+        }
+        struct timespec ts = {.tv_sec = (time_t)(next / 1000), .tv_nsec = (long)(next % 1000) * 1000000L};
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+static read_guard *guard_start(srv_ctx *s, int timeout_s) {
+    read_guard *g = st_calloc(1, sizeof *g);
+    g->srv = s;
+    g->timeout_ms = (int64_t)timeout_s * 1000;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
+        pthread_cond_destroy(&g->cv);
+        pthread_mutex_destroy(&g->mu);
+        st_free(g);
+        st_error_set("cannot start the read-timeout thread");
+        return NULL;
+    }
+    return g;
+}
+
+/* After MHD_stop_daemon: every connection is closed, so none is armed. */
+static void guard_stop(read_guard *g) {
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    g->stop = 1;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->thread, NULL);
+    ST_ASSERT(!g->head);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    st_free(g);
+}
+
+static conn_guard *guard_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* MHD's connection notifications: accepted (before its thread starts) and
+ * closed (before MHD closes the socket). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    srv_ctx *s = cls;
+    if (!s->guard) return;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci) return;
+        conn_guard *cg = st_calloc(1, sizeof *cg);
+        cg->fd = ci->connect_fd;
+        *socket_context = cg;
+        guard_arm(s->guard, cg);
+    } else if (*socket_context) {
+        conn_guard *cg = *socket_context;
+        guard_disarm(s->guard, cg);
+        st_free(cg);
+        *socket_context = NULL;
+    }
+}
+
+/* MHD's URI log callback: a request line is in. Its result is the request's
+ * first *con_cls, which stays NULL (on_request makes the state). */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    srv_ctx *s = cls;
+    conn_guard *cg = s->guard ? guard_of(c) : NULL;
+    if (cg) {
+        pthread_mutex_lock(&s->guard->mu);
+        cg->in_request = 1;
+        pthread_mutex_unlock(&s->guard->mu);
+    }
+    return NULL;
+}
+
 server_params server_defaults(void) {
     server_params p = {0};
     p.ep = engine_defaults();
@@ -40,6 +228,7 @@ server_params server_defaults(void) {
     p.n_slots = 1;
     p.max_queue = 64;
     p.max_body = 8u << 20;
+    p.read_timeout_s = 30;
     return p;
 }
 
@@ -217,11 +406,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (cs->answered) return MHD_YES;
     cs->answered = 1;
+    conn_guard *cg = s->guard ? guard_of(c) : NULL;
+    if (cg) guard_disarm(s->guard, cg); /* read whole: generating and sending may take as long as they take */
     return route(s, c, url, method, cs);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)toe;
+    srv_ctx *s = cls;
+    conn_guard *cg = s->guard ? guard_of(c) : NULL;
+    if (cg) guard_arm(s->guard, cg); /* the connection may carry another request */
     conn_state *cs = *con_cls;
     if (!cs) return;
     sbuf_free(&cs->body);
@@ -286,10 +480,13 @@ int server_run(const server_params *p) {
         st_error_set("cannot use host '%s': %s", p->host, gai_strerror(gai));
         goto done;
     }
+    if (p->read_timeout_s > 0 && !(s->guard = guard_start(s, p->read_timeout_s))) goto done;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 256u,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+                         on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
+                         MHD_OPTION_CONNECTION_LIMIT, 256u,
                          MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                          MHD_OPTION_END);
     if (!d) {
@@ -314,6 +511,7 @@ int server_run(const server_params *p) {
 done:
     atomic_store(&s->stopping, 1);
     if (d) MHD_stop_daemon(d); /* waits for the connection threads, which see `stopping` */
+    guard_stop(s->guard);
     if (ai) freeaddrinfo(ai);
     sched_free(s->sched);
     tokenizer_free(s->tok);

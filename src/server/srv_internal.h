@@ -50,6 +50,8 @@ typedef struct {
     atomic_int stopping;
     atomic_uint_fast64_t by_status[SRV_N_STATUS];
     atomic_uint_fast64_t id_counter;
+    struct read_guard *guard;  /* the read deadline's watchdog (srv_http.c), NULL when --read-timeout is 0 */
+    atomic_uint_fast64_t read_timeouts; /* requests cut off by the read deadline */
 } srv_ctx;
 
 /* ---- errors ---- */

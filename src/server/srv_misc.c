@@ -58,6 +58,9 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
                                              (unsigned long long)n);
         else sbuf_printf(&b, "strata_http_requests_total{code=\"other\"} %llu\n", (unsigned long long)n);
     }
+    metric(&b, "http_read_timeouts_total", "counter",
+           "Requests whose connection was closed because they were not read whole within --read-timeout.",
+           (double)atomic_load(&s->read_timeouts));
     sbuf_puts(&b, "# HELP strata_generations_total Generations finished, by outcome.\n"
                   "# TYPE strata_generations_total counter\n");
     sbuf_printf(&b, "strata_generations_total{outcome=\"done\"} %llu\n", (unsigned long long)m.done);

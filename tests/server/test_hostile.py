@@ -1,8 +1,13 @@
 """Hostile and malformed requests: each must get its status in the API's own
 error shape (never a 500, never a crash), and a normal request must still
-succeed afterwards. Also the API key, and 503 when the queue is full."""
+succeed afterwards. Also the API key, 503 when the queue is full, slow
+clients cut off by --read-timeout, and clients that hang up mid-stream or
+while queued."""
 import json
+import re
+import socket
 import threading
+import time
 
 import pytest
 
@@ -230,3 +235,194 @@ def test_queue_full_503(keyed):
     assert queued["r"].status_code == 200, queued["r"].text
     print("checked: with 1 slot busy and 1 request queued, the next gets 503 (both shapes); "
           "the queued one succeeds once the stream is dropped")
+
+
+# ---- slow clients and clients that hang up (a server of its own: --read-timeout 3, one slot) ----
+
+READ_TIMEOUT = 3
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    s = Server("--slots", "1", "--queue", "4", "--read-timeout", str(READ_TIMEOUT))
+    yield s
+    assert s.stop() == 0, s.log()[-3000:]
+
+
+def post_head(path, n_body):
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {n_body}\r\n\r\n").encode()
+
+
+def slow_client(port, parts, limit=12.0):
+    """Send parts [(bytes, trickled)] in order, a trickled part one byte a
+    second, until the server closes. Returns (seconds from the first byte to
+    the close, bytes the server sent); the close is seen as end of file, a
+    reset, or a failed send."""
+    steps = []
+    for data, trickled in parts:
+        steps += [data[i:i + 1] for i in range(len(data))] if trickled else [data] if data else []
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(0.05)
+    got, t0 = b"", time.time()
+    try:
+        while time.time() - t0 < limit:
+            if steps:
+                s.sendall(steps.pop(0))
+            t_next = time.time() + 1.0
+            while time.time() < t_next:
+                try:
+                    d = s.recv(4096)
+                except socket.timeout:
+                    continue
+                if not d:
+                    return time.time() - t0, got
+                got += d
+    except (ConnectionResetError, BrokenPipeError):
+        return time.time() - t0, got
+    finally:
+        s.close()
+    raise AssertionError(f"the server kept the connection open for {limit} s (received {got[:200]!r})")
+
+
+BODY = json.dumps({"messages": OK_MSGS, "max_tokens": 2}).encode()
+# (name, path, trickle the headers, trickle the body, body bytes sent)
+SLOW = [
+    ("OpenAI body trickled 1 byte/s", "/v1/chat/completions", False, True, BODY),
+    ("Anthropic body trickled 1 byte/s", "/v1/messages", False, True, BODY),
+    ("headers trickled 1 byte/s", "/v1/chat/completions", True, False, b""),
+    ("body stalled half way", "/v1/chat/completions", False, False, BODY[:len(BODY) // 2]),
+]
+
+
+@pytest.mark.parametrize("name,path,trickle_head,trickle_body,body", SLOW, ids=[c[0] for c in SLOW])
+def test_slow_client_cut_off(guarded, name, path, trickle_head, trickle_body, body):
+    # The request line goes at once (the request is counted from then on);
+    # libmicrohttpd cannot queue a response while a body is being received, so
+    # the answer to a slow client is the connection closing, not a 408.
+    n0 = guarded.metrics()["strata_http_read_timeouts_total"]
+    head = post_head(path, len(BODY))
+    cut = head.index(b"\r\n") + 2
+    took, got = slow_client(guarded.port, [(head[:cut], False), (head[cut:], trickle_head), (body, trickle_body)])
+    assert got == b"", f"{name}: expected the connection closed without a response, got {got[:300]!r}"
+    assert READ_TIMEOUT - 0.5 <= took <= READ_TIMEOUT + 2.0, f"{name}: closed after {took:.2f} s"
+    guarded.wait_metric("strata_http_read_timeouts_total", lambda v: v == n0 + 1, timeout=5)
+    assert f"not read whole within {READ_TIMEOUT} s (--read-timeout)" in guarded.log()
+    print(f"checked: {name} -> connection closed after {took:.2f} s with no response (--read-timeout "
+          f"{READ_TIMEOUT}), strata_http_read_timeouts_total +1")
+
+
+def test_request_line_trickled_and_idle_connection_closed(guarded):
+    # before its request line a connection is idle as far as the server can
+    # tell: closed at the same deadline, not counted as a request
+    n0 = guarded.metrics()["strata_http_read_timeouts_total"]
+    took, got = slow_client(guarded.port, [(post_head("/v1/chat/completions", len(BODY)), True)])
+    assert got == b"" and READ_TIMEOUT - 0.5 <= took <= READ_TIMEOUT + 2.0, (took, got)
+    took2, got2 = slow_client(guarded.port, [])
+    assert got2 == b"" and READ_TIMEOUT - 0.5 <= took2 <= READ_TIMEOUT + 2.0, (took2, got2)
+    assert guarded.metrics()["strata_http_read_timeouts_total"] == n0
+    print(f"checked: a request line trickled 1 byte/s closed after {took:.2f} s, a silent connection after "
+          f"{took2:.2f} s; neither counted as a request")
+
+
+def test_keepalive_request_after_idle_gap_and_slow_answer(guarded):
+    # the deadline covers reading a request, not generating or idling between
+    # requests shorter than it: two requests 2 s apart on one connection, the
+    # second a stream read past the deadline
+    with httpx.Client(base_url=guarded.url, timeout=60) as c:
+        r1 = c.post("/v1/chat/completions", json=chat())
+        assert r1.status_code == 200, r1.text
+        time.sleep(READ_TIMEOUT - 1)
+        body = {"messages": [{"role": "user", "content": "Write a long story about a ship."}],
+                "max_tokens": 150, "temperature": 0.7, "stream": True}
+        t0, n, end = time.time(), 0, None
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    n += 1
+                if line == "data: [DONE]":
+                    end = time.time() - t0
+    assert end is not None, "the stream did not end with [DONE]"
+    assert end > READ_TIMEOUT, f"the stream took {end:.1f} s, too short to show the deadline no longer applies"
+    print(f"checked: second request on a kept-alive connection after {READ_TIMEOUT - 1} s idle -> 200; its "
+          f"stream of {n} chunks ran {end:.1f} s (deadline {READ_TIMEOUT} s) and ended with [DONE]")
+
+
+LONG = [{"role": "user", "content": "Write a very long story about a dragon and a knight."}]
+MAX_LONG = 1000  # far more than the few seconds these tests let a generation run
+
+
+def finish_lines(server, since):
+    return [l for l in server.lines[since:] if re.search(r"slot \d+: prompt .* generated .*, finish", l)]
+
+
+# (name, path, body of a stream, test of the first chunk)
+STREAMS = [
+    ("OpenAI stream closed after its first chunk", "/v1/chat/completions",
+     {"messages": LONG, "max_tokens": MAX_LONG, "temperature": 0.7, "stream": True},
+     lambda line: line.startswith("data: {")),
+    ("Anthropic stream closed after its first chunk", "/v1/messages",
+     {"messages": LONG, "max_tokens": MAX_LONG, "temperature": 0.7, "stream": True},
+     lambda line: line.startswith("event: content_block_delta")),
+]
+
+
+@pytest.mark.parametrize("name,path,body,first", STREAMS, ids=[c[0] for c in STREAMS])
+def test_stream_client_hangs_up(guarded, name, path, body, first):
+    m0, since = guarded.metrics(), len(guarded.lines)
+    with httpx.stream("POST", guarded.url + path, json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream", r.status_code
+        for line in r.iter_lines():
+            if first(line):
+                break
+    t0 = time.time()  # the socket is closed here
+    guarded.wait_metric("strata_slots_busy", lambda v: v == 0, timeout=5)
+    freed = time.time() - t0
+    m1 = guarded.metrics()
+    cancelled = m1['strata_generations_total{outcome="cancelled"}'] - m0['strata_generations_total{outcome="cancelled"}']
+    gen = m1["strata_generated_tokens_total"] - m0["strata_generated_tokens_total"]
+    assert cancelled == 1 and gen < 100, (cancelled, gen)
+    ends = finish_lines(guarded, since)
+    assert len(ends) == 1 and ends[0].endswith("finish cancelled"), ends
+    r = httpx.post(guarded.url + "/v1/chat/completions", json=chat(), timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] is not None, r.text
+    print(f"checked: {name} -> slot free {freed * 1e3:.0f} ms after the close, generation cancelled after "
+          f"{gen:.0f} of {MAX_LONG} tokens; the next request -> 200")
+
+
+def test_queued_client_hangs_up(guarded):
+    # one slot: a stream holds it, a second request waits in the queue and its
+    # client leaves; that request must never generate, and the queue must drain
+    m0, since = guarded.metrics(), len(guarded.lines)
+    body = {"messages": LONG, "max_tokens": MAX_LONG, "temperature": 0.7, "stream": True}
+    with httpx.stream("POST", guarded.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        it = r.iter_lines()  # kept: a dropped iterator would close the stream
+        while not next(it).startswith("data: {"):
+            pass
+        q = socket.create_connection(("127.0.0.1", guarded.port))
+        q.sendall(post_head("/v1/chat/completions", len(BODY)) + BODY)
+        guarded.wait_metric("strata_queue_depth", lambda v: v == 1)
+        q.close()
+        time.sleep(1.0)
+        m = guarded.metrics()
+        assert m["strata_slots_busy"] == 1, m  # the stream still holds the slot
+        queued_after_1s = m["strata_queue_depth"]
+    t0 = time.time()  # the stream is closed here
+    guarded.wait_metric("strata_queue_depth", lambda v: v == 0, timeout=5)
+    guarded.wait_metric("strata_slots_busy", lambda v: v == 0, timeout=5)
+    drained = time.time() - t0
+    m1 = guarded.metrics()
+    cancelled = m1['strata_generations_total{outcome="cancelled"}'] - m0['strata_generations_total{outcome="cancelled"}']
+    done = m1['strata_generations_total{outcome="done"}'] - m0['strata_generations_total{outcome="done"}']
+    assert cancelled == 2 and done == 0, (cancelled, done)
+    ends = finish_lines(guarded, since)
+    # the queued one, if it reached a slot at all, stopped at its first token
+    queued_gen = [int(re.search(r"(\d+) generated", l).group(1)) for l in ends[1:]]
+    assert all(n <= 1 for n in queued_gen), ends
+    r = httpx.post(guarded.url + "/v1/chat/completions", json=chat(), timeout=60)
+    assert r.status_code == 200, r.text
+    print(f"checked: a queued request whose client left -> cancelled, tokens generated {queued_gen or 'none'} "
+          f"(still counted in the queue 1 s after its client left: {queued_after_1s:.0f}); queue and slot free "
+          f"{drained * 1e3:.0f} ms after the stream holding the slot closed; the next request -> 200")

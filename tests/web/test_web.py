@@ -11,76 +11,19 @@ The page must load under its Content-Security-Policy with no console errors
 (and the CSP is real: the test's own waits are arrow functions, because a
 string to evaluate is refused by the page's script-src 'self').
 """
-import json
 import os
 import re
-import subprocess
-import threading
+import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("STRATA_BIN", os.path.join(ROOT, "build", "bin", "strata"))
-MODEL = os.environ.get("STRATA_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+# the one way to start a server, shared with tests/server
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from strata_server import CTX, ROOT, Server  # noqa: E402
+
 CHROMIUM = os.environ.get("STRATA_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = os.environ.get("STRATA_ARTIFACTS", os.path.join(ROOT, "build", "artifacts"))
-CTX = 1024
-
-
-class Server:
-    def __init__(self, *args):
-        if not os.path.exists(MODEL):
-            pytest.skip(f"SKIPPED: {MODEL} is missing (run scripts/fetch-models.sh)")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_") or k == "STRATA_LOG"}
-        self.proc = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--ctx", str(CTX), *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-        self.lines, self.port = [], None
-        ready = threading.Event()
-
-        def drain():
-            for line in self.proc.stderr:
-                self.lines.append(line.rstrip("\n"))
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        if not ready.wait(60) or self.port is None:
-            self.stop()
-            raise RuntimeError("strata serve did not start:\n" + "\n".join(self.lines))
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def get(self, path, headers=None):
-        req = urllib.request.Request(self.url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, dict(r.headers), r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers), e.read().decode()
-
-    def metrics(self, path="/metrics", headers=None):
-        status, _, text = self.get(path, headers)
-        assert status == 200, text
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="module")
