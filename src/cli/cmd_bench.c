@@ -54,13 +54,13 @@ int cmd_bench(int argc, char **argv) {
             return args_unknown(&a);
     }
     const long long n_fill = n_p > depth ? n_p : depth; /* random tokens: the prompt, or the depth */
-    if (!ep.n_ctx) ep.n_ctx = (int)((n_p > depth + n_g ? n_p : depth + n_g) + 1);
+    if (!ep.n_ctx) ep.n_ctx = (int)((n_p > depth + n_g ? n_p : depth + n_g) + 1); /* tg restarts at the depth */
     engine *e = engine_open(&ep);
     if (!e) {
         fprintf(stderr, "strata bench: %s\n", st_error_get());
         return 1;
     }
-    if (n_p + n_g > e->n_ctx || depth + n_g > e->n_ctx) {
+    if (n_p > e->n_ctx || depth + n_g > e->n_ctx) {
         fprintf(stderr, "strata bench: -p %lld / -d %lld + -n %lld is beyond the context of %d\n", n_p, depth, n_g,
                 e->n_ctx);
         engine_close(e);

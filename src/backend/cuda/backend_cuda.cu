@@ -56,6 +56,7 @@ typedef struct {
     const float *act_x;
     int64_t act_nin;
     int act_rows, act_valid;
+    int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
@@ -140,7 +141,7 @@ static void cu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, 
 
 /* Whether the quantized scratch holds x as n_rows rows of n_in. */
 static int act_ready(const cuda_ctx *c, const float *x, int64_t n_in, int n_rows) {
-    return c->act_valid && c->act_x == x && c->act_nin == n_in && c->act_rows == n_rows;
+    return c->act_reuse && c->act_valid && c->act_x == x && c->act_nin == n_in && c->act_rows == n_rows;
 }
 
 /* After a product of x (n_rows of n_in) into y (y_bytes): the scratch holds
@@ -310,7 +311,7 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
      * F32 experts): the per-expert loop, which recomputes everything, so no
      * partial result is used. Said once per process. gate and up read h
      * quantized once (by the router product when that is quantized). */
-    const int qg = quantizes(gate, MM_MMV_MAX_TOK);
+    const int qg = quantizes(gate, MM_MMV_MAX_TOK) && c->act_reuse;
     int ok = cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), c->s) == 0 &&
              cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, qg, c->s) == 0;
     act_forget(c);
@@ -417,6 +418,8 @@ extern "C" st_backend *backend_cuda_create(int device) {
     CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
     const char *g = st_switch_get("STRATA_CUDA_GRAPH");
     c->graphs = !(g && !strcmp(g, "0"));
+    const char *r = st_switch_get("STRATA_CUDA_ACT_REUSE");
+    c->act_reuse = !(r && !strcmp(r, "0"));
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
     be->name = "cuda";
     be->ctx = c;
