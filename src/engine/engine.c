@@ -53,8 +53,7 @@ engine *engine_open(const engine_params *p) {
     }
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (n_ctx > m->hp.n_ctx_train) {
-        st_error_set("context %d is beyond the model's trained context of %d tokens", n_ctx,
-                     m->hp.n_ctx_train);
+        st_error_set("context %d is beyond the model's trained context of %d tokens", n_ctx, m->hp.n_ctx_train);
         tokenizer_free(tok);
         model_free(m);
         return NULL;
@@ -64,11 +63,9 @@ engine *engine_open(const engine_params *p) {
         be = backend_cpu_create(p->n_threads);
     } else {
 #ifdef STRATA_HAVE_GPU
-        be = backend_cuda_create(
-            p->gpu); /* NULL: one line naming the card and the build's architectures */
+        be = backend_cuda_create(p->gpu); /* NULL: one line naming the card and the build's architectures */
 #else
-        st_error_set("--gpu %d: this build has no GPU backend (configure with -DSTRATA_CUDA=ON)",
-                     p->gpu);
+        st_error_set("--gpu %d: this build has no GPU backend (configure with -DSTRATA_CUDA=ON)", p->gpu);
 #endif
         if (!be) {
             tokenizer_free(tok);
@@ -80,8 +77,7 @@ engine *engine_open(const engine_params *p) {
     e->m = m;
     e->tok = tok;
     e->be = be;
-    if (p->gpu >= 0)
-        e->placed = engine_place_model(m, be); /* the engine decides where weights live */
+    if (p->gpu >= 0) e->placed = engine_place_model(m, be); /* the engine decides where weights live */
     e->n_ubatch = p->n_ubatch > 0 ? p->n_ubatch : 512;
     e->mc = model_ctx_create(m, e->be, e->n_ubatch);
     e->n_ctx = n_ctx;
@@ -120,8 +116,7 @@ void engine_seq_free(engine *e, engine_seq *s) {
 /* 0 when n more tokens fit in s and every id is in the vocabulary, else -1 with st_error. */
 static int seq_check(const engine *e, const engine_seq *s, const int32_t *toks, int n) {
     if (s->n_past + n > e->n_ctx) {
-        st_error_set("the prompt and output need %d tokens, beyond the context of %d tokens",
-                     s->n_past + n, e->n_ctx);
+        st_error_set("the prompt and output need %d tokens, beyond the context of %d tokens", s->n_past + n, e->n_ctx);
         return -1;
     }
     for (int i = 0; i < n; i++)
@@ -197,12 +192,8 @@ int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, 
     return 0;
 }
 
-int engine_eval(engine *e, const int32_t *toks, int n) {
-    return engine_seq_eval(e, &e->seq, toks, n);
-}
-int engine_reuse_prefix(engine *e, const int32_t *toks, int n) {
-    return engine_seq_reuse_prefix(&e->seq, toks, n);
-}
+int engine_eval(engine *e, const int32_t *toks, int n) { return engine_seq_eval(e, &e->seq, toks, n); }
+int engine_reuse_prefix(engine *e, const int32_t *toks, int n) { return engine_seq_reuse_prefix(&e->seq, toks, n); }
 int engine_read_prompt(engine *e, const int32_t *prompt, int n) {
     return engine_seq_read_prompt(e, &e->seq, prompt, n);
 }
@@ -214,6 +205,6 @@ void gen_stats_format(const gen_stats *st, char *buf, size_t cap) {
              "prompt %d tokens = %d reused + %d read in %.1f ms (%.1f tok/s), %d generated in %.1f "
              "ms (%.1f tok/s), "
              "drafts accepted %d of %d",
-             st->n_prompt, st->n_reused, st->n_read, st->prompt_ms, pt, st->n_gen, st->gen_ms, gt,
-             st->drafts_accepted, st->drafts_total);
+             st->n_prompt, st->n_reused, st->n_read, st->prompt_ms, pt, st->n_gen, st->gen_ms, gt, st->drafts_accepted,
+             st->drafts_total);
 }

@@ -23,8 +23,8 @@ typedef struct {
     st_kv_type kv_type;
     int n_threads; /* 0: all cores */
     int n_ubatch;  /* prompt chunk size, 0: 512 */
-    int gpu; /* -1: CPU backend (default); N >= 0: every op on GPU N (builds with STRATA_CUDA/HIP)
-              */
+    int gpu;       /* -1: CPU backend (default); N >= 0: every op on GPU N (builds with STRATA_CUDA/HIP)
+                    */
 } engine_params;
 
 /* One sequence: its KV cache, the tokens at its filled positions and the
@@ -129,8 +129,7 @@ typedef int (*gen_text_fn)(void *ctx, const char *text, size_t len);
  * tokens (the filter decides instead). */
 enum { GEN_GO = 0, GEN_END = 1, GEN_CANCEL = 2 };
 typedef struct {
-    int (*filter)(void *ctx, float *logits,
-                  int n_vocab); /* GEN_GO, or GEN_END: no token is allowed */
+    int (*filter)(void *ctx, float *logits, int n_vocab); /* GEN_GO, or GEN_END: no token is allowed */
     int (*token)(void *ctx, int32_t t, const float *raw_logits);
     void *ctx;
     int eog_ok;
@@ -145,8 +144,8 @@ typedef struct {
  * engine_generate is that loop on the engine's own sequence. */
 typedef struct gen_state gen_state;
 /* The sampler is reset and fed the prompt; hooks may be NULL. */
-gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt,
-                     const gen_params *gp, const gen_hooks *hooks, gen_text_fn fn, void *ctx);
+gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt, const gen_params *gp,
+                     const gen_hooks *hooks, gen_text_fn fn, void *ctx);
 /* Sample the next token from the sequence's logits and emit its text. 0 with
  * *t: evaluate t into the sequence and call again; 1: finished (the finish
  * reason is in the stats), t is not to be evaluated. */
@@ -159,8 +158,8 @@ void gen_end(gen_state *g, gen_stats *st);
 
 /* Reuse what the cache shares with the prompt, read the rest, then sample up
  * to max_tokens. Returns 0, or -1 with st_error (context overflow, empty prompt). */
-int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt,
-                    const gen_params *gp, gen_text_fn fn, void *ctx, gen_stats *st);
+int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, const gen_params *gp, gen_text_fn fn,
+                    void *ctx, gen_stats *st);
 
 /* "prompt N tokens = R reused + M read in X ms (T tok/s), G generated in Y ms (U tok/s), drafts
  * accepted A of B" */

@@ -32,8 +32,8 @@ struct gen_state {
     int64_t t0;
 };
 
-gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt,
-                     const gen_params *gp, const gen_hooks *hooks, gen_text_fn fn, void *ctx) {
+gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt, const gen_params *gp,
+                     const gen_hooks *hooks, gen_text_fn fn, void *ctx) {
     gen_state *g = st_calloc(1, sizeof *g);
     g->e = e;
     g->s = s;
@@ -135,9 +135,7 @@ int gen_next(gen_state *g, int32_t *t) {
     return 0;
 }
 
-int gen_cancelled(const gen_state *g) {
-    return g->cancelled;
-}
+int gen_cancelled(const gen_state *g) { return g->cancelled; }
 
 void gen_end(gen_state *g, gen_stats *st) {
     /* bytes still held back are either a possible stop string's beginning
@@ -154,8 +152,8 @@ void gen_end(gen_state *g, gen_stats *st) {
     st_free(g);
 }
 
-int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt,
-                    const gen_params *gp, gen_text_fn fn, void *ctx, gen_stats *st) {
+int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, const gen_params *gp, gen_text_fn fn,
+                    void *ctx, gen_stats *st) {
     memset(st, 0, sizeof *st);
     st->finish = "error";
     st->stop_index = -1;
@@ -164,8 +162,7 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt,
         return -1;
     }
     if (n_prompt >= e->n_ctx) {
-        st_error_set("the prompt has %d tokens, beyond the context of %d tokens", n_prompt,
-                     e->n_ctx);
+        st_error_set("the prompt has %d tokens, beyond the context of %d tokens", n_prompt, e->n_ctx);
         return -1;
     }
     int64_t t0 = st_now_ns();

@@ -25,9 +25,7 @@ struct model_ctx {
     int32_t *ids;                       /* token ids copied to the device */
 };
 
-static float *balloc(st_backend *be, size_t n) {
-    return be->alloc(be, n * sizeof(float));
-}
+static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
 
 model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     const model_hparams *hp = &m->hp;
@@ -35,8 +33,7 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     c->m = m;
     c->be = be;
     c->n_ubatch = n_ubatch;
-    size_t B = (size_t)n_ubatch, qw = (size_t)hp->n_head * hp->head_dim,
-           kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t B = (size_t)n_ubatch, qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     c->x = balloc(be, B * hp->n_embd);
     c->h = balloc(be, B * hp->n_embd);
     c->o = balloc(be, B * hp->n_embd);
@@ -57,8 +54,7 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
 void model_ctx_free(model_ctx *c) {
     if (!c) return;
     st_backend *be = c->be;
-    void *bufs[] = {c->x, c->h, c->o, c->q,      c->att,    c->k,
-                    c->v, c->g, c->u, c->router, c->logits, c->ids};
+    void *bufs[] = {c->x, c->h, c->o, c->q, c->att, c->k, c->v, c->g, c->u, c->router, c->logits, c->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     st_free(c);
@@ -69,8 +65,7 @@ void model_ctx_free(model_ctx *c) {
  * are read once for every sequence); the rotary embedding, the cache write
  * and attention run per sequence on its own rows, cache and positions.
  * kv[s] is sequence s's per-layer cache array, pos0[s] its first position. */
-static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0,
-                            int n_seq, int n) {
+static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, int n_seq, int n) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
     st_backend *be = c->be;
@@ -87,19 +82,16 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     }
     /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
-    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale,
-                    hp->rope_neox};
+    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox};
     for (int s = 0; s < n_seq; s++) {
         size_t r = (size_t)s * n;
         float *q = c->q + r * qw, *att = c->att + r * qw;
-        be->qkv_prep(be, q, c->k + r * kvw, c->v + r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n,
-                     hp->n_head, &rope, &kv[s][il], pos0[s]);
-        be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale,
-                      swa ? hp->n_swa : 0, att);
+        be->qkv_prep(be, q, c->k + r * kvw, c->v + r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n, hp->n_head, &rope,
+                     &kv[s][il], pos0[s]);
+        be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
     }
     be->matmul(be, &l->wo, 0, c->att, c->o, rows);
-    if (l->post_attn_norm)
-        be->rmsnorm(be, c->o, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
+    if (l->post_attn_norm) be->rmsnorm(be, c->o, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
     be->add(be, c->x, c->o, (int64_t)rows * hp->n_embd, 1);
 }
 
@@ -134,8 +126,8 @@ typedef struct {
 
 /* Embedding, layers and output of the token ids in c->ids: n_seq sequences of
  * n tokens each, stacked as rows; logits of rows [first, first+rows). */
-static void layers_and_logits(model_ctx *c, st_kv_layer *const *kv, const int *pos0, int n_seq,
-                              int n, int first, int rows) {
+static void layers_and_logits(model_ctx *c, st_kv_layer *const *kv, const int *pos0, int n_seq, int n, int first,
+                              int rows) {
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     st_backend *be = c->be;
@@ -149,8 +141,7 @@ static void layers_and_logits(model_ctx *c, st_kv_layer *const *kv, const int *p
     }
     if (!rows) return; /* an intermediate prompt chunk: only its KV is needed */
     /* only the rows whose logits are wanted go through the output matrix */
-    be->rmsnorm(be, c->x + (size_t)first * hp->n_embd, m->output_norm, c->h, hp->n_embd, rows,
-                hp->rms_eps);
+    be->rmsnorm(be, c->x + (size_t)first * hp->n_embd, m->output_norm, c->h, hp->n_embd, rows, hp->rms_eps);
     be->matmul(be, &m->output, 0, c->h, c->logits, rows);
 }
 
@@ -160,8 +151,8 @@ static void step_body(void *arg, int pos0) {
     layers_and_logits(a->c, &kv, &pos0, 1, a->n, a->first, a->rows);
 }
 
-static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0,
-                          float *logits, int all_logits) {
+static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
+                          int all_logits) {
     st_backend *be = c->be;
     step_args a;
     memset(&a, 0, sizeof a); /* the bytes are the graph's key: no stray padding */
@@ -172,12 +163,11 @@ static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, 
     a.rows = !logits ? 0 : all_logits ? n : 1;
     be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->run_step(be, n, pos0, step_body, &a, sizeof a);
-    if (logits)
-        be->to_host(be, logits, c->logits, (size_t)a.rows * c->m->hp.n_vocab * sizeof(float));
+    if (logits) be->to_host(be, logits, c->logits, (size_t)a.rows * c->m->hp.n_vocab * sizeof(float));
 }
 
-void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0,
-                   float *logits, int all_logits) {
+void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
+                   int all_logits) {
     ST_ASSERT(n_tok > 0);
     ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);
     size_t nv = (size_t)c->m->hp.n_vocab;
@@ -205,8 +195,8 @@ static void batch_body(void *arg, int pos0) {
     layers_and_logits(a->c, a->kv, a->pos, a->n_seq, 1, 0, a->n_seq);
 }
 
-void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos,
-                         int n_seq, float *logits) {
+void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, int n_seq,
+                         float *logits) {
     ST_ASSERT(n_seq > 0);
     size_t nv = (size_t)c->m->hp.n_vocab;
     for (int s = 0; s < n_seq; s++)

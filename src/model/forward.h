@@ -16,8 +16,8 @@ void model_ctx_free(model_ctx *c);
 /* Run n_tok tokens at positions pos0.. through the model, appending their K/V
  * to kv[0..n_layer-1]. logits (host memory) receives n_vocab floats for the
  * last token, or for every token ([n_tok][n_vocab]) when all_logits. */
-void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0,
-                   float *logits, int all_logits);
+void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
+                   int all_logits);
 
 /* One decode step of n_seq sequences, one new token each: sequence s reads
  * tok[s] at position pos[s] and appends its K/V to its own cache kv[s][0..n_layer-1].
@@ -25,7 +25,7 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
  * run on the n_seq stacked rows, so the weights are read once per step for
  * every sequence; the rotary embedding, cache write and attention run per
  * sequence. More sequences than n_ubatch are run in several steps. */
-void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos,
-                         int n_seq, float *logits);
+void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, int n_seq,
+                         float *logits);
 
 #endif

@@ -170,8 +170,7 @@ static void slot_start(srv_sched *s, slot *sl) {
     }
     if (r->n_prompt <= 0 || r->n_prompt >= s->e->n_ctx) {
         char msg[128];
-        snprintf(msg, sizeof msg, "the prompt has %d tokens, outside 1..%d", r->n_prompt,
-                 s->e->n_ctx - 1);
+        snprintf(msg, sizeof msg, "the prompt has %d tokens, outside 1..%d", r->n_prompt, s->e->n_ctx - 1);
         slot_fail(s, sl, msg, OUT_FAILED);
         return;
     }
@@ -306,8 +305,7 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     s->step_slots = st_calloc((size_t)n_slots, sizeof *s->step_slots);
     for (int i = 0; i < n_slots; i++) {
         s->slots[i].id = i;
-        s->slots[i].seq =
-            i == 0 ? &e->seq : engine_seq_new(e); /* the engine's own sequence serves slot 0 */
+        s->slots[i].seq = i == 0 ? &e->seq : engine_seq_new(e); /* the engine's own sequence serves slot 0 */
     }
     s->m.n_slots = n_slots;
     s->m.max_queue = max_queue;
@@ -393,6 +391,4 @@ void sched_metrics_get(srv_sched *s, sched_metrics *m) {
     pthread_mutex_unlock(&s->mu);
 }
 
-int sched_n_ctx(const srv_sched *s) {
-    return s->proc ? proc_n_ctx(s->proc) : s->m.n_ctx;
-}
+int sched_n_ctx(const srv_sched *s) { return s->proc ? proc_n_ctx(s->proc) : s->m.n_ctx; }

@@ -60,8 +60,8 @@ typedef struct {
     size_t len;
     const gen_stats *stats; /* DONE */
     const char *error;      /* ERROR */
-    int engine_down; /* ERROR: the engine process stopped (503; the next request restarts it) */
-    int32_t token;   /* TOKEN: the id, its log probability and the top alternatives */
+    int engine_down;        /* ERROR: the engine process stopped (503; the next request restarts it) */
+    int32_t token;          /* TOKEN: the id, its log probability and the top alternatives */
     float logprob;
     int n_top;
     const int32_t *top_ids; /* (n_top) */
@@ -79,10 +79,9 @@ typedef struct {
     uint64_t prompt_tokens, reused_tokens, read_tokens, gen_tokens;
     double prompt_s, gen_s;               /* summed over requests */
     double last_prompt_tps, last_gen_tps; /* of the last finished request */
-    const char
-        *engine_state; /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
-    int engine_pid;    /* the process running the engines (this one when in-process) */
-    uint64_t engine_restarts; /* engine processes started after the first */
+    const char *engine_state;             /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
+    int engine_pid;                       /* the process running the engines (this one when in-process) */
+    uint64_t engine_restarts;             /* engine processes started after the first */
 } sched_metrics;
 
 typedef struct srv_sched srv_sched;
@@ -108,8 +107,8 @@ int sched_n_ctx(const srv_sched *s);
  * log probabilities (TOKEN events to fn with slot) and JSON mode. NULL (hk
  * cleared) when it has neither. */
 typedef struct srv_gen_extra srv_gen_extra;
-srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_event_fn fn, void *ctx,
-                                 int slot, gen_hooks *hk);
+srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_event_fn fn, void *ctx, int slot,
+                                 gen_hooks *hk);
 void srv_gen_extra_free(srv_gen_extra *x);
 /* 0 when s[0..n) is a prefix of a JSON object text (*complete: it is whole), -1 otherwise. */
 int srv_json_prefix_ok(const char *s, size_t n, int *complete);

@@ -22,8 +22,10 @@
  *     one is admitted mid-way (its prompt read while the others are between
  *     steps); every sequence's tokens still equal its reference (precise).
  *
- * usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T]
- * (8-bit mode without --tol: 1.5 x the measured chunk-vs-step difference)
+ * usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N]
+ * (--gpu: on that GPU, where several sequences run as one step without a
+ * CUDA graph and one as the graph-recorded single step; 8-bit mode without --tol: 1.5 x the
+ * measured chunk-vs-step difference)
  */
 #include <math.h>
 #include <stdio.h>
@@ -109,8 +111,7 @@ static float chunk_vs_steps(engine *e, const ref_run *r, int n_gen) {
     model_forward(e->mc, s->kv->layers, all, n, 0, lg, 1);
     float d = 0;
     for (int i = 0; i < n_gen; i++)
-        d = fmaxf(
-            d, max_diff(lg + (size_t)(r->n_prompt - 1 + i) * nv, r->logits + (size_t)i * nv, nv));
+        d = fmaxf(d, max_diff(lg + (size_t)(r->n_prompt - 1 + i) * nv, r->logits + (size_t)i * nv, nv));
     engine_seq_free(e, s);
     st_free(all);
     st_free(lg);
@@ -119,7 +120,7 @@ static float chunk_vs_steps(engine *e, const ref_run *r, int n_gen) {
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int precise = 0, staggered = 0;
+    int precise = 0, staggered = 0, gpu = -1;
     float tol = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--precise"))
@@ -128,11 +129,13 @@ int main(int argc, char **argv) {
             staggered = 1;
         else if (!strcmp(argv[i], "--tol") && i + 1 < argc)
             tol = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--gpu") && i + 1 < argc)
+            gpu = atoi(argv[++i]);
         else
             path = argv[i];
     }
     if (!path) {
-        fprintf(stderr, "usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T]\n");
+        fprintf(stderr, "usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N]\n");
         return 2;
     }
     FILE *f = fopen(path, "rb");
@@ -145,14 +148,15 @@ int main(int argc, char **argv) {
     engine_params ep = engine_defaults();
     ep.model_path = path;
     ep.n_ctx = 512;
+    ep.gpu = gpu;
     engine *e = engine_open(&ep);
     if (!e) {
         fprintf(stderr, "FAIL: %s\n", st_error_get());
         return 1;
     }
     int nv = e->m->hp.n_vocab, fails = 0;
-    printf("mode: %s activations%s\n", precise ? "f32 (precise)" : "8-bit",
-           staggered ? ", staggered" : "");
+    printf("mode: %s activations%s on %s\n", precise ? "f32 (precise)" : "8-bit", staggered ? ", staggered" : "",
+           gpu < 0 ? "the CPU" : "the GPU");
 
     int n_runs = staggered ? N_SEQ + 1 : N_SEQ;
     ref_run ref[N_SEQ + 1];
@@ -255,14 +259,13 @@ int main(int argc, char **argv) {
         printf("checked: seq %d (%d prompt tokens, %d generated from step %d): tokens %s the alone "
                "run's, "
                "max logit diff %.6f\n",
-               p, ref[p].n_prompt, n_gen[p], start[p],
-               diverged[p] ? "diverged (see above) from" : "equal to", worst[p]);
+               p, ref[p].n_prompt, n_gen[p], start[p], diverged[p] ? "diverged (see above) from" : "equal to",
+               worst[p]);
     }
     printf("timing (not checked): one-token steps alone %.2f ms; batched steps %d of %.1f rows on "
            "average, %.2f ms "
            "per step\n",
-           t_alone / 1e6 / n_alone, n_steps, (double)rows / n_steps,
-           n_steps ? t_batch / 1e6 / n_steps : 0);
+           t_alone / 1e6 / n_alone, n_steps, (double)rows / n_steps, n_steps ? t_batch / 1e6 / n_steps : 0);
     for (int p = 0; p < n_runs; p++) {
         engine_seq_free(e, seq[p]);
         st_free(ref[p].prompt);

@@ -176,14 +176,10 @@ int main(int argc, char **argv) {
             fails += !ok;
             continue;
         }
-        int ok = a->len == ref[i].len && !memcmp(a->text, ref[i].text, a->len) &&
-                 a->n_gen == ref[i].n_gen;
-        printf("%s: request %d (%s, max %d): %d tokens, text %s engine_generate's alone\n",
-               ok ? "checked" : "FAIL", i, i % 2 ? "seeded temperature" : "greedy", MAX_TOK[i],
-               a->n_gen, ok ? "equal to" : "DIFFERENT from");
-        if (!ok)
-            printf("  scheduler: %.*s\n  alone:     %.*s\n", (int)a->len, a->text, (int)ref[i].len,
-                   ref[i].text);
+        int ok = a->len == ref[i].len && !memcmp(a->text, ref[i].text, a->len) && a->n_gen == ref[i].n_gen;
+        printf("%s: request %d (%s, max %d): %d tokens, text %s engine_generate's alone\n", ok ? "checked" : "FAIL", i,
+               i % 2 ? "seeded temperature" : "greedy", MAX_TOK[i], a->n_gen, ok ? "equal to" : "DIFFERENT from");
+        if (!ok) printf("  scheduler: %.*s\n  alone:     %.*s\n", (int)a->len, a->text, (int)ref[i].len, ref[i].text);
         fails += !ok;
     }
     sched_metrics m;
@@ -192,8 +188,8 @@ int main(int argc, char **argv) {
         if (m.busy == 0 || tries == 100) break;
         usleep(10000);
     }
-    int ok = m.done == N_REQ - 1 && m.cancelled == 1 && m.failed == 0 && m.busy == 0 &&
-             m.queued == 0 && m.gen_tokens == gen_sum;
+    int ok = m.done == N_REQ - 1 && m.cancelled == 1 && m.failed == 0 && m.busy == 0 && m.queued == 0 &&
+             m.gen_tokens == gen_sum;
     printf("%s: metrics done %llu, cancelled %llu, failed %llu, busy %d, queued %d, generated %llu "
            "(sum %llu)\n",
            ok ? "checked" : "FAIL", (unsigned long long)m.done, (unsigned long long)m.cancelled,
