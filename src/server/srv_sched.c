@@ -174,6 +174,13 @@ static void slot_start(srv_sched *s, slot *sl) {
         slot_fail(s, sl, msg, OUT_FAILED);
         return;
     }
+    for (int i = 0; i < r->n_prompt; i++) /* here, not in the batched step, where it would fail every slot */
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->e->m->hp.n_vocab) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "token id %d is outside the vocabulary (%d)", r->prompt[i], s->e->m->hp.n_vocab);
+            slot_fail(s, sl, msg, OUT_FAILED);
+            return;
+        }
     sl->t0 = st_now_ns();
     int reused = engine_seq_reuse_prefix(sl->seq, r->prompt, r->n_prompt);
     sl->st.n_prompt = r->n_prompt;

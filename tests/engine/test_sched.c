@@ -2,7 +2,7 @@
  * model with f32 activations (STRATA_PRECISE=1, where a batched step gives
  * each sequence the same logits as running it alone):
  *
- *   - 7 requests on 3 slots, submitted at once: 3 start, the others wait and
+ *   - 7 good requests on 3 slots, submitted at once: 3 start, the others wait and
  *     are admitted as earlier ones finish (different max_tokens, so they end
  *     at different steps); greedy and seeded-temperature sampling mixed.
  *     Every answer's text must equal engine_generate's on its own engine,
@@ -10,8 +10,10 @@
  *   - one more request whose client "goes away" (its event callback returns
  *     nonzero) at its first text: it must end at once (DONE, at most 2 tokens
  *     generated), count as cancelled, and not change the others' answers.
- *   - metrics: 7 done, 1 cancelled, 0 busy, 0 queued at the end; the tokens
- *     generated add up.
+ *   - one request with a token id outside the vocabulary ends with its own
+ *     ERROR, and no other request with it.
+ *   - metrics: 7 done, 1 cancelled, 1 failed, 0 busy, 0 queued at the end;
+ *     the tokens generated add up.
  *
  * usage: test_sched MODEL.gguf
  */
@@ -25,8 +27,9 @@
 #include "core/log.h"
 #include "server/srv_sched.h"
 
-#define N_REQ     8
+#define N_REQ     9
 #define CANCEL_AT 7 /* the request that goes away */
+#define BAD_AT    8 /* a one-token prompt outside the vocabulary: refused alone */
 
 static const char *PROMPTS[N_REQ] = {
     "The capital of France is",
@@ -37,8 +40,9 @@ static const char *PROMPTS[N_REQ] = {
     "Water boils at",
     "A haiku about the sea:\n",
     "Tell me a long story about a dragon.",
+    "",
 };
-static const int MAX_TOK[N_REQ] = {4, 20, 9, 16, 12, 6, 14, 40};
+static const int MAX_TOK[N_REQ] = {4, 20, 9, 16, 12, 6, 14, 40, 8};
 
 typedef struct {
     char text[4096];
@@ -125,6 +129,12 @@ int main(int argc, char **argv) {
     answer ref[N_REQ];
     memset(ref, 0, sizeof ref);
     for (int i = 0; i < N_REQ; i++) {
+        if (i == BAD_AT) {
+            prompt[i] = st_malloc(sizeof(int32_t));
+            prompt[i][0] = e->m->hp.n_vocab + 5;
+            n_prompt[i] = 1;
+            continue;
+        }
         int64_t n = tokenizer_encode(e->tok, PROMPTS[i], strlen(PROMPTS[i]), 1, 0, NULL, 0);
         prompt[i] = st_malloc((size_t)n * sizeof(int32_t));
         tokenizer_encode(e->tok, PROMPTS[i], strlen(PROMPTS[i]), 1, 0, prompt[i], n);
@@ -164,6 +174,13 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_REQ; i++) {
         answer *a = &ans[i];
         gen_sum += (uint64_t)a->n_gen;
+        if (i == BAD_AT) {
+            int ok = a->failed && strstr(a->err, "outside the vocabulary");
+            printf("%s: request %d (token id outside the vocabulary) ended with an error: %s\n",
+                   ok ? "checked" : "FAIL", i, a->failed ? a->err : "(none)");
+            fails += !ok;
+            continue;
+        }
         if (a->failed) {
             printf("FAIL: request %d ended with an error: %s\n", i, a->err);
             fails++;
@@ -188,7 +205,7 @@ int main(int argc, char **argv) {
         if (m.busy == 0 || tries == 100) break;
         usleep(10000);
     }
-    int ok = m.done == N_REQ - 1 && m.cancelled == 1 && m.failed == 0 && m.busy == 0 && m.queued == 0 &&
+    int ok = m.done == N_REQ - 2 && m.cancelled == 1 && m.failed == 1 && m.busy == 0 && m.queued == 0 &&
              m.gen_tokens == gen_sum;
     printf("%s: metrics done %llu, cancelled %llu, failed %llu, busy %d, queued %d, generated %llu "
            "(sum %llu)\n",
