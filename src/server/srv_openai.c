@@ -6,7 +6,7 @@
  * Those we honour are read strictly (wrong type or range -> 400 naming it);
  * those that do not change the output (user, metadata, store, ...) are type-
  * checked and ignored; those that would change it in a way we cannot give
- * yet (tools, logprobs, n > 1, response_format json, logit_bias, ...) get 400
+ * yet (n > 1, logit_bias, audio, ...) get 400
  * with code "unsupported_parameter" rather than a silently different answer;
  * a name OpenAI does not have gets 400, as OpenAI itself answers. */
 #include <string.h>
@@ -99,8 +99,39 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
         json_t *t = json_object_get(v, "type");
         if (!json_is_object(v) || !json_is_string(t))
             return srv_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
-        if (strcmp(json_string_value(t), "text") && strcmp(json_string_value(t), "json_object"))
-            return unsupported(e, "response_format", "only {\"type\": \"text\"} and {\"type\": \"json_object\"}");
+        const char *type = json_string_value(t);
+        if (!strcmp(type, "json_schema")) {
+            /* accepted and constrained like json_object: the answer is one JSON
+             * object, but the schema itself is not enforced (docs/server.md) */
+            static const char *const keys[] = {"type", "json_schema", NULL};
+            static const char *const schema_keys[] = {"name", "description", "schema", "strict", NULL};
+            json_t *js = json_object_get(v, "json_schema");
+            const char *name = NULL, *desc = NULL;
+            int strict = 0, rc;
+            if (jf_known_keys(v, keys, e) < 0) return -1;
+            if (!js || json_is_null(js))
+                return srv_fail(e, 400, "response_format.json_schema", "missing_required_parameter",
+                                "'response_format.json_schema' is required when the type is json_schema");
+            if (!json_is_object(js))
+                return srv_fail(e, 400, "response_format.json_schema", "invalid_type",
+                                "'response_format.json_schema' must be an object");
+            if (jf_known_keys(js, schema_keys, e) < 0 || (rc = jf_string(js, "name", &name, e)) < 0 ||
+                jf_string(js, "description", &desc, e) < 0 || jf_bool(js, "strict", &strict, e) < 0)
+                return -1;
+            if (!rc)
+                return srv_fail(e, 400, "response_format.json_schema.name", "missing_required_parameter",
+                                "'response_format.json_schema.name' is required");
+            size_t n = strlen(name);
+            if (n == 0 || n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
+                return srv_fail(e, 400, "response_format.json_schema.name", "invalid_value",
+                                "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -");
+            json_t *schema = json_object_get(js, "schema");
+            if (schema && !json_is_null(schema) && !json_is_object(schema))
+                return srv_fail(e, 400, "response_format.json_schema.schema", "invalid_type",
+                                "'response_format.json_schema.schema' must be an object (a JSON Schema)");
+        } else if (strcmp(type, "text") && strcmp(type, "json_object"))
+            return srv_fail(e, 400, "response_format.type", "invalid_value",
+                            "'response_format.type' must be text, json_object or json_schema");
     }
     v = json_object_get(body, "logit_bias");
     if (v && !json_is_null(v)) {
@@ -320,10 +351,12 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
     }
     if (j->req.logprobs) j->lp = json_array();
     json_t *rf = json_object_get(json_object_get(body, "response_format"), "type");
-    if (chat && json_is_string(rf) && !strcmp(json_string_value(rf), "json_object")) {
+    if (chat && json_is_string(rf) &&
+        (!strcmp(json_string_value(rf), "json_object") || !strcmp(json_string_value(rf), "json_schema"))) {
         if (j->tools) {
             st_free(ids);
-            srv_fail(&e, 400, "response_format", "invalid_value", "'response_format' json_object cannot be combined with 'tools'");
+            srv_fail(&e, 400, "response_format", "invalid_value", "'response_format' %s cannot be combined with 'tools'",
+                     json_string_value(rf));
             job_release(j);
             return srv_send_error(s, c, API_OPENAI, &e);
         }

@@ -85,8 +85,19 @@ CASES = [
      "invalid_value"),
     ("top_logprobs 21", "/v1/chat/completions", json.dumps(chat(logprobs=True, top_logprobs=21)).encode(), 400,
      "invalid_value"),
-    ("json_schema (unsupported)", "/v1/chat/completions", json.dumps(chat(response_format={
-        "type": "json_schema", "json_schema": {"name": "x"}})).encode(), 400, "unsupported_parameter"),
+    ("json_schema without json_schema", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema"})).encode(), 400, "missing_required_parameter"),
+    ("json_schema without a name", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"schema": {}}})).encode(), 400, "missing_required_parameter"),
+    ("json_schema schema a string", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": "object"}})).encode(), 400, "invalid_type"),
+    ("json_schema unknown field", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "wat": 1}})).encode(), 400, "unknown_parameter"),
+    ("json_schema with tools", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x"}}, tools=[{"type": "function", "function": {
+            "name": "f"}}])).encode(), 400, "invalid_value"),
+    ("response_format type unknown", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "yaml"})).encode(), 400, "invalid_value"),
     ("json mode with tools", "/v1/chat/completions", json.dumps(chat(response_format={"type": "json_object"},
         tools=[{"type": "function", "function": {"name": "f"}}])).encode(), 400, "invalid_value"),
     ("stream_options without stream", "/v1/chat/completions",
