@@ -28,8 +28,9 @@ int cmd_serve(int argc, char **argv) {
                    "(its own KV cache of --ctx tokens); --queue N requests (default 64) may wait for one\n"
                    "before the server answers 503. --api-key (or STRATA_API_KEY) requires\n"
                    "'Authorization: Bearer KEY' or 'x-api-key: KEY' on every path but /health.\n"
-                   "A request not read whole --read-timeout S seconds after its request line (default\n"
-                   "30; 0: no limit) has its connection closed.\n"
+                   "A request not read whole within --read-timeout S seconds (default 30; 0: no limit)\n"
+                   "of its connection opening, or of the previous request on it ending, has its\n"
+                   "connection closed (libmicrohttpd cannot answer 408 mid-upload).\n"
                    "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
                    "See docs/server.md.\n",
                    STRATA_DEFAULT_MODEL);
