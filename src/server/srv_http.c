@@ -7,9 +7,10 @@
  * invalid UTF-8, NUL escapes, duplicate keys and nesting deeper than its
  * limit are 400), and errors take the shape of the API the path belongs to.
  *
- * A request must be read whole within --read-timeout seconds of its request
- * line (the read deadline below), so a client trickling its body cannot hold
- * a connection thread for ever. */
+ * A request must be read whole within --read-timeout seconds of its
+ * connection opening or the previous request on it ending (the read deadline
+ * below), so a client trickling its body cannot hold a connection thread for
+ * ever. */
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
