@@ -47,15 +47,18 @@ ST[tg64_d_f16]=$(sb -p 0 -n 64 -d "$D" --kv f16 | num tg64)
 ST[tg64_d_int8]=$(sb -p 0 -n 64 -d "$D" --kv int8 | num tg64)
 
 if [ -n "$L" ]; then
-    lb() { "$L" -m "$M" -ngl 99 -fa 1 -r "$R" -o csv "$@" 2>/dev/null | tail -n +2; }
-    # llama-bench csv: the column avg_ts is the mean tok/s
-    col=$("$L" -m "$M" -ngl 99 -fa 1 -r 1 -p 0 -n 1 -o csv 2>/dev/null | head -1 | tr ',' '\n' | grep -nx '"avg_ts"' | cut -d: -f1)
-    ts() { cut -d, -f"$col" | tr -d '"'; }
-    LL[pp512]=$(lb -p 512 -n 0 | ts)
-    LL[pp4096]=$(lb -p 4096 -n 0 | ts)
-    LL[tg128]=$(lb -p 0 -n 128 | ts)
-    LL[tg64_d_f16]=$(lb -p 0 -n 64 -d "$D" | ts)
-    LL[tg64_d_int8]=$(lb -p 0 -n 64 -d "$D" -ctk q8_0 -ctv q8_0 | ts)
+    # llama-bench csv: the column named avg_ts (quoted or not) is the mean tok/s;
+    # lines before the header (device banners) are skipped
+    lb() {
+        "$L" -m "$M" -ngl 99 -fa 1 -r "$R" -o csv "$@" 2>/dev/null | awk -F, '
+            index($0, "avg_ts") { for (i = 1; i <= NF; i++) { f = $i; gsub(/"/, "", f); if (f == "avg_ts") c = i }; next }
+            c { v = $c; gsub(/"/, "", v); print v }' | tail -1
+    }
+    LL[pp512]=$(lb -p 512 -n 0)
+    LL[pp4096]=$(lb -p 4096 -n 0)
+    LL[tg128]=$(lb -p 0 -n 128)
+    LL[tg64_d_f16]=$(lb -p 0 -n 64 -d "$D")
+    LL[tg64_d_int8]=$(lb -p 0 -n 64 -d "$D" -ctk q8_0 -ctv q8_0)
     "$L" --version 2>&1 | head -2 | sed 's/^/llama.cpp: /'
 fi
 
