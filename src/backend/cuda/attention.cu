@@ -13,6 +13,12 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
+#include <string.h>
+
+extern "C" {
+#include "core/switches.h"
+}
+
 #define ATT_THREADS 128
 #define ATT_TILE 64
 #define ATT_MAX_HD 512
@@ -98,6 +104,133 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
+/* The same slices with the query heads of one KV head together (GQA): a
+ * block takes one (token, KV head, slice) and all G = n_head / n_head_kv
+ * query heads that read that KV head, so each K and V row is loaded once
+ * for the G of them instead of G times (8x less cache traffic on a model
+ * with 32 query and 4 KV heads). Scores: a warp per position, its lanes
+ * across the head dimension, G dot products per loaded K row; V: a thread
+ * per dimension, G accumulators each. Same partial layout as
+ * attn_split_kernel, so the same combine follows. G <= ATT_GQA_MAX. */
+#define ATT_GQA_MAX 8
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attn_gqa_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
+                    int window, int n_split, float *part) {
+    extern __shared__ float sm[]; /* qs [G][hd], then sc [G][ATT_TILE], then the tile maxima [G] */
+    const int split = blockIdx.x, hkv = blockIdx.y, t = blockIdx.z;
+    const int hd = kv.head_dim, G = n_head / kv.n_head_kv, tid = threadIdx.x;
+    const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
+    float *qs = sm, *sc = sm + (size_t)G * hd, *mf = sc + (size_t)G * ATT_TILE;
+    if (dpos) pos0 = *dpos;
+    int span = pos0 + n_tok;
+    if (window > 0 && span > window) span = window;
+    const int chunk = ((span + n_split - 1) / n_split + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+    const int pos = pos0 + t;
+    const int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+    const int c0 = first + split * chunk, c1 = min(c0 + chunk, pos + 1);
+    const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
+
+    for (int i = tid; i < G * hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + (size_t)hkv * G) * hd + i];
+    __syncthreads();
+
+    float m[ATT_GQA_MAX], l[ATT_GQA_MAX], acc[ATT_GQA_MAX][ATT_ACC];
+#pragma unroll
+    for (int g = 0; g < ATT_GQA_MAX; g++) {
+        m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+        for (int a = 0; a < ATT_ACC; a++) acc[g][a] = 0.0f;
+    }
+
+    for (int p0 = c0; p0 < c1; p0 += ATT_TILE) {
+        const int nt = min(ATT_TILE, c1 - p0);
+        for (int j = warp; j < nt; j += n_warps) {
+            const size_t p = (size_t)(p0 + j);
+            float kr[ATT_MAX_HD / ST_WARP];
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_HD / ST_WARP; i++) {
+                const int d = lane + i * ST_WARP;
+                kr[i] = d < hd ? kv_load(kv.type, kv.k, kv.k_scale, p * row + hoff + d, p * kv.n_head_kv + hkv) : 0.0f;
+            }
+            for (int g = 0; g < G; g++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int i = 0; i < ATT_MAX_HD / ST_WARP; i++) {
+                    const int d = lane + i * ST_WARP;
+                    if (d < hd) s += qs[g * hd + d] * kr[i];
+                }
+                s = warp_sum(s);
+                if (lane == 0) sc[g * ATT_TILE + j] = s * scale;
+            }
+        }
+        __syncthreads();
+        if (tid < G) { /* per head: the tile's max, the new running max, the old sum's factor */
+            float tmax = -INFINITY;
+            for (int j = 0; j < nt; j++) tmax = fmaxf(tmax, sc[tid * ATT_TILE + j]);
+            mf[tid] = tmax;
+        }
+        __syncthreads();
+        float f[ATT_GQA_MAX];
+#pragma unroll
+        for (int g = 0; g < ATT_GQA_MAX; g++) {
+            if (g < G) {
+                const float mn = fmaxf(m[g], mf[g]);
+                f[g] = expf(m[g] - mn); /* 0 on the first tile (m = -inf) */
+                m[g] = mn;
+            }
+        }
+        __syncthreads(); /* mf read by all */
+        for (int i = tid; i < G * nt; i += ATT_THREADS) {
+            const int g = i / nt, j = i % nt;
+            sc[g * ATT_TILE + j] = expf(sc[g * ATT_TILE + j] - m[g]);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < ATT_GQA_MAX; g++) {
+            if (g < G) {
+                float tsum = 0.0f;
+                for (int j = 0; j < nt; j++) tsum += sc[g * ATT_TILE + j];
+                l[g] = l[g] * f[g] + tsum;
+#pragma unroll
+                for (int a = 0; a < ATT_ACC; a++) acc[g][a] *= f[g];
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < ATT_ACC; a++) {
+            const int d = tid + a * ATT_THREADS;
+            if (d < hd) {
+                for (int j = 0; j < nt; j++) {
+                    const size_t p = (size_t)(p0 + j);
+                    const float v = kv_load(kv.type, kv.v, kv.v_scale, p * row + hoff + d, p * kv.n_head_kv + hkv);
+#pragma unroll
+                    for (int g = 0; g < ATT_GQA_MAX; g++)
+                        if (g < G) acc[g][a] += sc[g * ATT_TILE + j] * v;
+                }
+            }
+        }
+        __syncthreads(); /* sc is rewritten by the next tile */
+    }
+    for (int g = 0; g < G; g++) {
+        float *o = part + (((size_t)t * n_head + (size_t)hkv * G + g) * n_split + split) * (size_t)(hd + 2);
+        if (tid == 0) {
+            o[0] = m[g]; /* -inf for an empty slice: it weighs nothing in the combine */
+            o[1] = l[g];
+        }
+#pragma unroll
+        for (int a = 0; a < ATT_ACC; a++) {
+            const int d = tid + a * ATT_THREADS;
+            if (d < hd) o[2 + d] = acc[g][a];
+        }
+    }
+}
+
+static int g_attn_gqa = -1; /* -1: from STRATA_CUDA_ATTN at first use */
+
+extern "C" int backend_cuda_set_attn_kernel(int gqa) {
+    const int old = g_attn_gqa;
+    g_attn_gqa = gqa;
+    return old;
+}
+
 static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, float *out) {
     const int h = blockIdx.x, t = blockIdx.y;
     const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
@@ -136,8 +269,20 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
     }
     size_t bytes = (size_t)pairs * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
-    attn_split_kernel<<<dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), ATT_THREADS, 0, s>>>(
-        q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    if (g_attn_gqa < 0) {
+        const char *v = st_switch_get("STRATA_CUDA_ATTN");
+        g_attn_gqa = v && !strcmp(v, "gqa");
+    }
+    const int G = n_head / kv->n_head_kv;
+    if (g_attn_gqa && G <= ATT_GQA_MAX) {
+        /* the same slices as the per-head kernel, so the same partials and combine */
+        const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * ATT_TILE + (size_t)G) * sizeof(float);
+        attn_gqa_kernel<<<dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), ATT_THREADS, smem, s>>>(
+            q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    } else {
+        attn_split_kernel<<<dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), ATT_THREADS, 0, s>>>(
+            q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    }
     CUDA_LAUNCH_CHECK();
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
     attn_combine_kernel<<<dim3((unsigned)n_head, (unsigned)n_tok), th, 0, s>>>(part, n_head, kv->head_dim, n_split,

@@ -315,14 +315,23 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
         size_t nq = (size_t)nt * n_head * hd;
         float *q = rand_host(c, nq, 1.0f);
         void *qr = put(c->ref, q, nq * 4), *qd = put(c->dut, q, nq * 4);
-        void *or_ = put(c->ref, NULL, nq * 4), *od = put(c->dut, NULL, nq * 4);
+        void *or_ = put(c->ref, NULL, nq * 4);
         c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
-        t0 = now_ms();
-        c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
-        double e = cmp_bufs(c, or_, od, nq);
-        report(c, "attention", e, bound, now_ms() - t0, "%s, %s %d tokens at pos %d, %d/%d heads x %d, window %d", tn,
-               nt == 1 ? "decode" : "prompt", nt, pos0, n_head, hkv, hd, win);
-        c->ref->free(c->ref, qr), c->dut->free(c->dut, qd), c->ref->free(c->ref, or_), c->dut->free(c->dut, od);
+        /* on a CUDA backend both kernels: one block per query head, and GQA-shared */
+        const int is_cuda = !strcmp(c->dut->name, "cuda");
+        for (int gqa = 0; gqa < (is_cuda ? 2 : 1); gqa++) {
+            void *od = put(c->dut, NULL, nq * 4); /* NaN again: each kernel must write every value */
+            int old = is_cuda ? backend_cuda_set_attn_kernel(gqa) : 0;
+            t0 = now_ms();
+            c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
+            double e = cmp_bufs(c, or_, od, nq);
+            if (is_cuda) backend_cuda_set_attn_kernel(old);
+            report(c, "attention", e, bound, now_ms() - t0, "%s, %s %d tokens at pos %d, %d/%d heads x %d, window %d%s",
+                   tn, nt == 1 ? "decode" : "prompt", nt, pos0, n_head, hkv, hd, win,
+                   is_cuda ? (gqa ? ", GQA kernel" : ", per-head kernel") : "");
+            c->dut->free(c->dut, od);
+        }
+        c->ref->free(c->ref, qr), c->dut->free(c->dut, qd), c->ref->free(c->ref, or_);
         st_free(q);
     }
     c->ref->free(c->ref, kr_), c->dut->free(c->dut, kd_), c->ref->free(c->ref, vr_), c->dut->free(c->dut, vd_);
@@ -434,7 +443,9 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     for (int t = 0; t < 2; t++) {
         check_attention(&c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);
         if (size) check_attention(&c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */
+        if (size) check_attention(&c, (st_kv_type)t, 2100, 32, 4, 128, 16); /* qwen3-30b-a3b: 8 query heads per KV head */
     }
+    check_attention(&c, ST_KV_F16, 300, 12, 1, 64, 5); /* 12 per KV head: past the GQA kernel's 8, per-head kernel */
     for (int loop = 0; loop < 2; loop++) {
         check_moe(&c, 1, 8, 2, 256, 256, 1, loop);
         check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, loop, loop);
