@@ -96,6 +96,8 @@ void engine_close(engine *e) {
     model_free(e->m);
     st_free(e->batch_kv);
     st_free(e->batch_pos);
+    st_free(e->batch_n);
+    st_free(e->batch_tok);
     st_free(e->batch_logits);
     st_free(e);
 }
@@ -127,13 +129,22 @@ static int seq_check(const engine *e, const engine_seq *s, const int32_t *toks, 
     return 0;
 }
 
-int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
+/* Evaluate toks into s; logits: its last token's, or NULL (a prompt chunk's KV only). */
+static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits) {
     if (n <= 0) return 0;
     if (seq_check(e, s, toks, n) != 0) return -1;
-    model_forward(e->mc, s->kv->layers, toks, n, s->n_past, s->logits, 0);
+    model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, 0);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
     return 0;
+}
+
+int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
+    return seq_eval_to(e, s, toks, n, s->logits);
+}
+
+static int seq_eval_nologits(engine *e, engine_seq *s, const int32_t *toks, int n) {
+    return seq_eval_to(e, s, toks, n, NULL);
 }
 
 int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n) {
@@ -166,30 +177,74 @@ int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int 
     return reused;
 }
 
-int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n) {
-    if (n <= 0) return 0;
+int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
+                engine_seq *const *seqs, const int32_t *tok, int n) {
+    if (!reading || n_chunk <= 0) {
+        reading = NULL;
+        n_chunk = 0;
+    }
+    if (!n)
+        return reading ? (chunk_logits ? engine_seq_eval(e, reading, chunk, n_chunk)
+                                       : seq_eval_nologits(e, reading, chunk, n_chunk))
+                       : 0;
+    if (reading && seq_check(e, reading, chunk, n_chunk) != 0) return -1;
     for (int i = 0; i < n; i++)
         if (seq_check(e, seqs[i], &tok[i], 1) != 0) return -1;
-    if (n == 1) return engine_seq_eval(e, seqs[0], tok, 1);
+    if (reading && n_chunk + n > e->n_ubatch) {
+        st_error_set("a prompt chunk of %d tokens and %d sequences exceed the step's %d rows", n_chunk, n, e->n_ubatch);
+        return -1;
+    }
+    if (!reading && n == 1) return engine_seq_eval(e, seqs[0], tok, 1);
     size_t nv = (size_t)e->m->hp.n_vocab;
+    int n_seq = n + (reading != NULL), n_tok = n + n_chunk;
     /* the step's inputs and outputs, gathered: kept across calls, grown as needed */
-    if (n > e->batch_cap) {
-        e->batch_cap = n;
-        e->batch_kv = st_realloc(e->batch_kv, (size_t)n * sizeof *e->batch_kv);
-        e->batch_pos = st_realloc(e->batch_pos, (size_t)n * sizeof *e->batch_pos);
-        e->batch_logits = st_realloc(e->batch_logits, (size_t)n * nv * sizeof(float));
+    if (n_seq > e->batch_cap) {
+        e->batch_cap = n_seq;
+        e->batch_kv = st_realloc(e->batch_kv, (size_t)n_seq * sizeof *e->batch_kv);
+        e->batch_pos = st_realloc(e->batch_pos, (size_t)n_seq * sizeof *e->batch_pos);
+        e->batch_n = st_realloc(e->batch_n, (size_t)n_seq * sizeof *e->batch_n);
+        e->batch_logits = st_realloc(e->batch_logits, (size_t)n_seq * nv * sizeof(float));
+    }
+    if (n_tok > e->tok_cap) {
+        e->tok_cap = n_tok;
+        e->batch_tok = st_realloc(e->batch_tok, (size_t)n_tok * sizeof *e->batch_tok);
+    }
+    int k = 0;
+    if (reading) { /* the chunk first: the logits rows of the others follow its own */
+        e->batch_kv[0] = reading->kv->layers;
+        e->batch_pos[0] = reading->n_past;
+        e->batch_n[0] = n_chunk;
+        memcpy(e->batch_tok, chunk, (size_t)n_chunk * sizeof(int32_t));
+        k = 1;
     }
     for (int i = 0; i < n; i++) {
-        e->batch_kv[i] = seqs[i]->kv->layers;
-        e->batch_pos[i] = seqs[i]->n_past;
+        e->batch_kv[k + i] = seqs[i]->kv->layers;
+        e->batch_pos[k + i] = seqs[i]->n_past;
+        e->batch_n[k + i] = 1;
+        e->batch_tok[n_chunk + i] = tok[i];
     }
-    model_forward_batch(e->mc, e->batch_kv, tok, e->batch_pos, n, e->batch_logits);
+    int skip = reading && !chunk_logits;
+    model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading ? e->batch_n : NULL, n_seq, skip,
+                        e->batch_logits);
+    const float *out = e->batch_logits;
+    if (reading) {
+        if (chunk_logits) {
+            memcpy(reading->logits, out, nv * sizeof(float));
+            out += nv;
+        }
+        memcpy(reading->hist + reading->n_past, chunk, (size_t)n_chunk * sizeof(int32_t));
+        reading->n_past += n_chunk;
+    }
     for (int i = 0; i < n; i++) {
         engine_seq *s = seqs[i];
-        memcpy(s->logits, e->batch_logits + (size_t)i * nv, nv * sizeof(float));
+        memcpy(s->logits, out + (size_t)i * nv, nv * sizeof(float));
         s->hist[s->n_past++] = tok[i];
     }
     return 0;
+}
+
+int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n) {
+    return engine_step(e, NULL, NULL, 0, 0, seqs, tok, n);
 }
 
 int engine_eval(engine *e, const int32_t *toks, int n) { return engine_seq_eval(e, &e->seq, toks, n); }

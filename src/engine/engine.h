@@ -46,10 +46,11 @@ typedef struct engine {
     int n_ubatch; /* tokens per forward chunk (model_ctx's activation rows) */
     st_kv_type kv_type;
     struct engine_placed *placed; /* device copies of the weights (GPU backend), else NULL */
-    /* engine_decode_batch's gathered inputs and outputs, (batch_cap) rows */
-    int batch_cap;
+    /* engine_step's gathered inputs and outputs, (batch_cap) sequences / tokens */
+    int batch_cap, tok_cap;
     st_kv_layer **batch_kv;
-    int *batch_pos;
+    int *batch_pos, *batch_n;
+    int32_t *batch_tok;
     float *batch_logits; /* [batch_cap][n_vocab] */
     /* The engine's own sequence, by either name: `seq` for the sequence
      * functions, or its fields directly (e->n_past, e->logits, e->kv) as the
@@ -89,9 +90,16 @@ int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n);
  * sampled token's logits the same whether or not the prompt was cached.
  * Returns the reused count, or -1 with st_error. */
 int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int n);
-/* One decode step of n sequences, tok[i] appended to seqs[i] (model_forward_batch);
- * each sequence's logits are its new last token's. -1 with st_error (nothing
- * evaluated) if a sequence is full or an id is outside the vocabulary. */
+/* One batched step: `reading` (NULL: none) appends n_chunk prompt tokens,
+ * and gets the logits of the last of them only when chunk_logits is set;
+ * seqs[i] appends tok[i], one token each, and gets its logits. All in one
+ * model_forward_batch, so the weights are read once for the prompt chunk and
+ * the decoding sequences together; with a chunk, n_chunk + n must fit
+ * n_ubatch. -1 with st_error (nothing evaluated) if a sequence is full or an
+ * id is outside the vocabulary. */
+int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
+                engine_seq *const *seqs, const int32_t *tok, int n);
+/* engine_step without a prompt chunk: one decode step of n sequences. */
 int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n);
 
 /* The same on the engine's own sequence (e->seq). */

@@ -23,6 +23,7 @@ struct model_ctx {
     float *router;                      /* n_expert */
     float *logits;                      /* n_vocab, [n_ubatch] rows */
     int32_t *ids;                       /* token ids copied to the device */
+    int *one_each;                      /* (n_ubatch) host: 1, the token counts of a one-token-each step */
 };
 
 static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
@@ -48,6 +49,9 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     if (hp->n_expert) c->router = balloc(be, B * hp->n_expert);
     c->logits = balloc(be, B * hp->n_vocab);
     c->ids = be->alloc(be, B * sizeof(int32_t));
+    c->one_each = st_malloc(B * sizeof(int));
+    for (size_t i = 0; i < B; i++)
+        c->one_each[i] = 1;
     return c;
 }
 
@@ -57,19 +61,21 @@ void model_ctx_free(model_ctx *c) {
     void *bufs[] = {c->x, c->h, c->o, c->q, c->att, c->k, c->v, c->g, c->u, c->router, c->logits, c->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
+    st_free(c->one_each);
     st_free(c);
 }
 
-/* Attention of n_seq sequences of n tokens each, stacked in the activation
- * rows: norms and the Q/K/V/O products run on all rows at once (the weights
- * are read once for every sequence); the rotary embedding, the cache write
- * and attention run per sequence on its own rows, cache and positions.
- * kv[s] is sequence s's per-layer cache array, pos0[s] its first position. */
-static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, int n_seq, int n) {
+/* Attention of n_seq sequences stacked in the activation rows (sequence s:
+ * n_tok[s] rows, from position pos0[s], per-layer cache array kv[s]); rows
+ * in all: norms and the Q/K/V/O products run on all rows at once (the
+ * weights are read once for every sequence); the rotary embedding, the cache
+ * write and attention run per sequence on its own rows, cache and positions. */
+static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq,
+                            int rows) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
     st_backend *be = c->be;
-    int qw = hp->n_head * hp->head_dim, kvw = hp->n_head_kv * hp->head_dim, rows = n_seq * n;
+    int qw = hp->n_head * hp->head_dim, kvw = hp->n_head_kv * hp->head_dim;
 
     be->rmsnorm(be, c->x, l->attn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
     be->matmul(be, &l->wq, 0, c->h, c->q, rows);
@@ -83,12 +89,11 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
     st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox};
-    for (int s = 0; s < n_seq; s++) {
-        size_t r = (size_t)s * n;
-        float *q = c->q + r * qw, *att = c->att + r * qw;
-        be->qkv_prep(be, q, c->k + r * kvw, c->v + r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n, hp->n_head, &rope,
-                     &kv[s][il], pos0[s]);
-        be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
+    for (int s = 0, r = 0; s < n_seq; r += n_tok[s++]) {
+        float *q = c->q + (size_t)r * qw, *att = c->att + (size_t)r * qw;
+        be->qkv_prep(be, q, c->k + (size_t)r * kvw, c->v + (size_t)r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n_tok[s],
+                     hp->n_head, &rope, &kv[s][il], pos0[s]);
+        be->attention(be, q, &kv[s][il], n_tok[s], pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
     }
     be->matmul(be, &l->wo, 0, c->att, c->o, rows);
     if (l->post_attn_norm) be->rmsnorm(be, c->o, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
@@ -124,31 +129,34 @@ typedef struct {
     int n, first, rows; /* tokens; logits rows [first, first+rows), rows 0: none */
 } step_args;
 
-/* Embedding, layers and output of the token ids in c->ids: n_seq sequences of
- * n tokens each, stacked as rows; logits of rows [first, first+rows). */
-static void layers_and_logits(model_ctx *c, st_kv_layer *const *kv, const int *pos0, int n_seq, int n, int first,
-                              int rows) {
+/* Embedding and layers of the token ids in c->ids: n_seq sequences stacked
+ * as rows (sequence s: n_tok[s] rows from position pos0[s]), rows in all. */
+static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq, int rows) {
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     st_backend *be = c->be;
-    int all = n_seq * n;
 
-    be->get_rows(be, &m->tok_embd, c->ids, all, c->x);
-    if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)all * hp->n_embd);
+    be->get_rows(be, &m->tok_embd, c->ids, rows, c->x);
+    if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)rows * hp->n_embd);
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(c, il, kv, pos0, n_seq, n);
-        ffn_block(c, il, all);
+        attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
+        ffn_block(c, il, rows);
     }
-    if (!rows) return; /* an intermediate prompt chunk: only its KV is needed */
-    /* only the rows whose logits are wanted go through the output matrix */
-    be->rmsnorm(be, c->x + (size_t)first * hp->n_embd, m->output_norm, c->h, hp->n_embd, rows, hp->rms_eps);
-    be->matmul(be, &m->output, 0, c->h, c->logits, rows);
 }
 
 static void step_body(void *arg, int pos0) {
     const step_args *a = arg;
+    model_ctx *c = a->c;
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    st_backend *be = c->be;
     st_kv_layer *kv = a->kv;
-    layers_and_logits(a->c, &kv, &pos0, 1, a->n, a->first, a->rows);
+
+    layers(c, &kv, &pos0, &a->n, 1, a->n);
+    if (!a->rows) return; /* an intermediate prompt chunk: only its KV is needed */
+    /* only the rows whose logits are wanted go through the output matrix */
+    be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, m->output_norm, c->h, hp->n_embd, a->rows, hp->rms_eps);
+    be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
 }
 
 static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
@@ -181,38 +189,70 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
     }
 }
 
-/* A batched decode step (forward.h): one token for each of n_seq sequences. */
+/* A batched step (forward.h): several sequences, each its own positions. */
 typedef struct {
     model_ctx *c;
     st_kv_layer *const *kv; /* (n_seq) per-sequence layer arrays */
     const int *pos;         /* (n_seq) */
-    int n_seq;
+    const int *n_tok;       /* (n_seq) */
+    int n_seq, rows, skip;  /* logits of the last token of sequences [skip, n_seq) */
 } batch_args;
 
 static void batch_body(void *arg, int pos0) {
     (void)pos0; /* each sequence has its own position */
     const batch_args *a = arg;
-    layers_and_logits(a->c, a->kv, a->pos, a->n_seq, 1, 0, a->n_seq);
+    model_ctx *c = a->c;
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    st_backend *be = c->be;
+
+    layers(c, a->kv, a->pos, a->n_tok, a->n_seq, a->rows);
+    /* each wanted sequence's last row, normed into consecutive rows of h, then one product */
+    int r = 0, k = 0;
+    for (int s = 0; s < a->n_seq; s++) {
+        r += a->n_tok[s];
+        if (s < a->skip) continue;
+        be->rmsnorm(be, c->x + (size_t)(r - 1) * hp->n_embd, m->output_norm, c->h + (size_t)k++ * hp->n_embd,
+                    hp->n_embd, 1, hp->rms_eps);
+    }
+    if (k) be->matmul(be, &m->output, 0, c->h, c->logits, k);
 }
 
-void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, int n_seq,
-                         float *logits) {
-    ST_ASSERT(n_seq > 0);
+void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, const int *n_tok,
+                         int n_seq, int skip, float *logits) {
+    ST_ASSERT(n_seq > 0 && skip >= 0 && skip <= n_seq);
     size_t nv = (size_t)c->m->hp.n_vocab;
-    for (int s = 0; s < n_seq; s++)
-        ST_ASSERT(pos[s] >= 0 && pos[s] < kv[s][0].n_ctx);
+    int rows = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int n = n_tok ? n_tok[s] : 1;
+        ST_ASSERT(n > 0 && pos[s] >= 0 && pos[s] + n <= kv[s][0].n_ctx);
+        rows += n;
+    }
+    if (n_tok && rows > n_seq) {
+        /* a prompt chunk among them: all in one step, within the activation rows */
+        ST_ASSERT(rows <= c->n_ubatch);
+        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip};
+        st_backend *be = c->be;
+        be->to_device(be, c->ids, tok, (size_t)rows * sizeof(int32_t));
+        be->run_step(be, rows, pos[0], batch_body, &a, sizeof a);
+        if (skip < n_seq) be->to_host(be, logits, c->logits, (size_t)(n_seq - skip) * nv * sizeof(float));
+        return;
+    }
+    /* one token each: steps of up to n_ubatch sequences */
     for (int done = 0; done < n_seq;) {
         int n = n_seq - done < c->n_ubatch ? n_seq - done : c->n_ubatch;
+        int sk = skip > done ? (skip - done < n ? skip - done : n) : 0; /* of these, without logits */
+        float *out = logits + (size_t)(done + sk - skip) * nv;
         if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
-            forward_chunk(c, kv[done], tok + done, 1, pos[done], logits + (size_t)done * nv, 0);
+            forward_chunk(c, kv[done], tok + done, 1, pos[done], sk ? NULL : out, 0);
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */
-            batch_args a = {c, kv + done, pos + done, n};
+            batch_args a = {c, kv + done, pos + done, c->one_each, n, n, sk};
             st_backend *be = c->be;
             be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
             be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
-            be->to_host(be, logits + (size_t)done * nv, c->logits, (size_t)n * nv * sizeof(float));
+            if (sk < n) be->to_host(be, out, c->logits, (size_t)(n - sk) * nv * sizeof(float));
         }
         done += n;
     }

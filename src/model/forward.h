@@ -19,13 +19,16 @@ void model_ctx_free(model_ctx *c);
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
                    int all_logits);
 
-/* One decode step of n_seq sequences, one new token each: sequence s reads
- * tok[s] at position pos[s] and appends its K/V to its own cache kv[s][0..n_layer-1].
- * logits (host) receives [n_seq][n_vocab]. Norms, matrix products and the FFN
- * run on the n_seq stacked rows, so the weights are read once per step for
- * every sequence; the rotary embedding, cache write and attention run per
- * sequence. More sequences than n_ubatch are run in several steps. */
-void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, int n_seq,
-                         float *logits);
+/* One step of n_seq sequences, stacked as rows so that norms, matrix
+ * products and the FFN read the weights once for all of them: sequence s
+ * reads n_tok[s] tokens (NULL: one each) from tok (stacked in order) at
+ * positions pos[s].. and appends their K/V to its own cache kv[s][0..n_layer-1];
+ * the rotary embedding, cache write and attention run per sequence. logits
+ * (host) receives the last token's logits of sequences [skip, n_seq),
+ * [n_seq - skip][n_vocab] (the first skip sequences are prompt chunks whose
+ * logits are not needed). One token each: more sequences than n_ubatch run
+ * in several steps; with longer sequences the rows must fit n_ubatch. */
+void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, const int *n_tok,
+                         int n_seq, int skip, float *logits);
 
 #endif

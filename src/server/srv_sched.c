@@ -25,9 +25,8 @@ typedef struct {
 typedef enum {
     SL_FREE,
     SL_NEW,    /* admitted; START not sent yet */
-    SL_PROMPT, /* reading its prompt, a chunk per iteration, all but the last token */
-    SL_DECODE, /* `next` goes into the next batched step (the prompt's last token, or the one
-                  sampled) */
+    SL_PROMPT, /* reading its prompt, a chunk per step */
+    SL_DECODE, /* `next` goes into the next batched step (the prompt's last token, or the one sampled) */
     SL_SAMPLE, /* its logits are fresh: sample */
 } slot_state;
 
@@ -189,28 +188,6 @@ static void slot_start(srv_sched *s, slot *sl) {
     sl->state = SL_PROMPT;
 }
 
-/* One chunk of the prompt of the slot admitted first among those reading one;
- * the last prompt token goes into the batched step with the others. */
-static void prompt_chunk(srv_sched *s) {
-    slot *sl = NULL;
-    for (int i = 0; i < s->n_slots; i++) {
-        slot *c = &s->slots[i];
-        if (c->state == SL_PROMPT && (!sl || c->last_used < sl->last_used)) sl = c;
-    }
-    if (!sl) return;
-    const srv_request *r = sl->job.req;
-    int left = r->n_prompt - 1 - sl->seq->n_past;
-    int n = left < s->e->n_ubatch ? left : s->e->n_ubatch;
-    if (n > 0 && engine_seq_eval(s->e, sl->seq, r->prompt + sl->seq->n_past, n) != 0) {
-        slot_fail(s, sl, st_error_get(), OUT_FAILED);
-        return;
-    }
-    if (sl->seq->n_past == r->n_prompt - 1) {
-        sl->next = r->prompt[r->n_prompt - 1];
-        sl->state = SL_DECODE;
-    }
-}
-
 /* The prompt's last token has been evaluated: the generation starts. */
 static void gen_start(srv_sched *s, slot *sl) {
     const srv_request *r = sl->job.req;
@@ -222,8 +199,25 @@ static void gen_start(srv_sched *s, slot *sl) {
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
 }
 
-/* One batched decode step over every slot with a token to evaluate. */
-static void decode_step(srv_sched *s) {
+/* One batched step: the next prompt chunk of the slot admitted first among
+ * those reading one (as many tokens as the step has rows left), and one token
+ * of every generating slot. The chunk never holds the prompt's last token:
+ * that one goes in the next step as the slot's first decode row, so that
+ * when nothing else runs it is a one-token step, as in engine_read_prompt
+ * (the first logits then do not depend on how much of the prompt was cached:
+ * the same request gives the same answer; multi-token products round
+ * differently). */
+static void step(srv_sched *s) {
+    slot *rd = NULL;
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *c = &s->slots[i];
+        if (c->state == SL_PROMPT && (!rd || c->last_used < rd->last_used)) rd = c;
+    }
+    if (rd && rd->seq->n_past == rd->job.req->n_prompt - 1) { /* all cached but the last token */
+        rd->next = rd->job.req->prompt[rd->seq->n_past];
+        rd->state = SL_DECODE;
+        rd = NULL;
+    }
     int n = 0;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
@@ -233,20 +227,31 @@ static void decode_step(srv_sched *s) {
         s->step_toks[n] = sl->next;
         n++;
     }
-    if (!n) return;
-    if (engine_decode_batch(s->e, s->step_seqs, s->step_toks, n) != 0) {
-        /* every token was checked when sampled or read: a bug, but fail the requests, not the
-         * process */
+    int n_chunk = 0;
+    if (rd) {
+        int left = rd->job.req->n_prompt - 1 - rd->seq->n_past, room = s->e->n_ubatch - n;
+        n_chunk = left < room ? left : room;
+        if (n_chunk <= 0) rd = NULL; /* no room this step (more generating slots than rows) */
+    }
+    if (!n && !rd) return;
+    const int32_t *chunk = rd ? rd->job.req->prompt + rd->seq->n_past : NULL;
+    if (engine_step(s->e, rd ? rd->seq : NULL, chunk, n_chunk, 0, s->step_seqs, s->step_toks, n) != 0) {
+        /* every token was checked at admission or when sampled: a bug, but fail the requests, not the process */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_error_get());
         for (int i = 0; i < n; i++)
             slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
+        if (rd) slot_fail(s, rd, msg, OUT_FAILED);
         return;
     }
     for (int i = 0; i < n; i++) {
         slot *sl = s->step_slots[i];
-        if (!sl->gen) gen_start(s, sl);
+        if (!sl->gen) gen_start(s, sl); /* its prompt's last token was this row */
         sl->state = SL_SAMPLE;
+    }
+    if (rd && rd->seq->n_past == rd->job.req->n_prompt - 1) { /* read all but the last token */
+        rd->next = rd->job.req->prompt[rd->job.req->n_prompt - 1];
+        rd->state = SL_DECODE;
     }
 }
 
@@ -289,8 +294,7 @@ static void *engine_thread(void *arg) {
         }
         for (int i = 0; i < s->n_slots; i++)
             if (s->slots[i].state == SL_NEW) slot_start(s, &s->slots[i]);
-        prompt_chunk(s);
-        decode_step(s);
+        step(s);
         sample_all(s);
     }
 }

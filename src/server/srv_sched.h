@@ -10,13 +10,14 @@
  *
  * Slots share the model, its backend (one CPU thread pool) and activations;
  * each has its own sequence (KV cache, token history). Each iteration of the
- * engine thread: admit queued requests into free slots, read one prompt
- * chunk (n_ubatch tokens) of one slot that is reading its prompt, then one
- * batched decode step (model_forward_batch) for every slot that is
- * generating, and sample each: a long prompt delays the running streams by
- * one chunk per token at most, and the weights are read once per step for
- * all of them. A slot whose client went away (an event answered nonzero) is
- * freed at once.
+ * engine thread: admit queued requests into free slots, then ONE batched
+ * step (engine_step, model_forward_batch) holding one token of every slot
+ * that is generating plus the next chunk of the prompt of one slot that is
+ * reading its prompt (as many tokens as the step has rows left, n_ubatch in
+ * all), then sample each slot with fresh logits. The weights are read once
+ * per step for all of them, and a long prompt is read a chunk per step while
+ * the running streams keep flowing. A slot whose client went away (an event
+ * answered nonzero) is freed at once.
  *
  * Routing: a queued request goes to the free slot whose cached tokens share
  * the longest prefix with its prompt, as long as that prefix is at least half

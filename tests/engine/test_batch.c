@@ -19,8 +19,9 @@
  *     one multi-token chunk instead of one-token steps (the same two kernel
  *     families, within one sequence).
  *   staggered: sequences of different lengths end at different steps and a new
- *     one is admitted mid-way (its prompt read while the others are between
- *     steps); every sequence's tokens still equal its reference (precise).
+ *     one is admitted mid-way, its whole prompt read as the chunk of the
+ *     others' decode step (engine_step); every sequence's tokens still equal
+ *     its reference (precise).
  *
  * usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N]
  * (--gpu: on that GPU, where several sequences run as one step without a
@@ -187,11 +188,11 @@ int main(int argc, char **argv) {
         n_gen[p] = N_GEN;
         start[p] = 0;
     }
-    if (staggered) { /* 1 and 3 end early, 4 joins at step 6 (after 1 has left) */
+    if (staggered) { /* 1 and 3 end early, 4 joins at step 6 (after 1 has left), its prompt in that step */
         n_gen[1] = 5;
         n_gen[3] = 12;
         start[4] = 6;
-        n_gen[4] = N_GEN - 6;
+        n_gen[4] = N_GEN - 7;
     }
     engine_seq *seq[N_SEQ + 1] = {0};
     int32_t out[N_SEQ + 1][N_GEN];
@@ -202,11 +203,16 @@ int main(int argc, char **argv) {
     for (int step = 0;; step++) {
         engine_seq *bs[N_SEQ + 1];
         int32_t bt[N_SEQ + 1];
-        int bp[N_SEQ + 1], n = 0, active = 0;
+        int bp[N_SEQ + 1], n = 0, active = 0, reading = -1;
         for (int p = 0; p < n_runs; p++) {
-            if (step == start[p]) { /* admitted: its prompt read between two steps of the others */
+            if (step == start[p] && step == 0) { /* the first ones: prompts read alone */
                 seq[p] = engine_seq_new(e);
                 ST_ASSERT(engine_seq_read_prompt(e, seq[p], ref[p].prompt, ref[p].n_prompt) == 0);
+            } else if (step == start[p]) { /* admitted mid-way: its prompt read in the others' step */
+                seq[p] = engine_seq_new(e);
+                reading = p;
+                active++;
+                continue;
             }
             if (!seq[p] || done[p] >= n_gen[p]) continue;
             active++;
@@ -247,7 +253,9 @@ int main(int argc, char **argv) {
         }
         (void)bp;
         if (!active) break;
-        if (n) {
+        if (reading >= 0) { /* its whole prompt as the step's chunk, with the others' tokens */
+            ST_ASSERT(engine_step(e, seq[reading], ref[reading].prompt, ref[reading].n_prompt, 1, bs, bt, n) == 0);
+        } else if (n) {
             int64_t t0 = st_now_ns();
             ST_ASSERT(engine_decode_batch(e, bs, bt, n) == 0);
             t_batch += st_now_ns() - t0;
