@@ -25,6 +25,8 @@ static const st_switch_def TABLE[] = {
      "caps the CPU kernels' instruction set (scalar | avx2 | avx512); never raises it above the CPU's", 0},
     {"STRATA_PRECISE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: CPU matrix products take f32 activations instead of 8-bit (slower, closer to the reference)", 0},
+    {"STRATA_PROFILE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
+     "1: time every backend op (each waited for) and log the table when the engine closes", 0},
     {"STRATA_CUDA_GRAPH", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode steps launch each kernel instead of replaying a recorded CUDA graph", 0},
     {"STRATA_CUDA_ACT_REUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
