@@ -122,6 +122,21 @@ size_t mm_gemm_scratch_bytes(qt_type t, int64_t n_in, int64_t n_out) {
     return (size_t)mm_chunk_rows(n_in, n_out) * (size_t)n_in * 2;
 }
 
+#if ST_GPU_HAVE_BLAS
+/* A cuBLAS status: 1 if the call ran; else the device's cuBLAS is marked
+ * refused (a shape or card it does not take) with one warning, and 0. */
+static int blas_ran(mm_scratch *sc, cublasStatus_t st, int m, int n, int k) {
+    if (st == CUBLAS_STATUS_SUCCESS) return 1;
+    int dev = -1;
+    (void)cudaGetDevice(&dev);
+    if (!sc->blas_refused)
+        ST_WARN("GPU %d: cuBLAS refused a %d x %d x %d product (status %d); Strata's own matrix-vector kernels do "
+                "the prompt products on this GPU from now on (slower)", dev, m, n, k, (int)st);
+    sc->blas_refused = 1;
+    return 0;
+}
+#endif
+
 int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok,
             float *y, cudaStream_t s) {
 #if !ST_GPU_HAVE_BLAS
@@ -132,28 +147,38 @@ int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *x
 #else
     const int n_in = (int)w->n_in, n_out = (int)w->n_out;
     const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSetStream(sc->blas, s));
+    if (sc->blas_refused) return 1;
+    if (!blas_ran(sc, cublasSetStream(sc->blas, s), 0, 0, 0)) return 1;
     /* Column-major view: W rows are columns of an n_in x n_out matrix, so
      * Y^T (n_out x n_tok) = op_T(W) * X^T with X^T's columns the tokens. */
     if (w->type == QT_F32) {
-        CUBLAS_CHECK(cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, CUDA_R_32F,
-                                  (int)(w->row_bytes / 4), xf, CUDA_R_32F, n_in, &zero, y, CUDA_R_32F, n_out,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        return 0;
+        return blas_ran(sc,
+                        cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, CUDA_R_32F,
+                                     (int)(w->row_bytes / 4), xf, CUDA_R_32F, n_in, &zero, y, CUDA_R_32F, n_out,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        n_out, n_tok, n_in)
+                   ? 0
+                   : 1;
     }
     if (w->type == QT_BF16) {
-        CUBLAS_CHECK(cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, CUDA_R_16BF,
-                                  (int)(w->row_bytes / 2), xb, CUDA_R_16BF, n_in, &zero, y, CUDA_R_32F, n_out,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        return 0;
+        return blas_ran(sc,
+                        cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, CUDA_R_16BF,
+                                     (int)(w->row_bytes / 2), xb, CUDA_R_16BF, n_in, &zero, y, CUDA_R_32F, n_out,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        n_out, n_tok, n_in)
+                   ? 0
+                   : 1;
     }
     const int64_t chunk = mm_chunk_rows(n_in, n_out);
     for (int64_t r0 = 0; r0 < n_out; r0 += chunk) {
         const int64_t nr = r0 + chunk <= n_out ? chunk : n_out - r0;
         if (mm_dequant_bf16(w->type, wdata, w->row_bytes, n_in, r0, nr, sc->wb, s) != 0) return -1;
-        CUBLAS_CHECK(cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n_tok, n_in, &one, sc->wb,
-                                  CUDA_R_16BF, n_in, xb, CUDA_R_16BF, n_in, &zero, y + r0, CUDA_R_32F, n_out,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        if (!blas_ran(sc,
+                      cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n_tok, n_in, &one, sc->wb, CUDA_R_16BF,
+                                   n_in, xb, CUDA_R_16BF, n_in, &zero, y + r0, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+                      (int)nr, n_tok, n_in))
+            return 1;
     }
     return 0;
 #endif

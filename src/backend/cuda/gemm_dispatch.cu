@@ -77,12 +77,18 @@ mm_scratch *mm_scratch_get(cudaStream_t s, size_t aq, size_t ad, size_t wb, size
     CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
     const int cap = cs != cudaStreamCaptureStatusNone;
 #if ST_GPU_HAVE_BLAS /* a HIP build without hipBLAS has no handle (compat.h) */
-    if (!sc->blas) {
+    if (!sc->blas && !sc->blas_refused) {
         if (cap) {
             st_error_set("cuda_matmul: first use on a device while a graph is captured; call cuda_mm_reserve first");
             return NULL;
         }
-        CUBLAS_CHECK(cublasCreate(&sc->blas));
+        const cublasStatus_t st = cublasCreate(&sc->blas);
+        if (st != CUBLAS_STATUS_SUCCESS) { /* e.g. a card this cuBLAS has no code for */
+            ST_WARN("GPU %d: cuBLAS does not start (status %d); Strata's own matrix-vector kernels do the prompt "
+                    "products on this GPU (slower)", dev, (int)st);
+            sc->blas = NULL;
+            sc->blas_refused = 1;
+        }
     }
 #endif
     if (mm_grow((void **)&sc->aq, &sc->aq_bytes, aq, cap) || mm_grow((void **)&sc->ad, &sc->ad_bytes, ad, cap) ||
@@ -142,8 +148,23 @@ static int mm_check_weight(const char *fn, const st_weight *w) {
     return 0;
 }
 
+/* Whether the current device's cuBLAS refused a call or the card (gemm.cu). */
+static int mm_blas_refused(void) {
+    int dev = 0;
+    return cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < MM_MAX_DEVICES && g_scratch[dev].blas_refused;
+}
+
+int cuda_mm_set_blas_refused(int refused) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    ST_ASSERT(dev >= 0 && dev < MM_MAX_DEVICES);
+    const int old = g_scratch[dev].blas_refused;
+    g_scratch[dev].blas_refused = refused;
+    return old;
+}
+
 static int mm_use_gemm(int n_tok) {
-    if (!ST_GPU_HAVE_BLAS) return 0; /* HIP without hipBLAS: matrix-vector kernels only */
+    if (!ST_GPU_HAVE_BLAS || mm_blas_refused()) return 0; /* HIP without hipBLAS, or refused: own kernels only */
     if (g_force_path == 1) return 0;
     if (g_force_path == 2) return 1;
     return n_tok > MM_MMV_MAX_TOK;
@@ -170,7 +191,9 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
         mm_scratch *sc = mm_scratch_get(s, 0, 0, mm_gemm_scratch_bytes(w->type, n_in, n_out), xb, 0, 0);
         if (!sc) return -1;
         if (xb) mm_act_bf16(x, NULL, n_tok, n_in, sc->xb, s);
-        return mm_gemm(sc, w, wd, sc->xb, x, n_tok, y, s);
+        const int rc = mm_gemm(sc, w, wd, sc->xb, x, n_tok, y, s);
+        if (rc != 1) return rc;
+        act_ready = 0; /* cuBLAS refused (said once): the matrix-vector kernels below, from scratch */
     }
 
     const size_t nq = (size_t)n_tok * n_in;
@@ -229,7 +252,7 @@ static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const in
     {
         /* Layout of the uploaded ints: records of up to 8 pairs for the
          * matrix-vector experts, then per GEMM expert its x rows and its pairs. */
-        const int use_gemm_any = g_force_path != 1 && ST_GPU_HAVE_BLAS;
+        const int use_gemm_any = g_force_path != 1 && ST_GPU_HAVE_BLAS && !sc->blas_refused;
         size_t n_rec = 0, n_list = 0, max_gemm = 0;
         for (int e = 0; e <= n_mat; e++) {
             if (e < n_mat && use_gemm_any && (cnt[e] >= MM_MOE_GEMM_MIN || g_force_path == 2) && cnt[e] > 0) {
@@ -298,6 +321,10 @@ static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const in
             const void *wd = tab ? tab[jobs[j].e] : (const uint8_t *)w->data + (size_t)jobs[j].e * n_out * w->row_bytes;
             if (w->type != QT_F32) mm_act_bf16(x, sc->rec + jobs[j].xoff, jobs[j].n, n_in, sc->xb, s);
             rc = mm_gemm(sc, w, wd, sc->xb, x, jobs[j].n, sc->yb, s);
+            if (rc == 1) { /* cuBLAS refused (said once): the caller's fallback redoes the whole product */
+                st_error_set("cuda_moe_matmul: cuBLAS refused the product");
+                rc = -1;
+            }
             if (rc == 0) mm_scatter_rows(sc->yb, sc->rec + jobs[j].poff, jobs[j].n, n_out, y, s);
             /* F32 experts with gathered rows would need a gathered f32 x: not
              * supported on this path (F32 expert matrices do not occur). */

@@ -88,6 +88,10 @@ int cuda_mm_supports(qt_type t);
  * n_tok (in groups of 8), 2 GEMM for any n_tok. Returns the previous mode. */
 int cuda_mm_force_path(int mode);
 
+/* Treat the current device's cuBLAS as refused (1), as after a failed call,
+ * or trust it again (0): tests of the fallback. Returns the previous state. */
+int cuda_mm_set_blas_refused(int refused);
+
 /* Rows per warp of the matrix-vector kernels (1, 2 or 4; 0 automatic), for
  * benchmarks. Returns the previous setting. */
 int cuda_mm_force_rows(int r);

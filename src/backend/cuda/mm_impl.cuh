@@ -53,6 +53,7 @@ struct mm_scratch {
     float *yb;     size_t yb_bytes;   /* f32 GEMM output (MoE, before scatter) */
     int32_t *rec;  size_t rec_bytes;  /* token group records / gather lists */
     cublasHandle_t blas;
+    int blas_refused;                 /* cuBLAS refused a call (or the card): own kernels only, said once */
 };
 
 /* The current device's scratch with each buffer at least the given size
@@ -84,7 +85,9 @@ void mm_scatter_rows(const float *yb, const int32_t *idx, int n, int n_out, floa
 /* Bytes of bf16 weight scratch mm_gemm needs for this matrix (0 for F32/BF16). */
 size_t mm_gemm_scratch_bytes(qt_type t, int64_t n_in, int64_t n_out);
 /* y[n_tok][n_out] = W x via bf16 chunks and cuBLAS; x already bf16
- * (xb, [n_tok][n_in]) unless the weights are F32, in which case xf is used. */
+ * (xb, [n_tok][n_in]) unless the weights are F32, in which case xf is used.
+ * 0, -1 with st_error, or 1 when cuBLAS refused the call: then sc->blas_refused
+ * is set (with one warning) and the caller uses its own kernels instead. */
 int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok,
             float *y, cudaStream_t s);
 
