@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: the release build's full CTest suite, then an ASan+UBSan
-# clang build that runs the GGUF reader tests and its fuzzer for a bounded time.
+# Runs every test: the release build's full CTest suite, then ASan+UBSan clang
+# builds for the GGUF reader, its fuzzer (bounded time) and the tokenizer, and
+# for the server suites; then the CUDA and HIP compile checks.
 # GPU tests (label gpu) skip with a message on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,13 @@ ctest --test-dir build --output-on-failure -j"$JOBS"
 CC=clang cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON -DSTRATA_FUZZ=ON >/dev/null
 cmake --build build-san -j"$JOBS"
 ctest --test-dir build-san --output-on-failure -L 'gguf|fuzz|tokenizer'
+
+# The server under ASan+UBSan with leak checks (Release: under the Debug build
+# the API suite outlasts its time limit). The suites' server helper fails a
+# test on any sanitizer report in the server's log or a nonzero exit.
+CC=clang cmake -S . -B build-san-server -DCMAKE_BUILD_TYPE=Release -DSTRATA_SANITIZE=ON >/dev/null
+cmake --build build-san-server -j"$JOBS" --target strata_cli test_tools_parse
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-san-server --output-on-failure -L server
 
 # CUDA: compile the kernels for the architectures CI must check (Hopper and
 # Ampere consumer cards) and run the GPU tests, which skip with a message on a
