@@ -9,6 +9,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_web.h"
 
 static json_t *model_object(srv_ctx *s, int anthropic) {
     if (anthropic) {
@@ -82,6 +83,9 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
     metric(&b, "context_tokens", "gauge", "Context length of each slot.", m.n_ctx);
     metric(&b, "engine_restarts_total", "counter", "Engine processes started after the first (each after a death).",
            (double)m.engine_restarts);
+    /* each GPU's load, VRAM, temperature and power (NVML; strata_gpu_count 0 without it). No expert cache
+     * metric yet: every expert is resident (the cache comes with the expert offload) */
+    srv_web_gpu_metrics_text(&b);
     /* MHD frees the buffer with free(): hand it a malloc'd copy */
     char *txt = malloc(b.len + 1);
     ST_ASSERT(txt);

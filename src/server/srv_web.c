@@ -105,7 +105,7 @@ static void gpu_metric(sbuf *b, const char *name, unsigned i, double v) {
     sbuf_printf(b, "strata_gpu_%s{gpu=\"%u\"} %.17g\n", name, i, v);
 }
 
-enum MHD_Result srv_web_gpu_metrics(srv_ctx *s, struct MHD_Connection *c) {
+void srv_web_gpu_metrics_text(sbuf *out) {
     pthread_once(&g_nvml_once, nvml_open);
     sbuf b = {0};
     unsigned int n = 0;
@@ -137,6 +137,13 @@ enum MHD_Result srv_web_gpu_metrics(srv_ctx *s, struct MHD_Connection *c) {
         if (g_nvml.device_get_power_limit && g_nvml.device_get_power_limit(d, &v) == 0)
             gpu_metric(&b, "power_limit_watts", i, v / 1000.0);
     }
+    sbuf_put(out, b.s ? b.s : "", b.len);
+    sbuf_free(&b);
+}
+
+enum MHD_Result srv_web_gpu_metrics(srv_ctx *s, struct MHD_Connection *c) {
+    sbuf b = {0};
+    srv_web_gpu_metrics_text(&b);
     /* MHD frees the buffer with free(): hand it a malloc'd copy */
     char *txt = malloc(b.len + 1);
     ST_ASSERT(txt);

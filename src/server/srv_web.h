@@ -31,5 +31,7 @@ enum MHD_Result srv_web_send(srv_ctx *s, struct MHD_Connection *c, const srv_web
 /* GET /metrics/gpu: Prometheus text, per GPU utilisation, memory,
  * temperature and power from NVML; strata_gpu_count 0 without NVML. */
 enum MHD_Result srv_web_gpu_metrics(srv_ctx *s, struct MHD_Connection *c);
+/* The same lines appended to b (GET /metrics carries them too). */
+void srv_web_gpu_metrics_text(sbuf *b);
 
 #endif

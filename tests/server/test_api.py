@@ -216,3 +216,16 @@ def test_speed_line_logged(server, oai):
         r"[\d.]+ ms \([\d.]+ tok/s\), drafts accepted \d+ of \d+", l)]
     assert lines, server.log()[-2000:]
     print("checked: speed line per request, e.g.", lines[-1])
+
+
+def test_metrics_carry_gpu_lines(server):
+    """/metrics holds the GPU block of /metrics/gpu (count, and per GPU memory,
+    load, temperature, power where NVML has them): same names, same count."""
+    m, g = server.metrics(), server.metrics("/metrics/gpu")
+    gpu_keys = [k for k in g if k.startswith("strata_gpu_")]
+    assert "strata_gpu_count" in gpu_keys
+    missing = [k for k in gpu_keys if k not in m]
+    assert not missing, missing
+    assert m["strata_gpu_count"] == g["strata_gpu_count"]
+    print(f"checked: /metrics carries the {len(gpu_keys)} GPU lines of /metrics/gpu "
+          f"(strata_gpu_count {m['strata_gpu_count']:.0f} here)")
