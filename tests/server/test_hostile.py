@@ -352,7 +352,11 @@ def test_slow_client_cut_off(guarded, slow_runs, name, parts, counted):
 def test_slow_clients_counted_and_server_serves(guarded, slow_runs):
     want = sum(1 for _, _, counted in SLOW if counted)
     n = guarded.wait_metric("strata_http_read_timeouts_total", lambda v: v == slow_runs[0] + want, timeout=5)
-    logged = guarded.log().count(f"not read whole within {READ_TIMEOUT} s (--read-timeout)")
+    # the counter moves before the log line is written: give the log a moment too
+    line = f"not read whole within {READ_TIMEOUT} s (--read-timeout)"
+    t0 = time.time()
+    while (logged := guarded.log().count(line)) < want and time.time() - t0 < 5:
+        time.sleep(0.05)
     assert logged == want, logged
     r = httpx.post(guarded.url + "/v1/chat/completions", json=chat(), timeout=60)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] is not None, r.text
