@@ -32,7 +32,7 @@ static const st_switch_def TABLE[] = {
     {"STRATA_CUDA_ACT_REUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU products quantize their input every time instead of reusing the previous product's", 0},
     {"STRATA_CUDA_ATTN", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "split", "split",
-     "gqa: GPU attention reads each K/V row once for all query heads of its KV head (new; split: once per query head)", 0},
+     "gqa: GPU attention reads each K/V row once for all query heads of its KV head; tc: that, and prompts on tensor cores (both new; split: once per query head)", 0},
     {"STRATA_API_KEY", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL, "none",
      "serve: require this key (Bearer or x-api-key); same as --api-key", 1},
     /* engine and server flags (strata serve / strata launch) */

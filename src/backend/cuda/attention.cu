@@ -116,11 +116,11 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_gqa_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
                     int window, int n_split, float *part) {
-    extern __shared__ float sm[]; /* qs [G][hd], then sc [G][ATT_TILE], then the tile maxima [G] */
+    extern __shared__ float sm[]; /* qs [G][hd], sc [G][ATT_TILE], the running maxima mf [G], their copy mr [G] */
     const int split = blockIdx.x, hkv = blockIdx.y, t = blockIdx.z;
     const int hd = kv.head_dim, G = n_head / kv.n_head_kv, tid = threadIdx.x;
     const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
-    float *qs = sm, *sc = sm + (size_t)G * hd, *mf = sc + (size_t)G * ATT_TILE;
+    float *qs = sm, *sc = sm + (size_t)G * hd, *mf = sc + (size_t)G * ATT_TILE, *mr = mf + G;
     if (dpos) pos0 = *dpos;
     int span = pos0 + n_tok;
     if (window > 0 && span > window) span = window;
@@ -131,6 +131,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
 
     for (int i = tid; i < G * hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + (size_t)hkv * G) * hd + i];
+    if (tid < G) mr[tid] = -INFINITY;
     __syncthreads();
 
     float m[ATT_GQA_MAX], l[ATT_GQA_MAX], acc[ATT_GQA_MAX][ATT_ACC];
@@ -163,25 +164,23 @@ static __global__ void __launch_bounds__(ATT_THREADS)
             }
         }
         __syncthreads();
-        if (tid < G) { /* per head: the tile's max, the new running max, the old sum's factor */
-            float tmax = -INFINITY;
+        if (tid < G) { /* per head: the new running max (in shared: read below with a run-time head index) */
+            float tmax = mr[tid];
             for (int j = 0; j < nt; j++) tmax = fmaxf(tmax, sc[tid * ATT_TILE + j]);
-            mf[tid] = tmax;
+            mf[tid] = mr[tid] = tmax;
         }
         __syncthreads();
         float f[ATT_GQA_MAX];
 #pragma unroll
         for (int g = 0; g < ATT_GQA_MAX; g++) {
             if (g < G) {
-                const float mn = fmaxf(m[g], mf[g]);
-                f[g] = expf(m[g] - mn); /* 0 on the first tile (m = -inf) */
-                m[g] = mn;
+                f[g] = expf(m[g] - mf[g]); /* 0 on the first tile (m = -inf) */
+                m[g] = mf[g];
             }
         }
-        __syncthreads(); /* mf read by all */
         for (int i = tid; i < G * nt; i += ATT_THREADS) {
             const int g = i / nt, j = i % nt;
-            sc[g * ATT_TILE + j] = expf(sc[g * ATT_TILE + j] - m[g]);
+            sc[g * ATT_TILE + j] = expf(sc[g * ATT_TILE + j] - mf[g]);
         }
         __syncthreads();
 #pragma unroll
@@ -209,27 +208,35 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         }
         __syncthreads(); /* sc is rewritten by the next tile */
     }
-    for (int g = 0; g < G; g++) {
-        float *o = part + (((size_t)t * n_head + (size_t)hkv * G + g) * n_split + split) * (size_t)(hd + 2);
-        if (tid == 0) {
-            o[0] = m[g]; /* -inf for an empty slice: it weighs nothing in the combine */
-            o[1] = l[g];
-        }
 #pragma unroll
-        for (int a = 0; a < ATT_ACC; a++) {
-            const int d = tid + a * ATT_THREADS;
-            if (d < hd) o[2 + d] = acc[g][a];
+    for (int g = 0; g < ATT_GQA_MAX; g++) { /* unrolled: the arrays stay in registers */
+        if (g < G) {
+            float *o = part + (((size_t)t * n_head + (size_t)hkv * G + g) * n_split + split) * (size_t)(hd + 2);
+            if (tid == 0) {
+                o[0] = m[g]; /* -inf for an empty slice: it weighs nothing in the combine */
+                o[1] = l[g];
+            }
+#pragma unroll
+            for (int a = 0; a < ATT_ACC; a++) {
+                const int d = tid + a * ATT_THREADS;
+                if (d < hd) o[2 + d] = acc[g][a];
+            }
         }
     }
 }
 
-static int g_attn_gqa = -1; /* -1: from STRATA_CUDA_ATTN at first use */
+/* 0 split (per query head), 1 gqa, 2 tc (gqa, and tensor cores for
+ * prompts); -1: from STRATA_CUDA_ATTN at first use */
+static int g_attn_mode = -1;
 
-extern "C" int backend_cuda_set_attn_kernel(int gqa) {
-    const int old = g_attn_gqa;
-    g_attn_gqa = gqa;
+extern "C" int backend_cuda_set_attn_kernel(int mode) {
+    const int old = g_attn_mode;
+    g_attn_mode = mode;
     return old;
 }
+
+/* Prompt chunks of at least this many tokens may take the tensor-core kernel. */
+#define ATT_TC_MIN_TOK 16
 
 static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, float *out) {
     const int h = blockIdx.x, t = blockIdx.y;
@@ -252,9 +259,17 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
 }
 
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
-                    float scale, int window, float *out, cuda_scratch *scratch, int n_sm, cudaStream_t s) {
+                    float scale, int window, float *out, cuda_scratch *scratch, int n_sm, int cc_major,
+                    cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
     if (n_tok <= 0) return;
+    if (g_attn_mode < 0) {
+        const char *v = st_switch_get("STRATA_CUDA_ATTN");
+        g_attn_mode = !v ? 0 : !strcmp(v, "tc") ? 2 : !strcmp(v, "gqa") ? 1 : 0;
+    }
+    if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK &&
+        cuda_attention_tc(q, kv, n_tok, pos0, n_head, scale, window, out, cc_major, s) == 0)
+        return;
     /* the longest visible span of any token in the chunk (the last one sees
      * the most); a recorded step must fit any position: the whole cache */
     int span = dpos ? kv->n_ctx : pos0 + n_tok;
@@ -269,14 +284,10 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
     }
     size_t bytes = (size_t)pairs * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
-    if (g_attn_gqa < 0) {
-        const char *v = st_switch_get("STRATA_CUDA_ATTN");
-        g_attn_gqa = v && !strcmp(v, "gqa");
-    }
     const int G = n_head / kv->n_head_kv;
-    if (g_attn_gqa && G <= ATT_GQA_MAX) {
+    if (g_attn_mode >= 1 && G <= ATT_GQA_MAX) {
         /* the same slices as the per-head kernel, so the same partials and combine */
-        const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * ATT_TILE + (size_t)G) * sizeof(float);
+        const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * ATT_TILE + 2 * (size_t)G) * sizeof(float);
         attn_gqa_kernel<<<dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), ATT_THREADS, smem, s>>>(
             q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     } else {

@@ -41,7 +41,7 @@ extern "C" {
 }
 
 typedef struct {
-    int dev, n_sm;
+    int dev, n_sm, cc_major;
     cudaStream_t s;
     /* decode graphs */
     int graphs;            /* 1: record and replay one-token steps */
@@ -195,7 +195,7 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                          float scale, int window, float *out) {
     cuda_ctx *c = CTX(be);
     act_forget(c);
-    cuda_attention(q, kv, n_tok, pos0, c->step_pos, n_head, scale, window, out, &c->att, c->n_sm, c->s);
+    cuda_attention(q, kv, n_tok, pos0, c->step_pos, n_head, scale, window, out, &c->att, c->n_sm, c->cc_major, c->s);
 }
 
 static void cu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
@@ -414,6 +414,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     cudaDeviceProp p;
     CUDA_CHECK(cudaGetDeviceProperties(&p, device));
     c->n_sm = p.multiProcessorCount;
+    c->cc_major = p.major;
     CUDA_CHECK(cudaStreamCreate(&c->s));
     CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
     const char *g = st_switch_get("STRATA_CUDA_GRAPH");

@@ -23,11 +23,12 @@ void backend_cuda_sync(st_backend *be);
 /* MoE path for every CUDA backend of the process: 0 grouped products
  * (default), 1 the per-expert loop (a cross-check for tests). Returns the old one. */
 int backend_cuda_set_moe_path(int loop);
-/* Attention kernel for every CUDA backend of the process: 0 one block per
- * query head (default), 1 the query heads of a KV head together (GQA
- * sharing; also STRATA_CUDA_ATTN=gqa; not yet measured on a GPU as of this
- * writing, see docs/cuda.md); -1 back to the switch. Returns the old one. */
-int backend_cuda_set_attn_kernel(int gqa);
+/* Attention kernels for every CUDA backend of the process (STRATA_CUDA_ATTN):
+ * 0 one block per query head (default, "split"), 1 the query heads of a KV
+ * head together ("gqa"), 2 that and tensor cores for prompt chunks ("tc");
+ * 1 and 2 are not yet checked on a GPU (docs/cuda.md); -1 back to the
+ * switch. Returns the old one. */
+int backend_cuda_set_attn_kernel(int mode);
 
 #ifdef __cplusplus
 }

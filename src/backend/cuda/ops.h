@@ -36,7 +36,13 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
  * With dpos (a recorded decode step) the position is read on the device and
  * the launch is sized for the whole cache, so that it fits every position. */
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
-                    float scale, int window, float *out, cuda_scratch *scratch, int n_sm, cudaStream_t s);
+                    float scale, int window, float *out, cuda_scratch *scratch, int n_sm, int cc_major,
+                    cudaStream_t s);
+/* The prompt kernel on tensor cores (attention_tc.cu): 0 when launched, 1
+ * when it does not apply (head size other than 64/128, compute capability
+ * below 8, HIP). */
+int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
+                      float *out, int cc_major, cudaStream_t s);
 
 /* MoE routing on the device: softmax over n_expert logits per token, top-k
  * (ties to the lower id), optional renormalisation. sel/wsel: [n_tok][k];

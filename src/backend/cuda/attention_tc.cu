@@ -1,0 +1,221 @@
+/* Prompt attention on tensor cores (flash-attention style), for head sizes
+ * 64 and 128 on sm_80 and later. Selected by STRATA_CUDA_ATTN=tc for prompt
+ * chunks of 16 tokens or more; written without a GPU at hand and not yet
+ * measured or checked on one (docs/cuda.md), hence opt-in.
+ *
+ * A block takes 64 query rows of one KV head: row r is token r / G, query
+ * head r % G of the G heads that read this KV head, so each K/V tile loaded
+ * into shared memory serves every query head of the group and 64 / G tokens.
+ * Each of the 4 warps owns 16 rows. Per tile of 64 keys:
+ *   S = Q K^T      mma m16n8k16 (f16 in, f32 out): Q as A fragments held in
+ *                  registers for the whole kernel, K rows from shared as B;
+ *   mask           causal per row (key <= its position), sliding window;
+ *   online softmax per row in f32 (running max m, sum l), the quad of lanes
+ *                  that share a row reduce with two shuffles;
+ *   O += P V       P re-packed from the S accumulators as A fragments (the
+ *                  C layout of two adjacent 8-key tiles is the A layout of
+ *                  one 16-key chunk), V from shared, stored transposed so
+ *                  that each B fragment word is two adjacent keys.
+ * K and V come from the cache as f16, or int8 times the row's scale, and are
+ * converted to f16 in shared memory; keys past the block's last position are
+ * zeros (masked, and 0 * garbage could be NaN).
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, c = lane % 4):
+ *   A 16x16: a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..)
+ *   B 16x8:  b0 (k 2c..2c+1, n g), b1 (k 2c+8.., n g)
+ *   C 16x8:  c0 c1 (g, 2c, 2c+1), c2 c3 (g+8, 2c, 2c+1)
+ */
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/ops.h"
+
+#if !defined(STRATA_HIP) /* mma.sync is PTX: the whole kernel is CUDA only */
+
+#define TC_ROWS 64  /* query rows per block (4 warps x 16) */
+#define TC_KEYS 64  /* keys per tile */
+#define TC_PAD 8    /* halves of padding per shared row (bank spread) */
+
+static __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
+static __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1; /* never launched there (cuda_attention_tc checks the device) */
+#endif
+}
+
+template <int HD>
+static __global__ void __launch_bounds__(128)
+    attn_tc_kernel(const float *q, st_kv_layer kv, int pos0, int n_tok, int n_head, float scale, int window,
+                   float *out) {
+    __shared__ __half ks[TC_KEYS][HD + TC_PAD];  /* K tile, [key][dim] */
+    __shared__ __half vt[HD][TC_KEYS + TC_PAD];  /* V tile transposed, [dim][key] */
+    const int G = n_head / kv.n_head_kv, hkv = blockIdx.y, n_rows = n_tok * G;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int row0 = blockIdx.x * TC_ROWS, wrow = row0 + warp * 16;
+    const size_t krow = (size_t)kv.n_head_kv * HD;
+
+    /* this thread's two rows (g, g+8 of the warp's 16): token, position, head */
+    int rr[2], pos[2];
+    for (int i = 0; i < 2; i++) {
+        rr[i] = wrow + g + 8 * i;
+        pos[i] = rr[i] < n_rows ? pos0 + rr[i] / G : -1;
+    }
+    /* Q fragments: HD/16 chunks of 4 words; rows past the last are zeros */
+    uint32_t qa[HD / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < HD / 16; kc++) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int ri = j & 1, col = kc * 16 + 2 * c + (j >> 1) * 8;
+            float x0 = 0.0f, x1 = 0.0f;
+            if (pos[ri] >= 0) {
+                const int r = rr[ri];
+                const float *qr = q + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD;
+                x0 = qr[col];
+                x1 = qr[col + 1];
+            }
+            qa[kc][j] = pack_h2(x0, x1);
+        }
+    }
+
+    /* the block's key range: from the first visible key of its first token to its last token's position */
+    const int t_first = row0 / G, t_last = (min(row0 + TC_ROWS, n_rows) - 1) / G;
+    const int p_last = pos0 + t_last;
+    const int k_lo = window > 0 ? max(0, pos0 + t_first - window + 1) : 0;
+
+    float o[HD / 8][4];
+#pragma unroll
+    for (int nd = 0; nd < HD / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int k0 = k_lo; k0 <= p_last; k0 += TC_KEYS) {
+        __syncthreads(); /* the previous tile is no longer read */
+        /* load: 64 keys x HD values of K and of V, as f16 */
+        for (int i = threadIdx.x; i < TC_KEYS * HD; i += 128) {
+            const int kk = i / HD, d = i % HD, p = k0 + kk;
+            float kvv = 0.0f, vvv = 0.0f;
+            if (p <= p_last) {
+                const size_t idx = (size_t)p * krow + (size_t)hkv * HD + d;
+                if (kv.type == ST_KV_F16) {
+                    kvv = __half2float(((const __half *)kv.k)[idx]);
+                    vvv = __half2float(((const __half *)kv.v)[idx]);
+                } else {
+                    const size_t si = (size_t)p * kv.n_head_kv + hkv;
+                    kvv = kv.k_scale[si] * (float)((const int8_t *)kv.k)[idx];
+                    vvv = kv.v_scale[si] * (float)((const int8_t *)kv.v)[idx];
+                }
+            }
+            ks[kk][d] = __float2half_rn(kvv);
+            vt[d][kk] = __float2half_rn(vvv);
+        }
+        __syncthreads();
+
+        /* S = Q K^T for this warp's 16 rows x 64 keys: 8 tiles of 8 keys */
+        float sc[TC_KEYS / 8][4];
+#pragma unroll
+        for (int j = 0; j < TC_KEYS / 8; j++) {
+            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < HD / 16; kc++) {
+                const uint32_t b0 = *(const uint32_t *)&ks[j * 8 + g][kc * 16 + 2 * c];
+                const uint32_t b1 = *(const uint32_t *)&ks[j * 8 + g][kc * 16 + 2 * c + 8];
+                mma16816(sc[j], qa[kc], b0, b1);
+            }
+        }
+        /* scale, mask, and each row's max over the tile */
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < TC_KEYS / 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ri = e >> 1, key = k0 + j * 8 + 2 * c + (e & 1);
+                const bool ok = pos[ri] >= 0 && key <= pos[ri] && (window <= 0 || key > pos[ri] - window);
+                sc[j][e] = ok ? sc[j][e] * scale : -INFINITY;
+                tmax[ri] = fmaxf(tmax[ri], sc[j][e]);
+            }
+        }
+        float alpha[2];
+#pragma unroll
+        for (int ri = 0; ri < 2; ri++) {
+            tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 1));
+            tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 2));
+            const float mn = fmaxf(m[ri], tmax[ri]);
+            alpha[ri] = m[ri] == -INFINITY ? 0.0f : expf(m[ri] - mn); /* O and l are 0 while m is -inf */
+            m[ri] = mn;
+        }
+        float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < TC_KEYS / 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ri = e >> 1;
+                sc[j][e] = sc[j][e] == -INFINITY ? 0.0f : expf(sc[j][e] - m[ri]);
+                rs[ri] += sc[j][e];
+            }
+        }
+#pragma unroll
+        for (int ri = 0; ri < 2; ri++) {
+            rs[ri] += __shfl_xor_sync(ST_FULL_MASK, rs[ri], 1);
+            rs[ri] += __shfl_xor_sync(ST_FULL_MASK, rs[ri], 2);
+            l[ri] = l[ri] * alpha[ri] + rs[ri];
+        }
+#pragma unroll
+        for (int nd = 0; nd < HD / 8; nd++) {
+            o[nd][0] *= alpha[0], o[nd][1] *= alpha[0];
+            o[nd][2] *= alpha[1], o[nd][3] *= alpha[1];
+        }
+        /* O += P V: 4 chunks of 16 keys; P's A fragment from S tiles 2kk, 2kk+1 */
+#pragma unroll
+        for (int kk = 0; kk < TC_KEYS / 16; kk++) {
+            const uint32_t pa[4] = {pack_h2(sc[2 * kk][0], sc[2 * kk][1]), pack_h2(sc[2 * kk][2], sc[2 * kk][3]),
+                                    pack_h2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                    pack_h2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+            for (int nd = 0; nd < HD / 8; nd++) {
+                const uint32_t b0 = *(const uint32_t *)&vt[nd * 8 + g][kk * 16 + 2 * c];
+                const uint32_t b1 = *(const uint32_t *)&vt[nd * 8 + g][kk * 16 + 2 * c + 8];
+                mma16816(o[nd], pa, b0, b1);
+            }
+        }
+    }
+    /* out = O / l for the thread's two rows */
+#pragma unroll
+    for (int ri = 0; ri < 2; ri++) {
+        if (pos[ri] < 0) continue;
+        const int r = rr[ri];
+        float *orow = out + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD;
+        const float inv = l[ri] > 0.0f ? 1.0f / l[ri] : 0.0f;
+#pragma unroll
+        for (int nd = 0; nd < HD / 8; nd++) {
+            orow[nd * 8 + 2 * c] = o[nd][2 * ri] * inv;
+            orow[nd * 8 + 2 * c + 1] = o[nd][2 * ri + 1] * inv;
+        }
+    }
+}
+
+#endif /* !STRATA_HIP */
+
+int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
+                      float *out, int cc_major, cudaStream_t s) {
+#if defined(STRATA_HIP)
+    (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)out, (void)cc_major, (void)s;
+    return 1;
+#else
+    if (cc_major < 8 || (kv->head_dim != 64 && kv->head_dim != 128)) return 1;
+    const int rows = n_tok * (n_head / kv->n_head_kv);
+    const dim3 grid(st_div_up((size_t)rows, TC_ROWS), (unsigned)kv->n_head_kv);
+    if (kv->head_dim == 64)
+        attn_tc_kernel<64><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, out);
+    else
+        attn_tc_kernel<128><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, out);
+    CUDA_LAUNCH_CHECK();
+    return 0;
+#endif
+}
