@@ -176,6 +176,44 @@ static void check_matmul(chk *c, qt_type t, int64_t n_in, int64_t n_out, int n_t
     free_weight(c, &w);
 }
 
+/* A producer op then a product of its output, as the forward pass chains
+ * them: rmsnorm -> matmul (several products of one normed input), and
+ * act_mul -> matmul. On the GPU the producer may write the product's int8
+ * input itself (backend_cuda.cu); the products' results must still match
+ * the CPU's as a plain product does (bound 2e-3, as check_matmul). */
+static void check_chain(chk *c, qt_type t, int64_t dim, int64_t n_out, int n_tok) {
+    wpair w = make_weight(c, t, dim, n_out, 2);
+    size_t n = (size_t)n_tok * dim, no = (size_t)n_tok * n_out;
+    float *x = rand_host(c, n, 2.0f), *g = rand_host(c, (size_t)dim, 1.0f);
+    void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4), *gr = put(c->ref, g, (size_t)dim * 4);
+    void *gd = put(c->dut, g, (size_t)dim * 4), *hr = put(c->ref, NULL, n * 4), *hd = put(c->dut, NULL, n * 4);
+    void *yr = put(c->ref, NULL, no * 4), *yd = put(c->dut, NULL, no * 4);
+    double e = 0;
+    for (int rep = 0; rep < 2; rep++) { /* the second product reuses what the first read */
+        c->ref->rmsnorm(c->ref, xr, gr, hr, (int)dim, n_tok, 1e-6f);
+        c->dut->rmsnorm(c->dut, xd, gd, hd, (int)dim, n_tok, 1e-6f);
+        for (int m = 0; m < 2; m++) {
+            c->ref->matmul(c->ref, &w.r, m, hr, yr, n_tok);
+            c->dut->matmul(c->dut, &w.d, m, hd, yd, n_tok);
+            double em = cmp_bufs(c, yr, yd, no);
+            e = em > e ? em : e;
+        }
+        /* act_mul(h, x) -> h, then a product of h */
+        c->ref->act_mul(c->ref, rep ? ST_ACT_GELU : ST_ACT_SILU, hr, xr, hr, (int64_t)n);
+        c->dut->act_mul(c->dut, rep ? ST_ACT_GELU : ST_ACT_SILU, hd, xd, hd, (int64_t)n);
+        c->ref->matmul(c->ref, &w.r, 1, hr, yr, n_tok);
+        c->dut->matmul(c->dut, &w.d, 1, hd, yd, n_tok);
+        double em = cmp_bufs(c, yr, yd, no);
+        e = em > e ? em : e;
+    }
+    report(c, "chain", e, 2e-3, 0, "%s, rmsnorm -> 2 products, act_mul -> product, %lld -> %lld, %d tokens",
+           qt_get(t)->name, (long long)dim, (long long)n_out, n_tok);
+    void *b[][2] = {{xr, xd}, {gr, gd}, {hr, hd}, {yr, yd}};
+    for (int i = 0; i < 4; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
+    st_free(x), st_free(g);
+    free_weight(c, &w);
+}
+
 static void check_rmsnorm(chk *c, int dim, int rows, int in_place) {
     size_t n = (size_t)dim * rows;
     float *x = rand_host(c, n, 2.0f), *w = rand_host(c, (size_t)dim, 1.0f);
@@ -441,6 +479,9 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
             cuda_mm_set_blas_refused(old);
         }
     }
+    check_chain(&c, QT_Q4_K, 1024, 320, 1);
+    check_chain(&c, QT_Q8_0, 576, 192, 5);
+    if (size) check_chain(&c, QT_Q4_K, 1024, 320, 33); /* prompt-sized: no producer quantization */
     check_rmsnorm(&c, 576, size ? 33 : 3, 0);
     check_rmsnorm(&c, 64, size ? 200 : 8, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 1);

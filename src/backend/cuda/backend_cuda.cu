@@ -54,8 +54,8 @@ typedef struct {
     unsigned long long key_gen;
     /* activation reuse */
     const float *act_x;
-    int64_t act_nin;
-    int act_rows, act_valid;
+    int64_t act_n;         /* values of x it holds (rows x n_in; blocks of 32 never cross rows) */
+    int act_valid;
     int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
@@ -141,7 +141,20 @@ static void cu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, 
 
 /* Whether the quantized scratch holds x as n_rows rows of n_in. */
 static int act_ready(const cuda_ctx *c, const float *x, int64_t n_in, int n_rows) {
-    return c->act_reuse && c->act_valid && c->act_x == x && c->act_nin == n_in && c->act_rows == n_rows;
+    return c->act_reuse && c->act_valid && c->act_x == x && c->act_n == n_in * n_rows;
+}
+
+static void act_hold(cuda_ctx *c, const float *x, int64_t n) {
+    c->act_x = x, c->act_n = n, c->act_valid = 1;
+}
+
+/* Scratch for a producer op to quantize its output of n values into (n a
+ * multiple of 32), or NULL: reuse off, or n not a multiple of 32. */
+static int8_t *act_target(cuda_ctx *c, int64_t n, float2 **ad) {
+    int8_t *aq = NULL;
+    if (!c->act_reuse || n % 32 != 0 || n > INT32_MAX) return NULL;
+    if (cuda_mm_act_scratch(n, 1, &aq, ad, c->s) != 0) return NULL;
+    return aq;
 }
 
 /* After a product of x (n_rows of n_in) into y (y_bytes): the scratch holds
@@ -151,9 +164,9 @@ static void act_after(cuda_ctx *c, const st_weight *w, const float *x, int n_row
                       int quantized) {
     const uint8_t *ya = (const uint8_t *)y, *yb = ya + y_bytes;
     if (quantized) {
-        c->act_x = x, c->act_nin = w->n_in, c->act_rows = n_rows, c->act_valid = 1;
+        act_hold(c, x, w->n_in * n_rows);
     } else if (c->act_valid) {
-        const uint8_t *xa = (const uint8_t *)c->act_x, *xb = xa + (size_t)c->act_nin * c->act_rows * 4;
+        const uint8_t *xa = (const uint8_t *)c->act_x, *xb = xa + (size_t)c->act_n * 4;
         if (ya < xb && xa < yb) c->act_valid = 0;
     }
 }
@@ -175,9 +188,15 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
     matmul_tracked(CTX(be), w, mat, x, y, n_tok);
 }
 
+/* Decode-sized rows are quantized as they are written, for the product that
+ * follows (q/k/v, the router or the experts, the output head). */
 static void cu_rmsnorm(st_backend *be, const float *x, const float *w, float *y, int dim, int n_rows, float eps) {
-    act_forget(CTX(be));
-    cuda_rmsnorm(x, w, y, dim, n_rows, eps, CTX(be)->s);
+    cuda_ctx *c = CTX(be);
+    act_forget(c);
+    float2 *ad = NULL;
+    int8_t *aq = n_rows <= MM_MMV_MAX_TOK ? act_target(c, (int64_t)dim * n_rows, &ad) : NULL;
+    cuda_rmsnorm(x, w, y, dim, n_rows, eps, aq, ad, c->s);
+    if (aq) act_hold(c, y, (int64_t)dim * n_rows);
 }
 
 static void cu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
@@ -198,9 +217,14 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
     cuda_attention(q, kv, n_tok, pos0, c->step_pos, n_head, scale, window, out, &c->att, c->n_sm, c->cc_major, c->s);
 }
 
+/* The output quantized as it is written, for the down product. */
 static void cu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
-    act_forget(CTX(be));
-    cuda_act_mul(act, g, u, out, n, CTX(be)->s);
+    cuda_ctx *c = CTX(be);
+    act_forget(c);
+    float2 *ad = NULL;
+    int8_t *aq = act_target(c, n, &ad);
+    cuda_act_mul(act, g, u, out, n, aq, ad, c->s);
+    if (aq) act_hold(c, out, n);
 }
 
 static void cu_add(st_backend *be, float *x, const float *b, int64_t dim, int n_rows) {
@@ -279,7 +303,7 @@ static void moe_ffn_loop(st_backend *be, const float *h, const float *logits, in
         act_forget(c);
         matmul_tracked(c, gate, e, hx, ge, n);
         matmul_tracked(c, up, e, hx, ue, n);
-        cuda_act_mul(act, ge, ue, ge, (int64_t)n * F, c->s);
+        cuda_act_mul(act, ge, ue, ge, (int64_t)n * F, NULL, NULL, c->s);
         act_forget(c);
         matmul_tracked(c, down, e, ge, ye, n);
         cuda_scatter_add(out, ye, tok + off[e], tw + off[e], n, E, c->s);
@@ -315,9 +339,11 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     int ok = cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), c->s) == 0 &&
              cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, qg, c->s) == 0;
     act_forget(c);
-    if (ok) {
-        cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, c->s);
-        ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, 0, c->s) == 0;
+    if (ok) { /* ge quantized as it is written, for the down products */
+        float2 *ad = NULL;
+        int8_t *aq = quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad) : NULL;
+        cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, aq, ad, c->s);
+        ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, aq != NULL, c->s) == 0;
     }
     if (!ok) {
         static int warned;

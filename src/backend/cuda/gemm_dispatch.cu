@@ -98,6 +98,15 @@ mm_scratch *mm_scratch_get(cudaStream_t s, size_t aq, size_t ad, size_t wb, size
     return sc;
 }
 
+int cuda_mm_act_scratch(int64_t n_in, int n_rows, int8_t **aq, float2 **ad, cudaStream_t s) {
+    const size_t nq = (size_t)n_in * (size_t)n_rows;
+    mm_scratch *sc = mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
+    if (!sc) return -1;
+    *aq = sc->aq;
+    *ad = sc->ad;
+    return 0;
+}
+
 int cuda_mm_reserve(int64_t n_in, int n_rows) {
     const size_t nq = (size_t)n_in * (size_t)n_rows;
     return mm_scratch_get(0, nq, nq / 32 * sizeof(float2), 0, 0, 0, (size_t)n_rows * MM_REC * 4) ? 0 : -1;

@@ -74,6 +74,12 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
 int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
                     int n_pairs, const float *x, int n_x, float *y, int act_ready, cudaStream_t s);
 
+/* The current device's quantized-activation scratch, at least n_rows x n_in:
+ * a producer op may write its output there in the products' int8 format
+ * (ops.h), then pass act_ready to the next product of that output. 0, or -1
+ * with st_error (it would have to grow while a graph is captured). */
+int cuda_mm_act_scratch(int64_t n_in, int n_rows, int8_t **aq, float2 **ad, cudaStream_t s);
+
 /* Pre-size the current device's scratch for products up to n_in columns and
  * n_rows activation rows (decode graphs: call before capture). 0 or -1. */
 int cuda_mm_reserve(int64_t n_in, int n_rows);

@@ -20,7 +20,12 @@ void cuda_scratch_free(cuda_scratch *sc);
 extern "C" int cuda_get_rows_supported(qt_type t);
 void cuda_get_rows(const st_weight *w, const int32_t *ids, int n, float *out, cudaStream_t s);
 
-void cuda_rmsnorm(const float *x, const float *w, float *y, int dim, int n_rows, float eps, cudaStream_t s);
+/* rmsnorm and act_mul may also write their output as the int8 blocks the
+ * matrix-vector products read (aq [rows][dim], ad [rows][dim/32], from
+ * cuda_mm_act_scratch), so that the next product skips its quantization;
+ * aq NULL: only the f32 output. */
+void cuda_rmsnorm(const float *x, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq, float2 *ad,
+                  cudaStream_t s);
 void cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta, float freq_scale, int neox,
                cudaStream_t s);
 void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0, cudaStream_t s);
@@ -28,7 +33,8 @@ void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, i
  * given (a recorded decode step), else pos0. */
 void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                    int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s);
-void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_t n, cudaStream_t s);
+void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_t n, int8_t *aq, float2 *ad,
+                  cudaStream_t s);
 void cuda_add(float *x, const float *b, int64_t dim, int n_rows, cudaStream_t s);
 void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
 

@@ -39,9 +39,24 @@ static __device__ float block_sum(float v, float *red) {
     return warp_sum(v);
 }
 
+/* The int8 blocks of 32 the matrix-vector products read (mm_quantize_act's
+ * formula: d = amax / 127, q = round(v * 127 / amax), and (d, d * sum q) per
+ * block), written by a producer op as it writes v: a whole warp holds one
+ * block of 32 consecutive values (lane = position in the block). */
+static __device__ __forceinline__ void quant_block_store(float v, size_t i, int8_t *aq, float2 *ad) {
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int qv = __float2int_rn(v * id);
+    aq[i] = (int8_t)qv;
+    const int sum = (int)warp_sum((float)qv); /* |sum| <= 32 * 127: exact in float */
+    if ((threadIdx.x & 31) == 0) ad[i / 32] = make_float2(d, d * (float)sum);
+}
+
 /* One block per row: sum of squares, then scale. In place is safe: each
- * thread writes only the values it read, after the block's sum is known. */
-static __global__ void rmsnorm_kernel(const float *x, const float *w, float *y, int dim, float eps) {
+ * thread writes only the values it read, after the block's sum is known.
+ * With aq: the row quantized too (dim a multiple of 32, whole warps). */
+static __global__ void rmsnorm_kernel(const float *x, const float *w, float *y, int dim, float eps, int8_t *aq,
+                                      float2 *ad) {
     __shared__ float red[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -49,13 +64,19 @@ static __global__ void rmsnorm_kernel(const float *x, const float *w, float *y, 
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss, red);
     float sc = (float)(1.0 / sqrt((double)ss / dim + eps));
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * sc * w[i];
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = xr[i] * sc * w[i];
+        yr[i] = v;
+        if (aq) quant_block_store(v, (size_t)blockIdx.x * dim + i, aq, ad);
+    }
 }
 
-void cuda_rmsnorm(const float *x, const float *w, float *y, int dim, int n_rows, float eps, cudaStream_t s) {
+void cuda_rmsnorm(const float *x, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq, float2 *ad,
+                  cudaStream_t s) {
     if (n_rows <= 0) return;
+    ST_ASSERT(!aq || dim % 32 == 0);
     int th = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
-    rmsnorm_kernel<<<(unsigned)n_rows, th, 0, s>>>(x, w, y, dim, eps);
+    rmsnorm_kernel<<<(unsigned)n_rows, th, 0, s>>>(x, w, y, dim, eps, aq, ad);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -199,7 +220,10 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
     CUDA_LAUNCH_CHECK();
 }
 
-static __global__ void act_mul_kernel(int act, const float *g, const float *u, float *out, int64_t n) {
+/* With aq: the output quantized too (n a multiple of 32: a warp's 32
+ * values are one block, and every warp is whole). */
+static __global__ void act_mul_kernel(int act, const float *g, const float *u, float *out, int64_t n, int8_t *aq,
+                                      float2 *ad) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = g[i], a;
@@ -207,12 +231,16 @@ static __global__ void act_mul_kernel(int act, const float *g, const float *u, f
         a = x / (1.0f + expf(-x));
     else
         a = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); /* gelu, tanh form */
-    out[i] = a * u[i];
+    const float v = a * u[i];
+    out[i] = v;
+    if (aq) quant_block_store(v, (size_t)i, aq, ad);
 }
 
-void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_t n, cudaStream_t s) {
+void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_t n, int8_t *aq, float2 *ad,
+                  cudaStream_t s) {
     if (n <= 0) return;
-    act_mul_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>((int)act, g, u, out, n);
+    ST_ASSERT(!aq || n % 32 == 0);
+    act_mul_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>((int)act, g, u, out, n, aq, ad);
     CUDA_LAUNCH_CHECK();
 }
 
