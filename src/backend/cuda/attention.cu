@@ -30,6 +30,21 @@ static __device__ __forceinline__ float kv_load(int type, const void *base, cons
     return scales[srow] * (float)((const int8_t *)base)[idx];
 }
 
+/* The positions [c0, c1) that slice `split` of n_split covers for token t of
+ * a chunk at pos0: the slices split the chunk's longest span (its last
+ * token's) evenly in whole tiles; each token sees up to its own position, the
+ * last `window` of them with a window. */
+static __device__ __forceinline__ void att_slice(int pos0, int n_tok, int t, int window, int n_split, int split,
+                                                 int *c0, int *c1) {
+    int span = pos0 + n_tok;
+    if (window > 0 && span > window) span = window;
+    const int chunk = ((span + n_split - 1) / n_split + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+    const int pos = pos0 + t;
+    const int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+    *c0 = first + split * chunk;
+    *c1 = min(*c0 + chunk, pos + 1);
+}
+
 /* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
@@ -39,14 +54,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
     const int hd = kv.head_dim, hkv = h / (n_head / kv.n_head_kv), tid = threadIdx.x;
     const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
-    if (dpos) pos0 = *dpos;
-    /* the slices split the longest span of the chunk (its last token's) evenly, in whole tiles */
-    int span = pos0 + n_tok;
-    if (window > 0 && span > window) span = window;
-    const int chunk = ((span + n_split - 1) / n_split + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
-    const int pos = pos0 + t;
-    const int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    const int c0 = first + split * chunk, c1 = min(c0 + chunk, pos + 1);
+    int c0, c1;
+    att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, &c0, &c1);
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
 
     for (int i = tid; i < hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + h) * hd + i];
@@ -121,13 +130,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int hd = kv.head_dim, G = n_head / kv.n_head_kv, tid = threadIdx.x;
     const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
     float *qs = sm, *sc = sm + (size_t)G * hd, *mf = sc + (size_t)G * ATT_TILE, *mr = mf + G;
-    if (dpos) pos0 = *dpos;
-    int span = pos0 + n_tok;
-    if (window > 0 && span > window) span = window;
-    const int chunk = ((span + n_split - 1) / n_split + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
-    const int pos = pos0 + t;
-    const int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    const int c0 = first + split * chunk, c1 = min(c0 + chunk, pos + 1);
+    int c0, c1;
+    att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, &c0, &c1);
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
 
     for (int i = tid; i < G * hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + (size_t)hkv * G) * hd + i];

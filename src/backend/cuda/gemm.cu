@@ -151,20 +151,13 @@ int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *x
     if (!blas_ran(sc, cublasSetStream(sc->blas, s), 0, 0, 0)) return 1;
     /* Column-major view: W rows are columns of an n_in x n_out matrix, so
      * Y^T (n_out x n_tok) = op_T(W) * X^T with X^T's columns the tokens. */
-    if (w->type == QT_F32) {
+    if (w->type == QT_F32 || w->type == QT_BF16) { /* the weights as they are: f32 with f32 x, bf16 with bf16 x */
+        const int f32 = w->type == QT_F32;
+        const cudaDataType_t dt = f32 ? CUDA_R_32F : CUDA_R_16BF;
         return blas_ran(sc,
-                        cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, CUDA_R_32F,
-                                     (int)(w->row_bytes / 4), xf, CUDA_R_32F, n_in, &zero, y, CUDA_R_32F, n_out,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                        n_out, n_tok, n_in)
-                   ? 0
-                   : 1;
-    }
-    if (w->type == QT_BF16) {
-        return blas_ran(sc,
-                        cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, CUDA_R_16BF,
-                                     (int)(w->row_bytes / 2), xb, CUDA_R_16BF, n_in, &zero, y, CUDA_R_32F, n_out,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tok, n_in, &one, wdata, dt,
+                                     (int)(w->row_bytes / (f32 ? 4 : 2)), f32 ? (const void *)xf : xb, dt, n_in, &zero,
+                                     y, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                         n_out, n_tok, n_in)
                    ? 0
                    : 1;
