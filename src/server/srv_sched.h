@@ -14,7 +14,8 @@
  * step (engine_step, model_forward_batch) holding one token of every slot
  * that is generating plus the next chunk of the prompt of one slot that is
  * reading its prompt (as many tokens as the step has rows left, n_ubatch in
- * all), then sample each slot with fresh logits. The weights are read once
+ * all; the prompt's last token is that slot's first decode row instead),
+ * then sample each slot with fresh logits. The weights are read once
  * per step for all of them, and a long prompt is read a chunk per step while
  * the running streams keep flowing. A slot whose client went away (an event
  * answered nonzero) is freed at once.
