@@ -24,8 +24,9 @@ int cmd_serve(int argc, char **argv) {
             printf("usage: %s\n\n", SERVE_USAGE);
             printf("Serves POST /v1/chat/completions, /v1/completions (OpenAI), /v1/messages,\n"
                    "/v1/messages/count_tokens (Anthropic), /tokenize, /detokenize and GET /v1/models,\n"
-                   "/health, /metrics. Each of the --slots N workers (default 1) opens its own engine\n"
-                   "(its own KV cache of --ctx tokens); --queue N requests (default 64) may wait for one\n"
+                   "/health, /metrics. --slots N sequences (default 1) share one engine, each with its\n"
+                   "own KV cache of --ctx tokens, and decode together in one batched step per token;\n"
+                   "--queue N requests (default 64) may wait for a free one\n"
                    "before the server answers 503. --api-key (or STRATA_API_KEY) requires\n"
                    "'Authorization: Bearer KEY' or 'x-api-key: KEY' on every path but /health.\n"
                    "A request not read whole within --read-timeout S seconds (default 30; 0: no limit)\n"

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend_prof.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/switches.h"
 #include "core/timer.h"
 #include "engine/engine_place.h"
 #ifdef STRATA_HAVE_GPU
@@ -73,6 +75,9 @@ engine *engine_open(const engine_params *p) {
             return NULL;
         }
     }
+    /* STRATA_PROFILE=1: every op timed, the table logged at engine_close (backend_prof.h) */
+    const char *prof = st_switch_get("STRATA_PROFILE");
+    if (prof && !strcmp(prof, "1")) be = backend_prof_wrap(be);
     engine *e = st_calloc(1, sizeof *e);
     e->m = m;
     e->tok = tok;
