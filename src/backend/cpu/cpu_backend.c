@@ -17,6 +17,13 @@
 #include "quant/quant.h"
 
 typedef struct {
+    int pos0, n_tok, head_dim;
+    float theta, freq_scale;
+    float *cs; /* [n_tok][head_dim/2][2] */
+    size_t cap;
+} rope_cache;
+
+typedef struct {
     st_pool *pool;
     int n_threads;
     cpu_scratch act;  /* quantized activations of matmul */
@@ -26,6 +33,11 @@ typedef struct {
     cpu_scratch rows; /* precise mode: one dequantized weight row per thread */
     cpu_scratch gath; /* precise mode: an expert's gathered input rows */
     cpu_scratch attn; /* attention scores and accumulators, per thread */
+    /* rope angles (cos, sin per pair and position) of the last two (positions,
+     * theta, scale, head size) seen: every layer of a step rotates the same
+     * positions, and Gemma alternates two bases */
+    rope_cache rope[2];
+    int rope_next;
 } cpu_ctx;
 
 static cpu_ctx *CTX(st_backend *be) { return (cpu_ctx *)be->ctx; }
@@ -111,26 +123,50 @@ static void cpu_rmsnorm(st_backend *be, const float *x, const float *w, float *y
     }
 }
 
+/* cos and sin of every pair's angle at positions pos0.. (angles in double:
+ * at tens of thousands of positions a float angle drifts visibly), from the
+ * cache when a layer before asked for the same. */
+static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, float theta, float freq_scale) {
+    for (int i = 0; i < 2; i++) {
+        const rope_cache *r = &c->rope[i];
+        if (r->cs && r->pos0 == pos0 && r->n_tok == n_tok && r->head_dim == head_dim && r->theta == theta &&
+            r->freq_scale == freq_scale)
+            return r->cs;
+    }
+    rope_cache *r = &c->rope[c->rope_next];
+    c->rope_next ^= 1;
+    const int half = head_dim / 2;
+    const size_t need = (size_t)n_tok * half * 2;
+    if (need > r->cap) {
+        st_free(r->cs);
+        r->cs = st_malloc(need * sizeof(float));
+        r->cap = need;
+    }
+    for (int t = 0; t < n_tok; t++) {
+        const double p = (double)(pos0 + t) * freq_scale;
+        for (int i = 0; i < half; i++) {
+            const double a = p * pow((double)theta, -2.0 * i / head_dim);
+            r->cs[((size_t)t * half + i) * 2] = (float)cos(a);
+            r->cs[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
+        }
+    }
+    r->pos0 = pos0, r->n_tok = n_tok, r->head_dim = head_dim, r->theta = theta, r->freq_scale = freq_scale;
+    return r->cs;
+}
+
 static void cpu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
                      float freq_scale, int neox) {
-    (void)be;
-    int half = head_dim / 2;
-    float cs[1024]; /* cos, sin per pair; head_dim <= 1024 is checked at load */
-    ST_ASSERT(head_dim <= 1024);
+    const int half = head_dim / 2;
+    const float *cs = rope_angles(CTX(be), n_tok, head_dim, pos0, theta, freq_scale);
     for (int t = 0; t < n_tok; t++) {
-        double p = (double)(pos0 + t) * freq_scale;
-        for (int i = 0; i < half; i++) {
-            double a = p * pow((double)theta, -2.0 * i / head_dim);
-            cs[2 * i] = (float)cos(a);
-            cs[2 * i + 1] = (float)sin(a);
-        }
+        const float *ct = cs + (size_t)t * half * 2;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)t * n_heads + h) * head_dim;
             for (int i = 0; i < half; i++) {
                 int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-                float a = v[i0], b = v[i1], c = cs[2 * i], s = cs[2 * i + 1];
-                v[i0] = a * c - b * s;
-                v[i1] = a * s + b * c;
+                float a = v[i0], b = v[i1], co = ct[2 * i], si = ct[2 * i + 1];
+                v[i0] = a * co - b * si;
+                v[i1] = a * si + b * co;
             }
         }
     }
@@ -306,12 +342,33 @@ static float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-static void cpu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
-    (void)be;
-    if (act == ST_ACT_SILU)
-        for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+typedef struct {
+    st_act act;
+    const float *g, *u;
+    float *out;
+    int64_t n;
+} act_job;
+
+#define ACT_CHUNK 512 /* values per task: a few microseconds of expf/tanhf */
+
+static void act_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const act_job *j = ctx;
+    const int64_t i0 = task * ACT_CHUNK, i1 = i0 + ACT_CHUNK < j->n ? i0 + ACT_CHUNK : j->n;
+    if (j->act == ST_ACT_SILU)
+        for (int64_t i = i0; i < i1; i++) j->out[i] = j->g[i] / (1.0f + expf(-j->g[i])) * j->u[i];
     else
-        for (int64_t i = 0; i < n; i++) out[i] = gelu_tanh(g[i]) * u[i];
+        for (int64_t i = i0; i < i1; i++) j->out[i] = gelu_tanh(j->g[i]) * j->u[i];
+}
+
+static void cpu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
+    act_job j = {act, g, u, out, n};
+    const int64_t tasks = (n + ACT_CHUNK - 1) / ACT_CHUNK;
+    if (tasks <= 1) {
+        if (tasks) act_task(&j, 0, 0);
+        return;
+    }
+    st_pool_run(CTX(be)->pool, tasks, act_task, &j);
 }
 
 static void cpu_add(st_backend *be, float *x, const float *b, int64_t dim, int n_rows) {
@@ -413,6 +470,7 @@ static void cpu_destroy(st_backend *be) {
     cpu_scratch_free(&c->rows);
     cpu_scratch_free(&c->gath);
     cpu_scratch_free(&c->attn);
+    for (int i = 0; i < 2; i++) st_free(c->rope[i].cs);
     st_pool_free(c->pool);
     st_free(be->ctx);
     st_free(be);
