@@ -47,11 +47,14 @@ typedef struct {
 
 typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1 } st_act;
 
-/* Rotary embedding of one layer: base theta, position scale, and the pair
- * layout (neox: pairs (i, i+d/2); else adjacent pairs (2i, 2i+1)). */
+/* Rotary embedding of one layer: base theta, position scale, the pair
+ * layout (neox: pairs (i, i+d/2); else adjacent pairs (2i, 2i+1)), and
+ * optional per-pair frequency divisors (head_dim/2 values in the backend's
+ * memory, or NULL): pair i turns by pos * freq_scale * theta^(-2i/d) / div[i]. */
 typedef struct {
     float theta, freq_scale;
     int neox;
+    const float *freq_div;
 } st_rope;
 
 typedef struct st_backend st_backend;

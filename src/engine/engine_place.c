@@ -68,6 +68,7 @@ engine_placed *engine_place_model(model *m, st_backend *be) {
     place_weight(pl, &m->tok_embd);
     place_weight(pl, &m->output);
     m->output_norm = place_vec(pl, m->output_norm, E);
+    m->rope_freqs = place_vec(pl, m->rope_freqs, hp->head_dim / 2);
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *l = &m->layers[il];
         l->attn_norm = place_vec(pl, l->attn_norm, E);

@@ -88,7 +88,8 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     }
     /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
-    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox};
+    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox,
+                    swa ? NULL : c->m->rope_freqs};
     for (int s = 0, r = 0; s < n_seq; r += n_tok[s++]) {
         float *q = c->q + (size_t)r * qw, *att = c->att + (size_t)r * qw;
         be->qkv_prep(be, q, c->k + (size_t)r * kvw, c->v + (size_t)r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n_tok[s],

@@ -201,6 +201,8 @@ model *model_load(const char *path) {
     m->output_norm = get_vec(&L, m, "output_norm.weight", E, 1);
     m->output = get_weight(&L, "output.weight", E, hp->n_vocab, 1, 0);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    /* Llama 3.1+: per-pair divisors of the rotary frequencies (the llama3 rope scaling, baked in) */
+    m->rope_freqs = get_vec(&L, m, "rope_freqs.weight", hp->head_dim / 2, 0);
 
     m->layers = st_calloc((size_t)hp->n_layer, sizeof(model_layer));
     char name[96];

@@ -29,7 +29,7 @@ from gguf.quants import dequantize, quantize
 # (5) run.
 ARCHS = {
     "llama": dict(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
-                  rope_base=10000.0, eps=1e-5),
+                  rope_base=10000.0, eps=1e-5, rope_freqs=True),
     "qwen2": dict(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
                   rope_base=1000000.0, eps=1e-6, qkv_bias=True),
     "qwen3": dict(n_layer=2, n_embd=256, n_head=8, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
@@ -120,6 +120,19 @@ def weight_type(mix, name):
     return default
 
 
+def llama3_rope_freqs(head_dim, base, factor=8.0, low=1.0, high=4.0, orig_ctx=64):
+    """The divisors of Llama 3.1's "llama3" rope scaling: 1 for pairs whose
+    wavelength is short next to orig_ctx / high, `factor` for those longer than
+    orig_ctx / low, a smooth blend between. orig_ctx is small here (8192 in the
+    real models) so that the tiny test's 32 positions see every regime."""
+    inv = base ** (-2.0 * np.arange(head_dim // 2) / head_dim)
+    wavelen = 2 * np.pi / inv
+    smooth = (orig_ctx / wavelen - low) / (high - low)
+    div = np.where(wavelen < orig_ctx / high, 1.0,
+                   np.where(wavelen > orig_ctx / low, factor, 1.0 / ((1 - smooth) / factor + smooth)))
+    return div.astype(np.float32)
+
+
 def make_model(path, arch, mix, tied=False, seed=0):
     """Writes the model; returns its hyper-parameter dict."""
     hp = dict(ARCHS[arch])
@@ -159,6 +172,8 @@ def make_model(path, arch, mix, tied=False, seed=0):
     def vec(name, n, mean=1.0, std=0.1):
         w.add_tensor(name, (mean + std * rng.standard_normal(n)).astype(np.float32))
 
+    if hp.get("rope_freqs"):  # Llama 3.1's rope scaling as GGUF stores it: a divisor per rotated pair
+        w.add_tensor("rope_freqs.weight", llama3_rope_freqs(D, hp["rope_base"]))
     # Gemma multiplies the embedding by sqrt(n_embd): small rows, as in the real models
     mat("token_embd.weight", (V,), E, std=(1.0 / np.sqrt(E)) if arch == "gemma3" else 1.0)
     vec("output_norm.weight", E)

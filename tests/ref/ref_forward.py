@@ -42,7 +42,8 @@ ACT_Q8_0 = {QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.IQ4_NL, QT.MXFP4}
 ACT_NONE = {QT.F32, QT.F16, QT.BF16}
 
 MUTATIONS = ("rope_style", "skip_qk_norm", "skip_post_norm", "no_embd_scale", "no_window", "no_topk_renorm",
-             "no_bias", "gelu_as_silu", "swa_rope_base", "rope_scaling_off", "skip_attn_norm", "kv_head_map")
+             "no_bias", "gelu_as_silu", "swa_rope_base", "rope_scaling_off", "skip_attn_norm", "kv_head_map",
+             "no_rope_freqs")
 
 SWA_PATTERN = 6  # Gemma 3: five sliding-window layers, then one global
 
@@ -115,11 +116,14 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox, pos_scale=1.0):
-    """x: (n_tok, n_heads, d), rotated in place of a copy at positions pos."""
+def rope(x, pos, base, neox, pos_scale=1.0, freq_div=None):
+    """x: (n_tok, n_heads, d), rotated in place of a copy at positions pos;
+    freq_div: per-pair divisors of the frequencies (Llama 3.1 rope_freqs)."""
     d = x.shape[-1]
     half = d // 2
     inv = base ** (-2.0 * np.arange(half) / d)
+    if freq_div is not None:
+        inv = inv / freq_div
     ang = (pos * pos_scale)[:, None] * inv[None, :]
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     y = x.copy()
@@ -191,7 +195,10 @@ def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=
             base, pscale = (m.rope_base if mutate == "swa_rope_base" else 10000.0), 1.0
         else:
             base, pscale = m.rope_base, (1.0 if mutate == "rope_scaling_off" else m.rope_pos_scale)
-        q, k = rope(q, pos, base, neox, pscale), rope(k, pos, base, neox, pscale)
+        div = None
+        if not local and m.has("rope_freqs.weight") and mutate != "no_rope_freqs":
+            div = m.vec("rope_freqs.weight").astype(np.float64)
+        q, k = rope(q, pos, base, neox, pscale, div), rope(k, pos, base, neox, pscale, div)
         if kv:
             k, v = kv_round(k, kv), kv_round(v, kv)
         window = m.window if (local and mutate != "no_window") else 0

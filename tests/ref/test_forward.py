@@ -58,7 +58,7 @@ THREADS = "2"
 
 # (arch, mix, tied, kv types, split check, mutations that must be caught)
 CASES = [
-    ("llama", "f32", False, ("f16", "int8"), True, ("rope_style", "skip_attn_norm", "kv_head_map")),
+    ("llama", "f32", False, ("f16", "int8"), True, ("rope_style", "skip_attn_norm", "kv_head_map", "no_rope_freqs")),
     ("llama", "f32", True, ("f16",), False, ()),
     ("llama", "q8_0", False, ("f16",), False, ()),
     ("llama", "q4k_q6k", False, ("f16", "int8"), True, ()),

@@ -19,6 +19,7 @@
 typedef struct {
     int pos0, n_tok, head_dim;
     float theta, freq_scale;
+    const float *freq_div;
     float *cs; /* [n_tok][head_dim/2][2] */
     size_t cap;
 } rope_cache;
@@ -126,11 +127,12 @@ static void cpu_rmsnorm(st_backend *be, const float *x, const float *w, float *y
 /* cos and sin of every pair's angle at positions pos0.. (angles in double:
  * at tens of thousands of positions a float angle drifts visibly), from the
  * cache when a layer before asked for the same. */
-static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, float theta, float freq_scale) {
+static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, float theta, float freq_scale,
+                                const float *freq_div) {
     for (int i = 0; i < 2; i++) {
         const rope_cache *r = &c->rope[i];
         if (r->cs && r->pos0 == pos0 && r->n_tok == n_tok && r->head_dim == head_dim && r->theta == theta &&
-            r->freq_scale == freq_scale)
+            r->freq_scale == freq_scale && r->freq_div == freq_div)
             return r->cs;
     }
     rope_cache *r = &c->rope[c->rope_next];
@@ -145,19 +147,21 @@ static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, f
     for (int t = 0; t < n_tok; t++) {
         const double p = (double)(pos0 + t) * freq_scale;
         for (int i = 0; i < half; i++) {
-            const double a = p * pow((double)theta, -2.0 * i / head_dim);
+            double a = p * pow((double)theta, -2.0 * i / head_dim);
+            if (freq_div) a /= freq_div[i];
             r->cs[((size_t)t * half + i) * 2] = (float)cos(a);
             r->cs[((size_t)t * half + i) * 2 + 1] = (float)sin(a);
         }
     }
     r->pos0 = pos0, r->n_tok = n_tok, r->head_dim = head_dim, r->theta = theta, r->freq_scale = freq_scale;
+    r->freq_div = freq_div;
     return r->cs;
 }
 
-static void cpu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                     float freq_scale, int neox) {
+static void rope_rows(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
+                      float freq_scale, int neox, const float *freq_div) {
     const int half = head_dim / 2;
-    const float *cs = rope_angles(CTX(be), n_tok, head_dim, pos0, theta, freq_scale);
+    const float *cs = rope_angles(CTX(be), n_tok, head_dim, pos0, theta, freq_scale, freq_div);
     for (int t = 0; t < n_tok; t++) {
         const float *ct = cs + (size_t)t * half * 2;
         for (int h = 0; h < n_heads; h++) {
@@ -170,6 +174,11 @@ static void cpu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_
             }
         }
     }
+}
+
+static void cpu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
+                     float freq_scale, int neox) {
+    rope_rows(be, x, n_tok, n_heads, head_dim, pos0, theta, freq_scale, neox, NULL);
 }
 
 /* int8 rows: one scale per head = absmax / 127 */
@@ -210,8 +219,8 @@ static void cpu_qkv_prep(st_backend *be, float *q, float *k, const float *v, con
     const int hd = kv->head_dim, nkv = kv->n_head_kv;
     if (qn) cpu_rmsnorm(be, q, qn, q, hd, n_tok * n_head, eps);
     if (kn) cpu_rmsnorm(be, k, kn, k, hd, n_tok * nkv, eps);
-    cpu_rope(be, q, n_tok, n_head, hd, pos0, r->theta, r->freq_scale, r->neox);
-    cpu_rope(be, k, n_tok, nkv, hd, pos0, r->theta, r->freq_scale, r->neox);
+    rope_rows(be, q, n_tok, n_head, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
+    rope_rows(be, k, n_tok, nkv, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
     cpu_kv_store(be, kv, k, v, n_tok, pos0);
 }
 

@@ -410,15 +410,21 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
 }
 
 /* qkv_prep: a prompt of n_tok at position 0, then one decode token after it,
- * with and without head norms; q, k and both caches compared. */
-static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv, int hd, int norms, int neox) {
+ * with and without head norms, with frequency divisors (Llama 3.1's
+ * rope_freqs: 1 for the fast pairs up to 8 for the slow ones) or without; q,
+ * k and both caches compared. */
+static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv, int hd, int norms, int neox,
+                           int divs) {
     const char *tn = t == ST_KV_F16 ? "f16" : "int8";
     const int n_ctx = n_tok + 1;
     st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
     float *qn = rand_host(c, (size_t)hd, 1.0f), *kn = rand_host(c, (size_t)hd, 1.0f);
     void *qnr = put(c->ref, qn, (size_t)hd * 4), *qnd = put(c->dut, qn, (size_t)hd * 4);
     void *knr = put(c->ref, kn, (size_t)hd * 4), *knd = put(c->dut, kn, (size_t)hd * 4);
-    st_rope rope = {1e6f, 1.0f, neox};
+    float *dv = st_malloc((size_t)hd / 2 * sizeof(float));
+    for (int i = 0; i < hd / 2; i++) dv[i] = 1.0f + 7.0f * (float)i / (float)(hd / 2 - 1);
+    void *dvr = put(c->ref, dv, (size_t)hd / 2 * 4), *dvd = put(c->dut, dv, (size_t)hd / 2 * 4);
+    st_rope rope = {1e6f, 1.0f, neox, divs ? dvr : NULL}, roped = {1e6f, 1.0f, neox, divs ? dvd : NULL};
     double eq = 0, ek = 0, ms = 0;
     for (int step = 0; step < 2; step++) {
         int nt = step ? 1 : n_tok, pos0 = step ? n_tok : 0;
@@ -429,7 +435,7 @@ static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv,
         c->ref->qkv_prep(c->ref, qr, kr_, vr, norms ? qnr : NULL, norms ? knr : NULL, 1e-6f, nt, n_head, &rope, &kr,
                          pos0);
         double t0 = now_ms();
-        c->dut->qkv_prep(c->dut, qd, kd_, vd, norms ? qnd : NULL, norms ? knd : NULL, 1e-6f, nt, n_head, &rope, &kd,
+        c->dut->qkv_prep(c->dut, qd, kd_, vd, norms ? qnd : NULL, norms ? knd : NULL, 1e-6f, nt, n_head, &roped, &kd,
                          pos0);
         ms += now_ms() - t0;
         double e1 = cmp_bufs(c, qr, qd, nq), e2 = cmp_bufs(c, kr_, kd_, nk);
@@ -443,8 +449,11 @@ static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv,
     double e = eq > ek ? eq : ek;
     e = e > ck ? e : ck;
     e = e > cv ? e : cv;
-    report(c, "qkv_prep", e, t == ST_KV_F16 ? 1e-9 : 1e-5, ms, "%s, %s%s, %d+1 tokens, %d/%d heads x %d", tn,
-           neox ? "neox" : "normal", norms ? ", head norms" : "", n_tok, n_head, hkv, hd);
+    report(c, "qkv_prep", e, t == ST_KV_F16 ? 1e-9 : 1e-5, ms, "%s, %s%s%s, %d+1 tokens, %d/%d heads x %d", tn,
+           neox ? "neox" : "normal", norms ? ", head norms" : "", divs ? ", frequency divisors" : "", n_tok, n_head,
+           hkv, hd);
+    c->ref->free(c->ref, dvr), c->dut->free(c->dut, dvd);
+    st_free(dv);
     free_kv(c->ref, &kr), free_kv(c->dut, &kd);
     c->ref->free(c->ref, qnr), c->dut->free(c->dut, qnd), c->ref->free(c->ref, knr), c->dut->free(c->dut, knd);
     st_free(qn), st_free(kn);
@@ -489,9 +498,10 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_rope(&c, 5, 2, 128, 30000, 1e6f, 0.25f, 1);
     check_elementwise(&c, size ? 576 * 37 : 576 * 3, 576);
     for (int t = 0; t < 2; t++) {
-        check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 1, 1);
-        check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 0, 0);
-        if (size) check_qkv_prep(&c, (st_kv_type)t, 40, 16, 4, 256, 1, 1);
+        check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 1, 1, 0);
+        check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 0, 0, 0);
+        check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 0, 0, 1); /* llama 3.1-like */
+        if (size) check_qkv_prep(&c, (st_kv_type)t, 40, 16, 4, 256, 1, 1, 0);
     }
     for (int t = 0; t < 2; t++) {
         check_attention(&c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);

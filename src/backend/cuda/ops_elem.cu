@@ -158,7 +158,8 @@ void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, i
 #define PREP_WARPS 8
 static __global__ void __launch_bounds__(PREP_WARPS * 32)
     qkv_prep_kernel(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
-                    int n_head, st_kv_layer kv, int pos0, const int *dpos, float theta, float freq_scale, int neox) {
+                    int n_head, st_kv_layer kv, int pos0, const int *dpos, float theta, float freq_scale, int neox,
+                    const float *freq_div) {
     extern __shared__ float rows[]; /* [PREP_WARPS][hd] */
     const int hd = kv.head_dim, nkv = kv.n_head_kv, per_tok = n_head + 2 * nkv, lane = threadIdx.x % 32;
     const int r = blockIdx.x * PREP_WARPS + threadIdx.x / 32;
@@ -181,7 +182,8 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
         __syncwarp();
         const int half = hd / 2;
         for (int i = lane; i < half; i += 32) {
-            const double a = (double)pos * freq_scale * pow((double)theta, -2.0 * i / hd);
+            double a = (double)pos * freq_scale * pow((double)theta, -2.0 * i / hd);
+            if (freq_div) a /= freq_div[i];
             const float c = (float)cos(a), sn = (float)sin(a);
             const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
             const float p0 = row[i0], p1 = row[i1];
@@ -216,7 +218,8 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
     if (rows <= 0) return;
     const size_t smem = (size_t)PREP_WARPS * kv->head_dim * sizeof(float);
     qkv_prep_kernel<<<st_div_up((size_t)rows, PREP_WARPS), PREP_WARPS * 32, smem, s>>>(
-        q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta, rope->freq_scale, rope->neox);
+        q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta, rope->freq_scale, rope->neox,
+        rope->freq_div);
     CUDA_LAUNCH_CHECK();
 }
 
