@@ -162,6 +162,10 @@ static int load_hparams(loader *L, model_hparams *hp) {
         hp->n_swa = get_u32(L, "attention.sliding_window", 1, 0);
         hp->swa_pattern = 6; /* five local layers, then one global (Gemma 3) */
         hp->rope_theta_swa = 10000.0f;
+        /* Gemma 3 27B scales q.k by 1/sqrt(n_embd / n_head) (its query_pre_attn_scalar 168 = 5376 / 32),
+         * the others by 1/sqrt(head_dim); GGUF does not store the scalar, so the 27B is known by its
+         * 62 layers, as llama.cpp does */
+        if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd / (float)hp->n_head);
     }
     return L->failed ? -1 : 0;
 }

@@ -39,6 +39,10 @@ ARCHS = {
     "gemma3": dict(n_layer=7, n_embd=256, n_head=4, n_head_kv=1, head_dim=128, n_ff=512, n_vocab=512,
                    rope_base=1000000.0, eps=1e-6, qk_norm=True, post_norms=True, sliding_window=8,
                    rope_scale_linear=8.0),
+    # Gemma 3 27B's shape rule: 62 layers, q.k scaled by n_embd / n_head (64 here) instead of head_dim (128)
+    "gemma3-62": dict(arch="gemma3", n_layer=62, n_embd=256, n_head=4, n_head_kv=2, head_dim=128, n_ff=256,
+                      n_vocab=512, rope_base=1000000.0, eps=1e-6, qk_norm=True, post_norms=True, sliding_window=8,
+                      rope_scale_linear=8.0),
 }
 
 # Storage type of each matrix per mix: (default, {name fragment: type}).
@@ -136,6 +140,7 @@ def llama3_rope_freqs(head_dim, base, factor=8.0, low=1.0, high=4.0, orig_ctx=64
 def make_model(path, arch, mix, tied=False, seed=0):
     """Writes the model; returns its hyper-parameter dict."""
     hp = dict(ARCHS[arch])
+    arch = hp.pop("arch", arch)  # a variant of a family ("gemma3-62") writes that family
     rng = np.random.default_rng(seed)
     E, H, HKV, D = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"]
     V, F = hp["n_vocab"], hp["n_ff"]

@@ -7,11 +7,13 @@ not from Strata's C code, and computes in float64.
 Semantics, per layer (HF modeling code):
   h = RMSNorm(x) * w;  q, k, v = h W^T (+ bias, qwen2)
   q, k: per-head RMSNorm (qwen3, qwen3moe, gemma3), then RoPE at the token's
-        position: theta_i = pos * base^(-2i/d), NeoX rotate-half pairs (i, i+d/2)
+        position: theta_i = pos * base^(-2i/d) (/ rope_freqs[i] when the file
+        has rope_freqs.weight, Llama 3.1+; global layers only), NeoX rotate-half pairs (i, i+d/2)
         for qwen2/qwen3/qwen3moe/gemma3, interleaved pairs (2i, 2i+1) for llama
         (llama.cpp's converter permutes llama's Q/K rows for that layout)
   attention: GQA (query head h reads kv head h // (n_head/n_head_kv)), causal,
-        softmax(q.k / sqrt(head_dim)); gemma3 sliding-window layers (il % 6 != 5)
+        softmax(q.k / sqrt(head_dim)) (Gemma 3 27B, 62 layers: / sqrt(n_embd / n_head));
+        gemma3 sliding-window layers (il % 6 != 5)
         see only positions p' with p - p' < window and use RoPE base 10000,
         global layers use rope.freq_base and linear rope scaling if present
   x += [post_attention_norm](o W_o^T)
@@ -43,7 +45,7 @@ ACT_NONE = {QT.F32, QT.F16, QT.BF16}
 
 MUTATIONS = ("rope_style", "skip_qk_norm", "skip_post_norm", "no_embd_scale", "no_window", "no_topk_renorm",
              "no_bias", "gelu_as_silu", "swa_rope_base", "rope_scaling_off", "skip_attn_norm", "kv_head_map",
-             "no_rope_freqs")
+             "no_rope_freqs", "qk_scalar_head_dim")
 
 SWA_PATTERN = 6  # Gemma 3: five sliding-window layers, then one global
 
@@ -97,6 +99,8 @@ class RefModel:
         self.n_expert = int(g("expert_count", 0))
         self.n_expert_used = int(g("expert_used_count", 0))
         self.window = int(g("attention.sliding_window", 0)) if self.arch == "gemma3" else 0
+        # Gemma 3 27B (62 layers): q.k scaled by query_pre_attn_scalar = n_embd / n_head, not head_dim
+        self.qk_scalar = self.n_embd / self.n_head if (self.arch == "gemma3" and self.n_layer == 62) else self.head_dim
         self.t = {t.name: t for t in r.tensors}
         self._cache = {}
 
@@ -210,7 +214,7 @@ def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=
         group = H // HKV
         for hh in range(H):
             kh = (hh % HKV) if mutate == "kv_head_map" else hh // group
-            s = (q[:, hh, :] @ k[:, kh, :].T) / np.sqrt(D)
+            s = (q[:, hh, :] @ k[:, kh, :].T) / np.sqrt(D if mutate == "qk_scalar_head_dim" else m.qk_scalar)
             s = np.where(mask, s, -np.inf)
             s = np.exp(s - s.max(axis=1, keepdims=True))
             att[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kh, :]

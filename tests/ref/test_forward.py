@@ -78,6 +78,7 @@ CASES = [
     ("gemma3", "f16", True, ("f16",), False, ()),
     ("gemma3", "q4k_q6k", False, ("f16", "int8"), False, ()),
     ("gemma3", "iq2_mix", False, ("f16",), True, ()),
+    ("gemma3-62", "f32", False, ("f16",), False, ("qk_scalar_head_dim",)),
 ]
 
 ROWS = []  # the table, printed by the last test
