@@ -430,6 +430,42 @@ static void zipf_setup(syn_ctx *c) {
     for (int j = 0; j < h->n_embd; j++) c->u[j] = (float)(c->u[j] / sqrt(nn));
 }
 
+/* general.file_type (llama.cpp's llama_ftype numbers) for what the file
+ * mostly holds: the default mix is Q4_K_M's (15); one type everywhere maps
+ * to its MOSTLY_ value; -1 where none fits (the key is then left out rather
+ * than wrong: readers fall back to describing the tensors). Overridden
+ * classes keep the mix's or the type's name, as llama.cpp's own
+ * quantizer does with --tensor-type. */
+static int synth_file_type(const synth_opts *o) {
+    if (o->type_default < 0) return 15; /* MOSTLY_Q4_K_M */
+    switch (o->type_default) {
+    case QT_F32: return 0;
+    case QT_F16: return 1;
+    case QT_Q4_0: return 2;
+    case QT_Q4_1: return 3;
+    case QT_Q8_0: return 7;
+    case QT_Q5_0: return 8;
+    case QT_Q5_1: return 9;
+    case QT_Q2_K: return 10;
+    case QT_Q3_K: return 12;  /* MOSTLY_Q3_K_M */
+    case QT_Q4_K: return 14;  /* MOSTLY_Q4_K_S: Q4_K everywhere */
+    case QT_Q5_K: return 16;  /* MOSTLY_Q5_K_S */
+    case QT_Q6_K: return 18;
+    case QT_IQ2_XXS: return 19;
+    case QT_IQ2_XS: return 20;
+    case QT_IQ3_XXS: return 23;
+    case QT_IQ1_S: return 24;
+    case QT_IQ4_NL: return 25;
+    case QT_IQ3_S: return 26;
+    case QT_IQ2_S: return 28;
+    case QT_IQ4_XS: return 30;
+    case QT_IQ1_M: return 31;
+    case QT_BF16: return 32;
+    case QT_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
+    default: return -1;
+    }
+}
+
 int synth_write(const synth_opts *o, const char *path) {
     if (check_opts(o) != 0) return -1;
     const synth_hparams *h = &o->hp;
@@ -447,6 +483,8 @@ int synth_write(const synth_opts *o, const char *path) {
     snprintf(name, sizeof name, "strata-synth %s", h->preset ? h->preset : "custom");
     gguf_w_str(w, "general.name", name);
     gguf_w_u32(w, "general.quantization_version", 2);
+    const int ftype = synth_file_type(o);
+    if (ftype >= 0) gguf_w_u32(w, "general.file_type", (uint32_t)ftype);
     write_hparams(w, h);
     int rc = synth_vocab_write(w, h->n_vocab);
     /* provenance, and what a router test needs to rebuild the hidden-state model */

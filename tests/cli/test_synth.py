@@ -86,6 +86,8 @@ def test_metadata_and_shapes(tiny):
     assert abs(field(r, a + "rope.freq_base") - 1e6) < 1
     assert abs(field(r, a + "attention.layer_norm_rms_epsilon") - 1e-6) < 1e-9
     assert field(r, a + "context_length") > 0
+    # llama.cpp's llama_ftype: the default mix is Q4_K_M (15), so llama-bench names the file's type
+    assert field(r, "general.file_type") == 15
     want = expected_tensors(TINY)
     have = {t.name: [int(x) for x in t.shape] for t in r.tensors}
     assert have == want
@@ -114,6 +116,7 @@ def test_type_overrides_and_fallback():
     p = synth("synth_types.gguf", "--type-default", "Q5_K", "--type", "ffn_down_exps=Q8_0",
               "--type", "ffn_gate_inp=F16", "--expert-ff", "96")
     r = gguf.GGUFReader(p)
+    assert field(r, "general.file_type") == 16  # MOSTLY_Q5_K_S: Q5_K everywhere but the overrides
     T = gguf.GGMLQuantizationType
     for t in r.tensors:
         c = tensor_class(t.name)
