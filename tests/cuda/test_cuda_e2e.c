@@ -29,6 +29,8 @@
 #include "core/log.h"
 #include "engine/engine.h"
 
+#include "../common/logits.h"
+
 #define N_GEN 40
 #define NEAR_TIE_SD 0.01 /* top-2 gap / standard deviation of the logits */
 
@@ -39,19 +41,6 @@ static const char *PROMPTS[] = {
     "Water boils at 100 degrees Celsius at sea level because",
     "List three colours of the rainbow:\n1.",
 };
-
-static int32_t argmax2(const float *l, int n, float *gap) {
-    int b = 0, s = -1;
-    for (int i = 1; i < n; i++) {
-        if (l[i] > l[b]) {
-            s = b;
-            b = i;
-        } else if (s < 0 || l[i] > l[s])
-            s = i;
-    }
-    *gap = l[b] - l[s];
-    return b;
-}
 
 static double stddev(const float *l, int n) {
     double m = 0, v = 0;
@@ -78,7 +67,7 @@ static void greedy(engine *e, const int32_t *prompt, int n, int32_t *out, float 
     ST_ASSERT(engine_eval(e, prompt, n) == 0);
     for (int i = 0; i < N_GEN; i++) {
         memcpy(logits + (size_t)i * nv, e->logits, (size_t)nv * sizeof(float));
-        out[i] = argmax2(e->logits, nv, &gaps[i]);
+        out[i] = logits_argmax(e->logits, nv, &gaps[i]);
         ST_ASSERT(engine_eval(e, &out[i], 1) == 0);
     }
 }

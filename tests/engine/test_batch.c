@@ -38,6 +38,8 @@
 #include "core/timer.h"
 #include "engine/engine.h"
 
+#include "../common/logits.h"
+
 #define N_SEQ 4
 #define N_GEN 24
 
@@ -48,19 +50,6 @@ static const char *PROMPTS[N_SEQ + 1] = {
     "Water boils at",
     "The three primary colors are", /* admitted mid-way in the staggered test */
 };
-
-static int32_t argmax(const float *l, int n, float *gap) {
-    int b = 0, s = -1;
-    for (int i = 1; i < n; i++) {
-        if (l[i] > l[b]) {
-            s = b;
-            b = i;
-        } else if (s < 0 || l[i] > l[s])
-            s = i;
-    }
-    if (gap) *gap = l[b] - l[s];
-    return b;
-}
 
 typedef struct {
     int32_t *prompt;
@@ -80,7 +69,7 @@ static void run_alone(engine *e, ref_run *r, int n_gen) {
     ST_ASSERT(engine_seq_read_prompt(e, s, r->prompt, r->n_prompt) == 0);
     for (int i = 0; i < n_gen; i++) {
         memcpy(r->logits + (size_t)i * nv, s->logits, (size_t)nv * sizeof(float));
-        r->tok[i] = argmax(s->logits, nv, &r->gap[i]);
+        r->tok[i] = logits_argmax(s->logits, nv, &r->gap[i]);
         if (i + 1 == n_gen) break;
         int64_t t0 = st_now_ns();
         ST_ASSERT(engine_seq_eval(e, s, &r->tok[i], 1) == 0);
@@ -219,7 +208,7 @@ int main(int argc, char **argv) {
             int i = done[p];
             const float *want = ref[p].logits + (size_t)i * nv;
             float d = max_diff(seq[p]->logits, want, nv);
-            out[p][i] = argmax(seq[p]->logits, nv, NULL);
+            out[p][i] = logits_argmax(seq[p]->logits, nv, NULL);
             if (!diverged[p]) {
                 worst[p] = fmaxf(worst[p], d);
                 if (d > tol) {

@@ -28,21 +28,10 @@
 #include "core/log.h"
 #include "engine/engine.h"
 
+#include "../common/logits.h"
+
 #define NEAR_TIE 0.5   /* logits: a reference gap below this is a near-tie */
 #define MIN_MATCH 20
-
-static int32_t argmax(const float *l, int n, float *gap) {
-    int b = 0, s = -1;
-    for (int i = 1; i < n; i++) {
-        if (l[i] > l[b]) {
-            s = b;
-            b = i;
-        } else if (s < 0 || l[i] > l[s])
-            s = i;
-    }
-    if (gap) *gap = l[b] - l[s];
-    return b;
-}
 
 static int32_t *ids_of(json_t *arr, size_t *n) {
     *n = json_array_size(arr);
@@ -101,7 +90,7 @@ int main(int argc, char **argv) {
         int match = 0, diverged = -1;
         float our_gap = 0;
         for (size_t i = 0; i < ng; i++) {
-            int32_t t = argmax(e->logits, nv, &our_gap);
+            int32_t t = logits_argmax(e->logits, nv, &our_gap);
             if (t != want[i]) {
                 diverged = (int)i;
                 break;
@@ -135,7 +124,7 @@ int main(int argc, char **argv) {
         int n = (int)(n_arg - i < (size_t)CH ? n_arg - i : (size_t)CH);
         model_forward(e->mc, e->kv->layers, ids + i, n, (int)i, logits, 1);
         for (int j = 0; j < n; j++) {
-            int32_t t = argmax(logits + (size_t)j * nv, nv, NULL);
+            int32_t t = logits_argmax(logits + (size_t)j * nv, nv, NULL);
             if (t == want[i + j]) agree++;
             else if (json_real_value(json_array_get(gaps, i + j)) < NEAR_TIE) near_ties++;
         }
