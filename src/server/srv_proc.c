@@ -220,14 +220,7 @@ static void count_done_locked(srv_proc *p, const pentry *e, const gen_stats *st)
     }
     if (e->cancel_sent) m->cancelled++;
     else m->done++;
-    m->prompt_tokens += (uint64_t)st->n_prompt;
-    m->reused_tokens += (uint64_t)st->n_reused;
-    m->read_tokens += (uint64_t)st->n_read;
-    m->gen_tokens += (uint64_t)st->n_gen;
-    m->prompt_s += st->prompt_ms / 1e3;
-    m->gen_s += st->gen_ms / 1e3;
-    m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
-    m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
+    sched_metrics_add(m, st);
 }
 
 /* START, TEXT, DONE or ERROR of one request -> the front end's callback. */

@@ -97,6 +97,17 @@ static void admit_locked(srv_sched *s) {
 /* Outcome of a request for the metrics. */
 enum { OUT_DONE, OUT_FAILED, OUT_CANCELLED };
 
+void sched_metrics_add(sched_metrics *m, const gen_stats *st) {
+    m->prompt_tokens += (uint64_t)st->n_prompt;
+    m->reused_tokens += (uint64_t)st->n_reused;
+    m->read_tokens += (uint64_t)st->n_read;
+    m->gen_tokens += (uint64_t)st->n_gen;
+    m->prompt_s += st->prompt_ms / 1e3;
+    m->gen_s += st->gen_ms / 1e3;
+    m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
+    m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
+}
+
 /* End the slot's request: its terminal event is already sent. */
 static void slot_release(srv_sched *s, slot *sl, int outcome) {
     const gen_stats *st = &sl->st;
@@ -112,14 +123,7 @@ static void slot_release(srv_sched *s, slot *sl, int outcome) {
             m->done++;
         else
             m->cancelled++;
-        m->prompt_tokens += (uint64_t)st->n_prompt;
-        m->reused_tokens += (uint64_t)st->n_reused;
-        m->read_tokens += (uint64_t)st->n_read;
-        m->gen_tokens += (uint64_t)st->n_gen;
-        m->prompt_s += st->prompt_ms / 1e3;
-        m->gen_s += st->gen_ms / 1e3;
-        m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
-        m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
+        sched_metrics_add(m, st);
     } else if (outcome == OUT_FAILED)
         m->failed++;
     else

@@ -103,6 +103,9 @@ void sched_free(srv_sched *s);
 /* Queue a request. 0, or -1 when the queue is full (no event will come). */
 int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx);
 void sched_metrics_get(srv_sched *s, sched_metrics *m);
+/* Add a finished request's token counts, times and last speeds to m (the
+ * outcome counters are the caller's). */
+void sched_metrics_add(sched_metrics *m, const gen_stats *st);
 int sched_n_ctx(const srv_sched *s);
 
 /* A request's additions to generation (srv_gen.c): hk gets the hooks for its

@@ -420,6 +420,10 @@ def test_stream_client_hangs_up(guarded, name, path, body, first):
             if first(line):
                 break
     t0 = time.time()  # the socket is closed here
+    # the request's end is counted when its slot is released (the metrics come from the engine
+    # process, so a snapshot may still show the slot as it was before it was taken): wait for that
+    key = 'strata_generations_total{outcome="cancelled"}'
+    guarded.wait_metric(key, lambda v: v >= m0[key] + 1, timeout=5)
     guarded.wait_metric("strata_slots_busy", lambda v: v == 0, timeout=5)
     freed = time.time() - t0
     m1 = guarded.metrics()

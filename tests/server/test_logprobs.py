@@ -56,28 +56,10 @@ def test_completion_logprobs(oai):
     print(f"checked: legacy logprobs {lp.tokens} with offsets {lp.text_offset}")
 
 
-def test_json_mode(oai):
-    done = 0
-    for seed in range(4):
-        r = oai.chat.completions.create(
-            model="any", max_tokens=60, temperature=1, seed=seed, response_format={"type": "json_object"},
-            messages=[{"role": "user", "content": 'Reply with a JSON object like {"color": "red"} naming a color.'}])
-        t, fin = r.choices[0].message.content, r.choices[0].finish_reason
-        assert t.lstrip().startswith("{"), t
-        if fin == "stop":
-            assert isinstance(json.loads(t), dict), t
-            done += 1
-        else:
-            assert fin == "length" and r.usage.completion_tokens == 60
-    assert done >= 1, "no JSON answer finished within 60 tokens in 4 tries"
-    print(f"checked: json_object mode, {done} of 4 answers complete and valid, the rest cut by max_tokens")
-
-
-def test_json_schema_mode(oai):
-    # json_schema is accepted and constrained like json_object: one JSON object
-    # comes back; the schema itself is not enforced (docs/server.md)
-    schema = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
-    rf = {"type": "json_schema", "json_schema": {"name": "color_answer", "schema": schema, "strict": True}}
+def json_answers(oai, rf):
+    """Four sampled answers under response_format rf: each starts a JSON object;
+    each that ends by itself is one whole object, the rest were cut at
+    max_tokens. Returns how many ended by themselves (at least one)."""
     done = 0
     for seed in range(4):
         r = oai.chat.completions.create(
@@ -91,6 +73,20 @@ def test_json_schema_mode(oai):
         else:
             assert fin == "length" and r.usage.completion_tokens == 60
     assert done >= 1, "no JSON answer finished within 60 tokens in 4 tries"
+    return done
+
+
+def test_json_mode(oai):
+    done = json_answers(oai, {"type": "json_object"})
+    print(f"checked: json_object mode, {done} of 4 answers complete and valid, the rest cut by max_tokens")
+
+
+def test_json_schema_mode(oai):
+    # json_schema is accepted and constrained like json_object: one JSON object
+    # comes back; the schema itself is not enforced (docs/server.md)
+    schema = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
+    rf = {"type": "json_schema", "json_schema": {"name": "color_answer", "schema": schema, "strict": True}}
+    done = json_answers(oai, rf)
     # the same seed gives the same answer as json_object mode: the same constraint
     a = oai.chat.completions.create(model="any", max_tokens=30, temperature=1, seed=7, response_format=rf,
                                     messages=[{"role": "user", "content": "Name a color as JSON."}])
