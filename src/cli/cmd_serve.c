@@ -31,7 +31,7 @@ int cmd_serve(int argc, char **argv) {
                    "'Authorization: Bearer KEY' or 'x-api-key: KEY' on every path but /health.\n"
                    "A request not read whole within --read-timeout S seconds (default 30; 0: no limit)\n"
                    "of its connection opening, or of the previous request on it ending, has its\n"
-                   "connection closed (libmicrohttpd cannot answer 408 mid-upload).\n"
+                   "answer 408 and its connection closed.\n"
                    "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
                    "See docs/server.md.\n",
                    STRATA_DEFAULT_MODEL);

@@ -51,12 +51,15 @@ typedef struct {
  * request's first byte, and an idle keep-alive connection is closed after
  * the same time.
  *
- * Why no 408: MHD_queue_response refuses a response while a body is being
+ * The 408: MHD_queue_response refuses a response while a body is being
  * received (it accepts one only in the headers-processed and
  * request-received states; 0.9.75 and 1.0.x alike), and the access handler
- * is not called at all while a client sends nothing. So the client sees the
- * connection close; a request cut off after its request line came in is
- * logged and counted (strata_http_read_timeouts_total).
+ * is not called at all while a client sends nothing. So for a request cut
+ * off after its request line came in, the watchdog itself writes a short
+ * 408 in the request's API error shape to the socket (non-blocking; MHD
+ * writes nothing while it receives), then shuts it down; it is logged and
+ * counted (strata_http_read_timeouts_total). A connection that never sent a
+ * request line is only closed.
  *
  * shutdown() and not close(): the socket stays MHD's to close. MHD closes it
  * only after the CLOSED connection notification, which disarms under the
@@ -66,7 +69,8 @@ typedef struct conn_guard {
     int fd;
     int64_t deadline_ms;       /* CLOCK_MONOTONIC */
     int armed;
-    int in_request;            /* a request line is in: a cut-off is a request's, logged and counted */
+    int in_request;            /* a request line is in: a cut-off is a request's, answered 408, logged and counted */
+    srv_api api;               /* the request's API (its error shape), from the request line */
     struct conn_guard *prev, *next;
 } conn_guard;
 
@@ -78,6 +82,7 @@ typedef struct read_guard {
     int stop;
     pthread_t thread;
     srv_ctx *srv;
+    sbuf resp[2];              /* the 408 answer per API (srv_api), raw HTTP */
 } read_guard;
 
 static int64_t now_ms(void) {
@@ -126,6 +131,10 @@ static void *guard_main(void *arg) {
                 if (cg->deadline_ms < next) next = cg->deadline_ms;
                 continue;
             }
+            /* a request cut off gets its 408 in its API's error shape, written straight to the
+             * socket (MHD writes nothing while it receives a body); never blocking this thread */
+            if (cg->in_request)
+                (void)!send(cg->fd, g->resp[cg->api].s, g->resp[cg->api].len, MSG_DONTWAIT | MSG_NOSIGNAL);
             shutdown(cg->fd, SHUT_RDWR);
             guard_unlink_locked(g, cg);
             if (cg->in_request) {
@@ -151,6 +160,19 @@ static read_guard *guard_start(srv_ctx *s, int timeout_s) {
     read_guard *g = st_calloc(1, sizeof *g);
     g->srv = s;
     g->timeout_ms = (int64_t)timeout_s * 1000;
+    for (int api = 0; api < 2; api++) { /* the two 408 answers, made once */
+        srv_err e = {.status = 408, .code = "request_timeout"};
+        snprintf(e.msg, sizeof e.msg, "the request was not received whole within %d s (--read-timeout)", timeout_s);
+        json_t *j = srv_error_json((srv_api)api, &e);
+        char *body = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        ST_ASSERT(body);
+        sbuf_printf(&g->resp[api],
+                    "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                    "Connection: close\r\n\r\n%s",
+                    strlen(body), body);
+        free(body);
+    }
     pthread_mutex_init(&g->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -160,6 +182,7 @@ static read_guard *guard_start(srv_ctx *s, int timeout_s) {
     if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
         pthread_cond_destroy(&g->cv);
         pthread_mutex_destroy(&g->mu);
+        sbuf_free(&g->resp[0]), sbuf_free(&g->resp[1]);
         st_free(g);
         st_error_set("cannot start the read-timeout thread");
         return NULL;
@@ -178,6 +201,7 @@ static void guard_stop(read_guard *g) {
     ST_ASSERT(!g->head);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
+    sbuf_free(&g->resp[0]), sbuf_free(&g->resp[1]);
     st_free(g);
 }
 
@@ -210,12 +234,12 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 /* MHD's URI log callback: a request line is in. Its result is the request's
  * first *con_cls, which stays NULL (on_request makes the state). */
 static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
-    (void)uri;
     srv_ctx *s = cls;
     conn_guard *cg = s->guard ? guard_of(c) : NULL;
     if (cg) {
         pthread_mutex_lock(&s->guard->mu);
         cg->in_request = 1;
+        cg->api = uri && !strncmp(uri, "/v1/messages", 12) ? API_ANTHROPIC : API_OPENAI;
         pthread_mutex_unlock(&s->guard->mu);
     }
     return NULL;
