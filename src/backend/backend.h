@@ -71,8 +71,11 @@ struct st_backend {
     void (*get_rows)(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out);
     /* y[t, 0:n_out] = W[mat] x[t, 0:n_in] for t < n_tok. */
     void (*matmul)(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok);
-    /* y[r] = x[r] / rms(x[r]) * w, rows of dim values; in place allowed. */
-    void (*rmsnorm)(st_backend *be, const float *x, const float *w, float *y, int dim, int n_rows, float eps);
+    /* y[r] = x[r] / rms(x[r]) * w, rows of dim values; in place allowed.
+     * With res (n_rows rows too): first x[r] += res[r] (the residual add
+     * before a norm, one pass instead of two); x is written then. */
+    void (*rmsnorm)(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                    float eps);
     /* Rotary embedding in place on x[n_tok][n_heads][head_dim], position pos0 + t.
      * neox: rotate pairs (i, i+d/2); else adjacent pairs (2i, 2i+1). */
     void (*rope)(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,

@@ -62,10 +62,11 @@ static void w_matmul(st_backend *be, const st_weight *w, int64_t mat, const floa
     end(p, P_MATMUL);
 }
 
-static void w_rmsnorm(st_backend *be, const float *x, const float *w, float *y, int dim, int n_rows, float eps) {
+static void w_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                      float eps) {
     prof_ctx *p = P(be);
     begin(p);
-    p->in->rmsnorm(p->in, x, w, y, dim, n_rows, eps);
+    p->in->rmsnorm(p->in, x, res, w, y, dim, n_rows, eps);
     end(p, P_RMSNORM);
 }
 

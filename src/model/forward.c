@@ -4,7 +4,9 @@
  *   kv <- k,v; a = attention(q, kv); o = Wo a; [o = norm(o)]; x += o
  *   h = norm(x); f = ffn(h) or moe(h); [f = norm(f)]; x += f
  * then logits = Wout norm(x). Every step is a backend op, so the same code
- * drives the CPU and (later) the GPU.
+ * drives the CPU and the GPU. Each residual add is done by the norm that
+ * follows it (rmsnorm's res argument: one pass over x instead of two); the
+ * last layer's by a plain add, since the output norm reads only some rows.
  */
 #include "model/forward.h"
 
@@ -69,7 +71,8 @@ void model_ctx_free(model_ctx *c) {
  * n_tok[s] rows, from position pos0[s], per-layer cache array kv[s]); rows
  * in all: norms and the Q/K/V/O products run on all rows at once (the
  * weights are read once for every sequence); the rotary embedding, the cache
- * write and attention run per sequence on its own rows, cache and positions. */
+ * write and attention run per sequence on its own rows, cache and positions.
+ * On entry h = norm(x); on return x += attention and h = ffn_norm(x). */
 static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq,
                             int rows) {
     const model_hparams *hp = &c->m->hp;
@@ -77,7 +80,6 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     st_backend *be = c->be;
     int qw = hp->n_head * hp->head_dim, kvw = hp->n_head_kv * hp->head_dim;
 
-    be->rmsnorm(be, c->x, l->attn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
     be->matmul(be, &l->wq, 0, c->h, c->q, rows);
     be->matmul(be, &l->wk, 0, c->h, c->k, rows);
     be->matmul(be, &l->wv, 0, c->h, c->v, rows);
@@ -97,17 +99,18 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         be->attention(be, q, &kv[s][il], n_tok[s], pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
     }
     be->matmul(be, &l->wo, 0, c->att, c->o, rows);
-    if (l->post_attn_norm) be->rmsnorm(be, c->o, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
-    be->add(be, c->x, c->o, (int64_t)rows * hp->n_embd, 1);
+    if (l->post_attn_norm) be->rmsnorm(be, c->o, NULL, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
+    be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
 }
 
-/* The FFN (dense or MoE) of n rows, whichever sequences they belong to. */
+/* The FFN (dense or MoE) of n rows, whichever sequences they belong to.
+ * On entry h = ffn_norm(x); on return x += ffn and, but after the last
+ * layer, h = the next layer's attn_norm(x). */
 static void ffn_block(model_ctx *c, int il, int n) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
     st_backend *be = c->be;
 
-    be->rmsnorm(be, c->x, l->ffn_norm, c->h, hp->n_embd, n, hp->rms_eps);
     if (hp->n_expert) {
         be->matmul(be, &l->ffn_gate_inp, 0, c->h, c->router, n);
         be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, hp->norm_topk, hp->act,
@@ -118,8 +121,11 @@ static void ffn_block(model_ctx *c, int il, int n) {
         be->act_mul(be, hp->act, c->g, c->u, c->g, (int64_t)n * hp->n_ff);
         be->matmul(be, &l->ffn_down, 0, c->g, c->o, n);
     }
-    if (l->post_ffn_norm) be->rmsnorm(be, c->o, l->post_ffn_norm, c->o, hp->n_embd, n, hp->rms_eps);
-    be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
+    if (l->post_ffn_norm) be->rmsnorm(be, c->o, NULL, l->post_ffn_norm, c->o, hp->n_embd, n, hp->rms_eps);
+    if (il + 1 < hp->n_layer)
+        be->rmsnorm(be, c->x, c->o, c->m->layers[il + 1].attn_norm, c->h, hp->n_embd, n, hp->rms_eps);
+    else
+        be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
 }
 
 /* One step's ops (backend run_step): what a step touches, and nothing that
@@ -139,6 +145,7 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
 
     be->get_rows(be, &m->tok_embd, c->ids, rows, c->x);
     if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)rows * hp->n_embd);
+    be->rmsnorm(be, c->x, NULL, m->layers[0].attn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
     for (int il = 0; il < hp->n_layer; il++) {
         attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
         ffn_block(c, il, rows);
@@ -156,7 +163,8 @@ static void step_body(void *arg, int pos0) {
     layers(c, &kv, &pos0, &a->n, 1, a->n);
     if (!a->rows) return; /* an intermediate prompt chunk: only its KV is needed */
     /* only the rows whose logits are wanted go through the output matrix */
-    be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, m->output_norm, c->h, hp->n_embd, a->rows, hp->rms_eps);
+    be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, NULL, m->output_norm, c->h, hp->n_embd, a->rows,
+                hp->rms_eps);
     be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
 }
 
@@ -213,7 +221,7 @@ static void batch_body(void *arg, int pos0) {
     for (int s = 0; s < a->n_seq; s++) {
         r += a->n_tok[s];
         if (s < a->skip) continue;
-        be->rmsnorm(be, c->x + (size_t)(r - 1) * hp->n_embd, m->output_norm, c->h + (size_t)k++ * hp->n_embd,
+        be->rmsnorm(be, c->x + (size_t)(r - 1) * hp->n_embd, NULL, m->output_norm, c->h + (size_t)k++ * hp->n_embd,
                     hp->n_embd, 1, hp->rms_eps);
     }
     if (k) be->matmul(be, &m->output, 0, c->h, c->logits, k);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/device.h"
+#include "backend/cuda/mm.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -70,6 +71,30 @@ static void greedy(engine *e, const int32_t *prompt, int n, int32_t *out, float 
         out[i] = logits_argmax(e->logits, nv, &gaps[i]);
         ST_ASSERT(engine_eval(e, &out[i], 1) == 0);
     }
+}
+
+/* Diagnosis of a failing prompt: the NMSE of every prompt position's logits
+ * (all positions in one chunk), on the automatic product paths and with the
+ * matrix-vector kernels forced for every product (no cuBLAS). Where the
+ * first bad position lies tells a token-specific fault from one that grows
+ * along the sequence, and the forced path tells the GEMM path from the rest. */
+static void diagnose(engine *cpu, engine *gpu, const int32_t *ids, int n) {
+    int nv = cpu->m->hp.n_vocab;
+    float *lc = st_malloc((size_t)n * nv * sizeof(float)), *lg = st_malloc((size_t)n * nv * sizeof(float));
+    model_forward(cpu->mc, cpu->kv->layers, ids, n, 0, lc, 1);
+    for (int mode = 0; mode <= 2; mode++) {
+        int old = cuda_mm_force_path(mode);
+        model_forward(gpu->mc, gpu->kv->layers, ids, n, 0, lg, 1);
+        cuda_mm_force_path(old);
+        printf("    per position NMSE (%s):", mode == 0 ? "auto" : mode == 1 ? "mmv forced" : "gemm forced");
+        for (int i = 0; i < n; i++) printf(" %.1e", nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv));
+        printf("\n");
+    }
+    printf("    token ids:");
+    for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+    printf("\n");
+    st_free(lc);
+    st_free(lg);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -125,6 +150,7 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
             printf("    then CPU %d vs GPU %d: CPU top-2 gap %.4f (%.4f sd; RMS logit difference %.4f, NMSE %.1e): "
                    "%s\n", tc[same], tg[same], gc[same], gc[same] / sd, rms, nmse(g, c, nv), tie ? "near-tie" : "DIFFERENT");
         }
+        if (!ok) diagnose(cpu, gpu, ids, (int)n);
         fails += !ok;
     }
     st_free(lc);

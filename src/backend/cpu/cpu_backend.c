@@ -112,11 +112,13 @@ static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
     ST_ASSERT(rc == 0);
 }
 
-static void cpu_rmsnorm(st_backend *be, const float *x, const float *w, float *y, int dim, int n_rows, float eps) {
+static void cpu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                        float eps) {
     (void)be;
     for (int r = 0; r < n_rows; r++) {
-        const float *xr = x + (size_t)r * dim;
-        float *yr = y + (size_t)r * dim;
+        float *xr = x + (size_t)r * dim, *yr = y + (size_t)r * dim;
+        if (res)
+            for (int i = 0; i < dim; i++) xr[i] += res[(size_t)r * dim + i];
         double ss = 0;
         for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
         float s = (float)(1.0 / sqrt(ss / dim + eps));
@@ -217,8 +219,8 @@ static void cpu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const 
 static void cpu_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
                          float eps, int n_tok, int n_head, const st_rope *r, st_kv_layer *kv, int pos0) {
     const int hd = kv->head_dim, nkv = kv->n_head_kv;
-    if (qn) cpu_rmsnorm(be, q, qn, q, hd, n_tok * n_head, eps);
-    if (kn) cpu_rmsnorm(be, k, kn, k, hd, n_tok * nkv, eps);
+    if (qn) cpu_rmsnorm(be, q, NULL, qn, q, hd, n_tok * n_head, eps);
+    if (kn) cpu_rmsnorm(be, k, NULL, kn, k, hd, n_tok * nkv, eps);
     rope_rows(be, q, n_tok, n_head, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
     rope_rows(be, k, n_tok, nkv, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
     cpu_kv_store(be, kv, k, v, n_tok, pos0);

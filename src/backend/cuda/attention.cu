@@ -7,8 +7,14 @@
  *   M = max m_s,  out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s.
  * Decode has few (token, head) pairs, so long contexts are split into many
  * slices to fill the multiprocessors; a prompt chunk has enough pairs and
- * mostly runs one slice each (a straightforward tiled kernel: every pair
- * reads its own K/V rows, no sharing between the heads of a GQA group yet).
+ * mostly runs one slice each.
+ *
+ * Default kernels (STRATA_CUDA_ATTN=tc): prompt chunks of 16+ tokens on
+ * tensor cores (attention_tc.cu); everything else with attn_gqa_kernel, the
+ * query heads of one KV head in one block (K/V read once per KV head).
+ * attn_split_kernel (a block per query head) takes the shapes the GQA kernel
+ * does not (more than 16 heads per KV head, other head sizes) and is
+ * selectable for comparison (STRATA_CUDA_ATTN=head).
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
@@ -35,10 +41,10 @@ static __device__ __forceinline__ float kv_load(int type, const void *base, cons
  * token's) evenly in whole tiles; each token sees up to its own position, the
  * last `window` of them with a window. */
 static __device__ __forceinline__ void att_slice(int pos0, int n_tok, int t, int window, int n_split, int split,
-                                                 int *c0, int *c1) {
+                                                 int tile, int *c0, int *c1) {
     int span = pos0 + n_tok;
     if (window > 0 && span > window) span = window;
-    const int chunk = ((span + n_split - 1) / n_split + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+    const int chunk = ((span + n_split - 1) / n_split + tile - 1) / tile * tile;
     const int pos = pos0 + t;
     const int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
     *c0 = first + split * chunk;
@@ -55,7 +61,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int hd = kv.head_dim, hkv = h / (n_head / kv.n_head_kv), tid = threadIdx.x;
     const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
     int c0, c1;
-    att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, &c0, &c1);
+    att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, ATT_TILE, &c0, &c1);
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
 
     for (int i = tid; i < hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + h) * hd + i];
@@ -113,124 +119,206 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
-/* The same slices with the query heads of one KV head together (GQA): a
- * block takes one (token, KV head, slice) and all G = n_head / n_head_kv
- * query heads that read that KV head, so each K and V row is loaded once
- * for the G of them instead of G times (8x less cache traffic on a model
- * with 32 query and 4 KV heads). Scores: a warp per position, its lanes
- * across the head dimension, G dot products per loaded K row; V: a thread
- * per dimension, G accumulators each. Same partial layout as
- * attn_split_kernel, so the same combine follows. G <= ATT_GQA_MAX. */
-#define ATT_GQA_MAX 8
-static __global__ void __launch_bounds__(ATT_THREADS)
+/* The same computation with the query heads of one KV head together (GQA),
+ * the decode kernel: a block takes one (token, KV head, slice) and all G =
+ * n_head / n_head_kv query heads that read that KV head, so each K and V row
+ * is read once for the G of them. Tiles of GQA_TILE positions:
+ *  - scores: a thread per position, its whole K row read with 16-byte
+ *    (f16) or 8-byte (int8) loads and dotted with the G queries (in shared
+ *    memory, read as broadcasts): no shuffles per position;
+ *  - softmax: per head, block max and sum (warp shuffles, then 4 warps);
+ *    an int8 V scale is folded into the weights there;
+ *  - V: a thread per pair of dimensions and a share of the tile's
+ *    positions (hd / 2 * PS = 128 threads), G accumulators each, the shares
+ *    summed through shared memory at the end.
+ * Slices are whole tiles; the partial layout and the combine are those of
+ * attn_split_kernel. GM: the most heads per KV head the instance holds. */
+#define GQA_TILE 128
+#define GQA_THREADS 128
+
+template <int GM>
+static __global__ void __launch_bounds__(GQA_THREADS)
     attn_gqa_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
                     int window, int n_split, float *part) {
-    extern __shared__ float sm[]; /* qs [G][hd], sc [G][ATT_TILE], the running maxima mf [G], their copy mr [G] */
+    extern __shared__ float sm[]; /* qs [G][hd], sc [G][2 * GQA_TILE] (the end's sums need 2x), red [2][4][G] */
     const int split = blockIdx.x, hkv = blockIdx.y, t = blockIdx.z;
-    const int hd = kv.head_dim, G = n_head / kv.n_head_kv, tid = threadIdx.x;
-    const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
-    float *qs = sm, *sc = sm + (size_t)G * hd, *mf = sc + (size_t)G * ATT_TILE, *mr = mf + G;
+    const int hd = kv.head_dim, G = n_head / kv.n_head_kv, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    float *qs = sm, *sc = qs + (size_t)G * hd, *red = sc + (size_t)G * 2 * GQA_TILE;
     int c0, c1;
-    att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, &c0, &c1);
+    att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, GQA_TILE, &c0, &c1);
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
+    const int i8 = kv.type == ST_KV_INT8;
 
-    for (int i = tid; i < G * hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + (size_t)hkv * G) * hd + i];
-    if (tid < G) mr[tid] = -INFINITY;
+    for (int i = tid; i < G * hd; i += GQA_THREADS) qs[i] = q[((size_t)t * n_head + (size_t)hkv * G) * hd + i];
     __syncthreads();
 
-    float m[ATT_GQA_MAX], l[ATT_GQA_MAX], acc[ATT_GQA_MAX][ATT_ACC];
+    /* V work split: thread = (dimension pair dp, position share ps) */
+    const int pairs = hd / 2, PS = GQA_THREADS / pairs, dp = tid % pairs, ps = tid / pairs;
+    float m[GM], l[GM], acc[GM][2];
 #pragma unroll
-    for (int g = 0; g < ATT_GQA_MAX; g++) {
-        m[g] = -INFINITY, l[g] = 0.0f;
-#pragma unroll
-        for (int a = 0; a < ATT_ACC; a++) acc[g][a] = 0.0f;
-    }
+    for (int g = 0; g < GM; g++) m[g] = -INFINITY, l[g] = 0.0f, acc[g][0] = acc[g][1] = 0.0f;
 
-    for (int p0 = c0; p0 < c1; p0 += ATT_TILE) {
-        const int nt = min(ATT_TILE, c1 - p0);
-        for (int j = warp; j < nt; j += n_warps) {
-            const size_t p = (size_t)(p0 + j);
-            float kr[ATT_MAX_HD / ST_WARP];
+    for (int p0 = c0; p0 < c1; p0 += GQA_TILE) {
+        const int nt = min(GQA_TILE, c1 - p0);
+        /* scores of position p0 + tid for the G heads */
+        float s[GM];
 #pragma unroll
-            for (int i = 0; i < ATT_MAX_HD / ST_WARP; i++) {
-                const int d = lane + i * ST_WARP;
-                kr[i] = d < hd ? kv_load(kv.type, kv.k, kv.k_scale, p * row + hoff + d, p * kv.n_head_kv + hkv) : 0.0f;
-            }
-            for (int g = 0; g < G; g++) {
-                float s = 0.0f;
+        for (int g = 0; g < GM; g++) s[g] = -INFINITY;
+        if (tid < nt) {
+            const size_t p = (size_t)(p0 + tid);
 #pragma unroll
-                for (int i = 0; i < ATT_MAX_HD / ST_WARP; i++) {
-                    const int d = lane + i * ST_WARP;
-                    if (d < hd) s += qs[g * hd + d] * kr[i];
+            for (int g = 0; g < GM; g++) s[g] = 0.0f;
+            if (!i8) {
+                const uint4 *kr = (const uint4 *)((const uint16_t *)kv.k + p * row + hoff);
+                for (int c = 0; c < hd / 8; c++) {
+                    const uint4 w = kr[c];
+                    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+                    float kf[8];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const float2 f = __half22float2(*(const __half2 *)&u[j]);
+                        kf[2 * j] = f.x, kf[2 * j + 1] = f.y;
+                    }
+#pragma unroll
+                    for (int g = 0; g < GM; g++) {
+                        if (g < G) {
+                            const float *qg = qs + (size_t)g * hd + 8 * c;
+#pragma unroll
+                            for (int j = 0; j < 8; j++) s[g] = fmaf(qg[j], kf[j], s[g]);
+                        }
+                    }
                 }
-                s = warp_sum(s);
-                if (lane == 0) sc[g * ATT_TILE + j] = s * scale;
-            }
-        }
-        __syncthreads();
-        if (tid < G) { /* per head: the new running max (in shared: read below with a run-time head index) */
-            float tmax = mr[tid];
-            for (int j = 0; j < nt; j++) tmax = fmaxf(tmax, sc[tid * ATT_TILE + j]);
-            mf[tid] = mr[tid] = tmax;
-        }
-        __syncthreads();
-        float f[ATT_GQA_MAX];
+            } else {
+                const uint2 *kr = (const uint2 *)((const int8_t *)kv.k + p * row + hoff);
+                for (int c = 0; c < hd / 8; c++) {
+                    const uint2 w = kr[c];
+                    float kf[8];
 #pragma unroll
-        for (int g = 0; g < ATT_GQA_MAX; g++) {
+                    for (int j = 0; j < 4; j++) {
+                        kf[j] = (float)(int8_t)(w.x >> (8 * j));
+                        kf[4 + j] = (float)(int8_t)(w.y >> (8 * j));
+                    }
+#pragma unroll
+                    for (int g = 0; g < GM; g++) {
+                        if (g < G) {
+                            const float *qg = qs + (size_t)g * hd + 8 * c;
+#pragma unroll
+                            for (int j = 0; j < 8; j++) s[g] = fmaf(qg[j], kf[j], s[g]);
+                        }
+                    }
+                }
+                const float ks = kv.k_scale[p * kv.n_head_kv + hkv];
+#pragma unroll
+                for (int g = 0; g < GM; g++) s[g] *= ks;
+            }
+#pragma unroll
+            for (int g = 0; g < GM; g++) s[g] *= scale;
+        }
+        /* per head: the tile's max, the new running max, the weights and their sum */
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
             if (g < G) {
-                f[g] = expf(m[g] - mf[g]); /* 0 on the first tile (m = -inf) */
-                m[g] = mf[g];
+                const float wm = warp_max(s[g]);
+                if (lane == 0) red[warp * G + g] = wm;
             }
         }
-        for (int i = tid; i < G * nt; i += ATT_THREADS) {
-            const int g = i / nt, j = i % nt;
-            sc[g * ATT_TILE + j] = expf(sc[g * ATT_TILE + j] - mf[g]);
+        __syncthreads();
+        const float vs = (i8 && tid < nt) ? kv.v_scale[(size_t)(p0 + tid) * kv.n_head_kv + hkv] : 1.0f;
+        float f[GM];
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (g < G) {
+                float tm = red[g];
+#pragma unroll
+                for (int w = 1; w < GQA_THREADS / 32; w++) tm = fmaxf(tm, red[w * G + g]);
+                const float mn = fmaxf(m[g], tm);
+                f[g] = expf(m[g] - mn); /* 0 on the first tile (m = -inf) */
+                m[g] = mn;
+                const float pr = tid < nt ? expf(s[g] - mn) : 0.0f;
+                sc[g * GQA_TILE + tid] = pr * vs;
+                const float ws = warp_sum(pr);
+                if (lane == 0) red[(GQA_THREADS / 32 + warp) * G + g] = ws;
+            }
         }
         __syncthreads();
 #pragma unroll
-        for (int g = 0; g < ATT_GQA_MAX; g++) {
+        for (int g = 0; g < GM; g++) {
             if (g < G) {
-                float tsum = 0.0f;
-                for (int j = 0; j < nt; j++) tsum += sc[g * ATT_TILE + j];
-                l[g] = l[g] * f[g] + tsum;
+                float ts = 0.0f;
 #pragma unroll
-                for (int a = 0; a < ATT_ACC; a++) acc[g][a] *= f[g];
+                for (int w = 0; w < GQA_THREADS / 32; w++) ts += red[(GQA_THREADS / 32 + w) * G + g];
+                l[g] = l[g] * f[g] + ts;
+                acc[g][0] *= f[g], acc[g][1] *= f[g];
             }
         }
+        /* V: this thread's dimension pair over its share of the positions */
+        {
+            for (int j = ps; j < nt; j += PS) {
+                const size_t p = (size_t)(p0 + j);
+                float v0, v1;
+                if (!i8) {
+                    const float2 vf = __half22float2(*(const __half2 *)((const uint16_t *)kv.v + p * row + hoff + 2 * dp));
+                    v0 = vf.x, v1 = vf.y;
+                } else {
+                    const char2 vq = *(const char2 *)((const int8_t *)kv.v + p * row + hoff + 2 * dp);
+                    v0 = (float)vq.x, v1 = (float)vq.y;
+                }
 #pragma unroll
-        for (int a = 0; a < ATT_ACC; a++) {
-            const int d = tid + a * ATT_THREADS;
-            if (d < hd) {
-                for (int j = 0; j < nt; j++) {
-                    const size_t p = (size_t)(p0 + j);
-                    const float v = kv_load(kv.type, kv.v, kv.v_scale, p * row + hoff + d, p * kv.n_head_kv + hkv);
-#pragma unroll
-                    for (int g = 0; g < ATT_GQA_MAX; g++)
-                        if (g < G) acc[g][a] += sc[g * ATT_TILE + j] * v;
+                for (int g = 0; g < GM; g++) {
+                    if (g < G) {
+                        const float w = sc[g * GQA_TILE + j];
+                        acc[g][0] = fmaf(w, v0, acc[g][0]);
+                        acc[g][1] = fmaf(w, v1, acc[g][1]);
+                    }
                 }
             }
         }
-        __syncthreads(); /* sc is rewritten by the next tile */
+        __syncthreads(); /* sc and red are rewritten by the next tile */
+    }
+    /* the position shares' sums through shared memory (sc is free now): [PS][G][hd] */
+    float *sum = sc;
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if (g < G) {
+            sum[((size_t)ps * G + g) * hd + 2 * dp] = acc[g][0];
+            sum[((size_t)ps * G + g) * hd + 2 * dp + 1] = acc[g][1];
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < G * hd; i += GQA_THREADS) {
+        const int g = i / hd, d = i % hd;
+        float v = 0.0f;
+        for (int r = 0; r < PS; r++) v += sum[((size_t)r * G + g) * hd + d];
+        float *o = part + (((size_t)t * n_head + (size_t)hkv * G + g) * n_split + split) * (size_t)(hd + 2);
+        o[2 + d] = v;
     }
 #pragma unroll
-    for (int g = 0; g < ATT_GQA_MAX; g++) { /* unrolled: the arrays stay in registers */
-        if (g < G) {
+    for (int g = 0; g < GM; g++) {
+        if (g < G && tid == 0) {
             float *o = part + (((size_t)t * n_head + (size_t)hkv * G + g) * n_split + split) * (size_t)(hd + 2);
-            if (tid == 0) {
-                o[0] = m[g]; /* -inf for an empty slice: it weighs nothing in the combine */
-                o[1] = l[g];
-            }
-#pragma unroll
-            for (int a = 0; a < ATT_ACC; a++) {
-                const int d = tid + a * ATT_THREADS;
-                if (d < hd) o[2 + d] = acc[g][a];
-            }
+            o[0] = m[g]; /* -inf for an empty slice: it weighs nothing in the combine */
+            o[1] = l[g];
         }
     }
 }
 
+/* Whether the GQA kernel takes this shape: G heads per KV head up to 16,
+ * head sizes whose dimension pairs divide its 128 threads (64, 128, 256). */
+static int gqa_fits(int G, int hd) { return G >= 1 && G <= 16 && (hd == 64 || hd == 128 || hd == 256); }
+
+static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv, int pos0,
+                       const int *dpos, int n_tok, int n_head, float scale, int window, int n_split, float *part) {
+#define GQA_L(GM) attn_gqa_kernel<GM><<<grid, GQA_THREADS, smem, s>>>(q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part)
+    if (G <= 1) GQA_L(1);
+    else if (G <= 2) GQA_L(2);
+    else if (G <= 4) GQA_L(4);
+    else if (G <= 8) GQA_L(8);
+    else GQA_L(16);
+#undef GQA_L
+}
+
 /* 0 split (per query head), 1 gqa, 2 tc (gqa, and tensor cores for
- * prompts); -1: from STRATA_CUDA_ATTN at first use */
+ * prompts; the default); -1: from STRATA_CUDA_ATTN (head, gqa, tc) at first use */
 static int g_attn_mode = -1;
 
 extern "C" int backend_cuda_set_attn_kernel(int mode) {
@@ -267,33 +355,33 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
                     cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
     if (n_tok <= 0) return;
-    if (g_attn_mode < 0) {
+    if (g_attn_mode < 0) { /* default: tensor cores for prompts, the GQA kernel for the rest */
         const char *v = st_switch_get("STRATA_CUDA_ATTN");
-        g_attn_mode = !v ? 0 : !strcmp(v, "tc") ? 2 : !strcmp(v, "gqa") ? 1 : 0;
+        g_attn_mode = v && !strcmp(v, "head") ? 0 : v && !strcmp(v, "gqa") ? 1 : 2;
     }
     if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK &&
         cuda_attention_tc(q, kv, n_tok, pos0, n_head, scale, window, out, cc_major, s) == 0)
         return;
+    const int G = n_head / kv->n_head_kv, gqa = g_attn_mode >= 1 && gqa_fits(G, kv->head_dim);
+    const int tile = gqa ? GQA_TILE : ATT_TILE;
     /* the longest visible span of any token in the chunk (the last one sees
      * the most); a recorded step must fit any position: the whole cache */
     int span = dpos ? kv->n_ctx : pos0 + n_tok;
     if (window > 0 && span > window) span = window;
     /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
-    int pairs = n_tok * n_head, want = (4 * n_sm + pairs - 1) / pairs;
-    int max_split = (span + ATT_TILE - 1) / ATT_TILE;
+    const int blocks = n_tok * (gqa ? kv->n_head_kv : n_head), want = (4 * n_sm + blocks - 1) / blocks;
+    const int max_split = (span + tile - 1) / tile;
     int n_split = want < 1 ? 1 : want > max_split ? max_split : want;
     if (!dpos) { /* no slice left empty */
-        const int chunk = ((span + n_split - 1) / n_split + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+        const int chunk = ((span + n_split - 1) / n_split + tile - 1) / tile * tile;
         n_split = (span + chunk - 1) / chunk;
     }
-    size_t bytes = (size_t)pairs * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
+    size_t bytes = (size_t)n_tok * n_head * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
-    const int G = n_head / kv->n_head_kv;
-    if (g_attn_mode >= 1 && G <= ATT_GQA_MAX) {
-        /* the same slices as the per-head kernel, so the same partials and combine */
-        const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * ATT_TILE + 2 * (size_t)G) * sizeof(float);
-        attn_gqa_kernel<<<dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), ATT_THREADS, smem, s>>>(
-            q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    if (gqa) {
+        const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * 2 * GQA_TILE + 8 * (size_t)G) * sizeof(float);
+        gqa_launch(G, dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), smem, s, q, kv, pos0, dpos,
+                   n_tok, n_head, scale, window, n_split, part);
     } else {
         attn_split_kernel<<<dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), ATT_THREADS, 0, s>>>(
             q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);

@@ -190,8 +190,8 @@ static void check_chain(chk *c, qt_type t, int64_t dim, int64_t n_out, int n_tok
     void *yr = put(c->ref, NULL, no * 4), *yd = put(c->dut, NULL, no * 4);
     double e = 0;
     for (int rep = 0; rep < 2; rep++) { /* the second product reuses what the first read */
-        c->ref->rmsnorm(c->ref, xr, gr, hr, (int)dim, n_tok, 1e-6f);
-        c->dut->rmsnorm(c->dut, xd, gd, hd, (int)dim, n_tok, 1e-6f);
+        c->ref->rmsnorm(c->ref, xr, NULL, gr, hr, (int)dim, n_tok, 1e-6f);
+        c->dut->rmsnorm(c->dut, xd, NULL, gd, hd, (int)dim, n_tok, 1e-6f);
         for (int m = 0; m < 2; m++) {
             c->ref->matmul(c->ref, &w.r, m, hr, yr, n_tok);
             c->dut->matmul(c->dut, &w.d, m, hd, yd, n_tok);
@@ -214,21 +214,31 @@ static void check_chain(chk *c, qt_type t, int64_t dim, int64_t n_out, int n_tok
     free_weight(c, &w);
 }
 
-static void check_rmsnorm(chk *c, int dim, int rows, int in_place) {
+/* with_res: the residual form (x += res, then the norm): both the norm and
+ * the updated x are compared. */
+static void check_rmsnorm(chk *c, int dim, int rows, int in_place, int with_res) {
     size_t n = (size_t)dim * rows;
-    float *x = rand_host(c, n, 2.0f), *w = rand_host(c, (size_t)dim, 1.0f);
+    float *x = rand_host(c, n, 2.0f), *w = rand_host(c, (size_t)dim, 1.0f), *r = rand_host(c, n, 1.0f);
     void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4);
     void *wr = put(c->ref, w, (size_t)dim * 4), *wd = put(c->dut, w, (size_t)dim * 4);
+    void *rr = with_res ? put(c->ref, r, n * 4) : NULL, *rd = with_res ? put(c->dut, r, n * 4) : NULL;
     void *yr = in_place ? xr : put(c->ref, NULL, n * 4), *yd = in_place ? xd : put(c->dut, NULL, n * 4);
-    c->ref->rmsnorm(c->ref, xr, wr, yr, dim, rows, 1e-6f);
+    c->ref->rmsnorm(c->ref, xr, rr, wr, yr, dim, rows, 1e-6f);
     double t0 = now_ms();
-    c->dut->rmsnorm(c->dut, xd, wd, yd, dim, rows, 1e-6f);
+    c->dut->rmsnorm(c->dut, xd, rd, wd, yd, dim, rows, 1e-6f);
     double e = cmp_bufs(c, yr, yd, n);
-    report(c, "rmsnorm", e, 1e-10, now_ms() - t0, "%d rows of %d%s", rows, dim, in_place ? ", in place" : "");
+    if (with_res && !in_place) {
+        double ex = cmp_bufs(c, xr, xd, n);
+        e = ex > e ? ex : e;
+    }
+    report(c, "rmsnorm", e, 1e-10, now_ms() - t0, "%d rows of %d%s%s", rows, dim, in_place ? ", in place" : "",
+           with_res ? ", residual added first" : "");
     if (!in_place) c->ref->free(c->ref, yr), c->dut->free(c->dut, yd);
+    if (with_res) c->ref->free(c->ref, rr), c->dut->free(c->dut, rd);
     c->ref->free(c->ref, xr), c->dut->free(c->dut, xd), c->ref->free(c->ref, wr), c->dut->free(c->dut, wd);
     st_free(x);
     st_free(w);
+    st_free(r);
 }
 
 static void check_rope(chk *c, int n_tok, int heads, int hd, int pos0, float theta, float fs, int neox) {
@@ -491,8 +501,11 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_chain(&c, QT_Q4_K, 1024, 320, 1);
     check_chain(&c, QT_Q8_0, 576, 192, 5);
     if (size) check_chain(&c, QT_Q4_K, 1024, 320, 33); /* prompt-sized: no producer quantization */
-    check_rmsnorm(&c, 576, size ? 33 : 3, 0);
-    check_rmsnorm(&c, 64, size ? 200 : 8, 1);
+    check_rmsnorm(&c, 576, size ? 33 : 3, 0, 0);
+    check_rmsnorm(&c, 64, size ? 200 : 8, 1, 0);
+    check_rmsnorm(&c, 2048, 1, 0, 1); /* a decode row: quantized for the products too */
+    check_rmsnorm(&c, 576, size ? 33 : 3, 0, 1);
+    check_rmsnorm(&c, 64, 8, 1, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 0);
     check_rope(&c, 5, 2, 128, 30000, 1e6f, 0.25f, 1);
@@ -508,7 +521,10 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         if (size) check_attention(&c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */
         if (size) check_attention(&c, (st_kv_type)t, 2100, 32, 4, 128, 16); /* qwen3-30b-a3b: 8 query heads per KV head */
     }
-    check_attention(&c, ST_KV_F16, 300, 12, 1, 64, 5); /* 12 per KV head: past the GQA kernel's 8, per-head kernel */
+    check_attention(&c, ST_KV_F16, 300, 12, 1, 64, 5);  /* 12 per KV head: a GQA instance with unused heads */
+    check_attention(&c, ST_KV_INT8, 300, 16, 1, 128, 5); /* 16 per KV head (qwen3-235b): the GQA kernel's most */
+    check_attention(&c, ST_KV_F16, 300, 20, 1, 64, 5);  /* 20 per KV head: past it, the per-head kernel */
+    if (size) check_attention(&c, ST_KV_F16, 300, 4, 2, 96, 5); /* a head size the GQA kernel leaves to the per-head one */
     for (int loop = 0; loop < 2; loop++) {
         check_moe(&c, 1, 8, 2, 256, 256, 1, loop);
         check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, loop, loop);

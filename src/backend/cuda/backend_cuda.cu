@@ -190,12 +190,13 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
 
 /* Decode-sized rows are quantized as they are written, for the product that
  * follows (q/k/v, the router or the experts, the output head). */
-static void cu_rmsnorm(st_backend *be, const float *x, const float *w, float *y, int dim, int n_rows, float eps) {
+static void cu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                       float eps) {
     cuda_ctx *c = CTX(be);
     act_forget(c);
     float2 *ad = NULL;
     int8_t *aq = n_rows <= MM_MMV_MAX_TOK ? act_target(c, (int64_t)dim * n_rows, &ad) : NULL;
-    cuda_rmsnorm(x, w, y, dim, n_rows, eps, aq, ad, c->s);
+    cuda_rmsnorm(x, res, w, y, dim, n_rows, eps, aq, ad, c->s);
     if (aq) act_hold(c, y, (int64_t)dim * n_rows);
 }
 

@@ -24,7 +24,7 @@ void cuda_get_rows(const st_weight *w, const int32_t *ids, int n, float *out, cu
  * matrix-vector products read (aq [rows][dim], ad [rows][dim/32], from
  * cuda_mm_act_scratch), so that the next product skips its quantization;
  * aq NULL: only the f32 output. */
-void cuda_rmsnorm(const float *x, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq, float2 *ad,
+void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq, float2 *ad,
                   cudaStream_t s);
 void cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta, float freq_scale, int neox,
                cudaStream_t s);

@@ -54,14 +54,24 @@ static __device__ __forceinline__ void quant_block_store(float v, size_t i, int8
 
 /* One block per row: sum of squares, then scale. In place is safe: each
  * thread writes only the values it read, after the block's sum is known.
+ * With res: x += res first (written back by the thread that read it).
  * With aq: the row quantized too (dim a multiple of 32, whole warps). */
-static __global__ void rmsnorm_kernel(const float *x, const float *w, float *y, int dim, float eps, int8_t *aq,
-                                      float2 *ad) {
+static __global__ void rmsnorm_kernel(float *x, const float *res, const float *w, float *y, int dim, float eps,
+                                      int8_t *aq, float2 *ad) {
     __shared__ float red[32];
-    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
     float ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    if (res) {
+        const float *rr = res + (size_t)blockIdx.x * dim;
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+            const float v = xr[i] + rr[i];
+            xr[i] = v;
+            ss += v * v;
+        }
+    } else {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    }
     ss = block_sum(ss, red);
     float sc = (float)(1.0 / sqrt((double)ss / dim + eps));
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
@@ -71,12 +81,12 @@ static __global__ void rmsnorm_kernel(const float *x, const float *w, float *y, 
     }
 }
 
-void cuda_rmsnorm(const float *x, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq, float2 *ad,
-                  cudaStream_t s) {
+void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq,
+                  float2 *ad, cudaStream_t s) {
     if (n_rows <= 0) return;
     ST_ASSERT(!aq || dim % 32 == 0);
     int th = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
-    rmsnorm_kernel<<<(unsigned)n_rows, th, 0, s>>>(x, w, y, dim, eps, aq, ad);
+    rmsnorm_kernel<<<(unsigned)n_rows, th, 0, s>>>(x, res, w, y, dim, eps, aq, ad);
     CUDA_LAUNCH_CHECK();
 }
 
