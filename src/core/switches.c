@@ -31,8 +31,10 @@ static const st_switch_def TABLE[] = {
      "0: GPU decode steps launch each kernel instead of replaying a recorded CUDA graph", 0},
     {"STRATA_CUDA_ACT_REUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU products quantize their input every time instead of reusing the previous product's", 0},
-    {"STRATA_CUDA_ATTN", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "split", "split",
-     "gqa: GPU attention reads each K/V row once for all query heads of its KV head; tc: that, and prompts on tensor cores (both new; split: once per query head)", 0},
+    {"STRATA_CUDA_ATTN", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "tc", "tc",
+     "GPU attention: tc: prompts on tensor cores, the rest with each K/V row read once for all query heads of its KV head; gqa: that kernel for prompts too; head: a block per query head", 0},
+    {"STRATA_CUDA_MOE_FUSED", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
+     "0: GPU decode MoE runs gate, up, act_mul, down and the weighted sum as five kernels instead of two fused ones", 0},
     {"STRATA_API_KEY", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL, "none",
      "serve: require this key (Bearer or x-api-key); same as --api-key", 1},
     /* engine and server flags (strata serve / strata launch) */

@@ -395,7 +395,7 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
     free_kv(c->dut, &kd);
 }
 
-static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int loop) {
+static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int path) {
     wpair g = make_weight(c, QT_Q4_K, E, F, n_expert), u = make_weight(c, QT_Q4_K, E, F, n_expert);
     wpair d = make_weight(c, QT_Q6_K, F, E, n_expert);
     float *h = rand_host(c, (size_t)n_tok * E, 1.0f), *l = rand_host(c, (size_t)n_tok * n_expert, 2.0f);
@@ -404,14 +404,14 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
     void *or_ = put(c->ref, NULL, (size_t)n_tok * E * 4), *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
     c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, norm_topk, ST_ACT_SILU, &g.r, &u.r, &d.r, or_);
     int is_cuda = !strcmp(c->dut->name, "cuda");
-    int old = is_cuda ? backend_cuda_set_moe_path(loop) : 0;
+    int old = is_cuda ? backend_cuda_set_moe_path(path) : 0;
     double t0 = now_ms();
     c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, norm_topk, ST_ACT_SILU, &g.d, &u.d, &d.d, od);
     double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
     if (is_cuda) backend_cuda_set_moe_path(old);
     report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, Q4_K/Q6_K%s",
-           loop ? "expert loop" : "grouped", n_tok, k, n_expert, (long long)E, (long long)F,
-           norm_topk ? ", renormalised" : "");
+           path == 1 ? "expert loop" : path == 2 || n_tok * k > 64 ? "grouped" : "fused decode", n_tok, k, n_expert,
+           (long long)E, (long long)F, norm_topk ? ", renormalised" : "");
     void *bufs[][2] = {{hr, hd}, {lr, ld}, {or_, od}};
     for (int i = 0; i < 3; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
     st_free(h);
@@ -525,10 +525,14 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_attention(&c, ST_KV_INT8, 300, 16, 1, 128, 5); /* 16 per KV head (qwen3-235b): the GQA kernel's most */
     check_attention(&c, ST_KV_F16, 300, 20, 1, 64, 5);  /* 20 per KV head: past it, the per-head kernel */
     if (size) check_attention(&c, ST_KV_F16, 300, 4, 2, 96, 5); /* a head size the GQA kernel leaves to the per-head one */
-    for (int loop = 0; loop < 2; loop++) {
-        check_moe(&c, 1, 8, 2, 256, 256, 1, loop);
-        check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, loop, loop);
-        if (size) check_moe(&c, 70, 16, 4, 512, 256, 1, loop); /* past the grouped product's device-only limit */
+    for (int path = 0; path < 3; path++) { /* default (fused decode), expert loop, grouped only */
+        check_moe(&c, 1, 8, 2, 256, 256, 1, path);
+        check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, path == 1, path);
+        if (size) check_moe(&c, 70, 16, 4, 512, 256, 1, path); /* past the grouped product's device-only limit */
+    }
+    if (size) { /* qwen3-30b-a3b's experts: one token, and a batched step of 8 (64 pairs) */
+        check_moe(&c, 1, 128, 8, 2048, 768, 1, 0);
+        check_moe(&c, 8, 128, 8, 2048, 768, 1, 0);
     }
     return c.fails;
 }

@@ -32,6 +32,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device.h"
 #include "backend/cuda/mm.h"
+#include "backend/cuda/mmv_moe.h"
 #include "backend/cuda/ops.h"
 
 extern "C" {
@@ -57,6 +58,7 @@ typedef struct {
     int64_t act_n;         /* values of x it holds (rows x n_in; blocks of 32 never cross rows) */
     int act_valid;
     int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
+    int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
@@ -247,11 +249,11 @@ static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, cons
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-static int g_moe_loop = 0; /* 1: per-expert loop instead of the grouped products */
+static int g_moe_path = 0; /* 0 fused decode / grouped, 1 the per-expert loop, 2 grouped only */
 
-extern "C" int backend_cuda_set_moe_path(int loop) {
-    int old = g_moe_loop;
-    g_moe_loop = loop;
+extern "C" int backend_cuda_set_moe_path(int path) {
+    int old = g_moe_path;
+    g_moe_path = path;
     return old;
 }
 
@@ -315,7 +317,7 @@ static void moe_ffn_loop(st_backend *be, const float *h, const float *logits, in
 static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
                        int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
                        float *out) {
-    if (g_moe_loop) {
+    if (g_moe_path == 1) {
         moe_ffn_loop(be, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
         return;
     }
@@ -323,6 +325,23 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     const int64_t E = gate->n_in, F = gate->n_out;
     const int nk = n_tok * k;
     if (n_tok <= 0) return;
+    if (nk <= MM_MOE_DEVICE_MAX && g_moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
+        /* decode: two fused kernels after the routing (mmv_moe.h) */
+        const size_t o_wf = align256((size_t)nk * 4), o_hq = o_wf + align256((size_t)nk * 4);
+        const size_t o_hd = o_hq + align256((size_t)nk * F), total_f = o_hd + align256((size_t)nk * F / 32 * 8);
+        uint8_t *af = (uint8_t *)cuda_scratch_reserve(&c->moe, total_f);
+        int32_t *self = (int32_t *)af;
+        float *wself = (float *)(af + o_wf);
+        cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, self, wself, NULL, c->s);
+        const int ready = c->act_reuse && act_ready(c, h, E, n_tok);
+        act_forget(c);
+        if (cuda_moe_decode(gate, up, down, self, wself, n_tok, k, act, h, ready, (int8_t *)(af + o_hq),
+                            (float2 *)(af + o_hd), out, c->s) == 0) {
+            act_hold(c, h, E * n_tok); /* the products' scratch holds h quantized */
+            return;
+        }
+        if (cannot_record(c)) return;
+    }
     size_t o_w = align256((size_t)nk * 4), o_x = o_w + align256((size_t)nk * 4);
     size_t o_g = o_x + align256((size_t)nk * 4), o_u = o_g + align256((size_t)nk * F * 4);
     size_t o_y = o_u + align256((size_t)nk * F * 4), total = o_y + align256((size_t)nk * E * 4);
@@ -448,6 +467,8 @@ extern "C" st_backend *backend_cuda_create(int device) {
     c->graphs = !(g && !strcmp(g, "0"));
     const char *r = st_switch_get("STRATA_CUDA_ACT_REUSE");
     c->act_reuse = !(r && !strcmp(r, "0"));
+    const char *mf = st_switch_get("STRATA_CUDA_MOE_FUSED");
+    c->moe_fused = !(mf && !strcmp(mf, "0"));
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
     be->name = "cuda";
     be->ctx = c;

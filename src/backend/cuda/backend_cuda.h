@@ -20,9 +20,11 @@ extern "C" {
 st_backend *backend_cuda_create(int device);
 /* Wait for every op queued so far (timing, tests). */
 void backend_cuda_sync(st_backend *be);
-/* MoE path for every CUDA backend of the process: 0 grouped products
- * (default), 1 the per-expert loop (a cross-check for tests). Returns the old one. */
-int backend_cuda_set_moe_path(int loop);
+/* MoE path for every CUDA backend of the process: 0 the default (decode in
+ * the fused kernels of mmv_moe.h where they fit, else the grouped products),
+ * 1 the per-expert loop (a cross-check for tests), 2 the grouped products
+ * only. Returns the old one. */
+int backend_cuda_set_moe_path(int path);
 /* Attention kernels for every CUDA backend of the process (STRATA_CUDA_ATTN):
  * 0 one block per query head (default, "split"), 1 the query heads of a KV
  * head together ("gqa"), 2 that and tensor cores for prompt chunks ("tc");

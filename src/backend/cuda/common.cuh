@@ -67,4 +67,11 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* act(x) of st_act, as the CPU backend computes it: SiLU x / (1 + e^-x);
+ * GELU in its tanh form. */
+static __device__ __forceinline__ float st_act_value(int act, float x) {
+    if (act == ST_ACT_SILU) return x / (1.0f + expf(-x));
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
 #endif

@@ -239,12 +239,7 @@ static __global__ void act_mul_kernel(int act, const float *g, const float *u, f
                                       float2 *ad) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = g[i], a;
-    if (act == ST_ACT_SILU)
-        a = x / (1.0f + expf(-x));
-    else
-        a = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))); /* gelu, tanh form */
-    const float v = a * u[i];
+    const float v = st_act_value(act, g[i]) * u[i];
     out[i] = v;
     if (aq) quant_block_store(v, (size_t)i, aq, ad);
 }

@@ -1,0 +1,161 @@
+/* The decode MoE kernels of mmv_moe.h, over every quantized format through
+ * the unit decoders of quant_cuda.cuh (as the matrix-vector kernels).
+ *
+ * glu: a block is 32 consecutive output rows of one pair (a warp per row,
+ * gate and up units decoded against the same loaded activation unit); the
+ * block's 32 values are one quantization block of h, written by warp 0.
+ * down: a warp per (token, output row); its lanes take the (expert j, unit)
+ * combinations of the row in turn, each weighted by w[t,j], then one warp
+ * sum gives the token's output: the combine is done in the product.
+ */
+#include "backend/cuda/mmv_moe.h"
+
+#include "backend/cuda/mm_impl.cuh"
+#include "backend/cuda/quant_cuda.cuh"
+
+#define GLU_ROWS 32  /* rows per glu block: one quantization block of h */
+#define DOWN_WARPS 4 /* warps (rows) per down block */
+
+struct moe_dec_args {
+    const uint8_t *g, *u, *d;  /* expert 0 of gate, up, down */
+    size_t gu_stride, d_stride; /* bytes between experts */
+    size_t gu_row, d_row;       /* row bytes */
+    int n_in, n_ff, n_out;      /* x width, intermediate width, output width */
+    const int32_t *ids;
+    const float *wsel;
+    int k, act;
+    const int8_t *xq;
+    const float2 *xd;
+    int8_t *hq;
+    float2 *hd;
+    float *out;
+};
+
+/* The 32 int8 values of unit gu of a quantized row. */
+static __device__ __forceinline__ void ld_unit(const int8_t *row, int gu, int a[8]) {
+    const int4 *ap = (const int4 *)(row + 32 * (size_t)gu);
+    const int4 a0 = ap[0], a1 = ap[1];
+    a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+}
+
+template <int T>
+static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe_dec_args p) {
+    using F = mmf<T>;
+    __shared__ float vals[GLU_ROWS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pair = blockIdx.y;
+    const int row = blockIdx.x * GLU_ROWS + warp, e = p.ids[pair], t = pair / p.k;
+    const int n_units = p.n_in / 32;
+    float g = 0.0f, u = 0.0f;
+    if (e >= 0) {
+        const uint8_t *wg = p.g + (size_t)e * p.gu_stride + (size_t)row * p.gu_row;
+        const uint8_t *wu = p.u + (size_t)e * p.gu_stride + (size_t)row * p.gu_row;
+        const int8_t *xr = p.xq + (size_t)t * p.n_in;
+        for (int gu = lane; gu < n_units; gu += 32) {
+            int a[8];
+            ld_unit(xr, gu, a);
+            const float2 ds = p.xd[(size_t)t * n_units + gu];
+            const size_t off = (size_t)(gu / F::UPB) * F::BYTES;
+            mm_unit w;
+            F::unit(wg + off, gu % F::UPB, w);
+            g += mm_unit_dot<F>(w, a, ds);
+            F::unit(wu + off, gu % F::UPB, w);
+            u += mm_unit_dot<F>(w, a, ds);
+        }
+        g = warp_sum(g);
+        u = warp_sum(u);
+    }
+    if (lane == 0) vals[warp] = st_act_value(p.act, g) * u; /* 0 for a pair handled elsewhere */
+    __syncthreads();
+    if (warp == 0) { /* quantize the block: mm_quantize_act's formula */
+        const float v = vals[lane];
+        const float amax = warp_max(fabsf(v));
+        const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const int qv = __float2int_rn(v * id);
+        const size_t i = (size_t)pair * p.n_ff + (size_t)blockIdx.x * GLU_ROWS + lane;
+        p.hq[i] = (int8_t)qv;
+        const int sum = (int)warp_sum((float)qv); /* |sum| <= 32 * 127: exact in float */
+        if (lane == 0) p.hd[i / 32] = make_float2(d, d * (float)sum);
+    }
+}
+
+template <int T>
+static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const moe_dec_args p) {
+    using F = mmf<T>;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.y;
+    const int row = blockIdx.x * DOWN_WARPS + warp;
+    if (row >= p.n_out) return; /* whole warp */
+    const int n_units = p.n_ff / 32, combos = p.k * n_units;
+    float acc = 0.0f;
+    for (int c = lane; c < combos; c += 32) {
+        const int j = c / n_units, gu = c - j * n_units, pair = t * p.k + j, e = p.ids[pair];
+        if (e < 0) continue;
+        const uint8_t *wr = p.d + (size_t)e * p.d_stride + (size_t)row * p.d_row;
+        int a[8];
+        ld_unit(p.hq + (size_t)pair * p.n_ff, gu, a);
+        mm_unit w;
+        F::unit(wr + (size_t)(gu / F::UPB) * F::BYTES, gu % F::UPB, w);
+        acc = fmaf(p.wsel[pair], mm_unit_dot<F>(w, a, p.hd[(size_t)pair * n_units + gu]), acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) p.out[(size_t)t * p.n_out + row] = acc;
+}
+
+static int moe_dec_down(const moe_dec_args &a, qt_type td, int n_tok, cudaStream_t s) {
+    const dim3 grid(st_div_up((size_t)a.n_out, DOWN_WARPS), (unsigned)n_tok);
+    switch ((int)td) {
+#define DOWN_CASE(T)                                              \
+    case T:                                                       \
+        moe_down_kernel<T><<<grid, DOWN_WARPS * 32, 0, s>>>(a); \
+        return 0;
+        MM_QUANT_TYPES(DOWN_CASE)
+#undef DOWN_CASE
+    default:
+        return 1;
+    }
+}
+
+static int moe_dec_glu(const moe_dec_args &a, qt_type tg, int n_pairs, cudaStream_t s) {
+    const dim3 grid((unsigned)(a.n_ff / GLU_ROWS), (unsigned)n_pairs);
+    switch ((int)tg) {
+#define GLU_CASE(T)                                            \
+    case T:                                                    \
+        moe_glu_kernel<T><<<grid, GLU_ROWS * 32, 0, s>>>(a); \
+        return 0;
+        MM_QUANT_TYPES(GLU_CASE)
+#undef GLU_CASE
+    default:
+        return 1;
+    }
+}
+static int quantized(qt_type t) { return cuda_mm_supports(t) && !mm_is_float(t); }
+
+int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_weight *down) {
+    return quantized(gate->type) && quantized(down->type) && gate->type == up->type && gate->data && up->data &&
+           down->data && !gate->mat && !up->mat && !down->mat && gate->n_in == up->n_in &&
+           gate->n_out == up->n_out && gate->n_out == down->n_in && gate->n_out % GLU_ROWS == 0 &&
+           gate->n_in % 32 == 0 && gate->row_bytes == up->row_bytes;
+}
+
+int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const int32_t *ids,
+                    const float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
+                    float2 *hd, float *out, cudaStream_t s) {
+    ST_ASSERT(cuda_moe_decode_fits(gate, up, down) && n_tok * k <= MM_MOE_DEVICE_MAX);
+    if (n_tok <= 0) return 0;
+    int8_t *xq = NULL;
+    float2 *xd = NULL;
+    if (cuda_mm_act_scratch(gate->n_in, n_tok, &xq, &xd, s) != 0) return -1;
+    if (!act_ready) mm_quantize_act(x, (int)gate->n_in, n_tok, xq, xd, s);
+    moe_dec_args a;
+    a.g = (const uint8_t *)gate->data, a.u = (const uint8_t *)up->data, a.d = (const uint8_t *)down->data;
+    a.gu_stride = (size_t)gate->n_out * gate->row_bytes, a.d_stride = (size_t)down->n_out * down->row_bytes;
+    a.gu_row = gate->row_bytes, a.d_row = down->row_bytes;
+    a.n_in = (int)gate->n_in, a.n_ff = (int)gate->n_out, a.n_out = (int)down->n_out;
+    a.ids = ids, a.wsel = wsel, a.k = k, a.act = (int)act;
+    a.xq = xq, a.xd = xd, a.hq = hq, a.hd = hd, a.out = out;
+    int rc = moe_dec_glu(a, gate->type, n_tok * k, s);
+    CUDA_LAUNCH_CHECK();
+    rc |= moe_dec_down(a, down->type, n_tok, s);
+    ST_ASSERT(rc == 0); /* cuda_moe_decode_fits said yes */
+    CUDA_LAUNCH_CHECK();
+    return 0;
+}

@@ -1,0 +1,45 @@
+/* The decode MoE FFN in two matrix-vector kernels (mmv_moe.cu), for up to
+ * MM_MOE_DEVICE_MAX (token, expert) pairs, all on the device (recordable):
+ *
+ *   glu:  h[p] = act(G[e_p] x[t_p]) * (U[e_p] x[t_p])   gate and up in one
+ *         pass, h written as the int8 blocks of 32 the next product reads;
+ *   down: out[t] = sum_j w[t,j] * D[e_tj] h[t*k+j]         the k experts of a
+ *         token and the weighted sum in one pass (no per-pair output).
+ *
+ * Three kernels fewer per layer than gate, up, act_mul, down and combine;
+ * and the down product's short rows (an expert's 768 inputs are 24 units of
+ * 32, fewer than a warp's lanes) are spread over the lanes across the k
+ * experts instead of leaving lanes idle.
+ */
+#ifndef STRATA_BACKEND_CUDA_MMV_MOE_H
+#define STRATA_BACKEND_CUDA_MMV_MOE_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/compat.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether the fused kernels take these experts: quantized gate/up of one
+ * type, contiguous on the device (w->data), and an intermediate width that
+ * is a multiple of 32 and the down matrices' input. */
+int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_weight *down);
+
+/* ids, wsel: [n_tok][k] (negative id: a pair handled elsewhere, contributes
+ * nothing); x [n_tok][n_in] f32, read quantized from the products' scratch
+ * (cuda_mm_act_scratch), which holds it already when act_ready (else it is
+ * quantized there first); hq / hd: scratch for n_tok * k rows of the
+ * intermediate width (int8, and one float2 per 32); out: [n_tok][down->n_out]
+ * f32. 0, or -1 with st_error (the scratch would have to grow in a capture). */
+int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const int32_t *ids,
+                    const float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
+                    float2 *hd, float *out, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
