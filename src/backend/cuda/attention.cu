@@ -136,16 +136,67 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #define GQA_TILE 128
 #define GQA_THREADS 128
 
-template <int GM>
+/* The dot products of one K row (8 values per 16-byte f16 or 8-byte int8
+ * load) with the G queries; the loads of a whole batch of 8 are issued
+ * before any is used, so one block waits for memory HD / 64 times per tile
+ * instead of once per 8 values (a few blocks must keep many loads in
+ * flight: at short contexts there are few of them). */
+template <int GM, int HD, typename L>
+static __device__ __forceinline__ void gqa_scores(const L *kr, const float *qs, int G, float (&s)[GM]) {
+    constexpr int NC = HD / 8, B = NC < 8 ? NC : 8;
+#pragma unroll
+    for (int c0 = 0; c0 < NC; c0 += B) {
+        L w[B];
+#pragma unroll
+        for (int i = 0; i < B; i++) w[i] = kr[c0 + i];
+#pragma unroll
+        for (int i = 0; i < B; i++) {
+            float kf[8];
+            if constexpr (sizeof(L) == 16) { /* f16 */
+                const uint32_t u[4] = {((const uint4 &)w[i]).x, ((const uint4 &)w[i]).y, ((const uint4 &)w[i]).z,
+                                       ((const uint4 &)w[i]).w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const float2 f = __half22float2(*(const __half2 *)&u[j]);
+                    kf[2 * j] = f.x, kf[2 * j + 1] = f.y;
+                }
+            } else { /* int8 */
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    kf[j] = (float)(int8_t)(((const uint2 &)w[i]).x >> (8 * j));
+                    kf[4 + j] = (float)(int8_t)(((const uint2 &)w[i]).y >> (8 * j));
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                if (g < G) {
+                    const float *qg = qs + (size_t)g * HD + 8 * (c0 + i);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) s[g] = fmaf(qg[j], kf[j], s[g]);
+                }
+            }
+        }
+    }
+}
+
+template <int GM, int HD>
 static __global__ void __launch_bounds__(GQA_THREADS)
     attn_gqa_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
                     int window, int n_split, float *part) {
     extern __shared__ float sm[]; /* qs [G][hd], sc [G][2 * GQA_TILE] (the end's sums need 2x), red [2][4][G] */
     const int split = blockIdx.x, hkv = blockIdx.y, t = blockIdx.z;
-    const int hd = kv.head_dim, G = n_head / kv.n_head_kv, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    constexpr int hd = HD;
+    const int G = n_head / kv.n_head_kv, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     float *qs = sm, *sc = qs + (size_t)G * hd, *red = sc + (size_t)G * 2 * GQA_TILE;
     int c0, c1;
     att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, GQA_TILE, &c0, &c1);
+    if (c0 >= c1) { /* an empty slice (a recorded step sized for the whole cache): m = -inf weighs nothing */
+        if (tid < G) {
+            float *o = part + (((size_t)t * n_head + (size_t)hkv * G + tid) * n_split + split) * (size_t)(hd + 2);
+            o[0] = -INFINITY, o[1] = 0.0f;
+        }
+        return;
+    }
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
     const int i8 = kv.type == ST_KV_INT8;
 
@@ -169,44 +220,9 @@ static __global__ void __launch_bounds__(GQA_THREADS)
 #pragma unroll
             for (int g = 0; g < GM; g++) s[g] = 0.0f;
             if (!i8) {
-                const uint4 *kr = (const uint4 *)((const uint16_t *)kv.k + p * row + hoff);
-                for (int c = 0; c < hd / 8; c++) {
-                    const uint4 w = kr[c];
-                    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-                    float kf[8];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const float2 f = __half22float2(*(const __half2 *)&u[j]);
-                        kf[2 * j] = f.x, kf[2 * j + 1] = f.y;
-                    }
-#pragma unroll
-                    for (int g = 0; g < GM; g++) {
-                        if (g < G) {
-                            const float *qg = qs + (size_t)g * hd + 8 * c;
-#pragma unroll
-                            for (int j = 0; j < 8; j++) s[g] = fmaf(qg[j], kf[j], s[g]);
-                        }
-                    }
-                }
+                gqa_scores<GM, HD>((const uint4 *)((const uint16_t *)kv.k + p * row + hoff), qs, G, s);
             } else {
-                const uint2 *kr = (const uint2 *)((const int8_t *)kv.k + p * row + hoff);
-                for (int c = 0; c < hd / 8; c++) {
-                    const uint2 w = kr[c];
-                    float kf[8];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        kf[j] = (float)(int8_t)(w.x >> (8 * j));
-                        kf[4 + j] = (float)(int8_t)(w.y >> (8 * j));
-                    }
-#pragma unroll
-                    for (int g = 0; g < GM; g++) {
-                        if (g < G) {
-                            const float *qg = qs + (size_t)g * hd + 8 * c;
-#pragma unroll
-                            for (int j = 0; j < 8; j++) s[g] = fmaf(qg[j], kf[j], s[g]);
-                        }
-                    }
-                }
+                gqa_scores<GM, HD>((const uint2 *)((const int8_t *)kv.k + p * row + hoff), qs, G, s);
                 const float ks = kv.k_scale[p * kv.n_head_kv + hkv];
 #pragma unroll
                 for (int g = 0; g < GM; g++) s[g] *= ks;
@@ -252,23 +268,33 @@ static __global__ void __launch_bounds__(GQA_THREADS)
             }
         }
         /* V: this thread's dimension pair over its share of the positions */
-        {
-            for (int j = ps; j < nt; j += PS) {
-                const size_t p = (size_t)(p0 + j);
-                float v0, v1;
-                if (!i8) {
-                    const float2 vf = __half22float2(*(const __half2 *)((const uint16_t *)kv.v + p * row + hoff + 2 * dp));
-                    v0 = vf.x, v1 = vf.y;
-                } else {
-                    const char2 vq = *(const char2 *)((const int8_t *)kv.v + p * row + hoff + 2 * dp);
-                    v0 = (float)vq.x, v1 = (float)vq.y;
-                }
+        for (int j0 = ps; j0 < nt; j0 += 8 * PS) { /* 8 positions' loads in flight at once */
+            float2 vv[8];
 #pragma unroll
-                for (int g = 0; g < GM; g++) {
-                    if (g < G) {
-                        const float w = sc[g * GQA_TILE + j];
-                        acc[g][0] = fmaf(w, v0, acc[g][0]);
-                        acc[g][1] = fmaf(w, v1, acc[g][1]);
+            for (int u = 0; u < 8; u++) {
+                const int j = j0 + u * PS;
+                vv[u] = make_float2(0.0f, 0.0f);
+                if (j < nt) {
+                    const size_t o = (size_t)(p0 + j) * row + hoff + 2 * dp;
+                    if (!i8) {
+                        vv[u] = __half22float2(*(const __half2 *)((const uint16_t *)kv.v + o));
+                    } else {
+                        const char2 vq = *(const char2 *)((const int8_t *)kv.v + o);
+                        vv[u] = make_float2((float)vq.x, (float)vq.y);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int j = j0 + u * PS;
+                if (j < nt) {
+#pragma unroll
+                    for (int g = 0; g < GM; g++) {
+                        if (g < G) {
+                            const float w = sc[g * GQA_TILE + j];
+                            acc[g][0] = fmaf(w, vv[u].x, acc[g][0]);
+                            acc[g][1] = fmaf(w, vv[u].y, acc[g][1]);
+                        }
                     }
                 }
             }
@@ -306,15 +332,26 @@ static __global__ void __launch_bounds__(GQA_THREADS)
  * head sizes whose dimension pairs divide its 128 threads (64, 128, 256). */
 static int gqa_fits(int G, int hd) { return G >= 1 && G <= 16 && (hd == 64 || hd == 128 || hd == 256); }
 
-static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv, int pos0,
-                       const int *dpos, int n_tok, int n_head, float scale, int window, int n_split, float *part) {
-#define GQA_L(GM) attn_gqa_kernel<GM><<<grid, GQA_THREADS, smem, s>>>(q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part)
+template <int HD>
+static void gqa_launch_hd(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv,
+                          int pos0, const int *dpos, int n_tok, int n_head, float scale, int window, int n_split,
+                          float *part) {
+#define GQA_L(GM)                                                                                                  \
+    attn_gqa_kernel<GM, HD><<<grid, GQA_THREADS, smem, s>>>(q, *kv, pos0, dpos, n_tok, n_head, scale, window,    \
+                                                            n_split, part)
     if (G <= 1) GQA_L(1);
     else if (G <= 2) GQA_L(2);
     else if (G <= 4) GQA_L(4);
     else if (G <= 8) GQA_L(8);
     else GQA_L(16);
 #undef GQA_L
+}
+
+static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv, int pos0,
+                       const int *dpos, int n_tok, int n_head, float scale, int window, int n_split, float *part) {
+    if (kv->head_dim == 64) gqa_launch_hd<64>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    else if (kv->head_dim == 128) gqa_launch_hd<128>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    else gqa_launch_hd<256>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
 }
 
 /* 0 split (per query head), 1 gqa, 2 tc (gqa, and tensor cores for

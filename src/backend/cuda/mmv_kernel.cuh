@@ -97,6 +97,9 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_m
     if (g.e >= 0) {
         const uint8_t *w0 = mm_matrix(p, g.e) + (size_t)row0 * p.row_bytes;
         const int n_units = p.n_in / 32;
+        /* two units per lane in flight: with one, a warp waits a full memory
+         * latency per unit, and decode launches have too few warps to hide it */
+#pragma unroll 2
         for (int gu = threadIdx.x; gu < n_units; gu += 32) {
             const uint8_t *blk = w0 + (size_t)(gu / F::UPB) * F::BYTES;
             if constexpr (R == 1) {
@@ -175,6 +178,8 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_m
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     if (g.e >= 0) {
         const uint8_t *w0 = mm_matrix(p, g.e) + (size_t)row0 * p.row_bytes;
+        /* four steps' loads in flight (see mmv_q_kernel): a router product has only n_out warps */
+#pragma unroll 4
         for (int i = V * threadIdx.x; i < p.n_in; i += V * 32) {
             float xv[NT][V];
 #pragma unroll

@@ -86,6 +86,7 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const 
     if (row >= p.n_out) return; /* whole warp */
     const int n_units = p.n_ff / 32, combos = p.k * n_units;
     float acc = 0.0f;
+#pragma unroll 2
     for (int c = lane; c < combos; c += 32) {
         const int j = c / n_units, gu = c - j * n_units, pair = t * p.k + j, e = p.ids[pair];
         if (e < 0) continue;
