@@ -135,6 +135,19 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
             if (e[i] > worst) worst = e[i];
         }
         double first = e[0];
+        int iw = 0;
+        for (int i = 1; i < steps; i++)
+            if (e[i] > e[iw]) iw = i;
+        if (worst > bound) { /* where and how: the logits' mean and spread on both sides at that step */
+            const float *c = lc + (size_t)iw * nv, *g = lg + (size_t)iw * nv;
+            double mc = 0, mg = 0;
+            for (int i = 0; i < nv; i++) mc += c[i], mg += g[i];
+            mc /= nv, mg /= nv;
+            printf("    worst at step %d: CPU mean %.4f sd %.4f, GPU mean %.4f sd %.4f; per step:", iw, mc, stddev(c, nv),
+                   mg, stddev(g, nv));
+            for (int i = 0; i < steps; i++) printf(" %.1e", e[i]);
+            printf("\n");
+        }
         qsort(e, (size_t)steps, sizeof e[0], cmp_double);
         int ok = worst <= bound;
         printf("  prompt %zu (%lld tokens): %d/%d greedy tokens equal; logits NMSE after the prompt %.1e, median "
