@@ -12,9 +12,11 @@
  *     (F32 weights stay f32: 1e-9).
  * Outputs are poisoned with NaN before every product, so an unwritten row
  * fails. Shapes include odd row counts, single rows and 32-wide rows.
- * The MoE product is checked per pair on both of its paths (device pairs;
- * host grouping with the GEMM and the matrix-vector groups), with a device
- * pointer table and with contiguous experts, and with skipped (-1) pairs.
+ * The MoE product is checked per pair on its paths (device pairs; host
+ * grouping with the GEMM and the matrix-vector groups; the tensor-core path
+ * of prompt chunks, moe_mma.cu: f16 weights and activations, bound 5e-6),
+ * with a device pointer table and with contiguous experts, with skipped (-1)
+ * pairs, and routed like a model at Qwen3-30B-A3B's expert shapes.
  *
  * Without a CUDA device it prints "SKIPPED: no CUDA device" and exits 0.
  */
@@ -245,6 +247,104 @@ static void check_moe(qt_type t, int64_t n_in, int64_t n_out, int n_mat, int n_p
     free(w), free(x), free(ids), free(xrow), free(ref), free(r1), free(dmats), free(y);
 }
 
+/* MoE at prompt sizes, routed like a model: n_tok tokens, k distinct experts
+ * each (pair p = t*k + j). flags: MR_HOT every token picks expert 0 (more
+ * tokens than one tile of the tensor-core path), MR_COLD expert 1 gets none,
+ * MR_SKIP every 13th pair is -1 (zeros), MR_XNULL no xrow (row p of x, as the
+ * down product reads). The reference dequantizes each expert once. */
+enum { MR_HOT = 1, MR_COLD = 2, MR_SKIP = 4, MR_XNULL = 8 };
+
+/* Whether this device runs the tensor-core MoE path (moe_mma.cu) for every
+ * quantized format: sm_80+ with room for the largest stage (Q6_K, 109 KB). */
+static int moe_tc_expected(void) {
+#ifdef STRATA_HIP
+    return 0;
+#else
+    int dev = 0, major = 0, optin = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return major >= 8 && optin >= 112 * 1024;
+#endif
+}
+
+static void check_moe_routed(qt_type t, int64_t n_in, int64_t n_out, int n_mat, int n_tok, int k, int flags) {
+    const qt_traits *tr = qt_get(t);
+    const size_t rb = qt_row_size(t, n_in), mbytes = rb * (size_t)n_out;
+    const int n_pairs = n_tok * k, xnull = (flags & MR_XNULL) != 0, n_x = xnull ? n_pairs : n_tok;
+    uint8_t *w = make_weights(t, n_in, n_out * n_mat);
+    float *x = malloc(sizeof(float) * (size_t)n_in * (size_t)n_x);
+    for (size_t i = 0; i < (size_t)n_in * (size_t)n_x; i++) x[i] = rnd_gauss();
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_pairs), *xrow = malloc(sizeof(int32_t) * (size_t)n_pairs);
+    for (int tk = 0; tk < n_tok; tk++)
+        for (int j = 0; j < k; j++) {
+            int e;
+            for (;;) { /* distinct experts per token */
+                e = j == 0 && (flags & MR_HOT) ? 0 : (int)(rnd() % (unsigned)n_mat);
+                if ((flags & MR_COLD) && e == 1) continue;
+                int dup = 0;
+                for (int i = 0; i < j; i++) dup |= ids[tk * k + i] == e;
+                if (!dup) break;
+            }
+            ids[tk * k + j] = e;
+            xrow[tk * k + j] = tk;
+        }
+    for (int p = 0; (flags & MR_SKIP) && p < n_pairs; p += 13) ids[p] = -1;
+    double *ref = calloc((size_t)n_out * (size_t)n_pairs, sizeof(double));
+    float *wf = malloc(sizeof(float) * (size_t)n_in * (size_t)n_out);
+    for (int e = 0; e < n_mat; e++) {
+        int used = 0;
+        for (int p = 0; p < n_pairs && !used; p++) used = ids[p] == e;
+        if (!used) continue;
+        for (int64_t r = 0; r < n_out; r++) qt_dequantize(t, w + (size_t)e * mbytes + (size_t)r * rb, wf + r * n_in, n_in);
+        for (int p = 0; p < n_pairs; p++) {
+            if (ids[p] != e) continue;
+            const float *xr = x + (size_t)(xnull ? p : xrow[p]) * (size_t)n_in;
+            for (int64_t r = 0; r < n_out; r++) {
+                double acc = 0;
+                for (int64_t i = 0; i < n_in; i++) acc += (double)wf[r * n_in + i] * xr[i];
+                ref[(size_t)p * n_out + r] = acc;
+            }
+        }
+    }
+    void *dw;
+    float *dx, *dy;
+    int32_t *dids, *dxrow;
+    CK(cudaMalloc(&dw, mbytes * (size_t)n_mat));
+    CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)n_in * (size_t)n_x));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)n_out * (size_t)n_pairs));
+    CK(cudaMalloc((void **)&dids, sizeof(int32_t) * (size_t)n_pairs));
+    CK(cudaMalloc((void **)&dxrow, sizeof(int32_t) * (size_t)n_pairs));
+    CK(cudaMemcpy(dw, w, mbytes * (size_t)n_mat, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, sizeof(float) * (size_t)n_in * (size_t)n_x, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dids, ids, sizeof(int32_t) * (size_t)n_pairs, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dxrow, xrow, sizeof(int32_t) * (size_t)n_pairs, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dy, 0xFF, sizeof(float) * (size_t)n_out * (size_t)n_pairs));
+    st_weight sw = {.data = dw, .type = t, .n_in = n_in, .n_out = n_out, .n_mat = n_mat, .row_bytes = rb};
+    const int rc = cuda_moe_matmul(&sw, NULL, dids, xnull ? NULL : dxrow, n_pairs, dx, n_x, dy, 0, 0);
+    CK(cudaDeviceSynchronize());
+    float *y = malloc(sizeof(float) * (size_t)n_out * (size_t)n_pairs);
+    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)n_out * (size_t)n_pairs, cudaMemcpyDeviceToHost));
+    if (rc != 0) printf("cuda_moe_matmul failed: %s\n", st_error_get());
+    double e = rc == 0 ? nmse(y, ref, (size_t)n_out * (size_t)n_pairs) : INFINITY;
+    for (int p = 0; p < n_pairs && rc == 0; p++)
+        for (int64_t r = 0; ids[p] < 0 && r < n_out; r++)
+            if (y[(size_t)p * n_out + r] != 0.0f) e = INFINITY;
+    /* tensor-core path: f16 weights and activations (a power of two per
+     * row), f32 sums: NMSE ~2e-7 expected, bound 5e-6 (the int8 paths give
+     * ~3e-5 and would fail it); more experts than it groups: host path */
+    const int tc = moe_tc_expected() && n_mat <= 512 && n_pairs > MM_MOE_DEVICE_MAX;
+    char what[16];
+    snprintf(what, sizeof what, "moe%s%s", tc ? "T" : "G", xnull ? "x" : "");
+    report(what, tr->name, n_in, n_out, n_pairs, e, tc ? 5e-6 : 5e-4);
+    CK(cudaFree(dw));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    CK(cudaFree(dids));
+    CK(cudaFree(dxrow));
+    free(w), free(x), free(ids), free(xrow), free(ref), free(wf), free(y);
+}
+
 int main(void) {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -285,6 +385,26 @@ int main(void) {
         check_moe(t, 512, 96, 5, 200, 50, 1, 0); /* grouped: GEMM for the busy expert, mmv groups */
         check_moe(t, 256, 40, 3, 150, 30, 0, 2); /* grouped: every expert through GEMM */
     }
+    /* prompt chunks on the tensor-core path (moe_mma.cu): every quantized
+     * format at a small shape (160 rows: a full and a partial 128-row tile),
+     * then model-like shapes: Qwen3-30B-A3B's gate/up (2048 -> 768, 128
+     * experts, top-8) and down (768 -> 2048, rows of x per pair), a hot
+     * expert with more tokens than a tile, a cold one with none, skipped
+     * pairs; past 65535 pairs (grouped in chunks); past 512 experts (the
+     * host-grouped path). */
+    for (int i = 0; i < nt; i++) {
+        const qt_type t = types[i];
+        if (t == QT_F32 || t == QT_F16 || t == QT_BF16) continue;
+        check_moe_routed(t, 512, 160, 32, 100, 4, MR_HOT | MR_SKIP);
+    }
+    check_moe_routed(QT_Q4_K, 2048, 768, 128, 300, 8, MR_HOT | MR_COLD | MR_SKIP);
+    check_moe_routed(QT_Q6_K, 768, 2048, 128, 300, 8, MR_HOT | MR_COLD | MR_XNULL);
+    check_moe_routed(QT_Q8_0, 1024, 256, 128, 300, 8, MR_COLD);
+    check_moe_routed(QT_Q4_0, 1024, 256, 128, 300, 8, MR_HOT | MR_SKIP);
+    check_moe_routed(QT_IQ4_XS, 1024, 256, 128, 300, 8, MR_HOT | MR_COLD);
+    check_moe_routed(QT_IQ2_XXS, 256, 256, 64, 300, 8, MR_HOT | MR_SKIP | MR_XNULL);
+    check_moe_routed(QT_Q4_0, 256, 32, 8, 35000, 2, MR_SKIP | MR_XNULL);
+    check_moe_routed(QT_Q4_K, 256, 40, 600, 100, 8, MR_SKIP);
     cuda_mm_release();
     printf("%d of %d checks passed\n", g_checks - g_fail, g_checks);
     return g_fail ? 1 : 0;

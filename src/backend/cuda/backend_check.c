@@ -395,10 +395,16 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
     free_kv(c->dut, &kd);
 }
 
-static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int path) {
-    wpair g = make_weight(c, QT_Q4_K, E, F, n_expert), u = make_weight(c, QT_Q4_K, E, F, n_expert);
-    wpair d = make_weight(c, QT_Q6_K, F, E, n_expert);
+/* moe_ffn with gate/up of type tg and down of type td. skew: every token's
+ * logit of expert 0 raised by 8 (it is in every top-k: with more than 64
+ * tokens, past one tile of the tensor-core grouped products) and expert 1's
+ * lowered by 30 (it gets no tokens). */
+static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int path,
+                      qt_type tg, qt_type td, int skew) {
+    wpair g = make_weight(c, tg, E, F, n_expert), u = make_weight(c, tg, E, F, n_expert);
+    wpair d = make_weight(c, td, F, E, n_expert);
     float *h = rand_host(c, (size_t)n_tok * E, 1.0f), *l = rand_host(c, (size_t)n_tok * n_expert, 2.0f);
+    for (int t = 0; skew && t < n_tok; t++) l[(size_t)t * n_expert] += 8.0f, l[(size_t)t * n_expert + 1] -= 30.0f;
     void *hr = put(c->ref, h, (size_t)n_tok * E * 4), *hd = put(c->dut, h, (size_t)n_tok * E * 4);
     void *lr = put(c->ref, l, (size_t)n_tok * n_expert * 4), *ld = put(c->dut, l, (size_t)n_tok * n_expert * 4);
     void *or_ = put(c->ref, NULL, (size_t)n_tok * E * 4), *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
@@ -409,9 +415,10 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
     c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, norm_topk, ST_ACT_SILU, &g.d, &u.d, &d.d, od);
     double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
     if (is_cuda) backend_cuda_set_moe_path(old);
-    report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, Q4_K/Q6_K%s",
+    report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s%s%s",
            path == 1 ? "expert loop" : path == 2 || n_tok * k > 64 ? "grouped" : "fused decode", n_tok, k, n_expert,
-           (long long)E, (long long)F, norm_topk ? ", renormalised" : "");
+           (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name, norm_topk ? ", renormalised" : "",
+           skew ? ", one hot and one cold expert" : "");
     void *bufs[][2] = {{hr, hd}, {lr, ld}, {or_, od}};
     for (int i = 0; i < 3; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
     st_free(h);
@@ -526,13 +533,21 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_attention(&c, ST_KV_F16, 300, 20, 1, 64, 5);  /* 20 per KV head: past it, the per-head kernel */
     if (size) check_attention(&c, ST_KV_F16, 300, 4, 2, 96, 5); /* a head size the GQA kernel leaves to the per-head one */
     for (int path = 0; path < 3; path++) { /* default (fused decode), expert loop, grouped only */
-        check_moe(&c, 1, 8, 2, 256, 256, 1, path);
-        check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, path == 1, path);
-        if (size) check_moe(&c, 70, 16, 4, 512, 256, 1, path); /* past the grouped product's device-only limit */
+        check_moe(&c, 1, 8, 2, 256, 256, 1, path, QT_Q4_K, QT_Q6_K, 0);
+        check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, path == 1, path, QT_Q4_K, QT_Q6_K, 0);
+        if (size) check_moe(&c, 70, 16, 4, 512, 256, 1, path, QT_Q4_K, QT_Q6_K, 0); /* past the device-pairs limit */
     }
     if (size) { /* qwen3-30b-a3b's experts: one token, and a batched step of 8 (64 pairs) */
-        check_moe(&c, 1, 128, 8, 2048, 768, 1, 0);
-        check_moe(&c, 8, 128, 8, 2048, 768, 1, 0);
+        check_moe(&c, 1, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0);
+        check_moe(&c, 8, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0);
+    }
+    if (size) { /* prompt chunks at model sizes: the tensor-core grouped products (moe_mma.cu) on sm_80+ */
+        check_moe(&c, 300, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 1); /* qwen3-30b-a3b's experts */
+        check_moe(&c, 300, 128, 8, 1024, 512, 1, 0, QT_Q4_K, QT_Q6_K, 0);
+        check_moe(&c, 300, 128, 8, 256, 256, 1, 0, QT_Q8_0, QT_Q8_0, 1);
+        check_moe(&c, 300, 128, 8, 512, 256, 0, 0, QT_Q4_0, QT_Q4_0, 1);
+        check_moe(&c, 300, 128, 8, 512, 512, 1, 0, QT_IQ4_XS, QT_Q6_K, 1);
+        check_moe(&c, 200, 64, 8, 256, 256, 1, 0, QT_IQ3_S, QT_Q5_K, 1);
     }
     return c.fails;
 }

@@ -231,6 +231,18 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
 
 /* ---- MoE ---- */
 
+/* Per device: the rows x that the tensor-core MoE path (moe_mma.cu, which
+ * reads f16 copies) was given without quantized copies (act_ready 0) and
+ * therefore left the int8 scratch without them. The caller (act_ready)
+ * tracks quantization per product and assumes every product of a quantized
+ * weight quantizes; when the next product of the same x falls back to a
+ * path that reads the int8 scratch, it quantizes after all. */
+typedef struct {
+    const float *x;
+    int n_in, n_x;
+} mm_unquantized;
+static mm_unquantized g_unquantized[MM_MAX_DEVICES];
+
 /* Host grouping of the prompt path: the ids come to the host once. */
 static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
                           int n_pairs, const float *x, int n_x, float *y, cudaStream_t s, mm_scratch *sc,
@@ -363,10 +375,27 @@ int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t 
     }
     const int n_in = (int)w->n_in, n_out = (int)w->n_out;
     const int isf = mm_is_float(w->type);
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    ST_ASSERT(dev >= 0 && dev < MM_MAX_DEVICES);
+    mm_unquantized *uq = &g_unquantized[dev];
+    /* the caller believes the previous product quantized x, but it ran on
+     * tensor cores and did not: quantize after all if this one needs it */
+    if (act_ready && uq->x == x && uq->n_in == n_in && uq->n_x == n_x) act_ready = 0;
+    if (!isf && g_force_path == 0 && n_pairs > MM_MOE_DEVICE_MAX) {
+        const int rc = mm_moe_mma(w, d_mat, d_ids, d_xrow, n_pairs, x, n_x, y, s);
+        if (rc != 1) {
+            if (rc == 0 && !act_ready) uq->x = x, uq->n_in = n_in, uq->n_x = n_x;
+            return rc;
+        }
+    }
     const size_t nq = isf ? 0 : (size_t)n_x * n_in;
     mm_scratch *sc = mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
     if (!sc) return -1;
-    if (!isf && !act_ready) mm_quantize_act(x, n_in, n_x, sc->aq, sc->ad, s);
+    if (!isf && !act_ready) {
+        mm_quantize_act(x, n_in, n_x, sc->aq, sc->ad, s);
+        uq->x = NULL;
+    }
 
     mm_mmv_args a;
     memset(&a, 0, sizeof(a));

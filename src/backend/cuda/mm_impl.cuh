@@ -91,4 +91,17 @@ size_t mm_gemm_scratch_bytes(qt_type t, int64_t n_in, int64_t n_out);
 int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok,
             float *y, cudaStream_t s);
 
+/* moe_mma.cu: the MoE product of prompt chunks on tensor cores, grouped on
+ * the device (no host synchronisation): y[p] = W[ids[p]] x[xrow[p]] for
+ * p < n_pairs, arguments as cuda_moe_matmul (zeros for negative ids). 0, -1
+ * with st_error, or 1 when it does not apply (HIP, compute capability below
+ * 8.0, a float type, more than MM_MOE_MMA_MAX_MAT experts, n_in not a
+ * multiple of its stage of 128 or 256 weights, too little shared memory per
+ * block): the caller's host-grouped path runs then. Pairs are grouped in
+ * chunks of MM_MOE_MMA_MAX_PAIRS (16-bit offsets in the grouping block). */
+#define MM_MOE_MMA_MAX_MAT 512
+#define MM_MOE_MMA_MAX_PAIRS 65535
+int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
+               int n_pairs, const float *x, int n_x, float *y, cudaStream_t s);
+
 #endif
