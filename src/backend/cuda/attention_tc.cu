@@ -97,23 +97,37 @@ static __global__ void __launch_bounds__(128)
 
     for (int k0 = k_lo; k0 <= p_last; k0 += TC_KEYS) {
         __syncthreads(); /* the previous tile is no longer read */
-        /* load: 64 keys x HD values of K and of V, as f16 */
-        for (int i = threadIdx.x; i < TC_KEYS * HD; i += 128) {
-            const int kk = i / HD, d = i % HD, p = k0 + kk;
-            float kvv = 0.0f, vvv = 0.0f;
+        /* load: 64 keys x HD values of K and of V, as f16, 8 values per load
+         * (one 16-byte f16 or 8-byte int8 load of each; K stored as loaded,
+         * V transposed value by value) */
+        for (int i = threadIdx.x; i < TC_KEYS * HD / 8; i += 128) {
+            const int kk = i / (HD / 8), d = (i % (HD / 8)) * 8, p = k0 + kk;
+            __align__(16) __half kh[8], vh[8];
             if (p <= p_last) {
                 const size_t idx = (size_t)p * krow + (size_t)hkv * HD + d;
                 if (kv.type == ST_KV_F16) {
-                    kvv = __half2float(((const __half *)kv.k)[idx]);
-                    vvv = __half2float(((const __half *)kv.v)[idx]);
+                    *(uint4 *)kh = *(const uint4 *)((const __half *)kv.k + idx);
+                    *(uint4 *)vh = *(const uint4 *)((const __half *)kv.v + idx);
                 } else {
                     const size_t si = (size_t)p * kv.n_head_kv + hkv;
-                    kvv = kv.k_scale[si] * (float)((const int8_t *)kv.k)[idx];
-                    vvv = kv.v_scale[si] * (float)((const int8_t *)kv.v)[idx];
+                    const float sk = kv.k_scale[si], sv = kv.v_scale[si];
+                    const uint2 kq = *(const uint2 *)((const int8_t *)kv.k + idx);
+                    const uint2 vq = *(const uint2 *)((const int8_t *)kv.v + idx);
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        kh[j] = __float2half_rn(sk * (float)(int8_t)(kq.x >> (8 * j)));
+                        kh[4 + j] = __float2half_rn(sk * (float)(int8_t)(kq.y >> (8 * j)));
+                        vh[j] = __float2half_rn(sv * (float)(int8_t)(vq.x >> (8 * j)));
+                        vh[4 + j] = __float2half_rn(sv * (float)(int8_t)(vq.y >> (8 * j)));
+                    }
                 }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) kh[j] = vh[j] = __float2half_rn(0.0f);
             }
-            ks[kk][d] = __float2half_rn(kvv);
-            vt[d][kk] = __float2half_rn(vvv);
+            *(uint4 *)&ks[kk][d] = *(const uint4 *)kh;
+#pragma unroll
+            for (int j = 0; j < 8; j++) vt[d + j][kk] = vh[j];
         }
         __syncthreads();
 
