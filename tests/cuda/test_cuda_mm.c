@@ -345,6 +345,86 @@ static void check_moe_routed(qt_type t, int64_t n_in, int64_t n_out, int n_mat, 
     free(w), free(x), free(ids), free(xrow), free(ref), free(wf), free(y);
 }
 
+/* Timing only (no bound): the three expert products of one Qwen3-30B-A3B
+ * layer for a 512-token prompt chunk (4096 pairs, top-8 of 128; gate and up
+ * 768 x 2048 Q4_K, down 2048 x 768 Q6_K), on the default path (the
+ * tensor-core one on sm_80+) and with every expert forced through the
+ * host-grouped GEMM path. The roofline (docs/cuda-kernels.md): ~60 us for
+ * the weights, ~100 us for the flops. */
+static void time_moe_layer(void) {
+    const int n_tok = 512, k = 8, n_mat = 128, np = n_tok * k;
+    const int64_t E = 2048, F = 768;
+    const qt_type tt[3] = {QT_Q4_K, QT_Q4_K, QT_Q6_K};
+    const int64_t nin[3] = {E, E, F}, nout[3] = {F, F, E};
+    void *dw[3];
+    size_t wbytes = 0;
+    for (int m = 0; m < 3; m++) {
+        const size_t b = qt_row_size(tt[m], nin[m]) * (size_t)nout[m] * n_mat;
+        uint8_t *w = make_weights(tt[m], nin[m], nout[m] * n_mat);
+        CK(cudaMalloc(&dw[m], b));
+        CK(cudaMemcpy(dw[m], w, b, cudaMemcpyHostToDevice));
+        free(w);
+        wbytes += b;
+    }
+    int32_t *ids = malloc(sizeof(int32_t) * np), *xrow = malloc(sizeof(int32_t) * np);
+    for (int t = 0; t < n_tok; t++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = (int)(rnd() % (unsigned)n_mat);
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= ids[t * k + i] == e;
+            } while (dup);
+            ids[t * k + j] = e, xrow[t * k + j] = t;
+        }
+    const size_t nx = (size_t)np * E; /* big enough for both inputs */
+    float *hx = malloc(sizeof(float) * nx);
+    for (size_t i = 0; i < nx; i++) hx[i] = rnd_gauss();
+    float *dx, *dy;
+    int32_t *dids, *dxrow;
+    CK(cudaMalloc((void **)&dx, sizeof(float) * nx));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)np * E));
+    CK(cudaMalloc((void **)&dids, sizeof(int32_t) * np));
+    CK(cudaMalloc((void **)&dxrow, sizeof(int32_t) * np));
+    CK(cudaMemcpy(dx, hx, sizeof(float) * nx, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dids, ids, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dxrow, xrow, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
+    cudaEvent_t ev[4];
+    for (int i = 0; i < 4; i++) CK(cudaEventCreate(&ev[i]));
+    for (int mode = 0; mode < 3; mode += 2) {
+        const int old = cuda_mm_force_path(mode), reps = mode ? 2 : 20;
+        float ms[3] = {0, 0, 0};
+        for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up (scratch, first launches) */
+            for (int m = 0; m < 3; m++) {
+                st_weight sw = {.data = dw[m], .type = tt[m], .n_in = nin[m], .n_out = nout[m], .n_mat = n_mat,
+                                .row_bytes = qt_row_size(tt[m], nin[m])};
+                CK(cudaEventRecord(ev[0], 0));
+                const int rc = cuda_moe_matmul(&sw, NULL, dids, m < 2 ? dxrow : NULL, np, dx, m < 2 ? n_tok : np,
+                                               dy, 0, 0);
+                CK(cudaEventRecord(ev[1], 0));
+                CK(cudaEventSynchronize(ev[1]));
+                float t = 0;
+                CK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+                if (rc != 0) printf("cuda_moe_matmul failed: %s\n", st_error_get());
+                if (rep >= 0) ms[m] += t / (float)reps;
+            }
+        }
+        cuda_mm_force_path(old);
+        const float tot = ms[0] + ms[1] + ms[2];
+        printf("time   moe pp512 layer (qwen3-30b-a3b experts, %s): gate %.1f us, up %.1f us, down %.1f us, "
+               "total %.1f us (%.0f GB/s of weights)\n",
+               mode ? "every expert on the host-grouped GEMM path" : "default path", 1e3 * ms[0], 1e3 * ms[1],
+               1e3 * ms[2], 1e3 * tot, (double)wbytes / (tot * 1e-3) / 1e9);
+    }
+    for (int i = 0; i < 4; i++) CK(cudaEventDestroy(ev[i]));
+    for (int m = 0; m < 3; m++) CK(cudaFree(dw[m]));
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    CK(cudaFree(dids));
+    CK(cudaFree(dxrow));
+    free(ids), free(xrow), free(hx);
+}
+
 int main(void) {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -405,6 +485,7 @@ int main(void) {
     check_moe_routed(QT_IQ2_XXS, 256, 256, 64, 300, 8, MR_HOT | MR_SKIP | MR_XNULL);
     check_moe_routed(QT_Q4_0, 256, 32, 8, 35000, 2, MR_SKIP | MR_XNULL);
     check_moe_routed(QT_Q4_K, 256, 40, 600, 100, 8, MR_SKIP);
+    time_moe_layer();
     cuda_mm_release();
     printf("%d of %d checks passed\n", g_checks - g_fail, g_checks);
     return g_fail ? 1 : 0;
