@@ -296,7 +296,8 @@ static void check_moe_routed(qt_type t, int64_t n_in, int64_t n_out, int n_mat, 
         int used = 0;
         for (int p = 0; p < n_pairs && !used; p++) used = ids[p] == e;
         if (!used) continue;
-        for (int64_t r = 0; r < n_out; r++) qt_dequantize(t, w + (size_t)e * mbytes + (size_t)r * rb, wf + r * n_in, n_in);
+        for (int64_t r = 0; r < n_out; r++)
+            qt_dequantize(t, w + (size_t)e * mbytes + (size_t)r * rb, wf + r * n_in, n_in);
         for (int p = 0; p < n_pairs; p++) {
             if (ids[p] != e) continue;
             const float *xr = x + (size_t)(xnull ? p : xrow[p]) * (size_t)n_in;

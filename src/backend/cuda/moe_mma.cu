@@ -66,6 +66,10 @@
 #define MQ_SEG 32      /* segments (warps) of the grouping block */
 #define MQ_GT (MQ_SEG * 32)
 #define MQ_MAX_DEV 16
+/* Weights are decoded times 2^MQ_WLOG2 (undone with the activations' power
+ * of two on the output): f16's subnormal range then starts at 2.4e-7 instead
+ * of 6.1e-5, so small scales keep their bits; |w| up to 256 stays finite. */
+#define MQ_WLOG2 8
 
 /* ---- PTX helpers (sm_80+; never launched below, mm_moe_mma checks) ---- */
 
@@ -141,7 +145,7 @@ static __device__ __forceinline__ void mq_unit_f16(const mm_unit &u, uint32_t (&
     const __half2 k1152 = __float2half2_rn(1152.0f);
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const float d = F::SCALE16 ? u.d[i >> 2] : u.d[0];
+        const float d = (F::SCALE16 ? u.d[i >> 2] : u.d[0]) * (float)(1 << MQ_WLOG2);
         const uint32_t b = (uint32_t)u.q[i] ^ 0x80808080u; /* q + 128 per byte */
         const uint32_t lo = __byte_perm(b, 0x64646464u, 0x4140), hi = __byte_perm(b, 0x64646464u, 0x4342);
         __half2 hl = __hsub2(*(const __half2 *)&lo, k1152), hh = __hsub2(*(const __half2 *)&hi, k1152);
@@ -149,7 +153,8 @@ static __device__ __forceinline__ void mq_unit_f16(const mm_unit &u, uint32_t (&
         if constexpr (F::MIN == 0) {
             hl = __hmul2(hl, d2), hh = __hmul2(hh, d2);
         } else {
-            const float m = F::MIN == 1 ? u.m[0] : F::MIN == 2 ? u.m[i >> 2] : u.m[i >> 1];
+            const float m0 = F::MIN == 1 ? u.m[0] : F::MIN == 2 ? u.m[i >> 2] : u.m[i >> 1];
+            const float m = m0 * (float)(1 << MQ_WLOG2);
             const __half2 m2 = __float2half2_rn(m);
             hl = __hfma2(hl, d2, m2), hh = __hfma2(hh, d2, m2);
         }
@@ -174,7 +179,7 @@ static __global__ void mq_act_f16_kernel(const float *__restrict__ x, int n_in, 
     int ex = 0, e = 0;
     if (amax > 0.0f && amax <= 3.0e38f) { /* inf and NaN keep the scale 1 (and propagate) */
         (void)frexpf(amax, &ex);          /* amax < 2^ex */
-        e = min(max(14 - ex, -120), 120);
+        e = min(max(14 - ex, -110), 110);
     }
     const float sc = ldexpf(1.0f, e);
     uint2 *dst = (uint2 *)(xh + (size_t)row * n_in);
@@ -183,16 +188,28 @@ static __global__ void mq_act_f16_kernel(const float *__restrict__ x, int n_in, 
         const __half2 a = __floats2half2_rn(v.x * sc, v.y * sc), b = __floats2half2_rn(v.z * sc, v.w * sc);
         dst[i] = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
     }
-    if (lane == 0) inv[row] = ldexpf(1.0f, -e);
+    if (lane == 0) inv[row] = ldexpf(1.0f, -e - MQ_WLOG2); /* also undoes the weights' 2^MQ_WLOG2 */
 }
 
 /* ---- 2. grouping ---- */
 
-/* Bucket of pair p: its expert, or n_mat for a pair that writes zeros. */
-static __device__ __forceinline__ int mq_bucket(const int32_t *ids, const int32_t *xrow, int x_off, int p, int n_mat,
-                                                int n_x) {
-    const int e = ids[p], r = xrow ? xrow[p] : x_off + p;
-    return e >= 0 && e < n_mat && r >= 0 && r < n_x ? e : n_mat;
+/* Buckets of pairs p, p+32, .. (MQ_RB rounds of a warp; -1 from p_hi on),
+ * all loads issued before any is used. */
+#define MQ_RB 4
+static __device__ __forceinline__ void mq_buckets(int (&bk)[MQ_RB], const int32_t *ids, const int32_t *xrow,
+                                                  int x_off, int p, int p_hi, int n_mat, int n_x) {
+    int e[MQ_RB], r[MQ_RB];
+#pragma unroll
+    for (int u = 0; u < MQ_RB; u++) {
+        const int q = p + 32 * u;
+        e[u] = q < p_hi ? ids[q] : -1;
+        r[u] = q < p_hi ? (xrow ? xrow[q] : x_off + q) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < MQ_RB; u++) {
+        const int q = p + 32 * u;
+        bk[u] = q >= p_hi ? -1 : e[u] >= 0 && e[u] < n_mat && r[u] >= 0 && r[u] < n_x ? e[u] : n_mat;
+    }
 }
 
 /* Exclusive block-wide prefix sums of two values per thread (MQ_GT threads). */
@@ -222,7 +239,7 @@ static __device__ __forceinline__ void mq_scan2(int a, int b, int &ea, int &eb, 
 
 /* rec layout (int32): [0] tile count, [4 ..) tiles as int4 (expert or -1,
  * first sorted index, count, 0) x max_tiles, then the sorted pairs. */
-static __global__ void __launch_bounds__(MQ_GT) mq_group_kernel(const int32_t *__restrict__ ids,
+static __global__ void __launch_bounds__(MQ_GT, 1) mq_group_kernel(const int32_t *__restrict__ ids,
                                                                 const int32_t *__restrict__ xrow, int x_off,
                                                                 int n_pairs, int n_mat, int n_x, int max_tiles,
                                                                 int32_t *__restrict__ rec) {
@@ -237,11 +254,14 @@ static __global__ void __launch_bounds__(MQ_GT) mq_group_kernel(const int32_t *_
 
     const int seg = (n_pairs + MQ_SEG - 1) / MQ_SEG, p_lo = warp * seg, p_hi = min(n_pairs, p_lo + seg);
     uint16_t *h = hist + warp * nb;
-    for (int p0 = p_lo; p0 < p_hi; p0 += 32) {
-        const int p = p0 + lane;
-        const int b = p < p_hi ? mq_bucket(ids, xrow, x_off, p, n_mat, n_x) : -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, b);
-        if (b >= 0 && lane == __ffs(peers) - 1) h[b] = (uint16_t)(h[b] + __popc(peers));
+    for (int p0 = p_lo; p0 < p_hi; p0 += 32 * MQ_RB) {
+        int bk[MQ_RB];
+        mq_buckets(bk, ids, xrow, x_off, p0 + lane, p_hi, n_mat, n_x);
+#pragma unroll
+        for (int u = 0; u < MQ_RB; u++) {
+            const unsigned peers = __match_any_sync(0xffffffffu, bk[u]);
+            if (bk[u] >= 0 && lane == __ffs(peers) - 1) h[bk[u]] = (uint16_t)(h[bk[u]] + __popc(peers));
+        }
     }
     __syncthreads();
 
@@ -258,17 +278,21 @@ static __global__ void __launch_bounds__(MQ_GT) mq_group_kernel(const int32_t *_
     if (tid < nb) s_off[tid] = off;
     __syncthreads();
 
-    for (int p0 = p_lo; p0 < p_hi; p0 += 32) {
-        const int p = p0 + lane;
-        const int b = p < p_hi ? mq_bucket(ids, xrow, x_off, p, n_mat, n_x) : -1;
-        const unsigned peers = __match_any_sync(0xffffffffu, b);
-        const int base = b >= 0 ? h[b] : 0;
-        __syncwarp();
-        if (b >= 0) {
-            sorted[s_off[b] + base + __popc(peers & ((1u << lane) - 1))] = p;
-            if (lane == __ffs(peers) - 1) h[b] = (uint16_t)(base + __popc(peers));
+    for (int p0 = p_lo; p0 < p_hi; p0 += 32 * MQ_RB) {
+        int bk[MQ_RB];
+        mq_buckets(bk, ids, xrow, x_off, p0 + lane, p_hi, n_mat, n_x);
+#pragma unroll
+        for (int u = 0; u < MQ_RB; u++) {
+            const int b = bk[u];
+            const unsigned peers = __match_any_sync(0xffffffffu, b);
+            const int base = b >= 0 ? h[b] : 0;
+            __syncwarp();
+            if (b >= 0) {
+                sorted[s_off[b] + base + __popc(peers & ((1u << lane) - 1))] = p0 + 32 * u + lane;
+                if (lane == __ffs(peers) - 1) h[b] = (uint16_t)(base + __popc(peers));
+            }
+            __syncwarp();
         }
-        __syncwarp();
     }
     if (tid < nb)
         for (int j = 0; j < ntile; j++)
@@ -477,6 +501,13 @@ static int mq_fits(qt_type t, int n_in, int smem_optin) {
     }
 }
 
+/* Most tiles np pairs over n_mat experts (+ the zeros bucket) can make:
+ * each holds at least one pair, and each bucket adds at most one partial. */
+static int mq_max_tiles(int np, int n_mat) {
+    const int b = (np + MQ_TM - 1) / MQ_TM + n_mat + 1;
+    return np < b ? np : b;
+}
+
 int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
                int n_pairs, const float *x, int n_x, float *y, cudaStream_t s) {
     static int cc[MQ_MAX_DEV], optin[MQ_MAX_DEV]; /* per device: compute capability major, shared memory */
@@ -493,9 +524,7 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
     /* scratch: f16 x in xb; in rec the per-row scales, then per chunk the
      * tile count, the tiles and the sorted pairs */
     const int chunk = n_pairs < MM_MOE_MMA_MAX_PAIRS ? n_pairs : MM_MOE_MMA_MAX_PAIRS;
-    const int max_tiles_c = (int)(chunk < (chunk + MQ_TM - 1) / MQ_TM + n_mat + 1 ? chunk
-                                                                                   : (chunk + MQ_TM - 1) / MQ_TM + n_mat + 1);
-    const size_t rec_ints = (size_t)n_x + 4 + 4 * (size_t)max_tiles_c + (size_t)chunk;
+    const size_t rec_ints = (size_t)n_x + 4 + 4 * (size_t)mq_max_tiles(chunk, n_mat) + (size_t)chunk;
     mm_scratch *sc = mm_scratch_get(s, 0, 0, 0, (size_t)n_x * n_in * 2, 0, rec_ints * 4);
     if (!sc) return -1;
     __half *xh = (__half *)sc->xb;
@@ -514,7 +543,7 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
     a.xh = xh, a.xinv = xinv, a.rec = rec;
     for (int p0 = 0; p0 < n_pairs; p0 += chunk) {
         const int np = n_pairs - p0 < chunk ? n_pairs - p0 : chunk;
-        const int mt = np < (np + MQ_TM - 1) / MQ_TM + n_mat + 1 ? np : (np + MQ_TM - 1) / MQ_TM + n_mat + 1;
+        const int mt = mq_max_tiles(np, n_mat);
         const size_t gsm = (size_t)MQ_SEG * (n_mat + 1) * sizeof(uint16_t);
         mq_group_kernel<<<1, MQ_GT, gsm, s>>>(d_ids + p0, d_xrow ? d_xrow + p0 : NULL, p0, np, n_mat, n_x, mt, rec);
         CUDA_LAUNCH_CHECK();
