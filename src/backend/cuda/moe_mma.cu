@@ -19,7 +19,8 @@
  *     ceil(n_pairs / MQ_TM) + n_mat + 1), known on the host; blocks past the
  *     real count (in device memory) return at once.
  *
- * The product block (4 warps, 2 x 2, each 64 rows x 32 tokens):
+ * The product block (4 warps, each 32 rows x all 64 tokens, so that every
+ * warp, and with it every tensor unit of the SM, has work at any count):
  *  - raw weight bytes of MQ_TN rows x SK weights (one K-quant super-block,
  *    or 4-8 small blocks) go to shared memory with 16-byte cp.async, two
  *    stages deep; each row's span is copied from its 16-byte aligned start,
@@ -46,11 +47,12 @@
  * Roofline, Qwen3-30B-A3B prompt chunk of 512 tokens (top-8 of 128 experts:
  * 4096 pairs, ~32 per expert), one layer: gate and up 768 x 2048 Q4_K,
  * down 2048 x 768 Q6_K. Weights of all 128 experts: 2 x 113 + 165 MB =
- * ~270 MB read once (~60 us at 4.5 TB/s); work 3 x 4096 x 768 x 2048 x 2 =
+ * ~390 MB read once (~87 us at 4.5 TB/s); work 3 x 4096 x 768 x 2048 x 2 =
  * 38.7 GFLOP (~0.1 ms at the ~400 dense f16 TFLOP/s mma.sync reaches on an
  * H200). Expected cost: shared-memory traffic (decoded tiles written once,
- * read by both token warps; activation tiles read by both row warps), about
- * 0.15 bytes per multiply-add, i.e. ~130 us per layer for the three
+ * read once; activation tiles read by all four warps), 0.23 bytes per
+ * multiply-add at 32 tokens a tile (0.16 at 64), i.e. ~130 us per layer
+ * for the three
  * products (+ ~10 us for the six small launches), against ~1.5 ms for the
  * host-grouped path it replaces. Not yet measured on a GPU.
  */
@@ -373,13 +375,15 @@ static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args 
         }
     };
 
-    const int warp = tid / 32, lane = tid % 32, wr = warp & 1, wc = warp >> 1;
-    const int nt_act = min(4, max(0, (cnt - 32 * wc + 7) / 8)); /* 8-token groups with tokens, this warp */
-    float acc[4][4][4];
+    /* warp w: rows 32w..32w+31 (2 x m16) of every token (8 x n8): all four
+     * warps, hence all four tensor units of the SM, work for any count */
+    const int warp = tid / 32, lane = tid % 32;
+    const int nt_act = (cnt + 7) / 8; /* 8-token groups with tokens */
+    float acc[2][8][4];
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+        for (int j = 0; j < 8; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
     issue_raw(0);
     mq_commit();
@@ -411,32 +415,30 @@ static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args 
             }
             if (q == 0) mq_wait<1>(); /* this stage's activations */
             __syncthreads();
-            if (nt_act > 0) {
 #pragma unroll
-                for (int kk = 0; kk < MQ_HK; kk += 16) {
-                    uint32_t af[4][4], bf[4][2];
+            for (int kk = 0; kk < MQ_HK; kk += 16) {
+                uint32_t af[2][4], bf[8][2];
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const int row = wr * 64 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                        const int kc = (kk >> 3) + (lane >> 4);
-                        mq_ldsm4(af[i], wh + row * MQ_HK + ((kc ^ (row & 7)) << 3));
-                    }
+                for (int i = 0; i < 2; i++) {
+                    const int row = warp * 32 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    const int kc = (kk >> 3) + (lane >> 4);
+                    mq_ldsm4(af[i], wh + row * MQ_HK + ((kc ^ (row & 7)) << 3));
+                }
 #pragma unroll
-                    for (int jj = 0; jj < 2; jj++) {
-                        if (2 * jj >= nt_act) break;
-                        const int t = wc * 32 + jj * 16 + (lane & 7) + ((lane >> 4) << 3);
-                        const int kc = ((q * MQ_HK + kk) >> 3) + ((lane >> 3) & 1);
-                        uint32_t r4[4];
-                        mq_ldsm4(r4, xs + t * SK + ((kc ^ (t & 7)) << 3));
-                        bf[2 * jj][0] = r4[0], bf[2 * jj][1] = r4[1];
-                        bf[2 * jj + 1][0] = r4[2], bf[2 * jj + 1][1] = r4[3];
-                    }
+                for (int jj = 0; jj < 4; jj++) {
+                    if (2 * jj >= nt_act) break;
+                    const int t = jj * 16 + (lane & 7) + ((lane >> 4) << 3);
+                    const int kc = ((q * MQ_HK + kk) >> 3) + ((lane >> 3) & 1);
+                    uint32_t r4[4];
+                    mq_ldsm4(r4, xs + t * SK + ((kc ^ (t & 7)) << 3));
+                    bf[2 * jj][0] = r4[0], bf[2 * jj][1] = r4[1];
+                    bf[2 * jj + 1][0] = r4[2], bf[2 * jj + 1][1] = r4[3];
+                }
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        if (j >= nt_act) break;
+                for (int j = 0; j < 8; j++) {
+                    if (j >= nt_act) break;
 #pragma unroll
-                        for (int i = 0; i < 4; i++) mq_mma(acc[i][j], af[i], bf[j][0], bf[j][1]);
-                    }
+                    for (int i = 0; i < 2; i++) mq_mma(acc[i][j], af[i], bf[j][0], bf[j][1]);
                 }
             }
             __syncthreads(); /* wh (and, after the last phase, xs and this raw stage) free */
@@ -446,21 +448,21 @@ static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args 
     /* rows g, g+8 of each 16; tokens 2c, 2c+1 of each 8 */
     const int g = lane / 4, c = lane % 4;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < 8; j++) {
         if (j >= nt_act) break;
         float *yr[2];
         float sc[2];
 #pragma unroll
         for (int k = 0; k < 2; k++) { /* this thread's two tokens of the group (NULL: past the count) */
-            const int t = wc * 32 + j * 8 + 2 * c + k;
+            const int t = j * 8 + 2 * c + k;
             yr[k] = t < cnt ? a.y + (size_t)tp[t] * a.n_out : NULL;
             sc[k] = t < cnt ? tinv[t] : 0.0f;
         }
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 2; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int row = n0 + wr * 64 + i * 16 + g + 8 * h;
+                const int row = n0 + warp * 32 + i * 16 + g + 8 * h;
                 if (row >= a.n_out) continue;
 #pragma unroll
                 for (int k = 0; k < 2; k++)
