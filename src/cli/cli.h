@@ -13,6 +13,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_device(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 /* Print "strata CMD: MSG" and the usage line; returns 2. */
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)

@@ -24,6 +24,7 @@ static const command COMMANDS[] = {
     {"serve", cmd_serve, "OpenAI- and Anthropic-compatible HTTP server (default model when -m is not given)"},
     {"launch", cmd_launch, "plan device, context, KV and memory from this machine, then serve (--plan: only print)"},
     {"device", cmd_device, "list the GPUs and self-test one (memory plan, bandwidth, every op vs the CPU)"},
+    {"tune", cmd_tune, "measure cuBLASLt GEMM algorithms for a model's prompt products on this GPU"},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -15,6 +15,7 @@
  */
 #include "backend/cuda/mm_impl.cuh"
 #include "backend/cuda/quant_cuda.cuh"
+#include "backend/cuda/tune.h"
 
 #define MM_WB_ELEMS ((size_t)32 << 20) /* bf16 values per dequantized chunk (64 MB) */
 
@@ -110,9 +111,11 @@ void mm_scatter_rows(const float *yb, const int32_t *idx, int n, int n_out, floa
 
 /* ---- cuBLAS ---- */
 
-/* Rows per dequantized chunk for n_in columns (whole matrix if it fits). */
-static int64_t mm_chunk_rows(int64_t n_in, int64_t n_out) {
+/* Rows per dequantized chunk for n_in columns (whole matrix if it fits);
+ * `strata tune` measures these same chunks (tune.h). */
+int64_t mm_chunk_rows(int64_t n_in, int64_t n_out) {
     int64_t r = (int64_t)(MM_WB_ELEMS / (size_t)n_in);
+    if (r > 64) r -= r % 64; /* each chunk's output starts 256-byte aligned (what cuBLASLt's fast kernels take) */
     if (r < 1) r = 1;
     return r < n_out ? r : n_out;
 }
@@ -151,6 +154,9 @@ int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *x
     if (!blas_ran(sc, cublasSetStream(sc->blas, s), 0, 0, 0)) return 1;
     /* Column-major view: W rows are columns of an n_in x n_out matrix, so
      * Y^T (n_out x n_tok) = op_T(W) * X^T with X^T's columns the tokens. */
+    /* Bf16 products whose shape `strata tune` measured run with its
+     * cuBLASLt algorithm (tune.cu; 1: not tuned, or refused: cublasGemmEx). */
+    if (w->type == QT_BF16 && cuda_tune_gemm(n_out, n_in, n_tok, n_out, wdata, xb, y, s) == 0) return 0;
     if (w->type == QT_F32 || w->type == QT_BF16) { /* the weights as they are: f32 with f32 x, bf16 with bf16 x */
         const int f32 = w->type == QT_F32;
         const cudaDataType_t dt = f32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -166,6 +172,7 @@ int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *x
     for (int64_t r0 = 0; r0 < n_out; r0 += chunk) {
         const int64_t nr = r0 + chunk <= n_out ? chunk : n_out - r0;
         if (mm_dequant_bf16(w->type, wdata, w->row_bytes, n_in, r0, nr, sc->wb, s) != 0) return -1;
+        if (cuda_tune_gemm(n_out, n_in, n_tok, (int)nr, sc->wb, xb, y + r0, s) == 0) continue;
         if (!blas_ran(sc,
                       cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n_tok, n_in, &one, sc->wb, CUDA_R_16BF,
                                    n_in, xb, CUDA_R_16BF, n_in, &zero, y + r0, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
