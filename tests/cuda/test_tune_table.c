@@ -204,14 +204,17 @@ static void test_malformed(void) {
     CHECK(tune_table_parse(&t, HDR GOOD, "t.tsv") == 0 && t.n == 1, "no comment: %s", st_error_get());
     tune_table_free(&t);
     /* CRLF line ends and no final newline are taken */
-    CHECK(tune_table_parse(&t, "strata-tune v1\tarch=sm_90\tcublaslt=130100\tgpu=G\r\n4096\t2048\t512\tlt\t10.5\t12.25\t0" W8,
+    CHECK(tune_table_parse(&t,
+                           "strata-tune v1\tarch=sm_90\tcublaslt=130100\tgpu=G\r\n"
+                           "4096\t2048\t512\tlt\t10.5\t12.25\t0" W8,
                            "t.tsv") == 0 && t.n == 1,
           "CRLF / no final newline: %s", st_error_get());
     tune_table_free(&t);
 
     bad("empty file", "", "t.tsv", "empty");
     bad("not a table", "hello\n", "t.tsv:1:", "not a Strata tune table");
-    bad("other format version", "strata-tune v2\tarch=sm_90\tcublaslt=1\tgpu=G\n", "t.tsv:1:", "not a Strata tune table");
+    bad("other format version", "strata-tune v2\tarch=sm_90\tcublaslt=1\tgpu=G\n", "t.tsv:1:",
+        "not a Strata tune table");
     bad("header without version", "strata-tune v1\tarch=sm_90\tgpu=G\n", "t.tsv:1:", "cublaslt=VERSION");
     bad("header with bad arch", "strata-tune v1\tarch=90\tcublaslt=1\tgpu=G\n", "t.tsv:1:", "arch=sm_NN");
     bad("too few fields", HDR GOOD "4096\t2048\t512\n", "t.tsv:3:", "found 3");

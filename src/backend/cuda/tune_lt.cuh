@@ -41,7 +41,8 @@ static inline cublasStatus_t tune_lt_op(cublasLtMatmulDesc_t *op) {
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     st = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     if (st != CUBLAS_STATUS_SUCCESS) cublasLtMatmulDescDestroy(*op);
     return st;
 }
@@ -61,10 +62,10 @@ static inline cublasStatus_t tune_lt_b(int n_tok, int n_in, cublasLtMatrixLayout
 }
 
 /* One chunk's product with algorithm algo (D = C: beta is 0). */
-static inline cublasStatus_t tune_lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const cublasLtMatmulAlgo_t *algo,
-                                            const void *a, cublasLtMatrixLayout_t la, const void *b,
-                                            cublasLtMatrixLayout_t lb, float *c, cublasLtMatrixLayout_t lc, void *ws,
-                                            size_t ws_bytes, cudaStream_t s) {
+static inline cublasStatus_t tune_lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
+                                            const cublasLtMatmulAlgo_t *algo, const void *a, cublasLtMatrixLayout_t la,
+                                            const void *b, cublasLtMatrixLayout_t lb, float *c,
+                                            cublasLtMatrixLayout_t lc, void *ws, size_t ws_bytes, cudaStream_t s) {
     const float one = 1.0f, zero = 0.0f;
     return cublasLtMatmul(h, op, &one, a, la, b, lb, &zero, c, lc, c, lc, algo, ws, ws_bytes, s);
 }

@@ -95,9 +95,9 @@ static int job_run(const tune_job *j, float *c) {
     for (int64_t r0 = 0; r0 < j->n_out; r0 += j->chunk) {
         const int last = r0 + j->chunk >= j->n_out;
         const int m = (int)(last ? j->n_out - r0 : j->chunk);
-        const int st = j->algo ? (int)tune_lt_matmul(j->lt, j->op, j->algo, j->bf->a, last ? j->la_last : j->la, j->bf->b,
-                                                     j->lb, c + r0, last ? j->lc_last : j->lc, j->bf->ws, TUNE_WS_MAX,
-                                                     j->s)
+        const cublasLtMatrixLayout_t la = last ? j->la_last : j->la, lc = last ? j->lc_last : j->lc;
+        const int st = j->algo ? (int)tune_lt_matmul(j->lt, j->op, j->algo, j->bf->a, la, j->bf->b, j->lb, c + r0, lc,
+                                                     j->bf->ws, TUNE_WS_MAX, j->s)
                                : (int)cublasGemmEx(j->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, j->n_tok, j->n_in, &one,
                                                    j->bf->a, CUDA_R_16BF, j->n_in, j->bf->b, CUDA_R_16BF, j->n_in,
                                                    &zero, c + r0, CUDA_R_32F, j->n_out, CUBLAS_COMPUTE_32F,
@@ -310,7 +310,8 @@ int cuda_tune_run(const cuda_tune_params *p, tune_table *t) {
         st_error_set("strata tune: cublasSetStream failed");
         goto done;
     }
-    if (cudaMalloc(&bf.ws, TUNE_WS_MAX) != cudaSuccess || cudaMalloc((void **)&bf.diff, 2 * sizeof(double)) != cudaSuccess) {
+    if (cudaMalloc(&bf.ws, TUNE_WS_MAX) != cudaSuccess ||
+        cudaMalloc((void **)&bf.diff, 2 * sizeof(double)) != cudaSuccess) {
         (void)cudaGetLastError();
         st_error_set("strata tune: out of device memory for the workspace");
         goto done;
