@@ -33,6 +33,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/mm.h"
 #include "backend/cuda/mmv_moe.h"
+#include "backend/cuda/tune.h"
 #include "backend/cuda/ops.h"
 
 extern "C" {
@@ -446,6 +447,7 @@ static void cu_destroy(st_backend *be) {
     CUDA_CHECK(cudaFree(c->d_pos));
     CUDA_CHECK(cudaStreamDestroy(c->s));
     cuda_mm_release();
+    cuda_tune_release();
     st_free(c);
     st_free(be);
 }
@@ -455,6 +457,7 @@ extern "C" void backend_cuda_sync(st_backend *be) { CUDA_CHECK(cudaStreamSynchro
 extern "C" st_backend *backend_cuda_create(int device) {
     if (gpu_device_check(device) != 0) return NULL;
     CUDA_CHECK(cudaSetDevice(device));
+    cuda_tune_load(); /* this card's tuning table (or one line why not), at start rather than mid-request */
     cuda_ctx *c = (cuda_ctx *)st_calloc(1, sizeof *c);
     c->dev = device;
     cudaDeviceProp p;
