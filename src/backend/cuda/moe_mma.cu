@@ -26,7 +26,7 @@
  *    stages deep; each row's span is copied from its 16-byte aligned start,
  *    so the bytes keep their address mod 16 and the unit decoders of
  *    quant_cuda.cuh (which assume that alignment) read them from shared
- *    memory unchanged;
+ *    memory unchanged; the last chunk of a span reads only up to its end;
  *  - the gathered activation rows (f16) of the stage's SK columns follow in
  *    their own cp.async group, issued before the next raw stage so that
  *    they can be waited for alone;
@@ -81,6 +81,17 @@ static __device__ __forceinline__ void mq_cp16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 #else
     (void)dst, (void)src;
+#endif
+}
+
+/* The same with only the first n (0..16) bytes read, the rest zero-filled:
+ * the last chunk of a row's span never reads past the span's last byte. */
+static __device__ __forceinline__ void mq_cp16n(void *dst, const void *src, unsigned n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
+#else
+    (void)dst, (void)src, (void)n;
 #endif
 }
 
@@ -363,8 +374,9 @@ static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args 
             const int r = i / NCH, ch = i % NCH;
             if (n0 + r >= a.n_out) continue;
             const uintptr_t src = (uintptr_t)(wm + (size_t)(n0 + r) * a.row_bytes + (size_t)s * C::SB);
-            const uintptr_t lo = src & ~(uintptr_t)15, hi = (src + C::SB + 15) & ~(uintptr_t)15;
-            if (lo + 16 * (uintptr_t)ch < hi) mq_cp16(dst + r * RAWB + 16 * ch, (const void *)(lo + 16 * ch));
+            const uintptr_t lo = src & ~(uintptr_t)15, c0 = lo + 16 * (uintptr_t)ch, end = src + C::SB;
+            if (c0 < end) /* from the aligned word before the span's start; nothing past its end */
+                mq_cp16n(dst + r * RAWB + 16 * ch, (const void *)c0, end - c0 < 16 ? (unsigned)(end - c0) : 16u);
         }
     };
     /* activation columns [s*SK, (s+1)*SK) of the tile's tokens */
