@@ -274,6 +274,7 @@ static __global__ void __launch_bounds__(MQ_GT, 1) mq_group_kernel(const int32_t
         for (int u = 0; u < MQ_RB; u++) {
             const unsigned peers = __match_any_sync(0xffffffffu, bk[u]);
             if (bk[u] >= 0 && lane == __ffs(peers) - 1) h[bk[u]] = (uint16_t)(h[bk[u]] + __popc(peers));
+            __syncwarp(); /* the next round's leader of this bucket may be another lane */
         }
     }
     __syncthreads();
