@@ -4,20 +4,21 @@
  * launchers of gemm_dispatch.cu call it past MM_MOE_DEVICE_MAX pairs; it
  * declines (returns 1) where it does not apply and the host-grouped path runs.
  *
- * Three launches per product:
- *  1. mq_act_f16: x rows -> f16 times a power of two per row, so that the
+ * Two launches per product:
+ *  1. mq_prep_kernel, whose block 0 groups the pairs (2.) while the other
+ *     blocks convert x rows to f16 times a power of two per row, so that the
  *     row's largest value is in [2^13, 2^14) (f16 has bf16's precision x 8
  *     but not its range; the power of two is undone exactly on the output).
- *  2. mq_group (one block): per-expert counts, their offsets, the pairs
+ *  2. mq_group (block 0): per-expert counts, their offsets, the pairs
  *     sorted by expert (stable: each of 32 warps walks its own segment of the
  *     pairs in order, __match_any_sync ranks equal experts within 32 pairs),
  *     and a tile table (expert, first sorted pair, count) with
  *     ceil(count / MQ_TM) tiles per expert. Pairs with a negative (or out of
  *     range) expert or x row form one more bucket whose tiles write zeros.
- *  3. mq_kernel<T>: a block per (tile, MQ_TN output rows). The grid is
- *     sized by an upper bound of the tile count, min(n_pairs,
- *     ceil(n_pairs / MQ_TM) + n_mat + 1), known on the host; blocks past the
- *     real count (in device memory) return at once.
+ *  3. mq_kernel<T> (the second launch): a block per (tile, MQ_TN output
+ *     rows). The grid is sized by an upper bound of the tile count,
+ *     min(n_pairs, ceil(n_pairs / MQ_TM) + n_mat + 1), known on the host;
+ *     blocks past the real count (in device memory) return at once.
  *
  * The product block (4 warps, each 32 rows x all 64 tokens, so that every
  * warp, and with it every tensor unit of the SM, has work at any count):
@@ -53,7 +54,7 @@
  * read once; activation tiles read by all four warps), 0.23 bytes per
  * multiply-add at 32 tokens a tile (0.16 at 64), i.e. ~130 us per layer
  * for the three
- * products (+ ~10 us for the six small launches), against ~1.5 ms for the
+ * products (+ a few us for the three small launches), against ~1.5 ms for the
  * host-grouped path it replaces. Not yet measured on a GPU.
  */
 #include "backend/cuda/mm_impl.cuh"
@@ -178,10 +179,10 @@ static __device__ __forceinline__ void mq_unit_f16(const mm_unit &u, uint32_t (&
 
 /* ---- 1. activations to f16 with a power of two per row ---- */
 
-static __global__ void mq_act_f16_kernel(const float *__restrict__ x, int n_in, int n_rows, __half *__restrict__ xh,
-                                         float *__restrict__ inv) {
-    const int row = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= n_rows) return;
+/* One warp converts one row. */
+static __device__ __forceinline__ void mq_act_row(const float *__restrict__ x, int n_in, int row,
+                                                  __half *__restrict__ xh, float *__restrict__ inv) {
+    const int lane = threadIdx.x % 32;
     const float4 *xr = (const float4 *)(x + (size_t)row * n_in);
     float amax = 0.0f;
     for (int i = lane; i < n_in / 4; i += 32) {
@@ -252,10 +253,9 @@ static __device__ __forceinline__ void mq_scan2(int a, int b, int &ea, int &eb, 
 
 /* rec layout (int32): [0] tile count, [4 ..) tiles as int4 (expert or -1,
  * first sorted index, count, 0) x max_tiles, then the sorted pairs. */
-static __global__ void __launch_bounds__(MQ_GT, 1) mq_group_kernel(const int32_t *__restrict__ ids,
-                                                                const int32_t *__restrict__ xrow, int x_off,
-                                                                int n_pairs, int n_mat, int n_x, int max_tiles,
-                                                                int32_t *__restrict__ rec) {
+static __device__ __forceinline__ void mq_group(const int32_t *__restrict__ ids, const int32_t *__restrict__ xrow,
+                                                int x_off, int n_pairs, int n_mat, int n_x, int max_tiles,
+                                                int32_t *__restrict__ rec) {
     extern __shared__ uint16_t hist[]; /* [MQ_SEG][nb]: per segment counts, then running offsets */
     __shared__ int s_off[MM_MOE_MMA_MAX_MAT + 1];
     __shared__ int ws[2][MQ_SEG];
@@ -312,6 +312,27 @@ static __global__ void __launch_bounds__(MQ_GT, 1) mq_group_kernel(const int32_t
         for (int j = 0; j < ntile; j++)
             tiles[toff + j] = make_int4(tid < n_mat ? tid : -1, off + j * MQ_TM, min(MQ_TM, cnt - j * MQ_TM), 0);
     if (tid == nb - 1) rec[0] = toff + ntile;
+}
+
+/* Block 0 groups the pairs; blocks 1.. convert 32 rows of x each (the
+ * grouping, bound by memory latency, hides behind the conversion). */
+struct mq_prep_args {
+    const int32_t *ids, *xrow;
+    int x_off, n_pairs, n_mat, n_x, max_tiles;
+    int32_t *rec;
+    const float *x; /* NULL: grouping only (later chunks) */
+    int n_in;
+    __half *xh;
+    float *xinv;
+};
+
+static __global__ void __launch_bounds__(MQ_GT, 1) mq_prep_kernel(const mq_prep_args a) {
+    if (blockIdx.x == 0) {
+        mq_group(a.ids, a.xrow, a.x_off, a.n_pairs, a.n_mat, a.n_x, a.max_tiles, a.rec);
+        return;
+    }
+    const int row = (blockIdx.x - 1) * MQ_SEG + threadIdx.x / 32;
+    if (row < a.n_x) mq_act_row(a.x, a.n_in, row, a.xh, a.xinv);
 }
 
 /* ---- 3. the product ---- */
@@ -546,9 +567,6 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
     float *xinv = (float *)sc->rec;
     int32_t *rec = sc->rec + ((n_x + 3) & ~3); /* int4-aligned tiles */
 
-    mq_act_f16_kernel<<<st_div_up((size_t)n_x, 4), 128, 0, s>>>(x, n_in, n_x, xh, xinv);
-    CUDA_LAUNCH_CHECK();
-
     mq_args a;
     a.w = (const uint8_t *)w->data;
     a.mat_stride = (size_t)n_out * w->row_bytes;
@@ -560,7 +578,10 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
         const int np = n_pairs - p0 < chunk ? n_pairs - p0 : chunk;
         const int mt = mq_max_tiles(np, n_mat);
         const size_t gsm = (size_t)MQ_SEG * (n_mat + 1) * sizeof(uint16_t);
-        mq_group_kernel<<<1, MQ_GT, gsm, s>>>(d_ids + p0, d_xrow ? d_xrow + p0 : NULL, p0, np, n_mat, n_x, mt, rec);
+        const mq_prep_args pa = {d_ids + p0, d_xrow ? d_xrow + p0 : NULL, p0, np, n_mat, n_x, mt, rec,
+                                 x, n_in, xh, xinv};
+        const unsigned conv = p0 == 0 ? st_div_up((size_t)n_x, MQ_SEG) : 0; /* x is converted once */
+        mq_prep_kernel<<<1 + conv, MQ_GT, gsm, s>>>(pa);
         CUDA_LAUNCH_CHECK();
         a.xrow = d_xrow ? d_xrow + p0 : NULL;
         a.x_off = p0;
