@@ -541,6 +541,8 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_moe(&c, 1, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0);
         check_moe(&c, 8, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0);
     }
+    /* a small prompt chunk (80 pairs): the self-test runs the tensor-core grouped products once too */
+    check_moe(&c, 40, 8, 2, 256, 256, 1, 0, QT_Q4_K, QT_Q6_K, 0);
     if (size) { /* prompt chunks at model sizes: the tensor-core grouped products (moe_mma.cu) on sm_80+ */
         check_moe(&c, 300, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 1); /* qwen3-30b-a3b's experts */
         check_moe(&c, 300, 128, 8, 1024, 512, 1, 0, QT_Q4_K, QT_Q6_K, 0);
