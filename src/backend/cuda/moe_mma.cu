@@ -41,9 +41,9 @@
  *    that ldmatrix and the decoders' 16-byte stores are conflict-free.
  * Shared memory: 2 x 128 x RAWB (raw stages, RAWB an odd multiple of 16
  * bytes, 80..240) + 64 x SK x 2 (activations) + 128 x 64 x 2 (decoded
- * weights) + 0.75 KB: 75-109 KB, two blocks per SM on sm_90 (228 KB).
- * Where the device's per-block limit is smaller (sm_86/89: 99 KB, Q6_K and
- * Q5_K need more), the path declines.
+ * weights) + 0.75 KB: 69-109 KB, two blocks per SM on sm_90 (228 KB).
+ * Where the device's per-block limit is smaller (sm_86/89: 99 KB, which
+ * Q5_0, Q5_1, Q5_K and Q6_K exceed), the path declines for that format.
  *
  * Roofline, Qwen3-30B-A3B prompt chunk of 512 tokens (top-8 of 128 experts:
  * 4096 pairs, ~32 per expert), one layer: gate and up 768 x 2048 Q4_K,
