@@ -10,11 +10,13 @@
  * mostly runs one slice each.
  *
  * Default kernels (STRATA_CUDA_ATTN=tc): prompt chunks of 16+ tokens on
- * tensor cores (attention_tc.cu); everything else with attn_gqa_kernel, the
- * query heads of one KV head in one block (K/V read once per KV head).
- * attn_split_kernel (a block per query head) takes the shapes the GQA kernel
- * does not (more than 16 heads per KV head, other head sizes) and is
- * selectable for comparison (STRATA_CUDA_ATTN=head).
+ * tensor cores (attention_tc.cu); the rest over spans past ATT_GQA_MIN_SPAN
+ * with attn_gqa_kernel, the query heads of one KV head in one block (K/V
+ * read once per KV head), and over shorter spans with attn_split_kernel (a
+ * block per query head: more blocks), which also takes the shapes the GQA
+ * kernel does not (more than 16 heads per KV head, other head sizes).
+ * STRATA_CUDA_ATTN=gqa uses the GQA kernel for every span and for prompts,
+ * =head the per-head kernel for everything (comparisons).
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
@@ -135,6 +137,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
  * attn_split_kernel. GM: the most heads per KV head the instance holds. */
 #define GQA_TILE 128
 #define GQA_THREADS 128
+#define ATT_GQA_MIN_SPAN 1280 /* by default, spans up to this take the per-head kernel (cuda_attention) */
 
 /* The dot products of one K row (8 values per 16-byte f16 or 8-byte int8
  * load) with the G queries; the loads of a whole batch of 8 are issued
@@ -399,12 +402,18 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
     if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK &&
         cuda_attention_tc(q, kv, n_tok, pos0, n_head, scale, window, out, cc_major, s) == 0)
         return;
-    const int G = n_head / kv->n_head_kv, gqa = g_attn_mode >= 1 && gqa_fits(G, kv->head_dim);
-    const int tile = gqa ? GQA_TILE : ATT_TILE;
     /* the longest visible span of any token in the chunk (the last one sees
      * the most); a recorded step must fit any position: the whole cache */
     int span = dpos ? kv->n_ctx : pos0 + n_tok;
     if (window > 0 && span > window) span = window;
+    /* The GQA kernel reads K/V once per KV head but has n_head_kv times fewer
+     * blocks: at short spans the per-head kernel's parallelism wins. Measured
+     * on an H200, 30B-A3B synth (32/4 heads x 128): decode over a 640-position
+     * cache 8 us per layer faster per head, over 16K 185 us slower; the
+     * difference grows ~12 us per 1K positions, so they cross near 1.3K. */
+    const int G = n_head / kv->n_head_kv;
+    const int gqa = gqa_fits(G, kv->head_dim) && (g_attn_mode == 1 || (g_attn_mode == 2 && span > ATT_GQA_MIN_SPAN));
+    const int tile = gqa ? GQA_TILE : ATT_TILE;
     /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
     const int blocks = n_tok * (gqa ? kv->n_head_kv : n_head), want = (4 * n_sm + blocks - 1) / blocks;
     const int max_split = (span + tile - 1) / tile;

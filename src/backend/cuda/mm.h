@@ -63,9 +63,12 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
  * x        [n_x][n_in] f32, the rows the pairs read.
  * y        [n_pairs][n_out] f32.
  *
- * With n_pairs <= MM_MOE_DEVICE_MAX (decode) everything stays on the device:
- * no host synchronisation, so it can be captured in a CUDA graph. With more
- * pairs (prompt chunks) the ids are copied to the host once (the stream is
+ * With n_pairs <= MM_MOE_DEVICE_MAX (decode) the matrix-vector kernel takes
+ * every pair. With more (prompt chunks), on sm_80+ and quantized experts,
+ * the pairs are grouped by expert on the device and multiplied on tensor
+ * cores (moe_mma.cu); neither path synchronises with the host. Elsewhere
+ * (HIP, older cards, float experts, formats whose tiles exceed the card's
+ * shared memory) the ids are copied to the host once (the stream is
  * synchronised), pairs are grouped per expert, and each expert's tokens go
  * through the matrix-vector kernel in groups of 8 or, for experts with many
  * tokens, through the bf16 GEMM path. act_ready as for cuda_matmul, with
