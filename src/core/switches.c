@@ -33,6 +33,8 @@ static const st_switch_def TABLE[] = {
      "0: GPU products quantize their input every time instead of reusing the previous product's", 0},
     {"STRATA_CUDA_ATTN", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "tc", "tc",
      "GPU attention: tc: prompts on tensor cores, decode over long caches with each K/V row read once for all query heads of its KV head, short ones a block per query head; gqa: the shared-K/V kernel for everything; head: a block per query head for everything", 0},
+    {"STRATA_CUDA_PDL", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
+     "0: GPU kernels wait for the previous one to finish before they launch (sm_90+ otherwise overlap each launch with the previous kernel's tail)", 0},
     {"STRATA_CUDA_MOE_FUSED", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode MoE runs gate, up, act_mul, down and the weighted sum as five kernels instead of two fused ones", 0},
     {"STRATA_API_KEY", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL, "none",

@@ -57,6 +57,7 @@ static __device__ __forceinline__ void att_slice(int pos0, int n_tok, int t, int
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
                       int window, int n_split, float *part) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float sc[ATT_TILE];
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
@@ -186,6 +187,7 @@ template <int GM, int HD>
 static __global__ void __launch_bounds__(GQA_THREADS)
     attn_gqa_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
                     int window, int n_split, float *part) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     extern __shared__ float sm[]; /* qs [G][hd], sc [G][2 * GQA_TILE] (the end's sums need 2x), red [2][4][G] */
     const int split = blockIdx.x, hkv = blockIdx.y, t = blockIdx.z;
     constexpr int hd = HD;
@@ -340,8 +342,8 @@ static void gqa_launch_hd(int G, dim3 grid, size_t smem, cudaStream_t s, const f
                           int pos0, const int *dpos, int n_tok, int n_head, float scale, int window, int n_split,
                           float *part) {
 #define GQA_L(GM)                                                                                                  \
-    attn_gqa_kernel<GM, HD><<<grid, GQA_THREADS, smem, s>>>(q, *kv, pos0, dpos, n_tok, n_head, scale, window,    \
-                                                            n_split, part)
+    st_launch(attn_gqa_kernel<GM, HD>, grid, dim3(GQA_THREADS), smem, s, q, *kv, pos0, dpos, n_tok, n_head, scale,  \
+              window, n_split, part)
     if (G <= 1) GQA_L(1);
     else if (G <= 2) GQA_L(2);
     else if (G <= 4) GQA_L(4);
@@ -371,6 +373,7 @@ extern "C" int backend_cuda_set_attn_kernel(int mode) {
 #define ATT_TC_MIN_TOK 16
 
 static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, float *out) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     const int h = blockIdx.x, t = blockIdx.y;
     const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
     float M = -INFINITY;
@@ -429,12 +432,12 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
         gqa_launch(G, dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), smem, s, q, kv, pos0, dpos,
                    n_tok, n_head, scale, window, n_split, part);
     } else {
-        attn_split_kernel<<<dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), ATT_THREADS, 0, s>>>(
-            q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+        st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0, s,
+                  q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     }
     CUDA_LAUNCH_CHECK();
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
-    attn_combine_kernel<<<dim3((unsigned)n_head, (unsigned)n_tok), th, 0, s>>>(part, n_head, kv->head_dim, n_split,
-                                                                             out);
+    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), 0, s, (const float *)part, n_head,
+              kv->head_dim, n_split, out);
     CUDA_LAUNCH_CHECK();
 }

@@ -67,6 +67,43 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* Programmatic dependent launch (sm_90+, CUDA only): a kernel launched by
+ * st_launch may start while the kernel before it on the stream still runs,
+ * so consecutive decode kernels overlap launch and ramp-up with the tail of
+ * the previous one (inside a CUDA graph too). Every kernel st_launch starts
+ * calls pdl_enter() first: it lets the next kernel launch at once, then
+ * waits until every earlier kernel has finished and its writes are visible,
+ * so nothing is read early. Launched without the attribute (other cards,
+ * STRATA_CUDA_PDL=0, HIP) the wait returns at once. */
+static __device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(STRATA_HIP)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Whether launches on the current device use the attribute (sm_90+, switch
+ * not 0); decided once per device (ops_elem.cu). */
+int cuda_pdl_on(void);
+
+template <typename... K, typename... A>
+static void st_launch(void (*kern)(K...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... args) {
+#if !defined(STRATA_HIP)
+    if (cuda_pdl_on()) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at, cfg.numAttrs = 1;
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args...));
+        return;
+    }
+#endif
+    kern<<<grid, block, smem, s>>>(args...);
+    CUDA_LAUNCH_CHECK();
+}
+
 /* act(x) of st_act, as the CPU backend computes it: SiLU x / (1 + e^-x);
  * GELU in its tanh form. */
 static __device__ __forceinline__ float st_act_value(int act, float x) {

@@ -24,6 +24,7 @@ int mm_is_float(qt_type t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; 
 
 static __global__ void mm_quantize_act_kernel(const float4 *__restrict__ x, int64_t n4, int *__restrict__ aq,
                                               float2 *__restrict__ ad) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const float4 v = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -44,7 +45,7 @@ static __global__ void mm_quantize_act_kernel(const float4 *__restrict__ x, int6
 void mm_quantize_act(const float *x, int n_in, int n_rows, int8_t *aq, float2 *ad, cudaStream_t s) {
     const int64_t n4 = (int64_t)n_in * n_rows / 4;
     if (n4 == 0) return;
-    mm_quantize_act_kernel<<<st_div_up((size_t)n4, 256), 256, 0, s>>>((const float4 *)x, n4, (int *)aq, ad);
+    st_launch(mm_quantize_act_kernel, dim3(st_div_up((size_t)n4, 256)), dim3(256), 0, s, (const float4 *)x, n4, (int *)aq, ad);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -10,15 +10,15 @@ static void mmv_f_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
     const dim3 block(32, MMV_WARPS);
     if constexpr (NT <= 2) {
         if (r >= 4) {
-            mmv_f_kernel<WT, V, NT, 4><<<mmv_grid<NT, 4>(a), block, 0, s>>>(*a);
+            st_launch(mmv_f_kernel<WT, V, NT, 4>, mmv_grid<NT, 4>(a), block, 0, s, *a);
             return;
         }
         if (r == 2) {
-            mmv_f_kernel<WT, V, NT, 2><<<mmv_grid<NT, 2>(a), block, 0, s>>>(*a);
+            st_launch(mmv_f_kernel<WT, V, NT, 2>, mmv_grid<NT, 2>(a), block, 0, s, *a);
             return;
         }
     }
-    mmv_f_kernel<WT, V, NT, 1><<<mmv_grid<NT, 1>(a), block, 0, s>>>(*a);
+    st_launch(mmv_f_kernel<WT, V, NT, 1>, mmv_grid<NT, 1>(a), block, 0, s, *a);
 }
 
 template <typename WT, int V>

@@ -85,6 +85,7 @@ static __device__ __forceinline__ void mm_load_act(const mm_mmv_args &p, int row
 
 template <int T, int NT, int R>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_mmv_args p) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     const int row0 = (blockIdx.x * MMV_WARPS + threadIdx.y) * R;
     if (row0 >= p.n_out) return; /* whole warp */
@@ -168,6 +169,7 @@ static __device__ __forceinline__ float mm_load1(const uint16_t *w) { return __u
 
 template <typename WT, int V, int NT, int R>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_mmv_args p) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     const int row0 = (blockIdx.x * MMV_WARPS + threadIdx.y) * R;
     if (row0 >= p.n_out) return;
     const mm_group<NT> g = mm_group_get<NT>(p);
@@ -222,15 +224,15 @@ static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
     const dim3 block(32, MMV_WARPS);
     if constexpr (NT <= 2) {
         if (r >= 4) {
-            mmv_q_kernel<T, NT, 4><<<mmv_grid<NT, 4>(a), block, 0, s>>>(*a);
+            st_launch(mmv_q_kernel<T, NT, 4>, mmv_grid<NT, 4>(a), block, 0, s, *a);
             return;
         }
         if (r == 2) {
-            mmv_q_kernel<T, NT, 2><<<mmv_grid<NT, 2>(a), block, 0, s>>>(*a);
+            st_launch(mmv_q_kernel<T, NT, 2>, mmv_grid<NT, 2>(a), block, 0, s, *a);
             return;
         }
     }
-    mmv_q_kernel<T, NT, 1><<<mmv_grid<NT, 1>(a), block, 0, s>>>(*a);
+    st_launch(mmv_q_kernel<T, NT, 1>, mmv_grid<NT, 1>(a), block, 0, s, *a);
 }
 
 template <int T>

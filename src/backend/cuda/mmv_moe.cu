@@ -40,6 +40,7 @@ static __device__ __forceinline__ void ld_unit(const int8_t *row, int gu, int a[
 
 template <int T>
 static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe_dec_args p) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     __shared__ float vals[GLU_ROWS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pair = blockIdx.y;
@@ -80,6 +81,7 @@ static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe
 
 template <int T>
 static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const moe_dec_args p) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.y;
     const int row = blockIdx.x * DOWN_WARPS + warp;
@@ -106,7 +108,7 @@ static int moe_dec_down(const moe_dec_args &a, qt_type td, int n_tok, cudaStream
     switch ((int)td) {
 #define DOWN_CASE(T)                                              \
     case T:                                                       \
-        moe_down_kernel<T><<<grid, DOWN_WARPS * 32, 0, s>>>(a); \
+        st_launch(moe_down_kernel<T>, dim3(grid), dim3(DOWN_WARPS * 32), 0, s, a); \
         return 0;
         MM_QUANT_TYPES(DOWN_CASE)
 #undef DOWN_CASE
@@ -120,7 +122,7 @@ static int moe_dec_glu(const moe_dec_args &a, qt_type tg, int n_pairs, cudaStrea
     switch ((int)tg) {
 #define GLU_CASE(T)                                            \
     case T:                                                    \
-        moe_glu_kernel<T><<<grid, GLU_ROWS * 32, 0, s>>>(a); \
+        st_launch(moe_glu_kernel<T>, dim3(grid), dim3(GLU_ROWS * 32), 0, s, a); \
         return 0;
         MM_QUANT_TYPES(GLU_CASE)
 #undef GLU_CASE

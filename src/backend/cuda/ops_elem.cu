@@ -7,6 +7,30 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
+extern "C" {
+#include "core/switches.h"
+}
+#include <string.h>
+
+#define PDL_MAX_DEVICES 64
+static signed char g_pdl[PDL_MAX_DEVICES]; /* 0 unknown, 1 on, -1 off */
+
+int cuda_pdl_on(void) {
+#if defined(STRATA_HIP)
+    return 0;
+#else
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= PDL_MAX_DEVICES) return 0;
+    if (!g_pdl[dev]) {
+        int major = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        const char *v = st_switch_get("STRATA_CUDA_PDL");
+        g_pdl[dev] = major >= 9 && !(v && !strcmp(v, "0")) ? 1 : -1;
+    }
+    return g_pdl[dev] > 0;
+#endif
+}
+
 static unsigned long long g_mem_gen;
 unsigned long long cuda_mem_generation(void) { return g_mem_gen; }
 void cuda_mem_grew(void) { g_mem_gen++; }
@@ -58,6 +82,7 @@ static __device__ __forceinline__ void quant_block_store(float v, size_t i, int8
  * With aq: the row quantized too (dim a multiple of 32, whole warps). */
 static __global__ void rmsnorm_kernel(float *x, const float *res, const float *w, float *y, int dim, float eps,
                                       int8_t *aq, float2 *ad) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ float red[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
@@ -86,7 +111,7 @@ void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim,
     if (n_rows <= 0) return;
     ST_ASSERT(!aq || dim % 32 == 0);
     int th = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
-    rmsnorm_kernel<<<(unsigned)n_rows, th, 0, s>>>(x, res, w, y, dim, eps, aq, ad);
+    st_launch(rmsnorm_kernel, dim3((unsigned)n_rows), dim3(th), 0, s, x, res, w, y, dim, eps, aq, ad);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -170,6 +195,7 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
     qkv_prep_kernel(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                     int n_head, st_kv_layer kv, int pos0, const int *dpos, float theta, float freq_scale, int neox,
                     const float *freq_div) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     extern __shared__ float rows[]; /* [PREP_WARPS][hd] */
     const int hd = kv.head_dim, nkv = kv.n_head_kv, per_tok = n_head + 2 * nkv, lane = threadIdx.x % 32;
     const int r = blockIdx.x * PREP_WARPS + threadIdx.x / 32;
@@ -227,9 +253,8 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
     const int rows = n_tok * (n_head + 2 * kv->n_head_kv);
     if (rows <= 0) return;
     const size_t smem = (size_t)PREP_WARPS * kv->head_dim * sizeof(float);
-    qkv_prep_kernel<<<st_div_up((size_t)rows, PREP_WARPS), PREP_WARPS * 32, smem, s>>>(
-        q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta, rope->freq_scale, rope->neox,
-        rope->freq_div);
+    st_launch(qkv_prep_kernel, dim3(st_div_up((size_t)rows, PREP_WARPS)), dim3(PREP_WARPS * 32), smem, s, q, k, v, qn,
+              kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta, rope->freq_scale, rope->neox, rope->freq_div);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -237,6 +262,7 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
  * values are one block, and every warp is whole). */
 static __global__ void act_mul_kernel(int act, const float *g, const float *u, float *out, int64_t n, int8_t *aq,
                                       float2 *ad) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float v = st_act_value(act, g[i]) * u[i];
@@ -248,11 +274,12 @@ void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_
                   cudaStream_t s) {
     if (n <= 0) return;
     ST_ASSERT(!aq || n % 32 == 0);
-    act_mul_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>((int)act, g, u, out, n, aq, ad);
+    st_launch(act_mul_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, (int)act, g, u, out, n, aq, ad);
     CUDA_LAUNCH_CHECK();
 }
 
 static __global__ void add_kernel(float *x, const float *b, int64_t dim, int64_t n) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < n) x[i] += b[i % dim];
 }
@@ -260,18 +287,19 @@ static __global__ void add_kernel(float *x, const float *b, int64_t dim, int64_t
 void cuda_add(float *x, const float *b, int64_t dim, int n_rows, cudaStream_t s) {
     int64_t n = dim * n_rows;
     if (n <= 0) return;
-    add_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>(x, b, dim, n);
+    st_launch(add_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, x, b, dim, n);
     CUDA_LAUNCH_CHECK();
 }
 
 static __global__ void scale_kernel(float *x, float sc, int64_t n) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < n) x[i] *= sc;
 }
 
 void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
-    scale_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>(x, sc, n);
+    st_launch(scale_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, x, sc, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -279,6 +307,7 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
  * then k rounds of warp argmax (ties to the lower id, as on the CPU). */
 static __global__ void moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int norm_topk,
                                         int32_t *sel, float *wsel, int32_t *xrow) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     extern __shared__ float probs[]; /* [warps per block][n_expert] */
     int wib = threadIdx.x / ST_WARP, lane = threadIdx.x % ST_WARP;
     int t = blockIdx.x * (blockDim.x / ST_WARP) + wib;
@@ -332,8 +361,8 @@ void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int nor
     if (n_tok <= 0) return;
     int warps = 4;
     size_t smem = (size_t)warps * n_expert * sizeof(float);
-    moe_route_kernel<<<st_div_up((size_t)n_tok, (size_t)warps), warps * ST_WARP, smem, s>>>(logits, n_tok, n_expert,
-                                                                                           k, norm_topk, sel, wsel, xrow);
+    st_launch(moe_route_kernel, dim3(st_div_up((size_t)n_tok, (size_t)warps)), dim3(warps * ST_WARP), smem, s, logits,
+              n_tok, n_expert, k, norm_topk, sel, wsel, xrow);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -370,6 +399,7 @@ void cuda_scatter_add(float *out, const float *y, const int32_t *tok, const floa
 /* out[t][c] = sum_j wsel[t*k+j] * y[t*k+j][c], j in order as on the CPU. */
 static __global__ void moe_combine_kernel(float *out, const float *y, const float *wsel, int k, int64_t dim,
                                           int64_t n) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     int64_t t = i / dim, c = i % dim;
@@ -381,6 +411,6 @@ static __global__ void moe_combine_kernel(float *out, const float *y, const floa
 void cuda_moe_combine(float *out, const float *y, const float *wsel, int n_tok, int k, int64_t dim, cudaStream_t s) {
     int64_t n = (int64_t)n_tok * dim;
     if (n <= 0) return;
-    moe_combine_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>(out, y, wsel, k, dim, n);
+    st_launch(moe_combine_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, out, y, wsel, k, dim, n);
     CUDA_LAUNCH_CHECK();
 }
