@@ -465,6 +465,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     c->n_sm = p.multiProcessorCount;
     c->cc_major = p.major;
     CUDA_CHECK(cudaStreamCreate(&c->s));
+    cuda_pdl_probe(c->s);
     CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
     const char *g = st_switch_get("STRATA_CUDA_GRAPH");
     c->graphs = !(g && !strcmp(g, "0"));

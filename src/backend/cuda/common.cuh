@@ -85,6 +85,8 @@ static __device__ __forceinline__ void pdl_enter() {
 /* Whether launches on the current device use the attribute (sm_90+, switch
  * not 0); decided once per device (ops_elem.cu). */
 int cuda_pdl_on(void);
+/* Try it once on the current device at start; off there, with one warning, if it fails. */
+void cuda_pdl_probe(cudaStream_t s);
 
 template <typename... K, typename... A>
 static void st_launch(void (*kern)(K...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... args) {

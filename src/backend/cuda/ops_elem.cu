@@ -31,6 +31,58 @@ int cuda_pdl_on(void) {
 #endif
 }
 
+#if !defined(STRATA_HIP)
+static __global__ void pdl_probe_kernel(int *x, int v) {
+    pdl_enter();
+    if (threadIdx.x == 0 && blockIdx.x == 0) *x = *x * 2 + v;
+}
+#endif
+
+/* Two dependent kernels through st_launch, directly and recorded in a graph:
+ * x goes 0 -> 1 -> 4, then 9 -> 20. Any error or another value turns the
+ * attribute off for this device with one warning, before a request meets it. */
+void cuda_pdl_probe(cudaStream_t s) {
+#if !defined(STRATA_HIP)
+    if (!cuda_pdl_on()) return;
+    int dev = 0, got = -1, *x = NULL;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaMalloc(&x, sizeof(int)));
+    CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(int), s));
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1), cfg.blockDim = dim3(32), cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, pdl_probe_kernel, x, 1);
+    if (e == cudaSuccess) e = cudaLaunchKernelEx(&cfg, pdl_probe_kernel, x, 2);
+    if (e == cudaSuccess) e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        cudaError_t e1 = cudaLaunchKernelEx(&cfg, pdl_probe_kernel, x, 1);
+        if (e1 == cudaSuccess) e1 = cudaLaunchKernelEx(&cfg, pdl_probe_kernel, x, 2);
+        e = cudaStreamEndCapture(s, &g);
+        if (e == cudaSuccess) e = e1;
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&ge, g, 0);
+    if (e == cudaSuccess) e = cudaGraphLaunch(ge, s);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(&got, x, sizeof(int), cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (ge) (void)cudaGraphExecDestroy(ge);
+    if (g) (void)cudaGraphDestroy(g);
+    (void)cudaFree(x);
+    if (e != cudaSuccess || got != 20) {
+        (void)cudaGetLastError();
+        ST_WARN("GPU %d: programmatic dependent launch does not work here (%s): kernels launch one after another",
+                dev, e != cudaSuccess ? cudaGetErrorString(e) : "wrong result");
+        g_pdl[dev] = -1;
+    }
+#else
+    (void)s;
+#endif
+}
+
 static unsigned long long g_mem_gen;
 unsigned long long cuda_mem_generation(void) { return g_mem_gen; }
 void cuda_mem_grew(void) { g_mem_gen++; }
