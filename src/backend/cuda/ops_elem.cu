@@ -12,8 +12,10 @@ extern "C" {
 }
 #include <string.h>
 
+#if !defined(STRATA_HIP)
 #define PDL_MAX_DEVICES 64
 static signed char g_pdl[PDL_MAX_DEVICES]; /* 0 unknown, 1 on, -1 off */
+#endif
 
 int cuda_pdl_on(void) {
 #if defined(STRATA_HIP)
