@@ -35,6 +35,12 @@
 
 #define N_GEN 40
 #define NEAR_TIE_SD 0.01 /* top-2 gap / standard deviation of the logits */
+/* The int8-KV runs' bound is this times the model's: each side rounds its
+ * own (slightly different) K/V rows to 8 bits, so values near a rounding
+ * boundary land one step (1/127 of the row's largest) apart. Measured on an
+ * H200 (Gemma 3 270M, 5 prompts): median NMSE 0.8-2.5e-3 with f16 KV,
+ * 1.3-5.7e-3 with int8 KV, and one int8 step at 1.2e-2. */
+#define INT8_KV_FACTOR 2.0
 
 static const char *PROMPTS[] = {
     "The capital of France is",
@@ -211,7 +217,7 @@ int main(int argc, char **argv) {
         printf("%s, f16 KV cache, default prompt chunk:\n", path);
         fails += run_model(path, bound, ST_KV_F16, 0);
         printf("%s, int8 KV cache, 4-token prompt chunks:\n", path);
-        fails += run_model(path, bound, ST_KV_INT8, 4);
+        fails += run_model(path, INT8_KV_FACTOR * bound, ST_KV_INT8, 4);
     }
     printf("%d model(s) compared, %d failure(s)\n", ran, fails);
     return fails ? 1 : 0;

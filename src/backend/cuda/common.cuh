@@ -73,8 +73,10 @@ static __device__ __forceinline__ float warp_max(float v) {
  * the previous one (inside a CUDA graph too). Every kernel st_launch starts
  * calls pdl_enter() first: it lets the next kernel launch at once, then
  * waits until every earlier kernel has finished and its writes are visible,
- * so nothing is read early. Launched without the attribute (other cards,
- * STRATA_CUDA_PDL=0, HIP) the wait returns at once. */
+ * so nothing is read early. Launched without the attribute (the default,
+ * other cards, HIP) the wait returns at once. Opt-in (STRATA_CUDA_PDL=1):
+ * on an H200 it measured no faster (30B-A3B synth tg128 268 vs 273 tok/s
+ * without; decode at 16K 141 with vs 192 tok/s in an earlier run without). */
 static __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(STRATA_HIP)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -82,8 +84,8 @@ static __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
-/* Whether launches on the current device use the attribute (sm_90+, switch
- * not 0); decided once per device (ops_elem.cu). */
+/* Whether launches on the current device use the attribute (sm_90+ and
+ * STRATA_CUDA_PDL=1); decided once per device (ops_elem.cu). */
 int cuda_pdl_on(void);
 /* Try it once on the current device at start; off there, with one warning, if it fails. */
 void cuda_pdl_probe(cudaStream_t s);

@@ -27,7 +27,7 @@ int cuda_pdl_on(void) {
         int major = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         const char *v = st_switch_get("STRATA_CUDA_PDL");
-        g_pdl[dev] = major >= 9 && !(v && !strcmp(v, "0")) ? 1 : -1;
+        g_pdl[dev] = major >= 9 && v && !strcmp(v, "1") ? 1 : -1;
     }
     return g_pdl[dev] > 0;
 #endif
