@@ -29,6 +29,7 @@
 #include "backend/cuda/ops.h"
 
 #if !defined(STRATA_HIP) /* mma.sync is PTX: the whole kernel is CUDA only */
+#include "backend/cuda/mma.cuh"
 
 #define TC_ROWS 64  /* query rows per block (4 warps x 16) */
 #define TC_KEYS 64  /* keys per tile */
@@ -39,16 +40,6 @@ static __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
     return *(const uint32_t *)&h;
 }
 
-static __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    (void)c, (void)a, (void)b0, (void)b1; /* never launched there (cuda_attention_tc checks the device) */
-#endif
-}
 
 template <int HD>
 static __global__ void __launch_bounds__(128)

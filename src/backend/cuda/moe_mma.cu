@@ -61,6 +61,7 @@
 #include "backend/cuda/quant_cuda.cuh"
 
 #if !defined(STRATA_HIP) /* mma.sync, ldmatrix, cp.async are PTX: CUDA only */
+#include "backend/cuda/mma.cuh"
 
 #define MQ_TM 64       /* tokens (pairs) per tile */
 #define MQ_TN 128      /* output rows per block */
@@ -123,19 +124,6 @@ static __device__ __forceinline__ void mq_ldsm4(uint32_t (&r)[4], const void *p)
 #endif
 }
 
-/* c += a b, m16n8k16, f16 inputs, f32 accumulators. Fragments (g = lane/4,
- * c = lane%4): A a0 (g, 2c..2c+1) a1 (g+8, ..) a2 (g, 2c+8..) a3 (g+8, 2c+8..);
- * B b0 (k 2c..2c+1, n g) b1 (k 2c+8.., n g); C (g, 2c..2c+1) (g+8, 2c..2c+1). */
-static __device__ __forceinline__ void mq_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    (void)c, (void)a, (void)b0, (void)b1;
-#endif
-}
 
 /* ---- per-format geometry ---- */
 
@@ -472,7 +460,7 @@ static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args 
                 for (int j = 0; j < 8; j++) {
                     if (j >= nt_act) break;
 #pragma unroll
-                    for (int i = 0; i < 2; i++) mq_mma(acc[i][j], af[i], bf[j][0], bf[j][1]);
+                    for (int i = 0; i < 2; i++) mma16816(acc[i][j], af[i], bf[j][0], bf[j][1]);
                 }
             }
             __syncthreads(); /* wh (and, after the last phase, xs and this raw stage) free */

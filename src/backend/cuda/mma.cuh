@@ -1,0 +1,25 @@
+/* The tensor-core instruction the prompt kernels share (attention_tc.cu,
+ * moe_mma.cu): c += a b with mma.sync m16n8k16, f16 inputs, f32
+ * accumulators. PTX fragments (g = lane / 4, c = lane % 4):
+ *   A 16x16: a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..)
+ *   B 16x8:  b0 (k 2c..2c+1, n g), b1 (k 2c+8.., n g)
+ *   C 16x8:  c0 c1 (g, 2c, 2c+1), c2 c3 (g+8, 2c, 2c+1)
+ * CUDA only (mma.sync is PTX); the callers' launchers check sm_80+.
+ */
+#ifndef STRATA_BACKEND_CUDA_MMA_CUH
+#define STRATA_BACKEND_CUDA_MMA_CUH
+
+#include <stdint.h>
+
+static __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1; /* never launched there (the launchers check the device) */
+#endif
+}
+
+#endif
