@@ -19,18 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
+#include "../common/check.h"
+
 static double worst_ratio[QT_COUNT]; /* max |err| / (sum|w*a|) seen per type */
 
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            failures++;                                                                   \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-        }                                                                                 \
-    } while (0)
 
 static uint64_t rng_state = 12345;
 static float frand(void) {
@@ -285,10 +277,5 @@ int main(void) {
     printf("%d cases checked over %d types\n", n_cases, n_types);
     cpu_scratch_free(&scratch);
     for (int n = 1; n <= 7; n++) st_pool_free(pools[n]);
-    if (failures) {
-        printf("test_cpu_ops: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_cpu_ops: all checks passed\n");
-    return 0;
+    return check_report("test_cpu_ops");
 }

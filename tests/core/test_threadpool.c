@@ -16,17 +16,8 @@
 #include <string.h>
 #include <time.h>
 
-static int failures = 0;
+#include "../common/check.h"
 
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            failures++;                                                                   \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-        }                                                                                 \
-    } while (0)
 
 typedef struct {
     _Atomic int *hits;          /* (n_tasks) times each task ran */
@@ -148,10 +139,5 @@ int main(void) {
     printf("50 init/run/free cycles of a 3-thread pool\n");
     st_pool_free(NULL);
 
-    if (failures) {
-        printf("test_threadpool: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_threadpool: all checks passed\n");
-    return 0;
+    return check_report("test_threadpool");
 }

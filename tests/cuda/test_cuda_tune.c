@@ -34,24 +34,14 @@
 #include "core/log.h"
 #include "quant/quant.h"
 
+#include "../common/check.h"
+
 #define CK(call)                                                                                           \
     do {                                                                                                   \
         cudaError_t e_ = (call);                                                                           \
         if (e_ != cudaSuccess) {                                                                           \
             fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
             exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
-
-static int g_fail, g_checks;
-#define CHECK(cond, ...)                                                                                   \
-    do {                                                                                                   \
-        g_checks++;                                                                                        \
-        if (!(cond)) {                                                                                     \
-            g_fail++;                                                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
-            printf(__VA_ARGS__);                                                                           \
-            printf("\n");                                                                                  \
         }                                                                                                  \
     } while (0)
 
@@ -92,7 +82,7 @@ static void product(const st_weight *w, const float *dx, float *dy, int n_tok, f
     CK(cudaMemset(dy, 0xFF, n * 4)); /* NaN: an unwritten value fails */
     if (cuda_matmul(w, 0, dx, dy, n_tok, 0, 0) != 0) {
         printf("FAIL cuda_matmul: %s\n", st_error_get());
-        g_fail++;
+        check_fail();
     }
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(out, dy, n * 4, cudaMemcpyDeviceToHost));
@@ -251,6 +241,5 @@ int main(void) {
     tune_table_free(&r);
     tune_table_free(&t);
     cuda_mm_release();
-    printf("%d of %d checks passed\n", g_checks - g_fail, g_checks);
-    return g_fail ? 1 : 0;
+    return check_report("cuda_tune");
 }

@@ -18,18 +18,8 @@
 #include "backend/cuda/tune_table.h"
 #include "core/log.h"
 
-static int g_fail, g_checks;
+#include "../common/check.h"
 
-#define CHECK(cond, ...)                                                                                   \
-    do {                                                                                                   \
-        g_checks++;                                                                                        \
-        if (!(cond)) {                                                                                     \
-            g_fail++;                                                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
-            printf(__VA_ARGS__);                                                                           \
-            printf("\n");                                                                                  \
-        }                                                                                                  \
-    } while (0)
 
 static char g_dir[256];
 
@@ -267,6 +257,5 @@ int main(void) {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) printf("(could not remove %s)\n", g_dir);
-    printf("%d of %d checks passed\n", g_checks - g_fail, g_checks);
-    return g_fail ? 1 : 0;
+    return check_report("tune_table");
 }

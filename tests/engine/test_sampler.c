@@ -21,16 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int n_fail;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            n_fail++;                                                                                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
-            printf(__VA_ARGS__);                                                                                       \
-            printf("\n");                                                                                              \
-        }                                                                                                              \
-    } while (0)
+#include "../common/check.h"
 
 /* the test's own generator (xorshift64*), independent of the sampler's */
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
@@ -512,6 +503,5 @@ int main(void) {
     test_min_p();
     test_distribution();
     test_penalties();
-    printf("sampler: %d failures\n", n_fail);
-    return n_fail != 0;
+    return check_report("sampler");
 }

@@ -29,17 +29,8 @@
 #include "quant/quant.h"
 #include "quant/quant_dot_common.h" /* qdot_quantize_act_isa: one quantizer path on demand */
 
-static int g_failures;
+#include "../common/check.h"
 
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                          \
-            printf(__VA_ARGS__);                                                                 \
-            printf("\n");                                                                        \
-            g_failures++;                                                                        \
-        }                                                                                        \
-    } while (0)
 
 /* Relative bound vs sum|w_i*a_i| for each weight type.
  * - Integer paths (quants x int8 summed exactly in int32) differ from the
@@ -311,7 +302,7 @@ static int run_isa_env(void) {
            qt_isa_name((qt_isa)hw), qt_isa_name(got), qt_isa_name((qt_isa)want));
     CHECK((int)got == want, "qt_cpu_isa() %s, expected %s", qt_isa_name(got), qt_isa_name((qt_isa)want));
     CHECK(qt_cpu_isa() == got, "qt_cpu_isa() not stable");
-    return g_failures ? 1 : 0;
+    return check_report("isa-env");
 }
 
 int main(int argc, char **argv) {
@@ -345,7 +336,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             int ok = res.max_err[isa] <= bound && res.max_vs_scalar[isa] <= bound;
-            if (!ok) g_failures++;
+            if (!ok) check_fail();
             printf("%-8s %-7s %12.3e %12.3e %9.1e  %s\n", qt_get(t)->name, qt_isa_name((qt_isa)isa),
                    res.max_err[isa], res.max_vs_scalar[isa], bound, ok ? "PASS" : "FAIL");
         }
@@ -369,6 +360,6 @@ speed:
             printf("\n");
         }
     }
-    printf("\n%s: %d failure(s)\n", g_failures ? "FAILED" : "OK", g_failures);
-    return g_failures ? 1 : 0;
+    printf("\n");
+    return check_report("test_dot");
 }

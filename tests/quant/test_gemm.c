@@ -37,17 +37,8 @@
 #include "quant/quant.h"
 #include "quant/quant_gemm.h"
 
-static int g_failures;
+#include "../common/check.h"
 
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                          \
-            printf(__VA_ARGS__);                                                                 \
-            printf("\n");                                                                        \
-            g_failures++;                                                                        \
-        }                                                                                        \
-    } while (0)
 
 #define REL_BOUND 1e-6
 #define MAX_ROWS 48
@@ -268,6 +259,5 @@ int main(int argc, char **argv) {
     test_dispatch(&rng);
     test_formats(&rng);
     if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) bench(&rng);
-    printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "OK", g_failures);
-    return g_failures ? 1 : 0;
+    return check_report("test_gemm");
 }

@@ -20,19 +20,8 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-static int n_pass, n_fail;
+#include "../common/check.h"
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            n_pass++;                                                                              \
-        } else {                                                                                   \
-            n_fail++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                       \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 /* GPT-2's spelling of byte b as UTF-8 (bytes_to_unicode). */
 static void byte_spelling(int b, char *out) {
@@ -216,6 +205,5 @@ int main(void) {
     check_spm();
     check_bad();
     printf("tokenizer synthetic: 7 BPE pre-tokenizers + default, SentencePiece rules, bad metadata\n");
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_report("tokenizer_synth");
 }
