@@ -25,7 +25,6 @@ struct model_ctx {
     float *router;                      /* n_expert */
     float *logits;                      /* n_vocab, [n_ubatch] rows */
     int32_t *ids;                       /* token ids copied to the device */
-    int *one_each;                      /* (n_ubatch) host: 1, the token counts of a one-token-each step */
 };
 
 static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
@@ -51,9 +50,6 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     if (hp->n_expert) c->router = balloc(be, B * hp->n_expert);
     c->logits = balloc(be, B * hp->n_vocab);
     c->ids = be->alloc(be, B * sizeof(int32_t));
-    c->one_each = st_malloc(B * sizeof(int));
-    for (size_t i = 0; i < B; i++)
-        c->one_each[i] = 1;
     return c;
 }
 
@@ -63,12 +59,12 @@ void model_ctx_free(model_ctx *c) {
     void *bufs[] = {c->x, c->h, c->o, c->q, c->att, c->k, c->v, c->g, c->u, c->router, c->logits, c->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
-    st_free(c->one_each);
     st_free(c);
 }
 
 /* Attention of n_seq sequences stacked in the activation rows (sequence s:
- * n_tok[s] rows, from position pos0[s], per-layer cache array kv[s]); rows
+ * n_tok[s] rows (one each when n_tok is NULL), from position pos0[s],
+ * per-layer cache array kv[s]); rows
  * in all: norms and the Q/K/V/O products run on all rows at once (the
  * weights are read once for every sequence); the rotary embedding, the cache
  * write and attention run per sequence on its own rows, cache and positions.
@@ -92,11 +88,13 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
     st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox,
                     swa ? NULL : c->m->rope_freqs};
-    for (int s = 0, r = 0; s < n_seq; r += n_tok[s++]) {
+    for (int s = 0, r = 0; s < n_seq; s++) {
+        const int n = n_tok ? n_tok[s] : 1;
         float *q = c->q + (size_t)r * qw, *att = c->att + (size_t)r * qw;
-        be->qkv_prep(be, q, c->k + (size_t)r * kvw, c->v + (size_t)r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n_tok[s],
+        be->qkv_prep(be, q, c->k + (size_t)r * kvw, c->v + (size_t)r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n,
                      hp->n_head, &rope, &kv[s][il], pos0[s]);
-        be->attention(be, q, &kv[s][il], n_tok[s], pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
+        be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
+        r += n;
     }
     be->matmul(be, &l->wo, 0, c->att, c->o, rows);
     if (l->post_attn_norm) be->rmsnorm(be, c->o, NULL, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
@@ -203,7 +201,7 @@ typedef struct {
     model_ctx *c;
     st_kv_layer *const *kv; /* (n_seq) per-sequence layer arrays */
     const int *pos;         /* (n_seq) */
-    const int *n_tok;       /* (n_seq) */
+    const int *n_tok;       /* (n_seq), or NULL: one token each */
     int n_seq, rows, skip;  /* logits of the last token of sequences [skip, n_seq) */
 } batch_args;
 
@@ -219,7 +217,7 @@ static void batch_body(void *arg, int pos0) {
     /* each wanted sequence's last row, normed into consecutive rows of h, then one product */
     int r = 0, k = 0;
     for (int s = 0; s < a->n_seq; s++) {
-        r += a->n_tok[s];
+        r += a->n_tok ? a->n_tok[s] : 1;
         if (s < a->skip) continue;
         be->rmsnorm(be, c->x + (size_t)(r - 1) * hp->n_embd, NULL, m->output_norm, c->h + (size_t)k++ * hp->n_embd,
                     hp->n_embd, 1, hp->rms_eps);
@@ -257,7 +255,7 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */
-            batch_args a = {c, kv + done, pos + done, c->one_each, n, n, sk};
+            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk};
             st_backend *be = c->be;
             be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
             be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
