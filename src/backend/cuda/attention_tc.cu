@@ -1,7 +1,7 @@
 /* Prompt attention on tensor cores (flash-attention style), for head sizes
- * 64 and 128 on sm_80 and later. Selected by STRATA_CUDA_ATTN=tc for prompt
- * chunks of 16 tokens or more; written without a GPU at hand and not yet
- * measured or checked on one (docs/cuda.md), hence opt-in.
+ * 64 and 128 on sm_80 and later: the default for prompt chunks of 16 tokens
+ * or more (checked against the CPU by the op checks; measured in
+ * docs/benchmarks.md).
  *
  * A block takes 64 query rows of one KV head: row r is token r / G, query
  * head r % G of the G heads that read this KV head, so each K/V tile loaded
@@ -45,8 +45,8 @@ template <int HD>
 static __global__ void __launch_bounds__(128)
     attn_tc_kernel(const float *q, st_kv_layer kv, int pos0, int n_tok, int n_head, float scale, int window,
                    float *out) {
-    __shared__ __half ks[TC_KEYS][HD + TC_PAD];  /* K tile, [key][dim] */
-    __shared__ __half vt[HD][TC_KEYS + TC_PAD];  /* V tile transposed, [dim][key] */
+    __shared__ __align__(16) __half ks[TC_KEYS][HD + TC_PAD]; /* K tile, [key][dim]; 16-byte row stores */
+    __shared__ __align__(16) __half vt[HD][TC_KEYS + TC_PAD]; /* V tile transposed, [dim][key] */
     const int G = n_head / kv.n_head_kv, hkv = blockIdx.y, n_rows = n_tok * G;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int row0 = blockIdx.x * TC_ROWS, wrow = row0 + warp * 16;

@@ -68,6 +68,8 @@ typedef struct {
 
 static cuda_ctx *CTX(st_backend *be) { return (cuda_ctx *)be->ctx; }
 
+static int g_live_backends; /* CUDA backends of the process not yet destroyed */
+
 static void act_forget(cuda_ctx *c) { c->act_valid = 0; }
 
 /* A path that needs the host in the middle (a synchronisation) cannot be
@@ -349,7 +351,8 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     uint8_t *a = (uint8_t *)cuda_scratch_reserve(&c->moe, total);
     int32_t *sel = (int32_t *)a, *xrow = (int32_t *)(a + o_x);
     float *wsel = (float *)(a + o_w), *ge = (float *)(a + o_g), *ue = (float *)(a + o_u), *ye = (float *)(a + o_y);
-    /* the prompt path groups pairs on the host: it cannot be recorded */
+    /* prompt chunks are never recorded (run_step records one-token steps);
+     * a capture reaching here would meet the host-grouped fallback */
     if (nk > MM_MOE_DEVICE_MAX && cannot_record(c)) return;
     cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, xrow, c->s);
     /* A format the grouped products lack (they return -1 with st_error, e.g.
@@ -362,7 +365,9 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     act_forget(c);
     if (ok) { /* ge quantized as it is written, for the down products */
         float2 *ad = NULL;
-        int8_t *aq = quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad) : NULL;
+        /* only the matrix-vector path (decode-sized pair counts) reads int8 input */
+        int8_t *aq = nk <= MM_MOE_DEVICE_MAX && quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad)
+                                                                                 : NULL;
         cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, aq, ad, c->s);
         ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, aq != NULL, c->s) == 0;
     }
@@ -446,8 +451,13 @@ static void cu_destroy(st_backend *be) {
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
     CUDA_CHECK(cudaFree(c->d_pos));
     CUDA_CHECK(cudaStreamDestroy(c->s));
-    cuda_mm_release();
-    cuda_tune_release();
+    /* The products' scratch, cuBLAS and cuBLASLt state are per device but
+     * shared by every backend of the process (and held by their recorded
+     * graphs): freed only with the last backend. */
+    if (__atomic_sub_fetch(&g_live_backends, 1, __ATOMIC_ACQ_REL) == 0) {
+        cuda_mm_release();
+        cuda_tune_release();
+    }
     st_free(c);
     st_free(be);
 }
@@ -456,6 +466,7 @@ extern "C" void backend_cuda_sync(st_backend *be) { CUDA_CHECK(cudaStreamSynchro
 
 extern "C" st_backend *backend_cuda_create(int device) {
     if (gpu_device_check(device) != 0) return NULL;
+    __atomic_add_fetch(&g_live_backends, 1, __ATOMIC_ACQ_REL);
     CUDA_CHECK(cudaSetDevice(device));
     cuda_tune_load(); /* this card's tuning table (or one line why not), at start rather than mid-request */
     cuda_ctx *c = (cuda_ctx *)st_calloc(1, sizeof *c);
