@@ -138,7 +138,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
  * attn_split_kernel. GM: the most heads per KV head the instance holds. */
 #define GQA_TILE 128
 #define GQA_THREADS 128
-#define ATT_GQA_MIN_SPAN 1280 /* by default, spans up to this take the per-head kernel (cuda_attention) */
+#define ATT_GQA_MIN_SPAN CUDA_ATT_SHORT_SPAN /* by default, spans up to this take the per-head kernel */
 
 /* The dot products of one K row (8 values per 16-byte f16 or 8-byte int8
  * load) with the G queries; the loads of a whole batch of 8 are issued
@@ -393,8 +393,8 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
     }
 }
 
-void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
-                    float scale, int window, float *out, cuda_scratch *scratch, int n_sm, int cc_major,
+void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
+                    int n_head, float scale, int window, float *out, cuda_scratch *scratch, int n_sm, int cc_major,
                     cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
     if (n_tok <= 0) return;
@@ -406,8 +406,9 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
         cuda_attention_tc(q, kv, n_tok, pos0, n_head, scale, window, out, cc_major, s) == 0)
         return;
     /* the longest visible span of any token in the chunk (the last one sees
-     * the most); a recorded step must fit any position: the whole cache */
-    int span = dpos ? kv->n_ctx : pos0 + n_tok;
+     * the most); a recorded step: the span it is recorded for (the slices
+     * cover any position anyway: they are cut from the position on the device) */
+    int span = dpos ? (dspan > 0 && dspan < kv->n_ctx ? dspan : kv->n_ctx) : pos0 + n_tok;
     if (window > 0 && span > window) span = window;
     /* The GQA kernel reads K/V once per KV head but has n_head_kv times fewer
      * blocks: at short spans the per-head kernel's parallelism wins. Measured

@@ -49,11 +49,13 @@ typedef struct {
     int graphs;            /* 1: record and replay one-token steps */
     int *d_pos;            /* the step's position, on the device */
     const int *step_pos;   /* d_pos while a step runs under run_step's graph mode, else NULL */
+    int step_short;        /* that step is for positions below CUDA_ATT_SHORT_SPAN (attention sized for them) */
     int capturing, capture_bad; /* recording; an op met that cannot be recorded */
     cudaGraphExec_t exec;
     void *key;             /* the step arguments the graph was recorded with */
     size_t key_size;
     unsigned long long key_gen;
+    int key_short;         /* the step_short the graph was recorded with */
     /* activation reuse */
     const float *act_x;
     int64_t act_n;         /* values of x it holds (rows x n_in; blocks of 32 never cross rows) */
@@ -220,7 +222,8 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                          float scale, int window, float *out) {
     cuda_ctx *c = CTX(be);
     act_forget(c);
-    cuda_attention(q, kv, n_tok, pos0, c->step_pos, n_head, scale, window, out, &c->att, c->n_sm, c->cc_major, c->s);
+    cuda_attention(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale, window, out,
+                   &c->att, c->n_sm, c->cc_major, c->s);
 }
 
 /* The output quantized as it is written, for the down product. */
@@ -406,7 +409,12 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     /* from pageable memory: staged before the call returns, so p may go */
     int p = pos0;
     CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &p, sizeof(int), cudaMemcpyHostToDevice, c->s));
-    if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation()) {
+    /* positions below CUDA_ATT_SHORT_SPAN get a step recorded with attention
+     * sized for them (the per-head kernel is faster there); crossing it
+     * records the step again, once, for the rest of the cache */
+    c->step_short = pos0 + 1 < CUDA_ATT_SHORT_SPAN;
+    if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation() &&
+        c->key_short == c->step_short) {
         CUDA_CHECK(cudaGraphLaunch(c->exec, c->s));
         return;
     }
@@ -439,6 +447,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     memcpy(c->key, arg, size);
     c->key_size = size;
     c->key_gen = gen;
+    c->key_short = c->step_short;
 }
 
 static void cu_destroy(st_backend *be) {

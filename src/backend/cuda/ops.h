@@ -40,9 +40,15 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
 
 /* Causal attention (backend.h); scratch holds the split partial results.
  * With dpos (a recorded decode step) the position is read on the device and
- * the launch is sized for the whole cache, so that it fits every position. */
-void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
-                    float scale, int window, float *out, cuda_scratch *scratch, int n_sm, int cc_major,
+ * the launch is sized for a span of dspan positions (0: the whole cache).
+ * The slices follow the position read on the device, so the result is right
+ * at every position whatever the span; the span only chooses the kernel and
+ * the number of slices. A recorded step for positions below
+ * CUDA_ATT_SHORT_SPAN passes that as dspan (backend_cuda.cu records one step
+ * for positions below it and another for the rest). */
+#define CUDA_ATT_SHORT_SPAN 1280
+void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
+                    int n_head, float scale, int window, float *out, cuda_scratch *scratch, int n_sm, int cc_major,
                     cudaStream_t s);
 /* The prompt kernel on tensor cores (attention_tc.cu): 0 when launched, 1
  * when it does not apply (head size other than 64/128, compute capability
