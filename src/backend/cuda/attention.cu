@@ -10,7 +10,7 @@
  * mostly runs one slice each.
  *
  * Default kernels (STRATA_CUDA_ATTN=tc): prompt chunks of 16+ tokens on
- * tensor cores (attention_tc.cu); the rest over spans past ATT_GQA_MIN_SPAN
+ * tensor cores (attention_tc.cu); the rest over spans past CUDA_ATT_SHORT_SPAN
  * with attn_gqa_kernel, the query heads of one KV head in one block (K/V
  * read once per KV head), and over shorter spans with attn_split_kernel (a
  * block per query head: more blocks), which also takes the shapes the GQA
@@ -138,7 +138,6 @@ static __global__ void __launch_bounds__(ATT_THREADS)
  * attn_split_kernel. GM: the most heads per KV head the instance holds. */
 #define GQA_TILE 128
 #define GQA_THREADS 128
-#define ATT_GQA_MIN_SPAN CUDA_ATT_SHORT_SPAN /* by default, spans up to this take the per-head kernel */
 
 /* The dot products of one K row (8 values per 16-byte f16 or 8-byte int8
  * load) with the G queries; the loads of a whole batch of 8 are issued
@@ -416,7 +415,7 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
      * cache 8 us per layer faster per head, over 16K 185 us slower; the
      * difference grows ~12 us per 1K positions, so they cross near 1.3K. */
     const int G = n_head / kv->n_head_kv;
-    const int gqa = gqa_fits(G, kv->head_dim) && (g_attn_mode == 1 || (g_attn_mode == 2 && span > ATT_GQA_MIN_SPAN));
+    const int gqa = gqa_fits(G, kv->head_dim) && (g_attn_mode == 1 || (g_attn_mode == 2 && span > CUDA_ATT_SHORT_SPAN));
     const int tile = gqa ? GQA_TILE : ATT_TILE;
     /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
     const int blocks = n_tok * (gqa ? kv->n_head_kv : n_head), want = (4 * n_sm + blocks - 1) / blocks;

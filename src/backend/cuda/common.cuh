@@ -67,6 +67,26 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* The int8 blocks of 32 the matrix-vector products read (mm_quantize_act's
+ * formula: d = amax / 127, q = round(v * 127 / amax), and (d, d * sum q) per
+ * block), written by a producer op as it writes v: a whole warp holds one
+ * block of 32 consecutive values (lane = position in the block). */
+static __device__ __forceinline__ void quant_block_store(float v, size_t i, int8_t *aq, float2 *ad) {
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int qv = __float2int_rn(v * id);
+    aq[i] = (int8_t)qv;
+    const int sum = (int)warp_sum((float)qv); /* |sum| <= 32 * 127: exact in float */
+    if ((threadIdx.x & 31) == 0) ad[i / 32] = make_float2(d, d * (float)sum);
+}
+
+/* The 32 int8 values of unit gu (32 values) of a quantized activation row. */
+static __device__ __forceinline__ void ld_unit(const int8_t *row, int gu, int a[8]) {
+    const int4 *ap = (const int4 *)(row + 32 * (size_t)gu);
+    const int4 a0 = ap[0], a1 = ap[1];
+    a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+}
+
 /* Programmatic dependent launch (sm_90+, CUDA only): a kernel launched by
  * st_launch may start while the kernel before it on the stream still runs,
  * so consecutive decode kernels overlap launch and ramp-up with the tail of
@@ -90,16 +110,25 @@ int cuda_pdl_on(void);
 /* Try it once on the current device at start; off there, with one warning, if it fails. */
 void cuda_pdl_probe(cudaStream_t s);
 
+#if !defined(STRATA_HIP)
+/* A launch configuration with the programmatic-serialization attribute (at: its storage). */
+static inline cudaLaunchConfig_t pdl_config(dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                                            cudaLaunchAttribute *at) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at->val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    return cfg;
+}
+#endif
+
 template <typename... K, typename... A>
 static void st_launch(void (*kern)(K...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... args) {
 #if !defined(STRATA_HIP)
     if (cuda_pdl_on()) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at, cfg.numAttrs = 1;
+        cudaLaunchAttribute at;
+        const cudaLaunchConfig_t cfg = pdl_config(grid, block, smem, s, &at);
         CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args...));
         return;
     }

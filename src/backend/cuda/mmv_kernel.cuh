@@ -78,9 +78,7 @@ static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_g
 
 /* The 32 int8 activations of unit gu of activation row `row`. */
 static __device__ __forceinline__ void mm_load_act(const mm_mmv_args &p, int row, int gu, int a[8]) {
-    const int4 *ap = (const int4 *)(p.aq + (size_t)row * p.n_in + 32 * gu);
-    const int4 a0 = ap[0], a1 = ap[1];
-    a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+    ld_unit(p.aq + (size_t)row * p.n_in, gu, a);
 }
 
 template <int T, int NT, int R>

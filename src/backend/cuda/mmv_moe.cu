@@ -31,13 +31,6 @@ struct moe_dec_args {
     float *out;
 };
 
-/* The 32 int8 values of unit gu of a quantized row. */
-static __device__ __forceinline__ void ld_unit(const int8_t *row, int gu, int a[8]) {
-    const int4 *ap = (const int4 *)(row + 32 * (size_t)gu);
-    const int4 a0 = ap[0], a1 = ap[1];
-    a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
-}
-
 template <int T>
 static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe_dec_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
@@ -67,16 +60,8 @@ static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe
     }
     if (lane == 0) vals[warp] = st_act_value(p.act, g) * u; /* 0 for a pair handled elsewhere */
     __syncthreads();
-    if (warp == 0) { /* quantize the block: mm_quantize_act's formula */
-        const float v = vals[lane];
-        const float amax = warp_max(fabsf(v));
-        const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const int qv = __float2int_rn(v * id);
-        const size_t i = (size_t)pair * p.n_ff + (size_t)blockIdx.x * GLU_ROWS + lane;
-        p.hq[i] = (int8_t)qv;
-        const int sum = (int)warp_sum((float)qv); /* |sum| <= 32 * 127: exact in float */
-        if (lane == 0) p.hd[i / 32] = make_float2(d, d * (float)sum);
-    }
+    if (warp == 0) /* the block's 32 values are one quantization block of h */
+        quant_block_store(vals[lane], (size_t)pair * p.n_ff + (size_t)blockIdx.x * GLU_ROWS + lane, p.hq, p.hd);
 }
 
 template <int T>

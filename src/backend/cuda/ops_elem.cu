@@ -21,13 +21,18 @@ int cuda_pdl_on(void) {
 #if defined(STRATA_HIP)
     return 0;
 #else
+    static int asked = -1; /* the switch, read once: off (the default) costs no runtime call per launch */
+    if (asked < 0) {
+        const char *v = st_switch_get("STRATA_CUDA_PDL");
+        asked = v && !strcmp(v, "1");
+    }
+    if (!asked) return 0;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= PDL_MAX_DEVICES) return 0;
     if (!g_pdl[dev]) {
         int major = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        const char *v = st_switch_get("STRATA_CUDA_PDL");
-        g_pdl[dev] = major >= 9 && v && !strcmp(v, "1") ? 1 : -1;
+        g_pdl[dev] = major >= 9 ? 1 : -1;
     }
     return g_pdl[dev] > 0;
 #endif
@@ -52,12 +57,8 @@ void cuda_pdl_probe(cudaStream_t s) {
     CUDA_CHECK(cudaMemsetAsync(x, 0, sizeof(int), s));
     cudaGraph_t g = NULL;
     cudaGraphExec_t ge = NULL;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1), cfg.blockDim = dim3(32), cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at, cfg.numAttrs = 1;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = pdl_config(dim3(1), dim3(32), 0, s, &at);
     cudaError_t e = cudaLaunchKernelEx(&cfg, pdl_probe_kernel, x, 1);
     if (e == cudaSuccess) e = cudaLaunchKernelEx(&cfg, pdl_probe_kernel, x, 2);
     if (e == cudaSuccess) e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
@@ -117,19 +118,6 @@ static __device__ float block_sum(float v, float *red) {
     return warp_sum(v);
 }
 
-/* The int8 blocks of 32 the matrix-vector products read (mm_quantize_act's
- * formula: d = amax / 127, q = round(v * 127 / amax), and (d, d * sum q) per
- * block), written by a producer op as it writes v: a whole warp holds one
- * block of 32 consecutive values (lane = position in the block). */
-static __device__ __forceinline__ void quant_block_store(float v, size_t i, int8_t *aq, float2 *ad) {
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int qv = __float2int_rn(v * id);
-    aq[i] = (int8_t)qv;
-    const int sum = (int)warp_sum((float)qv); /* |sum| <= 32 * 127: exact in float */
-    if ((threadIdx.x & 31) == 0) ad[i / 32] = make_float2(d, d * (float)sum);
-}
-
 /* One block per row: sum of squares, then scale. In place is safe: each
  * thread writes only the values it read, after the block's sum is known.
  * With res: x += res first (written back by the thread that read it).
@@ -140,16 +128,12 @@ static __global__ void rmsnorm_kernel(float *x, const float *res, const float *w
     __shared__ float red[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
+    const float *rr = res ? res + (size_t)blockIdx.x * dim : NULL;
     float ss = 0;
-    if (res) {
-        const float *rr = res + (size_t)blockIdx.x * dim;
-        for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-            const float v = xr[i] + rr[i];
-            xr[i] = v;
-            ss += v * v;
-        }
-    } else {
-        for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = xr[i];
+        if (rr) xr[i] = v += rr[i];
+        ss += v * v;
     }
     ss = block_sum(ss, red);
     float sc = (float)(1.0 / sqrt((double)ss / dim + eps));
