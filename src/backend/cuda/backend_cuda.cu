@@ -339,7 +339,7 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
         int32_t *self = (int32_t *)af;
         float *wself = (float *)(af + o_wf);
         cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, self, wself, NULL, c->s);
-        const int ready = c->act_reuse && act_ready(c, h, E, n_tok);
+        const int ready = act_ready(c, h, E, n_tok);
         act_forget(c);
         if (cuda_moe_decode(gate, up, down, self, wself, n_tok, k, act, h, ready, (int8_t *)(af + o_hq),
                             (float2 *)(af + o_hd), out, c->s) == 0) {
