@@ -53,10 +53,65 @@ static __device__ __forceinline__ void att_slice(int pos0, int n_tok, int t, int
     *c1 = min(*c0 + chunk, pos + 1);
 }
 
+/* Where a decode attention's result goes: out [n_tok][n_head][hd] f32 and,
+ * when aq is given (hd a multiple of 32), as the int8 blocks of 32 the next
+ * product reads (aq, ad); count (or NULL: the combine kernel runs after):
+ * one zeroed counter per (token, head), by which the last slice of a token's
+ * heads to finish combines them (att_finish). */
+struct att_out {
+    float *out;
+    int8_t *aq;
+    float2 *ad;
+    unsigned *count;
+};
+
+/* Value d of head h of token t from its n_split partials:
+ *   M = max m_s,  out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s. */
+static __device__ __forceinline__ float att_combine_one(const float *part, int n_head, int hd, int n_split, int t, int h,
+                                                        int d) {
+    const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, __ldcg(pp + (size_t)s * (hd + 2)));
+    float L = 0.0f, v = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float *ps = pp + (size_t)s * (hd + 2);
+        const float ms = __ldcg(ps);
+        if (ms != -INFINITY) {
+            const float f = expf(ms - M);
+            L += f * __ldcg(ps + 1);
+            v += f * __ldcg(ps + 2 + d);
+        }
+    }
+    return v / L;
+}
+
+/* Heads h0 .. h0+nh-1 of token t, after this block wrote its partials
+ * (every thread of the block calls it): the last of their n_split slices
+ * to get here combines them into o. */
+static __device__ void att_finish(const float *part, int n_head, int hd, int n_split, int t, int h0, int nh,
+                                  const att_out &o) {
+    __shared__ int s_last;
+    unsigned *cnt = o.count + (size_t)t * n_head + h0;
+    __threadfence(); /* this block's partials, before it is counted */
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(cnt, 1u) == (unsigned)n_split - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) { /* whole warps when hd % 32 == 0 */
+        const int h = h0 + i / hd;
+        const float v = att_combine_one(part, n_head, hd, n_split, t, h, i % hd);
+        const size_t oi = ((size_t)t * n_head + h) * hd + i % hd;
+        o.out[oi] = v;
+        if (o.aq) quant_block_store(v, oi, o.aq, o.ad);
+    }
+    if (threadIdx.x == 0) *cnt = 0;
+}
+
 /* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
-                      int window, int n_split, float *part) {
+                      int window, int n_split, float *part, att_out fin) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float sc[ATT_TILE];
@@ -120,6 +175,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         const int d = tid + a * ATT_THREADS;
         if (d < hd) o[2 + d] = acc[a];
     }
+    if (fin.count) att_finish(part, n_head, hd, n_split, t, h, 1, fin);
 }
 
 /* The same computation with the query heads of one KV head together (GQA),
@@ -185,7 +241,7 @@ static __device__ __forceinline__ void gqa_scores(const L *kr, const float *qs, 
 template <int GM, int HD>
 static __global__ void __launch_bounds__(GQA_THREADS)
     attn_gqa_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
-                    int window, int n_split, float *part) {
+                    int window, int n_split, float *part, att_out fin) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     extern __shared__ float sm[]; /* qs [G][hd], sc [G][2 * GQA_TILE] (the end's sums need 2x), red [2][4][G] */
     const int split = blockIdx.x, hkv = blockIdx.y, t = blockIdx.z;
@@ -199,6 +255,7 @@ static __global__ void __launch_bounds__(GQA_THREADS)
             float *o = part + (((size_t)t * n_head + (size_t)hkv * G + tid) * n_split + split) * (size_t)(hd + 2);
             o[0] = -INFINITY, o[1] = 0.0f;
         }
+        if (fin.count) att_finish(part, n_head, hd, n_split, t, hkv * G, G, fin);
         return;
     }
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
@@ -330,6 +387,7 @@ static __global__ void __launch_bounds__(GQA_THREADS)
             o[1] = l[g];
         }
     }
+    if (fin.count) att_finish(part, n_head, hd, n_split, t, hkv * G, G, fin);
 }
 
 /* Whether the GQA kernel takes this shape: G heads per KV head up to 16,
@@ -339,10 +397,10 @@ static int gqa_fits(int G, int hd) { return G >= 1 && G <= 16 && (hd == 64 || hd
 template <int HD>
 static void gqa_launch_hd(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv,
                           int pos0, const int *dpos, int n_tok, int n_head, float scale, int window, int n_split,
-                          float *part) {
+                          float *part, const att_out &fin) {
 #define GQA_L(GM)                                                                                                  \
     st_launch(attn_gqa_kernel<GM, HD>, grid, dim3(GQA_THREADS), smem, s, q, *kv, pos0, dpos, n_tok, n_head, scale,  \
-              window, n_split, part)
+              window, n_split, part, fin)
     if (G <= 1) GQA_L(1);
     else if (G <= 2) GQA_L(2);
     else if (G <= 4) GQA_L(4);
@@ -352,10 +410,14 @@ static void gqa_launch_hd(int G, dim3 grid, size_t smem, cudaStream_t s, const f
 }
 
 static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv, int pos0,
-                       const int *dpos, int n_tok, int n_head, float scale, int window, int n_split, float *part) {
-    if (kv->head_dim == 64) gqa_launch_hd<64>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
-    else if (kv->head_dim == 128) gqa_launch_hd<128>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
-    else gqa_launch_hd<256>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+                       const int *dpos, int n_tok, int n_head, float scale, int window, int n_split, float *part,
+                       const att_out &fin) {
+    if (kv->head_dim == 64)
+        gqa_launch_hd<64>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part, fin);
+    else if (kv->head_dim == 128)
+        gqa_launch_hd<128>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part, fin);
+    else
+        gqa_launch_hd<256>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part, fin);
 }
 
 /* 0 split (per query head), 1 gqa, 2 tc (gqa, and tensor cores for
@@ -371,37 +433,27 @@ extern "C" int backend_cuda_set_attn_kernel(int mode) {
 /* Prompt chunks of at least this many tokens may take the tensor-core kernel. */
 #define ATT_TC_MIN_TOK 16
 
-static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, float *out) {
+static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, att_out o) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     const int h = blockIdx.x, t = blockIdx.y;
-    const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
-    float L = 0.0f;
-    for (int s = 0; s < n_split; s++) {
-        const float ms = pp[(size_t)s * (hd + 2)];
-        if (ms != -INFINITY) L += expf(ms - M) * pp[(size_t)s * (hd + 2) + 1];
-    }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float v = 0.0f;
-        for (int s = 0; s < n_split; s++) {
-            const float ms = pp[(size_t)s * (hd + 2)];
-            if (ms != -INFINITY) v += expf(ms - M) * pp[(size_t)s * (hd + 2) + 2 + d];
-        }
-        out[((size_t)t * n_head + h) * hd + d] = v / L;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) { /* whole warps when hd % 32 == 0 */
+        const float v = att_combine_one(part, n_head, hd, n_split, t, h, d);
+        const size_t oi = ((size_t)t * n_head + h) * hd + d;
+        o.out[oi] = v;
+        if (o.aq) quant_block_store(v, oi, o.aq, o.ad);
     }
 }
 
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
-                    int n_head, float scale, int window, float *out, cuda_scratch *scratch, int n_sm, int cc_major,
-                    cudaStream_t s) {
+                    int n_head, float scale, int window, float *out, const cuda_att_fin *fin, cuda_scratch *scratch,
+                    int n_sm, int cc_major, cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
     if (n_tok <= 0) return;
     if (g_attn_mode < 0) { /* default: tensor cores for prompts, the GQA kernel for the rest */
         const char *v = st_switch_get("STRATA_CUDA_ATTN");
         g_attn_mode = v && !strcmp(v, "head") ? 0 : v && !strcmp(v, "gqa") ? 1 : 2;
     }
-    if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK &&
+    if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK && !(fin && fin->aq) &&
         cuda_attention_tc(q, kv, n_tok, pos0, n_head, scale, window, out, cc_major, s) == 0)
         return;
     /* the longest visible span of any token in the chunk (the last one sees
@@ -427,17 +479,21 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
     }
     size_t bytes = (size_t)n_tok * n_head * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
+    att_out o = {out, NULL, NULL, NULL};
+    if (fin && fin->aq && kv->head_dim % 32 == 0) o.aq = fin->aq, o.ad = fin->ad;
+    if (fin && fin->count && (size_t)n_tok * n_head <= fin->n_count) o.count = fin->count;
     if (gqa) {
         const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * 2 * GQA_TILE + 8 * (size_t)G) * sizeof(float);
         gqa_launch(G, dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), smem, s, q, kv, pos0, dpos,
-                   n_tok, n_head, scale, window, n_split, part);
+                   n_tok, n_head, scale, window, n_split, part, o);
     } else {
         st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0, s,
-                  q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+                  q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part, o);
     }
     CUDA_LAUNCH_CHECK();
+    if (o.count) return; /* combined by each head's last slice */
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
     st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), 0, s, (const float *)part, n_head,
-              kv->head_dim, n_split, out);
+              kv->head_dim, n_split, o);
     CUDA_LAUNCH_CHECK();
 }

@@ -476,6 +476,62 @@ static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv,
     st_free(qn), st_free(kn);
 }
 
+/* One decode layer's products and norms in the forward pass's order, where
+ * the GPU backend fuses neighbours (backend_cuda.cu, deferred launches):
+ *   o = Wo a; x += o, h = norm(x)      (the norm done by the product's launch)
+ *   q, k, v = Wq h, Wk h, Wv h         (one launch per weight type)
+ *   r = Wr h; m = moe(h, r); x += m, h2 = norm(x)   (routing in the MoE kernel, the norm in its last)
+ * x, h, q, k, v, the router logits, m and h2 compared. tq: wo, q, k; tv: v. */
+static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int64_t qw, int64_t kvw, int n_expert,
+                               int k, int64_t F, int n_tok) {
+    wpair wo = make_weight(c, tq, qw, dim, 1), wq = make_weight(c, tq, dim, qw, 1), wk = make_weight(c, tq, dim, kvw, 1);
+    wpair wv = make_weight(c, tv, dim, kvw, 1), wr = make_weight(c, QT_F32, dim, n_expert, 1);
+    wpair g = make_weight(c, QT_Q4_K, dim, F, n_expert), u = make_weight(c, QT_Q4_K, dim, F, n_expert);
+    wpair d = make_weight(c, QT_Q6_K, F, dim, n_expert);
+    const size_t nx = (size_t)n_tok * dim, nq = (size_t)n_tok * qw, nk = (size_t)n_tok * kvw;
+    const size_t nr = (size_t)n_tok * n_expert;
+    float *hx = rand_host(c, nx, 2.0f), *ha = rand_host(c, nq, 1.0f), *hn = rand_host(c, (size_t)dim, 1.0f);
+    float *hn2 = rand_host(c, (size_t)dim, 1.0f);
+    void *b[11][2];
+    const size_t sz[11] = {nx, nq, (size_t)dim, (size_t)dim, nx, nx, nq, nk, nk, nr, nx};
+    const float *init[11] = {hx, ha, hn, hn2, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 11; i++) b[i][0] = put(c->ref, init[i], sz[i] * 4), b[i][1] = put(c->dut, init[i], sz[i] * 4);
+    enum { X, A, N1, N2, O, H, Q, K, V, R, M };
+    double t0 = now_ms();
+    for (int side = 0; side < 2; side++) {
+        st_backend *be = side ? c->dut : c->ref;
+#define B(i) ((float *)b[i][side])
+        const wpair *w[] = {&wo, &wq, &wk, &wv, &wr, &g, &u, &d};
+        const st_weight *W[8];
+        for (int i = 0; i < 8; i++) W[i] = side ? &w[i]->d : &w[i]->r;
+        be->matmul(be, W[0], 0, B(A), B(O), n_tok);
+        be->rmsnorm(be, B(X), B(O), B(N1), B(H), (int)dim, n_tok, 1e-6f);
+        be->matmul(be, W[1], 0, B(H), B(Q), n_tok);
+        be->matmul(be, W[2], 0, B(H), B(K), n_tok);
+        be->matmul(be, W[3], 0, B(H), B(V), n_tok);
+        be->matmul(be, W[4], 0, B(H), B(R), n_tok);
+        be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, 1, ST_ACT_SILU, W[5], W[6], W[7], B(M));
+        be->rmsnorm(be, B(X), B(M), B(N2), B(A), (int)dim, n_tok, 1e-6f); /* h2 into a's buffer, as layers reuse them */
+#undef B
+    }
+    const double ms = now_ms() - t0;
+    static const char *nm[] = {"x", "h2", "", "", "o", "h", "q", "k", "v", "router", "moe"};
+    double e = 0;
+    char worst[16] = "";
+    for (int i = 0; i < 11; i++) {
+        if (i == N1 || i == N2) continue;
+        const size_t n = i == A ? nx : sz[i]; /* h2 fills the first n_tok x dim values of a */
+        const double ei = cmp_bufs(c, b[i][0], b[i][1], n);
+        if (ei > e || !worst[0]) e = ei, snprintf(worst, sizeof worst, "%s", nm[i]);
+    }
+    report(c, "decode layer", e, 2e-3, ms, "%s/%s, %lld wide, %d tokens, top-%d of %d (worst: %s)", qt_get(tq)->name,
+           qt_get(tv)->name, (long long)dim, n_tok, k, n_expert, worst);
+    for (int i = 0; i < 11; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
+    st_free(hx), st_free(ha), st_free(hn), st_free(hn2);
+    wpair *all[] = {&wo, &wq, &wk, &wv, &wr, &g, &u, &d};
+    for (int i = 0; i < 8; i++) free_weight(c, all[i]);
+}
+
 int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
     chk c = {ref, dut, seed * 0x2545f4914f6cdd1dull + 1, fn, ctx, 0};
     static const qt_type rows_types[] = {QT_F32, QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
@@ -541,6 +597,9 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_moe(&c, 1, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0);
         check_moe(&c, 8, 32, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0); /* 32 experts: quicker to make on the CPU */
     }
+    check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1);
+    check_decode_layer(&c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3);
+    if (size) check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1); /* qwen3-30b-a3b */
     /* a small prompt chunk (80 pairs): the self-test runs the tensor-core grouped products once too */
     check_moe(&c, 40, 8, 2, 256, 256, 1, 0, QT_Q4_K, QT_Q6_K, 0);
     if (size) { /* prompt chunks at model sizes: the tensor-core grouped products (moe_mma.cu) on sm_80+ */

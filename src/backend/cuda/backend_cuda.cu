@@ -25,6 +25,22 @@
  * gate and up) quantize it once. act_* remembers the input the quantized
  * scratch holds; every op that writes device memory forgets it (act_forget)
  * unless it is a product whose output lies apart from that input.
+ *
+ * Deferred launches (decode-sized steps; STRATA_CUDA_FUSE=0 turns them off):
+ * a quantized product, or the fused decode MoE, is not launched when it is
+ * queued but held as "pending" until the next op, which lets that op fuse
+ * with it:
+ *  - products of one input (q, k and v) go out as one launch per weight type
+ *    (cuda_matmul_jobs);
+ *  - an rmsnorm whose residual is the pending result (o = Wo a, then
+ *    x += o, h = norm(x); the MoE's output likewise) is done by the
+ *    product's own launch: each output row added to x as it is written,
+ *    and the norm by the last block to finish (cuda_post_norm);
+ *  - the MoE routes inside its first kernel (mmv_moe.h), and decode
+ *    attention combines its slices in its last block and writes the int8
+ *    input of the next product (cuda_att_fin).
+ * Every other entry point launches what is pending first (pend_flush), so
+ * the ops still run in the forward pass's order, with the same results.
  */
 #include <string.h>
 
@@ -35,12 +51,38 @@
 #include "backend/cuda/mmv_moe.h"
 #include "backend/cuda/tune.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/route.cuh"
 
 extern "C" {
 #include "core/alloc.h"
 #include "core/switches.h"
 #include "quant/quant.h"
 }
+
+/* A launch held back for the next op to fuse with (see the top). */
+typedef enum { PEND_NONE = 0, PEND_MM, PEND_MOE } pend_kind;
+typedef struct {
+    pend_kind kind;
+    /* PEND_MM: products of x (n_tok rows), in the order queued */
+    int n;
+    st_weight w[CUDA_MM_MAX_JOBS]; /* copies: a caller's st_weight may not outlive the call */
+    int64_t mat[CUDA_MM_MAX_JOBS];
+    float *y[CUDA_MM_MAX_JOBS];
+    const float *x;
+    int n_tok;
+    /* PEND_MOE: cu_moe_ffn's arguments */
+    const float *h, *logits;
+    int n_expert, k, norm_topk;
+    st_act act;
+    st_weight gate, up, down;
+    float *out;
+} pending;
+
+/* Device counters of the last-block patterns: the post-product norm's, then
+ * the attention heads' (cuda_att_fin), zeroed at start, left zeroed by each. */
+#define CNT_POST 0
+#define CNT_ATT 64
+#define CNT_TOTAL 8192
 
 typedef struct {
     int dev, n_sm, cc_major;
@@ -62,6 +104,9 @@ typedef struct {
     int act_valid;
     int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
     int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
+    int fuse;              /* deferred launches (STRATA_CUDA_FUSE, default 1) */
+    pending pend;
+    unsigned *d_count;     /* CNT_TOTAL counters */
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
@@ -73,6 +118,15 @@ static cuda_ctx *CTX(st_backend *be) { return (cuda_ctx *)be->ctx; }
 static int g_live_backends; /* CUDA backends of the process not yet destroyed */
 
 static void act_forget(cuda_ctx *c) { c->act_valid = 0; }
+
+static void pend_flush(cuda_ctx *c);
+
+/* What every op but the deferrable ones does first: launch what is pending,
+ * and forget the quantized input (the op may write it). */
+static void op_begin(cuda_ctx *c) {
+    pend_flush(c);
+    act_forget(c);
+}
 
 /* A path that needs the host in the middle (a synchronisation) cannot be
  * recorded: mark the recording bad, so that run_step drops it; the step's
@@ -101,26 +155,27 @@ static void *cu_alloc(st_backend *be, size_t bytes) {
 }
 
 static void cu_free(st_backend *be, void *p) {
-    (void)be;
+    pend_flush(CTX(be)); /* a pending launch may use p */
     if (p) CUDA_CHECK(cudaFree(p));
 }
 
 static void cu_to_host(st_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = CTX(be);
+    pend_flush(c);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->s));
     CUDA_CHECK(cudaStreamSynchronize(c->s));
 }
 
 static void cu_to_device(st_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = CTX(be);
-    act_forget(c);
+    op_begin(c);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->s));
     CUDA_CHECK(cudaStreamSynchronize(c->s)); /* the caller may reuse src at once */
 }
 
 static void cu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out) {
     cuda_ctx *c = CTX(be);
-    act_forget(c);
+    op_begin(c);
     if (n <= 0) return;
     if (cuda_get_rows_supported(w->type)) {
         cuda_get_rows(w, ids, n, out, c->s);
@@ -190,9 +245,107 @@ static void matmul_tracked(cuda_ctx *c, const st_weight *w, int64_t mat, const f
     else act_after(c, w, x, n_tok, y, (size_t)n_tok * w->n_out * 4, q);
 }
 
+static int overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const uint8_t *pa = (const uint8_t *)a, *pb = (const uint8_t *)b;
+    return pa < pb + bn && pb < pa + an;
+}
+
+/* Whether a product may wait as pending: a decode-sized product of
+ * quantized, contiguous weights. */
+static int deferrable(const cuda_ctx *c, const st_weight *w, int n_tok) {
+    return c->fuse && cuda_matmul_jobs_fit(w, n_tok) && w->data && !w->mat;
+}
+
 static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
+    cuda_ctx *c = CTX(be);
     if (n_tok <= 0) return;
-    matmul_tracked(CTX(be), w, mat, x, y, n_tok);
+    if (deferrable(c, w, n_tok) && !overlap(y, (size_t)n_tok * w->n_out * 4, x, (size_t)n_tok * w->n_in * 4)) {
+        pending *p = &c->pend;
+        int joins = p->kind == PEND_MM && p->x == x && p->n_tok == n_tok && p->n < CUDA_MM_MAX_JOBS &&
+                    p->w[0].n_in == w->n_in;
+        for (int i = 0; joins && i < p->n; i++) /* outputs apart, or the order would matter */
+            joins = !overlap(y, (size_t)n_tok * w->n_out * 4, p->y[i], (size_t)n_tok * p->w[i].n_out * 4);
+        if (!joins) {
+            pend_flush(c); /* not act_forget: x may be what the scratch holds (a norm's output) */
+            p->kind = PEND_MM, p->n = 0, p->x = x, p->n_tok = n_tok;
+        }
+        p->w[p->n] = *w, p->mat[p->n] = mat, p->y[p->n] = y;
+        p->n++;
+        return;
+    }
+    pend_flush(c);
+    matmul_tracked(c, w, mat, x, y, n_tok);
+}
+
+/* Launches the pending products: those of one weight type together. */
+static void pend_flush_mm(cuda_ctx *c, const pending *p) {
+    int done[CUDA_MM_MAX_JOBS] = {0};
+    for (int i = 0; i < p->n; i++) {
+        if (done[i]) continue;
+        cuda_mm_job jobs[CUDA_MM_MAX_JOBS];
+        int n = 0;
+        for (int j = i; j < p->n; j++)
+            if (!done[j] && p->w[j].type == p->w[i].type) {
+                jobs[n].w = &p->w[j], jobs[n].mat = p->mat[j], jobs[n].y = p->y[j];
+                n++;
+                done[j] = 1;
+            }
+        const int rc = cuda_matmul_jobs(jobs, n, p->x, p->n_tok, act_ready(c, p->x, p->w[i].n_in, p->n_tok), NULL, c->s);
+        ST_ASSERT(rc == 0); /* deferrable() checked the types and shapes */
+        act_hold(c, p->x, p->w[i].n_in * p->n_tok); /* it quantized x (outputs lie apart from it) */
+    }
+}
+
+static void moe_decode_now(cuda_ctx *c, const pending *p, const cuda_post_norm *post);
+
+static void pend_flush(cuda_ctx *c) {
+    pending *p = &c->pend;
+    const pend_kind k = p->kind;
+    if (k == PEND_NONE) return;
+    p->kind = PEND_NONE; /* first: the launches below must not come back here */
+    if (k == PEND_MM) pend_flush_mm(c, p);
+    else moe_decode_now(c, p, NULL);
+}
+
+/* The int8 target of a fused norm of n values, with the products' scratch
+ * grown first to `need` values (the pending product's input), so that the
+ * product's own scratch request cannot move it afterwards. */
+static int8_t *post_target(cuda_ctx *c, int64_t n, int64_t need, float2 **ad) {
+    if (!c->act_reuse || n % 32 != 0) return NULL;
+    int8_t *aq = NULL;
+    if (cuda_mm_act_scratch(need > n ? need : n, 1, &aq, ad, c->s) != 0) return NULL;
+    return aq;
+}
+
+/* rmsnorm after the pending product (or MoE) whose output is res, done by
+ * its launch (cuda_post_norm). 1 when done so. */
+static int rmsnorm_fused(cuda_ctx *c, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                         float eps) {
+    pending *p = &c->pend;
+    const size_t nb = (size_t)dim * n_rows * 4;
+    if (!res || dim % 32 != 0 || n_rows > MM_MMV_MAX_TOK || overlap(res, nb, x, nb) || overlap(res, nb, y, nb))
+        return 0;
+    cuda_post_norm post = {x, w, y, NULL, NULL, c->d_count + CNT_POST, eps};
+    if (p->kind == PEND_MM && p->n == 1 && p->y[0] == res && p->n_tok == n_rows && p->w[0].n_out == dim &&
+        !overlap(p->x, (size_t)n_rows * p->w[0].n_in * 4, x, nb) &&
+        !overlap(p->x, (size_t)n_rows * p->w[0].n_in * 4, y, nb)) {
+        const int ready = act_ready(c, p->x, p->w[0].n_in, n_rows);
+        post.hq = post_target(c, (int64_t)dim * n_rows, p->w[0].n_in * n_rows, &post.hd);
+        p->kind = PEND_NONE;
+        cuda_mm_job job = {&p->w[0], p->mat[0], p->y[0]};
+        const int rc = cuda_matmul_jobs(&job, 1, p->x, n_rows, ready, &post, c->s);
+        ST_ASSERT(rc == 0);
+    } else if (p->kind == PEND_MOE && p->out == res && p->k * n_rows <= MM_MOE_DEVICE_MAX && p->n_tok == n_rows &&
+               p->down.n_out == dim && !overlap(p->h, nb, x, nb) && !overlap(p->h, nb, y, nb)) {
+        post.hq = post_target(c, (int64_t)dim * n_rows, p->gate.n_in * n_rows, &post.hd);
+        p->kind = PEND_NONE;
+        moe_decode_now(c, p, &post);
+    } else {
+        return 0;
+    }
+    act_forget(c);
+    if (post.hq) act_hold(c, y, (int64_t)dim * n_rows);
+    return 1;
 }
 
 /* Decode-sized rows are quantized as they are written, for the product that
@@ -200,7 +353,8 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
 static void cu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
                        float eps) {
     cuda_ctx *c = CTX(be);
-    act_forget(c);
+    if (rmsnorm_fused(c, x, res, w, y, dim, n_rows, eps)) return;
+    op_begin(c);
     float2 *ad = NULL;
     int8_t *aq = n_rows <= MM_MMV_MAX_TOK ? act_target(c, (int64_t)dim * n_rows, &ad) : NULL;
     cuda_rmsnorm(x, res, w, y, dim, n_rows, eps, aq, ad, c->s);
@@ -209,27 +363,32 @@ static void cu_rmsnorm(st_backend *be, float *x, const float *res, const float *
 
 static void cu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
                     float freq_scale, int neox) {
-    act_forget(CTX(be));
+    op_begin(CTX(be));
     cuda_rope(x, n_tok, n_heads, head_dim, pos0, theta, freq_scale, neox, CTX(be)->s);
 }
 
 static void cu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
-    act_forget(CTX(be));
+    op_begin(CTX(be));
     cuda_kv_store(kv, k, v, n_tok, pos0, CTX(be)->s);
 }
 
 static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                          float scale, int window, float *out) {
     cuda_ctx *c = CTX(be);
-    act_forget(c);
+    op_begin(c);
+    /* decode-sized: the output also quantized for the product after it, and
+     * (fused launches on) the slices combined in the attention kernel */
+    cuda_att_fin fin = {NULL, NULL, c->fuse ? c->d_count + CNT_ATT : NULL, CNT_TOTAL - CNT_ATT};
+    if (n_tok <= MM_MMV_MAX_TOK) fin.aq = act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &fin.ad);
     cuda_attention(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale, window, out,
-                   &c->att, c->n_sm, c->cc_major, c->s);
+                   &fin, &c->att, c->n_sm, c->cc_major, c->s);
+    if (fin.aq && kv->head_dim % 32 == 0) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
 }
 
 /* The output quantized as it is written, for the down product. */
 static void cu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     cuda_ctx *c = CTX(be);
-    act_forget(c);
+    op_begin(c);
     float2 *ad = NULL;
     int8_t *aq = act_target(c, n, &ad);
     cuda_act_mul(act, g, u, out, n, aq, ad, c->s);
@@ -237,19 +396,19 @@ static void cu_act_mul(st_backend *be, st_act act, const float *g, const float *
 }
 
 static void cu_add(st_backend *be, float *x, const float *b, int64_t dim, int n_rows) {
-    act_forget(CTX(be));
+    op_begin(CTX(be));
     cuda_add(x, b, dim, n_rows, CTX(be)->s);
 }
 
 static void cu_scale(st_backend *be, float *x, float s, int64_t n) {
-    act_forget(CTX(be));
+    op_begin(CTX(be));
     cuda_scale(x, s, n, CTX(be)->s);
 }
 
 static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn, float eps,
                         int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0) {
     cuda_ctx *c = CTX(be);
-    act_forget(c);
+    op_begin(c);
     cuda_qkv_prep(q, k, v, qn, kn, eps, n_tok, n_head, rope, kv, pos0, c->step_pos, c->s);
 }
 
@@ -263,10 +422,9 @@ extern "C" int backend_cuda_set_moe_path(int path) {
     return old;
 }
 
-static void moe_ffn_loop(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                       int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
-                       float *out) {
-    cuda_ctx *c = CTX(be);
+static void moe_ffn_loop(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k,
+                         int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
+                         float *out) {
     const int64_t E = gate->n_in, F = gate->n_out;
     const size_t nk = (size_t)n_tok * k;
     act_forget(c);
@@ -320,34 +478,11 @@ static void moe_ffn_loop(st_backend *be, const float *h, const float *logits, in
 }
 
 /* Grouped path: pairs p = t*k + j, expert sel[p], input row t. */
-static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                       int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
-                       float *out) {
-    if (g_moe_path == 1) {
-        moe_ffn_loop(be, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
-        return;
-    }
-    cuda_ctx *c = CTX(be);
+static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k,
+                        int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
+                        float *out) {
     const int64_t E = gate->n_in, F = gate->n_out;
     const int nk = n_tok * k;
-    if (n_tok <= 0) return;
-    if (nk <= MM_MOE_DEVICE_MAX && g_moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
-        /* decode: two fused kernels after the routing (mmv_moe.h) */
-        const size_t o_wf = align256((size_t)nk * 4), o_hq = o_wf + align256((size_t)nk * 4);
-        const size_t o_hd = o_hq + align256((size_t)nk * F), total_f = o_hd + align256((size_t)nk * F / 32 * 8);
-        uint8_t *af = (uint8_t *)cuda_scratch_reserve(&c->moe, total_f);
-        int32_t *self = (int32_t *)af;
-        float *wself = (float *)(af + o_wf);
-        cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, self, wself, NULL, c->s);
-        const int ready = act_ready(c, h, E, n_tok);
-        act_forget(c);
-        if (cuda_moe_decode(gate, up, down, self, wself, n_tok, k, act, h, ready, (int8_t *)(af + o_hq),
-                            (float2 *)(af + o_hd), out, c->s) == 0) {
-            act_hold(c, h, E * n_tok); /* the products' scratch holds h quantized */
-            return;
-        }
-        if (cannot_record(c)) return;
-    }
     size_t o_w = align256((size_t)nk * 4), o_x = o_w + align256((size_t)nk * 4);
     size_t o_g = o_x + align256((size_t)nk * 4), o_u = o_g + align256((size_t)nk * F * 4);
     size_t o_y = o_u + align256((size_t)nk * F * 4), total = o_y + align256((size_t)nk * E * 4);
@@ -377,10 +512,60 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     if (!ok) {
         static int warned;
         if (!warned++) ST_WARN("MoE grouped products: %s; using the per-expert loop", st_error_get());
-        moe_ffn_loop(be, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+        moe_ffn_loop(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
         return;
     }
     cuda_moe_combine(out, ye, wsel, n_tok, k, E, c->s);
+}
+
+/* The pending decode MoE (two fused kernels after the routing, mmv_moe.h;
+ * the first routes itself when fused launches are on), with post (or
+ * NULL) done by the down kernel. */
+static void moe_decode_now(cuda_ctx *c, const pending *p, const cuda_post_norm *post) {
+    const int64_t E = p->gate.n_in, F = p->gate.n_out;
+    const int n_tok = p->n_tok, k = p->k, nk = n_tok * k;
+    const size_t o_wf = align256((size_t)nk * 4), o_hq = o_wf + align256((size_t)nk * 4);
+    const size_t o_hd = o_hq + align256((size_t)nk * F), total_f = o_hd + align256((size_t)nk * F / 32 * 8);
+    uint8_t *af = (uint8_t *)cuda_scratch_reserve(&c->moe, total_f);
+    int32_t *self = (int32_t *)af;
+    float *wself = (float *)(af + o_wf);
+    const cuda_moe_route_in route = {p->logits, p->n_expert, p->norm_topk};
+    const int own_route = c->fuse && p->n_expert <= ROUTE_MAX_EXPERT;
+    if (!own_route) cuda_moe_route(p->logits, n_tok, p->n_expert, k, p->norm_topk, self, wself, NULL, c->s);
+    const int ready = act_ready(c, p->h, E, n_tok);
+    act_forget(c);
+    if (cuda_moe_decode(&p->gate, &p->up, &p->down, own_route ? &route : NULL, self, wself, n_tok, k, p->act, p->h,
+                        ready, (int8_t *)(af + o_hq), (float2 *)(af + o_hd), p->out, post, c->s) == 0) {
+        if (!post) act_hold(c, p->h, E * n_tok); /* the products' scratch holds h quantized */
+        return;
+    }
+    /* the scratch could not grow (recording, or out of memory): this pass's
+     * result comes from the grouped path, and a recording is dropped */
+    (void)cannot_record(c);
+    moe_grouped(c, p->h, p->logits, n_tok, p->n_expert, k, p->norm_topk, p->act, &p->gate, &p->up, &p->down,
+                p->out);
+    if (post) cuda_rmsnorm(post->x, p->out, post->w, post->h, (int)E, n_tok, post->eps, post->hq, post->hd, c->s);
+}
+
+static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
+                       int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
+                       float *out) {
+    cuda_ctx *c = CTX(be);
+    pend_flush(c); /* the router product; the quantized h it leaves is still wanted */
+    if (n_tok <= 0) return;
+    if (g_moe_path == 1) {
+        moe_ffn_loop(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+        return;
+    }
+    if (n_tok * k <= MM_MOE_DEVICE_MAX && g_moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
+        pending *p = &c->pend;
+        p->kind = PEND_MOE;
+        p->h = h, p->logits = logits, p->n_tok = n_tok, p->n_expert = n_expert, p->k = k, p->norm_topk = norm_topk;
+        p->act = act, p->gate = *gate, p->up = *up, p->down = *down, p->out = out;
+        if (!c->fuse) pend_flush(c);
+        return;
+    }
+    moe_grouped(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
 }
 
 static void graph_drop(cuda_ctx *c) {
@@ -396,14 +581,16 @@ static void step_pass(cuda_ctx *c, void (*body)(void *, int), void *arg, int pos
     c->step_pos = c->d_pos;
     act_forget(c);
     body(arg, pos0);
+    pend_flush(c); /* inside the recording */
     c->step_pos = NULL;
 }
 
 static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
     cuda_ctx *c = CTX(be);
-    act_forget(c);
+    op_begin(c);
     if (n_tok != 1 || !c->graphs) {
         body(arg, pos0);
+        pend_flush(c);
         return;
     }
     /* from pageable memory: staged before the call returns, so p may go */
@@ -453,8 +640,10 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
 static void cu_destroy(st_backend *be) {
     cuda_ctx *c = CTX(be);
     CUDA_CHECK(cudaSetDevice(c->dev));
+    pend_flush(c);
     CUDA_CHECK(cudaStreamSynchronize(c->s));
     graph_drop(c);
+    CUDA_CHECK(cudaFree(c->d_count));
     cuda_scratch_free(&c->att);
     cuda_scratch_free(&c->moe);
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
@@ -471,7 +660,10 @@ static void cu_destroy(st_backend *be) {
     st_free(be);
 }
 
-extern "C" void backend_cuda_sync(st_backend *be) { CUDA_CHECK(cudaStreamSynchronize(CTX(be)->s)); }
+extern "C" void backend_cuda_sync(st_backend *be) {
+    pend_flush(CTX(be));
+    CUDA_CHECK(cudaStreamSynchronize(CTX(be)->s));
+}
 
 extern "C" st_backend *backend_cuda_create(int device) {
     if (gpu_device_check(device) != 0) return NULL;
@@ -487,12 +679,16 @@ extern "C" st_backend *backend_cuda_create(int device) {
     CUDA_CHECK(cudaStreamCreate(&c->s));
     cuda_pdl_probe(c->s);
     CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&c->d_count, CNT_TOTAL * sizeof(unsigned)));
+    CUDA_CHECK(cudaMemsetAsync(c->d_count, 0, CNT_TOTAL * sizeof(unsigned), c->s));
     const char *g = st_switch_get("STRATA_CUDA_GRAPH");
     c->graphs = !(g && !strcmp(g, "0"));
     const char *r = st_switch_get("STRATA_CUDA_ACT_REUSE");
     c->act_reuse = !(r && !strcmp(r, "0"));
     const char *mf = st_switch_get("STRATA_CUDA_MOE_FUSED");
     c->moe_fused = !(mf && !strcmp(mf, "0"));
+    const char *fu = st_switch_get("STRATA_CUDA_FUSE");
+    c->fuse = !(fu && !strcmp(fu, "0"));
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
     be->name = "cuda";
     be->ctx = c;

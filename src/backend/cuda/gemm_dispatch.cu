@@ -179,6 +179,57 @@ static int mm_use_gemm(int n_tok) {
     return n_tok > MM_MMV_MAX_TOK;
 }
 
+int cuda_matmul_jobs_fit(const st_weight *w, int n_tok) {
+    return w && cuda_mm_supports(w->type) && !mm_is_float(w->type) && n_tok >= 1 && n_tok <= MM_NT_MAX &&
+           !mm_use_gemm(n_tok);
+}
+
+int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready,
+                     const cuda_post_norm *post, cudaStream_t s) {
+    if (n_jobs < 1 || n_jobs > CUDA_MM_MAX_JOBS || (post && n_jobs != 1) || !x) {
+        st_error_set("cuda_matmul_jobs: bad arguments (%d jobs%s)", n_jobs, post ? ", with a norm after" : "");
+        return -1;
+    }
+    const st_weight *w0 = jobs[0].w;
+    for (int i = 0; i < n_jobs; i++) {
+        const st_weight *w = jobs[i].w;
+        if (mm_check_weight("cuda_matmul_jobs", w) != 0) return -1;
+        if (!cuda_matmul_jobs_fit(w, n_tok) || w->type != w0->type || w->n_in != w0->n_in || jobs[i].mat < 0 ||
+            jobs[i].mat >= w->n_mat || (!w->data && !w->mat) || !jobs[i].y ||
+            ((uintptr_t)st_weight_mat(w, jobs[i].mat) | (uintptr_t)jobs[i].y) % 16 != 0) {
+            st_error_set("cuda_matmul_jobs: job %d does not fit one decode launch", i);
+            return -1;
+        }
+    }
+    if (post && (w0->n_out % 32 != 0 || !post->x || !post->w || !post->h || !post->count)) {
+        st_error_set("cuda_matmul_jobs: bad norm after the product");
+        return -1;
+    }
+    const int n_in = (int)w0->n_in;
+    const size_t nq = (size_t)n_tok * n_in;
+    mm_scratch *sc = mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
+    if (!sc) return -1;
+    if (!act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
+    mm_mmv_args a;
+    memset(&a, 0, sizeof(a));
+    a.type = w0->type;
+    a.w = (const uint8_t *)st_weight_mat(w0, jobs[0].mat);
+    a.row_bytes = w0->row_bytes;
+    a.n_in = n_in, a.n_out = (int)w0->n_out;
+    a.aq = sc->aq, a.ad = sc->ad, a.x = x, a.y = jobs[0].y;
+    a.groups = MM_GROUPS_DENSE, a.n_tok = n_tok, a.n_groups = 1;
+    a.n_more = n_jobs - 1;
+    for (int i = 1; i < n_jobs; i++) {
+        a.more[i - 1].w = (const uint8_t *)st_weight_mat(jobs[i].w, jobs[i].mat);
+        a.more[i - 1].y = jobs[i].y;
+        a.more[i - 1].row_bytes = jobs[i].w->row_bytes;
+        a.more[i - 1].n_out = (int)jobs[i].w->n_out;
+    }
+    if (post) a.post = *post;
+    return mm_mmv_launch(&a, s);
+}
+
+
 int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, int act_ready, cudaStream_t s) {
     if (mm_check_weight("cuda_matmul", w) != 0) return -1;
     if (mat < 0 || mat >= w->n_mat || n_tok < 0 || (!w->data && !w->mat) || !x || !y) {

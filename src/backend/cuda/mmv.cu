@@ -67,7 +67,9 @@ int cuda_mm_force_rows(int r) {
 static int mm_rows_per_warp(const mm_mmv_args *a, int nt) {
     if (g_force_rows) return g_force_rows;
     if (nt > 2 || mm_is_float(a->type)) return 1;
-    const int64_t rows = (int64_t)a->n_out * a->n_groups;
+    int64_t rows = a->n_out;
+    for (int i = 0; i < a->n_more; i++) rows += a->more[i].n_out;
+    rows *= a->n_groups;
     return rows >= 16384 ? 4 : rows >= 8192 ? 2 : 1;
 }
 

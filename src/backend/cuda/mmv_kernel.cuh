@@ -52,14 +52,31 @@ static __device__ __forceinline__ mm_group<NT> mm_group_get(const mm_mmv_args &p
     return g;
 }
 
-static __device__ __forceinline__ const uint8_t *mm_matrix(const mm_mmv_args &p, int e) {
-    return p.w_tab ? (const uint8_t *)p.w_tab[e] : p.w + (size_t)e * p.mat_stride;
+/* The matrix a block works on: the launch's, or one of its more[] (jobs of
+ * one input, DENSE), with the block's index within that matrix's blocks. */
+struct mm_mat {
+    const uint8_t *w;
+    float *y;
+    size_t row_bytes;
+    int n_out, bx;
+};
+
+static __device__ __forceinline__ mm_mat mm_mat_of(const mm_mmv_args &p) {
+    mm_mat m = {p.w, p.y, p.row_bytes, p.n_out, (int)blockIdx.x};
+    for (int i = 0; i < p.n_more; i++)
+        if (blockIdx.x >= p.more[i].blk0)
+            m = {p.more[i].w, p.more[i].y, p.more[i].row_bytes, p.more[i].n_out, (int)(blockIdx.x - p.more[i].blk0)};
+    return m;
+}
+
+static __device__ __forceinline__ const uint8_t *mm_matrix(const mm_mmv_args &p, const mm_mat &m, int e) {
+    return p.w_tab ? (const uint8_t *)p.w_tab[e] : m.w + (size_t)e * p.mat_stride;
 }
 
 /* Writes the warp's sums (lane 0), or zeros for an expert handled elsewhere
- * (acc stays 0 then). */
+ * (acc stays 0 then); with p.post, adds them to its x rows too. */
 template <int NT, int R>
-static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_group<NT> &g, int row0,
+static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_mat &m, const mm_group<NT> &g, int row0,
                                                 float (&acc)[R][NT]) {
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -70,7 +87,11 @@ static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_g
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int t = 0; t < NT; t++)
-                if (t < g.n && row0 + r < p.n_out) p.y[(size_t)g.orow[t] * p.n_out + row0 + r] = acc[r][t];
+                if (t < g.n && row0 + r < m.n_out) {
+                    const size_t i = (size_t)g.orow[t] * m.n_out + row0 + r;
+                    m.y[i] = acc[r][t];
+                    if (p.post.count) p.post.x[i] += acc[r][t];
+                }
     }
 }
 
@@ -85,16 +106,18 @@ template <int T, int NT, int R>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_mmv_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
-    const int row0 = (blockIdx.x * MMV_WARPS + threadIdx.y) * R;
-    if (row0 >= p.n_out) return; /* whole warp */
+    const mm_mat m = mm_mat_of(p);
+    const int row0 = (m.bx * MMV_WARPS + threadIdx.y) * R;
+    const bool live = row0 < m.n_out;
+    if (!live && !p.post.count) return; /* whole warp; with post every warp reaches the tail */
     const mm_group<NT> g = mm_group_get<NT>(p);
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    if (g.e >= 0) {
-        const uint8_t *w0 = mm_matrix(p, g.e) + (size_t)row0 * p.row_bytes;
+    if (live && g.e >= 0) {
+        const uint8_t *w0 = mm_matrix(p, m, g.e) + (size_t)row0 * m.row_bytes;
         const int n_units = p.n_in / 32;
         /* two units per lane in flight: with one, a warp waits a full memory
          * latency per unit, and decode launches have too few warps to hide it */
@@ -126,9 +149,9 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_m
                 }
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    if (row0 + r < p.n_out) {
+                    if (row0 + r < m.n_out) {
                         mm_unit w;
-                        F::unit(blk + (size_t)r * p.row_bytes, gu % F::UPB, w);
+                        F::unit(blk + (size_t)r * m.row_bytes, gu % F::UPB, w);
 #pragma unroll
                         for (int t = 0; t < NT; t++)
                             if (t < g.n) acc[r][t] += mm_unit_dot<F>(w, a[t], ds[t]);
@@ -137,7 +160,8 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_m
             }
         }
     }
-    mm_store<NT, R>(p, g, row0, acc);
+    if (live) mm_store<NT, R>(p, m, g, row0, acc);
+    if (p.post.count) post_norm_tail(p.post, g.n, m.n_out);
 }
 
 /* ---- float weights: 8 per lane per step (V = 8) or 1 when rows are not 16-byte multiples ---- */
@@ -168,6 +192,7 @@ static __device__ __forceinline__ float mm_load1(const uint16_t *w) { return __u
 template <typename WT, int V, int NT, int R>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_mmv_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
+    const mm_mat m = mm_mat_of(p); /* the launch's own matrix: float products take no jobs or post */
     const int row0 = (blockIdx.x * MMV_WARPS + threadIdx.y) * R;
     if (row0 >= p.n_out) return;
     const mm_group<NT> g = mm_group_get<NT>(p);
@@ -177,7 +202,7 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_m
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     if (g.e >= 0) {
-        const uint8_t *w0 = mm_matrix(p, g.e) + (size_t)row0 * p.row_bytes;
+        const uint8_t *w0 = mm_matrix(p, m, g.e) + (size_t)row0 * p.row_bytes;
         /* four steps' loads in flight (see mmv_q_kernel): a router product has only n_out warps */
 #pragma unroll 4
         for (int i = V * threadIdx.x; i < p.n_in; i += V * 32) {
@@ -206,7 +231,7 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_m
             }
         }
     }
-    mm_store<NT, R>(p, g, row0, acc);
+    mm_store<NT, R>(p, m, g, row0, acc);
 }
 
 /* ---- launch of one type: NT and R picked by the caller (mmv.cu) ---- */
@@ -216,21 +241,37 @@ static inline dim3 mmv_grid(const mm_mmv_args *a) {
     return dim3(st_div_up((size_t)a->n_out, (size_t)MMV_WARPS * R), (unsigned)a->n_groups);
 }
 
+/* A launch of several matrices: the blocks of each in turn, at R rows per warp. */
+template <int T, int NT, int R>
+static void mmv_q_go(const mm_mmv_args *a, cudaStream_t s) {
+    const dim3 block(32, MMV_WARPS);
+    if (!a->n_more) {
+        st_launch(mmv_q_kernel<T, NT, R>, mmv_grid<NT, R>(a), block, 0, s, *a);
+        return;
+    }
+    mm_mmv_args b = *a;
+    unsigned bx = st_div_up((size_t)a->n_out, (size_t)MMV_WARPS * R);
+    for (int i = 0; i < a->n_more; i++) {
+        b.more[i].blk0 = bx;
+        bx += st_div_up((size_t)a->more[i].n_out, (size_t)MMV_WARPS * R);
+    }
+    st_launch(mmv_q_kernel<T, NT, R>, dim3(bx, (unsigned)a->n_groups), block, 0, s, b);
+}
+
 /* R > 1 only for NT <= 2: more would cost registers (R x NT sums, NT x 8 words). */
 template <int T, int NT>
 static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
-    const dim3 block(32, MMV_WARPS);
     if constexpr (NT <= 2) {
         if (r >= 4) {
-            st_launch(mmv_q_kernel<T, NT, 4>, mmv_grid<NT, 4>(a), block, 0, s, *a);
+            mmv_q_go<T, NT, 4>(a, s);
             return;
         }
         if (r == 2) {
-            st_launch(mmv_q_kernel<T, NT, 2>, mmv_grid<NT, 2>(a), block, 0, s, *a);
+            mmv_q_go<T, NT, 2>(a, s);
             return;
         }
     }
-    st_launch(mmv_q_kernel<T, NT, 1>, mmv_grid<NT, 1>(a), block, 0, s, *a);
+    mmv_q_go<T, NT, 1>(a, s);
 }
 
 template <int T>

@@ -10,8 +10,11 @@
  */
 #include "backend/cuda/mmv_moe.h"
 
+#include <string.h>
+
 #include "backend/cuda/mm_impl.cuh"
 #include "backend/cuda/quant_cuda.cuh"
+#include "backend/cuda/route.cuh"
 
 #define GLU_ROWS 32  /* rows per glu block: one quantization block of h */
 #define DOWN_WARPS 4 /* warps (rows) per down block */
@@ -21,14 +24,17 @@ struct moe_dec_args {
     size_t gu_stride, d_stride; /* bytes between experts */
     size_t gu_row, d_row;       /* row bytes */
     int n_in, n_ff, n_out;      /* x width, intermediate width, output width */
-    const int32_t *ids;
-    const float *wsel;
+    const float *logits;        /* router logits [n_tok][n_expert]: glu routes (ids, wsel written); NULL: given */
+    int n_expert, norm_topk;
+    int32_t *ids;
+    float *wsel;
     int k, act;
     const int8_t *xq;
     const float2 *xd;
     int8_t *hq;
     float2 *hd;
     float *out;
+    cuda_post_norm post;        /* down: the residual add and norm after it (post.count non-NULL) */
 };
 
 template <int T>
@@ -37,8 +43,22 @@ static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe
     using F = mmf<T>;
     __shared__ float vals[GLU_ROWS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pair = blockIdx.y;
-    const int row = blockIdx.x * GLU_ROWS + warp, e = p.ids[pair], t = pair / p.k;
+    const int row = blockIdx.x * GLU_ROWS + warp, t = pair / p.k;
     const int n_units = p.n_in / 32;
+    int e;
+    if (p.logits) { /* every block routes its token (route.cuh): no routing kernel before this one */
+        __shared__ float probs[ROUTE_MAX_EXPERT], rw[ROUTE_MAX_EXPERT], red[32];
+        __shared__ int rsel[ROUTE_MAX_EXPERT];
+        route_block(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.norm_topk, probs, rsel, rw, red);
+        const int j = pair - t * p.k;
+        e = rsel[j];
+        if (blockIdx.x == 0 && threadIdx.x == 0) { /* for the down kernel */
+            p.ids[pair] = e;
+            p.wsel[pair] = rw[j];
+        }
+    } else {
+        e = p.ids[pair];
+    }
     float g = 0.0f, u = 0.0f;
     if (e >= 0) {
         const uint8_t *wg = p.g + (size_t)e * p.gu_stride + (size_t)row * p.gu_row;
@@ -70,8 +90,9 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const 
     using F = mmf<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.y;
     const int row = blockIdx.x * DOWN_WARPS + warp;
-    if (row >= p.n_out) return; /* whole warp */
-    const int n_units = p.n_ff / 32, combos = p.k * n_units;
+    const bool live = row < p.n_out;
+    if (!live && !p.post.count) return; /* whole warp; with post every warp reaches the tail */
+    const int n_units = p.n_ff / 32, combos = live ? p.k * n_units : 0;
     float acc = 0.0f;
 #pragma unroll 2
     for (int c = lane; c < combos; c += 32) {
@@ -85,7 +106,12 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const 
         acc = fmaf(p.wsel[pair], mm_unit_dot<F>(w, a, p.hd[(size_t)pair * n_units + gu]), acc);
     }
     acc = warp_sum(acc);
-    if (lane == 0) p.out[(size_t)t * p.n_out + row] = acc;
+    if (live && lane == 0) {
+        const size_t i = (size_t)t * p.n_out + row;
+        p.out[i] = acc;
+        if (p.post.count) p.post.x[i] += acc;
+    }
+    if (p.post.count) post_norm_tail(p.post, gridDim.y, p.n_out);
 }
 
 static int moe_dec_down(const moe_dec_args &a, qt_type td, int n_tok, cudaStream_t s) {
@@ -124,10 +150,12 @@ int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_we
            gate->n_in % 32 == 0 && gate->row_bytes == up->row_bytes;
 }
 
-int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const int32_t *ids,
-                    const float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
-                    float2 *hd, float *out, cudaStream_t s) {
+int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const cuda_moe_route_in *route,
+                    int32_t *ids, float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
+                    float2 *hd, float *out, const cuda_post_norm *post, cudaStream_t s) {
     ST_ASSERT(cuda_moe_decode_fits(gate, up, down) && n_tok * k <= MM_MOE_DEVICE_MAX);
+    ST_ASSERT(!route || (route->n_expert <= ROUTE_MAX_EXPERT && k <= route->n_expert));
+    ST_ASSERT(!post || down->n_out % 32 == 0);
     if (n_tok <= 0) return 0;
     int8_t *xq = NULL;
     float2 *xd = NULL;
@@ -138,8 +166,12 @@ int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight 
     a.gu_stride = (size_t)gate->n_out * gate->row_bytes, a.d_stride = (size_t)down->n_out * down->row_bytes;
     a.gu_row = gate->row_bytes, a.d_row = down->row_bytes;
     a.n_in = (int)gate->n_in, a.n_ff = (int)gate->n_out, a.n_out = (int)down->n_out;
+    a.logits = route ? route->logits : NULL;
+    a.n_expert = route ? route->n_expert : 0, a.norm_topk = route ? route->norm_topk : 0;
     a.ids = ids, a.wsel = wsel, a.k = k, a.act = (int)act;
     a.xq = xq, a.xd = xd, a.hq = hq, a.hd = hd, a.out = out;
+    memset(&a.post, 0, sizeof a.post);
+    if (post) a.post = *post;
     int rc = moe_dec_glu(a, gate->type, n_tok * k, s);
     CUDA_LAUNCH_CHECK();
     rc |= moe_dec_down(a, down->type, n_tok, s);

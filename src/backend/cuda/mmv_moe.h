@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/compat.h"
+#include "backend/cuda/mm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,15 +29,26 @@ extern "C" {
  * is a multiple of 32 and the down matrices' input. */
 int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_weight *down);
 
-/* ids, wsel: [n_tok][k] (negative id: a pair handled elsewhere, contributes
- * nothing); x [n_tok][n_in] f32, read quantized from the products' scratch
- * (cuda_mm_act_scratch), which holds it already when act_ready (else it is
- * quantized there first); hq / hd: scratch for n_tok * k rows of the
- * intermediate width (int8, and one float2 per 32); out: [n_tok][down->n_out]
- * f32. 0, or -1 with st_error (the scratch would have to grow in a capture). */
-int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const int32_t *ids,
-                    const float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
-                    float2 *hd, float *out, cudaStream_t s);
+/* The routing the glu kernel does itself, from the router logits ([n_tok][n_expert],
+ * n_expert <= ROUTE_MAX_EXPERT of route.cuh; softmax, top-k, optional renormalisation). */
+typedef struct {
+    const float *logits;
+    int n_expert, norm_topk;
+} cuda_moe_route_in;
+
+/* ids, wsel: [n_tok][k]: with route, written by the first kernel (its
+ * routing); without, given (a negative id: a pair handled elsewhere,
+ * contributes nothing); x [n_tok][n_in] f32, read quantized from the
+ * products' scratch (cuda_mm_act_scratch), which holds it already when
+ * act_ready (else it is quantized there first); hq / hd: scratch for
+ * n_tok * k rows of the intermediate width (int8, and one float2 per 32);
+ * out: [n_tok][down->n_out] f32; post (or NULL): the residual add and norm
+ * after the down product (mm.h), whose int8 output may go to the products'
+ * scratch (it is written after every read of x there). 0, or -1 with
+ * st_error (the scratch would have to grow in a capture). */
+int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const cuda_moe_route_in *route,
+                    int32_t *ids, float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
+                    float2 *hd, float *out, const cuda_post_norm *post, cudaStream_t s);
 
 #ifdef __cplusplus
 }

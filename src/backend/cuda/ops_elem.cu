@@ -6,6 +6,7 @@
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/route.cuh"
 
 extern "C" {
 #include "core/switches.h"
@@ -341,66 +342,29 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
     CUDA_LAUNCH_CHECK();
 }
 
-/* One warp per token: softmax over the experts (held in shared memory),
- * then k rounds of warp argmax (ties to the lower id, as on the CPU). */
-static __global__ void moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int norm_topk,
-                                        int32_t *sel, float *wsel, int32_t *xrow) {
+/* One block per token (route.cuh). */
+static __global__ void moe_route_kernel(const float *logits, int n_expert, int k, int norm_topk, int32_t *sel,
+                                        float *wsel, int32_t *xrow) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
-    extern __shared__ float probs[]; /* [warps per block][n_expert] */
-    int wib = threadIdx.x / ST_WARP, lane = threadIdx.x % ST_WARP;
-    int t = blockIdx.x * (blockDim.x / ST_WARP) + wib;
-    if (t >= n_tok) return;
-    float *p = probs + (size_t)wib * n_expert;
-    const float *l = logits + (size_t)t * n_expert;
-    float mx = -INFINITY;
-    for (int e = lane; e < n_expert; e += ST_WARP) mx = fmaxf(mx, l[e]);
-    mx = warp_max(mx);
-    float sum = 0;
-    for (int e = lane; e < n_expert; e += ST_WARP) {
-        p[e] = expf(l[e] - mx);
-        sum += p[e];
+    extern __shared__ float probs[]; /* [n_expert] probabilities, [k] weights, [k] ids */
+    __shared__ float red[32];
+    float *w = probs + n_expert;
+    int *s = (int *)(w + k);
+    const int t = blockIdx.x;
+    route_block(logits + (size_t)t * n_expert, n_expert, k, norm_topk, probs, s, w, red);
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        sel[t * k + j] = s[j];
+        wsel[t * k + j] = w[j];
+        if (xrow) xrow[t * k + j] = t;
     }
-    sum = warp_sum(sum);
-    __syncwarp();
-    for (int e = lane; e < n_expert; e += ST_WARP) p[e] /= sum;
-    __syncwarp();
-    float wsum = 0;
-    for (int j = 0; j < k; j++) {
-        float bv = -1.0f;
-        int bi = -1;
-        for (int e = lane; e < n_expert; e += ST_WARP)
-            if (p[e] >= 0 && (bi < 0 || p[e] > bv)) {
-                bv = p[e];
-                bi = e;
-            }
-        for (int o = ST_WARP / 2; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(ST_FULL_MASK, bv, o);
-            int oi = __shfl_xor_sync(ST_FULL_MASK, bi, o);
-            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
-                bv = ov;
-                bi = oi;
-            }
-        }
-        if (lane == 0) {
-            sel[t * k + j] = bi;
-            wsel[t * k + j] = bv;
-            if (xrow) xrow[t * k + j] = t;
-            p[bi] = -1.0f;
-        }
-        wsum += bv;
-        __syncwarp();
-    }
-    if (norm_topk && lane == 0)
-        for (int j = 0; j < k; j++) wsel[t * k + j] /= wsum;
 }
 
 void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel, float *wsel,
                     int32_t *xrow, cudaStream_t s) {
     if (n_tok <= 0) return;
-    int warps = 4;
-    size_t smem = (size_t)warps * n_expert * sizeof(float);
-    st_launch(moe_route_kernel, dim3(st_div_up((size_t)n_tok, (size_t)warps)), dim3(warps * ST_WARP), smem, s, logits,
-              n_tok, n_expert, k, norm_topk, sel, wsel, xrow);
+    const size_t smem = ((size_t)n_expert + 2 * (size_t)k) * 4;
+    st_launch(moe_route_kernel, dim3((unsigned)n_tok), dim3(128), smem, s, logits, n_expert, k, norm_topk, sel, wsel,
+              xrow);
     CUDA_LAUNCH_CHECK();
 }
 
