@@ -42,6 +42,7 @@
  * Every other entry point launches what is pending first (pend_flush), so
  * the ops still run in the forward pass's order, with the same results.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/backend_cuda.h"
@@ -84,6 +85,14 @@ typedef struct {
 #define CNT_ATT 64
 #define CNT_TOTAL 8192
 
+/* The fusions of deferred launches, each its own bit of STRATA_CUDA_FUSE
+ * (default all) so that each can be measured alone. */
+#define FUSE_JOBS 1   /* products of one input in one launch */
+#define FUSE_NORM 2   /* residual add and norm in the product before them */
+#define FUSE_ROUTE 4  /* routing in the MoE kernel */
+#define FUSE_ATT 8    /* attention combine in its last slice */
+#define FUSE_ALL 15
+
 typedef struct {
     int dev, n_sm, cc_major;
     cudaStream_t s;
@@ -104,7 +113,7 @@ typedef struct {
     int act_valid;
     int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
     int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
-    int fuse;              /* deferred launches (STRATA_CUDA_FUSE, default 1) */
+    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL) */
     pending pend;
     unsigned *d_count;     /* CNT_TOTAL counters */
     cuda_scratch att;  /* attention slice partials */
@@ -253,7 +262,7 @@ static int overlap(const void *a, size_t an, const void *b, size_t bn) {
 /* Whether a product may wait as pending: a decode-sized product of
  * quantized, contiguous weights. */
 static int deferrable(const cuda_ctx *c, const st_weight *w, int n_tok) {
-    return c->fuse && cuda_matmul_jobs_fit(w, n_tok) && w->data && !w->mat;
+    return (c->fuse & (FUSE_JOBS | FUSE_NORM)) && cuda_matmul_jobs_fit(w, n_tok) && w->data && !w->mat;
 }
 
 static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
@@ -261,8 +270,8 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
     if (n_tok <= 0) return;
     if (deferrable(c, w, n_tok) && !overlap(y, (size_t)n_tok * w->n_out * 4, x, (size_t)n_tok * w->n_in * 4)) {
         pending *p = &c->pend;
-        int joins = p->kind == PEND_MM && p->x == x && p->n_tok == n_tok && p->n < CUDA_MM_MAX_JOBS &&
-                    p->w[0].n_in == w->n_in;
+        int joins = (c->fuse & FUSE_JOBS) && p->kind == PEND_MM && p->x == x && p->n_tok == n_tok &&
+                    p->n < CUDA_MM_MAX_JOBS && p->w[0].n_in == w->n_in;
         for (int i = 0; joins && i < p->n; i++) /* outputs apart, or the order would matter */
             joins = !overlap(y, (size_t)n_tok * w->n_out * 4, p->y[i], (size_t)n_tok * p->w[i].n_out * 4);
         if (!joins) {
@@ -323,7 +332,8 @@ static int rmsnorm_fused(cuda_ctx *c, float *x, const float *res, const float *w
                          float eps) {
     pending *p = &c->pend;
     const size_t nb = (size_t)dim * n_rows * 4;
-    if (!res || dim % 32 != 0 || n_rows > MM_MMV_MAX_TOK || overlap(res, nb, x, nb) || overlap(res, nb, y, nb))
+    if (!(c->fuse & FUSE_NORM) || !res || dim % 32 != 0 || n_rows != 1 || overlap(res, nb, x, nb) ||
+        overlap(res, nb, y, nb))
         return 0;
     cuda_post_norm post = {x, w, y, NULL, NULL, c->d_count + CNT_POST, eps};
     if (p->kind == PEND_MM && p->n == 1 && p->y[0] == res && p->n_tok == n_rows && p->w[0].n_out == dim &&
@@ -378,7 +388,7 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
     op_begin(c);
     /* decode-sized: the output also quantized for the product after it, and
      * (fused launches on) the slices combined in the attention kernel */
-    cuda_att_fin fin = {NULL, NULL, c->fuse ? c->d_count + CNT_ATT : NULL, CNT_TOTAL - CNT_ATT};
+    cuda_att_fin fin = {NULL, NULL, (c->fuse & FUSE_ATT) ? c->d_count + CNT_ATT : NULL, CNT_TOTAL - CNT_ATT};
     if (n_tok <= MM_MMV_MAX_TOK) fin.aq = act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &fin.ad);
     cuda_attention(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale, window, out,
                    &fin, &c->att, c->n_sm, c->cc_major, c->s);
@@ -530,7 +540,7 @@ static void moe_decode_now(cuda_ctx *c, const pending *p, const cuda_post_norm *
     int32_t *self = (int32_t *)af;
     float *wself = (float *)(af + o_wf);
     const cuda_moe_route_in route = {p->logits, p->n_expert, p->norm_topk};
-    const int own_route = c->fuse && p->n_expert <= ROUTE_MAX_EXPERT;
+    const int own_route = (c->fuse & FUSE_ROUTE) && p->n_expert <= ROUTE_MAX_EXPERT;
     if (!own_route) cuda_moe_route(p->logits, n_tok, p->n_expert, k, p->norm_topk, self, wself, NULL, c->s);
     const int ready = act_ready(c, p->h, E, n_tok);
     act_forget(c);
@@ -562,7 +572,7 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
         p->kind = PEND_MOE;
         p->h = h, p->logits = logits, p->n_tok = n_tok, p->n_expert = n_expert, p->k = k, p->norm_topk = norm_topk;
         p->act = act, p->gate = *gate, p->up = *up, p->down = *down, p->out = out;
-        if (!c->fuse) pend_flush(c);
+        if (!(c->fuse & (FUSE_NORM | FUSE_ROUTE))) pend_flush(c); /* nothing to wait for */
         return;
     }
     moe_grouped(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
@@ -688,7 +698,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     const char *mf = st_switch_get("STRATA_CUDA_MOE_FUSED");
     c->moe_fused = !(mf && !strcmp(mf, "0"));
     const char *fu = st_switch_get("STRATA_CUDA_FUSE");
-    c->fuse = !(fu && !strcmp(fu, "0"));
+    c->fuse = fu && *fu ? (int)strtol(fu, NULL, 0) & FUSE_ALL : FUSE_ALL;
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
     be->name = "cuda";
     be->ctx = c;

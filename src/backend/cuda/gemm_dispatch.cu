@@ -201,7 +201,7 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
             return -1;
         }
     }
-    if (post && (w0->n_out % 32 != 0 || !post->x || !post->w || !post->h || !post->count)) {
+    if (post && (n_tok != 1 || w0->n_out % 32 != 0 || !post->x || !post->w || !post->h || !post->count)) {
         st_error_set("cuda_matmul_jobs: bad norm after the product");
         return -1;
     }

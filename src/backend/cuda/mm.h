@@ -68,7 +68,7 @@ typedef struct {
 /* Up to CUDA_MM_MAX_JOBS decode products of one input in one launch:
  * jobs[i].y = W_i[mat_i] x for n_tok <= MM_NT_MAX tokens, every W_i of one
  * quantized type (cuda_matmul_jobs_fit). act_ready as for cuda_matmul. post
- * (NULL: none) takes a single job. 0, or -1 with st_error. */
+ * (NULL: none) takes a single job of one token. 0, or -1 with st_error. */
 #define CUDA_MM_MAX_JOBS 3
 typedef struct {
     const st_weight *w;

@@ -60,6 +60,7 @@ struct mm_mmv_args {
  * launch: the last block to arrive normalises the n_rows rows of dim values
  * of x into h (and hq, hd), then resets the counter. Blocks of whole warps;
  * dim a multiple of 32 when hq is given. */
+#define POST_UNROLL 4
 static __device__ void post_norm_tail(const cuda_post_norm &p, int n_rows, int dim) {
     __shared__ int s_last;
     __shared__ float red[32];
@@ -71,12 +72,21 @@ static __device__ void post_norm_tail(const cuda_post_norm &p, int n_rows, int d
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+    /* POST_UNROLL loads in flight per thread: a few L2 round trips per
+     * pass, at a few registers (the products this tail is compiled into
+     * keep their occupancy) */
     for (int r = 0; r < n_rows; r++) {
         const float *xr = p.x + (size_t)r * dim;
         float ss = 0.0f;
-        for (int i = tid; i < dim; i += nth) {
-            const float v = __ldcg(xr + i); /* other blocks' writes: from L2, not a stale L1 line */
-            ss += v * v;
+        for (int i0 = tid; i0 < dim; i0 += POST_UNROLL * nth) {
+            float v[POST_UNROLL];
+#pragma unroll
+            for (int j = 0; j < POST_UNROLL; j++) {
+                const int i = i0 + j * nth;
+                v[j] = i < dim ? __ldcg(xr + i) : 0.0f; /* other blocks' writes: from L2, not a stale L1 line */
+            }
+#pragma unroll
+            for (int j = 0; j < POST_UNROLL; j++) ss += v[j] * v[j];
         }
         ss = warp_sum(ss);
         if (lane == 0) red[tid / 32] = ss;
@@ -84,10 +94,23 @@ static __device__ void post_norm_tail(const cuda_post_norm &p, int n_rows, int d
         ss = warp_sum(lane < nw ? red[lane] : 0.0f);
         __syncthreads(); /* red is written again for the next row */
         const float sc = (float)(1.0 / sqrt((double)ss / dim + p.eps)); /* as rmsnorm_kernel */
-        for (int i = tid; i < dim; i += nth) {
-            const float v = __ldcg(xr + i) * sc * p.w[i];
-            p.h[(size_t)r * dim + i] = v;
-            if (p.hq) quant_block_store(v, (size_t)r * dim + i, p.hq, p.hd);
+        for (int i0 = tid; i0 < dim; i0 += POST_UNROLL * nth) {
+            float v[POST_UNROLL], g[POST_UNROLL];
+#pragma unroll
+            for (int j = 0; j < POST_UNROLL; j++) {
+                const int i = i0 + j * nth;
+                v[j] = i < dim ? __ldcg(xr + i) : 0.0f;
+                g[j] = i < dim ? p.w[i] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < POST_UNROLL; j++) {
+                const int i = i0 + j * nth; /* the same for a whole warp: dim and nth are multiples of 32 */
+                if (i < dim) {
+                    const float y = v[j] * sc * g[j];
+                    p.h[(size_t)r * dim + i] = y;
+                    if (p.hq) quant_block_store(y, (size_t)r * dim + i, p.hq, p.hd);
+                }
+            }
         }
     }
     if (tid == 0) *p.count = 0;

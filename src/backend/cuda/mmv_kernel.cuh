@@ -75,7 +75,7 @@ static __device__ __forceinline__ const uint8_t *mm_matrix(const mm_mmv_args &p,
 
 /* Writes the warp's sums (lane 0), or zeros for an expert handled elsewhere
  * (acc stays 0 then); with p.post, adds them to its x rows too. */
-template <int NT, int R>
+template <int NT, int R, bool POST = false>
 static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_mat &m, const mm_group<NT> &g, int row0,
                                                 float (&acc)[R][NT]) {
 #pragma unroll
@@ -90,7 +90,7 @@ static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_m
                 if (t < g.n && row0 + r < m.n_out) {
                     const size_t i = (size_t)g.orow[t] * m.n_out + row0 + r;
                     m.y[i] = acc[r][t];
-                    if (p.post.count) p.post.x[i] += acc[r][t];
+                    if constexpr (POST) p.post.x[i] += acc[r][t];
                 }
     }
 }
@@ -102,14 +102,16 @@ static __device__ __forceinline__ void mm_load_act(const mm_mmv_args &p, int row
     ld_unit(p.aq + (size_t)row * p.n_in, gu, a);
 }
 
-template <int T, int NT, int R>
+/* POST: with p.post (one token, one matrix; its own instances, so that the
+ * tail's registers do not cost the plain products occupancy). */
+template <int T, int NT, int R, bool POST = false>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_mmv_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     const mm_mat m = mm_mat_of(p);
     const int row0 = (m.bx * MMV_WARPS + threadIdx.y) * R;
     const bool live = row0 < m.n_out;
-    if (!live && !p.post.count) return; /* whole warp; with post every warp reaches the tail */
+    if (!live && !POST) return; /* whole warp; with post every warp reaches the tail */
     const mm_group<NT> g = mm_group_get<NT>(p);
     float acc[R][NT];
 #pragma unroll
@@ -160,8 +162,8 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_m
             }
         }
     }
-    if (live) mm_store<NT, R>(p, m, g, row0, acc);
-    if (p.post.count) post_norm_tail(p.post, g.n, m.n_out);
+    if (live) mm_store<NT, R, POST>(p, m, g, row0, acc);
+    if constexpr (POST) post_norm_tail(p.post, g.n, m.n_out);
 }
 
 /* ---- float weights: 8 per lane per step (V = 8) or 1 when rows are not 16-byte multiples ---- */
@@ -261,6 +263,12 @@ static void mmv_q_go(const mm_mmv_args *a, cudaStream_t s) {
 /* R > 1 only for NT <= 2: more would cost registers (R x NT sums, NT x 8 words). */
 template <int T, int NT>
 static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
+    if constexpr (NT == 1) {
+        if (a->post.count) { /* cuda_matmul_jobs: one token, one matrix */
+            st_launch(mmv_q_kernel<T, 1, 1, true>, mmv_grid<1, 1>(a), dim3(32, MMV_WARPS), 0, s, *a);
+            return;
+        }
+    }
     if constexpr (NT <= 2) {
         if (r >= 4) {
             mmv_q_go<T, NT, 4>(a, s);

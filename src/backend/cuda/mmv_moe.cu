@@ -47,9 +47,10 @@ static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe
     const int n_units = p.n_in / 32;
     int e;
     if (p.logits) { /* every block routes its token (route.cuh): no routing kernel before this one */
-        __shared__ float probs[ROUTE_MAX_EXPERT], rw[ROUTE_MAX_EXPERT], red[32];
-        __shared__ int rsel[ROUTE_MAX_EXPERT];
-        route_block(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.norm_topk, probs, rsel, rw, red);
+        __shared__ float probs[ROUTE_MAX_EXPERT], rw[ROUTE_MAX_EXPERT];
+        __shared__ int32_t rsel[ROUTE_MAX_EXPERT];
+        if (warp == 0) route_warp(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.norm_topk, probs, rsel, rw);
+        __syncthreads();
         const int j = pair - t * p.k;
         e = rsel[j];
         if (blockIdx.x == 0 && threadIdx.x == 0) { /* for the down kernel */
@@ -84,14 +85,16 @@ static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe
         quant_block_store(vals[lane], (size_t)pair * p.n_ff + (size_t)blockIdx.x * GLU_ROWS + lane, p.hq, p.hd);
 }
 
-template <int T>
+/* POST: with p.post (its own instances: the tail's registers would cost
+ * the plain kernel occupancy). */
+template <int T, bool POST>
 static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const moe_dec_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.y;
     const int row = blockIdx.x * DOWN_WARPS + warp;
     const bool live = row < p.n_out;
-    if (!live && !p.post.count) return; /* whole warp; with post every warp reaches the tail */
+    if (!live && !POST) return; /* whole warp; with post every warp reaches the tail */
     const int n_units = p.n_ff / 32, combos = live ? p.k * n_units : 0;
     float acc = 0.0f;
 #pragma unroll 2
@@ -109,17 +112,18 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const 
     if (live && lane == 0) {
         const size_t i = (size_t)t * p.n_out + row;
         p.out[i] = acc;
-        if (p.post.count) p.post.x[i] += acc;
+        if constexpr (POST) p.post.x[i] += acc;
     }
-    if (p.post.count) post_norm_tail(p.post, gridDim.y, p.n_out);
+    if constexpr (POST) post_norm_tail(p.post, gridDim.y, p.n_out);
 }
 
 static int moe_dec_down(const moe_dec_args &a, qt_type td, int n_tok, cudaStream_t s) {
     const dim3 grid(st_div_up((size_t)a.n_out, DOWN_WARPS), (unsigned)n_tok);
     switch ((int)td) {
-#define DOWN_CASE(T)                                              \
-    case T:                                                       \
-        st_launch(moe_down_kernel<T>, dim3(grid), dim3(DOWN_WARPS * 32), 0, s, a); \
+#define DOWN_CASE(T)                                                                     \
+    case T:                                                                              \
+        if (a.post.count) st_launch(moe_down_kernel<T, true>, grid, dim3(DOWN_WARPS * 32), 0, s, a);  \
+        else st_launch(moe_down_kernel<T, false>, grid, dim3(DOWN_WARPS * 32), 0, s, a); \
         return 0;
         MM_QUANT_TYPES(DOWN_CASE)
 #undef DOWN_CASE

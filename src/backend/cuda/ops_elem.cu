@@ -342,29 +342,27 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
     CUDA_LAUNCH_CHECK();
 }
 
-/* One block per token (route.cuh). */
-static __global__ void moe_route_kernel(const float *logits, int n_expert, int k, int norm_topk, int32_t *sel,
-                                        float *wsel, int32_t *xrow) {
+/* One warp per token (route.cuh). */
+static __global__ void moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int norm_topk,
+                                        int32_t *sel, float *wsel, int32_t *xrow) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
-    extern __shared__ float probs[]; /* [n_expert] probabilities, [k] weights, [k] ids */
-    __shared__ float red[32];
-    float *w = probs + n_expert;
-    int *s = (int *)(w + k);
-    const int t = blockIdx.x;
-    route_block(logits + (size_t)t * n_expert, n_expert, k, norm_topk, probs, s, w, red);
-    for (int j = threadIdx.x; j < k; j += blockDim.x) {
-        sel[t * k + j] = s[j];
-        wsel[t * k + j] = w[j];
-        if (xrow) xrow[t * k + j] = t;
-    }
+    extern __shared__ float probs[]; /* [warps per block][n_expert] */
+    const int wib = threadIdx.x / ST_WARP, lane = threadIdx.x % ST_WARP;
+    const int t = blockIdx.x * (blockDim.x / ST_WARP) + wib;
+    if (t >= n_tok) return;
+    route_warp(logits + (size_t)t * n_expert, n_expert, k, norm_topk, probs + (size_t)wib * n_expert, sel + t * k,
+               wsel + t * k);
+    if (xrow)
+        for (int j = lane; j < k; j += ST_WARP) xrow[t * k + j] = t;
 }
 
 void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel, float *wsel,
                     int32_t *xrow, cudaStream_t s) {
     if (n_tok <= 0) return;
-    const size_t smem = ((size_t)n_expert + 2 * (size_t)k) * 4;
-    st_launch(moe_route_kernel, dim3((unsigned)n_tok), dim3(128), smem, s, logits, n_expert, k, norm_topk, sel, wsel,
-              xrow);
+    const int warps = 4;
+    const size_t smem = (size_t)warps * n_expert * sizeof(float);
+    st_launch(moe_route_kernel, dim3(st_div_up((size_t)n_tok, (size_t)warps)), dim3(warps * ST_WARP), smem, s, logits,
+              n_tok, n_expert, k, norm_topk, sel, wsel, xrow);
     CUDA_LAUNCH_CHECK();
 }
 

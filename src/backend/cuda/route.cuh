@@ -1,69 +1,63 @@
-/* MoE routing of one token by a whole block: softmax over the router
- * logits, the k largest probabilities (ties to the lower id, as on the CPU),
+/* MoE routing of one token by one warp: softmax over the router logits,
+ * then k rounds of warp argmax (ties to the lower id, as on the CPU),
  * optional renormalisation. Used by the routing kernel (ops_elem.cu) and by
- * the fused decode MoE kernel (mmv_moe.cu), which routes in every block
- * instead of launching a kernel for it.
+ * the fused decode MoE kernel (mmv_moe.cu), whose blocks each route their
+ * token instead of waiting for a routing kernel.
  */
 #ifndef STRATA_BACKEND_CUDA_ROUTE_CUH
 #define STRATA_BACKEND_CUDA_ROUTE_CUH
 
 #include "backend/cuda/common.cuh"
 
-/* Most experts a block routes over (its shared probabilities). */
+/* Most experts the fused MoE kernel routes over (its shared probabilities). */
 #define ROUTE_MAX_EXPERT 512
 
-static __device__ __forceinline__ int route_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-
-/* max (is_max) or sum over the block; every thread gets it. red: 32 floats. */
-static __device__ float route_reduce(float v, float *red, int is_max) {
-    const int tid = route_tid(), lane = tid % ST_WARP, nw = (blockDim.x * blockDim.y * blockDim.z) / ST_WARP;
-    v = is_max ? warp_max(v) : warp_sum(v);
-    __syncthreads(); /* red may still be read from a previous call */
-    if (lane == 0) red[tid / ST_WARP] = v;
-    __syncthreads();
-    const float init = is_max ? -INFINITY : 0.0f;
-    v = lane < nw ? red[lane] : init;
-    return is_max ? warp_max(v) : warp_sum(v);
-}
-
-/* Every thread of the block (whole warps): l, the token's n_expert logits
- * (n_expert <= ROUTE_MAX_EXPERT); probs: shared, n_expert floats; sel, w:
- * shared, k each, the choices in order of decreasing probability. */
-static __device__ void route_block(const float *l, int n_expert, int k, int norm_topk, float *probs, int *sel, float *w,
-                                   float *red) {
-    const int tid = route_tid(), nth = blockDim.x * blockDim.y * blockDim.z;
+/* One whole warp: l, the token's n_expert logits; p: n_expert floats of
+ * shared memory for this warp; sel, w: the k choices in order of decreasing
+ * probability, written by lane 0 (visible to the warp on return). */
+static __device__ void route_warp(const float *l, int n_expert, int k, int norm_topk, float *p, int32_t *sel,
+                                  float *w) {
+    const int lane = threadIdx.x % ST_WARP;
     float mx = -INFINITY;
-    for (int e = tid; e < n_expert; e += nth) mx = fmaxf(mx, l[e]);
-    mx = route_reduce(mx, red, 1);
+    for (int e = lane; e < n_expert; e += ST_WARP) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
     float sum = 0.0f;
-    for (int e = tid; e < n_expert; e += nth) {
-        const float p = expf(l[e] - mx);
-        probs[e] = p;
-        sum += p;
+    for (int e = lane; e < n_expert; e += ST_WARP) {
+        p[e] = expf(l[e] - mx);
+        sum += p[e];
     }
-    sum = route_reduce(sum, red, 0);
-    for (int e = tid; e < n_expert; e += nth) probs[e] /= sum;
-    __syncthreads();
-    /* an expert's rank: how many come before it (larger, or equal with a lower id) */
-    for (int e = tid; e < n_expert; e += nth) {
-        const float p = probs[e];
-        int rank = 0;
-        for (int o = 0; o < n_expert; o++) {
-            const float q = probs[o];
-            rank += q > p || (q == p && o < e);
+    sum = warp_sum(sum);
+    __syncwarp();
+    for (int e = lane; e < n_expert; e += ST_WARP) p[e] /= sum;
+    __syncwarp();
+    float wsum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bv = -1.0f;
+        int bi = -1;
+        for (int e = lane; e < n_expert; e += ST_WARP)
+            if (p[e] >= 0 && (bi < 0 || p[e] > bv)) {
+                bv = p[e];
+                bi = e;
+            }
+        for (int o = ST_WARP / 2; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(ST_FULL_MASK, bv, o);
+            const int oi = __shfl_xor_sync(ST_FULL_MASK, bi, o);
+            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+                bv = ov;
+                bi = oi;
+            }
         }
-        if (rank < k) {
-            sel[rank] = e;
-            w[rank] = p;
+        if (lane == 0) {
+            sel[j] = bi;
+            w[j] = bv;
+            p[bi] = -1.0f;
         }
+        wsum += bv;
+        __syncwarp();
     }
-    __syncthreads();
-    if (tid == 0 && norm_topk) {
-        float ws = 0.0f;
-        for (int j = 0; j < k; j++) ws += w[j];
-        for (int j = 0; j < k; j++) w[j] /= ws;
-    }
-    __syncthreads();
+    if (norm_topk && lane == 0)
+        for (int j = 0; j < k; j++) w[j] /= wsum;
+    __syncwarp();
 }
 
 #endif
