@@ -60,7 +60,7 @@ struct mm_mmv_args {
  * launch: the last block to arrive normalises the n_rows rows of dim values
  * of x into h (and hq, hd), then resets the counter. Blocks of whole warps;
  * dim a multiple of 32 when hq is given. */
-#define POST_UNROLL 4
+#define POST_UNROLL 8
 static __device__ void post_norm_tail(const cuda_post_norm &p, int n_rows, int dim) {
     __shared__ int s_last;
     __shared__ float red[32];
@@ -72,9 +72,8 @@ static __device__ void post_norm_tail(const cuda_post_norm &p, int n_rows, int d
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    /* POST_UNROLL loads in flight per thread: a few L2 round trips per
-     * pass, at a few registers (the products this tail is compiled into
-     * keep their occupancy) */
+    /* POST_UNROLL loads in flight per thread: two L2 round trips per pass
+     * for a 2048-wide row, at registers that keep the product's occupancy */
     for (int r = 0; r < n_rows; r++) {
         const float *xr = p.x + (size_t)r * dim;
         float ss = 0.0f;

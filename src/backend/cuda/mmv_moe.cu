@@ -17,6 +17,7 @@
 #include "backend/cuda/route.cuh"
 
 #define GLU_ROWS 32  /* rows per glu block: one quantization block of h */
+#define GLU_RPW 2    /* rows per glu warp: 512-thread blocks, two per multiprocessor (one of 1024 left a second wave) */
 #define DOWN_WARPS 4 /* warps (rows) per down block */
 
 struct moe_dec_args {
@@ -38,12 +39,12 @@ struct moe_dec_args {
 };
 
 template <int T>
-static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe_dec_args p) {
+static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel(const moe_dec_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     __shared__ float vals[GLU_ROWS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pair = blockIdx.y;
-    const int row = blockIdx.x * GLU_ROWS + warp, t = pair / p.k;
+    const int row = blockIdx.x * GLU_ROWS + warp * GLU_RPW, t = pair / p.k;
     const int n_units = p.n_in / 32;
     int e;
     if (p.logits) { /* every block routes its token (route.cuh): no routing kernel before this one */
@@ -60,7 +61,9 @@ static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe
     } else {
         e = p.ids[pair];
     }
-    float g = 0.0f, u = 0.0f;
+    float g[GLU_RPW], u[GLU_RPW];
+#pragma unroll
+    for (int r = 0; r < GLU_RPW; r++) g[r] = u[r] = 0.0f;
     if (e >= 0) {
         const uint8_t *wg = p.g + (size_t)e * p.gu_stride + (size_t)row * p.gu_row;
         const uint8_t *wu = p.u + (size_t)e * p.gu_stride + (size_t)row * p.gu_row;
@@ -70,16 +73,21 @@ static __global__ void __launch_bounds__(GLU_ROWS * 32) moe_glu_kernel(const moe
             ld_unit(xr, gu, a);
             const float2 ds = p.xd[(size_t)t * n_units + gu];
             const size_t off = (size_t)(gu / F::UPB) * F::BYTES;
-            mm_unit w;
-            F::unit(wg + off, gu % F::UPB, w);
-            g += mm_unit_dot<F>(w, a, ds);
-            F::unit(wu + off, gu % F::UPB, w);
-            u += mm_unit_dot<F>(w, a, ds);
+#pragma unroll
+            for (int r = 0; r < GLU_RPW; r++) {
+                mm_unit w;
+                F::unit(wg + (size_t)r * p.gu_row + off, gu % F::UPB, w);
+                g[r] += mm_unit_dot<F>(w, a, ds);
+                F::unit(wu + (size_t)r * p.gu_row + off, gu % F::UPB, w);
+                u[r] += mm_unit_dot<F>(w, a, ds);
+            }
         }
-        g = warp_sum(g);
-        u = warp_sum(u);
+#pragma unroll
+        for (int r = 0; r < GLU_RPW; r++) g[r] = warp_sum(g[r]), u[r] = warp_sum(u[r]);
     }
-    if (lane == 0) vals[warp] = st_act_value(p.act, g) * u; /* 0 for a pair handled elsewhere */
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < GLU_RPW; r++) vals[warp * GLU_RPW + r] = st_act_value(p.act, g[r]) * u[r]; /* 0: a pair handled elsewhere */
     __syncthreads();
     if (warp == 0) /* the block's 32 values are one quantization block of h */
         quant_block_store(vals[lane], (size_t)pair * p.n_ff + (size_t)blockIdx.x * GLU_ROWS + lane, p.hq, p.hd);
@@ -97,7 +105,8 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const 
     if (!live && !POST) return; /* whole warp; with post every warp reaches the tail */
     const int n_units = p.n_ff / 32, combos = live ? p.k * n_units : 0;
     float acc = 0.0f;
-#pragma unroll 2
+    /* four of a lane's (expert, unit) loads in flight: top-8 of 768-wide rows is six per lane */
+#pragma unroll 4
     for (int c = lane; c < combos; c += 32) {
         const int j = c / n_units, gu = c - j * n_units, pair = t * p.k + j, e = p.ids[pair];
         if (e < 0) continue;
@@ -137,7 +146,7 @@ static int moe_dec_glu(const moe_dec_args &a, qt_type tg, int n_pairs, cudaStrea
     switch ((int)tg) {
 #define GLU_CASE(T)                                            \
     case T:                                                    \
-        st_launch(moe_glu_kernel<T>, dim3(grid), dim3(GLU_ROWS * 32), 0, s, a); \
+        st_launch(moe_glu_kernel<T>, dim3(grid), dim3(GLU_ROWS / GLU_RPW * 32), 0, s, a); \
         return 0;
         MM_QUANT_TYPES(GLU_CASE)
 #undef GLU_CASE
