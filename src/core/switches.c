@@ -37,8 +37,8 @@ static const st_switch_def TABLE[] = {
      "1: on sm_90+ GPUs decode kernels launch while the previous one finishes (programmatic dependent launch; measured no faster on an H200, so off)", 0},
     {"STRATA_CUDA_MOE_FUSED", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode MoE runs gate, up, act_mul, down and the weighted sum as five kernels instead of two fused ones", 0},
-    {"STRATA_CUDA_FUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "15", "15",
-     "GPU decode fusions, a sum of bits: 1 products of one input (q/k/v) in one launch, 2 residual add and norm in the product before them, 4 routing in the MoE kernel, 8 the attention combine in its last block; 0: each its own kernel", 0},
+    {"STRATA_CUDA_FUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "3", "3",
+     "GPU decode fusions, a sum of bits: 1 products of one input (q/k/v) in one launch per weight type, 2 routing inside the MoE kernel; 0: each its own kernel", 0},
     {"STRATA_API_KEY", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL, "none",
      "serve: require this key (Bearer or x-api-key); same as --api-key", 1},
     /* engine and server flags (strata serve / strata launch) */

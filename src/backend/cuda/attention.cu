@@ -55,14 +55,11 @@ static __device__ __forceinline__ void att_slice(int pos0, int n_tok, int t, int
 
 /* Where a decode attention's result goes: out [n_tok][n_head][hd] f32 and,
  * when aq is given (hd a multiple of 32), as the int8 blocks of 32 the next
- * product reads (aq, ad); count (or NULL: the combine kernel runs after):
- * one zeroed counter per (token, head), by which the last slice of a token's
- * heads to finish combines them (att_finish). */
+ * product reads (aq, ad). */
 struct att_out {
     float *out;
     int8_t *aq;
     float2 *ad;
-    unsigned *count;
 };
 
 /* Value d of head h of token t from its n_split partials:
@@ -87,33 +84,10 @@ static __device__ __forceinline__ float att_combine_one(const float *part, int n
     return v / L;
 }
 
-/* Heads h0 .. h0+nh-1 of token t, after this block wrote its partials
- * (every thread of the block calls it): the last of their n_split slices
- * to get here combines them into o. */
-static __device__ void att_finish(const float *part, int n_head, int hd, int n_split, int t, int h0, int nh,
-                                  const att_out &o) {
-    __shared__ int s_last;
-    unsigned *cnt = o.count + (size_t)t * n_head + h0;
-    __threadfence(); /* this block's partials, before it is counted */
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(cnt, 1u) == (unsigned)n_split - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) { /* whole warps when hd % 32 == 0 */
-        const int h = h0 + i / hd;
-        const float v = att_combine_one(part, n_head, hd, n_split, t, h, i % hd);
-        const size_t oi = ((size_t)t * n_head + h) * hd + i % hd;
-        o.out[oi] = v;
-        if (o.aq) quant_block_store(v, oi, o.aq, o.ad);
-    }
-    if (threadIdx.x == 0) *cnt = 0;
-}
-
 /* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
-                      int window, int n_split, float *part, att_out fin) {
+                      int window, int n_split, float *part) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float sc[ATT_TILE];
@@ -177,7 +151,6 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         const int d = tid + a * ATT_THREADS;
         if (d < hd) o[2 + d] = acc[a];
     }
-    if (fin.count) att_finish(part, n_head, hd, n_split, t, h, 1, fin);
 }
 
 /* The same computation with the query heads of one KV head together (GQA),
@@ -243,7 +216,7 @@ static __device__ __forceinline__ void gqa_scores(const L *kr, const float *qs, 
 template <int GM, int HD>
 static __global__ void __launch_bounds__(GQA_THREADS)
     attn_gqa_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
-                    int window, int n_split, float *part, att_out fin) {
+                    int window, int n_split, float *part) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     extern __shared__ float sm[]; /* qs [G][hd], sc [G][2 * GQA_TILE] (the end's sums need 2x), red [2][4][G] */
     const int split = blockIdx.x, hkv = blockIdx.y, t = blockIdx.z;
@@ -257,7 +230,6 @@ static __global__ void __launch_bounds__(GQA_THREADS)
             float *o = part + (((size_t)t * n_head + (size_t)hkv * G + tid) * n_split + split) * (size_t)(hd + 2);
             o[0] = -INFINITY, o[1] = 0.0f;
         }
-        if (fin.count) att_finish(part, n_head, hd, n_split, t, hkv * G, G, fin);
         return;
     }
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
@@ -389,7 +361,6 @@ static __global__ void __launch_bounds__(GQA_THREADS)
             o[1] = l[g];
         }
     }
-    if (fin.count) att_finish(part, n_head, hd, n_split, t, hkv * G, G, fin);
 }
 
 /* Whether the GQA kernel takes this shape: G heads per KV head up to 16,
@@ -399,10 +370,10 @@ static int gqa_fits(int G, int hd) { return G >= 1 && G <= 16 && (hd == 64 || hd
 template <int HD>
 static void gqa_launch_hd(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv,
                           int pos0, const int *dpos, int n_tok, int n_head, float scale, int window, int n_split,
-                          float *part, const att_out &fin) {
+                          float *part) {
 #define GQA_L(GM)                                                                                                  \
     st_launch(attn_gqa_kernel<GM, HD>, grid, dim3(GQA_THREADS), smem, s, q, *kv, pos0, dpos, n_tok, n_head, scale,  \
-              window, n_split, part, fin)
+              window, n_split, part)
     if (G <= 1) GQA_L(1);
     else if (G <= 2) GQA_L(2);
     else if (G <= 4) GQA_L(4);
@@ -412,14 +383,10 @@ static void gqa_launch_hd(int G, dim3 grid, size_t smem, cudaStream_t s, const f
 }
 
 static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv, int pos0,
-                       const int *dpos, int n_tok, int n_head, float scale, int window, int n_split, float *part,
-                       const att_out &fin) {
-    if (kv->head_dim == 64)
-        gqa_launch_hd<64>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part, fin);
-    else if (kv->head_dim == 128)
-        gqa_launch_hd<128>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part, fin);
-    else
-        gqa_launch_hd<256>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part, fin);
+                       const int *dpos, int n_tok, int n_head, float scale, int window, int n_split, float *part) {
+    if (kv->head_dim == 64) gqa_launch_hd<64>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    else if (kv->head_dim == 128) gqa_launch_hd<128>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    else gqa_launch_hd<256>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
 }
 
 /* 0 split (per query head), 1 gqa, 2 tc (gqa, and tensor cores for
@@ -447,7 +414,7 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
 }
 
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
-                    int n_head, float scale, int window, float *out, const cuda_att_fin *fin, cuda_scratch *scratch,
+                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
                     int n_sm, int cc_major, cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
     if (n_tok <= 0) return;
@@ -455,7 +422,7 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
         const char *v = st_switch_get("STRATA_CUDA_ATTN");
         g_attn_mode = v && !strcmp(v, "head") ? 0 : v && !strcmp(v, "gqa") ? 1 : 2;
     }
-    if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK && !(fin && fin->aq) &&
+    if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK && !aq &&
         cuda_attention_tc(q, kv, n_tok, pos0, n_head, scale, window, out, cc_major, s) == 0)
         return;
     /* the longest visible span of any token in the chunk (the last one sees
@@ -481,19 +448,17 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
     }
     size_t bytes = (size_t)n_tok * n_head * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
-    att_out o = {out, NULL, NULL, NULL};
-    if (fin && fin->aq && kv->head_dim % 32 == 0) o.aq = fin->aq, o.ad = fin->ad;
-    if (fin && fin->count && (size_t)n_tok * n_head <= fin->n_count) o.count = fin->count;
+    att_out o = {out, NULL, NULL};
+    if (aq && kv->head_dim % 32 == 0) o.aq = aq, o.ad = ad;
     if (gqa) {
         const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * 2 * GQA_TILE + 8 * (size_t)G) * sizeof(float);
         gqa_launch(G, dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), smem, s, q, kv, pos0, dpos,
-                   n_tok, n_head, scale, window, n_split, part, o);
+                   n_tok, n_head, scale, window, n_split, part);
     } else {
         st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0, s,
-                  q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part, o);
+                  q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     }
     CUDA_LAUNCH_CHECK();
-    if (o.count) return; /* combined by each head's last slice */
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
     st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), 0, s, (const float *)part, n_head,
               kv->head_dim, n_split, o);

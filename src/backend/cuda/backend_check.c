@@ -477,10 +477,10 @@ static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv,
 }
 
 /* One decode layer's products and norms in the forward pass's order, where
- * the GPU backend fuses neighbours (backend_cuda.cu, deferred launches):
- *   o = Wo a; x += o, h = norm(x)      (the norm done by the product's launch)
+ * the GPU backend fuses neighbours (backend_cuda.cu):
+ *   o = Wo a; x += o, h = norm(x)
  *   q, k, v = Wq h, Wk h, Wv h         (one launch per weight type)
- *   r = Wr h; m = moe(h, r); x += m, h2 = norm(x)   (routing in the MoE kernel, the norm in its last)
+ *   r = Wr h; m = moe(h, r); x += m, h2 = norm(x)   (routing in the MoE kernel)
  * x, h, q, k, v, the router logits, m and h2 compared. tq: wo, q, k; tv: v. */
 static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int64_t qw, int64_t kvw, int n_expert,
                                int k, int64_t F, int n_tok) {

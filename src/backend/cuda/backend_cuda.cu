@@ -26,21 +26,17 @@
  * scratch holds; every op that writes device memory forgets it (act_forget)
  * unless it is a product whose output lies apart from that input.
  *
- * Deferred launches (decode-sized steps; STRATA_CUDA_FUSE=0 turns them off):
- * a quantized product, or the fused decode MoE, is not launched when it is
- * queued but held as "pending" until the next op, which lets that op fuse
- * with it:
- *  - products of one input (q, k and v) go out as one launch per weight type
- *    (cuda_matmul_jobs);
- *  - an rmsnorm whose residual is the pending result (o = Wo a, then
- *    x += o, h = norm(x); the MoE's output likewise) is done by the
- *    product's own launch: each output row added to x as it is written,
- *    and the norm by the last block to finish (cuda_post_norm);
- *  - the MoE routes inside its first kernel (mmv_moe.h), and decode
- *    attention combines its slices in its last block and writes the int8
- *    input of the next product (cuda_att_fin).
- * Every other entry point launches what is pending first (pend_flush), so
- * the ops still run in the forward pass's order, with the same results.
+ * Fusions of decode neighbours (STRATA_CUDA_FUSE, bits below):
+ *  - products of one input (q, k and v): a decode-sized quantized product
+ *    is not launched when it is queued but held as pending; products of the
+ *    same input that follow join it, and the next other op launches them,
+ *    one launch per weight type (cuda_matmul_jobs). Every other entry point
+ *    launches what is pending first (pend_flush), so the ops still run in
+ *    the forward pass's order, with the same results;
+ *  - the MoE routes inside its first kernel (mmv_moe.h) instead of a
+ *    routing kernel before it.
+ * Decode attention writes its output as the int8 input of the product after
+ * it (no quantization kernel there).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -60,38 +56,21 @@ extern "C" {
 #include "quant/quant.h"
 }
 
-/* A launch held back for the next op to fuse with (see the top). */
-typedef enum { PEND_NONE = 0, PEND_MM, PEND_MOE } pend_kind;
+/* Products held back for the next op (see the top): y[i] = W[i] x. */
 typedef struct {
-    pend_kind kind;
-    /* PEND_MM: products of x (n_tok rows), in the order queued */
-    int n;
+    int n; /* 0: none */
     st_weight w[CUDA_MM_MAX_JOBS]; /* copies: a caller's st_weight may not outlive the call */
     int64_t mat[CUDA_MM_MAX_JOBS];
     float *y[CUDA_MM_MAX_JOBS];
     const float *x;
     int n_tok;
-    /* PEND_MOE: cu_moe_ffn's arguments */
-    const float *h, *logits;
-    int n_expert, k, norm_topk;
-    st_act act;
-    st_weight gate, up, down;
-    float *out;
 } pending;
 
-/* Device counters of the last-block patterns: the post-product norm's, then
- * the attention heads' (cuda_att_fin), zeroed at start, left zeroed by each. */
-#define CNT_POST 0
-#define CNT_ATT 64
-#define CNT_TOTAL 8192
-
-/* The fusions of deferred launches, each its own bit of STRATA_CUDA_FUSE
- * (default all) so that each can be measured alone. */
-#define FUSE_JOBS 1   /* products of one input in one launch */
-#define FUSE_NORM 2   /* residual add and norm in the product before them */
-#define FUSE_ROUTE 4  /* routing in the MoE kernel */
-#define FUSE_ATT 8    /* attention combine in its last slice */
-#define FUSE_ALL 15
+/* The fusions, each its own bit of STRATA_CUDA_FUSE (default both) so that
+ * each can be measured alone. */
+#define FUSE_JOBS 1  /* products of one input in one launch */
+#define FUSE_ROUTE 2 /* routing in the MoE kernel */
+#define FUSE_ALL 3
 
 typedef struct {
     int dev, n_sm, cc_major;
@@ -115,7 +94,6 @@ typedef struct {
     int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
     int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL) */
     pending pend;
-    unsigned *d_count;     /* CNT_TOTAL counters */
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
@@ -262,7 +240,7 @@ static int overlap(const void *a, size_t an, const void *b, size_t bn) {
 /* Whether a product may wait as pending: a decode-sized product of
  * quantized, contiguous weights. */
 static int deferrable(const cuda_ctx *c, const st_weight *w, int n_tok) {
-    return (c->fuse & (FUSE_JOBS | FUSE_NORM)) && cuda_matmul_jobs_fit(w, n_tok) && w->data && !w->mat;
+    return (c->fuse & FUSE_JOBS) && cuda_matmul_jobs_fit(w, n_tok) && w->data && !w->mat;
 }
 
 static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
@@ -270,13 +248,12 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
     if (n_tok <= 0) return;
     if (deferrable(c, w, n_tok) && !overlap(y, (size_t)n_tok * w->n_out * 4, x, (size_t)n_tok * w->n_in * 4)) {
         pending *p = &c->pend;
-        int joins = (c->fuse & FUSE_JOBS) && p->kind == PEND_MM && p->x == x && p->n_tok == n_tok &&
-                    p->n < CUDA_MM_MAX_JOBS && p->w[0].n_in == w->n_in;
+        int joins = p->n && p->x == x && p->n_tok == n_tok && p->n < CUDA_MM_MAX_JOBS && p->w[0].n_in == w->n_in;
         for (int i = 0; joins && i < p->n; i++) /* outputs apart, or the order would matter */
             joins = !overlap(y, (size_t)n_tok * w->n_out * 4, p->y[i], (size_t)n_tok * p->w[i].n_out * 4);
         if (!joins) {
             pend_flush(c); /* not act_forget: x may be what the scratch holds (a norm's output) */
-            p->kind = PEND_MM, p->n = 0, p->x = x, p->n_tok = n_tok;
+            p->x = x, p->n_tok = n_tok;
         }
         p->w[p->n] = *w, p->mat[p->n] = mat, p->y[p->n] = y;
         p->n++;
@@ -287,76 +264,25 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
 }
 
 /* Launches the pending products: those of one weight type together. */
-static void pend_flush_mm(cuda_ctx *c, const pending *p) {
+static void pend_flush(cuda_ctx *c) {
+    pending *p = &c->pend;
+    const int n_pend = p->n;
+    p->n = 0; /* first: the launches below must not come back here */
     int done[CUDA_MM_MAX_JOBS] = {0};
-    for (int i = 0; i < p->n; i++) {
+    for (int i = 0; i < n_pend; i++) {
         if (done[i]) continue;
         cuda_mm_job jobs[CUDA_MM_MAX_JOBS];
         int n = 0;
-        for (int j = i; j < p->n; j++)
+        for (int j = i; j < n_pend; j++)
             if (!done[j] && p->w[j].type == p->w[i].type) {
                 jobs[n].w = &p->w[j], jobs[n].mat = p->mat[j], jobs[n].y = p->y[j];
                 n++;
                 done[j] = 1;
             }
-        const int rc = cuda_matmul_jobs(jobs, n, p->x, p->n_tok, act_ready(c, p->x, p->w[i].n_in, p->n_tok), NULL, c->s);
+        const int rc = cuda_matmul_jobs(jobs, n, p->x, p->n_tok, act_ready(c, p->x, p->w[i].n_in, p->n_tok), c->s);
         ST_ASSERT(rc == 0); /* deferrable() checked the types and shapes */
         act_hold(c, p->x, p->w[i].n_in * p->n_tok); /* it quantized x (outputs lie apart from it) */
     }
-}
-
-static void moe_decode_now(cuda_ctx *c, const pending *p, const cuda_post_norm *post);
-
-static void pend_flush(cuda_ctx *c) {
-    pending *p = &c->pend;
-    const pend_kind k = p->kind;
-    if (k == PEND_NONE) return;
-    p->kind = PEND_NONE; /* first: the launches below must not come back here */
-    if (k == PEND_MM) pend_flush_mm(c, p);
-    else moe_decode_now(c, p, NULL);
-}
-
-/* The int8 target of a fused norm of n values, with the products' scratch
- * grown first to `need` values (the pending product's input), so that the
- * product's own scratch request cannot move it afterwards. */
-static int8_t *post_target(cuda_ctx *c, int64_t n, int64_t need, float2 **ad) {
-    if (!c->act_reuse || n % 32 != 0) return NULL;
-    int8_t *aq = NULL;
-    if (cuda_mm_act_scratch(need > n ? need : n, 1, &aq, ad, c->s) != 0) return NULL;
-    return aq;
-}
-
-/* rmsnorm after the pending product (or MoE) whose output is res, done by
- * its launch (cuda_post_norm). 1 when done so. */
-static int rmsnorm_fused(cuda_ctx *c, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
-                         float eps) {
-    pending *p = &c->pend;
-    const size_t nb = (size_t)dim * n_rows * 4;
-    if (!(c->fuse & FUSE_NORM) || !res || dim % 32 != 0 || n_rows != 1 || overlap(res, nb, x, nb) ||
-        overlap(res, nb, y, nb))
-        return 0;
-    cuda_post_norm post = {x, w, y, NULL, NULL, c->d_count + CNT_POST, eps};
-    if (p->kind == PEND_MM && p->n == 1 && p->y[0] == res && p->n_tok == n_rows && p->w[0].n_out == dim &&
-        !overlap(p->x, (size_t)n_rows * p->w[0].n_in * 4, x, nb) &&
-        !overlap(p->x, (size_t)n_rows * p->w[0].n_in * 4, y, nb)) {
-        const int ready = act_ready(c, p->x, p->w[0].n_in, n_rows);
-        post.hq = post_target(c, (int64_t)dim * n_rows, p->w[0].n_in * n_rows, &post.hd);
-        p->kind = PEND_NONE;
-        cuda_mm_job job = {&p->w[0], p->mat[0], p->y[0]};
-        const int rc = cuda_matmul_jobs(&job, 1, p->x, n_rows, ready, &post, c->s);
-        ST_ASSERT(rc == 0);
-    } else if (p->kind == PEND_MOE && p->out == res && p->n_tok == n_rows && p->down.n_out == dim) {
-        /* h, the MoE's input, may be the norm's output: the down kernel does
-         * not read it (the first kernel did), and the norm is its tail */
-        post.hq = post_target(c, (int64_t)dim * n_rows, p->gate.n_in * n_rows, &post.hd);
-        p->kind = PEND_NONE;
-        moe_decode_now(c, p, &post);
-    } else {
-        return 0;
-    }
-    act_forget(c);
-    if (post.hq) act_hold(c, y, (int64_t)dim * n_rows);
-    return 1;
 }
 
 /* Decode-sized rows are quantized as they are written, for the product that
@@ -364,7 +290,6 @@ static int rmsnorm_fused(cuda_ctx *c, float *x, const float *res, const float *w
 static void cu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
                        float eps) {
     cuda_ctx *c = CTX(be);
-    if (rmsnorm_fused(c, x, res, w, y, dim, n_rows, eps)) return;
     op_begin(c);
     float2 *ad = NULL;
     int8_t *aq = n_rows <= MM_MMV_MAX_TOK ? act_target(c, (int64_t)dim * n_rows, &ad) : NULL;
@@ -387,13 +312,12 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                          float scale, int window, float *out) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
-    /* decode-sized: the output also quantized for the product after it, and
-     * (fused launches on) the slices combined in the attention kernel */
-    cuda_att_fin fin = {NULL, NULL, (c->fuse & FUSE_ATT) ? c->d_count + CNT_ATT : NULL, CNT_TOTAL - CNT_ATT};
-    if (n_tok <= MM_MMV_MAX_TOK) fin.aq = act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &fin.ad);
+    /* decode-sized: the output also quantized for the product after it */
+    float2 *ad = NULL;
+    int8_t *aq = n_tok <= MM_MMV_MAX_TOK ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad) : NULL;
     cuda_attention(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale, window, out,
-                   &fin, &c->att, c->n_sm, c->cc_major, c->s);
-    if (fin.aq && kv->head_dim % 32 == 0) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
+                   aq, ad, &c->att, c->n_sm, c->cc_major, c->s);
+    if (aq && kv->head_dim % 32 == 0) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
 }
 
 /* The output quantized as it is written, for the down product. */
@@ -529,52 +453,43 @@ static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_
     cuda_moe_combine(out, ye, wsel, n_tok, k, E, c->s);
 }
 
-/* The pending decode MoE (two fused kernels after the routing, mmv_moe.h;
- * the first routes itself when fused launches are on), with post (or
- * NULL) done by the down kernel. */
-static void moe_decode_now(cuda_ctx *c, const pending *p, const cuda_post_norm *post) {
-    const int64_t E = p->gate.n_in, F = p->gate.n_out;
-    const int n_tok = p->n_tok, k = p->k, nk = n_tok * k;
+/* The decode MoE in two fused kernels (mmv_moe.h); the first routes
+ * itself unless FUSE_ROUTE is off (or there are too many experts). 0, or -1
+ * when the scratch could not grow (recording, or out of memory). */
+static int moe_decode(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
+                      st_act act, const st_weight *gate, const st_weight *up, const st_weight *down, float *out) {
+    const int64_t E = gate->n_in, F = gate->n_out;
+    const int nk = n_tok * k;
     const size_t o_wf = align256((size_t)nk * 4), o_hq = o_wf + align256((size_t)nk * 4);
     const size_t o_hd = o_hq + align256((size_t)nk * F), total_f = o_hd + align256((size_t)nk * F / 32 * 8);
     uint8_t *af = (uint8_t *)cuda_scratch_reserve(&c->moe, total_f);
     int32_t *self = (int32_t *)af;
     float *wself = (float *)(af + o_wf);
-    const cuda_moe_route_in route = {p->logits, p->n_expert, p->norm_topk};
-    const int own_route = (c->fuse & FUSE_ROUTE) && p->n_expert <= ROUTE_MAX_EXPERT;
-    if (!own_route) cuda_moe_route(p->logits, n_tok, p->n_expert, k, p->norm_topk, self, wself, NULL, c->s);
-    const int ready = act_ready(c, p->h, E, n_tok);
+    const cuda_moe_route_in route = {logits, n_expert, norm_topk};
+    const int own_route = (c->fuse & FUSE_ROUTE) && n_expert <= ROUTE_MAX_EXPERT;
+    if (!own_route) cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, self, wself, NULL, c->s);
+    const int ready = act_ready(c, h, E, n_tok);
     act_forget(c);
-    if (cuda_moe_decode(&p->gate, &p->up, &p->down, own_route ? &route : NULL, self, wself, n_tok, k, p->act, p->h,
-                        ready, (int8_t *)(af + o_hq), (float2 *)(af + o_hd), p->out, post, c->s) == 0) {
-        if (!post) act_hold(c, p->h, E * n_tok); /* the products' scratch holds h quantized */
-        return;
-    }
-    /* the scratch could not grow (recording, or out of memory): this pass's
-     * result comes from the grouped path, and a recording is dropped */
-    (void)cannot_record(c);
-    moe_grouped(c, p->h, p->logits, n_tok, p->n_expert, k, p->norm_topk, p->act, &p->gate, &p->up, &p->down,
-                p->out);
-    if (post) cuda_rmsnorm(post->x, p->out, post->w, post->h, (int)E, n_tok, post->eps, post->hq, post->hd, c->s);
+    if (cuda_moe_decode(gate, up, down, own_route ? &route : NULL, self, wself, n_tok, k, act, h, ready,
+                        (int8_t *)(af + o_hq), (float2 *)(af + o_hd), out, c->s) != 0)
+        return -1;
+    act_hold(c, h, E * n_tok); /* the products' scratch holds h quantized */
+    return 0;
 }
 
 static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
                        int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
                        float *out) {
     cuda_ctx *c = CTX(be);
-    pend_flush(c); /* the router product; the quantized h it leaves is still wanted */
+    pend_flush(c); /* the router product, if pending; the quantized h it leaves is still wanted */
     if (n_tok <= 0) return;
     if (g_moe_path == 1) {
         moe_ffn_loop(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
         return;
     }
     if (n_tok * k <= MM_MOE_DEVICE_MAX && g_moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
-        pending *p = &c->pend;
-        p->kind = PEND_MOE;
-        p->h = h, p->logits = logits, p->n_tok = n_tok, p->n_expert = n_expert, p->k = k, p->norm_topk = norm_topk;
-        p->act = act, p->gate = *gate, p->up = *up, p->down = *down, p->out = out;
-        if (!(c->fuse & (FUSE_NORM | FUSE_ROUTE))) pend_flush(c); /* nothing to wait for */
-        return;
+        if (moe_decode(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out) == 0) return;
+        if (cannot_record(c)) return; /* this pass's result comes from the unrecorded one */
     }
     moe_grouped(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
 }
@@ -654,7 +569,6 @@ static void cu_destroy(st_backend *be) {
     pend_flush(c);
     CUDA_CHECK(cudaStreamSynchronize(c->s));
     graph_drop(c);
-    CUDA_CHECK(cudaFree(c->d_count));
     cuda_scratch_free(&c->att);
     cuda_scratch_free(&c->moe);
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
@@ -690,8 +604,6 @@ extern "C" st_backend *backend_cuda_create(int device) {
     CUDA_CHECK(cudaStreamCreate(&c->s));
     cuda_pdl_probe(c->s);
     CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
-    CUDA_CHECK(cudaMalloc(&c->d_count, CNT_TOTAL * sizeof(unsigned)));
-    CUDA_CHECK(cudaMemsetAsync(c->d_count, 0, CNT_TOTAL * sizeof(unsigned), c->s));
     const char *g = st_switch_get("STRATA_CUDA_GRAPH");
     c->graphs = !(g && !strcmp(g, "0"));
     const char *r = st_switch_get("STRATA_CUDA_ACT_REUSE");

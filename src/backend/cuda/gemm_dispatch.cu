@@ -184,10 +184,9 @@ int cuda_matmul_jobs_fit(const st_weight *w, int n_tok) {
            !mm_use_gemm(n_tok);
 }
 
-int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready,
-                     const cuda_post_norm *post, cudaStream_t s) {
-    if (n_jobs < 1 || n_jobs > CUDA_MM_MAX_JOBS || (post && n_jobs != 1) || !x) {
-        st_error_set("cuda_matmul_jobs: bad arguments (%d jobs%s)", n_jobs, post ? ", with a norm after" : "");
+int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready, cudaStream_t s) {
+    if (n_jobs < 1 || n_jobs > CUDA_MM_MAX_JOBS || !x) {
+        st_error_set("cuda_matmul_jobs: bad arguments (%d jobs)", n_jobs);
         return -1;
     }
     const st_weight *w0 = jobs[0].w;
@@ -200,10 +199,6 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
             st_error_set("cuda_matmul_jobs: job %d does not fit one decode launch", i);
             return -1;
         }
-    }
-    if (post && (n_tok != 1 || w0->n_out % 32 != 0 || !post->x || !post->w || !post->h || !post->count)) {
-        st_error_set("cuda_matmul_jobs: bad norm after the product");
-        return -1;
     }
     const int n_in = (int)w0->n_in;
     const size_t nq = (size_t)n_tok * n_in;
@@ -225,7 +220,6 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
         a.more[i - 1].row_bytes = jobs[i].w->row_bytes;
         a.more[i - 1].n_out = (int)jobs[i].w->n_out;
     }
-    if (post) a.post = *post;
     return mm_mmv_launch(&a, s);
 }
 

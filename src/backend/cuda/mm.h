@@ -47,28 +47,10 @@ extern "C" {
  *    The caller tracks that (backend_cuda.cu); 0 is always correct. */
 int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, int act_ready, cudaStream_t s);
 
-/* The residual add and RMSNorm that follow a decode product, done by the
- * product's launch (the decode step's norms fused into the products before
- * them): each output row r of token t is also added to x[t][r]; then the
- * last block of the launch to finish computes h[t] = x[t] / rms(x[t]) * w
- * (x rows of the product's n_out values) and writes it as f32 and, when hq
- * is given, as the int8 blocks of 32 the next product reads (hq, hd; n_out
- * a multiple of 32). count: a device counter, 0 before the launch; the last
- * block sets it back to 0. */
-typedef struct {
-    float *x;
-    const float *w;
-    float *h;
-    int8_t *hq;
-    float2 *hd;
-    unsigned *count;
-    float eps;
-} cuda_post_norm;
-
 /* Up to CUDA_MM_MAX_JOBS decode products of one input in one launch:
  * jobs[i].y = W_i[mat_i] x for n_tok <= MM_NT_MAX tokens, every W_i of one
- * quantized type (cuda_matmul_jobs_fit). act_ready as for cuda_matmul. post
- * (NULL: none) takes a single job of one token. 0, or -1 with st_error. */
+ * quantized type (cuda_matmul_jobs_fit). act_ready as for cuda_matmul.
+ * 0, or -1 with st_error. */
 #define CUDA_MM_MAX_JOBS 3
 typedef struct {
     const st_weight *w;
@@ -76,8 +58,7 @@ typedef struct {
     float *y;
 } cuda_mm_job;
 int cuda_matmul_jobs_fit(const st_weight *w, int n_tok);
-int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready,
-                     const cuda_post_norm *post, cudaStream_t s);
+int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready, cudaStream_t s);
 
 /* Grouped expert product (MoE), for each pair p < n_pairs:
  *

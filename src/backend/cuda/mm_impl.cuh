@@ -52,68 +52,7 @@ struct mm_mmv_args {
         int n_out;
         unsigned blk0;
     } more[CUDA_MM_MAX_JOBS - 1];
-    cuda_post_norm post;      /* DENSE, one matrix: post.count non-NULL to apply it */
 };
-
-/* cuda_post_norm's part after a block's outputs are written (the writers
- * have added them to x), called by every thread of every block of the
- * launch: the last block to arrive normalises the n_rows rows of dim values
- * of x into h (and hq, hd), then resets the counter. Blocks of whole warps;
- * dim a multiple of 32 when hq is given. */
-#define POST_UNROLL 8
-static __device__ void post_norm_tail(const cuda_post_norm &p, int n_rows, int dim) {
-    __shared__ int s_last;
-    __shared__ float red[32];
-    const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    const int nth = blockDim.x * blockDim.y * blockDim.z, lane = tid % 32, nw = nth / 32;
-    __threadfence(); /* this block's writes to x, before it is counted */
-    __syncthreads();
-    if (tid == 0) s_last = atomicAdd(p.count, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    /* POST_UNROLL loads in flight per thread: two L2 round trips per pass
-     * for a 2048-wide row, at registers that keep the product's occupancy */
-    for (int r = 0; r < n_rows; r++) {
-        const float *xr = p.x + (size_t)r * dim;
-        float ss = 0.0f;
-        for (int i0 = tid; i0 < dim; i0 += POST_UNROLL * nth) {
-            float v[POST_UNROLL];
-#pragma unroll
-            for (int j = 0; j < POST_UNROLL; j++) {
-                const int i = i0 + j * nth;
-                v[j] = i < dim ? __ldcg(xr + i) : 0.0f; /* other blocks' writes: from L2, not a stale L1 line */
-            }
-#pragma unroll
-            for (int j = 0; j < POST_UNROLL; j++) ss += v[j] * v[j];
-        }
-        ss = warp_sum(ss);
-        if (lane == 0) red[tid / 32] = ss;
-        __syncthreads();
-        ss = warp_sum(lane < nw ? red[lane] : 0.0f);
-        __syncthreads(); /* red is written again for the next row */
-        const float sc = (float)(1.0 / sqrt((double)ss / dim + p.eps)); /* as rmsnorm_kernel */
-        for (int i0 = tid; i0 < dim; i0 += POST_UNROLL * nth) {
-            float v[POST_UNROLL], g[POST_UNROLL];
-#pragma unroll
-            for (int j = 0; j < POST_UNROLL; j++) {
-                const int i = i0 + j * nth;
-                v[j] = i < dim ? __ldcg(xr + i) : 0.0f;
-                g[j] = i < dim ? p.w[i] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < POST_UNROLL; j++) {
-                const int i = i0 + j * nth; /* the same for a whole warp: dim and nth are multiples of 32 */
-                if (i < dim) {
-                    const float y = v[j] * sc * g[j];
-                    p.h[(size_t)r * dim + i] = y;
-                    if (p.hq) quant_block_store(y, (size_t)r * dim + i, p.hq, p.hd);
-                }
-            }
-        }
-    }
-    if (tid == 0) *p.count = 0;
-}
 
 /* Per-device scratch (gemm_dispatch.cu). */
 struct mm_scratch {

@@ -74,8 +74,8 @@ static __device__ __forceinline__ const uint8_t *mm_matrix(const mm_mmv_args &p,
 }
 
 /* Writes the warp's sums (lane 0), or zeros for an expert handled elsewhere
- * (acc stays 0 then); with p.post, adds them to its x rows too. */
-template <int NT, int R, bool POST = false>
+ * (acc stays 0 then). */
+template <int NT, int R>
 static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_mat &m, const mm_group<NT> &g, int row0,
                                                 float (&acc)[R][NT]) {
 #pragma unroll
@@ -87,11 +87,7 @@ static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_m
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int t = 0; t < NT; t++)
-                if (t < g.n && row0 + r < m.n_out) {
-                    const size_t i = (size_t)g.orow[t] * m.n_out + row0 + r;
-                    m.y[i] = acc[r][t];
-                    if constexpr (POST) p.post.x[i] += acc[r][t];
-                }
+                if (t < g.n && row0 + r < m.n_out) m.y[(size_t)g.orow[t] * m.n_out + row0 + r] = acc[r][t];
     }
 }
 
@@ -102,23 +98,20 @@ static __device__ __forceinline__ void mm_load_act(const mm_mmv_args &p, int row
     ld_unit(p.aq + (size_t)row * p.n_in, gu, a);
 }
 
-/* POST: with p.post (one token, one matrix; its own instances, so that the
- * tail's registers do not cost the plain products occupancy). */
-template <int T, int NT, int R, bool POST = false>
+template <int T, int NT, int R>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_mmv_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     const mm_mat m = mm_mat_of(p);
     const int row0 = (m.bx * MMV_WARPS + threadIdx.y) * R;
-    const bool live = row0 < m.n_out;
-    if (!live && !POST) return; /* whole warp; with post every warp reaches the tail */
+    if (row0 >= m.n_out) return; /* whole warp */
     const mm_group<NT> g = mm_group_get<NT>(p);
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    if (live && g.e >= 0) {
+    if (g.e >= 0) {
         const uint8_t *w0 = mm_matrix(p, m, g.e) + (size_t)row0 * m.row_bytes;
         const int n_units = p.n_in / 32;
         /* two units per lane in flight: with one, a warp waits a full memory
@@ -162,8 +155,7 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_m
             }
         }
     }
-    if (live) mm_store<NT, R, POST>(p, m, g, row0, acc);
-    if constexpr (POST) post_norm_tail(p.post, g.n, m.n_out);
+    mm_store<NT, R>(p, m, g, row0, acc);
 }
 
 /* ---- float weights: 8 per lane per step (V = 8) or 1 when rows are not 16-byte multiples ---- */
@@ -194,7 +186,7 @@ static __device__ __forceinline__ float mm_load1(const uint16_t *w) { return __u
 template <typename WT, int V, int NT, int R>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_mmv_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
-    const mm_mat m = mm_mat_of(p); /* the launch's own matrix: float products take no jobs or post */
+    const mm_mat m = mm_mat_of(p); /* the launch's own matrix: float products take no jobs */
     const int row0 = (blockIdx.x * MMV_WARPS + threadIdx.y) * R;
     if (row0 >= p.n_out) return;
     const mm_group<NT> g = mm_group_get<NT>(p);
@@ -263,12 +255,6 @@ static void mmv_q_go(const mm_mmv_args *a, cudaStream_t s) {
 /* R > 1 only for NT <= 2: more would cost registers (R x NT sums, NT x 8 words). */
 template <int T, int NT>
 static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
-    if constexpr (NT == 1) {
-        if (a->post.count) { /* cuda_matmul_jobs: one token, one matrix */
-            st_launch(mmv_q_kernel<T, 1, 1, true>, mmv_grid<1, 1>(a), dim3(32, MMV_WARPS), 0, s, *a);
-            return;
-        }
-    }
     if constexpr (NT <= 2) {
         if (r >= 4) {
             mmv_q_go<T, NT, 4>(a, s);

@@ -10,8 +10,6 @@
  */
 #include "backend/cuda/mmv_moe.h"
 
-#include <string.h>
-
 #include "backend/cuda/mm_impl.cuh"
 #include "backend/cuda/quant_cuda.cuh"
 #include "backend/cuda/route.cuh"
@@ -35,7 +33,6 @@ struct moe_dec_args {
     int8_t *hq;
     float2 *hd;
     float *out;
-    cuda_post_norm post;        /* down: the residual add and norm after it (post.count non-NULL) */
 };
 
 template <int T>
@@ -93,17 +90,14 @@ static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel
         quant_block_store(vals[lane], (size_t)pair * p.n_ff + (size_t)blockIdx.x * GLU_ROWS + lane, p.hq, p.hd);
 }
 
-/* POST: with p.post (its own instances: the tail's registers would cost
- * the plain kernel occupancy). */
-template <int T, bool POST>
+template <int T>
 static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const moe_dec_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.y;
     const int row = blockIdx.x * DOWN_WARPS + warp;
-    const bool live = row < p.n_out;
-    if (!live && !POST) return; /* whole warp; with post every warp reaches the tail */
-    const int n_units = p.n_ff / 32, combos = live ? p.k * n_units : 0;
+    if (row >= p.n_out) return; /* whole warp */
+    const int n_units = p.n_ff / 32, combos = p.k * n_units;
     float acc = 0.0f;
     /* four of a lane's (expert, unit) loads in flight: top-8 of 768-wide rows is six per lane */
 #pragma unroll 4
@@ -118,21 +112,15 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const 
         acc = fmaf(p.wsel[pair], mm_unit_dot<F>(w, a, p.hd[(size_t)pair * n_units + gu]), acc);
     }
     acc = warp_sum(acc);
-    if (live && lane == 0) {
-        const size_t i = (size_t)t * p.n_out + row;
-        p.out[i] = acc;
-        if constexpr (POST) p.post.x[i] += acc;
-    }
-    if constexpr (POST) post_norm_tail(p.post, gridDim.y, p.n_out);
+    if (lane == 0) p.out[(size_t)t * p.n_out + row] = acc;
 }
 
 static int moe_dec_down(const moe_dec_args &a, qt_type td, int n_tok, cudaStream_t s) {
     const dim3 grid(st_div_up((size_t)a.n_out, DOWN_WARPS), (unsigned)n_tok);
     switch ((int)td) {
-#define DOWN_CASE(T)                                                                     \
-    case T:                                                                              \
-        if (a.post.count) st_launch(moe_down_kernel<T, true>, grid, dim3(DOWN_WARPS * 32), 0, s, a);  \
-        else st_launch(moe_down_kernel<T, false>, grid, dim3(DOWN_WARPS * 32), 0, s, a); \
+#define DOWN_CASE(T)                                                   \
+    case T:                                                            \
+        st_launch(moe_down_kernel<T>, grid, dim3(DOWN_WARPS * 32), 0, s, a); \
         return 0;
         MM_QUANT_TYPES(DOWN_CASE)
 #undef DOWN_CASE
@@ -165,10 +153,9 @@ int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_we
 
 int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const cuda_moe_route_in *route,
                     int32_t *ids, float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
-                    float2 *hd, float *out, const cuda_post_norm *post, cudaStream_t s) {
+                    float2 *hd, float *out, cudaStream_t s) {
     ST_ASSERT(cuda_moe_decode_fits(gate, up, down) && n_tok * k <= MM_MOE_DEVICE_MAX);
     ST_ASSERT(!route || (route->n_expert <= ROUTE_MAX_EXPERT && k <= route->n_expert));
-    ST_ASSERT(!post || down->n_out % 32 == 0);
     if (n_tok <= 0) return 0;
     int8_t *xq = NULL;
     float2 *xd = NULL;
@@ -183,8 +170,6 @@ int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight 
     a.n_expert = route ? route->n_expert : 0, a.norm_topk = route ? route->norm_topk : 0;
     a.ids = ids, a.wsel = wsel, a.k = k, a.act = (int)act;
     a.xq = xq, a.xd = xd, a.hq = hq, a.hd = hd, a.out = out;
-    memset(&a.post, 0, sizeof a.post);
-    if (post) a.post = *post;
     int rc = moe_dec_glu(a, gate->type, n_tok * k, s);
     CUDA_LAUNCH_CHECK();
     rc |= moe_dec_down(a, down->type, n_tok, s);

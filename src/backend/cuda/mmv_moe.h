@@ -42,13 +42,11 @@ typedef struct {
  * products' scratch (cuda_mm_act_scratch), which holds it already when
  * act_ready (else it is quantized there first); hq / hd: scratch for
  * n_tok * k rows of the intermediate width (int8, and one float2 per 32);
- * out: [n_tok][down->n_out] f32; post (or NULL): the residual add and norm
- * after the down product (mm.h), whose int8 output may go to the products'
- * scratch (it is written after every read of x there). 0, or -1 with
- * st_error (the scratch would have to grow in a capture). */
+ * out: [n_tok][down->n_out] f32. 0, or -1 with st_error (the scratch would
+ * have to grow in a capture). */
 int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const cuda_moe_route_in *route,
                     int32_t *ids, float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
-                    float2 *hd, float *out, const cuda_post_norm *post, cudaStream_t s);
+                    float2 *hd, float *out, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -47,20 +47,11 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
  * CUDA_ATT_SHORT_SPAN passes that as dspan (backend_cuda.cu records one step
  * for positions below it and another for the rest). */
 #define CUDA_ATT_SHORT_SPAN 1280
-/* fin (or NULL): the output also written as the int8 blocks the next
- * product reads (aq, ad; head sizes that are multiples of 32), and the
- * slices combined by the last of each head's to finish instead of by a
- * second kernel, with count: n_count zeroed counters (at least n_tok *
- * n_head; else the second kernel runs), left zeroed. The prompt kernel
- * (tensor cores) ignores fin. */
-typedef struct {
-    int8_t *aq;
-    float2 *ad;
-    unsigned *count;
-    size_t n_count;
-} cuda_att_fin;
+/* aq, ad (or NULL): the output also written as the int8 blocks the next
+ * product reads (head sizes that are multiples of 32; decode-sized calls:
+ * the prompt kernel on tensor cores is not used then). */
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
-                    int n_head, float scale, int window, float *out, const cuda_att_fin *fin, cuda_scratch *scratch,
+                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
                     int n_sm, int cc_major, cudaStream_t s);
 /* The prompt kernel on tensor cores (attention_tc.cu): 0 when launched, 1
  * when it does not apply (head size other than 64/128, compute capability
