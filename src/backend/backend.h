@@ -111,6 +111,13 @@ struct st_backend {
      * the next position needs no new recording. */
     void (*run_step)(st_backend *be, int n_tok, int pos0, void (*body)(void *arg, int pos0), void *arg,
                      size_t arg_size);
+    /* The k largest of x[0..n) (the backend's memory) and their indices, in
+     * order (larger first, equal values by the lower index), into the host
+     * arrays vals and ids: a sampler's candidates without copying all of x
+     * to the host (the GPU's; NULL on the CPU, where x is host memory).
+     * 0, or -1 with st_error when k or n is beyond what it takes. */
+    int (*top_k)(st_backend *be, const float *x, int n, int k, int32_t *ids, float *vals);
+    int top_k_max; /* the largest k top_k takes */
     /* Copy between host and device (identity memcpy on the CPU backend). */
     void (*to_host)(st_backend *be, void *dst, const void *src, size_t bytes);
     void (*to_device)(st_backend *be, void *dst, const void *src, size_t bytes);

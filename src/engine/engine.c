@@ -148,6 +148,13 @@ int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
     return seq_eval_to(e, s, toks, n, s->logits);
 }
 
+int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals) {
+    if (seq_check(e, s, &tok, 1) != 0) return -1;
+    const int rc = model_forward_top_k(e->mc, s->kv->layers, tok, s->n_past, k, ids, vals, s->logits);
+    s->hist[s->n_past++] = tok;
+    return rc;
+}
+
 static int seq_eval_nologits(engine *e, engine_seq *s, const int32_t *toks, int n) {
     return seq_eval_to(e, s, toks, n, NULL);
 }

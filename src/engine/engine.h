@@ -79,6 +79,10 @@ void engine_seq_free(engine *e, engine_seq *s);
  * the context would overflow or an id is outside the vocabulary (nothing is
  * evaluated then). */
 int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n);
+/* One token, with the k largest logits and their ids (in order) instead of
+ * s->logits (model_forward_top_k): 0; 1 when s->logits got them all
+ * instead (the backend could not); -1 with st_error (a bad token). */
+int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals);
 /* Drop positions beyond the longest common prefix of the sequence and toks
  * (keeping at least one token to evaluate); returns the prefix length. */
 int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n);
@@ -158,6 +162,10 @@ gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prom
  * *t: evaluate t into the sequence and call again; 1: finished (the finish
  * reason is in the stats), t is not to be evaluated. */
 int gen_next(gen_state *g, int32_t *t);
+/* The same from the k largest logits (ids, vals in order; engine_seq_eval_top_k)
+ * instead of s->logits: for samplers that need no more (sampler_candidates)
+ * and no hooks. */
+int gen_next_top(gen_state *g, const int32_t *ids, const float *vals, int k, int32_t *t);
 /* 1 once text or token callbacks asked to stop (the reader went away). */
 int gen_cancelled(const gen_state *g);
 /* Send what text is still held back, fill st's generation fields (n_gen,

@@ -99,23 +99,8 @@ static int push_text(gen_state *g, int32_t t) {
     return stopped;
 }
 
-int gen_next(gen_state *g, int32_t *t) {
-    if (g->finished) return 1;
-    g->finished = 1; /* until shown otherwise below */
-    float *logits = g->s->logits;
-    int nv = g->e->m->hp.n_vocab;
-    const float *raw = logits;
-    if (g->hk.filter) {
-        if (g->raw) {
-            memcpy(g->raw, logits, (size_t)nv * sizeof(float));
-            raw = g->raw;
-        }
-        if (g->hk.filter(g->hk.ctx, logits, nv) != GEN_GO) {
-            g->finish = "stop";
-            return 1;
-        }
-    }
-    int32_t tok = sampler_sample(g->smp, logits);
+/* What follows the draw of tok: end of generation, the hooks, the text. */
+static int gen_take(gen_state *g, int32_t tok, const float *raw, int32_t *t) {
     if (!g->gp.ignore_eos && !g->hk.eog_ok && tokenizer_is_eog(g->e->tok, tok)) {
         g->finish = "stop";
         return 1;
@@ -133,6 +118,39 @@ int gen_next(gen_state *g, int32_t *t) {
     g->finished = 0;
     *t = tok;
     return 0;
+}
+
+int gen_next(gen_state *g, int32_t *t) {
+    if (g->finished) return 1;
+    g->finished = 1; /* until shown otherwise below */
+    float *logits = g->s->logits;
+    int nv = g->e->m->hp.n_vocab;
+    const float *raw = logits;
+    if (g->hk.filter) {
+        if (g->raw) {
+            memcpy(g->raw, logits, (size_t)nv * sizeof(float));
+            raw = g->raw;
+        }
+        if (g->hk.filter(g->hk.ctx, logits, nv) != GEN_GO) {
+            g->finish = "stop";
+            return 1;
+        }
+    }
+    return gen_take(g, sampler_sample(g->smp, logits), raw, t);
+}
+
+int gen_next_top(gen_state *g, const int32_t *ids, const float *vals, int k, int32_t *t) {
+    ST_ASSERT(!g->hk.filter && !g->hk.token && k >= 1);
+    if (g->finished) return 1;
+    g->finished = 1;
+    if (ids[0] < 0) { /* no candidate at all (every logit NaN) */
+        st_error_set("the model gave no finite logit");
+        g->finish = "error";
+        return 1;
+    }
+    int n = 0; /* fewer than k real candidates: a vocabulary smaller than k */
+    while (n < k && ids[n] >= 0) n++;
+    return gen_take(g, sampler_sample_top(g->smp, ids, vals, n), NULL, t);
 }
 
 int gen_cancelled(const gen_state *g) { return g->cancelled; }
@@ -173,9 +191,23 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     st->n_read = n_prompt - reused;
     st->prompt_ms = (double)(st_now_ns() - t0) / 1e6;
     gen_state *g = gen_begin(e, &e->seq, s, prompt, n_prompt, gp, NULL, fn, ctx);
-    int32_t t;
-    while (gen_next(g, &t) == 0)
-        if (engine_eval(e, &t, 1) != 0) break;
+    /* decode steps sample from the backend's top-k candidates when the
+     * sampler needs no more (on a GPU: k pairs copied, not the vocabulary) */
+    const int k = e->be->top_k ? sampler_candidates(s, e->be->top_k_max) : 0;
+    int32_t t, *ids = k ? st_malloc((size_t)k * sizeof(int32_t)) : NULL;
+    float *vals = k ? st_malloc((size_t)k * sizeof(float)) : NULL;
+    int top = 0; /* the next draw is from ids/vals (else from the sequence's logits) */
+    while ((top ? gen_next_top(g, ids, vals, k, &t) : gen_next(g, &t)) == 0) {
+        if (k) {
+            const int rc = engine_seq_eval_top_k(e, &e->seq, t, k, ids, vals);
+            if (rc < 0) break;
+            top = rc == 0;
+        } else if (engine_eval(e, &t, 1) != 0) {
+            break;
+        }
+    }
+    st_free(ids);
+    st_free(vals);
     gen_end(g, st);
     return 0;
 }

@@ -17,6 +17,7 @@ struct sampler {
     int n_recent, head;
     int32_t *idx;    /* candidate ids scratch (n_vocab) */
     float *prob;     /* candidate probabilities scratch */
+    float *val;      /* candidate logits scratch */
     uint16_t *count; /* per-token count within the window (n_vocab) */
 };
 
@@ -51,6 +52,7 @@ sampler *sampler_create(const sampler_params *p, int n_vocab) {
     s->recent = st_calloc((size_t)(s->p.penalty_last_n + 1), sizeof(int32_t));
     s->idx = st_malloc((size_t)n_vocab * sizeof(int32_t));
     s->prob = st_malloc((size_t)n_vocab * sizeof(float));
+    s->val = st_malloc((size_t)n_vocab * sizeof(float));
     s->count = st_calloc((size_t)n_vocab, sizeof(uint16_t));
     return s;
 }
@@ -60,6 +62,7 @@ void sampler_free(sampler *s) {
     st_free(s->recent);
     st_free(s->idx);
     st_free(s->prob);
+    st_free(s->val);
     st_free(s->count);
     st_free(s);
 }
@@ -107,22 +110,27 @@ static int32_t argmax(const float *x, int n) {
     return b;
 }
 
+/* The candidate order: larger logit first, equal logits by the lower id. */
+static int before(const float *l, int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); }
+
 static _Thread_local const float *t_sort_logits; /* qsort has no context argument */
 static int by_logit_desc(const void *a, const void *b) {
-    float x = t_sort_logits[*(const int32_t *)a], y = t_sort_logits[*(const int32_t *)b];
-    return (x < y) - (x > y);
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return before(t_sort_logits, x, y) ? -1 : before(t_sort_logits, y, x) ? 1 : 0;
 }
 
-/* Keep the k largest logits' ids in idx[0..k) in descending order: a min-heap
- * of size k over the vocabulary, O(n log k), then a sort of those k. */
-static void top_k_ids(const float *l, int n, int k, int32_t *idx) {
+/* A min-heap of size k (its root the last in the order) over the
+ * vocabulary, O(n log k), then a sort of those k. */
+int sampler_top_k(const float *l, int n, int k, int32_t *idx) {
     int h = 0;
+    if (k > n) k = n;
     for (int i = 0; i < n; i++) {
-        if (h == k && l[i] <= l[idx[0]]) continue;
+        if (l[i] != l[i]) continue; /* NaN: never a candidate */
+        if (h == k && !before(l, i, idx[0])) continue;
         int j;
         if (h < k) { /* sift up */
             j = h++;
-            while (j > 0 && l[idx[(j - 1) / 2]] > l[i]) {
+            while (j > 0 && before(l, idx[(j - 1) / 2], i)) {
                 idx[j] = idx[(j - 1) / 2];
                 j = (j - 1) / 2;
             }
@@ -131,8 +139,8 @@ static void top_k_ids(const float *l, int n, int k, int32_t *idx) {
             for (;;) {
                 int c = 2 * j + 1;
                 if (c >= h) break;
-                if (c + 1 < h && l[idx[c + 1]] < l[idx[c]]) c++;
-                if (l[idx[c]] >= l[i]) break;
+                if (c + 1 < h && before(l, idx[c], idx[c + 1])) c++;
+                if (!before(l, i, idx[c])) break;
                 idx[j] = idx[c];
                 j = c;
             }
@@ -141,31 +149,25 @@ static void top_k_ids(const float *l, int n, int k, int32_t *idx) {
     }
     t_sort_logits = l;
     qsort(idx, (size_t)h, sizeof(int32_t), by_logit_desc);
+    return h;
 }
 
-int32_t sampler_sample(sampler *s, float *logits) {
-    apply_penalties(s, logits);
+int sampler_candidates(const sampler *s, int max_k) {
     const sampler_params *p = &s->p;
-    int n = s->n_vocab;
-    if (p->temp <= 0.0f) return argmax(logits, n);
+    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) return 0;
+    if (p->temp <= 0.0f) return 1;
+    return p->top_k > 0 && p->top_k <= max_k && p->top_k < s->n_vocab ? p->top_k : 0;
+}
 
-    /* candidates: the top_k best (sorted), or all ids (sorted only if top-p needs the order) */
-    int nc = n;
-    if (p->top_k > 0 && p->top_k < n) {
-        nc = p->top_k;
-        top_k_ids(logits, n, nc, s->idx);
-    } else {
-        for (int i = 0; i < n; i++) s->idx[i] = i;
-        if (p->top_p < 1.0f) {
-            t_sort_logits = logits;
-            qsort(s->idx, (size_t)n, sizeof(int32_t), by_logit_desc);
-        }
-    }
-    float maxl = logits[s->idx[0]];
-    for (int i = 1; i < nc; i++) maxl = fmaxf(maxl, logits[s->idx[i]]);
+/* Temperature softmax over the nc candidates s->idx[i] with logits lv[i]
+ * (in order when top-p is on), the top-p and min-p cuts, then the draw. */
+static int32_t draw(sampler *s, const float *lv, int nc) {
+    const sampler_params *p = &s->p;
+    float maxl = lv[0];
+    for (int i = 1; i < nc; i++) maxl = fmaxf(maxl, lv[i]);
     double sum = 0;
     for (int i = 0; i < nc; i++) {
-        s->prob[i] = expf((logits[s->idx[i]] - maxl) / p->temp);
+        s->prob[i] = expf((lv[i] - maxl) / p->temp);
         sum += s->prob[i];
     }
     for (int i = 0; i < nc; i++) s->prob[i] = (float)(s->prob[i] / sum);
@@ -200,4 +202,32 @@ int32_t sampler_sample(sampler *s, float *logits) {
         if (r < cum) return s->idx[i];
     }
     return s->idx[nc - 1];
+}
+
+int32_t sampler_sample_top(sampler *s, const int32_t *ids, const float *vals, int k) {
+    if (s->p.temp <= 0.0f || k <= 1) return ids[0];
+    memcpy(s->idx, ids, (size_t)k * sizeof(int32_t));
+    memcpy(s->val, vals, (size_t)k * sizeof(float));
+    return draw(s, s->val, k);
+}
+
+int32_t sampler_sample(sampler *s, float *logits) {
+    apply_penalties(s, logits);
+    const sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    if (p->temp <= 0.0f) return argmax(logits, n);
+
+    /* candidates: the top_k best (sorted), or all ids (sorted only if top-p needs the order) */
+    int nc = n;
+    if (p->top_k > 0 && p->top_k < n) {
+        nc = sampler_top_k(logits, n, p->top_k, s->idx);
+    } else {
+        for (int i = 0; i < n; i++) s->idx[i] = i;
+        if (p->top_p < 1.0f) {
+            t_sort_logits = logits;
+            qsort(s->idx, (size_t)n, sizeof(int32_t), by_logit_desc);
+        }
+    }
+    for (int i = 0; i < nc; i++) s->val[i] = logits[s->idx[i]];
+    return draw(s, s->val, nc);
 }

@@ -181,6 +181,24 @@ static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, 
     if (logits) be->to_host(be, logits, c->logits, (size_t)a.rows * c->m->hp.n_vocab * sizeof(float));
 }
 
+int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
+                        float *logits) {
+    ST_ASSERT(pos + 1 <= kv[0].n_ctx);
+    st_backend *be = c->be;
+    step_args a; /* the same step as a one-token forward_chunk with logits: the same recorded graph */
+    memset(&a, 0, sizeof a);
+    a.c = c;
+    a.kv = kv;
+    a.n = 1;
+    a.rows = 1;
+    be->to_device(be, c->ids, &token, sizeof token);
+    be->run_step(be, 1, pos, step_body, &a, sizeof a);
+    const int nv = c->m->hp.n_vocab;
+    if (be->top_k && be->top_k(be, c->logits, nv, k, ids, vals) == 0) return 0;
+    be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));
+    return 1;
+}
+
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
                    int all_logits) {
     ST_ASSERT(n_tok > 0);

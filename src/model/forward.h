@@ -19,6 +19,13 @@ void model_ctx_free(model_ctx *c);
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
                    int all_logits);
 
+/* One token at pos; instead of every logit, the k largest with their ids
+ * (backend.h top_k, on the device: a decode step copies k pairs, not the
+ * vocabulary). 0; or 1 when the backend could not (no top_k, or k or the
+ * vocabulary beyond it): the whole logits are in `logits` (host) then. */
+int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
+                        float *logits);
+
 /* One step of n_seq sequences, stacked as rows so that norms, matrix
  * products and the FFN read the weights once for all of them: sequence s
  * reads n_tok[s] tokens (NULL: one each) from tok (stacked in order) at

@@ -494,6 +494,73 @@ static void test_penalties(void) {
            cases, flips);
 }
 
+/* sampler_top_k against a plain reference (k rounds of a linear scan for
+ * the best value after the previous pick: larger first, equal values by the
+ * lower id), on logits with many exact ties; and sampler_sample_top on those
+ * candidates draws what sampler_sample draws from the whole logits (the
+ * GPU path's promise: the same token for the same logits and seed). */
+static void test_candidates(void) {
+    enum { N = 3000 };
+    static float l[N];
+    int32_t got[64], ref[64];
+    float vals[64];
+    int bad_order = 0, bad_draw = 0, cases = 0;
+    for (int c = 0; c < 40; c++) {
+        const int n = c % 4 == 0 ? 50 : N;
+        int k = 1 + (c * 7) % 64;
+        if (k >= n) k = n - 1; /* top-k of the whole vocabulary is no top-k (sampler_candidates: 0) */
+        for (int i = 0; i < n; i++) l[i] = (float)(rnd_u64() % (c % 2 ? 16 : 1000)) * 0.25f; /* ties */
+        const int h = sampler_top_k(l, n, k, got);
+        int last = -1;
+        for (int j = 0; j < k; j++) { /* reference: best after `last` in the order */
+            int b = -1;
+            for (int i = 0; i < n; i++) {
+                const int after = last < 0 || l[i] < l[last] || (l[i] == l[last] && i > last);
+                if (after && (b < 0 || l[i] > l[b] || (l[i] == l[b] && i < b))) b = i;
+            }
+            ref[j] = b;
+            last = b;
+        }
+        if (h != k || memcmp(got, ref, (size_t)k * sizeof(int32_t))) bad_order++;
+        /* the same draw from the candidates as from the whole logits */
+        sampler_params p = plain(77 + (uint64_t)c);
+        p.top_k = k;
+        p.top_p = c % 3 ? 0.9f : 1.0f;
+        p.min_p = c % 5 ? 0.05f : 0.0f;
+        sampler *a = sampler_create(&p, n), *b = sampler_create(&p, n);
+        for (int d = 0; d < 50; d++) {
+            for (int j = 0; j < k; j++) vals[j] = l[got[j]];
+            float *cp = malloc((size_t)n * sizeof(float));
+            memcpy(cp, l, (size_t)n * sizeof(float));
+            const int32_t ta = sampler_sample(a, cp), tb = sampler_sample_top(b, got, vals, k);
+            free(cp);
+            bad_draw += ta != tb;
+            cases++;
+        }
+        sampler_free(a), sampler_free(b);
+    }
+    CHECK(bad_order == 0, "sampler_top_k differs from the reference order in %d of 40 cases", bad_order);
+    CHECK(bad_draw == 0, "drawing from the candidates differs from drawing from all logits in %d of %d", bad_draw,
+          cases);
+    sampler_params g = plain(1);
+    sampler *s = sampler_create(&g, N);
+    CHECK(sampler_candidates(s, 64) == 0, "a sampler without top-k needs every logit");
+    sampler_free(s);
+    g.top_k = 40;
+    s = sampler_create(&g, N);
+    CHECK(sampler_candidates(s, 64) == 40 && sampler_candidates(s, 32) == 0, "top-k 40: candidates %d / %d",
+          sampler_candidates(s, 64), sampler_candidates(s, 32));
+    sampler_free(s);
+    g.temp = 0.0f;
+    s = sampler_create(&g, N);
+    CHECK(sampler_candidates(s, 64) == 1, "greedy needs one candidate");
+    sampler_free(s);
+    g.temp = 1.0f, g.repeat_penalty = 1.1f;
+    s = sampler_create(&g, N);
+    CHECK(sampler_candidates(s, 64) == 0, "penalties need every logit");
+    sampler_free(s);
+}
+
 int main(void) {
     test_greedy();
     test_tiny_temp_and_topk1();
@@ -503,5 +570,6 @@ int main(void) {
     test_min_p();
     test_distribution();
     test_penalties();
+    test_candidates();
     return check_report("sampler");
 }

@@ -96,6 +96,7 @@ typedef struct {
     pending pend;
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
+    cuda_scratch topk; /* top-k candidates */
     void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
     size_t pin_bytes;
 } cuda_ctx;
@@ -494,6 +495,21 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     moe_grouped(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
 }
 
+static int cu_top_k(st_backend *be, const float *x, int n, int k, int32_t *ids, float *vals) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    const float *ov = NULL;
+    const int32_t *oi = NULL;
+    if (cuda_top_k(x, n, k, &c->topk, &ov, &oi, c->s) != 0) return -1;
+    uint8_t *h = (uint8_t *)pin_reserve(c, (size_t)k * 8);
+    CUDA_CHECK(cudaMemcpyAsync(h, ov, (size_t)k * 4, cudaMemcpyDeviceToHost, c->s));
+    CUDA_CHECK(cudaMemcpyAsync(h + (size_t)k * 4, oi, (size_t)k * 4, cudaMemcpyDeviceToHost, c->s));
+    CUDA_CHECK(cudaStreamSynchronize(c->s));
+    memcpy(vals, h, (size_t)k * 4);
+    memcpy(ids, h + (size_t)k * 4, (size_t)k * 4);
+    return 0;
+}
+
 static void graph_drop(cuda_ctx *c) {
     if (c->exec) CUDA_CHECK(cudaGraphExecDestroy(c->exec));
     c->exec = NULL;
@@ -571,6 +587,7 @@ static void cu_destroy(st_backend *be) {
     graph_drop(c);
     cuda_scratch_free(&c->att);
     cuda_scratch_free(&c->moe);
+    cuda_scratch_free(&c->topk);
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
     CUDA_CHECK(cudaFree(c->d_pos));
     CUDA_CHECK(cudaStreamDestroy(c->s));
@@ -630,6 +647,8 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->add = cu_add;
     be->scale = cu_scale;
     be->moe_ffn = cu_moe_ffn;
+    const char *sm = st_switch_get("STRATA_CUDA_SAMPLING");
+    if (!(sm && !strcmp(sm, "0"))) be->top_k = cu_top_k, be->top_k_max = CUDA_TOPK_MAX;
     be->to_host = cu_to_host;
     be->to_device = cu_to_device;
     return be;

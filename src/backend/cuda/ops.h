@@ -59,6 +59,14 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
 int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
                       float *out, int cc_major, cudaStream_t s);
 
+/* The k largest of x[0..n) with their indices (topk.cu; larger first, ties
+ * to the lower index, NaNs never chosen; index -1 past the values there
+ * are), into *ov / *oi: k floats and k ints in scratch. 0, or -1 with
+ * st_error (k above CUDA_TOPK_MAX, or n above 524288). */
+#define CUDA_TOPK_MAX 64
+int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const float **ov, const int32_t **oi,
+               cudaStream_t s);
+
 /* MoE routing on the device: softmax over n_expert logits per token, top-k
  * (ties to the lower id), optional renormalisation. sel/wsel: [n_tok][k];
  * xrow (optional): [n_tok][k], the token of each pair. */
