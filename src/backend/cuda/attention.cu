@@ -68,18 +68,16 @@ static __device__ __forceinline__ float att_combine_one(const float *part, int n
                                                         int d) {
     const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
     float M = -INFINITY;
-#pragma unroll 8
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, __ldcg(pp + (size_t)s * (hd + 2)));
-    float L = 0.0f, v = 0.0f;
-#pragma unroll 4
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    float L = 0.0f;
     for (int s = 0; s < n_split; s++) {
-        const float *ps = pp + (size_t)s * (hd + 2);
-        const float ms = __ldcg(ps);
-        if (ms != -INFINITY) {
-            const float f = expf(ms - M);
-            L += f * __ldcg(ps + 1);
-            v += f * __ldcg(ps + 2 + d);
-        }
+        const float ms = pp[(size_t)s * (hd + 2)];
+        if (ms != -INFINITY) L += expf(ms - M) * pp[(size_t)s * (hd + 2) + 1];
+    }
+    float v = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float ms = pp[(size_t)s * (hd + 2)];
+        if (ms != -INFINITY) v += expf(ms - M) * pp[(size_t)s * (hd + 2) + 2 + d];
     }
     return v / L;
 }
