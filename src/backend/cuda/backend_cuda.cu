@@ -48,7 +48,6 @@
 #include "backend/cuda/mmv_moe.h"
 #include "backend/cuda/tune.h"
 #include "backend/cuda/ops.h"
-#include "backend/cuda/route.cuh"
 
 extern "C" {
 #include "core/alloc.h"

@@ -29,8 +29,11 @@ extern "C" {
  * is a multiple of 32 and the down matrices' input. */
 int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_weight *down);
 
+/* Most experts the first kernel routes over itself (its shared probabilities). */
+#define ROUTE_MAX_EXPERT 512
+
 /* The routing the glu kernel does itself, from the router logits ([n_tok][n_expert],
- * n_expert <= ROUTE_MAX_EXPERT of route.cuh; softmax, top-k, optional renormalisation). */
+ * n_expert <= ROUTE_MAX_EXPERT; softmax, top-k, optional renormalisation: route.cuh). */
 typedef struct {
     const float *logits;
     int n_expert, norm_topk;

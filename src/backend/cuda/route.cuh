@@ -9,9 +9,6 @@
 
 #include "backend/cuda/common.cuh"
 
-/* Most experts the fused MoE kernel routes over (its shared probabilities). */
-#define ROUTE_MAX_EXPERT 512
-
 /* One whole warp: l, the token's n_expert logits; p: n_expert floats of
  * shared memory for this warp; sel, w: the k choices in order of decreasing
  * probability, written by lane 0 (visible to the warp on return). */
