@@ -1,9 +1,12 @@
 /* The decode MoE kernels of mmv_moe.h, over every quantized format through
  * the unit decoders of quant_cuda.cuh (as the matrix-vector kernels).
  *
- * glu: a block is 32 consecutive output rows of one pair (a warp per row,
- * gate and up units decoded against the same loaded activation unit); the
- * block's 32 values are one quantization block of h, written by warp 0.
+ * glu: a block is 32 consecutive output rows of one pair (two rows per warp,
+ * gate and up units decoded against the same loaded activation unit; 512
+ * threads, so that two blocks fit a multiprocessor and a top-8 step's 192
+ * blocks run in one wave); the block's 32 values are one quantization block
+ * of h, written by warp 0. With the router logits given, warp 0 of every
+ * block first routes the block's token (route.cuh): no routing kernel.
  * down: a warp per (token, output row); its lanes take the (expert j, unit)
  * combinations of the row in turn, each weighted by w[t,j], then one warp
  * sum gives the token's output: the combine is done in the product.

@@ -2,7 +2,8 @@
  * MM_MOE_DEVICE_MAX (token, expert) pairs, all on the device (recordable):
  *
  *   glu:  h[p] = act(G[e_p] x[t_p]) * (U[e_p] x[t_p])   gate and up in one
- *         pass, h written as the int8 blocks of 32 the next product reads;
+ *         pass (and the routing, when given the logits), h written as the
+ *         int8 blocks of 32 the next product reads;
  *   down: out[t] = sum_j w[t,j] * D[e_tj] h[t*k+j]         the k experts of a
  *         token and the weighted sum in one pass (no per-pair output).
  *
