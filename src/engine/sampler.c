@@ -103,9 +103,11 @@ static void apply_penalties(sampler *s, float *logits) {
     }
 }
 
+/* The first largest logit; NaNs are passed over (0 when every one is NaN). */
 static int32_t argmax(const float *x, int n) {
     int32_t b = 0;
-    for (int i = 1; i < n; i++)
+    while (b < n - 1 && x[b] != x[b]) b++;
+    for (int i = b + 1; i < n; i++)
         if (x[i] > x[b]) b = i;
     return b;
 }
@@ -205,7 +207,7 @@ static int32_t draw(sampler *s, const float *lv, int nc) {
 }
 
 int32_t sampler_sample_top(sampler *s, const int32_t *ids, const float *vals, int k) {
-    if (s->p.temp <= 0.0f || k <= 1) return ids[0];
+    if (s->p.temp <= 0.0f) return ids[0]; /* a draw even from one candidate: the generator advances as on the host */
     memcpy(s->idx, ids, (size_t)k * sizeof(int32_t));
     memcpy(s->val, vals, (size_t)k * sizeof(float));
     return draw(s, s->val, k);
@@ -221,6 +223,7 @@ int32_t sampler_sample(sampler *s, float *logits) {
     int nc = n;
     if (p->top_k > 0 && p->top_k < n) {
         nc = sampler_top_k(logits, n, p->top_k, s->idx);
+        if (nc == 0) return argmax(logits, n); /* every logit NaN: nothing to draw from */
     } else {
         for (int i = 0; i < n; i++) s->idx[i] = i;
         if (p->top_p < 1.0f) {

@@ -542,6 +542,23 @@ static void test_candidates(void) {
     CHECK(bad_order == 0, "sampler_top_k differs from the reference order in %d of 40 cases", bad_order);
     CHECK(bad_draw == 0, "drawing from the candidates differs from drawing from all logits in %d of %d", bad_draw,
           cases);
+    /* NaNs: never candidates; every logit NaN gives a token in range, no draw from nothing */
+    for (int i = 0; i < 100; i++) l[i] = i % 3 ? (float)i : NAN;
+    const int h = sampler_top_k(l, 100, 40, got);
+    int has_nan = 0;
+    for (int j = 0; j < h; j++) has_nan |= isnan(l[got[j]]);
+    CHECK(h == 40 && !has_nan && got[0] == 98, "top-k with NaNs: %d candidates, NaN among them %d, first %d", h, has_nan,
+          got[0]);
+    for (int i = 0; i < 100; i++) l[i] = NAN;
+    sampler_params q = plain(5);
+    q.top_k = 40;
+    sampler *sq = sampler_create(&q, 100);
+    const int32_t tq = sampler_sample(sq, l);
+    q.temp = 0.0f;
+    sampler *sg = sampler_create(&q, 100);
+    const int32_t tg = sampler_sample(sg, l);
+    CHECK(tq >= 0 && tq < 100 && tg >= 0 && tg < 100, "all-NaN logits: tokens %d (top-k) and %d (greedy)", tq, tg);
+    sampler_free(sq), sampler_free(sg);
     sampler_params g = plain(1);
     sampler *s = sampler_create(&g, N);
     CHECK(sampler_candidates(s, 64) == 0, "a sampler without top-k needs every logit");

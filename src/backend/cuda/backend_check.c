@@ -534,13 +534,17 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
 
 /* top_k (the sampler's candidates) on the device under test against a plain
  * host reference: k rounds of a linear scan for the best value after the
- * previous pick (larger first, equal values by the lower index). levels > 0:
- * values drawn from that many levels, so that ties are everywhere. Exact:
- * the mismatching places are the error (bound 0). */
-static void check_top_k(chk *c, int n, int k, int levels) {
+ * previous pick (larger first, equal values by the lower index, NaNs never).
+ * levels > 0: values drawn from that many levels, so that ties are
+ * everywhere; nans: that many NaNs, the first at index 0 and the best value
+ * beside it in the same thread's slots. Exact: the mismatching places are
+ * the error (bound 0). */
+static void check_top_k(chk *c, int n, int k, int levels, int nans) {
     if (!c->dut->top_k) return;
     float *x = rand_host(c, (size_t)n, 3.0f);
     for (int i = 0; levels && i < n; i++) x[i] = (float)(next_u64(c) % (uint64_t)levels) * 0.5f;
+    for (int j = 0; j < nans; j++) x[j ? next_u64(c) % (uint64_t)n : 0] = NAN;
+    if (nans && n > 256) x[256] = 100.0f; /* stage 1 holds index 256 in thread 0, beside index 0 */
     void *xd = put(c->dut, x, (size_t)n * 4);
     int32_t *ids = st_malloc((size_t)k * sizeof(int32_t)), *ref = st_malloc((size_t)k * sizeof(int32_t));
     float *vals = st_malloc((size_t)k * sizeof(float));
@@ -551,6 +555,7 @@ static void check_top_k(chk *c, int n, int k, int levels) {
     for (int j = 0; j < k && rc == 0; j++) {
         int b = -1;
         for (int i = 0; i < n; i++) {
+            if (isnan(x[i])) continue;
             const int after = last < 0 || x[i] < x[last] || (x[i] == x[last] && i > last);
             if (after && (b < 0 || x[i] > x[b] || (x[i] == x[b] && i < b))) b = i;
         }
@@ -558,8 +563,8 @@ static void check_top_k(chk *c, int n, int k, int levels) {
         last = b;
         bad += ids[j] != ref[j] || (b >= 0 && vals[j] != x[b]);
     }
-    report(c, "top_k", bad, 0, ms, "%d of %d values%s%s", k, n, levels ? ", ties everywhere" : "",
-           rc ? ": refused" : "");
+    report(c, "top_k", bad, 0, ms, "%d of %d values%s%s%s", k, n, levels ? ", ties everywhere" : "",
+           nans ? ", NaNs among them" : "", rc ? ": refused" : "");
     c->dut->free(c->dut, xd);
     st_free(x), st_free(ids), st_free(ref), st_free(vals);
 }
@@ -629,12 +634,13 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_moe(&c, 1, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0);
         check_moe(&c, 8, 32, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0); /* 32 experts: quicker to make on the CPU */
     }
-    check_top_k(&c, 1000, 1, 0);
-    check_top_k(&c, 1000, 40, 7); /* ties across the whole array */
-    check_top_k(&c, 70, 64, 3);
-    check_top_k(&c, 151936, 1, 0); /* qwen3's vocabulary: greedy */
-    check_top_k(&c, 151936, 40, 0);
-    if (size) check_top_k(&c, 262144, 64, 20); /* gemma 3's vocabulary, the most candidates, ties */
+    check_top_k(&c, 1000, 1, 0, 0);
+    check_top_k(&c, 1000, 40, 7, 0); /* ties across the whole array */
+    check_top_k(&c, 70, 64, 3, 0);
+    check_top_k(&c, 151936, 1, 0, 0); /* qwen3's vocabulary: greedy */
+    check_top_k(&c, 151936, 40, 0, 0);
+    check_top_k(&c, 5000, 8, 0, 30); /* NaNs: never chosen, and they hide nothing */
+    if (size) check_top_k(&c, 262144, 64, 20, 0); /* gemma 3's vocabulary, the most candidates, ties */
     check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1);
     check_decode_layer(&c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3);
     if (size) check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1); /* qwen3-30b-a3b */

@@ -620,6 +620,9 @@ extern "C" st_backend *backend_cuda_create(int device) {
     CUDA_CHECK(cudaStreamCreate(&c->s));
     cuda_pdl_probe(c->s);
     CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
+    /* the top-k scratch at its largest now, so that its first use does not
+     * count as growth (which would record the decode graph again) */
+    (void)cuda_scratch_reserve(&c->topk, cuda_top_k_scratch_bytes());
     const char *g = st_switch_get("STRATA_CUDA_GRAPH");
     c->graphs = !(g && !strcmp(g, "0"));
     const char *r = st_switch_get("STRATA_CUDA_ACT_REUSE");

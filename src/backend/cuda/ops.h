@@ -61,9 +61,10 @@ int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0
 
 /* The k largest of x[0..n) with their indices (topk.cu; larger first, ties
  * to the lower index, NaNs never chosen; index -1 past the values there
- * are), into *ov / *oi: k floats and k ints in scratch. 0, or -1 with
+ * are, NaNs left out), into *ov / *oi: k floats and k ints in scratch. 0, or -1 with
  * st_error (k above CUDA_TOPK_MAX, or n above 524288). */
 #define CUDA_TOPK_MAX 64
+size_t cuda_top_k_scratch_bytes(void); /* the most scratch cuda_top_k asks for */
 int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const float **ov, const int32_t **oi,
                cudaStream_t s);
 

@@ -3,7 +3,8 @@
  * to the host instead of the whole vocabulary's logits).
  *
  * Order: larger value first, equal values by the lower index (a total order,
- * the host sampler's). NaNs are never chosen.
+ * the host sampler's). NaNs are never chosen: they are left out as the
+ * values are loaded (inside the rounds they would break the order).
  *
  * Two kernels. Stage 1: TOPK_BLOCKS_MAX blocks at most, each over a slice of
  * up to TOPK_THREADS * TOPK_PER values held in registers; k rounds, each a
@@ -26,7 +27,8 @@ struct topk_vi {
     int i; /* -1: none */
 };
 
-/* a ranks before b: larger value, or equal with the lower index; none last; NaN never before anything */
+/* a ranks before b: larger value, or equal with the lower index; none last
+ * (no NaN reaches it: the loads leave them out) */
 static __device__ __forceinline__ bool topk_before(topk_vi a, topk_vi b) {
     if (a.i < 0) return false;
     if (b.i < 0) return true;
@@ -89,8 +91,9 @@ static __global__ void __launch_bounds__(TOPK_THREADS) topk_stage1(const float *
 #pragma unroll
     for (int p = 0; p < TOPK_PER; p++) {
         const int i = base + (int)threadIdx.x + p * TOPK_THREADS;
-        id[p] = i < end ? i : -1;
-        v[p] = i < end ? x[i] : 0.0f;
+        const float xv = i < end ? x[i] : 0.0f;
+        id[p] = i < end && xv == xv ? i : -1; /* NaN: none */
+        v[p] = xv;
     }
     topk_rounds<TOPK_PER>(v, id, k, cv + (size_t)blockIdx.x * k, ci + (size_t)blockIdx.x * k);
 }
@@ -109,6 +112,8 @@ static __global__ void __launch_bounds__(TOPK2_THREADS) topk_stage2(const float 
     }
     topk_rounds<TOPK2_PER>(v, id, k, ov, oi);
 }
+
+size_t cuda_top_k_scratch_bytes(void) { return ((size_t)TOPK2_THREADS * TOPK2_PER + CUDA_TOPK_MAX) * 8; }
 
 int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const float **ov, const int32_t **oi,
                cudaStream_t s) {
