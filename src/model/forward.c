@@ -166,33 +166,33 @@ static void step_body(void *arg, int pos0) {
     be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
 }
 
-static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
-                          int all_logits) {
+/* One step of n tokens from pos0 whose logits rows [first, first + rows)
+ * are left in c->logits (on the backend). */
+static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, int first, int rows) {
     st_backend *be = c->be;
     step_args a;
     memset(&a, 0, sizeof a); /* the bytes are the graph's key: no stray padding */
     a.c = c;
     a.kv = kv;
     a.n = n;
-    a.first = all_logits ? 0 : n - 1;
-    a.rows = !logits ? 0 : all_logits ? n : 1;
+    a.first = first;
+    a.rows = rows;
     be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->run_step(be, n, pos0, step_body, &a, sizeof a);
-    if (logits) be->to_host(be, logits, c->logits, (size_t)a.rows * c->m->hp.n_vocab * sizeof(float));
+}
+
+static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
+                          int all_logits) {
+    const int rows = !logits ? 0 : all_logits ? n : 1;
+    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows);
+    if (logits) c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
 }
 
 int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
                         float *logits) {
     ST_ASSERT(pos + 1 <= kv[0].n_ctx);
     st_backend *be = c->be;
-    step_args a; /* the same step as a one-token forward_chunk with logits: the same recorded graph */
-    memset(&a, 0, sizeof a);
-    a.c = c;
-    a.kv = kv;
-    a.n = 1;
-    a.rows = 1;
-    be->to_device(be, c->ids, &token, sizeof token);
-    be->run_step(be, 1, pos, step_body, &a, sizeof a);
+    run_chunk(c, kv, &token, 1, pos, 0, 1); /* as a one-token forward_chunk with logits: the same recorded graph */
     const int nv = c->m->hp.n_vocab;
     if (be->top_k && be->top_k(be, c->logits, nv, k, ids, vals) == 0) return 0;
     be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));

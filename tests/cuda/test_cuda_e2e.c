@@ -50,18 +50,17 @@ static const char *PROMPTS[] = {
     "List three colours of the rainbow:\n1.",
 };
 
-static double stddev(const float *l, int n) {
-    double m = 0, v = 0;
-    for (int i = 0; i < n; i++) m += l[i];
-    m /= n;
-    for (int i = 0; i < n; i++) v += (l[i] - m) * (l[i] - m);
-    return sqrt(v / n);
-}
-
 static double mean(const float *l, int n) {
     double m = 0;
     for (int i = 0; i < n; i++) m += l[i];
     return m / n;
+}
+
+static double stddev(const float *l, int n) {
+    const double m = mean(l, n);
+    double v = 0;
+    for (int i = 0; i < n; i++) v += (l[i] - m) * (l[i] - m);
+    return sqrt(v / n);
 }
 
 /* NMSE of the centred logits: softmax is blind to a constant added to every
@@ -148,15 +147,13 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
         while (same < N_GEN && tc[same] == tg[same]) same++;
         /* the first differing step's logits came from the same history: they count too */
         int steps = same > 0 ? same : 1; /* the bound holds while the histories are equal */
-        double e[N_GEN], worst = 0;
+        double e[N_GEN];
+        int iw = 0; /* the worst step */
         for (int i = 0; i < steps; i++) {
             e[i] = nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv);
-            if (e[i] > worst) worst = e[i];
-        }
-        double first = e[0];
-        int iw = 0;
-        for (int i = 1; i < steps; i++)
             if (e[i] > e[iw]) iw = i;
+        }
+        const double first = e[0], worst = e[iw];
         if (worst > bound) { /* where and how: the logits' mean and spread on both sides at that step */
             const float *c = lc + (size_t)iw * nv, *g = lg + (size_t)iw * nv;
             const double mc = mean(c, nv), mg = mean(g, nv);

@@ -218,7 +218,7 @@ static void check_moe(qt_type t, int64_t n_in, int64_t n_out, int n_mat, int n_p
     CK(cudaMemset(dy, 0xFF, sizeof(float) * (size_t)(n_out * n_pairs)));
     st_weight sw = {.data = dw, .type = t, .n_in = n_in, .n_out = n_out, .n_mat = n_mat, .row_bytes = rb};
     const int old = cuda_mm_force_path(mode);
-    const int rc = cuda_moe_matmul(&sw, (const void *const *)dtab, dids, dxrow, n_pairs, dx, n_x, dy, 0, 0);
+    const int rc = cuda_moe_matmul(&sw, (const void *const *)dtab, dids, dxrow, n_pairs, dx, n_x, dy, 0, NULL, 0);
     cuda_mm_force_path(old);
     CK(cudaDeviceSynchronize());
     float *y = malloc(sizeof(float) * (size_t)(n_out * n_pairs));
@@ -322,7 +322,7 @@ static void check_moe_routed(qt_type t, int64_t n_in, int64_t n_out, int n_mat, 
     CK(cudaMemcpy(dxrow, xrow, sizeof(int32_t) * (size_t)n_pairs, cudaMemcpyHostToDevice));
     CK(cudaMemset(dy, 0xFF, sizeof(float) * (size_t)n_out * (size_t)n_pairs));
     st_weight sw = {.data = dw, .type = t, .n_in = n_in, .n_out = n_out, .n_mat = n_mat, .row_bytes = rb};
-    const int rc = cuda_moe_matmul(&sw, NULL, dids, xnull ? NULL : dxrow, n_pairs, dx, n_x, dy, 0, 0);
+    const int rc = cuda_moe_matmul(&sw, NULL, dids, xnull ? NULL : dxrow, n_pairs, dx, n_x, dy, 0, NULL, 0);
     CK(cudaDeviceSynchronize());
     float *y = malloc(sizeof(float) * (size_t)n_out * (size_t)n_pairs);
     CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)n_out * (size_t)n_pairs, cudaMemcpyDeviceToHost));
@@ -390,8 +390,8 @@ static void time_moe_layer(void) {
     CK(cudaMemcpy(dx, hx, sizeof(float) * nx, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dids, ids, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dxrow, xrow, sizeof(int32_t) * np, cudaMemcpyHostToDevice));
-    cudaEvent_t ev[4];
-    for (int i = 0; i < 4; i++) CK(cudaEventCreate(&ev[i]));
+    cudaEvent_t ev[2];
+    for (int i = 0; i < 2; i++) CK(cudaEventCreate(&ev[i]));
     for (int mode = 0; mode < 3; mode += 2) {
         const int old = cuda_mm_force_path(mode), reps = mode ? 2 : 20;
         float ms[3] = {0, 0, 0};
@@ -401,7 +401,7 @@ static void time_moe_layer(void) {
                                 .row_bytes = qt_row_size(tt[m], nin[m])};
                 CK(cudaEventRecord(ev[0], 0));
                 const int rc = cuda_moe_matmul(&sw, NULL, dids, m < 2 ? dxrow : NULL, np, dx, m < 2 ? n_tok : np,
-                                               dy, 0, 0);
+                                               dy, 0, NULL, 0);
                 CK(cudaEventRecord(ev[1], 0));
                 CK(cudaEventSynchronize(ev[1]));
                 float t = 0;
@@ -417,7 +417,7 @@ static void time_moe_layer(void) {
                mode ? "every expert on the host-grouped GEMM path" : "default path", 1e3 * ms[0], 1e3 * ms[1],
                1e3 * ms[2], 1e3 * tot, (double)wbytes / (tot * 1e-3) / 1e9);
     }
-    for (int i = 0; i < 4; i++) CK(cudaEventDestroy(ev[i]));
+    for (int i = 0; i < 2; i++) CK(cudaEventDestroy(ev[i]));
     for (int m = 0; m < 3; m++) CK(cudaFree(dw[m]));
     CK(cudaFree(dx));
     CK(cudaFree(dy));

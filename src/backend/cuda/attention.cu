@@ -53,35 +53,6 @@ static __device__ __forceinline__ void att_slice(int pos0, int n_tok, int t, int
     *c1 = min(*c0 + chunk, pos + 1);
 }
 
-/* Where a decode attention's result goes: out [n_tok][n_head][hd] f32 and,
- * when aq is given (hd a multiple of 32), as the int8 blocks of 32 the next
- * product reads (aq, ad). */
-struct att_out {
-    float *out;
-    int8_t *aq;
-    float2 *ad;
-};
-
-/* Value d of head h of token t from its n_split partials:
- *   M = max m_s,  out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s. */
-static __device__ __forceinline__ float att_combine_one(const float *part, int n_head, int hd, int n_split, int t, int h,
-                                                        int d) {
-    const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
-    float L = 0.0f;
-    for (int s = 0; s < n_split; s++) {
-        const float ms = pp[(size_t)s * (hd + 2)];
-        if (ms != -INFINITY) L += expf(ms - M) * pp[(size_t)s * (hd + 2) + 1];
-    }
-    float v = 0.0f;
-    for (int s = 0; s < n_split; s++) {
-        const float ms = pp[(size_t)s * (hd + 2)];
-        if (ms != -INFINITY) v += expf(ms - M) * pp[(size_t)s * (hd + 2) + 2 + d];
-    }
-    return v / L;
-}
-
 /* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
@@ -400,14 +371,30 @@ extern "C" int backend_cuda_set_attn_kernel(int mode) {
 /* Prompt chunks of at least this many tokens may take the tensor-core kernel. */
 #define ATT_TC_MIN_TOK 16
 
-static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, att_out o) {
+/* out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s, M = max m_s, per
+ * (token, head); with aq (hd a multiple of 32: whole warps hold each block
+ * of 32) also the int8 blocks the next product reads. */
+static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, float *out, int8_t *aq,
+                                           float2 *ad) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     const int h = blockIdx.x, t = blockIdx.y;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) { /* whole warps when hd % 32 == 0 */
-        const float v = att_combine_one(part, n_head, hd, n_split, t, h, d);
+    const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float ms = pp[(size_t)s * (hd + 2)];
+        if (ms != -INFINITY) L += expf(ms - M) * pp[(size_t)s * (hd + 2) + 1];
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < n_split; s++) {
+            const float ms = pp[(size_t)s * (hd + 2)];
+            if (ms != -INFINITY) v += expf(ms - M) * pp[(size_t)s * (hd + 2) + 2 + d];
+        }
         const size_t oi = ((size_t)t * n_head + h) * hd + d;
-        o.out[oi] = v;
-        if (o.aq) quant_block_store(v, oi, o.aq, o.ad);
+        out[oi] = v / L;
+        if (aq) quant_block_store(v / L, oi, aq, ad);
     }
 }
 
@@ -446,8 +433,7 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
     }
     size_t bytes = (size_t)n_tok * n_head * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
-    att_out o = {out, NULL, NULL};
-    if (aq && kv->head_dim % 32 == 0) o.aq = aq, o.ad = ad;
+    ST_ASSERT(!aq || kv->head_dim % 32 == 0); /* whole warps hold each block of 32 */
     if (gqa) {
         const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * 2 * GQA_TILE + 8 * (size_t)G) * sizeof(float);
         gqa_launch(G, dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), smem, s, q, kv, pos0, dpos,
@@ -456,9 +442,7 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
         st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0, s,
                   q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     }
-    CUDA_LAUNCH_CHECK();
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
     st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), 0, s, (const float *)part, n_head,
-              kv->head_dim, n_split, o);
-    CUDA_LAUNCH_CHECK();
+              kv->head_dim, n_split, out, aq, ad);
 }

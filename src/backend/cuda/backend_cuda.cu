@@ -314,10 +314,12 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
     op_begin(c);
     /* decode-sized: the output also quantized for the product after it */
     float2 *ad = NULL;
-    int8_t *aq = n_tok <= MM_MMV_MAX_TOK ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad) : NULL;
+    int8_t *aq = n_tok <= MM_MMV_MAX_TOK && kv->head_dim % 32 == 0
+                     ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad)
+                     : NULL;
     cuda_attention(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale, window, out,
                    aq, ad, &c->att, c->n_sm, c->cc_major, c->s);
-    if (aq && kv->head_dim % 32 == 0) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
+    if (aq) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
 }
 
 /* The output quantized as it is written, for the down product. */
@@ -433,8 +435,9 @@ static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_
      * partial result is used. Said once per process. gate and up read h
      * quantized once (by the router product when that is quantized). */
     const int qg = quantizes(gate, MM_MMV_MAX_TOK) && c->act_reuse;
-    int ok = cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), c->s) == 0 &&
-             cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, qg, c->s) == 0;
+    int gq = 0; /* whether the gate product left h quantized (not so on tensor cores) */
+    int ok = cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), &gq, c->s) == 0 &&
+             cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, qg && gq, NULL, c->s) == 0;
     act_forget(c);
     if (ok) { /* ge quantized as it is written, for the down products */
         float2 *ad = NULL;
@@ -442,7 +445,7 @@ static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_
         int8_t *aq = nk <= MM_MOE_DEVICE_MAX && quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad)
                                                                                  : NULL;
         cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, aq, ad, c->s);
-        ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, aq != NULL, c->s) == 0;
+        ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, aq != NULL, NULL, c->s) == 0;
     }
     if (!ok) {
         static int warned;
@@ -497,12 +500,10 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
 static int cu_top_k(st_backend *be, const float *x, int n, int k, int32_t *ids, float *vals) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
-    const float *ov = NULL;
-    const int32_t *oi = NULL;
-    if (cuda_top_k(x, n, k, &c->topk, &ov, &oi, c->s) != 0) return -1;
+    const void *out = NULL;
+    if (cuda_top_k(x, n, k, &c->topk, &out, c->s) != 0) return -1;
     uint8_t *h = (uint8_t *)pin_reserve(c, (size_t)k * 8);
-    CUDA_CHECK(cudaMemcpyAsync(h, ov, (size_t)k * 4, cudaMemcpyDeviceToHost, c->s));
-    CUDA_CHECK(cudaMemcpyAsync(h + (size_t)k * 4, oi, (size_t)k * 4, cudaMemcpyDeviceToHost, c->s));
+    CUDA_CHECK(cudaMemcpyAsync(h, out, (size_t)k * 8, cudaMemcpyDeviceToHost, c->s));
     CUDA_CHECK(cudaStreamSynchronize(c->s));
     memcpy(vals, h, (size_t)k * 4);
     memcpy(ids, h + (size_t)k * 4, (size_t)k * 4);

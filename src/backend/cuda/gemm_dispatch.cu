@@ -179,6 +179,28 @@ static int mm_use_gemm(int n_tok) {
     return n_tok > MM_MMV_MAX_TOK;
 }
 
+/* A dense matrix-vector launch of matrix data wd (of w's shape and type)
+ * for tokens [t0, t0 + n) of x into y, reading x's int8 form from sc
+ * (quantized weights). */
+static mm_mmv_args mm_dense_args(const st_weight *w, const void *wd, const mm_scratch *sc, const float *x, float *y,
+                                 int t0, int n) {
+    mm_mmv_args a;
+    memset(&a, 0, sizeof(a));
+    const int isf = mm_is_float(w->type);
+    a.type = w->type;
+    a.w = (const uint8_t *)wd;
+    a.row_bytes = w->row_bytes;
+    a.n_in = (int)w->n_in, a.n_out = (int)w->n_out;
+    a.aq = isf ? NULL : sc->aq + (size_t)t0 * a.n_in;
+    a.ad = isf ? NULL : sc->ad + (size_t)t0 * (a.n_in / 32);
+    a.x = x + (size_t)t0 * a.n_in;
+    a.y = y + (size_t)t0 * a.n_out;
+    a.groups = MM_GROUPS_DENSE;
+    a.n_tok = n;
+    a.n_groups = 1;
+    return a;
+}
+
 int cuda_matmul_jobs_fit(const st_weight *w, int n_tok) {
     return w && cuda_mm_supports(w->type) && !mm_is_float(w->type) && n_tok >= 1 && n_tok <= MM_NT_MAX &&
            !mm_use_gemm(n_tok);
@@ -190,10 +212,14 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
         return -1;
     }
     const st_weight *w0 = jobs[0].w;
+    if (!cuda_matmul_jobs_fit(w0, n_tok)) { /* the same for every job: one type, one n_tok */
+        st_error_set("cuda_matmul_jobs: %d tokens of this type do not take the matrix-vector path", n_tok);
+        return -1;
+    }
     for (int i = 0; i < n_jobs; i++) {
         const st_weight *w = jobs[i].w;
         if (mm_check_weight("cuda_matmul_jobs", w) != 0) return -1;
-        if (!cuda_matmul_jobs_fit(w, n_tok) || w->type != w0->type || w->n_in != w0->n_in || jobs[i].mat < 0 ||
+        if (w->type != w0->type || w->n_in != w0->n_in || jobs[i].mat < 0 ||
             jobs[i].mat >= w->n_mat || (!w->data && !w->mat) || !jobs[i].y ||
             ((uintptr_t)st_weight_mat(w, jobs[i].mat) | (uintptr_t)jobs[i].y) % 16 != 0) {
             st_error_set("cuda_matmul_jobs: job %d does not fit one decode launch", i);
@@ -205,14 +231,7 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
     mm_scratch *sc = mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
     if (!sc) return -1;
     if (!act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
-    mm_mmv_args a;
-    memset(&a, 0, sizeof(a));
-    a.type = w0->type;
-    a.w = (const uint8_t *)st_weight_mat(w0, jobs[0].mat);
-    a.row_bytes = w0->row_bytes;
-    a.n_in = n_in, a.n_out = (int)w0->n_out;
-    a.aq = sc->aq, a.ad = sc->ad, a.x = x, a.y = jobs[0].y;
-    a.groups = MM_GROUPS_DENSE, a.n_tok = n_tok, a.n_groups = 1;
+    mm_mmv_args a = mm_dense_args(w0, st_weight_mat(w0, jobs[0].mat), sc, x, jobs[0].y, 0, n_tok);
     a.n_more = n_jobs - 1;
     for (int i = 1; i < n_jobs; i++) {
         a.more[i - 1].w = (const uint8_t *)st_weight_mat(jobs[i].w, jobs[i].mat);
@@ -255,38 +274,13 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
     if (!sc) return -1;
     if (!isf && !act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
     for (int t0 = 0; t0 < n_tok; t0 += MM_NT_MAX) {
-        mm_mmv_args a;
-        memset(&a, 0, sizeof(a));
-        a.type = w->type;
-        a.w = (const uint8_t *)wd;
-        a.row_bytes = w->row_bytes;
-        a.n_in = n_in, a.n_out = n_out;
-        a.aq = isf ? NULL : sc->aq + (size_t)t0 * n_in;
-        a.ad = isf ? NULL : sc->ad + (size_t)t0 * (n_in / 32);
-        a.x = x + (size_t)t0 * n_in;
-        a.y = y + (size_t)t0 * n_out;
-        a.groups = MM_GROUPS_DENSE;
-        a.mat = 0;
-        a.n_tok = n_tok - t0 < MM_NT_MAX ? n_tok - t0 : MM_NT_MAX;
-        a.n_groups = 1;
+        const mm_mmv_args a = mm_dense_args(w, wd, sc, x, y, t0, n_tok - t0 < MM_NT_MAX ? n_tok - t0 : MM_NT_MAX);
         if (mm_mmv_launch(&a, s) != 0) return -1;
     }
     return 0;
 }
 
 /* ---- MoE ---- */
-
-/* Per device: the rows x that the tensor-core MoE path (moe_mma.cu, which
- * reads f16 copies) was given without quantized copies (act_ready 0) and
- * therefore left the int8 scratch without them. The caller (act_ready)
- * tracks quantization per product and assumes every product of a quantized
- * weight quantizes; when the next product of the same x falls back to a
- * path that reads the int8 scratch, it quantizes after all. */
-typedef struct {
-    const float *x;
-    int n_in, n_x;
-} mm_unquantized;
-static mm_unquantized g_unquantized[MM_MAX_DEVICES];
 
 /* Host grouping of the prompt path: the ids come to the host once. */
 static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
@@ -407,7 +401,9 @@ done:
 }
 
 int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
-                    int n_pairs, const float *x, int n_x, float *y, int act_ready, cudaStream_t s) {
+                    int n_pairs, const float *x, int n_x, float *y, int act_ready, int *x_quantized,
+                    cudaStream_t s) {
+    if (x_quantized) *x_quantized = 0;
     if (mm_check_weight("cuda_moe_matmul", w) != 0) return -1;
     if (n_pairs < 0 || n_x < 0 || !d_ids || !x || !y || (!d_mat && !w->data) || w->n_mat < 1) {
         st_error_set("cuda_moe_matmul: bad arguments (%d pairs, %d x rows)", n_pairs, n_x);
@@ -420,27 +416,16 @@ int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t 
     }
     const int n_in = (int)w->n_in, n_out = (int)w->n_out;
     const int isf = mm_is_float(w->type);
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    ST_ASSERT(dev >= 0 && dev < MM_MAX_DEVICES);
-    mm_unquantized *uq = &g_unquantized[dev];
-    /* the caller believes the previous product quantized x, but it ran on
-     * tensor cores and did not: quantize after all if this one needs it */
-    if (act_ready && uq->x == x && uq->n_in == n_in && uq->n_x == n_x) act_ready = 0;
     if (!isf && g_force_path == 0 && n_pairs > MM_MOE_DEVICE_MAX) {
+        /* tensor cores: they read x as f16, leaving the int8 scratch as it was */
         const int rc = mm_moe_mma(w, d_mat, d_ids, d_xrow, n_pairs, x, n_x, y, s);
-        if (rc != 1) {
-            if (rc == 0 && !act_ready) uq->x = x, uq->n_in = n_in, uq->n_x = n_x;
-            return rc;
-        }
+        if (rc != 1) return rc;
     }
     const size_t nq = isf ? 0 : (size_t)n_x * n_in;
     mm_scratch *sc = mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
     if (!sc) return -1;
-    if (!isf && !act_ready) {
-        mm_quantize_act(x, n_in, n_x, sc->aq, sc->ad, s);
-        uq->x = NULL;
-    }
+    if (!isf && !act_ready) mm_quantize_act(x, n_in, n_x, sc->aq, sc->ad, s);
+    if (x_quantized) *x_quantized = !isf;
 
     mm_mmv_args a;
     memset(&a, 0, sizeof(a));

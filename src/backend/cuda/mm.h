@@ -85,10 +85,12 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
  * synchronised), pairs are grouped per expert, and each expert's tokens go
  * through the matrix-vector kernel in groups of 8 or, for experts with many
  * tokens, through the bf16 GEMM path. act_ready as for cuda_matmul, with
- * n_x rows of x. */
+ * n_x rows of x. x_quantized (or NULL): set to 1 when the call returns with
+ * x's int8 form in the products' scratch (a later product of x may pass
+ * act_ready), 0 when not (float weights, the tensor-core path). */
 #define MM_MOE_DEVICE_MAX 64
 int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
-                    int n_pairs, const float *x, int n_x, float *y, int act_ready, cudaStream_t s);
+                    int n_pairs, const float *x, int n_x, float *y, int act_ready, int *x_quantized, cudaStream_t s);
 
 /* The current device's quantized-activation scratch, at least n_rows x n_in:
  * a producer op may write its output there in the products' int8 format

@@ -46,7 +46,6 @@ void mm_quantize_act(const float *x, int n_in, int n_rows, int8_t *aq, float2 *a
     const int64_t n4 = (int64_t)n_in * n_rows / 4;
     if (n4 == 0) return;
     st_launch(mm_quantize_act_kernel, dim3(st_div_up((size_t)n4, 256)), dim3(256), 0, s, (const float4 *)x, n4, (int *)aq, ad);
-    CUDA_LAUNCH_CHECK();
 }
 
 /* ---- dispatch ---- */
@@ -81,10 +80,8 @@ int mm_mmv_launch(const mm_mmv_args *a, cudaStream_t s) {
     nt = nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8;
     const int r = mm_rows_per_warp(a, nt);
     if (mmv_launch_float(a, nt, r, s) == 0 || mmv_launch_legacy(a, nt, r, s) == 0 || mmv_launch_k(a, nt, r, s) == 0 ||
-        mmv_launch_iq(a, nt, r, s) == 0) {
-        CUDA_LAUNCH_CHECK();
-        return 0;
-    }
+        mmv_launch_iq(a, nt, r, s) == 0)
+        return 0; /* st_launch checked the launch */
     st_error_set("cuda_matmul: weight type %d has no CUDA matrix-vector kernel", (int)a->type);
     return -1;
 }

@@ -308,7 +308,7 @@ struct mq_prep_args {
     const int32_t *ids, *xrow;
     int x_off, n_pairs, n_mat, n_x, max_tiles;
     int32_t *rec;
-    const float *x; /* NULL: grouping only (later chunks) */
+    const float *x; /* converted to f16 by the blocks past the first (none for later chunks) */
     int n_in;
     __half *xh;
     float *xinv;
@@ -495,11 +495,11 @@ static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args 
 
 /* ---- host side ---- */
 
+/* Type T's kernel, which mq_fits said the shape and card take. */
 template <int T>
-static int mq_launch(const mq_args &a, int dev, int smem_optin, dim3 grid, cudaStream_t s) {
+static void mq_launch(const mq_args &a, int dev, dim3 grid, cudaStream_t s) {
     using C = mq_cfg<T>;
     static int ready[MQ_MAX_DEV]; /* the shared-memory attribute, set once per device */
-    if (a.n_in % C::SK != 0 || (size_t)smem_optin < C::SMEM) return 1;
     if (!ready[dev]) {
         CUDA_CHECK(cudaFuncSetAttribute(mq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
         CUDA_CHECK(cudaFuncSetAttribute(mq_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -508,7 +508,6 @@ static int mq_launch(const mq_args &a, int dev, int smem_optin, dim3 grid, cudaS
     }
     mq_kernel<T><<<grid, MQ_THREADS, C::SMEM, s>>>(a);
     CUDA_LAUNCH_CHECK();
-    return 0;
 }
 
 /* Whether type t can take the path for rows of n_in on a device with this
@@ -577,20 +576,15 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
         a.max_tiles = mt;
         a.y = y + (size_t)p0 * n_out;
         const dim3 grid((unsigned)mt, (unsigned)((n_out + MQ_TN - 1) / MQ_TN));
-        int rc = 1;
         switch ((int)w->type) {
 #define MQ_CASE(T)                                                                                         \
     case T:                                                                                                \
-        rc = mq_launch<T>(a, dev, optin[dev], grid, s);                                                    \
+        mq_launch<T>(a, dev, grid, s);                                                                     \
         break;
             MM_QUANT_TYPES(MQ_CASE)
 #undef MQ_CASE
         default:
-            break;
-        }
-        if (rc != 0) { /* checked by mq_fits above: cannot happen after the first chunk either */
-            st_error_set("cuda_moe_matmul: the tensor-core MoE product refused weight type %d", (int)w->type);
-            return -1;
+            ST_ASSERT(!"a type mq_fits took has a kernel");
         }
     }
     return 0;

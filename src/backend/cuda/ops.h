@@ -1,8 +1,9 @@
 /* Launchers of the GPU backend's kernels (internal to backend/cuda). Every
  * pointer is device memory and every launcher enqueues on stream s without
- * synchronising; each checks its launch (CUDA_LAUNCH_CHECK). The semantics
- * are those of the op table in backend/backend.h, whose reference is the CPU
- * backend (backend/cpu/cpu_backend.c).
+ * synchronising; each launch is checked (by st_launch, or CUDA_LAUNCH_CHECK
+ * after a <<<>>> launch). The semantics are those of the op table in
+ * backend/backend.h, whose reference is the CPU backend
+ * (backend/cpu/cpu_backend.c).
  */
 #ifndef STRATA_BACKEND_CUDA_OPS_H
 #define STRATA_BACKEND_CUDA_OPS_H
@@ -61,12 +62,11 @@ int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0
 
 /* The k largest of x[0..n) with their indices (topk.cu; larger first, ties
  * to the lower index, NaNs never chosen; index -1 past the values there
- * are, NaNs left out), into *ov / *oi: k floats and k ints in scratch. 0, or -1 with
- * st_error (k above CUDA_TOPK_MAX, or n above 524288). */
+ * are, NaNs left out), at *out in scratch: k floats, then k int32 ids.
+ * 0, or -1 with st_error (k above CUDA_TOPK_MAX, or n above 524288). */
 #define CUDA_TOPK_MAX 64
 size_t cuda_top_k_scratch_bytes(void); /* the most scratch cuda_top_k asks for */
-int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const float **ov, const int32_t **oi,
-               cudaStream_t s);
+int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const void **out, cudaStream_t s);
 
 /* MoE routing on the device: softmax over n_expert logits per token, top-k
  * (ties to the lower id), optional renormalisation. sel/wsel: [n_tok][k];

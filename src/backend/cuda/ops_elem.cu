@@ -151,7 +151,6 @@ void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim,
     ST_ASSERT(!aq || dim % 32 == 0);
     int th = dim >= 1024 ? 1024 : dim >= 256 ? 256 : 64;
     st_launch(rmsnorm_kernel, dim3((unsigned)n_rows), dim3(th), 0, s, x, res, w, y, dim, eps, aq, ad);
-    CUDA_LAUNCH_CHECK();
 }
 
 /* One thread per rotated pair. The angle is formed in double as on the CPU:
@@ -294,7 +293,6 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
     const size_t smem = (size_t)PREP_WARPS * kv->head_dim * sizeof(float);
     st_launch(qkv_prep_kernel, dim3(st_div_up((size_t)rows, PREP_WARPS)), dim3(PREP_WARPS * 32), smem, s, q, k, v, qn,
               kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta, rope->freq_scale, rope->neox, rope->freq_div);
-    CUDA_LAUNCH_CHECK();
 }
 
 /* With aq: the output quantized too (n a multiple of 32: a warp's 32
@@ -314,7 +312,6 @@ void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_
     if (n <= 0) return;
     ST_ASSERT(!aq || n % 32 == 0);
     st_launch(act_mul_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, (int)act, g, u, out, n, aq, ad);
-    CUDA_LAUNCH_CHECK();
 }
 
 static __global__ void add_kernel(float *x, const float *b, int64_t dim, int64_t n) {
@@ -327,7 +324,6 @@ void cuda_add(float *x, const float *b, int64_t dim, int n_rows, cudaStream_t s)
     int64_t n = dim * n_rows;
     if (n <= 0) return;
     st_launch(add_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, x, b, dim, n);
-    CUDA_LAUNCH_CHECK();
 }
 
 static __global__ void scale_kernel(float *x, float sc, int64_t n) {
@@ -339,7 +335,6 @@ static __global__ void scale_kernel(float *x, float sc, int64_t n) {
 void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
     st_launch(scale_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, x, sc, n);
-    CUDA_LAUNCH_CHECK();
 }
 
 /* One warp per token (route.cuh). */
@@ -363,7 +358,6 @@ void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int nor
     const size_t smem = (size_t)warps * n_expert * sizeof(float);
     st_launch(moe_route_kernel, dim3(st_div_up((size_t)n_tok, (size_t)warps)), dim3(warps * ST_WARP), smem, s, logits,
               n_tok, n_expert, k, norm_topk, sel, wsel, xrow);
-    CUDA_LAUNCH_CHECK();
 }
 
 static __global__ void gather_kernel(float *dst, const float *src, const int32_t *tok, int64_t dim, int64_t n) {
@@ -412,5 +406,4 @@ void cuda_moe_combine(float *out, const float *y, const float *wsel, int n_tok, 
     int64_t n = (int64_t)n_tok * dim;
     if (n <= 0) return;
     st_launch(moe_combine_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, out, y, wsel, k, dim, n);
-    CUDA_LAUNCH_CHECK();
 }

@@ -115,8 +115,7 @@ static __global__ void __launch_bounds__(TOPK2_THREADS) topk_stage2(const float 
 
 size_t cuda_top_k_scratch_bytes(void) { return ((size_t)TOPK2_THREADS * TOPK2_PER + CUDA_TOPK_MAX) * 8; }
 
-int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const float **ov, const int32_t **oi,
-               cudaStream_t s) {
+int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const void **out, cudaStream_t s) {
     const int slice = TOPK_THREADS * TOPK_PER, blocks = (n + slice - 1) / slice;
     if (n <= 0 || k < 1 || k > CUDA_TOPK_MAX || blocks > TOPK_BLOCKS_MAX || blocks * k > TOPK2_THREADS * TOPK2_PER) {
         st_error_set("top-k on the GPU: k = %d of %d values (it takes k <= %d of at most %d)", k, n, CUDA_TOPK_MAX,
@@ -124,12 +123,12 @@ int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const float 
         return -1;
     }
     const size_t nc = (size_t)blocks * k;
+    /* [k] result values, [k] result ids (one copy to the host), then the candidates */
     uint8_t *sc = (uint8_t *)cuda_scratch_reserve(scratch, (nc + (size_t)k) * 8);
-    float *cv = (float *)sc, *rv = cv + nc;
-    int *ci = (int *)(rv + k), *ri = ci + nc;
+    float *rv = (float *)sc, *cv = rv + 2 * (size_t)k;
+    int *ri = (int *)(rv + k), *ci = (int *)(cv + nc);
     st_launch(topk_stage1, dim3((unsigned)blocks), dim3(TOPK_THREADS), 0, s, x, n, slice, k, cv, ci);
     st_launch(topk_stage2, dim3(1), dim3(TOPK2_THREADS), 0, s, (const float *)cv, (const int *)ci, (int)nc, k, rv, ri);
-    *ov = rv;
-    *oi = (const int32_t *)ri;
+    *out = sc;
     return 0;
 }

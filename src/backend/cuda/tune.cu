@@ -46,8 +46,7 @@ int cuda_tune_gemm(int n_out, int n_in, int n_tok, int m, const void *a, const v
 
 /* Descriptors of one tuned shape at one row count, made on first use. */
 typedef struct {
-    int m;                     /* 0: unused */
-    int ok;                    /* cublasLtMatmulAlgoCheck accepted the algorithm here */
+    int m;                     /* 0: unused (a refused algorithm refuses the whole entry: tune_rt) */
     cublasLtMatrixLayout_t a, c;
 } tune_rows;
 
@@ -238,7 +237,7 @@ static void tune_refuse(tune_dev *d, int dev, tune_rt *r, const tune_entry *e, i
  * when m is not a row count the tuner measured, or the algorithm is refused. */
 static tune_rows *tune_rows_get(tune_dev *d, int dev, tune_rt *r, const tune_entry *e, int m) {
     for (int k = 0; k < 2; k++)
-        if (r->rows[k].m == m) return r->rows[k].ok ? &r->rows[k] : NULL;
+        if (r->rows[k].m == m) return &r->rows[k];
     const int64_t chunk = mm_chunk_rows(e->n_in, e->n_out);
     const int64_t last = e->n_out - (e->n_out - 1) / chunk * chunk;
     if (m != chunk && m != last) return NULL;
@@ -261,7 +260,6 @@ static tune_rows *tune_rows_get(tune_dev *d, int dev, tune_rt *r, const tune_ent
         tune_refuse(d, dev, r, e, m, (int)st);
         return NULL;
     }
-    w->ok = 1;
     return w;
 }
 
@@ -276,11 +274,9 @@ int cuda_tune_gemm(int n_out, int n_in, int n_tok, int m, const void *a, const v
         tune_load_dev(dev);
     }
     if (d->t.n == 0 || !d->lt) return 1;
-    int i = 0;
-    while (i < d->t.n && !(d->t.e[i].n_out == n_out && d->t.e[i].n_in == n_in && d->t.e[i].n_tok == n_tok)) i++;
-    if (i == d->t.n) return 1;
-    const tune_entry *e = &d->t.e[i];
-    tune_rt *r = &d->rt[i];
+    const tune_entry *e = tune_table_find(&d->t, n_out, n_in, n_tok);
+    if (!e) return 1;
+    tune_rt *r = &d->rt[e - d->t.e];
     if (e->path != TUNE_PATH_LT || r->refused) return 1;
     if ((((uintptr_t)a | (uintptr_t)b) % TUNE_AB_ALIGN) || (uintptr_t)c % tune_c_align(n_in, n_out)) return 1;
     tune_rows *w = tune_rows_get(d, dev, r, e, m);
