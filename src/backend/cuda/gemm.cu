@@ -173,11 +173,8 @@ int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *x
         const int64_t nr = r0 + chunk <= n_out ? chunk : n_out - r0;
         if (mm_dequant_bf16(w->type, wdata, w->row_bytes, n_in, r0, nr, sc->wb, s) != 0) return -1;
         if (cuda_tune_gemm(n_out, n_in, n_tok, (int)nr, sc->wb, xb, y + r0, s) == 0) continue;
-        if (!blas_ran(sc,
-                      cublasGemmEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n_tok, n_in, &one, sc->wb, CUDA_R_16BF,
-                                   n_in, xb, CUDA_R_16BF, n_in, &zero, y + r0, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT),
-                      (int)nr, n_tok, n_in))
+        if (!blas_ran(sc, mm_chunk_gemm(sc->blas, (int)nr, n_tok, n_in, sc->wb, xb, y + r0, n_out), (int)nr, n_tok,
+                      n_in))
             return 1;
     }
     return 0;

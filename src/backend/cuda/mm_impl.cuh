@@ -54,6 +54,18 @@ struct mm_mmv_args {
     } more[CUDA_MM_MAX_JOBS - 1];
 };
 
+#if ST_GPU_HAVE_BLAS
+/* One dequantized chunk's product, as gemm.cu runs it and `strata tune`
+ * times it: c (m rows of the output, ld n_out) = a (m bf16 weight rows of
+ * n_in) times b (n_tok bf16 activation rows of n_in), f32. */
+static inline cublasStatus_t mm_chunk_gemm(cublasHandle_t h, int m, int n_tok, int n_in, const void *a, const void *b,
+                                           float *c, int n_out) {
+    const float one = 1.0f, zero = 0.0f;
+    return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n_tok, n_in, &one, a, CUDA_R_16BF, n_in, b, CUDA_R_16BF, n_in,
+                        &zero, c, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+#endif
+
 /* Per-device scratch (gemm_dispatch.cu). */
 struct mm_scratch {
     int8_t *aq;    size_t aq_bytes;   /* quantized activations */

@@ -239,7 +239,7 @@ static tune_rows *tune_rows_get(tune_dev *d, int dev, tune_rt *r, const tune_ent
     for (int k = 0; k < 2; k++)
         if (r->rows[k].m == m) return &r->rows[k];
     const int64_t chunk = mm_chunk_rows(e->n_in, e->n_out);
-    const int64_t last = e->n_out - (e->n_out - 1) / chunk * chunk;
+    const int64_t last = mm_last_chunk_rows(e->n_out, chunk);
     if (m != chunk && m != last) return NULL;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     if (!r->b && (st = tune_lt_b(e->n_tok, e->n_in, &r->b)) != CUBLAS_STATUS_SUCCESS) r->b = NULL;

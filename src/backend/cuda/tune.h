@@ -72,6 +72,8 @@ void cuda_tune_release(void);
 
 /* Rows per dequantized weight chunk of gemm.cu for this matrix. */
 int64_t mm_chunk_rows(int64_t n_in, int64_t n_out);
+/* Rows of its last chunk (chunk itself when they divide evenly). */
+static inline int64_t mm_last_chunk_rows(int64_t n_out, int64_t chunk) { return n_out - (n_out - 1) / chunk * chunk; }
 
 /* Rows [r0, r0+m) of the product y = W x, W [n_out][n_in] (bf16 rows at a,
  * leading dimension n_in), x bf16 [n_tok][n_in] at b, into y + r0 (f32,

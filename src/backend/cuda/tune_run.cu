@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/mm_impl.cuh"
 #include "backend/cuda/tune_lt.cuh"
 
 #if ST_GPU_IS_HIP
@@ -91,17 +92,13 @@ typedef struct {
 
 /* The whole product once into c; a library status other than success. */
 static int job_run(const tune_job *j, float *c) {
-    const float one = 1.0f, zero = 0.0f;
     for (int64_t r0 = 0; r0 < j->n_out; r0 += j->chunk) {
         const int last = r0 + j->chunk >= j->n_out;
         const int m = (int)(last ? j->n_out - r0 : j->chunk);
         const cublasLtMatrixLayout_t la = last ? j->la_last : j->la, lc = last ? j->lc_last : j->lc;
         const int st = j->algo ? (int)tune_lt_matmul(j->lt, j->op, j->algo, j->bf->a, la, j->bf->b, j->lb, c + r0, lc,
                                                      j->bf->ws, TUNE_WS_MAX, j->s)
-                               : (int)cublasGemmEx(j->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, j->n_tok, j->n_in, &one,
-                                                   j->bf->a, CUDA_R_16BF, j->n_in, j->bf->b, CUDA_R_16BF, j->n_in,
-                                                   &zero, c + r0, CUDA_R_32F, j->n_out, CUBLAS_COMPUTE_32F,
-                                                   CUBLAS_GEMM_DEFAULT);
+                               : (int)mm_chunk_gemm(j->blas, m, j->n_tok, j->n_in, j->bf->a, j->bf->b, c + r0, j->n_out);
         if (st != 0) return st;
     }
     return 0;
@@ -176,7 +173,7 @@ static int tune_one(const cuda_tune_params *p, tune_job *j, tune_table *t) {
     tune_bufs *bf = j->bf;
     const int n_out = j->n_out, n_in = j->n_in, n_tok = j->n_tok;
     j->chunk = mm_chunk_rows(n_in, n_out);
-    j->last = n_out - (n_out - 1) / j->chunk * j->chunk;
+    j->last = mm_last_chunk_rows(n_out, j->chunk);
     const size_t c_bytes = (size_t)n_out * n_tok * 4;
     if (grow(&bf->a, &bf->a_bytes, (size_t)j->chunk * n_in * 2) || grow(&bf->b, &bf->b_bytes, (size_t)n_tok * n_in * 2))
         return -1;
