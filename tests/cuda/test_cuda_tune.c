@@ -35,15 +35,8 @@
 #include "quant/quant.h"
 
 #include "../common/check.h"
+#include "ck.h"
 
-#define CK(call)                                                                                           \
-    do {                                                                                                   \
-        cudaError_t e_ = (call);                                                                           \
-        if (e_ != cudaSuccess) {                                                                           \
-            fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 static float rnd(void) {
