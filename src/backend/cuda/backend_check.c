@@ -606,6 +606,8 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_rmsnorm(&c, 2048, 1, 0, 1); /* a decode row: quantized for the products too */
     check_rmsnorm(&c, 576, size ? 33 : 3, 0, 1);
     check_rmsnorm(&c, 64, 8, 1, 1);
+    check_rmsnorm(&c, 7168, 2, 1, 1);  /* 32 values per thread */
+    check_rmsnorm(&c, 20000, 1, 0, 1); /* past 8192: more than 256 threads */
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 0);
     check_rope(&c, 5, 2, 128, 30000, 1e6f, 0.25f, 1);
@@ -643,6 +645,9 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     if (size) check_top_k(&c, 262144, 64, 20, 0); /* gemma 3's vocabulary, the most candidates, ties */
     check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1);
     check_decode_layer(&c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3);
+    check_decode_layer(&c, QT_Q5_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 2); /* the other type pair, 2 tokens */
+    check_matmul(&c, QT_F32, 2048, 128, 1); /* few float rows (a router): the split kernel */
+    check_matmul(&c, QT_F16, 512, 100, 5);
     if (size) check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1); /* qwen3-30b-a3b */
     /* a small prompt chunk (80 pairs): the self-test runs the tensor-core grouped products once too */
     check_moe(&c, 40, 8, 2, 256, 256, 1, 0, QT_Q4_K, QT_Q6_K, 0);

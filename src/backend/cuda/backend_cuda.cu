@@ -30,7 +30,8 @@
  *  - products of one input (q, k and v): a decode-sized quantized product
  *    is not launched when it is queued but held as pending; products of the
  *    same input that follow join it, and the next other op launches them,
- *    one launch per weight type (cuda_matmul_jobs). Every other entry point
+ *    one launch per weight type, or one for two types that share a launch
+ *    (cuda_matmul_jobs: v in Q6_K with q and k in Q4_K). Every other entry point
  *    launches what is pending first (pend_flush), so the ops still run in
  *    the forward pass's order, with the same results;
  *  - the MoE routes inside its first kernel (mmv_moe.h) instead of a
@@ -263,7 +264,8 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
     matmul_tracked(c, w, mat, x, y, n_tok);
 }
 
-/* Launches the pending products: those of one weight type together. */
+/* Launches the pending products: those of one weight type together, and with
+ * them those of a second type that cuda_matmul_jobs_pair takes in one launch. */
 static void pend_flush(cuda_ctx *c) {
     pending *p = &c->pend;
     const int n_pend = p->n;
@@ -273,8 +275,11 @@ static void pend_flush(cuda_ctx *c) {
         if (done[i]) continue;
         cuda_mm_job jobs[CUDA_MM_MAX_JOBS];
         int n = 0;
+        qt_type t2 = p->w[i].type; /* a second type that shares the launch, if any */
+        for (int j = i + 1; j < n_pend && t2 == p->w[i].type; j++)
+            if (!done[j] && cuda_matmul_jobs_pair(p->w[i].type, p->w[j].type)) t2 = p->w[j].type;
         for (int j = i; j < n_pend; j++)
-            if (!done[j] && p->w[j].type == p->w[i].type) {
+            if (!done[j] && (p->w[j].type == p->w[i].type || p->w[j].type == t2)) {
                 jobs[n].w = &p->w[j], jobs[n].mat = p->mat[j], jobs[n].y = p->y[j];
                 n++;
                 done[j] = 1;

@@ -206,22 +206,47 @@ int cuda_matmul_jobs_fit(const st_weight *w, int n_tok) {
            !mm_use_gemm(n_tok);
 }
 
+int cuda_matmul_jobs_pair(qt_type a, qt_type b) { return mmv_pair_supported(a, b) || mmv_pair_supported(b, a); }
+
 int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready, cudaStream_t s) {
     if (n_jobs < 1 || n_jobs > CUDA_MM_MAX_JOBS || !x) {
         st_error_set("cuda_matmul_jobs: bad arguments (%d jobs)", n_jobs);
         return -1;
     }
-    const st_weight *w0 = jobs[0].w;
-    if (!cuda_matmul_jobs_fit(w0, n_tok)) { /* the same for every job: one type, one n_tok */
+    /* one type ta, or ta and tb as mmv_pair_supported orders them: ta's jobs first */
+    qt_type ta = jobs[0].w->type, tb = ta;
+    for (int i = 1; i < n_jobs; i++) {
+        const qt_type t = jobs[i].w->type;
+        if (t != ta && tb == ta) tb = t;
+        if (t != ta && t != tb) {
+            st_error_set("cuda_matmul_jobs: more than two weight types in one launch");
+            return -1;
+        }
+    }
+    if (tb != ta && mmv_pair_supported(tb, ta)) {
+        const qt_type t = ta;
+        ta = tb, tb = t;
+    }
+    if (tb != ta && !mmv_pair_supported(ta, tb)) {
+        st_error_set("cuda_matmul_jobs: weight types %d and %d do not share a launch", (int)ta, (int)tb);
+        return -1;
+    }
+    const cuda_mm_job *ord[CUDA_MM_MAX_JOBS];
+    int n_a = 0;
+    for (int i = 0; i < n_jobs; i++)
+        if (jobs[i].w->type == ta) ord[n_a++] = &jobs[i];
+    for (int i = 0, k = n_a; i < n_jobs; i++)
+        if (jobs[i].w->type != ta) ord[k++] = &jobs[i];
+    const st_weight *w0 = ord[0]->w;
+    if (!cuda_matmul_jobs_fit(w0, n_tok)) { /* the same for every job: quantized types, one n_tok */
         st_error_set("cuda_matmul_jobs: %d tokens of this type do not take the matrix-vector path", n_tok);
         return -1;
     }
     for (int i = 0; i < n_jobs; i++) {
-        const st_weight *w = jobs[i].w;
+        const st_weight *w = ord[i]->w;
         if (mm_check_weight("cuda_matmul_jobs", w) != 0) return -1;
-        if (w->type != w0->type || w->n_in != w0->n_in || jobs[i].mat < 0 ||
-            jobs[i].mat >= w->n_mat || (!w->data && !w->mat) || !jobs[i].y ||
-            ((uintptr_t)st_weight_mat(w, jobs[i].mat) | (uintptr_t)jobs[i].y) % 16 != 0) {
+        if (w->n_in != w0->n_in || ord[i]->mat < 0 || ord[i]->mat >= w->n_mat || (!w->data && !w->mat) ||
+            !ord[i]->y || ((uintptr_t)st_weight_mat(w, ord[i]->mat) | (uintptr_t)ord[i]->y) % 16 != 0) {
             st_error_set("cuda_matmul_jobs: job %d does not fit one decode launch", i);
             return -1;
         }
@@ -231,13 +256,15 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
     mm_scratch *sc = mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
     if (!sc) return -1;
     if (!act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
-    mm_mmv_args a = mm_dense_args(w0, st_weight_mat(w0, jobs[0].mat), sc, x, jobs[0].y, 0, n_tok);
+    mm_mmv_args a = mm_dense_args(w0, st_weight_mat(w0, ord[0]->mat), sc, x, ord[0]->y, 0, n_tok);
     a.n_more = n_jobs - 1;
+    a.t2 = tb != ta ? n_a - 1 : a.n_more;
+    a.type2 = tb;
     for (int i = 1; i < n_jobs; i++) {
-        a.more[i - 1].w = (const uint8_t *)st_weight_mat(jobs[i].w, jobs[i].mat);
-        a.more[i - 1].y = jobs[i].y;
-        a.more[i - 1].row_bytes = jobs[i].w->row_bytes;
-        a.more[i - 1].n_out = (int)jobs[i].w->n_out;
+        a.more[i - 1].w = (const uint8_t *)st_weight_mat(ord[i]->w, ord[i]->mat);
+        a.more[i - 1].y = ord[i]->y;
+        a.more[i - 1].row_bytes = ord[i]->w->row_bytes;
+        a.more[i - 1].n_out = (int)ord[i]->w->n_out;
     }
     return mm_mmv_launch(&a, s);
 }

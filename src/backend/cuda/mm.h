@@ -49,7 +49,8 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
 
 /* Up to CUDA_MM_MAX_JOBS decode products of one input in one launch:
  * jobs[i].y = W_i[mat_i] x for n_tok <= MM_NT_MAX tokens, every W_i of one
- * quantized type (cuda_matmul_jobs_fit). act_ready as for cuda_matmul.
+ * quantized type (cuda_matmul_jobs_fit), or of two types that
+ * cuda_matmul_jobs_pair takes together. act_ready as for cuda_matmul.
  * 0, or -1 with st_error. */
 #define CUDA_MM_MAX_JOBS 3
 typedef struct {
@@ -58,6 +59,7 @@ typedef struct {
     float *y;
 } cuda_mm_job;
 int cuda_matmul_jobs_fit(const st_weight *w, int n_tok);
+int cuda_matmul_jobs_pair(qt_type a, qt_type b); /* in either order */
 int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready, cudaStream_t s);
 
 /* Grouped expert product (MoE), for each pair p < n_pairs:

@@ -45,6 +45,8 @@ struct mm_mmv_args {
     /* DENSE only: more matrices of the same type and input in this launch
      * (cuda_matmul_jobs): blocks from more[i].blk0 on take matrix i + 1 */
     int n_more;
+    int t2; /* more[t2..] are of type type2 (t2 == n_more: none) */
+    qt_type type2;
     struct {
         const uint8_t *w;
         float *y;
@@ -95,6 +97,8 @@ int mmv_launch_float(const mm_mmv_args *a, int nt, int r, cudaStream_t s);
 int mmv_launch_legacy(const mm_mmv_args *a, int nt, int r, cudaStream_t s);
 int mmv_launch_k(const mm_mmv_args *a, int nt, int r, cudaStream_t s);
 int mmv_launch_iq(const mm_mmv_args *a, int nt, int r, cudaStream_t s);
+int mmv_launch_pair(const mm_mmv_args *a, int nt, int r, cudaStream_t s); /* a->t2 < a->n_more */
+int mmv_pair_supported(qt_type a, qt_type b);
 
 /* gemm.cu */
 /* Rows [r0, r0+n_rows) of a weight matrix -> bf16 [n_rows][n_in] at dst. */

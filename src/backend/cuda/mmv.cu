@@ -79,6 +79,11 @@ int mm_mmv_launch(const mm_mmv_args *a, cudaStream_t s) {
     else if (a->groups == MM_GROUPS_DENSE) nt = a->n_tok;
     nt = nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8;
     const int r = mm_rows_per_warp(a, nt);
+    if (a->t2 < a->n_more) {
+        if (mmv_launch_pair(a, nt, r, s) == 0) return 0;
+        st_error_set("cuda_matmul_jobs: no launch for weight types %d and %d together", (int)a->type, (int)a->type2);
+        return -1;
+    }
     if (mmv_launch_float(a, nt, r, s) == 0 || mmv_launch_legacy(a, nt, r, s) == 0 || mmv_launch_k(a, nt, r, s) == 0 ||
         mmv_launch_iq(a, nt, r, s) == 0)
         return 0; /* st_launch checked the launch */

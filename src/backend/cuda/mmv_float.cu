@@ -21,8 +21,27 @@ static void mmv_f_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
     st_launch(mmv_f_kernel<WT, V, NT, 1>, mmv_grid<NT, 1>(a), block, 0, s, *a);
 }
 
+template <typename WT, int NT>
+static void mmv_f_split_go(const mm_mmv_args *a, cudaStream_t s) {
+    st_launch(mmv_f_split_kernel<WT, NT>, dim3((unsigned)a->n_out, (unsigned)a->n_groups), dim3(32, MMV_WARPS), 0, s,
+              *a);
+}
+
+/* Few rows in all (under 1024: fewer than 8 warps per multiprocessor of a
+ * large card at a warp per row): the split kernel. */
+template <typename WT>
+static int mmv_f_split(const mm_mmv_args *a, int nt, cudaStream_t s) {
+    if ((int64_t)a->n_out * a->n_groups > 1024) return 1;
+    if (nt <= 1) mmv_f_split_go<WT, 1>(a, s);
+    else if (nt <= 2) mmv_f_split_go<WT, 2>(a, s);
+    else if (nt <= 4) mmv_f_split_go<WT, 4>(a, s);
+    else mmv_f_split_go<WT, 8>(a, s);
+    return 0;
+}
+
 template <typename WT, int V>
 static void mmv_f_launch(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
+    if (V == 8 && mmv_f_split<WT>(a, nt, s) == 0) return;
     if (nt <= 1) mmv_f_launch_nt<WT, V, 1>(a, r, s);
     else if (nt <= 2) mmv_f_launch_nt<WT, V, 2>(a, r, s);
     else if (nt <= 4) mmv_f_launch_nt<WT, V, 4>(a, r, s);

@@ -99,10 +99,8 @@ static __device__ __forceinline__ void mm_load_act(const mm_mmv_args &p, int row
 }
 
 template <int T, int NT, int R>
-static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_mmv_args p) {
-    pdl_enter(); /* first: see st_launch (common.cuh) */
+static __device__ __forceinline__ void mmv_q_body(const mm_mmv_args &p, const mm_mat &m) {
     using F = mmf<T>;
-    const mm_mat m = mm_mat_of(p);
     const int row0 = (m.bx * MMV_WARPS + threadIdx.y) * R;
     if (row0 >= m.n_out) return; /* whole warp */
     const mm_group<NT> g = mm_group_get<NT>(p);
@@ -156,6 +154,23 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_m
         }
     }
     mm_store<NT, R>(p, m, g, row0, acc);
+}
+
+template <int T, int NT, int R>
+static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q_kernel(const mm_mmv_args p) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
+    mmv_q_body<T, NT, R>(p, mm_mat_of(p));
+}
+
+/* Two weight types in one launch (q/k of one type and v of another): the
+ * jobs from more[p.t2] on are of type T2. A block's type is uniform, so the
+ * branch costs nothing but the registers of the larger body. */
+template <int T, int T2, int NT, int R>
+static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_q2_kernel(const mm_mmv_args p) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
+    const mm_mat m = mm_mat_of(p);
+    if (blockIdx.x < p.more[p.t2].blk0) mmv_q_body<T, NT, R>(p, m);
+    else mmv_q_body<T2, NT, R>(p, m);
 }
 
 /* ---- float weights: 8 per lane per step (V = 8) or 1 when rows are not 16-byte multiples ---- */
@@ -228,6 +243,51 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_m
     mm_store<NT, R>(p, m, g, row0, acc);
 }
 
+/* A few rows (a router: 128 rows of 2048): one block of MMV_WARPS warps per
+ * row, the row split across all of its lanes, so that every lane's loads are
+ * in flight at once; a warp per row left 32 blocks, each lane waiting two
+ * memory latencies in turn (5.7 us on an H200 for the router above). Needs
+ * the 8-wide loads (V = 8). */
+template <typename WT, int NT>
+static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(const mm_mmv_args p) {
+    pdl_enter(); /* first: see st_launch (common.cuh) */
+    __shared__ float part[MMV_WARPS][NT];
+    const int row = blockIdx.x, tid = threadIdx.y * 32 + threadIdx.x;
+    const mm_group<NT> g = mm_group_get<NT>(p);
+    float acc[1][NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[0][t] = 0.0f;
+    if (g.e >= 0) {
+        const WT *wr = (const WT *)(mm_matrix(p, mm_mat_of(p), g.e) + (size_t)row * p.row_bytes);
+#pragma unroll 4
+        for (int i = 8 * tid; i < p.n_in; i += 8 * 32 * MMV_WARPS) {
+            float w[8];
+            mm_load8(wr + i, w);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < g.n) {
+                    float xv[8];
+                    mm_load8(p.x + (size_t)g.arow[t] * p.n_in + i, xv);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) acc[0][t] = fmaf(w[j], xv[j], acc[0][t]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float v = warp_sum(acc[0][t]);
+        if (threadIdx.x == 0) part[threadIdx.y][t] = v;
+    }
+    __syncthreads();
+    if (threadIdx.y == 0 && threadIdx.x < NT && threadIdx.x < g.n) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < MMV_WARPS; w++) v += part[w][threadIdx.x];
+        p.y[(size_t)g.orow[threadIdx.x] * p.n_out + row] = v;
+    }
+}
+
 /* ---- launch of one type: NT and R picked by the caller (mmv.cu) ---- */
 
 template <int NT, int R>
@@ -235,8 +295,9 @@ static inline dim3 mmv_grid(const mm_mmv_args *a) {
     return dim3(st_div_up((size_t)a->n_out, (size_t)MMV_WARPS * R), (unsigned)a->n_groups);
 }
 
-/* A launch of several matrices: the blocks of each in turn, at R rows per warp. */
-template <int T, int NT, int R>
+/* A launch of several matrices: the blocks of each in turn, at R rows per
+ * warp; T2 != T: the jobs from more[a->t2] on are of type T2. */
+template <int T, int T2, int NT, int R>
 static void mmv_q_go(const mm_mmv_args *a, cudaStream_t s) {
     const dim3 block(32, MMV_WARPS);
     if (!a->n_more) {
@@ -249,31 +310,32 @@ static void mmv_q_go(const mm_mmv_args *a, cudaStream_t s) {
         b.more[i].blk0 = bx;
         bx += st_div_up((size_t)a->more[i].n_out, (size_t)MMV_WARPS * R);
     }
-    st_launch(mmv_q_kernel<T, NT, R>, dim3(bx, (unsigned)a->n_groups), block, 0, s, b);
+    if constexpr (T2 == T) st_launch(mmv_q_kernel<T, NT, R>, dim3(bx, (unsigned)a->n_groups), block, 0, s, b);
+    else st_launch(mmv_q2_kernel<T, T2, NT, R>, dim3(bx, (unsigned)a->n_groups), block, 0, s, b);
 }
 
 /* R > 1 only for NT <= 2: more would cost registers (R x NT sums, NT x 8 words). */
-template <int T, int NT>
+template <int T, int T2, int NT>
 static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
     if constexpr (NT <= 2) {
         if (r >= 4) {
-            mmv_q_go<T, NT, 4>(a, s);
+            mmv_q_go<T, T2, NT, 4>(a, s);
             return;
         }
         if (r == 2) {
-            mmv_q_go<T, NT, 2>(a, s);
+            mmv_q_go<T, T2, NT, 2>(a, s);
             return;
         }
     }
-    mmv_q_go<T, NT, 1>(a, s);
+    mmv_q_go<T, T2, NT, 1>(a, s);
 }
 
-template <int T>
+template <int T, int T2 = T>
 static void mmv_q_launch(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
-    if (nt <= 1) mmv_q_launch_nt<T, 1>(a, r, s);
-    else if (nt <= 2) mmv_q_launch_nt<T, 2>(a, r, s);
-    else if (nt <= 4) mmv_q_launch_nt<T, 4>(a, r, s);
-    else mmv_q_launch_nt<T, 8>(a, r, s);
+    if (nt <= 1) mmv_q_launch_nt<T, T2, 1>(a, r, s);
+    else if (nt <= 2) mmv_q_launch_nt<T, T2, 2>(a, r, s);
+    else if (nt <= 4) mmv_q_launch_nt<T, T2, 4>(a, r, s);
+    else mmv_q_launch_nt<T, T2, 8>(a, r, s);
 }
 
 #endif

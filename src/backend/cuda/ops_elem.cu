@@ -223,76 +223,107 @@ void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, i
 }
 
 /* qkv_prep (backend.h): one warp per head row of a token, over the q heads,
- * then the k heads, then the v heads. A q or k row is normalised (when its
- * weights are given) and rotated through the warp's shared row; k and v rows
- * go to the cache as in kv_store. The position comes from dpos (a recorded
- * decode step) or pos0. Formulas as in rmsnorm_kernel, rope_kernel and the
- * kv store kernels. */
-#define PREP_WARPS 8
+ * then the k heads, then the v heads. Lane l holds the rotary pairs l,
+ * l + 32, ... of its row in registers (pair p: values p and p + hd/2 when
+ * neox, 2p and 2p + 1 otherwise), so the row is read once, normalised (when
+ * the norm weights are given) and rotated without a round trip through
+ * memory; k and v rows go to the cache as in kv_store. The position comes
+ * from dpos (a recorded decode step) or pos0. Formulas as in
+ * rmsnorm_kernel, rope_kernel and the kv store kernels (the angle in
+ * double, as on the CPU). PP: pairs per lane (hd <= 64 * PP). */
+#define PREP_WARPS 4
+template <int PP>
 static __global__ void __launch_bounds__(PREP_WARPS * 32)
     qkv_prep_kernel(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                     int n_head, st_kv_layer kv, int pos0, const int *dpos, float theta, float freq_scale, int neox,
                     const float *freq_div) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
-    extern __shared__ float rows[]; /* [PREP_WARPS][hd] */
-    const int hd = kv.head_dim, nkv = kv.n_head_kv, per_tok = n_head + 2 * nkv, lane = threadIdx.x % 32;
+    const int hd = kv.head_dim, half = hd / 2, nkv = kv.n_head_kv, per_tok = n_head + 2 * nkv, lane = threadIdx.x % 32;
     const int r = blockIdx.x * PREP_WARPS + threadIdx.x / 32;
     if (r >= n_tok * per_tok) return; /* whole warp */
     const int t = r / per_tok, j = r % per_tok;
     const int kind = j < n_head ? 0 : j < n_head + nkv ? 1 : 2, h = kind == 0 ? j : kind == 1 ? j - n_head : j - n_head - nkv;
     const int pos = (dpos ? *dpos : pos0) + t;
     float *src = kind == 0 ? q + ((size_t)t * n_head + h) * hd : (kind == 1 ? k : (float *)v) + ((size_t)t * nkv + h) * hd;
-    float *row = rows + (size_t)(threadIdx.x / 32) * hd;
+    const float *nw = kind == 0 ? qn : kind == 1 ? kn : NULL;
+    float v0[PP], v1[PP], w0[PP], w1[PP];
+#pragma unroll
+    for (int i = 0; i < PP; i++) {
+        const int p = lane + 32 * i, i0 = neox ? p : 2 * p, i1 = neox ? p + half : 2 * p + 1;
+        v0[i] = v1[i] = 0.0f, w0[i] = w1[i] = 1.0f;
+        if (p < half) {
+            v0[i] = src[i0], v1[i] = src[i1];
+            if (nw) w0[i] = nw[i0], w1[i] = nw[i1];
+        }
+    }
     if (kind < 2) {
-        const float *nw = kind == 0 ? qn : kn;
         float sc = 1.0f;
         if (nw) {
             float ss = 0.0f;
-            for (int i = lane; i < hd; i += 32) ss += src[i] * src[i];
-            ss = warp_sum(ss);
-            sc = (float)(1.0 / sqrt((double)ss / hd + eps));
+#pragma unroll
+            for (int i = 0; i < PP; i++) ss += v0[i] * v0[i] + v1[i] * v1[i];
+            sc = (float)(1.0 / sqrt((double)warp_sum(ss) / hd + eps));
         }
-        for (int i = lane; i < hd; i += 32) row[i] = nw ? src[i] * sc * nw[i] : src[i];
-        __syncwarp();
-        const int half = hd / 2;
-        for (int i = lane; i < half; i += 32) {
-            double a = (double)pos * freq_scale * pow((double)theta, -2.0 * i / hd);
-            if (freq_div) a /= freq_div[i];
-            const float c = (float)cos(a), sn = (float)sin(a);
-            const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-            const float p0 = row[i0], p1 = row[i1];
-            row[i0] = p0 * c - p1 * sn;
-            row[i1] = p0 * sn + p1 * c;
+#pragma unroll
+        for (int i = 0; i < PP; i++) {
+            const int p = lane + 32 * i;
+            if (p >= half) continue;
+            const float p0 = nw ? v0[i] * sc * w0[i] : v0[i], p1 = nw ? v1[i] * sc * w1[i] : v1[i];
+            double a = (double)pos * freq_scale * pow((double)theta, -2.0 * p / hd);
+            if (freq_div) a /= freq_div[p];
+            double sd, cd;
+            sincos(a, &sd, &cd);
+            const float c = (float)cd, sn = (float)sd;
+            v0[i] = p0 * c - p1 * sn;
+            v1[i] = p0 * sn + p1 * c;
         }
-        __syncwarp();
-        for (int i = lane; i < hd; i += 32) src[i] = row[i];
+#pragma unroll
+        for (int i = 0; i < PP; i++) { /* q and k rows are written back rotated (k for the prompt attention too) */
+            const int p = lane + 32 * i;
+            if (p < half) src[neox ? p : 2 * p] = v0[i], src[neox ? p + half : 2 * p + 1] = v1[i];
+        }
         if (kind == 0) return;
-    } else {
-        for (int i = lane; i < hd; i += 32) row[i] = src[i];
-        __syncwarp();
     }
     /* k or v into the cache at pos */
     const size_t off = ((size_t)pos * nkv + h) * hd;
     void *base = kind == 1 ? kv.k : kv.v;
     if (kv.type == ST_KV_F16) {
-        for (int i = lane; i < hd; i += 32) ((uint16_t *)base)[off + i] = __half_as_ushort(__float2half_rn(row[i]));
+#pragma unroll
+        for (int i = 0; i < PP; i++) {
+            const int p = lane + 32 * i;
+            if (p >= half) continue;
+            ((uint16_t *)base)[off + (neox ? p : 2 * p)] = __half_as_ushort(__float2half_rn(v0[i]));
+            ((uint16_t *)base)[off + (neox ? p + half : 2 * p + 1)] = __half_as_ushort(__float2half_rn(v1[i]));
+        }
         return;
     }
     float amax = 0.0f;
-    for (int i = lane; i < hd; i += 32) amax = fmaxf(amax, fabsf(row[i]));
+#pragma unroll
+    for (int i = 0; i < PP; i++) amax = fmaxf(amax, fmaxf(fabsf(v0[i]), fabsf(v1[i]))); /* 0 beyond the row */
     amax = warp_max(amax);
     const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
     if (lane == 0) (kind == 1 ? kv.k_scale : kv.v_scale)[(size_t)pos * nkv + h] = d;
-    for (int i = lane; i < hd; i += 32) ((int8_t *)base)[off + i] = (int8_t)__float2int_rn(__fmul_rn(row[i], id));
+#pragma unroll
+    for (int i = 0; i < PP; i++) {
+        const int p = lane + 32 * i;
+        if (p >= half) continue;
+        ((int8_t *)base)[off + (neox ? p : 2 * p)] = (int8_t)__float2int_rn(__fmul_rn(v0[i], id));
+        ((int8_t *)base)[off + (neox ? p + half : 2 * p + 1)] = (int8_t)__float2int_rn(__fmul_rn(v1[i], id));
+    }
 }
 
 void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                    int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s) {
     const int rows = n_tok * (n_head + 2 * kv->n_head_kv);
     if (rows <= 0) return;
-    const size_t smem = (size_t)PREP_WARPS * kv->head_dim * sizeof(float);
-    st_launch(qkv_prep_kernel, dim3(st_div_up((size_t)rows, PREP_WARPS)), dim3(PREP_WARPS * 32), smem, s, q, k, v, qn,
-              kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta, rope->freq_scale, rope->neox, rope->freq_div);
+    ST_ASSERT(kv->head_dim <= 512);
+    const dim3 g((unsigned)st_div_up((size_t)rows, PREP_WARPS)), b(PREP_WARPS * 32);
+    if (kv->head_dim <= 128)
+        st_launch(qkv_prep_kernel<2>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,
+                  rope->freq_scale, rope->neox, rope->freq_div);
+    else
+        st_launch(qkv_prep_kernel<8>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,
+                  rope->freq_scale, rope->neox, rope->freq_div);
 }
 
 /* With aq: the output quantized too (n a multiple of 32: a warp's 32
