@@ -24,6 +24,7 @@ static void show(void *ctx, const bcheck_result *r) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each check's line as it is made: a run cut short by a timeout still shows them */
     int n = gpu_device_count();
     if (n == 0) {
         printf("SKIPPED: no CUDA device\n");

@@ -124,7 +124,7 @@ static __device__ __forceinline__ void mmv_q_body(const mm_mmv_args &p, const mm
                 F::unit(blk, gu % F::UPB, w);
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    if (t < g.n) {
+                    if (t == 0 || t < g.n) { /* a group has a token: no branch for NT = 1 */
                         int a[8];
                         mm_load_act(p, g.arow[t], gu, a);
                         acc[0][t] += mm_unit_dot<F>(w, a, p.ad[(size_t)g.arow[t] * n_units + gu]);
@@ -135,7 +135,7 @@ static __device__ __forceinline__ void mmv_q_body(const mm_mmv_args &p, const mm
                 float2 ds[NT];
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    if (t < g.n) {
+                    if (t == 0 || t < g.n) {
                         mm_load_act(p, g.arow[t], gu, a[t]);
                         ds[t] = p.ad[(size_t)g.arow[t] * n_units + gu];
                     }
@@ -147,7 +147,7 @@ static __device__ __forceinline__ void mmv_q_body(const mm_mmv_args &p, const mm
                         F::unit(blk + (size_t)r * m.row_bytes, gu % F::UPB, w);
 #pragma unroll
                         for (int t = 0; t < NT; t++)
-                            if (t < g.n) acc[r][t] += mm_unit_dot<F>(w, a[t], ds[t]);
+                            if (t == 0 || t < g.n) acc[r][t] += mm_unit_dot<F>(w, a[t], ds[t]);
                     }
                 }
             }

@@ -93,8 +93,14 @@ static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel
         quant_block_store(vals[lane], (size_t)pair * p.n_ff + (size_t)blockIdx.x * GLU_ROWS + lane, p.hq, p.hd);
 }
 
+/* DOWN_SLOTS (expert, unit) combinations per lane per pass, every slot's
+ * loads issued before any is used: the slots hold no branch (a slot past
+ * the row or of a skipped pair reads a valid unit and weighs 0), so the
+ * compiler can hoist all of them; a loop with a `continue` per skipped pair
+ * left each slot waiting for the one before. */
+#define DOWN_SLOTS 8
 template <int T>
-static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const moe_dec_args p) {
+static __global__ void __launch_bounds__(DOWN_WARPS * 32, 4) moe_down_kernel(const moe_dec_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.y;
@@ -102,17 +108,19 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32) moe_down_kernel(const 
     if (row >= p.n_out) return; /* whole warp */
     const int n_units = p.n_ff / 32, combos = p.k * n_units;
     float acc = 0.0f;
-    /* four of a lane's (expert, unit) loads in flight: top-8 of 768-wide rows is six per lane */
-#pragma unroll 4
-    for (int c = lane; c < combos; c += 32) {
-        const int j = c / n_units, gu = c - j * n_units, pair = t * p.k + j, e = p.ids[pair];
-        if (e < 0) continue;
-        const uint8_t *wr = p.d + (size_t)e * p.d_stride + (size_t)row * p.d_row;
-        int a[8];
-        ld_unit(p.hq + (size_t)pair * p.n_ff, gu, a);
-        mm_unit w;
-        F::unit(wr + (size_t)(gu / F::UPB) * F::BYTES, gu % F::UPB, w);
-        acc = fmaf(p.wsel[pair], mm_unit_dot<F>(w, a, p.hd[(size_t)pair * n_units + gu]), acc);
+    for (int c0 = 0; c0 < combos; c0 += 32 * DOWN_SLOTS) {
+#pragma unroll
+        for (int i = 0; i < DOWN_SLOTS; i++) {
+            const int c = c0 + lane + 32 * i, cc = c < combos ? c : combos - 1;
+            const int j = cc / n_units, gu = cc - j * n_units, pair = t * p.k + j, e = p.ids[pair];
+            const float wt = c < combos && e >= 0 ? p.wsel[pair] : 0.0f;
+            const uint8_t *wr = p.d + (size_t)(e < 0 ? 0 : e) * p.d_stride + (size_t)row * p.d_row;
+            int a[8];
+            ld_unit(p.hq + (size_t)pair * p.n_ff, gu, a);
+            mm_unit w;
+            F::unit(wr + (size_t)(gu / F::UPB) * F::BYTES, gu % F::UPB, w);
+            acc = fmaf(wt, mm_unit_dot<F>(w, a, p.hd[(size_t)pair * n_units + gu]), acc);
+        }
     }
     acc = warp_sum(acc);
     if (lane == 0) p.out[(size_t)t * p.n_out + row] = acc;
