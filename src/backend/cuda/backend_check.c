@@ -479,7 +479,7 @@ static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv,
 /* One decode layer's products and norms in the forward pass's order, where
  * the GPU backend fuses neighbours (backend_cuda.cu):
  *   o = Wo a; x += o, h = norm(x)
- *   q, k, v = Wq h, Wk h, Wv h         (one launch per weight type)
+ *   q, k, v = Wq h, Wk h, Wv h         (one launch per weight type or type pair)
  *   r = Wr h; m = moe(h, r); x += m, h2 = norm(x)   (routing in the MoE kernel)
  * x, h, q, k, v, the router logits, m and h2 compared. tq: wo, q, k; tv: v. */
 static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int64_t qw, int64_t kvw, int n_expert,
@@ -606,8 +606,8 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_rmsnorm(&c, 2048, 1, 0, 1); /* a decode row: quantized for the products too */
     check_rmsnorm(&c, 576, size ? 33 : 3, 0, 1);
     check_rmsnorm(&c, 64, 8, 1, 1);
-    check_rmsnorm(&c, 7168, 2, 1, 1);  /* 32 values per thread */
-    check_rmsnorm(&c, 20000, 1, 0, 1); /* past 8192: more than 256 threads */
+    check_rmsnorm(&c, 7168, 2, 1, 1);  /* wide rows: several values per thread */
+    check_rmsnorm(&c, 20000, 1, 0, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 0);
     check_rope(&c, 5, 2, 128, 30000, 1e6f, 0.25f, 1);
@@ -617,6 +617,8 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 0, 0, 0);
         check_qkv_prep(&c, (st_kv_type)t, 7, 8, 2, 64, 0, 0, 1); /* llama 3.1-like */
         if (size) check_qkv_prep(&c, (st_kv_type)t, 40, 16, 4, 256, 1, 1, 0);
+        check_qkv_prep(&c, (st_kv_type)t, 3, 8, 2, 128, 1, 1, 0); /* qwen3's heads */
+        check_qkv_prep(&c, (st_kv_type)t, 3, 6, 2, 96, 0, 0, 0);  /* pairs past a lane's first 32 */
     }
     for (int t = 0; t < 2; t++) {
         check_attention(&c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);

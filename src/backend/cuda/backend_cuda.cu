@@ -31,7 +31,7 @@
  *    is not launched when it is queued but held as pending; products of the
  *    same input that follow join it, and the next other op launches them,
  *    one launch per weight type, or one for two types that share a launch
- *    (cuda_matmul_jobs: v in Q6_K with q and k in Q4_K). Every other entry point
+ *    (cuda_matmul_jobs: v in Q6_K with q and k in Q4_K or Q5_K). Every other entry point
  *    launches what is pending first (pend_flush), so the ops still run in
  *    the forward pass's order, with the same results;
  *  - the MoE routes inside its first kernel (mmv_moe.h) instead of a

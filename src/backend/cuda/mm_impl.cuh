@@ -42,8 +42,9 @@ struct mm_mmv_args {
     const int32_t *ids, *xrow; /* PAIRS */
     const int32_t *rec;       /* REC */
     int n_groups;
-    /* DENSE only: more matrices of the same type and input in this launch
-     * (cuda_matmul_jobs): blocks from more[i].blk0 on take matrix i + 1 */
+    /* DENSE only: more matrices of the same input in this launch
+     * (cuda_matmul_jobs): blocks from more[i].blk0 on take matrix i + 1, of
+     * type `type`, or of `type2` from more[t2] on */
     int n_more;
     int t2; /* more[t2..] are of type type2 (t2 == n_more: none) */
     qt_type type2;

@@ -27,7 +27,7 @@ static void mmv_f_split_go(const mm_mmv_args *a, cudaStream_t s) {
               *a);
 }
 
-/* Few rows in all (under 1024: fewer than 8 warps per multiprocessor of a
+/* Few rows in all (up to 1024: fewer than 8 warps per multiprocessor of a
  * large card at a warp per row): the split kernel. */
 template <typename WT>
 static int mmv_f_split(const mm_mmv_args *a, int nt, cudaStream_t s) {

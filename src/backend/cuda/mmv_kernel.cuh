@@ -1,7 +1,8 @@
 /* The matrix-vector kernels (see mmv.cu for the design), as templates over
  * the weight type T, the tokens per pass NT and the rows per warp R. The
- * instantiations are spread over mmv_legacy.cu, mmv_k.cu, mmv_iq.cu and
- * mmv_float.cu so that they compile in parallel.
+ * instantiations are spread over mmv_legacy.cu, mmv_k.cu, mmv_iq.cu,
+ * mmv_float.cu and mmv_pair.cu (two types in one launch) so that they
+ * compile in parallel.
  *
  * R rows per warp: every lane loads its unit's int8 activations once and
  * uses them for R rows. With R = 1 the activations (32 bytes + 8 of scales

@@ -316,7 +316,7 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
                    int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s) {
     const int rows = n_tok * (n_head + 2 * kv->n_head_kv);
     if (rows <= 0) return;
-    ST_ASSERT(kv->head_dim <= 512);
+    ST_ASSERT(kv->head_dim <= 512 && kv->head_dim % 2 == 0); /* whole rotary pairs (model_load checks it) */
     const dim3 g((unsigned)st_div_up((size_t)rows, PREP_WARPS)), b(PREP_WARPS * 32);
     if (kv->head_dim <= 128)
         st_launch(qkv_prep_kernel<2>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,
