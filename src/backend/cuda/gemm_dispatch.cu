@@ -223,13 +223,13 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
             return -1;
         }
     }
-    if (tb != ta && mmv_pair_supported(tb, ta)) {
+    if (tb != ta && !mmv_pair_supported(ta, tb)) {
+        if (!mmv_pair_supported(tb, ta)) {
+            st_error_set("cuda_matmul_jobs: weight types %d and %d do not share a launch", (int)ta, (int)tb);
+            return -1;
+        }
         const qt_type t = ta;
         ta = tb, tb = t;
-    }
-    if (tb != ta && !mmv_pair_supported(ta, tb)) {
-        st_error_set("cuda_matmul_jobs: weight types %d and %d do not share a launch", (int)ta, (int)tb);
-        return -1;
     }
     const cuda_mm_job *ord[CUDA_MM_MAX_JOBS];
     int n_a = 0;

@@ -255,9 +255,9 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
     __shared__ float part[MMV_WARPS][NT];
     const int row = blockIdx.x, tid = threadIdx.y * 32 + threadIdx.x;
     const mm_group<NT> g = mm_group_get<NT>(p);
-    float acc[1][NT];
+    float acc[NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[0][t] = 0.0f;
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
     if (g.e >= 0) {
         const WT *wr = (const WT *)(mm_matrix(p, mm_mat_of(p), g.e) + (size_t)row * p.row_bytes);
 #pragma unroll 4
@@ -270,14 +270,14 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
                     float xv[8];
                     mm_load8(p.x + (size_t)g.arow[t] * p.n_in + i, xv);
 #pragma unroll
-                    for (int j = 0; j < 8; j++) acc[0][t] = fmaf(w[j], xv[j], acc[0][t]);
+                    for (int j = 0; j < 8; j++) acc[t] = fmaf(w[j], xv[j], acc[t]);
                 }
             }
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        const float v = warp_sum(acc[0][t]);
+        const float v = warp_sum(acc[t]);
         if (threadIdx.x == 0) part[threadIdx.y][t] = v;
     }
     __syncthreads();

@@ -153,8 +153,25 @@ void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim,
     st_launch(rmsnorm_kernel, dim3((unsigned)n_rows), dim3(th), 0, s, x, res, w, y, dim, eps, aq, ad);
 }
 
-/* One thread per rotated pair. The angle is formed in double as on the CPU:
- * at positions of tens of thousands a float angle would drift visibly. */
+/* Rotary pair p of a head of hd values: its two places (p and p + hd/2 when
+ * neox, 2p and 2p + 1 otherwise). */
+static __device__ __forceinline__ int2 rope_places(int p, int hd, int neox) {
+    return neox ? make_int2(p, p + hd / 2) : make_int2(2 * p, 2 * p + 1);
+}
+
+/* Cosine and sine of pair p at position pos. The angle is formed in double
+ * as on the CPU: at positions of tens of thousands a float angle would
+ * drift visibly. freq_div: per-pair divisors, or NULL. */
+static __device__ __forceinline__ void rope_cs(int pos, int p, int hd, float theta, float freq_scale,
+                                               const float *freq_div, float *c, float *sn) {
+    double a = (double)pos * freq_scale * pow((double)theta, -2.0 * p / hd);
+    if (freq_div) a /= freq_div[p];
+    double sd, cd;
+    sincos(a, &sd, &cd);
+    *c = (float)cd, *sn = (float)sd;
+}
+
+/* One thread per rotated pair. */
 static __global__ void rope_kernel(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
                                    float freq_scale, int neox) {
     int half = head_dim / 2;
@@ -163,13 +180,13 @@ static __global__ void rope_kernel(float *x, int n_tok, int n_heads, int head_di
     int i = (int)(idx % half);
     int64_t th = idx / half;
     int t = (int)(th / n_heads);
-    double a = (double)(pos0 + t) * freq_scale * pow((double)theta, -2.0 * i / head_dim);
-    float c = (float)cos(a), sn = (float)sin(a);
+    float c, sn;
+    rope_cs(pos0 + t, i, head_dim, theta, freq_scale, NULL, &c, &sn);
     float *v = x + th * head_dim;
-    int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-    float p = v[i0], q = v[i1];
-    v[i0] = p * c - q * sn;
-    v[i1] = p * sn + q * c;
+    const int2 at = rope_places(i, head_dim, neox);
+    float p = v[at.x], q = v[at.y];
+    v[at.x] = p * c - q * sn;
+    v[at.y] = p * sn + q * c;
 }
 
 void cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta, float freq_scale, int neox,
@@ -229,8 +246,8 @@ void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, i
  * the norm weights are given) and rotated without a round trip through
  * memory; k and v rows go to the cache as in kv_store. The position comes
  * from dpos (a recorded decode step) or pos0. Formulas as in
- * rmsnorm_kernel, rope_kernel and the kv store kernels (the angle in
- * double, as on the CPU). PP: pairs per lane (hd <= 64 * PP). */
+ * rmsnorm_kernel, rope_kernel (rope_cs, rope_places) and the kv store
+ * kernels. PP: pairs per lane (hd <= 64 * PP). */
 #define PREP_WARPS 4
 template <int PP>
 static __global__ void __launch_bounds__(PREP_WARPS * 32)
@@ -249,11 +266,12 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
     float v0[PP], v1[PP], w0[PP], w1[PP];
 #pragma unroll
     for (int i = 0; i < PP; i++) {
-        const int p = lane + 32 * i, i0 = neox ? p : 2 * p, i1 = neox ? p + half : 2 * p + 1;
+        const int p = lane + 32 * i;
+        const int2 at = rope_places(p, hd, neox);
         v0[i] = v1[i] = 0.0f, w0[i] = w1[i] = 1.0f;
         if (p < half) {
-            v0[i] = src[i0], v1[i] = src[i1];
-            if (nw) w0[i] = nw[i0], w1[i] = nw[i1];
+            v0[i] = src[at.x], v1[i] = src[at.y];
+            if (nw) w0[i] = nw[at.x], w1[i] = nw[at.y];
         }
     }
     if (kind < 2) {
@@ -269,18 +287,16 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
             const int p = lane + 32 * i;
             if (p >= half) continue;
             const float p0 = nw ? v0[i] * sc * w0[i] : v0[i], p1 = nw ? v1[i] * sc * w1[i] : v1[i];
-            double a = (double)pos * freq_scale * pow((double)theta, -2.0 * p / hd);
-            if (freq_div) a /= freq_div[p];
-            double sd, cd;
-            sincos(a, &sd, &cd);
-            const float c = (float)cd, sn = (float)sd;
+            float c, sn;
+            rope_cs(pos, p, hd, theta, freq_scale, freq_div, &c, &sn);
             v0[i] = p0 * c - p1 * sn;
             v1[i] = p0 * sn + p1 * c;
         }
 #pragma unroll
         for (int i = 0; i < PP; i++) { /* q and k rows are written back rotated (k for the prompt attention too) */
             const int p = lane + 32 * i;
-            if (p < half) src[neox ? p : 2 * p] = v0[i], src[neox ? p + half : 2 * p + 1] = v1[i];
+            const int2 at = rope_places(p, hd, neox);
+            if (p < half) src[at.x] = v0[i], src[at.y] = v1[i];
         }
         if (kind == 0) return;
     }
@@ -291,9 +307,10 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < PP; i++) {
             const int p = lane + 32 * i;
+            const int2 at = rope_places(p, hd, neox);
             if (p >= half) continue;
-            ((uint16_t *)base)[off + (neox ? p : 2 * p)] = __half_as_ushort(__float2half_rn(v0[i]));
-            ((uint16_t *)base)[off + (neox ? p + half : 2 * p + 1)] = __half_as_ushort(__float2half_rn(v1[i]));
+            ((uint16_t *)base)[off + at.x] = __half_as_ushort(__float2half_rn(v0[i]));
+            ((uint16_t *)base)[off + at.y] = __half_as_ushort(__float2half_rn(v1[i]));
         }
         return;
     }
@@ -306,9 +323,10 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < PP; i++) {
         const int p = lane + 32 * i;
+        const int2 at = rope_places(p, hd, neox);
         if (p >= half) continue;
-        ((int8_t *)base)[off + (neox ? p : 2 * p)] = (int8_t)__float2int_rn(__fmul_rn(v0[i], id));
-        ((int8_t *)base)[off + (neox ? p + half : 2 * p + 1)] = (int8_t)__float2int_rn(__fmul_rn(v1[i], id));
+        ((int8_t *)base)[off + at.x] = (int8_t)__float2int_rn(__fmul_rn(v0[i], id));
+        ((int8_t *)base)[off + at.y] = (int8_t)__float2int_rn(__fmul_rn(v1[i], id));
     }
 }
 
