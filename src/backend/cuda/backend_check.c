@@ -516,16 +516,17 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
     }
     const double ms = now_ms() - t0;
     static const char *nm[] = {"x", "h2", "", "", "o", "h", "q", "k", "v", "router", "moe"};
-    double e = 0;
-    char worst[16] = "";
+    double e = 0, e2 = 0; /* the worst and the next */
+    const char *worst = "", *next = "";
     for (int i = 0; i < 11; i++) {
         if (i == N1 || i == N2) continue;
         const size_t n = i == A ? nx : sz[i]; /* h2 fills the first n_tok x dim values of a */
         const double ei = cmp_bufs(c, b[i][0], b[i][1], n);
-        if (ei > e || !worst[0]) e = ei, snprintf(worst, sizeof worst, "%s", nm[i]);
+        if (ei > e || !worst[0]) e2 = e, next = worst, e = ei, worst = nm[i];
+        else if (ei > e2 || !next[0]) e2 = ei, next = nm[i];
     }
-    report(c, "decode layer", e, 2e-3, ms, "%s/%s, %lld wide, %d tokens, top-%d of %d (worst: %s)", qt_get(tq)->name,
-           qt_get(tv)->name, (long long)dim, n_tok, k, n_expert, worst);
+    report(c, "decode layer", e, 2e-3, ms, "%s/%s, %lld wide, %d tokens, top-%d of %d (worst: %s; next: %s %.2g)",
+           qt_get(tq)->name, qt_get(tv)->name, (long long)dim, n_tok, k, n_expert, worst, next, e2);
     for (int i = 0; i < 11; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
     st_free(hx), st_free(ha), st_free(hn), st_free(hn2);
     wpair *all[] = {&wo, &wq, &wk, &wv, &wr, &g, &u, &d};

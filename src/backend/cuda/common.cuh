@@ -67,6 +67,30 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* Sum and max over a one-dimensional block; every thread gets the result.
+ * red: ST_WARP floats of shared memory (reusable right after the call). */
+template <typename Op>
+static __device__ __forceinline__ float block_reduce(float v, float *red, Op op, float id) {
+    const int lane = threadIdx.x % ST_WARP, w = threadIdx.x / ST_WARP, nw = (blockDim.x + ST_WARP - 1) / ST_WARP;
+#pragma unroll
+    for (int o = ST_WARP / 2; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(ST_FULL_MASK, v, o));
+    __syncthreads(); /* red may still be read by a previous call */
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : id;
+#pragma unroll
+    for (int o = ST_WARP / 2; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(ST_FULL_MASK, v, o));
+    return v;
+}
+struct op_add {
+    __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct op_max {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+static __device__ __forceinline__ float block_sum(float v, float *red) { return block_reduce(v, red, op_add(), 0.0f); }
+static __device__ __forceinline__ float block_max(float v, float *red) { return block_reduce(v, red, op_max(), -INFINITY); }
+
 /* The int8 blocks of 32 the matrix-vector products read (mm_quantize_act's
  * formula: d = amax / 127, q = round(v * 127 / amax), and (d, d * sum q) per
  * block), written by a producer op as it writes v: a whole warp holds one

@@ -81,6 +81,8 @@
 #define cudaFuncSetAttribute hipFuncSetAttribute
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #define cudaDriverGetVersion hipDriverGetVersion
+#define cudaDeviceGetAttribute hipDeviceGetAttribute
+#define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 
 /* hipBLAS is optional: Debian (bookworm, ROCm 5.2) packages hipcc and the

@@ -8,6 +8,8 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mm.h"
 
+#define MMV_WARPS 4 /* warps per block of the matrix-vector kernels (mmv_kernel.cuh) */
+
 /* The unit formats of quant_cuda.cuh, for the launchers' switches: X(T) per type. */
 #define MM_QUANT_TYPES(X)                                                                                    \
     X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) X(QT_Q8_0) X(QT_Q2_K) X(QT_Q3_K) X(QT_Q4_K) X(QT_Q5_K)      \

@@ -62,14 +62,24 @@ int cuda_mm_force_rows(int r) {
  * fewer warps. Measured on an H200 (docs/cuda-kernels.md): no change for the
  * 4-bit formats, 5-12% faster for the i-quants and Q8_0 on large matrices,
  * slower for F16/BF16; so R = 1 for floats, and for quantized weights R
- * grows only when enough rows remain to fill the card. */
+ * grows only when enough rows remain to fill the card. It also grows while
+ * the blocks would not all be resident at once (taken as 8 blocks of 4 warps
+ * per multiprocessor; the kernels' registers allow 8 to 10): a decode
+ * product is one memory round trip per warp, and a second, partial wave of
+ * blocks costs a second one (q, k and v of the 30B-A3B, 5120 rows: 1280
+ * blocks where an H200 holds 1188, 7.9 us). */
 static int mm_rows_per_warp(const mm_mmv_args *a, int nt) {
     if (g_force_rows) return g_force_rows;
     if (nt > 2 || mm_is_float(a->type)) return 1;
     int64_t rows = a->n_out;
     for (int i = 0; i < a->n_more; i++) rows += a->more[i].n_out;
     rows *= a->n_groups;
-    return rows >= 16384 ? 4 : rows >= 8192 ? 2 : 1;
+    int r = rows >= 16384 ? 4 : rows >= 8192 ? 2 : 1;
+    int dev = 0, n_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    while (r < 4 && rows > (int64_t)n_sm * 8 * MMV_WARPS * r) r *= 2;
+    return r;
 }
 
 int mm_mmv_launch(const mm_mmv_args *a, cudaStream_t s) {

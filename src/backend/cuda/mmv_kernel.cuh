@@ -16,8 +16,6 @@
 #include "backend/cuda/mm_impl.cuh"
 #include "backend/cuda/quant_cuda.cuh"
 
-#define MMV_WARPS 4 /* warps per CTA */
-
 template <int NT>
 struct mm_group {
     int e, n;

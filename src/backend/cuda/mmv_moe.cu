@@ -48,10 +48,9 @@ static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel
     const int n_units = p.n_in / 32;
     int e;
     if (p.logits) { /* every block routes its token (route.cuh): no routing kernel before this one */
-        __shared__ float probs[ROUTE_MAX_EXPERT], rw[ROUTE_MAX_EXPERT];
+        __shared__ float probs[ROUTE_MAX_EXPERT], rw[ROUTE_MAX_EXPERT], red[ST_WARP];
         __shared__ int32_t rsel[ROUTE_MAX_EXPERT];
-        if (warp == 0) route_warp(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.norm_topk, probs, rsel, rw);
-        __syncthreads();
+        route_block(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.norm_topk, probs, red, rsel, rw);
         const int j = pair - t * p.k;
         e = rsel[j];
         if (blockIdx.x == 0 && threadIdx.x == 0) { /* for the down kernel */

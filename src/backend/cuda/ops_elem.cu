@@ -109,16 +109,6 @@ void cuda_scratch_free(cuda_scratch *sc) {
 }
 
 /* Sum over a block of up to 1024 threads; every thread gets the total. red holds 32 floats. */
-static __device__ float block_sum(float v, float *red) {
-    int lane = threadIdx.x % ST_WARP, w = threadIdx.x / ST_WARP, nw = (blockDim.x + ST_WARP - 1) / ST_WARP;
-    v = warp_sum(v);
-    __syncthreads(); /* red may still be read by a previous call */
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    v = lane < nw ? red[lane] : 0.0f;
-    return warp_sum(v);
-}
-
 /* One block per row: sum of squares, then scale. In place is safe: each
  * thread writes only the values it read, after the block's sum is known.
  * With res: x += res first (written back by the thread that read it).
@@ -386,27 +376,25 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
     st_launch(scale_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, x, sc, n);
 }
 
-/* One warp per token (route.cuh). */
-static __global__ void moe_route_kernel(const float *logits, int n_tok, int n_expert, int k, int norm_topk,
-                                        int32_t *sel, float *wsel, int32_t *xrow) {
+/* One block per token (route.cuh). */
+static __global__ void moe_route_kernel(const float *logits, int n_expert, int k, int norm_topk, int32_t *sel,
+                                        float *wsel, int32_t *xrow) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
-    extern __shared__ float probs[]; /* [warps per block][n_expert] */
-    const int wib = threadIdx.x / ST_WARP, lane = threadIdx.x % ST_WARP;
-    const int t = blockIdx.x * (blockDim.x / ST_WARP) + wib;
-    if (t >= n_tok) return;
-    route_warp(logits + (size_t)t * n_expert, n_expert, k, norm_topk, probs + (size_t)wib * n_expert, sel + t * k,
-               wsel + t * k);
-    if (xrow)
-        for (int j = lane; j < k; j += ST_WARP) xrow[t * k + j] = t;
+    extern __shared__ float probs[]; /* [n_expert] */
+    __shared__ float red[ST_WARP];
+    const int t = blockIdx.x;
+    route_block(logits + (size_t)t * n_expert, n_expert, k, norm_topk, probs, red, sel + (size_t)t * k,
+                wsel + (size_t)t * k);
+    if (xrow && (int)threadIdx.x < k) xrow[(size_t)t * k + threadIdx.x] = t;
 }
 
 void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel, float *wsel,
                     int32_t *xrow, cudaStream_t s) {
     if (n_tok <= 0) return;
-    const int warps = 4;
-    const size_t smem = (size_t)warps * n_expert * sizeof(float);
-    st_launch(moe_route_kernel, dim3(st_div_up((size_t)n_tok, (size_t)warps)), dim3(warps * ST_WARP), smem, s, logits,
-              n_tok, n_expert, k, norm_topk, sel, wsel, xrow);
+    const int th = n_expert >= 256 ? 256 : n_expert > 32 ? (n_expert + 31) / 32 * 32 : 32;
+    ST_ASSERT(k <= th);
+    st_launch(moe_route_kernel, dim3((unsigned)n_tok), dim3(th), (size_t)n_expert * sizeof(float), s, logits,
+              n_expert, k, norm_topk, sel, wsel, xrow);
 }
 
 static __global__ void gather_kernel(float *dst, const float *src, const int32_t *tok, int64_t dim, int64_t n) {

@@ -1,60 +1,60 @@
-/* MoE routing of one token by one warp: softmax over the router logits,
- * then k rounds of warp argmax (ties to the lower id, as on the CPU),
+/* MoE routing of one token by one block: softmax over the router logits,
+ * then each expert's rank among them (a higher probability first, ties to
+ * the lower id, as on the CPU); the k of rank below k are the choices;
  * optional renormalisation. Used by the routing kernel (ops_elem.cu) and by
  * the fused decode MoE kernel (mmv_moe.cu), whose blocks each route their
  * token instead of waiting for a routing kernel.
+ *
+ * Ranks instead of k rounds of a warp argmax: every thread finds its
+ * experts' ranks at once (reads of shared memory that all lanes share), so
+ * the choice costs one pass over the probabilities instead of k dependent
+ * rounds of shuffles. Measured on an H200 (128 experts, top 8, a 1-block
+ * kernel in a CUDA graph): 2.5 us against 4.9 us for the warp rounds.
  */
 #ifndef STRATA_BACKEND_CUDA_ROUTE_CUH
 #define STRATA_BACKEND_CUDA_ROUTE_CUH
 
 #include "backend/cuda/common.cuh"
 
-/* One whole warp: l, the token's n_expert logits; p: n_expert floats of
- * shared memory for this warp; sel, w: the k choices in order of decreasing
- * probability, written by lane 0 (visible to the warp on return). */
-static __device__ void route_warp(const float *l, int n_expert, int k, int norm_topk, float *p, int32_t *sel,
-                                  float *w) {
-    const int lane = threadIdx.x % ST_WARP;
+/* Every thread of a one-dimensional block calls it (it synchronises the
+ * block). l: the token's n_expert logits; p: n_expert floats of shared
+ * memory; red: ST_WARP floats of shared memory; sel, w: k entries of shared
+ * memory, the choices in order of decreasing probability, visible to the
+ * block on return. A NaN probability is never chosen; a place no expert
+ * takes (fewer than k numbers) is left as id -1, weight 0. */
+static __device__ void route_block(const float *l, int n_expert, int k, int norm_topk, float *p, float *red,
+                                   int32_t *sel, float *w) {
+    const int tid = threadIdx.x, nth = blockDim.x;
     float mx = -INFINITY;
-    for (int e = lane; e < n_expert; e += ST_WARP) mx = fmaxf(mx, l[e]);
-    mx = warp_max(mx);
+    for (int e = tid; e < n_expert; e += nth) mx = fmaxf(mx, p[e] = l[e]);
+    mx = block_max(mx, red);
     float sum = 0.0f;
-    for (int e = lane; e < n_expert; e += ST_WARP) {
-        p[e] = expf(l[e] - mx);
-        sum += p[e];
+    for (int e = tid; e < n_expert; e += nth) sum += p[e] = expf(p[e] - mx);
+    sum = block_sum(sum, red); /* synchronises: every p[e] is written */
+    if (tid < k) sel[tid] = -1, w[tid] = 0.0f;
+    for (int e = tid; e < n_expert; e += nth) {
+        const float pr = p[e] / sum;
+        p[e] = pr >= 0.0f ? pr : -1.0f; /* NaN: below every probability */
     }
-    sum = warp_sum(sum);
-    __syncwarp();
-    for (int e = lane; e < n_expert; e += ST_WARP) p[e] /= sum;
-    __syncwarp();
-    float wsum = 0.0f;
-    for (int j = 0; j < k; j++) {
-        float bv = -1.0f;
-        int bi = -1;
-        for (int e = lane; e < n_expert; e += ST_WARP)
-            if (p[e] >= 0 && (bi < 0 || p[e] > bv)) {
-                bv = p[e];
-                bi = e;
-            }
-        for (int o = ST_WARP / 2; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(ST_FULL_MASK, bv, o);
-            const int oi = __shfl_xor_sync(ST_FULL_MASK, bi, o);
-            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
-                bv = ov;
-                bi = oi;
-            }
+    __syncthreads();
+    for (int e = tid; e < n_expert; e += nth) {
+        const float pr = p[e];
+        if (pr < 0.0f) continue;
+        int r = 0;
+        for (int f = 0; f < n_expert; f++) {
+            const float q = p[f];
+            r += q > pr || (q == pr && f < e);
         }
-        if (lane == 0) {
-            sel[j] = bi;
-            w[j] = bv;
-            p[bi] = -1.0f;
-        }
-        wsum += bv;
-        __syncwarp();
+        if (r < k) sel[r] = e, w[r] = pr;
     }
-    if (norm_topk && lane == 0)
-        for (int j = 0; j < k; j++) w[j] /= wsum;
-    __syncwarp();
+    __syncthreads();
+    if (norm_topk) {
+        float ws = 0.0f;
+        for (int j = 0; j < k; j++) ws += w[j];
+        __syncthreads(); /* every thread has read w */
+        if (tid < k && ws > 0.0f) w[tid] /= ws;
+        __syncthreads();
+    }
 }
 
 #endif
