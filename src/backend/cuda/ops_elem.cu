@@ -127,7 +127,7 @@ static __global__ void rmsnorm_kernel(float *x, const float *res, const float *w
         ss += v * v;
     }
     ss = block_sum(ss, red);
-    float sc = (float)(1.0 / sqrt((double)ss / dim + eps));
+    const float sc = rsqrtf(ss / dim + eps); /* the CPU's double root to a few float ulps: cheaper on the critical path */
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         const float v = xr[i] * sc * w[i];
         yr[i] = v;
@@ -151,14 +151,16 @@ static __device__ __forceinline__ int2 rope_places(int p, int hd, int neox) {
 
 /* Cosine and sine of pair p at position pos. The angle is formed in double
  * as on the CPU: at positions of tens of thousands a float angle would
- * drift visibly. freq_div: per-pair divisors, or NULL. */
+ * drift visibly. It is then reduced to [-pi, pi] in double and turned in
+ * float (a few float ulps from the CPU's double sincos rounded to float):
+ * double pow and sincos were most of the decode step's qkv_prep kernel.
+ * freq_div: per-pair divisors, or NULL. */
 static __device__ __forceinline__ void rope_cs(int pos, int p, int hd, float theta, float freq_scale,
                                                const float *freq_div, float *c, float *sn) {
-    double a = (double)pos * freq_scale * pow((double)theta, -2.0 * p / hd);
+    const double two_pi = 6.283185307179586476925;
+    double a = (double)pos * freq_scale * exp2(-2.0 * p / hd * log2((double)theta));
     if (freq_div) a /= freq_div[p];
-    double sd, cd;
-    sincos(a, &sd, &cd);
-    *c = (float)cd, *sn = (float)sd;
+    sincosf((float)(a - two_pi * rint(a / two_pi)), sn, c);
 }
 
 /* One thread per rotated pair. */
@@ -270,7 +272,7 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
             float ss = 0.0f;
 #pragma unroll
             for (int i = 0; i < PP; i++) ss += v0[i] * v0[i] + v1[i] * v1[i];
-            sc = (float)(1.0 / sqrt((double)warp_sum(ss) / hd + eps));
+            sc = rsqrtf(warp_sum(ss) / hd + eps);
         }
 #pragma unroll
         for (int i = 0; i < PP; i++) {
