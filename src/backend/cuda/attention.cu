@@ -373,24 +373,34 @@ extern "C" int backend_cuda_set_attn_kernel(int mode) {
 
 /* out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s, M = max m_s, per
  * (token, head); with aq (hd a multiple of 32: whole warps hold each block
- * of 32) also the int8 blocks the next product reads. */
+ * of 32) also the int8 blocks the next product reads. The slices' m and l
+ * are read by the threads together (one round trip, not one per slice) and
+ * their weights kept in shared memory (n_split floats); an empty slice
+ * (weight 0: a recorded step's slices past the position) is skipped. */
 static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, float *out, int8_t *aq,
                                            float2 *ad) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
+    extern __shared__ float wsl[]; /* [n_split] */
+    __shared__ float red[ST_WARP];
     const int h = blockIdx.x, t = blockIdx.y;
-    const float *pp = part + ((size_t)t * n_head + h) * n_split * (size_t)(hd + 2);
+    const size_t st = (size_t)hd + 2;
+    const float *pp = part + ((size_t)t * n_head + h) * n_split * st;
     float M = -INFINITY;
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    for (int s = threadIdx.x; s < n_split; s += blockDim.x) M = fmaxf(M, pp[s * st]);
+    M = block_max(M, red);
     float L = 0.0f;
-    for (int s = 0; s < n_split; s++) {
-        const float ms = pp[(size_t)s * (hd + 2)];
-        if (ms != -INFINITY) L += expf(ms - M) * pp[(size_t)s * (hd + 2) + 1];
+    for (int s = threadIdx.x; s < n_split; s += blockDim.x) {
+        const float ms = pp[s * st], ws = ms != -INFINITY ? expf(ms - M) : 0.0f;
+        wsl[s] = ws;
+        L += ws * pp[s * st + 1];
     }
+    L = block_sum(L, red); /* synchronises: wsl is written */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float v = 0.0f;
+#pragma unroll 4
         for (int s = 0; s < n_split; s++) {
-            const float ms = pp[(size_t)s * (hd + 2)];
-            if (ms != -INFINITY) v += expf(ms - M) * pp[(size_t)s * (hd + 2) + 2 + d];
+            const float ws = wsl[s];
+            if (ws != 0.0f) v += ws * pp[s * st + 2 + d];
         }
         const size_t oi = ((size_t)t * n_head + h) * hd + d;
         out[oi] = v / L;
@@ -443,6 +453,6 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
                   q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     }
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
-    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), 0, s, (const float *)part, n_head,
-              kv->head_dim, n_split, out, aq, ad);
+    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), (size_t)n_split * sizeof(float), s,
+              (const float *)part, n_head, kv->head_dim, n_split, out, aq, ad);
 }

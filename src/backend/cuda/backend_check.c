@@ -525,7 +525,14 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         if (ei > e || !worst[0]) e2 = e, next = worst, e = ei, worst = nm[i];
         else if (ei > e2 || !next[0]) e2 = ei, next = nm[i];
     }
-    report(c, "decode layer", e, 2e-3, ms, "%s/%s, %lld wide, %d tokens, top-%d of %d (worst: %s; next: %s %.2g)",
+    /* 4e-3: the chain holds five quantized-activation steps whose errors
+     * stack, and the CPU reference takes 8-bit activations of its own (256
+     * per scale for the K-quants against the GPU's 32). Measured on an H200
+     * for the 256-wide Q4_K/Q6_K case of seed 2: GPU against the CPU 2.99e-3,
+     * GPU against the CPU with f32 activations (STRATA_PRECISE) 1.31e-3, the
+     * two CPU modes 5.6e-4; the same 2.99e-3 with every fusion off and with
+     * the unfused MoE kernels, so no fusion adds to it. */
+    report(c, "decode layer", e, 4e-3, ms, "%s/%s, %lld wide, %d tokens, top-%d of %d (worst: %s; next: %s %.2g)",
            qt_get(tq)->name, qt_get(tv)->name, (long long)dim, n_tok, k, n_expert, worst, next, e2);
     for (int i = 0; i < 11; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
     st_free(hx), st_free(ha), st_free(hn), st_free(hn2);
