@@ -108,7 +108,6 @@ void cuda_scratch_free(cuda_scratch *sc) {
     sc->bytes = 0;
 }
 
-/* Sum over a block of up to 1024 threads; every thread gets the total. red holds 32 floats. */
 /* One block per row: sum of squares, then scale. In place is safe: each
  * thread writes only the values it read, after the block's sum is known.
  * With res: x += res first (written back by the thread that read it).
