@@ -91,6 +91,14 @@ struct op_max {
 static __device__ __forceinline__ float block_sum(float v, float *red) { return block_reduce(v, red, op_add(), 0.0f); }
 static __device__ __forceinline__ float block_max(float v, float *red) { return block_reduce(v, red, op_max(), -INFINITY); }
 
+/* The int8 KV cache's rows (kv_store, qkv_prep): per (position, KV head)
+ * the scale d = amax / 127, each value round(v * (1 / d)); read back as d * q. */
+static __device__ __forceinline__ float kv_q8_inv(float amax, float *d) {
+    *d = amax / 127.0f;
+    return *d > 0 ? 1.0f / *d : 0.0f;
+}
+static __device__ __forceinline__ int8_t kv_q8(float v, float id) { return (int8_t)__float2int_rn(__fmul_rn(v, id)); }
+
 /* The int8 blocks of 32 the matrix-vector products read (mm_quantize_act's
  * formula: d = amax / 127, q = round(v * 127 / amax), and (d, d * sum q) per
  * block), written by a producer op as it writes v: a whole warp holds one

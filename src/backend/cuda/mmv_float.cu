@@ -32,20 +32,14 @@ static void mmv_f_split_go(const mm_mmv_args *a, cudaStream_t s) {
 template <typename WT>
 static int mmv_f_split(const mm_mmv_args *a, int nt, cudaStream_t s) {
     if ((int64_t)a->n_out * a->n_groups > 1024) return 1;
-    if (nt <= 1) mmv_f_split_go<WT, 1>(a, s);
-    else if (nt <= 2) mmv_f_split_go<WT, 2>(a, s);
-    else if (nt <= 4) mmv_f_split_go<WT, 4>(a, s);
-    else mmv_f_split_go<WT, 8>(a, s);
+    mm_nt_dispatch(nt, [&](auto NT) { mmv_f_split_go<WT, decltype(NT)::value>(a, s); });
     return 0;
 }
 
 template <typename WT, int V>
 static void mmv_f_launch(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
     if (V == 8 && mmv_f_split<WT>(a, nt, s) == 0) return;
-    if (nt <= 1) mmv_f_launch_nt<WT, V, 1>(a, r, s);
-    else if (nt <= 2) mmv_f_launch_nt<WT, V, 2>(a, r, s);
-    else if (nt <= 4) mmv_f_launch_nt<WT, V, 4>(a, r, s);
-    else mmv_f_launch_nt<WT, V, 8>(a, r, s);
+    mm_nt_dispatch(nt, [&](auto NT) { mmv_f_launch_nt<WT, V, decltype(NT)::value>(a, r, s); });
 }
 
 int mmv_launch_float(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {

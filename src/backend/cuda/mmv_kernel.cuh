@@ -13,6 +13,8 @@
 #ifndef STRATA_BACKEND_CUDA_MMV_KERNEL_CUH
 #define STRATA_BACKEND_CUDA_MMV_KERNEL_CUH
 
+#include <type_traits>
+
 #include "backend/cuda/mm_impl.cuh"
 #include "backend/cuda/quant_cuda.cuh"
 
@@ -289,6 +291,16 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
 
 /* ---- launch of one type: NT and R picked by the caller (mmv.cu) ---- */
 
+/* fn(std::integral_constant<int, NT>) for the launch's tokens per pass:
+ * NT = 1, 2, 4 or 8, the least that holds nt (mm_mmv_launch rounds nt so). */
+template <typename Fn>
+static inline void mm_nt_dispatch(int nt, Fn &&fn) {
+    if (nt <= 1) fn(std::integral_constant<int, 1>());
+    else if (nt <= 2) fn(std::integral_constant<int, 2>());
+    else if (nt <= 4) fn(std::integral_constant<int, 4>());
+    else fn(std::integral_constant<int, 8>());
+}
+
 template <int NT, int R>
 static inline dim3 mmv_grid(const mm_mmv_args *a) {
     return dim3(st_div_up((size_t)a->n_out, (size_t)MMV_WARPS * R), (unsigned)a->n_groups);
@@ -331,10 +343,7 @@ static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
 
 template <int T, int T2 = T>
 static void mmv_q_launch(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
-    if (nt <= 1) mmv_q_launch_nt<T, T2, 1>(a, r, s);
-    else if (nt <= 2) mmv_q_launch_nt<T, T2, 2>(a, r, s);
-    else if (nt <= 4) mmv_q_launch_nt<T, T2, 4>(a, r, s);
-    else mmv_q_launch_nt<T, T2, 8>(a, r, s);
+    mm_nt_dispatch(nt, [&](auto NT) { mmv_q_launch_nt<T, T2, decltype(NT)::value>(a, r, s); });
 }
 
 #endif

@@ -5,20 +5,23 @@
  */
 #include "backend/cuda/mmv_kernel.cuh"
 
+/* The pairs (type of the first jobs, type of the rest): X(A, B) each. */
+#define MMV_PAIRS(X) X(QT_Q4_K, QT_Q6_K) X(QT_Q5_K, QT_Q6_K)
+
 int mmv_pair_supported(qt_type a, qt_type b) {
-    return (a == QT_Q4_K || a == QT_Q5_K) && b == QT_Q6_K;
+#define PAIR_IS(A, B) if (a == A && b == B) return 1;
+    MMV_PAIRS(PAIR_IS)
+#undef PAIR_IS
+    return 0;
 }
 
 int mmv_launch_pair(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
-    if (a->type2 != QT_Q6_K) return 1;
-    switch ((int)a->type) {
-    case QT_Q4_K:
-        mmv_q_launch<QT_Q4_K, QT_Q6_K>(a, nt, r, s);
-        return 0;
-    case QT_Q5_K:
-        mmv_q_launch<QT_Q5_K, QT_Q6_K>(a, nt, r, s);
-        return 0;
-    default:
-        return 1;
+#define PAIR_GO(A, B)                             \
+    if (a->type == A && a->type2 == B) {          \
+        mmv_q_launch<A, B>(a, nt, r, s);          \
+        return 0;                                 \
     }
+    MMV_PAIRS(PAIR_GO)
+#undef PAIR_GO
+    return 1;
 }

@@ -205,9 +205,10 @@ static __global__ void kv_int8_kernel(int8_t *dst, float *scale, const float *sr
     float amax = 0;
     for (int i = lane; i < hd; i += ST_WARP) amax = fmaxf(amax, fabsf(s[i]));
     amax = warp_max(amax);
-    float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    float d;
+    const float id = kv_q8_inv(amax, &d);
     if (lane == 0) scale[r] = d;
-    for (int i = lane; i < hd; i += ST_WARP) dst[(size_t)r * hd + i] = (int8_t)__float2int_rn(__fmul_rn(s[i], id));
+    for (int i = lane; i < hd; i += ST_WARP) dst[(size_t)r * hd + i] = kv_q8(s[i], id);
 }
 
 void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0, cudaStream_t s) {
@@ -309,15 +310,16 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < PP; i++) amax = fmaxf(amax, fmaxf(fabsf(v0[i]), fabsf(v1[i]))); /* 0 beyond the row */
     amax = warp_max(amax);
-    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    float d;
+    const float id = kv_q8_inv(amax, &d);
     if (lane == 0) (kind == 1 ? kv.k_scale : kv.v_scale)[(size_t)pos * nkv + h] = d;
 #pragma unroll
     for (int i = 0; i < PP; i++) {
         const int p = lane + 32 * i;
         const int2 at = rope_places(p, hd, neox);
         if (p >= half) continue;
-        ((int8_t *)base)[off + at.x] = (int8_t)__float2int_rn(__fmul_rn(v0[i], id));
-        ((int8_t *)base)[off + at.y] = (int8_t)__float2int_rn(__fmul_rn(v1[i], id));
+        ((int8_t *)base)[off + at.x] = kv_q8(v0[i], id);
+        ((int8_t *)base)[off + at.y] = kv_q8(v1[i], id);
     }
 }
 
