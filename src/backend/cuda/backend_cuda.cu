@@ -35,7 +35,14 @@
  *    launches what is pending first (pend_flush), so the ops still run in
  *    the forward pass's order, with the same results;
  *  - the MoE routes inside its first kernel (mmv_moe.h) instead of a
- *    routing kernel before it.
+ *    routing kernel before it;
+ *  - the residual add and the RMSNorm before the router (the FFN norm): a
+ *    norm whose residual is the output of the one pending product (o) has
+ *    that product add its output into x as it writes it; a one-row norm
+ *    without a residual is then held (pnorm), and a float product of its
+ *    output that follows (the router) normalises x itself in every block
+ *    (cuda_matmul_norm): no norm kernel. Any other next op launches the
+ *    norm first.
  * Decode attention writes its output as the int8 input of the product after
  * it (no quantization kernel there).
  */
@@ -62,15 +69,26 @@ typedef struct {
     st_weight w[CUDA_MM_MAX_JOBS]; /* copies: a caller's st_weight may not outlive the call */
     int64_t mat[CUDA_MM_MAX_JOBS];
     float *y[CUDA_MM_MAX_JOBS];
+    float *y_add[CUDA_MM_MAX_JOBS]; /* or NULL: y also added there (a residual) */
     const float *x;
     int n_tok;
 } pending;
+
+/* A one-row RMSNorm held for the next op (see the top): y = norm(x) * w. */
+typedef struct {
+    int on;
+    float *x, *y;
+    const float *w;
+    int dim;
+    float eps;
+} pending_norm;
 
 /* The fusions, each its own bit of STRATA_CUDA_FUSE (default both) so that
  * each can be measured alone. */
 #define FUSE_JOBS 1  /* products of one input in one launch */
 #define FUSE_ROUTE 2 /* routing in the MoE kernel */
-#define FUSE_ALL 3
+#define FUSE_NORM 4  /* the residual add in the product before a norm, the norm in the float product after it */
+#define FUSE_ALL 7
 
 typedef struct {
     int dev, n_sm, cc_major;
@@ -94,6 +112,7 @@ typedef struct {
     int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
     int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL) */
     pending pend;
+    pending_norm pnorm;
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     cuda_scratch topk; /* top-k candidates */
@@ -108,6 +127,8 @@ static int g_live_backends; /* CUDA backends of the process not yet destroyed */
 static void act_forget(cuda_ctx *c) { c->act_valid = 0; }
 
 static void pend_flush(cuda_ctx *c);
+static void norm_launch(cuda_ctx *c, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                        float eps);
 
 /* What every op but the deferrable ones does first: launch what is pending,
  * and forget the quantized input (the op may write it). */
@@ -256,9 +277,21 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
             pend_flush(c); /* not act_forget: x may be what the scratch holds (a norm's output) */
             p->x = x, p->n_tok = n_tok;
         }
-        p->w[p->n] = *w, p->mat[p->n] = mat, p->y[p->n] = y;
+        p->w[p->n] = *w, p->mat[p->n] = mat, p->y[p->n] = y, p->y_add[p->n] = NULL;
         p->n++;
         return;
+    }
+    if (c->pnorm.on && x == c->pnorm.y && n_tok == 1 && mat == 0 && w->n_in == c->pnorm.dim) { /* the router */
+        const pending_norm nm = c->pnorm;
+        const size_t row = (size_t)nm.dim * sizeof(float), yb = (size_t)w->n_out * sizeof(float);
+        float2 *ad = NULL;
+        int8_t *aq = act_target(c, nm.dim, &ad);
+        if (!overlap(y, yb, nm.x, row) && !overlap(y, yb, nm.y, row) &&
+            cuda_matmul_norm(w, nm.x, nm.w, nm.eps, nm.y, aq, ad, y, c->s) == 0) {
+            c->pnorm.on = 0;
+            if (aq) act_hold(c, nm.y, nm.dim); /* block 0 wrote h's int8 blocks, as the norm would have */
+            return;
+        }
     }
     pend_flush(c);
     matmul_tracked(c, w, mat, x, y, n_tok);
@@ -267,6 +300,10 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
 /* Launches the pending products: those of one weight type together, and with
  * them those of a second type that cuda_matmul_jobs_pair takes in one launch. */
 static void pend_flush(cuda_ctx *c) {
+    if (c->pnorm.on) { /* held before any product was queued: it goes first */
+        c->pnorm.on = 0;
+        norm_launch(c, c->pnorm.x, NULL, c->pnorm.w, c->pnorm.y, c->pnorm.dim, 1, c->pnorm.eps);
+    }
     pending *p = &c->pend;
     const int n_pend = p->n;
     p->n = 0; /* first: the launches below must not come back here */
@@ -280,7 +317,7 @@ static void pend_flush(cuda_ctx *c) {
             if (!done[j] && cuda_matmul_jobs_pair(p->w[i].type, p->w[j].type)) t2 = p->w[j].type;
         for (int j = i; j < n_pend; j++)
             if (!done[j] && (p->w[j].type == p->w[i].type || p->w[j].type == t2)) {
-                jobs[n].w = &p->w[j], jobs[n].mat = p->mat[j], jobs[n].y = p->y[j];
+                jobs[n].w = &p->w[j], jobs[n].mat = p->mat[j], jobs[n].y = p->y[j], jobs[n].y_add = p->y_add[j];
                 n++;
                 done[j] = 1;
             }
@@ -292,14 +329,29 @@ static void pend_flush(cuda_ctx *c) {
 
 /* Decode-sized rows are quantized as they are written, for the product that
  * follows (q/k/v, the router or the experts, the output head). */
-static void cu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
-                       float eps) {
-    cuda_ctx *c = CTX(be);
-    op_begin(c);
+static void norm_launch(cuda_ctx *c, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                        float eps) {
     float2 *ad = NULL;
     int8_t *aq = n_rows <= MM_MMV_MAX_TOK ? act_target(c, (int64_t)dim * n_rows, &ad) : NULL;
     cuda_rmsnorm(x, res, w, y, dim, n_rows, eps, aq, ad, c->s);
     if (aq) act_hold(c, y, (int64_t)dim * n_rows);
+}
+
+static void cu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                       float eps) {
+    cuda_ctx *c = CTX(be);
+    pending *p = &c->pend;
+    const size_t row = (size_t)dim * sizeof(float);
+    if ((c->fuse & FUSE_NORM) && res && n_rows == 1 && p->n == 1 && p->n_tok == 1 && p->y[0] == res &&
+        p->w[0].n_out == dim && !overlap(x, row, res, row) && !overlap(x, row, p->x, (size_t)p->w[0].n_in * 4))
+        p->y_add[0] = x, res = NULL; /* the pending product adds its output into x: the residual add done there */
+    op_begin(c);
+    if ((c->fuse & FUSE_NORM) && !res && n_rows == 1 && !overlap(x, row, y, row)) {
+        pending_norm *nm = &c->pnorm; /* for the float product after it, or pend_flush */
+        nm->on = 1, nm->x = x, nm->y = y, nm->w = w, nm->dim = dim, nm->eps = eps;
+        return;
+    }
+    norm_launch(c, x, res, w, y, dim, n_rows, eps);
 }
 
 static void cu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,

@@ -67,11 +67,13 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* Sum and max over a one-dimensional block; every thread gets the result.
- * red: ST_WARP floats of shared memory (reusable right after the call). */
+/* Sum and max over a block (x and y dimensions; whole warps); every thread
+ * gets the result. red: ST_WARP floats of shared memory (reusable right
+ * after the call). */
 template <typename Op>
 static __device__ __forceinline__ float block_reduce(float v, float *red, Op op, float id) {
-    const int lane = threadIdx.x % ST_WARP, w = threadIdx.x / ST_WARP, nw = (blockDim.x + ST_WARP - 1) / ST_WARP;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nth = blockDim.x * blockDim.y;
+    const int lane = tid % ST_WARP, w = tid / ST_WARP, nw = (nth + ST_WARP - 1) / ST_WARP;
 #pragma unroll
     for (int o = ST_WARP / 2; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(ST_FULL_MASK, v, o));
     __syncthreads(); /* red may still be read by a previous call */

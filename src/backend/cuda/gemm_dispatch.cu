@@ -257,12 +257,14 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
     if (!sc) return -1;
     if (!act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
     mm_mmv_args a = mm_dense_args(w0, st_weight_mat(w0, ord[0]->mat), sc, x, ord[0]->y, 0, n_tok);
+    a.y_add = ord[0]->y_add;
     a.n_more = n_jobs - 1;
     a.t2 = tb != ta ? n_a - 1 : a.n_more;
     a.type2 = tb;
     for (int i = 1; i < n_jobs; i++) {
         a.more[i - 1].w = (const uint8_t *)st_weight_mat(ord[i]->w, ord[i]->mat);
         a.more[i - 1].y = ord[i]->y;
+        a.more[i - 1].y_add = ord[i]->y_add;
         a.more[i - 1].row_bytes = ord[i]->w->row_bytes;
         a.more[i - 1].n_out = (int)ord[i]->w->n_out;
     }

@@ -39,6 +39,15 @@ struct mm_mmv_args {
     const float2 *ad;         /* their (scale, scale*sum) per 32 [rows][n_in/32] */
     const float *x;           /* f32 activations [rows][n_in] (float formats) */
     float *y;                 /* [rows][n_out] */
+    float *y_add;             /* or NULL: y also added into it (matrix 0; more[i].y_add for the others) */
+    /* nx (or NULL): x = RMSNorm(nx) with weights nw, computed by every block
+     * (the split float kernel, one token); block 0 writes it to ny and, with
+     * naq, its int8 blocks to naq / nad */
+    const float *nx, *nw;
+    float neps;
+    float *ny;
+    int8_t *naq;
+    float2 *nad;
     mm_groups groups;
     int mat, n_tok;           /* DENSE */
     const int32_t *ids, *xrow; /* PAIRS */
@@ -52,7 +61,7 @@ struct mm_mmv_args {
     qt_type type2;
     struct {
         const uint8_t *w;
-        float *y;
+        float *y, *y_add;
         size_t row_bytes;
         int n_out;
         unsigned blk0;

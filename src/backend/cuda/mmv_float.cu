@@ -3,6 +3,8 @@
  * need every weight row and x row to start 16-byte aligned; otherwise the
  * one-element kernel runs.
  */
+#include <string.h>
+
 #include "backend/cuda/mmv_kernel.cuh"
 
 template <typename WT, int V, int NT>
@@ -57,4 +59,24 @@ int mmv_launch_float(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
     default:
         return 1;
     }
+}
+
+int cuda_matmul_norm(const st_weight *w, const float *x, const float *nw, float eps, float *h, int8_t *aq,
+                     float2 *ad, float *y, cudaStream_t s) {
+    const size_t smem = (size_t)w->n_in * sizeof(float);
+    if (w->type != QT_F32 || !w->data || w->mat || w->n_in % 32 != 0 || w->row_bytes % 16 != 0 || w->n_out > 1024 ||
+        smem > 48 * 1024 || (uintptr_t)x % 16 != 0)
+        return 1;
+    mm_mmv_args a;
+    memset(&a, 0, sizeof(a));
+    a.type = w->type;
+    a.w = (const uint8_t *)w->data;
+    a.row_bytes = w->row_bytes;
+    a.n_in = (int)w->n_in, a.n_out = (int)w->n_out;
+    a.y = y;
+    a.nx = x, a.nw = nw, a.neps = eps, a.ny = h, a.naq = aq, a.nad = ad;
+    a.groups = MM_GROUPS_DENSE;
+    a.n_tok = 1, a.n_groups = 1;
+    st_launch(mmv_f_split_kernel<float, 1, true>, dim3((unsigned)a.n_out), dim3(32, MMV_WARPS), smem, s, a);
+    return 0;
 }

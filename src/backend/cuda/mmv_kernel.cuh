@@ -57,16 +57,17 @@ static __device__ __forceinline__ mm_group<NT> mm_group_get(const mm_mmv_args &p
  * one input, DENSE), with the block's index within that matrix's blocks. */
 struct mm_mat {
     const uint8_t *w;
-    float *y;
+    float *y, *y_add;
     size_t row_bytes;
     int n_out, bx;
 };
 
 static __device__ __forceinline__ mm_mat mm_mat_of(const mm_mmv_args &p) {
-    mm_mat m = {p.w, p.y, p.row_bytes, p.n_out, (int)blockIdx.x};
+    mm_mat m = {p.w, p.y, p.y_add, p.row_bytes, p.n_out, (int)blockIdx.x};
     for (int i = 0; i < p.n_more; i++)
         if (blockIdx.x >= p.more[i].blk0)
-            m = {p.more[i].w, p.more[i].y, p.more[i].row_bytes, p.more[i].n_out, (int)(blockIdx.x - p.more[i].blk0)};
+            m = {p.more[i].w, p.more[i].y, p.more[i].y_add, p.more[i].row_bytes, p.more[i].n_out,
+                 (int)(blockIdx.x - p.more[i].blk0)};
     return m;
 }
 
@@ -75,7 +76,8 @@ static __device__ __forceinline__ const uint8_t *mm_matrix(const mm_mmv_args &p,
 }
 
 /* Writes the warp's sums (lane 0), or zeros for an expert handled elsewhere
- * (acc stays 0 then). */
+ * (acc stays 0 then); adds them into y_add too when given (one lane writes
+ * each row: no race). */
 template <int NT, int R>
 static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_mat &m, const mm_group<NT> &g, int row0,
                                                 float (&acc)[R][NT]) {
@@ -88,7 +90,11 @@ static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_m
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int t = 0; t < NT; t++)
-                if (t < g.n && row0 + r < m.n_out) m.y[(size_t)g.orow[t] * m.n_out + row0 + r] = acc[r][t];
+                if (t < g.n && row0 + r < m.n_out) {
+                    const size_t o = (size_t)g.orow[t] * m.n_out + row0 + r;
+                    m.y[o] = acc[r][t];
+                    if (m.y_add) m.y_add[o] += acc[r][t];
+                }
     }
 }
 
@@ -248,13 +254,39 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_m
  * row, the row split across all of its lanes, so that every lane's loads are
  * in flight at once; a warp per row left 32 blocks, each lane waiting two
  * memory latencies in turn (5.7 us on an H200 for the router above). Needs
- * the 8-wide loads (V = 8). */
-template <typename WT, int NT>
+ * the 8-wide loads (V = 8).
+ * NORM (one token): x = RMSNorm(p.nx), made by each block in shared memory
+ * (p.n_in floats of dynamic shared memory) instead of by a norm kernel
+ * before; block 0 also writes it out (p.ny, and p.naq / p.nad). */
+template <typename WT, int NT, bool NORM = false>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(const mm_mmv_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ float part[MMV_WARPS][NT];
     const int row = blockIdx.x, tid = threadIdx.y * 32 + threadIdx.x;
     const mm_group<NT> g = mm_group_get<NT>(p);
+    const float *xin = p.x;
+    if constexpr (NORM) {
+        static_assert(NT == 1, "the norm prologue is for one token");
+        extern __shared__ float hs[];
+        __shared__ float red[ST_WARP];
+        float ss = 0.0f;
+        for (int i = tid; i < p.n_in; i += 32 * MMV_WARPS) {
+            const float v = p.nx[i];
+            hs[i] = v;
+            ss += v * v;
+        }
+        const float sc = rsqrtf(block_sum(ss, red) / p.n_in + p.neps); /* rmsnorm_kernel's formula */
+        for (int i = tid; i < p.n_in; i += 32 * MMV_WARPS) { /* whole warps hold each block of 32 */
+            const float v = hs[i] * sc * p.nw[i];
+            hs[i] = v;
+            if (blockIdx.x == 0) {
+                p.ny[i] = v;
+                if (p.naq) quant_block_store(v, i, p.naq, p.nad);
+            }
+        }
+        __syncthreads();
+        xin = hs;
+    }
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
@@ -268,7 +300,7 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
             for (int t = 0; t < NT; t++) {
                 if (t < g.n) {
                     float xv[8];
-                    mm_load8(p.x + (size_t)g.arow[t] * p.n_in + i, xv);
+                    mm_load8(xin + (size_t)g.arow[t] * p.n_in + i, xv);
 #pragma unroll
                     for (int j = 0; j < 8; j++) acc[t] = fmaf(w[j], xv[j], acc[t]);
                 }
