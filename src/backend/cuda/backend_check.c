@@ -476,12 +476,66 @@ static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv,
     st_free(qn), st_free(kn);
 }
 
+/* A decode step's qkv_prep then attention (the forward pass's order: the GPU
+ * backend may do the prep inside the attention, FUSE bit 8): n_past
+ * positions stored, the new token at n_past. The attention output and the
+ * whole cache compared, for each decode kernel (q and k are not: the fused
+ * attention leaves them unrotated, and nothing reads them after it). */
+static void check_prep_attention(chk *c, st_kv_type t, int n_past, int n_head, int hkv, int hd, int norms, int neox) {
+    const char *tn = t == ST_KV_F16 ? "f16" : "int8";
+    const int n_ctx = n_past + 1;
+    const size_t kvw = (size_t)hkv * hd, nq = (size_t)n_head * hd;
+    st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
+    float *pk = rand_host(c, (size_t)n_past * kvw, 1.0f), *pv = rand_host(c, (size_t)n_past * kvw, 1.0f);
+    void *pkr = put(c->ref, pk, (size_t)n_past * kvw * 4), *pkd = put(c->dut, pk, (size_t)n_past * kvw * 4);
+    void *pvr = put(c->ref, pv, (size_t)n_past * kvw * 4), *pvd = put(c->dut, pv, (size_t)n_past * kvw * 4);
+    c->ref->kv_store(c->ref, &kr, pkr, pvr, n_past, 0);
+    c->dut->kv_store(c->dut, &kd, pkd, pvd, n_past, 0);
+    float *qn = rand_host(c, (size_t)hd, 1.0f), *kn = rand_host(c, (size_t)hd, 1.0f);
+    float *q = rand_host(c, nq, 1.0f), *k = rand_host(c, kvw, 1.0f), *v = rand_host(c, kvw, 1.0f);
+    void *qnr = put(c->ref, qn, (size_t)hd * 4), *qnd = put(c->dut, qn, (size_t)hd * 4);
+    void *knr = put(c->ref, kn, (size_t)hd * 4), *knd = put(c->dut, kn, (size_t)hd * 4);
+    const st_rope rope = {1e6f, 1.0f, neox, NULL};
+    const float scale = 1.0f / sqrtf((float)hd);
+    void *qr = put(c->ref, q, nq * 4), *kr_ = put(c->ref, k, kvw * 4), *vr = put(c->ref, v, kvw * 4);
+    void *or_ = put(c->ref, NULL, nq * 4);
+    c->ref->qkv_prep(c->ref, qr, kr_, vr, norms ? qnr : NULL, norms ? knr : NULL, 1e-6f, 1, n_head, &rope, &kr, n_past);
+    c->ref->attention(c->ref, qr, &kr, 1, n_past, n_head, scale, 0, or_);
+    const int is_cuda = !strcmp(c->dut->name, "cuda");
+    for (int mode = 0; mode < (is_cuda ? 2 : 1); mode++) { /* per-head kernel (prepares its rows), GQA kernel */
+        void *qd = put(c->dut, q, nq * 4), *kd_ = put(c->dut, k, kvw * 4), *vd = put(c->dut, v, kvw * 4);
+        void *od = put(c->dut, NULL, nq * 4);
+        const int old = is_cuda ? backend_cuda_set_attn_kernel(mode) : 0;
+        const double t0 = now_ms();
+        c->dut->qkv_prep(c->dut, qd, kd_, vd, norms ? qnd : NULL, norms ? knd : NULL, 1e-6f, 1, n_head, &rope, &kd,
+                         n_past);
+        c->dut->attention(c->dut, qd, &kd, 1, n_past, n_head, scale, 0, od);
+        const double ms = now_ms() - t0, ea = cmp_bufs(c, or_, od, nq);
+        if (is_cuda) backend_cuda_set_attn_kernel(old);
+        const double ck = kv_diff(c, &kr, &kd, n_ctx, 0), cv = kv_diff(c, &kr, &kd, n_ctx, 1);
+        const double ec = ck > cv ? ck : cv;
+        /* the attention's bound as in check_attention, the cache's as in check_qkv_prep */
+        const double bound = t == ST_KV_F16 ? 1e-9 : 1e-5;
+        report(c, "prep+attention", ea > ec ? ea : ec, bound, ms, "%s, %s%s, pos %d, %d/%d heads x %d%s (out %.1e, cache %.1e)",
+               tn, neox ? "neox" : "normal", norms ? ", head norms" : "", n_past, n_head, hkv, hd,
+               is_cuda ? (mode ? ", GQA kernel" : ", per-head kernel") : "", ea, ec);
+        void *b[] = {qd, kd_, vd, od};
+        for (int i = 0; i < 4; i++) c->dut->free(c->dut, b[i]);
+    }
+    void *br[] = {qr, kr_, vr, or_, pkr, pvr, qnr, knr}, *bd[] = {pkd, pvd, qnd, knd};
+    for (int i = 0; i < 8; i++) c->ref->free(c->ref, br[i]);
+    for (int i = 0; i < 4; i++) c->dut->free(c->dut, bd[i]);
+    st_free(pk), st_free(pv), st_free(qn), st_free(kn), st_free(q), st_free(k), st_free(v);
+    free_kv(c->ref, &kr), free_kv(c->dut, &kd);
+}
+
 /* One decode layer's products and norms in the forward pass's order, where
  * the GPU backend fuses neighbours (backend_cuda.cu):
- *   o = Wo a; x += o, h = norm(x)
- *   q, k, v = Wq h, Wk h, Wv h         (one launch per weight type or type pair)
- *   r = Wr h; m = moe(h, r); x += m, h2 = norm(x)   (routing in the MoE kernel)
- * x, h, q, k, v, the router logits, m and h2 compared. tq: wo, q, k; tv: v. */
+ *   o = Wo a; x += o, h = norm(x)      (the add in the o product, the norm in the router: FUSE bit 4)
+ *   r = Wr h; m = moe(h, r)            (routing in the MoE kernel)
+ *   x += m, h2 = norm(x)               (the next layer's attention norm)
+ *   q, k, v = Wq h2, Wk h2, Wv h2      (one launch per weight type or type pair)
+ * x, h, the router logits, m, h2, q, k and v compared. tq: wo, q, k; tv: v. */
 static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int64_t qw, int64_t kvw, int n_expert,
                                int k, int64_t F, int n_tok) {
     wpair wo = make_weight(c, tq, qw, dim, 1), wq = make_weight(c, tq, dim, qw, 1), wk = make_weight(c, tq, dim, kvw, 1);
@@ -506,12 +560,12 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         for (int i = 0; i < 8; i++) W[i] = side ? &w[i]->d : &w[i]->r;
         be->matmul(be, W[0], 0, B(A), B(O), n_tok);
         be->rmsnorm(be, B(X), B(O), B(N1), B(H), (int)dim, n_tok, 1e-6f);
-        be->matmul(be, W[1], 0, B(H), B(Q), n_tok);
-        be->matmul(be, W[2], 0, B(H), B(K), n_tok);
-        be->matmul(be, W[3], 0, B(H), B(V), n_tok);
         be->matmul(be, W[4], 0, B(H), B(R), n_tok);
         be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, 1, ST_ACT_SILU, W[5], W[6], W[7], B(M));
         be->rmsnorm(be, B(X), B(M), B(N2), B(A), (int)dim, n_tok, 1e-6f); /* h2 into a's buffer, as layers reuse them */
+        be->matmul(be, W[1], 0, B(A), B(Q), n_tok);
+        be->matmul(be, W[2], 0, B(A), B(K), n_tok);
+        be->matmul(be, W[3], 0, B(A), B(V), n_tok);
 #undef B
     }
     const double ms = now_ms() - t0;
@@ -653,6 +707,11 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_top_k(&c, 151936, 40, 0, 0);
     check_top_k(&c, 5000, 8, 0, 30); /* NaNs: never chosen, and they hide nothing */
     if (size) check_top_k(&c, 262144, 64, 20, 0); /* gemma 3's vocabulary, the most candidates, ties */
+    for (int t = 0; t < 2; t++) {
+        check_prep_attention(&c, (st_kv_type)t, 100, 8, 2, 64, 1, 1);
+        check_prep_attention(&c, (st_kv_type)t, 37, 32, 4, 128, 1, 1); /* qwen3's heads */
+        check_prep_attention(&c, (st_kv_type)t, 300, 6, 2, 96, 0, 0);  /* no head norms, adjacent pairs */
+    }
     check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1);
     check_decode_layer(&c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3);
     check_decode_layer(&c, QT_Q5_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 2); /* the other type pair, 2 tokens */

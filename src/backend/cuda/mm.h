@@ -64,8 +64,8 @@ int cuda_matmul_jobs_pair(qt_type a, qt_type b); /* in either order */
 int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready, cudaStream_t s);
 
 /* y = W h for one token, h = RMSNorm(x) with weights nw (the router after
- * the FFN norm): W of few float rows (the split kernel: F32/F16/BF16,
- * n_in a multiple of 32, 8-wide aligned rows, at most 1024 rows); every
+ * the FFN norm): W of few F32 rows (the split kernel: n_in a multiple of
+ * 32, 16-byte aligned rows, at most 1024 rows); every
  * block normalises x itself, so no norm kernel runs before; block 0 also
  * writes h and, with aq, its int8 blocks (as a norm writes them for the
  * next product). h apart from x. 0, or 1 when the product does not take it. */

@@ -267,7 +267,7 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
     const float *xin = p.x;
     if constexpr (NORM) {
         static_assert(NT == 1, "the norm prologue is for one token");
-        extern __shared__ float hs[];
+        extern __shared__ __align__(16) float hs[]; /* read 8 wide (mm_load8) */
         __shared__ float red[ST_WARP];
         float ss = 0.0f;
         for (int i = tid; i < p.n_in; i += 32 * MMV_WARPS) {
