@@ -116,7 +116,7 @@ typedef struct {
     int act_valid;
     int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
     int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
-    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL) */
+    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_DEFAULT; backend_cuda_set_fuse) */
     pending pend;
     pending_norm pnorm;
     int prep_on;            /* a held qkv_prep: */
@@ -684,6 +684,14 @@ static void cu_destroy(st_backend *be) {
     }
     st_free(c);
     st_free(be);
+}
+
+extern "C" int backend_cuda_set_fuse(st_backend *be, int bits) {
+    cuda_ctx *c = CTX(be);
+    pend_flush(c); /* what is held was held under the old bits */
+    const int old = c->fuse;
+    c->fuse = bits & FUSE_ALL;
+    return old;
 }
 
 extern "C" void backend_cuda_sync(st_backend *be) {

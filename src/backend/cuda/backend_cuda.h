@@ -18,6 +18,9 @@ extern "C" {
 /* NULL with st_error (one line naming the card, its architecture and the
  * build's list) if the device is missing or this build cannot run on it. */
 st_backend *backend_cuda_create(int device);
+/* The decode fusions of this backend (STRATA_CUDA_FUSE's bits; checks run
+ * each path): launches what is held first. Returns the old bits. */
+int backend_cuda_set_fuse(st_backend *be, int bits);
 /* Wait for every op queued so far (timing, tests). */
 void backend_cuda_sync(st_backend *be);
 /* MoE path for every CUDA backend of the process: 0 the default (decode in
