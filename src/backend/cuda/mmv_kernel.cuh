@@ -257,7 +257,8 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_m
  * the 8-wide loads (V = 8).
  * NORM (one token): x = RMSNorm(p.nx), made by each block in shared memory
  * (p.n_in floats of dynamic shared memory) instead of by a norm kernel
- * before; block 0 also writes it out (p.ny, and p.naq / p.nad). */
+ * before; the grid's warps also write it out (p.ny, and p.naq / p.nad),
+ * a block of 32 values each. */
 template <typename WT, int NT, bool NORM = false>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(const mm_mmv_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
@@ -276,14 +277,7 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
             ss += v * v;
         }
         const float sc = rsqrtf(block_sum(ss, red) / p.n_in + p.neps); /* rmsnorm_kernel's formula */
-        for (int i = tid; i < p.n_in; i += 32 * MMV_WARPS) { /* whole warps hold each block of 32 */
-            const float v = hs[i] * sc * p.nw[i];
-            hs[i] = v;
-            if (blockIdx.x == 0) {
-                p.ny[i] = v;
-                if (p.naq) quant_block_store(v, i, p.naq, p.nad);
-            }
-        }
+        for (int i = tid; i < p.n_in; i += 32 * MMV_WARPS) hs[i] = hs[i] * sc * p.nw[i];
         __syncthreads();
         xin = hs;
     }
@@ -318,6 +312,13 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
 #pragma unroll
         for (int w = 0; w < MMV_WARPS; w++) v += part[w][threadIdx.x];
         p.y[(size_t)g.orow[threadIdx.x] * p.n_out + row] = v;
+    }
+    if constexpr (NORM) { /* h out, a block of 32 per warp over the whole grid: block 0 alone took 16 rounds */
+        for (int qb = blockIdx.x * MMV_WARPS + threadIdx.y; qb < p.n_in / 32; qb += gridDim.x * MMV_WARPS) {
+            const int i = qb * 32 + threadIdx.x;
+            p.ny[i] = xin[i];
+            if (p.naq) quant_block_store(xin[i], i, p.naq, p.nad);
+        }
     }
 }
 
