@@ -85,11 +85,7 @@ struct st_backend {
     /* The attention inputs of n_tok tokens at positions pos0..: per-head
      * RMSNorm of q and k when qn, kn (head_dim weights each) are given, the
      * rotary embedding of both, then k and v into the cache.
-     * q [n_tok][n_head][hd]; k, v [n_tok][kv->n_head_kv][hd]; hd = kv->head_dim.
-     * q and k hold the results in place, except when the next op is the
-     * attention of this q: a backend may then do the prep inside it (the GPU,
-     * STRATA_CUDA_FUSE bit 8) and leave q and k as they were; a caller must
-     * not read them after that attention (the forward pass does not). */
+     * q [n_tok][n_head][hd]; k, v [n_tok][kv->n_head_kv][hd]; hd = kv->head_dim. */
     void (*qkv_prep)(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn, float eps,
                      int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0);
     /* Causal attention of q [n_tok][n_head][head_dim] (positions pos0..) over the

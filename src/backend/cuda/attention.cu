@@ -20,7 +20,6 @@
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
-#include "backend/cuda/rope.cuh"
 
 #include <string.h>
 
@@ -54,106 +53,22 @@ static __device__ __forceinline__ void att_slice(int pos0, int n_tok, int t, int
     *c1 = min(*c0 + chunk, pos + 1);
 }
 
-/* The qkv_prep of one head row in a block (cuda_att_prep): dst = src, with
- * the head RMSNorm (weights nw, when given) and the rotation at pos;
- * qkv_prep_kernel's formulas (ops_elem.cu). Synchronises the block. */
-struct att_prep_args {
-    const float *k, *v, *qn, *kn, *freq_div;
-    float eps, theta, freq_scale;
-    int neox;
-};
-
-static __device__ void att_prep_row(const float *src, const float *nw, const att_prep_args &a, int hd, int pos,
-                                    float *dst, float *red) {
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        const float v = src[i];
-        dst[i] = v;
-        ss += v * v;
-    }
-    if (nw) {
-        const float sc = rsqrtf(block_sum(ss, red) / hd + a.eps);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) dst[i] = dst[i] * sc * nw[i];
-    }
-    __syncthreads();
-    for (int p = threadIdx.x; p < hd / 2; p += blockDim.x) {
-        const int2 at = rope_places(p, hd, a.neox);
-        float c, sn;
-        rope_cs(pos, p, hd, a.theta, a.freq_scale, a.freq_div, &c, &sn);
-        const float p0 = dst[at.x], p1 = dst[at.y];
-        dst[at.x] = p0 * c - p1 * sn;
-        dst[at.y] = p0 * sn + p1 * c;
-    }
-    __syncthreads();
-}
-
-/* r: a new K or V row of hd values in shared memory, turned into what the
- * cache gives back for it (f16, or int8 with a scale per row); with cache
- * (the row's place) and scale (int8), also written there. Synchronises. */
-static __device__ void att_cache_row(float *r, int hd, int type, void *cache, float *scale, float *red) {
-    if (type == ST_KV_F16) {
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            const __half v = __float2half_rn(r[i]);
-            if (cache) ((uint16_t *)cache)[i] = __half_as_ushort(v);
-            r[i] = __half2float(v);
-        }
-    } else {
-        float amax = 0.0f;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) amax = fmaxf(amax, fabsf(r[i]));
-        float d;
-        const float id = kv_q8_inv(block_max(amax, red), &d);
-        if (cache && threadIdx.x == 0) *scale = d;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            const int8_t v = kv_q8(r[i], id);
-            if (cache) ((int8_t *)cache)[i] = v;
-            r[i] = d * (float)v;
-        }
-    }
-    __syncthreads();
-}
-
-/* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd].
- * PREP (one token): q, and the new position's k and v (the slice that holds
- * it), are prepared here from the raw rows (cuda_att_prep): the new row is
- * taken from shared memory, and one block per KV head (its first query
- * head) writes it to the cache for the steps after. */
-template <bool PREP>
+/* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
-                      int window, int n_split, float *part, att_prep_args pa) {
+                      int window, int n_split, float *part) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float sc[ATT_TILE];
     const int split = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
-    const int hd = kv.head_dim, G = n_head / kv.n_head_kv, hkv = h / G, tid = threadIdx.x;
+    const int hd = kv.head_dim, hkv = h / (n_head / kv.n_head_kv), tid = threadIdx.x;
     const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
-    const int pos_t = (dpos ? *dpos : pos0) + t;
     int c0, c1;
     att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, ATT_TILE, &c0, &c1);
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
 
-    int pnew = -1; /* PREP: the position whose K/V rows are in ks / vs, when this slice holds it */
-    float *ks = NULL, *vs = NULL;
-    if constexpr (PREP) {
-        __shared__ float red[ST_WARP], kbuf[ATT_MAX_HD], vbuf[ATT_MAX_HD];
-        att_prep_row(q + (size_t)h * hd, pa.qn, pa, hd, pos_t, qs, red);
-        if (c0 <= pos_t && pos_t < c1) {
-            pnew = pos_t, ks = kbuf, vs = vbuf;
-            const int writer = h % G == 0;
-            const size_t at = (size_t)pos_t * row + hoff, srow = (size_t)pos_t * kv.n_head_kv + hkv;
-            att_prep_row(pa.k + hoff, pa.kn, pa, hd, pos_t, ks, red);
-            for (int i = tid; i < hd; i += ATT_THREADS) vs[i] = pa.v[hoff + i];
-            __syncthreads();
-            const int esz = kv.type == ST_KV_F16 ? 2 : 1;
-            att_cache_row(ks, hd, kv.type, writer ? (uint8_t *)kv.k + at * esz : NULL,
-                          kv.type == ST_KV_F16 ? NULL : kv.k_scale + srow, red);
-            att_cache_row(vs, hd, kv.type, writer ? (uint8_t *)kv.v + at * esz : NULL,
-                          kv.type == ST_KV_F16 ? NULL : kv.v_scale + srow, red);
-        }
-    } else {
-        for (int i = tid; i < hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + h) * hd + i];
-        __syncthreads();
-    }
+    for (int i = tid; i < hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + h) * hd + i];
+    __syncthreads();
 
     float m = -INFINITY, l = 0.0f, acc[ATT_ACC];
 #pragma unroll
@@ -165,11 +80,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         for (int j = warp; j < nt; j += n_warps) {
             const size_t p = (size_t)(p0 + j);
             float s = 0.0f;
-            if (PREP && (int)p == pnew)
-                for (int i = lane; i < hd; i += ST_WARP) s += qs[i] * ks[i];
-            else
-                for (int i = lane; i < hd; i += ST_WARP)
-                    s += qs[i] * kv_load(kv.type, kv.k, kv.k_scale, p * row + hoff + i, p * kv.n_head_kv + hkv);
+            for (int i = lane; i < hd; i += ST_WARP)
+                s += qs[i] * kv_load(kv.type, kv.k, kv.k_scale, p * row + hoff + i, p * kv.n_head_kv + hkv);
             s = warp_sum(s);
             if (lane == 0) sc[j] = s * scale;
         }
@@ -190,9 +102,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
                 float v = acc[a] * f;
                 for (int j = 0; j < nt; j++) {
                     const size_t p = (size_t)(p0 + j);
-                    v += sc[j] * (PREP && (int)p == pnew ? vs[d]
-                                                         : kv_load(kv.type, kv.v, kv.v_scale, p * row + hoff + d,
-                                                                   p * kv.n_head_kv + hkv));
+                    v += sc[j] * kv_load(kv.type, kv.v, kv.v_scale, p * row + hoff + d, p * kv.n_head_kv + hkv);
                 }
                 acc[a] = v;
             }
@@ -498,21 +408,11 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
     }
 }
 
-/* The held qkv_prep, run as its own kernel (where the attention does not take it). */
-static void prep_apart(const cuda_att_prep *p, int n_tok, int n_head, int pos0, const int *dpos, cudaStream_t s) {
-    cuda_qkv_prep(p->q, p->k, p->v, p->qn, p->kn, p->eps, n_tok, n_head, &p->rope, p->kv, pos0, dpos, s);
-}
-
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
-                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, const cuda_att_prep *prep,
-                    cuda_scratch *scratch, int n_sm, int cc_major, cudaStream_t s) {
+                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
+                    int n_sm, int cc_major, cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
-    ST_ASSERT(!prep || (prep->q == q && prep->kv->k == kv->k));
     if (n_tok <= 0) return;
-    if (prep && n_tok != 1) { /* only one token's attention prepares its own rows */
-        prep_apart(prep, n_tok, n_head, pos0, dpos, s);
-        prep = NULL;
-    }
     if (g_attn_mode < 0) { /* default: tensor cores for prompts, the GQA kernel for the rest */
         const char *v = st_switch_get("STRATA_CUDA_ATTN");
         g_attn_mode = v && !strcmp(v, "head") ? 0 : v && !strcmp(v, "gqa") ? 1 : 2;
@@ -541,10 +441,6 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
         const int chunk = ((span + n_split - 1) / n_split + tile - 1) / tile * tile;
         n_split = (span + chunk - 1) / chunk;
     }
-    if (prep && gqa) { /* the GQA kernel does not prepare rows */
-        prep_apart(prep, n_tok, n_head, pos0, dpos, s);
-        prep = NULL;
-    }
     size_t bytes = (size_t)n_tok * n_head * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
     ST_ASSERT(!aq || kv->head_dim % 32 == 0); /* whole warps hold each block of 32 */
@@ -553,16 +449,8 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
         gqa_launch(G, dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), smem, s, q, kv, pos0, dpos,
                    n_tok, n_head, scale, window, n_split, part);
     } else {
-        att_prep_args pa;
-        memset(&pa, 0, sizeof pa);
-        if (prep)
-            pa = {prep->k, prep->v, prep->qn, prep->kn, prep->rope.freq_div, prep->eps, prep->rope.theta,
-                  prep->rope.freq_scale, prep->rope.neox};
-        const dim3 grid((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok);
-        if (prep) st_launch(attn_split_kernel<true>, grid, dim3(ATT_THREADS), 0, s, q, *kv, pos0, dpos, n_tok, n_head, scale,
-                            window, n_split, part, pa);
-        else st_launch(attn_split_kernel<false>, grid, dim3(ATT_THREADS), 0, s, q, *kv, pos0, dpos, n_tok, n_head, scale,
-                       window, n_split, part, pa);
+        st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0, s,
+                  q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     }
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
     st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), (size_t)n_split * sizeof(float), s,

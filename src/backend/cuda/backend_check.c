@@ -476,93 +476,6 @@ static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv,
     st_free(qn), st_free(kn);
 }
 
-/* The cache from position pos on (a view of kv). */
-static st_kv_layer kv_from(const st_kv_layer *kv, int pos) {
-    st_kv_layer r = *kv;
-    const size_t row = (size_t)kv->n_head_kv * kv->head_dim * (kv->type == ST_KV_F16 ? 2 : 1);
-    r.k = (uint8_t *)kv->k + (size_t)pos * row;
-    r.v = (uint8_t *)kv->v + (size_t)pos * row;
-    if (kv->type == ST_KV_INT8) {
-        r.k_scale = kv->k_scale + (size_t)pos * kv->n_head_kv;
-        r.v_scale = kv->v_scale + (size_t)pos * kv->n_head_kv;
-    }
-    return r;
-}
-
-/* A decode step's qkv_prep then attention, in the forward pass's order (the
- * GPU backend may do the prep inside the attention: STRATA_CUDA_FUSE bit 8,
- * run here both ways): n_past positions stored, the new token at n_past.
- * Compared with the reference: the attention output, the new cache row alone
- * and the whole cache (q and k are not: the fused attention leaves them
- * unrotated, and nothing reads them after it); and the fused output with the
- * same backend's unfused one (they differ only by the rounding of the head
- * norm's sum). */
-static void check_prep_attention(chk *c, st_kv_type t, int n_past, int n_head, int hkv, int hd, int norms, int neox,
-                                 int win, int divs) {
-    const char *tn = t == ST_KV_F16 ? "f16" : "int8";
-    const int n_ctx = n_past + 1;
-    const size_t kvw = (size_t)hkv * hd, nq = (size_t)n_head * hd;
-    st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
-    float *pk = rand_host(c, (size_t)n_past * kvw, 1.0f), *pv = rand_host(c, (size_t)n_past * kvw, 1.0f);
-    void *pkr = put(c->ref, pk, (size_t)n_past * kvw * 4), *pkd = put(c->dut, pk, (size_t)n_past * kvw * 4);
-    void *pvr = put(c->ref, pv, (size_t)n_past * kvw * 4), *pvd = put(c->dut, pv, (size_t)n_past * kvw * 4);
-    c->ref->kv_store(c->ref, &kr, pkr, pvr, n_past, 0);
-    c->dut->kv_store(c->dut, &kd, pkd, pvd, n_past, 0);
-    float *qn = rand_host(c, (size_t)hd, 1.0f), *kn = rand_host(c, (size_t)hd, 1.0f);
-    float *q = rand_host(c, nq, 1.0f), *k = rand_host(c, kvw, 1.0f), *v = rand_host(c, kvw, 1.0f);
-    float *dv = st_malloc((size_t)hd / 2 * sizeof(float));
-    for (int i = 0; i < hd / 2; i++) dv[i] = 1.0f + 7.0f * (float)i / (float)(hd / 2 - 1);
-    void *qnr = put(c->ref, qn, (size_t)hd * 4), *qnd = put(c->dut, qn, (size_t)hd * 4);
-    void *knr = put(c->ref, kn, (size_t)hd * 4), *knd = put(c->dut, kn, (size_t)hd * 4);
-    void *dvr = put(c->ref, dv, (size_t)hd / 2 * 4), *dvd = put(c->dut, dv, (size_t)hd / 2 * 4);
-    const st_rope rope = {1e6f, 1.0f, neox, divs ? dvr : NULL}, roped = {1e6f, 1.0f, neox, divs ? dvd : NULL};
-    const float scale = 1.0f / sqrtf((float)hd);
-    void *qr = put(c->ref, q, nq * 4), *kr_ = put(c->ref, k, kvw * 4), *vr = put(c->ref, v, kvw * 4);
-    void *or_ = put(c->ref, NULL, nq * 4);
-    c->ref->qkv_prep(c->ref, qr, kr_, vr, norms ? qnr : NULL, norms ? knr : NULL, 1e-6f, 1, n_head, &rope, &kr, n_past);
-    c->ref->attention(c->ref, qr, &kr, 1, n_past, n_head, scale, win, or_);
-    const st_kv_layer rnew = kv_from(&kr, n_past), dnew = kv_from(&kd, n_past);
-    const int is_cuda = !strcmp(c->dut->name, "cuda");
-    const double bound = t == ST_KV_F16 ? 1e-9 : 1e-5; /* check_attention's and check_qkv_prep's */
-    float *apart = NULL;                                 /* the unfused output of the run before */
-    for (int run = 0; run < (is_cuda ? 4 : 1); run++) {  /* CUDA: per-head / GQA kernel, each without and with the fusion */
-        const int mode = run / 2, fused = run % 2;
-        void *qd = put(c->dut, q, nq * 4), *kd_ = put(c->dut, k, kvw * 4), *vd = put(c->dut, v, kvw * 4);
-        void *od = put(c->dut, NULL, nq * 4);
-        const int old_mode = is_cuda ? backend_cuda_set_attn_kernel(mode) : 0;
-        const int old_fuse = is_cuda ? backend_cuda_set_fuse(c->dut, fused ? 15 : 0) : 0;
-        const double t0 = now_ms();
-        c->dut->qkv_prep(c->dut, qd, kd_, vd, norms ? qnd : NULL, norms ? knd : NULL, 1e-6f, 1, n_head, &roped, &kd,
-                         n_past);
-        c->dut->attention(c->dut, qd, &kd, 1, n_past, n_head, scale, win, od);
-        const double ms = now_ms() - t0;
-        if (is_cuda) backend_cuda_set_fuse(c->dut, old_fuse), backend_cuda_set_attn_kernel(old_mode);
-        const double ea = cmp_bufs(c, or_, od, nq);
-        const double en = fmax(kv_diff(c, &rnew, &dnew, 1, 0), kv_diff(c, &rnew, &dnew, 1, 1));
-        const double ec = fmax(kv_diff(c, &kr, &kd, n_ctx, 0), kv_diff(c, &kr, &kd, n_ctx, 1));
-        const double e = fmax(ea, fmax(en, ec));
-        report(c, "prep+attention", e, bound, ms, "%s, %s%s%s, win %d, pos %d, %d/%d x %d%s%s (out %.0e, row %.0e)",
-               tn, neox ? "neox" : "normal", norms ? ", norms" : "", divs ? ", divisors" : "", win, n_past, n_head, hkv,
-               hd, is_cuda ? (mode ? ", ATTN=gqa" : ", ATTN=head") : "", is_cuda ? (fused ? ", fused" : ", apart") : "",
-               ea, en);
-        float *o = get(c->dut, od, nq);
-        if (fused && apart) /* same backend, same kernels but the prep: only the norm sum's rounding apart */
-            report(c, "prep+attention", nmse(o, apart, nq), t == ST_KV_F16 ? 1e-10 : 1e-6, 0,
-                   "%s, %s, fused output against the unfused", tn, mode ? "ATTN=gqa" : "ATTN=head");
-        st_free(apart);
-        apart = fused ? NULL : o;
-        if (fused) st_free(o);
-        void *b[] = {qd, kd_, vd, od};
-        for (int i = 0; i < 4; i++) c->dut->free(c->dut, b[i]);
-    }
-    st_free(apart);
-    void *br[] = {qr, kr_, vr, or_, pkr, pvr, qnr, knr, dvr}, *bd[] = {pkd, pvd, qnd, knd, dvd};
-    for (int i = 0; i < 9; i++) c->ref->free(c->ref, br[i]);
-    for (int i = 0; i < 5; i++) c->dut->free(c->dut, bd[i]);
-    st_free(pk), st_free(pv), st_free(qn), st_free(kn), st_free(q), st_free(k), st_free(v), st_free(dv);
-    free_kv(c->ref, &kr), free_kv(c->dut, &kd);
-}
-
 /* One decode layer's products and norms in the forward pass's order, where
  * the GPU backend fuses neighbours (backend_cuda.cu):
  *   o = Wo a; x += o, h = norm(x)      (the add in the o product, the norm in the router: FUSE bit 4)
@@ -747,21 +660,15 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_top_k(&c, 151936, 40, 0, 0);
     check_top_k(&c, 5000, 8, 0, 30); /* NaNs: never chosen, and they hide nothing */
     if (size) check_top_k(&c, 262144, 64, 20, 0); /* gemma 3's vocabulary, the most candidates, ties */
-    for (int t = 0; t < 2; t++) {
-        check_prep_attention(&c, (st_kv_type)t, 100, 8, 2, 64, 1, 1, 0, 0);
-        check_prep_attention(&c, (st_kv_type)t, 37, 32, 4, 128, 1, 1, 0, 0); /* qwen3's heads */
-        check_prep_attention(&c, (st_kv_type)t, 300, 6, 2, 96, 0, 0, 0, 1);  /* no head norms, adjacent pairs, divisors */
-        check_prep_attention(&c, (st_kv_type)t, 200, 8, 1, 256, 1, 1, 64, 0); /* a window; 256-wide heads */
-    }
-    for (int f = 0; f < 2; f++) { /* the backend's fusions, then all of them */
-        check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1, f ? 15 : -1);
-        check_decode_layer(&c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3, f ? 15 : -1);
-        check_decode_layer(&c, QT_Q5_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 2, f ? 15 : -1); /* the other type pair, 2 tokens */
+    for (int f = 0; f < 2; f++) { /* the backend's fusions (by default all), then none */
+        check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1, f ? 0 : -1);
+        check_decode_layer(&c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3, f ? 0 : -1);
+        check_decode_layer(&c, QT_Q5_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 2, f ? 0 : -1); /* the other type pair, 2 tokens */
     }
     check_matmul(&c, QT_F32, 2048, 128, 1); /* few float rows (a router): the split kernel */
     check_matmul(&c, QT_F16, 512, 100, 5);
     if (size) /* qwen3-30b-a3b */
-        for (int f = 0; f < 2; f++) check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1, f ? 15 : -1);
+        for (int f = 0; f < 2; f++) check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1, f ? 0 : -1);
     /* a small prompt chunk (80 pairs): the self-test runs the tensor-core grouped products once too */
     check_moe(&c, 40, 8, 2, 256, 256, 1, 0, QT_Q4_K, QT_Q6_K, 0);
     if (size) { /* prompt chunks at model sizes: the tensor-core grouped products (moe_mma.cu) on sm_80+ */

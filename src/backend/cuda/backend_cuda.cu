@@ -42,11 +42,7 @@
  *    without a residual is then held (pnorm), and a float product of its
  *    output that follows (the router) normalises x itself in every block
  *    (cuda_matmul_norm): no norm kernel. Any other next op launches the
- *    norm first;
- *  - a one-token qkv_prep is held, and the attention of that q prepares
- *    its own rows (cuda_attention's prep: the per-head kernel does it in
- *    every block; the others run qkv_prep first). Any other next op
- *    launches qkv_prep first.
+ *    norm first.
  * Decode attention writes its output as the int8 input of the product after
  * it (no quantization kernel there).
  */
@@ -87,14 +83,12 @@ typedef struct {
     float eps;
 } pending_norm;
 
-/* The fusions, each its own bit of STRATA_CUDA_FUSE (default FUSE_DEFAULT)
- * so that each can be measured alone. */
+/* The fusions, each its own bit of STRATA_CUDA_FUSE (default all) so that
+ * each can be measured alone. */
 #define FUSE_JOBS 1  /* products of one input in one launch */
 #define FUSE_ROUTE 2 /* routing in the MoE kernel */
 #define FUSE_NORM 4  /* the residual add in the product before a norm, the norm in the float product after it */
-#define FUSE_PREP 8  /* qkv_prep inside the one-token attention */
-#define FUSE_ALL 15
-#define FUSE_DEFAULT (FUSE_JOBS | FUSE_ROUTE) /* the others not yet run on a GPU */
+#define FUSE_ALL 7
 
 typedef struct {
     int dev, n_sm, cc_major;
@@ -116,13 +110,9 @@ typedef struct {
     int act_valid;
     int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
     int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
-    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_DEFAULT; backend_cuda_set_fuse) */
+    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL; backend_cuda_set_fuse) */
     pending pend;
     pending_norm pnorm;
-    int prep_on;            /* a held qkv_prep: */
-    cuda_att_prep prep;     /* its arguments (prep.kv = &prep_kv) */
-    st_kv_layer prep_kv;
-    int prep_pos0, prep_n_head;
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     cuda_scratch topk; /* top-k candidates */
@@ -299,7 +289,7 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
         if (!overlap(y, yb, nm.x, row) && !overlap(y, yb, nm.y, row) &&
             cuda_matmul_norm(w, nm.x, nm.w, nm.eps, nm.y, aq, ad, y, c->s) == 0) {
             c->pnorm.on = 0;
-            if (aq) act_hold(c, nm.y, nm.dim); /* block 0 wrote h's int8 blocks, as the norm would have */
+            if (aq) act_hold(c, nm.y, nm.dim); /* the router wrote h's int8 blocks, as the norm would have */
             return;
         }
     }
@@ -310,12 +300,6 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
 /* Launches the pending products: those of one weight type together, and with
  * them those of a second type that cuda_matmul_jobs_pair takes in one launch. */
 static void pend_flush(cuda_ctx *c) {
-    if (c->prep_on) { /* each held op was held with nothing else pending: any order of these is the queue's */
-        const cuda_att_prep *p = &c->prep;
-        c->prep_on = 0;
-        cuda_qkv_prep(p->q, p->k, p->v, p->qn, p->kn, p->eps, 1, c->prep_n_head, &p->rope, p->kv, c->prep_pos0,
-                      c->step_pos, c->s);
-    }
     if (c->pnorm.on) { /* held before any product was queued: it goes first */
         c->pnorm.on = 0;
         norm_launch(c, c->pnorm.x, NULL, c->pnorm.w, c->pnorm.y, c->pnorm.dim, 1, c->pnorm.eps);
@@ -384,18 +368,14 @@ static void cu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const f
 static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                          float scale, int window, float *out) {
     cuda_ctx *c = CTX(be);
-    const cuda_att_prep *prep = NULL; /* the held qkv_prep of this q, done by the attention */
-    if (c->prep_on && c->prep.q == q && c->prep_kv.k == kv->k && c->prep_pos0 == pos0 && c->prep_n_head == n_head &&
-        n_tok == 1)
-        c->prep_on = 0, prep = &c->prep;
-    op_begin(c); /* launches a held qkv_prep that is not this one's */
+    op_begin(c);
     /* decode-sized: the output also quantized for the product after it */
     float2 *ad = NULL;
     int8_t *aq = n_tok <= MM_MMV_MAX_TOK && kv->head_dim % 32 == 0
                      ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad)
                      : NULL;
     cuda_attention(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale, window, out,
-                   aq, ad, prep, &c->att, c->n_sm, c->cc_major, c->s);
+                   aq, ad, &c->att, c->n_sm, c->cc_major, c->s);
     if (aq) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
 }
 
@@ -423,13 +403,6 @@ static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, cons
                         int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
-    if ((c->fuse & FUSE_PREP) && n_tok == 1) { /* held for the attention of this q (see the top) */
-        c->prep_kv = *kv;
-        c->prep.q = q, c->prep.k = k, c->prep.v = v, c->prep.qn = qn, c->prep.kn = kn, c->prep.eps = eps;
-        c->prep.rope = *rope, c->prep.kv = &c->prep_kv;
-        c->prep_pos0 = pos0, c->prep_n_head = n_head, c->prep_on = 1;
-        return;
-    }
     cuda_qkv_prep(q, k, v, qn, kn, eps, n_tok, n_head, rope, kv, pos0, c->step_pos, c->s);
 }
 
@@ -723,7 +696,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     const char *mf = st_switch_get("STRATA_CUDA_MOE_FUSED");
     c->moe_fused = !(mf && !strcmp(mf, "0"));
     const char *fu = st_switch_get("STRATA_CUDA_FUSE");
-    c->fuse = fu && *fu ? (int)strtol(fu, NULL, 0) & FUSE_ALL : FUSE_DEFAULT;
+    c->fuse = fu && *fu ? (int)strtol(fu, NULL, 0) & FUSE_ALL : FUSE_ALL;
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
     be->name = "cuda";
     be->ctx = c;

@@ -93,9 +93,8 @@ struct op_max {
 static __device__ __forceinline__ float block_sum(float v, float *red) { return block_reduce(v, red, op_add(), 0.0f); }
 static __device__ __forceinline__ float block_max(float v, float *red) { return block_reduce(v, red, op_max(), -INFINITY); }
 
-/* The int8 KV cache's rows (kv_store, qkv_prep, the decode attention that
- * writes its own new row): per (position, KV head) the scale d = amax / 127,
- * each value round(v * (1 / d)); read back as d * q. */
+/* The int8 KV cache's rows (kv_store, qkv_prep): per (position, KV head)
+ * the scale d = amax / 127, each value round(v * (1 / d)); read back as d * q. */
 static __device__ __forceinline__ float kv_q8_inv(float amax, float *d) {
     *d = amax / 127.0f;
     return *d > 0 ? 1.0f / *d : 0.0f;

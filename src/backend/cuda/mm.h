@@ -66,9 +66,10 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
 /* y = W h for one token, h = RMSNorm(x) with weights nw (the router after
  * the FFN norm): W of few F32 rows (the split kernel: n_in a multiple of
  * 32, 16-byte aligned rows, at most 1024 rows); every
- * block normalises x itself, so no norm kernel runs before; block 0 also
- * writes h and, with aq, its int8 blocks (as a norm writes them for the
- * next product). h apart from x. 0, or 1 when the product does not take it. */
+ * block normalises x itself, so no norm kernel runs before; the blocks also
+ * write h and, with aq, its int8 blocks (as a norm writes them for the
+ * next product), a block of 32 per warp. h apart from x. 0, or 1 when the
+ * product does not take it. */
 int cuda_matmul_norm(const st_weight *w, const float *x, const float *nw, float eps, float *h, int8_t *aq,
                      float2 *ad, float *y, cudaStream_t s);
 

@@ -41,8 +41,8 @@ struct mm_mmv_args {
     float *y;                 /* [rows][n_out] */
     float *y_add;             /* or NULL: y also added into it (matrix 0; more[i].y_add for the others) */
     /* nx (or NULL): x = RMSNorm(nx) with weights nw, computed by every block
-     * (the split float kernel, one token); block 0 writes it to ny and, with
-     * naq, its int8 blocks to naq / nad */
+     * (the split float kernel, one token); the grid writes it to ny and,
+     * with naq, its int8 blocks to naq / nad */
     const float *nx, *nw;
     float neps;
     float *ny;

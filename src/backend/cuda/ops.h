@@ -50,23 +50,10 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
 #define CUDA_ATT_SHORT_SPAN 1280
 /* aq, ad (or NULL): the output also written as the int8 blocks the next
  * product reads (head sizes that are multiples of 32; decode-sized calls:
- * the prompt kernel on tensor cores is not used then).
- * prep (or NULL): the qkv_prep of this q and cache still to do (the other
- * arguments of cuda_qkv_prep): one token on the per-head kernel does it
- * itself (q's norm and rotation in every block, the new position's k and v
- * in the blocks that read it, written to the cache by one block per KV
- * head; q and k are then left unrotated in their buffers: the caller reads
- * neither again); anything else runs cuda_qkv_prep first. */
-typedef struct {
-    float *q, *k;
-    const float *v, *qn, *kn;
-    float eps;
-    st_rope rope;
-    st_kv_layer *kv;
-} cuda_att_prep;
+ * the prompt kernel on tensor cores is not used then). */
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
-                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, const cuda_att_prep *prep,
-                    cuda_scratch *scratch, int n_sm, int cc_major, cudaStream_t s);
+                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
+                    int n_sm, int cc_major, cudaStream_t s);
 /* The prompt kernel on tensor cores (attention_tc.cu): 0 when launched, 1
  * when it does not apply (head size other than 64/128, compute capability
  * below 8, HIP). */
