@@ -573,16 +573,18 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         if (ei > e || !worst[0]) e2 = e, next = worst, e = ei, worst = nm[i];
         else if (ei > e2 || !next[0]) e2 = ei, next = nm[i];
     }
-    /* 4e-3: the chain holds five quantized-activation steps whose errors
+    /* 6e-3: the chain holds five quantized-activation steps whose errors
      * stack, and the CPU reference takes 8-bit activations of its own (256
-     * per scale for the K-quants against the GPU's 32). Measured on an H200
-     * for the 256-wide Q4_K/Q6_K case of seed 2: GPU against the CPU 2.99e-3,
-     * GPU against the CPU with f32 activations (STRATA_PRECISE) 1.31e-3, the
-     * two CPU modes 5.6e-4; the same 2.99e-3 with every fusion off and with
-     * the unfused MoE kernels, so no fusion adds to it. */
+     * per scale for the K-quants against the GPU's 32), so the two sides'
+     * noise adds. Measured: the CPU's own 8-bit mode against its f32 mode
+     * (STRATA_PRECISE) up to 3.0e-3 on these cases; on an H200 the GPU
+     * against the f32 CPU 1.31e-3 where it was 2.99e-3 against the default
+     * CPU (the same with every fusion off and with the unfused MoE kernels,
+     * so no fusion adds to it); over 40 GPU cases of two runs (routing
+     * margins >= 0.1) 4e-4 to 4.14e-3. A wrong kernel is off by 1e-1 or more. */
     char fz[16] = "";
     if (set_fuse) snprintf(fz, sizeof fz, ", fuse %d", fuse);
-    report(c, "decode layer", e, 4e-3, ms,
+    report(c, "decode layer", e, 6e-3, ms,
            "%s/%s, %lld wide, %d tokens, top-%d of %d%s (worst: %s; next: %s %.2g; routing margin %.2f)",
            qt_get(tq)->name, qt_get(tv)->name, (long long)dim, n_tok, k, n_expert, fz, worst, next, e2, margin);
     for (int i = 0; i < 11; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
