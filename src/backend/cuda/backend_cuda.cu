@@ -84,7 +84,9 @@ typedef struct {
 } pending_norm;
 
 /* The fusions, each its own bit of STRATA_CUDA_FUSE (default all) so that
- * each can be measured alone. */
+ * each can be measured alone; but FUSE_NORM's residual add rides on a
+ * pending product, which needs FUSE_JOBS (alone it holds only the norms
+ * without a residual). */
 #define FUSE_JOBS 1  /* products of one input in one launch */
 #define FUSE_ROUTE 2 /* routing in the MoE kernel */
 #define FUSE_NORM 4  /* the residual add in the product before a norm, the norm in the float product after it */
@@ -281,7 +283,9 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
         p->n++;
         return;
     }
-    if (c->pnorm.on && x == c->pnorm.y && n_tok == 1 && mat == 0 && w->n_in == c->pnorm.dim) { /* the router */
+    if (c->pnorm.on && x == c->pnorm.y && n_tok == 1 && mat == 0 && w->n_in == c->pnorm.dim) {
+        /* a one-token float product of the held norm's output (the MoE router) */
+        ST_ASSERT(c->pend.n == 0); /* a norm is held only after a flush, and a product queued after it flushes it */
         const pending_norm nm = c->pnorm;
         const size_t row = (size_t)nm.dim * sizeof(float), yb = (size_t)w->n_out * sizeof(float);
         float2 *ad = NULL;
@@ -660,6 +664,7 @@ static void cu_destroy(st_backend *be) {
 }
 
 extern "C" int backend_cuda_set_fuse(st_backend *be, int bits) {
+    if (be->rmsnorm != cu_rmsnorm) return -1; /* not this backend itself (a wrapper named "cuda") */
     cuda_ctx *c = CTX(be);
     pend_flush(c); /* what is held was held under the old bits */
     const int old = c->fuse;

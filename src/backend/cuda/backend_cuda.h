@@ -19,7 +19,8 @@ extern "C" {
  * build's list) if the device is missing or this build cannot run on it. */
 st_backend *backend_cuda_create(int device);
 /* The decode fusions of this backend (STRATA_CUDA_FUSE's bits; checks run
- * each path): launches what is held first. Returns the old bits. */
+ * each path): launches what is held first. Returns the old bits, or -1 for
+ * a backend that is not the CUDA backend itself (a wrapper). */
 int backend_cuda_set_fuse(st_backend *be, int bits);
 /* Wait for every op queued so far (timing, tests). */
 void backend_cuda_sync(st_backend *be);
