@@ -237,9 +237,11 @@ def test_queue_full_503(keyed):
         t = threading.Thread(target=waiter)
         t.start()
         keyed.wait_metric("strata_queue_depth", lambda v: v == 1, headers=hdr)
-        r3 = httpx.post(keyed.url + "/v1/chat/completions", json=chat(), headers=hdr)
+        # a 503 comes at once; 30 s (not httpx's 5) so that a loaded machine is not read as a failure
+        r3 = httpx.post(keyed.url + "/v1/chat/completions", json=chat(), headers=hdr, timeout=30)
         assert r3.status_code == 503 and r3.json()["error"]["code"] == "overloaded", r3.text
-        r4 = httpx.post(keyed.url + "/v1/messages", json={"max_tokens": 2, "messages": OK_MSGS}, headers=hdr)
+        r4 = httpx.post(keyed.url + "/v1/messages", json={"max_tokens": 2, "messages": OK_MSGS}, headers=hdr,
+                        timeout=30)
         assert r4.status_code == 503 and r4.json()["error"]["type"] == "overloaded_error", r4.text
     # leaving the stream frees the slot, and the queued request runs
     t.join(60)
