@@ -288,13 +288,14 @@ static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
         ST_ASSERT(c->pend.n == 0); /* a norm is held only after a flush, and a product queued after it flushes it */
         const pending_norm nm = c->pnorm;
         const size_t row = (size_t)nm.dim * sizeof(float), yb = (size_t)w->n_out * sizeof(float);
-        float2 *ad = NULL;
-        int8_t *aq = act_target(c, nm.dim, &ad);
-        if (!overlap(y, yb, nm.x, row) && !overlap(y, yb, nm.y, row) &&
-            cuda_matmul_norm(w, nm.x, nm.w, nm.eps, nm.y, aq, ad, y, c->s) == 0) {
-            c->pnorm.on = 0;
-            if (aq) act_hold(c, nm.y, nm.dim); /* the router wrote h's int8 blocks, as the norm would have */
-            return;
+        if (!overlap(y, yb, nm.x, row) && !overlap(y, yb, nm.y, row)) {
+            float2 *ad = NULL;
+            int8_t *aq = act_target(c, nm.dim, &ad);
+            if (cuda_matmul_norm(w, nm.x, nm.w, nm.eps, nm.y, aq, ad, y, c->s) == 0) {
+                c->pnorm.on = 0;
+                if (aq) act_hold(c, nm.y, nm.dim); /* the router wrote h's int8 blocks, as the norm would have */
+                return;
+            }
         }
     }
     pend_flush(c);

@@ -93,6 +93,12 @@ struct op_max {
 static __device__ __forceinline__ float block_sum(float v, float *red) { return block_reduce(v, red, op_add(), 0.0f); }
 static __device__ __forceinline__ float block_max(float v, float *red) { return block_reduce(v, red, op_max(), -INFINITY); }
 
+/* RMSNorm's scale from the sum of squares ss of n values: a float root,
+ * a few float ulps from the CPU's double one and cheaper on the decode
+ * step's critical path (rmsnorm_kernel, qkv_prep's head norms, the norm
+ * the router product makes itself). */
+static __device__ __forceinline__ float rms_scale(float ss, int n, float eps) { return rsqrtf(ss / n + eps); }
+
 /* The int8 KV cache's rows (kv_store, qkv_prep): per (position, KV head)
  * the scale d = amax / 127, each value round(v * (1 / d)); read back as d * q. */
 static __device__ __forceinline__ float kv_q8_inv(float amax, float *d) {

@@ -276,7 +276,7 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
             hs[i] = v;
             ss += v * v;
         }
-        const float sc = rsqrtf(block_sum(ss, red) / p.n_in + p.neps); /* rmsnorm_kernel's formula */
+        const float sc = rms_scale(block_sum(ss, red), p.n_in, p.neps);
         for (int i = tid; i < p.n_in; i += 32 * MMV_WARPS) hs[i] = hs[i] * sc * p.nw[i];
         __syncthreads();
         xin = hs;

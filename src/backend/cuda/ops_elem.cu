@@ -126,7 +126,7 @@ static __global__ void rmsnorm_kernel(float *x, const float *res, const float *w
         ss += v * v;
     }
     ss = block_sum(ss, red);
-    const float sc = rsqrtf(ss / dim + eps); /* the CPU's double root to a few float ulps: cheaper on the critical path */
+    const float sc = rms_scale(ss, dim, eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         const float v = xr[i] * sc * w[i];
         yr[i] = v;
@@ -272,7 +272,7 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
             float ss = 0.0f;
 #pragma unroll
             for (int i = 0; i < PP; i++) ss += v0[i] * v0[i] + v1[i] * v1[i];
-            sc = rsqrtf(warp_sum(ss) / hd + eps);
+            sc = rms_scale(warp_sum(ss), hd, eps);
         }
 #pragma unroll
         for (int i = 0; i < PP; i++) {
