@@ -407,8 +407,16 @@ LONG = [{"role": "user", "content": "Write a very long story about a dragon and 
 MAX_LONG = 1000  # far more than the few seconds these tests let a generation run
 
 
-def finish_lines(server, since):
-    return [l for l in server.lines[since:] if re.search(r"slot \d+: prompt .* generated .*, finish", l)]
+def cancelled_lines(server, since, want, timeout=5):
+    # the log reaches server.lines through a pipe and a reader thread, so a line may trail the
+    # metrics that count its request, and the previous test's last request may land its "finish
+    # length" line after `since` was taken: wait for `want` cancelled lines and look at those only
+    def found():
+        return [l for l in server.lines[since:] if re.search(r"slot \d+: prompt .* generated .*, finish cancelled$", l)]
+    t_end = time.time() + timeout
+    while len(found()) < want and time.time() < t_end:
+        time.sleep(0.02)
+    return found()
 
 
 # (name, path, body of a stream, test of the first chunk)
@@ -441,8 +449,8 @@ def test_stream_client_hangs_up(guarded, name, path, body, first):
     cancelled = m1['strata_generations_total{outcome="cancelled"}'] - m0['strata_generations_total{outcome="cancelled"}']
     gen = m1["strata_generated_tokens_total"] - m0["strata_generated_tokens_total"]
     assert cancelled == 1 and gen < 100, (cancelled, gen)
-    ends = finish_lines(guarded, since)
-    assert len(ends) == 1 and ends[0].endswith("finish cancelled"), ends
+    ends = cancelled_lines(guarded, since, 1)
+    assert len(ends) == 1, ends
     r = httpx.post(guarded.url + "/v1/chat/completions", json=chat(), timeout=60)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] is not None, r.text
     print(f"checked: {name} -> slot free {freed * 1e3:.0f} ms after the close, generation cancelled after "
@@ -475,8 +483,10 @@ def test_queued_client_hangs_up(guarded):
     cancelled = m1['strata_generations_total{outcome="cancelled"}'] - m0['strata_generations_total{outcome="cancelled"}']
     done = m1['strata_generations_total{outcome="done"}'] - m0['strata_generations_total{outcome="done"}']
     assert cancelled == 2 and done == 0, (cancelled, done)
-    ends = finish_lines(guarded, since)
-    # the queued one, if it reached a slot at all, stopped at its first token
+    ends = cancelled_lines(guarded, since, 1)
+    assert ends, guarded.lines[since:]
+    # the stream's slot is freed before the queued request can take one, so its line comes
+    # first; the queued one, if it reached a slot at all, stopped at its first token
     queued_gen = [int(re.search(r"(\d+) generated", l).group(1)) for l in ends[1:]]
     assert all(n <= 1 for n in queued_gen), ends
     r = httpx.post(guarded.url + "/v1/chat/completions", json=chat(), timeout=60)
