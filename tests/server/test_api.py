@@ -209,11 +209,14 @@ def test_disconnect_nonstreaming_stops_generation(server):
 
 
 def test_speed_line_logged(server, oai):
+    since = len(server.lines)
     oai.chat.completions.create(model="any", messages=USER, max_tokens=2, temperature=0)
-    time.sleep(0.2)
-    lines = [l for l in server.lines if re.search(
-        r"slot \d: prompt \d+ tokens = \d+ reused \+ \d+ read in [\d.]+ ms \([\d.]+ tok/s\), \d+ generated in "
-        r"[\d.]+ ms \([\d.]+ tok/s\), drafts accepted \d+ of \d+", l)]
+    # this request's own line (the log reaches server.lines through a reader thread: wait for it)
+    pat = (r"slot \d: prompt \d+ tokens = \d+ reused \+ \d+ read in [\d.]+ ms \([\d.]+ tok/s\), 2 generated in "
+           r"[\d.]+ ms \([\d.]+ tok/s\), drafts accepted \d+ of \d+, finish length")
+    t_end = time.time() + 5
+    while not (lines := [l for l in server.lines[since:] if re.search(pat, l)]) and time.time() < t_end:
+        time.sleep(0.02)
     assert lines, server.log()[-2000:]
     print("checked: speed line per request, e.g.", lines[-1])
 
