@@ -84,6 +84,8 @@ static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err
             *tools = NULL;
         } else if (!strcmp(type, "any")) *force = "";
         else if (!strcmp(type, "tool") && name) *force = name;
+        else if (!strcmp(type, "tool"))
+            return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice: type 'tool' needs the tool's 'name'");
         else if (strcmp(type, "auto"))
             return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice.type: must be auto, any, tool or none");
         if (*force && !*tools) return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice: requires tools");

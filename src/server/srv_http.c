@@ -11,6 +11,7 @@
  * connection opening or the previous request on it ending (the read deadline
  * below), so a client trickling its body cannot hold a connection thread for
  * ever. */
+#include <ctype.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,7 +32,7 @@
 /* A declared or received body beyond this is not read to its end: 413 at once, then close. */
 #define DRAIN_CAP ((uint64_t)256 << 20)
 
-const int SRV_STATUS_CODES[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 529, 0};
+const int SRV_STATUS_CODES[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 429, 500, 501, 503, 529, 0};
 
 typedef struct {
     sbuf body;
@@ -231,6 +232,35 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
+/* The path of a request target: an absolute-form target ("http://host:port/v1/models", as a proxy
+ * sends it; RFC 9112 3.2.2) without its scheme and authority. */
+static const char *origin_path(const char *url) {
+    const char *p = !strncasecmp(url, "http://", 7) ? url + 7 : !strncasecmp(url, "https://", 8) ? url + 8 : NULL;
+    if (!p) return url;
+    p = strchr(p, '/');
+    return p ? p : "/";
+}
+
+static srv_api api_of(const char *url) { return !strncmp(url, "/v1/messages", 12) ? API_ANTHROPIC : API_OPENAI; }
+
+/* MHD's URL decoding, except that %00 is left as it is: a NUL would cut the path short
+ * ("/v1/models%00x" answered as /v1/models, where a proxy filtering paths saw another). */
+static size_t unescape_url(void *cls, struct MHD_Connection *c, char *str) {
+    (void)cls, (void)c;
+    char *w = str;
+    for (const char *r = str; *r;) {
+        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2]) && !(r[1] == '0' && r[2] == '0')) {
+            const char h[3] = {r[1], r[2], 0};
+            *w++ = (char)strtol(h, NULL, 16);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - str);
+}
+
 /* MHD's URI log callback: a request line is in. Its result is the request's
  * first *con_cls, which stays NULL (on_request makes the state). */
 static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
@@ -239,7 +269,7 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
     if (cg) {
         pthread_mutex_lock(&s->guard->mu);
         cg->in_request = 1;
-        cg->api = uri && !strncmp(uri, "/v1/messages", 12) ? API_ANTHROPIC : API_OPENAI;
+        cg->api = uri ? api_of(origin_path(uri)) : API_OPENAI;
         pthread_mutex_unlock(&s->guard->mu);
     }
     return NULL;
@@ -263,14 +293,22 @@ void srv_count_status(srv_ctx *s, int status) {
     atomic_fetch_add(&s->by_status[i], 1);
 }
 
-enum MHD_Result srv_send_text(srv_ctx *s, struct MHD_Connection *c, int status, const char *type, char *text,
-                              size_t len) {
+/* allow: the Allow header of a 405 (or NULL); close: the connection ends after this answer. */
+static enum MHD_Result send_text(srv_ctx *s, struct MHD_Connection *c, int status, const char *type, char *text,
+                                 size_t len, const char *allow, int close) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", type);
-    srv_count_status(s, status);
+    if (allow) MHD_add_response_header(r, "Allow", allow);
+    if (close) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    if (ok == MHD_YES) srv_count_status(s, status); /* not an answer MHD refused to send */
     MHD_destroy_response(r);
     return ok;
+}
+
+enum MHD_Result srv_send_text(srv_ctx *s, struct MHD_Connection *c, int status, const char *type, char *text,
+                              size_t len) {
+    return send_text(s, c, status, type, text, len, NULL, 0);
 }
 
 enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, json_t *body) {
@@ -280,16 +318,37 @@ enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, 
     return srv_send_text(s, c, status, "application/json", txt, strlen(txt));
 }
 
-enum MHD_Result srv_send_error(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e) {
+static enum MHD_Result send_error_ex(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e,
+                                     const char *allow, int close) {
     if (e->status >= 500) ST_WARN("answered %d: %s", e->status, e->msg);
-    return srv_send_json(s, c, e->status, srv_error_json(api, e));
+    json_t *j = srv_error_json(api, e);
+    char *txt = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    /* Anthropic's status for overloaded_error is 529 (its SDK raises OverloadedError for it) */
+    const int status = api == API_ANTHROPIC && e->status == 503 ? 529 : e->status;
+    return send_text(s, c, status, "application/json", txt, strlen(txt), allow, close);
+}
+
+enum MHD_Result srv_send_error(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e) {
+    return send_error_ex(s, c, api, e, NULL, 0);
+}
+
+/* An error in the path's API shape, with send_text's allow and close. */
+static enum MHD_Result send_fail_ex(srv_ctx *s, struct MHD_Connection *c, srv_api api, int status, const char *code,
+                                    const char *msg, const char *allow, int close) {
+    srv_err e;
+    srv_fail(&e, status, NULL, code, "%s", msg);
+    return send_error_ex(s, c, api, &e, allow, close);
 }
 
 static enum MHD_Result send_fail(srv_ctx *s, struct MHD_Connection *c, srv_api api, int status, const char *code,
                                  const char *msg) {
-    srv_err e;
-    srv_fail(&e, status, NULL, code, "%s", msg);
-    return srv_send_error(s, c, api, &e);
+    return send_fail_ex(s, c, api, status, code, msg, NULL, 0);
+}
+
+static enum MHD_Result send_405(srv_ctx *s, struct MHD_Connection *c, srv_api api, int post) {
+    return send_fail_ex(s, c, api, 405, "method_not_allowed", post ? "this path takes POST" : "this path takes GET",
+                        post ? "POST" : "GET, HEAD", 0);
 }
 
 /* Constant-time comparison, so the key cannot be guessed byte by byte from timing. */
@@ -346,7 +405,7 @@ static const struct {
 
 static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *url, const char *method,
                              conn_state *cs) {
-    srv_api api = !strncmp(url, "/v1/messages", 12) ? API_ANTHROPIC : API_OPENAI;
+    srv_api api = api_of(url);
     if (cs->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->p.max_body);
@@ -361,7 +420,7 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
         return send_fail(s, c, api, 503, "loading", "the model is still loading; retry shortly");
     }
     if (!strcmp(url, "/health")) {
-        if (!get) return send_fail(s, c, api, 405, "method_not_allowed", "/health takes GET");
+        if (!get) return send_405(s, c, api, 0);
         sched_wake(s->sched); /* a probe counts as the next request: a stopped engine restarts */
         sched_metrics m;
         sched_metrics_get(s->sched, &m);
@@ -373,10 +432,10 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     if (!authorized(s, c))
         return send_fail(s, c, api, 401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY or x-api-key: KEY)");
     if (!strcmp(url, "/metrics/gpu")) /* the web monitor's GPU numbers (NVML, srv_web.c) */
-        return get ? srv_web_gpu_metrics(s, c) : send_fail(s, c, api, 405, "method_not_allowed", "this path takes GET");
+        return get ? srv_web_gpu_metrics(s, c) : send_405(s, c, api, 0);
     for (size_t i = 0; i < N_POST; i++) {
         if (strcmp(url, POST_ROUTES[i].path)) continue;
-        if (!post) return send_fail(s, c, api, 405, "method_not_allowed", "this path takes POST");
+        if (!post) return send_405(s, c, api, 1);
         srv_err e;
         json_t *body = parse_body(cs, &e);
         if (!body) return srv_send_error(s, c, api, &e);
@@ -386,7 +445,7 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     }
     int models = !strcmp(url, "/v1/models"), model = !strncmp(url, "/v1/models/", 11);
     if (models || model || !strcmp(url, "/metrics")) {
-        if (!get) return send_fail(s, c, api, 405, "method_not_allowed", "this path takes GET");
+        if (!get) return send_405(s, c, api, 0);
         return models || model ? srv_models(s, c, model ? url + 11 : NULL) : srv_metrics(s, c);
     }
     char msg[300];
@@ -396,15 +455,58 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     return srv_send_error(s, c, api, &e);
 }
 
+typedef struct {
+    const char *cl, *te;
+    int n_te, cl_differ;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (f->cl && strcmp(f->cl, value ? value : "")) f->cl_differ = 1;
+        if (!f->cl) f->cl = value ? value : "";
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->n_te++;
+        f->te = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* What makes the body's end ambiguous (RFC 9112 6.1, 6.3: the ground of request smuggling
+ * behind a proxy), or NULL: Content-Length headers that disagree, Transfer-Encoding together
+ * with Content-Length (400); a transfer coding other than chunked (501: MHD decodes chunked
+ * only, and would wait out --read-timeout for a body it cannot frame). */
+static const char *framing_problem(struct MHD_Connection *c, int *status) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+    *status = 400;
+    if (f.cl_differ) return "Content-Length is given twice with different values";
+    if (f.n_te && f.cl) return "both Transfer-Encoding and Content-Length are given";
+    if (f.n_te > 1 || (f.n_te && strcasecmp(f.te, "chunked"))) {
+        *status = 501;
+        return "Transfer-Encoding: only 'chunked' is supported";
+    }
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
     srv_ctx *s = cls;
     conn_state *cs = *con_cls;
-    srv_api api = !strncmp(url, "/v1/messages", 12) ? API_ANTHROPIC : API_OPENAI;
+    url = origin_path(url);
+    srv_api api = api_of(url);
     if (!cs) { /* headers only so far */
         cs = st_calloc(1, sizeof *cs);
         *con_cls = cs;
+        int status;
+        const char *bad = framing_problem(c, &status);
+        if (bad) { /* answered now, and the connection closed: where its body ends is not agreed */
+            cs->answered = 1;
+            return send_fail_ex(s, c, api, status, status == 501 ? "unsupported_transfer_encoding" : "invalid_framing",
+                                bad, NULL, 1);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > DRAIN_CAP) {
             cs->too_big = cs->answered = 1;
@@ -424,8 +526,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         *upload_size = 0;
         if (cs->received > DRAIN_CAP && !cs->answered) {
-            cs->answered = 1;
-            return send_fail(s, c, api, 413, "request_too_large", "the request body is far too large");
+            /* a chunked body past the cap: MHD queues no answer while a body comes in, so the
+             * connection is closed without one (a declared length this large got its 413 up front) */
+            ST_INFO("http: a request body passed %llu MiB without end; connection closed",
+                    (unsigned long long)(DRAIN_CAP >> 20));
+            return MHD_NO;
         }
         return MHD_YES;
     }
@@ -511,6 +616,7 @@ int server_run(const server_params *p) {
     d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
                          on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
+                         MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, s,
                          MHD_OPTION_CONNECTION_LIMIT, 256u,
                          MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                          MHD_OPTION_END);

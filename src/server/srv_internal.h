@@ -31,7 +31,7 @@ void sbuf_free(sbuf *b);
 typedef enum { API_OPENAI, API_ANTHROPIC } srv_api;
 
 /* HTTP statuses counted for /metrics (the last bucket is "other"). */
-#define SRV_N_STATUS 11
+#define SRV_N_STATUS 12
 extern const int SRV_STATUS_CODES[SRV_N_STATUS];
 
 typedef struct {

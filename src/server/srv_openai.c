@@ -398,8 +398,13 @@ static int32_t *completion_prompt(srv_ctx *s, json_t *body, int *n, srv_err *e) 
         srv_fail(e, 400, "prompt", "missing_required_parameter", "Missing required parameter: 'prompt'");
         return NULL;
     }
-    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
-        p = json_array_get(p, 0);
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0); /* one prompt in a list: ["text"] or [[ids]] */
+    if (json_is_array(p) && json_array_size(p) == 0) {
+        srv_fail(e, 400, "prompt", "invalid_value", "'prompt' is empty");
+        return NULL;
+    }
     int32_t *ids = NULL;
     if (json_is_string(p))
         ids = srv_tokenize(s, json_string_value(p), json_string_length(p), 1, 1, n, e);
@@ -423,7 +428,8 @@ static int32_t *completion_prompt(srv_ctx *s, json_t *body, int *n, srv_err *e) 
         *n = (int)len;
     } else if (json_is_array(p)) {
         srv_fail(e, 400, "prompt", "unsupported_parameter",
-                 "'prompt' must be a string, one string in an array, or an array of token ids (one prompt per request)");
+                 "'prompt' must be a string or an array of token ids, or one of them in an array (one prompt per "
+                 "request)");
         return NULL;
     } else {
         srv_fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string or an array");
@@ -594,8 +600,8 @@ json_t *oai_response(srv_job *j) {
                                                       : json_null(),
                                 "refusal");
         if (calls) json_object_set_new(msg, "tool_calls", calls);
-        ch = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason",
-                       calls ? "tool_calls" : finish_reason(j));
+        ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", take_logprobs(j),
+                       "finish_reason", calls ? "tool_calls" : finish_reason(j));
         sbuf_free(&content);
         return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->id, "object", "chat.completion", "created",
                          (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata",

@@ -1,5 +1,6 @@
 /* Front-end helpers (srv_internal.h): buffers, errors in each API's shape,
  * strict JSON field readers, prompt building, ids and seeds. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,8 @@ static const char *anthropic_type(int status) {
     case 404: return "not_found_error";
     case 413: return "request_too_large";
     case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
+    case 503:
+    case 529: return "overloaded_error";
     default: return status < 500 ? "invalid_request_error" : "api_error";
     }
 }
@@ -164,12 +166,16 @@ int jf_int(json_t *o, const char *key, long long lo, long long hi, long long *ou
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
     long long n;
-    if (json_is_integer(v))
+    if (json_is_integer(v)) {
         n = json_integer_value(v);
-    else if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v))
-        n = (long long)json_real_value(v); /* 16.0 is an integer too */
-    else
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) { /* 16.0 is an integer too */
+        const double d = json_real_value(v); /* range first: a cast of 1e19 to long long is undefined */
+        if (!(d >= (double)lo && d < (double)hi + 1.0)) /* hi + 1: LLONG_MAX rounds up to 2^63 */
+            return srv_fail(e, 400, key, "invalid_value", "'%s' is %g, outside [%lld, %lld]", key, d, lo, hi);
+        n = (long long)d;
+    } else {
         return srv_fail(e, 400, key, "invalid_type", "'%s' must be an integer, not %s", key, jtype(v));
+    }
     if (n < lo || n > hi)
         return srv_fail(e, 400, key, "invalid_value", "'%s' is %lld, outside [%lld, %lld]", key, n, lo, hi);
     *out = n;
@@ -231,6 +237,9 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
 }
 
 int srv_check_context(srv_ctx *s, int n_prompt, srv_api api, const char *param, srv_err *e) {
+    if (n_prompt <= 0) /* e.g. a lone empty assistant message (prefill) of a model without BOS */
+        return srv_fail(e, 400, param, "invalid_value", "'%s' renders to an empty prompt (0 tokens): nothing to continue",
+                        param);
     if (n_prompt < s->n_ctx) return 0;
     if (api == API_ANTHROPIC)
         return srv_fail(e, 400, param, "context_length_exceeded", "prompt is too long: %d tokens > %d maximum",

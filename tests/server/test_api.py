@@ -61,9 +61,11 @@ def test_completions(server, oai):
     ids = toks.json()["tokens"]
     r2 = oai.completions.create(model="any", prompt=ids, max_tokens=6, temperature=0)
     assert r2.choices[0].text == text
+    r3 = oai.completions.create(model="any", prompt=[ids], max_tokens=6, temperature=0)  # one prompt in a list
+    assert r3.choices[0].text == text
     d = httpx.post(server.url + "/detokenize", json={"tokens": ids}).json()["content"]
     assert d.endswith("The capital of France is"), d
-    print(f"checked: completion {text!r}, streamed equal, token-id prompt equal, /tokenize count "
+    print(f"checked: completion {text!r}, streamed equal, token-id prompt and [[ids]] equal, /tokenize count "
           f"{len(ids)} = usage, /detokenize round trip")
 
 

@@ -139,6 +139,25 @@ CASES = [
     ("anthropic count_tokens bad messages", "/v1/messages/count_tokens",
      json.dumps({"model": "m", "messages": {}}).encode(), 400, "invalid_request_error"),
     ("unknown path", "/v1/nothing", b"{}", 404, "not_found"),
+    # an integer field given a float beyond 64 bits: a range error (casting it first was undefined behaviour)
+    ("max_tokens 1e19", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e19}',
+     400, "invalid_value"),
+    ("seed -1e300", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "seed": -1e300}',
+     400, "invalid_value"),
+    ("anthropic top_k 1e300", "/v1/messages",
+     b'{"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}], "top_k": 1e300}', 400,
+     "invalid_request_error"),
+    # a lone empty assistant message is a prefill of nothing: no prompt at all (SmolLM2 has no BOS)
+    ("empty prompt (lone empty assistant message)", "/v1/chat/completions",
+     json.dumps(chat(messages=[{"role": "assistant", "content": ""}])).encode(), 400, "invalid_value"),
+    ("anthropic empty prompt", "/v1/messages",
+     json.dumps({"model": "m", "max_tokens": 2, "messages": [{"role": "assistant", "content": ""}]}).encode(), 400,
+     "invalid_request_error"),
+    ("completion prompt []", "/v1/completions", json.dumps({"prompt": []}).encode(), 400, "invalid_value"),
+    ("anthropic tool_choice tool without name", "/v1/messages",
+     json.dumps({"model": "m", "max_tokens": 2, "messages": OK_MSGS, "tools": [
+         {"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool"}}).encode(), 400,
+     "invalid_request_error"),
 ]
 
 
@@ -174,7 +193,66 @@ def test_body_100mb_gets_413(server):
 def test_wrong_method(server):
     r = httpx.get(server.url + "/v1/chat/completions")
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
-    print("checked: GET on a POST path -> 405")
+    assert r.headers["allow"] == "POST", r.headers  # RFC 9110 15.5.6
+    r = httpx.post(server.url + "/v1/models", content=b"{}")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD", r.headers
+    print("checked: GET on a POST path -> 405 with Allow: POST; POST on a GET path -> 405 with Allow: GET, HEAD")
+
+
+def raw_exchange(port, data, timeout=10):
+    """Send raw bytes, read until the server closes (or the timeout), return what came back."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    got = b""
+    try:
+        while chunk := s.recv(65536):
+            got += chunk
+    except socket.timeout:
+        pass
+    s.close()
+    return got
+
+
+SMUGGLED = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+# (name, request bytes, status): framing a proxy and this server could read differently (RFC 9112 6.1, 6.3)
+FRAMING = [
+    ("two Content-Length values", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nContent-Length: %d"
+     b"\r\n\r\n" % (7 + len(SMUGGLED)) + b'{"a":1}' + SMUGGLED, 400),
+    ("Transfer-Encoding with Content-Length", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+     b"Content-Length: 5\r\n\r\n0\r\n\r\n" + SMUGGLED, 400),
+    ("Transfer-Encoding gzip", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+]
+
+
+@pytest.mark.parametrize("name,req,status", FRAMING, ids=[c[0] for c in FRAMING])
+def test_ambiguous_framing_refused_and_closed(server, name, req, status):
+    t0 = time.time()
+    got = raw_exchange(server.port, req)
+    took = time.time() - t0
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status), got[:300]
+    assert b"connection: close" in head.lower(), head
+    assert took < 5, took  # answered at once, not after --read-timeout
+    # one answer only: the bytes after the first request were not read as a second one
+    assert got.count(b"HTTP/1.1 ") == 1, got
+    err = json.loads(body[:body.rindex(b"}") + 1])["error"]
+    assert err["code"] in ("invalid_framing", "unsupported_transfer_encoding"), err
+    print(f"checked: {name} -> {status} {err['message']!r}, then the close ({took * 1e3:.0f} ms); "
+          f"the smuggled request after it not answered")
+
+
+def test_request_target_forms(server):
+    # absolute form (what a proxy sends) is the same request as its path
+    got = raw_exchange(server.port, b"GET http://127.0.0.1:%d/v1/models HTTP/1.1\r\nHost: x\r\nConnection: close"
+                       b"\r\n\r\n" % server.port)
+    assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+    assert json.loads(got.partition(b"\r\n\r\n")[2])["object"] == "list"
+    # %00 is not decoded to a NUL that would cut the path short
+    r = httpx.get(server.url + "/v1/models%00xyz")
+    assert r.status_code == 404 and "%00" in r.json()["error"]["message"], r.text
+    r = httpx.post(server.url + "/v1/messages%00", json={"model": "m", "max_tokens": 2, "messages": OK_MSGS})
+    assert r.status_code == 404, r.text
+    print("checked: GET http://host/v1/models -> 200 (absolute form); /v1/models%00xyz and /v1/messages%00 -> 404")
 
 
 def test_unknown_model_name_is_served(server, oai):
@@ -242,11 +320,11 @@ def test_queue_full_503(keyed):
         assert r3.status_code == 503 and r3.json()["error"]["code"] == "overloaded", r3.text
         r4 = httpx.post(keyed.url + "/v1/messages", json={"max_tokens": 2, "messages": OK_MSGS}, headers=hdr,
                         timeout=30)
-        assert r4.status_code == 503 and r4.json()["error"]["type"] == "overloaded_error", r4.text
+        assert r4.status_code == 529 and r4.json()["error"]["type"] == "overloaded_error", r4.text  # Anthropic's status
     # leaving the stream frees the slot, and the queued request runs
     t.join(60)
     assert queued["r"].status_code == 200, queued["r"].text
-    print("checked: with 1 slot busy and 1 request queued, the next gets 503 (both shapes); "
+    print("checked: with 1 slot busy and 1 request queued, the next gets 503 (OpenAI) / 529 overloaded_error (Anthropic); "
           "the queued one succeeds once the stream is dropped")
 
 

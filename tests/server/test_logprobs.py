@@ -45,6 +45,24 @@ def test_chat_logprobs(oai):
           f"(greedy), sorted, sum <= 1; stream {len(toks)} tokens spell its text")
 
 
+def test_chat_logprobs_with_tools(oai):
+    # tools change how the answer is built (tool calls parsed out of it), not whether logprobs come back
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    msgs = [{"role": "user", "content": "Hi"}]
+    r = oai.chat.completions.create(model="any", messages=msgs, tools=tools, max_tokens=4, temperature=0,
+                                    logprobs=True, top_logprobs=2)
+    lp = r.choices[0].logprobs
+    assert lp is not None and len(lp.content) == r.usage.completion_tokens, r
+    check_entries(lp.content, 2)
+    n = 0
+    for c in oai.chat.completions.create(model="any", messages=msgs, tools=tools, max_tokens=4, temperature=0,
+                                         logprobs=True, top_logprobs=2, stream=True):
+        if c.choices and c.choices[0].logprobs:
+            n += len(c.choices[0].logprobs.content)
+    assert n == len(lp.content), (n, len(lp.content))
+    print(f"checked: chat with tools returns {len(lp.content)} logprob entries, streamed and not")
+
+
 def test_completion_logprobs(oai):
     c = oai.completions.create(model="any", prompt="The capital of France is", max_tokens=6, temperature=0, logprobs=2)
     lp = c.choices[0].logprobs
