@@ -190,6 +190,29 @@ def test_body_100mb_gets_413(server):
     print("checked: 100 MB body -> 413 in both shapes")
 
 
+def test_chunked_body_past_256mb_closed(server):
+    # no answer can be queued while a body comes in: past the 256 MB cap the connection is closed, and
+    # no 413 is counted for an answer never sent
+    n413 = server.metrics()['strata_http_requests_total{code="413"}']
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    piece, sent, closed = b"100000\r\n" + b"a" * (1 << 20) + b"\r\n", 0, False
+    try:
+        for _ in range(300):
+            s.sendall(piece)
+            sent += 1
+        got = s.recv(1000)
+        closed = got == b""
+    except (BrokenPipeError, ConnectionResetError):
+        closed = True
+    s.close()
+    assert closed and 256 <= sent < 300, sent
+    assert server.metrics()['strata_http_requests_total{code="413"}'] == n413
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat(), timeout=60)
+    assert r.status_code == 200, r.text
+    print(f"checked: a chunked body closed after {sent} MiB sent, no 413 counted; the next request -> 200")
+
+
 def test_wrong_method(server):
     r = httpx.get(server.url + "/v1/chat/completions")
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
