@@ -508,9 +508,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                 bad, NULL, 1);
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > DRAIN_CAP) {
+        const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+        const uint64_t declared = cl ? strtoull(cl, NULL, 10) : 0;
+        /* a client that waits for 100-continue hears the 413 before it uploads the body */
+        if (declared > DRAIN_CAP || (declared > s->p.max_body && expect && !strcasecmp(expect, "100-continue"))) {
             cs->too_big = cs->answered = 1;
-            return send_fail(s, c, api, 413, "request_too_large", "the request body is far too large");
+            return send_fail(s, c, api, 413, "request_too_large",
+                             declared > DRAIN_CAP ? "the request body is far too large"
+                                                  : "the declared request body is larger than --max-body");
         }
         return MHD_YES;
     }

@@ -190,6 +190,16 @@ def test_body_100mb_gets_413(server):
     print("checked: 100 MB body -> 413 in both shapes")
 
 
+def test_expect_continue_over_max_body_refused_before_upload(server):
+    # 9 MB declared (over --max-body, 8 MB) with Expect: 100-continue: the 413 comes instead of the 100
+    got = raw_exchange(server.port, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (9 << 20), timeout=5)
+    assert got.startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in got, got[:300]
+    err = json.loads(got.partition(b"\r\n\r\n")[2])
+    assert err["error"]["type"] == "request_too_large" and "--max-body" in err["error"]["message"], err
+    print(f"checked: Expect: 100-continue with 9 MB declared -> 413 {err} before any upload")
+
+
 def test_chunked_body_past_256mb_closed(server):
     # no answer can be queued while a body comes in: past the 256 MB cap the connection is closed, and
     # no 413 is counted for an answer never sent
