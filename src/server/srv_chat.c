@@ -39,6 +39,10 @@ int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e) {
     json_array_foreach(tools, i, t) {
         json_t *fn = json_object_get(t, "function");
         const char *type = json_string_value(json_object_get(t, "type"));
+        if (api == API_OPENAI && type && !strcmp(type, "custom")) /* OpenAI's free-form tools: a valid shape */
+            return srv_fail(e, 400, param, "unsupported_parameter",
+                            "'%s[%zu]': tools of type 'custom' are not supported by this server: use 'function'",
+                            param, i);
         if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn))
             return srv_fail(e, 400, param, api == API_OPENAI ? "invalid_type" : "invalid_value",
                             "'%s[%zu]' must be {\"type\": \"function\", \"function\": {...}}", param, i);

@@ -305,6 +305,10 @@ static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err
     } else if (json_is_object(tc)) {
         const char *type = json_string_value(json_object_get(tc, "type"));
         const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (type && (!strcmp(type, "allowed_tools") || !strcmp(type, "custom"))) /* valid in OpenAI's API */
+            return srv_fail(e, 400, "tool_choice", "unsupported_parameter",
+                            "'tool_choice' of type '%s' is not supported by this server: use 'none', 'auto', "
+                            "'required' or a function", type);
         if (!type || strcmp(type, "function") || !name)
             return srv_fail(e, 400, "tool_choice", "invalid_value",
                             "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");

@@ -81,8 +81,7 @@ json_t *srv_error_json(srv_api api, const srv_err *e) {
     if (api == API_ANTHROPIC)
         return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", anthropic_type(e->status),
                          "message", msg);
-    const char *type = e->status == 401   ? "authentication_error"
-                       : e->status == 404 ? "not_found_error"
+    const char *type = e->status == 401   ? "authentication_error" /* 404: invalid_request_error, as OpenAI's */
                        : e->status == 429 ? "rate_limit_error"
                        : e->status >= 500 ? "server_error"
                                           : "invalid_request_error";

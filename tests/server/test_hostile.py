@@ -154,6 +154,13 @@ CASES = [
      json.dumps({"model": "m", "max_tokens": 2, "messages": [{"role": "assistant", "content": ""}]}).encode(), 400,
      "invalid_request_error"),
     ("completion prompt []", "/v1/completions", json.dumps({"prompt": []}).encode(), 400, "invalid_value"),
+    # valid OpenAI shapes this server does not implement: unsupported, not invalid
+    ("custom tool", "/v1/chat/completions", json.dumps(chat(tools=[{"type": "custom", "custom": {"name": "g"}}]))
+     .encode(), 400, "unsupported_parameter"),
+    ("tool_choice allowed_tools", "/v1/chat/completions", json.dumps(chat(
+        tools=[{"type": "function", "function": {"name": "f"}}],
+        tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}})).encode(), 400,
+     "unsupported_parameter"),
     ("anthropic tool_choice tool without name", "/v1/messages",
      json.dumps({"model": "m", "max_tokens": 2, "messages": OK_MSGS, "tools": [
          {"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool"}}).encode(), 400,
@@ -293,7 +300,9 @@ def test_unknown_model_name_is_served(server, oai):
     # response names the model that answered
     r = oai.chat.completions.create(model="gpt-4o-nonexistent", messages=OK_MSGS, max_tokens=2)
     assert r.model == "SmolLM2-135M-Instruct.Q4_1"
-    assert httpx.get(server.url + "/v1/models/gpt-4o-nonexistent").status_code == 404
+    g = httpx.get(server.url + "/v1/models/gpt-4o-nonexistent")
+    assert g.status_code == 404 and g.json()["error"]["type"] == "invalid_request_error", g.text  # OpenAI's type
+    assert g.json()["error"]["code"] == "model_not_found", g.text
     print("checked: unknown model name answered by", r.model, "; GET /v1/models/<unknown> -> 404")
 
 
