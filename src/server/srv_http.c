@@ -232,21 +232,25 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* The path of a request target: an absolute-form target ("http://host:port/v1/models", as a proxy
- * sends it; RFC 9112 3.2.2) without its scheme and authority. */
-static const char *origin_path(const char *url) {
-    const char *p = !strncasecmp(url, "http://", 7) ? url + 7 : !strncasecmp(url, "https://", 8) ? url + 8 : NULL;
-    if (!p) return url;
-    p = strchr(p, '/');
-    return p ? p : "/";
+/* The length of an absolute-form target's scheme and authority ("http://host:port" of
+ * "http://host:port/v1/models?x", as a proxy sends it; RFC 9112 3.2.2); 0 for an origin-form target.
+ * Taken from the raw target, before any %-decoding (a decoded %2F must not end the authority). */
+static size_t authority_len(const char *t) {
+    const size_t n = !strncasecmp(t, "http://", 7) ? 7 : !strncasecmp(t, "https://", 8) ? 8 : 0;
+    return n ? n + strcspn(t + n, "/?") : 0;
 }
 
 static srv_api api_of(const char *url) { return !strncmp(url, "/v1/messages", 12) ? API_ANTHROPIC : API_OPENAI; }
 
-/* MHD's URL decoding, except that %00 is left as it is: a NUL would cut the path short
- * ("/v1/models%00x" answered as /v1/models, where a proxy filtering paths saw another). */
+/* MHD's URL decoding (of the path, split from its query; also of query keys and values, which
+ * Strata does not read), in place, and two more things: an absolute-form target loses its scheme and
+ * authority first (served as its path), and %00 is left as it is (a NUL would cut the path short:
+ * "/v1/models%00x" answered as /v1/models, where a proxy filtering paths saw another). */
 static size_t unescape_url(void *cls, struct MHD_Connection *c, char *str) {
     (void)cls, (void)c;
+    const size_t a = authority_len(str);
+    if (a && str[a] == '/') memmove(str, str + a, strlen(str + a) + 1);
+    else if (a) strcpy(str, "/"); /* "http://host": the root; only shorter, as the contract wants */
     char *w = str;
     for (const char *r = str; *r;) {
         if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2]) && !(r[1] == '0' && r[2] == '0')) {
@@ -269,7 +273,7 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
     if (cg) {
         pthread_mutex_lock(&s->guard->mu);
         cg->in_request = 1;
-        cg->api = uri ? api_of(origin_path(uri)) : API_OPENAI;
+        cg->api = uri ? api_of(uri + authority_len(uri)) : API_OPENAI; /* raw: "?x=/v1/messages" is no path */
         pthread_mutex_unlock(&s->guard->mu);
     }
     return NULL;
@@ -287,10 +291,15 @@ server_params server_defaults(void) {
     return p;
 }
 
-void srv_count_status(srv_ctx *s, int status) {
-    int i = 0;
-    while (i < SRV_N_STATUS - 1 && SRV_STATUS_CODES[i] != status) i++;
-    atomic_fetch_add(&s->by_status[i], 1);
+enum MHD_Result srv_queue(srv_ctx *s, struct MHD_Connection *c, int status, struct MHD_Response *r) {
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    if (ok == MHD_YES) { /* not an answer MHD refused to send (while a body comes in, say) */
+        int i = 0;
+        while (i < SRV_N_STATUS - 1 && SRV_STATUS_CODES[i] != status) i++;
+        atomic_fetch_add(&s->by_status[i], 1);
+    }
+    return ok;
 }
 
 /* allow: the Allow header of a 405 (or NULL); close: the connection ends after this answer. */
@@ -300,10 +309,7 @@ static enum MHD_Result send_text(srv_ctx *s, struct MHD_Connection *c, int statu
     MHD_add_response_header(r, "Content-Type", type);
     if (allow) MHD_add_response_header(r, "Allow", allow);
     if (close) MHD_add_response_header(r, "Connection", "close");
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
-    if (ok == MHD_YES) srv_count_status(s, status); /* not an answer MHD refused to send */
-    MHD_destroy_response(r);
-    return ok;
+    return srv_queue(s, c, status, r);
 }
 
 enum MHD_Result srv_send_text(srv_ctx *s, struct MHD_Connection *c, int status, const char *type, char *text,
@@ -311,22 +317,25 @@ enum MHD_Result srv_send_text(srv_ctx *s, struct MHD_Connection *c, int status, 
     return send_text(s, c, status, type, text, len, NULL, 0);
 }
 
-enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, json_t *body) {
+/* body: given up. */
+static enum MHD_Result send_json(srv_ctx *s, struct MHD_Connection *c, int status, json_t *body, const char *allow,
+                                 int close) {
     ST_ASSERT(body); /* every body we build is valid: a NULL here is a bug */
     char *txt = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    return srv_send_text(s, c, status, "application/json", txt, strlen(txt));
+    return send_text(s, c, status, "application/json", txt, strlen(txt), allow, close);
+}
+
+enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, json_t *body) {
+    return send_json(s, c, status, body, NULL, 0);
 }
 
 static enum MHD_Result send_error_ex(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e,
                                      const char *allow, int close) {
-    if (e->status >= 500) ST_WARN("answered %d: %s", e->status, e->msg);
-    json_t *j = srv_error_json(api, e);
-    char *txt = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
     /* Anthropic's status for overloaded_error is 529 (its SDK raises OverloadedError for it) */
     const int status = api == API_ANTHROPIC && e->status == 503 ? 529 : e->status;
-    return send_text(s, c, status, "application/json", txt, strlen(txt), allow, close);
+    if (status >= 500) ST_WARN("answered %d: %s", status, e->msg);
+    return send_json(s, c, status, srv_error_json(api, e), allow, close);
 }
 
 enum MHD_Result srv_send_error(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e) {
@@ -495,7 +504,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     srv_ctx *s = cls;
     conn_state *cs = *con_cls;
-    url = origin_path(url);
     srv_api api = api_of(url);
     if (!cs) { /* headers only so far */
         cs = st_calloc(1, sizeof *cs);

@@ -173,7 +173,8 @@ enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, 
 enum MHD_Result srv_send_error(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e);
 enum MHD_Result srv_send_text(srv_ctx *s, struct MHD_Connection *c, int status, const char *type, char *text,
                               size_t len);
-void srv_count_status(srv_ctx *s, int status);
+/* Queues r (and gives it up), counting its status in /metrics once MHD took it. */
+enum MHD_Result srv_queue(srv_ctx *s, struct MHD_Connection *c, int status, struct MHD_Response *r);
 
 /* ---- endpoints (body already parsed, auth checked) ---- */
 enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body);

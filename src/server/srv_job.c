@@ -184,10 +184,7 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
                                                                       stream_free);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        srv_count_status(s, 200);
-        enum MHD_Result r = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        return r;
+        return srv_queue(s, c, 200, resp);
     }
     pthread_mutex_lock(&j->mu);
     while (!j->done)

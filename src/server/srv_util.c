@@ -70,8 +70,7 @@ static const char *anthropic_type(int status) {
     case 404: return "not_found_error";
     case 413: return "request_too_large";
     case 429: return "rate_limit_error";
-    case 503:
-    case 529: return "overloaded_error";
+    case 503: return "overloaded_error"; /* sent as 529, Anthropic's status for it (srv_http.c) */
     default: return status < 500 ? "invalid_request_error" : "api_error";
     }
 }
@@ -83,7 +82,7 @@ json_t *srv_error_json(srv_api api, const srv_err *e) {
                          "message", msg);
     const char *type = e->status == 401   ? "authentication_error" /* 404: invalid_request_error, as OpenAI's */
                        : e->status == 429 ? "rate_limit_error"
-                       : e->status >= 500 ? "server_error"
+                       : e->status >= 500 && e->status != 501 ? "server_error" /* 501: the client's coding */
                                           : "invalid_request_error";
     return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", msg, "type", type, "param",
                      e->param[0] ? srv_json_text(e->param, strlen(e->param)) : json_null(), "code",

@@ -31,10 +31,7 @@ enum MHD_Result srv_web_send(srv_ctx *s, struct MHD_Connection *c, const srv_web
                             "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
-    srv_count_status(s, 200);
-    enum MHD_Result ok = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    return ok;
+    return srv_queue(s, c, 200, r);
 }
 
 /* ---- NVML through dlopen ---- */
