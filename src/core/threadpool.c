@@ -1,15 +1,25 @@
 /* Thread pool (see threadpool.h): one job at a time, published through a
- * generation counter, tasks handed out by an atomic counter.
+ * generation counter, tasks claimed from one atomic word.
  *
- * Handshake, per st_pool_run():
- *   caller: write job fields, next = 0, pending = workers,
- *           gen++ (the release that publishes the job), wake sleepers,
- *           run tasks itself, then wait until pending == 0.
- *   worker: wait until gen changes (spin, then futex), run tasks,
- *           pending-- (the release that publishes its results).
- * Every worker takes part in every generation, even when the tasks ran out
- * before it woke: the caller cannot reuse the job fields before all workers
- * have let go of them, and waiting for the acknowledgements is what proves it.
+ * The claim word packs (task count, next task) of the current job: a
+ * fetch-add takes the next task together with the count it belongs to, so a
+ * thread holding the old word's view can never mistake another job's tasks.
+ * A thread reads the job's function and context only after it took a task
+ * below the count (an unfinished task of that job), and the caller rewrites
+ * them only once every task has finished (the done counter reaches the
+ * count). So a worker that wakes late, after the tasks ran out or once a
+ * newer job is out, at worst takes a task of the newer job, which is right;
+ * and the caller waits for the tasks, not for the workers: a worker the OS
+ * has descheduled (more threads than free cores) no longer holds up every
+ * call until it runs again, as it did when every worker had to acknowledge
+ * every job.
+ *
+ * Handshake, per st_pool_run() (per chunk of at most CLAIM_MAX_TASKS tasks):
+ *   caller: write fn, ctx, base; done = 0; claim = (n, 0) (release);
+ *           gen++, wake sleepers; take tasks itself; wait until done == n.
+ *   worker: wait until gen changes (spin, then futex); take tasks while the
+ *           one it gets is below the count; then done += the tasks it ran
+ *           (release).
  *
  * Sleeping on both sides uses the Dekker pattern on sequentially consistent
  * atomics: the sleeper announces itself, then re-checks the condition; the
@@ -33,23 +43,29 @@
 
 #define CACHE_LINE 64
 
+/* A chunk's task count fits the word's upper half, and the lower half (the
+ * next task) cannot wrap: it passes the count by at most one per thread. */
+#define CLAIM_MAX_TASKS ((int64_t)1 << 31)
+static uint64_t claim_word(int64_t n) { return (uint64_t)n << 32; }
+
 struct st_pool {
     int n_threads;       /* caller included */
     pthread_t *threads;  /* (n_threads - 1) workers */
     _Atomic int64_t spin_ns; /* read by idle workers while the owner may change it */
 
-    /* The job; plain fields, published by the release on gen. */
+    /* The job; plain fields, published by the release on claim, read only
+     * by a thread that holds an unfinished task of it. */
     st_pool_fn fn;
     void *ctx;
-    int64_t n_tasks;
+    int64_t base; /* task index of the chunk's first task */
 
     /* Each hot atomic on its own cache line, so that workers polling gen do
-     * not slow down the fetch-adds on next or the decrements on pending. */
+     * not slow down the swaps on claim or the increments of done. */
     _Alignas(CACHE_LINE) _Atomic uint32_t gen; /* futex word the workers sleep on */
     _Atomic int n_sleeping;                    /* workers inside (or about to enter) futex wait */
     _Atomic int quit;
-    _Alignas(CACHE_LINE) _Atomic int64_t next; /* next task index to hand out */
-    _Alignas(CACHE_LINE) _Atomic uint32_t pending; /* workers not yet done; futex word of the caller */
+    _Alignas(CACHE_LINE) _Atomic uint64_t claim; /* task count << 32 | next task */
+    _Alignas(CACHE_LINE) _Atomic uint32_t done;  /* tasks finished; futex word of the caller */
     _Atomic int caller_sleeping;
     _Atomic int busy; /* catches concurrent or nested st_pool_run */
 };
@@ -81,17 +97,21 @@ int st_cpu_count(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* Takes and runs tasks of the current job until none is left. */
 static void run_tasks(st_pool *pool, int thread) {
-    const int64_t n = pool->n_tasks;
-    st_pool_fn fn = pool->fn;
-    void *ctx = pool->ctx;
+    uint32_t ran = 0, n = 0;
     for (;;) {
-        /* relaxed: ordering of results is given by pending (workers) and by
-         * the caller's own program order. */
-        int64_t i = atomic_fetch_add_explicit(&pool->next, 1, memory_order_relaxed);
-        if (i >= n) break;
-        fn(ctx, i, thread);
+        /* acquire: the job's fields, written before the release that published the word */
+        const uint64_t w = atomic_fetch_add_explicit(&pool->claim, 1, memory_order_acquire);
+        n = (uint32_t)(w >> 32);
+        if ((uint32_t)w >= n) break;
+        pool->fn(pool->ctx, pool->base + (uint32_t)w, thread);
+        ran++;
     }
+    /* All of them in one job: the next one is published only once done reaches this count.
+     * seq_cst: the release of the results, then the sleeper check (Dekker, see above). */
+    if (ran && atomic_fetch_add(&pool->done, ran) + ran == n && thread != 0 && atomic_load(&pool->caller_sleeping))
+        futex_wake(&pool->done, 1);
 }
 
 /* Waits until gen differs from seen; returns the new value. */
@@ -124,8 +144,6 @@ static void *worker_main(void *p) {
         seen = wait_generation(pool, seen);
         if (atomic_load_explicit(&pool->quit, memory_order_acquire)) break;
         run_tasks(pool, arg.index);
-        if (atomic_fetch_sub(&pool->pending, 1) == 1 && atomic_load(&pool->caller_sleeping))
-            futex_wake(&pool->pending, 1);
     }
     return NULL;
 }
@@ -138,8 +156,8 @@ st_pool *st_pool_init(int n_threads) {
     atomic_init(&pool->gen, 0);
     atomic_init(&pool->n_sleeping, 0);
     atomic_init(&pool->quit, 0);
-    atomic_init(&pool->next, 0);
-    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->claim, claim_word(0));
+    atomic_init(&pool->done, 0);
     atomic_init(&pool->caller_sleeping, 0);
     atomic_init(&pool->busy, 0);
     pool->threads = st_calloc(n_threads > 1 ? (size_t)(n_threads - 1) : 1, sizeof(pthread_t));
@@ -182,31 +200,34 @@ void st_pool_run(st_pool *pool, int64_t n_tasks, st_pool_fn fn, void *ctx) {
         return;
     }
     ST_ASSERT(atomic_exchange(&pool->busy, 1) == 0);
-
     pool->fn = fn;
     pool->ctx = ctx;
-    pool->n_tasks = n_tasks;
-    atomic_store_explicit(&pool->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&pool->pending, (uint32_t)(pool->n_threads - 1), memory_order_relaxed);
-    atomic_fetch_add(&pool->gen, 1); /* seq_cst: publishes the job, then the sleeper check below */
-    if (atomic_load(&pool->n_sleeping) > 0) futex_wake(&pool->gen, INT_MAX);
+    for (int64_t base = 0; base < n_tasks; base += CLAIM_MAX_TASKS) {
+        const int64_t n = n_tasks - base < CLAIM_MAX_TASKS ? n_tasks - base : CLAIM_MAX_TASKS;
+        pool->base = base; /* the previous chunk's tasks have all finished: nobody reads it */
+        atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
+        atomic_store_explicit(&pool->claim, claim_word(n), memory_order_release);
+        atomic_fetch_add(&pool->gen, 1); /* seq_cst: wakes the workers, then the sleeper check below */
+        if (atomic_load(&pool->n_sleeping) > 0) futex_wake(&pool->gen, INT_MAX);
 
-    run_tasks(pool, 0);
+        run_tasks(pool, 0);
 
-    /* Wait for the workers' acknowledgements: spin first (they are usually
-     * finishing their last task), then sleep. */
-    int64_t deadline = 0;
-    for (unsigned spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) != 0; spins++) {
-        cpu_relax();
-        if ((spins & 63) == 63) {
-            int64_t now = st_now_ns();
-            if (!deadline) deadline = now + atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
-            else if (now >= deadline) {
-                atomic_store(&pool->caller_sleeping, 1);
-                uint32_t p;
-                while ((p = atomic_load(&pool->pending)) != 0) futex_wait(&pool->pending, p);
-                atomic_store(&pool->caller_sleeping, 0);
-                break;
+        /* Wait for the tasks other threads took: spin first (they are usually
+         * finishing them), then sleep. */
+        int64_t deadline = 0;
+        uint32_t d;
+        for (unsigned spins = 0; (d = atomic_load_explicit(&pool->done, memory_order_acquire)) != (uint32_t)n;
+             spins++) {
+            cpu_relax();
+            if ((spins & 63) == 63) {
+                int64_t now = st_now_ns();
+                if (!deadline) deadline = now + atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
+                else if (now >= deadline) {
+                    atomic_store(&pool->caller_sleeping, 1);
+                    while ((d = atomic_load(&pool->done)) != (uint32_t)n) futex_wait(&pool->done, d);
+                    atomic_store(&pool->caller_sleeping, 0);
+                    break;
+                }
             }
         }
     }

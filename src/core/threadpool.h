@@ -4,8 +4,10 @@
  * product), so what matters is the latency of one dispatch, not throughput of
  * a queue. The pool therefore has no queue: st_pool_run() publishes one job
  * (function, context, task count), bumps a generation counter, and every
- * thread, the caller included, takes task indices from one atomic counter
- * until they run out. Idle workers spin for a short while (a few tens of
+ * thread, the caller included, claims task indices from one atomic word
+ * until they run out; the call returns when every task has finished, without
+ * waiting for workers that took none (one the OS has descheduled does not
+ * hold up the call). Idle workers spin for a short while (a few tens of
  * microseconds, st_pool_set_spin_us) before sleeping on a futex, so that back
  * to back calls cost a few microseconds and an idle process costs no CPU.
  *
