@@ -60,7 +60,7 @@ struct st_pool {
     int64_t base; /* task index of the chunk's first task */
 
     /* Each hot atomic on its own cache line, so that workers polling gen do
-     * not slow down the swaps on claim or the increments of done. */
+     * not slow down the fetch-adds on claim and done. */
     _Alignas(CACHE_LINE) _Atomic uint32_t gen; /* futex word the workers sleep on */
     _Atomic int n_sleeping;                    /* workers inside (or about to enter) futex wait */
     _Atomic int quit;

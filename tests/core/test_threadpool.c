@@ -138,10 +138,11 @@ int main(void) {
      * task still runs exactly once; and a call no longer waits for workers
      * that took no task (each used to acknowledge every call) */
     cpu_set_t all, one;
-    if (sched_getaffinity(0, sizeof all, &all) == 0) {
-        CPU_ZERO(&one);
-        CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
-        CHECK(sched_setaffinity(0, sizeof one, &one) == 0, "sched_setaffinity to one core failed");
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+    if (sched_getaffinity(0, sizeof all, &all) != 0 || sched_setaffinity(0, sizeof one, &one) != 0) {
+        printf("6 threads on one core: SKIPPED, this system refused to set the thread's CPU affinity\n");
+    } else {
         st_pool *p = st_pool_init(6); /* the workers inherit the one-core mask */
         int64_t t0 = st_now_ns();
         check_rounds(p, 8, 2000, 0);
