@@ -18,12 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "core/log.h"
 #include "core/switches.h"
+#include "core/threadpool.h"
 #include "engine/kv_cache.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -150,7 +150,7 @@ typedef struct {
 static void pick_device(device_pick *p, size_t need_weights) {
     size_t avail, total;
     read_meminfo(&avail, &total);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = st_cpu_count();
     p->gpu = -1;
     p->budget = (size_t)((double)avail * PLAN_MEM_FRAC);
     snprintf(p->device, sizeof p->device, "CPU (%ld cores, %s kernels)", cores, qt_isa_name(qt_cpu_isa()));

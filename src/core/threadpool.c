@@ -36,8 +36,11 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -92,9 +95,40 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+int st_cpu_quota_limit(int n, long quota, long period) {
+    if (quota <= 0 || period <= 0) return n; /* no quota ("max", -1) */
+    const long q = (quota + period - 1) / period; /* a quota of 1.5 cores lets 2 threads run */
+    return q < n ? (int)q : n;
+}
+
+/* The CFS quota of this process's cgroup: v2 "cpu.max" ("QUOTA PERIOD" or "max PERIOD"), else
+ * v1 cpu.cfs_quota_us / cpu.cfs_period_us; 0 when none is set or none is readable. */
+static void cgroup_quota(long *quota, long *period) {
+    *quota = *period = 0;
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        char q[32] = "";
+        if (fscanf(f, "%31s %ld", q, period) == 2 && strcmp(q, "max")) *quota = strtol(q, NULL, 10);
+        fclose(f);
+        return;
+    }
+    if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
+        if (fscanf(f, "%ld", quota) != 1) *quota = 0;
+        fclose(f);
+    }
+    if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
+        if (fscanf(f, "%ld", period) != 1) *period = 0;
+        fclose(f);
+    }
+}
+
 int st_cpu_count(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    cpu_set_t set; /* the cores this process may run on (taskset, cpusets), not all online ones */
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    long quota, period;
+    cgroup_quota(&quota, &period);
+    return st_cpu_quota_limit((int)n, quota, period);
 }
 
 /* Takes and runs tasks of the current job until none is left. */

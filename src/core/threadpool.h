@@ -45,7 +45,12 @@ void st_pool_run(st_pool *pool, int64_t n_tasks, st_pool_fn fn, void *ctx);
  * idle. Default 50 us. */
 void st_pool_set_spin_us(st_pool *pool, int us);
 
-/* Online cores of this machine (at least 1). */
+/* The cores this process can use (at least 1): those of its CPU affinity
+ * mask, and no more than its cgroup's CPU quota allows (a container started
+ * with --cpus=2 on a 16-core host: 2). The default thread count. */
 int st_cpu_count(void);
+/* n cores, limited by a CFS quota of `quota` per `period` (rounded up);
+ * quota or period <= 0: no limit. */
+int st_cpu_quota_limit(int n, long quota, long period);
 
 #endif

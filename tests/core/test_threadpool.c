@@ -123,6 +123,14 @@ int main(void) {
         st_pool_free(pool);
     }
 
+    /* the quota arithmetic of st_cpu_count */
+    CHECK(st_cpu_quota_limit(16, 200000, 100000) == 2, "--cpus=2 on 16 cores");
+    CHECK(st_cpu_quota_limit(16, 150000, 100000) == 2, "1.5 cores rounds up to 2 threads");
+    CHECK(st_cpu_quota_limit(16, 50000, 100000) == 1, "half a core is 1 thread");
+    CHECK(st_cpu_quota_limit(4, 800000, 100000) == 4, "a quota above the cores does not add any");
+    CHECK(st_cpu_quota_limit(8, -1, 100000) == 8 && st_cpu_quota_limit(8, 0, 0) == 8, "no quota: all cores");
+    printf("st_cpu_count: %d cores usable here (affinity mask and cgroup quota)\n", st_cpu_count());
+
     /* the default pool uses every core; use it to report dispatch latency */
     st_pool *pool = st_pool_init(0);
     CHECK(st_pool_n_threads(pool) == st_cpu_count(), "default pool has %d threads, %d cores",
