@@ -413,8 +413,7 @@ static const struct {
 #define N_POST (sizeof POST_ROUTES / sizeof POST_ROUTES[0])
 
 static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *url, const char *method,
-                             conn_state *cs) {
-    srv_api api = api_of(url);
+                             srv_api api, conn_state *cs) {
     if (cs->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->p.max_body);
@@ -486,13 +485,11 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
  * behind a proxy), or NULL: Content-Length headers that disagree, Transfer-Encoding together
  * with Content-Length (400); a transfer coding other than chunked (501: MHD decodes chunked
  * only, and would wait out --read-timeout for a body it cannot frame). */
-static const char *framing_problem(struct MHD_Connection *c, int *status) {
-    framing f = {0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+static const char *framing_problem(const framing *f, int *status) {
     *status = 400;
-    if (f.cl_differ) return "Content-Length is given twice with different values";
-    if (f.n_te && f.cl) return "both Transfer-Encoding and Content-Length are given";
-    if (f.n_te > 1 || (f.n_te && strcasecmp(f.te, "chunked"))) {
+    if (f->cl_differ) return "Content-Length is given twice with different values";
+    if (f->n_te && f->cl) return "both Transfer-Encoding and Content-Length are given";
+    if (f->n_te > 1 || (f->n_te && strcasecmp(f->te, "chunked"))) {
         *status = 501;
         return "Transfer-Encoding: only 'chunked' is supported";
     }
@@ -508,16 +505,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cs) { /* headers only so far */
         cs = st_calloc(1, sizeof *cs);
         *con_cls = cs;
+        framing f = {0}; /* the headers read once, for the checks below */
+        MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
         int status;
-        const char *bad = framing_problem(c, &status);
+        const char *bad = framing_problem(&f, &status);
         if (bad) { /* answered now, and the connection closed: where its body ends is not agreed */
             cs->answered = 1;
             return send_fail_ex(s, c, api, status, status == 501 ? "unsupported_transfer_encoding" : "invalid_framing",
                                 bad, NULL, 1);
         }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
-        const uint64_t declared = cl ? strtoull(cl, NULL, 10) : 0;
+        const uint64_t declared = f.cl ? strtoull(f.cl, NULL, 10) : 0;
         /* a client that waits for 100-continue hears the 413 before it uploads the body */
         if (declared > DRAIN_CAP || (declared > s->p.max_body && expect && !strcasecmp(expect, "100-continue"))) {
             cs->too_big = cs->answered = 1;
@@ -551,7 +549,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     cs->answered = 1;
     conn_guard *cg = s->guard ? guard_of(c) : NULL;
     if (cg) guard_disarm(s->guard, cg); /* read whole: generating and sending may take as long as they take */
-    return route(s, c, url, method, cs);
+    return route(s, c, url, method, api, cs);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
