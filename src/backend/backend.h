@@ -103,6 +103,23 @@ struct st_backend {
     void (*moe_ffn)(st_backend *be, const float *h, const float *router_logits, int n_tok, int n_expert,
                     int k, int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
                     const st_weight *down, float *out);
+    /* The MoE block's seam: moe_ffn is moe_route then moe_experts with every
+     * expert here (emap NULL); a backend may fuse them (the GPU's decode
+     * kernels). The engine calls the two halves itself when experts live in
+     * several places (engine/moe_lanes.c).
+     * Routing alone: sel, wsel [n_tok][k] (this backend's memory) = the top-k
+     * experts of each token (softmax, ties to the lower id) and their weights
+     * (renormalised when norm_topk). */
+    void (*moe_route)(st_backend *be, const float *router_logits, int n_tok, int n_expert, int k, int norm_topk,
+                      int32_t *sel, float *wsel);
+    /* The experts of given pairs: out[t] = sum_j wsel[t,j] * down_m(act(gate_m h[t]) * up_m h[t]),
+     * m = emap[sel[t,j]], over the pairs whose m >= 0; the others contribute
+     * nothing (a token with none gets zeros). emap (n_expert values, this
+     * backend's memory) says which of gate/up/down's n_mat matrices holds an
+     * expert here (a cache slot) or -1 (computed elsewhere); NULL: m = sel. */
+    void (*moe_experts)(st_backend *be, const float *h, int n_tok, int n_expert, int k, const int32_t *sel,
+                        const float *wsel, const int32_t *emap, st_act act, const st_weight *gate,
+                        const st_weight *up, const st_weight *down, float *out);
     /* Run one forward step: body(arg, pos0) queues this backend's ops for
      * n_tok tokens from position pos0. The CPU just calls it. The GPU records
      * a one-token step as a CUDA graph once and replays it while the
@@ -121,6 +138,17 @@ struct st_backend {
     /* Copy between host and device (identity memcpy on the CPU backend). */
     void (*to_host)(st_backend *be, void *dst, const void *src, size_t bytes);
     void (*to_device)(st_backend *be, void *dst, const void *src, size_t bytes);
+    /* Optional (NULL: use to_device). A copy to the device queued behind the
+     * ops before it, returning at once where the device can read src by
+     * itself (host_register'ed memory): src must stay unchanged until the next
+     * to_host, which waits for it. */
+    void (*upload)(st_backend *be, void *dst, const void *src, size_t bytes);
+    /* Optional (NULL: nothing to do). Make n bytes of host memory at p
+     * (read-only use) copyable by the device without staging (pinned, or
+     * page-locked in place); 0, or -1 with st_error when the system refuses. */
+    int (*host_register)(st_backend *be, const void *p, size_t bytes);
+    /* Optional (NULL: host memory, no device budget). Free and total bytes of the device's memory. */
+    void (*mem_info)(st_backend *be, size_t *free_bytes, size_t *total_bytes);
 };
 
 /* The CPU backend (backend/cpu): n_threads 0 = all cores. */

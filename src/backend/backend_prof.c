@@ -18,12 +18,12 @@
 
 typedef enum {
     P_GET_ROWS, P_MATMUL, P_RMSNORM, P_ROPE, P_KV_STORE, P_QKV_PREP, P_ATTENTION, P_ACT_MUL, P_ADD, P_SCALE,
-    P_MOE_FFN, P_TO_HOST, P_TO_DEVICE, P_N
+    P_MOE_FFN, P_MOE_ROUTE, P_MOE_EXPERTS, P_TO_HOST, P_TO_DEVICE, P_N
 } prof_op;
 
 static const char *const OP_NAMES[P_N] = {"get_rows", "matmul",  "rmsnorm", "rope",    "kv_store",
                                           "qkv_prep", "attention", "act_mul", "add",     "scale",
-                                          "moe_ffn",  "to_host",  "to_device"};
+                                          "moe_ffn",  "moe_route", "moe_experts", "to_host", "to_device"};
 
 typedef struct {
     st_backend *in;
@@ -131,6 +131,23 @@ static void w_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     end(p, P_MOE_FFN);
 }
 
+static void w_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
+                        int32_t *sel, float *wsel) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->moe_route(p->in, logits, n_tok, n_expert, k, norm_topk, sel, wsel);
+    end(p, P_MOE_ROUTE);
+}
+
+static void w_moe_experts(st_backend *be, const float *h, int n_tok, int n_expert, int k, const int32_t *sel,
+                          const float *wsel, const int32_t *emap, st_act act, const st_weight *gate,
+                          const st_weight *up, const st_weight *down, float *out) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->moe_experts(p->in, h, n_tok, n_expert, k, sel, wsel, emap, act, gate, up, down, out);
+    end(p, P_MOE_EXPERTS);
+}
+
 static void w_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
     (void)be, (void)n_tok, (void)size;
     body(arg, pos0);
@@ -181,6 +198,17 @@ static void w_destroy(st_backend *be) {
     st_free(be);
 }
 
+/* The optional ops, forwarded untimed (an upload is timed with the to_host that waits for it). */
+static void w_upload(st_backend *be, void *dst, const void *src, size_t bytes) {
+    P(be)->in->upload(P(be)->in, dst, src, bytes);
+}
+static int w_host_register(st_backend *be, const void *ptr, size_t bytes) {
+    return P(be)->in->host_register(P(be)->in, ptr, bytes);
+}
+static void w_mem_info(st_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    P(be)->in->mem_info(P(be)->in, free_bytes, total_bytes);
+}
+
 st_backend *backend_prof_wrap(st_backend *in) {
     prof_ctx *p = st_calloc(1, sizeof *p);
     p->in = in;
@@ -204,9 +232,14 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .add = w_add,
         .scale = w_scale,
         .moe_ffn = w_moe_ffn,
+        .moe_route = w_moe_route,
+        .moe_experts = w_moe_experts,
         .run_step = w_run_step,
         .to_host = w_to_host,
         .to_device = w_to_device,
+        .upload = in->upload ? w_upload : NULL,
+        .host_register = in->host_register ? w_host_register : NULL,
+        .mem_info = in->mem_info ? w_mem_info : NULL,
     };
     return be;
 }

@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/moe_lanes.h"
 
 #define BENCH_USAGE "strata bench " ENGINE_OPTS_USAGE " [-p N] [-n N] [-d N] [-r REPS]"
 
@@ -74,6 +75,10 @@ int cmd_bench(int argc, char **argv) {
         toks[i] = (int32_t)((rng >> 33) % (uint64_t)nv);
     }
     double *pp = st_calloc((size_t)reps, sizeof(double)), *tg = st_calloc((size_t)reps, sizeof(double));
+    /* expert lanes (a MoE model partly off the GPU): what decode moved per lane */
+    const moe_lane_stats *ls = moe_lanes_stats(e->be);
+    moe_lane_stats dec = {0};
+    double dec_s = 0;
     for (long long r = 0; r < reps; r++) {
         e->n_past = 0;
         int64_t t0 = st_now_ns();
@@ -85,9 +90,18 @@ int cmd_bench(int argc, char **argv) {
         }
         e->n_past = (int)depth; /* decode from the depth (0: the start, like llama-bench's tg test) */
         int32_t t = toks[n_fill];
+        const moe_lane_stats before = ls ? *ls : (moe_lane_stats){0};
         int64_t t2 = st_now_ns();
         for (long long i = 0; i < n_g; i++) engine_eval(e, &t, 1);
         int64_t t3 = st_now_ns();
+        if (ls) {
+            dec.pairs_dev += ls->pairs_dev - before.pairs_dev;
+            dec.pairs_cpu += ls->pairs_cpu - before.pairs_cpu;
+            dec.pairs_pcie += ls->pairs_pcie - before.pairs_pcie;
+            dec.bytes_cpu += ls->bytes_cpu - before.bytes_cpu;
+            dec.bytes_pcie += ls->bytes_pcie - before.bytes_pcie;
+            dec_s += (double)(t3 - t2) / 1e9;
+        }
         pp[r] = n_p ? n_p / ((double)(t1 - t0) / 1e9) : 0;
         tg[r] = n_g ? n_g / ((double)(t3 - t2) / 1e9) : 0;
     }
@@ -99,6 +113,14 @@ int cmd_bench(int argc, char **argv) {
     if (n_g)
         printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights\n", n_g, depth ? " @ depth" : "", tg_med,
                tg_med * bytes / 1e9);
+    if (ls && n_g) {
+        const double n = (double)n_g * (double)reps, pairs = (double)(dec.pairs_dev + dec.pairs_cpu + dec.pairs_pcie);
+        printf("experts in decode: %.1f%% of pairs from the GPU cache, %.1f%% CPU lane, %.1f%% PCIe; per token "
+               "the CPU lane read %.1f MB (%.1f GB/s over the decode time), PCIe moved %.1f MB (%.1f GB/s)\n",
+               100 * (double)dec.pairs_dev / pairs, 100 * (double)dec.pairs_cpu / pairs,
+               100 * (double)dec.pairs_pcie / pairs, (double)dec.bytes_cpu / n / 1e6, (double)dec.bytes_cpu / dec_s / 1e9,
+               (double)dec.bytes_pcie / n / 1e6, (double)dec.bytes_pcie / dec_s / 1e9);
+    }
     if (depth) printf("depth: %lld tokens in the cache before decoding (%s KV)\n", depth,
                       ep.kv_type == ST_KV_INT8 ? "int8" : "f16");
     st_free(pp);

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "core/log.h"
 
@@ -32,6 +33,51 @@ int engine_opts_parse(args_t *a, engine_params *p) {
     if ((r = args_value(a, "--gpu", &v))) { /* run every op on this GPU (CUDA/HIP builds) */
         if (r < 0 || args_int(a, "--gpu", v, 0, 255, &n)) return -1;
         p->gpu = (int)n;
+        return 1;
+    }
+    /* the memory plan of a MoE model on the GPU (docs/offload.md) */
+    if ((r = args_value(a, "--vram-budget", &v))) {
+        double d;
+        if (r < 0 || args_double(a, "--vram-budget", v, &d)) return -1;
+        if (!(d > 0 && d < 1 << 20)) {
+            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --vram-budget (GiB, above 0)", v);
+            return -1;
+        }
+        p->vram_budget = d;
+        return 1;
+    }
+    if ((r = args_value(a, "--vram-reserve", &v))) {
+        if (r < 0 || args_int(a, "--vram-reserve", v, 0, 1 << 20, &n)) return -1;
+        p->vram_reserve_mib = (int)n;
+        return 1;
+    }
+    if ((r = args_value(a, "--expert-cache", &v))) {
+        if (r < 0) return -1;
+        if (!strcmp(v, "auto")) {
+            p->expert_cache = -1;
+            return 1;
+        }
+        if (args_int(a, "--expert-cache", v, 0, 1 << 30, &n)) return -1;
+        p->expert_cache = (long)n;
+        return 1;
+    }
+    if ((r = args_value(a, "--expert-profile", &v))) {
+        if (r > 0) p->expert_profile = v;
+        return r;
+    }
+    if ((r = args_value(a, "--pcie-frac", &v))) {
+        double d;
+        if (r < 0 || args_double(a, "--pcie-frac", v, &d)) return -1;
+        if (!(d >= 0 && d <= 1)) {
+            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --pcie-frac (0 to 1)", v);
+            return -1;
+        }
+        p->pcie_frac = d;
+        return 1;
+    }
+    if (!strcmp(a->argv[a->i], "--no-pin")) {
+        a->i++;
+        p->no_pin = 1;
         return 1;
     }
     if ((r = args_value(a, "--kv", &v))) {

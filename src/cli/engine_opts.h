@@ -9,7 +9,9 @@
 /* The model `run` and `chat` use when -m is not given (fetched by setup.sh). */
 #define STRATA_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-#define ENGINE_OPTS_USAGE "[-m FILE] [-c|--ctx N] [--kv f16|int8] [-t|--threads N] [--prefill N] [--gpu N]"
+#define ENGINE_OPTS_USAGE                                                                                          \
+    "[-m FILE] [-c|--ctx N] [--kv f16|int8] [-t|--threads N] [--prefill N] [--gpu N] [--vram-budget GiB] "           \
+    "[--vram-reserve MiB] [--expert-cache N|auto] [--expert-profile FILE] [--pcie-frac F] [--no-pin]"
 
 /* If argv[a->i] is one of the engine options, consume it into p and return 1;
  * a bad value prints the usage error and returns -1; otherwise 0. */

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/switches.h"
 #include "core/timer.h"
+#include "engine/engine_offload.h"
 #include "engine/engine_place.h"
 #ifdef STRATA_HAVE_GPU
 #include "backend/cuda/backend_cuda.h"
@@ -21,6 +22,8 @@ engine_params engine_defaults(void) {
     engine_params p = {0};
     p.kv_type = ST_KV_F16;
     p.gpu = -1;
+    p.expert_cache = -1;
+    p.pcie_frac = -1;
     return p;
 }
 
@@ -81,9 +84,22 @@ engine *engine_open(const engine_params *p) {
     engine *e = st_calloc(1, sizeof *e);
     e->m = m;
     e->tok = tok;
-    e->be = be;
-    if (p->gpu >= 0) e->placed = engine_place_model(m, be); /* the engine decides where weights live */
     e->n_ubatch = p->n_ubatch > 0 ? p->n_ubatch : 512;
+    /* the engine decides where weights live: on the GPU, or (MoE) by the memory plan */
+    if (m->hp.n_expert && (p->gpu >= 0 || p->expert_cache >= 0)) {
+        const int rc = engine_offload(p, m, n_ctx, e->n_ubatch, &be, &e->placed);
+        if (rc < 0) {
+            be->destroy(be);
+            tokenizer_free(tok);
+            model_free(m);
+            st_free(e);
+            return NULL;
+        }
+        e->lanes = rc == 1;
+    } else if (p->gpu >= 0) {
+        e->placed = engine_place_model(m, be, 1);
+    }
+    e->be = be;
     e->mc = model_ctx_create(m, e->be, e->n_ubatch);
     e->n_ctx = n_ctx;
     e->kv_type = p->kv_type;
@@ -274,4 +290,10 @@ void gen_stats_format(const gen_stats *st, char *buf, size_t cap) {
              "drafts accepted %d of %d",
              st->n_prompt, st->n_reused, st->n_read, st->prompt_ms, pt, st->n_gen, st->gen_ms, gt, st->drafts_accepted,
              st->drafts_total);
+    const double pairs = (double)(st->pairs_dev + st->pairs_cpu + st->pairs_pcie);
+    const size_t n = strlen(buf);
+    if (st->lanes && pairs > 0 && n < cap)
+        snprintf(buf + n, cap - n, ", experts %.1f%% GPU cache + %.1f%% CPU lane + %.1f%% PCIe",
+                 100.0 * (double)st->pairs_dev / pairs, 100.0 * (double)st->pairs_cpu / pairs,
+                 100.0 * (double)st->pairs_pcie / pairs);
 }

@@ -23,8 +23,18 @@ typedef struct {
     st_kv_type kv_type;
     int n_threads; /* 0: all cores */
     int n_ubatch;  /* prompt chunk size, 0: 512 */
-    int gpu;       /* -1: CPU backend (default); N >= 0: every op on GPU N (builds with STRATA_CUDA/HIP)
+    int gpu;       /* -1: CPU backend (default); N >= 0: GPU N (builds with STRATA_CUDA/HIP)
                     */
+    /* The memory plan of a MoE model on the GPU (expert_plan.h) */
+    double vram_budget;   /* GiB the engine may allocate on the GPU; 0: its free memory less vram_reserve */
+    int vram_reserve_mib; /* left free of the GPU's free memory when vram_budget is 0 (default 512) */
+    long expert_cache;    /* expert cache slots; -1: as many as fit. On the CPU backend, N >= 0 runs the
+                             lanes with a second CPU backend as the "device" (tests of the seam) */
+    const char *expert_profile; /* routing counts (strata profile) that choose the cached experts, or NULL */
+    double pcie_frac;     /* < 0 (default): the cost model sends each miss where it is cheapest; else this
+                             share of the misses goes over PCIe, the rest to the CPU lane */
+    int n_seq;            /* sequences whose KV caches the plan reserves (the server's slots); 0: 1 */
+    int no_pin;           /* do not page-lock the host experts (PCIe copies then go through staging) */
 } engine_params;
 
 /* One sequence: its KV cache, the tokens at its filled positions and the
@@ -46,6 +56,7 @@ typedef struct engine {
     int n_ubatch; /* tokens per forward chunk (model_ctx's activation rows) */
     st_kv_type kv_type;
     struct engine_placed *placed; /* device copies of the weights (GPU backend), else NULL */
+    int lanes;                    /* be is the expert lanes backend (moe_lanes.h): experts in several places */
     /* engine_step's gathered inputs and outputs, (batch_cap) sequences / tokens */
     int batch_cap, tok_cap;
     st_kv_layer **batch_kv;
@@ -124,6 +135,8 @@ typedef struct {
     int n_gen;
     double gen_ms;
     int drafts_accepted, drafts_total;
+    int lanes;          /* the experts live in several places: the pair counts below are set */
+    uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* decode's (token, expert) pairs by lane (moe_lanes.h) */
     const char *finish; /* "stop" (EOS or stop string), "length", "error" */
     int stop_index;     /* which gp->stop string ended generation; -1: none (EOS, length) */
 } gen_stats;

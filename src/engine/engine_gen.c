@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "engine/moe_lanes.h"
 
 struct gen_state {
     engine *e;
@@ -197,6 +198,8 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     int32_t t, *ids = k ? st_malloc((size_t)k * sizeof(int32_t)) : NULL;
     float *vals = k ? st_malloc((size_t)k * sizeof(float)) : NULL;
     int top = 0; /* the next draw is from ids/vals (else from the sequence's logits) */
+    const moe_lane_stats *ls = moe_lanes_stats(e->be);
+    const moe_lane_stats before = ls ? *ls : (moe_lane_stats){0};
     while ((top ? gen_next_top(g, ids, vals, k, &t) : gen_next(g, &t)) == 0) {
         if (k) {
             const int rc = engine_seq_eval_top_k(e, &e->seq, t, k, ids, vals);
@@ -209,5 +212,11 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     st_free(ids);
     st_free(vals);
     gen_end(g, st);
+    if (ls) {
+        st->lanes = 1;
+        st->pairs_dev = ls->pairs_dev - before.pairs_dev;
+        st->pairs_cpu = ls->pairs_cpu - before.pairs_cpu;
+        st->pairs_pcie = ls->pairs_pcie - before.pairs_pcie;
+    }
     return 0;
 }

@@ -60,33 +60,52 @@ static void place_weight(engine_placed *pl, st_weight *w) {
     w->data = tab[0];
 }
 
-engine_placed *engine_place_model(model *m, st_backend *be) {
-    const model_hparams *hp = &m->hp;
+typedef struct {
+    engine_placed *pl;
+    int routed; /* place the routed experts too */
+} place_walk;
+
+static void walk_weight(void *ctx, st_weight *w, model_tensor_class cls) {
+    place_walk *pw = ctx;
+    if (cls == MT_ROUTED && !pw->routed) return;
+    place_weight(pw->pl, w);
+}
+
+static void walk_vec(void *ctx, const float **v, int64_t n) { *v = place_vec(((place_walk *)ctx)->pl, *v, n); }
+
+engine_placed *engine_place_model(model *m, st_backend *be, int routed) {
     engine_placed *pl = st_calloc(1, sizeof *pl);
     pl->be = be;
-    int64_t E = hp->n_embd, qw = (int64_t)hp->n_head * hp->head_dim, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
-    place_weight(pl, &m->tok_embd);
-    place_weight(pl, &m->output);
-    m->output_norm = place_vec(pl, m->output_norm, E);
-    m->rope_freqs = place_vec(pl, m->rope_freqs, hp->head_dim / 2);
-    for (int il = 0; il < hp->n_layer; il++) {
-        model_layer *l = &m->layers[il];
-        l->attn_norm = place_vec(pl, l->attn_norm, E);
-        st_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down,
-                           &l->ffn_gate_inp, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) place_weight(pl, ws[i]);
-        l->bq = place_vec(pl, l->bq, qw);
-        l->bk = place_vec(pl, l->bk, kvw);
-        l->bv = place_vec(pl, l->bv, kvw);
-        l->q_norm = place_vec(pl, l->q_norm, hp->head_dim);
-        l->k_norm = place_vec(pl, l->k_norm, hp->head_dim);
-        l->post_attn_norm = place_vec(pl, l->post_attn_norm, E);
-        l->ffn_norm = place_vec(pl, l->ffn_norm, E);
-        l->post_ffn_norm = place_vec(pl, l->post_ffn_norm, E);
-    }
-    ST_INFO("placed %.1f MiB of weights in %d tensors on the %s backend", (double)pl->bytes / (1 << 20), pl->n,
-            be->name);
+    place_walk pw = {pl, routed};
+    model_each_tensor(m, walk_weight, walk_vec, &pw);
+    ST_INFO("placed %.1f MiB of weights in %d tensors on the %s backend%s", (double)pl->bytes / (1 << 20), pl->n,
+            be->name, routed ? "" : " (routed experts apart)");
     return pl;
+}
+
+/* Byte accounting over the same list: tied output weights counted once. */
+typedef struct {
+    const model *m;
+    size_t dense, routed;
+} bytes_walk;
+
+static void count_weight(void *ctx, st_weight *w, model_tensor_class cls) {
+    bytes_walk *b = ctx;
+    if (!w->data || (w == &b->m->output && w->data == b->m->tok_embd.data)) return;
+    const size_t bytes = (size_t)w->n_mat * (size_t)w->n_out * w->row_bytes;
+    if (cls == MT_ROUTED) b->routed += bytes;
+    else b->dense += bytes;
+}
+
+static void count_vec(void *ctx, const float **v, int64_t n) {
+    if (*v) ((bytes_walk *)ctx)->dense += (size_t)n * sizeof(float);
+}
+
+size_t engine_weight_bytes(model *m, size_t *routed) {
+    bytes_walk b = {m, 0, 0};
+    model_each_tensor(m, count_weight, count_vec, &b);
+    if (routed) *routed = b.routed;
+    return b.dense;
 }
 
 size_t engine_placed_bytes(const engine_placed *pl) { return pl ? pl->bytes : 0; }

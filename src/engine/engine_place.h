@@ -8,10 +8,14 @@
 
 typedef struct engine_placed engine_placed;
 
-/* Copy every weight and norm/bias vector of m to be's memory and point m's
- * tensors at the copies (m then only runs on be). Aborts on device errors
- * (the backend's own checks); returns the record of the copies. */
-engine_placed *engine_place_model(model *m, st_backend *be);
+/* Copy every weight and norm/bias vector of m (model_each_tensor's list),
+ * the routed experts only when `routed`, to be's memory and point m's
+ * tensors at the copies (what was copied then only runs on be). Aborts on
+ * device errors (the backend's own checks); returns the record of the copies. */
+engine_placed *engine_place_model(model *m, st_backend *be, int routed);
+/* Bytes of m's weights but the routed experts (norms and biases as f32), and
+ * of the routed experts in *routed: what engine_place_model would copy. */
+size_t engine_weight_bytes(model *m, size_t *routed);
 size_t engine_placed_bytes(const engine_placed *pl);
 /* Free the copies (before the backend is destroyed). */
 void engine_place_free(engine_placed *pl);

@@ -74,6 +74,15 @@ typedef struct model {
 model *model_load(const char *path);
 void model_free(model *m);
 
+/* Every tensor of a loaded model, once per place that binds it (model_tensors.c):
+ * weights with their class (the routed experts are what the memory plan may
+ * leave off the device), and vectors with their length (a NULL vector: the
+ * family lacks it). The callbacks may re-point what they are handed. */
+typedef enum { MT_DENSE, MT_ROUTED } model_tensor_class;
+typedef void (*model_weight_fn)(void *ctx, st_weight *w, model_tensor_class cls);
+typedef void (*model_vec_fn)(void *ctx, const float **v, int64_t n);
+void model_each_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx);
+
 /* Bytes of weights read per token (dense + active experts): the decode roofline numerator. */
 double model_active_bytes_per_token(const model *m);
 

@@ -237,6 +237,12 @@ void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_que
     proto_put_i32(b, ep->n_threads);
     proto_put_i32(b, ep->n_ubatch);
     proto_put_i32(b, ep->gpu);
+    proto_put_f64(b, ep->vram_budget);
+    proto_put_i32(b, ep->vram_reserve_mib);
+    proto_put_u64(b, (uint64_t)(int64_t)ep->expert_cache);
+    proto_put_str(b, ep->expert_profile ? ep->expert_profile : "", ep->expert_profile ? strlen(ep->expert_profile) : 0);
+    proto_put_f64(b, ep->pcie_frac);
+    proto_put_i32(b, ep->no_pin);
     proto_put_i32(b, n_slots);
     proto_put_i32(b, max_queue);
 }
@@ -250,9 +256,17 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     ep->n_threads = proto_get_i32(c);
     ep->n_ubatch = proto_get_i32(c);
     ep->gpu = proto_get_i32(c);
+    ep->vram_budget = proto_get_f64(c);
+    ep->vram_reserve_mib = proto_get_i32(c);
+    ep->expert_cache = (long)(int64_t)proto_get_u64(c);
+    uint32_t plen;
+    const char *prof = proto_get_str(c, &plen);
+    ep->pcie_frac = proto_get_f64(c);
+    ep->no_pin = proto_get_i32(c);
     *n_slots = proto_get_i32(c);
     *max_queue = proto_get_i32(c);
     if (c->bad || *n_slots <= 0 || *max_queue <= 0) return -1;
     ep->model_path = dup_str(path, len);
+    ep->expert_profile = plen ? dup_str(prof, plen) : NULL;
     return 0;
 }

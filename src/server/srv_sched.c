@@ -305,7 +305,9 @@ static void *engine_thread(void *arg) {
 
 srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     ST_ASSERT(n_slots > 0 && max_queue > 0);
-    engine *e = engine_open(ep);
+    engine_params p = *ep;
+    p.n_seq = n_slots + 1; /* the slots' sequences and the engine's own: the memory plan's KV */
+    engine *e = engine_open(&p);
     if (!e) return NULL;
     srv_sched *s = st_calloc(1, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);

@@ -30,6 +30,8 @@ typedef struct {
     cpu_scratch act;  /* quantized activations of matmul */
     cpu_scratch moe;  /* MoE routing and per-expert buffers */
     cpu_scratch moeq; /* MoE quantized activations */
+    cpu_scratch route; /* moe_ffn's routing (sel, wsel) */
+    cpu_scratch moep;  /* routing probabilities of one token */
     int precise;      /* f32 activations in matrix products (STRATA_PRECISE=1) */
     cpu_scratch rows; /* precise mode: one dequantized weight row per thread */
     cpu_scratch gath; /* precise mode: an expert's gathered input rows */
@@ -393,23 +395,11 @@ static void cpu_scale(st_backend *be, float *x, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
-/* Route every token (softmax over experts, top-k, optional renormalisation),
- * then run each expert once over the tokens that chose it, gathering their
- * already-quantized activations: an expert's weights are read once per call
- * however many tokens share it (prompt chunks). */
-static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                        int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
-                        const st_weight *down, float *out) {
-    cpu_ctx *c = CTX(be);
-    int64_t E = gate->n_in, F = gate->n_out;
-    size_t nk = (size_t)n_tok * k;
-    /* one arena: selections, weights, probabilities, token lists, expert buffers */
-    size_t bytes = nk * 4 * 2 + (size_t)n_expert * 4 + (size_t)n_tok * 8 + (size_t)n_tok * (size_t)(2 * F + E) * 4;
-    uint8_t *a = cpu_scratch_reserve(&c->moe, bytes);
-    int32_t *sel = (int32_t *)a;
-    float *wsel = (float *)(sel + nk), *p = wsel + nk;
-    int32_t *tok = (int32_t *)(p + n_expert);
-    float *tw = (float *)(tok + n_tok), *ge = tw + n_tok, *ue = ge + (size_t)n_tok * F, *ye = ue + (size_t)n_tok * F;
+/* Routing of n_tok tokens on the host: softmax over the experts, top-k by
+ * repeated argmax (k is small: 8), ties to the lower id; p: n_expert floats
+ * of scratch. */
+static void route_tokens(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel,
+                         float *wsel, float *p) {
     for (int t = 0; t < n_tok; t++) {
         const float *l = logits + (size_t)t * n_expert;
         float mx = l[0];
@@ -418,7 +408,7 @@ static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int
         for (int e = 0; e < n_expert; e++) sum += p[e] = expf(l[e] - mx);
         for (int e = 0; e < n_expert; e++) p[e] = (float)(p[e] / sum);
         double wsum = 0;
-        for (int j = 0; j < k; j++) { /* k is small (8): repeated argmax, ties to the lower id */
+        for (int j = 0; j < k; j++) {
             int b = -1;
             for (int e = 0; e < n_expert; e++)
                 if (p[e] >= 0 && (b < 0 || p[e] > p[b])) b = e;
@@ -430,47 +420,114 @@ static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int
         if (norm_topk)
             for (int j = 0; j < k; j++) wsel[t * k + j] = (float)(wsel[t * k + j] / wsum);
     }
-    /* gate and up read the same input: quantize it once (twice if their formats differ) */
-    size_t rg = cpu_act_row_size(gate->type, E), ru = cpu_act_row_size(up->type, E), rd = cpu_act_row_size(down->type, F);
-    int same = qt_get(gate->type)->vec_dot_type == qt_get(up->type)->vec_dot_type;
-    uint8_t *q = cpu_scratch_reserve(&c->moeq, (size_t)n_tok * (rg + (same ? 0 : ru) + rd));
-    uint8_t *hq_g = q, *hq_u = same ? q : q + (size_t)n_tok * rg;
-    uint8_t *gq = hq_u + (size_t)n_tok * (same ? rg : ru); /* after the input rows, never over them */
-    ST_ASSERT(cpu_quantize_act(c->pool, gate->type, E, n_tok, h, hq_g) == 0);
-    if (!same) ST_ASSERT(cpu_quantize_act(c->pool, up->type, E, n_tok, h, hq_u) == 0);
+}
+
+static void cpu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
+                          int32_t *sel, float *wsel) {
+    float *p = cpu_scratch_reserve(&CTX(be)->moep, (size_t)n_expert * sizeof(float));
+    route_tokens(logits, n_tok, n_expert, k, norm_topk, sel, wsel, p);
+}
+
+/* The given pairs' experts (backend.h). Pairs are sorted by expert (tokens
+ * in order within one), so that each expert's weights are read once per call
+ * however many tokens share it (prompt chunks); all experts' gate and up
+ * products go out in one pool dispatch and all down products in another (a
+ * decode step's 8 small experts would otherwise cost ~30 dispatches), and
+ * their outputs are summed per token in increasing expert order. */
+static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_expert, int k, const int32_t *sel,
+                            const float *wsel, const int32_t *emap, st_act act, const st_weight *gate,
+                            const st_weight *up, const st_weight *down, float *out) {
+    cpu_ctx *c = CTX(be);
+    const int64_t E = gate->n_in, F = gate->n_out;
+    const size_t nk = (size_t)n_tok * k;
     memset(out, 0, (size_t)n_tok * E * sizeof(float));
-    for (int e = 0; e < n_expert; e++) {
-        int n = 0;
-        for (int t = 0; t < n_tok; t++)
-            for (int j = 0; j < k; j++)
-                if (sel[t * k + j] == e) {
-                    tok[n] = t;
-                    tw[n++] = wsel[t * k + j];
-                }
-        if (!n) continue;
-        if (c->precise) { /* gather the tokens' rows, then f32 products */
-            float *xe = cpu_scratch_reserve(&c->gath, (size_t)n * (size_t)E * sizeof(float));
-            for (int i = 0; i < n; i++) memcpy(xe + (size_t)i * E, h + (size_t)tok[i] * E, (size_t)E * sizeof(float));
-            matmul_precise(c, gate, e, xe, ge, n);
-            matmul_precise(c, up, e, xe, ue, n);
-            cpu_act_mul(be, act, ge, ue, ge, (int64_t)n * F);
-            matmul_precise(c, down, e, ge, ye, n);
-        } else {
-            ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(gate, e), gate->row_bytes, gate->type, F, E, n, hq_g, tok,
-                                   ge, 0) == 0);
-            ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(up, e), up->row_bytes, up->type, F, E, n, hq_u, tok, ue,
-                                   0) == 0);
-            cpu_act_mul(be, act, ge, ue, ge, (int64_t)n * F);
-            ST_ASSERT(cpu_quantize_act(c->pool, down->type, F, n, ge, gq) == 0);
-            ST_ASSERT(cpu_matmul_q(c->pool, st_weight_mat(down, e), down->row_bytes, down->type, E, F, n, gq, NULL,
-                                   ye, 0) == 0);
-        }
-        for (int i = 0; i < n; i++) {
-            float *o = out + (size_t)tok[i] * E;
-            const float *y = ye + (size_t)i * E;
-            for (int64_t col = 0; col < E; col++) o[col] += tw[i] * y[col];
-        }
+    /* one arena: per-expert list offsets, the pairs' tokens and weights, the
+     * products' descriptors, then gate/up/down outputs per pair */
+    size_t bytes = (size_t)(n_expert + 1) * 4 * 2 + nk * 8 + 2 * nk * sizeof(cpu_mm) + nk * (size_t)(2 * F + E) * 4;
+    uint8_t *a = cpu_scratch_reserve(&c->moe, bytes);
+    int32_t *off = (int32_t *)a, *fill = off + n_expert + 1, *tok = fill + n_expert + 1;
+    float *tw = (float *)(tok + nk);
+    cpu_mm *mm = (cpu_mm *)(tw + nk);
+    float *ge = (float *)(mm + 2 * nk), *ue = ge + nk * F, *ye = ue + nk * F;
+    memset(off, 0, (size_t)(n_expert + 1) * 4);
+    for (size_t i = 0; i < nk; i++) {
+        ST_ASSERT(sel[i] >= 0 && sel[i] < n_expert);
+        if (!emap || emap[sel[i]] >= 0) off[sel[i] + 1]++;
     }
+    for (int e = 0; e < n_expert; e++) off[e + 1] += off[e];
+    const int np = off[n_expert]; /* pairs computed here */
+    if (!np) return;
+    memcpy(fill, off, (size_t)n_expert * 4);
+    for (size_t i = 0; i < nk; i++) {
+        const int e = sel[i];
+        if (emap && emap[e] < 0) continue;
+        tok[fill[e]] = (int32_t)(i / (size_t)k);
+        tw[fill[e]++] = wsel[i];
+    }
+    if (c->precise) { /* gather each expert's rows, then f32 products */
+        for (int e = 0; e < n_expert; e++) {
+            const int n = off[e + 1] - off[e];
+            if (!n) continue;
+            const int64_t m = emap ? emap[e] : e;
+            float *xe = cpu_scratch_reserve(&c->gath, (size_t)n * (size_t)E * sizeof(float));
+            for (int i = 0; i < n; i++)
+                memcpy(xe + (size_t)i * E, h + (size_t)tok[off[e] + i] * E, (size_t)E * sizeof(float));
+            float *g = ge + (size_t)off[e] * F, *u = ue + (size_t)off[e] * F;
+            matmul_precise(c, gate, m, xe, g, n);
+            matmul_precise(c, up, m, xe, u, n);
+            cpu_act_mul(be, act, g, u, g, (int64_t)n * F);
+            matmul_precise(c, down, m, g, ye + (size_t)off[e] * E, n);
+        }
+    } else {
+        /* gate and up read the same input: quantized once (twice if their formats differ) */
+        size_t rg = cpu_act_row_size(gate->type, E), ru = cpu_act_row_size(up->type, E);
+        size_t rd = cpu_act_row_size(down->type, F);
+        int same = qt_get(gate->type)->vec_dot_type == qt_get(up->type)->vec_dot_type;
+        uint8_t *q = cpu_scratch_reserve(&c->moeq, (size_t)n_tok * (rg + (same ? 0 : ru)) + (size_t)np * rd);
+        uint8_t *hq_g = q, *hq_u = same ? q : q + (size_t)n_tok * rg;
+        uint8_t *gq = hq_u + (size_t)n_tok * (same ? rg : ru); /* after the input rows, never over them */
+        ST_ASSERT(cpu_quantize_act(c->pool, gate->type, E, n_tok, h, hq_g) == 0);
+        if (!same) ST_ASSERT(cpu_quantize_act(c->pool, up->type, E, n_tok, h, hq_u) == 0);
+        int n_mm = 0;
+        for (int e = 0; e < n_expert; e++) {
+            const int n = off[e + 1] - off[e];
+            if (!n) continue;
+            const int64_t m = emap ? emap[e] : e;
+            mm[n_mm++] = (cpu_mm){st_weight_mat(gate, m), gate->row_bytes, gate->type, F, E, n, hq_g, tok + off[e],
+                                  ge + (size_t)off[e] * F, 0};
+            mm[n_mm++] = (cpu_mm){st_weight_mat(up, m), up->row_bytes, up->type, F, E, n, hq_u, tok + off[e],
+                                  ue + (size_t)off[e] * F, 0};
+        }
+        ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
+        cpu_act_mul(be, act, ge, ue, ge, (int64_t)np * F);
+        ST_ASSERT(cpu_quantize_act(c->pool, down->type, F, np, ge, gq) == 0);
+        n_mm = 0;
+        for (int e = 0; e < n_expert; e++) {
+            const int n = off[e + 1] - off[e];
+            if (!n) continue;
+            mm[n_mm++] = (cpu_mm){st_weight_mat(down, emap ? emap[e] : e), down->row_bytes, down->type, E, F, n,
+                                  gq + (size_t)off[e] * rd, NULL, ye + (size_t)off[e] * E, 0};
+        }
+        ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
+    }
+    for (int i = 0; i < np; i++) {
+        float *o = out + (size_t)tok[i] * E;
+        const float *y = ye + (size_t)i * E;
+        for (int64_t col = 0; col < E; col++) o[col] += tw[i] * y[col];
+    }
+}
+
+/* Routing then every expert here: the two halves of the seam, composed. */
+static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
+                        int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
+                        const st_weight *down, float *out) {
+    cpu_ctx *c = CTX(be);
+    const size_t nk = (size_t)n_tok * k;
+    uint8_t *a = cpu_scratch_reserve(&c->route, nk * 8);
+    int32_t *sel = (int32_t *)a;
+    float *wsel = (float *)(sel + nk);
+    cpu_moe_route(be, logits, n_tok, n_expert, k, norm_topk, sel, wsel);
+    cpu_moe_experts(be, h, n_tok, n_expert, k, sel, wsel, NULL, act, gate, up, down, out);
 }
 
 static void cpu_destroy(st_backend *be) {
@@ -478,6 +535,8 @@ static void cpu_destroy(st_backend *be) {
     cpu_scratch_free(&c->act);
     cpu_scratch_free(&c->moe);
     cpu_scratch_free(&c->moeq);
+    cpu_scratch_free(&c->route);
+    cpu_scratch_free(&c->moep);
     cpu_scratch_free(&c->rows);
     cpu_scratch_free(&c->gath);
     cpu_scratch_free(&c->attn);
@@ -518,6 +577,8 @@ st_backend *backend_cpu_create(int n_threads) {
         .add = cpu_add,
         .scale = cpu_scale,
         .moe_ffn = cpu_moe_ffn,
+        .moe_route = cpu_moe_route,
+        .moe_experts = cpu_moe_experts,
         .run_step = cpu_run_step,
         .to_host = cpu_copy,
         .to_device = cpu_copy,

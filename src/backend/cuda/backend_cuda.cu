@@ -184,6 +184,39 @@ static void cu_to_device(st_backend *be, void *dst, const void *src, size_t byte
     CUDA_CHECK(cudaStreamSynchronize(c->s)); /* the caller may reuse src at once */
 }
 
+static void cu_upload(st_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->s));
+}
+
+/* Page-locks the pages that hold [p, p + bytes) in place (the GGUF's mmap):
+ * read-only where the device allows it (a file mapped without write
+ * access), else plain. */
+static int cu_host_register(st_backend *be, const void *p, size_t bytes) {
+    (void)be;
+    const uintptr_t page = 4096, a = (uintptr_t)p & ~(page - 1), b = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
+    cudaError_t err = cudaErrorNotSupported;
+#ifdef cudaHostRegisterReadOnly
+    err = cudaHostRegister((void *)a, b - a, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+#endif
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        err = cudaHostRegister((void *)a, b - a, cudaHostRegisterPortable);
+    }
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        st_error_set("cudaHostRegister of %.1f MiB: %s", (double)(b - a) / (1 << 20), cudaGetErrorString(err));
+        return -1;
+    }
+    return 0;
+}
+
+static void cu_mem_info(st_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    CUDA_CHECK(cudaSetDevice(CTX(be)->dev));
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 static void cu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
@@ -476,6 +509,33 @@ static void moe_ffn_loop(cuda_ctx *c, const float *h, const float *logits, int n
     }
 }
 
+/* The grouped products over nk = n_tok*k pairs: pair p multiplies matrix
+ * ids[p] (negative: a pair computed elsewhere, zeros) by input row xrow[p];
+ * out[t] = the weighted sum of its pairs' outputs. ge/ue [nk][F] and ye
+ * [nk][E] are the caller's scratch. 0, or -1 with st_error when the grouped
+ * products lack the format (e.g. F32 experts beyond decode sizes). */
+static int experts_grouped(cuda_ctx *c, const float *h, int n_tok, int k, const int32_t *ids, const int32_t *xrow,
+                           const float *wsel, st_act act, const st_weight *gate, const st_weight *up,
+                           const st_weight *down, float *ge, float *ue, float *ye, float *out) {
+    const int64_t E = gate->n_in, F = gate->n_out;
+    const int nk = n_tok * k;
+    /* gate and up read h quantized once (by the router product when that is quantized) */
+    const int qg = quantizes(gate, MM_MMV_MAX_TOK) && c->act_reuse;
+    int gq = 0; /* whether the gate product left h quantized (not so on tensor cores) */
+    int ok = cuda_moe_matmul(gate, NULL, ids, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), &gq, c->s) == 0 &&
+             cuda_moe_matmul(up, NULL, ids, xrow, nk, h, n_tok, ue, qg && gq, NULL, c->s) == 0;
+    act_forget(c);
+    if (!ok) return -1;
+    /* ge quantized as it is written, for the down products; only the
+     * matrix-vector path (decode-sized pair counts) reads int8 input */
+    float2 *ad = NULL;
+    int8_t *aq = nk <= MM_MOE_DEVICE_MAX && quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad) : NULL;
+    cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, aq, ad, c->s);
+    if (cuda_moe_matmul(down, NULL, ids, NULL, nk, ge, nk, ye, aq != NULL, NULL, c->s) != 0) return -1;
+    cuda_moe_combine(out, ye, wsel, n_tok, k, E, c->s);
+    return 0;
+}
+
 /* Grouped path: pairs p = t*k + j, expert sel[p], input row t. */
 static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k,
                         int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
@@ -492,30 +552,13 @@ static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_
      * a capture reaching here would meet the host-grouped fallback */
     if (nk > MM_MOE_DEVICE_MAX && cannot_record(c)) return;
     cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, xrow, c->s);
-    /* A format the grouped products lack (they return -1 with st_error, e.g.
-     * F32 experts): the per-expert loop, which recomputes everything, so no
-     * partial result is used. Said once per process. gate and up read h
-     * quantized once (by the router product when that is quantized). */
-    const int qg = quantizes(gate, MM_MMV_MAX_TOK) && c->act_reuse;
-    int gq = 0; /* whether the gate product left h quantized (not so on tensor cores) */
-    int ok = cuda_moe_matmul(gate, NULL, sel, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), &gq, c->s) == 0 &&
-             cuda_moe_matmul(up, NULL, sel, xrow, nk, h, n_tok, ue, qg && gq, NULL, c->s) == 0;
-    act_forget(c);
-    if (ok) { /* ge quantized as it is written, for the down products */
-        float2 *ad = NULL;
-        /* only the matrix-vector path (decode-sized pair counts) reads int8 input */
-        int8_t *aq = nk <= MM_MOE_DEVICE_MAX && quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad)
-                                                                                 : NULL;
-        cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, aq, ad, c->s);
-        ok = cuda_moe_matmul(down, NULL, sel, NULL, nk, ge, nk, ye, aq != NULL, NULL, c->s) == 0;
-    }
-    if (!ok) {
+    /* A format the grouped products lack: the per-expert loop, which
+     * recomputes everything, so no partial result is used. Said once per process. */
+    if (experts_grouped(c, h, n_tok, k, sel, xrow, wsel, act, gate, up, down, ge, ue, ye, out) != 0) {
         static int warned;
         if (!warned++) ST_WARN("MoE grouped products: %s; using the per-expert loop", st_error_get());
         moe_ffn_loop(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
-        return;
     }
-    cuda_moe_combine(out, ye, wsel, n_tok, k, E, c->s);
 }
 
 /* The decode MoE in two fused kernels (mmv_moe.h); the first routes
@@ -557,6 +600,54 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
         if (cannot_record(c)) return; /* this pass's result comes from the unrecorded one */
     }
     moe_grouped(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+}
+
+static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
+                         int32_t *sel, float *wsel) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, NULL, c->s);
+}
+
+/* The seam's expert half (backend.h): the pairs' cache slots from emap on
+ * the device (so a recorded step keeps serving when the slot table changes),
+ * then the fused decode kernels where they fit, else the grouped products. */
+static void cu_moe_experts(st_backend *be, const float *h, int n_tok, int n_expert, int k, const int32_t *sel,
+                           const float *wsel, const int32_t *emap, st_act act, const st_weight *gate,
+                           const st_weight *up, const st_weight *down, float *out) {
+    (void)n_expert;
+    cuda_ctx *c = CTX(be);
+    pend_flush(c); /* the router product, if pending; the quantized h it leaves is still wanted */
+    if (n_tok <= 0) return;
+    const int64_t E = gate->n_in, F = gate->n_out;
+    const int nk = n_tok * k;
+    const int fused = nk <= MM_MOE_DEVICE_MAX && c->moe_fused && cuda_moe_decode_fits(gate, up, down);
+    /* arena: ids, xrow, then the fused kernels' int8 h (+ scales) or the grouped products' ge/ue/ye */
+    const size_t o_x = align256((size_t)nk * 4), o_b = o_x + align256((size_t)nk * 4);
+    const size_t o_hd = o_b + align256((size_t)nk * F), o_u = o_b + align256((size_t)nk * F * 4);
+    const size_t o_y = o_u + align256((size_t)nk * F * 4);
+    const size_t total = fused ? o_hd + align256((size_t)nk * F / 32 * 8) : o_y + align256((size_t)nk * E * 4);
+    uint8_t *a = (uint8_t *)cuda_scratch_reserve(&c->moe, total);
+    int32_t *ids = (int32_t *)a, *xrow = (int32_t *)(a + o_x);
+    cuda_moe_remap(sel, emap, ids, xrow, n_tok, k, c->s);
+    if (fused) {
+        const int ready = act_ready(c, h, E, n_tok);
+        act_forget(c);
+        if (cuda_moe_decode(gate, up, down, NULL, ids, (float *)wsel, n_tok, k, act, h, ready, (int8_t *)(a + o_b),
+                            (float2 *)(a + o_hd), out, c->s) == 0) {
+            act_hold(c, h, E * n_tok); /* the products' scratch holds h quantized */
+            return;
+        }
+        if (cannot_record(c)) return;
+        a = (uint8_t *)cuda_scratch_reserve(&c->moe, o_y + align256((size_t)nk * E * 4));
+        ids = (int32_t *)a, xrow = (int32_t *)(a + o_x);
+        cuda_moe_remap(sel, emap, ids, xrow, n_tok, k, c->s);
+    }
+    if (experts_grouped(c, h, n_tok, k, ids, xrow, wsel, act, gate, up, down, (float *)(a + o_b),
+                        (float *)(a + o_u), (float *)(a + o_y), out) != 0) {
+        st_log(ST_LOG_ERROR, "moe_experts: %s", st_error_get());
+        ST_ASSERT(!"the grouped expert products take this format"); /* the engine's start check runs them */
+    }
 }
 
 static int cu_top_k(st_backend *be, const float *x, int n, int k, int32_t *ids, float *vals) {
@@ -721,9 +812,14 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->add = cu_add;
     be->scale = cu_scale;
     be->moe_ffn = cu_moe_ffn;
+    be->moe_route = cu_moe_route;
+    be->moe_experts = cu_moe_experts;
     const char *sm = st_switch_get("STRATA_CUDA_SAMPLING");
     if (!(sm && !strcmp(sm, "0"))) be->top_k = cu_top_k, be->top_k_max = CUDA_TOPK_MAX;
     be->to_host = cu_to_host;
     be->to_device = cu_to_device;
+    be->upload = cu_upload;
+    be->host_register = cu_host_register;
+    be->mem_info = cu_mem_info;
     return be;
 }

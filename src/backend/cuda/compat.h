@@ -49,6 +49,9 @@
 #define cudaFree hipFree
 #define cudaMallocHost hipHostMalloc
 #define cudaFreeHost hipHostFree
+#define cudaHostRegister hipHostRegister
+#define cudaHostRegisterPortable hipHostRegisterPortable
+#define cudaErrorNotSupported hipErrorNotSupported
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemset hipMemset

@@ -77,6 +77,11 @@ void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int nor
  * weights are device arrays. */
 void cuda_scatter_add(float *out, const float *y, const int32_t *tok, const float *tw, int n, int64_t dim,
                       cudaStream_t s);
+/* The pairs' matrices where they live: ids[p] = emap[sel[p]] (an expert's
+ * cache slot, or -1: computed elsewhere), or sel[p] with emap NULL; xrow
+ * (optional) [n_tok*k]: the token of each pair. */
+void cuda_moe_remap(const int32_t *sel, const int32_t *emap, int32_t *ids, int32_t *xrow, int n_tok, int k,
+                    cudaStream_t s);
 /* out[t] = sum_j wsel[t*k+j] * y[t*k+j] (rows of dim). */
 void cuda_moe_combine(float *out, const float *y, const float *wsel, int n_tok, int k, int64_t dim, cudaStream_t s);
 /* dst[i] = src[tok[i]] (rows of dim). */

@@ -447,3 +447,20 @@ void cuda_moe_combine(float *out, const float *y, const float *wsel, int n_tok, 
     if (n <= 0) return;
     st_launch(moe_combine_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, out, y, wsel, k, dim, n);
 }
+
+/* ids[p] = emap[sel[p]] (or sel[p] without a map); xrow[p] = p / k, the token of pair p. */
+static __global__ void moe_remap_kernel(const int32_t *sel, const int32_t *emap, int32_t *ids, int32_t *xrow, int nk,
+                                        int k) {
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= nk) return;
+    const int32_t e = sel[p];
+    ids[p] = emap ? emap[e] : e;
+    if (xrow) xrow[p] = p / k;
+}
+
+void cuda_moe_remap(const int32_t *sel, const int32_t *emap, int32_t *ids, int32_t *xrow, int n_tok, int k,
+                    cudaStream_t s) {
+    const int nk = n_tok * k;
+    if (nk <= 0) return;
+    st_launch(moe_remap_kernel, dim3(st_div_up((size_t)nk, 256)), dim3(256), 0, s, sel, emap, ids, xrow, nk, k);
+}

@@ -1,0 +1,209 @@
+/* Where a MoE model's experts go when the engine opens it on a device
+ * (engine_offload.h): the memory plan from the device's budget, then
+ * either every weight on the device (the plain placement) or the dense part
+ * there and the expert lanes (moe_lanes.h) over a cache of slots, with the
+ * lanes' bandwidths measured here, once, at start. */
+#include "engine/engine_offload.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "engine/kv_cache.h"
+#include "engine/moe_lanes.h"
+
+/* ---- expert profiles: routing counts per (layer, expert) ---- */
+
+#define PROFILE_MAGIC "strata-expert-profile 1"
+
+uint64_t *expert_profile_load(const char *path, int n_layer, int n_expert) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        st_error_set("%s: cannot open the expert profile", path);
+        return NULL;
+    }
+    char magic[64] = {0};
+    int L = 0, X = 0;
+    uint64_t *c = NULL;
+    if (!fgets(magic, sizeof magic, f) || strncmp(magic, PROFILE_MAGIC, strlen(PROFILE_MAGIC)) != 0 ||
+        fscanf(f, "%d %d", &L, &X) != 2) {
+        st_error_set("%s: not an expert profile (strata profile writes them)", path);
+        goto done;
+    }
+    if (L != n_layer || X != n_expert) {
+        st_error_set("%s: a profile of %d layers x %d experts, the model has %d x %d", path, L, X, n_layer, n_expert);
+        goto done;
+    }
+    c = st_malloc((size_t)L * X * sizeof(uint64_t));
+    for (long i = 0; i < (long)L * X; i++)
+        if (fscanf(f, "%" SCNu64, &c[i]) != 1) {
+            st_error_set("%s: the profile ends after %ld of %ld counts", path, i, (long)L * X);
+            st_free(c);
+            c = NULL;
+            break;
+        }
+done:
+    fclose(f);
+    return c;
+}
+
+int expert_profile_save(const char *path, const uint64_t *counts, int n_layer, int n_expert) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        st_error_set("%s: cannot write the expert profile", path);
+        return -1;
+    }
+    fprintf(f, "%s\n%d %d\n", PROFILE_MAGIC, n_layer, n_expert);
+    for (int l = 0; l < n_layer; l++)
+        for (int e = 0; e < n_expert; e++)
+            fprintf(f, "%" PRIu64 "%c", counts[(size_t)l * n_expert + e], e + 1 < n_expert ? ' ' : '\n');
+    if (fclose(f) != 0) {
+        st_error_set("%s: write failed", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the plan ---- */
+
+/* Device memory besides weights and KV for chunks of n_ubatch rows: the
+ * forward pass's activations, the MoE products' per-pair rows, the
+ * products' quantized inputs, and a fixed part for the BLAS workspace,
+ * attention partials and sampling. An estimate, on the safe side. */
+static size_t scratch_bytes(const model_hparams *hp, int n_ubatch) {
+    const size_t B = (size_t)n_ubatch, E = (size_t)hp->n_embd;
+    const size_t qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t act = B * (3 * E + 2 * qw + 2 * kvw + 2 * (size_t)hp->n_ff + (size_t)hp->n_expert + hp->n_vocab) * 4;
+    const size_t pairs = B * (size_t)hp->n_expert_used, F = (size_t)hp->n_ff_exp;
+    const size_t moe = pairs * (2 * F + E) * 4 + pairs * F * 2 + pairs * 16;
+    size_t widest = E > F ? E : F;
+    if (qw > widest) widest = qw;
+    return act + moe + 2 * pairs * widest * 6 + ((size_t)512 << 20);
+}
+
+static double best_of(double a, double b) { return a < b ? a : b; }
+
+/* The lanes' rates on this machine: a layer's gate tensor copied to the
+ * device (PCIe), and the CPU lane's expert products on 1 and on 32 tokens
+ * (bandwidth, then the per-token compute from the difference). */
+static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane_rates *r) {
+    const model_hparams *hp = &m->hp;
+    const model_layer *l = &m->layers[0];
+    const st_weight *g = &l->ffn_gate_exps;
+    const size_t tbytes = (size_t)g->n_mat * g->n_out * g->row_bytes;
+    void *tmp = dev->alloc(dev, tbytes);
+    char byte;
+    double t = 1e30;
+    for (int i = 0; i < 2; i++) {
+        const int64_t t0 = st_now_ns();
+        if (dev->upload) dev->upload(dev, tmp, g->data, tbytes);
+        else dev->to_device(dev, tmp, g->data, tbytes);
+        dev->to_host(dev, &byte, tmp, 1); /* waits for the copy */
+        t = best_of(t, (double)(st_now_ns() - t0) * 1e-9);
+    }
+    dev->free(dev, tmp);
+    r->pcie_bw = (double)tbytes / t;
+
+    const int k = hp->n_expert_used, E = hp->n_embd, N = 32;
+    float *x = st_malloc((size_t)N * E * sizeof(float)), *y = st_malloc((size_t)N * E * sizeof(float));
+    int32_t *sel = st_malloc((size_t)N * k * sizeof(int32_t));
+    float *w = st_malloc((size_t)N * k * sizeof(float));
+    for (size_t i = 0; i < (size_t)N * E; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (int i = 0; i < N * k; i++) sel[i] = i % k, w[i] = 1.0f / (float)k;
+    double t1 = 1e30, tn = 1e30;
+    for (int i = 0; i < 3; i++) {
+        int64_t t0 = st_now_ns();
+        cpu->moe_experts(cpu, x, 1, hp->n_expert, k, sel, w, NULL, hp->act, g, &l->ffn_up_exps, &l->ffn_down_exps, y);
+        t1 = best_of(t1, (double)(st_now_ns() - t0) * 1e-9);
+        t0 = st_now_ns();
+        cpu->moe_experts(cpu, x, N, hp->n_expert, k, sel, w, NULL, hp->act, g, &l->ffn_up_exps, &l->ffn_down_exps, y);
+        tn = best_of(tn, (double)(st_now_ns() - t0) * 1e-9);
+    }
+    const double ebytes = (double)(g->n_out * g->row_bytes + l->ffn_up_exps.n_out * l->ffn_up_exps.row_bytes +
+                                   l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes);
+    r->cpu_bw = (double)k * ebytes / t1;
+    const double flops = 2.0 * 3.0 * (double)E * (double)hp->n_ff_exp * k * (N - 1);
+    r->cpu_flops = flops / (tn > t1 * 1.05 ? tn - t1 : t1 * 0.05);
+    st_free(x);
+    st_free(y);
+    st_free(sel);
+    st_free(w);
+}
+
+int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st_backend **be,
+                   struct engine_placed **placed) {
+    const model_hparams *hp = &m->hp;
+    st_backend *dev = *be;
+    const int on_cpu = !dev->mem_info;
+    size_t routed = 0;
+    expert_plan_in in = {0};
+    in.dense = engine_weight_bytes(m, &routed);
+    in.n_layer = hp->n_layer;
+    in.n_expert = hp->n_expert;
+    in.expert = routed / ((size_t)hp->n_layer * hp->n_expert);
+    in.kv = kv_cache_bytes(hp, n_ctx, p->kv_type) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
+    in.scratch = scratch_bytes(hp, n_ubatch);
+    in.cache = p->expert_cache;
+    if (on_cpu) {
+        in.budget = (size_t)1 << 62; /* two CPU backends: the seam under test, no memory limit */
+    } else if (p->vram_budget > 0) {
+        in.budget = (size_t)(p->vram_budget * (double)(1ull << 30));
+    } else {
+        size_t free_b = 0, total_b = 0;
+        dev->mem_info(dev, &free_b, &total_b);
+        const size_t reserve = (size_t)(p->vram_reserve_mib > 0 ? p->vram_reserve_mib : 512) << 20;
+        in.budget = free_b > reserve ? free_b - reserve : 0;
+    }
+    if (!on_cpu && p->vram_budget > 0) {
+        size_t free_b = 0, total_b = 0;
+        dev->mem_info(dev, &free_b, &total_b);
+        if (in.budget > free_b) {
+            st_error_set("--vram-budget %.2f GiB is more than the GPU's free %.2f GiB", p->vram_budget,
+                         (double)free_b / (1ull << 30));
+            return -1;
+        }
+    }
+    uint64_t *profile = NULL;
+    if (p->expert_profile && !(profile = expert_profile_load(p->expert_profile, hp->n_layer, hp->n_expert)))
+        return -1;
+    expert_plan plan;
+    const int rc = expert_plan_make(&in, profile, &plan);
+    st_free(profile);
+    if (rc != 0) return -1;
+    expert_plan_log(&plan, &in);
+    if (plan.all_resident) {
+        *placed = engine_place_model(m, dev, 1);
+        expert_plan_free(&plan);
+        return 0;
+    }
+    *placed = engine_place_model(m, dev, 0);
+    if (dev->host_register && !p->no_pin) {
+        /* the experts' host pages locked in place, so that PCIe copies run at the link's speed */
+        int ok = 1;
+        const int64_t t0 = st_now_ns();
+        for (int il = 0; il < hp->n_layer && ok; il++) {
+            const st_weight *ws[] = {&m->layers[il].ffn_gate_exps, &m->layers[il].ffn_up_exps,
+                                     &m->layers[il].ffn_down_exps};
+            for (int i = 0; i < 3 && ok; i++)
+                ok = ws[i]->mat || dev->host_register(dev, ws[i]->data, (size_t)ws[i]->n_mat * ws[i]->n_out *
+                                                                            ws[i]->row_bytes) == 0;
+        }
+        if (ok) ST_INFO("host experts page-locked in %.1f s", (double)(st_now_ns() - t0) * 1e-9);
+        else ST_WARN("host experts not page-locked (%s): PCIe copies are staged, slower", st_error_get());
+    }
+    st_backend *cpu = backend_cpu_create(p->n_threads);
+    lane_rates rates = {0};
+    measure_rates(dev, cpu, m, &rates);
+    rates.pcie_lat = 20e-6;
+    rates.pcie_frac = p->pcie_frac;
+    ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads, PCIe %.1f GB/s%s", rates.cpu_bw * 1e-9,
+            rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.pcie_bw * 1e-9,
+            p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
+    *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch);
+    expert_plan_free(&plan);
+    return 1;
+}

@@ -1,0 +1,27 @@
+/* Placing a MoE model's experts at engine start (engine_offload.c): the
+ * memory plan, and the expert lanes when not every expert fits the device. */
+#ifndef STRATA_ENGINE_ENGINE_OFFLOAD_H
+#define STRATA_ENGINE_ENGINE_OFFLOAD_H
+
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/engine_place.h"
+
+/* Plans m's memory on *be (a device backend; the CPU backend with
+ * p->expert_cache >= 0 for tests) for n_ctx positions per sequence and
+ * chunks of n_ubatch rows, logs the plan, places the weights (*placed) and,
+ * when experts stay in host RAM, replaces *be with the lanes backend that
+ * owns it (and a CPU lane of p->n_threads threads). 0: every weight on the
+ * device; 1: lanes; -1 with st_error (the budget cannot hold the dense part,
+ * a bad profile): nothing placed, *be unchanged. */
+int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st_backend **be,
+                   struct engine_placed **placed);
+
+/* Expert profiles (strata profile): text, a header line, "L X", then L lines
+ * of X routing counts. load: NULL with st_error when missing, malformed or
+ * of another shape. */
+uint64_t *expert_profile_load(const char *path, int n_layer, int n_expert);
+int expert_profile_save(const char *path, const uint64_t *counts, int n_layer, int n_expert);
+
+#endif

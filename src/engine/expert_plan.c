@@ -1,0 +1,147 @@
+/* Memory plan, placement table and lane cost model (expert_plan.h). */
+#include "engine/expert_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+
+static double gib(size_t b) { return (double)b / (double)(1ull << 30); }
+
+/* (layer, expert) ids ordered by descending count (ties: lower layer, then lower expert) */
+static const uint64_t *g_sort_counts;
+static int cmp_hot(const void *a, const void *b) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (g_sort_counts[i] != g_sort_counts[j]) return g_sort_counts[i] > g_sort_counts[j] ? -1 : 1;
+    return i < j ? -1 : 1;
+}
+
+int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_plan *out) {
+    memset(out, 0, sizeof *out);
+    const int L = in->n_layer, X = in->n_expert;
+    const long total = (long)L * X;
+    if (L <= 0 || X <= 0 || in->expert == 0) {
+        st_error_set("memory plan: the model has no routed experts");
+        return -1;
+    }
+    const size_t fixed = in->dense + in->kv + in->scratch;
+    const size_t all = fixed + (size_t)total * in->expert;
+    long slots;
+    size_t staging = 0;
+    if ((in->cache < 0 || in->cache >= total) && all <= in->budget) {
+        slots = total;
+    } else {
+        if (in->cache >= total) {
+            st_error_set("memory plan: --expert-cache %ld (every expert) needs %.2f GiB, beyond the budget of %.2f GiB",
+                         in->cache, gib(all), gib(in->budget));
+            return -1;
+        }
+        staging = (size_t)X * in->expert;
+        if (fixed + staging > in->budget) {
+            st_error_set("memory plan: the budget of %.2f GiB cannot hold the dense part: weights %.2f GiB + KV "
+                         "%.2f GiB + scratch %.2f GiB + streaming buffer %.2f GiB = %.2f GiB (lower the context, "
+                         "or raise --vram-budget)",
+                         gib(in->budget), gib(in->dense), gib(in->kv), gib(in->scratch), gib(staging),
+                         gib(fixed + staging));
+            return -1;
+        }
+        const long fit = (long)((in->budget - fixed - staging) / in->expert);
+        slots = in->cache < 0 ? fit : in->cache;
+        if (slots > fit) {
+            st_error_set("memory plan: --expert-cache %ld needs %.2f GiB, beyond the %.2f GiB left after the dense "
+                         "part (room for %ld slots)",
+                         in->cache, gib((size_t)in->cache * in->expert), gib(in->budget - fixed - staging), fit);
+            return -1;
+        }
+        if (slots >= total) slots = total - 1; /* an expert short of all: keep the lanes (asked by size) */
+    }
+    out->all_resident = slots == total;
+    out->slots = slots;
+    out->staging = out->all_resident ? 0 : staging;
+    out->used = fixed + out->staging + (size_t)slots * in->expert;
+    out->n_layer = L;
+    out->n_expert = X;
+    out->layer_slots = st_calloc((size_t)L, sizeof(int));
+    out->slot = st_malloc((size_t)total * sizeof(int32_t));
+    for (long i = 0; i < total; i++) out->slot[i] = -1;
+    if (profile) {
+        int32_t *ord = st_malloc((size_t)total * sizeof(int32_t));
+        for (long i = 0; i < total; i++) ord[i] = (int32_t)i;
+        g_sort_counts = profile;
+        qsort(ord, (size_t)total, sizeof *ord, cmp_hot);
+        for (long i = 0; i < slots; i++) {
+            const int l = ord[i] / X;
+            out->slot[ord[i]] = out->layer_slots[l]++;
+        }
+        st_free(ord);
+    } else {
+        for (int l = 0; l < L; l++) {
+            out->layer_slots[l] = (int)(slots / L + (l < slots % L));
+            for (int e = 0; e < out->layer_slots[l]; e++) out->slot[(long)l * X + e] = e;
+        }
+    }
+    return 0;
+}
+
+void expert_plan_free(expert_plan *p) {
+    if (!p) return;
+    st_free(p->layer_slots);
+    st_free(p->slot);
+    memset(p, 0, sizeof *p);
+}
+
+void expert_plan_log(const expert_plan *p, const expert_plan_in *in) {
+    const long total = (long)in->n_layer * in->n_expert;
+    ST_INFO("memory plan: budget %.2f GiB = dense weights %.2f + KV %.2f + scratch %.2f + streaming buffer %.2f + "
+            "expert cache %.2f (%ld of %ld experts, %.1f%%, %.1f MiB each); %.2f GiB unused",
+            gib(in->budget), gib(in->dense), gib(in->kv), gib(in->scratch), gib(p->staging),
+            gib((size_t)p->slots * in->expert), p->slots, total, 100.0 * (double)p->slots / (double)total,
+            (double)in->expert / (1 << 20), gib(in->budget - p->used));
+    if (!p->all_resident)
+        ST_INFO("memory plan: %ld experts in host RAM, computed by the CPU expert lane or streamed over PCIe",
+                total - p->slots);
+}
+
+/* ---- cost model ---- */
+
+static double cpu_cost(const lane_rates *r, double bytes, int n_tok, double flops_tok) {
+    return bytes / r->cpu_bw + (double)n_tok * flops_tok / r->cpu_flops;
+}
+
+static double pcie_cost(const lane_rates *r, double bytes) { return r->pcie_lat + bytes / r->pcie_bw; }
+
+double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_tok, double flops_tok,
+                  uint8_t *to_pcie) {
+    /* order by CPU cost, largest first (insertion sort: n is one layer's experts) */
+    int ord[1024];
+    ST_ASSERT(n <= 1024);
+    for (int i = 0; i < n; i++) {
+        const double ci = cpu_cost(r, bytes[i], n_tok[i], flops_tok);
+        int j = i;
+        while (j > 0 && cpu_cost(r, bytes[ord[j - 1]], n_tok[ord[j - 1]], flops_tok) < ci) {
+            ord[j] = ord[j - 1];
+            j--;
+        }
+        ord[j] = i;
+    }
+    double t_cpu = 0, t_pcie = 0;
+    if (r->pcie_frac >= 0) { /* a fixed share, the experts with the most work first */
+        const int n_p = (int)(r->pcie_frac * n + 0.5);
+        for (int i = 0; i < n; i++) {
+            const int e = ord[i];
+            to_pcie[e] = i < n_p;
+            if (to_pcie[e]) t_pcie += pcie_cost(r, bytes[e]);
+            else t_cpu += cpu_cost(r, bytes[e], n_tok[e], flops_tok);
+        }
+        return t_cpu > t_pcie ? t_cpu : t_pcie;
+    }
+    for (int i = 0; i < n; i++) {
+        const int e = ord[i];
+        const double c = cpu_cost(r, bytes[e], n_tok[e], flops_tok), p = pcie_cost(r, bytes[e]);
+        to_pcie[e] = t_pcie + p < t_cpu + c;
+        if (to_pcie[e]) t_pcie += p;
+        else t_cpu += c;
+    }
+    return t_cpu > t_pcie ? t_cpu : t_pcie;
+}

@@ -1,0 +1,71 @@
+/* The memory plan of a device and the expert placement table (expert_plan.c).
+ *
+ * A MoE model's routed experts are most of its bytes. The plan splits the
+ * device budget into what every token needs (dense weights, KV caches,
+ * scratch) and an expert cache of slots, each holding one (layer, expert)
+ * gate/up/down triple; the rest of the experts stay in host RAM, where the
+ * CPU expert lane computes them or from where they are streamed over PCIe
+ * (engine/moe_lanes.c). The placement table says, per (layer, expert),
+ * which slot of its layer holds it on the device, or -1.
+ *
+ * The cost model picks, per uncached expert of a step, the lane that
+ * finishes the layer soonest: the CPU lane reads the expert's bytes from RAM
+ * and does the step's products on its cores; the PCIe lane copies the bytes
+ * to the device, where the products are free by comparison. Both lanes run
+ * at once, so the choice balances their two totals.
+ */
+#ifndef STRATA_ENGINE_EXPERT_PLAN_H
+#define STRATA_ENGINE_EXPERT_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    size_t budget;  /* bytes the engine may allocate on the device */
+    size_t dense;   /* every weight but the routed experts */
+    size_t kv;      /* the KV caches of every sequence */
+    size_t scratch; /* activations and the ops' scratch (an estimate) */
+    size_t expert;  /* one (layer, expert): its gate, up and down matrices */
+    int n_layer, n_expert;
+    long cache;     /* expert cache slots asked for; -1: as many as fit */
+} expert_plan_in;
+
+typedef struct {
+    int all_resident; /* every expert on the device: no lanes, no staging */
+    long slots;       /* expert cache slots in all */
+    size_t staging;   /* the streaming buffer: one layer's experts (0 when all resident) */
+    size_t used;      /* dense + kv + scratch + staging + slots * expert */
+    int n_layer, n_expert;
+    int *layer_slots; /* (n_layer) slots of each layer */
+    int32_t *slot;    /* (n_layer * n_expert) the expert's slot in its layer, or -1 */
+} expert_plan;
+
+/* Makes the plan: 0, or -1 with st_error naming the numbers when the budget
+ * cannot hold the dense part (with the staging buffer) or the slots asked
+ * for. profile (n_layer * n_expert routing counts, or NULL) chooses the
+ * cached experts, hottest first over all layers; without one, each layer
+ * gets an equal share of the slots, its lowest expert ids. */
+int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_plan *out);
+void expert_plan_free(expert_plan *p);
+/* One log line per part of the plan (GiB), at INFO. */
+void expert_plan_log(const expert_plan *p, const expert_plan_in *in);
+
+/* ---- cost model ---- */
+
+typedef struct {
+    double cpu_bw;     /* bytes/s the CPU lane reads expert weights at */
+    double cpu_flops;  /* multiply-adds x 2 per second of the CPU lane's products */
+    double pcie_bw;    /* bytes/s host -> device */
+    double pcie_lat;   /* seconds of fixed cost per expert sent */
+    double pcie_frac;  /* < 0: the model decides; else this share of the misses goes over PCIe */
+} lane_rates;
+
+/* Assigns n uncached experts of one layer to the lanes: expert i has
+ * bytes[i] of weights and n_tok[i] tokens, flops_tok per token; to_pcie[i]
+ * = 1 sends it over PCIe, 0 to the CPU lane. Largest first, each to the
+ * lane that then finishes sooner. Returns the modelled time of the layer's
+ * misses (the later of the two lanes), in seconds. */
+double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_tok, double flops_tok,
+                  uint8_t *to_pcie);
+
+#endif

@@ -1,0 +1,300 @@
+/* The expert lanes (moe_lanes.h).
+ *
+ * The lanes backend is a copy of the device backend's op table (the same
+ * ctx, so every op it does not override is the device's own, called
+ * directly) inside a larger struct that holds the placement: per layer, the
+ * device slots of its cached experts (one slab per matrix, slot s at
+ * s * matrix bytes) and the maps from expert id to slot, on the host and
+ * on the device.
+ *
+ * A layer call (moe_ffn):
+ *   1. the device routes; sel and wsel come to the host (k ints and floats
+ *      per token: the one wait of the call);
+ *   2. the uncached experts the tokens chose are split between the CPU lane
+ *      and the PCIe lane (lane_split);
+ *   3. the device computes the cached pairs into out (queued, not waited for);
+ *      the PCIe lane's experts are queued for upload into the staging slab
+ *      (their own positions: staging slot = expert id) and computed there;
+ *   4. meanwhile the CPU lane computes its pairs from the hidden rows it
+ *      read in step 1, and its output is copied up and added to out.
+ * Steps are not recorded as CUDA graphs here (step 1 needs the host).
+ */
+#include "engine/moe_lanes.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+
+typedef struct {
+    const void *host_gate; /* the layer's host gate tensor: how moe_ffn finds its layer */
+    int n_slots;
+    st_weight g, u, d;    /* the device slabs as weights of n_slots matrices (n_mat 0: no slots) */
+    int32_t *slot;        /* (n_expert) host: slot or -1 */
+    int32_t *d_slot;      /* (n_expert) the same on the device */
+} lane_layer;
+
+typedef struct {
+    st_backend be; /* first: the device's op table (its ctx too), with a few ops replaced */
+    st_backend *dev_orig, *cpu; /* the device backend as created; the CPU lane */
+    const model *m;
+    lane_rates rates;
+    int n_layer, n_expert, k, n_rows, last;
+    int64_t E, F;
+    lane_layer *layer;
+    /* staging: one layer's experts, expert e's matrices at position e */
+    st_weight sg, su, sd;
+    int32_t *stage_map, *d_stage_map; /* (n_expert) e where staged for this call, else -1 */
+    /* per call */
+    int32_t *d_route;     /* device [sel nk][wsel nk] */
+    float *d_tmp;         /* device [n_rows][E]: a lane's output before the add */
+    int32_t *h_route;     /* host copy of d_route */
+    float *h_x, *h_out;   /* host [n_rows][E]: the CPU lane's input and output */
+    int32_t *cpu_map;     /* (n_expert) e for the CPU lane's experts, else -1 */
+    int *cnt;             /* (n_expert) pairs of each expert in this call */
+    int *miss;            /* (n_expert) uncached experts chosen in this call */
+    double *miss_bytes;
+    int *miss_tok;
+    uint8_t *to_pcie;
+    size_t mat_g, mat_u, mat_d; /* bytes of one expert's matrix */
+    moe_lane_stats stats;
+    uint64_t *counts; /* (n_layer * n_expert) routing counts of the layers routed on the host */
+} lanes;
+
+static lanes *LN(st_backend *be) { return (lanes *)be; }
+
+static st_weight slab(st_backend *dev, const st_weight *w, int n) {
+    st_weight s = *w;
+    s.mat = NULL;
+    s.n_mat = n;
+    s.data = n ? dev->alloc(dev, (size_t)n * (size_t)w->n_out * w->row_bytes) : NULL;
+    return s;
+}
+
+static void *mat_ptr(const st_weight *w, int64_t m) { return (void *)st_weight_mat(w, m); }
+
+static int find_layer(lanes *L, const st_weight *gate) {
+    const int guess = (L->last + 1) % L->n_layer; /* layers come in order */
+    if (L->layer[guess].host_gate == gate->data) return L->last = guess;
+    for (int il = 0; il < L->n_layer; il++)
+        if (L->layer[il].host_gate == gate->data) return L->last = il;
+    ST_ASSERT(!"moe_ffn called with experts the lanes do not know");
+    return -1;
+}
+
+/* Device upload: queued (upload) where the backend has it, else waited for. */
+static void put(lanes *L, void *dst, const void *src, size_t bytes) {
+    st_backend *d = &L->be;
+    if (d->upload) d->upload(d, dst, src, bytes);
+    else d->to_device(d, dst, src, bytes);
+}
+
+static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
+                      int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
+                      float *out) {
+    lanes *L = LN(be);
+    const int il = find_layer(L, gate);
+    lane_layer *ly = &L->layer[il];
+    ST_ASSERT(n_tok <= L->n_rows && k == L->k && n_expert == L->n_expert);
+    const int nk = n_tok * k;
+    const int64_t E = L->E;
+    L->stats.layers++;
+    if (ly->n_slots == n_expert) { /* every expert of this layer cached: the device's own MoE */
+        L->dev_orig->moe_ffn(be, h, logits, n_tok, n_expert, k, norm_topk, act, &ly->g, &ly->u, &ly->d, out);
+        L->stats.pairs_dev += (uint64_t)nk;
+        return;
+    }
+    int32_t *d_sel = L->d_route;
+    float *d_wsel = (float *)(L->d_route + nk);
+    be->moe_route(be, logits, n_tok, n_expert, k, norm_topk, d_sel, d_wsel);
+    be->to_host(be, L->h_route, L->d_route, (size_t)nk * 8);
+    const int32_t *sel = L->h_route;
+    const float *wsel = (const float *)(L->h_route + nk);
+
+    /* 2. the misses, and their lanes */
+    memset(L->cnt, 0, (size_t)n_expert * sizeof(int));
+    for (int p = 0; p < nk; p++) L->cnt[sel[p]]++;
+    for (int e = 0; e < n_expert; e++) L->counts[(size_t)il * n_expert + e] += (uint64_t)L->cnt[e];
+    int n_miss = 0, hits = 0;
+    for (int e = 0; e < n_expert; e++) {
+        L->cpu_map[e] = L->stage_map[e] = -1;
+        if (!L->cnt[e]) continue;
+        if (ly->slot[e] >= 0) {
+            hits += L->cnt[e];
+            continue;
+        }
+        L->miss[n_miss] = e;
+        L->miss_bytes[n_miss] = (double)(L->mat_g + L->mat_u + L->mat_d);
+        L->miss_tok[n_miss++] = L->cnt[e];
+    }
+    const double flops_tok = 2.0 * 3.0 * (double)E * (double)L->F;
+    lane_split(&L->rates, n_miss, L->miss_bytes, L->miss_tok, flops_tok, L->to_pcie);
+    int cpu_pairs = 0, pcie_pairs = 0, n_sent = 0;
+    for (int i = 0; i < n_miss; i++) {
+        const int e = L->miss[i];
+        if (L->to_pcie[i]) {
+            L->stage_map[e] = e;
+            pcie_pairs += L->cnt[e];
+            n_sent++;
+        } else {
+            L->cpu_map[e] = e;
+            cpu_pairs += L->cnt[e];
+            L->stats.bytes_cpu += (uint64_t)L->miss_bytes[i];
+        }
+    }
+    if (cpu_pairs) be->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
+
+    /* 3. the device's pairs: cache hits, then the experts sent over PCIe */
+    int wrote = 0;
+    if (hits) {
+        be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, ly->d_slot, act, &ly->g, &ly->u, &ly->d, out);
+        wrote = 1;
+    }
+    if (n_sent) {
+        for (int i = 0, run = -1; i <= n_miss; i++) { /* runs of consecutive experts go as one copy */
+            const int e = i < n_miss && L->to_pcie[i] ? L->miss[i] : -1;
+            if (run >= 0 && (e < 0 || e != L->miss[i - 1] + 1)) {
+                const int e0 = run, n = L->miss[i - 1] - run + 1;
+                put(L, mat_ptr(&L->sg, e0), st_weight_mat(gate, e0), (size_t)n * L->mat_g);
+                put(L, mat_ptr(&L->su, e0), st_weight_mat(up, e0), (size_t)n * L->mat_u);
+                put(L, mat_ptr(&L->sd, e0), st_weight_mat(down, e0), (size_t)n * L->mat_d);
+                run = -1;
+            }
+            if (e >= 0 && run < 0) run = e;
+        }
+        put(L, L->d_stage_map, L->stage_map, (size_t)n_expert * sizeof(int32_t));
+        float *dst = wrote ? L->d_tmp : out;
+        be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &L->sg, &L->su, &L->sd, dst);
+        if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
+        wrote = 1;
+        L->stats.bytes_pcie += (uint64_t)n_sent * (L->mat_g + L->mat_u + L->mat_d);
+    }
+    /* 4. the CPU lane, while the device works */
+    if (cpu_pairs) {
+        L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out);
+        float *dst = wrote ? L->d_tmp : out;
+        be->to_device(be, dst, L->h_out, (size_t)n_tok * E * sizeof(float));
+        if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
+    }
+    L->stats.pairs_dev += (uint64_t)hits;
+    L->stats.pairs_cpu += (uint64_t)cpu_pairs;
+    L->stats.pairs_pcie += (uint64_t)pcie_pairs;
+}
+
+/* No recorded steps: a layer needs the host between routing and experts. */
+static void l_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
+    (void)be, (void)n_tok, (void)size;
+    body(arg, pos0);
+}
+
+static void l_destroy(st_backend *be) {
+    lanes *L = LN(be);
+    for (int il = 0; il < L->n_layer; il++) {
+        lane_layer *ly = &L->layer[il];
+        if (ly->g.data) {
+            be->free(be, (void *)ly->g.data);
+            be->free(be, (void *)ly->u.data);
+            be->free(be, (void *)ly->d.data);
+        }
+        be->free(be, ly->d_slot);
+        st_free(ly->slot);
+    }
+    be->free(be, (void *)L->sg.data);
+    be->free(be, (void *)L->su.data);
+    be->free(be, (void *)L->sd.data);
+    be->free(be, L->d_stage_map);
+    be->free(be, L->d_route);
+    be->free(be, L->d_tmp);
+    st_free(L->layer);
+    st_free(L->stage_map);
+    st_free(L->h_route);
+    st_free(L->h_x);
+    st_free(L->h_out);
+    st_free(L->cpu_map);
+    st_free(L->cnt);
+    st_free(L->miss);
+    st_free(L->miss_bytes);
+    st_free(L->miss_tok);
+    st_free(L->to_pcie);
+    st_free(L->counts);
+    L->cpu->destroy(L->cpu);
+    L->dev_orig->destroy(L->dev_orig);
+    st_free(L);
+}
+
+st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, const expert_plan *plan,
+                           const lane_rates *rates, int n_rows) {
+    const model_hparams *hp = &m->hp;
+    ST_ASSERT(hp->n_expert == plan->n_expert && hp->n_layer == plan->n_layer && n_rows > 0);
+    lanes *L = st_calloc(1, sizeof *L);
+    L->be = *dev;
+    L->be.name = dev->name; /* the engine and tests tell backends apart by name: the device's */
+    L->be.moe_ffn = l_moe_ffn;
+    L->be.run_step = l_run_step;
+    L->be.destroy = l_destroy;
+    L->dev_orig = dev;
+    L->cpu = cpu;
+    L->m = m;
+    L->rates = *rates;
+    L->n_layer = hp->n_layer;
+    L->n_expert = hp->n_expert;
+    L->k = hp->n_expert_used;
+    L->n_rows = n_rows;
+    L->last = -1;
+    st_backend *be = &L->be;
+    const model_layer *l0 = &m->layers[0];
+    L->E = l0->ffn_gate_exps.n_in;
+    L->F = l0->ffn_gate_exps.n_out;
+    L->mat_g = (size_t)l0->ffn_gate_exps.n_out * l0->ffn_gate_exps.row_bytes;
+    L->mat_u = (size_t)l0->ffn_up_exps.n_out * l0->ffn_up_exps.row_bytes;
+    L->mat_d = (size_t)l0->ffn_down_exps.n_out * l0->ffn_down_exps.row_bytes;
+    const int X = L->n_expert;
+    L->layer = st_calloc((size_t)L->n_layer, sizeof *L->layer);
+    for (int il = 0; il < L->n_layer; il++) {
+        const model_layer *l = &m->layers[il];
+        lane_layer *ly = &L->layer[il];
+        ly->host_gate = l->ffn_gate_exps.data;
+        ly->n_slots = plan->layer_slots[il];
+        ly->slot = st_malloc((size_t)X * sizeof(int32_t));
+        memcpy(ly->slot, plan->slot + (size_t)il * X, (size_t)X * sizeof(int32_t));
+        ly->g = slab(be, &l->ffn_gate_exps, ly->n_slots);
+        ly->u = slab(be, &l->ffn_up_exps, ly->n_slots);
+        ly->d = slab(be, &l->ffn_down_exps, ly->n_slots);
+        for (int e = 0; e < X; e++) {
+            const int s = ly->slot[e];
+            if (s < 0) continue;
+            be->to_device(be, mat_ptr(&ly->g, s), st_weight_mat(&l->ffn_gate_exps, e), L->mat_g);
+            be->to_device(be, mat_ptr(&ly->u, s), st_weight_mat(&l->ffn_up_exps, e), L->mat_u);
+            be->to_device(be, mat_ptr(&ly->d, s), st_weight_mat(&l->ffn_down_exps, e), L->mat_d);
+        }
+        ly->d_slot = be->alloc(be, (size_t)X * sizeof(int32_t));
+        be->to_device(be, ly->d_slot, ly->slot, (size_t)X * sizeof(int32_t));
+    }
+    L->sg = slab(be, &l0->ffn_gate_exps, X);
+    L->su = slab(be, &l0->ffn_up_exps, X);
+    L->sd = slab(be, &l0->ffn_down_exps, X);
+    L->stage_map = st_malloc((size_t)X * sizeof(int32_t));
+    L->d_stage_map = be->alloc(be, (size_t)X * sizeof(int32_t));
+    const size_t nk = (size_t)n_rows * L->k;
+    L->d_route = be->alloc(be, nk * 8);
+    L->d_tmp = be->alloc(be, (size_t)n_rows * L->E * sizeof(float));
+    L->h_route = st_malloc(nk * 8);
+    L->h_x = st_malloc((size_t)n_rows * L->E * sizeof(float));
+    L->h_out = st_malloc((size_t)n_rows * L->E * sizeof(float));
+    L->cpu_map = st_malloc((size_t)X * sizeof(int32_t));
+    L->cnt = st_malloc((size_t)X * sizeof(int));
+    L->miss = st_malloc((size_t)X * sizeof(int));
+    L->miss_bytes = st_malloc((size_t)X * sizeof(double));
+    L->miss_tok = st_malloc((size_t)X * sizeof(int));
+    L->to_pcie = st_malloc((size_t)X);
+    L->counts = st_calloc((size_t)L->n_layer * X, sizeof(uint64_t));
+    return be;
+}
+
+const moe_lane_stats *moe_lanes_stats(const st_backend *be) {
+    return be && be->moe_ffn == l_moe_ffn ? &((const lanes *)be)->stats : NULL;
+}
+
+const uint64_t *moe_lanes_counts(const st_backend *be) {
+    return be && be->moe_ffn == l_moe_ffn ? ((const lanes *)be)->counts : NULL;
+}

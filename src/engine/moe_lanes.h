@@ -1,0 +1,46 @@
+/* The expert lanes (moe_lanes.c): a backend that wraps a device backend and
+ * runs each MoE layer's experts where the placement table puts them.
+ *
+ * Every op but moe_ffn goes to the device backend unchanged. moe_ffn splits
+ * the layer at the seam (backend.h): routing on the device; the pairs whose
+ * expert sits in the device's expert cache computed there; each uncached
+ * expert either computed by the CPU expert lane on its host copy (the hidden
+ * rows go down, the lane's output comes up) or copied over PCIe into a
+ * staging buffer and computed on the device, as the cost model chooses
+ * (expert_plan.h). The device's kernels run while the CPU lane works; the
+ * outputs are summed on the device.
+ *
+ * The device may itself be the CPU backend (tests: two CPU backends, one
+ * playing the GPU), since the lanes only use backend ops.
+ */
+#ifndef STRATA_ENGINE_MOE_LANES_H
+#define STRATA_ENGINE_MOE_LANES_H
+
+#include <stdint.h>
+
+#include "engine/expert_plan.h"
+#include "model/model.h"
+
+typedef struct {
+    uint64_t pairs_dev;     /* (token, expert) pairs computed from the device's expert cache */
+    uint64_t pairs_cpu;     /* by the CPU lane */
+    uint64_t pairs_pcie;    /* on the device after the expert was sent over PCIe */
+    uint64_t bytes_pcie;    /* expert bytes sent */
+    uint64_t bytes_cpu;     /* expert bytes the CPU lane read (one read per expert and call) */
+    uint64_t layers;        /* MoE layer calls */
+} moe_lane_stats;
+
+/* Wraps dev: copies the cached experts of m (its host weights, which stay
+ * in place for the CPU lane) into slots allocated on dev per plan, and takes
+ * cpu (the CPU lane's backend) and dev: destroying the result destroys both.
+ * n_rows: the most token rows one call gets (the forward pass's chunk). */
+st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, const expert_plan *plan,
+                           const lane_rates *rates, int n_rows);
+/* The counters so far; NULL when be is not the lanes backend. */
+const moe_lane_stats *moe_lanes_stats(const st_backend *be);
+/* (n_layer * n_expert) routing counts so far of the layers not wholly
+ * cached (those route on the host): with --expert-cache 0, every layer's,
+ * which is what strata profile records. NULL when be is not the lanes backend. */
+const uint64_t *moe_lanes_counts(const st_backend *be);
+
+#endif

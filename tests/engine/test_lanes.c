@@ -1,0 +1,393 @@
+/* The MoE seam and the expert lanes on the CPU: a synthetic qwen3moe model
+ * run with its experts in several places gives the logits and greedy tokens
+ * of the plain run.
+ *
+ * The lanes backend (engine/moe_lanes.c) only uses backend ops, so here the
+ * "device" is a second CPU backend: its cached experts are copied into slot
+ * slabs and addressed through the slot maps, the PCIe lane's experts are
+ * copied into the staging slab, and the CPU lane computes the rest from the
+ * model's host tensors. Every placement must give the plain run's logits
+ * within float summation order (the lanes add their partial sums in another
+ * order; bound below) and its greedy tokens, for a prompt chunk (many pairs
+ * per expert) and for one-token decode steps.
+ *
+ * Also: the memory plan's arithmetic and its errors, a profile choosing the
+ * hottest experts, the cost model with a fake slow lane on either side, the
+ * lanes' pair counts adding up, and the tensor list (model_each_tensor)
+ * covering every byte of the file's tensors (a tensor the list lacked would
+ * be left off the device, or counted wrong by the plan).
+ *
+ * usage: test_lanes [DIR for the temporary model, default /tmp]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "engine/engine_offload.h"
+#include "engine/engine_place.h"
+#include "engine/expert_plan.h"
+#include "engine/moe_lanes.h"
+#include "model/synth.h"
+
+#include "../common/check.h"
+#include "../common/logits.h"
+
+#define N_PROMPT 12
+#define N_GEN 16
+#define BOUND 1e-4 /* of the largest |logit|: float summation order only */
+
+typedef struct {
+    float *logits; /* [N_GEN + 1][n_vocab]: after the prompt, then after each token */
+    int32_t tok[N_GEN];
+} run_out;
+
+static int g_gpu = -1; /* --gpu N: the device is that GPU */
+
+#ifdef STRATA_HAVE_GPU
+#include "backend/cuda/device.h"
+static int gpu_present(int g) { return gpu_device_count() > g; }
+#else
+static int gpu_present(int g) { return (void)g, 0; }
+#endif
+
+static int run(const char *path, long cache, double pcie_frac, const char *profile, run_out *o,
+               moe_lane_stats *stats) {
+    engine_params p = engine_defaults();
+    p.model_path = path;
+    p.gpu = g_gpu;
+    p.n_ctx = 64;
+    p.n_threads = 2;
+    p.expert_cache = cache;
+    p.pcie_frac = pcie_frac;
+    p.expert_profile = profile;
+    engine *e = engine_open(&p);
+    if (!e) {
+        printf("engine_open: %s\n", st_error_get());
+        return -1;
+    }
+    const int nv = e->m->hp.n_vocab;
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % nv);
+    o->logits = st_malloc((size_t)(N_GEN + 1) * nv * sizeof(float));
+    ST_ASSERT(engine_read_prompt(e, prompt, N_PROMPT) == 0);
+    memcpy(o->logits, e->logits, (size_t)nv * sizeof(float));
+    for (int t = 0; t < N_GEN; t++) {
+        const float *l = o->logits + (size_t)t * nv;
+        int best = 0;
+        for (int i = 1; i < nv; i++)
+            if (l[i] > l[best]) best = i;
+        o->tok[t] = best;
+        ST_ASSERT(engine_eval(e, &o->tok[t], 1) == 0);
+        memcpy(o->logits + (size_t)(t + 1) * nv, e->logits, (size_t)nv * sizeof(float));
+    }
+    const moe_lane_stats *s = moe_lanes_stats(e->be);
+    if (stats) *stats = s ? *s : (moe_lane_stats){0};
+    if (g_gpu < 0) CHECK((cache >= 0) == (s != NULL), "cache %ld: lanes %s", cache, s ? "on" : "off");
+    else CHECK((cache >= 0 && cache < e->m->hp.n_layer * e->m->hp.n_expert) == (s != NULL), "cache %ld: lanes %s",
+               cache, s ? "on" : "off");
+    engine_close(e);
+    return nv;
+}
+
+static void compare(const char *what, const run_out *ref, const run_out *got, int nv) {
+    double mx = 0, diff = 0;
+    for (size_t i = 0; i < (size_t)(N_GEN + 1) * nv; i++) {
+        mx = fmax(mx, fabs(ref->logits[i]));
+        diff = fmax(diff, fabs(ref->logits[i] - got->logits[i]));
+    }
+    int same = 1;
+    for (int t = 0; t < N_GEN; t++) same &= ref->tok[t] == got->tok[t];
+    CHECK(diff <= BOUND * mx, "%s: logits differ by %.3g (largest |logit| %.3g)", what, diff, mx);
+    CHECK(same, "%s: greedy tokens differ", what);
+    printf("  %-44s max |logit diff| %.2e of %.2e, tokens %s\n", what, diff, mx, same ? "equal" : "DIFFER");
+}
+
+static void test_plan(void) {
+    const size_t G = 1ull << 30, M = 1ull << 20;
+    expert_plan_in in = {.budget = 10 * G, .dense = 2 * G, .kv = G, .scratch = G, .expert = 50 * M,
+                         .n_layer = 4, .n_expert = 32, .cache = -1};
+    expert_plan p;
+    /* 4 GiB + 128 x 50 MiB = 10.25 GiB: not everything fits */
+    CHECK(expert_plan_make(&in, NULL, &p) == 0, "%s", st_error_get());
+    const size_t staging = 32 * 50 * M;
+    const long fit = (long)((10 * G - 4 * G - staging) / (50 * M));
+    CHECK(!p.all_resident && p.slots == fit && fit == 90, "slots %ld, expected %ld", p.slots, fit);
+    CHECK(p.staging == staging && p.used <= in.budget, "staging %zu used %zu", p.staging, p.used);
+    long sum = 0;
+    for (int l = 0; l < 4; l++) {
+        sum += p.layer_slots[l];
+        int n = 0;
+        for (int e = 0; e < 32; e++) n += p.slot[l * 32 + e] >= 0;
+        CHECK(n == p.layer_slots[l], "layer %d: %d experts placed, %d slots", l, n, p.layer_slots[l]);
+    }
+    CHECK(sum == fit, "layer slots add to %ld", sum);
+    expert_plan_free(&p);
+    /* a budget that holds all of it: no lanes, no staging */
+    in.budget = 50 * G;
+    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.all_resident && p.staging == 0 && p.slots == 128,
+          "all resident");
+    expert_plan_free(&p);
+    /* too small for the dense part and the streaming buffer: an error naming the numbers */
+    in.budget = 5 * G;
+    CHECK(expert_plan_make(&in, NULL, &p) == -1 && strstr(st_error_get(), "cannot hold the dense part"), "%s",
+          st_error_get());
+    /* more slots asked for than fit */
+    in.budget = 6 * G;
+    in.cache = 100;
+    CHECK(expert_plan_make(&in, NULL, &p) == -1 && strstr(st_error_get(), "--expert-cache 100"), "%s",
+          st_error_get());
+    /* a profile: the hottest experts over all layers, whatever their layer */
+    in.budget = 50 * G;
+    in.cache = 3;
+    uint64_t prof[128] = {0};
+    prof[2 * 32 + 7] = 50, prof[0 * 32 + 31] = 40, prof[3 * 32 + 0] = 30, prof[1 * 32 + 1] = 20;
+    CHECK(expert_plan_make(&in, prof, &p) == 0, "%s", st_error_get());
+    CHECK(p.slots == 3 && p.slot[71] == 0 && p.slot[31] == 0 && p.slot[96] == 0 && p.slot[33] == -1 &&
+              p.layer_slots[1] == 0 && p.layer_slots[2] == 1,
+          "profile placement");
+    expert_plan_free(&p);
+}
+
+static void test_cost_model(void) {
+    double bytes[8];
+    int ntok[8];
+    uint8_t to_pcie[8];
+    for (int i = 0; i < 8; i++) bytes[i] = 3e6, ntok[i] = 1;
+    lane_rates r = {.cpu_bw = 100e9, .cpu_flops = 1e12, .pcie_bw = 50e9, .pcie_lat = 20e-6, .pcie_frac = -1};
+    /* a slow PCIe lane: everything on the CPU */
+    lane_rates slow_pcie = r;
+    slow_pcie.pcie_bw = 1e6;
+    lane_split(&slow_pcie, 8, bytes, ntok, 1e7, to_pcie);
+    int n = 0;
+    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    CHECK(n == 0, "slow PCIe: %d experts sent", n);
+    /* a slow CPU: everything over PCIe */
+    lane_rates slow_cpu = r;
+    slow_cpu.cpu_bw = 1e6;
+    lane_split(&slow_cpu, 8, bytes, ntok, 1e7, to_pcie);
+    n = 0;
+    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    CHECK(n == 8, "slow CPU: %d of 8 sent", n);
+    /* comparable lanes: both used, and the split no slower than either alone */
+    const double t = lane_split(&r, 8, bytes, ntok, 1e7, to_pcie);
+    n = 0;
+    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    const double t_cpu = 8 * (3e6 / 100e9 + 1e7 / 1e12), t_pcie = 8 * (20e-6 + 3e6 / 50e9);
+    CHECK(n > 0 && n < 8 && t < t_cpu && t < t_pcie, "balanced: %d sent, %.1f us vs CPU %.1f / PCIe %.1f", n,
+          t * 1e6, t_cpu * 1e6, t_pcie * 1e6);
+    /* many tokens make an expert compute-bound on the CPU: it goes over PCIe first */
+    ntok[3] = 500;
+    lane_split(&r, 8, bytes, ntok, 1e7, to_pcie);
+    CHECK(to_pcie[3], "the expert with 500 tokens stays on the CPU");
+    /* a fixed share */
+    r.pcie_frac = 0.25;
+    lane_split(&r, 8, bytes, ntok, 1e7, to_pcie);
+    n = 0;
+    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    CHECK(n == 2 && to_pcie[3], "--pcie-frac 0.25: %d of 8", n);
+}
+
+/* Every byte of the file's tensors is in the list, as dense or routed. */
+static void test_tensor_list(const char *path) {
+    engine_params p = engine_defaults();
+    p.model_path = path;
+    engine *e = engine_open(&p);
+    CHECK(e != NULL, "%s", st_error_get());
+    if (!e) return;
+    size_t routed = 0, file = 0;
+    const size_t dense = engine_weight_bytes(e->m, &routed);
+    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++) file += gguf_tensor_at(e->m->file, i)->size;
+    CHECK(dense + routed == file, "tensor list %zu + %zu bytes, file tensors %zu", dense, routed, file);
+    const model_layer *l = &e->m->layers[0];
+    size_t layer_routed = 0;
+    const st_weight *ws[] = {&l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps};
+    for (int i = 0; i < 3; i++) layer_routed += (size_t)ws[i]->n_mat * ws[i]->n_out * ws[i]->row_bytes;
+    CHECK(routed == layer_routed * (size_t)e->m->hp.n_layer, "routed %zu, expected %zu", routed,
+          layer_routed * (size_t)e->m->hp.n_layer);
+    engine_close(e);
+}
+
+/* NMSE of the centred logits (a constant shift changes no probability). */
+static double nmse(const float *a, const float *ref, int n) {
+    double ma = 0, mr = 0;
+    for (int i = 0; i < n; i++) ma += a[i], mr += ref[i];
+    ma /= n, mr /= n;
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        const double d = (a[i] - ma) - (ref[i] - mr);
+        num += d * d;
+        den += (ref[i] - mr) * (ref[i] - mr);
+    }
+    return den > 0 ? num / den : num;
+}
+
+/* On a GPU: every placement against the all-GPU run of the same file. The
+ * CPU lane rounds activations its own way (8-bit blocks by format; the GPU:
+ * int8 blocks of 32), so per step the centred logits' NMSE is held to the
+ * model's bound (F32 experts: neither side rounds, float order only), and
+ * greedy tokens must be equal, or first differ at a near-tie (the top-2 gap
+ * below 4x the RMS logit difference of that step). */
+static void gpu_model(const char *arg) {
+    char path[512];
+    snprintf(path, sizeof path, "%s", arg);
+    double bound = 1e-2;
+    char *colon = strrchr(path, ':');
+    if (colon) *colon = 0, bound = atof(colon + 1);
+    if (access(path, R_OK) != 0) {
+        printf("  %s: absent, skipped\n", path);
+        return;
+    }
+    run_out ref, got;
+    moe_lane_stats s;
+    const int nv = run(path, -1, -1, NULL, &ref, NULL);
+    if (nv < 0) {
+        check_fail();
+        return;
+    }
+    model *m = model_load(path);
+    ST_ASSERT(m);
+    const int total = m->hp.n_layer * m->hp.n_expert;
+    model_free(m);
+    const long caches[] = {0, total / 4, total / 2, total - 1};
+    const double fracs[] = {0, 1, -1};
+    for (size_t c = 0; c < 4; c++)
+        for (size_t f = 0; f < 3; f++) {
+            if (run(path, caches[c], fracs[f], NULL, &got, &s) != nv) {
+                check_fail();
+                continue;
+            }
+            double worst = 0;
+            int t = 0;
+            for (; t < N_GEN; t++) {
+                worst = fmax(worst, nmse(got.logits + (size_t)t * nv, ref.logits + (size_t)t * nv, nv));
+                if (got.tok[t] != ref.tok[t]) break;
+            }
+            const char *verdict = "tokens equal";
+            if (t < N_GEN) {
+                const float *r = ref.logits + (size_t)t * nv, *g = got.logits + (size_t)t * nv;
+                float gap;
+                logits_argmax(r, nv, &gap);
+                double ss = 0;
+                for (int i = 0; i < nv; i++) ss += (double)(r[i] - g[i]) * (r[i] - g[i]);
+                const double rms = sqrt(ss / nv);
+                CHECK(gap < 4 * rms, "%s cache %ld frac %g: token %d differs at a gap of %.3g (rms diff %.3g)", path,
+                      caches[c], fracs[f], t, gap, rms);
+                verdict = gap < 4 * rms ? "first difference at a near-tie" : "DIFFERENT";
+            }
+            CHECK(worst <= bound, "%s cache %ld frac %g: NMSE %.3g over %.3g", path, caches[c], fracs[f], worst, bound);
+            const double pairs = (double)(s.pairs_dev + s.pairs_cpu + s.pairs_pcie);
+            printf("  %s cache %ld/%d pcie-frac %g: NMSE <= %.2e (bound %.0e), %s; pairs %.0f%% GPU cache, %.0f%% "
+                   "CPU, %.0f%% PCIe\n",
+                   path, caches[c], total, fracs[f], worst, bound, verdict, 100 * s.pairs_dev / pairs,
+                   100 * s.pairs_cpu / pairs, 100 * s.pairs_pcie / pairs);
+            st_free(got.logits);
+        }
+    st_free(ref.logits);
+}
+
+int main(int argc, char **argv) {
+    st_log_set_level(ST_LOG_WARN);
+    if (argc > 2 && !strcmp(argv[1], "--gpu")) {
+        g_gpu = atoi(argv[2]);
+        if (!gpu_present(g_gpu)) {
+            printf("SKIPPED: no CUDA device %d\n", g_gpu);
+            return 0;
+        }
+        for (int i = 3; i < argc; i++) gpu_model(argv[i]);
+        return check_report("test_lanes --gpu");
+    }
+    const char *dir = argc > 1 ? argv[1] : "/tmp";
+    char path[512], prof_path[512];
+    snprintf(path, sizeof path, "%s/strata-test-lanes-%d.gguf", dir, (int)getpid());
+    snprintf(prof_path, sizeof prof_path, "%s/strata-test-lanes-%d.prof", dir, (int)getpid());
+    synth_hparams hp;
+    ST_ASSERT(synth_preset("qwen3moe", "tiny", &hp) == 0);
+    hp.n_layer = 3;
+    hp.n_expert = 16;
+    hp.n_expert_used = 4;
+    synth_opts o;
+    synth_opts_init(&o, &hp);
+    o.zipf_s = 1.0;
+    if (synth_write(&o, path) != 0) {
+        printf("synth: %s\n", st_error_get());
+        return 1;
+    }
+    test_plan();
+    test_cost_model();
+    test_tensor_list(path);
+
+    const int total = hp.n_layer * hp.n_expert;
+    run_out ref, got;
+    const int nv = run(path, -1, -1, NULL, &ref, NULL);
+    ST_ASSERT(nv > 0);
+    struct {
+        long cache;
+        double frac;
+        int profile;
+    } cases[] = {
+        {0, 0, 0},         {0, 1, 0},          {0, -1, 0},         {total / 4, 0, 0}, {total / 4, 0.5, 0},
+        {total / 2, -1, 0}, {total - 1, 0, 0}, {total / 4, 0, 1},  {total / 2, 1, 1},
+    };
+    /* a profile: the routing counts of the plain prompt and decode, as strata profile records them */
+    {
+        engine_params p = engine_defaults();
+        p.model_path = path;
+        p.n_ctx = 64;
+        p.n_threads = 2;
+        p.expert_cache = 0;
+        engine *e = engine_open(&p);
+        ST_ASSERT(e && engine_read_prompt(e, (int32_t[]){1, 2, 3}, 3) == 0);
+        ST_ASSERT(engine_eval(e, ref.tok, N_GEN) == 0);
+        const uint64_t *counts = moe_lanes_counts(e->be);
+        uint64_t sum = 0;
+        for (int i = 0; i < total; i++) sum += counts[i];
+        CHECK(sum == (uint64_t)(3 + N_GEN) * hp.n_expert_used * hp.n_layer, "profile counts add to %llu",
+              (unsigned long long)sum);
+        ST_ASSERT(expert_profile_save(prof_path, counts, hp.n_layer, hp.n_expert) == 0);
+        uint64_t *back = expert_profile_load(prof_path, hp.n_layer, hp.n_expert);
+        CHECK(back && !memcmp(back, counts, (size_t)total * sizeof(uint64_t)), "profile round trip");
+        st_free(back);
+        engine_close(e);
+    }
+    CHECK(!expert_profile_load(prof_path, hp.n_layer + 1, hp.n_expert) && strstr(st_error_get(), "profile of"),
+          "a profile of another shape is refused: %s", st_error_get());
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        moe_lane_stats s;
+        char what[128];
+        snprintf(what, sizeof what, "cache %ld of %d, pcie-frac %g%s", cases[c].cache, total, cases[c].frac,
+                 cases[c].profile ? ", profile" : "");
+        if (run(path, cases[c].cache, cases[c].frac, cases[c].profile ? prof_path : NULL, &got, &s) != nv) {
+            check_fail();
+            continue;
+        }
+        compare(what, &ref, &got, nv);
+        const uint64_t pairs = (uint64_t)(N_PROMPT + N_GEN) * hp.n_expert_used * hp.n_layer;
+        CHECK(s.pairs_dev + s.pairs_cpu + s.pairs_pcie == pairs, "%s: %llu + %llu + %llu pairs, expected %llu", what,
+              (unsigned long long)s.pairs_dev, (unsigned long long)s.pairs_cpu, (unsigned long long)s.pairs_pcie,
+              (unsigned long long)pairs);
+        if (cases[c].cache == 0) CHECK(s.pairs_dev == 0, "%s: %llu cached pairs", what, (unsigned long long)s.pairs_dev);
+        if (cases[c].frac == 0) CHECK(s.pairs_pcie == 0, "%s: %llu PCIe pairs", what, (unsigned long long)s.pairs_pcie);
+        if (cases[c].frac == 1) CHECK(s.pairs_cpu == 0, "%s: %llu CPU pairs", what, (unsigned long long)s.pairs_cpu);
+        st_free(got.logits);
+    }
+    /* the profile's experts are the hottest of this very routing (the tokens
+     * are the same): they give at least the hits of any other choice */
+    moe_lane_stats s0, s1;
+    run(path, total / 4, 0, NULL, &got, &s0);
+    st_free(got.logits);
+    run(path, total / 4, 0, prof_path, &got, &s1);
+    st_free(got.logits);
+    CHECK(s1.pairs_dev >= s0.pairs_dev, "cache %d: %llu cached pairs with the profile, %llu without", total / 4,
+          (unsigned long long)s1.pairs_dev, (unsigned long long)s0.pairs_dev);
+    printf("  cache %d: %llu cached pairs without a profile, %llu with one\n", total / 4,
+           (unsigned long long)s0.pairs_dev, (unsigned long long)s1.pairs_dev);
+    st_free(ref.logits);
+    unlink(path);
+    unlink(prof_path);
+    return check_report("test_lanes");
+}
