@@ -147,6 +147,8 @@ struct st_backend {
      * (read-only use) copyable by the device without staging (pinned, or
      * page-locked in place); 0, or -1 with st_error when the system refuses. */
     int (*host_register)(st_backend *be, const void *p, size_t bytes);
+    /* Undo host_register(p, ...) (before the memory is unmapped). */
+    void (*host_unregister)(st_backend *be, const void *p);
     /* Optional (NULL: host memory, no device budget). Free and total bytes of the device's memory. */
     void (*mem_info)(st_backend *be, size_t *free_bytes, size_t *total_bytes);
 };

@@ -205,6 +205,7 @@ static void w_upload(st_backend *be, void *dst, const void *src, size_t bytes) {
 static int w_host_register(st_backend *be, const void *ptr, size_t bytes) {
     return P(be)->in->host_register(P(be)->in, ptr, bytes);
 }
+static void w_host_unregister(st_backend *be, const void *ptr) { P(be)->in->host_unregister(P(be)->in, ptr); }
 static void w_mem_info(st_backend *be, size_t *free_bytes, size_t *total_bytes) {
     P(be)->in->mem_info(P(be)->in, free_bytes, total_bytes);
 }
@@ -239,6 +240,7 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .to_device = w_to_device,
         .upload = in->upload ? w_upload : NULL,
         .host_register = in->host_register ? w_host_register : NULL,
+        .host_unregister = in->host_unregister ? w_host_unregister : NULL,
         .mem_info = in->mem_info ? w_mem_info : NULL,
     };
     return be;

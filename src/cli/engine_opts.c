@@ -75,9 +75,9 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         p->pcie_frac = d;
         return 1;
     }
-    if (!strcmp(a->argv[a->i], "--no-pin")) {
-        a->i++;
-        p->no_pin = 1;
+    if ((r = args_value(a, "--pin-experts", &v))) {
+        if (r < 0 || args_int(a, "--pin-experts", v, 0, 1, &n)) return -1;
+        p->no_pin = !n;
         return 1;
     }
     if ((r = args_value(a, "--kv", &v))) {

@@ -181,19 +181,34 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
         return 0;
     }
     *placed = engine_place_model(m, dev, 0);
-    if (dev->host_register && !p->no_pin) {
-        /* the experts' host pages locked in place, so that PCIe copies run at the link's speed */
-        int ok = 1;
-        const int64_t t0 = st_now_ns();
-        for (int il = 0; il < hp->n_layer && ok; il++) {
+    /* The experts' host pages locked in place, so that PCIe copies run at
+     * the link's speed and return at once: one range from the first routed
+     * tensor to the end of the last (the dense tensors between them too; a
+     * copy whose source is only partly registered is refused, and
+     * neighbouring tensors share pages). */
+    const void *pinned = NULL;
+    if (dev->host_register && dev->host_unregister && !p->no_pin) {
+        const uint8_t *lo = NULL, *hi = NULL;
+        int apart = 0;
+        for (int il = 0; il < hp->n_layer; il++) {
             const st_weight *ws[] = {&m->layers[il].ffn_gate_exps, &m->layers[il].ffn_up_exps,
                                      &m->layers[il].ffn_down_exps};
-            for (int i = 0; i < 3 && ok; i++)
-                ok = ws[i]->mat || dev->host_register(dev, ws[i]->data, (size_t)ws[i]->n_mat * ws[i]->n_out *
-                                                                            ws[i]->row_bytes) == 0;
+            for (int i = 0; i < 3; i++) {
+                const uint8_t *a = ws[i]->data, *b = a + (size_t)ws[i]->n_mat * ws[i]->n_out * ws[i]->row_bytes;
+                apart |= ws[i]->mat != NULL;
+                if (!lo || a < lo) lo = a;
+                if (!hi || b > hi) hi = b;
+            }
         }
-        if (ok) ST_INFO("host experts page-locked in %.1f s", (double)(st_now_ns() - t0) * 1e-9);
-        else ST_WARN("host experts not page-locked (%s): PCIe copies are staged, slower", st_error_get());
+        const int64_t t0 = st_now_ns();
+        if (!apart && dev->host_register(dev, lo, (size_t)(hi - lo)) == 0) {
+            pinned = lo;
+            ST_INFO("host experts page-locked in place (%.2f GiB) in %.1f s", (double)(hi - lo) / (1ull << 30),
+                    (double)(st_now_ns() - t0) * 1e-9);
+        } else {
+            ST_WARN("host experts not page-locked (%s): PCIe copies are staged, slower",
+                    apart ? "experts placed apart" : st_error_get());
+        }
     }
     st_backend *cpu = backend_cpu_create(p->n_threads);
     lane_rates rates = {0};
@@ -203,7 +218,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
     ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads, PCIe %.1f GB/s%s", rates.cpu_bw * 1e-9,
             rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.pcie_bw * 1e-9,
             p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
-    *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch);
+    *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch, pinned);
     expert_plan_free(&plan);
     return 1;
 }

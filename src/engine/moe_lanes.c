@@ -37,6 +37,7 @@ typedef struct {
 typedef struct {
     st_backend be; /* first: the device's op table (its ctx too), with a few ops replaced */
     st_backend *dev_orig, *cpu; /* the device backend as created; the CPU lane */
+    const void *pinned;         /* host_register'ed experts, or NULL */
     const model *m;
     lane_rates rates;
     int n_layer, n_expert, k, n_rows, last;
@@ -218,12 +219,13 @@ static void l_destroy(st_backend *be) {
     st_free(L->to_pcie);
     st_free(L->counts);
     L->cpu->destroy(L->cpu);
+    if (L->pinned) be->host_unregister(be, L->pinned);
     L->dev_orig->destroy(L->dev_orig);
     st_free(L);
 }
 
 st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, const expert_plan *plan,
-                           const lane_rates *rates, int n_rows) {
+                           const lane_rates *rates, int n_rows, const void *pinned) {
     const model_hparams *hp = &m->hp;
     ST_ASSERT(hp->n_expert == plan->n_expert && hp->n_layer == plan->n_layer && n_rows > 0);
     lanes *L = st_calloc(1, sizeof *L);
@@ -234,6 +236,7 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->be.destroy = l_destroy;
     L->dev_orig = dev;
     L->cpu = cpu;
+    L->pinned = pinned;
     L->m = m;
     L->rates = *rates;
     L->n_layer = hp->n_layer;

@@ -33,9 +33,11 @@ typedef struct {
 /* Wraps dev: copies the cached experts of m (its host weights, which stay
  * in place for the CPU lane) into slots allocated on dev per plan, and takes
  * cpu (the CPU lane's backend) and dev: destroying the result destroys both.
- * n_rows: the most token rows one call gets (the forward pass's chunk). */
+ * n_rows: the most token rows one call gets (the forward pass's chunk).
+ * pinned: host memory dev->host_register'ed for it (unregistered when the
+ * result is destroyed), or NULL. */
 st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, const expert_plan *plan,
-                           const lane_rates *rates, int n_rows);
+                           const lane_rates *rates, int n_rows, const void *pinned);
 /* The counters so far; NULL when be is not the lanes backend. */
 const moe_lane_stats *moe_lanes_stats(const st_backend *be);
 /* (n_layer * n_expert) routing counts so far of the layers not wholly

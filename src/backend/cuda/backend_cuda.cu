@@ -217,6 +217,12 @@ static void cu_mem_info(st_backend *be, size_t *free_bytes, size_t *total_bytes)
     CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
+static void cu_host_unregister(st_backend *be, const void *p) {
+    (void)be;
+    const uintptr_t page = 4096;
+    CUDA_CHECK(cudaHostUnregister((void *)((uintptr_t)p & ~(page - 1))));
+}
+
 static void cu_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
@@ -820,6 +826,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->to_device = cu_to_device;
     be->upload = cu_upload;
     be->host_register = cu_host_register;
+    be->host_unregister = cu_host_unregister;
     be->mem_info = cu_mem_info;
     return be;
 }

@@ -50,6 +50,7 @@
 #define cudaMallocHost hipHostMalloc
 #define cudaFreeHost hipHostFree
 #define cudaHostRegister hipHostRegister
+#define cudaHostUnregister hipHostUnregister
 #define cudaHostRegisterPortable hipHostRegisterPortable
 #define cudaErrorNotSupported hipErrorNotSupported
 #define cudaMemcpy hipMemcpy
