@@ -77,13 +77,22 @@ int cmd_bench(int argc, char **argv) {
     double *pp = st_calloc((size_t)reps, sizeof(double)), *tg = st_calloc((size_t)reps, sizeof(double));
     /* expert lanes (a MoE model partly off the GPU): what decode moved per lane */
     const moe_lane_stats *ls = moe_lanes_stats(e->be);
-    moe_lane_stats dec = {0};
+    moe_lane_stats dec = {0}, pro = {0};
     double dec_s = 0;
     for (long long r = 0; r < reps; r++) {
         e->n_past = 0;
+        const moe_lane_stats pre = ls ? *ls : (moe_lane_stats){0};
         int64_t t0 = st_now_ns();
         if (n_p) engine_eval(e, toks, (int)n_p);
         int64_t t1 = st_now_ns();
+        if (ls) {
+            pro.experts += ls->experts - pre.experts;
+            pro.layers += ls->layers - pre.layers;
+            pro.bytes_pcie += ls->bytes_pcie - pre.bytes_pcie;
+            pro.pairs_cpu += ls->pairs_cpu - pre.pairs_cpu;
+            pro.pairs_pcie += ls->pairs_pcie - pre.pairs_pcie;
+            pro.pairs_dev += ls->pairs_dev - pre.pairs_dev;
+        }
         if (depth && (r == 0 || n_p)) { /* the prompt run overwrote the cache: fill it again */
             e->n_past = 0;
             engine_eval(e, toks, (int)depth);
@@ -113,6 +122,14 @@ int cmd_bench(int argc, char **argv) {
     if (n_g)
         printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights\n", n_g, depth ? " @ depth" : "", tg_med,
                tg_med * bytes / 1e9);
+    if (ls && n_p && pro.layers) {
+        const double pairs = (double)(pro.pairs_dev + pro.pairs_cpu + pro.pairs_pcie);
+        printf("experts in the prompt: %.1f distinct per layer and chunk (of %d); %.1f%% of pairs from the GPU cache, "
+               "%.1f%% CPU lane, %.1f%% PCIe; PCIe moved %.2f GB per prompt\n",
+               (double)pro.experts / (double)pro.layers, e->m->hp.n_expert, 100 * (double)pro.pairs_dev / pairs,
+               100 * (double)pro.pairs_cpu / pairs, 100 * (double)pro.pairs_pcie / pairs,
+               (double)pro.bytes_pcie / (double)reps / 1e9);
+    }
     if (ls && n_g) {
         const double n = (double)n_g * (double)reps, pairs = (double)(dec.pairs_dev + dec.pairs_cpu + dec.pairs_pcie);
         printf("experts in decode: %.1f%% of pairs from the GPU cache, %.1f%% CPU lane, %.1f%% PCIe; per token "

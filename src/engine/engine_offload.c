@@ -87,47 +87,74 @@ static size_t scratch_bytes(const model_hparams *hp, int n_ubatch) {
 
 static double best_of(double a, double b) { return a < b ? a : b; }
 
-/* The lanes' rates on this machine: a layer's gate tensor copied to the
- * device (PCIe), and the CPU lane's expert products on 1 and on 32 tokens
- * (bandwidth, then the per-token compute from the difference). */
+/* The lanes' rates on this machine, in the shapes the lanes see them:
+ * PCIe, a layer's gate tensor in one copy (bandwidth), then 8 experts sent
+ * one by one as the lane sends them (the fixed cost per expert); the CPU
+ * lane, one token over k experts (decode: bandwidth), then 256 tokens over
+ * 32 experts, 64 tokens each (a prompt chunk: the per-token compute, from
+ * what the weights' reading does not explain). */
 static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane_rates *r) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[0];
-    const st_weight *g = &l->ffn_gate_exps;
-    const size_t tbytes = (size_t)g->n_mat * g->n_out * g->row_bytes;
-    void *tmp = dev->alloc(dev, tbytes);
+    const st_weight *g = &l->ffn_gate_exps, *u = &l->ffn_up_exps, *d = &l->ffn_down_exps;
+    const size_t mg = (size_t)g->n_out * g->row_bytes, mu = (size_t)u->n_out * u->row_bytes,
+                 md = (size_t)d->n_out * d->row_bytes;
+    const double ebytes = (double)(mg + mu + md);
+    const size_t tbytes = (size_t)g->n_mat * mg;
+    uint8_t *tmp = dev->alloc(dev, tbytes > 8 * (mg + mu + md) ? tbytes : 8 * (mg + mu + md));
     char byte;
-    double t = 1e30;
+    double t = 1e30, t8 = 1e30;
+    const int n8 = hp->n_expert < 8 ? hp->n_expert : 8;
     for (int i = 0; i < 2; i++) {
-        const int64_t t0 = st_now_ns();
+        int64_t t0 = st_now_ns();
         if (dev->upload) dev->upload(dev, tmp, g->data, tbytes);
         else dev->to_device(dev, tmp, g->data, tbytes);
         dev->to_host(dev, &byte, tmp, 1); /* waits for the copy */
         t = best_of(t, (double)(st_now_ns() - t0) * 1e-9);
+        t0 = st_now_ns();
+        for (int e = 0; e < n8; e++) {
+            const struct { const st_weight *w; size_t b; } part[3] = {{g, mg}, {u, mu}, {d, md}};
+            for (int k = 0; k < 3; k++) {
+                uint8_t *dst = tmp + (size_t)e * (mg + mu + md) + (k ? mg : 0) + (k == 2 ? mu : 0);
+                if (dev->upload) dev->upload(dev, dst, st_weight_mat(part[k].w, e), part[k].b);
+                else dev->to_device(dev, dst, st_weight_mat(part[k].w, e), part[k].b);
+            }
+        }
+        dev->to_host(dev, &byte, tmp, 1);
+        t8 = best_of(t8, (double)(st_now_ns() - t0) * 1e-9);
     }
     dev->free(dev, tmp);
     r->pcie_bw = (double)tbytes / t;
+    r->pcie_lat = t8 / n8 - ebytes / r->pcie_bw;
+    if (r->pcie_lat < 5e-6) r->pcie_lat = 5e-6;
 
-    const int k = hp->n_expert_used, E = hp->n_embd, N = 32;
+    const int k = hp->n_expert_used, E = hp->n_embd, N = 256;
+    const int spread = hp->n_expert < 32 ? hp->n_expert : 32;
     float *x = st_malloc((size_t)N * E * sizeof(float)), *y = st_malloc((size_t)N * E * sizeof(float));
     int32_t *sel = st_malloc((size_t)N * k * sizeof(int32_t));
     float *w = st_malloc((size_t)N * k * sizeof(float));
     for (size_t i = 0; i < (size_t)N * E; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-    for (int i = 0; i < N * k; i++) sel[i] = i % k, w[i] = 1.0f / (float)k;
+    for (int i = 0; i < N * k; i++) w[i] = 1.0f / (float)k;
     double t1 = 1e30, tn = 1e30;
     for (int i = 0; i < 3; i++) {
+        for (int p = 0; p < N * k; p++) sel[p] = p % k;
         int64_t t0 = st_now_ns();
-        cpu->moe_experts(cpu, x, 1, hp->n_expert, k, sel, w, NULL, hp->act, g, &l->ffn_up_exps, &l->ffn_down_exps, y);
+        cpu->moe_experts(cpu, x, 1, hp->n_expert, k, sel, w, NULL, hp->act, g, u, d, y);
         t1 = best_of(t1, (double)(st_now_ns() - t0) * 1e-9);
+        for (int tk = 0; tk < N; tk++) /* distinct experts within a token */
+            for (int j = 0; j < k; j++) sel[tk * k + j] = (tk + j * (spread / k)) % spread;
         t0 = st_now_ns();
-        cpu->moe_experts(cpu, x, N, hp->n_expert, k, sel, w, NULL, hp->act, g, &l->ffn_up_exps, &l->ffn_down_exps, y);
+        cpu->moe_experts(cpu, x, N, hp->n_expert, k, sel, w, NULL, hp->act, g, u, d, y);
         tn = best_of(tn, (double)(st_now_ns() - t0) * 1e-9);
     }
-    const double ebytes = (double)(g->n_out * g->row_bytes + l->ffn_up_exps.n_out * l->ffn_up_exps.row_bytes +
-                                   l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes);
     r->cpu_bw = (double)k * ebytes / t1;
-    const double flops = 2.0 * 3.0 * (double)E * (double)hp->n_ff_exp * k * (N - 1);
-    r->cpu_flops = flops / (tn > t1 * 1.05 ? tn - t1 : t1 * 0.05);
+    const double flops = 2.0 * 3.0 * (double)E * (double)hp->n_ff_exp * k * N;
+    const double t_read = (double)spread * ebytes / r->cpu_bw;
+    r->cpu_flops = flops / (tn > t_read * 1.05 ? tn - t_read : t_read * 0.05);
+    /* the PCIe lane's cost per layer that uses it: a second expert pass on
+     * the GPU, its map's upload and the add (measured on an H200: ~40 us of
+     * decode time per layer that sent an expert) */
+    r->pcie_layer = 40e-6;
     st_free(x);
     st_free(y);
     st_free(sel);
@@ -211,13 +238,15 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
         }
     }
     st_backend *cpu = backend_cpu_create(p->n_threads);
+    /* the lane's calls come every layer, a few hundred microseconds apart:
+     * its workers spin through the gaps instead of sleeping and waking */
+    backend_cpu_set_spin_us(cpu, 2000);
     lane_rates rates = {0};
     measure_rates(dev, cpu, m, &rates);
-    rates.pcie_lat = 20e-6;
     rates.pcie_frac = p->pcie_frac;
-    ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads, PCIe %.1f GB/s%s", rates.cpu_bw * 1e-9,
-            rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.pcie_bw * 1e-9,
-            p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
+    ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads, PCIe %.1f GB/s + %.0f us per expert%s",
+            rates.cpu_bw * 1e-9, rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.pcie_bw * 1e-9,
+            rates.pcie_lat * 1e6, p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
     *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch, pinned);
     expert_plan_free(&plan);
     return 1;

@@ -134,14 +134,28 @@ double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_
             if (to_pcie[e]) t_pcie += pcie_cost(r, bytes[e]);
             else t_cpu += cpu_cost(r, bytes[e], n_tok[e], flops_tok);
         }
+        if (n_p) t_pcie += r->pcie_layer;
         return t_cpu > t_pcie ? t_cpu : t_pcie;
     }
+    double all_cpu = 0, all_pcie = 0;
+    int n_p = 0;
+    t_pcie = r->pcie_layer; /* the lane's cost once it is used at all */
     for (int i = 0; i < n; i++) {
         const int e = ord[i];
         const double c = cpu_cost(r, bytes[e], n_tok[e], flops_tok), p = pcie_cost(r, bytes[e]);
+        all_cpu += c;
+        all_pcie += p;
         to_pcie[e] = t_pcie + p < t_cpu + c;
-        if (to_pcie[e]) t_pcie += p;
+        if (to_pcie[e]) t_pcie += p, n_p++;
         else t_cpu += c;
     }
-    return t_cpu > t_pcie ? t_cpu : t_pcie;
+    if (!n) return 0;
+    all_pcie += r->pcie_layer;
+    const double split = t_cpu > t_pcie ? t_cpu : t_pcie;
+    if (n_p && (all_cpu <= split || all_pcie <= split)) { /* one lane alone is no slower */
+        const uint8_t one = all_pcie < all_cpu;
+        for (int i = 0; i < n; i++) to_pcie[i] = one;
+        return one ? all_pcie : all_cpu;
+    }
+    return n_p ? split : t_cpu;
 }

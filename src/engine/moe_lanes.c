@@ -120,6 +120,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     for (int e = 0; e < n_expert; e++) {
         L->cpu_map[e] = L->stage_map[e] = -1;
         if (!L->cnt[e]) continue;
+        L->stats.experts++;
         if (ly->slot[e] >= 0) {
             hits += L->cnt[e];
             continue;

@@ -28,6 +28,7 @@ typedef struct {
     uint64_t bytes_pcie;    /* expert bytes sent */
     uint64_t bytes_cpu;     /* expert bytes the CPU lane read (one read per expert and call) */
     uint64_t layers;        /* MoE layer calls */
+    uint64_t experts;       /* distinct experts the tokens of each call chose, summed over the calls */
 } moe_lane_stats;
 
 /* Wraps dev: copies the cached experts of m (its host weights, which stay

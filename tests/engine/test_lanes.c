@@ -184,6 +184,13 @@ static void test_cost_model(void) {
     ntok[3] = 500;
     lane_split(&r, 8, bytes, ntok, 1e7, to_pcie);
     CHECK(to_pcie[3], "the expert with 500 tokens stays on the CPU");
+    /* a per-layer cost of using PCIe at all larger than what the split saves: the CPU alone */
+    lane_rates fixed = r;
+    fixed.pcie_layer = 1e-3;
+    lane_split(&fixed, 8, bytes, ntok, 1e7, to_pcie);
+    n = 0;
+    for (int i = 0; i < 8; i++) n += to_pcie[i] && i != 3;
+    CHECK(n == 0 && to_pcie[3], "a costly PCIe lane: %d experts sent besides the big one", n);
     /* a fixed share */
     r.pcie_frac = 0.25;
     lane_split(&r, 8, bytes, ntok, 1e7, to_pcie);
