@@ -147,6 +147,17 @@ static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane
         cpu->moe_experts(cpu, x, N, hp->n_expert, k, sel, w, NULL, hp->act, g, u, d, y);
         tn = best_of(tn, (double)(st_now_ns() - t0) * 1e-9);
     }
+    /* a layer's rows down to the CPU lane and its output up, per row */
+    float *rows = dev->alloc(dev, (size_t)N * E * sizeof(float));
+    double tr = 1e30;
+    for (int i = 0; i < 2; i++) {
+        const int64_t t0 = st_now_ns();
+        dev->to_host(dev, x, rows, (size_t)N * E * sizeof(float));
+        dev->to_device(dev, rows, y, (size_t)N * E * sizeof(float));
+        tr = best_of(tr, (double)(st_now_ns() - t0) * 1e-9);
+    }
+    dev->free(dev, rows);
+    r->cpu_row = tr / N;
     r->cpu_bw = (double)k * ebytes / t1;
     const double flops = 2.0 * 3.0 * (double)E * (double)hp->n_ff_exp * k * N;
     const double t_read = (double)spread * ebytes / r->cpu_bw;
@@ -244,9 +255,10 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
     lane_rates rates = {0};
     measure_rates(dev, cpu, m, &rates);
     rates.pcie_frac = p->pcie_frac;
-    ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads, PCIe %.1f GB/s + %.0f us per expert%s",
-            rates.cpu_bw * 1e-9, rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.pcie_bw * 1e-9,
-            rates.pcie_lat * 1e6, p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
+    ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads (+ %.2f us per token row of a layer), PCIe "
+            "%.1f GB/s + %.0f us per expert%s",
+            rates.cpu_bw * 1e-9, rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.cpu_row * 1e6,
+            rates.pcie_bw * 1e-9, rates.pcie_lat * 1e6, p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
     *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch, pinned);
     expert_plan_free(&plan);
     return 1;

@@ -111,8 +111,9 @@ static double cpu_cost(const lane_rates *r, double bytes, int n_tok, double flop
 
 static double pcie_cost(const lane_rates *r, double bytes) { return r->pcie_lat + bytes / r->pcie_bw; }
 
-double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_tok, double flops_tok,
+double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_tok, double flops_tok, int n_rows,
                   uint8_t *to_pcie) {
+    const double cpu_fixed = r->cpu_row * n_rows; /* the rows down and the output up, once per layer */
     /* order by CPU cost, largest first (insertion sort: n is one layer's experts) */
     int ord[1024];
     ST_ASSERT(n <= 1024);
@@ -135,11 +136,13 @@ double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_
             else t_cpu += cpu_cost(r, bytes[e], n_tok[e], flops_tok);
         }
         if (n_p) t_pcie += r->pcie_layer;
+        if (n_p < n) t_cpu += cpu_fixed;
         return t_cpu > t_pcie ? t_cpu : t_pcie;
     }
-    double all_cpu = 0, all_pcie = 0;
+    double all_cpu = cpu_fixed, all_pcie = 0;
     int n_p = 0;
-    t_pcie = r->pcie_layer; /* the lane's cost once it is used at all */
+    t_pcie = r->pcie_layer; /* each lane's cost once it is used at all */
+    t_cpu = cpu_fixed;
     for (int i = 0; i < n; i++) {
         const int e = ord[i];
         const double c = cpu_cost(r, bytes[e], n_tok[e], flops_tok), p = pcie_cost(r, bytes[e]);
@@ -151,11 +154,11 @@ double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_
     }
     if (!n) return 0;
     all_pcie += r->pcie_layer;
-    const double split = t_cpu > t_pcie ? t_cpu : t_pcie;
-    if (n_p && (all_cpu <= split || all_pcie <= split)) { /* one lane alone is no slower */
+    const double tc = n_p < n ? t_cpu : 0, tp = n_p > 0 ? t_pcie : 0, split = tc > tp ? tc : tp;
+    if (n_p > 0 && n_p < n && (all_cpu <= split || all_pcie <= split)) { /* one lane alone is no slower */
         const uint8_t one = all_pcie < all_cpu;
         for (int i = 0; i < n; i++) to_pcie[i] = one;
         return one ? all_pcie : all_cpu;
     }
-    return n_p ? split : t_cpu;
+    return split;
 }

@@ -58,17 +58,18 @@ typedef struct {
     double pcie_bw;    /* bytes/s host -> device */
     double pcie_lat;   /* seconds of fixed cost per expert sent */
     double pcie_layer; /* seconds of fixed cost per layer that sends any (a second expert pass, the add) */
+    double cpu_row;    /* seconds per token row of a layer that uses the CPU lane (its input down, output up) */
     double pcie_frac;  /* < 0: the model decides; else this share of the misses goes over PCIe */
 } lane_rates;
 
-/* Assigns n uncached experts of one layer to the lanes: expert i has
- * bytes[i] of weights and n_tok[i] tokens, flops_tok per token; to_pcie[i]
+/* Assigns n uncached experts of one layer of n_rows tokens to the lanes:
+ * expert i has bytes[i] of weights and n_tok[i] tokens, flops_tok per token; to_pcie[i]
  * = 1 sends it over PCIe, 0 to the CPU lane. Largest first, each to the
  * lane that then finishes sooner; then the split, all on the CPU and all
  * over PCIe are compared with the PCIe lane's per-layer cost added, and the
  * cheapest is taken. Returns the modelled time of the layer's misses (the
  * later of the two lanes), in seconds. */
-double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_tok, double flops_tok,
+double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_tok, double flops_tok, int n_rows,
                   uint8_t *to_pcie);
 
 #endif

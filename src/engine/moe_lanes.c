@@ -130,7 +130,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         L->miss_tok[n_miss++] = L->cnt[e];
     }
     const double flops_tok = 2.0 * 3.0 * (double)E * (double)L->F;
-    lane_split(&L->rates, n_miss, L->miss_bytes, L->miss_tok, flops_tok, L->to_pcie);
+    lane_split(&L->rates, n_miss, L->miss_bytes, L->miss_tok, flops_tok, n_tok, L->to_pcie);
     int cpu_pairs = 0, pcie_pairs = 0, n_sent = 0;
     for (int i = 0; i < n_miss; i++) {
         const int e = L->miss[i];

@@ -162,19 +162,19 @@ static void test_cost_model(void) {
     /* a slow PCIe lane: everything on the CPU */
     lane_rates slow_pcie = r;
     slow_pcie.pcie_bw = 1e6;
-    lane_split(&slow_pcie, 8, bytes, ntok, 1e7, to_pcie);
+    lane_split(&slow_pcie, 8, bytes, ntok, 1e7, 1, to_pcie);
     int n = 0;
     for (int i = 0; i < 8; i++) n += to_pcie[i];
     CHECK(n == 0, "slow PCIe: %d experts sent", n);
     /* a slow CPU: everything over PCIe */
     lane_rates slow_cpu = r;
     slow_cpu.cpu_bw = 1e6;
-    lane_split(&slow_cpu, 8, bytes, ntok, 1e7, to_pcie);
+    lane_split(&slow_cpu, 8, bytes, ntok, 1e7, 1, to_pcie);
     n = 0;
     for (int i = 0; i < 8; i++) n += to_pcie[i];
     CHECK(n == 8, "slow CPU: %d of 8 sent", n);
     /* comparable lanes: both used, and the split no slower than either alone */
-    const double t = lane_split(&r, 8, bytes, ntok, 1e7, to_pcie);
+    const double t = lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
     n = 0;
     for (int i = 0; i < 8; i++) n += to_pcie[i];
     const double t_cpu = 8 * (3e6 / 100e9 + 1e7 / 1e12), t_pcie = 8 * (20e-6 + 3e6 / 50e9);
@@ -182,18 +182,28 @@ static void test_cost_model(void) {
           t * 1e6, t_cpu * 1e6, t_pcie * 1e6);
     /* many tokens make an expert compute-bound on the CPU: it goes over PCIe first */
     ntok[3] = 500;
-    lane_split(&r, 8, bytes, ntok, 1e7, to_pcie);
-    CHECK(to_pcie[3], "the expert with 500 tokens stays on the CPU");
-    /* a per-layer cost of using PCIe at all larger than what the split saves: the CPU alone */
+    lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
+    CHECK(to_pcie[3], "the expert with 500 tokens is not sent over PCIe");
+    /* a per-layer cost of using PCIe larger than what more experts would save: only the big one goes */
     lane_rates fixed = r;
     fixed.pcie_layer = 1e-3;
-    lane_split(&fixed, 8, bytes, ntok, 1e7, to_pcie);
+    lane_split(&fixed, 8, bytes, ntok, 1e7, 1, to_pcie);
     n = 0;
     for (int i = 0; i < 8; i++) n += to_pcie[i] && i != 3;
     CHECK(n == 0 && to_pcie[3], "a costly PCIe lane: %d experts sent besides the big one", n);
+    /* a prompt chunk: moving its 512 rows to the CPU and back costs more than the lane saves */
+    lane_rates rows = r;
+    rows.cpu_row = 2e-6;
+    for (int i = 0; i < 8; i++) ntok[i] = 64;
+    lane_split(&rows, 8, bytes, ntok, 1e7, 512, to_pcie);
+    n = 0;
+    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    CHECK(n == 8, "a 512-row chunk: %d of 8 sent over PCIe", n);
+    ntok[3] = 500;
+    for (int i = 0; i < 8; i++) if (i != 3) ntok[i] = 1;
     /* a fixed share */
     r.pcie_frac = 0.25;
-    lane_split(&r, 8, bytes, ntok, 1e7, to_pcie);
+    lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
     n = 0;
     for (int i = 0; i < 8; i++) n += to_pcie[i];
     CHECK(n == 2 && to_pcie[3], "--pcie-frac 0.25: %d of 8", n);
