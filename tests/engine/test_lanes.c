@@ -308,6 +308,7 @@ static void gpu_model(const char *arg) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0); /* each line out before a crash, not lost in a buffer */
     st_log_set_level(ST_LOG_WARN);
     if (argc > 2 && !strcmp(argv[1], "--gpu")) {
         g_gpu = atoi(argv[2]);
