@@ -155,8 +155,5 @@ struct st_backend {
 
 /* The CPU backend (backend/cpu): n_threads 0 = all cores. */
 st_backend *backend_cpu_create(int n_threads);
-/* How long the CPU backend's idle workers spin before sleeping (st_pool_set_spin_us):
- * longer for a lane whose calls come every few hundred microseconds. */
-void backend_cpu_set_spin_us(st_backend *be, int us);
 
 #endif

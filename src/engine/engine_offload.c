@@ -257,9 +257,6 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
         }
     }
     st_backend *cpu = backend_cpu_create(p->n_threads);
-    /* the lane's calls come every layer, a few hundred microseconds apart:
-     * its workers spin through the gaps instead of sleeping and waking */
-    backend_cpu_set_spin_us(cpu, 2000);
     lane_rates rates = {0};
     measure_rates(dev, cpu, m, &rates);
     rates.pcie_frac = p->pcie_frac;

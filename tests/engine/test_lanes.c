@@ -271,9 +271,9 @@ static void gpu_model(const char *arg) {
     const int total = m->hp.n_layer * m->hp.n_expert;
     model_free(m);
     const long caches[] = {0, total / 4, total / 2, total - 1};
-    const double fracs[] = {0, 1, -1};
+    const double fracs[] = {0, 1, 0.5, -1}; /* 0.5: both lanes in one layer, whatever the model would choose */
     for (size_t c = 0; c < 4; c++)
-        for (size_t f = 0; f < 3; f++) {
+        for (size_t f = 0; f < 4; f++) {
             if (run(path, caches[c], fracs[f], NULL, &got, &s) != nv) {
                 check_fail();
                 continue;
