@@ -12,7 +12,9 @@
  * below), so a client trickling its body cannot hold a connection thread for
  * ever. */
 #include <ctype.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -32,13 +34,28 @@
 /* A declared or received body beyond this is not read to its end: 413 at once, then close. */
 #define DRAIN_CAP ((uint64_t)256 << 20)
 
-const int SRV_STATUS_CODES[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 429, 500, 501, 503, 529, 0};
+const int SRV_STATUS_CODES[SRV_N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 429, 500, 501, 503, 529, 0};
 
 typedef struct {
     sbuf body;
     uint64_t received;
-    int too_big, answered;
+    size_t reserved;           /* bytes of the --max-inflight budget this request holds */
+    int too_big, over_budget, answered;
 } conn_state;
+
+/* ---- the budget of request bytes in flight (--max-inflight) ----
+ * Every request holds its body's bytes (the declared Content-Length up front,
+ * or what arrives) from its headers until it is answered; past the budget a
+ * request gets 503 instead of memory. */
+static int budget_take(srv_ctx *s, size_t n) {
+    size_t cur = atomic_load(&s->inflight);
+    do {
+        if (cur + n > s->p.max_inflight) return -1;
+    } while (!atomic_compare_exchange_weak(&s->inflight, &cur, cur + n));
+    return 0;
+}
+
+static void budget_give(srv_ctx *s, size_t n) { atomic_fetch_sub(&s->inflight, n); }
 
 /* ---- the read deadline ----
  * libmicrohttpd has only an inactivity timeout, which a client sending one
@@ -288,10 +305,85 @@ server_params server_defaults(void) {
     p.max_queue = 64;
     p.max_body = 8u << 20;
     p.read_timeout_s = 30;
+    p.max_inflight = (size_t)64 << 20;
+    p.shutdown_timeout_s = 10;
+    p.engine_timeout_s = 10;
     return p;
 }
 
+/* ---- Host and Origin: what a web page in a browser may reach ----
+ * A page on another site can make the browser send requests here (and, by DNS rebinding, read
+ * the answers under its own name). The Host a browser sends names the site, so only the
+ * names this server is known by are served (--allowed-hosts; by default, on a loopback address,
+ * localhost and the loopback addresses); an Origin (sent by browsers on cross-site and POST
+ * requests) must be this server's own or one of --cors-origin. */
+
+/* The host of a Host value, without its port: "[::1]:8080" -> "::1", "Example.com:80" -> "Example.com". */
+static void host_name(const char *h, char *out, size_t cap) {
+    const char *e;
+    if (*h == '[') {
+        h++;
+        e = strchr(h, ']');
+        if (!e) e = h + strlen(h);
+    } else {
+        e = strrchr(h, ':');
+        if (!e) e = h + strlen(h);
+    }
+    size_t n = (size_t)(e - h);
+    if (n && h[n - 1] == '.') n--; /* "localhost." */
+    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), h);
+}
+
+/* 1 when name is in the comma-separated list (case-insensitive); "*" matches all. */
+static int in_list(const char *list, const char *name) {
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t n = strcspn(p, ",");
+        size_t m = n;
+        while (m && p[m - 1] == ' ') m--;
+        if ((m == 1 && *p == '*') || (m && m == strlen(name) && !strncasecmp(p, name, m))) return 1;
+        p += n;
+    }
+    return 0;
+}
+
+static int host_allowed(srv_ctx *s, const char *host) {
+    if (!host) return 1; /* HTTP/1.0 without Host: no browser sends that */
+    char name[256];
+    host_name(host, name, sizeof name);
+    if (s->p.allowed_hosts) return in_list(s->p.allowed_hosts, name);
+    if (!s->loopback) return 1; /* open to the network: its names are not known here */
+    struct in_addr a4;
+    if (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) return 1; /* 127.0.0.0/8 */
+    return in_list("localhost,::1", name) || !strcasecmp(name, s->p.host);
+}
+
+/* 2: allowed by --cors-origin (answers carry Access-Control-Allow-Origin); 1: this server's own
+ * origin (same-origin, the web page); 0: refused. */
+static int origin_allowed(srv_ctx *s, const char *origin, const char *host) {
+    if (s->p.cors_origin && in_list(s->p.cors_origin, origin)) return 2;
+    if (host) {
+        const char *o = !strncasecmp(origin, "http://", 7) ? origin + 7 : NULL;
+        if (o && !strcasecmp(o, host)) return 1;
+    }
+    return 0;
+}
+
+/* The request's Origin when --cors-origin allows it (its answers name it in
+ * Access-Control-Allow-Origin), else NULL. */
+static const char *cors_origin_of(srv_ctx *s, struct MHD_Connection *c) {
+    if (!s->p.cors_origin) return NULL;
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    return origin && origin_allowed(s, origin, host) == 2 ? origin : NULL;
+}
+
 enum MHD_Result srv_queue(srv_ctx *s, struct MHD_Connection *c, int status, struct MHD_Response *r) {
+    const char *origin = cors_origin_of(s, c);
+    if (origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     if (ok == MHD_YES) { /* not an answer MHD refused to send (while a body comes in, say) */
@@ -400,6 +492,21 @@ static json_t *parse_body(const conn_state *cs, srv_err *e) {
     return root;
 }
 
+static const char *budget_msg(srv_ctx *s) {
+    static _Thread_local char msg[200];
+    snprintf(msg, sizeof msg, "the server holds %zu MB of requests in flight (--max-inflight); retry shortly",
+             s->p.max_inflight >> 20);
+    return msg;
+}
+
+/* The media type of Content-Type is application/json (parameters such as charset aside). */
+static int is_json_type(const char *ct) {
+    if (!ct) return 0;
+    while (*ct == ' ') ct++;
+    size_t n = strcspn(ct, "; ");
+    return n == 16 && !strncasecmp(ct, "application/json", 16);
+}
+
 typedef enum MHD_Result (*body_handler)(srv_ctx *, struct MHD_Connection *, json_t *);
 
 static const struct {
@@ -418,6 +525,16 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->p.max_body);
         return send_fail(s, c, api, 413, "request_too_large", msg);
+    }
+    if (cs->over_budget) return send_fail(s, c, api, 503, "overloaded", budget_msg(s));
+    const char *acrm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    if (!strcmp(method, "OPTIONS") && acrm && cors_origin_of(s, c)) { /* a CORS preflight, per --cors-origin */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        const char *acrh = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        if (acrh) MHD_add_response_header(r, "Access-Control-Allow-Headers", acrh);
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        return srv_queue(s, c, 204, r);
     }
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     const srv_web_asset *page = get ? srv_web_find(url) : NULL; /* the page loads while the model does */
@@ -444,6 +561,14 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     for (size_t i = 0; i < N_POST; i++) {
         if (strcmp(url, POST_ROUTES[i].path)) continue;
         if (!post) return send_405(s, c, api, 1);
+        /* a web page can POST text/plain anywhere without asking (no CORS preflight): only JSON is read */
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        if (!is_json_type(ct)) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the body must be sent with Content-Type: application/json%s%.60s%s",
+                     ct ? " (not '" : " (none was given)", ct ? ct : "", ct ? "')" : "");
+            return send_fail(s, c, api, 415, "unsupported_media_type", msg);
+        }
         srv_err e;
         json_t *body = parse_body(cs, &e);
         if (!body) return srv_send_error(s, c, api, &e);
@@ -464,19 +589,45 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
 }
 
 typedef struct {
-    const char *cl, *te;
-    int n_te, cl_differ;
+    const char *cl, *te, *host;
+    int n_te, n_host, cl_differ;
+    char bad[160];             /* the first header that breaks RFC 9110/9112 syntax, described */
 } framing;
 
-static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+/* RFC 9110 5.6.2: a field name is a token. */
+static int is_tchar(unsigned char ch) {
+    return isalnum(ch) || (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                      const char *value, size_t value_size) {
     (void)kind;
     framing *f = cls;
+    if (!f->bad[0]) {
+        /* libmicrohttpd keeps a space before the colon in the name ("Transfer-Encoding " is then no
+         * Transfer-Encoding to it, where a lenient proxy reads chunked: request smuggling) */
+        size_t i = 0;
+        while (i < key_size && is_tchar((unsigned char)key[i])) i++;
+        if (!key_size || i < key_size)
+            snprintf(f->bad, sizeof f->bad, "the header name '%.40s' is not a token (RFC 9110 5.6.2: no spaces, "
+                     "no space before the colon, no control characters)", key);
+        for (size_t k = 0; value && k < value_size && !f->bad[0]; k++) {
+            unsigned char ch = (unsigned char)value[k];
+            if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                snprintf(f->bad, sizeof f->bad, "the value of header '%.40s' holds a control character", key);
+        }
+        if (value && !f->bad[0] && strlen(value) != value_size)
+            snprintf(f->bad, sizeof f->bad, "the value of header '%.40s' holds a NUL byte", key);
+    }
     if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
         if (f->cl && strcmp(f->cl, value ? value : "")) f->cl_differ = 1;
         if (!f->cl) f->cl = value ? value : "";
     } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
         f->n_te++;
         f->te = value ? value : "";
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+        f->n_host++;
+        f->host = value ? value : "";
     }
     return MHD_YES;
 }
@@ -484,21 +635,25 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
 /* What makes the body's end ambiguous (RFC 9112 6.1, 6.3: the ground of request smuggling
  * behind a proxy), or NULL: Content-Length headers that disagree, Transfer-Encoding together
  * with Content-Length (400); a transfer coding other than chunked (501: MHD decodes chunked
- * only, and would wait out --read-timeout for a body it cannot frame). */
-static const char *framing_problem(const framing *f, int *status) {
+ * only, and would wait out --read-timeout for a body it cannot frame). Also the header syntax
+ * (a name that is not a token, a control character or NUL in a value) and Host: required once
+ * in HTTP/1.1 (RFC 9112 3.2), never twice. */
+static const char *framing_problem(const framing *f, const char *version, int *status) {
     *status = 400;
+    if (f->bad[0]) return f->bad;
     if (f->cl_differ) return "Content-Length is given twice with different values";
     if (f->n_te && f->cl) return "both Transfer-Encoding and Content-Length are given";
     if (f->n_te > 1 || (f->n_te && strcasecmp(f->te, "chunked"))) {
         *status = 501;
         return "Transfer-Encoding: only 'chunked' is supported";
     }
+    if (f->n_host > 1) return "the Host header is given more than once";
+    if (!f->n_host && version && !strcmp(version, MHD_HTTP_VERSION_1_1)) return "an HTTP/1.1 request needs a Host header";
     return NULL;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     srv_ctx *s = cls;
     conn_state *cs = *con_cls;
     srv_api api = api_of(url);
@@ -506,13 +661,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cs = st_calloc(1, sizeof *cs);
         *con_cls = cs;
         framing f = {0}; /* the headers read once, for the checks below */
-        MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+        MHD_get_connection_values_n(c, MHD_HEADER_KIND, framing_header, &f);
         int status;
-        const char *bad = framing_problem(&f, &status);
+        const char *bad = framing_problem(&f, version, &status);
         if (bad) { /* answered now, and the connection closed: where its body ends is not agreed */
             cs->answered = 1;
-            return send_fail_ex(s, c, api, status, status == 501 ? "unsupported_transfer_encoding" : "invalid_framing",
+            return send_fail_ex(s, c, api, status,
+                                status == 501 ? "unsupported_transfer_encoding"
+                                : f.bad[0] || f.n_host != 1 ? "invalid_header" : "invalid_framing",
                                 bad, NULL, 1);
+        }
+        if (!host_allowed(s, f.host)) {
+            cs->answered = 1;
+            char msg[400];
+            snprintf(msg, sizeof msg, "the Host '%.100s' is not a name of this server (--allowed-hosts)", f.host);
+            return send_fail_ex(s, c, api, 403, "host_not_allowed", msg, NULL, 1);
+        }
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        if (origin && !origin_allowed(s, origin, f.host)) {
+            cs->answered = 1;
+            char msg[400];
+            snprintf(msg, sizeof msg, "requests from the web origin '%.100s' are not allowed (--cors-origin)", origin);
+            return send_fail_ex(s, c, api, 403, "origin_not_allowed", msg, NULL, 1);
         }
         const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
         const uint64_t declared = f.cl ? strtoull(f.cl, NULL, 10) : 0;
@@ -523,13 +693,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                              declared > DRAIN_CAP ? "the request body is far too large"
                                                   : "the declared request body is larger than --max-body");
         }
+        /* the declared body's bytes are held from now on; a body beyond the limit is dropped as it comes */
+        const size_t hold = declared <= s->p.max_body ? (size_t)declared : 0;
+        if (hold && budget_take(s, hold) != 0) {
+            cs->answered = 1;
+            return send_fail_ex(s, c, api, 503, "overloaded", budget_msg(s), NULL, 1);
+        }
+        cs->reserved = hold;
         return MHD_YES;
     }
     if (*upload_size) {
         if (!cs->answered) {
-            if (!cs->too_big && cs->received + *upload_size <= s->p.max_body)
+            const uint64_t after = cs->received + *upload_size;
+            if (!cs->too_big && !cs->over_budget && after > cs->reserved && after <= s->p.max_body) {
+                /* more than declared (a chunked body): hold the rest too, or drop the body for a 503 */
+                if (budget_take(s, (size_t)(after - cs->reserved)) == 0) cs->reserved = (size_t)after;
+                else {
+                    cs->over_budget = 1;
+                    sbuf_free(&cs->body);
+                }
+            }
+            if (!cs->too_big && !cs->over_budget && after <= s->p.max_body)
                 sbuf_put(&cs->body, upload, *upload_size);
-            else if (!cs->too_big) {
+            else if (!cs->too_big && after > s->p.max_body) {
                 cs->too_big = 1; /* drop what we have; keep reading so the client hears the 413 */
                 sbuf_free(&cs->body);
             }
@@ -559,6 +745,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (cg) guard_arm(s->guard, cg); /* the connection may carry another request */
     conn_state *cs = *con_cls;
     if (!cs) return;
+    budget_give(s, cs->reserved);
     sbuf_free(&cs->body);
     st_free(cs);
     *con_cls = NULL;
@@ -594,13 +781,33 @@ static int open_front(srv_ctx *s) {
     s->tmpl_tools = tools_template_handles(tmpl, (size_t)tlen);
     s->tools_fam = (int)tools_family_of(tmpl, (size_t)tlen);
     s->eot = chat_end_of_turn(s->fmt);
+    /* the most text one token can stand for: its piece, or its own text for control tokens (larger
+     * of the two, so the prompt bound below never refuses a text that fits) */
+    s->max_piece = 1;
+    for (int32_t id = 0; id < tokenizer_n_vocab(s->tok); id++) {
+        size_t tl = 0;
+        tokenizer_token_text(s->tok, id, &tl);
+        int64_t pl = tokenizer_token_to_piece(s->tok, id, 1, NULL, 0);
+        size_t m = pl > (int64_t)tl ? (size_t)pl : tl;
+        if (m > s->max_piece) s->max_piece = m;
+    }
     model_name(s->p.ep.model_path, s->model_name, sizeof s->model_name);
+    return 0;
+}
+
+/* 1 for an address only this machine reaches: 127.0.0.0/8, ::1, localhost. */
+static int is_loopback(const struct addrinfo *ai, const char *host) {
+    if (!strcasecmp(host, "localhost")) return 1;
+    if (ai->ai_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    if (ai->ai_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
     return 0;
 }
 
 int server_run(const server_params *p) {
     srv_ctx *s = st_calloc(1, sizeof *s);
     s->p = *p;
+    if (s->p.max_inflight < s->p.max_body) s->p.max_inflight = s->p.max_body; /* one whole body always fits */
     s->started = (long)time(NULL);
     /* SIGINT/SIGTERM go to sigwait below, not to whichever thread runs */
     sigset_t sigs;
@@ -621,6 +828,7 @@ int server_run(const server_params *p) {
         st_error_set("cannot use host '%s': %s", p->host, gai_strerror(gai));
         goto done;
     }
+    s->loopback = is_loopback(ai, p->host);
     if (p->read_timeout_s > 0 && !(s->guard = guard_start(s, p->read_timeout_s))) goto done;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
@@ -638,6 +846,7 @@ int server_run(const server_params *p) {
     s->sched = sched_create_supervised(&p->ep, p->n_slots, p->max_queue); /* the engine runs in a child */
     if (!s->sched) goto done;
     s->n_ctx = sched_n_ctx(s->sched);
+    s->prompt_max_bytes = (size_t)s->n_ctx * s->max_piece;
     atomic_store(&s->ready, 1);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int bound = di ? di->port : p->port;

@@ -31,7 +31,7 @@ void sbuf_free(sbuf *b);
 typedef enum { API_OPENAI, API_ANTHROPIC } srv_api;
 
 /* HTTP statuses counted for /metrics (the last bucket is "other"). */
-#define SRV_N_STATUS 12
+#define SRV_N_STATUS 15
 extern const int SRV_STATUS_CODES[SRV_N_STATUS];
 
 typedef struct {
@@ -45,9 +45,13 @@ typedef struct {
     const char *eot;           /* end-of-turn text of the chat format (a stop string) */
     char model_name[256];      /* the file name without .gguf: what /v1/models lists */
     int n_ctx;
+    size_t max_piece;          /* bytes of text the longest token stands for (control tokens included) */
+    size_t prompt_max_bytes;   /* n_ctx * max_piece: a longer text cannot fit the context, never tokenized */
     long started;              /* unix time */
     atomic_int ready;          /* set once sched and n_ctx are: until then every path answers 503 */
     atomic_int stopping;
+    int loopback;              /* bound to a loopback address: the Host check's default names apply */
+    atomic_size_t inflight;    /* bytes of request bodies held now (--max-inflight) */
     atomic_uint_fast64_t by_status[SRV_N_STATUS];
     atomic_uint_fast64_t id_counter;
     struct read_guard *guard;  /* the read deadline's watchdog (srv_http.c), NULL when --read-timeout is 0 */
@@ -96,8 +100,10 @@ int srv_parse_sampling(srv_ctx *s, json_t *body, const srv_sampling_rules *r, sa
 
 /* ---- prompts ---- */
 /* Tokens of text (BOS by the model's rules, control-token text recognised). */
-int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special, int parse_special, int *n,
-                      srv_err *e);
+/* A text longer than s->prompt_max_bytes is refused (400 context_length_exceeded naming param) before
+ * the tokenizer sees it. */
+int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special, int parse_special, const char *param,
+                      int *n, srv_err *e);
 /* Render OpenAI-shaped messages with the model's chat template and tokenize
  * (srv_chat.c). A last assistant message without tool calls is continued
  * (Anthropic's prefill) instead of closed. tools: OpenAI-shaped, or NULL;

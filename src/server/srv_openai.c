@@ -411,7 +411,7 @@ static int32_t *completion_prompt(srv_ctx *s, json_t *body, int *n, srv_err *e) 
     }
     int32_t *ids = NULL;
     if (json_is_string(p))
-        ids = srv_tokenize(s, json_string_value(p), json_string_length(p), 1, 1, n, e);
+        ids = srv_tokenize(s, json_string_value(p), json_string_length(p), 1, 1, "prompt", n, e);
     else if (json_is_array(p) && json_is_integer(json_array_get(p, 0))) { /* not empty: refused above */
         size_t len = json_array_size(p), i;
         if (len > (size_t)s->n_ctx) {
