@@ -31,6 +31,12 @@
 #include "server/srv_tools.h"
 #include "server/srv_web.h"
 
+/* Connections MHD serves at once; past CONN_SOFT a new connection closes the oldest one that holds
+ * no request being answered (CONN_LIMIT - CONN_SOFT stay free for clients that send a whole request). */
+#define CONN_LIMIT 256u
+#define CONN_SOFT 192
+/* The request line and headers must come within this (or --read-timeout, if shorter). */
+#define HEADER_TIMEOUT_MS 10000
 /* A declared or received body beyond this is not read to its end: 413 at once, then close. */
 #define DRAIN_CAP ((uint64_t)256 << 20)
 
@@ -86,6 +92,7 @@ static void budget_give(srv_ctx *s, size_t n) { atomic_fetch_sub(&s->inflight, n
 typedef struct conn_guard {
     int fd;
     int64_t deadline_ms;       /* CLOCK_MONOTONIC */
+    int64_t armed_ms;          /* when it was armed: it waits for a request since then */
     int armed;
     int in_request;            /* a request line is in: a cut-off is a request's, answered 408, logged and counted */
     srv_api api;               /* the request's API (its error shape), from the request line */
@@ -97,6 +104,8 @@ typedef struct read_guard {
     pthread_cond_t cv;         /* on CLOCK_MONOTONIC */
     conn_guard *head;
     int64_t timeout_ms;
+    int n_conns;               /* connections open (armed or not) */
+    uint64_t evicted;
     int stop;
     pthread_t thread;
     srv_ctx *srv;
@@ -122,13 +131,50 @@ static void guard_unlink_locked(read_guard *g, conn_guard *cg) {
 static void guard_arm(read_guard *g, conn_guard *cg) {
     pthread_mutex_lock(&g->mu);
     guard_unlink_locked(g, cg);
-    cg->deadline_ms = now_ms() + g->timeout_ms;
+    cg->armed_ms = now_ms();
+    cg->deadline_ms = cg->armed_ms + (g->timeout_ms < HEADER_TIMEOUT_MS ? g->timeout_ms : HEADER_TIMEOUT_MS);
     cg->in_request = 0;
     cg->next = g->head;
     if (g->head) g->head->prev = cg;
     g->head = cg;
     cg->armed = 1;
     pthread_cond_signal(&g->cv); /* the watchdog may be asleep on an empty list */
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* The headers are in: the body may take the rest of --read-timeout. */
+static void guard_headers_done(read_guard *g, conn_guard *cg) {
+    pthread_mutex_lock(&g->mu);
+    if (cg->armed) cg->deadline_ms = cg->armed_ms + g->timeout_ms;
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* A connection more, and room kept: past CONN_SOFT the oldest connection waiting for a request is
+ * closed, first one that has not sent a request line (idle or half-open), else one still sending
+ * its request; a connection whose request is being answered is never picked. So a flood of
+ * half-open connections cannot fill the CONN_LIMIT slots and lock new clients out. */
+static void guard_count_in(read_guard *g) {
+    pthread_mutex_lock(&g->mu);
+    if (++g->n_conns > CONN_SOFT) {
+        conn_guard *old = NULL;
+        for (conn_guard *cg = g->head; cg; cg = cg->next)
+            if (!old || (old->in_request && !cg->in_request) ||
+                (old->in_request == cg->in_request && cg->armed_ms <= old->armed_ms))
+                old = cg;
+        if (old && old != g->head) { /* never the newest: the connection just accepted */
+            shutdown(old->fd, SHUT_RDWR);
+            guard_unlink_locked(g, old);
+            if (g->evicted++ % 100 == 0)
+                ST_INFO("http: %d connections open: closing the oldest that holds no request being answered "
+                        "(%llu so far)", g->n_conns, (unsigned long long)g->evicted + 1);
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void guard_count_out(read_guard *g) {
+    pthread_mutex_lock(&g->mu);
+    g->n_conns--;
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -241,9 +287,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         cg->fd = ci->connect_fd;
         *socket_context = cg;
         guard_arm(s->guard, cg);
+        guard_count_in(s->guard);
     } else if (*socket_context) {
         conn_guard *cg = *socket_context;
         guard_disarm(s->guard, cg);
+        guard_count_out(s->guard);
         st_free(cg);
         *socket_context = NULL;
     }
@@ -660,6 +708,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cs) { /* headers only so far */
         cs = st_calloc(1, sizeof *cs);
         *con_cls = cs;
+        conn_guard *cg = s->guard ? guard_of(c) : NULL;
+        if (cg) guard_headers_done(s->guard, cg);
         framing f = {0}; /* the headers read once, for the checks below */
         MHD_get_connection_values_n(c, MHD_HEADER_KIND, framing_header, &f);
         int status;
@@ -836,7 +886,7 @@ int server_run(const server_params *p) {
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
                          on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
                          MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, s,
-                         MHD_OPTION_CONNECTION_LIMIT, 256u,
+                         MHD_OPTION_CONNECTION_LIMIT, CONN_LIMIT,
                          MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                          MHD_OPTION_END);
     if (!d) {

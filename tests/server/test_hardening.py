@@ -219,3 +219,40 @@ def test_cors_origin_allowed(hard):
     assert r.status_code == 403, r.text
     print(f"checked: --cors-origin {CORS_OK}: preflight -> 204 with Allow-Origin/-Methods/-Headers, the POST "
           f"-> 200 with Access-Control-Allow-Origin; another origin -> 403")
+
+
+# ---- 3: half-open connections cannot lock new clients out ----
+
+def test_half_open_flood_leaves_room(hard):
+    # 300 connections that send part of a request line and stop (the server's limit is 256, its read
+    # deadline 30 s): a new client must still be served at once, not after the deadline
+    flood = []
+    try:
+        for i in range(300):
+            s = socket.socket()
+            s.settimeout(5)
+            s.connect(("127.0.0.1", hard.port))
+            s.sendall(b"POST /v1/chat/comp")
+            flood.append(s)
+        time.sleep(0.5)
+        t0 = time.time()
+        r = httpx.post(hard.url + "/v1/chat/completions", json={"messages": OK_MSGS, "max_tokens": 1}, timeout=10)
+        took = time.time() - t0
+        assert r.status_code == 200, r.text[:200]
+        assert took < 5, took
+        # the oldest half-open ones were closed to make room
+        closed = 0
+        for s in flood:
+            s.setblocking(False)
+            try:
+                closed += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed >= 300 - 256, closed
+    finally:
+        for s in flood:
+            s.close()
+    print(f"checked: with 300 half-open connections a new request -> 200 in {took * 1e3:.0f} ms; "
+          f"{closed} of the half-open ones were closed to keep room")
