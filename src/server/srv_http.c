@@ -24,6 +24,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
@@ -708,8 +709,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cs) { /* headers only so far */
         cs = st_calloc(1, sizeof *cs);
         *con_cls = cs;
+        atomic_fetch_add(&s->active, 1); /* until on_completed: what a shutdown waits for */
         conn_guard *cg = s->guard ? guard_of(c) : NULL;
         if (cg) guard_headers_done(s->guard, cg);
+        if (atomic_load(&s->draining)) { /* a kept-alive connection's next request during shutdown */
+            cs->answered = 1;
+            return send_fail_ex(s, c, api, 503, "shutting_down", "the server is shutting down", NULL, 1);
+        }
         framing f = {0}; /* the headers read once, for the checks below */
         MHD_get_connection_values_n(c, MHD_HEADER_KIND, framing_header, &f);
         int status;
@@ -795,6 +801,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (cg) guard_arm(s->guard, cg); /* the connection may carry another request */
     conn_state *cs = *con_cls;
     if (!cs) return;
+    atomic_fetch_sub(&s->active, 1);
     budget_give(s, cs->reserved);
     sbuf_free(&cs->body);
     st_free(cs);
@@ -845,6 +852,37 @@ static int open_front(srv_ctx *s) {
     return 0;
 }
 
+/* SIGTERM / SIGINT: stop accepting (the listening socket is shut, so new clients are refused, not
+ * left waiting), give the requests in flight --shutdown-timeout seconds to end, then end the rest:
+ * `stopping` makes a stream send its API's error event and end, and a waiting request answer 503.
+ * A second signal ends the wait at once. */
+static void drain(srv_ctx *s, struct MHD_Daemon *d, const sigset_t *sigs, int sig, MHD_socket *listen_fd) {
+    atomic_store(&s->draining, 1);
+    *listen_fd = MHD_quiesce_daemon(d);
+    if (*listen_fd != MHD_INVALID_SOCKET) shutdown(*listen_fd, SHUT_RDWR);
+    int n = atomic_load(&s->active);
+    ST_INFO("serve: signal %d: stopping; %d request%s in flight get up to %d s to end (--shutdown-timeout)", sig, n,
+            n == 1 ? "" : "s", s->p.shutdown_timeout_s);
+    const int64_t end = now_ms() + (int64_t)s->p.shutdown_timeout_s * 1000;
+    while (atomic_load(&s->active) > 0 && now_ms() < end) {
+        const struct timespec step = {0, 50 * 1000000L};
+        if (sigtimedwait(sigs, NULL, &step) > 0) {
+            ST_INFO("serve: a second signal: stopping now");
+            break;
+        }
+    }
+    if ((n = atomic_load(&s->active)) > 0)
+        ST_INFO("serve: %d request%s still in flight: ending %s", n, n == 1 ? "" : "s", n == 1 ? "it" : "them");
+    atomic_store(&s->stopping, 1);
+    /* MHD_stop_daemon shuts every connection's socket at once: first let the connection threads,
+     * which see `stopping` within a wait step, write their last event or their 503 */
+    const int64_t last = now_ms() + 2000;
+    while (atomic_load(&s->active) > 0 && now_ms() < last) {
+        const struct timespec step = {0, 20 * 1000000L};
+        nanosleep(&step, NULL);
+    }
+}
+
 /* 1 for an address only this machine reaches: 127.0.0.0/8, ::1, localhost. */
 static int is_loopback(const struct addrinfo *ai, const char *host) {
     if (!strcasecmp(host, "localhost")) return 1;
@@ -868,6 +906,7 @@ int server_run(const server_params *p) {
     signal(SIGPIPE, SIG_IGN);
     int rc = -1;
     struct MHD_Daemon *d = NULL;
+    MHD_socket listen_fd = MHD_INVALID_SOCKET;
     struct addrinfo *ai = NULL;
     if (open_front(s) != 0) goto done;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
@@ -880,7 +919,7 @@ int server_run(const server_params *p) {
     }
     s->loopback = is_loopback(ai, p->host);
     if (p->read_timeout_s > 0 && !(s->guard = guard_start(s, p->read_timeout_s))) goto done;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
@@ -906,12 +945,12 @@ int server_run(const server_params *p) {
             p->api_key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    ST_INFO("serve: signal %d, stopping", sig);
-    atomic_store(&s->stopping, 1);
+    drain(s, d, &sigs, sig, &listen_fd);
     rc = 0;
 done:
     atomic_store(&s->stopping, 1);
     if (d) MHD_stop_daemon(d); /* waits for the connection threads, which see `stopping` */
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd); /* quiesced: ours to close, after the stop */
     guard_stop(s->guard);
     if (ai) freeaddrinfo(ai);
     sched_free(s->sched);

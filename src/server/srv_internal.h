@@ -49,7 +49,9 @@ typedef struct {
     size_t prompt_max_bytes;   /* n_ctx * max_piece: a longer text cannot fit the context, never tokenized */
     long started;              /* unix time */
     atomic_int ready;          /* set once sched and n_ctx are: until then every path answers 503 */
-    atomic_int stopping;
+    atomic_int stopping;       /* requests still in flight are ended now */
+    atomic_int draining;       /* SIGTERM: no new requests; those in flight may end (--shutdown-timeout) */
+    atomic_int active;         /* requests from their headers to their end */
     int loopback;              /* bound to a loopback address: the Host check's default names apply */
     atomic_size_t inflight;    /* bytes of request bodies held now (--max-inflight) */
     atomic_uint_fast64_t by_status[SRV_N_STATUS];
@@ -126,7 +128,9 @@ typedef struct srv_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;                  /* the connection's and the scheduler's */
-    int cancelled, done, failed, started;
+    int cancelled, done, started;
+    int failed;                /* 1: the engine failed it (500), 2: the engine process died (503), 3: shutdown (503) */
+    int aborted;               /* the answer was ended early (shutdown): later events are dropped */
     srv_ctx *srv;
     job_kind kind;
     int stream, include_usage;

@@ -81,6 +81,12 @@ static int on_event(void *ctx, const srv_event *ev) {
     srv_job *j = ctx;
     pthread_mutex_lock(&j->mu);
     int stop = j->cancelled || atomic_load(&j->srv->stopping);
+    if (j->aborted) { /* the answer was already ended (shutdown): nothing more goes to the client */
+        int terminal = ev->kind == SRV_EV_DONE || ev->kind == SRV_EV_ERROR;
+        pthread_mutex_unlock(&j->mu);
+        if (terminal) job_release(j);
+        return 1;
+    }
     switch (ev->kind) {
     case SRV_EV_START:
         j->started = 1;
@@ -122,7 +128,19 @@ static int wait_step(srv_job *j) {
         ts.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    if (!j->done && (client_gone(j->fd) || atomic_load(&j->srv->stopping))) {
+    if (j->done) return 0;
+    if (atomic_load(&j->srv->stopping) && j->stream) {
+        /* --shutdown-timeout passed: the stream ends cleanly, with the API's error event and its end
+         * ([DONE]), so that a client sees why instead of a cut connection */
+        j->cancelled = j->aborted = 1;
+        j->failed = 3;
+        snprintf(j->err, sizeof j->err, "the server is shutting down; the answer was cut short after %d s "
+                 "(--shutdown-timeout)", j->srv->p.shutdown_timeout_s);
+        stream_end(j);
+        j->done = 1;
+        return 0;
+    }
+    if (client_gone(j->fd) || atomic_load(&j->srv->stopping)) {
         j->cancelled = 1;
         return -1;
     }
@@ -192,6 +210,13 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
     int done = j->done, failed = j->failed;
     pthread_mutex_unlock(&j->mu);
     enum MHD_Result r;
+    if (!done && atomic_load(&s->stopping)) { /* --shutdown-timeout passed before the answer */
+        srv_err e;
+        srv_fail(&e, 503, NULL, "shutting_down", "the server is shutting down; the request was stopped after %d s "
+                 "(--shutdown-timeout)", s->p.shutdown_timeout_s);
+        job_release(j);
+        return srv_send_error(s, c, api, &e);
+    }
     if (!done) { /* the client left: nobody reads an answer */
         job_release(j);
         return MHD_NO;

@@ -580,6 +580,7 @@ void oai_stream_end(srv_job *j) {
     if (j->failed) {
         srv_err e;
         if (j->failed == 2) srv_fail(&e, 503, NULL, "engine_stopped", "%s", j->err); /* the engine process died */
+        else if (j->failed == 3) srv_fail(&e, 503, NULL, "shutting_down", "%s", j->err);
         else srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
         json_t *o = srv_error_json(API_OPENAI, &e);
         char *txt = json_dumps(o, JSON_COMPACT);

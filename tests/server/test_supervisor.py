@@ -257,3 +257,51 @@ def test_engine_exits_when_server_is_killed():
         raise AssertionError(f"engine {child} still running after its server was SIGKILLed: {proc_stat(child)}")
     print(f"checked: SIGKILL of the server ends its engine process {child} (end of file on the socket) "
           f"within {(time.time() - t0) * 1e3:.0f} ms")
+
+
+# ---- SIGTERM drains (issue 17, item 4) ----
+
+def test_sigterm_drains_then_ends_streams_cleanly():
+    # --shutdown-timeout 3: after SIGTERM new clients are refused at once, a short request in flight
+    # finishes, and a long stream ends with the API's error event (the SDK raises it as an APIError,
+    # not a connection error); the server exits 0
+    import openai
+    s = Server("--slots", "2", "--shutdown-timeout", "3")
+    oai = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    got = {}
+
+    def short():
+        got["short"] = httpx.post(s.url + "/v1/chat/completions", timeout=60, json={
+            "messages": LONG, "max_tokens": 12, "temperature": 0})
+
+    try:
+        stream = oai.chat.completions.create(model="m", messages=LONG, max_tokens=1000, temperature=0.7, stream=True)
+        it = iter(stream)
+        next(it)  # generating now
+        t = threading.Thread(target=short)
+        t.start()
+        s.wait_metric("strata_slots_busy", lambda v: v == 2)
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(s.url + "/v1/models", timeout=5)
+        refused = time.time() - t0
+        n = 0
+        with pytest.raises(openai.APIError) as ei:
+            for _ in it:
+                n += 1
+        ended = time.time() - t0
+        assert "shutting down" in str(ei.value) and "--shutdown-timeout" in str(ei.value), ei.value
+        assert not isinstance(ei.value, openai.APIConnectionError), ei.value
+        assert 2.5 <= ended <= 6, ended
+        t.join(30)
+        assert got["short"].status_code == 200 and got["short"].json()["usage"]["completion_tokens"] == 12, \
+            got["short"].text
+        s.proc.wait(30)
+    finally:
+        rc = s.stop()
+    assert rc == 0, s.log()[-2000:]
+    print(f"checked: SIGTERM -> new connections refused ({refused:.1f} s), the short request in flight -> 200 with "
+          f"12 tokens, the stream ran {n} more chunks and ended {ended:.1f} s after the signal with the SDK's "
+          f"APIError {str(ei.value)[:90]!r}; exit code 0")
