@@ -825,9 +825,14 @@ static void model_name(const char *path, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)n, b);
 }
 
-static int open_front(srv_ctx *s) {
+static int open_front(srv_ctx *s, model_ident *id) {
     gguf_file *f = gguf_open(s->p.ep.model_path);
     if (!f) return -1;
+    /* what the engine process must find at the same path (it refuses another file) */
+    if (model_ident_of(s->p.ep.model_path, id) != 0) {
+        gguf_close(f);
+        return -1;
+    }
     s->tok = tokenizer_load(f);
     s->fmt = chat_detect(f);
     s->gf = f; /* its chat template renders every prompt (chat_render_template) */
@@ -908,7 +913,8 @@ int server_run(const server_params *p) {
     struct MHD_Daemon *d = NULL;
     MHD_socket listen_fd = MHD_INVALID_SOCKET;
     struct addrinfo *ai = NULL;
-    if (open_front(s) != 0) goto done;
+    sched_supervision sv = {.heartbeat_timeout_s = p->engine_timeout_s};
+    if (open_front(s, &sv.model) != 0) goto done;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     char port[16];
     snprintf(port, sizeof port, "%d", p->port);
@@ -932,7 +938,7 @@ int server_run(const server_params *p) {
         st_error_set("cannot listen on %s port %d (in use, or not an address of this machine?)", p->host, p->port);
         goto done;
     }
-    s->sched = sched_create_supervised(&p->ep, p->n_slots, p->max_queue); /* the engine runs in a child */
+    s->sched = sched_create_supervised(&p->ep, p->n_slots, p->max_queue, &sv); /* the engine runs in a child */
     if (!s->sched) goto done;
     s->n_ctx = sched_n_ctx(s->sched);
     s->prompt_max_bytes = (size_t)s->n_ctx * s->max_piece;
