@@ -706,6 +706,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     srv_ctx *s = cls;
     conn_state *cs = *con_cls;
     srv_api api = api_of(url);
+    srv_req_http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0);
     if (!cs) { /* headers only so far */
         cs = st_calloc(1, sizeof *cs);
         *con_cls = cs;

@@ -135,6 +135,8 @@ typedef struct srv_job {
     job_kind kind;
     int stream, include_usage;
     int fd;                    /* the client's socket, watched for a hang-up */
+    int http10;                /* an HTTP/1.0 request: no interim (1xx) answer may be sent */
+    int probed;                /* the client shut its side: a 103 was sent to tell a half-close from a hang-up */
     char id[64];
     long created;
     /* the request, owned */
@@ -156,6 +158,9 @@ typedef struct srv_job {
 } srv_job;
 
 srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c);
+/* The HTTP version of the request this connection thread is handling (1 for HTTP/1.0); set by
+ * the access handler (one thread per connection, so the handler and its job share the thread). */
+extern _Thread_local int srv_req_http10;
 /* Takes ownership of the prompt tokens; copies the stop strings. */
 void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop);
 void job_release(srv_job *j);

@@ -4,6 +4,7 @@
  * variable and, while it waits, watches the client's socket so that a client
  * that hangs up stops its generation and frees the slot at the next token. */
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -13,6 +14,14 @@
 #include "server/srv_internal.h"
 
 #define WAIT_STEP_MS 50 /* how often a waiting connection looks at its socket */
+
+_Thread_local int srv_req_http10;
+
+/* Sent to a client that shut its side of the connection while its answer is not ready: an HTTP/1.1
+ * client must accept interim 1xx answers before the final one (RFC 9110 15.2), and 103 carries
+ * nothing. A client that closed its socket answers it with a reset; one that only half-closed
+ * reads it and waits on. */
+static const char PROBE[] = "HTTP/1.1 103 Early Hints\r\n\r\n";
 
 srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     srv_job *j = st_calloc(1, sizeof *j);
@@ -24,6 +33,7 @@ srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     j->created = (long)time(NULL);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
+    j->http10 = srv_req_http10;
     srv_make_id(s, kind == JOB_ANTHROPIC ? "msg_" : kind == JOB_OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
     return j;
 }
@@ -58,12 +68,25 @@ void job_release(srv_job *j) {
     st_free(j);
 }
 
-/* 1 when the client has closed its end or the connection broke. */
-static int client_gone(int fd) {
-    if (fd < 0) return 0;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    int r = poll(&p, 1, 0);
-    return r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+/* 1 when the client has gone: the connection broke (a reset), or the client closed it. End of file
+ * alone does not tell a close from a half-close (shutdown of its sending side after a complete
+ * request, which HTTP allows and which must not cancel the request), so the first time it is seen
+ * something is written: a stream's next chunk, or the 103 probe for an answer not started yet;
+ * a closed socket answers that with a reset, seen at the next look (WAIT_STEP_MS later). An HTTP/1.0
+ * client may be sent no 1xx: its end of file still counts as leaving. Caller holds j->mu. */
+static int client_gone(srv_job *j) {
+    if (j->fd < 0) return 0;
+    struct pollfd p = {.fd = j->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return 1;
+    if (!(p.revents & POLLRDHUP)) return 0;
+    if (j->http10) return 1;
+    if (!j->probed) {
+        j->probed = 1;
+        /* a stream's headers are out and its chunks follow; an answer not begun gets the probe */
+        if (!j->stream) (void)!send(j->fd, PROBE, sizeof PROBE - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    return 0;
 }
 
 static void stream_text(srv_job *j, const char *t, size_t n) {
@@ -140,7 +163,7 @@ static int wait_step(srv_job *j) {
         j->done = 1;
         return 0;
     }
-    if (client_gone(j->fd) || atomic_load(&j->srv->stopping)) {
+    if (client_gone(j) || atomic_load(&j->srv->stopping)) {
         j->cancelled = 1;
         return -1;
     }

@@ -256,3 +256,32 @@ def test_half_open_flood_leaves_room(hard):
             s.close()
     print(f"checked: with 300 half-open connections a new request -> 200 in {took * 1e3:.0f} ms; "
           f"{closed} of the half-open ones were closed to keep room")
+
+
+# ---- 6: a half-close after a complete request is not a hang-up ----
+
+def half_closed(port, path, body):
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    raw_body = json.dumps(body).encode()
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+              f"Content-Length: {len(raw_body)}\r\n\r\n".encode() + raw_body)
+    s.shutdown(socket.SHUT_WR)  # legal: the request is complete; the answer is still wanted
+    got = b""
+    while chunk := s.recv(65536):
+        got += chunk
+    s.close()
+    return got
+
+
+def test_half_close_does_not_cancel(server):
+    body = {"messages": OK_MSGS, "max_tokens": 8, "temperature": 0}
+    got = half_closed(server.port, "/v1/chat/completions", body)
+    final = got[got.index(b"HTTP/1.1 200 "):] if b"HTTP/1.1 200 " in got else got
+    assert final.startswith(b"HTTP/1.1 200 "), got[:300]
+    ans = json.loads(final.partition(b"\r\n\r\n")[2])
+    assert ans["usage"]["completion_tokens"] >= 1 and ans["choices"][0]["finish_reason"] in ("length", "stop"), ans
+    got = half_closed(server.port, "/v1/messages", {"model": "m", "max_tokens": 8, "messages": OK_MSGS,
+                                                     "stream": True})
+    assert got.startswith(b"HTTP/1.1 200 ") and b"event: message_stop" in got, got[-300:]
+    print(f"checked: a request followed by shutdown(SHUT_WR) -> 200 with {ans['usage']['completion_tokens']} "
+          f"tokens; a half-closed Anthropic stream -> message_stop")
