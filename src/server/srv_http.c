@@ -902,6 +902,7 @@ int server_run(const server_params *p) {
     srv_ctx *s = st_calloc(1, sizeof *s);
     s->p = *p;
     if (s->p.max_inflight < s->p.max_body) s->p.max_inflight = s->p.max_body; /* one whole body always fits */
+    pthread_mutex_init(&s->big_text_mu, NULL);
     s->started = (long)time(NULL);
     /* SIGINT/SIGTERM go to sigwait below, not to whichever thread runs */
     sigset_t sigs;
@@ -963,6 +964,7 @@ done:
     sched_free(s->sched);
     tokenizer_free(s->tok);
     if (s->gf) gguf_close(s->gf);
+    pthread_mutex_destroy(&s->big_text_mu);
     st_free(s);
     return rc;
 }

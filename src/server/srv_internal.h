@@ -30,6 +30,9 @@ void sbuf_free(sbuf *b);
 /* ---- server state ---- */
 typedef enum { API_OPENAI, API_ANTHROPIC } srv_api;
 
+/* Texts longer than this are tokenized one at a time (srv_tokenize). */
+#define SRV_BIG_TEXT ((size_t)256 << 10)
+
 /* HTTP statuses counted for /metrics (the last bucket is "other"). */
 #define SRV_N_STATUS 15
 extern const int SRV_STATUS_CODES[SRV_N_STATUS];
@@ -47,6 +50,7 @@ typedef struct {
     int n_ctx;
     size_t max_piece;          /* bytes of text the longest token stands for (control tokens included) */
     size_t prompt_max_bytes;   /* n_ctx * max_piece: a longer text cannot fit the context, never tokenized */
+    pthread_mutex_t big_text_mu; /* one tokenization of a text over SRV_BIG_TEXT bytes at a time */
     long started;              /* unix time */
     atomic_int ready;          /* set once sched and n_ctx are: until then every path answers 503 */
     atomic_int stopping;       /* requests still in flight are ended now */

@@ -232,7 +232,12 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
     /* one pass: a token covers at least one byte, and BOS, EOS and a space prefix per fragment add a few */
     int64_t cap = 2 * (int64_t)len + 8;
     int32_t *ids = st_malloc((size_t)cap * sizeof(int32_t));
+    /* BPE needs ~40 bytes of scratch per byte of a word: big texts (a long context allows MBs) are
+     * tokenized one at a time, so that many at once cost one core and one scratch, not all of them */
+    const int big = len > SRV_BIG_TEXT;
+    if (big) pthread_mutex_lock(&s->big_text_mu);
     int64_t need = tokenizer_encode(s->tok, text, len, add_special, parse_special, ids, cap);
+    if (big) pthread_mutex_unlock(&s->big_text_mu);
     if (need < 0) {
         st_free(ids);
         srv_fail(e, 400, param, "invalid_value", "the text cannot be tokenized: %s", st_error_get());
