@@ -154,15 +154,15 @@ static void guard_headers_done(read_guard *g, conn_guard *cg) {
  * closed, first one that has not sent a request line (idle or half-open), else one still sending
  * its request; a connection whose request is being answered is never picked. So a flood of
  * half-open connections cannot fill the CONN_LIMIT slots and lock new clients out. */
-static void guard_count_in(read_guard *g) {
+static void guard_count_in(read_guard *g, const conn_guard *fresh) {
     pthread_mutex_lock(&g->mu);
     if (++g->n_conns > CONN_SOFT) {
         conn_guard *old = NULL;
         for (conn_guard *cg = g->head; cg; cg = cg->next)
-            if (!old || (old->in_request && !cg->in_request) ||
-                (old->in_request == cg->in_request && cg->armed_ms <= old->armed_ms))
+            if (cg != fresh && (!old || (old->in_request && !cg->in_request) ||
+                                (old->in_request == cg->in_request && cg->armed_ms <= old->armed_ms)))
                 old = cg;
-        if (old && old != g->head) { /* never the newest: the connection just accepted */
+        if (old) {
             shutdown(old->fd, SHUT_RDWR);
             guard_unlink_locked(g, old);
             if (g->evicted++ % 100 == 0)
@@ -288,7 +288,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         cg->fd = ci->connect_fd;
         *socket_context = cg;
         guard_arm(s->guard, cg);
-        guard_count_in(s->guard);
+        guard_count_in(s->guard, cg);
     } else if (*socket_context) {
         conn_guard *cg = *socket_context;
         guard_disarm(s->guard, cg);
