@@ -187,6 +187,28 @@ json_t *anth_response(srv_job *j);
  * text before them (the whole answer when there are none). */
 json_t *srv_job_tool_calls(srv_job *j, sbuf *content);
 
+/* ---- request checks before routing (srv_check.c) ---- */
+/* The headers that decide framing and addressing, read once, and the first syntax fault. */
+typedef struct {
+    const char *cl, *te, *host;
+    int n_te, n_host, cl_differ;
+    char bad[160];             /* the first header that breaks RFC 9110/9112 syntax, described */
+} srv_headers;
+void srv_headers_read(struct MHD_Connection *c, srv_headers *h);
+/* What makes the request's end ambiguous or its headers invalid, or NULL; *status 400 or 501. */
+const char *srv_headers_problem(const srv_headers *h, const char *version, int *status);
+/* The Host names this server (--allowed-hosts, or its default); NULL (HTTP/1.0) passes. */
+int srv_host_allowed(srv_ctx *s, const char *host);
+/* 2: allowed by --cors-origin; 1: the server's own origin; 0: refused. */
+int srv_origin_allowed(srv_ctx *s, const char *origin, const char *host);
+/* The request's Origin when --cors-origin allows it (answers name it), else NULL. */
+const char *srv_cors_origin(srv_ctx *s, struct MHD_Connection *c);
+/* Content-Type's media type is application/json. */
+int srv_is_json_type(const char *ct);
+struct addrinfo;
+/* 1 for an address only this machine reaches: 127.0.0.0/8, ::1, localhost. */
+int srv_is_loopback(const struct addrinfo *ai, const char *host);
+
 /* ---- responses ---- */
 enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, json_t *body);
 enum MHD_Result srv_send_error(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e);
