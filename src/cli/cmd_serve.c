@@ -39,7 +39,8 @@ int cmd_serve(int argc, char **argv) {
                    "(default: none; '*': any), and POST bodies must be application/json.\n"
                    "SIGTERM/SIGINT: stop accepting, let requests in flight end for --shutdown-timeout S\n"
                    "(default 10), then end the rest (streams with a final error event). An engine\n"
-                   "process silent for --engine-timeout S (default 10; 0: never) is killed and restarted.\n"
+                   "process silent for --engine-timeout S (default 10; 0: never) is killed: its requests\n"
+                   "get 503 and the next request starts a new one.\n"
                    "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
                    "See docs/server.md.\n",
                    STRATA_DEFAULT_MODEL);
