@@ -4,9 +4,9 @@
  * variable and, while it waits, watches the client's socket so that a client
  * that hangs up stops its generation and frees the slot at the next token. */
 #include <poll.h>
-#include <sys/socket.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "core/alloc.h"

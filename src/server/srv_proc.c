@@ -86,7 +86,7 @@ static int64_t now_ms(void) { return (int64_t)(now_s() * 1e3); }
 
 /* msg with every occurrence of the model's path replaced by its file name: a client is not
  * told where files live (the engine's own errors name the path it opened). */
-static void strip_path(char *msg, size_t cap, const char *path) {
+static void strip_path(char *msg, const char *path) {
     const size_t pl = strlen(path);
     const char *base = proto_base_name(path);
     const size_t bl = strlen(base);
@@ -95,7 +95,6 @@ static void strip_path(char *msg, size_t cap, const char *path) {
         memmove(at + bl, at + pl, strlen(at + pl) + 1);
         memcpy(at, base, bl);
     }
-    (void)cap;
 }
 
 /* Send a frame to process `gen` if it is still the live one; a failure means
@@ -366,7 +365,7 @@ static void *reader(void *arg) {
             uint32_t n;
             const char *s = proto_get_str(&c, &n);
             snprintf(fail, sizeof fail, "%.*s", (int)n, s);
-            strip_path(fail, sizeof fail, p->model_path);
+            strip_path(fail, p->model_path);
         } else if (f.type >= PROTO_START && f.type <= PROTO_TOKEN)
             on_event_frame(p, ra, &f);
         else {
