@@ -114,6 +114,19 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
                      "the header name '%.40s' is not a token (RFC 9110 5.6.2: no spaces, "
                      "no space before the colon, no control characters)",
                      key);
+        /* libmicrohttpd appends a folded continuation line (obs-fold) to the header's *name*:
+         * "Transfer-Encoding: x\r\n chunked" arrives as "Transfer-Encodingchunked: x". Folds cannot be
+         * seen in general, but one in a framing header, where a proxy that unfolds reads another
+         * framing, leaves this trace */
+        static const char *const framing_names[] = {"Content-Length", "Transfer-Encoding"};
+        for (size_t k = 0; k < 2 && !f->bad[0]; k++) {
+            const size_t n = strlen(framing_names[k]);
+            if (key_size > n && !strncasecmp(key, framing_names[k], n))
+                snprintf(f->bad, sizeof f->bad,
+                         "the header name '%.40s' is %s with more after it (a folded line? obs-fold is not "
+                         "accepted, RFC 9112 5.2)",
+                         key, framing_names[k]);
+        }
         for (size_t k = 0; value && k < value_size && !f->bad[0]; k++) {
             unsigned char ch = (unsigned char)value[k];
             if ((ch < 0x20 && ch != '\t') || ch == 0x7f)

@@ -125,6 +125,10 @@ LENIENT = [
      b"Content-Type: application/json\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n" + SMUGGLED, "header name"),
     ("space inside a header name", b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX Y: z\r\n\r\n" + SMUGGLED,
      "header name"),
+    ("folded Transfer-Encoding", b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+     b"Transfer-Encoding: identity\r\n chunked\r\n\r\n0\r\n\r\n" + SMUGGLED, "folded"),
+    ("folded Content-Length", b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+     b"Content-Length: 0\r\n 5\r\n\r\n" + SMUGGLED, "folded"),
     ("HTTP/1.1 without Host", b"GET /v1/models HTTP/1.1\r\n\r\n" + SMUGGLED, "needs a Host"),
     ("two Host headers", b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: other\r\n\r\n" + SMUGGLED,
      "more than once"),
