@@ -12,7 +12,8 @@
 
 #define SERVE_USAGE                                                                                                \
     "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "      \
-    "[--max-body MB] [--read-timeout S]"
+    "[--max-body MB] [--read-timeout S] [--max-inflight MB] [--allowed-hosts LIST] [--cors-origin LIST] "         \
+    "[--shutdown-timeout S] [--engine-timeout S]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {.cmd = "serve", .usage = SERVE_USAGE, .argc = argc, .argv = argv, .i = 1};
@@ -31,7 +32,15 @@ int cmd_serve(int argc, char **argv) {
                    "'Authorization: Bearer KEY' or 'x-api-key: KEY' on every path but /health.\n"
                    "A request not read whole within --read-timeout S seconds (default 30; 0: no limit)\n"
                    "of its connection opening, or of the previous request on it ending, has its\n"
-                   "answer 408 and its connection closed.\n"
+                   "answer 408 and its connection closed. Request bodies held at once are capped by\n"
+                   "--max-inflight MB (default 64; past it: 503). The Host header must name this\n"
+                   "server (--allowed-hosts a,b; '*': any; default on a loopback address: localhost and\n"
+                   "the loopback addresses), a browser's Origin must be its own or in --cors-origin\n"
+                   "(default: none; '*': any), and POST bodies must be application/json.\n"
+                   "SIGTERM/SIGINT: stop accepting, let requests in flight end for --shutdown-timeout S\n"
+                   "(default 10), then end the rest (streams with a final error event). An engine\n"
+                   "process silent for --engine-timeout S (default 10; 0: never) is killed: its requests\n"
+                   "get 503 and the next request starts a new one.\n"
                    "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
                    "See docs/server.md.\n",
                    STRATA_DEFAULT_MODEL);
@@ -60,6 +69,21 @@ int cmd_serve(int argc, char **argv) {
         } else if ((r = args_value(&a, "--read-timeout", &v))) {
             if (r < 0 || args_int(&a, "--read-timeout", v, 0, 86400, &n)) return a.err;
             p.read_timeout_s = (int)n;
+        } else if ((r = args_value(&a, "--max-inflight", &v))) {
+            if (r < 0 || args_int(&a, "--max-inflight", v, 1, 1 << 20, &n)) return a.err;
+            p.max_inflight = (size_t)n << 20;
+        } else if ((r = args_value(&a, "--allowed-hosts", &v))) {
+            if (r < 0) return a.err;
+            p.allowed_hosts = v;
+        } else if ((r = args_value(&a, "--cors-origin", &v))) {
+            if (r < 0) return a.err;
+            p.cors_origin = v;
+        } else if ((r = args_value(&a, "--shutdown-timeout", &v))) {
+            if (r < 0 || args_int(&a, "--shutdown-timeout", v, 0, 86400, &n)) return a.err;
+            p.shutdown_timeout_s = (int)n;
+        } else if ((r = args_value(&a, "--engine-timeout", &v))) {
+            if (r < 0 || args_int(&a, "--engine-timeout", v, 0, 86400, &n)) return a.err;
+            p.engine_timeout_s = (int)n;
         } else if ((r = args_value(&a, "--api-key", &v))) {
             if (r < 0) return a.err;
             p.api_key = v;

@@ -19,6 +19,11 @@ typedef struct {
     const char *api_key;   /* NULL: no authentication */
     size_t max_body;       /* bytes; a bigger body gets 413 */
     int read_timeout_s;    /* a request not read whole this long after its request line is cut off; 0: never */
+    size_t max_inflight;   /* bytes of request bodies held at once; a request past it gets 503 */
+    const char *allowed_hosts; /* comma-separated names the Host header may give ("*": any); NULL: the default */
+    const char *cors_origin;   /* comma-separated web origins allowed cross-site ("*": any); NULL: none */
+    int shutdown_timeout_s;    /* SIGTERM: requests in flight get this long to end before they are cut short */
+    int engine_timeout_s;      /* an engine process silent this long is killed (its requests get 503); 0: never */
 } server_params;
 
 server_params server_defaults(void);

@@ -423,7 +423,7 @@ static void stream_tool_blocks(srv_job *j) {
 void anth_stream_end(srv_job *j) {
     if (j->failed) {
         srv_err e;
-        srv_fail(&e, j->failed == 2 ? 503 : 500, NULL, NULL, "%s", j->err); /* 503: overloaded_error */
+        srv_fail(&e, j->failed >= 2 ? 503 : 500, NULL, NULL, "%s", j->err); /* 503: overloaded_error */
         put_event(j, "error", srv_error_json(API_ANTHROPIC, &e));
         return;
     }

@@ -107,6 +107,18 @@ static void plain_history(json_t *msgs) {
 int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, char **opening, int *n_tok,
                          srv_err *e) {
     *opening = NULL;
+    /* the rendered prompt holds every message's text: when that alone cannot fit the context, refuse
+     * before the template copies it (a rendered 8 MB message cost ~100 MB of copies) */
+    size_t text_bytes = 0, i;
+    json_t *m;
+    json_array_foreach(messages, i, m) text_bytes += json_string_length(json_object_get(m, "content"));
+    if (text_bytes > s->prompt_max_bytes) {
+        srv_fail(e, 400, "messages", "context_length_exceeded",
+                 "the messages hold %zu bytes of text: more than the %d-token context can hold (at most %zu bytes, "
+                 "%zu per token at most for this model), so they were not tokenized",
+                 text_bytes, s->n_ctx, s->prompt_max_bytes, s->max_piece);
+        return NULL;
+    }
     json_t *msgs = json_copy(messages); /* shallow: elements shared, the list ours */
     size_t n = json_array_size(msgs);
     /* a last assistant message without calls is continued (Anthropic's prefill) */
@@ -152,7 +164,7 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
         *opening = call_opening(s, force);
         sbuf_puts(&b, *opening);
     }
-    ids = srv_tokenize(s, b.s, b.len, 1, 1, n_tok, e);
+    ids = srv_tokenize(s, b.s, b.len, 1, 1, "messages", n_tok, e);
     sbuf_free(&b);
 out:
     json_decref(keep_last);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -38,6 +39,7 @@ static struct {
     srv_sched *_Atomic sched;   /* set by the loader once the engines are open */
     engine_params ep;
     int n_slots, max_queue;
+    model_ident model;          /* the front end's file: anything else is refused */
 } E = {.fd = -1, .wmu = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Send a frame; if the front end is gone there is nobody to work for. */
@@ -112,12 +114,23 @@ static int on_event(void *ctx, const srv_event *ev) {
     return stop;
 }
 
+/* NULL when the file at the model path is the front end's, else why not. */
+static const char *model_changed(void) {
+    model_ident now;
+    if (model_ident_of(E.ep.model_path, &now) != 0) return st_error_get();
+    return model_ident_mismatch(E.ep.model_path, &E.model, &now);
+}
+
 static void *loader(void *arg) {
     (void)arg;
-    srv_sched *s = sched_create(&E.ep, E.n_slots, E.max_queue);
+    /* the file is checked before the load and again after it (it may be replaced while it loads):
+     * the front end tokenizes with its own copy, so other weights would answer garbage */
+    const char *changed = model_changed();
+    srv_sched *s = changed ? NULL : sched_create(&E.ep, E.n_slots, E.max_queue);
+    if (s && (changed = model_changed())) s = NULL; /* nothing is freed: this process exits below */
     sbuf b = {0};
     if (!s) {
-        const char *msg = st_error_get();
+        const char *msg = changed ? changed : st_error_get();
         ST_WARN("engine: %s", msg);
         proto_put_str(&b, msg, strlen(msg));
         send_frame(PROTO_FAIL, 0, &b);
@@ -159,6 +172,19 @@ static void on_request(const proto_frame *f) {
     }
 }
 
+/* The heartbeat: the front end kills a child it has not heard from for --engine-timeout (a
+ * stopped or wedged process would otherwise hold its requests for ever). Its own thread, so
+ * that a long prompt chunk on the engine thread does not silence it. */
+static void *heartbeat(void *arg) {
+    (void)arg;
+    for (;;) {
+        const struct timespec step = {0, 250 * 1000000L};
+        nanosleep(&step, NULL);
+        send_frame(PROTO_HEARTBEAT, 0, NULL);
+    }
+    return NULL;
+}
+
 static void on_cancel(uint64_t id) {
     pthread_mutex_lock(&E.mu);
     for (creq *r = E.reqs; r; r = r->next)
@@ -189,10 +215,12 @@ int server_engine_main(int argc, char **argv) {
         }
         if (f.type == PROTO_CONFIG && !configured) {
             proto_cur c = {f.payload, f.len, 0};
-            if (proto_get_config(&c, &E.ep, &E.n_slots, &E.max_queue) != 0) _exit(3);
+            if (proto_get_config(&c, &E.ep, &E.n_slots, &E.max_queue, &E.model) != 0) _exit(3);
             E.max_queue += E.n_slots;
             configured = 1;
             pthread_t t;
+            if (pthread_create(&t, NULL, heartbeat, NULL) != 0) _exit(3);
+            pthread_detach(t);
             if (pthread_create(&t, NULL, loader, NULL) != 0) _exit(3);
             pthread_detach(t);
         } else if (f.type == PROTO_REQUEST)

@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
@@ -29,16 +30,37 @@
 #include "server/srv_tools.h"
 #include "server/srv_web.h"
 
+/* Connections MHD serves at once; past CONN_SOFT a new connection closes the oldest one that holds
+ * no request being answered (CONN_LIMIT - CONN_SOFT stay free for clients that send a whole request). */
+#define CONN_LIMIT 256u
+#define CONN_SOFT 192
+/* The request line and headers must come within this (or --read-timeout, if shorter). */
+#define HEADER_TIMEOUT_MS 10000
 /* A declared or received body beyond this is not read to its end: 413 at once, then close. */
 #define DRAIN_CAP ((uint64_t)256 << 20)
 
-const int SRV_STATUS_CODES[SRV_N_STATUS] = {200, 400, 401, 404, 405, 413, 429, 500, 501, 503, 529, 0};
+const int SRV_STATUS_CODES[SRV_N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 413, 415, 429, 500, 501, 503, 529, 0};
 
 typedef struct {
     sbuf body;
     uint64_t received;
-    int too_big, answered;
+    size_t reserved;           /* bytes of the --max-inflight budget this request holds */
+    int too_big, over_budget, answered;
 } conn_state;
+
+/* ---- the budget of request bytes in flight (--max-inflight) ----
+ * Every request holds its body's bytes (the declared Content-Length up front,
+ * or what arrives) from its headers until it is answered; past the budget a
+ * request gets 503 instead of memory. */
+static int budget_take(srv_ctx *s, size_t n) {
+    size_t cur = atomic_load(&s->inflight);
+    do {
+        if (cur + n > s->p.max_inflight) return -1;
+    } while (!atomic_compare_exchange_weak(&s->inflight, &cur, cur + n));
+    return 0;
+}
+
+static void budget_give(srv_ctx *s, size_t n) { atomic_fetch_sub(&s->inflight, n); }
 
 /* ---- the read deadline ----
  * libmicrohttpd has only an inactivity timeout, which a client sending one
@@ -69,6 +91,7 @@ typedef struct {
 typedef struct conn_guard {
     int fd;
     int64_t deadline_ms;       /* CLOCK_MONOTONIC */
+    int64_t armed_ms;          /* when it was armed: it waits for a request since then */
     int armed;
     int in_request;            /* a request line is in: a cut-off is a request's, answered 408, logged and counted */
     srv_api api;               /* the request's API (its error shape), from the request line */
@@ -80,6 +103,8 @@ typedef struct read_guard {
     pthread_cond_t cv;         /* on CLOCK_MONOTONIC */
     conn_guard *head;
     int64_t timeout_ms;
+    int n_conns;               /* connections open (armed or not) */
+    uint64_t evicted;
     int stop;
     pthread_t thread;
     srv_ctx *srv;
@@ -105,13 +130,50 @@ static void guard_unlink_locked(read_guard *g, conn_guard *cg) {
 static void guard_arm(read_guard *g, conn_guard *cg) {
     pthread_mutex_lock(&g->mu);
     guard_unlink_locked(g, cg);
-    cg->deadline_ms = now_ms() + g->timeout_ms;
+    cg->armed_ms = now_ms();
+    cg->deadline_ms = cg->armed_ms + (g->timeout_ms < HEADER_TIMEOUT_MS ? g->timeout_ms : HEADER_TIMEOUT_MS);
     cg->in_request = 0;
     cg->next = g->head;
     if (g->head) g->head->prev = cg;
     g->head = cg;
     cg->armed = 1;
     pthread_cond_signal(&g->cv); /* the watchdog may be asleep on an empty list */
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* The headers are in: the body may take the rest of --read-timeout. */
+static void guard_headers_done(read_guard *g, conn_guard *cg) {
+    pthread_mutex_lock(&g->mu);
+    if (cg->armed) cg->deadline_ms = cg->armed_ms + g->timeout_ms;
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* A connection more, and room kept: past CONN_SOFT the oldest connection waiting for a request is
+ * closed, first one that has not sent a request line (idle or half-open), else one still sending
+ * its request; a connection whose request is being answered is never picked. So a flood of
+ * half-open connections cannot fill the CONN_LIMIT slots and lock new clients out. */
+static void guard_count_in(read_guard *g, const conn_guard *fresh) {
+    pthread_mutex_lock(&g->mu);
+    if (++g->n_conns > CONN_SOFT) {
+        conn_guard *old = NULL;
+        for (conn_guard *cg = g->head; cg; cg = cg->next)
+            if (cg != fresh && (!old || (old->in_request && !cg->in_request) ||
+                                (old->in_request == cg->in_request && cg->armed_ms <= old->armed_ms)))
+                old = cg;
+        if (old) {
+            shutdown(old->fd, SHUT_RDWR);
+            guard_unlink_locked(g, old);
+            if (g->evicted++ % 100 == 0)
+                ST_INFO("http: %d connections open: closing the oldest that holds no request being answered "
+                        "(%llu so far)", g->n_conns, (unsigned long long)g->evicted + 1);
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void guard_count_out(read_guard *g) {
+    pthread_mutex_lock(&g->mu);
+    g->n_conns--;
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -224,9 +286,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         cg->fd = ci->connect_fd;
         *socket_context = cg;
         guard_arm(s->guard, cg);
+        guard_count_in(s->guard, cg);
     } else if (*socket_context) {
         conn_guard *cg = *socket_context;
         guard_disarm(s->guard, cg);
+        guard_count_out(s->guard);
         st_free(cg);
         *socket_context = NULL;
     }
@@ -288,10 +352,18 @@ server_params server_defaults(void) {
     p.max_queue = 64;
     p.max_body = 8u << 20;
     p.read_timeout_s = 30;
+    p.max_inflight = (size_t)64 << 20;
+    p.shutdown_timeout_s = 10;
+    p.engine_timeout_s = 10;
     return p;
 }
 
 enum MHD_Result srv_queue(srv_ctx *s, struct MHD_Connection *c, int status, struct MHD_Response *r) {
+    const char *origin = srv_cors_origin(s, c);
+    if (origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     if (ok == MHD_YES) { /* not an answer MHD refused to send (while a body comes in, say) */
@@ -400,6 +472,13 @@ static json_t *parse_body(const conn_state *cs, srv_err *e) {
     return root;
 }
 
+static const char *budget_msg(srv_ctx *s) {
+    static _Thread_local char msg[200];
+    snprintf(msg, sizeof msg, "the server holds %zu MB of requests in flight (--max-inflight); retry shortly",
+             s->p.max_inflight >> 20);
+    return msg;
+}
+
 typedef enum MHD_Result (*body_handler)(srv_ctx *, struct MHD_Connection *, json_t *);
 
 static const struct {
@@ -418,6 +497,16 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->p.max_body);
         return send_fail(s, c, api, 413, "request_too_large", msg);
+    }
+    if (cs->over_budget) return send_fail(s, c, api, 503, "overloaded", budget_msg(s));
+    const char *acrm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    if (!strcmp(method, "OPTIONS") && acrm && srv_cors_origin(s, c)) { /* a CORS preflight, per --cors-origin */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        const char *acrh = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        if (acrh) MHD_add_response_header(r, "Access-Control-Allow-Headers", acrh);
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        return srv_queue(s, c, 204, r);
     }
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     const srv_web_asset *page = get ? srv_web_find(url) : NULL; /* the page loads while the model does */
@@ -444,6 +533,14 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     for (size_t i = 0; i < N_POST; i++) {
         if (strcmp(url, POST_ROUTES[i].path)) continue;
         if (!post) return send_405(s, c, api, 1);
+        /* a web page can POST text/plain anywhere without asking (no CORS preflight): only JSON is read */
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        if (!srv_is_json_type(ct)) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the body must be sent with Content-Type: application/json%s%.60s%s",
+                     ct ? " (not '" : " (none was given)", ct ? ct : "", ct ? "')" : "");
+            return send_fail(s, c, api, 415, "unsupported_media_type", msg);
+        }
         srv_err e;
         json_t *body = parse_body(cs, &e);
         if (!body) return srv_send_error(s, c, api, &e);
@@ -463,56 +560,45 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     return srv_send_error(s, c, api, &e);
 }
 
-typedef struct {
-    const char *cl, *te;
-    int n_te, cl_differ;
-} framing;
-
-static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-    (void)kind;
-    framing *f = cls;
-    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
-        if (f->cl && strcmp(f->cl, value ? value : "")) f->cl_differ = 1;
-        if (!f->cl) f->cl = value ? value : "";
-    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
-        f->n_te++;
-        f->te = value ? value : "";
-    }
-    return MHD_YES;
-}
-
-/* What makes the body's end ambiguous (RFC 9112 6.1, 6.3: the ground of request smuggling
- * behind a proxy), or NULL: Content-Length headers that disagree, Transfer-Encoding together
- * with Content-Length (400); a transfer coding other than chunked (501: MHD decodes chunked
- * only, and would wait out --read-timeout for a body it cannot frame). */
-static const char *framing_problem(const framing *f, int *status) {
-    *status = 400;
-    if (f->cl_differ) return "Content-Length is given twice with different values";
-    if (f->n_te && f->cl) return "both Transfer-Encoding and Content-Length are given";
-    if (f->n_te > 1 || (f->n_te && strcasecmp(f->te, "chunked"))) {
-        *status = 501;
-        return "Transfer-Encoding: only 'chunked' is supported";
-    }
-    return NULL;
-}
-
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     srv_ctx *s = cls;
     conn_state *cs = *con_cls;
     srv_api api = api_of(url);
+    srv_req_http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0);
     if (!cs) { /* headers only so far */
         cs = st_calloc(1, sizeof *cs);
         *con_cls = cs;
-        framing f = {0}; /* the headers read once, for the checks below */
-        MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+        atomic_fetch_add(&s->active, 1); /* until on_completed: what a shutdown waits for */
+        conn_guard *cg = s->guard ? guard_of(c) : NULL;
+        if (cg) guard_headers_done(s->guard, cg);
+        if (atomic_load(&s->draining)) { /* a kept-alive connection's next request during shutdown */
+            cs->answered = 1;
+            return send_fail_ex(s, c, api, 503, "shutting_down", "the server is shutting down", NULL, 1);
+        }
+        srv_headers f; /* the headers read once, for the checks below */
+        srv_headers_read(c, &f);
         int status;
-        const char *bad = framing_problem(&f, &status);
+        const char *bad = srv_headers_problem(&f, version, &status);
         if (bad) { /* answered now, and the connection closed: where its body ends is not agreed */
             cs->answered = 1;
-            return send_fail_ex(s, c, api, status, status == 501 ? "unsupported_transfer_encoding" : "invalid_framing",
+            return send_fail_ex(s, c, api, status,
+                                status == 501 ? "unsupported_transfer_encoding"
+                                : f.bad[0] || f.n_host != 1 ? "invalid_header" : "invalid_framing",
                                 bad, NULL, 1);
+        }
+        if (!srv_host_allowed(s, f.host)) {
+            cs->answered = 1;
+            char msg[400];
+            snprintf(msg, sizeof msg, "the Host '%.100s' is not a name of this server (--allowed-hosts)", f.host);
+            return send_fail_ex(s, c, api, 403, "host_not_allowed", msg, NULL, 1);
+        }
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        if (origin && !srv_origin_allowed(s, origin, f.host)) {
+            cs->answered = 1;
+            char msg[400];
+            snprintf(msg, sizeof msg, "requests from the web origin '%.100s' are not allowed (--cors-origin)", origin);
+            return send_fail_ex(s, c, api, 403, "origin_not_allowed", msg, NULL, 1);
         }
         const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
         const uint64_t declared = f.cl ? strtoull(f.cl, NULL, 10) : 0;
@@ -523,13 +609,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                              declared > DRAIN_CAP ? "the request body is far too large"
                                                   : "the declared request body is larger than --max-body");
         }
+        /* the declared body's bytes are held from now on; a body beyond the limit is dropped as it comes */
+        const size_t hold = declared <= s->p.max_body ? (size_t)declared : 0;
+        if (hold && budget_take(s, hold) != 0) {
+            cs->answered = 1;
+            return send_fail_ex(s, c, api, 503, "overloaded", budget_msg(s), NULL, 1);
+        }
+        cs->reserved = hold;
         return MHD_YES;
     }
     if (*upload_size) {
         if (!cs->answered) {
-            if (!cs->too_big && cs->received + *upload_size <= s->p.max_body)
+            const uint64_t after = cs->received + *upload_size;
+            if (!cs->too_big && !cs->over_budget && after > cs->reserved && after <= s->p.max_body) {
+                /* more than declared (a chunked body): hold the rest too, or drop the body for a 503 */
+                if (budget_take(s, (size_t)(after - cs->reserved)) == 0) cs->reserved = (size_t)after;
+                else {
+                    cs->over_budget = 1;
+                    sbuf_free(&cs->body);
+                }
+            }
+            if (!cs->too_big && !cs->over_budget && after <= s->p.max_body)
                 sbuf_put(&cs->body, upload, *upload_size);
-            else if (!cs->too_big) {
+            else if (!cs->too_big && after > s->p.max_body) {
                 cs->too_big = 1; /* drop what we have; keep reading so the client hears the 413 */
                 sbuf_free(&cs->body);
             }
@@ -559,6 +661,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (cg) guard_arm(s->guard, cg); /* the connection may carry another request */
     conn_state *cs = *con_cls;
     if (!cs) return;
+    atomic_fetch_sub(&s->active, 1);
+    budget_give(s, cs->reserved);
     sbuf_free(&cs->body);
     st_free(cs);
     *con_cls = NULL;
@@ -581,9 +685,14 @@ static void model_name(const char *path, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)n, b);
 }
 
-static int open_front(srv_ctx *s) {
+static int open_front(srv_ctx *s, model_ident *id) {
     gguf_file *f = gguf_open(s->p.ep.model_path);
     if (!f) return -1;
+    /* what the engine process must find at the same path (it refuses another file) */
+    if (model_ident_of(s->p.ep.model_path, id) != 0) {
+        gguf_close(f);
+        return -1;
+    }
     s->tok = tokenizer_load(f);
     s->fmt = chat_detect(f);
     s->gf = f; /* its chat template renders every prompt (chat_render_template) */
@@ -594,13 +703,56 @@ static int open_front(srv_ctx *s) {
     s->tmpl_tools = tools_template_handles(tmpl, (size_t)tlen);
     s->tools_fam = (int)tools_family_of(tmpl, (size_t)tlen);
     s->eot = chat_end_of_turn(s->fmt);
+    /* the most text one token can stand for: its piece, or its own text for control tokens (larger
+     * of the two, so the prompt bound below never refuses a text that fits) */
+    s->max_piece = 1;
+    for (int32_t id = 0; id < tokenizer_n_vocab(s->tok); id++) {
+        size_t tl = 0;
+        tokenizer_token_text(s->tok, id, &tl);
+        int64_t pl = tokenizer_token_to_piece(s->tok, id, 1, NULL, 0);
+        size_t m = pl > (int64_t)tl ? (size_t)pl : tl;
+        if (m > s->max_piece) s->max_piece = m;
+    }
     model_name(s->p.ep.model_path, s->model_name, sizeof s->model_name);
     return 0;
+}
+
+/* SIGTERM / SIGINT: stop accepting (the listening socket is shut, so new clients are refused, not
+ * left waiting), give the requests in flight --shutdown-timeout seconds to end, then end the rest:
+ * `stopping` makes a stream send its API's error event and end, and a waiting request answer 503.
+ * A second signal ends the wait at once. */
+static void drain(srv_ctx *s, struct MHD_Daemon *d, const sigset_t *sigs, int sig, MHD_socket *listen_fd) {
+    atomic_store(&s->draining, 1);
+    *listen_fd = MHD_quiesce_daemon(d);
+    if (*listen_fd != MHD_INVALID_SOCKET) shutdown(*listen_fd, SHUT_RDWR);
+    int n = atomic_load(&s->active);
+    ST_INFO("serve: signal %d: stopping; %d request%s in flight get up to %d s to end (--shutdown-timeout)", sig, n,
+            n == 1 ? "" : "s", s->p.shutdown_timeout_s);
+    const int64_t end = now_ms() + (int64_t)s->p.shutdown_timeout_s * 1000;
+    while (atomic_load(&s->active) > 0 && now_ms() < end) {
+        const struct timespec step = {0, 50 * 1000000L};
+        if (sigtimedwait(sigs, NULL, &step) > 0) {
+            ST_INFO("serve: a second signal: stopping now");
+            break;
+        }
+    }
+    if ((n = atomic_load(&s->active)) > 0)
+        ST_INFO("serve: %d request%s still in flight: ending %s", n, n == 1 ? "" : "s", n == 1 ? "it" : "them");
+    atomic_store(&s->stopping, 1);
+    /* MHD_stop_daemon shuts every connection's socket at once: first let the connection threads,
+     * which see `stopping` within a wait step, write their last event or their 503 */
+    const int64_t last = now_ms() + 2000;
+    while (atomic_load(&s->active) > 0 && now_ms() < last) {
+        const struct timespec step = {0, 20 * 1000000L};
+        nanosleep(&step, NULL);
+    }
 }
 
 int server_run(const server_params *p) {
     srv_ctx *s = st_calloc(1, sizeof *s);
     s->p = *p;
+    if (s->p.max_inflight < s->p.max_body) s->p.max_inflight = s->p.max_body; /* one whole body always fits */
+    pthread_mutex_init(&s->big_text_mu, NULL);
     s->started = (long)time(NULL);
     /* SIGINT/SIGTERM go to sigwait below, not to whichever thread runs */
     sigset_t sigs;
@@ -611,8 +763,10 @@ int server_run(const server_params *p) {
     signal(SIGPIPE, SIG_IGN);
     int rc = -1;
     struct MHD_Daemon *d = NULL;
+    MHD_socket listen_fd = MHD_INVALID_SOCKET;
     struct addrinfo *ai = NULL;
-    if (open_front(s) != 0) goto done;
+    sched_supervision sv = {.heartbeat_timeout_s = p->engine_timeout_s};
+    if (open_front(s, &sv.model) != 0) goto done;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     char port[16];
     snprintf(port, sizeof port, "%d", p->port);
@@ -621,23 +775,25 @@ int server_run(const server_params *p) {
         st_error_set("cannot use host '%s': %s", p->host, gai_strerror(gai));
         goto done;
     }
+    s->loopback = srv_is_loopback(ai, p->host);
     if (p->read_timeout_s > 0 && !(s->guard = guard_start(s, p->read_timeout_s))) goto done;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
                          on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
                          MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, s,
-                         MHD_OPTION_CONNECTION_LIMIT, 256u,
+                         MHD_OPTION_CONNECTION_LIMIT, CONN_LIMIT,
                          MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                          MHD_OPTION_END);
     if (!d) {
         st_error_set("cannot listen on %s port %d (in use, or not an address of this machine?)", p->host, p->port);
         goto done;
     }
-    s->sched = sched_create_supervised(&p->ep, p->n_slots, p->max_queue); /* the engine runs in a child */
+    s->sched = sched_create_supervised(&p->ep, p->n_slots, p->max_queue, &sv); /* the engine runs in a child */
     if (!s->sched) goto done;
     s->n_ctx = sched_n_ctx(s->sched);
+    s->prompt_max_bytes = (size_t)s->n_ctx * s->max_piece;
     atomic_store(&s->ready, 1);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int bound = di ? di->port : p->port;
@@ -647,17 +803,18 @@ int server_run(const server_params *p) {
             p->api_key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    ST_INFO("serve: signal %d, stopping", sig);
-    atomic_store(&s->stopping, 1);
+    drain(s, d, &sigs, sig, &listen_fd);
     rc = 0;
 done:
     atomic_store(&s->stopping, 1);
     if (d) MHD_stop_daemon(d); /* waits for the connection threads, which see `stopping` */
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd); /* quiesced: ours to close, after the stop */
     guard_stop(s->guard);
     if (ai) freeaddrinfo(ai);
     sched_free(s->sched);
     tokenizer_free(s->tok);
     if (s->gf) gguf_close(s->gf);
+    pthread_mutex_destroy(&s->big_text_mu);
     st_free(s);
     return rc;
 }

@@ -30,8 +30,11 @@ void sbuf_free(sbuf *b);
 /* ---- server state ---- */
 typedef enum { API_OPENAI, API_ANTHROPIC } srv_api;
 
+/* Texts longer than this are tokenized one at a time (srv_tokenize). */
+#define SRV_BIG_TEXT ((size_t)256 << 10)
+
 /* HTTP statuses counted for /metrics (the last bucket is "other"). */
-#define SRV_N_STATUS 12
+#define SRV_N_STATUS 15
 extern const int SRV_STATUS_CODES[SRV_N_STATUS];
 
 typedef struct {
@@ -45,9 +48,16 @@ typedef struct {
     const char *eot;           /* end-of-turn text of the chat format (a stop string) */
     char model_name[256];      /* the file name without .gguf: what /v1/models lists */
     int n_ctx;
+    size_t max_piece;          /* bytes of text the longest token stands for (control tokens included) */
+    size_t prompt_max_bytes;   /* n_ctx * max_piece: a longer text cannot fit the context, never tokenized */
+    pthread_mutex_t big_text_mu; /* one tokenization of a text over SRV_BIG_TEXT bytes at a time */
     long started;              /* unix time */
     atomic_int ready;          /* set once sched and n_ctx are: until then every path answers 503 */
-    atomic_int stopping;
+    atomic_int stopping;       /* requests still in flight are ended now */
+    atomic_int draining;       /* SIGTERM: no new requests; those in flight may end (--shutdown-timeout) */
+    atomic_int active;         /* requests from their headers to their end */
+    int loopback;              /* bound to a loopback address: the Host check's default names apply */
+    atomic_size_t inflight;    /* bytes of request bodies held now (--max-inflight) */
     atomic_uint_fast64_t by_status[SRV_N_STATUS];
     atomic_uint_fast64_t id_counter;
     struct read_guard *guard;  /* the read deadline's watchdog (srv_http.c), NULL when --read-timeout is 0 */
@@ -96,8 +106,10 @@ int srv_parse_sampling(srv_ctx *s, json_t *body, const srv_sampling_rules *r, sa
 
 /* ---- prompts ---- */
 /* Tokens of text (BOS by the model's rules, control-token text recognised). */
-int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special, int parse_special, int *n,
-                      srv_err *e);
+/* A text longer than s->prompt_max_bytes is refused (400 context_length_exceeded naming param) before
+ * the tokenizer sees it. */
+int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special, int parse_special, const char *param,
+                      int *n, srv_err *e);
 /* Render OpenAI-shaped messages with the model's chat template and tokenize
  * (srv_chat.c). A last assistant message without tool calls is continued
  * (Anthropic's prefill) instead of closed. tools: OpenAI-shaped, or NULL;
@@ -120,11 +132,15 @@ typedef struct srv_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;                  /* the connection's and the scheduler's */
-    int cancelled, done, failed, started;
+    int cancelled, done, started;
+    int failed;                /* 1: the engine failed it (500), 2: the engine process died (503), 3: shutdown (503) */
+    int aborted;               /* the answer was ended early (shutdown): later events are dropped */
     srv_ctx *srv;
     job_kind kind;
     int stream, include_usage;
     int fd;                    /* the client's socket, watched for a hang-up */
+    int http10;                /* an HTTP/1.0 request: no interim (1xx) answer may be sent */
+    int probed;                /* the client shut its side: a 103 was sent to tell a half-close from a hang-up */
     char id[64];
     long created;
     /* the request, owned */
@@ -146,6 +162,9 @@ typedef struct srv_job {
 } srv_job;
 
 srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c);
+/* The HTTP version of the request this connection thread is handling (1 for HTTP/1.0); set by
+ * the access handler (one thread per connection, so the handler and its job share the thread). */
+extern _Thread_local int srv_req_http10;
 /* Takes ownership of the prompt tokens; copies the stop strings. */
 void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop);
 void job_release(srv_job *j);
@@ -167,6 +186,28 @@ json_t *anth_response(srv_job *j);
 /* The finished answer's tool calls (OpenAI shape) or NULL; content gets the
  * text before them (the whole answer when there are none). */
 json_t *srv_job_tool_calls(srv_job *j, sbuf *content);
+
+/* ---- request checks before routing (srv_check.c) ---- */
+/* The headers that decide framing and addressing, read once, and the first syntax fault. */
+typedef struct {
+    const char *cl, *te, *host;
+    int n_te, n_host, cl_differ;
+    char bad[160];             /* the first header that breaks RFC 9110/9112 syntax, described */
+} srv_headers;
+void srv_headers_read(struct MHD_Connection *c, srv_headers *h);
+/* What makes the request's end ambiguous or its headers invalid, or NULL; *status 400 or 501. */
+const char *srv_headers_problem(const srv_headers *h, const char *version, int *status);
+/* The Host names this server (--allowed-hosts, or its default); NULL (HTTP/1.0) passes. */
+int srv_host_allowed(srv_ctx *s, const char *host);
+/* 2: allowed by --cors-origin; 1: the server's own origin; 0: refused. */
+int srv_origin_allowed(srv_ctx *s, const char *origin, const char *host);
+/* The request's Origin when --cors-origin allows it (answers name it), else NULL. */
+const char *srv_cors_origin(srv_ctx *s, struct MHD_Connection *c);
+/* Content-Type's media type is application/json. */
+int srv_is_json_type(const char *ct);
+struct addrinfo;
+/* 1 for an address only this machine reaches: 127.0.0.0/8, ::1, localhost. */
+int srv_is_loopback(const struct addrinfo *ai, const char *host);
 
 /* ---- responses ---- */
 enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, json_t *body);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "core/alloc.h"
@@ -13,6 +14,14 @@
 #include "server/srv_internal.h"
 
 #define WAIT_STEP_MS 50 /* how often a waiting connection looks at its socket */
+
+_Thread_local int srv_req_http10;
+
+/* Sent to a client that shut its side of the connection while its answer is not ready: an HTTP/1.1
+ * client must accept interim 1xx answers before the final one (RFC 9110 15.2), and 103 carries
+ * nothing. A client that closed its socket answers it with a reset; one that only half-closed
+ * reads it and waits on. */
+static const char PROBE[] = "HTTP/1.1 103 Early Hints\r\n\r\n";
 
 srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     srv_job *j = st_calloc(1, sizeof *j);
@@ -24,6 +33,7 @@ srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     j->created = (long)time(NULL);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
+    j->http10 = srv_req_http10;
     srv_make_id(s, kind == JOB_ANTHROPIC ? "msg_" : kind == JOB_OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
     return j;
 }
@@ -58,12 +68,25 @@ void job_release(srv_job *j) {
     st_free(j);
 }
 
-/* 1 when the client has closed its end or the connection broke. */
-static int client_gone(int fd) {
-    if (fd < 0) return 0;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    int r = poll(&p, 1, 0);
-    return r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+/* 1 when the client has gone: the connection broke (a reset), or the client closed it. End of file
+ * alone does not tell a close from a half-close (shutdown of its sending side after a complete
+ * request, which HTTP allows and which must not cancel the request), so the first time it is seen
+ * something is written: a stream's next chunk, or the 103 probe for an answer not started yet;
+ * a closed socket answers that with a reset, seen at the next look (WAIT_STEP_MS later). An HTTP/1.0
+ * client may be sent no 1xx: its end of file still counts as leaving. Caller holds j->mu. */
+static int client_gone(srv_job *j) {
+    if (j->fd < 0) return 0;
+    struct pollfd p = {.fd = j->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return 1;
+    if (!(p.revents & POLLRDHUP)) return 0;
+    if (j->http10) return 1;
+    if (!j->probed) {
+        j->probed = 1;
+        /* a stream's headers are out and its chunks follow; an answer not begun gets the probe */
+        if (!j->stream) (void)!send(j->fd, PROBE, sizeof PROBE - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    return 0;
 }
 
 static void stream_text(srv_job *j, const char *t, size_t n) {
@@ -81,6 +104,12 @@ static int on_event(void *ctx, const srv_event *ev) {
     srv_job *j = ctx;
     pthread_mutex_lock(&j->mu);
     int stop = j->cancelled || atomic_load(&j->srv->stopping);
+    if (j->aborted) { /* the answer was already ended (shutdown): nothing more goes to the client */
+        int terminal = ev->kind == SRV_EV_DONE || ev->kind == SRV_EV_ERROR;
+        pthread_mutex_unlock(&j->mu);
+        if (terminal) job_release(j);
+        return 1;
+    }
     switch (ev->kind) {
     case SRV_EV_START:
         j->started = 1;
@@ -122,7 +151,19 @@ static int wait_step(srv_job *j) {
         ts.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    if (!j->done && (client_gone(j->fd) || atomic_load(&j->srv->stopping))) {
+    if (j->done) return 0;
+    if (atomic_load(&j->srv->stopping) && j->stream) {
+        /* --shutdown-timeout passed: the stream ends cleanly, with the API's error event and its end
+         * ([DONE]), so that a client sees why instead of a cut connection */
+        j->cancelled = j->aborted = 1;
+        j->failed = 3;
+        snprintf(j->err, sizeof j->err, "the server is shutting down; the answer was cut short after %d s "
+                 "(--shutdown-timeout)", j->srv->p.shutdown_timeout_s);
+        stream_end(j);
+        j->done = 1;
+        return 0;
+    }
+    if (client_gone(j) || atomic_load(&j->srv->stopping)) {
         j->cancelled = 1;
         return -1;
     }
@@ -192,6 +233,13 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
     int done = j->done, failed = j->failed;
     pthread_mutex_unlock(&j->mu);
     enum MHD_Result r;
+    if (!done && atomic_load(&s->stopping)) { /* --shutdown-timeout passed before the answer */
+        srv_err e;
+        srv_fail(&e, 503, NULL, "shutting_down", "the server is shutting down; the request was stopped after %d s "
+                 "(--shutdown-timeout)", s->p.shutdown_timeout_s);
+        job_release(j);
+        return srv_send_error(s, c, api, &e);
+    }
     if (!done) { /* the client left: nobody reads an answer */
         job_release(j);
         return MHD_NO;

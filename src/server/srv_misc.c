@@ -109,7 +109,7 @@ enum MHD_Result srv_tokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *bo
         return srv_send_error(s, c, API_OPENAI, &e);
     }
     int n;
-    int32_t *ids = srv_tokenize(s, text, strlen(text), add_special, parse_special, &n, &e);
+    int32_t *ids = srv_tokenize(s, text, strlen(text), add_special, parse_special, "content", &n, &e);
     if (!ids) return srv_send_error(s, c, API_OPENAI, &e);
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) {

@@ -411,7 +411,7 @@ static int32_t *completion_prompt(srv_ctx *s, json_t *body, int *n, srv_err *e) 
     }
     int32_t *ids = NULL;
     if (json_is_string(p))
-        ids = srv_tokenize(s, json_string_value(p), json_string_length(p), 1, 1, n, e);
+        ids = srv_tokenize(s, json_string_value(p), json_string_length(p), 1, 1, "prompt", n, e);
     else if (json_is_array(p) && json_is_integer(json_array_get(p, 0))) { /* not empty: refused above */
         size_t len = json_array_size(p), i;
         if (len > (size_t)s->n_ctx) {
@@ -580,6 +580,7 @@ void oai_stream_end(srv_job *j) {
     if (j->failed) {
         srv_err e;
         if (j->failed == 2) srv_fail(&e, 503, NULL, "engine_stopped", "%s", j->err); /* the engine process died */
+        else if (j->failed == 3) srv_fail(&e, 503, NULL, "shutting_down", "%s", j->err);
         else srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
         json_t *o = srv_error_json(API_OPENAI, &e);
         char *txt = json_dumps(o, JSON_COMPACT);

@@ -66,6 +66,8 @@ struct srv_proc {
     int n_ents, cap_ents;
     sched_metrics m;
     char why_down[512];     /* why the last process ended (proc_create's error) */
+    sched_supervision sv;   /* the heartbeat deadline and the model file's identity */
+    _Atomic int64_t last_frame_ms; /* when the live child last sent anything (monotonic) */
 };
 
 typedef struct {
@@ -78,6 +80,21 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int64_t now_ms(void) { return (int64_t)(now_s() * 1e3); }
+
+/* msg with every occurrence of the model's path replaced by its file name: a client is not
+ * told where files live (the engine's own errors name the path it opened). */
+static void strip_path(char *msg, const char *path) {
+    const size_t pl = strlen(path);
+    const char *base = proto_base_name(path);
+    const size_t bl = strlen(base);
+    if (!pl || base == path) return;
+    for (char *at; (at = strstr(msg, path));) {
+        memmove(at + bl, at + pl, strlen(at + pl) + 1);
+        memcpy(at, base, bl);
+    }
 }
 
 /* Send a frame to process `gen` if it is still the live one; a failure means
@@ -97,6 +114,14 @@ static int spawn_locked(srv_proc *p) {
         st_error_set("could not start the engine process: socketpair: %s", strerror(errno));
         return -1;
     }
+    if (p->sv.heartbeat_timeout_s > 0) {
+        /* a child that sends nothing (not even its heartbeat) for this long is stalled: the reader's
+         * read times out and kills it; a write to it never blocks longer either */
+        struct timeval tv = {.tv_sec = p->sv.heartbeat_timeout_s};
+        setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(sv[0], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
+    atomic_store(&p->last_frame_ms, now_ms());
     int cfd = sv[1];
     if (cfd == PROTO_CHILD_FD) { /* dup2 onto itself would keep close-on-exec */
         cfd = fcntl(sv[1], F_DUPFD_CLOEXEC, PROTO_CHILD_FD + 1);
@@ -320,19 +345,27 @@ static void *reader(void *arg) {
     reader_arg *ra = arg;
     srv_proc *p = ra->p;
     sbuf cfg = {0};
-    proto_put_config(&cfg, &p->ep, p->n_slots, p->max_queue);
+    proto_put_config(&cfg, &p->ep, p->n_slots, p->max_queue, &p->sv.model);
     send_gen(p, ra->gen, PROTO_CONFIG, 0, cfg.s, cfg.len);
     sbuf_free(&cfg);
     proto_frame f = {0};
     char fail[400] = "";
-    int r;
-    while ((r = proto_recv(ra->fd, &f)) == 1) {
+    int r, stalled = 0;
+    for (;;) {
+        errno = 0;
+        if ((r = proto_recv(ra->fd, &f)) != 1) {
+            stalled = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+            break;
+        }
+        atomic_store(&p->last_frame_ms, now_ms());
+        if (f.type == PROTO_HEARTBEAT) continue;
         if (f.type == PROTO_READY) on_ready(p, ra, &f);
         else if (f.type == PROTO_FAIL) {
             proto_cur c = {f.payload, f.len, 0};
             uint32_t n;
             const char *s = proto_get_str(&c, &n);
             snprintf(fail, sizeof fail, "%.*s", (int)n, s);
+            strip_path(fail, p->model_path);
         } else if (f.type >= PROTO_START && f.type <= PROTO_TOKEN)
             on_event_frame(p, ra, &f);
         else {
@@ -341,7 +374,11 @@ static void *reader(void *arg) {
         }
     }
     proto_frame_free(&f);
-    if (r < 0) { /* a frame that makes no sense: this child cannot be trusted any more */
+    if (stalled) { /* stopped (SIGSTOP), wedged, or starved: its requests would wait for ever */
+        ST_WARN("engine: process %d sent nothing for %d s (--engine-timeout); killing it", (int)ra->pid,
+                p->sv.heartbeat_timeout_s);
+        kill(ra->pid, SIGKILL);
+    } else if (r < 0) { /* a frame that makes no sense: this child cannot be trusted any more */
         ST_WARN("engine: broken frame from process %d; killing it", (int)ra->pid);
         kill(ra->pid, SIGKILL);
     }
@@ -364,6 +401,9 @@ static void *reader(void *arg) {
     char msg[512];
     if (stopping) snprintf(msg, sizeof msg, "the server is shutting down");
     else if (fail[0]) snprintf(msg, sizeof msg, "the engine could not start: %s; the next request retries", fail);
+    else if (stalled)
+        snprintf(msg, sizeof msg, "the engine stopped responding (nothing from it for %d s, --engine-timeout) and was "
+                 "killed; the next request restarts it", p->sv.heartbeat_timeout_s);
     else snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); the next request restarts it", code);
     if (fail[0]) snprintf(p->why_down, sizeof p->why_down, "%s", fail);
     else snprintf(p->why_down, sizeof p->why_down, "the engine process %s%s", how, loading ? " while loading" : "");
@@ -388,7 +428,7 @@ static void *reader(void *arg) {
     return NULL;
 }
 
-srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue) {
+srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv) {
     ST_ASSERT(n_slots > 0 && max_queue > 0 && ep->model_path);
     srv_proc *p = st_calloc(1, sizeof *p);
     pthread_mutex_init(&p->mu, NULL);
@@ -399,6 +439,7 @@ srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue) {
     pthread_cond_init(&p->cv, &ca);
     pthread_condattr_destroy(&ca);
     p->ep = *ep;
+    p->sv = *sv;
     p->model_path = st_strdup(ep->model_path);
     p->ep.model_path = p->model_path;
     p->n_slots = n_slots;
@@ -498,6 +539,12 @@ void proc_metrics_get(srv_proc *p, sched_metrics *m) {
     for (int i = 0; i < p->n_ents; i++) m->busy += p->ents[i]->started;
     m->queued = p->n_ents - m->busy;
     m->engine_state = p->state == ENG_READY ? "ok" : p->ever_ready ? "restarting" : "loading";
+    /* heartbeats come every 250 ms: a ready child silent for a second or more is not well (it is
+     * killed at --engine-timeout) */
+    const int64_t quiet = now_ms() - atomic_load(&p->last_frame_ms);
+    if (p->state == ENG_READY && p->sv.heartbeat_timeout_s > 0 &&
+        quiet > (p->sv.heartbeat_timeout_s >= 6 ? 3000 : p->sv.heartbeat_timeout_s >= 2 ? p->sv.heartbeat_timeout_s * 500 : 1000))
+        m->engine_state = "unresponsive";
     m->engine_pid = (int)p->pid;
     pthread_mutex_unlock(&p->mu);
 }

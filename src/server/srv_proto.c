@@ -3,12 +3,16 @@
  * and the encodings of a request and of the engine configuration, shared by
  * both ends so that the field order is written down once. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "server/srv_proto.h"
 
 #define HEADER_BYTES 16
@@ -230,7 +234,7 @@ void proto_request_free(srv_request *r) {
 
 /* ---- configuration ---- */
 
-void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_queue) {
+void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_queue, const model_ident *id) {
     proto_put_str(b, ep->model_path, strlen(ep->model_path));
     proto_put_i32(b, ep->n_ctx);
     proto_put_i32(b, (int32_t)ep->kv_type);
@@ -245,9 +249,12 @@ void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_que
     proto_put_i32(b, ep->no_pin);
     proto_put_i32(b, n_slots);
     proto_put_i32(b, max_queue);
+    proto_put_u64(b, id->size);
+    proto_put_u64(b, (uint64_t)id->mtime_ns);
+    proto_put_u64(b, id->head_hash);
 }
 
-int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_queue) {
+int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_queue, model_ident *id) {
     *ep = engine_defaults();
     uint32_t len;
     const char *path = proto_get_str(c, &len);
@@ -265,8 +272,60 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     ep->no_pin = proto_get_i32(c);
     *n_slots = proto_get_i32(c);
     *max_queue = proto_get_i32(c);
+    id->size = proto_get_u64(c);
+    id->mtime_ns = (int64_t)proto_get_u64(c);
+    id->head_hash = proto_get_u64(c);
     if (c->bad || *n_slots <= 0 || *max_queue <= 0) return -1;
     ep->model_path = dup_str(path, len);
     ep->expert_profile = plen ? dup_str(prof, plen) : NULL;
     return 0;
+}
+
+/* ---- model identity ---- */
+
+const char *proto_base_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+#define base_name proto_base_name
+
+#define IDENT_HEAD_BYTES ((size_t)1 << 20)
+
+int model_ident_of(const char *path, model_ident *id) {
+    *id = (model_ident){0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        st_error_set("cannot read the model file %s: %s", base_name(path), strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    id->size = (uint64_t)st.st_size;
+    id->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    uint8_t *buf = st_malloc(65536);
+    size_t done = 0;
+    while (done < IDENT_HEAD_BYTES) {
+        ssize_t r = pread(fd, buf, 65536, (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        for (ssize_t i = 0; i < r; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+        done += (size_t)r;
+    }
+    st_free(buf);
+    close(fd);
+    id->head_hash = h;
+    return 0;
+}
+
+const char *model_ident_mismatch(const char *path, const model_ident *want, const model_ident *now) {
+    static _Thread_local char why[400];
+    const char *what = now->size != want->size               ? "its size changed"
+                       : now->head_hash != want->head_hash   ? "its header changed"
+                       : now->mtime_ns != want->mtime_ns     ? "it was modified"
+                                                             : NULL;
+    if (!what) return NULL;
+    snprintf(why, sizeof why, "the model file %s is not the one this server started with (%s): the front end's "
+             "tokenizer and the engine would disagree; restart strata serve to serve it", base_name(path), what);
+    return why;
 }

@@ -19,8 +19,10 @@
  *     payload    fields in order; str = u32 length + bytes (no NUL)
  *
  * parent -> child
- *   CONFIG   str model_path, i32 n_ctx, kv_type, n_threads, n_ubatch, gpu, n_slots, max_queue
- *            (first frame; the child loads the model on a thread, still reading the socket)
+ *   CONFIG   str model_path, i32 n_ctx, kv_type, n_threads, n_ubatch, gpu, n_slots, max_queue,
+ *            u64 model size, i64 mtime_ns, u64 head_hash (the front end's model_ident)
+ *            (first frame; the child loads the model on a thread, still reading the socket; a file
+ *            that is not the front end's, before or after loading, is a FAIL)
  *   REQUEST  f32 temp, i32 top_k, f32 top_p, min_p, repeat_penalty, presence_penalty,
  *            frequency_penalty, i32 penalty_last_n, u64 seed, i32 max_tokens,
  *            u32 n_prompt, i32 token[n_prompt], u32 n_stop, str stop[n_stop]
@@ -34,6 +36,8 @@
  *   DONE     i32 slot, n_prompt, n_reused, n_read, f64 prompt_ms, i32 n_gen, f64 gen_ms,
  *            i32 drafts_accepted, drafts_total, str finish, i32 stop_index
  *   ERROR    i32 slot, str message            the engine refused or failed the request
+ *   HEARTBEAT (no payload)                    every 250 ms from the start: the parent kills a child
+ *                                             silent for --engine-timeout (stopped, hung)
  *
  * Every REQUEST gets exactly one DONE or ERROR unless the child dies first; a
  * CANCEL for an id that already ended is ignored. End of file on either side
@@ -61,6 +65,7 @@ enum {
     PROTO_DONE,
     PROTO_ERROR,
     PROTO_TOKEN, /* i32 slot, i32 token, f32 logprob, u32 n_top, (i32 id, f32 logprob) x n_top */
+    PROTO_HEARTBEAT,
 };
 
 typedef struct {
@@ -106,16 +111,21 @@ void proto_put_request(sbuf *b, const srv_request *r);
  * proto_request_free). -1 on a malformed payload. */
 int proto_get_request(proto_cur *c, srv_request *r);
 void proto_request_free(srv_request *r);
-void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_queue);
+void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_queue, const model_ident *id);
 /* ep->model_path is st_malloc'd. -1 on a malformed payload. */
-int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_queue);
+int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_queue, model_ident *id);
+/* NULL when now is the file `want` describes, else why not (a static string, naming the file by
+ * its base name only). */
+/* The file name of path without its directories (what a client may be told of a path). */
+const char *proto_base_name(const char *path);
+const char *model_ident_mismatch(const char *path, const model_ident *want, const model_ident *now);
 
 /* ---- the parent: supervisor of the engine process (srv_proc.c) ---- */
 typedef struct srv_proc srv_proc;
 
 /* Spawn the engine and wait until it is ready. NULL with st_error_get() (the
  * child's own message when it could not open the model). */
-srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue);
+srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv);
 /* Stop the child (end of file on its socket; SIGKILL after a grace period)
  * and end every request in flight with an ERROR event. */
 void proc_free(srv_proc *p);

@@ -338,8 +338,8 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     return s;
 }
 
-srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue) {
-    srv_proc *p = proc_create(ep, n_slots, max_queue);
+srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv) {
+    srv_proc *p = proc_create(ep, n_slots, max_queue, sv);
     if (!p) return NULL;
     srv_sched *s = st_calloc(1, sizeof *s);
     s->proc = p;

@@ -88,13 +88,28 @@ typedef struct {
 
 typedef struct srv_sched srv_sched;
 
+/* Which model file: the front end's tokenizer and the engine process must read the same one. */
+typedef struct {
+    uint64_t size;
+    int64_t mtime_ns;
+    uint64_t head_hash;                   /* FNV-1a of the first MiB (the GGUF header and metadata) */
+} model_ident;
+/* The identity of the file at path now; -1 with st_error when it cannot be read. */
+int model_ident_of(const char *path, model_ident *id);
+
+/* What the front end asks of its engine process (sched_create_supervised). */
+typedef struct {
+    int heartbeat_timeout_s;              /* a child that sends nothing this long is killed; 0: never */
+    model_ident model;                    /* a child finding another file there refuses to serve it */
+} sched_supervision;
+
 /* Open the engine with n_slots sequences and start its thread in this process. NULL with
  * st_error_get(). */
 srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue);
 /* The same in a child process (srv_proto.h), spawned now and waited for; if it
  * dies, the requests in flight end with an ERROR event with engine_down set
  * and the next sched_submit (or sched_wake) starts a new one. */
-srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue);
+srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv);
 /* Start the engine process if it is down; nothing in-process. */
 void sched_wake(srv_sched *s);
 /* Stops the engine thread: the running requests are told to stop, queued

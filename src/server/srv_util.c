@@ -217,19 +217,36 @@ int jf_stops(json_t *o, const char *key, const char **stops, int *n_stop, srv_er
 
 /* ---- prompts ---- */
 
-int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special, int parse_special, int *n,
-                      srv_err *e) {
-    int64_t need = tokenizer_encode(s->tok, text, len, add_special, parse_special, NULL, 0);
+int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special, int parse_special, const char *param,
+                      int *n, srv_err *e) {
+    /* Decided before any tokenizer work: no token covers more than max_piece bytes of text, so a
+     * longer text has more tokens than the context holds. An 8 MB word cost seconds of CPU and
+     * ~40 bytes of BPE scratch per byte before this check. */
+    if (len > s->prompt_max_bytes) {
+        srv_fail(e, 400, param, "context_length_exceeded",
+                 "the %s text is %zu bytes: more than the %d-token context can hold (at most %zu bytes, %zu per "
+                 "token at most for this model), so it was not tokenized",
+                 param ? param : "prompt", len, s->n_ctx, s->prompt_max_bytes, s->max_piece);
+        return NULL;
+    }
+    /* one pass: a token covers at least one byte, and BOS, EOS and a space prefix per fragment add a few */
+    int64_t cap = 2 * (int64_t)len + 8;
+    int32_t *ids = st_malloc((size_t)cap * sizeof(int32_t));
+    /* BPE needs ~40 bytes of scratch per byte of a word: big texts (a long context allows MBs) are
+     * tokenized one at a time, so that many at once cost one core and one scratch, not all of them */
+    const int big = len > SRV_BIG_TEXT;
+    if (big) pthread_mutex_lock(&s->big_text_mu);
+    int64_t need = tokenizer_encode(s->tok, text, len, add_special, parse_special, ids, cap);
+    if (big) pthread_mutex_unlock(&s->big_text_mu);
     if (need < 0) {
-        srv_fail(e, 400, NULL, "invalid_value", "the text cannot be tokenized: %s", st_error_get());
+        st_free(ids);
+        srv_fail(e, 400, param, "invalid_value", "the text cannot be tokenized: %s", st_error_get());
         return NULL;
     }
-    if (need > (1 << 28)) { /* far beyond any context: refuse before allocating */
-        srv_fail(e, 400, NULL, "context_length_exceeded", "the text has %lld tokens", (long long)need);
-        return NULL;
+    if (need > cap) { /* cannot happen by the bound above; stay correct anyway */
+        ids = st_realloc(ids, (size_t)need * sizeof(int32_t));
+        tokenizer_encode(s->tok, text, len, add_special, parse_special, ids, need);
     }
-    int32_t *ids = st_malloc((size_t)(need + 1) * sizeof(int32_t));
-    tokenizer_encode(s->tok, text, len, add_special, parse_special, ids, need);
     *n = (int)need;
     return ids;
 }

@@ -208,7 +208,7 @@ def test_body_100mb_gets_413(server):
 
 def test_expect_continue_over_max_body_refused_before_upload(server):
     # 9 MB declared (over --max-body, 8 MB) with Expect: 100-continue: the 413 comes instead of the 100
-    got = raw_exchange(server.port, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    got = raw_exchange(server.port, b"POST /v1/messages HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (9 << 20), timeout=5)
     assert got.startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in got, got[:300]
     err = json.loads(got.partition(b"\r\n\r\n")[2])
@@ -221,7 +221,7 @@ def test_chunked_body_past_256mb_closed(server):
     # no 413 is counted for an answer never sent
     n413 = server.metrics()['strata_http_requests_total{code="413"}']
     s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n")
     piece, sent, closed = b"100000\r\n" + b"a" * (1 << 20) + b"\r\n", 0, False
     try:
         for _ in range(300):
@@ -262,14 +262,14 @@ def raw_exchange(port, data, timeout=10):
     return got
 
 
-SMUGGLED = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+SMUGGLED = b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
 # (name, request bytes, status): framing a proxy and this server could read differently (RFC 9112 6.1, 6.3)
 FRAMING = [
-    ("two Content-Length values", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nContent-Length: %d"
+    ("two Content-Length values", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: 7\r\nContent-Length: %d"
      b"\r\n\r\n" % (7 + len(SMUGGLED)) + b'{"a":1}' + SMUGGLED, 400),
-    ("Transfer-Encoding with Content-Length", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    ("Transfer-Encoding with Content-Length", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
      b"Content-Length: 5\r\n\r\n0\r\n\r\n" + SMUGGLED, 400),
-    ("Transfer-Encoding gzip", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+    ("Transfer-Encoding gzip", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
 ]
 
 
@@ -292,12 +292,12 @@ def test_ambiguous_framing_refused_and_closed(server, name, req, status):
 
 def test_request_target_forms(server):
     # absolute form (what a proxy sends) is the same request as its path
-    got = raw_exchange(server.port, b"GET http://127.0.0.1:%d/v1/models HTTP/1.1\r\nHost: x\r\nConnection: close"
+    got = raw_exchange(server.port, b"GET http://127.0.0.1:%d/v1/models HTTP/1.1\r\nHost: localhost\r\nConnection: close"
                        b"\r\n\r\n" % server.port)
     assert got.startswith(b"HTTP/1.1 200 "), got[:300]
     assert json.loads(got.partition(b"\r\n\r\n")[2])["object"] == "list"
     # the authority is cut before decoding: an encoded '/' in it is no path
-    got = raw_exchange(server.port, b"GET http://h%2Fv1%2Fmodels HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = raw_exchange(server.port, b"GET http://h%2Fv1%2Fmodels HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert b'"object":"list"' not in got, got[:300]
     # %00 is not decoded to a NUL that would cut the path short
     r = httpx.get(server.url + "/v1/models%00xyz")

@@ -257,3 +257,137 @@ def test_engine_exits_when_server_is_killed():
         raise AssertionError(f"engine {child} still running after its server was SIGKILLed: {proc_stat(child)}")
     print(f"checked: SIGKILL of the server ends its engine process {child} (end of file on the socket) "
           f"within {(time.time() - t0) * 1e3:.0f} ms")
+
+
+# ---- SIGTERM drains (issue 17, item 4) ----
+
+def test_sigterm_drains_then_ends_streams_cleanly():
+    # --shutdown-timeout 3: after SIGTERM new clients are refused at once, a short request in flight
+    # finishes, and a long stream ends with the API's error event (the SDK raises it as an APIError,
+    # not a connection error); the server exits 0
+    import openai
+    s = Server("--slots", "2", "--shutdown-timeout", "3")
+    oai = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    got = {}
+
+    def short():
+        got["short"] = httpx.post(s.url + "/v1/chat/completions", timeout=60, json={
+            "messages": LONG, "max_tokens": 12, "temperature": 0})
+
+    try:
+        stream = oai.chat.completions.create(model="m", messages=LONG, max_tokens=1000, temperature=0.7, stream=True)
+        it = iter(stream)
+        next(it)  # generating now
+        t = threading.Thread(target=short)
+        t.start()
+        s.wait_metric("strata_slots_busy", lambda v: v == 2)
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(s.url + "/v1/models", timeout=5)
+        refused = time.time() - t0
+        n = 0
+        with pytest.raises(openai.APIError) as ei:
+            for _ in it:
+                n += 1
+        ended = time.time() - t0
+        assert "shutting down" in str(ei.value) and "--shutdown-timeout" in str(ei.value), ei.value
+        assert not isinstance(ei.value, openai.APIConnectionError), ei.value
+        assert 2.5 <= ended <= 6, ended
+        t.join(30)
+        assert got["short"].status_code == 200 and got["short"].json()["usage"]["completion_tokens"] == 12, \
+            got["short"].text
+        s.proc.wait(30)
+    finally:
+        rc = s.stop()
+    assert rc == 0, s.log()[-2000:]
+    print(f"checked: SIGTERM -> new connections refused ({refused:.1f} s), the short request in flight -> 200 with "
+          f"12 tokens, the stream ran {n} more chunks and ended {ended:.1f} s after the signal with the SDK's "
+          f"APIError {str(ei.value)[:90]!r}; exit code 0")
+
+
+# ---- a stalled engine (issue 17, item 5) ----
+
+def test_stopped_engine_is_killed_and_its_requests_get_503():
+    # --engine-timeout 2: SIGSTOP the engine while it generates; /health stops saying ok within about a
+    # second, the request gets 503 naming the stall once 2 s pass without a heartbeat, and the next
+    # request runs on a new engine process
+    s = Server("--slots", "1", "--engine-timeout", "2")
+    try:
+        pid = engine_pid(s)
+        got = {}
+
+        def waiter():
+            got["r"] = httpx.post(s.url + "/v1/chat/completions", timeout=30, json={
+                "messages": LONG, "max_tokens": 500, "temperature": 0.7})
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        s.wait_metric("strata_slots_busy", lambda v: v == 1)
+        t0 = time.time()
+        os.kill(pid, signal.SIGSTOP)
+        h = wait_health(s, "unresponsive", timeout=5)
+        assert h.status_code == 503, h.text
+        seen = time.time() - t0
+        t.join(30)
+        answered = time.time() - t0
+        r = got["r"]
+        assert r.status_code == 503 and r.json()["error"]["code"] == "engine_stopped", r.text
+        assert "stopped responding" in r.json()["error"]["message"] and "--engine-timeout" in r.text, r.text
+        assert 1.5 <= answered <= 6, answered
+        wait_gone(pid)
+        r2 = httpx.post(s.url + "/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        assert r2.status_code == 200, r2.text
+        assert engine_pid(s) != pid
+        assert "sent nothing for 2 s (--engine-timeout); killing it" in s.log()
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        rc = s.stop()
+    assert rc == 0
+    print(f"checked: SIGSTOP of the engine -> /health 503 'unresponsive' after {seen:.1f} s, the request -> 503 "
+          f"{r.json()['error']['message']!r} after {answered:.1f} s; the next request -> 200 on a new engine")
+
+
+# ---- the engine and the front end read the same model file (issue 17, items 2 and 9) ----
+
+def test_replaced_model_file_is_refused(tmp_path):
+    import shutil
+    from conftest import MODEL
+    model = tmp_path / "copy.gguf"
+    shutil.copyfile(MODEL, model)
+    s = Server("--slots", "1", "-m", str(model))
+    try:
+        ok = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        assert httpx.post(s.url + "/v1/chat/completions", json=ok, timeout=60).status_code == 200
+        # other weights at the same path (a new file put in place, as a download or a copy does)
+        other = tmp_path / "other.gguf"
+        shutil.copyfile(MODEL, other)
+        with open(other, "r+b") as f:
+            f.seek(-4096, os.SEEK_END)
+            f.write(os.urandom(4096))
+        os.replace(other, model)
+        pid = engine_pid(s)
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid)
+        r = httpx.post(s.url + "/v1/chat/completions", json=ok, timeout=60)
+        assert r.status_code == 503, r.text
+        msg = r.json()["error"]["message"]
+        assert "copy.gguf is not the one this server started with (it was modified)" in msg, msg
+        assert "restart strata serve" in msg and str(tmp_path) not in msg, msg
+        # a zeroed header: named as a changed file, no guess about byte order, no absolute path
+        with open(model, "r+b") as f:
+            f.write(b"\0" * 64)
+        r = httpx.post(s.url + "/v1/messages", json={"model": "m", **ok}, timeout=60)
+        assert r.status_code == 529, r.text
+        msg2 = r.json()["error"]["message"]
+        assert "(its header changed)" in msg2 and "big-endian" not in msg2 and str(tmp_path) not in msg2, msg2
+    finally:
+        rc = s.stop()
+    assert rc == 0
+    print(f"checked: the model file replaced, then an engine restart -> 503 {msg!r}; its header zeroed -> 529 "
+          f"{msg2[:80]!r}...; no absolute path in either")
