@@ -85,14 +85,7 @@ int cmd_bench(int argc, char **argv) {
         int64_t t0 = st_now_ns();
         if (n_p) engine_eval(e, toks, (int)n_p);
         int64_t t1 = st_now_ns();
-        if (ls) {
-            pro.experts += ls->experts - pre.experts;
-            pro.layers += ls->layers - pre.layers;
-            pro.bytes_pcie += ls->bytes_pcie - pre.bytes_pcie;
-            pro.pairs_cpu += ls->pairs_cpu - pre.pairs_cpu;
-            pro.pairs_pcie += ls->pairs_pcie - pre.pairs_pcie;
-            pro.pairs_dev += ls->pairs_dev - pre.pairs_dev;
-        }
+        if (ls) moe_lane_stats_add(&pro, ls, &pre);
         if (depth && (r == 0 || n_p)) { /* the prompt run overwrote the cache: fill it again */
             e->n_past = 0;
             engine_eval(e, toks, (int)depth);
@@ -104,11 +97,7 @@ int cmd_bench(int argc, char **argv) {
         for (long long i = 0; i < n_g; i++) engine_eval(e, &t, 1);
         int64_t t3 = st_now_ns();
         if (ls) {
-            dec.pairs_dev += ls->pairs_dev - before.pairs_dev;
-            dec.pairs_cpu += ls->pairs_cpu - before.pairs_cpu;
-            dec.pairs_pcie += ls->pairs_pcie - before.pairs_pcie;
-            dec.bytes_cpu += ls->bytes_cpu - before.bytes_cpu;
-            dec.bytes_pcie += ls->bytes_pcie - before.bytes_pcie;
+            moe_lane_stats_add(&dec, ls, &before);
             dec_s += (double)(t3 - t2) / 1e9;
         }
         pp[r] = n_p ? n_p / ((double)(t1 - t0) / 1e9) : 0;

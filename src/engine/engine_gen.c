@@ -213,10 +213,12 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     st_free(vals);
     gen_end(g, st);
     if (ls) {
+        moe_lane_stats d = {0};
+        moe_lane_stats_add(&d, ls, &before);
         st->lanes = 1;
-        st->pairs_dev = ls->pairs_dev - before.pairs_dev;
-        st->pairs_cpu = ls->pairs_cpu - before.pairs_cpu;
-        st->pairs_pcie = ls->pairs_pcie - before.pairs_pcie;
+        st->pairs_dev = d.pairs_dev;
+        st->pairs_cpu = d.pairs_cpu;
+        st->pairs_pcie = d.pairs_pcie;
     }
     return 0;
 }

@@ -302,3 +302,13 @@ const moe_lane_stats *moe_lanes_stats(const st_backend *be) {
 const uint64_t *moe_lanes_counts(const st_backend *be) {
     return be && be->moe_ffn == l_moe_ffn ? ((const lanes *)be)->counts : NULL;
 }
+
+void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const moe_lane_stats *then) {
+    acc->pairs_dev += now->pairs_dev - then->pairs_dev;
+    acc->pairs_cpu += now->pairs_cpu - then->pairs_cpu;
+    acc->pairs_pcie += now->pairs_pcie - then->pairs_pcie;
+    acc->bytes_pcie += now->bytes_pcie - then->bytes_pcie;
+    acc->bytes_cpu += now->bytes_cpu - then->bytes_cpu;
+    acc->layers += now->layers - then->layers;
+    acc->experts += now->experts - then->experts;
+}

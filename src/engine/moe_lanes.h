@@ -39,6 +39,8 @@ typedef struct {
  * result is destroyed), or NULL. */
 st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, const expert_plan *plan,
                            const lane_rates *rates, int n_rows, const void *pinned);
+/* acc += now - then, counter by counter (what happened between two reads). */
+void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const moe_lane_stats *then);
 /* The counters so far; NULL when be is not the lanes backend. */
 const moe_lane_stats *moe_lanes_stats(const st_backend *be);
 /* (n_layer * n_expert) routing counts so far of the layers not wholly

@@ -153,6 +153,12 @@ static void test_plan(void) {
     expert_plan_free(&p);
 }
 
+static int n_sent(const uint8_t *to_pcie) {
+    int n = 0;
+    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    return n;
+}
+
 static void test_cost_model(void) {
     double bytes[8];
     int ntok[8];
@@ -163,52 +169,44 @@ static void test_cost_model(void) {
     lane_rates slow_pcie = r;
     slow_pcie.pcie_bw = 1e6;
     lane_split(&slow_pcie, 8, bytes, ntok, 1e7, 1, to_pcie);
-    int n = 0;
-    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    int n = n_sent(to_pcie);
     CHECK(n == 0, "slow PCIe: %d experts sent", n);
     /* a slow CPU: everything over PCIe */
     lane_rates slow_cpu = r;
     slow_cpu.cpu_bw = 1e6;
     lane_split(&slow_cpu, 8, bytes, ntok, 1e7, 1, to_pcie);
-    n = 0;
-    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    n = n_sent(to_pcie);
     CHECK(n == 8, "slow CPU: %d of 8 sent", n);
     /* comparable lanes: the cheaper one takes the whole layer (CPU 8 x 40 us, PCIe 8 x 80 us) */
     const double t = lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
-    n = 0;
-    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    n = n_sent(to_pcie);
     CHECK(n == 0 && fabs(t - 8 * (3e6 / 100e9 + 1e7 / 1e12)) < 1e-9, "comparable: %d sent, %.1f us", n, t * 1e6);
     /* many tokens make the CPU lane compute-bound: the layer goes over PCIe */
     ntok[3] = 500;
     lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
-    n = 0;
-    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    n = n_sent(to_pcie);
     CHECK(n == 8, "an expert with 500 tokens: %d of 8 sent", n);
     /* a per-layer cost of the PCIe lane above what it saves: the CPU after all */
     lane_rates fixed = r;
     fixed.pcie_layer = 10e-3;
     lane_split(&fixed, 8, bytes, ntok, 1e7, 1, to_pcie);
-    n = 0;
-    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    n = n_sent(to_pcie);
     CHECK(n == 0, "a costly PCIe lane: %d of 8 sent", n);
     /* a prompt chunk: its 512 rows down and up make the CPU lane the dearer one */
     lane_rates rows = r;
     rows.cpu_row = 2e-6;
     for (int i = 0; i < 8; i++) ntok[i] = 4;
     lane_split(&rows, 8, bytes, ntok, 1e7, 512, to_pcie);
-    n = 0;
-    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    n = n_sent(to_pcie);
     CHECK(n == 8, "a 512-row chunk: %d of 8 sent over PCIe", n);
     lane_split(&rows, 8, bytes, ntok, 1e7, 1, to_pcie);
-    n = 0;
-    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    n = n_sent(to_pcie);
     CHECK(n == 0, "the same experts for one row: %d of 8 sent", n);
     for (int i = 0; i < 8; i++) ntok[i] = i == 3 ? 500 : 1;
     /* a fixed share */
     r.pcie_frac = 0.25;
     lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
-    n = 0;
-    for (int i = 0; i < 8; i++) n += to_pcie[i];
+    n = n_sent(to_pcie);
     CHECK(n == 2 && to_pcie[3], "--pcie-frac 0.25: %d of 8", n);
 }
 

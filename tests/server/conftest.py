@@ -1,7 +1,9 @@
 """Fixtures for the server tests: a real `strata serve` (strata_server.py,
 shared with tests/web) with the real default model, and clients from the
 official openai / anthropic SDKs pointed at it. The test modules import
-Server, CTX and httpx from here."""
+Server, CTX, httpx and raw_exchange from here."""
+import socket
+
 import pytest
 
 from strata_server import BIN, CTX, MODEL, Server, httpx  # noqa: F401 (re-exported to the test modules)
@@ -25,3 +27,17 @@ def oai(server):
 def anth(server):
     import anthropic
     return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
+
+
+def raw_exchange(port, data, timeout=10):
+    """Send raw bytes, read until the server closes (or the timeout, or a reset), return what came back."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    got = b""
+    try:
+        while chunk := s.recv(65536):
+            got += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    return got

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import Server, httpx
+from conftest import Server, httpx, raw_exchange
 
 OK_MSGS = [{"role": "user", "content": "Hi"}]
 CORS_OK = "http://allowed.example"
@@ -30,20 +30,6 @@ def hard():
 def vm_hwm_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
-
-
-def raw(port, data, timeout=10, host=None):
-    """Send raw bytes, read until the server closes (or the timeout), return what came back."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.sendall(data)
-    got = b""
-    try:
-        while chunk := s.recv(65536):
-            got += chunk
-    except (socket.timeout, ConnectionResetError):
-        pass
-    s.close()
-    return got
 
 
 def err_of(got):
@@ -96,7 +82,7 @@ def test_inflight_budget(hard):
                  b"Content-Length: %d\r\n\r\n" % len(body) + body[:1000])
     time.sleep(0.3)
     t0 = time.time()
-    got = raw(hard.port, b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    got = raw_exchange(hard.port, b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               b"Content-Length: 5000000\r\n\r\n")
     head, err = err_of(got)
     assert head.startswith(b"HTTP/1.1 529 ") and b"connection: close" in head.lower(), got[:300]
@@ -137,7 +123,7 @@ LENIENT = [
 
 @pytest.mark.parametrize("name,req,says", LENIENT, ids=[c[0] for c in LENIENT])
 def test_lenient_http_refused(server, name, req, says):
-    got = raw(server.port, req)
+    got = raw_exchange(server.port, req)
     head, err = err_of(got)
     assert head.startswith(b"HTTP/1.1 400 ") and b"connection: close" in head.lower(), got[:300]
     assert got.count(b"\r\nDate: ") == 1, got  # one answer: the bytes after it were not read as a request
@@ -146,7 +132,7 @@ def test_lenient_http_refused(server, name, req, says):
 
 
 def test_http10_without_host_served(server):
-    got = raw(server.port, b"GET /v1/models HTTP/1.0\r\n\r\n")
+    got = raw_exchange(server.port, b"GET /v1/models HTTP/1.0\r\n\r\n")
     assert got.startswith(b"HTTP/1.0 200 ") or got.startswith(b"HTTP/1.1 200 "), got[:200]
     print("checked: HTTP/1.0 without Host (which it does not require) -> 200")
 

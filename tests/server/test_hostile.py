@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import CTX, httpx, Server
+from conftest import CTX, httpx, raw_exchange, Server
 
 OK_MSGS = [{"role": "user", "content": "Hi"}]
 
@@ -246,20 +246,6 @@ def test_wrong_method(server):
     r = httpx.post(server.url + "/v1/models", content=b"{}")
     assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD", r.headers
     print("checked: GET on a POST path -> 405 with Allow: POST; POST on a GET path -> 405 with Allow: GET, HEAD")
-
-
-def raw_exchange(port, data, timeout=10):
-    """Send raw bytes, read until the server closes (or the timeout), return what came back."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.sendall(data)
-    got = b""
-    try:
-        while chunk := s.recv(65536):
-            got += chunk
-    except socket.timeout:
-        pass
-    s.close()
-    return got
 
 
 SMUGGLED = b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
