@@ -16,24 +16,6 @@
 
 #define PPL_USAGE "strata perplexity " ENGINE_OPTS_USAGE " -f TEXTFILE [--chunks N]"
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < 0) {
-        fclose(f);
-        return NULL;
-    }
-    char *buf = st_malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    buf[got] = 0;
-    *len = got;
-    return buf;
-}
-
 int cmd_perplexity(int argc, char **argv) {
     args_t a = {.cmd = "perplexity", .usage = PPL_USAGE, .argc = argc, .argv = argv, .i = 1};
     engine_params ep = engine_defaults();
@@ -62,7 +44,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (!path) return cli_usage_error("perplexity", PPL_USAGE, "missing -f TEXTFILE");
     size_t len;
-    char *text = read_file(path, &len);
+    char *text = cli_read_file(path, &len);
     if (!text) {
         fprintf(stderr, "strata perplexity: cannot read '%s'\n", path);
         return 1;

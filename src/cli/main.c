@@ -1,6 +1,7 @@
 /* `strata`: the one binary. Dispatches to a subcommand from a table, so every
  * subcommand is listed in `strata --help` and nothing else parses argv[1]. */
 #include "cli/cli.h"
+#include "core/alloc.h"
 #include "model/model.h"
 #include "server/server.h"
 
@@ -21,6 +22,7 @@ static const command COMMANDS[] = {
     {"chat", cmd_chat, "chat with a model in its chat format"},
     {"perplexity", cmd_perplexity, "perplexity on a text file, comparable with llama.cpp's"},
     {"bench", cmd_bench, "prompt and decode speed, GB/s of weights read"},
+    {"profile", cmd_profile, "a MoE model's routing counts on a text, for --expert-profile"},
     {"serve", cmd_serve, "OpenAI- and Anthropic-compatible HTTP server (default model when -m is not given)"},
     {"launch", cmd_launch, "plan device, context, KV and memory from this machine, then serve (--plan: only print)"},
     {"device", cmd_device, "list the GPUs and self-test one (memory plan, bandwidth, every op vs the CPU)"},
@@ -36,6 +38,24 @@ int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "strata %s: %s\nusage: %s\n", cmd, msg, usage);
     return 2;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n < 0) {
+        fclose(f);
+        return NULL;
+    }
+    char *buf = st_malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = 0;
+    *len = got;
+    return buf;
 }
 
 static void usage(FILE *out) {
