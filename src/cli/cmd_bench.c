@@ -122,10 +122,11 @@ int cmd_bench(int argc, char **argv) {
     if (ls && n_g) {
         const double n = (double)n_g * (double)reps, pairs = (double)(dec.pairs_dev + dec.pairs_cpu + dec.pairs_pcie);
         printf("experts in decode: %.1f%% of pairs from the GPU cache, %.1f%% CPU lane, %.1f%% PCIe; per token "
-               "the CPU lane read %.1f MB (%.1f GB/s over the decode time), PCIe moved %.1f MB (%.1f GB/s)\n",
+               "the CPU lane read %.1f MB (%.1f GB/s over the decode time), PCIe moved %.1f MB (%.1f GB/s); %llu "
+               "cache slots changed hands\n",
                100 * (double)dec.pairs_dev / pairs, 100 * (double)dec.pairs_cpu / pairs,
                100 * (double)dec.pairs_pcie / pairs, (double)dec.bytes_cpu / n / 1e6, (double)dec.bytes_cpu / dec_s / 1e9,
-               (double)dec.bytes_pcie / n / 1e6, (double)dec.bytes_pcie / dec_s / 1e9);
+               (double)dec.bytes_pcie / n / 1e6, (double)dec.bytes_pcie / dec_s / 1e9, (unsigned long long)dec.swaps);
     }
     if (depth) printf("depth: %lld tokens in the cache before decoding (%s KV)\n", depth,
                       ep.kv_type == ST_KV_INT8 ? "int8" : "f16");

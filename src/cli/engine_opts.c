@@ -77,6 +77,11 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         p->pcie_frac = d;
         return 1;
     }
+    if ((r = args_value(a, "--adapt-every", &v))) {
+        if (r < 0 || args_int(a, "--adapt-every", v, 0, 1 << 20, &n)) return -1;
+        p->adapt_every = (int)n;
+        return 1;
+    }
     if ((r = args_value(a, "--pin-experts", &v))) {
         if (r < 0 || args_int(a, "--pin-experts", v, 0, 1, &n)) return -1;
         p->no_pin = !n;

@@ -65,6 +65,8 @@ static const st_switch_def TABLE[] = {
      "routing counts (strata profile) that choose which experts the GPU caches", 0},
     {"--pcie-frac", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "the cost model",
      "0: uncached experts always on the CPU expert lane; 1: always sent over PCIe (default: per layer, the cheaper)", 0},
+    {"--adapt-every", ST_SW_KIND_FLAG, NULL, NULL, 0, 1 << 20, "0", "0 (the cache stays as planned)",
+     "every N steps each layer's hottest uncached expert takes its coldest cached one's slot, when hotter", 0},
     {"--pin-experts", ST_SW_KIND_FLAG, NULL, NULL, 0, 1, "1", "1",
      "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging)", 0},
     {"--host", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, "127.0.0.1", "127.0.0.1", "address the server binds", 0},

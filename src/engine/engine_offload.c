@@ -265,6 +265,9 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
             rates.cpu_bw * 1e-9, rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.cpu_row * 1e6,
             rates.pcie_bw * 1e-9, rates.pcie_lat * 1e6, p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
     *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch, pinned);
+    moe_lanes_set_adapt(*be, p->adapt_every);
+    if (p->adapt_every) ST_INFO("expert cache: learns every %d steps (the hottest miss of a layer takes its coldest slot)",
+                                p->adapt_every);
     expert_plan_free(&plan);
     return 1;
 }

@@ -41,6 +41,7 @@ typedef struct {
     const model *m;
     lane_rates rates;
     int n_layer, n_expert, k, n_rows, last;
+    int first_routed; /* the first layer not wholly cached: its calls count the steps */
     int64_t E, F;
     lane_layer *layer;
     /* staging: one layer's experts, expert e's matrices at position e */
@@ -60,6 +61,9 @@ typedef struct {
     size_t mat_g, mat_u, mat_d; /* bytes of one expert's matrix */
     moe_lane_stats stats;
     uint64_t *counts; /* (n_layer * n_expert) routing counts of the layers routed on the host */
+    float *heat;      /* (n_layer * n_expert) decayed routing counts: what the cache adapts to */
+    int adapt_every;  /* steps between admissions, 0: never */
+    uint64_t steps;
 } lanes;
 
 static lanes *LN(st_backend *be) { return (lanes *)be; }
@@ -90,6 +94,32 @@ static void put(lanes *L, void *dst, const void *src, size_t bytes) {
     else d->to_device(d, dst, src, bytes);
 }
 
+/* One admission in layer il (moe_lanes_set_adapt): the hottest uncached
+ * expert into the coldest cached one's slot, if hotter by half. */
+static void adapt_layer(lanes *L, st_backend *be, int il, const st_weight *gate, const st_weight *up,
+                        const st_weight *down) {
+    lane_layer *ly = &L->layer[il];
+    const float *heat = L->heat + (size_t)il * L->n_expert;
+    int hot = -1, cold = -1;
+    for (int e = 0; e < L->n_expert; e++) {
+        if (ly->slot[e] < 0) {
+            if (hot < 0 || heat[e] > heat[hot]) hot = e;
+        } else if (cold < 0 || heat[e] < heat[cold]) {
+            cold = e;
+        }
+    }
+    if (hot < 0 || cold < 0 || !(heat[hot] > 1.5f * heat[cold] + 0.5f)) return;
+    const int s = ly->slot[cold];
+    put(L, mat_ptr(&ly->g, s), st_weight_mat(gate, hot), L->mat_g);
+    put(L, mat_ptr(&ly->u, s), st_weight_mat(up, hot), L->mat_u);
+    put(L, mat_ptr(&ly->d, s), st_weight_mat(down, hot), L->mat_d);
+    ly->slot[hot] = s;
+    ly->slot[cold] = -1;
+    put(L, ly->d_slot, ly->slot, (size_t)L->n_expert * sizeof(int32_t));
+    L->stats.swaps++;
+    (void)be;
+}
+
 static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
                       int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
                       float *out) {
@@ -115,7 +145,12 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     /* 2. the misses, and their lanes */
     memset(L->cnt, 0, (size_t)n_expert * sizeof(int));
     for (int p = 0; p < nk; p++) L->cnt[sel[p]]++;
-    for (int e = 0; e < n_expert; e++) L->counts[(size_t)il * n_expert + e] += (uint64_t)L->cnt[e];
+    float *heat = L->heat + (size_t)il * n_expert;
+    for (int e = 0; e < n_expert; e++) {
+        L->counts[(size_t)il * n_expert + e] += (uint64_t)L->cnt[e];
+        heat[e] = heat[e] * 0.98f + (float)L->cnt[e];
+    }
+    if (il == L->first_routed) L->steps++;
     int n_miss = 0, hits = 0;
     for (int e = 0; e < n_expert; e++) {
         L->cpu_map[e] = L->stage_map[e] = -1;
@@ -181,6 +216,9 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     L->stats.pairs_dev += (uint64_t)hits;
     L->stats.pairs_cpu += (uint64_t)cpu_pairs;
     L->stats.pairs_pcie += (uint64_t)pcie_pairs;
+    /* after this layer's work is queued: its cache may learn */
+    if (L->adapt_every && ly->n_slots > 0 && L->steps % (uint64_t)L->adapt_every == 0)
+        adapt_layer(L, be, il, gate, up, down);
 }
 
 /* No recorded steps: a layer needs the host between routing and experts. */
@@ -219,6 +257,7 @@ static void l_destroy(st_backend *be) {
     st_free(L->miss_tok);
     st_free(L->to_pcie);
     st_free(L->counts);
+    st_free(L->heat);
     L->cpu->destroy(L->cpu);
     if (L->pinned) be->host_unregister(be, L->pinned);
     L->dev_orig->destroy(L->dev_orig);
@@ -292,6 +331,9 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->miss_tok = st_malloc((size_t)X * sizeof(int));
     L->to_pcie = st_malloc((size_t)X);
     L->counts = st_calloc((size_t)L->n_layer * X, sizeof(uint64_t));
+    L->heat = st_calloc((size_t)L->n_layer * X, sizeof(float));
+    L->first_routed = 0;
+    while (L->first_routed < L->n_layer - 1 && L->layer[L->first_routed].n_slots == X) L->first_routed++;
     return be;
 }
 
@@ -311,4 +353,9 @@ void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const mo
     acc->bytes_cpu += now->bytes_cpu - then->bytes_cpu;
     acc->layers += now->layers - then->layers;
     acc->experts += now->experts - then->experts;
+    acc->swaps += now->swaps - then->swaps;
+}
+
+void moe_lanes_set_adapt(st_backend *be, int every) {
+    if (be && be->moe_ffn == l_moe_ffn) ((lanes *)be)->adapt_every = every > 0 ? every : 0;
 }

@@ -29,6 +29,7 @@ typedef struct {
     uint64_t bytes_cpu;     /* expert bytes the CPU lane read (one read per expert and call) */
     uint64_t layers;        /* MoE layer calls */
     uint64_t experts;       /* distinct experts the tokens of each call chose, summed over the calls */
+    uint64_t swaps;         /* cache slots given to a hotter expert (moe_lanes_set_adapt) */
 } moe_lane_stats;
 
 /* Wraps dev: copies the cached experts of m (its host weights, which stay
@@ -39,6 +40,14 @@ typedef struct {
  * result is destroyed), or NULL. */
 st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, const expert_plan *plan,
                            const lane_rates *rates, int n_rows, const void *pinned);
+/* The cache learns: every `every` steps (a step: a call of the first
+ * routed layer), in each layer whose experts are partly cached, the hottest
+ * uncached expert takes the slot of the coldest cached one when it is
+ * hotter by half. Heat is each expert's routing count, decayed by 0.98 per
+ * step. The copy is queued behind the step's work (the slot's old expert
+ * is read by what is already queued, then overwritten), and the slot maps
+ * change on the host and, by a queued copy, on the device. every 0: off. */
+void moe_lanes_set_adapt(st_backend *be, int every);
 /* acc += now - then, counter by counter (what happened between two reads). */
 void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const moe_lane_stats *then);
 /* The counters so far; NULL when be is not the lanes backend. */

@@ -247,6 +247,7 @@ void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_que
     proto_put_str(b, ep->expert_profile ? ep->expert_profile : "", ep->expert_profile ? strlen(ep->expert_profile) : 0);
     proto_put_f64(b, ep->pcie_frac);
     proto_put_i32(b, ep->no_pin);
+    proto_put_i32(b, ep->adapt_every);
     proto_put_i32(b, n_slots);
     proto_put_i32(b, max_queue);
     proto_put_u64(b, id->size);
@@ -270,6 +271,7 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     const char *prof = proto_get_str(c, &plen);
     ep->pcie_frac = proto_get_f64(c);
     ep->no_pin = proto_get_i32(c);
+    ep->adapt_every = proto_get_i32(c);
     *n_slots = proto_get_i32(c);
     *max_queue = proto_get_i32(c);
     id->size = proto_get_u64(c);

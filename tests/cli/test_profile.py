@@ -1,5 +1,6 @@
-"""strata profile, end to end through the binary: routing counts of a MoE
-model on a text, and what they buy as --expert-profile.
+"""strata profile and --adapt-every, end to end through the binary: routing
+counts of a MoE model on a text, and what they buy as --expert-profile; and
+the cache learning the same while it runs.
 
 A tiny qwen3moe synth with a Zipf-skewed router (so that a few experts take
 most of the routing, as in real models) is profiled on the Genesis text;
@@ -7,7 +8,7 @@ the file must hold one count per (layer, expert), adding up to tokens x
 top-k x layers. With a quarter of the experts cached, the profile's choice
 must hit more often than the default one (each layer's lowest ids) on the
 same prompt: the speed line's share of (token, expert) pairs served by the
-cache. On this CPU-only build the cache lives on a second CPU backend
+cache; so must the cache that learns as it decodes (--adapt-every 1). On this CPU-only build the cache lives on a second CPU backend
 standing in for the GPU (docs/offload.md). Bad uses end with a message and
 exit code 1 or 2.
 """
@@ -103,3 +104,11 @@ def test_profile_bad_uses(model, profile, tmp_path):
     assert r.returncode == 1 and "a profile of 2 layers x 8 experts" in r.stderr, r.stderr
     print("checked: missing -o, a cache with profile, an absent text, an unwritable output, a dense model, "
           "a profile of another shape")
+
+
+def test_adapt_raises_the_hit_rate(model):
+    plain, text_plain = cached_share(model)
+    learnt, text_learnt = cached_share(model, "--adapt-every", 1)
+    assert learnt > plain, f"cached pairs: {learnt}% learning, {plain}% fixed"
+    assert text_learnt == text_plain, "the cache's learning changed the greedy text"
+    print(f"checked: a quarter of the experts cached: {plain}% of pairs hit with a fixed cache, {learnt}% learning")

@@ -55,6 +55,8 @@ static int gpu_present(int g) { return gpu_device_count() > g; }
 static int gpu_present(int g) { return (void)g, 0; }
 #endif
 
+static int g_adapt; /* --adapt-every of the next run */
+
 static int run(const char *path, long cache, double pcie_frac, const char *profile, run_out *o,
                moe_lane_stats *stats) {
     engine_params p = engine_defaults();
@@ -65,6 +67,7 @@ static int run(const char *path, long cache, double pcie_frac, const char *profi
     p.expert_cache = cache;
     p.pcie_frac = pcie_frac;
     p.expert_profile = profile;
+    p.adapt_every = g_adapt;
     engine *e = engine_open(&p);
     if (!e) {
         printf("engine_open: %s\n", st_error_get());
@@ -397,6 +400,20 @@ int main(int argc, char **argv) {
         if (cases[c].frac == 1) CHECK(s.pairs_cpu == 0, "%s: %llu CPU pairs", what, (unsigned long long)s.pairs_cpu);
         st_free(got.logits);
     }
+    /* the cache learning while it runs (a slot taken by a hotter expert each
+     * step, or every 3): the same logits and tokens, and slots did change hands */
+    const long adapt_cases[][2] = {{total / 4, 1}, {total / 4, 3}, {total / 2, 1}};
+    for (size_t c = 0; c < sizeof adapt_cases / sizeof adapt_cases[0]; c++) {
+        moe_lane_stats s;
+        char what[128];
+        g_adapt = (int)adapt_cases[c][1];
+        snprintf(what, sizeof what, "cache %ld of %d, adapt every %d", adapt_cases[c][0], total, g_adapt);
+        ST_ASSERT(run(path, adapt_cases[c][0], c == 2 ? 1 : 0, NULL, &got, &s) == nv);
+        compare(what, &ref, &got, nv);
+        CHECK(s.swaps > 0, "%s: no slot changed hands", what);
+        st_free(got.logits);
+    }
+    g_adapt = 0;
     /* the profile's experts are the hottest of this very routing (the tokens
      * are the same): they give at least the hits of any other choice */
     moe_lane_stats s0, s1;
