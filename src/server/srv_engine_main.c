@@ -90,6 +90,10 @@ static int on_event(void *ctx, const srv_event *ev) {
         const char *fin = st->finish ? st->finish : "stop";
         proto_put_str(&b, fin, strlen(fin));
         proto_put_i32(&b, st->stop_index);
+        proto_put_i32(&b, st->lanes);
+        proto_put_u64(&b, st->pairs_dev);
+        proto_put_u64(&b, st->pairs_cpu);
+        proto_put_u64(&b, st->pairs_pcie);
         break;
     }
     case SRV_EV_ERROR:

@@ -81,6 +81,16 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
     metric(&b, "slots_busy", "gauge", "Slots generating.", m.busy);
     metric(&b, "slots_total", "gauge", "Slots (engines).", m.n_slots);
     metric(&b, "context_tokens", "gauge", "Context length of each slot.", m.n_ctx);
+    if (m.lanes) {
+        const double pairs = (double)(m.pairs_dev + m.pairs_cpu + m.pairs_pcie);
+        sbuf_printf(&b, "# HELP strata_expert_pairs_total (token, expert) pairs of finished requests, by where the "
+                        "expert ran.\n# TYPE strata_expert_pairs_total counter\n");
+        sbuf_printf(&b, "strata_expert_pairs_total{lane=\"gpu_cache\"} %llu\n", (unsigned long long)m.pairs_dev);
+        sbuf_printf(&b, "strata_expert_pairs_total{lane=\"cpu\"} %llu\n", (unsigned long long)m.pairs_cpu);
+        sbuf_printf(&b, "strata_expert_pairs_total{lane=\"pcie\"} %llu\n", (unsigned long long)m.pairs_pcie);
+        metric(&b, "expert_cache_hit_ratio", "gauge", "Share of the expert pairs served by the GPU's expert cache.",
+               pairs > 0 ? (double)m.pairs_dev / pairs : 0);
+    }
     metric(&b, "engine_restarts_total", "counter", "Engine processes started after the first (each after a death).",
            (double)m.engine_restarts);
     /* each GPU's load, VRAM, temperature and power (NVML; strata_gpu_count 0 without it). No expert cache

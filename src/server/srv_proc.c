@@ -293,6 +293,10 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
         s = proto_get_str(&c, &n);
         st.finish = finish_name(s, n);
         st.stop_index = proto_get_i32(&c);
+        st.lanes = proto_get_i32(&c);
+        st.pairs_dev = proto_get_u64(&c);
+        st.pairs_cpu = proto_get_u64(&c);
+        st.pairs_pcie = proto_get_u64(&c);
         ev.stats = &st;
         break;
     default: /* PROTO_ERROR */

@@ -13,6 +13,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/moe_lanes.h"
 #include "server/srv_proto.h"
 
 typedef struct {
@@ -42,6 +43,8 @@ typedef struct {
     srv_gen_extra *extra;
     int64_t t0; /* admission time: the prompt's time runs from it */
     gen_stats st;
+    moe_lane_stats lanes0; /* the expert lanes' counters at its start (the pairs of a batched step are
+                              counted for every slot in it) */
 } slot;
 
 struct srv_sched {
@@ -106,6 +109,12 @@ void sched_metrics_add(sched_metrics *m, const gen_stats *st) {
     m->gen_s += st->gen_ms / 1e3;
     m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
     m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
+    if (st->lanes) {
+        m->lanes = 1;
+        m->pairs_dev += st->pairs_dev;
+        m->pairs_cpu += st->pairs_cpu;
+        m->pairs_pcie += st->pairs_pcie;
+    }
 }
 
 /* End the slot's request: its terminal event is already sent. */
@@ -146,6 +155,15 @@ static void slot_fail(srv_sched *s, slot *sl, const char *msg, int outcome) {
 static void slot_finish(srv_sched *s, slot *sl) {
     int cancelled = gen_cancelled(sl->gen);
     gen_end(sl->gen, &sl->st);
+    const moe_lane_stats *ls = moe_lanes_stats(s->e->be);
+    if (ls) { /* the expert lanes' pairs while it ran, prompt and decode */
+        moe_lane_stats d = {0};
+        moe_lane_stats_add(&d, ls, &sl->lanes0);
+        sl->st.lanes = 1;
+        sl->st.pairs_dev = d.pairs_dev;
+        sl->st.pairs_cpu = d.pairs_cpu;
+        sl->st.pairs_pcie = d.pairs_pcie;
+    }
     char line[512];
     gen_stats_format(&sl->st, line, sizeof line);
     ST_INFO("slot %d: %s, finish %s", sl->id, line, cancelled ? "cancelled" : sl->st.finish);
@@ -185,6 +203,8 @@ static void slot_start(srv_sched *s, slot *sl) {
             return;
         }
     sl->t0 = st_now_ns();
+    const moe_lane_stats *ls = moe_lanes_stats(s->e->be);
+    if (ls) sl->lanes0 = *ls;
     int reused = engine_seq_reuse_prefix(sl->seq, r->prompt, r->n_prompt);
     sl->st.n_prompt = r->n_prompt;
     sl->st.n_reused = reused;
