@@ -74,11 +74,29 @@ typedef struct model {
 model *model_load(const char *path);
 void model_free(model *m);
 
+/* A layer's tensors as data (model_tensors.c): the loader binds each row a
+ * family has, and model_each_tensor, placement and the byte counts walk the
+ * same rows, so a tensor is added in one place. Shapes name hyper-parameters. */
+typedef enum { MD_ONE, MD_EMBD, MD_Q, MD_KV, MD_HEAD, MD_FF, MD_FF_EXP, MD_EXPERT } model_dim;
+typedef enum { MW_ALWAYS, MW_QKV_BIAS, MW_QK_NORM, MW_POST_NORMS, MW_MOE, MW_DENSE_FFN } model_when;
+typedef enum { MT_DENSE, MT_ROUTED } model_tensor_class;
+typedef struct {
+    const char *name;       /* GGUF name after "blk.N.", e.g. "attn_q.weight" */
+    size_t offset;          /* of its field in model_layer: an st_weight, or a const float * when vec */
+    int vec;                /* a norm or bias vector, read as f32 (n = in) */
+    model_dim in, out, mat; /* shape: ne0 (columns), ne1 (rows), ne2 (experts) */
+    model_when when;        /* the families that have it */
+    model_tensor_class cls; /* MT_ROUTED: what the memory plan may leave off the device */
+} model_layer_tensor;
+extern const model_layer_tensor MODEL_LAYER_TENSORS[];
+extern const int MODEL_N_LAYER_TENSORS;
+int64_t model_dim_size(const model_hparams *hp, model_dim d);
+int model_has_tensor(const model_hparams *hp, model_when w);
+
 /* Every tensor of a loaded model, once per place that binds it (model_tensors.c):
  * weights with their class (the routed experts are what the memory plan may
  * leave off the device), and vectors with their length (a NULL vector: the
  * family lacks it). The callbacks may re-point what they are handed. */
-typedef enum { MT_DENSE, MT_ROUTED } model_tensor_class;
 typedef void (*model_weight_fn)(void *ctx, st_weight *w, model_tensor_class cls);
 typedef void (*model_vec_fn)(void *ctx, const float **v, int64_t n);
 void model_each_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx);

@@ -13,15 +13,6 @@
 #include "core/log.h"
 #include "quant/quant.h"
 
-static const char *ARCH_NAMES[ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"};
-
-const char *model_arch_name(model_arch a) { return (a >= 0 && a < ARCH_COUNT) ? ARCH_NAMES[a] : "?"; }
-
-int model_arch_from_name(const char *name, uint64_t len) {
-    for (int i = 0; i < ARCH_COUNT; i++)
-        if (strlen(ARCH_NAMES[i]) == len && !memcmp(ARCH_NAMES[i], name, len)) return i;
-    return -1;
-}
 
 typedef struct {
     gguf_file *f;
@@ -102,6 +93,65 @@ static const float *get_vec(loader *L, model *m, const char *name, int64_t n, in
     return copy;
 }
 
+/* A routed-experts family's keys. */
+static int moe_hparams(loader *L, model_hparams *hp) {
+    hp->n_expert = get_u32(L, "expert_count", 1, 0);
+    hp->n_expert_used = get_u32(L, "expert_used_count", 1, 0);
+    hp->n_ff_exp = get_u32(L, "expert_feed_forward_length", 1, 0);
+    hp->norm_topk = 1; /* Qwen3-MoE renormalises its top-k weights (norm_topk_prob) */
+    char key[128];
+    int normw;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", L->arch);
+    if (gguf_get_bool(L->f, key, &normw) == 0) hp->norm_topk = normw;
+    if (L->failed) return -1;
+    if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0) {
+        st_error_set("%s: inconsistent MoE hyper-parameters (experts %d, used %d, ff %d)", gguf_path(L->f),
+                     hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Gemma 3: sliding-window layers with their own rope base, a scaled embedding. */
+static int gemma3_hparams(loader *L, model_hparams *hp) {
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->n_swa = get_u32(L, "attention.sliding_window", 1, 0);
+    hp->swa_pattern = 6; /* five local layers, then one global (Gemma 3) */
+    hp->rope_theta_swa = 10000.0f;
+    /* Gemma 3 27B scales q.k by 1/sqrt(n_embd / n_head) (its query_pre_attn_scalar 168 = 5376 / 32),
+     * the others by 1/sqrt(head_dim); GGUF does not store the scalar, so the 27B is known by its
+     * 62 layers, as llama.cpp does */
+    if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd / (float)hp->n_head);
+    return L->failed ? -1 : 0;
+}
+
+/* The families, as data: one row each, its GGUF name, the decoder's
+ * switches it sets, and a hook for what only it reads (docs/contributing.md). */
+typedef struct {
+    const char *name; /* general.architecture, as llama.cpp writes it */
+    int rope_neox;    /* rotate pairs (i, i + d/2), else adjacent pairs */
+    int qkv_bias, qk_norm, post_norms;
+    int moe;          /* routed experts in every layer (moe_hparams) */
+    st_act act;
+    int (*extra)(loader *L, model_hparams *hp);
+} arch_def;
+
+static const arch_def ARCHS[ARCH_COUNT] = {
+    [ARCH_LLAMA] = {"llama", 0, 0, 0, 0, 0, ST_ACT_SILU, NULL},
+    [ARCH_QWEN2] = {"qwen2", 1, 1, 0, 0, 0, ST_ACT_SILU, NULL},
+    [ARCH_QWEN3] = {"qwen3", 1, 0, 1, 0, 0, ST_ACT_SILU, NULL},
+    [ARCH_QWEN3MOE] = {"qwen3moe", 1, 0, 1, 0, 1, ST_ACT_SILU, NULL},
+    [ARCH_GEMMA3] = {"gemma3", 1, 0, 1, 1, 0, ST_ACT_GELU, gemma3_hparams},
+};
+
+const char *model_arch_name(model_arch a) { return (a >= 0 && a < ARCH_COUNT) ? ARCHS[a].name : "?"; }
+
+int model_arch_from_name(const char *name, uint64_t len) {
+    for (int i = 0; i < ARCH_COUNT; i++)
+        if (strlen(ARCHS[i].name) == len && !memcmp(ARCHS[i].name, name, len)) return i;
+    return -1;
+}
+
 static int load_hparams(loader *L, model_hparams *hp) {
     hp->n_layer = get_u32(L, "block_count", 1, 0);
     hp->n_embd = get_u32(L, "embedding_length", 1, 0);
@@ -121,7 +171,8 @@ static int load_hparams(loader *L, model_hparams *hp) {
         st_error_set("%s: unsupported head sizes (key %d, value %d)", gguf_path(L->f), hp->head_dim, vdim);
         return -1;
     }
-    hp->n_ff = get_u32(L, "feed_forward_length", hp->arch != ARCH_QWEN3MOE, 0);
+    const arch_def *ad = &ARCHS[hp->arch];
+    hp->n_ff = get_u32(L, "feed_forward_length", !ad->moe, 0);
     hp->rms_eps = get_f32(L, "attention.layer_norm_rms_epsilon", 1e-5f);
     hp->rope_theta = get_f32(L, "rope.freq_base", 10000.0f);
     hp->rope_theta_swa = hp->rope_theta;
@@ -136,37 +187,13 @@ static int load_hparams(loader *L, model_hparams *hp) {
     }
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = 1.0f;
-    hp->act = ST_ACT_SILU;
-    hp->rope_neox = hp->arch != ARCH_LLAMA;
-    hp->qkv_bias = hp->arch == ARCH_QWEN2;
-    hp->qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE || hp->arch == ARCH_GEMMA3;
-    if (hp->arch == ARCH_QWEN3MOE) {
-        hp->n_expert = get_u32(L, "expert_count", 1, 0);
-        hp->n_expert_used = get_u32(L, "expert_used_count", 1, 0);
-        hp->n_ff_exp = get_u32(L, "expert_feed_forward_length", 1, 0);
-        hp->norm_topk = 1; /* Qwen3-MoE renormalises its top-k weights (norm_topk_prob) */
-        int normw;
-        snprintf(key, sizeof key, "%s.expert_weights_norm", L->arch);
-        if (gguf_get_bool(L->f, key, &normw) == 0) hp->norm_topk = normw;
-        if (L->failed) return -1;
-        if (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0) {
-            st_error_set("%s: inconsistent MoE hyper-parameters (experts %d, used %d, ff %d)", gguf_path(L->f),
-                         hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
-            return -1;
-        }
-    }
-    if (hp->arch == ARCH_GEMMA3) {
-        hp->post_norms = 1;
-        hp->act = ST_ACT_GELU;
-        hp->embd_scale = sqrtf((float)hp->n_embd);
-        hp->n_swa = get_u32(L, "attention.sliding_window", 1, 0);
-        hp->swa_pattern = 6; /* five local layers, then one global (Gemma 3) */
-        hp->rope_theta_swa = 10000.0f;
-        /* Gemma 3 27B scales q.k by 1/sqrt(n_embd / n_head) (its query_pre_attn_scalar 168 = 5376 / 32),
-         * the others by 1/sqrt(head_dim); GGUF does not store the scalar, so the 27B is known by its
-         * 62 layers, as llama.cpp does */
-        if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd / (float)hp->n_head);
-    }
+    hp->act = ad->act;
+    hp->rope_neox = ad->rope_neox;
+    hp->qkv_bias = ad->qkv_bias;
+    hp->qk_norm = ad->qk_norm;
+    hp->post_norms = ad->post_norms;
+    if (ad->moe && moe_hparams(L, hp) != 0) return -1;
+    if (ad->extra && ad->extra(L, hp) != 0) return -1;
     return L->failed ? -1 : 0;
 }
 
@@ -190,7 +217,7 @@ model *model_load(const char *path) {
     model *m = st_calloc(1, sizeof *m);
     m->file = f;
     m->hp.arch = (model_arch)a;
-    loader L = {f, ARCH_NAMES[a], 0};
+    loader L = {f, ARCHS[a].name, 0};
     model_hparams *hp = &m->hp;
     if (load_hparams(&L, hp) != 0) goto fail;
 
@@ -200,7 +227,7 @@ model *model_load(const char *path) {
         goto fail;
     }
     hp->n_vocab = (int)te->ne[1];
-    int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t E = hp->n_embd;
     m->tok_embd = get_weight(&L, "token_embd.weight", E, hp->n_vocab, 1, 1);
     m->output_norm = get_vec(&L, m, "output_norm.weight", E, 1);
     m->output = get_weight(&L, "output.weight", E, hp->n_vocab, 1, 0);
@@ -210,40 +237,18 @@ model *model_load(const char *path) {
 
     m->layers = st_calloc((size_t)hp->n_layer, sizeof(model_layer));
     char name[96];
-#define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
-    for (int il = 0; il < hp->n_layer && !L.failed; il++) {
-        model_layer *l = &m->layers[il];
-        l->attn_norm = get_vec(&L, m, TN("attn_norm.weight"), E, 1);
-        l->wq = get_weight(&L, TN("attn_q.weight"), E, Q, 1, 1);
-        l->wk = get_weight(&L, TN("attn_k.weight"), E, KV, 1, 1);
-        l->wv = get_weight(&L, TN("attn_v.weight"), E, KV, 1, 1);
-        l->wo = get_weight(&L, TN("attn_output.weight"), Q, E, 1, 1);
-        if (hp->qkv_bias) {
-            l->bq = get_vec(&L, m, TN("attn_q.bias"), Q, 1);
-            l->bk = get_vec(&L, m, TN("attn_k.bias"), KV, 1);
-            l->bv = get_vec(&L, m, TN("attn_v.bias"), KV, 1);
+    for (int il = 0; il < hp->n_layer && !L.failed; il++)
+        for (int t = 0; t < MODEL_N_LAYER_TENSORS && !L.failed; t++) {
+            const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
+            if (!model_has_tensor(hp, lt->when)) continue;
+            snprintf(name, sizeof name, "blk.%d.%s", il, lt->name);
+            char *field = (char *)&m->layers[il] + lt->offset;
+            if (lt->vec)
+                *(const float **)field = get_vec(&L, m, name, model_dim_size(hp, lt->in), 1);
+            else
+                *(st_weight *)field = get_weight(&L, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out),
+                                                 model_dim_size(hp, lt->mat), 1);
         }
-        if (hp->qk_norm) {
-            l->q_norm = get_vec(&L, m, TN("attn_q_norm.weight"), hp->head_dim, 1);
-            l->k_norm = get_vec(&L, m, TN("attn_k_norm.weight"), hp->head_dim, 1);
-        }
-        if (hp->post_norms) {
-            l->post_attn_norm = get_vec(&L, m, TN("post_attention_norm.weight"), E, 1);
-            l->post_ffn_norm = get_vec(&L, m, TN("post_ffw_norm.weight"), E, 1);
-        }
-        l->ffn_norm = get_vec(&L, m, TN("ffn_norm.weight"), E, 1);
-        if (hp->n_expert) {
-            l->ffn_gate_inp = get_weight(&L, TN("ffn_gate_inp.weight"), E, hp->n_expert, 1, 1);
-            l->ffn_gate_exps = get_weight(&L, TN("ffn_gate_exps.weight"), E, hp->n_ff_exp, hp->n_expert, 1);
-            l->ffn_up_exps = get_weight(&L, TN("ffn_up_exps.weight"), E, hp->n_ff_exp, hp->n_expert, 1);
-            l->ffn_down_exps = get_weight(&L, TN("ffn_down_exps.weight"), hp->n_ff_exp, E, hp->n_expert, 1);
-        } else {
-            l->ffn_gate = get_weight(&L, TN("ffn_gate.weight"), E, hp->n_ff, 1, 1);
-            l->ffn_up = get_weight(&L, TN("ffn_up.weight"), E, hp->n_ff, 1, 1);
-            l->ffn_down = get_weight(&L, TN("ffn_down.weight"), hp->n_ff, E, 1, 1);
-        }
-    }
-#undef TN
     if (L.failed) goto fail;
     return m;
 fail:
@@ -262,17 +267,15 @@ void model_free(model *m) {
 
 double model_active_bytes_per_token(const model *m) {
     const model_hparams *hp = &m->hp;
-    double b = (double)m->output.row_bytes * (double)m->output.n_out;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const model_layer *l = &m->layers[il];
-        const st_weight *dense[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down,
-                                    &l->ffn_gate_inp};
-        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
-            if (dense[i]->data) b += (double)dense[i]->row_bytes * (double)dense[i]->n_out;
-        const st_weight *exps[] = {&l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps};
-        for (size_t i = 0; i < 3; i++)
-            if (exps[i]->data)
-                b += (double)exps[i]->row_bytes * (double)exps[i]->n_out * (double)hp->n_expert_used;
-    }
+    double b = (double)m->output.row_bytes * (double)m->output.n_out; /* the embedding: one row, not counted */
+    for (int il = 0; il < hp->n_layer; il++)
+        for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) {
+            const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
+            if (lt->vec || !model_has_tensor(hp, lt->when)) continue;
+            const st_weight *w = (const st_weight *)((const char *)&m->layers[il] + lt->offset);
+            if (!w->data) continue;
+            /* a routed tensor: the experts a token uses; else the one matrix */
+            b += (double)w->row_bytes * (double)w->n_out * (lt->cls == MT_ROUTED ? (double)hp->n_expert_used : 1.0);
+        }
     return b;
 }
