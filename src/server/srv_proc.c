@@ -48,7 +48,9 @@ typedef struct {
 
 typedef enum { ENG_DOWN, ENG_STARTING, ENG_READY } eng_state;
 
-struct srv_proc {
+/* The supervised role of the scheduler (srv_sched.h): a proxy of the engine process. */
+typedef struct {
+    srv_sched base;         /* first: the sched_* functions' view */
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* state changes, readers ending */
     pthread_mutex_t wmu;
@@ -68,7 +70,7 @@ struct srv_proc {
     char why_down[512];     /* why the last process ended (proc_create's error) */
     sched_supervision sv;   /* the heartbeat deadline and the model file's identity */
     _Atomic int64_t last_frame_ms; /* when the live child last sent anything (monotonic) */
-};
+} srv_proc;
 
 typedef struct {
     srv_proc *p;
@@ -432,9 +434,13 @@ static void *reader(void *arg) {
     return NULL;
 }
 
-srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv) {
+static void proc_free(srv_sched *b);
+static const sched_ops PROC_OPS;
+
+srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv) {
     ST_ASSERT(n_slots > 0 && max_queue > 0 && ep->model_path);
     srv_proc *p = st_calloc(1, sizeof *p);
+    p->base.ops = &PROC_OPS;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->wmu, NULL);
     pthread_condattr_t ca;
@@ -459,15 +465,17 @@ srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue, const
     snprintf(why, sizeof why, "%s", ok ? "" : p->why_down[0] ? p->why_down : st_error_get());
     pthread_mutex_unlock(&p->mu);
     if (!ok) {
-        proc_free(p);
+        proc_free(&p->base);
         st_error_set("%s", why);
         return NULL;
     }
-    return p;
+    return &p->base;
 }
 
-void proc_free(srv_proc *p) {
-    if (!p) return;
+/* Stop the child (end of file on its socket; SIGKILL after a grace period)
+ * and end every request in flight with an ERROR event. */
+static void proc_free(srv_sched *b) {
+    srv_proc *p = (srv_proc *)b;
     pthread_mutex_lock(&p->mu);
     p->stopping = 1;
     pid_t pid = p->pid;
@@ -495,7 +503,9 @@ void proc_free(srv_proc *p) {
     st_free(p);
 }
 
-int proc_submit(srv_proc *p, const srv_request *req, srv_event_fn fn, void *ctx) {
+/* sched_submit's contract (srv_sched.h); a dead engine is restarted here. */
+static int proc_submit(srv_sched *b, const srv_request *req, srv_event_fn fn, void *ctx) {
+    srv_proc *p = (srv_proc *)b;
     sbuf fr = {0};
     proto_put_request(&fr, req); /* encoded outside the lock: prompts can be long */
     pthread_mutex_lock(&p->mu);
@@ -536,7 +546,8 @@ int proc_submit(srv_proc *p, const srv_request *req, srv_event_fn fn, void *ctx)
     return 0;
 }
 
-void proc_metrics_get(srv_proc *p, sched_metrics *m) {
+static void proc_metrics_get(srv_sched *b, sched_metrics *m) {
+    srv_proc *p = (srv_proc *)b;
     pthread_mutex_lock(&p->mu);
     *m = p->m;
     m->busy = 0;
@@ -553,15 +564,20 @@ void proc_metrics_get(srv_proc *p, sched_metrics *m) {
     pthread_mutex_unlock(&p->mu);
 }
 
-int proc_n_ctx(srv_proc *p) {
+static int proc_n_ctx(srv_sched *b) {
+    srv_proc *p = (srv_proc *)b;
     pthread_mutex_lock(&p->mu);
     int n = p->m.n_ctx;
     pthread_mutex_unlock(&p->mu);
     return n;
 }
 
-void proc_wake(srv_proc *p) {
+/* Start the engine if it is down (a health probe counts as a next request). */
+static void proc_wake(srv_sched *b) {
+    srv_proc *p = (srv_proc *)b;
     pthread_mutex_lock(&p->mu);
     if (p->state == ENG_DOWN && !p->stopping && spawn_locked(p) != 0) ST_WARN("engine: %s", st_error_get());
     pthread_mutex_unlock(&p->mu);
 }
+
+static const sched_ops PROC_OPS = {proc_submit, proc_metrics_get, proc_n_ctx, proc_wake, proc_free};

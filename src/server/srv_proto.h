@@ -120,21 +120,8 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
 const char *proto_base_name(const char *path);
 const char *model_ident_mismatch(const char *path, const model_ident *want, const model_ident *now);
 
-/* ---- the parent: supervisor of the engine process (srv_proc.c) ---- */
-typedef struct srv_proc srv_proc;
-
-/* Spawn the engine and wait until it is ready. NULL with st_error_get() (the
- * child's own message when it could not open the model). */
-srv_proc *proc_create(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv);
-/* Stop the child (end of file on its socket; SIGKILL after a grace period)
- * and end every request in flight with an ERROR event. */
-void proc_free(srv_proc *p);
-/* sched_submit's contract (srv_sched.h); a dead engine is restarted here. */
-int proc_submit(srv_proc *p, const srv_request *req, srv_event_fn fn, void *ctx);
-void proc_metrics_get(srv_proc *p, sched_metrics *m);
-int proc_n_ctx(srv_proc *p);
-/* Start the engine if it is down (a health probe counts as a next request). */
-void proc_wake(srv_proc *p);
+/* ---- the parent: supervisor of the engine process (srv_proc.c) ----
+ * The scheduler's supervised role, sched_create_supervised (srv_sched.h). */
 
 /* The child's entry point, server_engine_main, is in server.h (main.c calls it). */
 

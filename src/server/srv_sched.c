@@ -47,7 +47,9 @@ typedef struct {
                               counted for every slot in it) */
 } slot;
 
-struct srv_sched {
+/* The in-process role (srv_sched.h): the engine and its thread here. */
+typedef struct {
+    srv_sched base; /* first: the sched_* functions' view */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* the engine thread waits here when it has nothing to do */
     engine *e;
@@ -58,15 +60,14 @@ struct srv_sched {
     int q_head, q_len, max_queue;
     uint64_t tick;
     sched_metrics m;
-    srv_proc *proc; /* supervised: everything above is in the child, this forwards to it */
     /* the engine thread's own: the batched step's sequences and tokens */
     engine_seq **step_seqs;
     int32_t *step_toks;
     slot **step_slots;
-};
+} local_sched;
 
 /* The free slot for a prompt (see the routing rule in srv_sched.h); -1 if none is free. */
-static int choose_slot(srv_sched *s, const srv_request *r) {
+static int choose_slot(local_sched *s, const srv_request *r) {
     int best = -1, best_lcp = 0, lru = -1;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
@@ -82,7 +83,7 @@ static int choose_slot(srv_sched *s, const srv_request *r) {
 }
 
 /* Hand queued requests, oldest first, to free slots. Caller holds mu. */
-static void admit_locked(srv_sched *s) {
+static void admit_locked(local_sched *s) {
     while (s->q_len > 0) {
         pending *p = &s->queue[s->q_head];
         int i = choose_slot(s, p->req);
@@ -118,7 +119,7 @@ void sched_metrics_add(sched_metrics *m, const gen_stats *st) {
 }
 
 /* End the slot's request: its terminal event is already sent. */
-static void slot_release(srv_sched *s, slot *sl, int outcome) {
+static void slot_release(local_sched *s, slot *sl, int outcome) {
     const gen_stats *st = &sl->st;
     srv_gen_extra_free(sl->extra);
     sampler_free(sl->smp);
@@ -143,7 +144,7 @@ static void slot_release(srv_sched *s, slot *sl, int outcome) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static void slot_fail(srv_sched *s, slot *sl, const char *msg, int outcome) {
+static void slot_fail(local_sched *s, slot *sl, const char *msg, int outcome) {
     if (sl->gen) gen_end(sl->gen, &sl->st);
     srv_event ev = {.kind = SRV_EV_ERROR, .slot = sl->id, .error = msg};
     if (outcome == OUT_FAILED) ST_WARN("slot %d: %s", sl->id, msg);
@@ -152,7 +153,7 @@ static void slot_fail(srv_sched *s, slot *sl, const char *msg, int outcome) {
 }
 
 /* The generation ended (or was stopped): flush, DONE, free the slot. */
-static void slot_finish(srv_sched *s, slot *sl) {
+static void slot_finish(local_sched *s, slot *sl) {
     int cancelled = gen_cancelled(sl->gen);
     gen_end(sl->gen, &sl->st);
     const moe_lane_stats *ls = moe_lanes_stats(s->e->be);
@@ -179,7 +180,7 @@ static int on_text(void *ctx, const char *text, size_t len) {
 }
 
 /* A newly admitted request: START, checks, prefix reuse. */
-static void slot_start(srv_sched *s, slot *sl) {
+static void slot_start(local_sched *s, slot *sl) {
     const srv_request *r = sl->job.req;
     memset(&sl->st, 0, sizeof sl->st);
     sl->st.finish = "error";
@@ -213,7 +214,7 @@ static void slot_start(srv_sched *s, slot *sl) {
 }
 
 /* The prompt's last token has been evaluated: the generation starts. */
-static void gen_start(srv_sched *s, slot *sl) {
+static void gen_start(local_sched *s, slot *sl) {
     const srv_request *r = sl->job.req;
     sl->st.prompt_ms = (double)(st_now_ns() - sl->t0) / 1e6;
     sl->smp = sampler_create(&r->sp, s->e->m->hp.n_vocab);
@@ -231,7 +232,7 @@ static void gen_start(srv_sched *s, slot *sl) {
  * (the first logits then do not depend on how much of the prompt was cached:
  * the same request gives the same answer; multi-token products round
  * differently). */
-static void step(srv_sched *s) {
+static void step(local_sched *s) {
     slot *rd = NULL;
     for (int i = 0; i < s->n_slots; i++) {
         slot *c = &s->slots[i];
@@ -280,7 +281,7 @@ static void step(srv_sched *s) {
 }
 
 /* Sample every slot with fresh logits; a finished or stopped one is freed. */
-static void sample_all(srv_sched *s) {
+static void sample_all(local_sched *s) {
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->state != SL_SAMPLE) continue;
@@ -292,7 +293,7 @@ static void sample_all(srv_sched *s) {
 }
 
 /* Shutting down: every running request ends now. */
-static void stop_all(srv_sched *s) {
+static void stop_all(local_sched *s) {
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->state == SL_FREE) continue;
@@ -304,7 +305,7 @@ static void stop_all(srv_sched *s) {
 }
 
 static void *engine_thread(void *arg) {
-    srv_sched *s = arg;
+    local_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (!s->stopping && !s->q_len && !s->m.busy)
@@ -323,13 +324,17 @@ static void *engine_thread(void *arg) {
     }
 }
 
+static void local_destroy(srv_sched *b);
+static const sched_ops LOCAL_OPS;
+
 srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     ST_ASSERT(n_slots > 0 && max_queue > 0);
     engine_params p = *ep;
     p.n_seq = n_slots + 1; /* the slots' sequences and the engine's own: the memory plan's KV */
     engine *e = engine_open(&p);
     if (!e) return NULL;
-    srv_sched *s = st_calloc(1, sizeof *s);
+    local_sched *s = st_calloc(1, sizeof *s);
+    s->base.ops = &LOCAL_OPS;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->e = e;
@@ -350,33 +355,16 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     s->m.engine_state = "ok";
     s->m.engine_pid = (int)getpid();
     if (pthread_create(&s->thread, NULL, engine_thread, s) != 0) {
-        sched_free(s);
+        local_destroy(&s->base);
         st_error_set("could not start the engine thread");
         return NULL;
     }
     s->thread_started = 1;
-    return s;
+    return &s->base;
 }
 
-srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv) {
-    srv_proc *p = proc_create(ep, n_slots, max_queue, sv);
-    if (!p) return NULL;
-    srv_sched *s = st_calloc(1, sizeof *s);
-    s->proc = p;
-    return s;
-}
-
-void sched_wake(srv_sched *s) {
-    if (s->proc) proc_wake(s->proc);
-}
-
-void sched_free(srv_sched *s) {
-    if (!s) return;
-    if (s->proc) {
-        proc_free(s->proc);
-        st_free(s);
-        return;
-    }
+static void local_destroy(srv_sched *b) {
+    local_sched *s = (local_sched *)b;
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     /* queued requests end now, running ones on the engine thread (stop_all) */
@@ -403,8 +391,8 @@ void sched_free(srv_sched *s) {
     st_free(s);
 }
 
-int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx) {
-    if (s->proc) return proc_submit(s->proc, req, fn, ctx);
+static int local_submit(srv_sched *b, const srv_request *req, srv_event_fn fn, void *ctx) {
+    local_sched *s = (local_sched *)b;
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->q_len == s->max_queue) {
         pthread_mutex_unlock(&s->mu);
@@ -417,15 +405,28 @@ int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ct
     return 0;
 }
 
-void sched_metrics_get(srv_sched *s, sched_metrics *m) {
-    if (s->proc) {
-        proc_metrics_get(s->proc, m);
-        return;
-    }
+static void local_metrics(srv_sched *b, sched_metrics *m) {
+    local_sched *s = (local_sched *)b;
     pthread_mutex_lock(&s->mu);
     *m = s->m;
     m->queued = s->q_len;
     pthread_mutex_unlock(&s->mu);
 }
 
-int sched_n_ctx(const srv_sched *s) { return s->proc ? proc_n_ctx(s->proc) : s->m.n_ctx; }
+static int local_n_ctx(srv_sched *b) { return ((local_sched *)b)->m.n_ctx; }
+
+static void local_wake(srv_sched *b) { (void)b; /* the engine is in this process: always up */ }
+
+static const sched_ops LOCAL_OPS = {local_submit, local_metrics, local_n_ctx, local_wake, local_destroy};
+
+/* ---- the face both roles share ---- */
+
+int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx) {
+    return s->ops->submit(s, req, fn, ctx);
+}
+void sched_metrics_get(srv_sched *s, sched_metrics *m) { s->ops->metrics(s, m); }
+int sched_n_ctx(srv_sched *s) { return s->ops->n_ctx(s); }
+void sched_wake(srv_sched *s) { s->ops->wake(s); }
+void sched_free(srv_sched *s) {
+    if (s) s->ops->destroy(s);
+}

@@ -105,6 +105,21 @@ typedef struct {
     model_ident model;                    /* a child finding another file there refuses to serve it */
 } sched_supervision;
 
+/* The scheduler has two roles behind one face: the engine's thread in this
+ * process (sched_create, srv_sched.c), or the proxy of an engine process
+ * (sched_create_supervised, srv_proc.c). Each fills this table and starts
+ * its struct with a srv_sched; the sched_* functions below call through it. */
+typedef struct {
+    int (*submit)(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx);
+    void (*metrics)(srv_sched *s, sched_metrics *m);
+    int (*n_ctx)(srv_sched *s);
+    void (*wake)(srv_sched *s);
+    void (*destroy)(srv_sched *s);
+} sched_ops;
+struct srv_sched {
+    const sched_ops *ops;
+};
+
 /* Open the engine with n_slots sequences and start its thread in this process. NULL with
  * st_error_get(). */
 srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue);
@@ -123,7 +138,7 @@ void sched_metrics_get(srv_sched *s, sched_metrics *m);
 /* Add a finished request's token counts, times and last speeds to m (the
  * outcome counters are the caller's). */
 void sched_metrics_add(sched_metrics *m, const gen_stats *st);
-int sched_n_ctx(const srv_sched *s);
+int sched_n_ctx(srv_sched *s);
 
 /* A request's additions to generation (srv_gen.c): hk gets the hooks for its
  * log probabilities (TOKEN events to fn with slot) and JSON mode. NULL (hk
