@@ -76,6 +76,18 @@ static const st_switch_def TABLE[] = {
     {"--max-body", ST_SW_KIND_FLAG, NULL, NULL, 1, 1024, "8", "8", "largest request body, MB", 0},
     {"--api-key", ST_SW_KIND_FLAG, NULL, "STRATA_API_KEY", 0, 0, NULL, "none",
      "require this key on every path but /health and the web page", 1},
+    {"--read-timeout", ST_SW_KIND_FLAG, NULL, NULL, 0, 86400, "30", "30",
+     "seconds a request may take to arrive whole (0: no limit); then 408 and the connection closed", 0},
+    {"--max-inflight", ST_SW_KIND_FLAG, NULL, NULL, 1, 1 << 20, "64", "64",
+     "MB of request bodies held at once; past it new requests get 503", 0},
+    {"--allowed-hosts", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "localhost and the loopback addresses (on loopback)",
+     "Host header values the server answers (comma list; '*': any)", 0},
+    {"--cors-origin", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "none",
+     "browser origins allowed besides the server's own (comma list; '*': any)", 0},
+    {"--shutdown-timeout", ST_SW_KIND_FLAG, NULL, NULL, 0, 86400, "10", "10",
+     "seconds SIGTERM lets requests in flight finish before ending them", 0},
+    {"--engine-timeout", ST_SW_KIND_FLAG, NULL, NULL, 0, 86400, "10", "10",
+     "seconds of silence after which the engine process is killed and restarted (0: never)", 0},
 };
 #define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
 
