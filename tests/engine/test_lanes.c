@@ -97,6 +97,48 @@ static int run(const char *path, long cache, double pcie_frac, const char *profi
     return nv;
 }
 
+/* Three sequences decoded together (engine_decode_batch: one step of 3 rows
+ * per token, each sequence's prompt of its own length first): the logits of
+ * every step of every sequence, [3][N_GEN][n_vocab], for the same greedy
+ * continuations. */
+#define N_SEQ 3
+static float *run_batch(const char *path, long cache, double pcie_frac, int *nv_out) {
+    engine_params p = engine_defaults();
+    p.model_path = path;
+    p.n_ctx = 64;
+    p.n_threads = 2;
+    p.expert_cache = cache;
+    p.pcie_frac = pcie_frac;
+    p.n_seq = N_SEQ;
+    engine *e = engine_open(&p);
+    ST_ASSERT(e);
+    const int nv = e->m->hp.n_vocab;
+    engine_seq *seqs[N_SEQ];
+    int32_t tok[N_SEQ];
+    float *out = st_malloc((size_t)N_SEQ * N_GEN * nv * sizeof(float));
+    for (int q = 0; q < N_SEQ; q++) {
+        int32_t prompt[N_PROMPT];
+        const int n = N_PROMPT - 3 * q;
+        for (int i = 0; i < n; i++) prompt[i] = (int32_t)((i * 7919 + 13 + 101 * q) % nv);
+        seqs[q] = engine_seq_new(e);
+        ST_ASSERT(engine_seq_read_prompt(e, seqs[q], prompt, n) >= 0);
+    }
+    for (int t = 0; t < N_GEN; t++) {
+        for (int q = 0; q < N_SEQ; q++) {
+            memcpy(out + ((size_t)q * N_GEN + t) * nv, seqs[q]->logits, (size_t)nv * sizeof(float));
+            int best = 0;
+            for (int i = 1; i < nv; i++)
+                if (seqs[q]->logits[i] > seqs[q]->logits[best]) best = i;
+            tok[q] = best;
+        }
+        ST_ASSERT(engine_decode_batch(e, seqs, tok, N_SEQ) == 0);
+    }
+    for (int q = 0; q < N_SEQ; q++) engine_seq_free(e, seqs[q]);
+    engine_close(e);
+    *nv_out = nv;
+    return out;
+}
+
 static void compare(const char *what, const run_out *ref, const run_out *got, int nv) {
     double mx = 0, diff = 0;
     for (size_t i = 0; i < (size_t)(N_GEN + 1) * nv; i++) {
@@ -399,6 +441,27 @@ int main(int argc, char **argv) {
         if (cases[c].frac == 0) CHECK(s.pairs_pcie == 0, "%s: %llu PCIe pairs", what, (unsigned long long)s.pairs_pcie);
         if (cases[c].frac == 1) CHECK(s.pairs_cpu == 0, "%s: %llu CPU pairs", what, (unsigned long long)s.pairs_cpu);
         st_free(got.logits);
+    }
+    /* batched decode (3 rows per step, as the server's slots): the lanes
+     * against the plain engine, step by step */
+    {
+        int nvb;
+        float *plain = run_batch(path, -1, -1, &nvb);
+        const struct { long cache; double frac; } bc[] = {{0, 0}, {total / 4, 1}, {total / 2, 0.5}};
+        for (size_t c = 0; c < sizeof bc / sizeof bc[0]; c++) {
+            float *lanes = run_batch(path, bc[c].cache, bc[c].frac, &nvb);
+            double mx = 0, diff = 0;
+            for (size_t i = 0; i < (size_t)N_SEQ * N_GEN * nvb; i++) {
+                mx = fmax(mx, fabs(plain[i]));
+                diff = fmax(diff, fabs(plain[i] - lanes[i]));
+            }
+            CHECK(diff <= BOUND * mx, "batched, cache %ld, pcie-frac %g: logits differ by %.3g (largest %.3g)",
+                  bc[c].cache, bc[c].frac, diff, mx);
+            printf("  batched x%d, cache %ld, pcie-frac %-4g            max |logit diff| %.2e of %.2e\n", N_SEQ,
+                   bc[c].cache, bc[c].frac, diff, mx);
+            st_free(lanes);
+        }
+        st_free(plain);
     }
     /* the cache learning while it runs (a slot taken by a hotter expert each
      * step, or every 3): the same logits and tokens, and slots did change hands */
