@@ -57,8 +57,8 @@ static int gpu_present(int g) { return (void)g, 0; }
 
 static int g_adapt; /* --adapt-every of the next run */
 
-static int run(const char *path, long cache, double pcie_frac, const char *profile, run_out *o,
-               moe_lane_stats *stats) {
+/* The engine every run opens: this placement, a small context, 2 threads. */
+static engine_params params(const char *path, long cache, double pcie_frac) {
     engine_params p = engine_defaults();
     p.model_path = path;
     p.gpu = g_gpu;
@@ -66,8 +66,14 @@ static int run(const char *path, long cache, double pcie_frac, const char *profi
     p.n_threads = 2;
     p.expert_cache = cache;
     p.pcie_frac = pcie_frac;
-    p.expert_profile = profile;
     p.adapt_every = g_adapt;
+    return p;
+}
+
+static int run(const char *path, long cache, double pcie_frac, const char *profile, run_out *o,
+               moe_lane_stats *stats) {
+    engine_params p = params(path, cache, pcie_frac);
+    p.expert_profile = profile;
     engine *e = engine_open(&p);
     if (!e) {
         printf("engine_open: %s\n", st_error_get());
@@ -103,12 +109,7 @@ static int run(const char *path, long cache, double pcie_frac, const char *profi
  * continuations. */
 #define N_SEQ 3
 static float *run_batch(const char *path, long cache, double pcie_frac, int *nv_out) {
-    engine_params p = engine_defaults();
-    p.model_path = path;
-    p.n_ctx = 64;
-    p.n_threads = 2;
-    p.expert_cache = cache;
-    p.pcie_frac = pcie_frac;
+    engine_params p = params(path, cache, pcie_frac);
     p.n_seq = N_SEQ;
     engine *e = engine_open(&p);
     ST_ASSERT(e);
@@ -402,11 +403,7 @@ int main(int argc, char **argv) {
     };
     /* a profile: the routing counts of the plain prompt and decode, as strata profile records them */
     {
-        engine_params p = engine_defaults();
-        p.model_path = path;
-        p.n_ctx = 64;
-        p.n_threads = 2;
-        p.expert_cache = 0;
+        engine_params p = params(path, 0, -1);
         engine *e = engine_open(&p);
         ST_ASSERT(e && engine_read_prompt(e, (int32_t[]){1, 2, 3}, 3) == 0);
         ST_ASSERT(engine_eval(e, ref.tok, N_GEN) == 0);
