@@ -358,7 +358,20 @@ server_params server_defaults(void) {
     return p;
 }
 
+/* A client's own request id is echoed when it is a plain token, else one is made. */
+static void add_request_id(srv_ctx *s, struct MHD_Connection *c, struct MHD_Response *r) {
+    const char *given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+    int plain = given && *given && strlen(given) <= 128;
+    for (const char *p = given; plain && *p; p++)
+        plain = (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || strchr("-_.:", *p);
+    char id[48];
+    if (!plain) srv_make_id(s, "req_", id, sizeof id);
+    MHD_add_response_header(r, "X-Request-Id", plain ? given : id);
+}
+
 enum MHD_Result srv_queue(srv_ctx *s, struct MHD_Connection *c, int status, struct MHD_Response *r) {
+    add_request_id(s, c, r);
+    if (status == 503 || status == 529) MHD_add_response_header(r, "Retry-After", "1"); /* overloaded, loading */
     const char *origin = srv_cors_origin(s, c);
     if (origin) {
         MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
@@ -549,8 +562,9 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
         return r;
     }
     int models = !strcmp(url, "/v1/models"), model = !strncmp(url, "/v1/models/", 11);
-    if (models || model || !strcmp(url, "/metrics")) {
+    if (models || model || !strcmp(url, "/metrics") || !strcmp(url, "/props")) {
         if (!get) return send_405(s, c, api, 0);
+        if (!strcmp(url, "/props")) return srv_props(s, c);
         return models || model ? srv_models(s, c, model ? url + 11 : NULL) : srv_metrics(s, c);
     }
     char msg[300];

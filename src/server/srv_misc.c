@@ -43,6 +43,19 @@ enum MHD_Result srv_models(srv_ctx *s, struct MHD_Connection *c, const char *id)
     return srv_send_json(s, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s, 0)));
 }
 
+enum MHD_Result srv_props(srv_ctx *s, struct MHD_Connection *c) {
+    sched_metrics m;
+    sched_metrics_get(s->sched, &m);
+    const char *tmpl = NULL;
+    uint64_t len = 0;
+    if (gguf_get_str(s->gf, "tokenizer.chat_template", &tmpl, &len) != 0) tmpl = NULL;
+    return srv_send_json(s, c, 200,
+                         json_pack("{s:s, s:i, s:i, s:{s:i}, s:o, s:s}", "model_alias", s->model_name, "n_ctx", s->n_ctx,
+                                   "total_slots", m.n_slots, "default_generation_settings", "n_ctx", s->n_ctx,
+                                   "chat_template", tmpl ? json_stringn(tmpl, (size_t)len) : json_null(), "build_info",
+                                   "strata"));
+}
+
 static void metric(sbuf *b, const char *name, const char *type, const char *help, double v) {
     sbuf_printf(b, "# HELP strata_%s %s\n# TYPE strata_%s %s\nstrata_%s %.17g\n", name, help, name, type, name, v);
 }

@@ -524,6 +524,18 @@ static json_t *usage(const srv_job *j) {
                      j->st.n_reused);
 }
 
+/* llama-server's timings of a finished request (its clients read them): the
+ * prompt's tokens evaluated (the reused ones are cache_n) and the generated ones. */
+static json_t *timings(const srv_job *j) {
+    const gen_stats *st = &j->st;
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "cache_n", st->n_reused, "prompt_n", st->n_read,
+                     "prompt_ms", st->prompt_ms, "prompt_per_token_ms", st->n_read ? st->prompt_ms / st->n_read : 0.0,
+                     "prompt_per_second", st->prompt_ms > 0 ? 1e3 * st->n_read / st->prompt_ms : 0.0, "predicted_n",
+                     st->n_gen, "predicted_ms", st->gen_ms,
+                     "predicted_per_token_ms", st->n_gen ? st->gen_ms / st->n_gen : 0.0, "predicted_per_second",
+                     st->gen_ms > 0 ? 1e3 * st->n_gen / st->gen_ms : 0.0);
+}
+
 /* One SSE chunk with one choice (text or delta) or, when choice is NULL, the usage chunk. */
 static void put_chunk(srv_job *j, json_t *choice, json_t *use) {
     int chat = j->kind == JOB_OAI_CHAT;
@@ -608,9 +620,9 @@ json_t *oai_response(srv_job *j) {
         ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", take_logprobs(j),
                        "finish_reason", calls ? "tool_calls" : finish_reason(j));
         sbuf_free(&content);
-        return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->id, "object", "chat.completion", "created",
-                         (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata",
-                         "choices", ch, "usage", usage(j));
+        return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", j->id, "object", "chat.completion",
+                         "created", (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata",
+                         "choices", ch, "usage", usage(j), "timings", timings(j));
     }
     json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
     json_t *lp = take_logprobs(j);
@@ -620,8 +632,8 @@ json_t *oai_response(srv_job *j) {
     else
         ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lp, "finish_reason",
                        finish_reason(j));
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", j->id, "object",
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
                      j->kind == JOB_OAI_CHAT ? "chat.completion" : "text_completion", "created",
                      (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata", "choices", ch,
-                     "usage", usage(j));
+                     "usage", usage(j), "timings", timings(j));
 }

@@ -343,7 +343,8 @@ def test_api_key(keyed):
 
 def test_queue_full_503(keyed):
     hdr = {"Authorization": "Bearer sekrit"}
-    body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400, "stream": True}
+    # long enough to still run while the next requests arrive on a loaded machine (the context is 1024)
+    body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 900, "stream": True}
     queued = {}
     with httpx.stream("POST", keyed.url + "/v1/chat/completions", json=body, headers=hdr, timeout=60) as r:
         it = r.iter_lines()
@@ -359,9 +360,11 @@ def test_queue_full_503(keyed):
         # a 503 comes at once; 30 s (not httpx's 5) so that a loaded machine is not read as a failure
         r3 = httpx.post(keyed.url + "/v1/chat/completions", json=chat(), headers=hdr, timeout=30)
         assert r3.status_code == 503 and r3.json()["error"]["code"] == "overloaded", r3.text
+        assert r3.headers.get("retry-after") == "1", r3.headers
         r4 = httpx.post(keyed.url + "/v1/messages", json={"max_tokens": 2, "messages": OK_MSGS}, headers=hdr,
                         timeout=30)
         assert r4.status_code == 529 and r4.json()["error"]["type"] == "overloaded_error", r4.text  # Anthropic's status
+        assert r4.headers.get("retry-after") == "1", r4.headers
     # leaving the stream frees the slot, and the queued request runs
     t.join(60)
     assert queued["r"].status_code == 200, queued["r"].text
