@@ -109,12 +109,13 @@ struct st_backend {
      * several places (engine/moe_lanes.c).
      * Routing alone: sel, wsel [n_tok][k] (this backend's memory) = the top-k
      * experts of each token (softmax, ties to the lower id) and their weights
-     * (renormalised when norm_topk). */
+     * (renormalised when norm_topk); id -1 (weight 0) where NaN logits left
+     * nothing to choose. */
     void (*moe_route)(st_backend *be, const float *router_logits, int n_tok, int n_expert, int k, int norm_topk,
                       int32_t *sel, float *wsel);
     /* The experts of given pairs: out[t] = sum_j wsel[t,j] * down_m(act(gate_m h[t]) * up_m h[t]),
-     * m = emap[sel[t,j]], over the pairs whose m >= 0; the others contribute
-     * nothing (a token with none gets zeros). emap (n_expert values, this
+     * m = emap[sel[t,j]], over the pairs whose m >= 0 (and sel >= 0); the others
+     * contribute nothing (a token with none gets zeros). emap (n_expert values, this
      * backend's memory) says which of gate/up/down's n_mat matrices holds an
      * expert here (a cache slot) or -1 (computed elsewhere); NULL: m = sel. */
     void (*moe_experts)(st_backend *be, const float *h, int n_tok, int n_expert, int k, const int32_t *sel,

@@ -137,7 +137,9 @@ typedef struct {
     double gen_ms;
     int drafts_accepted, drafts_total;
     int lanes;          /* the experts live in several places: the pair counts below are set */
-    uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* decode's (token, expert) pairs by lane (moe_lanes.h) */
+    uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* its (token, expert) pairs by lane (moe_lanes.h) */
+    uint64_t total_dev, total_cpu, total_pcie; /* the engine's pairs by lane since it opened (the server's
+                                                  /metrics: a batched step's pairs count once there) */
     const char *finish; /* "stop" (EOS or stop string), "length", "error" */
     int stop_index;     /* which gp->stop string ended generation; -1: none (EOS, length) */
 } gen_stats;

@@ -154,7 +154,7 @@ static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane
     float *rows = dev->alloc(dev, (size_t)N * E * sizeof(float));
     int32_t *map = st_malloc((size_t)hp->n_expert * sizeof(int32_t));
     for (int e = 0; e < hp->n_expert; e++) map[e] = e ? -1 : 0;
-    for (int p = 0; p < N * k; p++) sel[p] = p ? 1 + p % k % (hp->n_expert - 1) : 0;
+    for (int p = 0; p < N * k; p++) sel[p] = p && hp->n_expert > 1 ? 1 + p % k % (hp->n_expert - 1) : 0;
     double tr = 1e30;
     for (int i = 0; i < 2; i++) {
         const int64_t t0 = st_now_ns();
@@ -185,12 +185,19 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
     const model_hparams *hp = &m->hp;
     st_backend *dev = *be;
     const int on_cpu = !dev->mem_info;
-    size_t routed = 0;
     expert_plan_in in = {0};
-    in.dense = engine_weight_bytes(m, &routed);
+    in.dense = engine_weight_bytes(m, NULL);
     in.n_layer = hp->n_layer;
     in.n_expert = hp->n_expert;
-    in.expert = routed / ((size_t)hp->n_layer * hp->n_expert);
+    /* one expert's bytes: the largest layer's (types may differ between layers,
+     * as llama.cpp's Q4_K_M gives some layers' down experts more bits) */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const model_layer *l = &m->layers[il];
+        const size_t b = (size_t)l->ffn_gate_exps.n_out * l->ffn_gate_exps.row_bytes +
+                         (size_t)l->ffn_up_exps.n_out * l->ffn_up_exps.row_bytes +
+                         (size_t)l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes;
+        if (b > in.expert) in.expert = b;
+    }
     in.kv = kv_cache_bytes(hp, n_ctx, p->kv_type) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
     in.scratch = scratch_bytes(hp, n_ubatch);
     in.cache = p->expert_cache;

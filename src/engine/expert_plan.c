@@ -72,9 +72,16 @@ int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_p
         qsort(ord, (size_t)total, sizeof *ord, cmp_hot);
         for (long i = 0; i < slots; i++) {
             const int l = ord[i] / X;
-            out->slot[ord[i]] = out->layer_slots[l]++;
+            out->slot[ord[i]] = 0; /* chosen; numbered below */
+            out->layer_slots[l]++;
         }
         st_free(ord);
+        /* slots in expert-id order within a layer: a wholly cached layer is
+         * then its experts in their own order (slot e = expert e), which is
+         * how the device's own MoE addresses them */
+        for (int l = 0; l < L; l++)
+            for (int e = 0, s = 0; e < X; e++)
+                if (out->slot[(long)l * X + e] >= 0) out->slot[(long)l * X + e] = s++;
     } else {
         for (int l = 0; l < L; l++) {
             out->layer_slots[l] = (int)(slots / L + (l < slots % L));

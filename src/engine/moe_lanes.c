@@ -32,6 +32,7 @@ typedef struct {
     st_weight g, u, d;    /* the device slabs as weights of n_slots matrices (n_mat 0: no slots) */
     int32_t *slot;        /* (n_expert) host: slot or -1 */
     int32_t *d_slot;      /* (n_expert) the same on the device */
+    size_t mat_g, mat_u, mat_d; /* bytes of one expert's matrix (types may differ between layers) */
 } lane_layer;
 
 typedef struct {
@@ -44,8 +45,9 @@ typedef struct {
     int first_routed; /* the first layer not wholly cached: its calls count the steps */
     int64_t E, F;
     lane_layer *layer;
-    /* staging: one layer's experts, expert e's matrices at position e */
-    st_weight sg, su, sd;
+    /* staging: one layer's experts, expert e's matrices at position e, sized
+     * for the largest layer (zero-filled: never-sent positions decode finite) */
+    uint8_t *stage_g, *stage_u, *stage_d;
     int32_t *stage_map, *d_stage_map; /* (n_expert) e where staged for this call, else -1 */
     /* per call */
     int32_t *d_route;     /* device [sel nk][wsel nk] */
@@ -58,7 +60,6 @@ typedef struct {
     double *miss_bytes;
     int *miss_tok;
     uint8_t *to_pcie;
-    size_t mat_g, mat_u, mat_d; /* bytes of one expert's matrix */
     moe_lane_stats stats;
     uint64_t *counts; /* (n_layer * n_expert) routing counts of the layers routed on the host */
     float *heat;      /* (n_layer * n_expert) decayed routing counts: what the cache adapts to */
@@ -110,9 +111,9 @@ static void adapt_layer(lanes *L, st_backend *be, int il, const st_weight *gate,
     }
     if (hot < 0 || cold < 0 || !(heat[hot] > 1.5f * heat[cold] + 0.5f)) return;
     const int s = ly->slot[cold];
-    put(L, mat_ptr(&ly->g, s), st_weight_mat(gate, hot), L->mat_g);
-    put(L, mat_ptr(&ly->u, s), st_weight_mat(up, hot), L->mat_u);
-    put(L, mat_ptr(&ly->d, s), st_weight_mat(down, hot), L->mat_d);
+    put(L, mat_ptr(&ly->g, s), st_weight_mat(gate, hot), ly->mat_g);
+    put(L, mat_ptr(&ly->u, s), st_weight_mat(up, hot), ly->mat_u);
+    put(L, mat_ptr(&ly->d, s), st_weight_mat(down, hot), ly->mat_d);
     ly->slot[hot] = s;
     ly->slot[cold] = -1;
     put(L, ly->d_slot, ly->slot, (size_t)L->n_expert * sizeof(int32_t));
@@ -144,7 +145,10 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
 
     /* 2. the misses, and their lanes */
     memset(L->cnt, 0, (size_t)n_expert * sizeof(int));
-    for (int p = 0; p < nk; p++) L->cnt[sel[p]]++;
+    for (int p = 0; p < nk; p++) {
+        ST_ASSERT(sel[p] >= -1 && sel[p] < n_expert); /* -1: NaN logits routed it nowhere */
+        if (sel[p] >= 0) L->cnt[sel[p]]++;
+    }
     float *heat = L->heat + (size_t)il * n_expert;
     for (int e = 0; e < n_expert; e++) {
         L->counts[(size_t)il * n_expert + e] += (uint64_t)L->cnt[e];
@@ -161,7 +165,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
             continue;
         }
         L->miss[n_miss] = e;
-        L->miss_bytes[n_miss] = (double)(L->mat_g + L->mat_u + L->mat_d);
+        L->miss_bytes[n_miss] = (double)(ly->mat_g + ly->mat_u + ly->mat_d);
         L->miss_tok[n_miss++] = L->cnt[e];
     }
     const double flops_tok = 2.0 * 3.0 * (double)E * (double)L->F;
@@ -188,23 +192,27 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         wrote = 1;
     }
     if (n_sent) {
+        /* the layer's own shapes and types over the staging buffers */
+        st_weight sg = *gate, su = *up, sd = *down;
+        sg.mat = su.mat = sd.mat = NULL;
+        sg.data = L->stage_g, su.data = L->stage_u, sd.data = L->stage_d;
         for (int i = 0, run = -1; i <= n_miss; i++) { /* runs of consecutive experts go as one copy */
             const int e = i < n_miss && L->to_pcie[i] ? L->miss[i] : -1;
             if (run >= 0 && (e < 0 || e != L->miss[i - 1] + 1)) {
                 const int e0 = run, n = L->miss[i - 1] - run + 1;
-                put(L, mat_ptr(&L->sg, e0), st_weight_mat(gate, e0), (size_t)n * L->mat_g);
-                put(L, mat_ptr(&L->su, e0), st_weight_mat(up, e0), (size_t)n * L->mat_u);
-                put(L, mat_ptr(&L->sd, e0), st_weight_mat(down, e0), (size_t)n * L->mat_d);
+                put(L, mat_ptr(&sg, e0), st_weight_mat(gate, e0), (size_t)n * ly->mat_g);
+                put(L, mat_ptr(&su, e0), st_weight_mat(up, e0), (size_t)n * ly->mat_u);
+                put(L, mat_ptr(&sd, e0), st_weight_mat(down, e0), (size_t)n * ly->mat_d);
                 run = -1;
             }
             if (e >= 0 && run < 0) run = e;
         }
         put(L, L->d_stage_map, L->stage_map, (size_t)n_expert * sizeof(int32_t));
         float *dst = wrote ? L->d_tmp : out;
-        be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &L->sg, &L->su, &L->sd, dst);
+        be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &sg, &su, &sd, dst);
         if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
         wrote = 1;
-        L->stats.bytes_pcie += (uint64_t)n_sent * (L->mat_g + L->mat_u + L->mat_d);
+        L->stats.bytes_pcie += (uint64_t)n_sent * (ly->mat_g + ly->mat_u + ly->mat_d);
     }
     /* 4. the CPU lane, while the device works */
     if (cpu_pairs) {
@@ -212,6 +220,10 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         float *dst = wrote ? L->d_tmp : out;
         be->to_device(be, dst, L->h_out, (size_t)n_tok * E * sizeof(float));
         if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
+    }
+    if (!wrote && !cpu_pairs) { /* every pair routed nowhere (NaN logits): zeros, as moe_experts gives them */
+        memset(L->h_out, 0, (size_t)n_tok * E * sizeof(float));
+        be->to_device(be, out, L->h_out, (size_t)n_tok * E * sizeof(float));
     }
     L->stats.pairs_dev += (uint64_t)hits;
     L->stats.pairs_cpu += (uint64_t)cpu_pairs;
@@ -239,9 +251,9 @@ static void l_destroy(st_backend *be) {
         be->free(be, ly->d_slot);
         st_free(ly->slot);
     }
-    be->free(be, (void *)L->sg.data);
-    be->free(be, (void *)L->su.data);
-    be->free(be, (void *)L->sd.data);
+    be->free(be, L->stage_g);
+    be->free(be, L->stage_u);
+    be->free(be, L->stage_d);
     be->free(be, L->d_stage_map);
     be->free(be, L->d_route);
     be->free(be, L->d_tmp);
@@ -288,15 +300,22 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     const model_layer *l0 = &m->layers[0];
     L->E = l0->ffn_gate_exps.n_in;
     L->F = l0->ffn_gate_exps.n_out;
-    L->mat_g = (size_t)l0->ffn_gate_exps.n_out * l0->ffn_gate_exps.row_bytes;
-    L->mat_u = (size_t)l0->ffn_up_exps.n_out * l0->ffn_up_exps.row_bytes;
-    L->mat_d = (size_t)l0->ffn_down_exps.n_out * l0->ffn_down_exps.row_bytes;
     const int X = L->n_expert;
+    size_t max_g = 0, max_u = 0, max_d = 0;
     L->layer = st_calloc((size_t)L->n_layer, sizeof *L->layer);
     for (int il = 0; il < L->n_layer; il++) {
         const model_layer *l = &m->layers[il];
         lane_layer *ly = &L->layer[il];
         ly->host_gate = l->ffn_gate_exps.data;
+        /* the host tensors are the GGUF's, each expert stack contiguous (runs of
+         * experts go to the device as one copy) */
+        ST_ASSERT(!l->ffn_gate_exps.mat && !l->ffn_up_exps.mat && !l->ffn_down_exps.mat);
+        ly->mat_g = (size_t)l->ffn_gate_exps.n_out * l->ffn_gate_exps.row_bytes;
+        ly->mat_u = (size_t)l->ffn_up_exps.n_out * l->ffn_up_exps.row_bytes;
+        ly->mat_d = (size_t)l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes;
+        if (ly->mat_g > max_g) max_g = ly->mat_g;
+        if (ly->mat_u > max_u) max_u = ly->mat_u;
+        if (ly->mat_d > max_d) max_d = ly->mat_d;
         ly->n_slots = plan->layer_slots[il];
         ly->slot = st_malloc((size_t)X * sizeof(int32_t));
         memcpy(ly->slot, plan->slot + (size_t)il * X, (size_t)X * sizeof(int32_t));
@@ -306,16 +325,24 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
         for (int e = 0; e < X; e++) {
             const int s = ly->slot[e];
             if (s < 0) continue;
-            be->to_device(be, mat_ptr(&ly->g, s), st_weight_mat(&l->ffn_gate_exps, e), L->mat_g);
-            be->to_device(be, mat_ptr(&ly->u, s), st_weight_mat(&l->ffn_up_exps, e), L->mat_u);
-            be->to_device(be, mat_ptr(&ly->d, s), st_weight_mat(&l->ffn_down_exps, e), L->mat_d);
+            be->to_device(be, mat_ptr(&ly->g, s), st_weight_mat(&l->ffn_gate_exps, e), ly->mat_g);
+            be->to_device(be, mat_ptr(&ly->u, s), st_weight_mat(&l->ffn_up_exps, e), ly->mat_u);
+            be->to_device(be, mat_ptr(&ly->d, s), st_weight_mat(&l->ffn_down_exps, e), ly->mat_d);
         }
         ly->d_slot = be->alloc(be, (size_t)X * sizeof(int32_t));
         be->to_device(be, ly->d_slot, ly->slot, (size_t)X * sizeof(int32_t));
     }
-    L->sg = slab(be, &l0->ffn_gate_exps, X);
-    L->su = slab(be, &l0->ffn_up_exps, X);
-    L->sd = slab(be, &l0->ffn_down_exps, X);
+    uint8_t **stage[3] = {&L->stage_g, &L->stage_u, &L->stage_d};
+    const size_t stage_bytes[3] = {(size_t)X * max_g, (size_t)X * max_u, (size_t)X * max_d};
+    void *zeros = st_calloc(1, stage_bytes[0] > stage_bytes[1] ? (stage_bytes[0] > stage_bytes[2] ? stage_bytes[0]
+                                                                                                  : stage_bytes[2])
+                                                               : (stage_bytes[1] > stage_bytes[2] ? stage_bytes[1]
+                                                                                                  : stage_bytes[2]));
+    for (int i = 0; i < 3; i++) {
+        *stage[i] = be->alloc(be, stage_bytes[i]);
+        be->to_device(be, *stage[i], zeros, stage_bytes[i]);
+    }
+    st_free(zeros);
     L->stage_map = st_malloc((size_t)X * sizeof(int32_t));
     L->d_stage_map = be->alloc(be, (size_t)X * sizeof(int32_t));
     const size_t nk = (size_t)n_rows * L->k;

@@ -94,6 +94,9 @@ static int on_event(void *ctx, const srv_event *ev) {
         proto_put_u64(&b, st->pairs_dev);
         proto_put_u64(&b, st->pairs_cpu);
         proto_put_u64(&b, st->pairs_pcie);
+        proto_put_u64(&b, st->total_dev);
+        proto_put_u64(&b, st->total_cpu);
+        proto_put_u64(&b, st->total_pcie);
         break;
     }
     case SRV_EV_ERROR:

@@ -96,8 +96,8 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
     metric(&b, "context_tokens", "gauge", "Context length of each slot.", m.n_ctx);
     if (m.lanes) {
         const double pairs = (double)(m.pairs_dev + m.pairs_cpu + m.pairs_pcie);
-        sbuf_printf(&b, "# HELP strata_expert_pairs_total (token, expert) pairs of finished requests, by where the "
-                        "expert ran.\n# TYPE strata_expert_pairs_total counter\n");
+        sbuf_printf(&b, "# HELP strata_expert_pairs_total (token, expert) pairs the engine computed (as of the last "
+                        "finished request), by where the expert ran.\n# TYPE strata_expert_pairs_total counter\n");
         sbuf_printf(&b, "strata_expert_pairs_total{lane=\"gpu_cache\"} %llu\n", (unsigned long long)m.pairs_dev);
         sbuf_printf(&b, "strata_expert_pairs_total{lane=\"cpu\"} %llu\n", (unsigned long long)m.pairs_cpu);
         sbuf_printf(&b, "strata_expert_pairs_total{lane=\"pcie\"} %llu\n", (unsigned long long)m.pairs_pcie);

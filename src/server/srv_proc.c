@@ -299,6 +299,9 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
         st.pairs_dev = proto_get_u64(&c);
         st.pairs_cpu = proto_get_u64(&c);
         st.pairs_pcie = proto_get_u64(&c);
+        st.total_dev = proto_get_u64(&c);
+        st.total_cpu = proto_get_u64(&c);
+        st.total_pcie = proto_get_u64(&c);
         ev.stats = &st;
         break;
     default: /* PROTO_ERROR */

@@ -43,8 +43,8 @@ typedef struct {
     srv_gen_extra *extra;
     int64_t t0; /* admission time: the prompt's time runs from it */
     gen_stats st;
-    moe_lane_stats lanes0; /* the expert lanes' counters at its start (the pairs of a batched step are
-                              counted for every slot in it) */
+    moe_lane_stats lanes0; /* the expert lanes' counters at its start (its speed line's split: the pairs
+                              of a batched step count for every slot in it) */
 } slot;
 
 /* The in-process role (srv_sched.h): the engine and its thread here. */
@@ -110,11 +110,11 @@ void sched_metrics_add(sched_metrics *m, const gen_stats *st) {
     m->gen_s += st->gen_ms / 1e3;
     m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
     m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
-    if (st->lanes) {
+    if (st->lanes) { /* the engine's own totals: a request's pairs overlap the other slots' in batched steps */
         m->lanes = 1;
-        m->pairs_dev += st->pairs_dev;
-        m->pairs_cpu += st->pairs_cpu;
-        m->pairs_pcie += st->pairs_pcie;
+        m->pairs_dev = st->total_dev;
+        m->pairs_cpu = st->total_cpu;
+        m->pairs_pcie = st->total_pcie;
     }
 }
 
@@ -164,6 +164,9 @@ static void slot_finish(local_sched *s, slot *sl) {
         sl->st.pairs_dev = d.pairs_dev;
         sl->st.pairs_cpu = d.pairs_cpu;
         sl->st.pairs_pcie = d.pairs_pcie;
+        sl->st.total_dev = ls->pairs_dev;
+        sl->st.total_cpu = ls->pairs_cpu;
+        sl->st.total_pcie = ls->pairs_pcie;
     }
     char line[512];
     gen_stats_format(&sl->st, line, sizeof line);

@@ -85,7 +85,8 @@ typedef struct {
     int engine_pid;                       /* the process running the engines (this one when in-process) */
     uint64_t engine_restarts;             /* engine processes started after the first */
     int lanes;                            /* a MoE model's experts live in several places: */
-    uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* (token, expert) pairs by lane (moe_lanes.h) */
+    uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* (token, expert) pairs by lane (moe_lanes.h), the engine's
+                                                  totals as of its last finished request */
 } sched_metrics;
 
 typedef struct srv_sched srv_sched;

@@ -474,6 +474,22 @@ int main(int argc, char **argv) {
         st_free(got.logits);
     }
     g_adapt = 0;
+    /* a profile that caches layer 0 whole, its hottest experts being its
+     * highest ids: the layer then runs the device's own MoE over its slots,
+     * which must hold expert e in slot e whatever order the profile ranked them */
+    {
+        uint64_t *rev = st_calloc((size_t)total, sizeof(uint64_t));
+        for (int e = 0; e < hp.n_expert; e++) rev[e] = 1000 + (uint64_t)e;
+        char rev_path[600];
+        snprintf(rev_path, sizeof rev_path, "%s.rev", prof_path);
+        ST_ASSERT(expert_profile_save(rev_path, rev, hp.n_layer, hp.n_expert) == 0);
+        moe_lane_stats s;
+        ST_ASSERT(run(path, hp.n_expert, 0, rev_path, &got, &s) == nv);
+        compare("layer 0 cached whole by a reversed profile", &ref, &got, nv);
+        st_free(got.logits);
+        st_free(rev);
+        unlink(rev_path);
+    }
     /* the profile's experts are the hottest of this very routing (the tokens
      * are the same): they give at least the hits of any other choice */
     moe_lane_stats s0, s1;

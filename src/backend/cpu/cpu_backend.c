@@ -412,8 +412,9 @@ static void route_tokens(const float *logits, int n_tok, int n_expert, int k, in
             int b = -1;
             for (int e = 0; e < n_expert; e++)
                 if (p[e] >= 0 && (b < 0 || p[e] > p[b])) b = e;
-            sel[t * k + j] = b;
-            wsel[t * k + j] = p[b];
+            sel[t * k + j] = b; /* -1: NaN logits left nothing to choose (the GPU's routing says the same) */
+            wsel[t * k + j] = b < 0 ? 0.0f : p[b];
+            if (b < 0) continue;
             wsum += p[b];
             p[b] = -1.0f;
         }
@@ -451,8 +452,8 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
     float *ge = (float *)(mm + 2 * nk), *ue = ge + nk * F, *ye = ue + nk * F;
     memset(off, 0, (size_t)(n_expert + 1) * 4);
     for (size_t i = 0; i < nk; i++) {
-        ST_ASSERT(sel[i] >= 0 && sel[i] < n_expert);
-        if (!emap || emap[sel[i]] >= 0) off[sel[i] + 1]++;
+        ST_ASSERT(sel[i] >= -1 && sel[i] < n_expert);
+        if (sel[i] >= 0 && (!emap || emap[sel[i]] >= 0)) off[sel[i] + 1]++;
     }
     for (int e = 0; e < n_expert; e++) off[e + 1] += off[e];
     const int np = off[n_expert]; /* pairs computed here */
@@ -460,7 +461,7 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
     memcpy(fill, off, (size_t)n_expert * 4);
     for (size_t i = 0; i < nk; i++) {
         const int e = sel[i];
-        if (emap && emap[e] < 0) continue;
+        if (e < 0 || (emap && emap[e] < 0)) continue;
         tok[fill[e]] = (int32_t)(i / (size_t)k);
         tw[fill[e]++] = wsel[i];
     }

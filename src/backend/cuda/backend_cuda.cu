@@ -48,6 +48,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/common.cuh"
@@ -195,7 +196,8 @@ static void cu_upload(st_backend *be, void *dst, const void *src, size_t bytes) 
  * access), else plain. */
 static int cu_host_register(st_backend *be, const void *p, size_t bytes) {
     (void)be;
-    const uintptr_t page = 4096, a = (uintptr_t)p & ~(page - 1), b = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p & ~(page - 1),
+                    b = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
     cudaError_t err = cudaErrorNotSupported;
 #ifdef cudaHostRegisterReadOnly
     err = cudaHostRegister((void *)a, b - a, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
@@ -219,7 +221,7 @@ static void cu_mem_info(st_backend *be, size_t *free_bytes, size_t *total_bytes)
 
 static void cu_host_unregister(st_backend *be, const void *p) {
     (void)be;
-    const uintptr_t page = 4096;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     CUDA_CHECK(cudaHostUnregister((void *)((uintptr_t)p & ~(page - 1))));
 }
 

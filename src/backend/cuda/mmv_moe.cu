@@ -118,7 +118,10 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32, 4) moe_down_kernel(con
             ld_unit(p.hq + (size_t)pair * p.n_ff, gu, a);
             mm_unit w;
             F::unit(wr + (size_t)(gu / F::UPB) * F::BYTES, gu % F::UPB, w);
-            acc = fmaf(wt, mm_unit_dot<F>(w, a, p.hd[(size_t)pair * n_units + gu]), acc);
+            const float dot = mm_unit_dot<F>(w, a, p.hd[(size_t)pair * n_units + gu]);
+            /* a skipped pair's unit is only a valid address: its bytes may
+             * decode to Inf or NaN (an unfilled staging slot), and 0 * NaN is NaN */
+            acc = fmaf(wt, c < combos && e >= 0 ? dot : 0.0f, acc);
         }
     }
     acc = warp_sum(acc);

@@ -454,7 +454,7 @@ static __global__ void moe_remap_kernel(const int32_t *sel, const int32_t *emap,
     const int p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= nk) return;
     const int32_t e = sel[p];
-    ids[p] = emap ? emap[e] : e;
+    ids[p] = e < 0 ? -1 : emap ? emap[e] : e; /* -1: routed nowhere (NaN logits) */
     if (xrow) xrow[p] = p / k;
 }
 
