@@ -59,7 +59,11 @@ int cmd_profile(int argc, char **argv) {
     }
     if (!path) return cli_usage_error("profile", PROFILE_USAGE, "missing -f TEXTFILE");
     if (!out) return cli_usage_error("profile", PROFILE_USAGE, "missing -o OUT");
-    if (ep.expert_cache > 0 || ep.expert_profile)
+    /* a value the user set is never overridden: any --expert-cache but 0 is refused, "auto" too */
+    int cache_set = 0;
+    for (int i = 1; i < argc; i++)
+        cache_set |= !strncmp(argv[i], "--expert-cache", 14) && (argv[i][14] == 0 || argv[i][14] == '=');
+    if ((cache_set && ep.expert_cache != 0) || ep.expert_profile)
         return cli_usage_error("profile", PROFILE_USAGE,
                                "--expert-cache and --expert-profile do not apply: a profile runs with no expert cached");
     ep.expert_cache = 0;

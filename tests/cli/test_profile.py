@@ -88,8 +88,9 @@ def test_profile_raises_the_hit_rate(model, profile):
 def test_profile_bad_uses(model, profile, tmp_path):
     r = strata("profile", "-m", model, "-f", TEXT)
     assert r.returncode == 2 and "missing -o" in r.stderr, r.stderr
-    r = strata("profile", "-m", model, "-f", TEXT, "-o", tmp_path / "x", "--expert-cache", 8)
-    assert r.returncode == 2 and "do not apply" in r.stderr, r.stderr
+    for cache in ("8", "auto"):
+        r = strata("profile", "-m", model, "-f", TEXT, "-o", tmp_path / "x", "--expert-cache", cache)
+        assert r.returncode == 2 and "do not apply" in r.stderr, r.stderr
     r = strata("profile", "-m", model, "-f", tmp_path / "absent.txt", "-o", tmp_path / "x")
     assert r.returncode == 1 and "cannot read" in r.stderr, r.stderr
     r = strata("profile", "-m", model, "-f", TEXT, "-o", tmp_path / "no" / "such" / "dir")
