@@ -223,7 +223,7 @@ static void gen_start(local_sched *s, slot *sl) {
     sl->smp = sampler_create(&r->sp, s->e->m->hp.n_vocab);
     gen_hooks hk;
     sl->extra = srv_gen_extra_new(s->e, r, sl->job.fn, sl->job.ctx, sl->id, &hk);
-    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop};
+    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos};
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
 }
 

@@ -45,6 +45,7 @@ typedef struct {
     int logprobs;     /* report each generated token's log probability (TOKEN events) */
     int top_logprobs; /* and the n (<= 20) most likely alternatives */
     int json_mode;    /* constrain the answer to one JSON object (srv_gen.c) */
+    int ignore_eos;   /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
 } srv_request;
 
 typedef enum {

@@ -1,7 +1,7 @@
 """What llama-server's clients read, on a real `strata serve` (issue 17 item
 12, the parts built so far): GET /props, `timings` in OpenAI responses, a
 request id on every answer (the client's own echoed when it is a plain
-token), and Retry-After on 503/529 (checked in test_hostile.py's queue-full
+token), the request fields `n_predict` and `ignore_eos`, and Retry-After on 503/529 (checked in test_hostile.py's queue-full
 test, where those answers come)."""
 from conftest import httpx
 
@@ -48,3 +48,23 @@ def test_request_id(server):
     r = httpx.get(server.url + "/no/such/path", timeout=10)
     assert r.status_code == 404 and r.headers["x-request-id"].startswith("req_"), r.headers
     print("checked: every answer carries a request id, unique, the client's own echoed only when plain")
+
+
+def test_n_predict_and_ignore_eos(server):
+    def complete(**kw):
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": "The capital of France is", "temperature": 0,
+                                                             **kw}, timeout=120)
+        return r
+    r = complete(max_tokens=40, ignore_eos=True)
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["usage"]["completion_tokens"] == 40 and d["choices"][0]["finish_reason"] == "length", d
+    r = complete(n_predict=3, ignore_eos=True)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3, r.text
+    r = complete(n_predict=5, max_tokens=2, ignore_eos=True)  # the smaller limit wins
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2, r.text
+    r = complete(n_predict=0)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n_predict", r.text
+    r = complete(ignore_eos="yes")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_type", r.text
+    print("checked: ignore_eos runs to max_tokens; n_predict limits (the smaller of it and max_tokens); bad values 400")
