@@ -8,13 +8,15 @@
 # toolchain is installed too and build-hip/ is built for exactly the
 # architectures of the cards found (docs/amd.md). STRATA_HIP_ARCHS
 # overrides the detection ("gfx1100;gfx1201"; empty for none).
+# `./setup.sh --amd-archs` prints what it detects and stops (tested with a
+# made-up topology under STRATA_KFD_TOPOLOGY: tests/cuda/setup_amd.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 # gfx names of the AMD GPUs present, one per line, each once.
 amd_archs() {
     local f v
-    for f in /sys/class/kfd/kfd/topology/nodes/*/properties; do
+    for f in "${STRATA_KFD_TOPOLOGY:-/sys/class/kfd/kfd/topology}"/nodes/*/properties; do
         [ -r "$f" ] || continue
         v=$(awk '$1 == "gfx_target_version" { print $2 }' "$f")
         [ -n "$v" ] && [ "$v" -gt 0 ] 2>/dev/null || continue
@@ -23,6 +25,10 @@ amd_archs() {
 }
 
 HIP_ARCHS=${STRATA_HIP_ARCHS-$(amd_archs | paste -sd';')}
+if [ "${1:-}" = --amd-archs ]; then
+    echo "$HIP_ARCHS"
+    exit 0
+fi
 if [ -n "$HIP_ARCHS" ]; then
     echo "setup: AMD GPU found ($HIP_ARCHS): the HIP build goes to build-hip/"
     scripts/install-deps.sh --hip
