@@ -227,14 +227,15 @@ static __device__ __forceinline__ void st_syncwarp(void) {
 /* HIP's shuffles take no mask: every lane of the wave takes part, which is
  * what the kernels' full masks ask for. The width defaults to ST_WARP, not
  * to HIP's warpSize: on a wave64 target a shuffle then stays inside its
- * 32-lane logical warp (an xor, a source lane or a shift past the 32 lanes
- * reads the lane itself, as CUDA's does past its warp). On wave32 it is
- * the same width as HIP's default. A width given (4th argument) wins. */
+ * 32-lane logical warp, with CUDA's meaning within a warp (a source lane
+ * taken modulo the width, an xor or shift past it reading the lane
+ * itself). On wave32 it is the same width as HIP's default. A width given
+ * (4th argument) wins. */
 template <typename T> static __device__ __forceinline__ T st_shfl_xor(T v, int mask, int width = ST_WARP) {
     return __shfl_xor(v, mask, width);
 }
 template <typename T> static __device__ __forceinline__ T st_shfl(T v, int src, int width = ST_WARP) {
-    return __shfl(v, src, width);
+    return __shfl(v, src & (width - 1), width); /* HIP 5.2 adds src unmasked to the segment's base */
 }
 template <typename T> static __device__ __forceinline__ T st_shfl_down(T v, unsigned int d, int width = ST_WARP) {
     return __shfl_down(v, d, width);
