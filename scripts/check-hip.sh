@@ -41,7 +41,8 @@ JOBS=${JOBS:-2}
 LLVM_BIN=/usr/lib/llvm-19/bin
 CXX=$LLVM_BIN/clang++
 
-if ! scripts/install-deps.sh --hip-only >/dev/null 2>&1 || [ ! -x "$CXX" ]; then
+if ! inst=$(scripts/install-deps.sh --hip-only 2>&1) || [ ! -x "$CXX" ]; then
+    echo "$inst" | tail -5
     echo "hip compile check: cannot install clang-19 / lld-19 / libamdhip64-dev / rocm-device-libs"
     echo "hip compile check: 0 passed, 1 failed"
     exit 1

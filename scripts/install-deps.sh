@@ -3,7 +3,8 @@
 # and the pip packages the tests use. Idempotent: a second run only checks.
 #   --hip       also the AMD (HIP) toolchain: clang-19 + lld-19 (with llvm-19
 #               and clang-tools-19 for llvm-as/llvm-dis and the offload
-#               bundler), libamdhip64-dev (HIP 5.2 headers and runtime) and
+#               bundler, libclang-rt-19-dev for the CMake HIP build's
+#               builtins), libamdhip64-dev (HIP 5.2 headers and runtime) and
 #               rocm-device-libs (ROCm 5.2 bitcode; scripts/hip-device-libs.sh
 #               adds what it lacks for gfx11/gfx12). All Debian bookworm.
 #   --hip-only  only those (scripts/check-hip.sh)
