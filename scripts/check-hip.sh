@@ -19,11 +19,13 @@
 #    folder's .c files compile under STRATA_HIP;
 #  - no kernel uses what would break its 32-lane logical warps on a wave64
 #    target (ballots, lane masks, warpSize; compat.h says why);
-#  - every object's offload bundle holds a code object for exactly the
-#    targets asked for, each an ELF for that gfx (its e_flags), with the
-#    wave size of the target in its kernel metadata (64 on gfx906, 32 else);
-#  - the int8 dot is the target's instruction in mmv_legacy: v_dot4(c)_i32_i8
-#    on gfx906 and RDNA2, the mixed-sign v_dot4_i32_iu8 on RDNA3/3.5/4;
+#  - every object with kernels for AMD has an offload bundle holding code
+#    objects for exactly the targets asked for (files whose kernels are all
+#    CUDA-only, and host code, have none: they are named);
+#  - per target, mmv_legacy's code object is an ELF for that gfx (its
+#    e_flags), its kernels' metadata gives the target's wave size (64 on
+#    gfx906, 32 else), and its int8 dot is the target's instruction:
+#    v_dot4(c)_i32_i8 on gfx906 and RDNA2, v_dot4_i32_iu8 on RDNA3/3.5/4;
 #  - the architecture list baked into device.cu (STRATA_GPU_ARCHS, what the
 #    start-up check and --list-devices report) equals the bundled targets,
 #    and the check's logic (tests/cuda/test_gpu_arch.c, built here) accepts
