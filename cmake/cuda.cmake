@@ -34,18 +34,16 @@ if(STRATA_CUDA)
   set(STRATA_GPU_ARCHS ${CMAKE_CUDA_ARCHITECTURES})
 elseif(STRATA_HIP)
   if(NOT DEFINED CMAKE_HIP_ARCHITECTURES OR CMAKE_HIP_ARCHITECTURES STREQUAL "")
-    # RDNA2 (wave32) by default: Debian's ROCm 5.2 device libraries stop at
-    # gfx1036, so gfx1100 (RDNA3) needs a newer ROCm; add it by hand there.
-    # Wave64 targets (gfx9xx, CDNA) stop the device compile (compat.h) and a
-    # wave64 card is refused at start (device.cu): the kernels assume
-    # 32-lane warps.
+    # RDNA2 by default; any list of gfx906, gfx1030..gfx1036, gfx1100,
+    # gfx1101, gfx1151, gfx1200, gfx1201 builds with Debian's packages
+    # (docs/amd.md; scripts/check-hip.sh compiles all eight that CI checks).
     set(CMAKE_HIP_ARCHITECTURES "gfx1030" CACHE STRING "HIP architectures to build code for" FORCE)
   endif()
-  # CMake's HIP language wants ROCm's clang, not the hipcc wrapper: take the
-  # clang++ hipcc itself runs (Debian: /usr/bin/clang++-15 with
-  # /usr/lib/x86_64-linux-gnu/cmake/hip-lang), unless one was given.
+  # CMake's HIP language wants a clang, not the hipcc wrapper: Debian's
+  # clang-19 (package clang-19, with lld-19) compiles for gfx11 and gfx12,
+  # which ROCm 5.2's clang-15 does not know; clang-15 is the fallback.
   if(NOT DEFINED CMAKE_HIP_COMPILER AND NOT DEFINED ENV{HIPCXX})
-    find_program(STRATA_HIP_CLANG NAMES clang++-15 clang++ PATHS /opt/rocm/llvm/bin /usr/lib/llvm-15/bin
+    find_program(STRATA_HIP_CLANG NAMES clang++ PATHS /opt/rocm/llvm/bin /usr/lib/llvm-19/bin /usr/lib/llvm-15/bin
                  NO_DEFAULT_PATH)
     if(STRATA_HIP_CLANG)
       set(CMAKE_HIP_COMPILER ${STRATA_HIP_CLANG})
@@ -69,21 +67,50 @@ elseif(STRATA_HIP)
       # package sits in <prefix>/<name>/), e.g. for amd_comgr.
       get_filename_component(STRATA_HIP_CMAKE_DIR ${STRATA_HIP_LANG_DIR} DIRECTORY)
       set(ENV{CMAKE_PREFIX_PATH} "${STRATA_HIP_CMAKE_DIR}:$ENV{CMAKE_PREFIX_PATH}")
-      # Debian's plain clang++-15 does not find the HIP headers and device
-      # bitcode by itself (hipcc passes the same two options).
+      # Debian's plain clang does not find the HIP headers and device
+      # bitcode by itself (hipcc passes the same two options). The bitcode
+      # folder is a build-local one: links to Debian's ROCm 5.2 libraries
+      # plus the oclc_isa_version_<N>.bc they lack for newer targets
+      # (scripts/hip-device-libs.sh; needs llvm-19's llvm-as).
       file(GLOB STRATA_HIP_BITCODE /usr/lib/*/amdgcn/bitcode)
       if(STRATA_HIP_BITCODE)
         list(GET STRATA_HIP_BITCODE 0 STRATA_HIP_BITCODE)
+        execute_process(COMMAND ${CMAKE_SOURCE_DIR}/scripts/hip-device-libs.sh ${CMAKE_BINARY_DIR}/hip-devlib
+                                ${CMAKE_HIP_ARCHITECTURES}
+                        RESULT_VARIABLE STRATA_HIP_DEVLIB_RC OUTPUT_QUIET)
+        if(STRATA_HIP_DEVLIB_RC EQUAL 0)
+          set(STRATA_HIP_BITCODE ${CMAKE_BINARY_DIR}/hip-devlib)
+        else()
+          message(WARNING "Strata HIP: scripts/hip-device-libs.sh failed; using ${STRATA_HIP_BITCODE} as it is")
+        endif()
         set(CMAKE_HIP_FLAGS "${CMAKE_HIP_FLAGS} --rocm-path=/usr --hip-device-lib-path=${STRATA_HIP_BITCODE}")
       endif()
     endif()
+  endif()
+  # hip-lang's targets add -isystem /usr/include (Debian's prefix), which
+  # puts it before the C++ headers' #include_next <math.h> under clang-19;
+  # as an implicit directory CMake leaves it out (it is searched anyway).
+  if(NOT DEFINED CMAKE_HIP_IMPLICIT_INCLUDE_DIRECTORIES)
+    set(CMAKE_HIP_IMPLICIT_INCLUDE_DIRECTORIES /usr/include)
   endif()
   enable_language(HIP)
   set(CMAKE_HIP_STANDARD 17) # the kernels use if constexpr
   set(CMAKE_HIP_STANDARD_REQUIRED ON)
   # hip-config.cmake (ROCm 5.x) reads CMAKE_CXX_COMPILER_ID: it needs C++ on.
   enable_language(CXX)
-  find_package(hip REQUIRED)
+  # Debian's hip-config.cmake refuses to load without /usr/bin/hipcc (package
+  # hipcc, which brings clang-15); a build with clang-19 needs only what
+  # hip::host gives C code: the runtime library and the platform macro.
+  find_program(STRATA_HIPCC hipcc PATHS /opt/rocm/bin)
+  if(STRATA_HIPCC)
+    find_package(hip REQUIRED)
+  else()
+    find_library(STRATA_AMDHIP64 amdhip64 REQUIRED)
+    add_library(strata_hip_host INTERFACE)
+    target_link_libraries(strata_hip_host INTERFACE ${STRATA_AMDHIP64})
+    target_compile_definitions(strata_hip_host INTERFACE __HIP_PLATFORM_AMD__=1)
+    add_library(hip::host ALIAS strata_hip_host)
+  endif()
   # hipBLAS is optional: Debian bookworm packages neither hipBLAS nor
   # rocBLAS. Without it the GEMM path is compiled out (compat.h) and every
   # product runs on the matrix-vector kernels.

@@ -35,6 +35,8 @@ else
     echo "CUDA compile check skipped: nvcc is not installed on this machine"
 fi
 
-# HIP: the same kernel sources through compat.h with Debian's hipcc, for
-# gfx1030 (RDNA2), compile only (no AMD GPU here).
+# HIP: the same kernel sources through compat.h with Debian's clang-19 and
+# ROCm 5.2 libraries, for every AMD generation (gfx906, RDNA2, RDNA3,
+# RDNA3.5, RDNA4: eight targets), compile only (no AMD GPU here); it also
+# checks the offload bundles, wave sizes and int8 dot instructions.
 scripts/check-hip.sh

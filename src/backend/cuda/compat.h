@@ -9,15 +9,25 @@
  * and its name mappings only; the device-side part needs C++.
  *
  * Warps: the kernels are written for 32-lane warps (shuffles, masks, block
- * sizes). ST_WARP is that constant. AMD wave64 targets (gfx9xx, CDNA) stop
- * the HIP device compile below, and a wave64 card is refused at start by
- * device_check (device.cu) with a message, never run wrong.
+ * sizes, `lane = threadIdx.x % 32`). ST_WARP is that constant: a *logical*
+ * warp of 32 lanes, on every target. ST_WAVE is the hardware's wave size in
+ * a device pass (32 on NVIDIA and RDNA, 64 on gfx9 / GCN such as gfx906).
+ * On a wave64 target a wave holds two logical warps; what keeps them apart
+ * is that every shuffle here passes the width ST_WARP, so no lane reads
+ * across the 32-lane halves, and that nothing uses ballots, lane masks or
+ * warpSize (check-hip.sh's grep keeps it so). A block of 32 threads then
+ * fills half a wave: correct, half the lanes idle.
  */
 #ifndef STRATA_BACKEND_CUDA_COMPAT_H
 #define STRATA_BACKEND_CUDA_COMPAT_H
 
 #define ST_WARP 32
 #define ST_FULL_MASK 0xffffffffu
+#if defined(__HIP_DEVICE_COMPILE__) && defined(__AMDGCN_WAVEFRONT_SIZE)
+#define ST_WAVE __AMDGCN_WAVEFRONT_SIZE
+#else
+#define ST_WAVE 32 /* CUDA, and every host pass (whose value is not the target's) */
+#endif
 
 #ifdef STRATA_HIP
 #define ST_GPU_IS_HIP 1 /* the build's targets are "gfxNNNN" names; a device names its own */
@@ -108,12 +118,11 @@
 #ifdef __cplusplus
 /* ---- device side and BLAS (C++ only) ---- */
 
-/* The kernels assume 32-lane warps (shuffle offsets, lane masks, `& 31`).
- * A wave64 target (gfx9xx, CDNA, or -mwavefrontsize64) would compile and run
- * wrong, so its device pass stops here (the host pass reports 64 whatever
- * the target: it is not checked). */
-#if defined(__HIP_DEVICE_COMPILE__) && defined(__AMDGCN_WAVEFRONT_SIZE) && __AMDGCN_WAVEFRONT_SIZE != 32
-#error "Strata's GPU kernels need 32-lane waves: build for wave32 targets only (RDNA: gfx10xx, gfx11xx), e.g. -DCMAKE_HIP_ARCHITECTURES=gfx1030"
+/* Wave sizes: 32 (RDNA, or a gfx10+ target with -mwavefrontsize32) and 64
+ * (gfx9, or RDNA with -mwavefrontsize64) are both right for the kernels,
+ * see ST_WARP above; anything else stops the device pass. */
+#if defined(__HIP_DEVICE_COMPILE__) && ST_WAVE != 32 && ST_WAVE != 64
+#error "Strata's GPU kernels need waves of 32 or 64 lanes"
 #endif
 
 #if ST_GPU_HAVE_BLAS
@@ -177,10 +186,14 @@ static __host__ __device__ inline st_bf162 st_floats2bf162_rn(float a, float b) 
 #define __float2bfloat16_rn st_float2bf16_rn
 #define __floats2bfloat162_rn st_floats2bf162_rn
 
-/* dp4a: signed 4 x int8 dot product plus an accumulator. RDNA2 (and the
- * gfx906/908/90a dot instructions) has it as v_dot4_i32_i8, RDNA3 as the
- * mixed-sign v_dot4_i32_iu8 with both operands signed; other targets (and
- * the host pass) add the four products. */
+/* dp4a: signed 4 x int8 dot product plus an accumulator, per architecture
+ * (the builtins differ; check-hip.sh finds each instruction in the code):
+ *  - gfx906/908/90a and RDNA2 (gfx103x): the signed v_dot4_i32_i8
+ *    (v_dot4c_i32_i8 on RDNA2), __builtin_amdgcn_sdot4;
+ *  - RDNA3, RDNA3.5, RDNA4 (gfx11xx, gfx1150/1151, gfx12xx) have no signed
+ *    form, only the mixed-sign v_dot4_i32_iu8, here with both operands
+ *    marked signed, __builtin_amdgcn_sudot4;
+ *  - other targets (and the host pass) add the four products. */
 static __device__ __forceinline__ int st_dp4a(int a, int b, int c) {
 #if defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__) || \
     defined(__gfx1150__) || defined(__gfx1151__) || defined(__gfx1200__) || defined(__gfx1201__)
@@ -212,11 +225,28 @@ static __device__ __forceinline__ void st_syncwarp(void) {
 #define __syncwarp(...) st_syncwarp()
 
 /* HIP's shuffles take no mask: every lane of the wave takes part, which is
- * what the kernels' full masks ask for. An optional width (4th argument)
- * passes through. */
-#define __shfl_xor_sync(mask, ...) __shfl_xor(__VA_ARGS__)
-#define __shfl_sync(mask, ...) __shfl(__VA_ARGS__)
-#define __shfl_down_sync(mask, ...) __shfl_down(__VA_ARGS__)
+ * what the kernels' full masks ask for. The width defaults to ST_WARP, not
+ * to HIP's warpSize: on a wave64 target a shuffle then stays inside its
+ * 32-lane logical warp, with CUDA's meaning within a warp (a source lane
+ * taken modulo the width, an xor or shift past it reading the lane
+ * itself). On wave32 it is the same width as HIP's default. A width given
+ * (4th argument) wins. */
+template <typename T> static __device__ __forceinline__ T st_shfl_xor(T v, int mask, int width = ST_WARP) {
+    return __shfl_xor(v, mask, width);
+}
+template <typename T> static __device__ __forceinline__ T st_shfl(T v, int src, int width = ST_WARP) {
+    return __shfl(v, src & (width - 1), width); /* HIP 5.2 adds src unmasked to the segment's base */
+}
+template <typename T> static __device__ __forceinline__ T st_shfl_down(T v, unsigned int d, int width = ST_WARP) {
+    return __shfl_down(v, d, width);
+}
+template <typename T> static __device__ __forceinline__ T st_shfl_up(T v, unsigned int d, int width = ST_WARP) {
+    return __shfl_up(v, d, width);
+}
+#define __shfl_xor_sync(mask, ...) st_shfl_xor(__VA_ARGS__)
+#define __shfl_sync(mask, ...) st_shfl(__VA_ARGS__)
+#define __shfl_down_sync(mask, ...) st_shfl_down(__VA_ARGS__)
+#define __shfl_up_sync(mask, ...) st_shfl_up(__VA_ARGS__)
 #endif /* __cplusplus */
 
 #else /* CUDA */

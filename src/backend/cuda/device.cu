@@ -1,18 +1,16 @@
 /* GPU device management (device.h): enumeration, the build-vs-card check
  * made at start, and the pinned-memory bandwidth probe of the self-test.
  *
- * Which code a card can run: CMake's architecture entries "NN" put both
- * machine code (sm_NN) and PTX (compute_NN) into the binary, "NN-real" only
- * the first, "NN-virtual" only the second. Machine code runs on the same
- * major version with an equal or newer minor ("86" on an 8.9 card), "NNa"
- * only on exactly NN; PTX runs on any newer card after the driver compiles
- * it. That prediction is printed by --list-devices; the check at start does
- * not trust it alone and launches a probe kernel, the only sure test.
+ * Which code a card can run is decided from its properties and the build's
+ * list in device_arch.c (plain C, tested with fake cards). That prediction
+ * is printed by --list-devices; the check at start does not trust it alone
+ * and launches a probe kernel, the only sure test.
  */
 #include <string.h>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device.h"
+#include "backend/cuda/device_arch.h"
 
 #ifndef STRATA_GPU_ARCHS
 #define STRATA_GPU_ARCHS "unknown"
@@ -34,44 +32,21 @@ extern "C" int gpu_device_count(void) {
     return n;
 }
 
+static gpu_card_props card_props(int dev, const cudaDeviceProp *p) {
+    gpu_card_props c;
+    c.index = dev;
+    c.name = p->name;
 #if ST_GPU_IS_HIP
-/* HIP: the build lists gfx names; the card's name may carry feature flags ("gfx90a:sramecc+:xnack-"). */
-static gpu_code_kind code_for(const cudaDeviceProp *p) {
-    char arch[64];
-    snprintf(arch, sizeof arch, "%s", p->gcnArchName);
-    char *colon = strchr(arch, ':');
-    if (colon) *colon = 0;
-    const char *s = STRATA_GPU_ARCHS;
-    size_t n = strlen(arch);
-    while (*s) {
-        size_t len = strcspn(s, ",");
-        if (len == n && !strncmp(s, arch, n)) return GPU_CODE_NATIVE;
-        s += len + (s[len] == ',');
-    }
-    return GPU_CODE_NONE;
-}
+    c.arch_raw = p->gcnArchName;
 #else
-static gpu_code_kind code_for(const cudaDeviceProp *p) {
-    int dev = p->major * 10 + p->minor;
-    gpu_code_kind best = GPU_CODE_NONE;
-    const char *s = STRATA_GPU_ARCHS;
-    while (*s) {
-        size_t len = strcspn(s, ",");
-        char ent[32];
-        snprintf(ent, sizeof ent, "%.*s", (int)(len < sizeof ent - 1 ? len : sizeof ent - 1), s);
-        s += len + (s[len] == ',');
-        if (!strcmp(ent, "native") || !strncmp(ent, "all", 3)) return GPU_CODE_NATIVE; /* the probe decides */
-        char *end;
-        long nn = strtol(ent, &end, 10);
-        if (end == ent) continue;
-        int exact = *end == 'a', family = *end == 'f';
-        int real = !strstr(end, "-virtual"), virt = !strstr(end, "-real") && !exact && !family;
-        if (real && nn / 10 == dev / 10 && (exact ? nn == dev : nn <= dev)) return GPU_CODE_NATIVE;
-        if (virt && nn <= dev) best = GPU_CODE_PTX;
-    }
-    return best;
-}
+    c.arch_raw = NULL;
 #endif
+    c.cc_major = p->major;
+    c.cc_minor = p->minor;
+    c.warp_size = p->warpSize;
+    c.smem_per_block = p->sharedMemPerBlock;
+    return c;
+}
 
 extern "C" int gpu_device_info_get(int dev, gpu_device_info *out) {
     memset(out, 0, sizeof *out);
@@ -86,18 +61,13 @@ extern "C" int gpu_device_info_get(int dev, gpu_device_info *out) {
     snprintf(out->name, sizeof out->name, "%s", p.name);
     out->cc_major = p.major;
     out->cc_minor = p.minor;
-#if ST_GPU_IS_HIP
-    snprintf(out->arch, sizeof out->arch, "%s", p.gcnArchName);
-    char *colon = strchr(out->arch, ':');
-    if (colon) *colon = 0;
-#else
-    snprintf(out->arch, sizeof out->arch, "sm_%d%d", p.major, p.minor);
-#endif
+    const gpu_card_props c = card_props(dev, &p);
+    gpu_arch_name(ST_GPU_IS_HIP, &c, out->arch, sizeof out->arch);
     out->n_sm = p.multiProcessorCount;
     out->warp_size = p.warpSize;
     out->pci_bus = p.pciBusID;
     out->vram_total = p.totalGlobalMem;
-    out->code = code_for(&p);
+    out->code = gpu_arch_code(ST_GPU_IS_HIP, STRATA_GPU_ARCHS, &c);
     int prev = 0;
     CUDA_CHECK(cudaGetDevice(&prev));
     CUDA_CHECK(cudaSetDevice(dev));
@@ -113,17 +83,15 @@ static __global__ void probe_kernel(int *out) { out[threadIdx.x] = (int)threadId
 extern "C" int gpu_device_check(int dev) {
     gpu_device_info d;
     if (gpu_device_info_get(dev, &d) != 0) return -1;
-    if (d.warp_size != ST_WARP) {
-        st_error_set("GPU %d '%s' (%s) runs %d-lane waves; Strata's kernels need %d-lane warps (wave32 targets "
-                     "only, e.g. RDNA)", dev, d.name, d.arch, d.warp_size, ST_WARP);
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    const gpu_card_props c = card_props(dev, &p);
+    char msg[512];
+    if (gpu_arch_verdict(ST_GPU_IS_HIP, STRATA_GPU_ARCHS, &c, msg, sizeof msg) != 0) {
+        st_error_set("%s", msg);
         return -1;
     }
     const char *fix = ST_GPU_IS_HIP ? "-DCMAKE_HIP_ARCHITECTURES" : "-DCMAKE_CUDA_ARCHITECTURES";
-    if (d.code == GPU_CODE_NONE) {
-        st_error_set("GPU %d '%s' is %s; this build has code only for %s: rebuild with %s including it", dev, d.name,
-                     d.arch, gpu_build_archs(), fix);
-        return -1;
-    }
     CUDA_CHECK(cudaSetDevice(dev));
     int *buf = NULL, host[32];
     CUDA_CHECK(cudaMalloc(&buf, sizeof host));

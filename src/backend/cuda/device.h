@@ -39,7 +39,8 @@ int gpu_device_count(void);
 int gpu_device_info_get(int dev, gpu_device_info *out);
 /* The architectures this build has code for, as given to CMake ("90,86"). */
 const char *gpu_build_archs(void);
-/* 0 if dev exists, has 32-lane warps and this build can run on it (a probe
+/* 0 if dev exists, has 32-lane warps (HIP: waves of 32 or 64 lanes), at
+ * least 48 KiB of shared memory per block, and this build can run on it (a probe
  * kernel is launched, so a missing image is found here and not mid-request);
  * else -1 with a one-line st_error naming the card, its architecture and the
  * build's list. Leaves dev as the current device. */
