@@ -23,12 +23,12 @@ static const char *const CHAT_KEYS[] = {
     "reasoning_effort", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity", "moderation",
     "prompt_cache_options", "prompt_cache_retention",
     /* extensions (llama.cpp spells them the same) */
-    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", NULL};
+    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", NULL};
 
 static const char *const COMPLETION_KEYS[] = {
     "model", "prompt", "stream", "stream_options", "temperature", "top_p", "max_tokens", "stop", "seed",
     "presence_penalty", "frequency_penalty", "n", "logprobs", "echo", "best_of", "logit_bias", "suffix", "user",
-    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", NULL};
+    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", NULL};
 
 /* Known parameters with no effect on the output: checked for type (JSON_NULL:
  * any type), ignored. */
@@ -344,15 +344,18 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
         return srv_send_error(s, c, API_OPENAI, &e);
     }
     /* llama-server's names: n_predict (-1: until the context is full; with
-     * max_tokens the smaller limit wins) and ignore_eos */
+     * max_tokens the smaller limit wins), ignore_eos, cache_prompt */
     long long np = 0;
     int rc = jf_int(body, "n_predict", -1, 1 << 30, &np, &e), no_limit = 0;
     if (rc > 0 && np == 0) rc = srv_fail(&e, 400, "n_predict", "invalid_value", "'n_predict' must be -1 or at least 1");
-    if (rc < 0 || jf_bool(body, "ignore_eos", &j->req.ignore_eos, &e) < 0) {
+    int cache_prompt = 1;
+    if (rc < 0 || jf_bool(body, "ignore_eos", &j->req.ignore_eos, &e) < 0 ||
+        jf_bool(body, "cache_prompt", &cache_prompt, &e) < 0) {
         st_free(ids);
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
+    j->req.no_cache = !cache_prompt;
     if (rc > 0 && np > 0 && (j->req.max_tokens == 0 || np < j->req.max_tokens)) j->req.max_tokens = (int)np;
     no_limit = rc > 0 && np < 0 && j->req.max_tokens == 0;
     if (!chat && j->req.max_tokens == 0 && !no_limit) j->req.max_tokens = 16; /* the legacy API's default */

@@ -181,6 +181,7 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_i32(b, r->top_logprobs);
     proto_put_i32(b, r->json_mode);
     proto_put_i32(b, r->ignore_eos);
+    proto_put_i32(b, r->no_cache);
 }
 
 int proto_get_request(proto_cur *c, srv_request *r) {
@@ -219,6 +220,7 @@ int proto_get_request(proto_cur *c, srv_request *r) {
     r->top_logprobs = proto_get_i32(c);
     r->json_mode = proto_get_i32(c);
     r->ignore_eos = proto_get_i32(c);
+    r->no_cache = proto_get_i32(c);
     if (r->top_logprobs < 0 || r->top_logprobs > 20) c->bad = 1;
     if (c->bad) {
         proto_request_free(r);

@@ -209,6 +209,7 @@ static void slot_start(local_sched *s, slot *sl) {
     sl->t0 = st_now_ns();
     const moe_lane_stats *ls = moe_lanes_stats(s->e->be);
     if (ls) sl->lanes0 = *ls;
+    if (r->no_cache) sl->seq->n_past = 0; /* cache_prompt: false: the whole prompt is read again */
     int reused = engine_seq_reuse_prefix(sl->seq, r->prompt, r->n_prompt);
     sl->st.n_prompt = r->n_prompt;
     sl->st.n_reused = reused;

@@ -46,6 +46,7 @@ typedef struct {
     int top_logprobs; /* and the n (<= 20) most likely alternatives */
     int json_mode;    /* constrain the answer to one JSON object (srv_gen.c) */
     int ignore_eos;   /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
+    int no_cache;     /* read the whole prompt, reusing nothing of the slot's cache (cache_prompt: false) */
 } srv_request;
 
 typedef enum {

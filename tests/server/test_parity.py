@@ -1,7 +1,7 @@
 """What llama-server's clients read, on a real `strata serve` (issue 17 item
 12, the parts built so far): GET /props, `timings` in OpenAI responses, a
 request id on every answer (the client's own echoed when it is a plain
-token), the request fields `n_predict` and `ignore_eos`, and Retry-After on 503/529 (checked in test_hostile.py's queue-full
+token), the request fields `n_predict`, `ignore_eos` and `cache_prompt`, and Retry-After on 503/529 (checked in test_hostile.py's queue-full
 test, where those answers come)."""
 from conftest import httpx
 
@@ -68,3 +68,20 @@ def test_n_predict_and_ignore_eos(server):
     r = complete(ignore_eos="yes")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_type", r.text
     print("checked: ignore_eos runs to max_tokens; n_predict limits (the smaller of it and max_tokens); bad values 400")
+
+
+def test_cache_prompt(server):
+    body = {"prompt": "In the beginning God created the heaven and the earth. And the earth was",
+            "max_tokens": 2, "temperature": 0}
+    first = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+    assert first.status_code == 200, first.text
+    again = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, again["usage"]  # the default reuses
+    fresh = httpx.post(server.url + "/v1/completions", json={**body, "cache_prompt": False}, timeout=60).json()
+    assert fresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, fresh["usage"]
+    assert fresh["timings"]["prompt_n"] == fresh["usage"]["prompt_tokens"], fresh
+    assert fresh["choices"][0]["text"] == again["choices"][0]["text"], (fresh, again)
+    r = httpx.post(server.url + "/v1/completions", json={**body, "cache_prompt": "no"}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "cache_prompt", r.text
+    print(f"checked: cache_prompt false reads all {fresh['usage']['prompt_tokens']} prompt tokens again "
+          f"(the default reused {again['usage']['prompt_tokens_details']['cached_tokens']}), same text")
