@@ -77,26 +77,8 @@ static int on_event(void *ctx, const srv_event *ev) {
         sbuf_put(&b, ev->text, ev->len);
         break;
     case SRV_EV_DONE: {
-        const gen_stats *st = ev->stats;
         type = PROTO_DONE;
-        proto_put_i32(&b, st->n_prompt);
-        proto_put_i32(&b, st->n_reused);
-        proto_put_i32(&b, st->n_read);
-        proto_put_f64(&b, st->prompt_ms);
-        proto_put_i32(&b, st->n_gen);
-        proto_put_f64(&b, st->gen_ms);
-        proto_put_i32(&b, st->drafts_accepted);
-        proto_put_i32(&b, st->drafts_total);
-        const char *fin = st->finish ? st->finish : "stop";
-        proto_put_str(&b, fin, strlen(fin));
-        proto_put_i32(&b, st->stop_index);
-        proto_put_i32(&b, st->lanes);
-        proto_put_u64(&b, st->pairs_dev);
-        proto_put_u64(&b, st->pairs_cpu);
-        proto_put_u64(&b, st->pairs_pcie);
-        proto_put_u64(&b, st->total_dev);
-        proto_put_u64(&b, st->total_cpu);
-        proto_put_u64(&b, st->total_pcie);
+        proto_put_stats(&b, ev->stats);
         break;
     }
     case SRV_EV_ERROR:

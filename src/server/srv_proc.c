@@ -230,13 +230,6 @@ static void on_ready(srv_proc *p, const reader_arg *ra, const proto_frame *f) {
     st_free(wait);
 }
 
-static const char *finish_name(const char *s, uint32_t n) {
-    static const char *const known[] = {"stop", "length", "error"};
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (strlen(known[i]) == n && !memcmp(known[i], s, n)) return known[i];
-    return "stop";
-}
-
 /* Metrics of a finished request, as the in-process scheduler counts them. Caller holds mu. */
 static void count_done_locked(srv_proc *p, const pentry *e, const gen_stats *st) {
     sched_metrics *m = &p->m;
@@ -284,24 +277,7 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
         break;
     case PROTO_DONE:
         ev.kind = SRV_EV_DONE;
-        st.n_prompt = proto_get_i32(&c);
-        st.n_reused = proto_get_i32(&c);
-        st.n_read = proto_get_i32(&c);
-        st.prompt_ms = proto_get_f64(&c);
-        st.n_gen = proto_get_i32(&c);
-        st.gen_ms = proto_get_f64(&c);
-        st.drafts_accepted = proto_get_i32(&c);
-        st.drafts_total = proto_get_i32(&c);
-        s = proto_get_str(&c, &n);
-        st.finish = finish_name(s, n);
-        st.stop_index = proto_get_i32(&c);
-        st.lanes = proto_get_i32(&c);
-        st.pairs_dev = proto_get_u64(&c);
-        st.pairs_cpu = proto_get_u64(&c);
-        st.pairs_pcie = proto_get_u64(&c);
-        st.total_dev = proto_get_u64(&c);
-        st.total_cpu = proto_get_u64(&c);
-        st.total_pcie = proto_get_u64(&c);
+        proto_get_stats(&c, &st);
         ev.stats = &st;
         break;
     default: /* PROTO_ERROR */

@@ -236,6 +236,49 @@ void proto_request_free(srv_request *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* ---- a finished request's stats (the DONE frame) ---- */
+
+void proto_put_stats(sbuf *b, const gen_stats *st) {
+    proto_put_i32(b, st->n_prompt);
+    proto_put_i32(b, st->n_reused);
+    proto_put_i32(b, st->n_read);
+    proto_put_f64(b, st->prompt_ms);
+    proto_put_i32(b, st->n_gen);
+    proto_put_f64(b, st->gen_ms);
+    proto_put_i32(b, st->drafts_accepted);
+    proto_put_i32(b, st->drafts_total);
+    const char *fin = st->finish ? st->finish : "stop";
+    proto_put_str(b, fin, strlen(fin));
+    proto_put_i32(b, st->stop_index);
+    proto_put_i32(b, st->lanes);
+    const uint64_t pairs[6] = {st->pairs_dev, st->pairs_cpu, st->pairs_pcie,
+                               st->total_dev, st->total_cpu, st->total_pcie};
+    for (int i = 0; i < 6; i++) proto_put_u64(b, pairs[i]);
+}
+
+void proto_get_stats(proto_cur *c, gen_stats *st) {
+    static const char *const known[] = {"stop", "length", "error"}; /* finish: one of these static names */
+    memset(st, 0, sizeof *st);
+    st->n_prompt = proto_get_i32(c);
+    st->n_reused = proto_get_i32(c);
+    st->n_read = proto_get_i32(c);
+    st->prompt_ms = proto_get_f64(c);
+    st->n_gen = proto_get_i32(c);
+    st->gen_ms = proto_get_f64(c);
+    st->drafts_accepted = proto_get_i32(c);
+    st->drafts_total = proto_get_i32(c);
+    uint32_t n;
+    const char *s = proto_get_str(c, &n);
+    st->finish = "stop";
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (s && strlen(known[i]) == n && !memcmp(known[i], s, n)) st->finish = known[i];
+    st->stop_index = proto_get_i32(c);
+    st->lanes = proto_get_i32(c);
+    uint64_t *pairs[6] = {&st->pairs_dev, &st->pairs_cpu, &st->pairs_pcie,
+                          &st->total_dev, &st->total_cpu, &st->total_pcie};
+    for (int i = 0; i < 6; i++) *pairs[i] = proto_get_u64(c);
+}
+
 /* ---- configuration ---- */
 
 void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_queue, const model_ident *id) {

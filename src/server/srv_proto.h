@@ -107,6 +107,10 @@ const char *proto_get_str(proto_cur *c, uint32_t *len);
 
 /* Request and config encoding, shared by both ends so the field order lives in one place. */
 void proto_put_request(sbuf *b, const srv_request *r);
+/* A finished request's stats (PROTO_DONE); get: finish is one of the static
+ * names "stop", "length", "error" ("stop" for anything else). */
+void proto_put_stats(sbuf *b, const gen_stats *st);
+void proto_get_stats(proto_cur *c, gen_stats *st);
 /* Decodes into r with st_malloc'd prompt and stop strings (free with
  * proto_request_free). -1 on a malformed payload. */
 int proto_get_request(proto_cur *c, srv_request *r);
