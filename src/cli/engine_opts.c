@@ -68,10 +68,8 @@ int engine_opts_parse(args_t *a, engine_params *p) {
     if ((r = args_value(a, "--pcie-frac", &v))) {
         double d;
         if (r < 0 || args_double(a, "--pcie-frac", v, &d)) return -1;
-        if (d != 0 && d != 1) { /* both lanes in one layer aborted on a GPU (docs/offload.md) */
-            a->err = cli_usage_error(a->cmd, a->usage,
-                                     "invalid value '%s' for --pcie-frac (0: misses on the CPU lane, 1: over PCIe; "
-                                     "a share between is disabled, see docs/offload.md)", v);
+        if (!(d >= 0 && d <= 1)) {
+            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --pcie-frac (0 to 1)", v);
             return -1;
         }
         p->pcie_frac = d;

@@ -31,8 +31,8 @@ typedef struct {
     long expert_cache;    /* expert cache slots; -1: as many as fit. On the CPU backend, N >= 0 runs the
                              lanes with a second CPU backend as the "device" (tests of the seam) */
     const char *expert_profile; /* routing counts (strata profile) that choose the cached experts, or NULL */
-    double pcie_frac;     /* < 0 (default): the cost model picks a lane per layer; else this share of each
-                             layer's misses goes over PCIe, the rest to the CPU lane (the CLI takes 0 or 1) */
+    double pcie_frac;     /* < 0 (default): the cost model sends each miss where it is cheapest; else this
+                             share of the misses goes over PCIe, the rest to the CPU lane */
     int n_seq;            /* sequences whose KV caches the plan reserves (the server's slots); 0: 1 */
     int no_pin;           /* do not page-lock the host experts (PCIe copies then go through staging) */
     int adapt_every;      /* the expert cache learns every N steps (moe_lanes_set_adapt); 0 (default): fixed */

@@ -133,8 +133,8 @@ double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_
         }
         ord[j] = i;
     }
-    if (r->pcie_frac >= 0) {
-        double t_cpu = 0, t_pcie = 0; /* a fixed share, the experts with the most work first */
+    double t_cpu = 0, t_pcie = 0;
+    if (r->pcie_frac >= 0) { /* a fixed share, the experts with the most work first */
         const int n_p = (int)(r->pcie_frac * n + 0.5);
         for (int i = 0; i < n; i++) {
             const int e = ord[i];
@@ -146,17 +146,26 @@ double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_
         if (n_p < n) t_cpu += cpu_fixed;
         return t_cpu > t_pcie ? t_cpu : t_pcie;
     }
-    /* The cheaper lane for the whole layer. Both lanes inside one layer
-     * (the fixed share above) is not chosen here: on an H200 it aborted with
-     * heap corruption in a Release build (tiny quantized model;
-     * docs/offload.md), cause not yet found. */
-    double all_cpu = cpu_fixed, all_pcie = r->pcie_layer;
+    double all_cpu = cpu_fixed, all_pcie = 0;
+    int n_p = 0;
+    t_pcie = r->pcie_layer; /* each lane's cost once it is used at all */
+    t_cpu = cpu_fixed;
     for (int i = 0; i < n; i++) {
-        all_cpu += cpu_cost(r, bytes[i], n_tok[i], flops_tok);
-        all_pcie += pcie_cost(r, bytes[i]);
+        const int e = ord[i];
+        const double c = cpu_cost(r, bytes[e], n_tok[e], flops_tok), p = pcie_cost(r, bytes[e]);
+        all_cpu += c;
+        all_pcie += p;
+        to_pcie[e] = t_pcie + p < t_cpu + c;
+        if (to_pcie[e]) t_pcie += p, n_p++;
+        else t_cpu += c;
     }
     if (!n) return 0;
-    const uint8_t one = all_pcie < all_cpu;
-    for (int i = 0; i < n; i++) to_pcie[i] = one;
-    return one ? all_pcie : all_cpu;
+    all_pcie += r->pcie_layer;
+    const double tc = n_p < n ? t_cpu : 0, tp = n_p > 0 ? t_pcie : 0, split = tc > tp ? tc : tp;
+    if (n_p > 0 && n_p < n && (all_cpu <= split || all_pcie <= split)) { /* one lane alone is no slower */
+        const uint8_t one = all_pcie < all_cpu;
+        for (int i = 0; i < n; i++) to_pcie[i] = one;
+        return one ? all_pcie : all_cpu;
+    }
+    return split;
 }

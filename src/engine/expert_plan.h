@@ -8,11 +8,11 @@
  * (engine/moe_lanes.c). The placement table says, per (layer, expert),
  * which slot of its layer holds it on the device, or -1.
  *
- * The cost model picks, per layer and step, the lane that finishes the
- * layer's uncached experts soonest: the CPU lane reads their bytes from RAM
- * and does the step's products on its cores (after the step's rows come
- * down); the PCIe lane copies the bytes to the device, where the products
- * are cheap by comparison.
+ * The cost model picks, per uncached expert of a step, the lane that
+ * finishes the layer soonest: the CPU lane reads the expert's bytes from RAM
+ * and does the step's products on its cores; the PCIe lane copies the bytes
+ * to the device, where the products are free by comparison. Both lanes run
+ * at once, so the choice balances their two totals.
  */
 #ifndef STRATA_ENGINE_EXPERT_PLAN_H
 #define STRATA_ENGINE_EXPERT_PLAN_H
@@ -59,18 +59,16 @@ typedef struct {
     double pcie_lat;   /* seconds of fixed cost per expert sent */
     double pcie_layer; /* seconds of fixed cost per layer that sends any (a second expert pass, the add) */
     double cpu_row;    /* seconds per token row of a layer that uses the CPU lane (its input down, output up) */
-    double pcie_frac;  /* < 0: the model picks a lane per layer; else this share of each layer's misses goes over PCIe */
+    double pcie_frac;  /* < 0: the model decides; else this share of the misses goes over PCIe */
 } lane_rates;
 
 /* Assigns n uncached experts of one layer of n_rows tokens to the lanes:
- * expert i has bytes[i] of weights and n_tok[i] tokens, flops_tok per
- * token; to_pcie[i] = 1 sends it over PCIe, 0 to the CPU lane. With
- * pcie_frac < 0 the whole layer goes to the lane that finishes it sooner,
- * each lane's per-layer cost counted; else that share of the experts, those
- * with the most CPU work first, goes over PCIe and the rest to the CPU (both
- * lanes in one layer: see docs/offload.md before using it on a GPU).
- * Returns the modelled time of the layer's misses (the later of the two
- * lanes), in seconds. */
+ * expert i has bytes[i] of weights and n_tok[i] tokens, flops_tok per token; to_pcie[i]
+ * = 1 sends it over PCIe, 0 to the CPU lane. Largest first, each to the
+ * lane that then finishes sooner; then the split, all on the CPU and all
+ * over PCIe are compared with the PCIe lane's per-layer cost added, and the
+ * cheapest is taken. Returns the modelled time of the layer's misses (the
+ * later of the two lanes), in seconds. */
 double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_tok, double flops_tok, int n_rows,
                   uint8_t *to_pcie);
 
