@@ -613,7 +613,7 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
 static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
                          int32_t *sel, float *wsel) {
     cuda_ctx *c = CTX(be);
-    op_begin(c);
+    pend_flush(c); /* writes only sel and wsel: the quantized h of the router product stays valid for the experts */
     cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, NULL, c->s);
 }
 
