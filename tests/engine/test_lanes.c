@@ -299,7 +299,45 @@ static double nmse(const float *a, const float *ref, int n) {
  * int8 blocks of 32), so per step the centred logits' NMSE is held to the
  * model's bound (F32 experts: neither side rounds, float order only), and
  * greedy tokens must be equal, or first differ at a near-tie (the top-2 gap
- * below 4x the RMS logit difference of that step). */
+ * below 4x the RMS logit difference of that step). One placement: */
+static void gpu_case(const char *path, double bound, const run_out *ref, int nv, int total, long cache, double frac,
+                     int adapt) {
+    run_out got;
+    moe_lane_stats s;
+    g_adapt = adapt;
+    const int got_nv = run(path, cache, frac, NULL, &got, &s);
+    g_adapt = 0;
+    if (got_nv != nv) {
+        check_fail();
+        return;
+    }
+    double worst = 0;
+    int t = 0;
+    for (; t < N_GEN; t++) {
+        worst = fmax(worst, nmse(got.logits + (size_t)t * nv, ref->logits + (size_t)t * nv, nv));
+        if (got.tok[t] != ref->tok[t]) break;
+    }
+    const char *verdict = "tokens equal";
+    if (t < N_GEN) {
+        const float *r = ref->logits + (size_t)t * nv, *g = got.logits + (size_t)t * nv;
+        float gap;
+        logits_argmax(r, nv, &gap);
+        double ss = 0;
+        for (int i = 0; i < nv; i++) ss += (double)(r[i] - g[i]) * (r[i] - g[i]);
+        const double rms = sqrt(ss / nv);
+        CHECK(gap < 4 * rms, "%s cache %ld frac %g: token %d differs at a gap of %.3g (rms diff %.3g)", path,
+              cache, frac, t, gap, rms);
+        verdict = gap < 4 * rms ? "first difference at a near-tie" : "DIFFERENT";
+    }
+    CHECK(worst <= bound, "%s cache %ld frac %g: NMSE %.3g over %.3g", path, cache, frac, worst, bound);
+    const double pairs = (double)(s.pairs_dev + s.pairs_cpu + s.pairs_pcie);
+    printf("  %s cache %ld/%d pcie-frac %g%s: NMSE <= %.2e (bound %.0e), %s; pairs %.0f%% GPU cache, %.0f%% "
+           "CPU, %.0f%% PCIe\n",
+           path, cache, total, frac, adapt ? ", adapt every 1" : "", worst, bound, verdict, 100 * s.pairs_dev / pairs,
+           100 * s.pairs_cpu / pairs, 100 * s.pairs_pcie / pairs);
+    st_free(got.logits);
+}
+
 static void gpu_model(const char *arg) {
     char path[512];
     snprintf(path, sizeof path, "%s", arg);
@@ -310,8 +348,7 @@ static void gpu_model(const char *arg) {
         printf("  %s: absent, skipped\n", path);
         return;
     }
-    run_out ref, got;
-    moe_lane_stats s;
+    run_out ref;
     const int nv = run(path, -1, -1, NULL, &ref, NULL);
     if (nv < 0) {
         check_fail();
@@ -324,37 +361,10 @@ static void gpu_model(const char *arg) {
     const long caches[] = {0, total / 4, total / 2, total - 1};
     const double fracs[] = {0, 0.5, 1, -1};
     for (size_t c = 0; c < 4; c++)
-        for (size_t f = 0; f < 4; f++) {
-            if (run(path, caches[c], fracs[f], NULL, &got, &s) != nv) {
-                check_fail();
-                continue;
-            }
-            double worst = 0;
-            int t = 0;
-            for (; t < N_GEN; t++) {
-                worst = fmax(worst, nmse(got.logits + (size_t)t * nv, ref.logits + (size_t)t * nv, nv));
-                if (got.tok[t] != ref.tok[t]) break;
-            }
-            const char *verdict = "tokens equal";
-            if (t < N_GEN) {
-                const float *r = ref.logits + (size_t)t * nv, *g = got.logits + (size_t)t * nv;
-                float gap;
-                logits_argmax(r, nv, &gap);
-                double ss = 0;
-                for (int i = 0; i < nv; i++) ss += (double)(r[i] - g[i]) * (r[i] - g[i]);
-                const double rms = sqrt(ss / nv);
-                CHECK(gap < 4 * rms, "%s cache %ld frac %g: token %d differs at a gap of %.3g (rms diff %.3g)", path,
-                      caches[c], fracs[f], t, gap, rms);
-                verdict = gap < 4 * rms ? "first difference at a near-tie" : "DIFFERENT";
-            }
-            CHECK(worst <= bound, "%s cache %ld frac %g: NMSE %.3g over %.3g", path, caches[c], fracs[f], worst, bound);
-            const double pairs = (double)(s.pairs_dev + s.pairs_cpu + s.pairs_pcie);
-            printf("  %s cache %ld/%d pcie-frac %g: NMSE <= %.2e (bound %.0e), %s; pairs %.0f%% GPU cache, %.0f%% "
-                   "CPU, %.0f%% PCIe\n",
-                   path, caches[c], total, fracs[f], worst, bound, verdict, 100 * s.pairs_dev / pairs,
-                   100 * s.pairs_cpu / pairs, 100 * s.pairs_pcie / pairs);
-            st_free(got.logits);
-        }
+        for (size_t f = 0; f < 4; f++) gpu_case(path, bound, &ref, nv, total, caches[c], fracs[f], 0);
+    /* the cache learning while it serves: slots change hands every step */
+    gpu_case(path, bound, &ref, nv, total, total / 4, -1, 1);
+    gpu_case(path, bound, &ref, nv, total, total / 2, -1, 1);
     st_free(ref.logits);
 }
 
