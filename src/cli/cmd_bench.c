@@ -15,6 +15,11 @@
 #define BENCH_USAGE "strata bench " ENGINE_OPTS_USAGE " [-p N] [-n N] [-d N] [-r REPS]"
 
 /* Median of n values (sorts them in place; n is small). */
+static int32_t random_token(uint64_t *rng, int n_vocab) {
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (int32_t)((*rng >> 33) % (uint64_t)n_vocab);
+}
+
 static double median(double *v, int n) {
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
@@ -32,8 +37,8 @@ int cmd_bench(int argc, char **argv) {
     long long n_p = 512, n_g = 128, depth = 0, reps = 3;
     while (a.i < argc) {
         if (args_is_help(&a)) {
-            printf("usage: %s\n\nReads a prompt of N random tokens (-p, default 512) and decodes N tokens (-n,\n"
-                   "default 128), REPS times (-r, default 3); prints the median tok/s and GB/s. With -d N\n"
+            printf("usage: %s\n\nReads a prompt of N random tokens (-p, default 512) and decodes N random tokens\n"
+                   "(-n, default 128), REPS times (-r, default 3); prints the median tok/s and GB/s. With -d N\n"
                    "the decode starts after N tokens already in the cache (read once, not timed),\n"
                    "like llama-bench's depth.\n",
                    BENCH_USAGE);
@@ -70,16 +75,16 @@ int cmd_bench(int argc, char **argv) {
     int nv = e->m->hp.n_vocab;
     int32_t *toks = st_malloc((size_t)(n_fill + 1) * sizeof(int32_t));
     uint64_t rng = 1234;
-    for (long long i = 0; i <= n_fill; i++) {
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        toks[i] = (int32_t)((rng >> 33) % (uint64_t)nv);
-    }
     double *pp = st_calloc((size_t)reps, sizeof(double)), *tg = st_calloc((size_t)reps, sizeof(double));
     /* expert lanes (a MoE model partly off the GPU): what decode moved per lane */
     const moe_lane_stats *ls = moe_lanes_stats(e->be);
     moe_lane_stats dec = {0}, pro = {0};
     double dec_s = 0;
     for (long long r = 0; r < reps; r++) {
+        /* fresh random tokens for every repetition and every decode step, as
+         * llama-bench does: a learning expert cache must not be measured on
+         * a prompt it has seen or on one token fed back */
+        for (long long i = 0; i <= n_fill; i++) toks[i] = random_token(&rng, nv);
         e->n_past = 0;
         const moe_lane_stats pre = ls ? *ls : (moe_lane_stats){0};
         int64_t t0 = st_now_ns();
@@ -94,7 +99,10 @@ int cmd_bench(int argc, char **argv) {
         int32_t t = toks[n_fill];
         const moe_lane_stats before = ls ? *ls : (moe_lane_stats){0};
         int64_t t2 = st_now_ns();
-        for (long long i = 0; i < n_g; i++) engine_eval(e, &t, 1);
+        for (long long i = 0; i < n_g; i++) {
+            engine_eval(e, &t, 1);
+            t = random_token(&rng, nv);
+        }
         int64_t t3 = st_now_ns();
         if (ls) {
             moe_lane_stats_add(&dec, ls, &before);
