@@ -65,7 +65,7 @@ static const st_switch_def TABLE[] = {
      "routing counts (strata profile) that choose which experts the GPU caches", 0},
     {"--pcie-frac", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "the cost model",
      "share (0..1) of uncached experts sent over PCIe; the rest run on the CPU expert lane", 0},
-    {"--adapt-every", ST_SW_KIND_FLAG, NULL, NULL, 0, 1 << 20, "0", "0 (the cache stays as planned)",
+    {"--adapt-every", ST_SW_KIND_FLAG, NULL, NULL, 0, 1 << 20, "1", "1 (0: the cache stays as planned)",
      "every N steps each layer's hottest uncached expert takes its coldest cached one's slot, when hotter", 0},
     {"--pin-experts", ST_SW_KIND_FLAG, NULL, NULL, 0, 1, "1", "1",
      "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging)", 0},

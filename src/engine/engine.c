@@ -24,6 +24,7 @@ engine_params engine_defaults(void) {
     p.gpu = -1;
     p.expert_cache = -1;
     p.pcie_frac = -1;
+    p.adapt_every = 1;
     return p;
 }
 

@@ -35,7 +35,7 @@ typedef struct {
                              share of the misses goes over PCIe, the rest to the CPU lane */
     int n_seq;            /* sequences whose KV caches the plan reserves (the server's slots); 0: 1 */
     int no_pin;           /* do not page-lock the host experts (PCIe copies then go through staging) */
-    int adapt_every;      /* the expert cache learns every N steps (moe_lanes_set_adapt); 0 (default): fixed */
+    int adapt_every;      /* the expert cache learns every N steps (moe_lanes_set_adapt); 1 (default): every step; 0: fixed */
 } engine_params;
 
 /* One sequence: its KV cache, the tokens at its filled positions and the
