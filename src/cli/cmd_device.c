@@ -2,9 +2,10 @@
  *
  *   --list-devices   index, name, architecture, VRAM total/free, SMs, and
  *                    whether this build has code for the card
- *   --selftest       for one GPU (--gpu N, default 0): the memory plan of a
- *                    model (-m FILE, --max-context N: weights + KV cache +
- *                    scratch against free VRAM, FITS / DOES NOT FIT),
+ *   --selftest       for one GPU (--gpu N, default 0): the engine's memory
+ *                    plan of a model (-m FILE, --max-context N) against free
+ *                    VRAM (FITS, FITS with experts in host RAM, or DOES NOT
+ *                    FIT),
  *                    host<->device bandwidth over pinned memory, and every
  *                    backend op run once on tiny shapes against the CPU
  *                    backend (pass/fail per op, NMSE and its bound)
@@ -24,6 +25,9 @@
 #include "backend/cuda/backend_check.h"
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/device.h"
+#include "engine/engine.h"
+#include "engine/engine_offload.h"
+#include "engine/engine_place.h"
 #include "engine/kv_cache.h"
 #include "model/model.h"
 #endif
@@ -57,6 +61,14 @@ static int list_devices(void) {
 /* Memory plan: weights as stored (norms upcast to f32 are a rounding error
  * here), the KV cache in f16, and scratch: the forward pass's activations for
  * a 512-token prompt chunk plus the attention and MoE work areas. */
+static void print_plan_line(void *ctx, const char *text) {
+    (void)ctx;
+    printf("  %s\n", text);
+}
+
+/* The engine's own memory plan (engine_offload.h) against this GPU's free
+ * memory less the default reserve: every weight on the GPU, or a MoE
+ * model's experts partly in host RAM, or it does not fit. */
 static int memory_plan(const char *path, int max_ctx, const gpu_device_info *d) {
     model *m = model_load(path);
     if (!m) {
@@ -64,24 +76,33 @@ static int memory_plan(const char *path, int max_ctx, const gpu_device_info *d) 
         return 1;
     }
     const model_hparams *hp = &m->hp;
-    size_t weights = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(m->file); i++) weights += gguf_tensor_at(m->file, i)->size;
-    int n_ctx = max_ctx > 0 ? max_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    size_t kv = kv_cache_bytes(hp, n_ctx, ST_KV_F16);
-    size_t B = 512, qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
-    size_t act = B * (3 * (size_t)hp->n_embd + 2 * qw + 2 * kvw + 2 * (size_t)hp->n_ff + (size_t)hp->n_expert +
-                      (size_t)hp->n_vocab) * 4;
-    size_t moe = hp->n_expert ? B * hp->n_expert_used * (2 * (size_t)hp->n_ff_exp + hp->n_embd + 4) * 4 : 0;
-    size_t att = B * hp->n_head * ((size_t)hp->head_dim + 2) * 4 * 2;
-    size_t scratch = act + moe + att + (256u << 20); /* + matmul scratch and the runtime's own, a round 256 MiB */
-    size_t total = weights + kv + scratch;
-    printf("memory plan for %s (context %d):\n", path, n_ctx);
-    printf("  weights   %8.3f GiB\n  KV cache  %8.3f GiB (f16, %d layers)\n  scratch   %8.3f GiB\n", gib(weights),
-           gib(kv), hp->n_layer, gib(scratch));
-    printf("  total     %8.3f GiB of %.3f GiB free on GPU %d: %s\n", gib(total), gib(d->vram_free), d->index,
-           total <= d->vram_free ? "FITS" : "DOES NOT FIT");
+    const int n_ctx = max_ctx > 0 ? max_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    engine_params ep = engine_defaults();
+    const size_t dense = engine_weight_bytes(m, NULL);
+    const size_t budget = engine_device_budget(&ep, d->vram_free);
+    printf("memory plan for %s (context %d, f16 KV) on GPU %d: %.3f GiB free, less the 512 MiB reserve:\n", path,
+           n_ctx, d->index, gib(d->vram_free));
+    int rc = 0;
+    if (hp->n_expert) {
+        expert_plan_in in;
+        expert_plan plan;
+        if (engine_plan_memory(&ep, m, n_ctx, 512, budget, &in, &plan) != 0) {
+            printf("  DOES NOT FIT: %s\n", st_error_get());
+            rc = 1;
+        } else {
+            expert_plan_describe(&plan, &in, print_plan_line, NULL);
+            printf("  %s\n", plan.all_resident ? "FITS" : "FITS with experts in host RAM");
+            expert_plan_free(&plan);
+        }
+    } else {
+        const size_t kv = kv_cache_bytes(hp, n_ctx, ST_KV_F16), scratch = engine_scratch_bytes(hp, 512);
+        const size_t total = dense + kv + scratch;
+        printf("  weights %.3f GiB + KV %.3f GiB + scratch %.3f GiB = %.3f GiB of %.3f GiB: %s\n", gib(dense),
+               gib(kv), gib(scratch), gib(total), gib(budget), total <= budget ? "FITS" : "DOES NOT FIT");
+        rc = total <= budget ? 0 : 1;
+    }
     model_free(m);
-    return total <= d->vram_free ? 0 : 1;
+    return rc;
 }
 
 static void print_check(void *ctx, const bcheck_result *r) {

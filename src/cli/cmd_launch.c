@@ -24,6 +24,8 @@
 #include "core/log.h"
 #include "core/switches.h"
 #include "core/threadpool.h"
+#include "engine/engine.h"
+#include "engine/engine_offload.h"
 #include "engine/kv_cache.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -131,27 +133,22 @@ static void read_meminfo(size_t *avail, size_t *total) {
     fclose(f);
 }
 
-/* Work memory besides weights and KV: the forward pass's activations for a
- * prompt chunk, plus a round 256 MiB for matmul scratch and the runtime. */
-static size_t scratch_bytes(const model_hparams *hp, int chunk) {
-    size_t B = (size_t)chunk, qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
-    size_t act = B * (3 * (size_t)hp->n_embd + 2 * qw + 2 * kvw + 2 * (size_t)hp->n_ff + (size_t)hp->n_vocab) * 4;
-    size_t moe = hp->n_expert ? B * hp->n_expert_used * (2 * (size_t)hp->n_ff_exp + hp->n_embd) * 4 : 0;
-    return act + moe + ((size_t)256 << 20);
-}
-
 typedef struct {
     int gpu;             /* -1: CPU */
+    int offload;         /* a MoE model on a GPU too small for all of it: experts in host RAM */
     char device[400];    /* in words */
     size_t budget;       /* bytes the plan may use on that device */
     char budget_note[200];
 } device_pick;
 
-static void pick_device(device_pick *p, size_t need_weights) {
+/* need_weights: every weight; need_min: what must be on a GPU at the least
+ * (a MoE model: its dense part and one layer of experts; else every weight). */
+static void pick_device(device_pick *p, size_t need_weights, size_t need_min, const engine_params *ep) {
     size_t avail, total;
     read_meminfo(&avail, &total);
     long cores = st_cpu_count();
     p->gpu = -1;
+    p->offload = 0;
     p->budget = (size_t)((double)avail * PLAN_MEM_FRAC);
     snprintf(p->device, sizeof p->device, "CPU (%ld cores, %s kernels)", cores, qt_isa_name(qt_cpu_isa()));
     snprintf(p->budget_note, sizeof p->budget_note, "RAM available %.2f GiB of %.2f GiB (/proc/meminfo)", gib(avail),
@@ -167,12 +164,17 @@ static void pick_device(device_pick *p, size_t need_weights) {
         if (gpu_device_info_get(i, &d) != 0 || d.code == GPU_CODE_NONE) continue;
         if (best < 0 || d.vram_free > best_free) best = i, best_free = d.vram_free, bd = d;
     }
-    if (best >= 0 && (want || (double)need_weights < (double)best_free * PLAN_MEM_FRAC)) {
+    /* the engine's own budget rule (--vram-budget, else free less --vram-reserve) when experts stay in RAM */
+    const size_t off_budget = best >= 0 ? engine_device_budget(ep, best_free) : 0;
+    const int fits = best >= 0 && (double)need_weights < (double)best_free * PLAN_MEM_FRAC && !(ep->vram_budget > 0);
+    if (best >= 0 && (fits || want || need_min < off_budget)) {
         p->gpu = best;
-        p->budget = (size_t)((double)best_free * PLAN_MEM_FRAC);
+        p->offload = !fits && need_min < need_weights;
+        p->budget = p->offload ? off_budget : (size_t)((double)best_free * PLAN_MEM_FRAC);
         snprintf(p->device, sizeof p->device, "GPU %d: %.200s (%s, %d SMs)", best, bd.name, bd.arch, bd.n_sm);
-        snprintf(p->budget_note, sizeof p->budget_note, "VRAM free %.2f GiB of %.2f GiB", gib(bd.vram_free),
-                 gib(bd.vram_total));
+        snprintf(p->budget_note, sizeof p->budget_note, "VRAM free %.2f GiB of %.2f GiB%s", gib(bd.vram_free),
+                 gib(bd.vram_total),
+                 !p->offload ? "" : ep->vram_budget > 0 ? ", --vram-budget" : ", less --vram-reserve");
     } else if (n > 0 && best < 0)
         printf("note: %d GPU%s found, none this build can run on (strata device --list-devices)\n", n,
                n == 1 ? "" : "s");
@@ -182,7 +184,7 @@ static void pick_device(device_pick *p, size_t need_weights) {
     else
         printf("note: this build has a GPU backend but found no GPU\n");
 #else
-    (void)need_weights;
+    (void)need_weights, (void)need_min, (void)ep;
     strncat(p->device, "; this build has no GPU backend", sizeof p->device - strlen(p->device) - 1);
 #endif
 }
@@ -190,6 +192,11 @@ static void pick_device(device_pick *p, size_t need_weights) {
 static int get_int(const char *name, int fallback) {
     const char *v = st_switch_get(name);
     return v ? atoi(v) : fallback;
+}
+
+static void print_plan_line(void *ctx, const char *text) {
+    (void)ctx;
+    printf("            %s\n", text);
 }
 
 /* Who set a flag, for the plan lines: "(flag)", "(config)", or the plan's reason. */
@@ -257,10 +264,24 @@ int cmd_launch(int argc, char **argv) {
     size_t weights = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->file); i++) weights += gguf_tensor_at(m->file, i)->size;
     int slots = get_int("--slots", 1), chunk = get_int("--prefill", 512);
-    size_t scratch = scratch_bytes(hp, chunk < 512 ? chunk : 512) * (size_t)slots;
+    if (chunk > 512 || chunk <= 0) chunk = 512;
+    size_t scratch = engine_scratch_bytes(hp, chunk);
+    /* the switches the engine's memory plan reads */
+    engine_params ep = engine_defaults();
+    const char *sv;
+    if ((sv = st_switch_get("--vram-budget"))) ep.vram_budget = atof(sv);
+    ep.vram_reserve_mib = get_int("--vram-reserve", 512);
+    if ((sv = st_switch_get("--expert-cache")) && strcmp(sv, "auto")) ep.expert_cache = atol(sv);
+    ep.expert_profile = st_switch_get("--expert-profile");
+    ep.n_seq = slots;
+    /* a MoE model needs on the GPU at the least its dense part and one layer of experts (the streaming buffer) */
+    expert_plan_in pin;
+    engine_plan_input(&ep, m, 1, chunk, 0, &pin);
+    const size_t dense = hp->n_expert ? pin.dense + (size_t)hp->n_expert * pin.expert : weights;
 
     device_pick dev;
-    pick_device(&dev, weights);
+    pick_device(&dev, weights, dense + scratch, &ep);
+    const size_t on_device = dev.offload ? dense : weights; /* the expert cache takes what the KV leaves */
 
     /* context and KV type: the user's values stand; the plan fills the rest,
      * the largest context (up to the target) that fits, f16 before int8 */
@@ -268,7 +289,7 @@ int cmd_launch(int argc, char **argv) {
     int ctx_target = hp->n_ctx_train < PLAN_CTX_TARGET ? hp->n_ctx_train : PLAN_CTX_TARGET;
     int n_ctx = ctx_set ? atoi(ctx_set) : ctx_target;
     st_kv_type kv = kv_set ? (st_kv_type)kv_type_from_name(kv_set) : ST_KV_F16;
-    size_t avail_kv = dev.budget > weights + scratch ? dev.budget - weights - scratch : 0;
+    size_t avail_kv = dev.budget > on_device + scratch ? dev.budget - on_device - scratch : 0;
     int fits = 0;
     int c_min = ctx_target < PLAN_CTX_MIN ? ctx_target : PLAN_CTX_MIN;
     for (int c = n_ctx; !fits && c >= (ctx_set ? n_ctx : c_min); c /= 2) {
@@ -280,7 +301,16 @@ int cmd_launch(int argc, char **argv) {
     }
     if (!fits && !ctx_set) n_ctx = c_min;
     size_t kv_bytes = kv_cache_bytes(hp, n_ctx, kv) * (size_t)slots;
-    size_t total = weights + kv_bytes + scratch;
+    size_t total = on_device + kv_bytes + scratch;
+    /* experts beyond VRAM: the engine's own plan at this context, printed as it will run */
+    expert_plan xplan = {0};
+    expert_plan_in xin;
+    int xrc = 0;
+    if (dev.offload) {
+        ep.kv_type = kv;
+        xrc = engine_plan_memory(&ep, m, n_ctx, chunk, dev.budget, &xin, &xplan);
+        if (xrc == 0) total = xplan.used;
+    }
     char gpu_txt[16];
     snprintf(gpu_txt, sizeof gpu_txt, "%d", dev.gpu);
 
@@ -295,6 +325,13 @@ int cmd_launch(int argc, char **argv) {
     printf("  context   %d (%s)\n", n_ctx, src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));
     printf("  kv type   %s (%s)\n", kv == ST_KV_F16 ? "f16" : "int8", src_word("--kv", "planned"));
     printf("  scratch   %.3f GiB\n", gib(scratch));
+    if (dev.offload && xrc == 0) {
+        printf("  experts   more than the GPU holds: an expert cache on it, the rest in host RAM\n");
+        expert_plan_describe(&xplan, &xin, print_plan_line, NULL);
+    } else if (dev.offload) {
+        printf("  experts   %s\n", st_error_get());
+    }
+    expert_plan_free(&xplan);
     printf("  memory    %.3f GiB planned of %.3f GiB usable; %s -> %s\n", gib(total), gib(dev.budget),
            dev.budget_note, total <= dev.budget ? "FITS" : "DOES NOT FIT");
     if (total > dev.budget)
@@ -318,6 +355,11 @@ int cmd_launch(int argc, char **argv) {
     sargv[sargc++] = "--ctx", sargv[sargc++] = ctx_txt;
     sargv[sargc++] = "--kv", sargv[sargc++] = kv == ST_KV_F16 ? "f16" : "int8";
     if (dev.gpu >= 0) sargv[sargc++] = "--gpu", sargv[sargc++] = gpu_txt;
+    char budget_txt[32];
+    if (dev.offload && !st_switch_get("--vram-budget")) { /* the engine then plans with the budget printed here */
+        snprintf(budget_txt, sizeof budget_txt, "%.3f", (double)dev.budget / (double)(1ull << 30));
+        sargv[sargc++] = "--vram-budget", sargv[sargc++] = budget_txt;
+    }
     for (int i = 0; i < n_table; i++) {
         const st_switch_def *d = &table[i];
         if (d->kind != ST_SW_KIND_FLAG || !strcmp(d->name, "--model") || !strcmp(d->name, "--ctx") ||

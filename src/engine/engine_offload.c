@@ -74,7 +74,7 @@ int expert_profile_save(const char *path, const uint64_t *counts, int n_layer, i
  * forward pass's activations, the MoE products' per-pair rows, the
  * products' quantized inputs, and a fixed part for the BLAS workspace,
  * attention partials and sampling. An estimate, on the safe side. */
-static size_t scratch_bytes(const model_hparams *hp, int n_ubatch) {
+size_t engine_scratch_bytes(const model_hparams *hp, int n_ubatch) {
     const size_t B = (size_t)n_ubatch, E = (size_t)hp->n_embd;
     const size_t qw = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t act = B * (3 * E + 2 * qw + 2 * kvw + 2 * (size_t)hp->n_ff + (size_t)hp->n_expert + hp->n_vocab) * 4;
@@ -180,53 +180,65 @@ static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane
     st_free(w);
 }
 
+void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
+                       expert_plan_in *in) {
+    const model_hparams *hp = &m->hp;
+    memset(in, 0, sizeof *in);
+    in->budget = budget;
+    in->dense = engine_weight_bytes(m, NULL);
+    in->n_layer = hp->n_layer;
+    in->n_expert = hp->n_expert;
+    /* one expert's bytes: the largest layer's (types may differ between layers,
+     * as llama.cpp's Q4_K_M gives some layers' down experts more bits) */
+    for (int il = 0; hp->n_expert && il < hp->n_layer; il++) {
+        const model_layer *l = &m->layers[il];
+        const size_t b = (size_t)l->ffn_gate_exps.n_out * l->ffn_gate_exps.row_bytes +
+                         (size_t)l->ffn_up_exps.n_out * l->ffn_up_exps.row_bytes +
+                         (size_t)l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes;
+        if (b > in->expert) in->expert = b;
+    }
+    in->kv = kv_cache_bytes(hp, n_ctx, p->kv_type) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
+    in->scratch = engine_scratch_bytes(hp, n_ubatch);
+    in->cache = p->expert_cache;
+}
+
+int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
+                       expert_plan_in *in, expert_plan *out) {
+    engine_plan_input(p, m, n_ctx, n_ubatch, budget, in);
+    uint64_t *profile = NULL;
+    if (p->expert_profile &&
+        !(profile = expert_profile_load(p->expert_profile, m->hp.n_layer, m->hp.n_expert)))
+        return -1;
+    const int rc = expert_plan_make(in, profile, out);
+    st_free(profile);
+    return rc;
+}
+
+size_t engine_device_budget(const engine_params *p, size_t free_bytes) {
+    if (p->vram_budget > 0) return (size_t)(p->vram_budget * (double)(1ull << 30));
+    const size_t reserve = (size_t)(p->vram_reserve_mib > 0 ? p->vram_reserve_mib : 512) << 20;
+    return free_bytes > reserve ? free_bytes - reserve : 0;
+}
+
 int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st_backend **be,
                    struct engine_placed **placed) {
     const model_hparams *hp = &m->hp;
     st_backend *dev = *be;
     const int on_cpu = !dev->mem_info;
-    expert_plan_in in = {0};
-    in.dense = engine_weight_bytes(m, NULL);
-    in.n_layer = hp->n_layer;
-    in.n_expert = hp->n_expert;
-    /* one expert's bytes: the largest layer's (types may differ between layers,
-     * as llama.cpp's Q4_K_M gives some layers' down experts more bits) */
-    for (int il = 0; il < hp->n_layer; il++) {
-        const model_layer *l = &m->layers[il];
-        const size_t b = (size_t)l->ffn_gate_exps.n_out * l->ffn_gate_exps.row_bytes +
-                         (size_t)l->ffn_up_exps.n_out * l->ffn_up_exps.row_bytes +
-                         (size_t)l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes;
-        if (b > in.expert) in.expert = b;
-    }
-    in.kv = kv_cache_bytes(hp, n_ctx, p->kv_type) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
-    in.scratch = scratch_bytes(hp, n_ubatch);
-    in.cache = p->expert_cache;
-    if (on_cpu) {
-        in.budget = (size_t)1 << 62; /* two CPU backends: the seam under test, no memory limit */
-    } else if (p->vram_budget > 0) {
-        in.budget = (size_t)(p->vram_budget * (double)(1ull << 30));
-    } else {
-        size_t free_b = 0, total_b = 0;
-        dev->mem_info(dev, &free_b, &total_b);
-        const size_t reserve = (size_t)(p->vram_reserve_mib > 0 ? p->vram_reserve_mib : 512) << 20;
-        in.budget = free_b > reserve ? free_b - reserve : 0;
-    }
+    size_t free_b = 0, total_b = 0;
+    if (!on_cpu) dev->mem_info(dev, &free_b, &total_b);
+    /* two CPU backends (the seam under test): no memory limit */
+    const size_t budget = on_cpu ? (size_t)1 << 62 : engine_device_budget(p, free_b);
     if (!on_cpu && p->vram_budget > 0) {
-        size_t free_b = 0, total_b = 0;
-        dev->mem_info(dev, &free_b, &total_b);
-        if (in.budget > free_b) {
+        if (budget > free_b) {
             st_error_set("--vram-budget %.2f GiB is more than the GPU's free %.2f GiB", p->vram_budget,
                          (double)free_b / (1ull << 30));
             return -1;
         }
     }
-    uint64_t *profile = NULL;
-    if (p->expert_profile && !(profile = expert_profile_load(p->expert_profile, hp->n_layer, hp->n_expert)))
-        return -1;
+    expert_plan_in in;
     expert_plan plan;
-    const int rc = expert_plan_make(&in, profile, &plan);
-    st_free(profile);
-    if (rc != 0) return -1;
+    if (engine_plan_memory(p, m, n_ctx, n_ubatch, budget, &in, &plan) != 0) return -1;
     expert_plan_log(&plan, &in);
     if (plan.all_resident) {
         *placed = engine_place_model(m, dev, 1);

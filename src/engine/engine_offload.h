@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_place.h"
+#include "engine/expert_plan.h"
 
 /* Plans m's memory on *be (a device backend; the CPU backend with
  * p->expert_cache >= 0 for tests) for n_ctx positions per sequence and
@@ -17,6 +18,23 @@
  * a bad profile): nothing placed, *be unchanged. */
 int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st_backend **be,
                    struct engine_placed **placed);
+
+/* The plan engine_offload makes, for strata launch --plan and strata device
+ * --selftest to print the same: the plan's input for m at n_ctx positions
+ * per sequence (p->n_seq sequences, p->kv_type), chunks of n_ubatch rows and
+ * a device budget in bytes; then the plan itself, with p->expert_cache and
+ * p->expert_profile (0, or -1 with st_error: the dense part does not fit, a
+ * bad profile, a model without routed experts). */
+void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
+                       expert_plan_in *in);
+int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
+                       expert_plan_in *in, expert_plan *out);
+/* The budget on a device with free_bytes free: --vram-budget, else the free
+ * memory less --vram-reserve (default 512 MiB). */
+size_t engine_device_budget(const engine_params *p, size_t free_bytes);
+/* Device memory besides weights and KV for chunks of n_ubatch rows (an
+ * estimate on the safe side). */
+size_t engine_scratch_bytes(const model_hparams *hp, int n_ubatch);
 
 /* Expert profiles (strata profile): text, a header line, "L X", then L lines
  * of X routing counts. load: NULL with st_error when missing, malformed or

@@ -1,6 +1,7 @@
 /* Memory plan, placement table and lane cost model (expert_plan.h). */
 #include "engine/expert_plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,17 +99,29 @@ void expert_plan_free(expert_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-void expert_plan_log(const expert_plan *p, const expert_plan_in *in) {
+void expert_plan_describe(const expert_plan *p, const expert_plan_in *in, void (*line)(void *ctx, const char *text),
+                          void *ctx) {
     const long total = (long)in->n_layer * in->n_expert;
-    ST_INFO("memory plan: budget %.2f GiB = dense weights %.2f + KV %.2f + scratch %.2f + streaming buffer %.2f + "
-            "expert cache %.2f (%ld of %ld experts, %.1f%%, %.1f MiB each); %.2f GiB unused",
-            gib(in->budget), gib(in->dense), gib(in->kv), gib(in->scratch), gib(p->staging),
-            gib((size_t)p->slots * in->expert), p->slots, total, 100.0 * (double)p->slots / (double)total,
-            (double)in->expert / (1 << 20), gib(in->budget - p->used));
-    if (!p->all_resident)
-        ST_INFO("memory plan: %ld experts in host RAM, computed by the CPU expert lane or streamed over PCIe",
-                total - p->slots);
+    char t[512];
+    snprintf(t, sizeof t,
+             "budget %.2f GiB = dense weights %.2f + KV %.2f + scratch %.2f + streaming buffer %.2f + expert cache "
+             "%.2f (%ld of %ld experts, %.1f%%, %.1f MiB each); %.2f GiB unused",
+             gib(in->budget), gib(in->dense), gib(in->kv), gib(in->scratch), gib(p->staging),
+             gib((size_t)p->slots * in->expert), p->slots, total, 100.0 * (double)p->slots / (double)total,
+             (double)in->expert / (1 << 20), gib(in->budget - p->used));
+    line(ctx, t);
+    if (p->all_resident) return;
+    snprintf(t, sizeof t, "%ld experts (%.2f GiB) in host RAM, computed by the CPU expert lane or streamed over PCIe",
+             total - p->slots, gib((size_t)(total - p->slots) * in->expert));
+    line(ctx, t);
 }
+
+static void log_line(void *ctx, const char *text) {
+    (void)ctx;
+    ST_INFO("memory plan: %s", text);
+}
+
+void expert_plan_log(const expert_plan *p, const expert_plan_in *in) { expert_plan_describe(p, in, log_line, NULL); }
 
 /* ---- cost model ---- */
 

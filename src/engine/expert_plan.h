@@ -47,7 +47,10 @@ typedef struct {
  * gets an equal share of the slots, its lowest expert ids. */
 int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_plan *out);
 void expert_plan_free(expert_plan *p);
-/* One log line per part of the plan (GiB), at INFO. */
+/* The plan in words, a line at a time (GiB): the budget's parts, and where
+ * the uncached experts are. _log: each line at INFO, "memory plan: ...". */
+void expert_plan_describe(const expert_plan *p, const expert_plan_in *in, void (*line)(void *ctx, const char *text),
+                          void *ctx);
 void expert_plan_log(const expert_plan *p, const expert_plan_in *in);
 
 /* ---- cost model ---- */

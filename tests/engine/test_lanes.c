@@ -153,6 +153,17 @@ static void compare(const char *what, const run_out *ref, const run_out *got, in
     printf("  %-44s max |logit diff| %.2e of %.2e, tokens %s\n", what, diff, mx, same ? "equal" : "DIFFER");
 }
 
+typedef struct {
+    int n;
+    char text[4][512];
+} plan_text;
+
+static void collect_line(void *ctx, const char *line) {
+    plan_text *t = ctx;
+    if (t->n < 4) snprintf(t->text[t->n], sizeof t->text[0], "%s", line);
+    t->n++;
+}
+
 static void test_plan(void) {
     const size_t G = 1ull << 30, M = 1ull << 20;
     expert_plan_in in = {.budget = 10 * G, .dense = 2 * G, .kv = G, .scratch = G, .expert = 50 * M,
@@ -172,6 +183,13 @@ static void test_plan(void) {
         CHECK(n == p.layer_slots[l], "layer %d: %d experts placed, %d slots", l, n, p.layer_slots[l]);
     }
     CHECK(sum == fit, "layer slots add to %ld", sum);
+    /* the plan in words, as the start log, launch --plan and device --selftest print it */
+    plan_text t = {0};
+    expert_plan_describe(&p, &in, collect_line, &t);
+    CHECK(t.n == 2 && strstr(t.text[0], "budget 10.00 GiB = dense weights 2.00 + KV 1.00 + scratch 1.00 + "
+                                        "streaming buffer 1.56 + expert cache 4.39 (90 of 128 experts, 70.3%") &&
+              strstr(t.text[1], "38 experts (1.86 GiB) in host RAM"),
+          "plan text: %d lines: %s / %s", t.n, t.text[0], t.text[1]);
     expert_plan_free(&p);
     /* a budget that holds all of it: no lanes, no staging */
     in.budget = 50 * G;
