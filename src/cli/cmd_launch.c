@@ -166,15 +166,16 @@ static void pick_device(device_pick *p, size_t need_weights, size_t need_min, co
     }
     /* the engine's own budget rule (--vram-budget, else free less --vram-reserve) when experts stay in RAM */
     const size_t off_budget = best >= 0 ? engine_device_budget(ep, best_free) : 0;
-    const int fits = best >= 0 && (double)need_weights < (double)best_free * PLAN_MEM_FRAC && !(ep->vram_budget > 0);
+    const double room = ep->vram_budget > 0 ? (double)off_budget : (double)best_free * PLAN_MEM_FRAC;
+    const int fits = best >= 0 && (double)need_weights < room;
     if (best >= 0 && (fits || want || need_min < off_budget)) {
         p->gpu = best;
         p->offload = !fits && need_min < need_weights;
-        p->budget = p->offload ? off_budget : (size_t)((double)best_free * PLAN_MEM_FRAC);
+        p->budget = p->offload || ep->vram_budget > 0 ? off_budget : (size_t)((double)best_free * PLAN_MEM_FRAC);
         snprintf(p->device, sizeof p->device, "GPU %d: %.200s (%s, %d SMs)", best, bd.name, bd.arch, bd.n_sm);
         snprintf(p->budget_note, sizeof p->budget_note, "VRAM free %.2f GiB of %.2f GiB%s", gib(bd.vram_free),
                  gib(bd.vram_total),
-                 !p->offload ? "" : ep->vram_budget > 0 ? ", --vram-budget" : ", less --vram-reserve");
+                 ep->vram_budget > 0 ? ", --vram-budget" : !p->offload ? "" : ", less --vram-reserve");
     } else if (n > 0 && best < 0)
         printf("note: %d GPU%s found, none this build can run on (strata device --list-devices)\n", n,
                n == 1 ? "" : "s");
