@@ -179,6 +179,11 @@ static void pick_device(device_pick *p, size_t need_weights, size_t need_min, co
     } else if (n > 0 && best < 0)
         printf("note: %d GPU%s found, none this build can run on (strata device --list-devices)\n", n,
                n == 1 ? "" : "s");
+    else if (best >= 0 && need_min < need_weights)
+        printf("note: even the dense part and one layer of experts (%.2f GiB of the %.2f GiB of weights) do not fit "
+               "GPU %d's %.2f GiB%s: planning for the CPU\n",
+               gib(need_min), gib(need_weights), best, gib(off_budget),
+               ep->vram_budget > 0 ? " of --vram-budget" : " (free VRAM less --vram-reserve)");
     else if (best >= 0)
         printf("note: the weights (%.2f GiB) do not fit GPU %d's free VRAM: planning for the CPU\n",
                gib(need_weights), best);
