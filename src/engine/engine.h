@@ -142,6 +142,9 @@ typedef struct {
                                                   /metrics: a batched step's pairs count once there) */
     const char *finish; /* "stop" (EOS or stop string), "length", "error" */
     int stop_index;     /* which gp->stop string ended generation; -1: none (EOS, length) */
+    const char *expert_map;      /* lanes: the engine's expert cache at the end, map_layers x map_experts cells as
+                                    moe_lanes_cache_map draws them (not owned; NULL: none) */
+    int map_layers, map_experts;
 } gen_stats;
 
 /* Receives text as it becomes final (whole UTF-8 characters, stop strings

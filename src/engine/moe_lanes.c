@@ -383,6 +383,25 @@ void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const mo
     acc->swaps += now->swaps - then->swaps;
 }
 
+int moe_lanes_cache_map(const st_backend *be, char *cells, int cap, int *n_layer, int *n_expert) {
+    if (!be || be->moe_ffn != l_moe_ffn) return -1;
+    const lanes *L = (const lanes *)be;
+    const int X = L->n_expert, n = L->n_layer * X;
+    *n_layer = L->n_layer, *n_expert = X;
+    if (n > cap) return -1;
+    for (int il = 0; il < L->n_layer; il++) {
+        const float *heat = L->heat + (size_t)il * X;
+        float mx = 0;
+        for (int e = 0; e < X; e++) mx = heat[e] > mx ? heat[e] : mx;
+        for (int e = 0; e < X; e++) {
+            const float f = mx > 0 ? heat[e] / mx : 0;
+            const int level = f > 0.5f ? 3 : f > 0.2f ? 2 : f > 0.05f ? 1 : 0;
+            cells[(size_t)il * X + e] = (char)('0' + level + 4 * (L->layer[il].slot[e] >= 0));
+        }
+    }
+    return n;
+}
+
 void moe_lanes_set_adapt(st_backend *be, int every) {
     if (be && be->moe_ffn == l_moe_ffn) ((lanes *)be)->adapt_every = every > 0 ? every : 0;
 }

@@ -56,5 +56,12 @@ const moe_lane_stats *moe_lanes_stats(const st_backend *be);
  * cached (those route on the host): with --expert-cache 0, every layer's,
  * which is what strata profile records. NULL when be is not the lanes backend. */
 const uint64_t *moe_lanes_counts(const st_backend *be);
+/* The cache as a layer x expert picture: n_layer * n_expert characters,
+ * row by row, each '0' + heat level (0-3: the expert's decayed routing
+ * count over its layer's hottest, above 0.05, 0.2, 0.5) + 4 when the
+ * device's cache holds it. Layers wholly cached route on the device and
+ * keep heat 0. Returns the count written, or -1 (not the lanes backend, or
+ * more than cap). */
+int moe_lanes_cache_map(const st_backend *be, char *cells, int cap, int *n_layer, int *n_expert);
 
 #endif

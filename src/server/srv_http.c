@@ -562,9 +562,10 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
         return r;
     }
     int models = !strcmp(url, "/v1/models"), model = !strncmp(url, "/v1/models/", 11);
-    if (models || model || !strcmp(url, "/metrics") || !strcmp(url, "/props")) {
+    if (models || model || !strcmp(url, "/metrics") || !strcmp(url, "/props") || !strcmp(url, "/experts")) {
         if (!get) return send_405(s, c, api, 0);
         if (!strcmp(url, "/props")) return srv_props(s, c);
+        if (!strcmp(url, "/experts")) return srv_experts(s, c);
         return models || model ? srv_models(s, c, model ? url + 11 : NULL) : srv_metrics(s, c);
     }
     char msg[300];

@@ -226,6 +226,7 @@ enum MHD_Result srv_models(srv_ctx *s, struct MHD_Connection *c, const char *id)
 enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c);
 /* GET /props, as llama-server names it: the model, context, slots, chat template. */
 enum MHD_Result srv_props(srv_ctx *s, struct MHD_Connection *c);
+enum MHD_Result srv_experts(srv_ctx *s, struct MHD_Connection *c);
 enum MHD_Result srv_tokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
 enum MHD_Result srv_detokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
 

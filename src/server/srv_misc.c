@@ -56,6 +56,26 @@ enum MHD_Result srv_props(srv_ctx *s, struct MHD_Connection *c) {
                                    "strata"));
 }
 
+/* GET /experts: the engine's expert cache as a layer x expert picture (the
+ * web page draws it), as of its last finished request. Each cell of the
+ * row-major string: '0' + heat level 0-3 (routing count, decayed, over the
+ * layer's hottest: above 0.05, 0.2, 0.5) + 4 when the GPU's cache holds it
+ * (moe_lanes_cache_map). {"offloaded": false} when every expert is on one
+ * device or no request has finished. */
+enum MHD_Result srv_experts(srv_ctx *s, struct MHD_Connection *c) {
+    char *cells = NULL;
+    int nl = 0, nx = 0;
+    if (sched_expert_map(s->sched, &cells, &nl, &nx) != 0)
+        return srv_send_json(s, c, 200, json_pack("{s:b}", "offloaded", 0));
+    long resident = 0;
+    for (long i = 0; i < (long)nl * nx; i++) resident += cells[i] >= '4';
+    json_t *j = json_pack("{s:b, s:i, s:i, s:I, s:s%, s:s}", "offloaded", 1, "layers", nl, "experts", nx, "resident",
+                          (json_int_t)resident, "cells", cells, (size_t)nl * nx, "cell",
+                          "'0' + heat level 0-3 + 4 when cached on the GPU");
+    st_free(cells);
+    return srv_send_json(s, c, 200, j);
+}
+
 static void metric(sbuf *b, const char *name, const char *type, const char *help, double v) {
     sbuf_printf(b, "# HELP strata_%s %s\n# TYPE strata_%s %s\nstrata_%s %.17g\n", name, help, name, type, name, v);
 }

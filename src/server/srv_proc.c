@@ -67,6 +67,7 @@ typedef struct {
     pentry **ents;          /* (n_ents) requests in flight, oldest first */
     int n_ents, cap_ents;
     sched_metrics m;
+    sched_map map; /* the engine's expert cache as of its last finished request (under mu) */
     char why_down[512];     /* why the last process ended (proc_create's error) */
     sched_supervision sv;   /* the heartbeat deadline and the model file's identity */
     _Atomic int64_t last_frame_ms; /* when the live child last sent anything (monotonic) */
@@ -241,6 +242,7 @@ static void count_done_locked(srv_proc *p, const pentry *e, const gen_stats *st)
     if (e->cancel_sent) m->cancelled++;
     else m->done++;
     sched_metrics_add(m, st);
+    sched_map_keep(&p->map, st);
 }
 
 /* START, TEXT, DONE or ERROR of one request -> the front end's callback. */
@@ -479,6 +481,7 @@ static void proc_free(srv_sched *b) {
     pthread_mutex_destroy(&p->wmu);
     st_free(p->ents);
     st_free(p->model_path);
+    st_free(p->map.cells);
     st_free(p);
 }
 
@@ -559,4 +562,12 @@ static void proc_wake(srv_sched *b) {
     pthread_mutex_unlock(&p->mu);
 }
 
-static const sched_ops PROC_OPS = {proc_submit, proc_metrics_get, proc_n_ctx, proc_wake, proc_free};
+static int proc_expert_map(srv_sched *b, char **cells, int *n_layer, int *n_expert) {
+    srv_proc *p = (srv_proc *)b;
+    pthread_mutex_lock(&p->mu);
+    const int rc = sched_map_copy(&p->map, cells, n_layer, n_expert);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static const sched_ops PROC_OPS = {proc_submit, proc_metrics_get, proc_expert_map, proc_n_ctx, proc_wake, proc_free};

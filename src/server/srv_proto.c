@@ -254,6 +254,10 @@ void proto_put_stats(sbuf *b, const gen_stats *st) {
     const uint64_t pairs[6] = {st->pairs_dev, st->pairs_cpu, st->pairs_pcie,
                                st->total_dev, st->total_cpu, st->total_pcie};
     for (int i = 0; i < 6; i++) proto_put_u64(b, pairs[i]);
+    const int has_map = st->expert_map && st->map_layers > 0 && st->map_experts > 0;
+    proto_put_i32(b, has_map ? st->map_layers : 0);
+    proto_put_i32(b, has_map ? st->map_experts : 0);
+    proto_put_str(b, has_map ? st->expert_map : "", has_map ? (size_t)st->map_layers * st->map_experts : 0);
 }
 
 void proto_get_stats(proto_cur *c, gen_stats *st) {
@@ -277,6 +281,10 @@ void proto_get_stats(proto_cur *c, gen_stats *st) {
     uint64_t *pairs[6] = {&st->pairs_dev, &st->pairs_cpu, &st->pairs_pcie,
                           &st->total_dev, &st->total_cpu, &st->total_pcie};
     for (int i = 0; i < 6; i++) *pairs[i] = proto_get_u64(c);
+    const int nl = proto_get_i32(c), nx = proto_get_i32(c);
+    const char *map = proto_get_str(c, &n); /* points into the frame: sched_map_keep copies it */
+    if (map && nl > 0 && nx > 0 && (uint64_t)nl * (uint64_t)nx == n)
+        st->expert_map = map, st->map_layers = nl, st->map_experts = nx;
 }
 
 /* ---- configuration ---- */

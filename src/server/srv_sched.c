@@ -60,6 +60,9 @@ typedef struct {
     int q_head, q_len, max_queue;
     uint64_t tick;
     sched_metrics m;
+    sched_map map;     /* the expert cache as of the last finished request (under mu) */
+    char *map_cells;   /* the engine thread's buffer that moe_lanes_cache_map fills */
+    int map_cap;
     /* the engine thread's own: the batched step's sequences and tokens */
     engine_seq **step_seqs;
     int32_t *step_toks;
@@ -101,6 +104,28 @@ static void admit_locked(local_sched *s) {
 /* Outcome of a request for the metrics. */
 enum { OUT_DONE, OUT_FAILED, OUT_CANCELLED };
 
+void sched_map_keep(sched_map *m, const gen_stats *st) {
+    if (!st->expert_map || st->map_layers <= 0 || st->map_experts <= 0) return;
+    const size_t n = (size_t)st->map_layers * (size_t)st->map_experts;
+    if (!m->cells || (size_t)m->n_layer * (size_t)m->n_expert != n) {
+        st_free(m->cells);
+        m->cells = st_malloc(n);
+    }
+    memcpy(m->cells, st->expert_map, n);
+    m->n_layer = st->map_layers;
+    m->n_expert = st->map_experts;
+}
+
+int sched_map_copy(const sched_map *m, char **cells, int *n_layer, int *n_expert) {
+    if (!m->cells) return -1;
+    const size_t n = (size_t)m->n_layer * (size_t)m->n_expert;
+    *cells = st_malloc(n);
+    memcpy(*cells, m->cells, n);
+    *n_layer = m->n_layer;
+    *n_expert = m->n_expert;
+    return 0;
+}
+
 void sched_metrics_add(sched_metrics *m, const gen_stats *st) {
     m->prompt_tokens += (uint64_t)st->n_prompt;
     m->reused_tokens += (uint64_t)st->n_reused;
@@ -134,6 +159,7 @@ static void slot_release(local_sched *s, slot *sl, int outcome) {
         else
             m->cancelled++;
         sched_metrics_add(m, st);
+        sched_map_keep(&s->map, st);
     } else if (outcome == OUT_FAILED)
         m->failed++;
     else
@@ -167,6 +193,14 @@ static void slot_finish(local_sched *s, slot *sl) {
         sl->st.total_dev = ls->pairs_dev;
         sl->st.total_cpu = ls->pairs_cpu;
         sl->st.total_pcie = ls->pairs_pcie;
+        const model_hparams *hp = &s->e->m->hp;
+        if (!s->map_cells) {
+            s->map_cap = hp->n_layer * hp->n_expert;
+            s->map_cells = st_malloc((size_t)s->map_cap);
+        }
+        int nl, nx;
+        if (moe_lanes_cache_map(s->e->be, s->map_cells, s->map_cap, &nl, &nx) > 0)
+            sl->st.expert_map = s->map_cells, sl->st.map_layers = nl, sl->st.map_experts = nx;
     }
     char line[512];
     gen_stats_format(&sl->st, line, sizeof line);
@@ -392,6 +426,8 @@ static void local_destroy(srv_sched *b) {
     st_free(s->step_seqs);
     st_free(s->step_toks);
     st_free(s->step_slots);
+    st_free(s->map.cells);
+    st_free(s->map_cells);
     st_free(s);
 }
 
@@ -417,11 +453,20 @@ static void local_metrics(srv_sched *b, sched_metrics *m) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static int local_expert_map(srv_sched *b, char **cells, int *n_layer, int *n_expert) {
+    local_sched *s = (local_sched *)b;
+    pthread_mutex_lock(&s->mu);
+    const int rc = sched_map_copy(&s->map, cells, n_layer, n_expert);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 static int local_n_ctx(srv_sched *b) { return ((local_sched *)b)->m.n_ctx; }
 
 static void local_wake(srv_sched *b) { (void)b; /* the engine is in this process: always up */ }
 
-static const sched_ops LOCAL_OPS = {local_submit, local_metrics, local_n_ctx, local_wake, local_destroy};
+static const sched_ops LOCAL_OPS = {local_submit, local_metrics, local_expert_map, local_n_ctx, local_wake,
+                                    local_destroy};
 
 /* ---- the face both roles share ---- */
 
@@ -429,6 +474,9 @@ int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ct
     return s->ops->submit(s, req, fn, ctx);
 }
 void sched_metrics_get(srv_sched *s, sched_metrics *m) { s->ops->metrics(s, m); }
+int sched_expert_map(srv_sched *s, char **cells, int *n_layer, int *n_expert) {
+    return s->ops->expert_map(s, cells, n_layer, n_expert);
+}
 int sched_n_ctx(srv_sched *s) { return s->ops->n_ctx(s); }
 void sched_wake(srv_sched *s) { s->ops->wake(s); }
 void sched_free(srv_sched *s) {

@@ -93,6 +93,17 @@ typedef struct {
 
 typedef struct srv_sched srv_sched;
 
+/* The engine's expert cache as of its last finished request (a gen_stats
+ * expert_map, copied): n_layer x n_expert cells, or none (cells NULL). */
+typedef struct {
+    int n_layer, n_expert;
+    char *cells;
+} sched_map;
+/* Keep st's map, if it has one (caller holds the role's lock). */
+void sched_map_keep(sched_map *m, const gen_stats *st);
+/* A copy of m's cells (st_malloc'd: the caller frees) into *cells; -1 when there is none. */
+int sched_map_copy(const sched_map *m, char **cells, int *n_layer, int *n_expert);
+
 /* Which model file: the front end's tokenizer and the engine process must read the same one. */
 typedef struct {
     uint64_t size;
@@ -115,6 +126,7 @@ typedef struct {
 typedef struct {
     int (*submit)(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx);
     void (*metrics)(srv_sched *s, sched_metrics *m);
+    int (*expert_map)(srv_sched *s, char **cells, int *n_layer, int *n_expert);
     int (*n_ctx)(srv_sched *s);
     void (*wake)(srv_sched *s);
     void (*destroy)(srv_sched *s);
@@ -138,6 +150,8 @@ void sched_free(srv_sched *s);
 /* Queue a request. 0, or -1 when the queue is full (no event will come). */
 int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx);
 void sched_metrics_get(srv_sched *s, sched_metrics *m);
+/* The expert cache picture (sched_map_copy); -1 when the engine has no expert lanes or no request finished. */
+int sched_expert_map(srv_sched *s, char **cells, int *n_layer, int *n_expert);
 /* Add a finished request's token counts, times and last speeds to m (the
  * outcome counters are the caller's). */
 void sched_metrics_add(sched_metrics *m, const gen_stats *st);

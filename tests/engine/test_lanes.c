@@ -278,6 +278,36 @@ static void test_cost_model(void) {
     CHECK(n == 2 && to_pcie[3], "--pcie-frac 0.25: %d of 8", n);
 }
 
+/* The cache as a picture (the web page's heatmap): one cell per (layer,
+ * expert), as many resident as there are slots, and heat where tokens went. */
+static void test_cache_map(const char *path) {
+    engine_params p = params(path, 12, 0);
+    engine *e = engine_open(&p);
+    ST_ASSERT(e);
+    const int L = e->m->hp.n_layer, X = e->m->hp.n_expert;
+    char cells[256];
+    int nl = 0, nx = 0;
+    CHECK(moe_lanes_cache_map(e->be, cells, (int)sizeof cells, &nl, &nx) == L * X && nl == L && nx == X,
+          "map of %d x %d", nl, nx);
+    int resident = 0, hot = 0;
+    for (int i = 0; i < L * X; i++) resident += cells[i] >= '4', hot += cells[i] != '0' && cells[i] != '4';
+    CHECK(resident == 12 && hot == 0, "before any token: %d resident (12 slots), %d with heat", resident, hot);
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % e->m->hp.n_vocab);
+    ST_ASSERT(engine_read_prompt(e, prompt, N_PROMPT) == 0);
+    moe_lanes_cache_map(e->be, cells, (int)sizeof cells, &nl, &nx);
+    resident = hot = 0;
+    int top = 0;
+    for (int i = 0; i < L * X; i++) {
+        CHECK(cells[i] >= '0' && cells[i] <= '7', "cell %d is '%c'", i, cells[i]);
+        resident += cells[i] >= '4', hot += cells[i] != '0' && cells[i] != '4', top += (cells[i] - '0') % 4 == 3;
+    }
+    CHECK(resident == 12 && hot > 0 && top >= L, "after a prompt: %d resident, %d with heat, %d at the top level",
+          resident, hot, top);
+    CHECK(moe_lanes_cache_map(e->be, cells, L * X - 1, &nl, &nx) == -1, "a buffer too small is refused");
+    engine_close(e);
+}
+
 /* Every byte of the file's tensors is in the list, as dense or routed. */
 static void test_tensor_list(const char *path) {
     engine_params p = engine_defaults();
@@ -417,6 +447,7 @@ int main(int argc, char **argv) {
     test_plan();
     test_cost_model();
     test_tensor_list(path);
+    test_cache_map(path);
 
     const int total = hp.n_layer * hp.n_expert;
     run_out ref, got;

@@ -54,3 +54,23 @@ def test_pairs_by_lane(moe):
     m = re.search(r"experts ([\d.]+)% GPU cache \+ ([\d.]+)% CPU lane \+ ([\d.]+)% PCIe", line)
     assert m and abs(float(m.group(1)) - 100 * got["gpu_cache"] / total) < 0.1, (line, got)
     print(f"checked: {total} pairs ({got}) = {evaluated} tokens x top-{TOPK} x {LAYERS} layers; hit ratio {ratio}")
+
+
+def test_expert_map(moe, server):
+    """GET /experts: the cache as the web page draws it, a cell per (layer, expert)."""
+    r = httpx.post(moe.url + "/v1/completions", json={"prompt": "the cache", "max_tokens": 4, "temperature": 0},
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    j = httpx.get(moe.url + "/experts", timeout=10).json()
+    assert j["offloaded"] is True and j["layers"] == LAYERS and j["experts"] == EXPERTS, j
+    cells = j["cells"]
+    assert len(cells) == LAYERS * EXPERTS and set(cells) <= set("01234567"), cells
+    resident = sum(c >= "4" for c in cells)
+    assert resident == j["resident"] == 8, j  # --expert-cache 8: the learning moves slots, never adds one
+    heat = [int(c) % 4 for c in cells]
+    for layer in range(LAYERS):  # every layer has a hottest expert, at the top level
+        assert max(heat[layer * EXPERTS:(layer + 1) * EXPERTS]) == 3, cells
+    assert httpx.post(moe.url + "/experts", json={}, timeout=10).status_code == 405
+    # a dense model: nothing offloaded
+    assert httpx.get(server.url + "/experts", timeout=10).json() == {"offloaded": False}
+    print(f"checked: /experts {LAYERS} x {EXPERTS} cells, {resident} resident, a hottest expert in every layer")

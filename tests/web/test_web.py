@@ -214,3 +214,57 @@ def test_api_key_page(browser):
         print("checked: page served without the key; monitor 401 -> 'API key needed' -> ready with the key")
     finally:
         assert s.stop() == 0
+
+
+def test_expert_cache_heatmap(browser, tmp_path):
+    """A MoE model with part of its experts cached (on this CPU-only build a
+    second CPU backend plays the GPU, docs/offload.md): the monitor draws the
+    cache as a layer x expert picture from GET /experts, a pixel per cell in
+    the colours of the legend, and plots speed and hit rate over time."""
+    import subprocess
+    from strata_server import BIN
+    layers, experts = 3, 16
+    path = tmp_path / "moe.gguf"
+    r = subprocess.run([BIN, "synth", "--preset", "tiny", "--zipf", "1.0", "--layers", str(layers), "--experts",
+                        str(experts), "--experts-used", "2", "-o", str(path), "--quiet"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    s = Server("-m", str(path), "--expert-cache", "12", "-t", "2")
+    try:
+        page, problems = open_page(browser, s.url + "/")
+        page.wait_for_function("() => document.getElementById('status').textContent === 'ready'", timeout=20000)
+        assert page.is_hidden("#experts_box")  # nothing to draw before a request has finished
+        st, _, _ = s.get("/experts")
+        assert st == 200
+        import json
+        import urllib.request
+        req = urllib.request.Request(s.url + "/v1/completions", method="POST",
+                                     data=json.dumps({"prompt": "the cache", "max_tokens": 8}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        assert urllib.request.urlopen(req, timeout=60).status == 200
+        page.wait_for_function("() => !document.getElementById('experts_box').hidden", timeout=10000)
+        j = json.loads(s.get("/experts")[2])
+        assert j["offloaded"] and j["layers"] == layers and j["experts"] == experts and j["resident"] == 12, j
+        page.wait_for_function("() => document.getElementById('experts').dataset.resident === '12'", timeout=5000)
+        w, h, rgb = page.evaluate("""() => {
+            const cv = document.getElementById('experts'), d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+            const px = [];
+            for (let i = 0; i < d.length; i += 4) px.push([d[i], d[i + 1], d[i + 2]]);
+            return [cv.width, cv.height, px];
+        }""")
+        assert (w, h) == (experts, layers), (w, h)
+        on_gpu = sum(1 for p in rgb if p[2] > p[0])  # the GPU's cells are the blue ones
+        assert on_gpu == 12, rgb
+        # a cell's colour follows its code: blue = cached, then heat; the same split as /experts
+        cells = j["cells"]
+        assert all((c >= "4") == (p[2] > p[0]) for c, p in zip(cells, rgb)), (cells, rgb)
+        note = page.inner_text("#experts_note")
+        assert f"{layers} layers × {experts} experts; 12 cached on the GPU" in note, note
+        page.wait_for_function("() => +document.getElementById('history').dataset.points >= 3", timeout=10000)
+        assert page.is_visible("#hist_hits")  # the hit rate is plotted beside the speed
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        page.screenshot(path=os.path.join(ARTIFACTS, "web_experts.png"))
+        assert not problems, problems
+        print(f"checked: /experts {layers} x {experts}, heatmap pixels match the cells (12 blue), history plotted")
+    finally:
+        assert s.stop() == 0

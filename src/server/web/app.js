@@ -267,13 +267,72 @@ function showGpus(ms) {
   }
 }
 
+// ---- history: generation speed and expert cache hits, one point per poll ----
+const history = [];   // {tps, hit}
+const HISTORY_N = 240;
+
+function showHistory(ms) {
+  const hitM = ms.find((x) => /expert_cache_hit/.test(x.name) && !/_total$/.test(x.name));
+  history.push({ tps: val(ms, "strata_generation_tokens_per_second") || 0, hit: hitM ? hitM.value : undefined });
+  if (history.length > HISTORY_N) history.shift();
+  $("hist_hits").hidden = $("hist_hits_t").hidden = !hitM;
+  const cv = $("history"), g = cv.getContext("2d"), W = cv.width, H = cv.height;
+  g.clearRect(0, 0, W, H);
+  const top = Math.max(1, ...history.map((p) => p.tps));
+  const line = (key, scale, colour) => {
+    g.strokeStyle = colour;
+    g.lineWidth = 1.5;
+    g.beginPath();
+    let started = false;
+    history.forEach((p, i) => {
+      if (p[key] === undefined) return;
+      const x = W - (history.length - 1 - i) * (W / (HISTORY_N - 1)), y = H - 2 - (p[key] / scale) * (H - 4);
+      if (started) g.lineTo(x, y); else g.moveTo(x, y), (started = true);
+    });
+    g.stroke();
+  };
+  line("tps", top, "#2a7de1");
+  line("hit", 1, "#1b9e5a");
+  cv.dataset.points = String(history.length);
+}
+
+// ---- the expert cache: a pixel per (layer, expert) ----
+// cell code: '0' + heat level 0-3 + 4 when the GPU holds it (GET /experts)
+const CELL_RGB = [
+  [201, 201, 201], [240, 190, 120], [235, 130, 70], [224, 88, 43],   // in RAM: cold to hot
+  [150, 185, 235], [95, 145, 220], [50, 110, 205], [31, 95, 191],    // on the GPU: cold to hot
+];
+
+async function showExperts() {
+  const r = await fetch("/experts", { headers: headers(false) });
+  const j = r.ok ? await r.json() : { offloaded: false };
+  $("experts_box").hidden = !j.offloaded;
+  if (!j.offloaded) return;
+  const cv = $("experts");
+  cv.width = j.experts;
+  cv.height = j.layers;
+  const g = cv.getContext("2d"), img = g.createImageData(j.experts, j.layers);
+  for (let i = 0; i < j.cells.length; i++) {
+    const rgb = CELL_RGB[j.cells.charCodeAt(i) - 48] || [0, 0, 0];
+    img.data.set([rgb[0], rgb[1], rgb[2], 255], 4 * i);
+  }
+  g.putImageData(img, 0, 0);
+  cv.dataset.resident = String(j.resident);
+  $("experts_note").textContent =
+    `${j.layers} layers × ${j.experts} experts; ${j.resident} cached on the GPU ` +
+    `(${((100 * j.resident) / (j.layers * j.experts)).toFixed(0)}%)`;
+}
+
 async function poll() {
   try {
     const r = await fetch("/metrics", { headers: headers(false) });
     if (r.status === 503) setStatus("loading", "warn");
     else if (r.status === 401) setStatus("API key needed (Settings)", "bad");
     else if (r.ok) {
-      showServer(parseMetrics(await r.text()));
+      const ms = parseMetrics(await r.text());
+      showServer(ms);
+      showHistory(ms);
+      if (ms.some((x) => /expert_cache_hit/.test(x.name))) await showExperts();
       setStatus("ready", "ok");
       if (!modelName) {
         const m = await fetch("/v1/models", { headers: headers(false) });
