@@ -78,6 +78,16 @@ engine *engine_open(const engine_params *p) {
             return NULL;
         }
     }
+    /* a hybrid family needs the DeltaNet and gate ops, which not every backend has (the CUDA one not yet) */
+    if (m->hp.full_attn_interval && (!be->gated_delta_net || !be->split_halves || !be->sigmoid_mul)) {
+        st_error_set("architecture '%s' needs the gated DeltaNet ops, which the %s backend lacks; run it on the CPU "
+                     "(without --gpu)",
+                     model_arch_name(m->hp.arch), be->name);
+        be->destroy(be);
+        tokenizer_free(tok);
+        model_free(m);
+        return NULL;
+    }
     /* STRATA_PROFILE=1: every op timed, the table logged at engine_close (backend_prof.h) */
     const char *prof = st_switch_get("STRATA_PROFILE");
     if (prof && !strcmp(prof, "1")) be = backend_prof_wrap(be);
@@ -186,6 +196,9 @@ int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n) {
     int k = engine_seq_common_prefix(s, toks, n);
     if (k == n) k = n - 1; /* the last prompt token must be evaluated to get its logits */
     if (k < 0) k = 0;
+    /* a recurrent state holds the whole history at n_past, not a row per
+     * position: only a prompt that extends that history reuses it */
+    if (s->kv->recurrent && k != s->n_past) k = 0;
     s->n_past = k; /* positions past k are overwritten by the next eval */
     return k;
 }

@@ -1,5 +1,9 @@
 /* The KV cache of one sequence: per layer, n_ctx rows of K and V in f16 or
- * int8 (one f32 scale per head and row), allocated on the backend's device. */
+ * int8 (one f32 scale per head and row), allocated on the backend's device.
+ * A hybrid family's DeltaNet layers hold their recurrent state here instead
+ * (st_kv_layer conv, ssm): it describes the whole history, not one row per
+ * position, so a prefix can be reused only where the state was left, at the
+ * sequence's end (engine_seq_reuse_prefix). */
 #ifndef STRATA_ENGINE_KV_CACHE_H
 #define STRATA_ENGINE_KV_CACHE_H
 
@@ -10,6 +14,7 @@ typedef struct {
     st_kv_type type;
     int n_layer, n_ctx;
     st_kv_layer *layers; /* (n_layer) */
+    int recurrent;       /* some layers keep a recurrent state */
 } kv_cache;
 
 /* Bytes a cache of n_ctx positions takes. */
