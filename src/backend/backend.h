@@ -69,9 +69,11 @@ typedef struct {
  * small per-layer tensors (f32, this backend's memory). */
 typedef struct {
     int d_conv;             /* width of the causal convolution */
-    int n_k_head, n_v_head; /* value head j reads key/query head j % n_k_head */
+    int n_k_head, n_v_head; /* value head j reads key/query head j % n_k_head (qwen35moe), or
+                               j / (n_v_head / n_k_head) when k_grouped (qwen3next) */
     int head_dim;           /* key = value head size */
     float eps;              /* of the L2 norms of q and k and of the output RMS norm */
+    int k_grouped;          /* the value heads of one key head are adjacent (see n_v_head) */
     int ba_fused;           /* beta and alpha come as one [n_tok][2*n_v_head] product grouped per key
                                head: (beta of its n_v/n_k value heads, then their alpha); else two */
     const float *conv_w;    /* [conv_dim][d_conv], conv_dim = 2*n_k_head*hd + n_v_head*hd */

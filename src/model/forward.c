@@ -152,8 +152,17 @@ static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         be->matmul(be, &l->ssm_beta, 0, c->h, c->sb, rows);
         be->matmul(be, &l->ssm_alpha, 0, c->h, c->sa, rows);
     }
-    const st_gdn g = {hp->ssm_d_conv, hp->ssm_n_k_head, nv, hp->ssm_head_dim, hp->rms_eps, hp->ba_fused,
-                      l->ssm_conv, l->ssm_dt, l->ssm_a, l->ssm_norm};
+    const st_gdn g = {.d_conv = hp->ssm_d_conv,
+                      .n_k_head = hp->ssm_n_k_head,
+                      .n_v_head = nv,
+                      .head_dim = hp->ssm_head_dim,
+                      .eps = hp->rms_eps,
+                      .k_grouped = hp->ba_fused, /* qwen3next: both */
+                      .ba_fused = hp->ba_fused,
+                      .conv_w = l->ssm_conv,
+                      .dt_bias = l->ssm_dt,
+                      .a = l->ssm_a,
+                      .norm = l->ssm_norm};
     const int bw = hp->ba_fused ? 2 * nv : nv;
     for (int s = 0, r = 0; s < n_seq; s++) {
         const int n = n_tok ? n_tok[s] : 1;

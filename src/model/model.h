@@ -59,7 +59,8 @@ typedef struct {
     int n_rot;           /* rotated values per head (partial rotary), = head_dim unless set */
     int ssm_d_conv;      /* DeltaNet: convolution width */
     int ssm_n_k_head, ssm_n_v_head, ssm_head_dim; /* key/query heads, value heads, their size */
-    int ba_fused;        /* qwen3next: beta and alpha in one tensor (ssm_ba) */
+    int ba_fused;        /* qwen3next: beta and alpha in one tensor (ssm_ba), and the value heads
+                            of one key head adjacent (st_gdn k_grouped); qwen35moe: key heads tiled */
     int n_ff_shexp;      /* shared expert width, 0 = none */
 } model_hparams;
 

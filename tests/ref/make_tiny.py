@@ -48,7 +48,7 @@ ARCHS = {
     # The hybrids (llama.cpp's qwen35moe.cpp / qwen3next.cpp): layers 0-2 gated
     # DeltaNet, layer 3 gated attention; 16 of 64 head values rotated (Qwen3.5 /
     # Qwen3-Next rotate 64 of 256); DeltaNet with 2 key heads and 4 value heads
-    # of 64 (value head j reads key head j % 2, as llama.cpp maps them)
+    # of 64 (value head j reads key head j % 2 in qwen35moe, j // 2 in qwen3next, as llama.cpp maps them)
     "qwen35moe": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
                       rope_base=10000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=256,
                       hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0], interval=4, d_conv=4, ssm_k_heads=2,

@@ -10,7 +10,9 @@ Per layer, h = RMSNorm(x) * attn_norm, then either
     c = SiLU(causal depthwise conv, width d_conv, of [q | k | v] over time)
     q = l2norm(q) / sqrt(d), k = l2norm(k)      (l2norm(x) = x / sqrt(sum x^2 + eps))
     beta = sigmoid(beta);  g = softplus(alpha + dt_bias) * ssm_a   (ssm_a = -exp(A_log): log decay)
-    per value head j (key/query head j % n_k, llama.cpp's head map):
+    per value head j (key/query head j % n_k for qwen35moe, j // (n_v/n_k) for
+    qwen3next: llama.cpp tiles the key heads for one and repeat-interleaves them
+    for the other):
         S_t = exp(g_t) S_{t-1} + beta_t (v_t - exp(g_t) S_{t-1} k_t) k_t^T,   o_t = S_t q_t
     o = RMSNorm(o per head) * ssm_norm * SiLU(z);  a = o W_out^T
   or gated attention:
@@ -111,6 +113,7 @@ class HybridParams:
         self.nk = int(g("ssm.group_count"))
         self.nv = int(g("ssm.time_step_rank"))
         self.sd = int(g("ssm.state_size"))
+        self.k_grouped = m.arch == "qwen3next"
 
 
 def delta_layer(m, hp, h, p, lin, mutate, recurrent):
@@ -138,7 +141,8 @@ def delta_layer(m, hp, h, p, lin, mutate, recurrent):
     o = np.empty((n, NV, S))
     rule = gdn_recurrent if recurrent else gdn_chunked
     for j in range(NV):
-        kh = j // (NV // NK) if mutate == "gdn_head_map" else j % NK
+        grouped = hp.k_grouped != (mutate == "gdn_head_map")
+        kh = j // (NV // NK) if grouped else j % NK
         o[:, j] = rule(q[:, kh], k[:, kh], v[:, j], g[:, j], beta[:, j])
     o = rf.rmsnorm(o, m.vec(p + "ssm_norm.weight"), m.eps) * rf.silu(z)
     return lin(o.reshape(n, NV * S), p + "ssm_out.weight")

@@ -85,10 +85,11 @@ static void rec_task(void *ctx, int64_t task, int thread) {
     const gdn_job *j = ctx;
     const st_gdn *g = j->g;
     const int h = (int)task, hd = g->head_dim, nk = g->n_k_head, nv = g->n_v_head;
-    float *S = j->st->ssm + (size_t)h * hd * hd; /* S[jv][ik] */
+    const int kh = g->k_grouped ? h / (nv / nk) : h % nk; /* its key/query head */
+    float *S = j->st->ssm + (size_t)h * hd * hd;         /* S[jv][ik] */
     for (int t = 0; t < j->n_tok; t++) {
         const float *c = j->c + (size_t)t * j->conv_dim;
-        const float *q = c + (size_t)(h % nk) * hd, *k = c + (size_t)(nk + h % nk) * hd;
+        const float *q = c + (size_t)kh * hd, *k = c + (size_t)(nk + kh) * hd;
         const float *v = c + (size_t)(2 * nk + h) * hd;
         const float decay = j->gb[((size_t)t * nv + h) * 2], beta = j->gb[((size_t)t * nv + h) * 2 + 1];
         float *o = j->o + ((size_t)t * nv + h) * hd;
