@@ -3,7 +3,7 @@
  * forward pass, written once against the backend op interface.
  *
  * Families: llama (SmolLM2, Llama), qwen2, qwen3, qwen3moe, gemma3, and the
- * hybrid qwen3next / qwen35moe (gated DeltaNet layers, a gated attention
+ * hybrid qwen3next / qwen35moe / qwen35 (dense) (gated DeltaNet layers, a gated attention
  * layer every full_attn_interval-th). They are one decoder with switches
  * (QKV bias, Q/K norms, post-norms, sliding window, MoE, activation, hybrid)
  * rather than copies of the same loop.
@@ -24,6 +24,7 @@ typedef enum {
     ARCH_GEMMA3,
     ARCH_QWEN3NEXT,
     ARCH_QWEN35MOE,
+    ARCH_QWEN35,
     ARCH_COUNT
 } model_arch;
 

@@ -139,9 +139,10 @@ static int get_arr(loader *L, const char *suffix, int64_t *out, int n) {
     return (int)(v.n < (uint64_t)n ? v.n : (uint64_t)n);
 }
 
-/* The hybrid Qwen MoE family (qwen3next, qwen35moe): gated DeltaNet layers,
- * a gated attention layer every full_attention_interval-th, partial rotary,
- * a shared expert beside the routed ones. Keys as llama.cpp writes them. */
+/* The hybrid Qwen family (qwen3next, qwen35moe, dense qwen35): gated DeltaNet
+ * layers, a gated attention layer every full_attention_interval-th, partial
+ * rotary, a shared expert beside the routed ones (the MoE ones). Keys as
+ * llama.cpp writes them. */
 static int hybrid_hparams(loader *L, model_hparams *hp) {
     hp->full_attn_interval = get_u32(L, "full_attention_interval", 0, 4);
     hp->ssm_d_conv = get_u32(L, "ssm.conv_kernel", 1, 0);
@@ -149,13 +150,13 @@ static int hybrid_hparams(loader *L, model_hparams *hp) {
     hp->ssm_head_dim = get_u32(L, "ssm.state_size", 1, 0);
     hp->ssm_n_v_head = get_u32(L, "ssm.time_step_rank", 1, 0);
     hp->ssm_n_k_head = get_u32(L, "ssm.group_count", 1, 0);
-    hp->n_ff_shexp = get_u32(L, "expert_shared_feed_forward_length", 0, (uint32_t)hp->n_ff);
+    hp->n_ff_shexp = hp->n_expert ? get_u32(L, "expert_shared_feed_forward_length", 0, (uint32_t)hp->n_ff) : 0;
     hp->n_rot = get_u32(L, "rope.dimension_count", 0, (uint32_t)hp->head_dim);
     hp->ba_fused = hp->arch == ARCH_QWEN3NEXT;
     if (L->failed) return -1;
     if (hp->full_attn_interval <= 0 || hp->ssm_d_conv < 1 || hp->ssm_head_dim <= 0 || hp->ssm_n_k_head <= 0 ||
         hp->ssm_n_v_head % hp->ssm_n_k_head != 0 || inner != hp->ssm_n_v_head * hp->ssm_head_dim ||
-        hp->n_ff_shexp <= 0 || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
+        (hp->n_expert && hp->n_ff_shexp <= 0) || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
         st_error_set("%s: inconsistent DeltaNet hyper-parameters (interval %d, conv %d, inner %d, state %d, "
                      "heads %d/%d, shared ff %d, rope dims %d)",
                      gguf_path(L->f), hp->full_attn_interval, hp->ssm_d_conv, inner, hp->ssm_head_dim,
@@ -212,6 +213,7 @@ static const arch_def ARCHS[ARCH_COUNT] = {
     [ARCH_GEMMA3] = {"gemma3", 1, 0, 1, 1, 0, ST_ACT_GELU, gemma3_hparams},
     [ARCH_QWEN3NEXT] = {"qwen3next", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
     [ARCH_QWEN35MOE] = {"qwen35moe", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
+    [ARCH_QWEN35] = {"qwen35", 1, 0, 1, 0, 0, ST_ACT_SILU, hybrid_hparams}, /* qwen35moe with a dense FFN */
 };
 
 const char *model_arch_name(model_arch a) { return (a >= 0 && a < ARCH_COUNT) ? ARCHS[a].name : "?"; }

@@ -57,6 +57,10 @@ ARCHS = {
                       rope_base=10000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=256,
                       hybrid=True, n_rot=16, interval=4, d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=64,
                       n_ff_shexp=256, ba_fused=True),
+    # Qwen3.5 dense: qwen35moe's layers with a plain SwiGLU FFN
+    "qwen35": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                   rope_base=10000000.0, eps=1e-6, qk_norm=True, hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0],
+                   interval=4, d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=64),
 }
 
 # Storage type of each matrix per mix: (default, {name fragment: type}).
@@ -192,7 +196,8 @@ def make_model(path, arch, mix, tied=False, seed=0):
         u32("ssm.group_count", hp["ssm_k_heads"])
         u32("ssm.time_step_rank", hp["ssm_v_heads"])
         u32("ssm.inner_size", hp["ssm_v_heads"] * hp["ssm_head"])
-        u32("expert_shared_feed_forward_length", hp["n_ff_shexp"])
+        if "n_ff_shexp" in hp:
+            u32("expert_shared_feed_forward_length", hp["n_ff_shexp"])
 
     def mat(name, rows, n_in, std=None):
         t = weight_type(mix, name)
@@ -275,6 +280,11 @@ def hybrid_layer(hp, il, p, mat, vec, w, rng):
         vec(p + "ssm_norm.weight", S)
         mat(p + "ssm_out.weight", (E,), NV * S)
     vec(p + "post_attention_norm.weight", E)
+    if "n_expert" not in hp:  # qwen35: dense FFN
+        mat(p + "ffn_gate.weight", (hp["n_ff"],), E)
+        mat(p + "ffn_up.weight", (hp["n_ff"],), E)
+        mat(p + "ffn_down.weight", (E,), hp["n_ff"])
+        return
     X, FE, FS = hp["n_expert"], hp["n_ff_exp"], hp["n_ff_shexp"]
     w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((X, E)) / np.sqrt(E)).astype(np.float32))
     mat(p + "ffn_gate_exps.weight", (X, FE), E)

@@ -166,7 +166,7 @@ def kv_round(x, kv):
 def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=None):
     """Logits (n_tok, n_vocab) in float64 for tokens at positions 0..n_tok-1."""
     arch = m.arch
-    if arch in ("qwen35moe", "qwen3next"):  # the hybrids: their own file, the same conventions
+    if arch in ("qwen35moe", "qwen3next", "qwen35"):  # the hybrids: their own file, the same conventions
         import ref_hybrid
         return ref_hybrid.forward(m, tokens, act_quant=act_quant, kv=kv, mutate=mutate, route=route, trace=trace)
     tokens = np.asarray(tokens)

@@ -1,5 +1,5 @@
-"""NumPy reference of the hybrid Qwen MoE family (llama.cpp architectures
-qwen35moe and qwen3next: Qwen3.5-MoE, Qwen3-Next), float64, written from the
+"""NumPy reference of the hybrid Qwen family (llama.cpp architectures
+qwen35moe, qwen3next and the dense qwen35: Qwen3.5-MoE, Qwen3-Next, Qwen3.5), float64, written from the
 equations of the Gated DeltaNet paper (Yang, Kautz, Hatamizadeh 2024) and the
 Qwen3-Next modeling code as llama.cpp's GGUF stores it, not from Strata's C.
 
@@ -35,7 +35,7 @@ import numpy as np
 
 import ref_forward as rf
 
-HYBRID = ("qwen35moe", "qwen3next")
+HYBRID = ("qwen35moe", "qwen3next", "qwen35")
 MUTATIONS = ("gdn_head_map", "no_attn_gate", "full_rope", "no_shexp_gate", "no_decay", "no_conv_history")
 
 
@@ -198,6 +198,9 @@ def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=
             a = attn_layer(m, hp, h, p, lin, pos, kv, mutate)
         x = x + a
         h = norm(x, p + "post_attention_norm.weight")
+        if not m.n_expert:  # qwen35: dense SwiGLU
+            x = x + lin(rf.silu(lin(h, p + "ffn_gate.weight")) * lin(h, p + "ffn_up.weight"), p + "ffn_down.weight")
+            continue
         f = rf.moe(m, h, p, rf.silu, act_quant, choose=None if route is None else route[il], trace=trace, il=il)
         sh = lin(rf.silu(lin(h, p + "ffn_gate_shexp.weight")) * lin(h, p + "ffn_up_shexp.weight"),
                  p + "ffn_down_shexp.weight")

@@ -85,6 +85,7 @@ CASES = [
     ("qwen35moe", "q4k_q6k", False, ("f16",), True, ()),
     ("qwen3next", "f32", False, ("f16",), True, ("gdn_head_map", "no_decay")),
     ("qwen3next", "q8_0", True, ("f16",), False, ()),
+    ("qwen35", "q4k_q6k", False, ("f16",), True, ("gdn_head_map", "no_attn_gate")),
 ]
 
 ROWS = []  # the table, printed by the last test
@@ -205,7 +206,7 @@ def test_print_table():
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in ROWS:
         print(f"| {r['arch']} | {r['mix']} | {r['types']} | {r['kv']} | {r['e_ref']:.1e} | {r['bound']:.1e} | "
-              f"{r['e_emu']:.1e} | {r['agree']}/{N_TOK} | {r['split']} | {r['flips'] if r['arch'] in ('qwen3moe', 'qwen35moe', 'qwen3next') else '-'} |")
+              f"{r['e_emu']:.1e} | {r['agree']}/{N_TOK} | {r['split']} | {r['flips'] if r['arch'] in ('qwen3moe', 'qwen35moe', 'qwen3next') else '-'} |")  # noqa: E501
 
 
 def test_hybrid_reference_forms():
