@@ -24,7 +24,7 @@ typedef enum {
 static const char *const OP_NAMES[P_N] = {"get_rows", "matmul",  "rmsnorm", "rope",    "kv_store",
                                           "qkv_prep", "attention", "act_mul", "add",     "scale",
                                           "moe_ffn",  "moe_route", "moe_experts", "to_host", "to_device",
-                                          "gated_delta_net", "split_halves", "sigmoid_mul"};
+                                          "deltanet", "split_qg", "sigmul"};
 
 typedef struct {
     st_backend *in;

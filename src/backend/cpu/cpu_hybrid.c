@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "quant/quant.h"
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -79,6 +80,65 @@ static void conv_task(void *ctx, int64_t task, int thread) {
     }
 }
 
+/* One token's delta rule on one head's state S (hd rows of hd): per row jv,
+ * decay it, then add beta (v[jv] - row.k) k, and o[jv] = row.q. */
+static void delta_step(float *S, const float *q, const float *k, const float *v, float decay, float beta, float *o,
+                       int hd) {
+    for (int jv = 0; jv < hd; jv++) {
+        float *row = S + (size_t)jv * hd;
+        float sk = 0;
+        for (int i = 0; i < hd; i++) sk += (row[i] *= decay) * k[i];
+        const float d = beta * (v[jv] - sk);
+        float oq = 0;
+        for (int i = 0; i < hd; i++) oq += (row[i] += d * k[i]) * q[i];
+        o[jv] = oq;
+    }
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 a) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* The same, 8 lanes at a time (hd a multiple of 8; the callers check). */
+__attribute__((target("avx2,fma"))) static void delta_step_avx2(float *S, const float *q, const float *k,
+                                                                 const float *v, float decay, float beta, float *o,
+                                                                 int hd) {
+    const __m256 dv = _mm256_set1_ps(decay);
+    for (int jv = 0; jv < hd; jv++) {
+        float *row = S + (size_t)jv * hd;
+        __m256 sk = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 8) {
+            const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + i), dv);
+            _mm256_storeu_ps(row + i, r);
+            sk = _mm256_fmadd_ps(r, _mm256_loadu_ps(k + i), sk);
+        }
+        const __m256 d = _mm256_set1_ps(beta * (v[jv] - hsum8(sk)));
+        __m256 oq = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 8) {
+            const __m256 r = _mm256_fmadd_ps(d, _mm256_loadu_ps(k + i), _mm256_loadu_ps(row + i));
+            _mm256_storeu_ps(row + i, r);
+            oq = _mm256_fmadd_ps(r, _mm256_loadu_ps(q + i), oq);
+        }
+        o[jv] = hsum8(oq);
+    }
+}
+#endif
+
+typedef void (*delta_step_fn)(float *, const float *, const float *, const float *, float, float, float *, int);
+
+static delta_step_fn pick_step(int hd) {
+#if defined(__x86_64__)
+    if (hd % 8 == 0 && qt_cpu_isa() >= QT_ISA_AVX2) return delta_step_avx2;
+#endif
+    (void)hd;
+    return delta_step;
+}
+
 /* Pass 2, one value head over the chunk's tokens in order: the delta rule. */
 static void rec_task(void *ctx, int64_t task, int thread) {
     (void)thread;
@@ -87,21 +147,13 @@ static void rec_task(void *ctx, int64_t task, int thread) {
     const int h = (int)task, hd = g->head_dim, nk = g->n_k_head, nv = g->n_v_head;
     const int kh = g->k_grouped ? h / (nv / nk) : h % nk; /* its key/query head */
     float *S = j->st->ssm + (size_t)h * hd * hd;         /* S[jv][ik] */
+    const delta_step_fn step = pick_step(hd);
     for (int t = 0; t < j->n_tok; t++) {
         const float *c = j->c + (size_t)t * j->conv_dim;
         const float *q = c + (size_t)kh * hd, *k = c + (size_t)(nk + kh) * hd;
         const float *v = c + (size_t)(2 * nk + h) * hd;
-        const float decay = j->gb[((size_t)t * nv + h) * 2], beta = j->gb[((size_t)t * nv + h) * 2 + 1];
-        float *o = j->o + ((size_t)t * nv + h) * hd;
-        for (int jv = 0; jv < hd; jv++) {
-            float *row = S + (size_t)jv * hd;
-            float sk = 0;
-            for (int i = 0; i < hd; i++) sk += (row[i] *= decay) * k[i];
-            const float d = beta * (v[jv] - sk);
-            float oq = 0;
-            for (int i = 0; i < hd; i++) oq += (row[i] += d * k[i]) * q[i];
-            o[jv] = oq;
-        }
+        const size_t gi = ((size_t)t * nv + h) * 2;
+        step(S, q, k, v, j->gb[gi], j->gb[gi + 1], j->o + ((size_t)t * nv + h) * hd, hd);
     }
 }
 
