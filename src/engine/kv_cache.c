@@ -44,6 +44,8 @@ kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st
             /* zeroed by the first step of a sequence (position 0) */
             l->conv = be->alloc(be, conv_elems(hp) * sizeof(float) + 1); /* d_conv 1: no inputs kept */
             l->ssm = be->alloc(be, ssm_elems(hp) * sizeof(float));
+            kv->conv_bytes = conv_elems(hp) * sizeof(float);
+            kv->ssm_bytes = ssm_elems(hp) * sizeof(float);
             kv->recurrent = 1;
             continue;
         }
@@ -66,7 +68,48 @@ void kv_cache_free(kv_cache *kv) {
             if (p[i]) kv->be->free(kv->be, p[i]);
     }
     st_free(kv->layers);
+    st_free(kv->ck_tok);
+    st_free(kv->ck_state);
     st_free(kv);
+}
+
+/* Copy every recurrent layer's state to (save) or from the checkpoint. */
+static void ck_copy(kv_cache *kv, int save) {
+    st_backend *be = kv->be;
+    size_t off = 0;
+    for (int il = 0; il < kv->n_layer; il++) {
+        st_kv_layer *l = &kv->layers[il];
+        if (!l->ssm) continue;
+        void *parts[2] = {l->conv, l->ssm};
+        const size_t bytes[2] = {kv->conv_bytes, kv->ssm_bytes};
+        for (int i = 0; i < 2; i++) {
+            if (save) be->to_host(be, (char *)kv->ck_state + off, parts[i], bytes[i]);
+            else be->to_device(be, parts[i], (char *)kv->ck_state + off, bytes[i]);
+            off += bytes[i];
+        }
+    }
+}
+
+void kv_cache_checkpoint(kv_cache *kv, const int32_t *tokens, int pos) {
+    if (!kv->recurrent || pos <= 0) return;
+    if (!kv->ck_state) {
+        size_t n = 0;
+        for (int il = 0; il < kv->n_layer; il++)
+            if (kv->layers[il].ssm) n += kv->conv_bytes + kv->ssm_bytes;
+        kv->ck_state = st_malloc(n);
+        kv->ck_tok = st_malloc((size_t)kv->n_ctx * sizeof(int32_t));
+    }
+    ck_copy(kv, 1);
+    memcpy(kv->ck_tok, tokens, (size_t)pos * sizeof(int32_t));
+    kv->ck_pos = pos;
+}
+
+int kv_cache_restore(kv_cache *kv, const int32_t *toks, int n, int max_pos) {
+    const int p = kv->ck_pos;
+    if (!kv->recurrent || p <= 0 || p > max_pos || p > n || memcmp(kv->ck_tok, toks, (size_t)p * sizeof(int32_t)))
+        return 0;
+    ck_copy(kv, 0);
+    return p;
 }
 
 int kv_type_from_name(const char *s) {

@@ -4,12 +4,17 @@
  *
  * A DeltaNet layer's state describes the whole history, so prefix reuse may
  * keep it only when the new prompt extends the sequence exactly where it
- * stopped (engine_seq_reuse_prefix). Checked against a fresh sequence:
+ * stopped, or extends the state saved after the last prompt chunk
+ * (engine_seq_reuse_prefix, kv_cache_checkpoint). Checked against a fresh
+ * sequence:
  *   - a prompt extending the history reuses it, and its logits are the fresh
  *     sequence's (the state carried over is the right one);
- *   - a prompt diverging inside the history, a shorter one, and the same
- *     prompt again (whose last token must be read again) reuse nothing and
- *     give the fresh logits (no stale state survives);
+ *   - a prompt diverging inside the history and a shorter one reuse nothing
+ *     and give the fresh logits (no stale state survives);
+ *   - the same prompt again (whose last token must be read again), and the
+ *     next chat turn after a generated answer that the new prompt does not
+ *     repeat token for token, restart from the saved state (all but the
+ *     prompt's last token), with the fresh logits;
  *   - a batched decode step of two sequences (engine_decode_batch) gives each
  *     sequence's own single-step logits (each reads its own state);
  *   - the routed experts through the expert lanes (a CPU backend playing the
@@ -82,18 +87,35 @@ static void check_model(const char *arch, const char *dir) {
     CHECK(r == N, "%s: a prompt extending the history reuses %d of %d", arch, r, N);
     CHECK(maxdiff(s->logits, want, nv) < TOL, "%s: extended prompt %.3g from fresh", arch,
           maxdiff(s->logits, want, nv));
-    /* diverging inside the history, shorter, the same again: nothing reused, fresh logits */
+    /* diverging inside the history, shorter: nothing reused; the same again: the
+     * saved state (all but the last token); always the fresh logits */
     const struct {
         const int32_t *t;
-        int n;
+        int n, reuse;
         const char *what;
-    } cases[] = {{b, N, "diverging"}, {a, N / 2, "shorter"}, {a, N / 2, "the same"}};
+    } cases[] = {{b, N, 0, "diverging"}, {a, N / 2, 0, "shorter"}, {a, N / 2, N / 2 - 1, "the same"}};
     for (int c = 0; c < 3; c++) {
         r = engine_seq_read_prompt(e, s, cases[c].t, cases[c].n);
         fresh(e, cases[c].t, cases[c].n, want);
-        CHECK(r == 0, "%s: %s prompt reuses %d", arch, cases[c].what, r);
+        CHECK(r == cases[c].reuse, "%s: %s prompt reuses %d, expected %d", arch, cases[c].what, r, cases[c].reuse);
         CHECK(maxdiff(s->logits, want, nv) < TOL, "%s: %s prompt %.3g from fresh", arch, cases[c].what,
               maxdiff(s->logits, want, nv));
+    }
+    /* a chat's next turn: the answer decoded token by token, then a prompt that
+     * repeats the first prompt but not the answer: restarts at the saved state */
+    {
+        engine_seq *t = engine_seq_new(e);
+        ST_ASSERT(engine_seq_read_prompt(e, t, a, N) == 0);
+        for (int32_t g = 5; g < 8; g++) ST_ASSERT(engine_seq_eval(e, t, &g, 1) == 0);
+        int32_t c2[N + 4];
+        memcpy(c2, a, N * sizeof(int32_t));
+        for (int i = 0; i < 4; i++) c2[N + i] = 9 + i;
+        r = engine_seq_read_prompt(e, t, c2, N + 4);
+        fresh(e, c2, N + 4, want);
+        CHECK(r == N - 1, "%s: next chat turn reuses %d, expected %d", arch, r, N - 1);
+        CHECK(maxdiff(t->logits, want, nv) < TOL, "%s: next chat turn %.3g from fresh", arch,
+              maxdiff(t->logits, want, nv));
+        engine_seq_free(e, t);
     }
     /* two sequences decoded in one batched step, each against its own single step */
     engine_seq *s2 = engine_seq_new(e);
