@@ -153,7 +153,15 @@ static int hybrid_hparams(loader *L, model_hparams *hp) {
     hp->n_ff_shexp = hp->n_expert ? get_u32(L, "expert_shared_feed_forward_length", 0, (uint32_t)hp->n_ff) : 0;
     hp->n_rot = get_u32(L, "rope.dimension_count", 0, (uint32_t)hp->head_dim);
     hp->ba_fused = hp->arch == ARCH_QWEN3NEXT;
+    /* block_count counts the multi-token-prediction layers after the decoder's
+     * (nextn_predict_layers, Qwen3.5's MTP head); Strata does not run them yet */
+    const int nextn = get_u32(L, "nextn_predict_layers", 0, 0);
     if (L->failed) return -1;
+    if (nextn < 0 || nextn >= hp->n_layer) {
+        st_error_set("%s: %d of %d layers are prediction (nextn) layers", gguf_path(L->f), nextn, hp->n_layer);
+        return -1;
+    }
+    hp->n_layer -= nextn;
     if (hp->full_attn_interval <= 0 || hp->ssm_d_conv < 1 || hp->ssm_head_dim <= 0 || hp->ssm_n_k_head <= 0 ||
         hp->ssm_n_v_head % hp->ssm_n_k_head != 0 || inner != hp->ssm_n_v_head * hp->ssm_head_dim ||
         (hp->n_expert && hp->n_ff_shexp <= 0) || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {

@@ -57,6 +57,12 @@ ARCHS = {
                       rope_base=10000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=256,
                       hybrid=True, n_rot=16, interval=4, d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=64,
                       n_ff_shexp=256, ba_fused=True),
+    # qwen35moe with an MTP block after the decoder (nextn_predict_layers 1, counted in block_count, as
+    # converted Qwen3.5 files have it): engines that do not predict ahead must skip it
+    "qwen35moe-mtp": dict(arch="qwen35moe", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+                          n_vocab=512, rope_base=10000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2,
+                          n_ff_exp=256, hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0], interval=4, d_conv=4,
+                          ssm_k_heads=2, ssm_v_heads=4, ssm_head=64, n_ff_shexp=256, nextn=1),
     # Qwen3.5 dense: qwen35moe's layers with a plain SwiGLU FFN
     "qwen35": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
                    rope_base=10000000.0, eps=1e-6, qk_norm=True, hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0],
@@ -166,7 +172,9 @@ def make_model(path, arch, mix, tied=False, seed=0):
     w.add_string("general.name", f"tiny-{arch}-{mix}")
     u32 = lambda k, v: w.add_uint32(f"{arch}.{k}", int(v))  # noqa: E731
     f32 = lambda k, v: w.add_float32(f"{arch}.{k}", float(v))  # noqa: E731
-    u32("block_count", hp["n_layer"])
+    u32("block_count", hp["n_layer"] + hp.get("nextn", 0))
+    if hp.get("nextn"):
+        u32("nextn_predict_layers", hp["nextn"])
     u32("embedding_length", E)
     if F:
         u32("feed_forward_length", F)
@@ -246,6 +254,13 @@ def make_model(path, arch, mix, tied=False, seed=0):
             mat(p + "ffn_gate.weight", (F,), E)
             mat(p + "ffn_up.weight", (F,), E)
             mat(p + "ffn_down.weight", (E,), F)
+    for il in range(hp["n_layer"], hp["n_layer"] + hp.get("nextn", 0)):  # the MTP block (llama.cpp's names)
+        p = f"blk.{il}."
+        vec(p + "attn_norm.weight", E)
+        hybrid_layer(dict(hp, interval=1), il, p, mat, vec, w, rng)  # a gated attention layer with its MoE
+        mat(p + "nextn.eh_proj.weight", (E,), 2 * E)
+        vec(p + "nextn.enorm.weight", E)
+        vec(p + "nextn.hnorm.weight", E)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

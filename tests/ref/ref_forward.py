@@ -87,7 +87,7 @@ class RefModel:
         self.meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
         self.arch = self.meta["general.architecture"]
         g = lambda k, d=None: self.meta.get(f"{self.arch}.{k}", d)  # noqa: E731
-        self.n_layer = int(g("block_count"))
+        self.n_layer = int(g("block_count")) - int(g("nextn_predict_layers", 0))  # MTP layers are not run
         self.n_embd = int(g("embedding_length"))
         self.n_head = int(g("attention.head_count"))
         self.n_head_kv = int(g("attention.head_count_kv", self.n_head))

@@ -83,6 +83,7 @@ CASES = [
     ("qwen35moe", "f32", False, ("f16", "int8"), True,
      ("gdn_head_map", "no_attn_gate", "full_rope", "no_shexp_gate", "no_decay", "no_conv_history")),
     ("qwen35moe", "q4k_q6k", False, ("f16",), True, ()),
+    ("qwen35moe-mtp", "q8_0", False, ("f16",), False, ()),
     ("qwen3next", "f32", False, ("f16",), True, ("gdn_head_map", "no_decay")),
     ("qwen3next", "q8_0", True, ("f16",), False, ()),
     ("qwen35", "q4k_q6k", False, ("f16",), True, ("gdn_head_map", "no_attn_gate")),
