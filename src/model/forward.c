@@ -6,8 +6,8 @@
  * then logits = Wout norm(x). The hybrids' attention layers also project a
  * gate with q (a *= sigmoid(gate)) and rotate part of each head; their other
  * layers are gated DeltaNets (recurrent_block); their FFN adds a shared
- * expert scaled by sigmoid(w.h) to the routed ones. Every step is a backend op, so the same code
- * drives the CPU and the GPU. Each residual add is done by the norm that
+ * expert scaled by sigmoid(w.h) to the routed ones. Every step is a backend
+ * op, so the same code drives the CPU and the GPU. Each residual add is done by the norm that
  * follows it (rmsnorm's res argument: one pass over x instead of two); the
  * last layer's by a plain add, since the output norm reads only some rows.
  */
