@@ -48,6 +48,17 @@ static void seq_fini(engine_seq *s) {
     st_free(s->logits);
 }
 
+int engine_backend_supports(const model *m, const st_backend *be) {
+    /* a hybrid family needs the DeltaNet and gate ops, which not every backend has (the CUDA one not yet) */
+    if (m->hp.full_attn_interval && (!be->gated_delta_net || !be->split_halves || !be->sigmoid_mul)) {
+        st_error_set("architecture '%s' needs the gated DeltaNet ops, which the %s backend lacks; run it on the CPU "
+                     "(without --gpu)",
+                     model_arch_name(m->hp.arch), be->name);
+        return -1;
+    }
+    return 0;
+}
+
 engine *engine_open(const engine_params *p) {
     model *m = model_load(p->model_path);
     if (!m) return NULL;
@@ -78,11 +89,7 @@ engine *engine_open(const engine_params *p) {
             return NULL;
         }
     }
-    /* a hybrid family needs the DeltaNet and gate ops, which not every backend has (the CUDA one not yet) */
-    if (m->hp.full_attn_interval && (!be->gated_delta_net || !be->split_halves || !be->sigmoid_mul)) {
-        st_error_set("architecture '%s' needs the gated DeltaNet ops, which the %s backend lacks; run it on the CPU "
-                     "(without --gpu)",
-                     model_arch_name(m->hp.arch), be->name);
+    if (engine_backend_supports(m, be) != 0) {
         be->destroy(be);
         tokenizer_free(tok);
         model_free(m);

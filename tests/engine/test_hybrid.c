@@ -19,7 +19,9 @@
  *     sequence's own single-step logits (each reads its own state);
  *   - the routed experts through the expert lanes (a CPU backend playing the
  *     GPU with 4 cached experts, engine/moe_lanes.c) give the plain logits;
- *   - the tensor list covers every byte of the file's tensors.
+ *   - the tensor list covers every byte of the file's tensors;
+ *   - a backend without the DeltaNet op (as the CUDA one is today) is
+ *     refused with a message naming the family and the backend.
  *
  * usage: test_hybrid [DIR for the temporary models, default /tmp]
  */
@@ -159,6 +161,14 @@ static void check_model(const char *arch, const char *dir) {
               maxdiff(el->logits, want, nv));
         engine_close(el);
     }
+    /* a backend lacking the op is refused, with a message naming both */
+    st_backend lacking = *e->be;
+    lacking.gated_delta_net = NULL;
+    lacking.name = "cuda";
+    CHECK(engine_backend_supports(e->m, e->be) == 0, "%s: the CPU backend has the ops", arch);
+    CHECK(engine_backend_supports(e->m, &lacking) == -1 && strstr(st_error_get(), arch) &&
+              strstr(st_error_get(), "cuda backend lacks"),
+          "%s: refusal: %s", arch, st_error_get());
     st_free(want);
     engine_close(e);
     unlink(path);
