@@ -26,6 +26,13 @@ size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type) {
     return b;
 }
 
+size_t kv_cache_state_bytes(const model_hparams *hp) {
+    size_t b = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (model_layer_recurrent(hp, il)) b += (conv_elems(hp) + ssm_elems(hp)) * sizeof(float);
+    return b;
+}
+
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type) {
     kv_cache *kv = st_calloc(1, sizeof *kv);
     kv->be = be;

@@ -28,8 +28,10 @@ typedef struct {
     float *ck_state;     /* every recurrent layer's conv then ssm values, in layer order */
 } kv_cache;
 
-/* Bytes a cache of n_ctx positions takes. */
+/* Bytes a cache of n_ctx positions takes (the recurrent state included). */
 size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type);
+/* Of those, the recurrent layers' state: the same for any n_ctx (0 for most families). */
+size_t kv_cache_state_bytes(const model_hparams *hp);
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type);
 void kv_cache_free(kv_cache *kv);
 /* Save the recurrent state as that of tokens[0..pos) (a no-op without recurrent layers). */
