@@ -43,6 +43,12 @@ typedef struct {
     int n_head_kv, head_dim;
     void *k, *v;            /* [n_ctx][n_head_kv*head_dim] f16 or int8 */
     float *k_scale, *v_scale; /* [n_ctx][n_head_kv], int8 only */
+    /* A recurrent layer (gated DeltaNet, qwen3next / qwen35moe) keeps no rows
+     * but a fixed-size state per sequence, f32, in place of k and v (NULL for
+     * attention layers); it holds the history of positions 0..pos-1 after a
+     * step ending at pos, and a step at position 0 starts from zeros. */
+    float *conv;            /* [d_conv-1][conv_dim]: the last inputs of the short convolution */
+    float *ssm;             /* [n_v_head][head_v][head_k]: per head S, row j (value) over keys */
 } st_kv_layer;
 
 typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1 } st_act;
@@ -55,7 +61,26 @@ typedef struct {
     float theta, freq_scale;
     int neox;
     const float *freq_div;
+    int n_rot;              /* rotate only the first n_rot values of each head (partial rotary: the
+                               frequencies then use n_rot for d); 0 = all of them */
 } st_rope;
+
+/* One gated DeltaNet layer's constants (qwen3next, qwen35moe): sizes, and its
+ * small per-layer tensors (f32, this backend's memory). */
+typedef struct {
+    int d_conv;             /* width of the causal convolution */
+    int n_k_head, n_v_head; /* value head j reads key/query head j % n_k_head (qwen35moe), or
+                               j / (n_v_head / n_k_head) when k_grouped (qwen3next) */
+    int head_dim;           /* key = value head size */
+    float eps;              /* of the L2 norms of q and k and of the output RMS norm */
+    int k_grouped;          /* the value heads of one key head are adjacent (see n_v_head) */
+    int ba_fused;           /* beta and alpha come as one [n_tok][2*n_v_head] product grouped per key
+                               head: (beta of its n_v/n_k value heads, then their alpha); else two */
+    const float *conv_w;    /* [conv_dim][d_conv], conv_dim = 2*n_k_head*hd + n_v_head*hd */
+    const float *dt_bias;   /* (n_v_head) */
+    const float *a;         /* (n_v_head) -exp(A_log): the decay rate per head */
+    const float *norm;      /* (head_dim) RMS norm weight of each head's output */
+} st_gdn;
 
 typedef struct st_backend st_backend;
 
@@ -97,6 +122,23 @@ struct st_backend {
     /* x[r] += b for each of n_rows rows of dim values (b has dim values; bias or residual with n_rows=1). */
     void (*add)(st_backend *be, float *x, const float *b, int64_t dim, int n_rows);
     void (*scale)(st_backend *be, float *x, float s, int64_t n);
+    /* Gated DeltaNet of n_tok tokens of one sequence from position pos0 (0:
+     * the state starts from zeros), its state in st (conv, ssm). Per token,
+     * with qkv [n_tok][conv_dim] the input projection (q | k | v), z
+     * [n_tok][n_v*hd] the output gate, beta, alpha [n_tok][n_v] (or beta the
+     * fused product, alpha NULL: g->ba_fused):
+     *   c = silu(causal conv of qkv with the last d_conv-1 inputs); q, k, v = c
+     *   q = l2norm(q) / sqrt(hd), k = l2norm(k); b = sigmoid(beta);
+     *   decay = exp(softplus(alpha + dt_bias) * a)
+     *   per value head: S = decay S; S += b (v - S k) k^T; o = S q
+     *   out = rmsnorm(o per head) * norm * silu(z)       -> [n_tok][n_v*hd] */
+    void (*gated_delta_net)(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const float *qkv,
+                            const float *z, const float *beta, const float *alpha, float *out);
+    /* Rows of n_group pairs of w-value halves, src [n_rows][n_group][2][w], split
+     * into a and b [n_rows][n_group][w] (a gated attention's query and gate). */
+    void (*split_halves)(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w);
+    /* x[r][i] *= sigmoid(g[r][i]) (g_dim = dim), or sigmoid(g[r]) (g_dim = 1), n_rows rows of dim. */
+    void (*sigmoid_mul)(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows);
     /* Mixture-of-experts FFN for n_tok tokens: route with the router logits
      * (softmax, top-k, optional renormalisation), then
      * out[t] = sum_j w_tj * down_e(act(gate_e h[t]) * up_e h[t]). */

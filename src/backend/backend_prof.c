@@ -18,12 +18,13 @@
 
 typedef enum {
     P_GET_ROWS, P_MATMUL, P_RMSNORM, P_ROPE, P_KV_STORE, P_QKV_PREP, P_ATTENTION, P_ACT_MUL, P_ADD, P_SCALE,
-    P_MOE_FFN, P_MOE_ROUTE, P_MOE_EXPERTS, P_TO_HOST, P_TO_DEVICE, P_N
+    P_MOE_FFN, P_MOE_ROUTE, P_MOE_EXPERTS, P_TO_HOST, P_TO_DEVICE, P_GDN, P_SPLIT, P_SIGMUL, P_N
 } prof_op;
 
 static const char *const OP_NAMES[P_N] = {"get_rows", "matmul",  "rmsnorm", "rope",    "kv_store",
                                           "qkv_prep", "attention", "act_mul", "add",     "scale",
-                                          "moe_ffn",  "moe_route", "moe_experts", "to_host", "to_device"};
+                                          "moe_ffn",  "moe_route", "moe_experts", "to_host", "to_device",
+                                          "deltanet", "split_qg", "sigmul"};
 
 typedef struct {
     st_backend *in;
@@ -120,6 +121,28 @@ static void w_scale(st_backend *be, float *x, float s, int64_t n) {
     begin(p);
     p->in->scale(p->in, x, s, n);
     end(p, P_SCALE);
+}
+
+static void w_gdn(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const float *qkv,
+                  const float *z, const float *beta, const float *alpha, float *out) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->gated_delta_net(p->in, g, st, n_tok, pos0, qkv, z, beta, alpha, out);
+    end(p, P_GDN);
+}
+
+static void w_split(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->split_halves(p->in, src, a, b, n_rows, n_group, w);
+    end(p, P_SPLIT);
+}
+
+static void w_sigmul(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->sigmoid_mul(p->in, x, g, dim, g_dim, n_rows);
+    end(p, P_SIGMUL);
 }
 
 static void w_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
@@ -232,6 +255,9 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .act_mul = w_act_mul,
         .add = w_add,
         .scale = w_scale,
+        .gated_delta_net = in->gated_delta_net ? w_gdn : NULL,
+        .split_halves = in->split_halves ? w_split : NULL,
+        .sigmoid_mul = in->sigmoid_mul ? w_sigmul : NULL,
         .moe_ffn = w_moe_ffn,
         .moe_route = w_moe_route,
         .moe_experts = w_moe_experts,

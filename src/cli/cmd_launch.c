@@ -325,9 +325,12 @@ int cmd_launch(int argc, char **argv) {
     printf("  model     %s (%s, %d layers, trained context %d%s)\n", path, model_arch_name(hp->arch), hp->n_layer,
            hp->n_ctx_train, hp->n_expert ? ", MoE" : "");
     printf("  weights   %.3f GiB (%zu bytes)\n", gib(weights), weights);
-    printf("  KV cache  %s, %zu bytes per token of context, x %d context x %d slot%s = %.3f GiB (%zu bytes)\n",
-           kv == ST_KV_F16 ? "f16" : "int8", kv_cache_bytes(hp, 1, kv), n_ctx, slots, slots == 1 ? "" : "s",
-           gib(kv_bytes), kv_bytes);
+    const size_t state = kv_cache_state_bytes(hp); /* hybrids: a fixed recurrent state per slot */
+    char state_txt[64] = "";
+    if (state) snprintf(state_txt, sizeof state_txt, " + %zu bytes of recurrent state", state);
+    printf("  KV cache  %s, %zu bytes per token of context%s, x %d context x %d slot%s = %.3f GiB (%zu bytes)\n",
+           kv == ST_KV_F16 ? "f16" : "int8", kv_cache_bytes(hp, 1, kv) - state, state_txt, n_ctx, slots,
+           slots == 1 ? "" : "s", gib(kv_bytes), kv_bytes);
     printf("  context   %d (%s)\n", n_ctx, src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));
     printf("  kv type   %s (%s)\n", kv == ST_KV_F16 ? "f16" : "int8", src_word("--kv", "planned"));
     printf("  scratch   %.3f GiB\n", gib(scratch));

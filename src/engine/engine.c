@@ -49,6 +49,17 @@ static void seq_fini(engine_seq *s) {
     st_free(s->logits);
 }
 
+int engine_backend_supports(const model *m, const st_backend *be) {
+    /* a hybrid family needs the DeltaNet and gate ops, which not every backend has (the CUDA one not yet) */
+    if (m->hp.full_attn_interval && (!be->gated_delta_net || !be->split_halves || !be->sigmoid_mul)) {
+        st_error_set("architecture '%s' needs the gated DeltaNet ops, which the %s backend lacks; run it on the CPU "
+                     "(without --gpu)",
+                     model_arch_name(m->hp.arch), be->name);
+        return -1;
+    }
+    return 0;
+}
+
 engine *engine_open(const engine_params *p) {
     model *m = model_load(p->model_path);
     if (!m) return NULL;
@@ -78,6 +89,12 @@ engine *engine_open(const engine_params *p) {
             model_free(m);
             return NULL;
         }
+    }
+    if (engine_backend_supports(m, be) != 0) {
+        be->destroy(be);
+        tokenizer_free(tok);
+        model_free(m);
+        return NULL;
     }
     /* STRATA_PROFILE=1: every op timed, the table logged at engine_close (backend_prof.h) */
     const char *prof = st_switch_get("STRATA_PROFILE");
@@ -151,6 +168,13 @@ static int seq_check(const engine *e, const engine_seq *s, const int32_t *toks, 
     return 0;
 }
 
+/* After a prompt chunk (more than one token) a recurrent cache saves its
+ * state, so that a later prompt sharing this much can start from here
+ * (engine_seq_reuse_prefix). */
+static void seq_chunk_done(engine_seq *s, int n) {
+    if (s->kv->recurrent && n > 1) kv_cache_checkpoint(s->kv, s->hist, s->n_past);
+}
+
 /* Evaluate toks into s; logits: its last token's, or NULL (a prompt chunk's KV only). */
 static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits) {
     if (n <= 0) return 0;
@@ -158,6 +182,7 @@ static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, flo
     model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, 0);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
+    seq_chunk_done(s, n);
     return 0;
 }
 
@@ -187,6 +212,11 @@ int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n) {
     int k = engine_seq_common_prefix(s, toks, n);
     if (k == n) k = n - 1; /* the last prompt token must be evaluated to get its logits */
     if (k < 0) k = 0;
+    /* a recurrent state holds the whole history at n_past, not a row per
+     * position: a prompt that extends that history reuses it; else the state
+     * saved after the last prompt chunk, if the prompt extends that (and the
+     * K/V rows before it are still those tokens', k covering it); else none */
+    if (s->kv->recurrent && k != s->n_past) k = kv_cache_restore(s->kv, toks, n, k);
     s->n_past = k; /* positions past k are overwritten by the next eval */
     return k;
 }
@@ -263,6 +293,7 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
         }
         memcpy(reading->hist + reading->n_past, chunk, (size_t)n_chunk * sizeof(int32_t));
         reading->n_past += n_chunk;
+        seq_chunk_done(reading, n_chunk);
     }
     for (int i = 0; i < n; i++) {
         engine_seq *s = seqs[i];

@@ -79,6 +79,10 @@ typedef struct engine {
 } engine;
 
 engine_params engine_defaults(void);
+/* 0 when the backend has every op the model's family needs, else -1 with
+ * st_error naming the family and the backend (engine_open refuses then: at
+ * load, never mid-request). */
+int engine_backend_supports(const model *m, const st_backend *be);
 /* NULL with st_error_get() naming what is wrong (file, architecture, context). */
 engine *engine_open(const engine_params *p);
 void engine_close(engine *e);

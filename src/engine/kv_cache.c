@@ -1,5 +1,6 @@
 /* KV cache allocation (see kv_cache.h). int8 halves the bytes attention reads
- * per position, which is what long-context decode is bound by. */
+ * per position, which is what long-context decode is bound by. A hybrid
+ * family's DeltaNet layers keep a fixed-size f32 state instead of rows. */
 #include "engine/kv_cache.h"
 
 #include <string.h>
@@ -8,9 +9,28 @@
 
 static size_t row_elems(const model_hparams *hp) { return (size_t)hp->n_head_kv * hp->head_dim; }
 
+/* f32 values of a DeltaNet layer's state: the convolution's last inputs, then S per value head */
+static size_t conv_elems(const model_hparams *hp) {
+    return (size_t)(hp->ssm_d_conv - 1) * (size_t)(2 * hp->ssm_n_k_head + hp->ssm_n_v_head) * hp->ssm_head_dim;
+}
+static size_t ssm_elems(const model_hparams *hp) {
+    return (size_t)hp->ssm_n_v_head * hp->ssm_head_dim * hp->ssm_head_dim;
+}
+
 size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type) {
     size_t per = type == ST_KV_F16 ? row_elems(hp) * 2 : row_elems(hp) + (size_t)hp->n_head_kv * sizeof(float);
-    return 2 * per * (size_t)n_ctx * (size_t)hp->n_layer;
+    size_t b = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        b += model_layer_recurrent(hp, il) ? (conv_elems(hp) + ssm_elems(hp)) * sizeof(float)
+                                           : 2 * per * (size_t)n_ctx;
+    return b;
+}
+
+size_t kv_cache_state_bytes(const model_hparams *hp) {
+    size_t b = 0;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (model_layer_recurrent(hp, il)) b += (conv_elems(hp) + ssm_elems(hp)) * sizeof(float);
+    return b;
 }
 
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type) {
@@ -27,6 +47,15 @@ kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st
         l->n_ctx = n_ctx;
         l->n_head_kv = hp->n_head_kv;
         l->head_dim = hp->head_dim;
+        if (model_layer_recurrent(hp, il)) {
+            /* zeroed by the first step of a sequence (position 0) */
+            l->conv = be->alloc(be, conv_elems(hp) * sizeof(float) + 1); /* d_conv 1: no inputs kept */
+            l->ssm = be->alloc(be, ssm_elems(hp) * sizeof(float));
+            kv->conv_bytes = conv_elems(hp) * sizeof(float);
+            kv->ssm_bytes = ssm_elems(hp) * sizeof(float);
+            kv->recurrent = 1;
+            continue;
+        }
         l->k = be->alloc(be, row_elems(hp) * elem * (size_t)n_ctx);
         l->v = be->alloc(be, row_elems(hp) * elem * (size_t)n_ctx);
         if (type == ST_KV_INT8) {
@@ -41,12 +70,53 @@ void kv_cache_free(kv_cache *kv) {
     if (!kv) return;
     for (int il = 0; il < kv->n_layer; il++) {
         st_kv_layer *l = &kv->layers[il];
-        void *p[] = {l->k, l->v, l->k_scale, l->v_scale};
-        for (int i = 0; i < 4; i++)
+        void *p[] = {l->k, l->v, l->k_scale, l->v_scale, l->conv, l->ssm};
+        for (int i = 0; i < 6; i++)
             if (p[i]) kv->be->free(kv->be, p[i]);
     }
     st_free(kv->layers);
+    st_free(kv->ck_tok);
+    st_free(kv->ck_state);
     st_free(kv);
+}
+
+/* Copy every recurrent layer's state to (save) or from the checkpoint. */
+static void ck_copy(kv_cache *kv, int save) {
+    st_backend *be = kv->be;
+    size_t off = 0;
+    for (int il = 0; il < kv->n_layer; il++) {
+        st_kv_layer *l = &kv->layers[il];
+        if (!l->ssm) continue;
+        void *parts[2] = {l->conv, l->ssm};
+        const size_t bytes[2] = {kv->conv_bytes, kv->ssm_bytes};
+        for (int i = 0; i < 2; i++) {
+            if (save) be->to_host(be, (char *)kv->ck_state + off, parts[i], bytes[i]);
+            else be->to_device(be, parts[i], (char *)kv->ck_state + off, bytes[i]);
+            off += bytes[i];
+        }
+    }
+}
+
+void kv_cache_checkpoint(kv_cache *kv, const int32_t *tokens, int pos) {
+    if (!kv->recurrent || pos <= 0) return;
+    if (!kv->ck_state) {
+        size_t n = 0;
+        for (int il = 0; il < kv->n_layer; il++)
+            if (kv->layers[il].ssm) n += kv->conv_bytes + kv->ssm_bytes;
+        kv->ck_state = st_malloc(n);
+        kv->ck_tok = st_malloc((size_t)kv->n_ctx * sizeof(int32_t));
+    }
+    ck_copy(kv, 1);
+    memcpy(kv->ck_tok, tokens, (size_t)pos * sizeof(int32_t));
+    kv->ck_pos = pos;
+}
+
+int kv_cache_restore(kv_cache *kv, const int32_t *toks, int n, int max_pos) {
+    const int p = kv->ck_pos;
+    if (!kv->recurrent || p <= 0 || p > max_pos || p > n || memcmp(kv->ck_tok, toks, (size_t)p * sizeof(int32_t)))
+        return 0;
+    ck_copy(kv, 0);
+    return p;
 }
 
 int kv_type_from_name(const char *s) {

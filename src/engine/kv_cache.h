@@ -1,7 +1,13 @@
 /* The KV cache of one sequence: per layer, n_ctx rows of K and V in f16 or
- * int8 (one f32 scale per head and row), allocated on the backend's device. */
+ * int8 (one f32 scale per head and row), allocated on the backend's device.
+ * A hybrid family's DeltaNet layers hold their recurrent state here instead
+ * (st_kv_layer conv, ssm): it describes the whole history, not one row per
+ * position, so a prefix can be reused only where the state was left, at the
+ * sequence's end (engine_seq_reuse_prefix). */
 #ifndef STRATA_ENGINE_KV_CACHE_H
 #define STRATA_ENGINE_KV_CACHE_H
+
+#include <stdint.h>
 
 #include "model/model.h"
 
@@ -10,12 +16,29 @@ typedef struct {
     st_kv_type type;
     int n_layer, n_ctx;
     st_kv_layer *layers; /* (n_layer) */
+    int recurrent;       /* some layers keep a recurrent state */
+    size_t conv_bytes, ssm_bytes; /* of one recurrent layer's st_kv_layer conv, ssm */
+    /* Recurrent caches: one saved copy of every recurrent layer's state (host
+     * memory), taken after a prompt chunk, and the ck_pos tokens it describes,
+     * so that a prompt sharing those tokens but not the whole history (the
+     * next turn of a chat whose answer was re-tokenized, a regenerated answer)
+     * restarts from there instead of from zero. */
+    int ck_pos;          /* 0: none */
+    int32_t *ck_tok;     /* (n_ctx) */
+    float *ck_state;     /* every recurrent layer's conv then ssm values, in layer order */
 } kv_cache;
 
-/* Bytes a cache of n_ctx positions takes. */
+/* Bytes a cache of n_ctx positions takes (the recurrent state included). */
 size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type);
+/* Of those, the recurrent layers' state: the same for any n_ctx (0 for most families). */
+size_t kv_cache_state_bytes(const model_hparams *hp);
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type);
 void kv_cache_free(kv_cache *kv);
+/* Save the recurrent state as that of tokens[0..pos) (a no-op without recurrent layers). */
+void kv_cache_checkpoint(kv_cache *kv, const int32_t *tokens, int pos);
+/* If the saved state describes a prefix of toks[0..n) of at most max_pos
+ * tokens, put it back into the layers and return its length; else 0. */
+int kv_cache_restore(kv_cache *kv, const int32_t *toks, int n, int max_pos);
 /* Parse "f16" / "int8"; -1 if neither. */
 int kv_type_from_name(const char *s);
 

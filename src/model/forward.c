@@ -1,10 +1,13 @@
-/* The decoder forward pass, written once for llama, qwen2, qwen3, qwen3moe
- * and gemma3. Per layer:
+/* The decoder forward pass, written once for llama, qwen2, qwen3, qwen3moe,
+ * gemma3 and the hybrid qwen3next / qwen35moe. Per layer:
  *   h = norm(x); q,k,v = W h (+b); [q,k = headnorm(q,k)]; rope(q,k);
  *   kv <- k,v; a = attention(q, kv); o = Wo a; [o = norm(o)]; x += o
  *   h = norm(x); f = ffn(h) or moe(h); [f = norm(f)]; x += f
- * then logits = Wout norm(x). Every step is a backend op, so the same code
- * drives the CPU and the GPU. Each residual add is done by the norm that
+ * then logits = Wout norm(x). The hybrids' attention layers also project a
+ * gate with q (a *= sigmoid(gate)) and rotate part of each head; their other
+ * layers are gated DeltaNets (recurrent_block); their FFN adds a shared
+ * expert scaled by sigmoid(w.h) to the routed ones. Every step is a backend
+ * op, so the same code drives the CPU and the GPU. Each residual add is done by the norm that
  * follows it (rmsnorm's res argument: one pass over x instead of two); the
  * last layer's by a plain add, since the output norm reads only some rows.
  */
@@ -23,6 +26,10 @@ struct model_ctx {
     float *x, *h, *q, *k, *v, *att, *o; /* n_embd, n_embd, q width, kv width x2, q width, n_embd */
     float *g, *u;                       /* n_ff (dense) */
     float *router;                      /* n_expert */
+    /* hybrid families */
+    float *qg, *gate;                   /* 2 x q width (query and gate rows of attn_q), q width */
+    float *sqkv, *sz, *sb, *sa, *so;    /* DeltaNet: conv_dim, value_dim, 2*n_v (beta, or fused ba), n_v, value_dim */
+    float *shg, *shu, *sho, *shgate;    /* shared expert: n_ff_shexp x2, n_embd, 1 */
     float *logits;                      /* n_vocab, [n_ubatch] rows */
     int32_t *ids;                       /* token ids copied to the device */
 };
@@ -48,6 +55,22 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
         c->u = balloc(be, B * hp->n_ff);
     }
     if (hp->n_expert) c->router = balloc(be, B * hp->n_expert);
+    if (hp->full_attn_interval) {
+        const size_t vd = (size_t)model_dim_size(hp, MD_VALUE), nv = (size_t)hp->ssm_n_v_head;
+        c->qg = balloc(be, B * 2 * qw);
+        c->gate = balloc(be, B * qw);
+        c->sqkv = balloc(be, B * (size_t)model_dim_size(hp, MD_CONV));
+        c->sz = balloc(be, B * vd);
+        c->sb = balloc(be, B * 2 * nv);
+        c->sa = balloc(be, B * nv);
+        c->so = balloc(be, B * vd);
+    }
+    if (hp->n_ff_shexp) {
+        c->shg = balloc(be, B * hp->n_ff_shexp);
+        c->shu = balloc(be, B * hp->n_ff_shexp);
+        c->sho = balloc(be, B * hp->n_embd);
+        c->shgate = balloc(be, B);
+    }
     c->logits = balloc(be, B * hp->n_vocab);
     c->ids = be->alloc(be, B * sizeof(int32_t));
     return c;
@@ -56,7 +79,9 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
 void model_ctx_free(model_ctx *c) {
     if (!c) return;
     st_backend *be = c->be;
-    void *bufs[] = {c->x, c->h, c->o, c->q, c->att, c->k, c->v, c->g, c->u, c->router, c->logits, c->ids};
+    void *bufs[] = {c->x,  c->h,    c->o,  c->q,  c->att, c->k,   c->v,   c->g,   c->u,   c->router,
+                    c->qg, c->gate, c->sqkv, c->sz, c->sb, c->sa, c->so, c->shg, c->shu, c->sho,
+                    c->shgate, c->logits, c->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     st_free(c);
@@ -76,7 +101,13 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     st_backend *be = c->be;
     int qw = hp->n_head * hp->head_dim, kvw = hp->n_head_kv * hp->head_dim;
 
-    be->matmul(be, &l->wq, 0, c->h, c->q, rows);
+    const int gated = hp->full_attn_interval > 0; /* the hybrids: a gate per query value */
+    if (gated) {
+        be->matmul(be, &l->wq, 0, c->h, c->qg, rows);
+        be->split_halves(be, c->qg, c->q, c->gate, rows, hp->n_head, hp->head_dim);
+    } else {
+        be->matmul(be, &l->wq, 0, c->h, c->q, rows);
+    }
     be->matmul(be, &l->wk, 0, c->h, c->k, rows);
     be->matmul(be, &l->wv, 0, c->h, c->v, rows);
     if (l->bq) {
@@ -87,7 +118,7 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
     st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox,
-                    swa ? NULL : c->m->rope_freqs};
+                    swa ? NULL : c->m->rope_freqs, hp->n_rot};
     for (int s = 0, r = 0; s < n_seq; s++) {
         const int n = n_tok ? n_tok[s] : 1;
         float *q = c->q + (size_t)r * qw, *att = c->att + (size_t)r * qw;
@@ -96,8 +127,51 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
         r += n;
     }
+    if (gated) be->sigmoid_mul(be, c->att, c->gate, qw, qw, rows);
     be->matmul(be, &l->wo, 0, c->att, c->o, rows);
     if (l->post_attn_norm) be->rmsnorm(be, c->o, NULL, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
+    be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+}
+
+/* A hybrid family's gated DeltaNet layer, rows stacked as in attention_block:
+ * the projections run on all rows at once, the recurrence per sequence on its
+ * own state (kv[s][il]). On entry h = norm(x); on return x += its output and
+ * h = ffn_norm(x). */
+static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, const int *n_tok,
+                            int n_seq, int rows) {
+    const model_hparams *hp = &c->m->hp;
+    const model_layer *l = &c->m->layers[il];
+    st_backend *be = c->be;
+    const int cw = (int)model_dim_size(hp, MD_CONV), vd = (int)model_dim_size(hp, MD_VALUE), nv = hp->ssm_n_v_head;
+
+    be->matmul(be, &l->ssm_qkv, 0, c->h, c->sqkv, rows);
+    be->matmul(be, &l->ssm_z, 0, c->h, c->sz, rows);
+    if (hp->ba_fused) {
+        be->matmul(be, &l->ssm_ba, 0, c->h, c->sb, rows);
+    } else {
+        be->matmul(be, &l->ssm_beta, 0, c->h, c->sb, rows);
+        be->matmul(be, &l->ssm_alpha, 0, c->h, c->sa, rows);
+    }
+    const st_gdn g = {.d_conv = hp->ssm_d_conv,
+                      .n_k_head = hp->ssm_n_k_head,
+                      .n_v_head = nv,
+                      .head_dim = hp->ssm_head_dim,
+                      .eps = hp->rms_eps,
+                      .k_grouped = hp->ba_fused, /* qwen3next: both */
+                      .ba_fused = hp->ba_fused,
+                      .conv_w = l->ssm_conv,
+                      .dt_bias = l->ssm_dt,
+                      .a = l->ssm_a,
+                      .norm = l->ssm_norm};
+    const int bw = hp->ba_fused ? 2 * nv : nv;
+    for (int s = 0, r = 0; s < n_seq; s++) {
+        const int n = n_tok ? n_tok[s] : 1;
+        be->gated_delta_net(be, &g, &kv[s][il], n, pos0[s], c->sqkv + (size_t)r * cw, c->sz + (size_t)r * vd,
+                            c->sb + (size_t)r * bw, hp->ba_fused ? NULL : c->sa + (size_t)r * nv,
+                            c->so + (size_t)r * vd);
+        r += n;
+    }
+    be->matmul(be, &l->ssm_out, 0, c->so, c->o, rows);
     be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
 }
 
@@ -113,6 +187,15 @@ static void ffn_block(model_ctx *c, int il, int n) {
         be->matmul(be, &l->ffn_gate_inp, 0, c->h, c->router, n);
         be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, hp->norm_topk, hp->act,
                     &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, c->o);
+        if (l->ffn_up_shexp.data) { /* the shared expert, scaled by sigmoid(w.h), joins the routed ones */
+            be->matmul(be, &l->ffn_gate_shexp, 0, c->h, c->shg, n);
+            be->matmul(be, &l->ffn_up_shexp, 0, c->h, c->shu, n);
+            be->act_mul(be, hp->act, c->shg, c->shu, c->shg, (int64_t)n * hp->n_ff_shexp);
+            be->matmul(be, &l->ffn_down_shexp, 0, c->shg, c->sho, n);
+            be->matmul(be, &l->ffn_gate_inp_shexp, 0, c->h, c->shgate, n);
+            be->sigmoid_mul(be, c->sho, c->shgate, hp->n_embd, 1, n);
+            be->add(be, c->o, c->sho, (int64_t)n * hp->n_embd, 1);
+        }
     } else {
         be->matmul(be, &l->ffn_gate, 0, c->h, c->g, n);
         be->matmul(be, &l->ffn_up, 0, c->h, c->u, n);
@@ -145,7 +228,10 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
     if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)rows * hp->n_embd);
     be->rmsnorm(be, c->x, NULL, m->layers[0].attn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
     for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
+        if (model_layer_recurrent(hp, il))
+            recurrent_block(c, il, kv, pos0, n_tok, n_seq, rows);
+        else
+            attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
         ffn_block(c, il, rows);
     }
 }

@@ -2,9 +2,11 @@
  * GGUF metadata, their tensors bound by llama.cpp's GGUF names, and the
  * forward pass, written once against the backend op interface.
  *
- * Families: llama (SmolLM2, Llama), qwen2, qwen3, qwen3moe, gemma3. They are
- * one decoder with switches (QKV bias, Q/K norms, post-norms, sliding
- * window, MoE, activation) rather than five copies of the same loop.
+ * Families: llama (SmolLM2, Llama), qwen2, qwen3, qwen3moe, gemma3, and the
+ * hybrid qwen3next / qwen35moe / qwen35 (dense) (gated DeltaNet layers, a gated attention
+ * layer every full_attn_interval-th). They are one decoder with switches
+ * (QKV bias, Q/K norms, post-norms, sliding window, MoE, activation, hybrid)
+ * rather than copies of the same loop.
  */
 #ifndef STRATA_MODEL_MODEL_H
 #define STRATA_MODEL_MODEL_H
@@ -14,7 +16,17 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 
-typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_GEMMA3, ARCH_COUNT } model_arch;
+typedef enum {
+    ARCH_LLAMA,
+    ARCH_QWEN2,
+    ARCH_QWEN3,
+    ARCH_QWEN3MOE,
+    ARCH_GEMMA3,
+    ARCH_QWEN3NEXT,
+    ARCH_QWEN35MOE,
+    ARCH_QWEN35,
+    ARCH_COUNT
+} model_arch;
 
 /* GGUF general.architecture name of each family, and the reverse. */
 const char *model_arch_name(model_arch a);
@@ -42,7 +54,21 @@ typedef struct {
     float embd_scale;    /* multiplies the token embedding (gemma: sqrt(n_embd)) */
     st_act act;
     int qkv_bias, qk_norm, post_norms;
+    /* hybrid (qwen3next, qwen35moe): layer il is a gated attention layer when
+     * (il + 1) % full_attn_interval == 0, else a gated DeltaNet; 0 = not hybrid */
+    int full_attn_interval;
+    int n_rot;           /* rotated values per head (partial rotary), = head_dim unless set */
+    int ssm_d_conv;      /* DeltaNet: convolution width */
+    int ssm_n_k_head, ssm_n_v_head, ssm_head_dim; /* key/query heads, value heads, their size */
+    int ba_fused;        /* qwen3next: beta and alpha in one tensor (ssm_ba), and the value heads
+                            of one key head adjacent (st_gdn k_grouped); qwen35moe: key heads tiled */
+    int n_ff_shexp;      /* shared expert width, 0 = none */
 } model_hparams;
+
+/* A hybrid family's DeltaNet layer (the rest are gated attention layers). */
+static inline int model_layer_recurrent(const model_hparams *hp, int il) {
+    return hp->full_attn_interval > 0 && (il + 1) % hp->full_attn_interval != 0;
+}
 
 typedef struct {
     const float *attn_norm;          /* (n_embd) */
@@ -55,6 +81,21 @@ typedef struct {
     const float *post_ffn_norm;      /* (n_embd), gemma3, or NULL */
     st_weight ffn_gate_inp;          /* router (n_embd -> n_expert) */
     st_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps; /* (n_expert x [n_embd -> n_ff_exp]), down (n_ff_exp -> n_embd) */
+    /* hybrid families (qwen3next, qwen35moe). Gated attention layers: wq is
+     * (n_embd -> n_head*2*hd), per head hd query rows then hd gate rows.
+     * ffn_norm is GGUF's post_attention_norm there. */
+    st_weight ffn_gate_inp_shexp;    /* shared expert's gate (n_embd -> 1) */
+    st_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* (n_embd -> n_ff_shexp) x2, (n_ff_shexp -> n_embd) */
+    /* DeltaNet layers; conv_dim = 2*n_k*hd + n_v*hd, value_dim = n_v*hd */
+    st_weight ssm_qkv;               /* attn_qkv (n_embd -> conv_dim): q | k | v */
+    st_weight ssm_z;                 /* attn_gate (n_embd -> value_dim): the output gate z */
+    st_weight ssm_beta, ssm_alpha;   /* (n_embd -> n_v) each (qwen35moe) */
+    st_weight ssm_ba;                /* (n_embd -> 2*n_v), grouped per key head (qwen3next) */
+    const float *ssm_conv;           /* (conv_dim x d_conv) causal convolution */
+    const float *ssm_dt;             /* (n_v) bias of alpha */
+    const float *ssm_a;              /* (n_v) -exp(A_log) */
+    const float *ssm_norm;           /* (hd) output RMS norm */
+    st_weight ssm_out;               /* (value_dim -> n_embd) */
 } model_layer;
 
 typedef struct model {
@@ -77,21 +118,45 @@ void model_free(model *m);
 /* A layer's tensors as data (model_tensors.c): the loader binds each row a
  * family has, and model_each_tensor, placement and the byte counts walk the
  * same rows, so a tensor is added in one place. Shapes name hyper-parameters. */
-typedef enum { MD_ONE, MD_EMBD, MD_Q, MD_KV, MD_HEAD, MD_FF, MD_FF_EXP, MD_EXPERT } model_dim;
-typedef enum { MW_ALWAYS, MW_QKV_BIAS, MW_QK_NORM, MW_POST_NORMS, MW_MOE, MW_DENSE_FFN } model_when;
+typedef enum {
+    MD_ONE, MD_EMBD, MD_Q, MD_KV, MD_HEAD, MD_FF, MD_FF_EXP, MD_EXPERT,
+    MD_QG,        /* gated attention's query + gate rows: 2 * n_head * head_dim */
+    MD_FF_SHEXP,  /* shared expert width */
+    MD_CONV,      /* DeltaNet convolution channels: q | k | v */
+    MD_CONV_K,    /* its width */
+    MD_VALUE,     /* n_v * hd */
+    MD_VHEADS,    /* n_v */
+    MD_BA,        /* 2 * n_v */
+    MD_SSM_HEAD,  /* DeltaNet head size */
+} model_dim;
+/* Which layers have a row: MW_ATTN and MW_QK_NORM hold in every layer of a
+ * plain family and in the attention layers of a hybrid one. */
+typedef enum {
+    MW_ALWAYS, MW_QKV_BIAS, MW_QK_NORM, MW_POST_NORMS, MW_MOE, MW_DENSE_FFN,
+    MW_ATTN,          /* attention layers */
+    MW_ATTN_PLAIN,    /* attention layers of a non-hybrid family (wq of n_head*hd rows) */
+    MW_ATTN_GATED,    /* a hybrid family's attention layers (wq with its gate rows) */
+    MW_FFN_NORM,      /* non-hybrid: ffn_norm.weight */
+    MW_HYBRID,        /* every layer of a hybrid family */
+    MW_SHEXP,         /* a shared expert */
+    MW_RECR,          /* DeltaNet layers */
+    MW_RECR_BA_SPLIT, /* DeltaNet layers with ssm_beta and ssm_alpha (qwen35moe) */
+    MW_RECR_BA_FUSED, /* DeltaNet layers with ssm_ba (qwen3next) */
+} model_when;
 typedef enum { MT_DENSE, MT_ROUTED } model_tensor_class;
 typedef struct {
     const char *name;       /* GGUF name after "blk.N.", e.g. "attn_q.weight" */
     size_t offset;          /* of its field in model_layer: an st_weight, or a const float * when vec */
     int vec;                /* a norm or bias vector, read as f32 (n = in) */
-    model_dim in, out, mat; /* shape: ne0 (columns), ne1 (rows), ne2 (experts) */
+    model_dim in, out, mat; /* shape: ne0 (columns), ne1 (rows), ne2 (experts); a vector has in*out values */
     model_when when;        /* the families that have it */
     model_tensor_class cls; /* MT_ROUTED: what the memory plan may leave off the device */
 } model_layer_tensor;
 extern const model_layer_tensor MODEL_LAYER_TENSORS[];
 extern const int MODEL_N_LAYER_TENSORS;
 int64_t model_dim_size(const model_hparams *hp, model_dim d);
-int model_has_tensor(const model_hparams *hp, model_when w);
+/* Whether layer il of the family has rows of condition w. */
+int model_has_tensor(const model_hparams *hp, int il, model_when w);
 
 /* Every tensor of a loaded model, once per place that binds it (model_tensors.c):
  * weights with their class (the routed experts are what the memory plan may

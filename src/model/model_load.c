@@ -81,10 +81,12 @@ static st_weight get_weight(loader *L, const char *name, int64_t n_in, int64_t n
     return w;
 }
 
-/* A 1-D f32 vector (norm weight, bias); converted to f32 if stored otherwise. */
-static const float *get_vec(loader *L, model *m, const char *name, int64_t n, int required) {
-    st_weight w = get_weight(L, name, n, 1, 1, required);
+/* A 1-D f32 vector (norm weight, bias), or a small 2-D table of n_in x n_out
+ * read the same way (a convolution kernel); converted to f32 if stored otherwise. */
+static const float *get_vec(loader *L, model *m, const char *name, int64_t n_in, int64_t n_out, int required) {
+    st_weight w = get_weight(L, name, n_in, n_out, 1, required);
     if (!w.data) return NULL;
+    const int64_t n = n_in * n_out;
     if (w.type == QT_F32) return (const float *)w.data;
     float *copy = st_malloc((size_t)n * sizeof(float));
     qt_dequantize(w.type, w.data, copy, n);
@@ -125,6 +127,81 @@ static int gemma3_hparams(loader *L, model_hparams *hp) {
     return L->failed ? -1 : 0;
 }
 
+/* An integer array's elements (n at most), -1 when absent or not integers. */
+static int get_arr(loader *L, const char *suffix, int64_t *out, int n) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", L->arch, suffix);
+    int64_t i = gguf_find_key(L->f, key);
+    gguf_value v;
+    if (i < 0 || gguf_get_value(L->f, i, &v) != 0 || v.type != GGUF_T_ARRAY) return -1;
+    for (uint64_t j = 0; j < v.n && j < (uint64_t)n; j++)
+        if (gguf_arr_get_i64(&v, j, &out[j]) != 0) return -1;
+    return (int)(v.n < (uint64_t)n ? v.n : (uint64_t)n);
+}
+
+/* The hybrid Qwen family (qwen3next, qwen35moe, dense qwen35): gated DeltaNet
+ * layers, a gated attention layer every full_attention_interval-th, partial
+ * rotary, a shared expert beside the routed ones (the MoE ones). Keys as
+ * llama.cpp writes them. */
+static int hybrid_hparams(loader *L, model_hparams *hp) {
+    hp->full_attn_interval = get_u32(L, "full_attention_interval", 0, 4);
+    hp->ssm_d_conv = get_u32(L, "ssm.conv_kernel", 1, 0);
+    const int inner = get_u32(L, "ssm.inner_size", 1, 0);
+    hp->ssm_head_dim = get_u32(L, "ssm.state_size", 1, 0);
+    hp->ssm_n_v_head = get_u32(L, "ssm.time_step_rank", 1, 0);
+    hp->ssm_n_k_head = get_u32(L, "ssm.group_count", 1, 0);
+    hp->n_ff_shexp = hp->n_expert ? get_u32(L, "expert_shared_feed_forward_length", 0, (uint32_t)hp->n_ff) : 0;
+    hp->n_rot = get_u32(L, "rope.dimension_count", 0, (uint32_t)hp->head_dim);
+    hp->ba_fused = hp->arch == ARCH_QWEN3NEXT;
+    /* block_count counts the multi-token-prediction layers after the decoder's
+     * (nextn_predict_layers, Qwen3.5's MTP head); Strata does not run them yet */
+    const int nextn = get_u32(L, "nextn_predict_layers", 0, 0);
+    if (L->failed) return -1;
+    if (nextn < 0 || nextn >= hp->n_layer) {
+        st_error_set("%s: %d of %d layers are prediction (nextn) layers", gguf_path(L->f), nextn, hp->n_layer);
+        return -1;
+    }
+    hp->n_layer -= nextn;
+    if (hp->full_attn_interval <= 0 || hp->ssm_d_conv < 1 || hp->ssm_head_dim <= 0 || hp->ssm_n_k_head <= 0 ||
+        hp->ssm_n_v_head % hp->ssm_n_k_head != 0 || inner != hp->ssm_n_v_head * hp->ssm_head_dim ||
+        (hp->n_expert && hp->n_ff_shexp <= 0) || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
+        st_error_set("%s: inconsistent DeltaNet hyper-parameters (interval %d, conv %d, inner %d, state %d, "
+                     "heads %d/%d, shared ff %d, rope dims %d)",
+                     gguf_path(L->f), hp->full_attn_interval, hp->ssm_d_conv, inner, hp->ssm_head_dim,
+                     hp->ssm_n_k_head, hp->ssm_n_v_head, hp->n_ff_shexp, hp->n_rot);
+        return -1;
+    }
+    /* a per-layer list of which layers are recurrent: only the regular pattern is supported */
+    int64_t *recr = st_calloc((size_t)hp->n_layer, sizeof(int64_t));
+    int n = get_arr(L, "attention.recurrent_layers", recr, hp->n_layer);
+    for (int il = 0; il < n; il++)
+        if ((recr[il] != 0) != model_layer_recurrent(hp, il)) {
+            st_error_set("%s: recurrent layers other than every layer but each %d-th are not supported",
+                         gguf_path(L->f), hp->full_attn_interval);
+            n = -2;
+            break;
+        }
+    st_free(recr);
+    if (n == -2) return -1;
+    /* qwen35moe's interleaved M-RoPE gives text tokens the same position in
+     * its three sections: the plain NeoX rotation, as long as the sections
+     * cover every rotated pair (the others would turn by position 0) */
+    int64_t sec[4] = {0};
+    if (get_arr(L, "rope.dimension_sections", sec, 4) > 0) {
+        const int64_t dims = sec[0] + sec[1] + sec[2] + sec[3];
+        for (int i = 0; i < hp->n_rot / 2; i++) {
+            const int64_t sc = dims > 0 ? i % dims : 0;
+            if (!(sc < 3 * sec[sc % 3])) {
+                st_error_set("%s: rope sections [%lld, %lld, %lld, %lld] leave rotated pair %d unset",
+                             gguf_path(L->f), (long long)sec[0], (long long)sec[1], (long long)sec[2],
+                             (long long)sec[3], i);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* The families, as data: one row each, its GGUF name, the decoder's
  * switches it sets, and a hook for what only it reads (docs/contributing.md). */
 typedef struct {
@@ -142,6 +219,9 @@ static const arch_def ARCHS[ARCH_COUNT] = {
     [ARCH_QWEN3] = {"qwen3", 1, 0, 1, 0, 0, ST_ACT_SILU, NULL},
     [ARCH_QWEN3MOE] = {"qwen3moe", 1, 0, 1, 0, 1, ST_ACT_SILU, NULL},
     [ARCH_GEMMA3] = {"gemma3", 1, 0, 1, 1, 0, ST_ACT_GELU, gemma3_hparams},
+    [ARCH_QWEN3NEXT] = {"qwen3next", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
+    [ARCH_QWEN35MOE] = {"qwen35moe", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
+    [ARCH_QWEN35] = {"qwen35", 1, 0, 1, 0, 0, ST_ACT_SILU, hybrid_hparams}, /* qwen35moe with a dense FFN */
 };
 
 const char *model_arch_name(model_arch a) { return (a >= 0 && a < ARCH_COUNT) ? ARCHS[a].name : "?"; }
@@ -229,22 +309,23 @@ model *model_load(const char *path) {
     hp->n_vocab = (int)te->ne[1];
     const int64_t E = hp->n_embd;
     m->tok_embd = get_weight(&L, "token_embd.weight", E, hp->n_vocab, 1, 1);
-    m->output_norm = get_vec(&L, m, "output_norm.weight", E, 1);
+    m->output_norm = get_vec(&L, m, "output_norm.weight", E, 1, 1);
     m->output = get_weight(&L, "output.weight", E, hp->n_vocab, 1, 0);
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     /* Llama 3.1+: per-pair divisors of the rotary frequencies (the llama3 rope scaling, baked in) */
-    m->rope_freqs = get_vec(&L, m, "rope_freqs.weight", hp->head_dim / 2, 0);
+    m->rope_freqs = get_vec(&L, m, "rope_freqs.weight", hp->head_dim / 2, 1, 0);
 
     m->layers = st_calloc((size_t)hp->n_layer, sizeof(model_layer));
     char name[96];
     for (int il = 0; il < hp->n_layer && !L.failed; il++)
         for (int t = 0; t < MODEL_N_LAYER_TENSORS && !L.failed; t++) {
             const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
-            if (!model_has_tensor(hp, lt->when)) continue;
+            if (!model_has_tensor(hp, il, lt->when)) continue;
             snprintf(name, sizeof name, "blk.%d.%s", il, lt->name);
             char *field = (char *)&m->layers[il] + lt->offset;
             if (lt->vec)
-                *(const float **)field = get_vec(&L, m, name, model_dim_size(hp, lt->in), 1);
+                *(const float **)field =
+                    get_vec(&L, m, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out), 1);
             else
                 *(st_weight *)field = get_weight(&L, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out),
                                                  model_dim_size(hp, lt->mat), 1);
@@ -271,7 +352,7 @@ double model_active_bytes_per_token(const model *m) {
     for (int il = 0; il < hp->n_layer; il++)
         for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) {
             const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
-            if (lt->vec || !model_has_tensor(hp, lt->when)) continue;
+            if (lt->vec || !model_has_tensor(hp, il, lt->when)) continue;
             const st_weight *w = (const st_weight *)((const char *)&m->layers[il] + lt->offset);
             if (!w->data) continue;
             /* a routed tensor: the experts a token uses; else the one matrix */

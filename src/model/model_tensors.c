@@ -11,13 +11,15 @@
 
 #define W(name, field, in, out, mat, when, cls) {name, offsetof(model_layer, field), 0, in, out, mat, when, cls}
 #define V(name, field, n, when) {name, offsetof(model_layer, field), 1, n, MD_ONE, MD_ONE, when, MT_DENSE}
+#define V2(name, field, in, out, when) {name, offsetof(model_layer, field), 1, in, out, MD_ONE, when, MT_DENSE}
 
 const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     V("attn_norm.weight", attn_norm, MD_EMBD, MW_ALWAYS),
-    W("attn_q.weight", wq, MD_EMBD, MD_Q, MD_ONE, MW_ALWAYS, MT_DENSE),
-    W("attn_k.weight", wk, MD_EMBD, MD_KV, MD_ONE, MW_ALWAYS, MT_DENSE),
-    W("attn_v.weight", wv, MD_EMBD, MD_KV, MD_ONE, MW_ALWAYS, MT_DENSE),
-    W("attn_output.weight", wo, MD_Q, MD_EMBD, MD_ONE, MW_ALWAYS, MT_DENSE),
+    W("attn_q.weight", wq, MD_EMBD, MD_Q, MD_ONE, MW_ATTN_PLAIN, MT_DENSE),
+    W("attn_q.weight", wq, MD_EMBD, MD_QG, MD_ONE, MW_ATTN_GATED, MT_DENSE),
+    W("attn_k.weight", wk, MD_EMBD, MD_KV, MD_ONE, MW_ATTN, MT_DENSE),
+    W("attn_v.weight", wv, MD_EMBD, MD_KV, MD_ONE, MW_ATTN, MT_DENSE),
+    W("attn_output.weight", wo, MD_Q, MD_EMBD, MD_ONE, MW_ATTN, MT_DENSE),
     V("attn_q.bias", bq, MD_Q, MW_QKV_BIAS),
     V("attn_k.bias", bk, MD_KV, MW_QKV_BIAS),
     V("attn_v.bias", bv, MD_KV, MW_QKV_BIAS),
@@ -25,7 +27,18 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     V("attn_k_norm.weight", k_norm, MD_HEAD, MW_QK_NORM),
     V("post_attention_norm.weight", post_attn_norm, MD_EMBD, MW_POST_NORMS),
     V("post_ffw_norm.weight", post_ffn_norm, MD_EMBD, MW_POST_NORMS),
-    V("ffn_norm.weight", ffn_norm, MD_EMBD, MW_ALWAYS),
+    V("ffn_norm.weight", ffn_norm, MD_EMBD, MW_FFN_NORM),
+    V("post_attention_norm.weight", ffn_norm, MD_EMBD, MW_HYBRID), /* the hybrids' pre-FFN norm */
+    W("attn_qkv.weight", ssm_qkv, MD_EMBD, MD_CONV, MD_ONE, MW_RECR, MT_DENSE),
+    W("attn_gate.weight", ssm_z, MD_EMBD, MD_VALUE, MD_ONE, MW_RECR, MT_DENSE),
+    W("ssm_beta.weight", ssm_beta, MD_EMBD, MD_VHEADS, MD_ONE, MW_RECR_BA_SPLIT, MT_DENSE),
+    W("ssm_alpha.weight", ssm_alpha, MD_EMBD, MD_VHEADS, MD_ONE, MW_RECR_BA_SPLIT, MT_DENSE),
+    W("ssm_ba.weight", ssm_ba, MD_EMBD, MD_BA, MD_ONE, MW_RECR_BA_FUSED, MT_DENSE),
+    V2("ssm_conv1d.weight", ssm_conv, MD_CONV_K, MD_CONV, MW_RECR),
+    V("ssm_dt.bias", ssm_dt, MD_VHEADS, MW_RECR),
+    V("ssm_a", ssm_a, MD_VHEADS, MW_RECR),
+    V("ssm_norm.weight", ssm_norm, MD_SSM_HEAD, MW_RECR),
+    W("ssm_out.weight", ssm_out, MD_VALUE, MD_EMBD, MD_ONE, MW_RECR, MT_DENSE),
     W("ffn_gate_inp.weight", ffn_gate_inp, MD_EMBD, MD_EXPERT, MD_ONE, MW_MOE, MT_DENSE),
     W("ffn_gate_exps.weight", ffn_gate_exps, MD_EMBD, MD_FF_EXP, MD_EXPERT, MW_MOE, MT_ROUTED),
     W("ffn_up_exps.weight", ffn_up_exps, MD_EMBD, MD_FF_EXP, MD_EXPERT, MW_MOE, MT_ROUTED),
@@ -33,6 +46,10 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     W("ffn_gate.weight", ffn_gate, MD_EMBD, MD_FF, MD_ONE, MW_DENSE_FFN, MT_DENSE),
     W("ffn_up.weight", ffn_up, MD_EMBD, MD_FF, MD_ONE, MW_DENSE_FFN, MT_DENSE),
     W("ffn_down.weight", ffn_down, MD_FF, MD_EMBD, MD_ONE, MW_DENSE_FFN, MT_DENSE),
+    W("ffn_gate_inp_shexp.weight", ffn_gate_inp_shexp, MD_EMBD, MD_ONE, MD_ONE, MW_SHEXP, MT_DENSE),
+    W("ffn_gate_shexp.weight", ffn_gate_shexp, MD_EMBD, MD_FF_SHEXP, MD_ONE, MW_SHEXP, MT_DENSE),
+    W("ffn_up_shexp.weight", ffn_up_shexp, MD_EMBD, MD_FF_SHEXP, MD_ONE, MW_SHEXP, MT_DENSE),
+    W("ffn_down_shexp.weight", ffn_down_shexp, MD_FF_SHEXP, MD_EMBD, MD_ONE, MW_SHEXP, MT_DENSE),
 };
 const int MODEL_N_LAYER_TENSORS = (int)(sizeof MODEL_LAYER_TENSORS / sizeof MODEL_LAYER_TENSORS[0]);
 
@@ -46,18 +63,36 @@ int64_t model_dim_size(const model_hparams *hp, model_dim d) {
     case MD_FF: return hp->n_ff;
     case MD_FF_EXP: return hp->n_ff_exp;
     case MD_EXPERT: return hp->n_expert;
+    case MD_QG: return 2 * (int64_t)hp->n_head * hp->head_dim;
+    case MD_FF_SHEXP: return hp->n_ff_shexp;
+    case MD_CONV: return (int64_t)(2 * hp->ssm_n_k_head + hp->ssm_n_v_head) * hp->ssm_head_dim;
+    case MD_CONV_K: return hp->ssm_d_conv;
+    case MD_VALUE: return (int64_t)hp->ssm_n_v_head * hp->ssm_head_dim;
+    case MD_VHEADS: return hp->ssm_n_v_head;
+    case MD_BA: return 2 * (int64_t)hp->ssm_n_v_head;
+    case MD_SSM_HEAD: return hp->ssm_head_dim;
     }
     return 0;
 }
 
-int model_has_tensor(const model_hparams *hp, model_when w) {
+int model_has_tensor(const model_hparams *hp, int il, model_when w) {
+    const int hybrid = hp->full_attn_interval > 0, recr = model_layer_recurrent(hp, il);
     switch (w) {
     case MW_ALWAYS: return 1;
     case MW_QKV_BIAS: return hp->qkv_bias;
-    case MW_QK_NORM: return hp->qk_norm;
+    case MW_QK_NORM: return hp->qk_norm && !recr;
     case MW_POST_NORMS: return hp->post_norms;
     case MW_MOE: return hp->n_expert > 0;
     case MW_DENSE_FFN: return hp->n_expert == 0;
+    case MW_ATTN: return !recr;
+    case MW_ATTN_PLAIN: return !hybrid;
+    case MW_ATTN_GATED: return hybrid && !recr;
+    case MW_FFN_NORM: return !hybrid;
+    case MW_HYBRID: return hybrid;
+    case MW_SHEXP: return hp->n_ff_shexp > 0;
+    case MW_RECR: return recr;
+    case MW_RECR_BA_SPLIT: return recr && !hp->ba_fused;
+    case MW_RECR_BA_FUSED: return recr && hp->ba_fused;
     }
     return 0;
 }
@@ -71,9 +106,9 @@ void model_each_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx)
     for (int il = 0; il < hp->n_layer; il++)
         for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) {
             const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
-            if (!model_has_tensor(hp, lt->when)) continue;
+            if (!model_has_tensor(hp, il, lt->when)) continue;
             char *field = (char *)&m->layers[il] + lt->offset;
-            if (lt->vec) vf(ctx, (const float **)field, model_dim_size(hp, lt->in));
+            if (lt->vec) vf(ctx, (const float **)field, model_dim_size(hp, lt->in) * model_dim_size(hp, lt->out));
             else wf(ctx, (st_weight *)field, lt->cls);
         }
 }

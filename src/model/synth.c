@@ -1,4 +1,4 @@
-/* Synthetic qwen3moe files: presets, the per-class type plan, metadata, and
+/* Synthetic qwen3moe files (and the hybrid qwen35moe / qwen3next): presets, the per-class type plan, metadata, and
  * the tensor data generator that gguf_writer_write pulls one tensor at a time.
  *
  * Weights are N(0, 0.02^2) (norm weights 1 + N(0, 0.02^2)), quantized with the
@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
+#include "model/arch_hybrid_names.h"
 #include "model/arch_qwen3moe_names.h"
 #include "model/synth_internal.h"
 #include "quant/quant.h"
@@ -37,33 +38,61 @@
 static const synth_hparams PRESETS[] = {
     /* Small enough for unit tests, with every row width a multiple of 256 so
      * K-quant types are valid everywhere. */
-    {.preset = "tiny", .n_layer = 2, .n_embd = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_expert = 8,
+    {.preset = "tiny", .arch = "qwen3moe", .n_layer = 2, .n_embd = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_expert = 8,
      .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512, .n_ctx = 4096, .rope_theta = 1e6f,
      .rms_eps = 1e-6f},
     /* Qwen/Qwen3-30B-A3B config.json */
-    {.preset = "qwen3-30b-a3b", .n_layer = 48, .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
+    {.preset = "qwen3-30b-a3b", .arch = "qwen3moe", .n_layer = 48, .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
      .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768, .n_ff = 6144, .n_vocab = 151936, .n_ctx = 40960,
      .rope_theta = 1e6f, .rms_eps = 1e-6f},
     /* Qwen/Qwen3-235B-A22B config.json */
-    {.preset = "qwen3-235b-a22b", .n_layer = 94, .n_embd = 4096, .n_head = 64, .n_head_kv = 4, .head_dim = 128,
+    {.preset = "qwen3-235b-a22b", .arch = "qwen3moe", .n_layer = 94, .n_embd = 4096, .n_head = 64, .n_head_kv = 4, .head_dim = 128,
      .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1536, .n_ff = 12288, .n_vocab = 151936, .n_ctx = 40960,
      .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    /* The hybrids. tiny: 3 DeltaNet layers then a gated attention layer,
+     * 16 of 64 head values rotated, 2 key and 4 value DeltaNet heads of 64 */
+    {.preset = "tiny", .arch = "qwen35moe", .n_layer = 4, .n_embd = 256, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512,
+     .n_ctx = 4096, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4, .n_rot = 16,
+     .rope_sections = {3, 3, 2, 0}, .ssm_d_conv = 4, .ssm_n_k_head = 2, .ssm_n_v_head = 4, .ssm_head_dim = 64,
+     .n_ff_shexp = 256},
+    {.preset = "tiny", .arch = "qwen3next", .n_layer = 4, .n_embd = 256, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512,
+     .n_ctx = 4096, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4, .n_rot = 16,
+     .ssm_d_conv = 4, .ssm_n_k_head = 2, .ssm_n_v_head = 4, .ssm_head_dim = 64, .n_ff_shexp = 256},
+    /* Qwen3.5-35B-A3B (40 layers: llama.cpp's LLM_TYPE_35B_A3B): 256 experts top-8 + a shared
+     * one, rotary 25% of 256 with base 1e7 and M-RoPE sections [11, 11, 10], vocab 248320 */
+    {.preset = "qwen3.5-35b-a3b", .arch = "qwen35moe", .n_layer = 40, .n_embd = 2048, .n_head = 16,
+     .n_head_kv = 2, .head_dim = 256, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512, .n_ff = 512,
+     .n_vocab = 248320, .n_ctx = 262144, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4,
+     .n_rot = 64, .rope_sections = {11, 11, 10, 0}, .ssm_d_conv = 4, .ssm_n_k_head = 16, .ssm_n_v_head = 32,
+     .ssm_head_dim = 128, .n_ff_shexp = 512},
+    /* Qwen/Qwen3-Next-80B-A3B config.json: 512 experts top-10 + a shared one */
+    {.preset = "qwen3-next-80b-a3b", .arch = "qwen3next", .n_layer = 48, .n_embd = 2048, .n_head = 16,
+     .n_head_kv = 2, .head_dim = 256, .n_expert = 512, .n_expert_used = 10, .n_ff_exp = 512, .n_ff = 5120,
+     .n_vocab = 151936, .n_ctx = 262144, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4,
+     .n_rot = 64, .ssm_d_conv = 4, .ssm_n_k_head = 16, .ssm_n_v_head = 32, .ssm_head_dim = 128,
+     .n_ff_shexp = 512},
 };
 #define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
 
-const char *synth_preset_list(void) { return "tiny|qwen3-30b-a3b|qwen3-235b-a22b"; }
+const char *synth_preset_list(void) {
+    return "tiny|qwen3-30b-a3b|qwen3-235b-a22b (qwen3moe), tiny|qwen3.5-35b-a3b (qwen35moe), "
+           "tiny|qwen3-next-80b-a3b (qwen3next)";
+}
 
 int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
-    if (strcmp(arch, QWEN3MOE_ARCH) != 0) {
-        st_error_set("unknown architecture '%s' (known: qwen3moe)", arch);
-        return -1;
-    }
-    for (size_t i = 0; i < N_PRESETS; i++)
+    int known = 0;
+    for (size_t i = 0; i < N_PRESETS; i++) {
+        if (strcmp(arch, PRESETS[i].arch) != 0) continue;
+        known = 1;
         if (!strcmp(preset, PRESETS[i].preset)) {
             *hp = PRESETS[i];
             return 0;
         }
-    st_error_set("unknown preset '%s' (known: %s)", preset, synth_preset_list());
+    }
+    if (!known) st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next)", arch);
+    else st_error_set("unknown preset '%s' for %s (known: %s)", preset, arch, synth_preset_list());
     return -1;
 }
 
@@ -80,6 +109,8 @@ void synth_opts_init(synth_opts *o, const synth_hparams *hp) {
 static const char *const CLASS_NAMES[SYN_CLASS_COUNT] = {
     "token_embd", "output_norm", "output", "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
     "attn_q_norm", "attn_k_norm", "ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+    "post_attention_norm", "attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_ba", "ssm_conv1d", "ssm_dt",
+    "ssm_a", "ssm_norm", "ssm_out", "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
 };
 
 const char *synth_class_name(synth_class c) {
@@ -99,16 +130,23 @@ int synth_class_from_name(const char *name) {
 
 static int class_is_vector(synth_class c) {
     return c == SYN_OUTPUT_NORM || c == SYN_ATTN_NORM || c == SYN_ATTN_Q_NORM || c == SYN_ATTN_K_NORM ||
-           c == SYN_FFN_NORM;
+           c == SYN_FFN_NORM || c == SYN_POST_ATTN_NORM || c == SYN_SSM_NORM;
+}
+
+/* The DeltaNet's small tensors: f32 in every file, each with its own values. */
+static int class_is_ssm_param(synth_class c) {
+    return c == SYN_SSM_CONV1D || c == SYN_SSM_DT || c == SYN_SSM_A || c == SYN_FFN_GATE_INP_SHEXP;
 }
 
 int synth_class_type(const synth_opts *o, synth_class c) {
     if (o->class_type[c] >= 0) return o->class_type[c];
     /* norms and the router stay F32, as llama.cpp's quantizer leaves them */
-    if (class_is_vector(c) || c == SYN_FFN_GATE_INP) return QT_F32;
+    if (class_is_vector(c) || class_is_ssm_param(c) || c == SYN_FFN_GATE_INP) return QT_F32;
     if (o->type_default >= 0) return o->type_default;
     /* Q4_K_M's choice: more bits where errors hurt most */
-    if (c == SYN_ATTN_V || c == SYN_FFN_DOWN_EXPS || c == SYN_OUTPUT) return QT_Q6_K;
+    if (c == SYN_ATTN_V || c == SYN_FFN_DOWN_EXPS || c == SYN_OUTPUT || c == SYN_FFN_DOWN_SHEXP) return QT_Q6_K;
+    /* the DeltaNet's gates are a few rows each: 8 bits cost nothing */
+    if (c == SYN_SSM_BETA || c == SYN_SSM_ALPHA || c == SYN_SSM_BA) return QT_Q8_0;
     return QT_Q4_K;
 }
 
@@ -193,6 +231,21 @@ static void plan_add(syn_ctx *c, synth_class cls, int layer, int n_dims, int64_t
     case SYN_FFN_GATE_EXPS: suffix = QWEN3MOE_T_FFN_GATE_EXPS; break;
     case SYN_FFN_UP_EXPS: suffix = QWEN3MOE_T_FFN_UP_EXPS; break;
     case SYN_FFN_DOWN_EXPS: suffix = QWEN3MOE_T_FFN_DOWN_EXPS; break;
+    case SYN_POST_ATTN_NORM: suffix = HYBRID_T_POST_ATTN_NORM; break;
+    case SYN_ATTN_QKV: suffix = HYBRID_T_ATTN_QKV; break;
+    case SYN_ATTN_GATE: suffix = HYBRID_T_ATTN_GATE; break;
+    case SYN_SSM_BETA: suffix = HYBRID_T_SSM_BETA; break;
+    case SYN_SSM_ALPHA: suffix = HYBRID_T_SSM_ALPHA; break;
+    case SYN_SSM_BA: suffix = HYBRID_T_SSM_BA; break;
+    case SYN_SSM_CONV1D: suffix = HYBRID_T_SSM_CONV1D; break;
+    case SYN_SSM_DT: suffix = HYBRID_T_SSM_DT; break;
+    case SYN_SSM_A: suffix = HYBRID_T_SSM_A; break;
+    case SYN_SSM_NORM: suffix = HYBRID_T_SSM_NORM; break;
+    case SYN_SSM_OUT: suffix = HYBRID_T_SSM_OUT; break;
+    case SYN_FFN_GATE_INP_SHEXP: suffix = HYBRID_T_FFN_GATE_INP_SHEXP; break;
+    case SYN_FFN_GATE_SHEXP: suffix = HYBRID_T_FFN_GATE_SHEXP; break;
+    case SYN_FFN_UP_SHEXP: suffix = HYBRID_T_FFN_UP_SHEXP; break;
+    case SYN_FFN_DOWN_SHEXP: suffix = HYBRID_T_FFN_DOWN_SHEXP; break;
     default: ST_ASSERT(0);
     }
     if (suffix) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
@@ -215,9 +268,44 @@ static void plan_build(syn_ctx *c) {
     const synth_hparams *h = &c->o->hp;
     int64_t E = h->n_embd, Q = (int64_t)h->n_head * h->head_dim, KV = (int64_t)h->n_head_kv * h->head_dim;
     int64_t X = h->n_expert, F = h->n_ff_exp;
-    c->t = st_calloc((size_t)(3 + 14 * h->n_layer), sizeof *c->t);
+    c->t = st_calloc((size_t)(3 + 24 * h->n_layer), sizeof *c->t);
     plan_add(c, SYN_TOKEN_EMBD, -1, 2, E, h->n_vocab, 1);
-    for (int il = 0; il < h->n_layer; il++) {
+    for (int il = 0; il < h->n_layer && h->full_attn_interval; il++) { /* the hybrids, in llama.cpp's order */
+        const int64_t D = h->ssm_head_dim, NV = h->ssm_n_v_head, VD = NV * D, CD = 2 * h->ssm_n_k_head * D + VD;
+        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
+        plan_add(c, SYN_POST_ATTN_NORM, il, 1, E, 1, 1);
+        if ((il + 1) % h->full_attn_interval == 0) {
+            plan_add(c, SYN_ATTN_Q, il, 2, E, 2 * Q, 1);
+            plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
+            plan_add(c, SYN_ATTN_V, il, 2, E, KV, 1);
+            plan_add(c, SYN_ATTN_OUT, il, 2, Q, E, 1);
+            plan_add(c, SYN_ATTN_Q_NORM, il, 1, h->head_dim, 1, 1);
+            plan_add(c, SYN_ATTN_K_NORM, il, 1, h->head_dim, 1, 1);
+        } else {
+            plan_add(c, SYN_ATTN_QKV, il, 2, E, CD, 1);
+            plan_add(c, SYN_ATTN_GATE, il, 2, E, VD, 1);
+            plan_add(c, SYN_SSM_CONV1D, il, 2, h->ssm_d_conv, CD, 1);
+            plan_add(c, SYN_SSM_DT, il, 1, NV, 1, 1);
+            plan_add(c, SYN_SSM_A, il, 1, NV, 1, 1);
+            if (!strcmp(h->arch, "qwen3next")) {
+                plan_add(c, SYN_SSM_BA, il, 2, E, 2 * NV, 1);
+            } else {
+                plan_add(c, SYN_SSM_BETA, il, 2, E, NV, 1);
+                plan_add(c, SYN_SSM_ALPHA, il, 2, E, NV, 1);
+            }
+            plan_add(c, SYN_SSM_NORM, il, 1, D, 1, 1);
+            plan_add(c, SYN_SSM_OUT, il, 2, VD, E, 1);
+        }
+        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
+        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
+        plan_add(c, SYN_FFN_GATE_INP_SHEXP, il, 1, E, 1, 1);
+        plan_add(c, SYN_FFN_GATE_SHEXP, il, 2, E, h->n_ff_shexp, 1);
+        plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, h->n_ff_shexp, 1);
+        plan_add(c, SYN_FFN_DOWN_SHEXP, il, 2, h->n_ff_shexp, E, 1);
+    }
+    for (int il = 0; il < h->n_layer && !h->full_attn_interval; il++) {
         plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
         plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
         plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
@@ -268,7 +356,7 @@ static int use_pool(const syn_ctx *c, const syn_tensor *t) {
     int64_t n = t->ne[0] * t->ne[1] * t->ne[2];
     if (n <= POOL_MIN) return 0;
     /* these carry structure the pool would lose */
-    if (t->cls == SYN_FFN_GATE_INP || class_is_vector(t->cls)) return 0;
+    if (t->cls == SYN_FFN_GATE_INP || class_is_vector(t->cls) || class_is_ssm_param(t->cls)) return 0;
     if (t->cls == SYN_TOKEN_EMBD && c->u) return 0;
     return 1;
 }
@@ -280,6 +368,21 @@ static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, co
     if (class_is_vector(t->cls)) {
         for (int64_t j = 0; j < w; j++) x[j] = 1.0f + WEIGHT_STD * syn_normal(r);
         return;
+    }
+    switch (t->cls) { /* the DeltaNet's parameters, at the scale real checkpoints have them */
+    case SYN_SSM_CONV1D: /* a short filter per channel */
+        for (int64_t j = 0; j < w; j++) x[j] = 0.3f * syn_normal(r);
+        return;
+    case SYN_SSM_DT:
+        for (int64_t j = 0; j < w; j++) x[j] = 0.5f * syn_normal(r);
+        return;
+    case SYN_SSM_A: /* -exp(A_log), A_log uniform in [-2, 1.5): heads that forget fast and slowly */
+        for (int64_t j = 0; j < w; j++) x[j] = -expf(-2.0f + 3.5f * (float)syn_uniform(r));
+        return;
+    case SYN_FFN_GATE_INP_SHEXP:
+        for (int64_t j = 0; j < w; j++) x[j] = syn_normal(r) / sqrtf((float)w);
+        return;
+    default: break;
     }
     for (int64_t j = 0; j < w; j++) x[j] = WEIGHT_STD * syn_normal(r);
     if (!c->u) return;
@@ -358,8 +461,8 @@ static int fill(void *vctx, int64_t i, void *buf, size_t size) {
 
 static void write_hparams(gguf_writer *w, const synth_hparams *h) {
     char key[96];
-#define KV_U32(k, v) (snprintf(key, sizeof key, QWEN3MOE_ARCH ".%s", k), gguf_w_u32(w, key, (uint32_t)(v)))
-#define KV_F32(k, v) (snprintf(key, sizeof key, QWEN3MOE_ARCH ".%s", k), gguf_w_f32(w, key, (v)))
+#define KV_U32(k, v) (snprintf(key, sizeof key, "%s.%s", h->arch, k), gguf_w_u32(w, key, (uint32_t)(v)))
+#define KV_F32(k, v) (snprintf(key, sizeof key, "%s.%s", h->arch, k), gguf_w_f32(w, key, (v)))
     KV_U32(QWEN3MOE_KV_BLOCK_COUNT, h->n_layer);
     KV_U32(QWEN3MOE_KV_CONTEXT_LENGTH, h->n_ctx);
     KV_U32(QWEN3MOE_KV_EMBEDDING_LENGTH, h->n_embd);
@@ -373,6 +476,21 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
     KV_U32(QWEN3MOE_KV_EXPERT_COUNT, h->n_expert);
     KV_U32(QWEN3MOE_KV_EXPERT_USED_COUNT, h->n_expert_used);
     KV_U32(QWEN3MOE_KV_EXPERT_FF_LENGTH, h->n_ff_exp);
+    if (h->full_attn_interval) {
+        KV_U32(HYBRID_KV_FULL_ATTN_INTERVAL, h->full_attn_interval);
+        KV_U32(HYBRID_KV_ROPE_DIMS, h->n_rot);
+        KV_U32(HYBRID_KV_SSM_CONV_KERNEL, h->ssm_d_conv);
+        KV_U32(HYBRID_KV_SSM_INNER_SIZE, h->ssm_n_v_head * h->ssm_head_dim);
+        KV_U32(HYBRID_KV_SSM_STATE_SIZE, h->ssm_head_dim);
+        KV_U32(HYBRID_KV_SSM_TIME_STEP_RANK, h->ssm_n_v_head);
+        KV_U32(HYBRID_KV_SSM_GROUP_COUNT, h->ssm_n_k_head);
+        KV_U32(HYBRID_KV_SHEXP_FF_LENGTH, h->n_ff_shexp);
+        if (!strcmp(h->arch, "qwen35moe")) { /* its loader requires the M-RoPE sections */
+            int32_t sec[4] = {h->rope_sections[0], h->rope_sections[1], h->rope_sections[2], h->rope_sections[3]};
+            snprintf(key, sizeof key, "%s.%s", h->arch, HYBRID_KV_ROPE_SECTIONS);
+            gguf_w_arr(w, key, GGUF_T_INT32, sec, 4);
+        }
+    }
 #undef KV_U32
 #undef KV_F32
 }
@@ -381,7 +499,10 @@ static int check_opts(const synth_opts *o) {
     const synth_hparams *h = &o->hp;
     if (h->n_layer < 1 || h->n_embd < 1 || h->n_head < 1 || h->n_head_kv < 1 || h->n_head % h->n_head_kv ||
         h->head_dim < 2 || h->n_expert < 1 || h->n_expert_used < 1 || h->n_expert_used > h->n_expert ||
-        h->n_ff_exp < 1 || h->n_ctx < 1) {
+        h->n_ff_exp < 1 || h->n_ctx < 1 || !h->arch ||
+        (h->full_attn_interval && (h->n_rot < 2 || h->n_rot > h->head_dim || h->ssm_d_conv < 1 ||
+                                   h->ssm_n_k_head < 1 || h->ssm_n_v_head % h->ssm_n_k_head || h->ssm_head_dim < 1 ||
+                                   h->n_ff_shexp < 1))) {
         st_error_set("synth: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, experts %d used %d)",
                      h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->n_expert, h->n_expert_used);
         return -1;
@@ -478,7 +599,7 @@ int synth_write(const synth_opts *o, const char *path) {
     c.row = st_malloc((size_t)max_w * sizeof(float));
 
     gguf_writer *w = gguf_writer_new();
-    gguf_w_str(w, "general.architecture", QWEN3MOE_ARCH);
+    gguf_w_str(w, "general.architecture", h->arch);
     char name[96];
     snprintf(name, sizeof name, "strata-synth %s", h->preset ? h->preset : "custom");
     gguf_w_str(w, "general.name", name);

@@ -18,9 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Hyper-parameters of a synthetic model (qwen3moe). */
+/* Hyper-parameters of a synthetic model (qwen3moe, or the hybrid qwen35moe /
+ * qwen3next when full_attn_interval > 0). */
 typedef struct {
     const char *preset;   /* preset name it came from */
+    const char *arch;     /* general.architecture: "qwen3moe", "qwen35moe", "qwen3next" */
     int n_layer;
     int n_embd;           /* d_model */
     int n_head, n_head_kv, head_dim;
@@ -30,6 +32,12 @@ typedef struct {
     int n_vocab;
     int n_ctx;
     float rope_theta, rms_eps;
+    /* hybrids: DeltaNet layers, a gated attention layer every full_attn_interval-th */
+    int full_attn_interval;  /* 0: not hybrid */
+    int n_rot;               /* rotated values per attention head */
+    int rope_sections[4];    /* qwen35moe's M-RoPE sections (metadata) */
+    int ssm_d_conv, ssm_n_k_head, ssm_n_v_head, ssm_head_dim;
+    int n_ff_shexp;          /* shared expert width */
 } synth_hparams;
 
 /* The tensor classes of qwen3moe, in file order within a layer. */
@@ -37,6 +45,10 @@ typedef enum {
     SYN_TOKEN_EMBD, SYN_OUTPUT_NORM, SYN_OUTPUT,
     SYN_ATTN_NORM, SYN_ATTN_Q, SYN_ATTN_K, SYN_ATTN_V, SYN_ATTN_OUT, SYN_ATTN_Q_NORM, SYN_ATTN_K_NORM,
     SYN_FFN_NORM, SYN_FFN_GATE_INP, SYN_FFN_GATE_EXPS, SYN_FFN_UP_EXPS, SYN_FFN_DOWN_EXPS,
+    /* the hybrids' (qwen35moe, qwen3next) */
+    SYN_POST_ATTN_NORM, SYN_ATTN_QKV, SYN_ATTN_GATE, SYN_SSM_BETA, SYN_SSM_ALPHA, SYN_SSM_BA, SYN_SSM_CONV1D,
+    SYN_SSM_DT, SYN_SSM_A, SYN_SSM_NORM, SYN_SSM_OUT, SYN_FFN_GATE_INP_SHEXP, SYN_FFN_GATE_SHEXP,
+    SYN_FFN_UP_SHEXP, SYN_FFN_DOWN_SHEXP,
     SYN_CLASS_COUNT
 } synth_class;
 
@@ -50,7 +62,7 @@ typedef struct {
     int progress;                   /* progress line on stderr */
 } synth_opts;
 
-/* "tiny|qwen3-30b-a3b|qwen3-235b-a22b" for usage lines. */
+/* "tiny|qwen3-30b-a3b|..." for usage lines: every preset of every architecture. */
 const char *synth_preset_list(void);
 /* Fill *hp for arch/preset; -1 with st_error_set naming the bad value. */
 int synth_preset(const char *arch, const char *preset, synth_hparams *hp);

@@ -282,3 +282,48 @@ def test_info_bad_file(tiny):
     r = run("info", p)
     assert r.returncode == 1 and r.stderr.startswith("strata info: ") and len(r.stderr.strip().splitlines()) == 1
     print("truncated file:", r.stderr.strip())
+
+
+def expected_hybrid(arch, L=4, E=256, H=4, HKV=2, D=64, NK=2, NV=4, S=64, K=4, X=8, F=256, FS=256, V=512):
+    """name -> ne per llama.cpp's qwen35moe / qwen3next load_arch_tensors (every 4th layer attention)."""
+    conv, vd = 2 * NK * S + NV * S, NV * S
+    t = {"token_embd.weight": [E, V], "output_norm.weight": [E], "output.weight": [E, V]}
+    for i in range(L):
+        b = f"blk.{i}."
+        t.update({b + "attn_norm.weight": [E], b + "post_attention_norm.weight": [E],
+                  b + "ffn_gate_inp.weight": [E, X], b + "ffn_gate_exps.weight": [E, F, X],
+                  b + "ffn_up_exps.weight": [E, F, X], b + "ffn_down_exps.weight": [F, E, X],
+                  b + "ffn_gate_inp_shexp.weight": [E], b + "ffn_gate_shexp.weight": [E, FS],
+                  b + "ffn_up_shexp.weight": [E, FS], b + "ffn_down_shexp.weight": [FS, E]})
+        if (i + 1) % 4 == 0:
+            t.update({b + "attn_q.weight": [E, 2 * H * D], b + "attn_k.weight": [E, HKV * D],
+                      b + "attn_v.weight": [E, HKV * D], b + "attn_output.weight": [H * D, E],
+                      b + "attn_q_norm.weight": [D], b + "attn_k_norm.weight": [D]})
+        else:
+            t.update({b + "attn_qkv.weight": [E, conv], b + "attn_gate.weight": [E, vd],
+                      b + "ssm_conv1d.weight": [K, conv], b + "ssm_dt.bias": [NV], b + "ssm_a": [NV],
+                      b + "ssm_norm.weight": [S], b + "ssm_out.weight": [vd, E]})
+            if arch == "qwen3next":
+                t[b + "ssm_ba.weight"] = [E, 2 * NV]
+            else:
+                t.update({b + "ssm_beta.weight": [E, NV], b + "ssm_alpha.weight": [E, NV]})
+    return t
+
+
+@pytest.mark.parametrize("arch", ["qwen35moe", "qwen3next"])
+def test_hybrid_presets(arch):
+    """The DeltaNet hybrids' tiny preset: keys, tensor names and shapes, ssm_a negative."""
+    r = gguf.GGUFReader(synth(f"synth_{arch}.gguf", "--arch", arch))
+    a = arch + "."
+    assert field(r, "general.architecture") == arch
+    keys = {"full_attention_interval": 4, "rope.dimension_count": 16, "ssm.conv_kernel": 4, "ssm.inner_size": 256,
+            "ssm.state_size": 64, "ssm.time_step_rank": 4, "ssm.group_count": 2,
+            "expert_shared_feed_forward_length": 256, "block_count": 4, "expert_count": 8}
+    assert {k: field(r, a + k) for k in keys} == keys
+    if arch == "qwen35moe":
+        assert field(r, a + "rope.dimension_sections") == [3, 3, 2, 0]
+    have = {t.name: [int(x) for x in t.shape] for t in r.tensors}
+    assert have == expected_hybrid(arch)
+    ssm_a = [t for t in r.tensors if t.name.endswith("ssm_a")]
+    assert ssm_a and all(np.all(np.asarray(t.data) < 0) for t in ssm_a)
+    assert run("info", os.path.join(TMP, f"synth_{arch}.gguf")).returncode == 0

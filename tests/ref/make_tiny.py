@@ -3,7 +3,9 @@ package's GGUFWriter (not with `strata synth`: the oracle must not share code
 with the engine it checks).
 
 Each model has llama.cpp's metadata keys and tensor names for its family
-(llama, qwen2, qwen3, qwen3moe, gemma3), random weights, and a "mix" that says
+(llama, qwen2, qwen3, qwen3moe, gemma3, and the hybrid qwen35moe and
+qwen3next: gated DeltaNet layers with a gated attention layer every 4th,
+partial rotary, a shared expert), random weights, and a "mix" that says
 which storage type each matrix gets. Types the gguf package can quantize
 (F16, Q8_0, Q4_0) are quantized from Gaussian weights; K-quants and i-quants
 are random valid blocks (random quant bits, finite f16 scales) rescaled so
@@ -43,6 +45,28 @@ ARCHS = {
     "gemma3-62": dict(arch="gemma3", n_layer=62, n_embd=256, n_head=4, n_head_kv=2, head_dim=128, n_ff=256,
                       n_vocab=512, rope_base=1000000.0, eps=1e-6, qk_norm=True, post_norms=True, sliding_window=8,
                       rope_scale_linear=8.0),
+    # The hybrids (llama.cpp's qwen35moe.cpp / qwen3next.cpp): layers 0-2 gated
+    # DeltaNet, layer 3 gated attention; 16 of 64 head values rotated (Qwen3.5 /
+    # Qwen3-Next rotate 64 of 256); DeltaNet with 2 key heads and 4 value heads
+    # of 64 (value head j reads key head j % 2 in qwen35moe, j // 2 in qwen3next, as llama.cpp maps them)
+    "qwen35moe": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                      rope_base=10000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=256,
+                      hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0], interval=4, d_conv=4, ssm_k_heads=2,
+                      ssm_v_heads=4, ssm_head=64, n_ff_shexp=256),
+    "qwen3next": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                      rope_base=10000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=256,
+                      hybrid=True, n_rot=16, interval=4, d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=64,
+                      n_ff_shexp=256, ba_fused=True),
+    # qwen35moe with an MTP block after the decoder (nextn_predict_layers 1, counted in block_count, as
+    # converted Qwen3.5 files have it): engines that do not predict ahead must skip it
+    "qwen35moe-mtp": dict(arch="qwen35moe", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+                          n_vocab=512, rope_base=10000000.0, eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2,
+                          n_ff_exp=256, hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0], interval=4, d_conv=4,
+                          ssm_k_heads=2, ssm_v_heads=4, ssm_head=64, n_ff_shexp=256, nextn=1),
+    # Qwen3.5 dense: qwen35moe's layers with a plain SwiGLU FFN
+    "qwen35": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                   rope_base=10000000.0, eps=1e-6, qk_norm=True, hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0],
+                   interval=4, d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=64),
 }
 
 # Storage type of each matrix per mix: (default, {name fragment: type}).
@@ -148,7 +172,9 @@ def make_model(path, arch, mix, tied=False, seed=0):
     w.add_string("general.name", f"tiny-{arch}-{mix}")
     u32 = lambda k, v: w.add_uint32(f"{arch}.{k}", int(v))  # noqa: E731
     f32 = lambda k, v: w.add_float32(f"{arch}.{k}", float(v))  # noqa: E731
-    u32("block_count", hp["n_layer"])
+    u32("block_count", hp["n_layer"] + hp.get("nextn", 0))
+    if hp.get("nextn"):
+        u32("nextn_predict_layers", hp["nextn"])
     u32("embedding_length", E)
     if F:
         u32("feed_forward_length", F)
@@ -168,6 +194,18 @@ def make_model(path, arch, mix, tied=False, seed=0):
     if "rope_scale_linear" in hp:
         w.add_string(f"{arch}.rope.scaling.type", "linear")
         f32("rope.scaling.factor", hp["rope_scale_linear"])
+    if hp.get("hybrid"):
+        u32("full_attention_interval", hp["interval"])
+        u32("rope.dimension_count", hp["n_rot"])
+        if "rope_sections" in hp:
+            w.add_array(f"{arch}.rope.dimension_sections", hp["rope_sections"])
+        u32("ssm.conv_kernel", hp["d_conv"])
+        u32("ssm.state_size", hp["ssm_head"])
+        u32("ssm.group_count", hp["ssm_k_heads"])
+        u32("ssm.time_step_rank", hp["ssm_v_heads"])
+        u32("ssm.inner_size", hp["ssm_v_heads"] * hp["ssm_head"])
+        if "n_ff_shexp" in hp:
+            u32("expert_shared_feed_forward_length", hp["n_ff_shexp"])
 
     def mat(name, rows, n_in, std=None):
         t = weight_type(mix, name)
@@ -187,6 +225,9 @@ def make_model(path, arch, mix, tied=False, seed=0):
     for il in range(hp["n_layer"]):
         p = f"blk.{il}."
         vec(p + "attn_norm.weight", E)
+        if hp.get("hybrid"):
+            hybrid_layer(hp, il, p, mat, vec, w, rng)
+            continue
         mat(p + "attn_q.weight", (H * D,), E)
         mat(p + "attn_k.weight", (HKV * D,), E)
         mat(p + "attn_v.weight", (HKV * D,), E)
@@ -213,11 +254,61 @@ def make_model(path, arch, mix, tied=False, seed=0):
             mat(p + "ffn_gate.weight", (F,), E)
             mat(p + "ffn_up.weight", (F,), E)
             mat(p + "ffn_down.weight", (E,), F)
+    for il in range(hp["n_layer"], hp["n_layer"] + hp.get("nextn", 0)):  # the MTP block (llama.cpp's names)
+        p = f"blk.{il}."
+        vec(p + "attn_norm.weight", E)
+        hybrid_layer(dict(hp, interval=1), il, p, mat, vec, w, rng)  # a gated attention layer with its MoE
+        mat(p + "nextn.eh_proj.weight", (E,), 2 * E)
+        vec(p + "nextn.enorm.weight", E)
+        vec(p + "nextn.hnorm.weight", E)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return hp
+
+
+def hybrid_layer(hp, il, p, mat, vec, w, rng):
+    """One layer of qwen35moe / qwen3next (names and shapes of llama.cpp's loaders)."""
+    E, H, HKV, D = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"]
+    if (il + 1) % hp["interval"] == 0:  # gated attention: per head D query rows, then D gate rows
+        mat(p + "attn_q.weight", (2 * H * D,), E)
+        mat(p + "attn_k.weight", (HKV * D,), E)
+        mat(p + "attn_v.weight", (HKV * D,), E)
+        mat(p + "attn_output.weight", (E,), H * D)
+        vec(p + "attn_q_norm.weight", D)
+        vec(p + "attn_k_norm.weight", D)
+    else:  # gated DeltaNet
+        NK, NV, S, K = hp["ssm_k_heads"], hp["ssm_v_heads"], hp["ssm_head"], hp["d_conv"]
+        conv = (2 * NK + NV) * S
+        mat(p + "attn_qkv.weight", (conv,), E)
+        mat(p + "attn_gate.weight", (NV * S,), E)
+        if hp.get("ba_fused"):
+            mat(p + "ssm_ba.weight", (2 * NV,), E)
+        else:
+            mat(p + "ssm_beta.weight", (NV,), E)
+            mat(p + "ssm_alpha.weight", (NV,), E)
+        w.add_tensor(p + "ssm_conv1d.weight", (rng.standard_normal((conv, K)) * 0.5).astype(np.float32))
+        vec(p + "ssm_dt.bias", NV, 0.0, 1.0)
+        # -exp(A_log): decay rates, A_log spread so that some heads forget fast and some slowly
+        w.add_tensor(p + "ssm_a", (-np.exp(rng.uniform(-2.0, 1.5, NV))).astype(np.float32))
+        vec(p + "ssm_norm.weight", S)
+        mat(p + "ssm_out.weight", (E,), NV * S)
+    vec(p + "post_attention_norm.weight", E)
+    if "n_expert" not in hp:  # qwen35: dense FFN
+        mat(p + "ffn_gate.weight", (hp["n_ff"],), E)
+        mat(p + "ffn_up.weight", (hp["n_ff"],), E)
+        mat(p + "ffn_down.weight", (E,), hp["n_ff"])
+        return
+    X, FE, FS = hp["n_expert"], hp["n_ff_exp"], hp["n_ff_shexp"]
+    w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((X, E)) / np.sqrt(E)).astype(np.float32))
+    mat(p + "ffn_gate_exps.weight", (X, FE), E)
+    mat(p + "ffn_up_exps.weight", (X, FE), E)
+    mat(p + "ffn_down_exps.weight", (X, E), FE)
+    w.add_tensor(p + "ffn_gate_inp_shexp.weight", (rng.standard_normal(E) / np.sqrt(E)).astype(np.float32))
+    mat(p + "ffn_gate_shexp.weight", (FS,), E)
+    mat(p + "ffn_up_shexp.weight", (FS,), E)
+    mat(p + "ffn_down_shexp.weight", (E,), FS)
 
 
 def main(argv):

@@ -1,5 +1,6 @@
 """A plain NumPy reference forward pass for the decoder families Strata runs
-(llama, qwen2, qwen3, qwen3moe, gemma3), reading a GGUF file through the gguf
+(llama, qwen2, qwen3, qwen3moe, gemma3; the hybrid qwen35moe and qwen3next
+are in ref_hybrid.py), reading a GGUF file through the gguf
 package (GGUFReader + gguf.quants.dequantize). It is written from the model
 definitions (the Hugging Face modeling code and llama.cpp's GGUF conventions),
 not from Strata's C code, and computes in float64.
@@ -86,7 +87,7 @@ class RefModel:
         self.meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
         self.arch = self.meta["general.architecture"]
         g = lambda k, d=None: self.meta.get(f"{self.arch}.{k}", d)  # noqa: E731
-        self.n_layer = int(g("block_count"))
+        self.n_layer = int(g("block_count")) - int(g("nextn_predict_layers", 0))  # MTP layers are not run
         self.n_embd = int(g("embedding_length"))
         self.n_head = int(g("attention.head_count"))
         self.n_head_kv = int(g("attention.head_count_kv", self.n_head))
@@ -165,6 +166,9 @@ def kv_round(x, kv):
 def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=None):
     """Logits (n_tok, n_vocab) in float64 for tokens at positions 0..n_tok-1."""
     arch = m.arch
+    if arch in ("qwen35moe", "qwen3next", "qwen35"):  # the hybrids: their own file, the same conventions
+        import ref_hybrid
+        return ref_hybrid.forward(m, tokens, act_quant=act_quant, kv=kv, mutate=mutate, route=route, trace=trace)
     tokens = np.asarray(tokens)
     n = len(tokens)
     pos = np.arange(n, dtype=np.float64)

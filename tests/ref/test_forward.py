@@ -79,6 +79,14 @@ CASES = [
     ("gemma3", "q4k_q6k", False, ("f16", "int8"), False, ()),
     ("gemma3", "iq2_mix", False, ("f16",), True, ()),
     ("gemma3-62", "f32", False, ("f16",), False, ("qk_scalar_head_dim",)),
+    # the hybrids: DeltaNet state across chunks and single steps is what --split checks there
+    ("qwen35moe", "f32", False, ("f16", "int8"), True,
+     ("gdn_head_map", "no_attn_gate", "full_rope", "no_shexp_gate", "no_decay", "no_conv_history")),
+    ("qwen35moe", "q4k_q6k", False, ("f16",), True, ()),
+    ("qwen35moe-mtp", "q8_0", False, ("f16",), False, ()),
+    ("qwen3next", "f32", False, ("f16",), True, ("gdn_head_map", "no_decay")),
+    ("qwen3next", "q8_0", True, ("f16",), False, ()),
+    ("qwen35", "q4k_q6k", False, ("f16",), True, ("gdn_head_map", "no_attn_gate")),
 ]
 
 ROWS = []  # the table, printed by the last test
@@ -199,4 +207,18 @@ def test_print_table():
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in ROWS:
         print(f"| {r['arch']} | {r['mix']} | {r['types']} | {r['kv']} | {r['e_ref']:.1e} | {r['bound']:.1e} | "
-              f"{r['e_emu']:.1e} | {r['agree']}/{N_TOK} | {r['split']} | {r['flips'] if r['arch'] == 'qwen3moe' else '-'} |")
+              f"{r['e_emu']:.1e} | {r['agree']}/{N_TOK} | {r['split']} | {r['flips'] if r['arch'] in ('qwen3moe', 'qwen35moe', 'qwen3next') else '-'} |")  # noqa: E501
+
+
+def test_hybrid_reference_forms():
+    """The reference's two forms of the DeltaNet (chunked UT transform and the
+    per-token recurrence) give the same logits on a tiny hybrid model."""
+    import ref_hybrid
+    with tempfile.TemporaryDirectory(prefix="strata_hyb_") as d:
+        path = os.path.join(d, "h.gguf")
+        make_tiny.make_model(path, "qwen35moe", "f32", seed=5)
+        m = ref_forward.RefModel(path)
+        toks = np.random.default_rng(7).integers(0, 512, 19)
+        a = ref_hybrid.forward(m, toks)
+        b = ref_hybrid.forward(m, toks, recurrent=True)
+        assert np.abs(a - b).max() / a.std() < 1e-9

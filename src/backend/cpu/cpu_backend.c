@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_hybrid.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/alloc.h"
 #include "core/fp16.h"
@@ -36,6 +37,7 @@ typedef struct {
     cpu_scratch rows; /* precise mode: one dequantized weight row per thread */
     cpu_scratch gath; /* precise mode: an expert's gathered input rows */
     cpu_scratch attn; /* attention scores and accumulators, per thread */
+    cpu_scratch gdn;  /* gated DeltaNet's per-chunk buffers */
     /* rope angles (cos, sin per pair and position) of the last two (positions,
      * theta, scale, head size) seen: every layer of a step rotates the same
      * positions, and Gemma alternates two bases */
@@ -162,14 +164,15 @@ static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, f
     return r->cs;
 }
 
-static void rope_rows(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                      float freq_scale, int neox, const float *freq_div) {
+/* Heads head_stride values apart; the first head_dim of each rotate (partial rotary when fewer). */
+static void rope_rows_part(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int head_stride, int pos0,
+                           float theta, float freq_scale, int neox, const float *freq_div) {
     const int half = head_dim / 2;
     const float *cs = rope_angles(CTX(be), n_tok, head_dim, pos0, theta, freq_scale, freq_div);
     for (int t = 0; t < n_tok; t++) {
         const float *ct = cs + (size_t)t * half * 2;
         for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * head_dim;
+            float *v = x + ((size_t)t * n_heads + h) * head_stride;
             for (int i = 0; i < half; i++) {
                 int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
                 float a = v[i0], b = v[i1], co = ct[2 * i], si = ct[2 * i + 1];
@@ -178,6 +181,11 @@ static void rope_rows(st_backend *be, float *x, int n_tok, int n_heads, int head
             }
         }
     }
+}
+
+static void rope_rows(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
+                      float freq_scale, int neox, const float *freq_div) {
+    rope_rows_part(be, x, n_tok, n_heads, head_dim, head_dim, pos0, theta, freq_scale, neox, freq_div);
 }
 
 static void cpu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
@@ -223,8 +231,9 @@ static void cpu_qkv_prep(st_backend *be, float *q, float *k, const float *v, con
     const int hd = kv->head_dim, nkv = kv->n_head_kv;
     if (qn) cpu_rmsnorm(be, q, NULL, qn, q, hd, n_tok * n_head, eps);
     if (kn) cpu_rmsnorm(be, k, NULL, kn, k, hd, n_tok * nkv, eps);
-    rope_rows(be, q, n_tok, n_head, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
-    rope_rows(be, k, n_tok, nkv, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
+    const int nr = r->n_rot > 0 && r->n_rot < hd ? r->n_rot : hd;
+    rope_rows_part(be, q, n_tok, n_head, nr, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
+    rope_rows_part(be, k, n_tok, nkv, nr, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
     cpu_kv_store(be, kv, k, v, n_tok, pos0);
 }
 
@@ -518,6 +527,21 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
     }
 }
 
+static void cpu_gdn(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const float *qkv,
+                    const float *z, const float *beta, const float *alpha, float *out) {
+    cpu_gated_delta_net(CTX(be)->pool, &CTX(be)->gdn, g, st, n_tok, pos0, qkv, z, beta, alpha, out);
+}
+
+static void cpu_split(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w) {
+    (void)be;
+    cpu_split_halves(src, a, b, n_rows, n_group, w);
+}
+
+static void cpu_sigmul(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows) {
+    (void)be;
+    cpu_sigmoid_mul(x, g, dim, g_dim, n_rows);
+}
+
 /* Routing then every expert here: the two halves of the seam, composed. */
 static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
                         int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
@@ -541,6 +565,7 @@ static void cpu_destroy(st_backend *be) {
     cpu_scratch_free(&c->rows);
     cpu_scratch_free(&c->gath);
     cpu_scratch_free(&c->attn);
+    cpu_scratch_free(&c->gdn);
     for (int i = 0; i < 2; i++) st_free(c->rope[i].cs);
     st_pool_free(c->pool);
     st_free(be->ctx);
@@ -577,6 +602,9 @@ st_backend *backend_cpu_create(int n_threads) {
         .act_mul = cpu_act_mul,
         .add = cpu_add,
         .scale = cpu_scale,
+        .gated_delta_net = cpu_gdn,
+        .split_halves = cpu_split,
+        .sigmoid_mul = cpu_sigmul,
         .moe_ffn = cpu_moe_ffn,
         .moe_route = cpu_moe_route,
         .moe_experts = cpu_moe_experts,

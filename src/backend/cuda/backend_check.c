@@ -287,7 +287,7 @@ static void check_elementwise(chk *c, int64_t n, int dim) {
 }
 
 static st_kv_layer make_kv(st_backend *be, st_kv_type t, int n_ctx, int hkv, int hd) {
-    st_kv_layer kv = {t, n_ctx, hkv, hd, NULL, NULL, NULL, NULL};
+    st_kv_layer kv = {t, n_ctx, hkv, hd, NULL, NULL, NULL, NULL, NULL, NULL};
     size_t elems = (size_t)n_ctx * hkv * hd, es = t == ST_KV_F16 ? 2 : 1;
     kv.k = put(be, NULL, elems * es);
     kv.v = put(be, NULL, elems * es);
@@ -442,7 +442,7 @@ static void check_qkv_prep(chk *c, st_kv_type t, int n_tok, int n_head, int hkv,
     float *dv = st_malloc((size_t)hd / 2 * sizeof(float));
     for (int i = 0; i < hd / 2; i++) dv[i] = 1.0f + 7.0f * (float)i / (float)(hd / 2 - 1);
     void *dvr = put(c->ref, dv, (size_t)hd / 2 * 4), *dvd = put(c->dut, dv, (size_t)hd / 2 * 4);
-    st_rope rope = {1e6f, 1.0f, neox, divs ? dvr : NULL}, roped = {1e6f, 1.0f, neox, divs ? dvd : NULL};
+    st_rope rope = {1e6f, 1.0f, neox, divs ? dvr : NULL, 0}, roped = {1e6f, 1.0f, neox, divs ? dvd : NULL, 0};
     double eq = 0, ek = 0, ms = 0;
     for (int step = 0; step < 2; step++) {
         int nt = step ? 1 : n_tok, pos0 = step ? n_tok : 0;
