@@ -3,21 +3,19 @@
  * and OS run them (quant_dot.c). Formats without an entry here fall back to
  * the AVX2 kernels.
  *
- * Integer cores:
- *   - vpdpbusd (VNNI): unsigned x signed bytes, 4 products summed into int32
- *     with no int16 saturation step. Signed weights: |x| and sign(y, x) (Q8_0,
- *     ymm has vpsignb), or an unsigned table offset by +128 whose extra
- *     128*sum(y) is removed with the Q8_K bsums (IQ4_XS). Unsigned weights
- *     (Q4_K/Q5_K nibbles) go in as they are, and the small lane sums are
- *     then scaled per sub-block by vpdpwssd (see dot_k4).
- *   - vpmaddubsw + vpdpwssd: for Q6_K, whose sub-block scales multiply
- *     int16 pair sums; the scale lands in the same instruction as the
- *     accumulation.
- * zmm where it measured faster (Q4_K, Q5_K, Q6_K, IQ4_XS, floats); ymm +
- * VNNI where zmm lost (Q8_0: 512-bit work has two vector ports instead of
- * three, and its per-block scale shuffles and 256-bit inserts crowd port 5).
- * Q4_K/Q5_K avoid that by loading each 32-byte chunk broadcast into both
- * halves (a load, no shuffle) and shifting the halves apart.
+ * Integer core: vpdpbusd (VNNI), unsigned x signed bytes, 4 products summed
+ * into int32 with no int16 saturation step. Signed weights: |x| and
+ * sign(y, x) (Q8_0, ymm has vpsignb), or an unsigned table offset by +128
+ * whose extra 128*sum(y) is removed with the Q8_K bsums (IQ4_XS). Unsigned
+ * weights (K-quants: Q4_K/Q5_K nibbles, Q6_K's 6-bit values before their -32)
+ * go in as they are; their lane sums are small enough to be exact int16, so
+ * vpdpwssd against dwords (scale, 0) applies the sub-block scale and
+ * accumulates in one instruction (dot_k4, dot_q6_k).
+ * zmm where it measured faster (K-quants, IQ4_XS, floats); ymm + VNNI where
+ * zmm lost (Q8_0: 512-bit work has two vector ports instead of three, and its
+ * per-block scale shuffles and 256-bit inserts crowd port 5). The K-quants
+ * avoid such shuffles by loading 32-byte pieces broadcast into both halves of
+ * a zmm (a load, no shuffle) and shifting the halves apart.
  * Layouts: see blocks.h and quant_dot_scalar.c.
  */
 #include <immintrin.h>
@@ -29,11 +27,6 @@ static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
 static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-/* two 32-byte pieces -> one zmm [lo | hi] */
-static inline __m512i join256(__m256i lo, __m256i hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
 
 /* ---- float formats ---- */
 
@@ -136,14 +129,6 @@ static void dot_q8_0(int n, float *s, const void *w, const void *a) {
 
 /* ---- K-quants x Q8_K ---- */
 
-/* int16 scale vector, 8 lanes per scale: groups g..g+3 (Q6_K's 16-weight groups) */
-static inline __m512i perm_scales4(__m512i sc16, int g) {
-    __m512i idx = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(g + 1)), _mm_set1_epi16((short)g))),
-        _mm256_set_m128i(_mm_set1_epi16((short)(g + 3)), _mm_set1_epi16((short)(g + 2))), 1);
-    return _mm512_permutexvar_epi16(idx, sc16);
-}
-
 /* Q4_K in zmm with vpdpbusd on the nibbles. Chunk c (32 bytes) holds
  * sub-block 2c in its low nibbles and 2c+1 in its high ones, weight l at byte
  * l: broadcast to both halves of a zmm (a load, no shuffle), shifted by 0 and
@@ -209,31 +194,39 @@ static void dot_q5_k(int n, float *s, const void *w, const void *a) {
     dot_k4(n, s, w, sizeof(block_q5_K), a, 1);
 }
 
+/* Q6_K in zmm: per 128 weights, ql (64 bytes: chunk k holds weights 32k+l
+ * in its low nibbles and 64+32k+l in its high ones) and qh (32 bytes: bits
+ * 2s..2s+1 of byte l top up weight 32s+l). qh is loaded broadcast and its
+ * upper half shifted by 2, so weights 0..63 and 64..127 come out in order,
+ * against contiguous activations. vpdpbusd on the unsigned 6-bit values
+ * (|lane| <= 4*63*127 = 32004, an exact int16), then vpdpwssd against
+ * dwords (scale, 0) per 16 weights; the -32 offset is -32 * sum_g sc_g *
+ * bsum_g, one vpmaddwd per block. */
 static void dot_q6_k(int n, float *s, const void *w, const void *a) {
     const block_q6_K *x = w;
     const block_q8_K *y = a;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30), lo16 = _mm512_set1_epi32(0xffff);
+    const __m512i sh = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+    __m512i idx[4]; /* weights 64m..64m+63: dword lanes 4j..4j+3 take scale 4m+j */
+    for (int m = 0; m < 4; m++)
+        idx[m] = _mm512_add_epi32(_mm512_set1_epi32(4 * m), _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2));
     __m512 acc = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
     for (int ib = 0; ib < n / QK_K; ib++) {
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[ib].scales);
-        __m256i sc16y = _mm256_cvtepi8_epi16(sc8);
-        __m512i sc16 = _mm512_castsi256_si512(sc16y);
-        /* we dot q (unsigned 0..63); the -32 comes back as -32 * sum_g sc_g * bsum_g */
-        __m256i bias = _mm256_madd_epi16(sc16y, load32(y[ib].bsums));
-        __m512i isum = _mm512_zextsi256_si512(_mm256_slli_epi32(bias, 5));
-        isum = _mm512_sub_epi32(_mm512_setzero_si512(), isum);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[ib].scales);
+        /* the -32 comes back as -32 * sum_g sc_g * bsum_g */
+        const __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load32(y[ib].bsums));
+        __m512i isum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(_mm256_slli_epi32(bias, 5)));
+        const __m512i scv = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), lo16); /* (scale, 0) */
+        #pragma GCC unroll 2
         for (int hf = 0; hf < 2; hf++) {
-            /* ql chunk k (32 bytes) holds weights 32k+l (low nibble) and 64+32k+l (high);
-             * qh bits 2s..2s+1 of byte l hold the top of weight 32s+l */
-            __m512i ql = load64(x[ib].ql + 64 * hf);
-            __m256i qh = load32(x[ib].qh + 32 * hf);
-            __m512i h = join256(qh, _mm256_srli_epi16(qh, 2));
-            __m512i z0 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m2));
-            __m512i z1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(h, m2));
-            __m512i p0 = _mm512_maddubs_epi16(z0, load64(y[ib].qs + 128 * hf));
-            __m512i p1 = _mm512_maddubs_epi16(z1, load64(y[ib].qs + 128 * hf + 64));
-            isum = _mm512_dpwssd_epi32(isum, p0, perm_scales4(sc16, 8 * hf));
-            isum = _mm512_dpwssd_epi32(isum, p1, perm_scales4(sc16, 8 * hf + 4));
+            const __m512i ql = load64(x[ib].ql + 64 * hf);
+            const __m512i h = _mm512_srlv_epi64(_mm512_broadcast_i64x4(load32(x[ib].qh + 32 * hf)), sh);
+            const __m512i z0 = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_slli_epi16(h, 4), m2, 0xf8);
+            const __m512i z1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h, m2, 0xf8);
+            const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z0, load64(y[ib].qs + 128 * hf));
+            const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z1, load64(y[ib].qs + 128 * hf + 64));
+            isum = _mm512_dpwssd_epi32(isum, p0, _mm512_permutexvar_epi32(idx[2 * hf], scv));
+            isum = _mm512_dpwssd_epi32(isum, p1, _mm512_permutexvar_epi32(idx[2 * hf + 1], scv));
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(y[ib].d * f16(x[ib].d)), _mm512_cvtepi32_ps(isum), acc);
     }
