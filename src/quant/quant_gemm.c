@@ -10,8 +10,6 @@
 #include "quant/quant_gemm.h"
 #include "quant/quant_gemm_impl.h"
 
-#include <stdint.h>
-
 qt_gemm_fn qt_gemm(qt_type t, qt_isa isa) {
     if ((int)t < 0 || t >= QT_COUNT) return NULL;
     /* a path the CPU cannot run is never handed out, whatever was asked */
@@ -21,27 +19,6 @@ qt_gemm_fn qt_gemm(qt_type t, qt_isa isa) {
     case QT_ISA_AVX2: return qt_gemms_avx2[t];
     default: return NULL;
     }
-}
-
-/* Crossover token counts measured with the gemm and dot kernels of each path
- * on one Zen 5 core (64 rows x 2048 weights in cache, 2..12 tokens, ratio of
- * times; the first count where the gemm won, rounded up where it was within
- * 5%). AVX-512's gemm tiles are wider and its dots faster (Q4_K/Q5_K/IQ4_XS
- * dots in zmm), so it needs more tokens. */
-static const unsigned char min_tok_avx512[QT_COUNT] = {
-    [QT_Q4_0] = 4, [QT_Q4_1] = 4, [QT_Q5_0] = 3, [QT_Q5_1] = 3, [QT_Q8_0] = 5,
-    [QT_IQ4_NL] = 4, [QT_Q4_K] = 6, [QT_Q5_K] = 6, [QT_Q6_K] = 6, [QT_IQ4_XS] = 10,
-};
-static const unsigned char min_tok_avx2[QT_COUNT] = {
-    [QT_Q4_0] = 2, [QT_Q4_1] = 3, [QT_Q5_0] = 2, [QT_Q5_1] = 3, [QT_Q8_0] = 3,
-    [QT_IQ4_NL] = 3, [QT_Q4_K] = 3, [QT_Q5_K] = 3, [QT_Q6_K] = 2, [QT_IQ4_XS] = 5,
-};
-
-int qt_gemm_min_tok(qt_type t, qt_isa isa) {
-    if (!qt_gemm(t, isa)) return INT32_MAX;
-    while ((int)isa > 0 && !qt_isa_supported(isa)) isa = (qt_isa)((int)isa - 1);
-    const int m = isa == QT_ISA_AVX512 ? min_tok_avx512[t] : min_tok_avx2[t];
-    return m >= 2 ? m : 2; /* a kernel missing from the table: the old rule */
 }
 
 void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride,

@@ -46,14 +46,6 @@ typedef void (*qt_gemm_fn)(int n, int nr, int nc, const void *w, size_t w_stride
  * the CPU runs, as qt_vec_dot); NULL if t has none there. */
 qt_gemm_fn qt_gemm(qt_type t, qt_isa isa);
 
-/* The fewest tokens for which t's gemm kernel on that ISA path beats the
- * dot loop (one qt_vec_dot per row and token, row in L1); below it callers
- * should use the dot. The kernel's per-call decode of its rows costs as much
- * as several tokens' dots: on AVX-512 (Zen 5, 64 rows x 2048) the gemm took
- * 2.3x the dot loop's time for Q4_K at 2 tokens and 4x for IQ4_XS. Returns
- * INT32_MAX where there is no kernel. */
-int qt_gemm_min_tok(qt_type t, qt_isa isa);
-
 /* The generic fallback with qt_gemm_fn's arguments: one dot call per (row,
  * token) pair with `dot` (a qt_vec_dot of the weight type). */
 void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride,

@@ -174,15 +174,6 @@ static void test_dispatch(qtt_rng *rng) {
     CHECK(qt_gemm((qt_type)4, qt_cpu_isa()) == NULL, "unknown id 4");
     CHECK(qt_gemm(QT_Q2_K, qt_cpu_isa()) == NULL, "Q2_K has no gemm kernel: the dot fallback is used");
     CHECK(qt_gemm(QT_F32, qt_cpu_isa()) == NULL, "F32 has no gemm kernel");
-    /* the crossover: none without a kernel, at least 2 tokens (and at most a few dozen) with one */
-    CHECK(qt_gemm_min_tok(QT_Q2_K, qt_cpu_isa()) == INT32_MAX, "Q2_K: a gemm crossover but no kernel");
-    CHECK(qt_gemm_min_tok(QT_Q4_K, QT_ISA_SCALAR) == INT32_MAX, "scalar: a gemm crossover but no kernel");
-    for (int i = 0; i < N_FORMATS; i++)
-        for (int isa = QT_ISA_AVX2; isa <= (int)qt_cpu_isa(); isa++) {
-            const int m = qt_gemm_min_tok(FORMATS[i], (qt_isa)isa);
-            CHECK(m >= 2 && m <= QT_GEMM_MAX_TOK, "%s on %s: gemm from %d tokens", qt_get(FORMATS[i])->name,
-                  qt_isa_name((qt_isa)isa), m);
-        }
     /* the fallback is the dot, pair by pair */
     const int n = 512, nr = 3, nc = 3;
     const size_t row = qt_row_size(QT_Q2_K, n), arow = qt_row_size(QT_Q8_K, n);

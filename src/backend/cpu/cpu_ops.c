@@ -134,7 +134,6 @@ int cpu_quantize_act(st_pool *pool, qt_type type, int64_t n_cols, int64_t n_tok,
 typedef struct {
     qt_vec_dot_fn dot;
     qt_gemm_fn gemm; /* multi-token kernel, or NULL: dot per pair (also always for one token) */
-    int gemm_min;    /* fewest tokens one gemm call takes (qt_gemm_min_tok); fewer: dot per pair */
     const uint8_t *W;
     size_t row_stride;
     int64_t n_rows;
@@ -187,15 +186,6 @@ static void matmul_tile(const mm_job *j, int64_t task) {
         const uint8_t *w = j->W + (size_t)r0 * j->row_stride;
         for (int64_t t = t0; t < t1; t += QT_GEMM_MAX_TOK) {
             const int nc = t1 - t < QT_GEMM_MAX_TOK ? (int)(t1 - t) : QT_GEMM_MAX_TOK;
-            if (nc < j->gemm_min) { /* a short last chunk: the dot loop is faster */
-                for (int64_t r = r0; r < r1; r++)
-                    for (int64_t c = t; c < t + nc; c++) {
-                        int64_t xi = j->x_ids ? j->x_ids[c] : c;
-                        j->dot(j->n_cols, &j->Y[c * j->ldy + r], j->W + (size_t)r * j->row_stride,
-                               j->Xq + (size_t)xi * j->act_row);
-                    }
-                continue;
-            }
             const void *act[QT_GEMM_MAX_TOK];
             for (int c = 0; c < nc; c++) {
                 int64_t xi = j->x_ids ? j->x_ids[t + c] : t + c;
@@ -241,10 +231,7 @@ static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
     memset(j, 0, sizeof *j);
     if (m->n_rows == 0 || m->n_tok == 0) return 0;
     j->dot = qt_vec_dot(m->type, qt_cpu_isa());
-    /* the gemm kernels lose to the dot loop below a few tokens (qt_gemm_min_tok):
-     * an expert of a prompt chunk often has only 1-5 tokens */
-    j->gemm_min = qt_gemm_min_tok(m->type, qt_cpu_isa());
-    j->gemm = m->n_tok >= j->gemm_min ? qt_gemm(m->type, qt_cpu_isa()) : NULL;
+    j->gemm = m->n_tok >= 2 ? qt_gemm(m->type, qt_cpu_isa()) : NULL;
     j->W = m->W;
     j->row_stride = row_stride;
     j->n_rows = m->n_rows;
