@@ -176,8 +176,10 @@ static void moe_bench(st_pool *pool, const moe_shape *m, double mib, int passes,
     uint8_t *W = st_malloc(per * (size_t)n_exp);
     for (int e = 0; e < n_exp; e++) { /* gate, up: gate_type; down: down_type */
         uint8_t *p = W + (size_t)e * per;
-        ST_ASSERT(cpu_fill_random_blocks(m->gate_type, p, (int64_t)(2 * mg / (size_t)qt_get(m->gate_type)->type_size), (uint64_t)e + 1) == 0);
-        ST_ASSERT(cpu_fill_random_blocks(m->down_type, p + 2 * mg, (int64_t)(md / (size_t)qt_get(m->down_type)->type_size), (uint64_t)e + 7) == 0);
+        const int64_t gb = (int64_t)(2 * mg / (size_t)qt_get(m->gate_type)->type_size);
+        const int64_t db = (int64_t)(md / (size_t)qt_get(m->down_type)->type_size);
+        ST_ASSERT(cpu_fill_random_blocks(m->gate_type, p, gb, (uint64_t)e + 1) == 0);
+        ST_ASSERT(cpu_fill_random_blocks(m->down_type, p + 2 * mg, db, (uint64_t)e + 7) == 0);
     }
     float *h = st_malloc(sizeof(float) * (size_t)m->n_embd);
     float *g = st_malloc(sizeof(float) * (size_t)(m->k * 2 * m->n_ff)), *u = g + m->k * m->n_ff;
@@ -239,7 +241,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--thp")) thp = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prefetch")) cpu_set_prefetch_bytes((size_t)atoll(argv[i + 1]));
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--mib M] [--cols C] [--passes P] [--types a,b,...] [--moe g/d,...] [--thp 0|1] [--prefetch BYTES]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--threads N] [--mib M] [--cols C] [--passes P] [--types a,b,...] [--moe g/d,...]"
+                    " [--thp 0|1] [--prefetch BYTES]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -344,7 +344,8 @@ static inline __attribute__((always_inline)) void dot_k4(int n, float *s, const 
         memcpy(dh, x, 4);
         const float dy = y->d;
         const __m128i mn2 = _mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)mn), _mm_cvtsi64_si128((long long)mn));
-        const __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn2), _mm256_loadu_si256((const __m256i *)y->bsums));
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)y->bsums);
+        const __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn2), bsums);
         accm = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(dh[1])), _mm256_cvtepi32_ps(msum), accm);
         int32_t sc2[8]; /* scale j in both int16 halves of dword j */
         const __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));

@@ -167,8 +167,8 @@ static inline __attribute__((always_inline)) void dot_k4(int n, float *s, const 
         /* Q5_K: qh rotated so that bit 2c (half 0) / 2c+1 (half 1) sits on
          * bit 4 of its byte: left by 4 / 3, then right by 2 per chunk (a
          * rotation loses no bits; a shift would drop the top byte's) */
-        __m512i hb = q5 ? _mm512_rolv_epi64(_mm512_broadcast_i64x4(load32(x + 16)), _mm512_setr_epi64(4, 4, 4, 4, 3, 3, 3, 3))
-                        : _mm512_setzero_si512();
+        const __m512i rot = _mm512_setr_epi64(4, 4, 4, 4, 3, 3, 3, 3);
+        __m512i hb = q5 ? _mm512_rolv_epi64(_mm512_broadcast_i64x4(load32(x + 16)), rot) : _mm512_setzero_si512();
         __m512i isum = _mm512_setzero_si512();
         #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
@@ -209,7 +209,8 @@ static void dot_q6_k(int n, float *s, const void *w, const void *a) {
     const __m512i sh = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
     __m512i idx[4]; /* weights 64m..64m+63: dword lanes 4j..4j+3 take scale 4m+j */
     for (int m = 0; m < 4; m++)
-        idx[m] = _mm512_add_epi32(_mm512_set1_epi32(4 * m), _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2));
+        idx[m] = _mm512_add_epi32(_mm512_set1_epi32(4 * m),
+                                  _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     __m512 acc = _mm512_setzero_ps();
     for (int ib = 0; ib < n / QK_K; ib++) {
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[ib].scales);

@@ -264,7 +264,8 @@ static int test_iq_avx512_tables(qtt_rng *r) {
             for (int trial = 0; trial < 8; trial++) {
                 const int n = ns[k];
                 void *w = xmalloc(qt_row_size(t, n)), *act = xmalloc(qt_row_size(tr->vec_dot_type, n));
-                float *x = xmalloc(n * sizeof(float)), *wf = xmalloc(n * sizeof(float)), *af = xmalloc(n * sizeof(float));
+                float *x = xmalloc(n * sizeof(float)), *wf = xmalloc(n * sizeof(float));
+                float *af = xmalloc(n * sizeof(float));
                 qtt_fill_blocks(t, w, n / tr->blck, r);
                 for (int i = 0; i < n; i++) x[i] = qtt_gauss(r);
                 qt_quantize_act(tr->vec_dot_type, x, act, n);
@@ -430,7 +431,8 @@ speed:
         if (qt_isa_supported(QT_ISA_AVX512))
             for (int ti = 0; ti < QT_COUNT; ti++)
                 if (qt_dots_iq_avx512_loads[ti])
-                    printf("%-8s avx512 grid rows gathered %.2f, loaded one by one %.2f GB/s\n", qt_get((qt_type)ti)->name,
+                    printf("%-8s avx512 grid rows gathered %.2f, loaded one by one %.2f GB/s\n",
+                           qt_get((qt_type)ti)->name,
                            speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512[ti], &r),
                            speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512_loads[ti], &r));
     }
