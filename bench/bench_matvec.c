@@ -10,11 +10,14 @@
  *    second and that as a percentage of the measured bandwidth, and the
  *    kernel's rate on a matrix that stays in cache (the compute ceiling), on
  *    all threads (16 MiB, in L3) and on one (1 MiB, in L2).
+ * 3. MoE decode steps as the CPU expert lane runs them (moe_bench): 8
+ *    experts of qwen3-30b-a3b's shape per step, --moe gate/down type pairs.
  *
  * A benchmark, not a test: it prints numbers and checks nothing but that the
  * products ran. Every timing is the best of a few passes.
  *
- * usage: bench_matvec [--threads N] [--mib M] [--cols C] [--passes P] [--types q4_k,q6_k,...] [--thp 0|1] [--prefetch BYTES]
+ * usage: bench_matvec [--threads N] [--mib M] [--cols C] [--passes P] [--types q4_k,q6_k,...]
+ *                     [--moe q4_k/q6_k,...] [--thp 0|1] [--prefetch BYTES]
  * --thp 1 asks for transparent huge pages on the weights (madvise); the
  * default is plain 4 KiB pages, like an mmap'd GGUF file in the page cache.
  */
@@ -150,21 +153,98 @@ static mv_result time_matvec(st_pool *pool, cpu_scratch *scratch, qt_type type, 
     return best;
 }
 
+/* ---- MoE decode step: the CPU expert lane's calls ----
+ * What the lane does per layer and token (backend cpu_moe_experts): quantize
+ * the hidden state once, gate and up of the k routed experts in one batched
+ * dispatch, quantize the k activations, down of the k experts in a second
+ * dispatch. Experts are picked round-robin from a pool several times the
+ * last-level cache, so every weight byte comes from DRAM. Small matrices
+ * (2.9 MiB per expert on qwen3-30b-a3b) make task size, dispatch and the
+ * start of each task's memory stream matter here, unlike the 64 MiB
+ * matrices above. */
+typedef struct {
+    int64_t n_embd, n_ff;
+    int k;
+    qt_type gate_type, down_type;
+} moe_shape;
+
+static void moe_bench(st_pool *pool, const moe_shape *m, double mib, int passes, double bw) {
+    const size_t rg = qt_row_size(m->gate_type, m->n_embd), rd = qt_row_size(m->down_type, m->n_ff);
+    const size_t mg = rg * (size_t)m->n_ff, md = rd * (size_t)m->n_embd, per = 2 * mg + md;
+    int n_exp = (int)(mib * MIB / (double)per);
+    if (n_exp < m->k) n_exp = m->k;
+    uint8_t *W = st_malloc(per * (size_t)n_exp);
+    for (int e = 0; e < n_exp; e++) { /* gate, up: gate_type; down: down_type */
+        uint8_t *p = W + (size_t)e * per;
+        const int64_t gb = (int64_t)(2 * mg / (size_t)qt_get(m->gate_type)->type_size);
+        const int64_t db = (int64_t)(md / (size_t)qt_get(m->down_type)->type_size);
+        ST_ASSERT(cpu_fill_random_blocks(m->gate_type, p, gb, (uint64_t)e + 1) == 0);
+        ST_ASSERT(cpu_fill_random_blocks(m->down_type, p + 2 * mg, db, (uint64_t)e + 7) == 0);
+    }
+    float *h = st_malloc(sizeof(float) * (size_t)m->n_embd);
+    float *g = st_malloc(sizeof(float) * (size_t)(m->k * 2 * m->n_ff)), *u = g + m->k * m->n_ff;
+    float *o = st_malloc(sizeof(float) * (size_t)(m->k * m->n_embd));
+    for (int64_t i = 0; i < m->n_embd; i++) h[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    void *hq = st_malloc(cpu_act_row_size(m->gate_type, m->n_embd));
+    void *gq = st_malloc(cpu_act_row_size(m->down_type, m->n_ff) * (size_t)m->k);
+    cpu_mm mm[128];
+    ST_ASSERT(2 * m->k <= 128);
+    const int steps = n_exp / m->k; /* one pass visits every expert once */
+    double best = 0;
+    for (int p = 0; p < passes + 1; p++) {
+        int64_t t0 = st_now_ns();
+        for (int st = 0; st < steps; st++) {
+            ST_ASSERT(cpu_quantize_act(pool, m->gate_type, m->n_embd, 1, h, hq) == 0);
+            for (int i = 0; i < m->k; i++) {
+                const uint8_t *e = W + (size_t)(st * m->k + i) * per;
+                mm[2 * i] = (cpu_mm){e, rg, m->gate_type, m->n_ff, m->n_embd, 1, hq, NULL, g + i * m->n_ff, 0};
+                mm[2 * i + 1] = (cpu_mm){e + mg, rg, m->gate_type, m->n_ff, m->n_embd, 1, hq, NULL, u + i * m->n_ff, 0};
+            }
+            ST_ASSERT(cpu_matmul_q_batch(pool, mm, 2 * m->k) == 0);
+            ST_ASSERT(cpu_quantize_act(pool, m->down_type, m->n_ff, m->k, g, gq) == 0);
+            const size_t ra = cpu_act_row_size(m->down_type, m->n_ff);
+            for (int i = 0; i < m->k; i++) {
+                const uint8_t *e = W + (size_t)(st * m->k + i) * per + 2 * mg;
+                mm[i] = (cpu_mm){e, rd, m->down_type, m->n_embd, m->n_ff, 1, (uint8_t *)gq + (size_t)i * ra, NULL,
+                                 o + i * m->n_embd, 0};
+            }
+            ST_ASSERT(cpu_matmul_q_batch(pool, mm, m->k) == 0);
+        }
+        double ns = (double)(st_now_ns() - t0);
+        double gbs = (double)per * (double)(steps * m->k) / ns;
+        if (p > 0 && gbs > best) best = gbs; /* pass 0 warms up */
+    }
+    printf("| %s/%s | %lld x %lld, top-%d | %d | %.1f | %.0f%% | %.1f |\n", qt_get(m->gate_type)->name,
+           qt_get(m->down_type)->name, (long long)m->n_embd, (long long)m->n_ff, m->k, n_exp, best, 100 * best / bw,
+           (double)per * m->k / best * 1e-3);
+    st_free(W);
+    st_free(h);
+    st_free(g);
+    st_free(o);
+    st_free(hq);
+    st_free(gq);
+}
+
 int main(int argc, char **argv) {
     int threads = 0, passes = 3, thp = 0;
     double mib = 1024;
     int64_t n_cols = 4096;
-    const char *types = "q4_k,q6_k,q8_0,iq4_xs,iq3_xxs,iq2_xs";
+    const char *types = "q4_k,q6_k,q8_0,iq4_xs,iq3_xxs,iq2_xs,iq2_xxs";
+    const char *moe = "q4_k/q6_k,iq2_xxs/iq2_xxs";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--mib")) mib = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--cols")) n_cols = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--passes")) passes = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--types")) types = argv[i + 1];
+        else if (!strcmp(argv[i], "--moe")) moe = argv[i + 1];
         else if (!strcmp(argv[i], "--thp")) thp = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prefetch")) cpu_set_prefetch_bytes((size_t)atoll(argv[i + 1]));
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--mib M] [--cols C] [--passes P] [--types a,b,...] [--thp 0|1] [--prefetch BYTES]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--threads N] [--mib M] [--cols C] [--passes P] [--types a,b,...] [--moe g/d,...]"
+                    " [--thp 0|1] [--prefetch BYTES]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -230,6 +310,30 @@ int main(int argc, char **argv) {
     }
     cpu_scratch_free(&scratch);
     st_free(W);
+
+    /* 3. MoE decode steps at qwen3-30b-a3b's expert shape */
+    printf("\nMoE decode step (quantize, gate+up of k experts in one dispatch, quantize, down), 2048 x 768 "
+           "experts, top-8, %d threads, %.0f MiB of experts:\n\n", nt, mib);
+    printf("| gate,up/down | shape | experts | GB/s | %% of bw | us per step |\n|---|---|---|---|---|---|\n");
+    snprintf(list, sizeof list, "%s", moe);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        char gname[32];
+        const char *slash = strchr(tok, '/');
+        int gt = -1, dt = -1;
+        if (slash && (size_t)(slash - tok) < sizeof gname) {
+            memcpy(gname, tok, (size_t)(slash - tok));
+            gname[slash - tok] = 0;
+            gt = qt_from_name(gname);
+            dt = qt_from_name(slash + 1);
+        }
+        if (gt < 0 || dt < 0 || !qt_vec_dot((qt_type)gt, QT_ISA_SCALAR) || !qt_vec_dot((qt_type)dt, QT_ISA_SCALAR)) {
+            printf("| %s | (not gate/down types with a dot product, skipped) |\n", tok);
+            continue;
+        }
+        moe_shape ms = {2048, 768, 8, (qt_type)gt, (qt_type)dt};
+        moe_bench(pool, &ms, mib, passes, bw_all);
+        fflush(stdout);
+    }
     st_free(x);
     st_pool_free(pool);
     st_pool_free(one);

@@ -17,5 +17,8 @@ extern const qt_vec_dot_fn qt_dots_main_avx512[QT_COUNT];
 extern const qt_vec_dot_fn qt_dots_iq_scalar[QT_COUNT];
 extern const qt_vec_dot_fn qt_dots_iq_avx2[QT_COUNT];
 extern const qt_vec_dot_fn qt_dots_iq_avx512[QT_COUNT];
+/* AVX-512 i-quant kernels that load grid rows one by one rather than with
+ * vpgatherqq (slow on AMD); NULL where a format has none. */
+extern const qt_vec_dot_fn qt_dots_iq_avx512_loads[QT_COUNT];
 
 #endif

@@ -63,11 +63,27 @@ static qt_isa detect_hw_isa(void) {
     return QT_ISA_AVX2;
 }
 
+/* AMD's gathers are slow enough that the AVX-512 i-quant kernels, built on
+ * them, lose there. On AMD an AVX-512 request gets, per format, what ran
+ * fastest on one Zen 5 core (tests/quant/test_dot speed table, in cache):
+ * the AVX-512 kernel that loads grid rows one by one (IQ2_XXS: 8.9 GB/s;
+ * gather 5.6, AVX2 6.2), else the AVX2 kernel where it beat the gathers
+ * (IQ2_XS 6.8 vs 6.2, IQ2_S 9.4 vs 7.5, IQ3_XXS 7.4 vs 6.2; IQ3_S and IQ1_S
+ * keep AVX-512). Intel keeps the gathers (one instruction where the loads
+ * are ~27; not measured against them on its cores). */
+static int detect_amd(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "Auth" "enti" "cAMD" */
+}
+
 static qt_isa g_hw_isa, g_isa;
+static int g_amd;
 static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 
 static void isa_init(void) {
     g_hw_isa = detect_hw_isa();
+    g_amd = detect_amd();
     g_isa = g_hw_isa;
     const char *env = st_switch_get("STRATA_ISA");
     if (!env || !*env) return;
@@ -113,6 +129,10 @@ qt_vec_dot_fn qt_vec_dot(qt_type t, qt_isa isa) {
     /* a path the CPU cannot run is never handed out, whatever was asked */
     int top = (int)isa > (int)g_hw_isa ? (int)g_hw_isa : (int)isa;
     for (int i = top; i >= 0; i--) {
+        if (i == QT_ISA_AVX512 && g_amd) {
+            if (qt_dots_iq_avx512_loads[t]) return qt_dots_iq_avx512_loads[t];
+            if (t == QT_IQ2_XS || t == QT_IQ2_S || t == QT_IQ3_XXS) continue; /* to AVX2 */
+        }
         if (g_main[i][t]) return g_main[i][t];
         if (g_iq[i][t]) return g_iq[i][t];
     }

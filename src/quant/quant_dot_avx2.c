@@ -324,88 +324,57 @@ static void dot_q3_k(int n, float *s, const void *w, const void *a) {
     *s = hsum_ps(acc);
 }
 
-/* Q4_K / Q5_K: 8 sub-blocks of 32; scale j broadcast as int16 from the 8 scales */
-static inline __m256i scale_one(__m256i sc16x8, int j) {
-    __m256i idx = _mm256_set1_epi16((short)((2 * j + 1) << 8 | (2 * j)));
-    return _mm256_shuffle_epi8(sc16x8, idx);
-}
 
-static void dot_q4_k(int n, float *s, const void *w, const void *a) {
-    const block_q4_K *x = w;
-    const block_q8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int ib = 0; ib < n / QK_K; ib++) {
-        uint8_t sc[8], mn[8];
-        qdot_k4_scales(x[ib].scales, sc, mn);
-        const float dy = y[ib].d;
-        /* min term: sum_j mn_j * (bsum_2j + bsum_2j+1) */
-        __m256i bs = _mm256_loadu_si256((const __m256i *)y[ib].bsums);
-        __m128i bs2 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-        __m128i msum = _mm_madd_epi16(mn16, bs2);
-        accm = _mm_fmadd_ps(_mm_set1_ps(-dy * f16(x[ib].dmin)), _mm_cvtepi32_ps(msum), accm);
-
-        __m256i sc16 = bcast8_i16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i qv = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * c));
-            __m256i lo = _mm256_and_si256(qv, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * c)));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * c + 32)));
-            p0 = _mm256_madd_epi16(p0, scale_one(sc16, 2 * c));
-            p1 = _mm256_madd_epi16(p1, scale_one(sc16, 2 * c + 1));
-            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
-    }
-    __m128 t = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
-    t = _mm_add_ss(t, _mm_movehdup_ps(t));
-    *s = hsum_ps(acc) + _mm_cvtss_f32(t);
-}
-
-static void dot_q5_k(int n, float *s, const void *w, const void *a) {
-    const block_q5_K *x = w;
-    const block_q8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+/* Q4_K / Q5_K (q5: the 5th bit from qh). One 32-weight sub-block per ymm
+ * against contiguous activations; the sub-block's scale is broadcast from a
+ * dword (scale in both int16 halves) stored once per block, a load rather
+ * than a shuffle per sub-block, and the min term is one vpmaddwd of the mins
+ * doubled into int16 pairs against the 16 bsums. Scales come unpacked in
+ * 64-bit registers (qdot_k4_scales64): no 4-byte stores read back as 8. */
+static inline __attribute__((always_inline)) void dot_k4(int n, float *s, const uint8_t *x, size_t bs,
+                                                         const block_q8_K *y, const int q5) {
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
-    for (int ib = 0; ib < n / QK_K; ib++) {
-        uint8_t sc[8], mn[8];
-        qdot_k4_scales(x[ib].scales, sc, mn);
-        const float dy = y[ib].d;
-        __m256i bs = _mm256_loadu_si256((const __m256i *)y[ib].bsums);
-        __m128i bs2 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-        __m128i msum = _mm_madd_epi16(mn16, bs2);
-        accm = _mm_fmadd_ps(_mm_set1_ps(-dy * f16(x[ib].dmin)), _mm_cvtepi32_ps(msum), accm);
-
-        __m256i sc16 = bcast8_i16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-        /* qh bit 2c -> weights 64c.., bit 2c+1 -> 64c+32..: shift qh right by 2 per c
-         * (16-bit shifts pull bits across bytes, but only bits 0..1 are read) */
-        __m256i hb = _mm256_loadu_si256((const __m256i *)x[ib].qh);
+    for (int ib = 0; ib < n / QK_K; ib++, x += bs, y++) {
+        /* both layouts start d, dmin, scales[12]; Q5_K has qh[32] before qs */
+        const uint8_t *qs = x + 16 + (q5 ? 32 : 0);
+        uint64_t sc, mn;
+        qdot_k4_scales64(x + 4, &sc, &mn);
+        uint16_t dh[2];
+        memcpy(dh, x, 4);
+        const float dy = y->d;
+        const __m128i mn2 = _mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)mn), _mm_cvtsi64_si128((long long)mn));
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)y->bsums);
+        const __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn2), bsums);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(dh[1])), _mm256_cvtepi32_ps(msum), accm);
+        int32_t sc2[8]; /* scale j in both int16 halves of dword j */
+        const __m256i s32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
+        _mm256_storeu_si256((__m256i *)sc2, _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16)));
+        /* Q5_K: qh bit 2c -> weights 64c.., bit 2c+1 -> 64c+32..: qh shifted right by 2
+         * per c (16-bit shifts pull bits across bytes; only bits 0..1 are read) */
+        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)(x + 16)) : _mm256_setzero_si256();
         __m256i isum = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i qv = _mm256_loadu_si256((const __m256i *)(x[ib].qs + 32 * c));
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(qv, m4),
-                                         _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),
-                                         _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
-            hb = _mm256_srli_epi16(hb, 2);
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * c)));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[ib].qs + 64 * c + 32)));
-            p0 = _mm256_madd_epi16(p0, scale_one(sc16, 2 * c));
-            p1 = _mm256_madd_epi16(p1, scale_one(sc16, 2 * c + 1));
-            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(qv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
+            if (q5) {
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c)));
+            const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi32(sc2[2 * c])));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi32(sc2[2 * c + 1])));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(dh[0])), _mm256_cvtepi32_ps(isum), acc);
     }
-    __m128 t = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
-    t = _mm_add_ss(t, _mm_movehdup_ps(t));
-    *s = hsum_ps(acc) + _mm_cvtss_f32(t);
+    *s = hsum_ps(acc) - hsum_ps(accm);
 }
+
+static void dot_q4_k(int n, float *s, const void *w, const void *a) { dot_k4(n, s, w, sizeof(block_q4_K), a, 0); }
+
+static void dot_q5_k(int n, float *s, const void *w, const void *a) { dot_k4(n, s, w, sizeof(block_q5_K), a, 1); }
 
 static void dot_q6_k(int n, float *s, const void *w, const void *a) {
     const block_q6_K *x = w;

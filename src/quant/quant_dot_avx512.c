@@ -3,17 +3,19 @@
  * and OS run them (quant_dot.c). Formats without an entry here fall back to
  * the AVX2 kernels.
  *
- * Integer cores:
- *   - vpdpbusd (VNNI): unsigned x signed bytes, 4 products summed into int32
- *     with no int16 saturation step. Signed weights: |x| and sign(y, x) (Q8_0,
- *     ymm has vpsignb), or an unsigned table offset by +128 whose extra
- *     128*sum(y) is removed with the Q8_K bsums (IQ4_XS).
- *   - vpmaddubsw + vpdpwssd: for K-quants whose sub-block scales multiply
- *     int16 pair sums; the scale lands in the same instruction as the
- *     accumulation.
- * zmm where it measured faster (Q6_K, IQ4_XS, floats); ymm + VNNI where zmm
- * lost (Q8_0, Q4_K, Q5_K: 512-bit work has two vector ports instead of three,
- * and their per-block scale shuffles and 256-bit inserts crowd port 5).
+ * Integer core: vpdpbusd (VNNI), unsigned x signed bytes, 4 products summed
+ * into int32 with no int16 saturation step. Signed weights: |x| and
+ * sign(y, x) (Q8_0, ymm has vpsignb), or an unsigned table offset by +128
+ * whose extra 128*sum(y) is removed with the Q8_K bsums (IQ4_XS). Unsigned
+ * weights (K-quants: Q4_K/Q5_K nibbles, Q6_K's 6-bit values before their -32)
+ * go in as they are; their lane sums are small enough to be exact int16, so
+ * vpdpwssd against dwords (scale, 0) applies the sub-block scale and
+ * accumulates in one instruction (dot_k4, dot_q6_k).
+ * zmm where it measured faster (K-quants, IQ4_XS, floats); ymm + VNNI where
+ * zmm lost (Q8_0: 512-bit work has two vector ports instead of three, and its
+ * per-block scale shuffles and 256-bit inserts crowd port 5). The K-quants
+ * avoid such shuffles by loading 32-byte pieces broadcast into both halves of
+ * a zmm (a load, no shuffle) and shifting the halves apart.
  * Layouts: see blocks.h and quant_dot_scalar.c.
  */
 #include <immintrin.h>
@@ -25,11 +27,6 @@ static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 static inline __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
 static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-/* two 32-byte pieces -> one zmm [lo | hi] */
-static inline __m512i join256(__m256i lo, __m256i hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
 
 /* ---- float formats ---- */
 
@@ -132,122 +129,110 @@ static void dot_q8_0(int n, float *s, const void *w, const void *a) {
 
 /* ---- K-quants x Q8_K ---- */
 
-/* int16 scale vector, 8 lanes per scale: groups g..g+3 (Q6_K's 16-weight groups) */
-static inline __m512i perm_scales4(__m512i sc16, int g) {
-    __m512i idx = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(g + 1)), _mm_set1_epi16((short)g))),
-        _mm256_set_m128i(_mm_set1_epi16((short)(g + 3)), _mm_set1_epi16((short)(g + 2))), 1);
-    return _mm512_permutexvar_epi16(idx, sc16);
-}
-
-/* min term of Q4_K/Q5_K: sum_j mn_j * (bsum_2j + bsum_2j+1), as 4 int32 */
-static inline __m128i k4_min_sums(const uint8_t mn[8], const int16_t *bsums) {
-    __m256i bs = load32(bsums);
-    __m128i bs2 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-    return _mm_madd_epi16(mn16, bs2);
-}
-
-static inline float hsum128(__m128 t) {
-    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-    t = _mm_add_ss(t, _mm_movehdup_ps(t));
-    return _mm_cvtss_f32(t);
-}
-
-/* Q4_K / Q5_K in ymm (zmm measured slower, as for Q8_0): vpdpwssd applies the
- * sub-block scale and accumulates in one instruction. */
-static inline __m256i scale_one(__m256i sc16x8, int j) {
-    __m256i idx = _mm256_set1_epi16((short)((2 * j + 1) << 8 | (2 * j)));
-    return _mm256_shuffle_epi8(sc16x8, idx);
+/* Q4_K in zmm with vpdpbusd on the nibbles. Chunk c (32 bytes) holds
+ * sub-block 2c in its low nibbles and 2c+1 in its high ones, weight l at byte
+ * l: broadcast to both halves of a zmm (a load, no shuffle), shifted by 0 and
+ * 4 per half and masked, it lines up with the 64 contiguous activations
+ * 64c..64c+63. vpdpbusd (unsigned nibble x signed quant, 4 products per lane:
+ * |sum| <= 4*15*127 = 7620) leaves each lane's sum exactly in its low int16
+ * and the sign in the high one, so vpdpwssd against dwords (scale, 0) applies
+ * the sub-block scale and accumulates in one instruction (|total| <=
+ * 256*15*127*63 < 2^31). The min term sum_j mn_j * (bsum_2j + bsum_2j+1)
+ * is one vpmaddwd with each min doubled into an int16 pair. */
+/* One Q4_K/Q5_K kernel: with qh (Q5_K), the 5th bit of each weight comes
+ * from qh bit 2c (sub-block 2c) or 2c+1 of byte l; qh is broadcast as the
+ * nibbles are and shifted so that the bit of chunk c lands on bit 4. */
+static inline __attribute__((always_inline)) void dot_k4(int n, float *s, const uint8_t *x, size_t bs,
+                                                         const block_q8_K *y, const int q5) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+    const __m512i sh = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    __m512i idx[4]; /* dword lanes 0..7 take scale 2c, lanes 8..15 scale 2c+1 */
+    for (int c = 0; c < 4; c++)
+        idx[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * c)), _mm256_set1_epi32(2 * c + 1), 1);
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int ib = 0; ib < n / QK_K; ib++, x += bs, y++) {
+        /* both layouts start d, dmin, scales[12]; Q5_K has qh[32] before qs */
+        const uint8_t *qs = x + 16 + (q5 ? 32 : 0);
+        uint64_t sc, mn;
+        qdot_k4_scales64(x + 4, &sc, &mn);
+        uint32_t dh;
+        memcpy(&dh, x, 4);
+        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)dh)), _mm_set1_ps(y->d)); /* d*dy, dmin*dy */
+        /* each min twice, as int16: lanes 2j, 2j+1 meet bsums 2j, 2j+1 */
+        const __m128i mn2 = _mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)mn), _mm_cvtsi64_si128((long long)mn));
+        const __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn2), load32(y->bsums));
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_broadcastss_ps(_mm_movehdup_ps(dd)), accm);
+        const __m512i scv = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
+        /* Q5_K: qh rotated so that bit 2c (half 0) / 2c+1 (half 1) sits on
+         * bit 4 of its byte: left by 4 / 3, then right by 2 per chunk (a
+         * rotation loses no bits; a shift would drop the top byte's) */
+        const __m512i rot = _mm512_setr_epi64(4, 4, 4, 4, 3, 3, 3, 3);
+        __m512i hb = q5 ? _mm512_rolv_epi64(_mm512_broadcast_i64x4(load32(x + 16)), rot) : _mm512_setzero_si512();
+        __m512i isum = _mm512_setzero_si512();
+        #pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512i q = _mm512_broadcast_i64x4(load32(qs + 32 * c));
+            __m512i w8 = _mm512_and_si512(_mm512_srlv_epi64(q, sh), m4);
+            if (q5) {
+                w8 = _mm512_ternarylogic_epi32(w8, hb, b4, 0xf8); /* w8 | (hb & b4) */
+                hb = _mm512_ror_epi64(hb, 2);
+            }
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w8, load64(y->qs + 64 * c));
+            isum = _mm512_dpwssd_epi32(isum, p, _mm512_permutexvar_epi32(idx[c], scv));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(dd), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc) - hsum256(accm);
 }
 
 static void dot_q4_k(int n, float *s, const void *w, const void *a) {
-    const block_q4_K *x = w;
-    const block_q8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int ib = 0; ib < n / QK_K; ib++) {
-        uint8_t sc[8], mn[8];
-        qdot_k4_scales(x[ib].scales, sc, mn);
-        const float dy = y[ib].d;
-        accm = _mm_fmadd_ps(_mm_set1_ps(-dy * f16(x[ib].dmin)), _mm_cvtepi32_ps(k4_min_sums(mn, y[ib].bsums)),
-                            accm);
-        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i qv = load32(x[ib].qs + 32 * c);
-            __m256i lo = _mm256_and_si256(qv, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-            __m256i p0 = _mm256_maddubs_epi16(lo, load32(y[ib].qs + 64 * c));
-            __m256i p1 = _mm256_maddubs_epi16(hi, load32(y[ib].qs + 64 * c + 32));
-            isum = _mm256_dpwssd_epi32(isum, p0, scale_one(sc16, 2 * c));
-            isum = _mm256_dpwssd_epi32(isum, p1, scale_one(sc16, 2 * c + 1));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
-    }
-    *s = hsum256(acc) + hsum128(accm);
+    dot_k4(n, s, w, sizeof(block_q4_K), a, 0);
 }
 
 static void dot_q5_k(int n, float *s, const void *w, const void *a) {
-    const block_q5_K *x = w;
-    const block_q8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
-    for (int ib = 0; ib < n / QK_K; ib++) {
-        uint8_t sc[8], mn[8];
-        qdot_k4_scales(x[ib].scales, sc, mn);
-        const float dy = y[ib].d;
-        accm = _mm_fmadd_ps(_mm_set1_ps(-dy * f16(x[ib].dmin)), _mm_cvtepi32_ps(k4_min_sums(mn, y[ib].bsums)),
-                            accm);
-        __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-        /* qh bit 2c -> weights 64c.., bit 2c+1 -> 64c+32..: qh shifted right by 2
-         * per c (16-bit shifts pull bits across bytes; only bits 0..1 are read) */
-        __m256i hb = load32(x[ib].qh);
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i qv = load32(x[ib].qs + 32 * c);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(qv, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),
-                                         _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
-            hb = _mm256_srli_epi16(hb, 2);
-            __m256i p0 = _mm256_maddubs_epi16(lo, load32(y[ib].qs + 64 * c));
-            __m256i p1 = _mm256_maddubs_epi16(hi, load32(y[ib].qs + 64 * c + 32));
-            isum = _mm256_dpwssd_epi32(isum, p0, scale_one(sc16, 2 * c));
-            isum = _mm256_dpwssd_epi32(isum, p1, scale_one(sc16, 2 * c + 1));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
-    }
-    *s = hsum256(acc) + hsum128(accm);
+    dot_k4(n, s, w, sizeof(block_q5_K), a, 1);
 }
 
+/* Q6_K in zmm: per 128 weights, ql (64 bytes: chunk k holds weights 32k+l
+ * in its low nibbles and 64+32k+l in its high ones) and qh (32 bytes: bits
+ * 2s..2s+1 of byte l top up weight 32s+l). qh is loaded broadcast and its
+ * upper half shifted by 2, so weights 0..63 and 64..127 come out in order,
+ * against contiguous activations. vpdpbusd on the unsigned 6-bit values
+ * (|lane| <= 4*63*127 = 32004, an exact int16), then vpdpwssd against
+ * dwords (scale, 0) per 16 weights; the -32 offset is -32 * sum_g sc_g *
+ * bsum_g, one vpmaddwd per block. */
 static void dot_q6_k(int n, float *s, const void *w, const void *a) {
     const block_q6_K *x = w;
     const block_q8_K *y = a;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30), lo16 = _mm512_set1_epi32(0xffff);
+    const __m512i sh = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+    __m512i idx[4]; /* weights 64m..64m+63: dword lanes 4j..4j+3 take scale 4m+j */
+    for (int m = 0; m < 4; m++)
+        idx[m] = _mm512_add_epi32(_mm512_set1_epi32(4 * m),
+                                  _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     __m512 acc = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
     for (int ib = 0; ib < n / QK_K; ib++) {
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[ib].scales);
-        __m256i sc16y = _mm256_cvtepi8_epi16(sc8);
-        __m512i sc16 = _mm512_castsi256_si512(sc16y);
-        /* we dot q (unsigned 0..63); the -32 comes back as -32 * sum_g sc_g * bsum_g */
-        __m256i bias = _mm256_madd_epi16(sc16y, load32(y[ib].bsums));
-        __m512i isum = _mm512_zextsi256_si512(_mm256_slli_epi32(bias, 5));
-        isum = _mm512_sub_epi32(_mm512_setzero_si512(), isum);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[ib].scales);
+        /* the -32 comes back as -32 * sum_g sc_g * bsum_g, subtracted after the
+         * products: starting the accumulator from it put the bsums load (an
+         * L2 miss when the activations change per call) at the head of the
+         * vpdpwssd chain; 35% of the time of a dot loop over 64 tokens */
+        const __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load32(y[ib].bsums));
+        __m512i isum = _mm512_setzero_si512();
+        const __m512i scv = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), lo16); /* (scale, 0) */
+        #pragma GCC unroll 2
         for (int hf = 0; hf < 2; hf++) {
-            /* ql chunk k (32 bytes) holds weights 32k+l (low nibble) and 64+32k+l (high);
-             * qh bits 2s..2s+1 of byte l hold the top of weight 32s+l */
-            __m512i ql = load64(x[ib].ql + 64 * hf);
-            __m256i qh = load32(x[ib].qh + 32 * hf);
-            __m512i h = join256(qh, _mm256_srli_epi16(qh, 2));
-            __m512i z0 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m2));
-            __m512i z1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(h, m2));
-            __m512i p0 = _mm512_maddubs_epi16(z0, load64(y[ib].qs + 128 * hf));
-            __m512i p1 = _mm512_maddubs_epi16(z1, load64(y[ib].qs + 128 * hf + 64));
-            isum = _mm512_dpwssd_epi32(isum, p0, perm_scales4(sc16, 8 * hf));
-            isum = _mm512_dpwssd_epi32(isum, p1, perm_scales4(sc16, 8 * hf + 4));
+            const __m512i ql = load64(x[ib].ql + 64 * hf);
+            const __m512i h = _mm512_srlv_epi64(_mm512_broadcast_i64x4(load32(x[ib].qh + 32 * hf)), sh);
+            const __m512i z0 = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4), _mm512_slli_epi16(h, 4), m2, 0xf8);
+            const __m512i z1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h, m2, 0xf8);
+            const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z0, load64(y[ib].qs + 128 * hf));
+            const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z1, load64(y[ib].qs + 128 * hf + 64));
+            isum = _mm512_dpwssd_epi32(isum, p0, _mm512_permutexvar_epi32(idx[2 * hf], scv));
+            isum = _mm512_dpwssd_epi32(isum, p1, _mm512_permutexvar_epi32(idx[2 * hf + 1], scv));
         }
+        isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(bias, 5)));
         acc = _mm512_fmadd_ps(_mm512_set1_ps(y[ib].d * f16(x[ib].d)), _mm512_cvtepi32_ps(isum), acc);
     }
     *s = _mm512_reduce_add_ps(acc);

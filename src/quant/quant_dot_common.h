@@ -47,6 +47,20 @@ static inline void qdot_k4_scales(const uint8_t s[12], uint8_t sc[8], uint8_t mn
     memcpy(mn + 4, &mn_hi, 4);
 }
 
+/* qdot_k4_scales into two 64-bit words (byte j = sub-block j), for kernels
+ * that move them straight into a vector register. */
+static inline void qdot_k4_scales64(const uint8_t s[12], uint64_t *sc, uint64_t *mn) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s, 4);
+    memcpy(&w1, s + 4, 4);
+    memcpy(&w2, s + 8, 4);
+    const uint64_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
+    const uint64_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    const uint64_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    *sc = sc_lo | sc_hi << 32;
+    *mn = mn_lo | mn_hi << 32;
+}
+
 /* The 16 signed 6-bit scales of a Q3_K super-block (value - 32), one per 16
  * weights. Low 4 bits: scales 0..7 in the low nibbles of s[0..7], 8..15 in
  * their high nibbles; top 2 bits: scale i in bits 2*(i/4) of s[8 + i%4]. */

@@ -11,8 +11,13 @@
  *   - vpdpwssd (VNNI) multiplies the int16 pair sums by the sub-block's odd
  *     scale 2s+1 and accumulates in int32; the per-block scale vector is
  *     built once and spread per step with vpermw.
- * 7-bit sign indices (IQ2_XXS/IQ2_XS/IQ3_XXS) expand to 8 bits with the
- * parity rule of ksigns_iq2xs, 8 groups at a time in a 64-bit register.
+ * 7-bit sign indices expand to 8 bits with the parity rule of ksigns_iq2xs:
+ * for IQ2_XXS/IQ3_XXS, whose indices sit in 8 aux words, all 32 of a block
+ * at once in a ymm (ksigns32); for IQ2_XS, 8 groups at a time in a 64-bit
+ * register (ksigns8).
+ * Gathers are slow on AMD (Zen 5: IQ2_XXS 4.7 GB/s on one core with them):
+ * IQ2_XXS also has a variant loading its grid rows one by one (8.7 GB/s
+ * there), qt_dots_iq_avx512_loads; quant_dot.c picks by vendor.
  * Activations must be Q8_K as qt_quantize_act makes them: |q| <= 127 (so
  * that negating never overflows) and bsums filled (IQ1).
  * IQ1_M uses the unsigned weight 8*(g+1) + (delta+1) in 0..18 and subtracts
@@ -94,33 +99,64 @@ static inline __m512i idx_lo_hi(const uint8_t *lo, uint64_t hi) {
     return _mm512_cvtepu16_epi64(_mm_unpacklo_epi8(l, _mm_cvtsi64_si128((long long)hi)));
 }
 
-static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
-    const block_iq2_xxs *x = w;
-    const block_q8_K *y = a;
-    const scale_perm sp = perm_per32(4, 2);
-    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
-    for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
-    /* the grid index dwords (even) of the 8 sub-blocks gathered into the low 256 bits */
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+/* The 7-bit sign indices of a block's 8 sub-blocks (aux words: 4 x 7 bits,
+ * scale in bits 28..31, one dword per sub-block) -> 32 sign bytes (group
+ * 4ib+l at byte 4ib+l), with ksigns_iq2xs's parity rule: bit 7 = parity of
+ * bits 0..6. In vector registers for the whole block: ~17 operations instead
+ * of ~15 general-register ones per 64 weights. The 32-bit shifts only move
+ * bits within a byte where it counts (bit 0 of each byte after >>4, >>2, >>1
+ * comes from the same byte). */
+static inline __m256i ksigns32(__m256i aux) {
+    __m256i x = _mm256_and_si256(aux, _mm256_set1_epi32(0x7f));
+    x = _mm256_ternarylogic_epi32(x, _mm256_slli_epi32(aux, 1), _mm256_set1_epi32(0x7f00), 0xf8); /* x | (b & c) */
+    x = _mm256_ternarylogic_epi32(x, _mm256_slli_epi32(aux, 2), _mm256_set1_epi32(0x7f0000), 0xf8);
+    x = _mm256_ternarylogic_epi32(x, _mm256_slli_epi32(aux, 3), _mm256_set1_epi32(0x7f000000), 0xf8);
+    __m256i p = _mm256_xor_si256(x, _mm256_srli_epi32(x, 4));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+    return _mm256_ternarylogic_epi32(x, _mm256_slli_epi32(p, 7), _mm256_set1_epi8((char)0x80), 0xf8);
+}
+
+/* 8 qword grid rows, indices i0[0..3] then i1[0..3], by scalar loads and
+ * inserts: where vpgatherqq is slow (AMD Zen 5 here: the IQ2_XXS dot ran at
+ * 4.7 GB/s with it, 8.7 without) */
+static inline __m512i rows8_loads(const uint64_t *grid, const uint8_t *i0, const uint8_t *i1) {
+    const __m128i a = _mm_insert_epi64(_mm_cvtsi64_si128((long long)grid[i0[0]]), (long long)grid[i0[1]], 1);
+    const __m128i b = _mm_insert_epi64(_mm_cvtsi64_si128((long long)grid[i0[2]]), (long long)grid[i0[3]], 1);
+    const __m128i c = _mm_insert_epi64(_mm_cvtsi64_si128((long long)grid[i1[0]]), (long long)grid[i1[1]], 1);
+    const __m128i e = _mm_insert_epi64(_mm_cvtsi64_si128((long long)grid[i1[2]]), (long long)grid[i1[3]], 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b, a)), _mm256_set_m128i(e, c), 1);
+}
+
+static inline __m512i rows8_gather(const uint64_t *grid, const uint8_t *i0, const uint8_t *i1) {
+    const __m128i ix = _mm_unpacklo_epi32(_mm_cvtsi32_si128((int)load_u32(i0)), _mm_cvtsi32_si128((int)load_u32(i1)));
+    return _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(ix), (const void *)grid, 8);
+}
+
+/* qs: 8 x (aux0: 4 grid bytes, aux1: 4x7 sign bits | scale << 28) */
+static inline __attribute__((always_inline)) void iq2_xxs_impl(int n, float *s, const block_iq2_xxs *x,
+                                                               const block_q8_K *y, const int gather) {
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
+    __m512i pidx[4]; /* int16 lanes 0..15 take sub-block 2k's scale (lane 4k), 16..31 2k+1's */
+    for (int k = 0; k < 4; k++)
+        pidx[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * k))),
+                                     _mm256_set1_epi16((short)(4 * k + 2)), 1);
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
-        /* qs: 8 x (aux0: 4 grid bytes, aux1: 4x7 sign bits | scale << 28);
-         * 2s+1 of sub-block ib lands in int16 lane 4ib+2 */
-        const __m512i all = _mm512_loadu_si512(x[i].qs);
-        const __m512i t = _mm512_srli_epi32(all, 28);
-        const __m512i sc = _mm512_add_epi32(_mm512_add_epi32(t, t), _mm512_set1_epi32(1));
-        const __m256i ix = _mm512_castsi512_si256(_mm512_permutexvar_epi32(even, all));
-        const __m128i ixl = _mm256_castsi256_si128(ix), ixh = _mm256_extracti128_si256(ix, 1);
-        const __m128i ixs[4] = {ixl, _mm_unpackhi_epi64(ixl, ixl), ixh, _mm_unpackhi_epi64(ixh, ixh)};
+        const uint8_t *qb = (const uint8_t *)x[i].qs;
+        const __m256i aux = _mm512_castsi512_si256(_mm512_permutexvar_epi32(odd, _mm512_loadu_si512(qb)));
+        const __m256i t = _mm256_srli_epi32(aux, 28);
+        const __m512i sc = _mm512_castsi256_si512(_mm256_add_epi32(_mm256_add_epi32(t, t), _mm256_set1_epi32(1)));
+        uint64_t sg[4]; /* read back by kmovq from memory, no shuffle */
+        _mm256_storeu_si256((__m256i *)sg, ksigns32(aux));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
         #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
-            const __m512i g = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(ixs[k]), (const void *)iq2xxs_grid, 8);
-            const uint64_t sg = (load_u32(x[i].qs + 8 * k + 2) & 0x0fffffffu) |
-                                ((uint64_t)(load_u32(x[i].qs + 8 * k + 6) & 0x0fffffffu) << 28);
-            const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
+            const uint8_t *ix = qb + 16 * k; /* sub-blocks 2k, 2k+1: index bytes at 0..3 and 8..11 */
+            const __m512i g = gather ? rows8_gather(iq2xxs_grid, ix, ix + 8) : rows8_loads(iq2xxs_grid, ix, ix + 8);
+            const __m512i q = load_signed(q8 + 64 * k, sg[k]);
             const __m512i p = _mm512_maddubs_epi16(g, q);
             acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
@@ -128,6 +164,9 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
     }
     *s = 0.125f * _mm512_reduce_add_ps(accf);
 }
+
+static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) { iq2_xxs_impl(n, s, w, a, 1); }
+static void dot_iq2_xxs_loads(int n, float *s, const void *w, const void *a) { iq2_xxs_impl(n, s, w, a, 0); }
 
 static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
     const block_iq2_xs *x = w;
@@ -187,6 +226,7 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
     *s = 0.125f * _mm512_reduce_add_ps(accf);
 }
 
+/* qs: 64 grid bytes (4 weights each), then 8 aux words as IQ2_XXS's aux1 */
 static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
     const block_iq3_xxs *x = w;
     const block_q8_K *y = a;
@@ -197,19 +237,19 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
     for (int i = 0; i < n / QK_K; i++) {
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         const uint8_t *qs = x[i].qs;
-        const uint8_t *gas = x[i].qs + QK_K / 4;
+        const __m256i aux = _mm256_loadu_si256((const __m256i *)(x[i].qs + QK_K / 4));
         /* 2s+1 of sub-block ib in int16 lane 2ib */
-        const __m256i t = _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)gas), 28);
+        const __m256i t = _mm256_srli_epi32(aux, 28);
         const __m512i sc = _mm512_zextsi256_si512(_mm256_add_epi32(_mm256_add_epi32(t, t), _mm256_set1_epi32(1)));
+        uint64_t sg[4];
+        _mm256_storeu_si256((__m256i *)sg, ksigns32(aux));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
         #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16 * k)));
             const __m512i g = _mm512_i32gather_epi32(idx, (const void *)iq3xxs_grid, 4);
-            const uint64_t sg = (load_u32(gas + 8 * k) & 0x0fffffffULL) |
-                                ((uint64_t)(load_u32(gas + 8 * k + 4) & 0x0fffffffu) << 28);
-            const __m512i q = load_signed(q8 + 64 * k, ksigns8(sg));
+            const __m512i q = load_signed(q8 + 64 * k, sg[k]);
             const __m512i p = _mm512_maddubs_epi16(g, q);
             acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
         }
@@ -217,6 +257,7 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
     }
     *s = 0.25f * _mm512_reduce_add_ps(accf);
 }
+
 
 static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
     const block_iq3_s *x = w;
@@ -335,6 +376,12 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
     }
     *s = 0.125f * _mm512_reduce_add_ps(accf);
 }
+
+/* Variants that load grid rows one by one instead of gathering them; NULL:
+ * the format has only the gather kernel. quant_dot.c picks these on AMD. */
+const qt_vec_dot_fn qt_dots_iq_avx512_loads[QT_COUNT] = {
+    [QT_IQ2_XXS] = dot_iq2_xxs_loads,
+};
 
 const qt_vec_dot_fn qt_dots_iq_avx512[QT_COUNT] = {
     [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s,

@@ -27,6 +27,7 @@
 
 #include "qt_testutil.h"
 #include "quant/quant.h"
+#include "quant/dot_impl.h"         /* the AVX-512 i-quant variants, both run whatever the vendor */
 #include "quant/quant_dot_common.h" /* qdot_quantize_act_isa: one quantizer path on demand */
 
 #include "../common/check.h"
@@ -35,19 +36,25 @@
 /* Relative bound vs sum|w_i*a_i| for each weight type.
  * - Integer paths (quants x int8 summed exactly in int32) differ from the
  *   reference only by float rounding of the per-block scale products and the
- *   float sum over blocks: 1e-5 leaves a wide margin over ~1e-7 measured.
+ *   float sum over blocks: ~1e-7 measured at most (4096 weights), so 1e-6.
+ *   Tighter than float summation needs, on purpose: a kernel that gets an
+ *   integer term slightly wrong (a sign-extended scale in vpdpwssd adds 1 per
+ *   negative lane) lands near 3e-6 and must fail.
  * - F32/F16/BF16: float FMAs over up to 4096 terms in a different order than
  *   the double reference: worst case ~n/lanes * 2^-24; 1e-5.
  * - Q4_1/Q5_1: the min term uses Q8_1's s = f16(d * sum q), rounded to 11
  *   significant bits (relative 2^-11 = 4.9e-4 of |m * s|); |m*s| can exceed
  *   sum|w*a| a few times over on one block, so 4e-3.
  * - i-quants with a fractional grid offset (IQ1_S/IQ1_M: delta 1/8) and the
- *   other lattice formats are integer in their kernels too: 1e-5. */
+ *   other lattice formats are integer in their kernels too: 1e-6. */
 static double bound_of(qt_type t) {
     switch (t) {
     case QT_Q4_1:
     case QT_Q5_1: return 4e-3;
-    default: return 1e-5;
+    case QT_F32:
+    case QT_F16:
+    case QT_BF16: return 1e-5;
+    default: return 1e-6;
     }
 }
 
@@ -233,9 +240,69 @@ static void test_type(qt_type t, qtt_rng *r, type_result *res) {
     }
 }
 
+/* ---- AVX-512 i-quant kernels: grid rows gathered vs loaded one by one ----
+ * qt_vec_dot hands out, by CPU vendor, the gather kernel, the one loading
+ * grid rows one by one, or the AVX2 one (quant_dot.c), so some would go
+ * untested on a given machine: every AVX-512 i-quant kernel runs here. Each
+ * must be within the format's bound of the scalar dot; a loads variant does
+ * the gather kernel's integer and float operations in the same order, so the
+ * two must agree bit for bit. Returns the number of formats checked. */
+static int test_iq_avx512_tables(qtt_rng *r) {
+    if (!qt_isa_supported(QT_ISA_AVX512)) return 0;
+    int n_types = 0;
+    for (int ti = 0; ti < QT_COUNT; ti++) {
+        const qt_type t = (qt_type)ti;
+        const qt_vec_dot_fn loads = qt_dots_iq_avx512_loads[t], gather = qt_dots_iq_avx512[t];
+        CHECK(!loads || gather, "%s: a loads variant but no gather kernel", qt_get(t)->name);
+        if (!gather) continue;
+        n_types++;
+        const qt_traits *tr = qt_get(t);
+        const int ns[3] = {tr->blck, 13 * tr->blck, 4096};
+        double worst = 0;
+        int same = 1;
+        for (int k = 0; k < 3; k++)
+            for (int trial = 0; trial < 8; trial++) {
+                const int n = ns[k];
+                void *w = xmalloc(qt_row_size(t, n)), *act = xmalloc(qt_row_size(tr->vec_dot_type, n));
+                float *x = xmalloc(n * sizeof(float)), *wf = xmalloc(n * sizeof(float));
+                float *af = xmalloc(n * sizeof(float));
+                qtt_fill_blocks(t, w, n / tr->blck, r);
+                for (int i = 0; i < n; i++) x[i] = qtt_gauss(r);
+                qt_quantize_act(tr->vec_dot_type, x, act, n);
+                qt_dequantize(t, w, wf, n);
+                qt_dequantize(tr->vec_dot_type, act, af, n);
+                double mag = 0;
+                for (int i = 0; i < n; i++) mag += fabs((double)wf[i] * af[i]);
+                float ref, a = NAN, b = NAN;
+                qt_vec_dot(t, QT_ISA_SCALAR)(n, &ref, w, act);
+                gather(n, &a, w, act);
+                if (loads) loads(n, &b, w, act);
+                else b = a;
+                same &= memcmp(&a, &b, sizeof a) == 0;
+                const double e = fmax(fabs((double)a - ref), fabs((double)b - ref)) / (mag > 0 ? mag : 1e-30);
+                if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+                free(w);
+                free(act);
+                free(x);
+                free(wf);
+                free(af);
+            }
+        CHECK(same, "%s: gather and loads variants differ", tr->name);
+        CHECK(worst <= bound_of(t), "%s: gather/loads variant %.3e from scalar > %.1e", tr->name, worst, bound_of(t));
+        printf("%-8s avx512 gather kernel%s: %.3e vs scalar (bound %.1e)\n", tr->name,
+               loads ? (same ? " and loads variant (bit-equal)" : " and loads variant (NOT bit-equal)") : "", worst,
+               bound_of(t));
+    }
+    return n_types;
+}
+
+static double speed_fn_gbs(qt_type t, qt_vec_dot_fn fn, qtt_rng *r);
+
 /* ---- speed: 4096-wide rows, 16 of them (<= 70 KB of weights: in L2) ---- */
 
-static double speed_gbs(qt_type t, qt_isa isa, qtt_rng *r) {
+static double speed_gbs(qt_type t, qt_isa isa, qtt_rng *r) { return speed_fn_gbs(t, qt_vec_dot(t, isa), r); }
+
+static double speed_fn_gbs(qt_type t, qt_vec_dot_fn fn, qtt_rng *r) {
     const qt_traits *tr = qt_get(t);
     const int n = 4096, rows = 16;
     const size_t rs = qt_row_size(t, n);
@@ -245,7 +312,6 @@ static double speed_gbs(qt_type t, qt_isa isa, qtt_rng *r) {
     qtt_fill_blocks(t, w, (int64_t)rows * n / tr->blck, r);
     for (int i = 0; i < n; i++) x[i] = qtt_gauss(r);
     qt_quantize_act(tr->vec_dot_type, x, act, n);
-    qt_vec_dot_fn fn = qt_vec_dot(t, isa);
     volatile float sink = 0;
     float out;
     double best = 1e30;
@@ -343,6 +409,9 @@ int main(int argc, char **argv) {
     }
     printf("checked %d weight types with a dot product\n", ntypes);
     CHECK(ntypes >= 16, "only %d types have a dot product", ntypes);
+    const int n_iq = test_iq_avx512_tables(&r);
+    printf("checked the AVX-512 table of %d i-quant formats directly\n", n_iq);
+    if (qt_isa_supported(QT_ISA_AVX512)) CHECK(n_iq >= 7, "only %d AVX-512 i-quant kernels checked", n_iq);
 
 speed:
     if (do_speed) {
@@ -359,6 +428,13 @@ speed:
                 if (qt_isa_supported((qt_isa)isa)) printf(" %8.2f", speed_gbs(t, (qt_isa)isa, &r));
             printf("\n");
         }
+        if (qt_isa_supported(QT_ISA_AVX512))
+            for (int ti = 0; ti < QT_COUNT; ti++)
+                if (qt_dots_iq_avx512_loads[ti])
+                    printf("%-8s avx512 grid rows gathered %.2f, loaded one by one %.2f GB/s\n",
+                           qt_get((qt_type)ti)->name,
+                           speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512[ti], &r),
+                           speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512_loads[ti], &r));
     }
     printf("\n");
     return check_report("test_dot");
