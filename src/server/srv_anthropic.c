@@ -269,9 +269,15 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
     }
     int32_t *ids = srv_chat_prompt(s, msgs, tools, force, &opening, n, e);
     json_decref(msgs);
+    char *g = NULL;
+    if (j && ids && opening && !(g = srv_tools_grammar(s, tools, force, API_ANTHROPIC, e))) {
+        st_free(ids);
+        ids = NULL;
+    }
     if (j && ids) {
         j->tools = tools;
         j->call_opening = opening;
+        job_set_grammar(j, g); /* a forced call: its input follows the tool's input_schema */
     } else {
         json_decref(tools);
         st_free(opening);
@@ -318,7 +324,7 @@ enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body
     }
     j->n_user_stop = n_stop;
     stops[n_stop++] = s->eot;
-    if (j->call_opening && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
+    if (j->call_opening && !j->grammar && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
     job_set_prompt(j, ids, n, stops, n_stop);
     return job_run(j, c);
 fail:

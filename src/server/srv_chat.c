@@ -18,6 +18,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "server/srv_grammar.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
@@ -185,4 +186,74 @@ json_t *srv_job_tool_calls(srv_job *j, sbuf *content) {
     sbuf_put(content, all.s, calls ? clen : all.len); /* no call: the whole answer, a forced opening included */
     sbuf_free(&all);
     return calls;
+}
+
+/* ---- constrained answers (srv_grammar.h) ---- */
+
+int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e) {
+    char err[512];
+    grammar *g = grammar_parse(text, len, err, sizeof err);
+    if (!g) return srv_fail(e, 400, param, code, "'%s': %s", param, err);
+    grammar_free(g);
+    return 0;
+}
+
+char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e) {
+    int llama = s->tools_fam == TOOLS_LLAMA3;
+    gschema *c = gschema_new();
+    size_t i, n_alt = 0;
+    json_t *t;
+    char name[32], param[96], err[512];
+    sbuf root = {0};
+    sbuf_puts(&root, "root ::= ");
+    if (!*force) sbuf_puts(&root, "( ");
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *fname = json_string_value(json_object_get(fn, "name"));
+        if (*force && strcmp(fname, force)) continue;
+        if (api == API_ANTHROPIC) snprintf(param, sizeof param, "tools.%zu.input_schema", i);
+        else snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        json_t *params = json_object_get(fn, "parameters"), *own = NULL;
+        if (!params || json_is_null(params)) /* no parameters: the call takes none */
+            params = own = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
+        const char *type = json_string_value(json_object_get(params, "type"));
+        if (type && strcmp(type, "object")) {
+            json_decref(own);
+            gschema_free(c);
+            sbuf_free(&root);
+            srv_fail(e, 400, param, "invalid_value", "'%s' must describe an object (type 'object'), not '%s'", param,
+                     type);
+            return NULL;
+        }
+        snprintf(name, sizeof name, "tool%zu", i);
+        int rc = gschema_add(c, params, name, err, sizeof err);
+        json_decref(own);
+        if (rc < 0) {
+            gschema_free(c);
+            sbuf_free(&root);
+            srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
+            return NULL;
+        }
+        if (!*force) { /* the opening ends at the name's quote: the name and the arguments key follow */
+            char lit[160];
+            snprintf(lit, sizeof lit, "%s\", \"%s\": ", fname, llama ? "parameters" : "arguments");
+            sbuf_puts(&root, n_alt++ ? " | " : "");
+            char *lt = grammar_literal(lit, strlen(lit));
+            sbuf_puts(&root, lt);
+            st_free(lt);
+            sbuf_printf(&root, " json-ws %s", name);
+        } else
+            sbuf_printf(&root, "json-ws %s", name);
+    }
+    if (!*force) sbuf_puts(&root, " )");
+    sbuf_puts(&root, llama ? " json-ws \"}\"\n" : " json-ws \"}\" json-ws \"</tool_call>\"\n");
+    gschema_put(c, root.s);
+    sbuf_free(&root);
+    size_t len;
+    char *text = gschema_finish(c, &len);
+    if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
+        st_free(text);
+        return NULL;
+    }
+    return text;
 }

@@ -103,6 +103,8 @@ int gschema_add(gschema *c, const json_t *schema, const char *name, char *err, s
 void gschema_put(gschema *c, const char *text);
 /* GBNF literal of s[0..n): "..." with quotes, backslashes and control bytes escaped. */
 void gschema_put_literal(gschema *c, const char *s, size_t n);
+/* The same as a new string (st_malloc'd). */
+char *grammar_literal(const char *s, size_t n);
 /* The whole grammar text (st_malloc'd), the shared rules appended; c is freed. */
 char *gschema_finish(gschema *c, size_t *len);
 /* The grammar text of one JSON value valid against schema (st_malloc'd), or NULL with err. */

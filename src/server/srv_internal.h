@@ -117,6 +117,12 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
  * opening is written after the generation prompt (*opening, st_malloc'd). */
 int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, char **opening, int *n_tok,
                          srv_err *e);
+/* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
+int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
+/* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's
+ * format, continuing the opening srv_chat_prompt wrote; NULL with 400 when a tool's schema cannot be
+ * enforced. st_malloc'd. */
+char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e);
 /* 400 unless tools is an array of valid {"type":"function","function":{name,...}}. */
 int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e);
 /* 400 (context_length_exceeded) when the prompt leaves no room to generate. */
@@ -154,6 +160,7 @@ typedef struct srv_job {
     json_t *lp;                /* logprobs requests: token entries not yet sent (OpenAI chat shape) */
     size_t lp_offset;          /* bytes of text the sent entries cover (the legacy text_offset) */
     char *call_opening;        /* a forced call's opening, written into the prompt */
+    char *grammar;             /* the grammar the answer follows (req.grammar), or NULL */
     sbuf text;                 /* the whole answer (non-streaming, or streaming with tools) */
     sbuf out;                  /* bytes ready for the client (streaming) */
     size_t out_sent;
@@ -168,6 +175,8 @@ extern _Thread_local int srv_req_http10;
 /* Takes ownership of the prompt tokens; copies the stop strings. */
 void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop);
 void job_release(srv_job *j);
+/* Takes ownership of the grammar text (NULL: none). */
+void job_set_grammar(srv_job *j, char *grammar);
 /* Queue the job and answer the connection: streaming responses start at
  * once, others wait for the end. Returns the MHD result to hand back. */
 enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c);

@@ -38,6 +38,13 @@ srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     return j;
 }
 
+void job_set_grammar(srv_job *j, char *grammar) {
+    st_free(j->grammar);
+    j->grammar = grammar;
+    j->req.grammar = grammar;
+    j->req.grammar_len = grammar ? strlen(grammar) : 0;
+}
+
 void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop) {
     ST_ASSERT(n_stop <= 17);
     j->prompt = prompt;
@@ -60,6 +67,7 @@ void job_release(srv_job *j) {
     json_decref(j->tools);
     json_decref(j->lp);
     st_free(j->call_opening);
+    st_free(j->grammar);
     for (int i = 0; i < 17; i++) st_free(j->stop_store[i]);
     sbuf_free(&j->text);
     sbuf_free(&j->out);

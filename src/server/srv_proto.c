@@ -179,7 +179,7 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     for (int i = 0; i < r->n_stop; i++) proto_put_str(b, r->stop[i], strlen(r->stop[i]));
     proto_put_i32(b, r->logprobs);
     proto_put_i32(b, r->top_logprobs);
-    proto_put_i32(b, r->json_mode);
+    proto_put_str(b, r->grammar ? r->grammar : "", r->grammar ? r->grammar_len : 0);
     proto_put_i32(b, r->ignore_eos);
     proto_put_i32(b, r->no_cache);
 }
@@ -218,7 +218,12 @@ int proto_get_request(proto_cur *c, srv_request *r) {
     }
     r->logprobs = proto_get_i32(c);
     r->top_logprobs = proto_get_i32(c);
-    r->json_mode = proto_get_i32(c);
+    uint32_t glen;
+    const char *gtext = proto_get_str(c, &glen);
+    if (!c->bad && glen) {
+        r->grammar = dup_str(gtext, glen);
+        r->grammar_len = glen;
+    }
     r->ignore_eos = proto_get_i32(c);
     r->no_cache = proto_get_i32(c);
     if (r->top_logprobs < 0 || r->top_logprobs > 20) c->bad = 1;
@@ -231,6 +236,7 @@ int proto_get_request(proto_cur *c, srv_request *r) {
 
 void proto_request_free(srv_request *r) {
     st_free((void *)r->prompt);
+    st_free((void *)r->grammar);
     for (int i = 0; i < r->n_stop; i++) st_free((void *)r->stop[i]);
     st_free((void *)r->stop);
     memset(r, 0, sizeof *r);

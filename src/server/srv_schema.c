@@ -589,3 +589,12 @@ char *grammar_from_schema(const json_t *schema, size_t *len, char *err, size_t e
 }
 
 const char *grammar_json_object(void) { return "root ::= json-ws json-object\n" JSON_RULES; }
+
+char *grammar_literal(const char *s, size_t n) {
+    gschema *l = gschema_new();
+    gschema_put_literal(l, s, n);
+    char *r = l->s;
+    l->s = NULL;
+    gschema_free(l);
+    return r;
+}
