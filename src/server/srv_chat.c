@@ -172,14 +172,22 @@ out:
     return ids;
 }
 
+void srv_job_call_prefix(const srv_job *j, char *out, size_t cap) {
+    const char *hex = strchr(j->id, '-') ? strchr(j->id, '-') + 1 : strchr(j->id, '_') ? strchr(j->id, '_') + 1 : j->id;
+    snprintf(out, cap, "%s%.12s_", j->kind == JOB_ANTHROPIC ? "toolu_" : "call_", hex);
+}
+
+void srv_job_stream_opening(srv_job *j) {
+    if (j->ts && j->call_opening) tools_stream_feed(j->ts, j->call_opening, strlen(j->call_opening));
+}
+
 json_t *srv_job_tool_calls(srv_job *j, sbuf *content) {
     sbuf all = {0};
     sbuf_put(&all, "", 0);
     if (j->call_opening) sbuf_puts(&all, j->call_opening);
     if (j->text.len) sbuf_put(&all, j->text.s, j->text.len);
     char prefix[96];
-    const char *hex = strchr(j->id, '-') ? strchr(j->id, '-') + 1 : strchr(j->id, '_') ? strchr(j->id, '_') + 1 : j->id;
-    snprintf(prefix, sizeof prefix, "%s%.12s_", j->kind == JOB_ANTHROPIC ? "toolu_" : "call_", hex);
+    srv_job_call_prefix(j, prefix, sizeof prefix);
     size_t clen = all.len;
     json_t *calls = tools_parse(all.s, all.len, j->tools, prefix, &clen);
     content->len = 0;

@@ -161,6 +161,9 @@ typedef struct srv_job {
     size_t lp_offset;          /* bytes of text the sent entries cover (the legacy text_offset) */
     char *call_opening;        /* a forced call's opening, written into the prompt */
     char *grammar;             /* the grammar the answer follows (req.grammar), or NULL */
+    struct tools_stream *ts;   /* a stream with tools: calls parsed as they come (srv_tools.h) */
+    int ts_calls;              /* calls it sent, once it ended */
+    int blk_n, blk_open;       /* Anthropic stream: content blocks started; 1 text / 2 tool_use block open */
     sbuf text;                 /* the whole answer (non-streaming, or streaming with tools) */
     sbuf out;                  /* bytes ready for the client (streaming) */
     size_t out_sent;
@@ -192,6 +195,10 @@ void anth_stream_text(srv_job *j, const char *text, size_t len);
 void anth_stream_end(srv_job *j);
 json_t *anth_response(srv_job *j);
 
+/* The prefix of the answer's tool call ids ("call_<hex>_" / "toolu_<hex>_"). */
+void srv_job_call_prefix(const srv_job *j, char *out, size_t cap);
+/* Feed the forced call's opening to j->ts (made by the API's stream begin). */
+void srv_job_stream_opening(srv_job *j);
 /* The finished answer's tool calls (OpenAI shape) or NULL; content gets the
  * text before them (the whole answer when there are none). */
 json_t *srv_job_tool_calls(srv_job *j, sbuf *content);

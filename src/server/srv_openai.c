@@ -616,27 +616,41 @@ static json_t *choice(srv_job *j, json_t *text, const char *finish) {
     return json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "text", text, "logprobs", lp, "finish_reason", fin);
 }
 
-/* Streamed answers with tools are held back and sent here at the end: the
- * content, then each call whole as one delta (index, id, type, name, arguments). */
-static void stream_tool_answer(srv_job *j) {
-    sbuf content = {0};
-    json_t *calls = srv_job_tool_calls(j, &content);
-    if (content.len) put_chunk(j, choice(j, json_pack("{s:o}", "content", srv_json_text(content.s, content.len)), NULL), NULL);
-    size_t i;
-    json_t *call;
-    json_array_foreach(calls, i, call) {
-        json_t *d = json_deep_copy(call);
-        json_object_set_new(d, "index", json_integer((json_int_t)i));
-        put_chunk(j, choice(j, json_pack("{s:[o]}", "tool_calls", d), NULL), NULL);
-    }
-    put_chunk(j, choice(j, json_object(), calls ? "tool_calls" : finish_reason(j)), NULL);
-    json_decref(calls);
-    sbuf_free(&content);
+/* Streamed answers with tools (tools_stream): content as it comes, each call
+ * as a tool_calls delta with index, id, type and name, then its arguments in
+ * fragments, as OpenAI streams them. */
+static void ts_content(void *ctx, const char *t, size_t n) {
+    srv_job *j = ctx;
+    put_chunk(j, choice(j, json_pack("{s:o}", "content", srv_json_text(t, n)), NULL), NULL);
+}
+
+static void ts_begin(void *ctx, int i, const char *id, const char *name) {
+    srv_job *j = ctx;
+    put_chunk(j, choice(j, json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", i, "id", id, "type",
+                                     "function", "function", "name", name, "arguments", ""), NULL), NULL);
+}
+
+static void ts_args(void *ctx, int i, const char *t, size_t n) {
+    srv_job *j = ctx;
+    put_chunk(j, choice(j, json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", i, "function", "arguments",
+                                     srv_json_text(t, n)), NULL), NULL);
+}
+
+static void ts_end(void *ctx, int i) {
+    (void)ctx;
+    (void)i;
 }
 
 void oai_stream_begin(srv_job *j) {
     if (j->kind == JOB_OAI_CHAT)
         put_chunk(j, choice(j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL), NULL);
+    if (j->kind == JOB_OAI_CHAT && j->tools) {
+        static const tools_stream_cb cb = {ts_content, ts_begin, ts_args, ts_end};
+        char prefix[96];
+        srv_job_call_prefix(j, prefix, sizeof prefix);
+        j->ts = tools_stream_new(j->tools, (tools_family)j->srv->tools_fam, prefix, &cb, j);
+        srv_job_stream_opening(j);
+    }
 }
 
 void oai_stream_text(srv_job *j, const char *text, size_t len) {
@@ -656,8 +670,12 @@ void oai_stream_end(srv_job *j) {
         sbuf_printf(&j->out, "data: %s\n\n", txt);
         free(txt);
     } else {
-        if (j->tools) stream_tool_answer(j);
-        else put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
+        if (j->ts) {
+            j->ts_calls = tools_stream_end(j->ts);
+            put_chunk(j, choice(j, json_object(), j->ts_calls && strcmp(j->st.finish, "length") ? "tool_calls"
+                                                                                                 : finish_reason(j)),
+                      NULL);
+        } else put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
         if (j->include_usage) put_chunk(j, NULL, usage(j));
     }
     sbuf_puts(&j->out, "data: [DONE]\n\n");
