@@ -90,9 +90,10 @@ int gmatch_allowed(gmatch *m, const gmatch_vocab *v, uint8_t *allowed, int n_voc
  * $comment, deprecated, readOnly, writeOnly). Any other keyword would change
  * what is valid: it is refused, named, with where it is. Strings never use
  * \u escapes (the model writes the characters themselves), numbers have at
- * most 16 digits before and after the point and a two-digit exponent, and
- * whitespace between tokens is at most 16 bytes: the text is always JSON
- * that jansson and Python both read. */
+ * most 16 digits before and after the point and a two-digit exponent,
+ * whitespace between tokens is one space or a newline and up to 20 spaces
+ * or tabs (a model cannot pad forever), and the value starts at once: the
+ * text is always JSON that jansson and Python both read. */
 typedef struct gschema gschema;
 gschema *gschema_new(void);
 void gschema_free(gschema *c);

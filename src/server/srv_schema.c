@@ -559,7 +559,7 @@ int gschema_add(gschema *c, const json_t *schema, const char *name, char *err, s
 }
 
 #define JSON_RULES \
-    "json-ws ::= [ \\t\\n\\r]{0,16}\n" \
+    "json-ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n" \
     "json-value ::= json-object | json-array | json-string | json-number | \"true\" | \"false\" | \"null\"\n" \
     "json-object ::= \"{\" json-ws ( json-member ( \",\" json-ws json-member )* )? \"}\"\n" \
     "json-member ::= json-string json-ws \":\" json-ws json-value json-ws\n" \
@@ -584,11 +584,11 @@ char *grammar_from_schema(const json_t *schema, size_t *len, char *err, size_t e
         gschema_free(c);
         return NULL;
     }
-    gschema_put(c, "root ::= json-ws schema\n");
+    gschema_put(c, "root ::= schema\n");
     return gschema_finish(c, len);
 }
 
-const char *grammar_json_object(void) { return "root ::= json-ws json-object\n" JSON_RULES; }
+const char *grammar_json_object(void) { return "root ::= json-object\n" JSON_RULES; }
 
 char *grammar_literal(const char *s, size_t n) {
     gschema *l = gschema_new();

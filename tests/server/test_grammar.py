@@ -210,20 +210,22 @@ def test_refused_schemas_and_grammars(server):
 
 
 def test_decode_speed_with_grammar(server, oai):
-    """Decode tok/s of the same 100-token generations with and without a grammar (printed; the grammar
-    checks one token per step except when the model's choice is refused)."""
+    """Decode tok/s of the same 100-token generations with and without a grammar, side by side (printed; the
+    grammar checks one token per step except when the model's choice is refused). The machine is shared,
+    so the assertion takes the best of three paired ratios and is loose."""
     prompt = [{"role": "user", "content": "List many fruits."}]
     gram = ('root ::= "[" item ("," " "? item)*\nitem ::= "\\"" [a-zA-Z ]{1,30} "\\""\n')  # never has to end
-    speeds = {"plain": [], "grammar": []}
-    for rep in range(2):
+    pairs = []
+    for rep in range(3):
+        pair = {}
         for kind in ("plain", "grammar"):
             extra = {"ignore_eos": True} if kind == "plain" else {"grammar": gram}
             r = httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
                 "messages": prompt, "max_tokens": 100, "temperature": 1, "seed": rep, **extra}).json()
             t = r["timings"]
             if t["predicted_n"] >= 50:
-                speeds[kind].append(t["predicted_per_second"])
-    med = {k: sorted(v)[len(v) // 2] for k, v in speeds.items() if v}
-    print(f"measured: decode tok/s without a grammar {speeds['plain']}, with one {speeds['grammar']}")
-    assert "plain" in med and "grammar" in med, speeds
-    assert med["grammar"] > 0.5 * med["plain"], med
+                pair[kind] = round(t["predicted_per_second"], 1)
+        if len(pair) == 2:
+            pairs.append(pair)
+    print(f"measured: decode tok/s (plain, with a grammar): {[(p['plain'], p['grammar']) for p in pairs]}")
+    assert pairs and max(p["grammar"] / p["plain"] for p in pairs) > 0.6, pairs
