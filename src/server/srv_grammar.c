@@ -675,7 +675,7 @@ grammar *grammar_parse(const char *text, size_t len, char *err, size_t errcap) {
         for (int a = 0; a < P->rules[r].n; a++) {
             gseq *s = &P->rules[r].alts[a];
             g->alt[k++] = (uint32_t)e;
-            memcpy(g->el + e, s->v, (size_t)s->n * sizeof(gel));
+            if (s->n) memcpy(g->el + e, s->v, (size_t)s->n * sizeof(gel));
             e += s->n;
             g->el[e++] = (gel){.kind = GE_END};
         }
@@ -687,7 +687,7 @@ grammar *grammar_parse(const char *text, size_t len, char *err, size_t errcap) {
     g->root = root;
     g->n_sets = P->n_sets;
     g->sets = st_malloc((size_t)(P->n_sets ? P->n_sets : 1) * 32);
-    memcpy(g->sets, P->sets, (size_t)P->n_sets * 32);
+    if (P->n_sets) memcpy(g->sets, P->sets, (size_t)P->n_sets * 32);
     parser_free(P);
     return g;
 }
