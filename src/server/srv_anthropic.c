@@ -278,6 +278,7 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
         j->tools = tools;
         j->call_opening = opening;
         job_set_grammar(j, g); /* a forced call: its input follows the tool's input_schema */
+        if (tools && !force) srv_job_lazy_tools(j, tools, API_ANTHROPIC); /* auto: a call it starts is whole */
     } else {
         json_decref(tools);
         st_free(opening);

@@ -207,56 +207,66 @@ int srv_grammar_check(const char *text, size_t len, const char *param, const cha
 }
 
 char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e) {
-    int llama = s->tools_fam == TOOLS_LLAMA3;
+    int llama = s->tools_fam == TOOLS_LLAMA3, lazy = !force;
+    if (lazy && llama) return NULL; /* a Llama 3 call is the whole answer: no opening to wait for */
     gschema *c = gschema_new();
     size_t i, n_alt = 0;
     json_t *t;
     char name[32], param[96], err[512];
-    sbuf root = {0};
-    sbuf_puts(&root, "root ::= ");
-    if (!*force) sbuf_puts(&root, "( ");
+    sbuf alts = {0}; /* after the name's opening quote: the name, the arguments key and the arguments */
+    sbuf_puts(&alts, "call-rest ::= ");
     json_array_foreach(tools, i, t) {
         json_t *fn = json_object_get(t, "function");
         const char *fname = json_string_value(json_object_get(fn, "name"));
-        if (*force && strcmp(fname, force)) continue;
+        if (force && *force && strcmp(fname, force)) continue;
         if (api == API_ANTHROPIC) snprintf(param, sizeof param, "tools.%zu.input_schema", i);
         else snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
         json_t *params = json_object_get(fn, "parameters"), *own = NULL;
         if (!params || json_is_null(params)) /* no parameters: the call takes none */
             params = own = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
         const char *type = json_string_value(json_object_get(params, "type"));
-        if (type && strcmp(type, "object")) {
-            json_decref(own);
-            gschema_free(c);
-            sbuf_free(&root);
+        int rc = -1;
+        if (type && strcmp(type, "object"))
             srv_fail(e, 400, param, "invalid_value", "'%s' must describe an object (type 'object'), not '%s'", param,
                      type);
-            return NULL;
+        else {
+            snprintf(name, sizeof name, "tool%zu", i);
+            if ((rc = gschema_add(c, params, name, err, sizeof err)) < 0)
+                srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
         }
-        snprintf(name, sizeof name, "tool%zu", i);
-        int rc = gschema_add(c, params, name, err, sizeof err);
         json_decref(own);
-        if (rc < 0) {
+        if (rc < 0) { /* forced: the request cannot be served as asked; auto: the call is left free */
             gschema_free(c);
-            sbuf_free(&root);
-            srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
+            sbuf_free(&alts);
             return NULL;
         }
-        if (!*force) { /* the opening ends at the name's quote: the name and the arguments key follow */
-            char lit[160];
-            snprintf(lit, sizeof lit, "%s\", \"%s\": ", fname, llama ? "parameters" : "arguments");
-            sbuf_puts(&root, n_alt++ ? " | " : "");
-            char *lt = grammar_literal(lit, strlen(lit));
-            sbuf_puts(&root, lt);
-            st_free(lt);
-            sbuf_printf(&root, " json-ws %s", name);
-        } else
-            sbuf_printf(&root, "json-ws %s", name);
+        char lit[96];
+        snprintf(lit, sizeof lit, "%s\"", fname);
+        char *lt = grammar_literal(lit, strlen(lit));
+        sbuf_printf(&alts, "%s%s json-ws \",\" json-ws \"\\\"%s\\\"\" json-ws \":\" json-ws %s", n_alt++ ? " | " : "", lt,
+                    llama ? "parameters" : "arguments", name);
+        st_free(lt);
     }
-    if (!*force) sbuf_puts(&root, " )");
-    sbuf_puts(&root, llama ? " json-ws \"}\"\n" : " json-ws \"}\" json-ws \"</tool_call>\"\n");
-    gschema_put(c, root.s);
-    sbuf_free(&root);
+    sbuf_puts(&alts, "\n");
+    gschema_put(c, alts.s);
+    sbuf_free(&alts);
+    if (lazy) /* after the model's own <tool_call> (the trigger): one or more whole calls */
+        gschema_put(c, "root ::= call ( json-ws \"<tool_call>\" call )*\n"
+                       "call ::= json-ws \"{\" json-ws \"\\\"name\\\"\" json-ws \":\" json-ws \"\\\"\" call-rest json-ws \"}\" "
+                       "json-ws \"</tool_call>\"\n");
+    else if (!*force) /* the opening ends at the name's quote */
+        gschema_put(c, llama ? "root ::= call-rest json-ws \"}\"\n"
+                             : "root ::= call-rest json-ws \"}\" json-ws \"</tool_call>\"\n");
+    else { /* the opening ends after the arguments key */
+        char r[160];
+        snprintf(r, sizeof r, "root ::= json-ws tool%zu json-ws \"}\"%s\n", (size_t)0, "");
+        size_t k;
+        json_array_foreach(tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"),
+                                                                                      "name")), force))
+            snprintf(r, sizeof r, "root ::= json-ws tool%zu json-ws \"}\"%s\n", k,
+                     llama ? "" : " json-ws \"</tool_call>\"");
+        gschema_put(c, r);
+    }
     size_t len;
     char *text = gschema_finish(c, &len);
     if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
@@ -264,4 +274,12 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api ap
         return NULL;
     }
     return text;
+}
+
+void srv_job_lazy_tools(srv_job *j, json_t *tools, srv_api api) {
+    srv_err scratch; /* a schema the engine cannot enforce leaves auto calls free, as before: no error */
+    char *g = j->srv->tools_fam == TOOLS_TAGGED ? srv_tools_grammar(j->srv, tools, NULL, api, &scratch) : NULL;
+    if (!g) return;
+    job_set_grammar(j, g);
+    j->req.grammar_trigger = "<tool_call>";
 }

@@ -132,15 +132,38 @@ struct srv_gen_extra {
     const srv_vocab *voc;
     uint8_t *allowed;        /* (n_vocab) scratch of the full mask */
     int n_tok, n_mask;       /* tokens generated, full vocabulary passes */
+    int waiting;             /* a trigger has not been seen yet (or the grammar was dropped): nothing is constrained */
+    int dropped;             /* the piece with the trigger ran on against the grammar: free to the end */
+    char win[128];           /* the answer's last bytes, where the trigger is looked for */
+    size_t wn;
     int64_t mask_ns;
     int32_t top_ids[20];
     float top_lp[20];
 };
 
+/* Waiting for the trigger: where in piece p[0..n) the trigger would end (the bytes after it belong to the
+ * grammar), or -1 when the piece does not complete it. */
+static long trigger_end(const srv_gen_extra *x, const char *p, size_t n) {
+    const char *trig = x->r->grammar_trigger;
+    size_t L = strlen(trig), keep = x->wn < L - 1 ? x->wn : L - 1;
+    char buf[sizeof x->win + 256 + 64];
+    if (n > 256) n = 256; /* pieces are at most 256 bytes (vocab_build) */
+    memcpy(buf, x->win + x->wn - keep, keep);
+    memcpy(buf + keep, p, n);
+    const char *hit = memmem(buf, keep + n, trig, L);
+    return hit ? (long)(hit - buf) + (long)L - (long)keep : -1;
+}
+
 /* May t come next? (a single token: its bytes through the matcher, undone) */
 static int grammar_allow(void *arg, int32_t t) {
     srv_gen_extra *x = arg;
     const srv_vocab *v = x->voc;
+    if (x->waiting) { /* free text, but a piece that completes the trigger must go on as the grammar says */
+        if (x->dropped || v->eog[t]) return 1;
+        uint32_t a = v->off[t], b = v->off[t + 1];
+        long e = trigger_end(x, v->text + a, b - a);
+        return e < 0 || gmatch_try(x->m, v->text + a + e, b - a - (size_t)e);
+    }
     if (v->eog[t]) return gmatch_accepting(x->m);
     uint32_t a = v->off[t], b = v->off[t + 1];
     return a < b && gmatch_try(x->m, v->text + a, b - a);
@@ -149,6 +172,15 @@ static int grammar_allow(void *arg, int32_t t) {
 /* Every token that may not come next to -inf; how many may. */
 static int grammar_mask(void *arg, float *logits, int nv) {
     srv_gen_extra *x = arg;
+    if (x->waiting) { /* only pieces that complete the trigger can be refused: ask each */
+        int n = 0;
+        for (int v = 0; v < nv; v++) {
+            if (grammar_allow(x, v)) n++;
+            else logits[v] = -INFINITY;
+        }
+        x->n_mask++;
+        return n;
+    }
     int64_t t0 = st_now_ns();
     int n = gmatch_allowed(x->m, &x->voc->v, x->allowed, nv);
     if (gmatch_accepting(x->m)) /* the sentence is whole: it may end here */
@@ -175,6 +207,31 @@ static int on_token(void *arg, int32_t t, const float *raw) {
         srv_event ev = {.kind = SRV_EV_TOKEN, .slot = x->slot, .token = t, .logprob = lp, .n_top = n_top,
                         .top_ids = x->top_ids, .top_lp = x->top_lp};
         if (x->fn(x->ctx, &ev) != 0) rc = GEN_CANCEL;
+    }
+    if (x->g && x->waiting) { /* free text until the trigger; what follows it in the piece is the grammar's */
+        const srv_vocab *v = x->voc;
+        const char *p = v->text + v->off[t];
+        size_t n = v->off[t + 1] - v->off[t];
+        if (v->eog[t]) return rc == GEN_GO ? GEN_END : rc;
+        if (x->dropped) return rc;
+        long e = trigger_end(x, p, n);
+        if (e >= 0) {
+            x->waiting = 0;
+            x->n_tok++;
+            if (gmatch_feed(x->m, p + e, n - (size_t)e) != 0) { /* grammar_allow said yes: never */
+                x->waiting = x->dropped = 1;
+                ST_WARN("slot %d: a tool call runs on against its grammar: left unconstrained", x->slot);
+            }
+            return rc;
+        }
+        for (size_t i = 0; i < n; i++) { /* the window keeps the answer's last bytes */
+            if (x->wn == sizeof x->win) {
+                memmove(x->win, x->win + sizeof x->win / 2, sizeof x->win / 2);
+                x->wn = sizeof x->win / 2;
+            }
+            x->win[x->wn++] = p[i];
+        }
+        return rc;
     }
     if (x->g) {
         const srv_vocab *v = x->voc;
@@ -207,6 +264,7 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
         x->voc = *vocab;
         x->m = gmatch_new(x->g);
         x->allowed = st_malloc((size_t)x->n_vocab);
+        x->waiting = r->grammar_trigger != NULL;
         hk->allow = grammar_allow;
         hk->filter = grammar_mask;
         hk->eog_ok = 1; /* the grammar decides when the answer may end */
@@ -218,7 +276,7 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
 
 void srv_gen_extra_free(srv_gen_extra *x) {
     if (!x) return;
-    if (x->g)
+    if (x->g && (x->n_tok || x->n_mask)) /* (a grammar waiting for a trigger that never came: nothing to say) */
         ST_INFO("slot %d: grammar: %d tokens, %d needed the whole vocabulary checked (%.1f ms in all)", x->slot,
                 x->n_tok, x->n_mask, (double)x->mask_ns / 1e6);
     gmatch_free(x->m);

@@ -123,6 +123,11 @@ int srv_grammar_check(const char *text, size_t len, const char *param, const cha
  * format, continuing the opening srv_chat_prompt wrote; NULL with 400 when a tool's schema cannot be
  * enforced. st_malloc'd. */
 char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e);
+/* tool_choice auto: once the answer writes a call's opening (`<tool_call>`), the rest is held to whole
+ * calls of the tools (a grammar with a trigger). Nothing when a schema cannot be enforced or the format
+ * has no opening (Llama 3). */
+struct srv_job;
+void srv_job_lazy_tools(struct srv_job *j, json_t *tools, srv_api api);
 /* 400 unless tools is an array of valid {"type":"function","function":{name,...}}. */
 int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e);
 /* 400 (context_length_exceeded) when the prompt leaves no room to generate. */

@@ -444,6 +444,7 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
         ids = NULL;
     }
     job_set_grammar(j, g); /* a forced call: its arguments follow the function's schema */
+    if (ids && tools && !force) srv_job_lazy_tools(j, tools, API_OPENAI); /* auto: a call it starts is whole */
     if (!ids) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);

@@ -46,6 +46,8 @@ typedef struct {
     int top_logprobs; /* and the n (<= 20) most likely alternatives */
     const char *grammar; /* GBNF text (srv_grammar.h) the answer must follow, or NULL */
     size_t grammar_len;
+    const char *grammar_trigger; /* the grammar holds only what follows this text, once the answer has it
+                                    (a tool call's opening, tool_choice auto); NULL: all of the answer */
     int ignore_eos;   /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
     int no_cache;     /* read the whole prompt, reusing nothing of the slot's cache (cache_prompt: false) */
 } srv_request;

@@ -118,6 +118,27 @@ def test_anthropic_stream_sends_tool_use_as_generated(anth):
     print(f"checked: streamed Anthropic tool_use in {len(frags)} input_json_delta fragments: {use.input}")
 
 
+def test_auto_calls_the_model_starts_are_valid(oai):
+    """tool_choice auto: the model answers in prose or starts a call by itself (`<tool_call>`); from there a
+    grammar holds it to a whole, valid call (before: half of them stayed unparsed text)."""
+    ask = [{"role": "user", "content": "Please call get_weather for Berlin using <tool_call> tags."}]
+    calls = prose = 0
+    for seed in range(8):
+        r = oai.chat.completions.create(model="any", messages=ask, tools=TOOLS, temperature=1, seed=seed,
+                                        max_tokens=120)
+        ch = r.choices[0]
+        if ch.message.tool_calls:
+            assert ch.finish_reason == "tool_calls", r
+            for c in ch.message.tool_calls:
+                valid_call(c.function.name, json.loads(c.function.arguments))
+            calls += 1
+        else:
+            assert "<tool_call>" not in (ch.message.content or ""), ch.message.content
+            prose += 1
+    assert calls >= 1, (calls, prose)
+    print(f"checked: tool_choice auto, 8 seeds: {calls} valid calls the model started, {prose} prose answers")
+
+
 def test_stream_with_tools_auto_streams_text(oai):
     """tool_choice auto, answered in prose: the text arrives in many chunks, not one at the end."""
     parts = [c.choices[0].delta.content for c in oai.chat.completions.create(
