@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "server/srv_grammar.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
@@ -120,7 +121,15 @@ static int check_common(json_t *body, srv_err *e) {
     if (v && !json_is_null(v)) {
         if (!json_is_object(v)) return srv_fail(e, 400, "output_config", "invalid_type", "output_config: must be an object");
         json_t *f = json_object_get(v, "format");
-        if (f && !json_is_null(f)) return unsupported(e, "output_config.format", "no structured outputs");
+        if (f && !json_is_null(f)) { /* structured outputs: enforced by a grammar (anth_messages) */
+            const char *t = json_string_value(json_object_get(f, "type"));
+            if (!json_is_object(f) || !t || strcmp(t, "json_schema"))
+                return srv_fail(e, 400, "output_config.format", "invalid_value",
+                                "output_config.format: must be {\"type\": \"json_schema\", \"schema\": {...}}");
+            if (!json_is_object(json_object_get(f, "schema")))
+                return srv_fail(e, 400, "output_config.format.schema", "invalid_value",
+                                "output_config.format.schema: must be an object (a JSON Schema)");
+        }
     }
     for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
         v = json_object_get(body, IGNORED[i].key);
@@ -322,6 +331,29 @@ enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body
     if (srv_check_context(s, n, API_ANTHROPIC, "messages", &e) < 0) {
         st_free(ids);
         goto fail;
+    }
+    json_t *fmt = json_object_get(json_object_get(body, "output_config"), "format");
+    if (json_is_object(fmt)) { /* structured outputs: the answer is JSON valid against the schema */
+        char err[512], *g;
+        size_t glen = 0;
+        if (j->tools) {
+            st_free(ids);
+            srv_fail(&e, 400, "output_config.format", "unsupported_parameter",
+                     "output_config.format: not supported together with tools by this server");
+            goto fail;
+        }
+        if (!(g = grammar_from_schema(json_object_get(fmt, "schema"), &glen, err, sizeof err))) {
+            st_free(ids);
+            srv_fail(&e, 400, "output_config.format.schema", "unsupported_parameter", "output_config.format.schema: %s",
+                     err);
+            goto fail;
+        }
+        if (srv_grammar_check(g, glen, "output_config.format.schema", "unsupported_parameter", &e) < 0) {
+            st_free(g);
+            st_free(ids);
+            goto fail;
+        }
+        job_set_grammar(j, g);
     }
     j->n_user_stop = n_stop;
     stops[n_stop++] = s->eot;

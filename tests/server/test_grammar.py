@@ -6,8 +6,9 @@ several seeds and temperatures.
 - forced tool calls (OpenAI tool_choice required / a named function,
   Anthropic any / tool): the name is one of the tools and the arguments
   validate against the tool's schema (jsonschema), streamed and not;
-- response_format json_schema: the answer validates against the schema
-  (the same prompt without the constraint does not, every time);
+- response_format json_schema and Anthropic output_config.format: the answer
+  validates against the schema (the same prompt without the constraint does
+  not, every time);
 - llama-server's `grammar` field on chat and completions;
 - streams with tools send the call as it is generated: the name first, then
   argument fragments (not one chunk at the end);
@@ -178,6 +179,20 @@ def test_json_schema_enforced(oai):
     print(f"checked: json_schema answers valid 4 of 4; without the constraint {bad} of 4 invalid")
 
 
+def test_anthropic_structured_output_enforced(anth):
+    fmt = {"type": "json_schema", "schema": PERSON}
+    for seed, temp in RUNS[:3]:
+        m = anth.messages.create(model="any", max_tokens=200, messages=PERSON_ASK, output_config={"format": fmt},
+                                 extra_body={"temperature": temp, "seed": seed})
+        assert m.stop_reason == "end_turn" and m.content[0].type == "text", m
+        jsonschema.validate(json.loads(m.content[0].text), PERSON)
+    with anth.messages.stream(model="any", max_tokens=200, messages=PERSON_ASK, output_config={"format": fmt},
+                              extra_body={"temperature": 1, "seed": 5}) as s:
+        text = s.get_final_text()
+    jsonschema.validate(json.loads(text), PERSON)
+    print(f"checked: Anthropic output_config.format json_schema, 4 of 4 valid, e.g. {text[:60]!r}")
+
+
 def test_grammar_field(server, oai):
     date = 'root ::= year "-" month "-" day\nyear ::= [12] [0-9]{3}\nmonth ::= "0" [1-9] | "1" [0-2]\n' \
            'day ::= [0-2] [0-9] | "3" [01]\n'
@@ -222,6 +237,12 @@ def test_refused_schemas_and_grammars(server):
          "left recursion"),
         ("grammar and tools", "/v1/chat/completions", chat(grammar='root ::= "a"', tools=TOOLS), "'tools'"),
         ("grammar a number", "/v1/chat/completions", chat(grammar=5), "must be a string"),
+        ("anthropic format with format", "/v1/messages", {"model": "m", "max_tokens": 4, "messages": ASK,
+                                                          "output_config": {"format": {"type": "json_schema", "schema": {
+                                                              "type": "string", "format": "email"}}}}, "'format'"),
+        ("anthropic format not json_schema", "/v1/messages", {"model": "m", "max_tokens": 4, "messages": ASK,
+                                                             "output_config": {"format": {"type": "xml"}}},
+         "json_schema"),
     ]
     for name, path, body, want in cases:
         status, j = err_of(server, path, body)
