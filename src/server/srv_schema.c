@@ -338,22 +338,79 @@ static int conv_type(gschema *c, const json_t *s, int bit, const char *path, int
     return n;
 }
 
+/* enum / const values as a prefix tree of literals: a rule per branching point, so that the values
+ * open at once are their distinct next bytes (at most 256), not one parse stack per value, which a
+ * long enum (time zones, countries) would need beyond GRAMMAR_MAX_STACKS. */
+typedef struct {
+    char *s;
+    size_t n;
+} lit;
+
+static int lit_cmp(const void *a, const void *b) {
+    const lit *x = a, *y = b;
+    int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+/* The rule for v[lo..hi) (sorted, sharing their first d bytes, at least two or one longer than d). */
+static int trie_rule(gschema *c, const lit *v, int lo, int hi, size_t d) {
+    struct alt {
+        const char *s;
+        size_t n;
+        int child; /* -1: the literal ends the value */
+    } *alts = st_malloc((size_t)(hi - lo) * sizeof *alts);
+    int na = 0, has_end = 0;
+    int i = lo;
+    if (v[i].n == d) { /* a value ends here (sorted first) */
+        has_end = 1;
+        i++;
+    }
+    while (i < hi) {
+        int j = i + 1;
+        while (j < hi && v[j].s[d] == v[i].s[d]) j++;
+        size_t L = d + 1; /* the group's common prefix: that of its first and last (sorted) */
+        while (L < v[i].n && L < v[j - 1].n && v[i].s[L] == v[j - 1].s[L]) L++;
+        int child = -1;
+        if (j - i > 1 || v[i].n > L) child = trie_rule(c, v, i, j, L);
+        alts[na++] = (struct alt){v[i].s + d, L - d, child};
+        i = j;
+    }
+    int n = rule_begin(c);
+    for (int k = 0; k < na; k++) {
+        if (k) puts_(c, " | ");
+        gschema_put_literal(c, alts[k].s, alts[k].n);
+        if (alts[k].child >= 0) putf(c, " %s-%d", c->name, alts[k].child);
+    }
+    puts_(c, has_end ? (na ? " | \"\"\n" : "\"\"\n") : "\n");
+    st_free(alts);
+    return n;
+}
+
 /* The literal values of enum / const (those of the allowed types). */
 static int conv_values(gschema *c, const json_t *vals, int types, const char *kw, const char *path) {
-    int n = rule_begin(c), any = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(vals, i, v) {
-        if (!(value_bit(v) & types)) continue;
-        char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-        if (any) puts_(c, " | ");
-        gschema_put_literal(c, t, strlen(t));
-        free(t);
-        any = 1;
+    size_t nv = json_array_size(vals), i;
+    lit *v = st_malloc((nv ? nv : 1) * sizeof *v);
+    int n = 0;
+    json_t *x;
+    json_array_foreach(vals, i, x) {
+        if (!(value_bit(x) & types)) continue;
+        char *t = json_dumps(x, JSON_ENCODE_ANY | JSON_COMPACT);
+        v[n++] = (lit){t, strlen(t)};
     }
-    puts_(c, "\n");
-    if (!any) return sfail(c, path, "'%s' has no value of the schema's type", kw);
-    return n;
+    if (!n) {
+        st_free(v);
+        return sfail(c, path, "'%s' has no value of the schema's type", kw);
+    }
+    qsort(v, (size_t)n, sizeof *v, lit_cmp);
+    int m = 0; /* equal values once */
+    for (int k = 0; k < n; k++) {
+        if (m && !lit_cmp(&v[m - 1], &v[k])) free(v[k].s);
+        else v[m++] = v[k];
+    }
+    int r = trie_rule(c, v, 0, m, 0);
+    for (int k = 0; k < m; k++) free(v[k].s);
+    st_free(v);
+    return r;
 }
 
 /* The type bits a schema's values can have (for oneOf): T_ALL when unknown. */

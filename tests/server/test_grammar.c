@@ -330,6 +330,33 @@ static void test_schema(void) {
            objs);
     json_decref(all);
 
+    /* a long enum (500 values sharing prefixes, and numbers, null): every random text is one of them, and
+     * the values are open at once as a prefix tree, within the parse-stack limit */
+    {
+        char *big = malloc(40000), *p = big;
+        p += sprintf(p, "{\"enum\":[");
+        for (int k = 0; k < 500; k++) p += sprintf(p, "\"Region%d/City%d\",", k % 23, k);
+        p += sprintf(p, "1,12,123,null,\"Region1\"]}");
+        json_t *one;
+        all = schema_sample(big, 11, 300, &one);
+        int in_set = 0;
+        json_array_foreach(all, i, v) {
+            int ok = json_is_null(v) || (json_is_integer(v) && (json_integer_value(v) == 1 ||
+                     json_integer_value(v) == 12 || json_integer_value(v) == 123));
+            if (json_is_string(v)) {
+                int a, b;
+                ok = !strcmp(json_string_value(v), "Region1") ||
+                     (sscanf(json_string_value(v), "Region%d/City%d", &a, &b) == 2 && b < 500 && a == b % 23);
+            }
+            in_set += ok;
+        }
+        CHECK(json_array_size(all) == 300 && in_set == 300, "%d of %zu enum texts in the set", in_set,
+              json_array_size(all));
+        printf("ok: 300 random texts of a 505-value enum are all values of it\n");
+        json_decref(all);
+        free(big);
+    }
+
     static const struct {
         const char *schema, *want;
     } refused[] = {
