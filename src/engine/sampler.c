@@ -259,7 +259,7 @@ int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, samp
         memcpy(s->val, logits, (size_t)n * sizeof(float));
         int32_t t = draw(s, s->val, n);
         if (ok(ctx, t)) return t;
-    } else if (no_cut) { /* top-k of the masked logits: the k best allowed, in order */
+    } else if (no_cut && p->top_k <= 64) { /* top-k of the masked logits: the k best allowed, in order */
         int want = p->top_k, k = want * 4 > 64 ? want * 4 : 64;
         int nc = sampler_top_k(logits, n, k < n ? k : n, s->idx), w = 0;
         for (int i = 0; i < nc && w < want; i++)

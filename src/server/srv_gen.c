@@ -183,6 +183,11 @@ static int grammar_mask(void *arg, float *logits, int nv) {
     }
     int64_t t0 = st_now_ns();
     int n = gmatch_allowed(x->m, &x->voc->v, x->allowed, nv);
+    if (n < 0) { /* bounded: a grammar this costly ends the answer here, rather than slow every slot */
+        ST_WARN("slot %d: the grammar needs more than %d steps to check the vocabulary once: the answer ends here",
+                x->slot, GRAMMAR_MAX_PASS_WORK);
+        return 0;
+    }
     if (gmatch_accepting(x->m)) /* the sentence is whole: it may end here */
         for (int v = 0; v < nv; v++)
             if (x->voc->eog[v] && !x->allowed[v]) {

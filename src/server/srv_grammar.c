@@ -733,6 +733,7 @@ struct gmatch {
     } *hc;                  /* return nodes by content, so that equal stacks are one (hash-consing) */
     uint32_t hc_cap, hc_used;
     int work, over, acc; /* the step being built */
+    uint64_t pass_work;  /* expansion steps of the current vocabulary walk */
 };
 
 static memo_ent *memo_get(gmatch *m, uint32_t pos, int32_t parent) {
@@ -931,6 +932,7 @@ int gmatch_allowed(gmatch *m, const gmatch_vocab *v, uint8_t *allowed, int n_voc
     st[0].mark_n = m->n_nodes;
     st[0].mark_t = m->n_tops;
     const uint32_t mark_n = m->n_nodes, mark_t = m->n_tops;
+    m->pass_work = 0;
     int depth = 0, count = 0; /* st[0..depth] are the states after that many bytes of the previous piece */
     for (int i = 0; i < v->n; i++) {
         int32_t t = v->ids[i];
@@ -945,6 +947,12 @@ int gmatch_allowed(gmatch *m, const gmatch_vocab *v, uint8_t *allowed, int n_voc
         while (depth < len) {
             int acc;
             int64_t nb = advance(m, st[depth].b, st[depth].e, (uint8_t)p[depth], &acc);
+            m->pass_work += (uint64_t)m->work + (st[depth].e - st[depth].b);
+            if (m->pass_work > GRAMMAR_MAX_PASS_WORK) { /* too costly to follow: the caller ends the answer */
+                m->n_nodes = mark_n;
+                m->n_tops = mark_t;
+                return -1;
+            }
             if (nb < 0) {
                 ok = 0;
                 break;

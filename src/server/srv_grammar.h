@@ -26,7 +26,8 @@
  * nesting, repetition counts; left recursion refused, since it would expand
  * forever) and at run time (at most GRAMMAR_MAX_STACKS parse stacks and
  * GRAMMAR_MAX_EXPAND expansion steps per byte: a byte that needs more is
- * refused, which ends the answer rather than the process). */
+ * refused, which ends the answer rather than the process; a walk over the
+ * vocabulary that needs more than GRAMMAR_MAX_PASS_WORK steps ends it too). */
 #ifndef STRATA_SERVER_SRV_GRAMMAR_H
 #define STRATA_SERVER_SRV_GRAMMAR_H
 
@@ -41,6 +42,7 @@
 #define GRAMMAR_MAX_REPEAT 2048              /* m and n of {m,n} */
 #define GRAMMAR_MAX_STACKS 256               /* parse stacks alive at once */
 #define GRAMMAR_MAX_EXPAND 8192              /* expansion steps for one byte */
+#define GRAMMAR_MAX_PASS_WORK 24000000       /* steps of one walk over the vocabulary (~50 ms) */
 
 typedef struct grammar grammar;
 
@@ -74,7 +76,9 @@ typedef struct {
     const char *text;     /* piece of token t: text[off[t]..off[t+1]) */
     const uint32_t *off;  /* (n_vocab + 1) */
 } gmatch_vocab;
-/* allowed[t] = 1 for each token whose piece may follow now (others 0; empty pieces 0). Returns how many. */
+/* allowed[t] = 1 for each token whose piece may follow now (others 0; empty pieces 0). Returns how many,
+ * or -1 when the walk would take more than GRAMMAR_MAX_PASS_WORK steps (a hostile grammar that keeps
+ * hundreds of stacks alive over most bytes; JSON schemas take under 3 million on a 49k vocabulary). */
 int gmatch_allowed(gmatch *m, const gmatch_vocab *v, uint8_t *allowed, int n_vocab);
 
 /* ---- JSON Schema to grammar (srv_schema.c) ---- */

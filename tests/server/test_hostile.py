@@ -248,6 +248,22 @@ def test_exploding_grammar_is_bounded(server):
     print(f"checked: exploding grammar answered {text!r} in {dt:.2f} s")
 
 
+def test_costly_grammar_is_bounded(server):
+    """24 alternatives that each take any text before their own ending keep ~240 parse stacks alive over
+    every byte: one walk over the vocabulary cost ~125 ms, and with top_p (a walk every token) 100 tokens
+    held the engine, and every other slot, for 14 s. A walk past GRAMMAR_MAX_PASS_WORK steps ends the
+    answer instead."""
+    gram = "root ::= " + " | ".join(f"a{i}" for i in range(24)) + "\n" + \
+        "".join(f'a{i} ::= [^\\x00]* "zz{i}"\n' for i in range(24))
+    t0 = time.time()
+    r = httpx.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": "Hello", "max_tokens": 100, "temperature": 1, "top_p": 0.9, "seed": 1, "grammar": gram})
+    dt = time.time() - t0
+    assert r.status_code == 200 and dt < 4, (r.status_code, dt, r.text[:200])
+    assert r.json()["choices"][0]["finish_reason"] == "stop", r.text
+    print(f"checked: a costly grammar ended its answer in {dt:.2f} s")
+
+
 def test_body_100mb_gets_413(server):
     big = b'{"messages": "' + b"a" * (100 << 20) + b'"}'
     r = httpx.post(server.url + "/v1/chat/completions", content=big, timeout=60)
