@@ -217,7 +217,7 @@ static int on_token(void *arg, int32_t t, const float *raw) {
         const srv_vocab *v = x->voc;
         const char *p = v->text + v->off[t];
         size_t n = v->off[t + 1] - v->off[t];
-        if (v->eog[t]) return rc == GEN_GO ? GEN_END : rc;
+        if (v->eog[t]) return rc == GEN_GO && !r->ignore_eos ? GEN_END : rc; /* as gen_take would without hooks */
         if (x->dropped) return rc;
         long e = trigger_end(x, p, n);
         if (e >= 0) {
