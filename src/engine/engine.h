@@ -165,6 +165,9 @@ typedef int (*gen_text_fn)(void *ctx, const char *text, size_t len);
 enum { GEN_GO = 0, GEN_END = 1, GEN_CANCEL = 2 };
 typedef struct {
     int (*filter)(void *ctx, float *logits, int n_vocab); /* GEN_GO, or GEN_END: no token is allowed */
+    /* with allow set, filter is a mask run only when needed (sampler_sample_checked): allow(ctx, t)
+     * says whether t may come next, and filter returns how many tokens it left (0: none) */
+    int (*allow)(void *ctx, int32_t t);
     int (*token)(void *ctx, int32_t t, const float *raw_logits);
     void *ctx;
     int eog_ok;

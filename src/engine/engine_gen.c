@@ -132,6 +132,14 @@ int gen_next(gen_state *g, int32_t *t) {
             memcpy(g->raw, logits, (size_t)nv * sizeof(float));
             raw = g->raw;
         }
+        if (g->hk.allow) {
+            int32_t tok = sampler_sample_checked(g->smp, logits, g->hk.allow, g->hk.filter, g->hk.ctx);
+            if (tok < 0) { /* the constraint allows no token at all */
+                g->finish = "stop";
+                return 1;
+            }
+            return gen_take(g, tok, raw, t);
+        }
         if (g->hk.filter(g->hk.ctx, logits, nv) != GEN_GO) {
             g->finish = "stop";
             return 1;

@@ -213,8 +213,8 @@ int32_t sampler_sample_top(sampler *s, const int32_t *ids, const float *vals, in
     return draw(s, s->val, k);
 }
 
-int32_t sampler_sample(sampler *s, float *logits) {
-    apply_penalties(s, logits);
+/* Everything after the penalties. */
+static int32_t sample_rest(sampler *s, float *logits) {
     const sampler_params *p = &s->p;
     int n = s->n_vocab;
     if (p->temp <= 0.0f) return argmax(logits, n);
@@ -233,4 +233,43 @@ int32_t sampler_sample(sampler *s, float *logits) {
     }
     for (int i = 0; i < nc; i++) s->val[i] = logits[s->idx[i]];
     return draw(s, s->val, nc);
+}
+
+int32_t sampler_sample(sampler *s, float *logits) {
+    apply_penalties(s, logits);
+    return sample_rest(s, logits);
+}
+
+#define CHECK_FIRST 32 /* candidates tried in order before a greedy draw masks the vocabulary */
+
+int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, sampler_mask_fn mask, void *ctx) {
+    apply_penalties(s, logits);
+    const sampler_params *p = &s->p;
+    const int n = s->n_vocab;
+    if (p->temp <= 0.0f) { /* the masked argmax is the first allowed token in the candidate order */
+        int nc = sampler_top_k(logits, n, CHECK_FIRST, s->idx);
+        for (int i = 0; i < nc; i++)
+            if (ok(ctx, s->idx[i])) return s->idx[i];
+        if (nc == n || mask(ctx, logits, n) == 0) return -1;
+        return argmax(logits, n);
+    }
+    const int no_cut = p->top_p >= 1.0f && p->min_p <= 0.0f;
+    if (no_cut && (p->top_k <= 0 || p->top_k >= n)) { /* one draw, kept when allowed (see sampler.h) */
+        for (int i = 0; i < n; i++) s->idx[i] = i;
+        memcpy(s->val, logits, (size_t)n * sizeof(float));
+        int32_t t = draw(s, s->val, n);
+        if (ok(ctx, t)) return t;
+    } else if (no_cut && p->top_k <= 64) { /* top-k of the masked logits: the k best allowed, in order */
+        int want = p->top_k, k = want * 4 > 64 ? want * 4 : 64;
+        int nc = sampler_top_k(logits, n, k < n ? k : n, s->idx), w = 0;
+        for (int i = 0; i < nc && w < want; i++)
+            if (ok(ctx, s->idx[i])) s->idx[w++] = s->idx[i];
+        if (w == want || (nc == n && w > 0)) {
+            for (int i = 0; i < w; i++) s->val[i] = logits[s->idx[i]];
+            return draw(s, s->val, w);
+        }
+        if (nc == n) return -1;
+    }
+    if (mask(ctx, logits, n) == 0) return -1;
+    return sample_rest(s, logits);
 }

@@ -37,6 +37,19 @@ int32_t sampler_sample_top(sampler *s, const int32_t *ids, const float *vals, in
 /* The ids of the k largest of l[0..n) in that order (NaNs left out) into
  * idx; returns how many (k, or fewer when n is). */
 int sampler_top_k(const float *l, int n, int k, int32_t *idx);
+/* Sampling under a constraint (a grammar): the token drawn from the logits
+ * with every refused token at -inf, as if mask had run first, but mask (a
+ * pass over the whole vocabulary) runs only when a cheaper way cannot give
+ * the same distribution: greedy takes the first allowed candidate in the
+ * order of the logits; plain temperature sampling draws once and keeps the
+ * token when it is allowed (exact: P(t) = p(t) + (1 - Z) p(t) / Z = p(t) / Z
+ * for an allowed t, Z the allowed mass); top-k alone collects the k best
+ * allowed among the best candidates. ok(ctx, t): 1 when t may come next;
+ * mask(ctx, logits, n): refused tokens to -inf, returns how many are allowed.
+ * Returns the token, or -1 when no token is allowed. */
+typedef int (*sampler_ok_fn)(void *ctx, int32_t t);
+typedef int (*sampler_mask_fn)(void *ctx, float *logits, int n);
+int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, sampler_mask_fn mask, void *ctx);
 /* Record a token as part of the context (prompt or generated) for penalties. */
 void sampler_accept(sampler *s, int32_t token);
 void sampler_reset(sampler *s);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "server/srv_grammar.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
@@ -120,7 +121,15 @@ static int check_common(json_t *body, srv_err *e) {
     if (v && !json_is_null(v)) {
         if (!json_is_object(v)) return srv_fail(e, 400, "output_config", "invalid_type", "output_config: must be an object");
         json_t *f = json_object_get(v, "format");
-        if (f && !json_is_null(f)) return unsupported(e, "output_config.format", "no structured outputs");
+        if (f && !json_is_null(f)) { /* structured outputs: enforced by a grammar (anth_messages) */
+            const char *t = json_string_value(json_object_get(f, "type"));
+            if (!json_is_object(f) || !t || strcmp(t, "json_schema"))
+                return srv_fail(e, 400, "output_config.format", "invalid_value",
+                                "output_config.format: must be {\"type\": \"json_schema\", \"schema\": {...}}");
+            if (!json_is_object(json_object_get(f, "schema")))
+                return srv_fail(e, 400, "output_config.format.schema", "invalid_value",
+                                "output_config.format.schema: must be an object (a JSON Schema)");
+        }
     }
     for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
         v = json_object_get(body, IGNORED[i].key);
@@ -269,9 +278,16 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
     }
     int32_t *ids = srv_chat_prompt(s, msgs, tools, force, &opening, n, e);
     json_decref(msgs);
+    char *g = NULL;
+    if (j && ids && opening && !(g = srv_tools_grammar(s, tools, force, API_ANTHROPIC, e))) {
+        st_free(ids);
+        ids = NULL;
+    }
     if (j && ids) {
         j->tools = tools;
         j->call_opening = opening;
+        job_set_grammar(j, g); /* a forced call: its input follows the tool's input_schema */
+        if (tools && !force) srv_job_lazy_tools(j, tools, API_ANTHROPIC); /* auto: a call it starts is whole */
     } else {
         json_decref(tools);
         st_free(opening);
@@ -316,9 +332,32 @@ enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body
         st_free(ids);
         goto fail;
     }
+    json_t *fmt = json_object_get(json_object_get(body, "output_config"), "format");
+    if (json_is_object(fmt)) { /* structured outputs: the answer is JSON valid against the schema */
+        char err[512], *g;
+        size_t glen = 0;
+        if (j->tools) {
+            st_free(ids);
+            srv_fail(&e, 400, "output_config.format", "unsupported_parameter",
+                     "output_config.format: not supported together with tools by this server");
+            goto fail;
+        }
+        if (!(g = grammar_from_schema(json_object_get(fmt, "schema"), &glen, err, sizeof err))) {
+            st_free(ids);
+            srv_fail(&e, 400, "output_config.format.schema", "unsupported_parameter", "output_config.format.schema: %s",
+                     err);
+            goto fail;
+        }
+        if (srv_grammar_check(g, glen, "output_config.format.schema", "unsupported_parameter", &e) < 0) {
+            st_free(g);
+            st_free(ids);
+            goto fail;
+        }
+        job_set_grammar(j, g);
+    }
     j->n_user_stop = n_stop;
     stops[n_stop++] = s->eot;
-    if (j->call_opening && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
+    if (j->call_opening && !j->grammar && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
     job_set_prompt(j, ids, n, stops, n_stop);
     return job_run(j, c);
 fail:
@@ -336,7 +375,9 @@ static void put_event(srv_job *j, const char *name, json_t *data) {
 }
 
 static const char *stop_reason(const srv_job *j) {
-    if (j->tools && !j->failed) { /* an answer with tool calls stops for them (called at the end only) */
+    if (j->ts) { /* streamed: the calls sent, unless cut short */
+        if (j->ts_calls && strcmp(j->st.finish, "length")) return "tool_use";
+    } else if (j->tools && !j->failed) { /* an answer with tool calls stops for them (called at the end only) */
         sbuf c = {0};
         json_t *calls = srv_job_tool_calls((srv_job *)j, &c);
         sbuf_free(&c);
@@ -357,13 +398,64 @@ static json_t *usage(const srv_job *j) {
                      "cache_read_input_tokens", j->st.n_reused, "cache_creation_input_tokens", 0);
 }
 
+/* Streamed answers with tools: a text block while text comes, a tool_use block
+ * per call with its input in input_json_delta fragments. */
+static void block_close(srv_job *j) {
+    if (!j->blk_open) return;
+    put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", j->blk_n));
+    j->blk_n++;
+    j->blk_open = 0;
+}
+
+static void ts_content(void *ctx, const char *t, size_t n) {
+    srv_job *j = ctx;
+    if (j->blk_open != 1) {
+        block_close(j);
+        put_event(j, "content_block_start", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index",
+                                                      j->blk_n, "content_block", "type", "text", "text", ""));
+        j->blk_open = 1;
+    }
+    put_event(j, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
+                                                  j->blk_n, "delta", "type", "text_delta", "text", srv_json_text(t, n)));
+}
+
+static void ts_begin(void *ctx, int i, const char *id, const char *name) {
+    srv_job *j = ctx;
+    (void)i;
+    block_close(j);
+    put_event(j, "content_block_start",
+              json_pack("{s:s, s:i, s:{s:s, s:s, s:s, s:{}}}", "type", "content_block_start", "index", j->blk_n,
+                        "content_block", "type", "tool_use", "id", id, "name", name, "input"));
+    j->blk_open = 2;
+}
+
+static void ts_args(void *ctx, int i, const char *t, size_t n) {
+    srv_job *j = ctx;
+    (void)i;
+    put_event(j, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
+                                                  j->blk_n, "delta", "type", "input_json_delta", "partial_json",
+                                                  srv_json_text(t, n)));
+}
+
+static void ts_end(void *ctx, int i) {
+    (void)i;
+    block_close(ctx);
+}
+
 void anth_stream_begin(srv_job *j) {
     put_event(j, "message_start",
               json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:{s:i, s:i}}}", "type", "message_start",
                         "message", "id", j->id, "type", "message", "role", "assistant", "model", j->srv->model_name,
                         "content", "stop_reason", "stop_sequence", "usage", "input_tokens", j->req.n_prompt,
                         "output_tokens", 0));
-    if (j->tools) return; /* blocks come at the end, once the calls are parsed */
+    if (j->tools) { /* blocks as the text and the calls come (tools_stream) */
+        static const tools_stream_cb cb = {ts_content, ts_begin, ts_args, ts_end};
+        char prefix[96];
+        srv_job_call_prefix(j, prefix, sizeof prefix);
+        j->ts = tools_stream_new(j->tools, (tools_family)j->srv->tools_fam, prefix, &cb, j);
+        srv_job_stream_opening(j);
+        return;
+    }
     put_event(j, "content_block_start",
               json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block",
                         "type", "text", "text", ""));
@@ -396,30 +488,6 @@ static json_t *tool_blocks(srv_job *j) {
     return blocks;
 }
 
-static void stream_tool_blocks(srv_job *j) {
-    json_t *blocks = tool_blocks(j), *b;
-    size_t i;
-    json_array_foreach(blocks, i, b) {
-        int text = !strcmp(json_string_value(json_object_get(b, "type")), "text");
-        json_t *start = json_deep_copy(b), *delta;
-        if (text) {
-            json_object_set_new(start, "text", json_string(""));
-            delta = json_pack("{s:s, s:O}", "type", "text_delta", "text", json_object_get(b, "text"));
-        } else {
-            char *args = json_dumps(json_object_get(b, "input"), JSON_COMPACT);
-            json_object_set_new(start, "input", json_object());
-            delta = json_pack("{s:s, s:s}", "type", "input_json_delta", "partial_json", args);
-            free(args);
-        }
-        put_event(j, "content_block_start",
-                  json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", (int)i, "content_block", start));
-        put_event(j, "content_block_delta",
-                  json_pack("{s:s, s:i, s:o}", "type", "content_block_delta", "index", (int)i, "delta", delta));
-        put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", (int)i));
-    }
-    json_decref(blocks);
-}
-
 void anth_stream_end(srv_job *j) {
     if (j->failed) {
         srv_err e;
@@ -427,8 +495,11 @@ void anth_stream_end(srv_job *j) {
         put_event(j, "error", srv_error_json(API_ANTHROPIC, &e));
         return;
     }
-    if (j->tools) stream_tool_blocks(j);
-    else put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
+    if (j->ts) {
+        j->ts_calls = tools_stream_end(j->ts);
+        if (!j->blk_n && !j->blk_open) ts_content(j, "", 0); /* an empty answer still has its text block */
+        block_close(j);
+    } else put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
     put_event(j, "message_delta",
               json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta", "stop_reason", stop_reason(j),
                         "stop_sequence", stop_sequence(j), "usage", usage(j)));

@@ -18,6 +18,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "server/srv_grammar.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
@@ -171,18 +172,114 @@ out:
     return ids;
 }
 
+void srv_job_call_prefix(const srv_job *j, char *out, size_t cap) {
+    const char *hex = strchr(j->id, '-') ? strchr(j->id, '-') + 1 : strchr(j->id, '_') ? strchr(j->id, '_') + 1 : j->id;
+    snprintf(out, cap, "%s%.12s_", j->kind == JOB_ANTHROPIC ? "toolu_" : "call_", hex);
+}
+
+void srv_job_stream_opening(srv_job *j) {
+    if (j->ts && j->call_opening) tools_stream_feed(j->ts, j->call_opening, strlen(j->call_opening));
+}
+
 json_t *srv_job_tool_calls(srv_job *j, sbuf *content) {
     sbuf all = {0};
     sbuf_put(&all, "", 0);
     if (j->call_opening) sbuf_puts(&all, j->call_opening);
     if (j->text.len) sbuf_put(&all, j->text.s, j->text.len);
     char prefix[96];
-    const char *hex = strchr(j->id, '-') ? strchr(j->id, '-') + 1 : strchr(j->id, '_') ? strchr(j->id, '_') + 1 : j->id;
-    snprintf(prefix, sizeof prefix, "%s%.12s_", j->kind == JOB_ANTHROPIC ? "toolu_" : "call_", hex);
+    srv_job_call_prefix(j, prefix, sizeof prefix);
     size_t clen = all.len;
     json_t *calls = tools_parse(all.s, all.len, j->tools, prefix, &clen);
     content->len = 0;
     sbuf_put(content, all.s, calls ? clen : all.len); /* no call: the whole answer, a forced opening included */
     sbuf_free(&all);
     return calls;
+}
+
+/* ---- constrained answers (srv_grammar.h) ---- */
+
+int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e) {
+    char err[512];
+    grammar *g = grammar_parse(text, len, err, sizeof err);
+    if (!g) return srv_fail(e, 400, param, code, "'%s': %s", param, err);
+    grammar_free(g);
+    return 0;
+}
+
+char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e) {
+    int llama = s->tools_fam == TOOLS_LLAMA3, lazy = !force;
+    if (lazy && llama) return NULL; /* a Llama 3 call is the whole answer: no opening to wait for */
+    gschema *c = gschema_new();
+    size_t i, n_alt = 0;
+    json_t *t;
+    char name[32], param[96], err[512];
+    sbuf alts = {0}; /* after the name's opening quote: the name, the arguments key and the arguments */
+    sbuf_puts(&alts, "call-rest ::= ");
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *fname = json_string_value(json_object_get(fn, "name"));
+        if (force && *force && strcmp(fname, force)) continue;
+        if (api == API_ANTHROPIC) snprintf(param, sizeof param, "tools.%zu.input_schema", i);
+        else snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        json_t *params = json_object_get(fn, "parameters"), *own = NULL;
+        if (!params || json_is_null(params)) /* no parameters: the call takes none */
+            params = own = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
+        const char *type = json_string_value(json_object_get(params, "type"));
+        int rc = -1;
+        if (type && strcmp(type, "object"))
+            srv_fail(e, 400, param, "invalid_value", "'%s' must describe an object (type 'object'), not '%s'", param,
+                     type);
+        else {
+            snprintf(name, sizeof name, "tool%zu", i);
+            if ((rc = gschema_add(c, params, name, err, sizeof err)) < 0)
+                srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
+        }
+        json_decref(own);
+        if (rc < 0) { /* forced: the request cannot be served as asked; auto: the call is left free */
+            gschema_free(c);
+            sbuf_free(&alts);
+            return NULL;
+        }
+        char lit[96];
+        snprintf(lit, sizeof lit, "%s\"", fname);
+        char *lt = grammar_literal(lit, strlen(lit));
+        sbuf_printf(&alts, "%s%s json-ws \",\" json-ws \"\\\"%s\\\"\" json-ws \":\" json-ws %s", n_alt++ ? " | " : "", lt,
+                    llama ? "parameters" : "arguments", name);
+        st_free(lt);
+    }
+    sbuf_puts(&alts, "\n");
+    gschema_put(c, alts.s);
+    sbuf_free(&alts);
+    if (lazy) /* after the model's own <tool_call> (the trigger): one or more whole calls */
+        gschema_put(c, "root ::= call ( json-ws \"<tool_call>\" call )*\n"
+                       "call ::= json-ws \"{\" json-ws \"\\\"name\\\"\" json-ws \":\" json-ws \"\\\"\" call-rest json-ws \"}\" "
+                       "json-ws \"</tool_call>\"\n");
+    else if (!*force) /* the opening ends at the name's quote */
+        gschema_put(c, llama ? "root ::= call-rest json-ws \"}\"\n"
+                             : "root ::= call-rest json-ws \"}\" json-ws \"</tool_call>\"\n");
+    else { /* the opening ends after the arguments key */
+        char r[160];
+        snprintf(r, sizeof r, "root ::= json-ws tool%zu json-ws \"}\"%s\n", (size_t)0, "");
+        size_t k;
+        json_array_foreach(tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"),
+                                                                                      "name")), force))
+            snprintf(r, sizeof r, "root ::= json-ws tool%zu json-ws \"}\"%s\n", k,
+                     llama ? "" : " json-ws \"</tool_call>\"");
+        gschema_put(c, r);
+    }
+    size_t len;
+    char *text = gschema_finish(c, &len);
+    if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
+        st_free(text);
+        return NULL;
+    }
+    return text;
+}
+
+void srv_job_lazy_tools(srv_job *j, json_t *tools, srv_api api) {
+    srv_err scratch; /* a schema the engine cannot enforce leaves auto calls free, as before: no error */
+    char *g = j->srv->tools_fam == TOOLS_TAGGED ? srv_tools_grammar(j->srv, tools, NULL, api, &scratch) : NULL;
+    if (!g) return;
+    job_set_grammar(j, g);
+    j->req.grammar_trigger = "<tool_call>";
 }

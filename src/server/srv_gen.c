@@ -1,227 +1,105 @@
 /* The server's additions to the engine's step-wise generation (srv_sched.h
  * srv_gen_extra_new, engine.h gen_hooks), for requests that want what plain
  * generation does not give: log probabilities of each generated token (and
- * the most likely alternatives), or JSON mode (response_format
- * {"type":"json_object"}), where sampling is constrained so that the answer
- * is always a prefix of a valid JSON object and generation ends as soon as
- * the object is complete.
+ * the most likely alternatives), or an answer held to a grammar (srv_grammar.h:
+ * response_format json_object / json_schema, the `grammar` field, forced tool
+ * calls), where generation ends as soon as the grammar's sentence is whole.
  *
- * JSON constraint: a pushdown recogniser of JSON text (jfsm below) is fed the
- * bytes of each candidate token; tokens it rejects get logit -inf before the
- * sampler runs. Every vocabulary piece is decoded once per request. Runs of
- * whitespace outside strings are capped (16 bytes) so a model cannot pad
- * forever; the object nests at most JFSM_DEPTH deep. max_tokens can still
- * cut the object short (finish "length"): the text is then incomplete JSON.
+ * Grammar: the sampler asks whether a candidate may come next
+ * (sampler_sample_checked: greedy tries candidates in order of their logits,
+ * temperature sampling draws first and checks the one token), and only when
+ * that cannot decide is the whole vocabulary masked, walking the pieces in
+ * byte order so that pieces sharing a prefix share its matching. The
+ * vocabulary table is built once per engine process (srv_vocab) and shared by
+ * the slots. End-of-generation tokens are allowed exactly when the grammar's
+ * sentence is whole. max_tokens can still cut the answer short (finish
+ * "length"): the text is then a prefix of a sentence.
  *
  * Log probabilities are the model's own distribution (log-softmax of the raw
  * logits, before temperature, penalties and truncation), as OpenAI reports. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "server/srv_grammar.h"
 #include "server/srv_sched.h"
 
-/* ---- a JSON prefix recogniser ---- */
-#define JFSM_DEPTH 64
-#define JFSM_MAX_WS 16
-
-enum {
-    J_VALUE, J_ARR_FIRST, J_OBJ_FIRST, J_OBJ_KEY, J_COLON, J_AFTER, J_STR, J_ESC, J_HEX,
-    J_NUM_MINUS, J_NUM_ZERO, J_NUM_INT, J_NUM_DOT, J_NUM_FRAC, J_NUM_E, J_NUM_ESIGN, J_NUM_EXP, J_LIT, J_DONE
+/* ---- the vocabulary as the grammar walks it ---- */
+struct srv_vocab {
+    gmatch_vocab v;
+    char *text;     /* every token's output bytes: piece t is text[off[t]..off[t+1]) (control tokens: empty) */
+    uint32_t *off;  /* (n_vocab + 1) */
+    int32_t *ids;   /* (n) tokens with a piece, in byte order of their pieces */
+    uint32_t *lcp;  /* (n) */
+    uint8_t *eog;   /* (n_vocab) end-of-generation tokens */
+    int n_vocab;
 };
 
-typedef struct {
-    uint8_t stack[JFSM_DEPTH]; /* '{' or '[' */
-    int depth, state, hex, ws, lit_pos, key;
-    const char *lit;
-} jfsm;
+static _Thread_local const srv_vocab *t_sort_vocab; /* qsort has no context argument */
 
-static int jfsm_ws(char c) {
-    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+static int by_piece(const void *a, const void *b) {
+    const srv_vocab *v = t_sort_vocab;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    uint32_t lx = v->off[x + 1] - v->off[x], ly = v->off[y + 1] - v->off[y];
+    int c = memcmp(v->text + v->off[x], v->text + v->off[y], lx < ly ? lx : ly);
+    return c ? c : lx < ly ? -1 : lx > ly ? 1 : x - y;
 }
 
-static int jfsm_digit(char c) {
-    return c >= '0' && c <= '9';
-}
-
-static void jfsm_value_done(jfsm *m) {
-    m->state = m->depth == 0 ? J_DONE : J_AFTER;
-}
-
-/* Start a value with c (state VALUE or ARR_FIRST). 0, or -1 when c cannot start one. */
-static int jfsm_begin_value(jfsm *m, char c) {
-    if (m->depth == 0 && c != '{') return -1; /* json_object: the top level is an object */
-    switch (c) {
-    case '{':
-    case '[':
-        if (m->depth == JFSM_DEPTH) return -1;
-        m->stack[m->depth++] = (uint8_t)c;
-        m->state = c == '{' ? J_OBJ_FIRST : J_ARR_FIRST;
-        return 0;
-    case '"': m->state = J_STR; m->key = 0; return 0;
-    case '-': m->state = J_NUM_MINUS; return 0;
-    case '0': m->state = J_NUM_ZERO; return 0;
-    case 't': m->lit = "true"; break;
-    case 'f': m->lit = "false"; break;
-    case 'n': m->lit = "null"; break;
-    default:
-        if (c >= '1' && c <= '9') {
-            m->state = J_NUM_INT;
-            return 0;
-        }
-        return -1;
-    }
-    m->state = J_LIT;
-    m->lit_pos = 1;
-    return 0;
-}
-
-static int jfsm_close(jfsm *m, char c) {
-    if (m->depth == 0 || m->stack[m->depth - 1] != (c == '}' ? '{' : '[')) return -1;
-    m->depth--;
-    jfsm_value_done(m);
-    return 0;
-}
-
-static int jfsm_char(jfsm *m, char c) {
-    int s = m->state;
-    if (s <= J_AFTER) { /* between tokens: whitespace is allowed, but not without end */
-        if (jfsm_ws(c)) return ++m->ws > JFSM_MAX_WS ? -1 : 0;
-        m->ws = 0;
-    }
-    switch (s) {
-    case J_VALUE:
-        return jfsm_begin_value(m, c);
-    case J_ARR_FIRST:
-        return c == ']' ? jfsm_close(m, c) : jfsm_begin_value(m, c);
-    case J_OBJ_FIRST:
-    case J_OBJ_KEY:
-        if (c == '}' && s == J_OBJ_FIRST) return jfsm_close(m, c);
-        if (c != '"') return -1;
-        m->state = J_STR;
-        m->key = 1;
-        return 0;
-    case J_COLON:
-        if (c != ':') return -1;
-        m->state = J_VALUE;
-        return 0;
-    case J_AFTER:
-        if (c == '}' || c == ']') return jfsm_close(m, c);
-        if (c != ',') return -1;
-        m->state = m->stack[m->depth - 1] == '{' ? J_OBJ_KEY : J_VALUE;
-        return 0;
-    case J_STR:
-        if (c == '"') {
-            if (m->key) m->state = J_COLON;
-            else jfsm_value_done(m);
-        } else if (c == '\\') m->state = J_ESC;
-        else if ((unsigned char)c < 0x20) return -1;
-        return 0;
-    case J_ESC:
-        if (c == 'u') {
-            m->state = J_HEX;
-            m->hex = 0;
-            return 0;
-        }
-        if (!strchr("\"\\/bfnrt", c) || !c) return -1;
-        m->state = J_STR;
-        return 0;
-    case J_HEX:
-        if (!(jfsm_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return -1;
-        if (++m->hex == 4) m->state = J_STR;
-        return 0;
-    case J_LIT:
-        if (c != m->lit[m->lit_pos]) return -1;
-        if (!m->lit[++m->lit_pos]) jfsm_value_done(m);
-        return 0;
-    case J_DONE:
-        return -1;
-    default: /* numbers */
-        break;
-    }
-    switch (s) {
-    case J_NUM_MINUS:
-        if (c == '0') m->state = J_NUM_ZERO;
-        else if (jfsm_digit(c)) m->state = J_NUM_INT;
-        else return -1;
-        return 0;
-    case J_NUM_INT:
-        if (jfsm_digit(c)) return 0;
-        /* fall through */
-    case J_NUM_ZERO:
-        if (c == '.') m->state = J_NUM_DOT;
-        else if (c == 'e' || c == 'E') m->state = J_NUM_E;
-        else break;
-        return 0;
-    case J_NUM_DOT:
-        if (!jfsm_digit(c)) return -1;
-        m->state = J_NUM_FRAC;
-        return 0;
-    case J_NUM_FRAC:
-        if (jfsm_digit(c)) return 0;
-        if (c == 'e' || c == 'E') {
-            m->state = J_NUM_E;
-            return 0;
-        }
-        break;
-    case J_NUM_E:
-        if (c == '+' || c == '-') m->state = J_NUM_ESIGN;
-        else if (jfsm_digit(c)) m->state = J_NUM_EXP;
-        else return -1;
-        return 0;
-    case J_NUM_ESIGN:
-        if (!jfsm_digit(c)) return -1;
-        m->state = J_NUM_EXP;
-        return 0;
-    case J_NUM_EXP:
-        if (jfsm_digit(c)) return 0;
-        break;
-    }
-    /* a complete number ends at c, which then belongs to what follows */
-    jfsm_value_done(m);
-    return jfsm_char(m, c);
-}
-
-static int jfsm_feed(jfsm *m, const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (jfsm_char(m, s[i]) != 0) return -1;
-    return 0;
-}
-
-int srv_json_prefix_ok(const char *s, size_t n, int *complete) {
-    jfsm m = {.state = J_VALUE};
-    int rc = jfsm_feed(&m, s, n);
-    if (complete) *complete = rc == 0 && m.state == J_DONE;
-    return rc;
-}
-
-/* ---- the loop ---- */
-
-/* Every token's output bytes, decoded once: piece i is text[off[i]..off[i+1]). */
-typedef struct {
-    char *text;
-    uint32_t *off;
-} piece_table;
-
-static void pieces_build(piece_table *pt, const tokenizer *tok, int n_vocab) {
-    pt->off = st_malloc(((size_t)n_vocab + 1) * sizeof(uint32_t));
-    size_t cap = (size_t)n_vocab * 8, len = 0;
-    pt->text = st_malloc(cap);
+static srv_vocab *vocab_build(const engine *e) {
+    srv_vocab *v = st_calloc(1, sizeof *v);
+    const int nv = e->m->hp.n_vocab;
+    v->n_vocab = nv;
+    v->off = st_malloc(((size_t)nv + 1) * sizeof(uint32_t));
+    v->eog = st_calloc((size_t)nv, 1);
+    size_t cap = (size_t)nv * 8, len = 0;
+    v->text = st_malloc(cap);
     char buf[256];
-    for (int i = 0; i < n_vocab; i++) {
-        pt->off[i] = (uint32_t)len;
-        int64_t n = tokenizer_token_type(tok, i) == TOK_TYPE_CONTROL ? 0 : tokenizer_token_to_piece(tok, i, 0, buf, sizeof buf);
-        if (n < 0 || n > (int64_t)sizeof buf) n = 0; /* longer pieces are never JSON-allowed: fine */
-        if (len + (size_t)n > cap) {
-            cap = (len + (size_t)n) * 2;
-            pt->text = st_realloc(pt->text, cap);
+    int n = 0;
+    for (int i = 0; i < nv; i++) {
+        v->off[i] = (uint32_t)len;
+        v->eog[i] = (uint8_t)tokenizer_is_eog(e->tok, i);
+        int64_t k = tokenizer_token_type(e->tok, i) == TOK_TYPE_CONTROL ? 0 : tokenizer_token_to_piece(e->tok, i, 0, buf, sizeof buf);
+        if (k < 0 || k > (int64_t)sizeof buf) k = 0; /* a piece over 256 bytes is never allowed: fine */
+        if (len + (size_t)k > cap) {
+            cap = (len + (size_t)k) * 2;
+            v->text = st_realloc(v->text, cap);
         }
-        memcpy(pt->text + len, buf, (size_t)n);
-        len += (size_t)n;
+        memcpy(v->text + len, buf, (size_t)k);
+        len += (size_t)k;
+        n += k > 0;
     }
-    pt->off[n_vocab] = (uint32_t)len;
+    v->off[nv] = (uint32_t)len;
+    v->ids = st_malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    v->lcp = st_malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+    n = 0;
+    for (int i = 0; i < nv; i++)
+        if (v->off[i + 1] > v->off[i]) v->ids[n++] = i;
+    t_sort_vocab = v;
+    qsort(v->ids, (size_t)n, sizeof(int32_t), by_piece);
+    for (int i = 0; i < n; i++) {
+        uint32_t k = 0;
+        if (i) {
+            const char *a = v->text + v->off[v->ids[i - 1]], *b = v->text + v->off[v->ids[i]];
+            uint32_t la = v->off[v->ids[i - 1] + 1] - v->off[v->ids[i - 1]], lb = v->off[v->ids[i] + 1] - v->off[v->ids[i]];
+            while (k < la && k < lb && a[k] == b[k]) k++;
+        }
+        v->lcp[i] = k;
+    }
+    v->v = (gmatch_vocab){.n = n, .ids = v->ids, .lcp = v->lcp, .text = v->text, .off = v->off};
+    return v;
+}
+
+void srv_vocab_free(srv_vocab *v) {
+    if (!v) return;
+    st_free(v->text);
+    st_free(v->off);
+    st_free(v->ids);
+    st_free(v->lcp);
+    st_free(v->eog);
+    st_free(v);
 }
 
 /* Log-softmax of the logits at the token, and the top n alternatives. */
@@ -249,27 +127,81 @@ struct srv_gen_extra {
     srv_event_fn fn;
     void *ctx;
     int slot, n_vocab;
-    piece_table pt;     /* json_mode */
-    jfsm js;
+    grammar *g; /* the answer's grammar, or NULL */
+    gmatch *m;
+    const srv_vocab *voc;
+    uint8_t *allowed;        /* (n_vocab) scratch of the full mask */
+    int n_tok, n_mask;       /* tokens generated, full vocabulary passes */
+    int waiting;             /* a trigger has not been seen yet (or the grammar was dropped): nothing is constrained */
+    int dropped;             /* the piece with the trigger ran on against the grammar: free to the end */
+    char win[128];           /* the answer's last bytes, where the trigger is looked for */
+    size_t wn;
+    int64_t mask_ns;
     int32_t top_ids[20];
     float top_lp[20];
 };
 
-/* JSON mode: only tokens that keep the text a JSON prefix. */
-static int json_filter(void *arg, float *logits, int nv) {
-    srv_gen_extra *x = arg;
-    int any = 0;
-    for (int v = 0; v < nv; v++) {
-        jfsm m2 = x->js;
-        uint32_t a = x->pt.off[v], b = x->pt.off[v + 1];
-        if (a == b || jfsm_feed(&m2, x->pt.text + a, b - a) != 0) logits[v] = -INFINITY;
-        else any = 1;
-    }
-    /* none allowed cannot happen with a byte-complete vocabulary; end rather than emit junk */
-    return any ? GEN_GO : GEN_END;
+/* Waiting for the trigger: where in piece p[0..n) the trigger would end (the bytes after it belong to the
+ * grammar), or -1 when the piece does not complete it. */
+static long trigger_end(const srv_gen_extra *x, const char *p, size_t n) {
+    const char *trig = x->r->grammar_trigger;
+    size_t L = strlen(trig), keep = x->wn < L - 1 ? x->wn : L - 1;
+    char buf[sizeof x->win + 256 + 64];
+    if (n > 256) n = 256; /* pieces are at most 256 bytes (vocab_build) */
+    memcpy(buf, x->win + x->wn - keep, keep);
+    memcpy(buf + keep, p, n);
+    const char *hit = memmem(buf, keep + n, trig, L);
+    return hit ? (long)(hit - buf) + (long)L - (long)keep : -1;
 }
 
-/* Each sampled token: its TOKEN event (logprobs), the JSON state (json_mode). */
+/* May t come next? (a single token: its bytes through the matcher, undone) */
+static int grammar_allow(void *arg, int32_t t) {
+    srv_gen_extra *x = arg;
+    const srv_vocab *v = x->voc;
+    if (x->waiting) { /* free text, but a piece that completes the trigger must go on as the grammar says */
+        if (x->dropped || v->eog[t]) return 1;
+        uint32_t a = v->off[t], b = v->off[t + 1];
+        long e = trigger_end(x, v->text + a, b - a);
+        return e < 0 || gmatch_try(x->m, v->text + a + e, b - a - (size_t)e);
+    }
+    if (v->eog[t]) return gmatch_accepting(x->m);
+    uint32_t a = v->off[t], b = v->off[t + 1];
+    return a < b && gmatch_try(x->m, v->text + a, b - a);
+}
+
+/* Every token that may not come next to -inf; how many may. */
+static int grammar_mask(void *arg, float *logits, int nv) {
+    srv_gen_extra *x = arg;
+    if (x->waiting) { /* only pieces that complete the trigger can be refused: ask each */
+        int n = 0;
+        for (int v = 0; v < nv; v++) {
+            if (grammar_allow(x, v)) n++;
+            else logits[v] = -INFINITY;
+        }
+        x->n_mask++;
+        return n;
+    }
+    int64_t t0 = st_now_ns();
+    int n = gmatch_allowed(x->m, &x->voc->v, x->allowed, nv);
+    if (n < 0) { /* bounded: a grammar this costly ends the answer here, rather than slow every slot */
+        ST_WARN("slot %d: the grammar needs more than %d steps to check the vocabulary once: the answer ends here",
+                x->slot, GRAMMAR_MAX_PASS_WORK);
+        return 0;
+    }
+    if (gmatch_accepting(x->m)) /* the sentence is whole: it may end here */
+        for (int v = 0; v < nv; v++)
+            if (x->voc->eog[v] && !x->allowed[v]) {
+                x->allowed[v] = 1;
+                n++;
+            }
+    for (int v = 0; v < nv; v++)
+        if (!x->allowed[v]) logits[v] = -INFINITY;
+    x->n_mask++;
+    x->mask_ns += st_now_ns() - t0;
+    return n;
+}
+
+/* Each sampled token: its TOKEN event (logprobs), the grammar's state. */
 static int on_token(void *arg, int32_t t, const float *raw) {
     srv_gen_extra *x = arg;
     const srv_request *r = x->r;
@@ -281,28 +213,66 @@ static int on_token(void *arg, int32_t t, const float *raw) {
                         .top_ids = x->top_ids, .top_lp = x->top_lp};
         if (x->fn(x->ctx, &ev) != 0) rc = GEN_CANCEL;
     }
-    if (r->json_mode) {
-        jfsm_feed(&x->js, x->pt.text + x->pt.off[t], x->pt.off[t + 1] - x->pt.off[t]);
-        if (x->js.state == J_DONE && rc == GEN_GO) rc = GEN_END; /* the object is complete: done */
+    if (x->g && x->waiting) { /* free text until the trigger; what follows it in the piece is the grammar's */
+        const srv_vocab *v = x->voc;
+        const char *p = v->text + v->off[t];
+        size_t n = v->off[t + 1] - v->off[t];
+        if (v->eog[t]) return rc == GEN_GO && !r->ignore_eos ? GEN_END : rc; /* as gen_take would without hooks */
+        if (x->dropped) return rc;
+        long e = trigger_end(x, p, n);
+        if (e >= 0) {
+            x->waiting = 0;
+            x->n_tok++;
+            if (gmatch_feed(x->m, p + e, n - (size_t)e) != 0) { /* grammar_allow said yes: never */
+                x->waiting = x->dropped = 1;
+                ST_WARN("slot %d: a tool call runs on against its grammar: left unconstrained", x->slot);
+            }
+            return rc;
+        }
+        for (size_t i = 0; i < n; i++) { /* the window keeps the answer's last bytes */
+            if (x->wn == sizeof x->win) {
+                memmove(x->win, x->win + sizeof x->win / 2, sizeof x->win / 2);
+                x->wn = sizeof x->win / 2;
+            }
+            x->win[x->wn++] = p[i];
+        }
+        return rc;
+    }
+    if (x->g) {
+        const srv_vocab *v = x->voc;
+        x->n_tok++;
+        int end = v->eog[t] || gmatch_feed(x->m, v->text + v->off[t], v->off[t + 1] - v->off[t]) != 0 ||
+                  gmatch_finished(x->m);
+        if (end && rc == GEN_GO) rc = GEN_END; /* the sentence is whole (or, never, the token was refused) */
     }
     return rc;
 }
 
 srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_event_fn fn, void *ctx, int slot,
-                                 gen_hooks *hk) {
+                                 gen_hooks *hk, srv_vocab **vocab, char *err, size_t errcap) {
     memset(hk, 0, sizeof *hk);
-    if (!r->logprobs && !r->json_mode) return NULL;
+    if (errcap) err[0] = 0;
+    if (!r->logprobs && !r->grammar) return NULL;
     srv_gen_extra *x = st_calloc(1, sizeof *x);
     x->r = r;
     x->fn = fn;
     x->ctx = ctx;
     x->slot = slot;
     x->n_vocab = e->m->hp.n_vocab;
-    x->js.state = J_VALUE;
-    if (r->json_mode) {
-        pieces_build(&x->pt, e->tok, x->n_vocab);
-        hk->filter = json_filter;
-        hk->eog_ok = 1; /* end-of-turn pieces are empty, so the filter masks them: the object's end ends it */
+    if (r->grammar) {
+        x->g = grammar_parse(r->grammar, r->grammar_len, err, errcap);
+        if (!x->g) {
+            st_free(x);
+            return NULL;
+        }
+        if (!*vocab) *vocab = vocab_build(e);
+        x->voc = *vocab;
+        x->m = gmatch_new(x->g);
+        x->allowed = st_malloc((size_t)x->n_vocab);
+        x->waiting = r->grammar_trigger != NULL;
+        hk->allow = grammar_allow;
+        hk->filter = grammar_mask;
+        hk->eog_ok = 1; /* the grammar decides when the answer may end */
     }
     hk->token = on_token;
     hk->ctx = x;
@@ -311,7 +281,11 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
 
 void srv_gen_extra_free(srv_gen_extra *x) {
     if (!x) return;
-    st_free(x->pt.text);
-    st_free(x->pt.off);
+    if (x->g && (x->n_tok || x->n_mask)) /* (a grammar waiting for a trigger that never came: nothing to say) */
+        ST_INFO("slot %d: grammar: %d tokens, %d needed the whole vocabulary checked (%.1f ms in all)", x->slot,
+                x->n_tok, x->n_mask, (double)x->mask_ns / 1e6);
+    gmatch_free(x->m);
+    grammar_free(x->g);
+    st_free(x->allowed);
     st_free(x);
 }

@@ -117,6 +117,17 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
  * opening is written after the generation prompt (*opening, st_malloc'd). */
 int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, char **opening, int *n_tok,
                          srv_err *e);
+/* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
+int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
+/* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's
+ * format, continuing the opening srv_chat_prompt wrote; NULL with 400 when a tool's schema cannot be
+ * enforced. st_malloc'd. */
+char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e);
+/* tool_choice auto: once the answer writes a call's opening (`<tool_call>`), the rest is held to whole
+ * calls of the tools (a grammar with a trigger). Nothing when a schema cannot be enforced or the format
+ * has no opening (Llama 3). */
+struct srv_job;
+void srv_job_lazy_tools(struct srv_job *j, json_t *tools, srv_api api);
 /* 400 unless tools is an array of valid {"type":"function","function":{name,...}}. */
 int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e);
 /* 400 (context_length_exceeded) when the prompt leaves no room to generate. */
@@ -154,6 +165,10 @@ typedef struct srv_job {
     json_t *lp;                /* logprobs requests: token entries not yet sent (OpenAI chat shape) */
     size_t lp_offset;          /* bytes of text the sent entries cover (the legacy text_offset) */
     char *call_opening;        /* a forced call's opening, written into the prompt */
+    char *grammar;             /* the grammar the answer follows (req.grammar), or NULL */
+    struct tools_stream *ts;   /* a stream with tools: calls parsed as they come (srv_tools.h) */
+    int ts_calls;              /* calls it sent, once it ended */
+    int blk_n, blk_open;       /* Anthropic stream: content blocks started; 1 text / 2 tool_use block open */
     sbuf text;                 /* the whole answer (non-streaming, or streaming with tools) */
     sbuf out;                  /* bytes ready for the client (streaming) */
     size_t out_sent;
@@ -168,6 +183,8 @@ extern _Thread_local int srv_req_http10;
 /* Takes ownership of the prompt tokens; copies the stop strings. */
 void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop);
 void job_release(srv_job *j);
+/* Takes ownership of the grammar text (NULL: none). */
+void job_set_grammar(srv_job *j, char *grammar);
 /* Queue the job and answer the connection: streaming responses start at
  * once, others wait for the end. Returns the MHD result to hand back. */
 enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c);
@@ -183,6 +200,10 @@ void anth_stream_text(srv_job *j, const char *text, size_t len);
 void anth_stream_end(srv_job *j);
 json_t *anth_response(srv_job *j);
 
+/* The prefix of the answer's tool call ids ("call_<hex>_" / "toolu_<hex>_"). */
+void srv_job_call_prefix(const srv_job *j, char *out, size_t cap);
+/* Feed the forced call's opening to j->ts (made by the API's stream begin). */
+void srv_job_stream_opening(srv_job *j);
 /* The finished answer's tool calls (OpenAI shape) or NULL; content gets the
  * text before them (the whole answer when there are none). */
 json_t *srv_job_tool_calls(srv_job *j, sbuf *content);

@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_tools.h"
 
 #define WAIT_STEP_MS 50 /* how often a waiting connection looks at its socket */
 
@@ -38,6 +39,14 @@ srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     return j;
 }
 
+void job_set_grammar(srv_job *j, char *grammar) {
+    st_free(j->grammar);
+    tools_stream_free(j->ts);
+    j->grammar = grammar;
+    j->req.grammar = grammar;
+    j->req.grammar_len = grammar ? strlen(grammar) : 0;
+}
+
 void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop) {
     ST_ASSERT(n_stop <= 17);
     j->prompt = prompt;
@@ -60,6 +69,8 @@ void job_release(srv_job *j) {
     json_decref(j->tools);
     json_decref(j->lp);
     st_free(j->call_opening);
+    st_free(j->grammar);
+    tools_stream_free(j->ts);
     for (int i = 0; i < 17; i++) st_free(j->stop_store[i]);
     sbuf_free(&j->text);
     sbuf_free(&j->out);
@@ -118,7 +129,8 @@ static int on_event(void *ctx, const srv_event *ev) {
         oai_token(j, ev);
         break;
     case SRV_EV_TEXT:
-        if (j->stream && !j->tools) stream_text(j, ev->text, ev->len); /* with tools: parsed at the end */
+        if (j->ts) tools_stream_feed(j->ts, ev->text, ev->len); /* calls parsed as they come */
+        else if (j->stream) stream_text(j, ev->text, ev->len);
         else sbuf_put(&j->text, ev->text, ev->len);
         break;
     case SRV_EV_DONE:

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "server/srv_grammar.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
@@ -23,12 +24,12 @@ static const char *const CHAT_KEYS[] = {
     "reasoning_effort", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity", "moderation",
     "prompt_cache_options", "prompt_cache_retention",
     /* extensions (llama.cpp spells them the same) */
-    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", NULL};
+    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", NULL};
 
 static const char *const COMPLETION_KEYS[] = {
     "model", "prompt", "stream", "stream_options", "temperature", "top_p", "max_tokens", "stop", "seed",
     "presence_penalty", "frequency_penalty", "n", "logprobs", "echo", "best_of", "logit_bias", "suffix", "user",
-    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", NULL};
+    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", NULL};
 
 /* Known parameters with no effect on the output: checked for type (JSON_NULL:
  * any type), ignored. */
@@ -100,9 +101,7 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
         if (!json_is_object(v) || !json_is_string(t))
             return srv_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
         const char *type = json_string_value(t);
-        if (!strcmp(type, "json_schema")) {
-            /* accepted and constrained like json_object: the answer is one JSON
-             * object, but the schema itself is not enforced (docs/server.md) */
+        if (!strcmp(type, "json_schema")) { /* the schema is enforced in finish_request (grammar_from_schema) */
             static const char *const keys[] = {"type", "json_schema", NULL};
             static const char *const schema_keys[] = {"name", "description", "schema", "strict", NULL};
             json_t *js = json_object_get(v, "json_schema");
@@ -330,6 +329,48 @@ static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err
     return 0;
 }
 
+/* The grammar the answer must follow: llama-server's `grammar` (GBNF text), or
+ * response_format json_object / json_schema (chat). Forced tool calls set
+ * theirs before (oai_chat); a grammar beside tools is refused. */
+static int answer_grammar(json_t *body, srv_job *j, int chat, srv_err *e) {
+    json_t *rf = json_object_get(body, "response_format"), *gr = json_object_get(body, "grammar");
+    const char *rft = chat && json_is_string(json_object_get(rf, "type")) ? json_string_value(json_object_get(rf, "type"))
+                                                                          : "text";
+    int want_json = !strcmp(rft, "json_object") || !strcmp(rft, "json_schema");
+    if (gr && !json_is_null(gr) && !json_is_string(gr))
+        return srv_fail(e, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
+    int want_gbnf = json_is_string(gr) && json_string_length(gr) > 0;
+    if ((want_json || want_gbnf) && j->tools)
+        return srv_fail(e, 400, want_gbnf ? "grammar" : "response_format", "invalid_value",
+                        "'%s' cannot be combined with 'tools'", want_gbnf ? "grammar" : "response_format");
+    if (want_json && want_gbnf)
+        return srv_fail(e, 400, "grammar", "invalid_value", "'grammar' cannot be combined with 'response_format' %s",
+                        rft);
+    char *text = NULL;
+    size_t len = 0;
+    if (want_gbnf) {
+        if (srv_grammar_check(json_string_value(gr), json_string_length(gr), "grammar", "invalid_value", e) < 0)
+            return -1;
+        text = st_strdup(json_string_value(gr));
+    } else if (want_json) {
+        json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
+        if (!strcmp(rft, "json_object") || !schema || json_is_null(schema))
+            text = st_strdup(grammar_json_object());
+        else {
+            char err[512];
+            if (!(text = grammar_from_schema(schema, &len, err, sizeof err)))
+                return srv_fail(e, 400, "response_format.json_schema.schema", "unsupported_parameter",
+                                "'response_format.json_schema.schema': %s", err);
+            if (srv_grammar_check(text, len, "response_format.json_schema.schema", "unsupported_parameter", e) < 0) {
+                st_free(text);
+                return -1;
+            }
+        }
+    }
+    if (text) job_set_grammar(j, text);
+    return 0;
+}
+
 /* Common tail of both endpoints: sampling, stops, context check, run. */
 static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json_t *body, srv_job *j,
                                       int32_t *ids, int n, const char *max_key, int chat) {
@@ -369,21 +410,15 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
         j->req.top_logprobs = (int)nlp;
     }
     if (j->req.logprobs) j->lp = json_array();
-    json_t *rf = json_object_get(json_object_get(body, "response_format"), "type");
-    if (chat && json_is_string(rf) &&
-        (!strcmp(json_string_value(rf), "json_object") || !strcmp(json_string_value(rf), "json_schema"))) {
-        if (j->tools) {
-            st_free(ids);
-            srv_fail(&e, 400, "response_format", "invalid_value", "'response_format' %s cannot be combined with 'tools'",
-                     json_string_value(rf));
-            job_release(j);
-            return srv_send_error(s, c, API_OPENAI, &e);
-        }
-        j->req.json_mode = 1;
+    if (answer_grammar(body, j, chat, &e) < 0) {
+        st_free(ids);
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
     }
     j->n_user_stop = n_stop;
     if (chat) stops[n_stop++] = s->eot;
-    if (chat && j->call_opening && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
+    if (chat && j->call_opening && !j->grammar && s->tools_fam == TOOLS_TAGGED && n_stop < 17)
+        stops[n_stop++] = "</tool_call>";
     job_set_prompt(j, ids, n, stops, n_stop);
     return job_run(j, c);
 }
@@ -403,6 +438,13 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     int n;
     int32_t *ids = srv_chat_prompt(s, msgs, tools, force, &j->call_opening, &n, &e);
     json_decref(msgs);
+    char *g = NULL;
+    if (ids && j->call_opening && !(g = srv_tools_grammar(s, tools, force, API_OPENAI, &e))) {
+        st_free(ids);
+        ids = NULL;
+    }
+    job_set_grammar(j, g); /* a forced call: its arguments follow the function's schema */
+    if (ids && tools && !force) srv_job_lazy_tools(j, tools, API_OPENAI); /* auto: a call it starts is whole */
     if (!ids) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
@@ -575,27 +617,41 @@ static json_t *choice(srv_job *j, json_t *text, const char *finish) {
     return json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "text", text, "logprobs", lp, "finish_reason", fin);
 }
 
-/* Streamed answers with tools are held back and sent here at the end: the
- * content, then each call whole as one delta (index, id, type, name, arguments). */
-static void stream_tool_answer(srv_job *j) {
-    sbuf content = {0};
-    json_t *calls = srv_job_tool_calls(j, &content);
-    if (content.len) put_chunk(j, choice(j, json_pack("{s:o}", "content", srv_json_text(content.s, content.len)), NULL), NULL);
-    size_t i;
-    json_t *call;
-    json_array_foreach(calls, i, call) {
-        json_t *d = json_deep_copy(call);
-        json_object_set_new(d, "index", json_integer((json_int_t)i));
-        put_chunk(j, choice(j, json_pack("{s:[o]}", "tool_calls", d), NULL), NULL);
-    }
-    put_chunk(j, choice(j, json_object(), calls ? "tool_calls" : finish_reason(j)), NULL);
-    json_decref(calls);
-    sbuf_free(&content);
+/* Streamed answers with tools (tools_stream): content as it comes, each call
+ * as a tool_calls delta with index, id, type and name, then its arguments in
+ * fragments, as OpenAI streams them. */
+static void ts_content(void *ctx, const char *t, size_t n) {
+    srv_job *j = ctx;
+    put_chunk(j, choice(j, json_pack("{s:o}", "content", srv_json_text(t, n)), NULL), NULL);
+}
+
+static void ts_begin(void *ctx, int i, const char *id, const char *name) {
+    srv_job *j = ctx;
+    put_chunk(j, choice(j, json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", i, "id", id, "type",
+                                     "function", "function", "name", name, "arguments", ""), NULL), NULL);
+}
+
+static void ts_args(void *ctx, int i, const char *t, size_t n) {
+    srv_job *j = ctx;
+    put_chunk(j, choice(j, json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", i, "function", "arguments",
+                                     srv_json_text(t, n)), NULL), NULL);
+}
+
+static void ts_end(void *ctx, int i) {
+    (void)ctx;
+    (void)i;
 }
 
 void oai_stream_begin(srv_job *j) {
     if (j->kind == JOB_OAI_CHAT)
         put_chunk(j, choice(j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL), NULL);
+    if (j->kind == JOB_OAI_CHAT && j->tools) {
+        static const tools_stream_cb cb = {ts_content, ts_begin, ts_args, ts_end};
+        char prefix[96];
+        srv_job_call_prefix(j, prefix, sizeof prefix);
+        j->ts = tools_stream_new(j->tools, (tools_family)j->srv->tools_fam, prefix, &cb, j);
+        srv_job_stream_opening(j);
+    }
 }
 
 void oai_stream_text(srv_job *j, const char *text, size_t len) {
@@ -615,8 +671,12 @@ void oai_stream_end(srv_job *j) {
         sbuf_printf(&j->out, "data: %s\n\n", txt);
         free(txt);
     } else {
-        if (j->tools) stream_tool_answer(j);
-        else put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
+        if (j->ts) {
+            j->ts_calls = tools_stream_end(j->ts);
+            put_chunk(j, choice(j, json_object(), j->ts_calls && strcmp(j->st.finish, "length") ? "tool_calls"
+                                                                                                 : finish_reason(j)),
+                      NULL);
+        } else put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
         if (j->include_usage) put_chunk(j, NULL, usage(j));
     }
     sbuf_puts(&j->out, "data: [DONE]\n\n");

@@ -25,7 +25,9 @@
  *            that is not the front end's, before or after loading, is a FAIL)
  *   REQUEST  f32 temp, i32 top_k, f32 top_p, min_p, repeat_penalty, presence_penalty,
  *            frequency_penalty, i32 penalty_last_n, u64 seed, i32 max_tokens,
- *            u32 n_prompt, i32 token[n_prompt], u32 n_stop, str stop[n_stop]
+ *            u32 n_prompt, i32 token[n_prompt], u32 n_stop, str stop[n_stop], i32 logprobs,
+ *            top_logprobs, str grammar (GBNF text, empty: none; compiled in the child), str trigger
+ *            (the grammar starts after it; empty: at once), i32 ignore_eos, no_cache
  *            (sent only after READY; the parent holds requests that come earlier)
  *   CANCEL   (no payload) the client went away: stop at the next token
  * child -> parent

@@ -67,6 +67,7 @@ typedef struct {
     engine_seq **step_seqs;
     int32_t *step_toks;
     slot **step_slots;
+    srv_vocab *vocab; /* the vocabulary table grammars walk (srv_gen.c), built on first need */
 } local_sched;
 
 /* The free slot for a prompt (see the routing rule in srv_sched.h); -1 if none is free. */
@@ -251,15 +252,23 @@ static void slot_start(local_sched *s, slot *sl) {
     sl->state = SL_PROMPT;
 }
 
-/* The prompt's last token has been evaluated: the generation starts. */
-static void gen_start(local_sched *s, slot *sl) {
+/* The prompt's last token has been evaluated: the generation starts. -1 when it cannot (the slot is failed). */
+static int gen_start(local_sched *s, slot *sl) {
     const srv_request *r = sl->job.req;
     sl->st.prompt_ms = (double)(st_now_ns() - sl->t0) / 1e6;
-    sl->smp = sampler_create(&r->sp, s->e->m->hp.n_vocab);
     gen_hooks hk;
-    sl->extra = srv_gen_extra_new(s->e, r, sl->job.fn, sl->job.ctx, sl->id, &hk);
+    char err[512];
+    sl->extra = srv_gen_extra_new(s->e, r, sl->job.fn, sl->job.ctx, sl->id, &hk, &s->vocab, err, sizeof err);
+    if (!sl->extra && err[0]) { /* the front end compiled the same grammar: only a bug gets here */
+        char msg[600];
+        snprintf(msg, sizeof msg, "the grammar does not compile: %s", err);
+        slot_fail(s, sl, msg, OUT_FAILED);
+        return -1;
+    }
+    sl->smp = sampler_create(&r->sp, s->e->m->hp.n_vocab);
     gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos};
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
+    return 0;
 }
 
 /* One batched step: the next prompt chunk of the slot admitted first among
@@ -309,7 +318,7 @@ static void step(local_sched *s) {
     }
     for (int i = 0; i < n; i++) {
         slot *sl = s->step_slots[i];
-        if (!sl->gen) gen_start(s, sl); /* its prompt's last token was this row */
+        if (!sl->gen && gen_start(s, sl) != 0) continue; /* its prompt's last token was this row */
         sl->state = SL_SAMPLE;
     }
     if (rd && rd->seq->n_past == rd->job.req->n_prompt - 1) { /* read all but the last token */
@@ -422,6 +431,7 @@ static void local_destroy(srv_sched *b) {
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     st_free(s->slots);
+    srv_vocab_free(s->vocab);
     st_free(s->queue);
     st_free(s->step_seqs);
     st_free(s->step_toks);

@@ -44,7 +44,10 @@ typedef struct {
     int n_stop;
     int logprobs;     /* report each generated token's log probability (TOKEN events) */
     int top_logprobs; /* and the n (<= 20) most likely alternatives */
-    int json_mode;    /* constrain the answer to one JSON object (srv_gen.c) */
+    const char *grammar; /* GBNF text (srv_grammar.h) the answer must follow, or NULL */
+    size_t grammar_len;
+    const char *grammar_trigger; /* the grammar holds only what follows this text, once the answer has it
+                                    (a tool call's opening, tool_choice auto); NULL: all of the answer */
     int ignore_eos;   /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
     int no_cache;     /* read the whole prompt, reusing nothing of the slot's cache (cache_prompt: false) */
 } srv_request;
@@ -158,13 +161,15 @@ void sched_metrics_add(sched_metrics *m, const gen_stats *st);
 int sched_n_ctx(srv_sched *s);
 
 /* A request's additions to generation (srv_gen.c): hk gets the hooks for its
- * log probabilities (TOKEN events to fn with slot) and JSON mode. NULL (hk
- * cleared) when it has neither. */
+ * log probabilities (TOKEN events to fn with slot) and its grammar. NULL (hk
+ * cleared) when it has neither, or when the grammar does not compile (err
+ * then says why). *vocab: the vocabulary table the grammar walks, built on
+ * first need and kept by the caller for the engine's life (srv_vocab_free). */
 typedef struct srv_gen_extra srv_gen_extra;
+typedef struct srv_vocab srv_vocab;
 srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_event_fn fn, void *ctx, int slot,
-                                 gen_hooks *hk);
+                                 gen_hooks *hk, srv_vocab **vocab, char *err, size_t errcap);
 void srv_gen_extra_free(srv_gen_extra *x);
-/* 0 when s[0..n) is a prefix of a JSON object text (*complete: it is whole), -1 otherwise. */
-int srv_json_prefix_ok(const char *s, size_t n, int *complete);
+void srv_vocab_free(srv_vocab *v);
 
 #endif

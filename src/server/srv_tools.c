@@ -188,3 +188,256 @@ char *tools_system_prompt(const json_t *tools) {
     st_free(parts);
     return out;
 }
+
+/* ---- streaming (srv_tools.h tools_stream) ---- */
+
+enum { TS_TEXT, TS_HEAD, TS_ARGS, TS_AFTER, TS_OPAQUE };
+
+struct tools_stream {
+    const json_t *tools;
+    tools_family fam;
+    char prefix[96];
+    tools_stream_cb cb;
+    void *ctx;
+    int state, n_calls;
+    char *all;         /* every byte fed (for the decision at the end) */
+    size_t all_len, all_cap;
+    size_t pos;        /* all[0..pos) is decided: sent, or dropped */
+    size_t opaque_at;  /* TS_OPAQUE: where the undecided text begins */
+    int content_sent;  /* content went out (a bare answer can no longer be a call) */
+    size_t sent_to;    /* content went out up to here (it is all[0..sent_to) less what was dropped) */
+    /* TS_ARGS: the JSON value being read */
+    int depth, in_str, esc, started;
+};
+
+tools_stream *tools_stream_new(const json_t *tools, tools_family fam, const char *id_prefix, const tools_stream_cb *cb,
+                               void *ctx) {
+    tools_stream *ts = st_calloc(1, sizeof *ts);
+    ts->tools = tools;
+    ts->fam = fam;
+    snprintf(ts->prefix, sizeof ts->prefix, "%s", id_prefix);
+    ts->cb = *cb;
+    ts->ctx = ctx;
+    return ts;
+}
+
+void tools_stream_free(tools_stream *ts) {
+    if (!ts) return;
+    st_free(ts->all);
+    st_free(ts);
+}
+
+static const char TAG_OPEN[] = "<tool_call>", PY_TAG[] = "<|python_tag|>";
+
+static void send_content(tools_stream *ts, size_t a, size_t b) {
+    if (b > a) {
+        ts->cb.content(ts->ctx, ts->all + a, b - a);
+        ts->content_sent = 1;
+        ts->sent_to = b;
+    }
+}
+
+/* The call's head in s[0..n): `{"name": "NAME", "arguments": ` (or "parameters"), space anywhere between
+ * tokens. 1 with the name and the bytes it took, 0 when more text is needed, -1 when it is not one. */
+static int match_head(const char *s, size_t n, char *name, size_t cap, size_t *used) {
+    size_t i = 0;
+#define WS() while (i < n && is_space(s[i])) i++
+#define NEED(lit)                                                                                                      \
+    do {                                                                                                               \
+        size_t L_ = strlen(lit);                                                                                       \
+        for (size_t k_ = 0; k_ < L_; k_++, i++) {                                                                      \
+            if (i >= n) return 0;                                                                                      \
+            if (s[i] != (lit)[k_]) return -1;                                                                          \
+        }                                                                                                              \
+    } while (0)
+    WS();
+    NEED("{");
+    WS();
+    NEED("\"name\"");
+    WS();
+    NEED(":");
+    WS();
+    NEED("\"");
+    size_t k = 0;
+    for (;; i++) {
+        if (i >= n) return 0;
+        if (s[i] == '"') break;
+        if (s[i] == '\\' || k + 1 >= cap) return -1; /* names need no escapes (srv_check_tools) */
+        name[k++] = s[i];
+    }
+    name[k] = 0;
+    i++;
+    WS();
+    NEED(",");
+    WS();
+    NEED("\"");
+    size_t key = i;
+    while (i < n && s[i] != '"') i++;
+    if (i >= n) return i - key > 10 ? -1 : 0;
+    if (!((i - key == 9 && !memcmp(s + key, "arguments", 9)) || (i - key == 10 && !memcmp(s + key, "parameters", 10))))
+        return -1;
+    i++;
+    WS();
+    NEED(":");
+    WS();
+    if (i >= n) return 0; /* the value's first byte decides below */
+    *used = i;
+    return 1;
+#undef WS
+#undef NEED
+}
+
+/* How much of s[0..n) can go out as content now: all but a tail that may begin the tag or trail space. */
+static size_t safe_content(const char *s, size_t n) {
+    size_t keep = 0, L = strlen(TAG_OPEN);
+    for (size_t k = n < L - 1 ? n : L - 1; k > 0; k--)
+        if (!memcmp(s + n - k, TAG_OPEN, k)) {
+            keep = k;
+            break;
+        }
+    size_t end = n - keep;
+    while (end > 0 && is_space(s[end - 1])) end--; /* space before a call is not content */
+    return end;
+}
+
+static void step(tools_stream *ts) {
+    for (;;) {
+        const char *s = ts->all + ts->pos;
+        size_t n = ts->all_len - ts->pos;
+        switch (ts->state) {
+        case TS_TEXT: {
+            if (!ts->content_sent) { /* a bare JSON answer may be a call */
+                size_t k = 0, L = strlen(PY_TAG);
+                while (k < n && is_space(s[k])) k++;
+                if (k == n) return; /* only space so far */
+                const char *r = s + k;
+                size_t m = n - k;
+                if (ts->fam == TOOLS_LLAMA3) {
+                    if (m < L && !memcmp(r, PY_TAG, m)) return; /* maybe the python tag: wait */
+                    if (m >= L && !memcmp(r, PY_TAG, L)) {
+                        ts->pos += k + L;
+                        ts->state = TS_HEAD;
+                        continue;
+                    }
+                    if (*r == '{') { /* Llama 3: the call's head */
+                        ts->pos += k;
+                        ts->state = TS_HEAD;
+                        continue;
+                    }
+                }
+                if (*r == '{' || *r == '[' || *r == '`') { /* JSON (perhaps fenced): decided at the end */
+                    ts->state = TS_OPAQUE;
+                    ts->opaque_at = ts->pos;
+                    continue;
+                }
+            }
+            const char *tag = ts->fam == TOOLS_TAGGED ? find(s, n, TAG_OPEN) : NULL;
+            if (tag) {
+                size_t end = (size_t)(tag - s);
+                while (end > 0 && is_space(s[end - 1])) end--;
+                send_content(ts, ts->pos, ts->pos + end);
+                ts->pos += (size_t)(tag - s) + strlen(TAG_OPEN);
+                ts->state = TS_HEAD;
+                continue;
+            }
+            size_t ok = ts->fam == TOOLS_TAGGED ? safe_content(s, n) : n;
+            send_content(ts, ts->pos, ts->pos + ok);
+            ts->pos += ok;
+            return;
+        }
+        case TS_HEAD: {
+            char name[80];
+            size_t used = 0;
+            int r = match_head(s, n, name, sizeof name, &used);
+            if (r == 0) return;
+            if (r < 0 || !tool_named(ts->tools, name) || s[used] != '{') {
+                ts->state = TS_OPAQUE;
+                ts->opaque_at = ts->pos;
+                continue;
+            }
+            char id[128];
+            snprintf(id, sizeof id, "%s%d", ts->prefix, ts->n_calls);
+            ts->cb.call_begin(ts->ctx, ts->n_calls, id, name);
+            ts->n_calls++;
+            ts->pos += used;
+            ts->state = TS_ARGS;
+            ts->depth = ts->in_str = ts->esc = ts->started = 0;
+            continue;
+        }
+        case TS_ARGS: {
+            size_t i = 0;
+            int done = 0;
+            for (; i < n && !done; i++) {
+                char c = s[i];
+                if (ts->in_str) {
+                    if (ts->esc) ts->esc = 0;
+                    else if (c == '\\') ts->esc = 1;
+                    else if (c == '"') ts->in_str = 0;
+                } else if (c == '"') ts->in_str = 1;
+                else if (c == '{' || c == '[') ts->depth++;
+                else if ((c == '}' || c == ']') && --ts->depth == 0) done = 1;
+            }
+            if (i) ts->cb.call_args(ts->ctx, ts->n_calls - 1, s, i);
+            ts->pos += i;
+            if (!done) return;
+            ts->cb.call_end(ts->ctx, ts->n_calls - 1);
+            ts->state = TS_AFTER;
+            continue;
+        }
+        case TS_AFTER: { /* after a call only further calls count (as tools_parse reads a whole answer) */
+            const char *tag = ts->fam == TOOLS_TAGGED ? find(s, n, TAG_OPEN) : NULL;
+            if (!tag) {
+                size_t L = strlen(TAG_OPEN), keep = n < L ? n : L - 1;
+                ts->pos += n - keep;
+                return;
+            }
+            ts->pos += (size_t)(tag - s) + strlen(TAG_OPEN);
+            ts->state = TS_HEAD;
+            continue;
+        }
+        default: /* TS_OPAQUE: held to the end */
+            return;
+        }
+    }
+}
+
+void tools_stream_feed(tools_stream *ts, const char *text, size_t len) {
+    if (ts->all_len + len + 1 > ts->all_cap) {
+        ts->all_cap = (ts->all_len + len + 1) * 2;
+        ts->all = st_realloc(ts->all, ts->all_cap);
+    }
+    memcpy(ts->all + ts->all_len, text, len);
+    ts->all_len += len;
+    ts->all[ts->all_len] = 0;
+    step(ts);
+}
+
+int tools_stream_end(tools_stream *ts) {
+    if (ts->state == TS_ARGS) ts->cb.call_end(ts->ctx, ts->n_calls - 1); /* cut short (max_tokens) */
+    else if (ts->state == TS_OPAQUE || ts->state == TS_HEAD) {
+        /* decide the held text as a whole answer would be: calls after those sent, or content */
+        size_t at = ts->n_calls == 0 ? 0 : ts->state == TS_OPAQUE ? ts->opaque_at : ts->pos;
+        size_t clen = 0;
+        json_t *calls = tools_parse(ts->all + at, ts->all_len - at, ts->tools, "", &clen);
+        if (calls) {
+            if (ts->n_calls == 0) send_content(ts, ts->sent_to, clen > ts->sent_to ? clen : ts->sent_to);
+            size_t i;
+            json_t *c;
+            json_array_foreach(calls, i, c) {
+                json_t *fn = json_object_get(c, "function");
+                const char *args = json_string_value(json_object_get(fn, "arguments"));
+                char id[128];
+                snprintf(id, sizeof id, "%s%d", ts->prefix, ts->n_calls);
+                ts->cb.call_begin(ts->ctx, ts->n_calls, id, json_string_value(json_object_get(fn, "name")));
+                ts->cb.call_args(ts->ctx, ts->n_calls, args, strlen(args));
+                ts->cb.call_end(ts->ctx, ts->n_calls);
+                ts->n_calls++;
+            }
+            json_decref(calls);
+        } else if (ts->n_calls == 0)
+            send_content(ts, ts->sent_to, ts->all_len); /* no call after all: all of it was text */
+    } else if (ts->n_calls == 0)
+        send_content(ts, ts->sent_to, ts->all_len); /* a tag's beginning or space held back: it was text */
+    ts->pos = ts->all_len;
+    return ts->n_calls;
+}

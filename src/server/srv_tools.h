@@ -40,4 +40,27 @@ json_t *tools_parse(const char *text, size_t len, const json_t *tools, const cha
  * ignores them (st_malloc'd): the TOOLS_TAGGED format, the tools as JSON. */
 char *tools_system_prompt(const json_t *tools);
 
+/* Tool calls as they are generated (streaming): text is fed as it comes and
+ * the callbacks get the answer's content, then each call's start (index, id,
+ * name) as soon as its name is read, its arguments in fragments as they
+ * arrive (the model's own JSON text), and its end. What cannot be told
+ * apart yet (a possible `<tool_call>` tag at the end of the text, a bare JSON
+ * answer that may be a call) is held back; what never takes the expected
+ * shape (arguments before the name, an unknown function) is held to the end
+ * and decided there by tools_parse, as a whole answer is. */
+typedef struct {
+    void (*content)(void *ctx, const char *text, size_t len);
+    void (*call_begin)(void *ctx, int index, const char *id, const char *name);
+    void (*call_args)(void *ctx, int index, const char *text, size_t len);
+    void (*call_end)(void *ctx, int index);
+} tools_stream_cb;
+typedef struct tools_stream tools_stream;
+
+tools_stream *tools_stream_new(const json_t *tools, tools_family fam, const char *id_prefix, const tools_stream_cb *cb,
+                               void *ctx);
+void tools_stream_feed(tools_stream *ts, const char *text, size_t len);
+/* The text has ended: what was held back goes out. Returns how many calls were sent. */
+int tools_stream_end(tools_stream *ts);
+void tools_stream_free(tools_stream *ts);
+
 #endif

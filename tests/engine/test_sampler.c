@@ -13,7 +13,11 @@
  * bound, and the same draws fail that bound against a wrong distribution,
  * which shows the check has the power to notice a mistake.
  * Reproducibility: a seed gives the same sequence, other seeds differ, and
- * sampler_reset restarts the sequence and forgets the penalty history. */
+ * sampler_reset restarts the sequence and forgets the penalty history.
+ * Constrained sampling (sampler_sample_checked) against masking first:
+ * greedy, top-k and top-p/min-p give the same token for the same seed, and
+ * plain temperature draws follow the masked softmax, masking only when the
+ * first draw is refused. */
 #include "engine/sampler.h"
 
 #include <math.h>
@@ -578,6 +582,108 @@ static void test_candidates(void) {
     sampler_free(s);
 }
 
+/* ---- sampling under a constraint (sampler_sample_checked) against masking first ---- */
+static const uint8_t *g_allowed;
+static int g_ok_calls, g_mask_calls;
+static int ok_fn(void *ctx, int32_t t) {
+    (void)ctx;
+    g_ok_calls++;
+    return g_allowed[t];
+}
+static int mask_fn(void *ctx, float *l, int n) {
+    (void)ctx;
+    int k = 0;
+    g_mask_calls++;
+    for (int i = 0; i < n; i++) {
+        if (g_allowed[i]) k++;
+        else l[i] = -INFINITY;
+    }
+    return k;
+}
+
+/* The reference: every refused logit to -inf, then the ordinary sampler. */
+static int masked_draw(sampler *s, const float *l, int n) {
+    float tmp[256];
+    memcpy(tmp, l, (size_t)n * sizeof(float));
+    mask_fn(NULL, tmp, n);
+    return sampler_sample(s, tmp);
+}
+
+static int checked_draw(sampler *s, const float *l, int n) {
+    float tmp[256];
+    memcpy(tmp, l, (size_t)n * sizeof(float));
+    return sampler_sample_checked(s, tmp, ok_fn, mask_fn, NULL);
+}
+
+static void test_checked(void) {
+    enum { N = 200 };
+    float l[N];
+    uint8_t allowed[N];
+    g_allowed = allowed;
+    /* greedy and top-k: the same token as masking first, for the same seed, on random cases */
+    int diff_greedy = 0, diff_topk = 0, diff_topp = 0, refused = 0;
+    g_mask_calls = 0;
+    for (int c = 0; c < 300; c++) {
+        for (int i = 0; i < N; i++) {
+            l[i] = rnd_logit(8);
+            allowed[i] = rnd_unit() < (c % 3 == 0 ? 0.02 : c % 3 == 1 ? 0.3 : 0.9);
+        }
+        allowed[(int)(rnd_unit() * N)] = 1;
+        sampler_params g = plain(c), k = plain(c), t = plain(c);
+        g.temp = 0;
+        k.top_k = 1 + c % 20;
+        t.top_p = 0.8f;
+        t.min_p = 0.05f;
+        sampler *a = sampler_create(&g, N), *b = sampler_create(&g, N);
+        diff_greedy += checked_draw(a, l, N) != masked_draw(b, l, N);
+        sampler_free(a);
+        sampler_free(b);
+        a = sampler_create(&k, N), b = sampler_create(&k, N);
+        int x = checked_draw(a, l, N), y = masked_draw(b, l, N);
+        diff_topk += x != y;
+        refused += !allowed[x];
+        sampler_free(a);
+        sampler_free(b);
+        a = sampler_create(&t, N), b = sampler_create(&t, N);
+        x = checked_draw(a, l, N);
+        diff_topp += x != masked_draw(b, l, N);
+        refused += !allowed[x];
+        sampler_free(a);
+        sampler_free(b);
+    }
+    CHECK(diff_greedy == 0 && diff_topk == 0 && diff_topp == 0 && refused == 0,
+          "greedy %d, top-k %d, top-p/min-p %d differ from masking first; %d refused tokens drawn", diff_greedy,
+          diff_topk, diff_topp, refused);
+    printf("checked sampling: 300 cases each of greedy, top-k and top-p+min-p give masking's token for the seed\n");
+    /* plain temperature: the same distribution (chi-square against the masked softmax), while masking
+     * only when the first draw is refused */
+    for (int i = 0; i < N; i++) {
+        l[i] = rnd_logit(3);
+        allowed[i] = rnd_unit() < 0.5;
+    }
+    sampler_params p = plain(99);
+    p.temp = 0.9f;
+    sampler *s = sampler_create(&p, N);
+    int cnt[N] = {0}, total = 40000, keep[N];
+    g_mask_calls = 0;
+    for (int d = 0; d < total; d++) cnt[checked_draw(s, l, N)]++;
+    int masks = g_mask_calls;
+    sampler_free(s);
+    double prob[N], z = 0, all[N];
+    for (int i = 0; i < N; i++) keep[i] = allowed[i];
+    softmax_T(l, N, 0.9, keep, prob);
+    softmax_T(l, N, 0.9, NULL, all);
+    for (int i = 0; i < N; i++) z += allowed[i] ? all[i] : 0;
+    int df;
+    double chi = chi_square(cnt, prob, N, total, &df);
+    CHECK(chi < chi_bound(df), "temperature draws: chi-square %.1f over %d df (bound %.1f)", chi, df, chi_bound(df));
+    /* the mask runs exactly when the first draw is refused: about (1 - Z) of the draws */
+    double want = (1 - z) * total;
+    CHECK(fabs(masks - want) < 5 * sqrt(want * z) + 10, "%d masks for %.0f expected", masks, want);
+    printf("checked sampling: 40k temperature draws match the masked softmax (chi-square %.1f, %d df); masked "
+           "%d times (1 - Z = %.2f)\n", chi, df, masks, 1 - z);
+}
+
 int main(void) {
     test_greedy();
     test_tiny_temp_and_topk1();
@@ -588,5 +694,6 @@ int main(void) {
     test_distribution();
     test_penalties();
     test_candidates();
+    test_checked();
     return check_report("sampler");
 }

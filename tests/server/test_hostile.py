@@ -165,6 +165,43 @@ CASES = [
      json.dumps({"model": "m", "max_tokens": 2, "messages": OK_MSGS, "tools": [
          {"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool"}}).encode(), 400,
      "invalid_request_error"),
+    # constrained decoding (srv_grammar.h): grammars and schemas that would cost without bound, or that the
+    # engine cannot enforce, are refused before anything runs
+    ("grammar left recursion", "/v1/chat/completions", json.dumps(chat(grammar='root ::= root "a" | "b"')).encode(),
+     400, "invalid_value"),
+    ("grammar empty loop", "/v1/completions", json.dumps({"prompt": "x", "grammar": 'root ::= ("a"?)*'}).encode(), 400,
+     "invalid_value"),
+    ("grammar of 300 KB", "/v1/chat/completions", json.dumps(chat(grammar='root ::= "a"' + " " * 300000)).encode(),
+     400, "invalid_value"),
+    ("grammar nested 5000 deep", "/v1/chat/completions",
+     json.dumps(chat(grammar="root ::= " + "(" * 5000 + '"a"' + ")" * 5000)).encode(), 400, "invalid_value"),
+    ("grammar of 20000 rules", "/v1/chat/completions",
+     json.dumps(chat(grammar="root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(20000)) +
+                     'r20000 ::= "a"\n')).encode(), 400, "invalid_value"),
+    ("grammar repetition unrolled past the limit", "/v1/chat/completions",
+     json.dumps(chat(grammar='root ::= ' + ' '.join(['"abcdefghijklmnop"{2000}'] * 3))).encode(), 400,
+     "invalid_value"),
+    ("grammar undefined rule", "/v1/chat/completions", json.dumps(chat(grammar='root ::= nothing')).encode(), 400,
+     "invalid_value"),
+    ("schema keyword pattern", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}})).encode(),
+     400, "unsupported_parameter"),
+    ("schema of 20000 properties", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
+            f"p{i}": {"type": "string"} for i in range(20000)}}}})).encode(), 400, "unsupported_parameter"),
+    ("schema nested 100 deep", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": json.loads(
+            '{"type":"array","items":' * 100 + '{}' + '}' * 100)}})).encode(), 400, "unsupported_parameter"),
+    ("schema $ref loop", "/v1/chat/completions", json.dumps(chat(response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/a", "$defs": {
+            "a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}}})).encode(), 400, "unsupported_parameter"),
+    ("forced tool with a string schema", "/v1/chat/completions", json.dumps(chat(tool_choice="required", tools=[
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}])).encode(), 400,
+     "invalid_value"),
+    ("anthropic forced tool with pattern", "/v1/messages", json.dumps({
+        "model": "m", "max_tokens": 2, "messages": OK_MSGS, "tool_choice": {"type": "any"}, "tools": [
+            {"name": "f", "input_schema": {"type": "object", "properties": {"s": {"type": "string", "pattern": "x"}}}}
+        ]}).encode(), 400, "invalid_request_error"),
 ]
 
 
@@ -194,6 +231,37 @@ def test_hostile(server, name, path, raw, status, want):
     if name in MESSAGE_HAS:
         assert MESSAGE_HAS[name] in r.json()["error"]["message"], r.text
     print(f"checked: {name} -> {r.status_code} {r.json()}"[:300])
+
+
+def test_exploding_grammar_is_bounded(server):
+    """A grammar whose parse stacks double with every byte (after k a's, 2^k ways to close them) and that
+    needs 20 a's first is accepted, and the answer ends (finish stop, the text cut) when the stacks would
+    pass GRAMMAR_MAX_STACKS: no hang, no OOM."""
+    t0 = time.time()
+    r = httpx.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": "aaaa", "max_tokens": 100, "temperature": 0,
+        "grammar": 'root ::= p "!"\np ::= "a" p "b" | "a" p "c" | "aaaaaaaaaaaaaaaaaaaa"'})
+    dt = time.time() - t0
+    assert r.status_code == 200 and dt < 10, (r.status_code, dt)
+    text = r.json()["choices"][0]["text"]
+    assert re.fullmatch(r"a{1,12}", text) and r.json()["choices"][0]["finish_reason"] == "stop", text
+    print(f"checked: exploding grammar answered {text!r} in {dt:.2f} s")
+
+
+def test_costly_grammar_is_bounded(server):
+    """24 alternatives that each take any text before their own ending keep ~240 parse stacks alive over
+    every byte: one walk over the vocabulary cost ~125 ms, and with top_p (a walk every token) 100 tokens
+    held the engine, and every other slot, for 14 s. A walk past GRAMMAR_MAX_PASS_WORK steps ends the
+    answer instead."""
+    gram = "root ::= " + " | ".join(f"a{i}" for i in range(24)) + "\n" + \
+        "".join(f'a{i} ::= [^\\x00]* "zz{i}"\n' for i in range(24))
+    t0 = time.time()
+    r = httpx.post(server.url + "/v1/completions", timeout=60, json={
+        "prompt": "Hello", "max_tokens": 100, "temperature": 1, "top_p": 0.9, "seed": 1, "grammar": gram})
+    dt = time.time() - t0
+    assert r.status_code == 200 and dt < 4, (r.status_code, dt, r.text[:200])
+    assert r.json()["choices"][0]["finish_reason"] == "stop", r.text
+    print(f"checked: a costly grammar ended its answer in {dt:.2f} s")
 
 
 def test_body_100mb_gets_413(server):

@@ -81,7 +81,7 @@ def json_answers(oai, rf):
     done = 0
     for seed in range(4):
         r = oai.chat.completions.create(
-            model="any", max_tokens=60, temperature=1, seed=seed, response_format=rf,
+            model="any", max_tokens=150, temperature=1, seed=seed, response_format=rf,
             messages=[{"role": "user", "content": 'Reply with a JSON object like {"color": "red"} naming a color.'}])
         t, fin = r.choices[0].message.content, r.choices[0].finish_reason
         assert t.lstrip().startswith("{"), t
@@ -89,8 +89,8 @@ def json_answers(oai, rf):
             assert isinstance(json.loads(t), dict), t
             done += 1
         else:
-            assert fin == "length" and r.usage.completion_tokens == 60
-    assert done >= 1, "no JSON answer finished within 60 tokens in 4 tries"
+            assert fin == "length" and r.usage.completion_tokens == 150
+    assert done >= 1, "no JSON answer finished within 150 tokens in 4 tries"
     return done
 
 
@@ -100,17 +100,15 @@ def test_json_mode(oai):
 
 
 def test_json_schema_mode(oai):
-    # json_schema is accepted and constrained like json_object: one JSON object
-    # comes back; the schema itself is not enforced (docs/server.md)
+    # json_schema is enforced (test_grammar.py checks it against jsonschema): every answer that ends by
+    # itself is an object with a string "color" and nothing else
     schema = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
     rf = {"type": "json_schema", "json_schema": {"name": "color_answer", "schema": schema, "strict": True}}
     done = json_answers(oai, rf)
-    # the same seed gives the same answer as json_object mode: the same constraint
     a = oai.chat.completions.create(model="any", max_tokens=30, temperature=1, seed=7, response_format=rf,
                                     messages=[{"role": "user", "content": "Name a color as JSON."}])
-    b = oai.chat.completions.create(model="any", max_tokens=30, temperature=1, seed=7,
-                                    response_format={"type": "json_object"},
-                                    messages=[{"role": "user", "content": "Name a color as JSON."}])
-    assert a.choices[0].message.content == b.choices[0].message.content, (a, b)
-    print(f"checked: json_schema mode, {done} of 4 answers complete JSON objects; seed 7 gives the json_object "
-          f"answer {a.choices[0].message.content!r}")
+    if a.choices[0].finish_reason == "stop":
+        v = json.loads(a.choices[0].message.content)
+        assert list(v) == ["color"] and isinstance(v["color"], str), v
+    print(f"checked: json_schema mode, {done} of 4 answers complete JSON objects; seed 7 gives "
+          f"{a.choices[0].message.content!r}")

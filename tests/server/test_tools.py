@@ -39,18 +39,22 @@ def test_openai_forced_tool_call(oai):
         r = oai.chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice=choice, temperature=0,
                                         max_tokens=40)
         seen.append(check_oai_message(r))
-        # streaming: the call arrives as tool_calls deltas once parsed, finish_reason tool_calls
+        # streaming: the call arrives as tool_calls deltas (index, id and name first, then argument
+        # fragments), finish_reason tool_calls
         calls, content, finish = {}, "", None
         for c in oai.chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice=choice,
                                              temperature=0, max_tokens=40, stream=True):
             d = c.choices[0].delta
             content += d.content or ""
             for tc in d.tool_calls or []:
-                calls[tc.index] = tc
+                if tc.id:
+                    calls[tc.index] = {"name": tc.function.name, "arguments": tc.function.arguments or ""}
+                else:
+                    calls[tc.index]["arguments"] += tc.function.arguments
             finish = c.choices[0].finish_reason or finish
         assert (finish == "tool_calls") == bool(calls), (finish, calls, content)
         for tc in calls.values():
-            assert tc.function.name == "get_weather" and isinstance(json.loads(tc.function.arguments), dict)
+            assert tc["name"] == "get_weather" and isinstance(json.loads(tc["arguments"]), dict)
         seen.append(f"stream {finish} {len(calls)} call(s)")
     print("checked: forced tool calls, openai SDK:", seen)
 

@@ -36,6 +36,71 @@ static void check(const char *what, const char *text, int want_calls, const char
     json_decref(tools);
 }
 
+/* ---- the streaming parser: the same answers fed in pieces ---- */
+typedef struct {
+    char content[4096];
+    char args[4][1024];
+    char names[4][80];
+    char ids[4][96];
+    int n_begin, n_end, n_frag, order_ok;
+} stream_out;
+
+static void s_content(void *ctx, const char *t, size_t n) {
+    stream_out *o = ctx;
+    strncat(o->content, t, n);
+    o->order_ok &= o->n_begin == 0; /* content only before the first call */
+}
+static void s_begin(void *ctx, int i, const char *id, const char *name) {
+    stream_out *o = ctx;
+    o->order_ok &= i == o->n_begin && o->n_end == i;
+    snprintf(o->names[i & 3], sizeof o->names[0], "%s", name);
+    snprintf(o->ids[i & 3], sizeof o->ids[0], "%s", id);
+    o->n_begin++;
+}
+static void s_args(void *ctx, int i, const char *t, size_t n) {
+    stream_out *o = ctx;
+    o->order_ok &= i == o->n_begin - 1 && o->n_end == i;
+    strncat(o->args[i & 3], t, n);
+    o->n_frag++;
+}
+static void s_end(void *ctx, int i) {
+    stream_out *o = ctx;
+    o->order_ok &= i == o->n_end;
+    o->n_end++;
+}
+
+/* Feed text in pieces of `step` bytes; the calls must be tools_parse's (names, ids, arguments equal as JSON)
+ * and the content its content (the whole text when there is no call). */
+static void check_stream(const char *what, const char *text, tools_family fam, size_t step, int min_frags) {
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]", 0, NULL);
+    static const tools_stream_cb cb = {s_content, s_begin, s_args, s_end};
+    stream_out o = {.order_ok = 1};
+    tools_stream *ts = tools_stream_new(tools, fam, "call_x_", &cb, &o);
+    size_t len = strlen(text);
+    for (size_t i = 0; i < len; i += step) tools_stream_feed(ts, text + i, len - i < step ? len - i : step);
+    int n = tools_stream_end(ts);
+    tools_stream_free(ts);
+    size_t clen = 0;
+    json_t *calls = tools_parse(text, len, tools, "call_x_", &clen);
+    int want = calls ? (int)json_array_size(calls) : 0;
+    int ok = n == want && o.n_begin == n && o.n_end == n && o.order_ok && o.n_frag >= min_frags;
+    for (int i = 0; ok && i < n && i < 4; i++) {
+        json_t *c = json_array_get(calls, (size_t)i), *fn = json_object_get(c, "function");
+        json_t *a = json_loads(o.args[i], 0, NULL), *b = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+        ok = a && json_equal(a, b) && !strcmp(o.names[i], json_string_value(json_object_get(fn, "name"))) &&
+             !strcmp(o.ids[i], json_string_value(json_object_get(c, "id")));
+        json_decref(a);
+        json_decref(b);
+    }
+    if (ok) ok = strlen(o.content) == (n ? clen : len) && !memcmp(o.content, text, strlen(o.content));
+    printf("%s: stream (%zu-byte pieces): %s: %d call(s) (want %d), %d fragments, content '%.30s'\n", ok ? "ok" : "FAIL",
+           step, what, n, want, o.n_frag, o.content);
+    g_fail += !ok;
+    json_decref(calls);
+    json_decref(tools);
+}
+
 int main(void) {
     /* recorded from SmolLM2-135M-Instruct Q4_1 (tool_choice get_weather; the server wrote the opening) */
     check("smollm2 forced, closed", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \n{\"city\": \"Paris\"}}\n",
@@ -73,6 +138,33 @@ int main(void) {
     check("array with a non-call", "[{\"name\": \"add\", \"arguments\": {}}, {\"x\": 1}]", 0, NULL, NULL, NULL);
     check("arguments not an object", "<tool_call>{\"name\": \"add\", \"arguments\": [1]}</tool_call>", 0, NULL, NULL,
           NULL);
+    /* the streaming parser against tools_parse, fed a byte at a time and in bigger pieces */
+    static const struct {
+        const char *what, *text;
+        tools_family fam;
+        int frags; /* at least, a byte at a time */
+    } streams[] = {
+        {"forced, opening included", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+         "</tool_call>", TOOLS_TAGGED, 10},
+        {"text then two calls", "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+         "\"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": [2, \"}\"]}}\n"
+         "</tool_call>", TOOLS_TAGGED, 10},
+        {"prose", "The weather in Paris is <sunny> today.", TOOLS_TAGGED, 0},
+        {"a tag cut off at the end", "Some text <tool_c", TOOLS_TAGGED, 0},
+        {"an unknown function", "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>", TOOLS_TAGGED, 0},
+        {"arguments before the name", "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"add\"}</tool_call>",
+         TOOLS_TAGGED, 1},
+        {"a bare JSON call", "{\"name\": \"add\", \"arguments\": {\"a\": 2}}", TOOLS_TAGGED, 1},
+        {"a JSON answer", "{\"answer\": 42}", TOOLS_TAGGED, 0},
+        {"llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", TOOLS_LLAMA3, 10},
+        {"llama3 python_tag", "<|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\": 1}}", TOOLS_LLAMA3, 5},
+        {"llama3 prose", "It is sunny in Rome.", TOOLS_LLAMA3, 0},
+    };
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
+        check_stream(streams[i].what, streams[i].text, streams[i].fam, 1, streams[i].frags);
+        check_stream(streams[i].what, streams[i].text, streams[i].fam, 7, 0);
+        check_stream(streams[i].what, streams[i].text, streams[i].fam, 10000, 0);
+    }
     /* families from template text */
     const char *qwen = "{%- if tools %}<tools>{{ tool | tojson }}</tools><tool_call>{% endif %}";
     const char *llama = "{{- '\"parameters\": dictionary' }}{%- if message.role == 'ipython' %}{% endif %}{{ tools }}";
