@@ -21,6 +21,7 @@
  * --thp 1 asks for transparent huge pages on the weights (madvise); the
  * default is plain 4 KiB pages, like an mmap'd GGUF file in the page cache.
  */
+#include "backend/cpu/cpu_bw.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -28,70 +29,13 @@
 #include "core/timer.h"
 #include "quant/quant.h"
 
-#include <emmintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #define MIB (1024.0 * 1024.0)
-#define CHUNK ((size_t)1 << 20) /* 1 MiB per task in the bandwidth and fill loops */
-
-/* ---- read bandwidth ---- */
-
-typedef struct {
-    const uint8_t *buf;
-    size_t bytes;
-    int prefetch;
-    __m128i sums[64]; /* per thread, kept so that the compiler cannot drop the reads */
-} read_job;
-
-static void read_task(void *p, int64_t task, int thread) {
-    read_job *j = p;
-    const __m128i *v = (const __m128i *)(j->buf + (size_t)task * CHUNK);
-    size_t n = (j->bytes - (size_t)task * CHUNK < CHUNK ? j->bytes - (size_t)task * CHUNK : CHUNK) / 16;
-    /* four independent accumulators: the adds never limit the loads */
-    __m128i a = _mm_setzero_si128(), b = a, c = a, d = a;
-    const uint8_t *end = (const uint8_t *)(v + n);
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        /* the same 4 KiB-ahead prefetch as the matvec, when asked: the
-         * bandwidth is the better of the two loops, so that no product can
-         * look faster than the memory */
-        if (j->prefetch && (const uint8_t *)(v + i) + 4096 < end) __builtin_prefetch((const uint8_t *)(v + i) + 4096, 0, 1);
-        a = _mm_add_epi64(a, _mm_load_si128(v + i));
-        b = _mm_add_epi64(b, _mm_load_si128(v + i + 1));
-        c = _mm_add_epi64(c, _mm_load_si128(v + i + 2));
-        d = _mm_add_epi64(d, _mm_load_si128(v + i + 3));
-    }
-    __m128i s = _mm_add_epi64(_mm_add_epi64(a, b), _mm_add_epi64(c, d));
-    j->sums[thread & 63] = _mm_add_epi64(j->sums[thread & 63], s);
-}
-
-static void touch_task(void *p, int64_t task, int thread) {
-    (void)thread;
-    read_job *j = p;
-    size_t off = (size_t)task * CHUNK;
-    memset((uint8_t *)j->buf + off, (int)(task & 0xff), j->bytes - off < CHUNK ? j->bytes - off : CHUNK);
-}
-
-/* Best-of-passes read bandwidth in GB/s (1e9 bytes) with the pool's threads,
- * with and without software prefetch. */
-static double read_bandwidth(st_pool *pool, uint8_t *buf, size_t bytes, int passes) {
-    read_job j;
-    memset(&j, 0, sizeof j);
-    j.buf = buf;
-    j.bytes = bytes;
-    int64_t chunks = (int64_t)((bytes + CHUNK - 1) / CHUNK);
-    double best = 0;
-    for (int p = 0; p < 2 * passes; p++) {
-        j.prefetch = p & 1;
-        int64_t t0 = st_now_ns();
-        st_pool_run(pool, chunks, read_task, &j);
-        double gbs = (double)bytes / (double)(st_now_ns() - t0);
-        if (gbs > best) best = gbs;
-    }
-    return best;
-}
+#define CHUNK ((size_t)1 << 20) /* 1 MiB per task in the fill loop */
 
 /* ---- matvec ---- */
 
@@ -258,11 +202,9 @@ int main(int argc, char **argv) {
 
     /* 1. read bandwidth over 1 GiB */
     size_t bw_bytes = (size_t)1 << 30;
-    uint8_t *buf = st_malloc(bw_bytes);
-    read_job tj = {.buf = buf, .bytes = bw_bytes};
-    st_pool_run(pool, (int64_t)(bw_bytes / CHUNK), touch_task, &tj); /* fault the pages in, from all threads */
-    double bw_all = read_bandwidth(pool, buf, bw_bytes, passes + 2);
-    double bw_one = read_bandwidth(one, buf, bw_bytes, passes);
+    uint8_t *buf = cpu_bw_buffer(pool, bw_bytes); /* pages faulted in from all threads */
+    double bw_all = cpu_read_bandwidth(pool, buf, bw_bytes, passes + 2);
+    double bw_one = cpu_read_bandwidth(one, buf, bw_bytes, passes);
     st_free(buf);
     printf("read bandwidth (1 GiB, SSE2 streaming sum, best with/without prefetch): %.1f GB/s on %d threads, %.1f GB/s on 1 thread\n\n", bw_all, nt,
            bw_one);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_bw.h"
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "core/alloc.h"
@@ -116,9 +117,21 @@ int cmd_bench(int argc, char **argv) {
            bytes / 1e6);
     double pp_med = median(pp, (int)reps), tg_med = median(tg, (int)reps);
     if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp_med);
-    if (n_g)
+    if (n_g && ep.gpu < 0) {
+        /* the roofline of CPU decode: what this machine's threads read per second, measured now */
+        st_pool *pool = st_pool_init(ep.n_threads);
+        const size_t bw_bytes = (size_t)512 << 20;
+        uint8_t *buf = cpu_bw_buffer(pool, bw_bytes);
+        const double bw = cpu_read_bandwidth(pool, buf, bw_bytes, 2);
+        printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights = %.0f%% of the %.1f GB/s that %d threads read here\n", n_g,
+               depth ? " @ depth" : "", tg_med, tg_med * bytes / 1e9, 100 * tg_med * bytes / 1e9 / bw, bw,
+               st_pool_n_threads(pool));
+        st_free(buf);
+        st_pool_free(pool);
+    } else if (n_g) {
         printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights\n", n_g, depth ? " @ depth" : "", tg_med,
                tg_med * bytes / 1e9);
+    }
     if (ls && n_p && pro.layers) {
         const double pairs = (double)(pro.pairs_dev + pro.pairs_cpu + pro.pairs_pcie);
         printf("experts in the prompt: %.1f distinct per layer and chunk (of %d); %.1f%% of pairs from the GPU cache, "

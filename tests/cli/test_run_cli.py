@@ -175,6 +175,12 @@ def test_bench():
     tg = re.search(r"^tg8: ([\d.]+) tok/s", out, re.M)
     assert pp and tg, out
     assert float(pp.group(1)) > 0 and float(tg.group(1)) > 0
+    # on the CPU, decode against the read bandwidth measured beside it: GB/s x 100 / bandwidth = the share
+    m = re.search(r"^tg8: [\d.]+ tok/s, ([\d.]+) GB/s of weights = (\d+)% of the ([\d.]+) GB/s that (\d+) threads "
+                  r"read here", out, re.M)
+    assert m, out
+    gbs, pct, bw = float(m.group(1)), int(m.group(2)), float(m.group(3))
+    assert bw > 0 and abs(100 * gbs / bw - pct) <= 1, out
 
 
 def write_mamba(path):
