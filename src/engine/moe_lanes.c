@@ -97,8 +97,7 @@ static void put(lanes *L, void *dst, const void *src, size_t bytes) {
 
 /* One admission in layer il (moe_lanes_set_adapt): the hottest uncached
  * expert into the coldest cached one's slot, if hotter by half. */
-static void adapt_layer(lanes *L, st_backend *be, int il, const st_weight *gate, const st_weight *up,
-                        const st_weight *down) {
+static void adapt_layer(lanes *L, int il, const st_weight *gate, const st_weight *up, const st_weight *down) {
     lane_layer *ly = &L->layer[il];
     const float *heat = L->heat + (size_t)il * L->n_expert;
     int hot = -1, cold = -1;
@@ -118,7 +117,6 @@ static void adapt_layer(lanes *L, st_backend *be, int il, const st_weight *gate,
     ly->slot[cold] = -1;
     put(L, ly->d_slot, ly->slot, (size_t)L->n_expert * sizeof(int32_t));
     L->stats.swaps++;
-    (void)be;
 }
 
 static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
@@ -208,8 +206,8 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
             if (e >= 0 && run < 0) run = e;
         }
         put(L, L->d_stage_map, L->stage_map, (size_t)n_expert * sizeof(int32_t));
-        float *dst = wrote ? L->d_tmp : out;
-        be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &sg, &su, &sd, dst);
+        be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &sg, &su, &sd,
+                        wrote ? L->d_tmp : out);
         if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
         wrote = 1;
         L->stats.bytes_pcie += (uint64_t)n_sent * (ly->mat_g + ly->mat_u + ly->mat_d);
@@ -217,8 +215,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     /* 4. the CPU lane, while the device works */
     if (cpu_pairs) {
         L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out);
-        float *dst = wrote ? L->d_tmp : out;
-        be->to_device(be, dst, L->h_out, (size_t)n_tok * E * sizeof(float));
+        be->to_device(be, wrote ? L->d_tmp : out, L->h_out, (size_t)n_tok * E * sizeof(float));
         if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
     }
     if (!wrote && !cpu_pairs) { /* every pair routed nowhere (NaN logits): zeros, as moe_experts gives them */
@@ -230,7 +227,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     L->stats.pairs_pcie += (uint64_t)pcie_pairs;
     /* after this layer's work is queued: its cache may learn */
     if (L->adapt_every && ly->n_slots > 0 && L->steps % (uint64_t)L->adapt_every == 0)
-        adapt_layer(L, be, il, gate, up, down);
+        adapt_layer(L, il, gate, up, down);
 }
 
 /* No recorded steps: a layer needs the host between routing and experts. */
