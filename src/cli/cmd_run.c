@@ -11,8 +11,12 @@
 #include "core/log.h"
 #include "tokenizer/chat.h"
 
-#define RUN_USAGE "strata run " ENGINE_OPTS_USAGE " -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop TEXT]..."
-#define CHAT_USAGE "strata chat " ENGINE_OPTS_USAGE " [-n N] [--temp T] [--seed S] [--system TEXT]"
+#define RUN_USAGE                                                                                                      \
+    "strata run " ENGINE_OPTS_USAGE " -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "        \
+    "[--stop TEXT]... [--draft ngram|none] [--draft-n N]"
+#define CHAT_USAGE "strata chat " ENGINE_OPTS_USAGE " [-n N] [--temp T] [--seed S] [--system TEXT] [--draft ngram|none] [--draft-n N]"
+/* tokens drafted per step by --draft ngram unless --draft-n says */
+#define DRAFT_N_DEFAULT 8
 
 typedef struct {
     engine_params ep;
@@ -56,6 +60,20 @@ static int parse_gen_opt(args_t *a, run_opts *o) {
     if ((r = args_value(a, "--repeat-penalty", &v))) {
         if (r < 0 || args_double(a, "--repeat-penalty", v, &d)) return -1;
         o->sp.repeat_penalty = (float)d;
+        return 1;
+    }
+    if ((r = args_value(a, "--draft", &v))) {
+        if (r < 0) return -1;
+        if (strcmp(v, "ngram") && strcmp(v, "none")) {
+            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --draft (ngram or none)", v);
+            return -1;
+        }
+        o->gp.draft_n = strcmp(v, "ngram") ? 0 : o->gp.draft_n > 0 ? o->gp.draft_n : DRAFT_N_DEFAULT;
+        return 1;
+    }
+    if ((r = args_value(a, "--draft-n", &v))) {
+        if (r < 0 || args_int(a, "--draft-n", v, 1, 64, &n)) return -1;
+        o->gp.draft_n = (int)n; /* implies --draft ngram */
         return 1;
     }
     if ((r = args_value(a, "--seed", &v))) {

@@ -197,6 +197,20 @@ int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t 
     return rc;
 }
 
+int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits) {
+    if (n <= 0) return 0;
+    if (seq_check(e, s, toks, n) != 0) return -1;
+    model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, 1);
+    memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
+    s->n_past += n;
+    return 0;
+}
+
+void engine_seq_truncate(engine_seq *s, int n_past) {
+    ST_ASSERT(!s->kv->recurrent && n_past >= 0 && n_past <= s->n_past);
+    s->n_past = n_past; /* the rows beyond are written again before attention reads them */
+}
+
 static int seq_eval_nologits(engine *e, engine_seq *s, const int32_t *toks, int n) {
     return seq_eval_to(e, s, toks, n, NULL);
 }

@@ -99,6 +99,13 @@ int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n);
  * s->logits (model_forward_top_k): 0; 1 when s->logits got them all
  * instead (the backend could not); -1 with st_error (a bad token). */
 int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals);
+/* Evaluate toks into s with every token's logits, [n][n_vocab] into logits
+ * (speculative decoding's verification); s->logits is left as it was. -1
+ * with st_error as engine_seq_eval. */
+int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits);
+/* Forget the positions from n_past on (drafted tokens that were rejected).
+ * Attention caches only: a recurrent state cannot go back. */
+void engine_seq_truncate(engine_seq *s, int n_past);
 /* Drop positions beyond the longest common prefix of the sequence and toks
  * (keeping at least one token to evaluate); returns the prefix length. */
 int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n);
@@ -132,6 +139,8 @@ typedef struct {
     const char *const *stop; /* stop strings, not included in the output */
     int n_stop;
     int ignore_eos;
+    int draft_n; /* speculative decoding (engine_generate): up to this many tokens drafted by prompt lookup
+                    (draft.h) and verified in one batched pass; 0: off. Models with a recurrent state: off */
 } gen_params;
 
 typedef struct {

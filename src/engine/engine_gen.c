@@ -13,7 +13,9 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/draft.h"
 #include "engine/engine.h"
+#include "engine/kv_cache.h"
 #include "engine/moe_lanes.h"
 
 struct gen_state {
@@ -179,6 +181,62 @@ void gen_end(gen_state *g, gen_stats *st) {
     st_free(g);
 }
 
+/* The expert lanes' pairs since `before`, into st (nothing without lanes). */
+static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_stats *before) {
+    if (!ls) return;
+    moe_lane_stats d = {0};
+    moe_lane_stats_add(&d, ls, before);
+    st->lanes = 1;
+    st->pairs_dev = d.pairs_dev;
+    st->pairs_cpu = d.pairs_cpu;
+    st->pairs_pcie = d.pairs_pcie;
+}
+
+/* Speculative decoding with prompt-lookup drafts. Each step evaluates the
+ * pending token t and up to draft_n drafted tokens after it in one batched
+ * pass with every position's logits, then samples position by position
+ * exactly as without drafts (same sampler, same text and stop handling):
+ * a drafted token is kept while it is what was sampled there, and the
+ * first mismatch becomes the next pending token; the cache forgets the
+ * rejected rows. So the output is the plain decoder's, token for token (up
+ * to the rounding by which a batched product differs from a one-token one:
+ * docs/speculative.md), and a step yields 1 to draft_n + 1 tokens. An
+ * evaluation that fails ends it, as in the plain loop. */
+static void generate_drafted(engine *e, gen_state *g, int32_t t, int draft_n, gen_stats *st) {
+    engine_seq *s = &e->seq;
+    const int nv = e->m->hp.n_vocab;
+    int32_t *toks = st_malloc((size_t)(draft_n + 1) * sizeof(int32_t));
+    float *logits = st_malloc((size_t)(draft_n + 1) * nv * sizeof(float));
+    for (;;) {
+        const int base = s->n_past;
+        /* the draft continues the history with t appended */
+        s->hist[base] = t;
+        int room = e->n_ctx - base - 1, nd = draft_n < room ? draft_n : room;
+        nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
+        toks[0] = t;
+        if (engine_seq_eval_all(e, s, toks, nd + 1, logits) != 0) break;
+        st->drafts_total += nd;
+        int i = 0, done = 0;
+        for (;; i++) {
+            memcpy(s->logits, logits + (size_t)i * nv, (size_t)nv * sizeof(float));
+            s->n_past = base + 1 + i; /* as the plain decoder would stand here (its context-full check) */
+            int32_t next;
+            if (gen_next(g, &next) != 0) {
+                done = 1;
+                break;
+            }
+            if (i < nd && next == toks[i + 1]) continue; /* the draft was right: its row is already in */
+            t = next;                                    /* the first token the draft did not have */
+            break;
+        }
+        st->drafts_accepted += i < nd ? i : nd;
+        engine_seq_truncate(s, base + 1 + (i < nd ? i : nd));
+        if (done) break;
+    }
+    st_free(toks);
+    st_free(logits);
+}
+
 int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, const gen_params *gp, gen_text_fn fn,
                     void *ctx, gen_stats *st) {
     memset(st, 0, sizeof *st);
@@ -200,14 +258,21 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     st->n_read = n_prompt - reused;
     st->prompt_ms = (double)(st_now_ns() - t0) / 1e6;
     gen_state *g = gen_begin(e, &e->seq, s, prompt, n_prompt, gp, NULL, fn, ctx);
+    const moe_lane_stats *ls = moe_lanes_stats(e->be);
+    const moe_lane_stats before = ls ? *ls : (moe_lane_stats){0};
+    if (gp->draft_n > 0 && !e->seq.kv->recurrent) {
+        int32_t t;
+        if (gen_next(g, &t) == 0) generate_drafted(e, g, t, gp->draft_n, st);
+        gen_end(g, st); /* leaves the draft counters as they are */
+        lanes_stats(st, ls, &before);
+        return 0;
+    }
     /* decode steps sample from the backend's top-k candidates when the
      * sampler needs no more (on a GPU: k pairs copied, not the vocabulary) */
     const int k = e->be->top_k ? sampler_candidates(s, e->be->top_k_max) : 0;
     int32_t t, *ids = k ? st_malloc((size_t)k * sizeof(int32_t)) : NULL;
     float *vals = k ? st_malloc((size_t)k * sizeof(float)) : NULL;
     int top = 0; /* the next draw is from ids/vals (else from the sequence's logits) */
-    const moe_lane_stats *ls = moe_lanes_stats(e->be);
-    const moe_lane_stats before = ls ? *ls : (moe_lane_stats){0};
     while ((top ? gen_next_top(g, ids, vals, k, &t) : gen_next(g, &t)) == 0) {
         if (k) {
             const int rc = engine_seq_eval_top_k(e, &e->seq, t, k, ids, vals);
@@ -220,13 +285,6 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     st_free(ids);
     st_free(vals);
     gen_end(g, st);
-    if (ls) {
-        moe_lane_stats d = {0};
-        moe_lane_stats_add(&d, ls, &before);
-        st->lanes = 1;
-        st->pairs_dev = d.pairs_dev;
-        st->pairs_cpu = d.pairs_cpu;
-        st->pairs_pcie = d.pairs_pcie;
-    }
+    lanes_stats(st, ls, &before);
     return 0;
 }
