@@ -201,10 +201,18 @@ int gen_next(gen_state *g, int32_t *t);
  * instead of s->logits: for samplers that need no more (sampler_candidates)
  * and no hooks. */
 int gen_next_top(gen_state *g, const int32_t *ids, const float *vals, int k, int32_t *t);
+/* Speculative decoding (docs/speculative.md): evaluate *t, the pending
+ * token, with up to draft_n tokens drafted by prompt lookup after it, in one
+ * batched pass, and sample each position as gen_next would, keeping the
+ * drafted tokens that were sampled. 0: *t is the next pending token (not
+ * evaluated), call again; 1: finished. Attention caches only (a recurrent
+ * state cannot drop rejected rows). */
+int gen_next_drafted(gen_state *g, int32_t *t, int draft_n);
 /* 1 once text or token callbacks asked to stop (the reader went away). */
 int gen_cancelled(const gen_state *g);
 /* Send what text is still held back, fill st's generation fields (n_gen,
- * gen_ms, finish, stop_index; prompt fields are the caller's) and free g. */
+ * gen_ms, finish, stop_index, the draft counters; prompt fields are the
+ * caller's) and free g. */
 void gen_end(gen_state *g, gen_stats *st);
 
 /* Reuse what the cache shares with the prompt, read the rest, then sample up

@@ -33,6 +33,10 @@ struct gen_state {
     int max, n_gen, cancelled, finished, stop_index;
     const char *finish;
     int64_t t0;
+    /* gen_next_drafted: the verified tokens and their logits, (draft_cap) rows */
+    int32_t *draft_toks;
+    float *draft_logits;
+    int draft_cap, drafts_accepted, drafts_total;
 };
 
 gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt, const gen_params *gp,
@@ -175,7 +179,11 @@ void gen_end(gen_state *g, gen_stats *st) {
     st->gen_ms = (double)(st_now_ns() - g->t0) / 1e6;
     st->finish = g->finish;
     st->stop_index = g->stop_index;
+    st->drafts_accepted = g->drafts_accepted;
+    st->drafts_total = g->drafts_total;
     tok_stream_free(g->ts);
+    st_free(g->draft_toks);
+    st_free(g->draft_logits);
     st_free(g->pending);
     st_free(g->raw);
     st_free(g);
@@ -192,49 +200,51 @@ static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_
     st->pairs_pcie = d.pairs_pcie;
 }
 
-/* Speculative decoding with prompt-lookup drafts. Each step evaluates the
- * pending token t and up to draft_n drafted tokens after it in one batched
- * pass with every position's logits, then samples position by position
- * exactly as without drafts (same sampler, same text and stop handling):
- * a drafted token is kept while it is what was sampled there, and the
- * first mismatch becomes the next pending token; the cache forgets the
- * rejected rows. So the output is the plain decoder's, token for token (up
- * to the rounding by which a batched product differs from a one-token one:
- * docs/speculative.md), and a step yields 1 to draft_n + 1 tokens. An
- * evaluation that fails ends it, as in the plain loop. */
-static void generate_drafted(engine *e, gen_state *g, int32_t t, int draft_n, gen_stats *st) {
-    engine_seq *s = &e->seq;
+/* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted).
+ * One call evaluates the pending token t and up to draft_n drafted tokens
+ * after it in one batched pass with every position's logits, then samples
+ * position by position exactly as gen_next does (same sampler, same text
+ * and stop handling): a drafted token is kept while it is what was sampled
+ * there, and the first mismatch becomes the next pending token; the cache
+ * forgets the rejected rows. So the output is the plain decoder's, token
+ * for token (up to the rounding by which a batched product differs from a
+ * one-token one: docs/speculative.md), and a call yields 1 to draft_n + 1
+ * tokens. */
+int gen_next_drafted(gen_state *g, int32_t *t, int draft_n) {
+    engine *e = g->e;
+    engine_seq *s = g->s;
     const int nv = e->m->hp.n_vocab;
-    int32_t *toks = st_malloc((size_t)(draft_n + 1) * sizeof(int32_t));
-    float *logits = st_malloc((size_t)(draft_n + 1) * nv * sizeof(float));
-    for (;;) {
-        const int base = s->n_past;
-        /* the draft continues the history with t appended */
-        s->hist[base] = t;
-        int room = e->n_ctx - base - 1, nd = draft_n < room ? draft_n : room;
-        nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
-        toks[0] = t;
-        if (engine_seq_eval_all(e, s, toks, nd + 1, logits) != 0) break;
-        st->drafts_total += nd;
-        int i = 0, done = 0;
-        for (;; i++) {
-            memcpy(s->logits, logits + (size_t)i * nv, (size_t)nv * sizeof(float));
-            s->n_past = base + 1 + i; /* as the plain decoder would stand here (its context-full check) */
-            int32_t next;
-            if (gen_next(g, &next) != 0) {
-                done = 1;
-                break;
-            }
-            if (i < nd && next == toks[i + 1]) continue; /* the draft was right: its row is already in */
-            t = next;                                    /* the first token the draft did not have */
+    if (g->draft_cap < draft_n + 1) {
+        g->draft_cap = draft_n + 1;
+        g->draft_toks = st_realloc(g->draft_toks, (size_t)g->draft_cap * sizeof(int32_t));
+        g->draft_logits = st_realloc(g->draft_logits, (size_t)g->draft_cap * nv * sizeof(float));
+    }
+    int32_t *toks = g->draft_toks;
+    const int base = s->n_past;
+    s->hist[base] = *t; /* the draft continues the history with t appended */
+    const int room = e->n_ctx - base - 1;
+    int nd = draft_n < room ? draft_n : room;
+    nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
+    toks[0] = *t;
+    if (engine_seq_eval_all(e, s, toks, nd + 1, g->draft_logits) != 0) return 1;
+    g->drafts_total += nd;
+    int i = 0, done = 0;
+    for (;; i++) {
+        memcpy(s->logits, g->draft_logits + (size_t)i * nv, (size_t)nv * sizeof(float));
+        s->n_past = base + 1 + i; /* as the plain decoder would stand here (its context-full check) */
+        int32_t next;
+        if (gen_next(g, &next) != 0) {
+            done = 1;
             break;
         }
-        st->drafts_accepted += i < nd ? i : nd;
-        engine_seq_truncate(s, base + 1 + (i < nd ? i : nd));
-        if (done) break;
+        if (i < nd && next == toks[i + 1]) continue; /* the draft was right: its row is already in */
+        *t = next;                                   /* the first token the draft did not have */
+        break;
     }
-    st_free(toks);
-    st_free(logits);
+    const int kept = i < nd ? i : nd;
+    g->drafts_accepted += kept;
+    engine_seq_truncate(s, base + 1 + kept);
+    return done;
 }
 
 int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, const gen_params *gp, gen_text_fn fn,
@@ -262,8 +272,10 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     const moe_lane_stats before = ls ? *ls : (moe_lane_stats){0};
     if (gp->draft_n > 0 && !e->seq.kv->recurrent) {
         int32_t t;
-        if (gen_next(g, &t) == 0) generate_drafted(e, g, t, gp->draft_n, st);
-        gen_end(g, st); /* leaves the draft counters as they are */
+        if (gen_next(g, &t) == 0)
+            while (gen_next_drafted(g, &t, gp->draft_n) == 0) {
+            }
+        gen_end(g, st);
         lanes_stats(st, ls, &before);
         return 0;
     }
