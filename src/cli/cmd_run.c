@@ -11,12 +11,8 @@
 #include "core/log.h"
 #include "tokenizer/chat.h"
 
-#define RUN_USAGE                                                                                                      \
-    "strata run " ENGINE_OPTS_USAGE " -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "        \
-    "[--stop TEXT]... [--draft ngram|none] [--draft-n N]"
-#define CHAT_USAGE "strata chat " ENGINE_OPTS_USAGE " [-n N] [--temp T] [--seed S] [--system TEXT] [--draft ngram|none] [--draft-n N]"
-/* tokens drafted per step by --draft ngram unless --draft-n says */
-#define DRAFT_N_DEFAULT 8
+#define RUN_USAGE "strata run " ENGINE_OPTS_USAGE " -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop TEXT]..."
+#define CHAT_USAGE "strata chat " ENGINE_OPTS_USAGE " [-n N] [--temp T] [--seed S] [--system TEXT]"
 
 typedef struct {
     engine_params ep;
@@ -60,20 +56,6 @@ static int parse_gen_opt(args_t *a, run_opts *o) {
     if ((r = args_value(a, "--repeat-penalty", &v))) {
         if (r < 0 || args_double(a, "--repeat-penalty", v, &d)) return -1;
         o->sp.repeat_penalty = (float)d;
-        return 1;
-    }
-    if ((r = args_value(a, "--draft", &v))) {
-        if (r < 0) return -1;
-        if (strcmp(v, "ngram") && strcmp(v, "none")) {
-            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --draft (ngram or none)", v);
-            return -1;
-        }
-        o->gp.draft_n = strcmp(v, "ngram") ? 0 : o->gp.draft_n > 0 ? o->gp.draft_n : DRAFT_N_DEFAULT;
-        return 1;
-    }
-    if ((r = args_value(a, "--draft-n", &v))) {
-        if (r < 0 || args_int(a, "--draft-n", v, 1, 64, &n)) return -1;
-        o->gp.draft_n = (int)n; /* implies --draft ngram */
         return 1;
     }
     if ((r = args_value(a, "--seed", &v))) {
@@ -185,6 +167,7 @@ int cmd_run(int argc, char **argv) {
     sampler *s = sampler_create(&o.sp, e->m->hp.n_vocab);
     gen_stats st;
     fputs(o.prompt, stdout);
+    o.gp.draft_n = o.ep.draft_n;
     rc = engine_generate(e, s, ids, n, &o.gp, write_out, NULL, &st);
     printf("\n");
     if (rc != 0) fprintf(stderr, "strata run: %s\n", st_error_get());
@@ -238,6 +221,7 @@ int cmd_chat(int argc, char **argv) {
         answer ans = {st_malloc(1024), 0, 1024};
         ans.buf[0] = 0;
         gen_stats st;
+        o.gp.draft_n = o.ep.draft_n;
         rc = engine_generate(e, s, ids, n, &o.gp, collect, &ans, &st);
         st_free(ids);
         printf("\n");

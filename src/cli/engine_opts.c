@@ -85,6 +85,20 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         p->no_pin = !n;
         return 1;
     }
+    if ((r = args_value(a, "--draft", &v))) {
+        if (r < 0) return -1;
+        if (strcmp(v, "ngram") && strcmp(v, "none")) {
+            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --draft (ngram or none)", v);
+            return -1;
+        }
+        p->draft_n = strcmp(v, "ngram") ? 0 : p->draft_n > 0 ? p->draft_n : ENGINE_DRAFT_N_DEFAULT;
+        return 1;
+    }
+    if ((r = args_value(a, "--draft-n", &v))) {
+        if (r < 0 || args_int(a, "--draft-n", v, 1, 64, &n)) return -1;
+        p->draft_n = (int)n; /* implies --draft ngram */
+        return 1;
+    }
     if ((r = args_value(a, "--kv", &v))) {
         if (r < 0) return -1;
         int t = kv_type_from_name(v);

@@ -36,6 +36,8 @@ typedef struct {
     int n_seq;            /* sequences whose KV caches the plan reserves (the server's slots); 0: 1 */
     int no_pin;           /* do not page-lock the host experts (PCIe copies then go through staging) */
     int adapt_every;      /* the expert cache learns every N steps (moe_lanes_set_adapt); 1 (default): every step; 0: fixed */
+    int draft_n;          /* speculative decoding, tokens drafted per step (--draft ngram, --draft-n): what the CLI
+                             puts in gen_params.draft_n and the server's scheduler uses; 0 (default): off */
 } engine_params;
 
 /* One sequence: its KV cache, the tokens at its filled positions and the

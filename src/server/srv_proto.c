@@ -317,6 +317,7 @@ void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_que
     proto_put_f64(b, ep->pcie_frac);
     proto_put_i32(b, ep->no_pin);
     proto_put_i32(b, ep->adapt_every);
+    proto_put_i32(b, ep->draft_n);
     proto_put_i32(b, n_slots);
     proto_put_i32(b, max_queue);
     proto_put_u64(b, id->size);
@@ -341,6 +342,7 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     ep->pcie_frac = proto_get_f64(c);
     ep->no_pin = proto_get_i32(c);
     ep->adapt_every = proto_get_i32(c);
+    ep->draft_n = proto_get_i32(c);
     *n_slots = proto_get_i32(c);
     *max_queue = proto_get_i32(c);
     id->size = proto_get_u64(c);

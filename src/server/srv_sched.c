@@ -60,6 +60,7 @@ typedef struct {
     int q_head, q_len, max_queue;
     uint64_t tick;
     sched_metrics m;
+    int draft_n;       /* speculative decoding of a slot generating alone (engine_params.draft_n), 0: off */
     sched_map map;     /* the expert cache as of the last finished request (under mu) */
     char *map_cells;   /* the engine thread's buffer that moe_lanes_cache_map fills */
     int map_cap;
@@ -306,6 +307,12 @@ static void step(local_sched *s) {
         if (n_chunk <= 0) rd = NULL; /* no room this step (more generating slots than rows) */
     }
     if (!n && !rd) return;
+    if (n == 1 && !rd && s->draft_n > 0 && s->step_slots[0]->gen) {
+        /* one slot generating and no prompt to read: it drafts, and a batched pass verifies the draft */
+        slot *sl = s->step_slots[0];
+        if (gen_next_drafted(sl->gen, &sl->next, s->draft_n) != 0) slot_finish(s, sl);
+        return;
+    }
     const int32_t *chunk = rd ? rd->job.req->prompt + rd->seq->n_past : NULL;
     if (engine_step(s->e, rd ? rd->seq : NULL, chunk, n_chunk, 0, s->step_seqs, s->step_toks, n) != 0) {
         /* every token was checked at admission or when sampled: a bug, but fail the requests, not the process */
@@ -385,6 +392,7 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->e = e;
+    s->draft_n = e->seq.kv->recurrent ? 0 : ep->draft_n; /* a recurrent state cannot drop rejected rows */
     s->slots = st_calloc((size_t)n_slots, sizeof(slot));
     s->queue = st_calloc((size_t)max_queue, sizeof(pending));
     s->max_queue = max_queue;
