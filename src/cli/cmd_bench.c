@@ -123,9 +123,9 @@ int cmd_bench(int argc, char **argv) {
         const size_t bw_bytes = (size_t)512 << 20;
         uint8_t *buf = cpu_bw_buffer(pool, bw_bytes);
         const double bw = cpu_read_bandwidth(pool, buf, bw_bytes, 2);
-        printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights = %.0f%% of the %.1f GB/s that %d threads read here\n", n_g,
+        printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights = %.0f%% of the %.1f GB/s that %d thread%s read here\n", n_g,
                depth ? " @ depth" : "", tg_med, tg_med * bytes / 1e9, 100 * tg_med * bytes / 1e9 / bw, bw,
-               st_pool_n_threads(pool));
+               st_pool_n_threads(pool), st_pool_n_threads(pool) == 1 ? "" : "s");
         st_free(buf);
         st_pool_free(pool);
     } else if (n_g) {

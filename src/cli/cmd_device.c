@@ -58,9 +58,6 @@ static int list_devices(void) {
     return 0;
 }
 
-/* Memory plan: weights as stored (norms upcast to f32 are a rounding error
- * here), the KV cache in f16, and scratch: the forward pass's activations for
- * a 512-token prompt chunk plus the attention and MoE work areas. */
 static void print_plan_line(void *ctx, const char *text) {
     (void)ctx;
     printf("  %s\n", text);

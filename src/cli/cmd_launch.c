@@ -168,7 +168,7 @@ static void pick_device(device_pick *p, size_t need_weights, size_t need_min, co
     const size_t off_budget = best >= 0 ? engine_device_budget(ep, best_free) : 0;
     const double room = ep->vram_budget > 0 ? (double)off_budget : (double)best_free * PLAN_MEM_FRAC;
     const int fits = best >= 0 && (double)need_weights < room;
-    if (best >= 0 && (fits || want || need_min < off_budget)) {
+    if (best >= 0 && (fits || want || (need_min < need_weights && need_min < off_budget))) {
         p->gpu = best;
         p->offload = !fits && need_min < need_weights;
         p->budget = p->offload || ep->vram_budget > 0 ? off_budget : (size_t)((double)best_free * PLAN_MEM_FRAC);
@@ -279,7 +279,7 @@ int cmd_launch(int argc, char **argv) {
     ep.vram_reserve_mib = get_int("--vram-reserve", 512);
     if ((sv = st_switch_get("--expert-cache")) && strcmp(sv, "auto")) ep.expert_cache = atol(sv);
     ep.expert_profile = st_switch_get("--expert-profile");
-    ep.n_seq = slots;
+    ep.n_seq = slots; /* as the server's scheduler opens it (slot 0 is the engine's own sequence) */
     /* a MoE model needs on the GPU at the least its dense part and one layer of experts (the streaming buffer) */
     expert_plan_in pin;
     engine_plan_input(&ep, m, 1, chunk, 0, &pin);
@@ -342,7 +342,7 @@ int cmd_launch(int argc, char **argv) {
     }
     expert_plan_free(&xplan);
     printf("  memory    %.3f GiB planned of %.3f GiB usable; %s -> %s\n", gib(total), gib(dev.budget),
-           dev.budget_note, total <= dev.budget ? "FITS" : "DOES NOT FIT");
+           dev.budget_note, total <= dev.budget && xrc == 0 ? "FITS" : "DOES NOT FIT");
     if (total > dev.budget)
         printf("note: %s; the values you set are kept (weights are mapped from the file, so the CPU may still run)\n",
                ctx_set || kv_set ? "your --ctx/--kv do not fit" : "even the smallest plan does not fit");

@@ -222,11 +222,16 @@ int gen_next_drafted(gen_state *g, int32_t *t, int draft_n) {
     int32_t *toks = g->draft_toks;
     const int base = s->n_past;
     s->hist[base] = *t; /* the draft continues the history with t appended */
-    const int room = e->n_ctx - base - 1;
+    /* no more than the context holds, nor more than the tokens still to generate after this one */
+    const int room = e->n_ctx - base - 1, left = g->max - g->n_gen - 1;
     int nd = draft_n < room ? draft_n : room;
+    if (nd > left) nd = left;
     nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
     toks[0] = *t;
-    if (engine_seq_eval_all(e, s, toks, nd + 1, g->draft_logits) != 0) return 1;
+    if (engine_seq_eval_all(e, s, toks, nd + 1, g->draft_logits) != 0) {
+        g->finish = "error"; /* st_error says why */
+        return 1;
+    }
     g->drafts_total += nd;
     int i = 0, done = 0;
     for (;; i++) {

@@ -69,6 +69,8 @@ typedef struct {
 
 static lanes *LN(st_backend *be) { return (lanes *)be; }
 
+#define HEAT_DECAY 0.98f /* per step: an expert's heat is its routing count, decayed */
+
 static st_weight slab(st_backend *dev, const st_weight *w, int n) {
     st_weight s = *w;
     s.mat = NULL;
@@ -150,7 +152,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     float *heat = L->heat + (size_t)il * n_expert;
     for (int e = 0; e < n_expert; e++) {
         L->counts[(size_t)il * n_expert + e] += (uint64_t)L->cnt[e];
-        heat[e] = heat[e] * 0.98f + (float)L->cnt[e];
+        heat[e] = heat[e] * HEAT_DECAY + (float)L->cnt[e];
     }
     if (il == L->first_routed) L->steps++;
     int n_miss = 0, hits = 0;

@@ -73,6 +73,7 @@ enum MHD_Result srv_experts(srv_ctx *s, struct MHD_Connection *c) {
                           (json_int_t)resident, "cells", cells, (size_t)nl * nx, "cell",
                           "'0' + heat level 0-3 + 4 when cached on the GPU");
     st_free(cells);
+    if (!j) return srv_send_json(s, c, 500, json_pack("{s:s}", "error", "the expert map could not be encoded"));
     return srv_send_json(s, c, 200, j);
 }
 

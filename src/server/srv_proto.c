@@ -297,8 +297,10 @@ void proto_get_stats(proto_cur *c, gen_stats *st) {
     for (int i = 0; i < 6; i++) *pairs[i] = proto_get_u64(c);
     const int nl = proto_get_i32(c), nx = proto_get_i32(c);
     const char *map = proto_get_str(c, &n); /* points into the frame: sched_map_keep copies it */
-    if (map && nl > 0 && nx > 0 && (uint64_t)nl * (uint64_t)nx == n)
-        st->expert_map = map, st->map_layers = nl, st->map_experts = nx;
+    /* a frame from a broken engine must not reach the JSON answer: bounded, and '0'..'7' only */
+    int ok = map && nl > 0 && nx > 0 && nl <= 4096 && nx <= 4096 && (uint64_t)nl * (uint64_t)nx == n;
+    for (uint32_t i = 0; ok && i < n; i++) ok = map[i] >= '0' && map[i] <= '7';
+    if (ok) st->expert_map = map, st->map_layers = nl, st->map_experts = nx;
 }
 
 /* ---- configuration ---- */

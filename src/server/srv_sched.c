@@ -384,7 +384,7 @@ static const sched_ops LOCAL_OPS;
 srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     ST_ASSERT(n_slots > 0 && max_queue > 0);
     engine_params p = *ep;
-    p.n_seq = n_slots + 1; /* the slots' sequences and the engine's own: the memory plan's KV */
+    p.n_seq = n_slots; /* the memory plan's KV caches: one per slot (slot 0 is the engine's own sequence) */
     engine *e = engine_open(&p);
     if (!e) return NULL;
     local_sched *s = st_calloc(1, sizeof *s);

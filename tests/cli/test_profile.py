@@ -82,6 +82,11 @@ def test_profile_raises_the_hit_rate(model, profile):
     hot, text_hot = cached_share(model, "--expert-profile", profile[0], "--adapt-every", 0)
     assert hot > plain, f"cached pairs: {hot}% with the profile, {plain}% without"
     assert text_hot == text_plain, "the cached experts changed the greedy text"
+    # learning (the default) from the profile's cache: recent routing may move a few slots, most of the
+    # profile's hits stay (measured 98.6% against 100% over these 24 tokens, 99.8% over 200)
+    learnt, text_learnt = cached_share(model, "--expert-profile", profile[0])
+    assert learnt >= 0.95 * hot, f"cached pairs: {learnt}% learning from the profile, {hot}% with it fixed"
+    assert text_learnt == text_plain
     print(f"checked: a quarter of the experts cached: {plain}% of pairs hit without a profile, {hot}% with it")
 
 

@@ -176,7 +176,7 @@ def test_bench():
     assert pp and tg, out
     assert float(pp.group(1)) > 0 and float(tg.group(1)) > 0
     # on the CPU, decode against the read bandwidth measured beside it: GB/s x 100 / bandwidth = the share
-    m = re.search(r"^tg8: [\d.]+ tok/s, ([\d.]+) GB/s of weights = (\d+)% of the ([\d.]+) GB/s that (\d+) threads "
+    m = re.search(r"^tg8: [\d.]+ tok/s, ([\d.]+) GB/s of weights = (\d+)% of the ([\d.]+) GB/s that (\d+) threads? "
                   r"read here", out, re.M)
     assert m, out
     gbs, pct, bw = float(m.group(1)), int(m.group(2)), float(m.group(3))
