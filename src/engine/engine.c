@@ -57,6 +57,15 @@ int engine_backend_supports(const model *m, const st_backend *be) {
                      model_arch_name(m->hp.arch), be->name);
         return -1;
     }
+    /* glm4moe routes by sigmoid with a selection bias and a scale: not every backend's routing does */
+    if (m->hp.n_expert && !(be->moe_gatings & (1u << m->hp.gate_fn) &&
+                            (be->moe_gatings & (1u << ST_GATE_SIGMOID) || !m->hp.exp_bias))) {
+        st_error_set("architecture '%s' routes its experts by %s with a selection bias, which the %s backend's "
+                     "routing lacks; run it on the CPU (without --gpu)",
+                     model_arch_name(m->hp.arch), m->hp.gate_fn == ST_GATE_SIGMOID ? "sigmoid" : "softmax",
+                     be->name);
+        return -1;
+    }
     return 0;
 }
 
@@ -105,7 +114,14 @@ engine *engine_open(const engine_params *p) {
     e->n_ubatch = p->n_ubatch > 0 ? p->n_ubatch : 512;
     /* the engine decides where weights live: on the GPU, or (MoE) by the memory plan */
     if (m->hp.n_expert && (p->gpu >= 0 || p->expert_cache >= 0)) {
-        const int rc = engine_offload(p, m, n_ctx, e->n_ubatch, &be, &e->placed);
+        /* the memory plan and the lanes take every layer to have experts (glm4moe's first is dense) */
+        int rc = -1;
+        if (m->hp.n_dense_lead)
+            st_error_set("architecture '%s' has %d leading dense layers, which the expert cache and lanes do not "
+                         "handle yet; run it on the CPU without --expert-cache",
+                         model_arch_name(m->hp.arch), m->hp.n_dense_lead);
+        else
+            rc = engine_offload(p, m, n_ctx, e->n_ubatch, &be, &e->placed);
         if (rc < 0) {
             be->destroy(be);
             tokenizer_free(tok);

@@ -122,8 +122,8 @@ static void adapt_layer(lanes *L, st_backend *be, int il, const st_weight *gate,
 }
 
 static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                      int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
-                      float *out) {
+                      const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
+                      const st_weight *down, float *out) {
     lanes *L = LN(be);
     const int il = find_layer(L, gate);
     lane_layer *ly = &L->layer[il];
@@ -132,13 +132,13 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     const int64_t E = L->E;
     L->stats.layers++;
     if (ly->n_slots == n_expert) { /* every expert of this layer cached: the device's own MoE */
-        L->dev_orig->moe_ffn(be, h, logits, n_tok, n_expert, k, norm_topk, act, &ly->g, &ly->u, &ly->d, out);
+        L->dev_orig->moe_ffn(be, h, logits, n_tok, n_expert, k, gt, act, &ly->g, &ly->u, &ly->d, out);
         L->stats.pairs_dev += (uint64_t)nk;
         return;
     }
     int32_t *d_sel = L->d_route;
     float *d_wsel = (float *)(L->d_route + nk);
-    be->moe_route(be, logits, n_tok, n_expert, k, norm_topk, d_sel, d_wsel);
+    be->moe_route(be, logits, n_tok, n_expert, k, gt, d_sel, d_wsel);
     be->to_host(be, L->h_route, L->d_route, (size_t)nk * 8);
     const int32_t *sel = L->h_route;
     const float *wsel = (const float *)(L->h_route + nk);
