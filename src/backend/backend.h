@@ -95,6 +95,11 @@ typedef struct {
     const float *bias;      /* (n_expert) added to p for the choice only, this backend's memory; or NULL */
     float scale;            /* multiplies the weights; 1 = none */
 } st_moe_gating;
+/* What a backend's routing computes (st_backend.moe_gatings). */
+enum {
+    ST_GATINGS_SOFTMAX = 1, /* softmax, no bias, scale 1: qwen3moe's routing */
+    ST_GATINGS_ALL = 2,     /* every st_moe_gating */
+};
 
 typedef struct st_backend st_backend;
 
@@ -170,8 +175,7 @@ struct st_backend {
      * nothing to choose. */
     void (*moe_route)(st_backend *be, const float *router_logits, int n_tok, int n_expert, int k,
                       const st_moe_gating *gt, int32_t *sel, float *wsel);
-    /* The routings it computes: bit (1 << st_gate_fn) for each gating
-     * function whose bias and scale it also applies; the engine refuses a
+    /* The routings it computes (ST_GATINGS_* bits); the engine refuses a
      * model whose routing is not among them (engine_backend_supports). */
     unsigned moe_gatings;
     /* The experts of given pairs: out[t] = sum_j wsel[t,j] * down_m(act(gate_m h[t]) * up_m h[t]),

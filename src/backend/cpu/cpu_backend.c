@@ -618,7 +618,7 @@ st_backend *backend_cpu_create(int n_threads) {
         .moe_ffn = cpu_moe_ffn,
         .moe_route = cpu_moe_route,
         .moe_experts = cpu_moe_experts,
-        .moe_gatings = 1u << ST_GATE_SOFTMAX | 1u << ST_GATE_SIGMOID,
+        .moe_gatings = ST_GATINGS_SOFTMAX | ST_GATINGS_ALL,
         .run_step = cpu_run_step,
         .to_host = cpu_copy,
         .to_device = cpu_copy,

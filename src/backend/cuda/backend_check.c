@@ -541,7 +541,8 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         be->matmul(be, W[0], 0, B(A), B(O), n_tok);
         be->rmsnorm(be, B(X), B(O), B(N1), B(H), (int)dim, n_tok, 1e-6f);
         be->matmul(be, W[4], 0, B(H), B(R), n_tok);
-        be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, 1, ST_ACT_SILU, W[5], W[6], W[7], B(M));
+        const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f};
+        be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, &gt, ST_ACT_SILU, W[5], W[6], W[7], B(M));
         be->rmsnorm(be, B(X), B(M), B(N2), B(A), (int)dim, n_tok, 1e-6f); /* h2 into a's buffer, as layers reuse them */
         be->matmul(be, W[1], 0, B(A), B(Q), n_tok);
         be->matmul(be, W[2], 0, B(A), B(K), n_tok);

@@ -827,7 +827,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->moe_ffn = cu_moe_ffn;
     be->moe_route = cu_moe_route;
     be->moe_experts = cu_moe_experts;
-    be->moe_gatings = 1u << ST_GATE_SOFTMAX; /* no sigmoid routing, bias or scale yet (glm4moe) */
+    be->moe_gatings = ST_GATINGS_SOFTMAX; /* no sigmoid routing, bias or scale yet (glm4moe) */
     const char *sm = st_switch_get("STRATA_CUDA_SAMPLING");
     if (!(sm && !strcmp(sm, "0"))) be->top_k = cu_top_k, be->top_k_max = CUDA_TOPK_MAX;
     be->to_host = cu_to_host;
