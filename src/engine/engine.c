@@ -115,14 +115,7 @@ engine *engine_open(const engine_params *p) {
     e->n_ubatch = p->n_ubatch > 0 ? p->n_ubatch : 512;
     /* the engine decides where weights live: on the GPU, or (MoE) by the memory plan */
     if (m->hp.n_expert && (p->gpu >= 0 || p->expert_cache >= 0)) {
-        /* the memory plan and the lanes take every layer to have experts (glm4moe's first is dense) */
-        int rc = -1;
-        if (m->hp.n_dense_lead)
-            st_error_set("architecture '%s' has %d leading dense layers, which the expert cache and lanes do not "
-                         "handle yet; run it on the CPU without --expert-cache",
-                         model_arch_name(m->hp.arch), m->hp.n_dense_lead);
-        else
-            rc = engine_offload(p, m, n_ctx, e->n_ubatch, &be, &e->placed);
+        const int rc = engine_offload(p, m, n_ctx, e->n_ubatch, &be, &e->placed);
         if (rc < 0) {
             be->destroy(be);
             tokenizer_free(tok);

@@ -297,7 +297,7 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->n_rows = n_rows;
     L->last = -1;
     st_backend *be = &L->be;
-    const model_layer *l0 = &m->layers[0];
+    const model_layer *l0 = &m->layers[hp->n_dense_lead]; /* the first layer with experts */
     L->E = l0->ffn_gate_exps.n_in;
     L->F = l0->ffn_gate_exps.n_out;
     const int X = L->n_expert;
@@ -306,7 +306,7 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     for (int il = 0; il < L->n_layer; il++) {
         const model_layer *l = &m->layers[il];
         lane_layer *ly = &L->layer[il];
-        ly->host_gate = l->ffn_gate_exps.data;
+        ly->host_gate = l->ffn_gate_exps.data; /* NULL in a dense layer: no slots, never called */
         /* the host tensors are the GGUF's, each expert stack contiguous (runs of
          * experts go to the device as one copy) */
         ST_ASSERT(!l->ffn_gate_exps.mat && !l->ffn_up_exps.mat && !l->ffn_down_exps.mat);
@@ -360,7 +360,9 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->counts = st_calloc((size_t)L->n_layer * X, sizeof(uint64_t));
     L->heat = st_calloc((size_t)L->n_layer * X, sizeof(float));
     L->first_routed = 0;
-    while (L->first_routed < L->n_layer - 1 && L->layer[L->first_routed].n_slots == X) L->first_routed++;
+    while (L->first_routed < L->n_layer - 1 &&
+           (!L->layer[L->first_routed].host_gate || L->layer[L->first_routed].n_slots == X))
+        L->first_routed++;
     return be;
 }
 

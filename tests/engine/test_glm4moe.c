@@ -5,9 +5,12 @@
  *   - a synthetic tiny model (a dense first layer, then MoE layers) runs:
  *     a batched decode step of two sequences gives each its own single-step
  *     logits, and the tensor list covers every byte of the file's tensors;
+ *   - the routed experts through the expert lanes (a CPU backend playing the
+ *     GPU with 4 cached experts, engine/moe_lanes.c; the plan gives the dense
+ *     first layer no slots) give the plain logits, with the routing rule
+ *     carried through the seam;
  *   - a backend whose routing is softmax only (as the CUDA one is today) is
- *     refused with a message naming the family and the backend, and so is
- *     the expert cache (its plan takes every layer to have experts).
+ *     refused with a message naming the family and the backend.
  *
  * usage: test_glm4moe [DIR for the temporary model, default /tmp]
  */
@@ -21,6 +24,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/engine_place.h"
+#include "engine/moe_lanes.h"
 #include "model/synth.h"
 
 #include "../common/check.h"
@@ -120,12 +124,25 @@ static void check_model(const char *dir) {
     CHECK(engine_backend_supports(e->m, &softmax_only) == -1 && strstr(st_error_get(), "glm4moe") &&
               strstr(st_error_get(), "cuda backend"),
           "refusal: %s", st_error_get());
+    /* the same prompt with the experts split between a 4-slot cache and the CPU lane */
+    fresh(e, a, N, want);
     engine_close(e);
-    /* the expert cache: refused at load, not mid-request */
     p.expert_cache = 4;
-    engine *el = engine_open(&p);
-    CHECK(!el && strstr(st_error_get(), "leading dense"), "expert cache: %s", el ? "opened" : st_error_get());
-    if (el) engine_close(el);
+    for (int lane = 0; lane < 2; lane++) { /* the misses on the CPU lane, then over "PCIe" */
+        p.pcie_frac = lane;
+        engine *el = engine_open(&p);
+        CHECK(el && el->lanes, "lanes engine: %s", el ? "no lanes" : st_error_get());
+        if (!el) continue;
+        ST_ASSERT(engine_read_prompt(el, a, N) == 0);
+        CHECK(maxdiff(el->logits, want, nv) < TOL, "expert lanes (pcie_frac %d) %.3g from plain", lane,
+              maxdiff(el->logits, want, nv));
+        const moe_lane_stats *st = moe_lanes_stats(el->be);
+        CHECK(st && st->pairs_dev > 0 && (lane ? st->pairs_pcie : st->pairs_cpu) > 0,
+              "pcie_frac %d: pairs %llu cached, %llu CPU, %llu PCIe", lane,
+              st ? (unsigned long long)st->pairs_dev : 0ull, st ? (unsigned long long)st->pairs_cpu : 0ull,
+              st ? (unsigned long long)st->pairs_pcie : 0ull);
+        engine_close(el);
+    }
     st_free(want);
     unlink(path);
 }

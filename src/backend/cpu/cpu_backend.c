@@ -435,8 +435,9 @@ static void route_tokens(const float *logits, int n_tok, int n_expert, int k, co
             s[b] = -INFINITY;
         }
         /* llama.cpp clamps the sum at f16's smallest normal before dividing */
+        const double div = wsum > 6.103515625e-5 ? wsum : 6.103515625e-5;
         if (gt->norm_topk)
-            for (int j = 0; j < k; j++) wsel[t * k + j] = (float)(wsel[t * k + j] / (wsum > 6.103515625e-5 ? wsum : 6.103515625e-5));
+            for (int j = 0; j < k; j++) wsel[t * k + j] = (float)(wsel[t * k + j] / div);
         if (gt->scale != 1.0f)
             for (int j = 0; j < k; j++) wsel[t * k + j] *= gt->scale;
     }
