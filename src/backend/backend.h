@@ -82,6 +82,25 @@ typedef struct {
     const float *norm;      /* (head_dim) RMS norm weight of each head's output */
 } st_gdn;
 
+/* How a MoE layer turns its router logits into the top-k experts and their
+ * weights. p = softmax(logits) (qwen3moe) or sigmoid(logits) (glm4moe); the
+ * choice ranks p + bias (the expert score-correction bias, exp_probs_b, of
+ * glm4moe and DeepSeek V3: it steers the choice only); the weights are the
+ * chosen experts' p, divided by their sum when norm_topk, times scale (the
+ * routed scaling factor). Softmax, no bias, scale 1 is qwen3moe's routing. */
+typedef enum { ST_GATE_SOFTMAX = 0, ST_GATE_SIGMOID = 1 } st_gate_fn;
+typedef struct {
+    st_gate_fn fn;
+    int norm_topk;          /* renormalise the chosen weights to sum 1 */
+    const float *bias;      /* (n_expert) added to p for the choice only, this backend's memory; or NULL */
+    float scale;            /* multiplies the weights; 1 = none */
+} st_moe_gating;
+/* What a backend's routing computes (st_backend.moe_gatings). */
+enum {
+    ST_GATINGS_SOFTMAX = 1, /* softmax, no bias, scale 1: qwen3moe's routing */
+    ST_GATINGS_ALL = 2,     /* every st_moe_gating */
+};
+
 typedef struct st_backend st_backend;
 
 struct st_backend {
@@ -140,21 +159,25 @@ struct st_backend {
     /* x[r][i] *= sigmoid(g[r][i]) (g_dim = dim), or sigmoid(g[r]) (g_dim = 1), n_rows rows of dim. */
     void (*sigmoid_mul)(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows);
     /* Mixture-of-experts FFN for n_tok tokens: route with the router logits
-     * (softmax, top-k, optional renormalisation), then
+     * as gt says (st_moe_gating: softmax or sigmoid, bias, top-k, optional
+     * renormalisation, scale), then
      * out[t] = sum_j w_tj * down_e(act(gate_e h[t]) * up_e h[t]). */
     void (*moe_ffn)(st_backend *be, const float *h, const float *router_logits, int n_tok, int n_expert,
-                    int k, int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
+                    int k, const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                     const st_weight *down, float *out);
     /* The MoE block's seam: moe_ffn is moe_route then moe_experts with every
      * expert here (emap NULL); a backend may fuse them (the GPU's decode
      * kernels). The engine calls the two halves itself when experts live in
      * several places (engine/moe_lanes.c).
      * Routing alone: sel, wsel [n_tok][k] (this backend's memory) = the top-k
-     * experts of each token (softmax, ties to the lower id) and their weights
-     * (renormalised when norm_topk); id -1 (weight 0) where NaN logits left
+     * experts of each token (by p, or p + bias; ties to the lower id) and
+     * their weights (st_moe_gating); id -1 (weight 0) where NaN logits left
      * nothing to choose. */
-    void (*moe_route)(st_backend *be, const float *router_logits, int n_tok, int n_expert, int k, int norm_topk,
-                      int32_t *sel, float *wsel);
+    void (*moe_route)(st_backend *be, const float *router_logits, int n_tok, int n_expert, int k,
+                      const st_moe_gating *gt, int32_t *sel, float *wsel);
+    /* The routings it computes (ST_GATINGS_* bits); the engine refuses a
+     * model whose routing is not among them (engine_backend_supports). */
+    unsigned moe_gatings;
     /* The experts of given pairs: out[t] = sum_j wsel[t,j] * down_m(act(gate_m h[t]) * up_m h[t]),
      * m = emap[sel[t,j]], over the pairs whose m >= 0 (and sel >= 0); the others
      * contribute nothing (a token with none gets zeros). emap (n_expert values, this

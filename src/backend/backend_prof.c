@@ -146,19 +146,19 @@ static void w_sigmul(st_backend *be, float *x, const float *g, int dim, int g_di
 }
 
 static void w_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                      int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
-                      float *out) {
+                      const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
+                      const st_weight *down, float *out) {
     prof_ctx *p = P(be);
     begin(p);
-    p->in->moe_ffn(p->in, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+    p->in->moe_ffn(p->in, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
     end(p, P_MOE_FFN);
 }
 
-static void w_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
-                        int32_t *sel, float *wsel) {
+static void w_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
+                        const st_moe_gating *gt, int32_t *sel, float *wsel) {
     prof_ctx *p = P(be);
     begin(p);
-    p->in->moe_route(p->in, logits, n_tok, n_expert, k, norm_topk, sel, wsel);
+    p->in->moe_route(p->in, logits, n_tok, n_expert, k, gt, sel, wsel);
     end(p, P_MOE_ROUTE);
 }
 

@@ -95,7 +95,7 @@ static double best_of(double a, double b) { return a < b ? a : b; }
  * what the weights' reading does not explain). */
 static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane_rates *r) {
     const model_hparams *hp = &m->hp;
-    const model_layer *l = &m->layers[0];
+    const model_layer *l = &m->layers[hp->n_dense_lead]; /* the first layer with experts */
     const st_weight *g = &l->ffn_gate_exps, *u = &l->ffn_up_exps, *d = &l->ffn_down_exps;
     const size_t mg = (size_t)g->n_out * g->row_bytes, mu = (size_t)u->n_out * u->row_bytes,
                  md = (size_t)d->n_out * d->row_bytes;
@@ -188,6 +188,7 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     in->dense = engine_weight_bytes(m, NULL);
     in->n_layer = hp->n_layer;
     in->n_expert = hp->n_expert;
+    in->n_dense_lead = hp->n_dense_lead;
     /* one expert's bytes: the largest layer's (types may differ between layers,
      * as llama.cpp's Q4_K_M gives some layers' down experts more bits) */
     for (int il = 0; hp->n_expert && il < hp->n_layer; il++) {
@@ -259,6 +260,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
             const st_weight *ws[] = {&m->layers[il].ffn_gate_exps, &m->layers[il].ffn_up_exps,
                                      &m->layers[il].ffn_down_exps};
             for (int i = 0; i < 3; i++) {
+                if (!ws[i]->data) continue; /* a dense layer (glm4moe's first) */
                 const uint8_t *a = ws[i]->data, *b = a + (size_t)ws[i]->n_mat * ws[i]->n_out * ws[i]->row_bytes;
                 apart |= ws[i]->mat != NULL;
                 if (!lo || a < lo) lo = a;

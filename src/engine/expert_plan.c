@@ -20,9 +20,9 @@ static int cmp_hot(const void *a, const void *b) {
 
 int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_plan *out) {
     memset(out, 0, sizeof *out);
-    const int L = in->n_layer, X = in->n_expert;
-    const long total = (long)L * X;
-    if (L <= 0 || X <= 0 || in->expert == 0) {
+    const int L = in->n_layer, X = in->n_expert, D = in->n_dense_lead;
+    const long total = (long)(L - D) * X; /* the experts: none in the leading dense layers */
+    if (L <= 0 || X <= 0 || D < 0 || D >= L || in->expert == 0) {
         st_error_set("memory plan: the model has no routed experts");
         return -1;
     }
@@ -64,11 +64,11 @@ int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_p
     out->n_layer = L;
     out->n_expert = X;
     out->layer_slots = st_calloc((size_t)L, sizeof(int));
-    out->slot = st_malloc((size_t)total * sizeof(int32_t));
-    for (long i = 0; i < total; i++) out->slot[i] = -1;
+    out->slot = st_malloc((size_t)L * X * sizeof(int32_t)); /* every layer's row, -1 in the dense ones */
+    for (long i = 0; i < (long)L * X; i++) out->slot[i] = -1;
     if (profile) {
         int32_t *ord = st_malloc((size_t)total * sizeof(int32_t));
-        for (long i = 0; i < total; i++) ord[i] = (int32_t)i;
+        for (long i = 0; i < total; i++) ord[i] = (int32_t)((long)D * X + i);
         g_sort_counts = profile;
         qsort(ord, (size_t)total, sizeof *ord, cmp_hot);
         for (long i = 0; i < slots; i++) {
@@ -84,8 +84,8 @@ int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_p
             for (int e = 0, s = 0; e < X; e++)
                 if (out->slot[(long)l * X + e] >= 0) out->slot[(long)l * X + e] = s++;
     } else {
-        for (int l = 0; l < L; l++) {
-            out->layer_slots[l] = (int)(slots / L + (l < slots % L));
+        for (int l = D; l < L; l++) {
+            out->layer_slots[l] = (int)(slots / (L - D) + (l - D < slots % (L - D)));
             for (int e = 0; e < out->layer_slots[l]; e++) out->slot[(long)l * X + e] = e;
         }
     }
@@ -101,7 +101,7 @@ void expert_plan_free(expert_plan *p) {
 
 void expert_plan_describe(const expert_plan *p, const expert_plan_in *in, void (*line)(void *ctx, const char *text),
                           void *ctx) {
-    const long total = (long)in->n_layer * in->n_expert;
+    const long total = (long)(in->n_layer - in->n_dense_lead) * in->n_expert;
     char t[512];
     snprintf(t, sizeof t,
              "budget %.2f GiB = dense weights %.2f + KV %.2f + scratch %.2f + streaming buffer %.2f + expert cache "

@@ -27,6 +27,7 @@ typedef struct {
     size_t scratch; /* activations and the ops' scratch (an estimate) */
     size_t expert;  /* one (layer, expert): its gate, up and down matrices */
     int n_layer, n_expert;
+    int n_dense_lead; /* the first layers have a dense FFN (glm4moe): no experts, no slots */
     long cache;     /* expert cache slots asked for; -1: as many as fit */
 } expert_plan_in;
 

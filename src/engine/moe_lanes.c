@@ -122,8 +122,8 @@ static void adapt_layer(lanes *L, int il, const st_weight *gate, const st_weight
 }
 
 static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                      int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
-                      float *out) {
+                      const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
+                      const st_weight *down, float *out) {
     lanes *L = LN(be);
     const int il = find_layer(L, gate);
     lane_layer *ly = &L->layer[il];
@@ -132,13 +132,13 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     const int64_t E = L->E;
     L->stats.layers++;
     if (ly->n_slots == n_expert) { /* every expert of this layer cached: the device's own MoE */
-        L->dev_orig->moe_ffn(be, h, logits, n_tok, n_expert, k, norm_topk, act, &ly->g, &ly->u, &ly->d, out);
+        L->dev_orig->moe_ffn(be, h, logits, n_tok, n_expert, k, gt, act, &ly->g, &ly->u, &ly->d, out);
         L->stats.pairs_dev += (uint64_t)nk;
         return;
     }
     int32_t *d_sel = L->d_route;
     float *d_wsel = (float *)(L->d_route + nk);
-    be->moe_route(be, logits, n_tok, n_expert, k, norm_topk, d_sel, d_wsel);
+    be->moe_route(be, logits, n_tok, n_expert, k, gt, d_sel, d_wsel);
     be->to_host(be, L->h_route, L->d_route, (size_t)nk * 8);
     const int32_t *sel = L->h_route;
     const float *wsel = (const float *)(L->h_route + nk);
@@ -296,7 +296,7 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->n_rows = n_rows;
     L->last = -1;
     st_backend *be = &L->be;
-    const model_layer *l0 = &m->layers[0];
+    const model_layer *l0 = &m->layers[hp->n_dense_lead]; /* the first layer with experts */
     L->E = l0->ffn_gate_exps.n_in;
     L->F = l0->ffn_gate_exps.n_out;
     const int X = L->n_expert;
@@ -305,7 +305,7 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     for (int il = 0; il < L->n_layer; il++) {
         const model_layer *l = &m->layers[il];
         lane_layer *ly = &L->layer[il];
-        ly->host_gate = l->ffn_gate_exps.data;
+        ly->host_gate = l->ffn_gate_exps.data; /* NULL in a dense layer: no slots, never called */
         /* the host tensors are the GGUF's, each expert stack contiguous (runs of
          * experts go to the device as one copy) */
         ST_ASSERT(!l->ffn_gate_exps.mat && !l->ffn_up_exps.mat && !l->ffn_down_exps.mat);
@@ -359,7 +359,9 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->counts = st_calloc((size_t)L->n_layer * X, sizeof(uint64_t));
     L->heat = st_calloc((size_t)L->n_layer * X, sizeof(float));
     L->first_routed = 0;
-    while (L->first_routed < L->n_layer - 1 && L->layer[L->first_routed].n_slots == X) L->first_routed++;
+    while (L->first_routed < L->n_layer - 1 &&
+           (!L->layer[L->first_routed].host_gate || L->layer[L->first_routed].n_slots == X))
+        L->first_routed++;
     return be;
 }
 

@@ -6,7 +6,9 @@
  * then logits = Wout norm(x). The hybrids' attention layers also project a
  * gate with q (a *= sigmoid(gate)) and rotate part of each head; their other
  * layers are gated DeltaNets (recurrent_block); their FFN adds a shared
- * expert scaled by sigmoid(w.h) to the routed ones. Every step is a backend
+ * expert scaled by sigmoid(w.h) to the routed ones. glm4moe: partial rotary,
+ * dense FFNs in the first layers, then sigmoid-routed experts (a selection
+ * bias, a scale) plus an ungated shared expert. Every step is a backend
  * op, so the same code drives the CPU and the GPU. Each residual add is done by the norm that
  * follows it (rmsnorm's res argument: one pass over x instead of two); the
  * last layer's by a plain add, since the output norm reads only some rows.
@@ -183,17 +185,21 @@ static void ffn_block(model_ctx *c, int il, int n) {
     const model_layer *l = &c->m->layers[il];
     st_backend *be = c->be;
 
-    if (hp->n_expert) {
+    if (model_layer_moe(hp, il)) {
+        /* softmax routing (qwen), or sigmoid with a selection bias and a scale (glm4moe) */
+        const st_moe_gating gt = {hp->gate_fn, hp->norm_topk, l->exp_probs_b, hp->expert_scale};
         be->matmul(be, &l->ffn_gate_inp, 0, c->h, c->router, n);
-        be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, hp->norm_topk, hp->act,
-                    &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, c->o);
-        if (l->ffn_up_shexp.data) { /* the shared expert, scaled by sigmoid(w.h), joins the routed ones */
+        be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, &gt, hp->act, &l->ffn_gate_exps,
+                    &l->ffn_up_exps, &l->ffn_down_exps, c->o);
+        if (l->ffn_up_shexp.data) { /* the shared expert (the hybrids': scaled by sigmoid(w.h)) joins the routed ones */
             be->matmul(be, &l->ffn_gate_shexp, 0, c->h, c->shg, n);
             be->matmul(be, &l->ffn_up_shexp, 0, c->h, c->shu, n);
             be->act_mul(be, hp->act, c->shg, c->shu, c->shg, (int64_t)n * hp->n_ff_shexp);
             be->matmul(be, &l->ffn_down_shexp, 0, c->shg, c->sho, n);
-            be->matmul(be, &l->ffn_gate_inp_shexp, 0, c->h, c->shgate, n);
-            be->sigmoid_mul(be, c->sho, c->shgate, hp->n_embd, 1, n);
+            if (l->ffn_gate_inp_shexp.data) {
+                be->matmul(be, &l->ffn_gate_inp_shexp, 0, c->h, c->shgate, n);
+                be->sigmoid_mul(be, c->sho, c->shgate, hp->n_embd, 1, n);
+            }
             be->add(be, c->o, c->sho, (int64_t)n * hp->n_embd, 1);
         }
     } else {

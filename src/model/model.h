@@ -4,7 +4,8 @@
  *
  * Families: llama (SmolLM2, Llama), qwen2, qwen3, qwen3moe, gemma3, and the
  * hybrid qwen3next / qwen35moe / qwen35 (dense) (gated DeltaNet layers, a gated attention
- * layer every full_attn_interval-th). They are one decoder with switches
+ * layer every full_attn_interval-th), glm4moe (GLM-4.5/4.6: sigmoid routing with a
+ * selection bias, leading dense layers, a shared expert, partial rotary). They are one decoder with switches
  * (QKV bias, Q/K norms, post-norms, sliding window, MoE, activation, hybrid)
  * rather than copies of the same loop.
  */
@@ -25,6 +26,7 @@ typedef enum {
     ARCH_QWEN3NEXT,
     ARCH_QWEN35MOE,
     ARCH_QWEN35,
+    ARCH_GLM4MOE,
     ARCH_COUNT
 } model_arch;
 
@@ -63,7 +65,18 @@ typedef struct {
     int ba_fused;        /* qwen3next: beta and alpha in one tensor (ssm_ba), and the value heads
                             of one key head adjacent (st_gdn k_grouped); qwen35moe: key heads tiled */
     int n_ff_shexp;      /* shared expert width, 0 = none */
+    int shexp_gated;     /* the shared expert's output is scaled by sigmoid(ffn_gate_inp_shexp . h) (the hybrids) */
+    int n_dense_lead;    /* the first layers have a dense FFN, the others experts (glm4moe: 1); 0 = all MoE */
+    int ffn_norm_post;   /* the pre-FFN norm is GGUF's post_attention_norm (the hybrids, glm4moe) */
+    st_gate_fn gate_fn;  /* routing: softmax (qwen) or sigmoid (glm4moe) of the router logits */
+    float expert_scale;  /* routed scaling factor of the expert weights, 1 = none */
+    int exp_bias;        /* MoE layers have a selection bias, exp_probs_b (glm4moe) */
 } model_hparams;
+
+/* Whether layer il's FFN is the routed experts (else a dense FFN). */
+static inline int model_layer_moe(const model_hparams *hp, int il) {
+    return hp->n_expert > 0 && il >= hp->n_dense_lead;
+}
 
 /* A hybrid family's DeltaNet layer (the rest are gated attention layers). */
 static inline int model_layer_recurrent(const model_hparams *hp, int il) {
@@ -81,6 +94,7 @@ typedef struct {
     const float *post_ffn_norm;      /* (n_embd), gemma3, or NULL */
     st_weight ffn_gate_inp;          /* router (n_embd -> n_expert) */
     st_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps; /* (n_expert x [n_embd -> n_ff_exp]), down (n_ff_exp -> n_embd) */
+    const float *exp_probs_b;        /* (n_expert) expert selection bias (glm4moe), or NULL */
     /* hybrid families (qwen3next, qwen35moe). Gated attention layers: wq is
      * (n_embd -> n_head*2*hd), per head hd query rows then hd gate rows.
      * ffn_norm is GGUF's post_attention_norm there. */
@@ -132,13 +146,17 @@ typedef enum {
 /* Which layers have a row: MW_ATTN and MW_QK_NORM hold in every layer of a
  * plain family and in the attention layers of a hybrid one. */
 typedef enum {
-    MW_ALWAYS, MW_QKV_BIAS, MW_QK_NORM, MW_POST_NORMS, MW_MOE, MW_DENSE_FFN,
+    MW_ALWAYS, MW_QKV_BIAS, MW_QK_NORM, MW_POST_NORMS,
+    MW_MOE,           /* layers with routed experts */
+    MW_DENSE_FFN,     /* layers with a dense FFN */
+    MW_EXP_BIAS,      /* MoE layers of a family with a selection bias (glm4moe) */
     MW_ATTN,          /* attention layers */
     MW_ATTN_PLAIN,    /* attention layers of a non-hybrid family (wq of n_head*hd rows) */
     MW_ATTN_GATED,    /* a hybrid family's attention layers (wq with its gate rows) */
-    MW_FFN_NORM,      /* non-hybrid: ffn_norm.weight */
-    MW_HYBRID,        /* every layer of a hybrid family */
-    MW_SHEXP,         /* a shared expert */
+    MW_FFN_NORM,      /* the pre-FFN norm named ffn_norm.weight (most families) */
+    MW_FFN_NORM_POST, /* the pre-FFN norm named post_attention_norm.weight (hybrids, glm4moe) */
+    MW_SHEXP,         /* MoE layers with a shared expert */
+    MW_SHEXP_GATE,    /* MoE layers whose shared expert has a sigmoid gate (the hybrids) */
     MW_RECR,          /* DeltaNet layers */
     MW_RECR_BA_SPLIT, /* DeltaNet layers with ssm_beta and ssm_alpha (qwen35moe) */
     MW_RECR_BA_FUSED, /* DeltaNet layers with ssm_ba (qwen3next) */

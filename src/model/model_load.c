@@ -153,6 +153,8 @@ static int hybrid_hparams(loader *L, model_hparams *hp) {
     hp->n_ff_shexp = hp->n_expert ? get_u32(L, "expert_shared_feed_forward_length", 0, (uint32_t)hp->n_ff) : 0;
     hp->n_rot = get_u32(L, "rope.dimension_count", 0, (uint32_t)hp->head_dim);
     hp->ba_fused = hp->arch == ARCH_QWEN3NEXT;
+    hp->shexp_gated = 1;
+    hp->ffn_norm_post = 1;
     /* block_count counts the multi-token-prediction layers after the decoder's
      * (nextn_predict_layers, Qwen3.5's MTP head); Strata does not run them yet */
     const int nextn = get_u32(L, "nextn_predict_layers", 0, 0);
@@ -202,6 +204,56 @@ static int hybrid_hparams(loader *L, model_hparams *hp) {
     return 0;
 }
 
+/* GLM-4.5 / 4.6 (glm4moe), keys as llama.cpp b11434 reads them: the first
+ * leading_dense_block_count layers have a dense FFN, the others routed
+ * experts chosen by sigmoid(logits) + exp_probs_b (the bias steers the
+ * choice only), weights renormalised (expert_weights_norm, default off as in
+ * llama.cpp) and scaled (expert_weights_scale), plus expert_shared_count
+ * ungated shared experts of the routed width; partial NeoX rotary
+ * (rope.dimension_count); q/k/v biases and q/k norms when the file has them
+ * (GLM-4.5-Air: biases, no norms); the NextN/MTP layers counted in
+ * block_count are not run. */
+static int glm4moe_hparams(loader *L, model_hparams *hp) {
+    hp->n_dense_lead = get_u32(L, "leading_dense_block_count", 0, 0);
+    hp->n_ff = get_u32(L, "feed_forward_length", hp->n_dense_lead > 0, 0);
+    const int n_shared = get_u32(L, "expert_shared_count", 1, 0);
+    hp->n_ff_shexp = n_shared * hp->n_ff_exp;
+    hp->ffn_norm_post = 1;
+    hp->exp_bias = 1;
+    const int gating = get_u32(L, "expert_gating_func", 0, 2); /* llama.cpp: 1 softmax, 2 sigmoid (absent: sigmoid) */
+    hp->gate_fn = gating == 1 ? ST_GATE_SOFTMAX : ST_GATE_SIGMOID;
+    const float scale = get_f32(L, "expert_weights_scale", 0.0f);
+    hp->expert_scale = scale != 0.0f ? scale : 1.0f;
+    char key[128];
+    int normw = 0;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", L->arch);
+    hp->norm_topk = gguf_get_bool(L->f, key, &normw) == 0 ? normw : 0;
+    const int groups = get_u32(L, "expert_group_count", 0, 0);
+    hp->n_rot = get_u32(L, "rope.dimension_count", 0, (uint32_t)hp->head_dim);
+    const int nextn = get_u32(L, "nextn_predict_layers", 0, 0);
+    if (L->failed) return -1;
+    if ((gating != 1 && gating != 2) || groups > 1 || nextn < 0 || nextn >= hp->n_layer ||
+        hp->n_dense_lead < 0 || hp->n_dense_lead > hp->n_layer - nextn || n_shared < 0 ||
+        (hp->n_dense_lead > 0 && hp->n_ff <= 0) || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
+        st_error_set("%s: unsupported glm4moe hyper-parameters (gating %d, expert groups %d, nextn %d of %d "
+                     "layers, dense lead %d, shared %d, ff %d, rope dims %d)",
+                     gguf_path(L->f), gating, groups, nextn, hp->n_layer, hp->n_dense_lead, n_shared, hp->n_ff,
+                     hp->n_rot);
+        return -1;
+    }
+    hp->n_layer -= nextn;
+    /* GLM-4.5V's M-RoPE sections: its text positions would need the vision layout; not supported */
+    int64_t sec[4] = {0};
+    if (get_arr(L, "rope.dimension_sections", sec, 4) > 0 && (sec[0] || sec[1] || sec[2] || sec[3])) {
+        st_error_set("%s: glm4moe with M-RoPE sections (GLM-4.5V) is not supported", gguf_path(L->f));
+        return -1;
+    }
+    /* optional per file, all layers alike: read from layer 0, as the tensor table then binds them all */
+    hp->qkv_bias = gguf_find_tensor(L->f, "blk.0.attn_q.bias") != NULL;
+    hp->qk_norm = gguf_find_tensor(L->f, "blk.0.attn_q_norm.weight") != NULL;
+    return 0;
+}
+
 /* The families, as data: one row each, its GGUF name, the decoder's
  * switches it sets, and a hook for what only it reads (docs/contributing.md). */
 typedef struct {
@@ -222,6 +274,7 @@ static const arch_def ARCHS[ARCH_COUNT] = {
     [ARCH_QWEN3NEXT] = {"qwen3next", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
     [ARCH_QWEN35MOE] = {"qwen35moe", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
     [ARCH_QWEN35] = {"qwen35", 1, 0, 1, 0, 0, ST_ACT_SILU, hybrid_hparams}, /* qwen35moe with a dense FFN */
+    [ARCH_GLM4MOE] = {"glm4moe", 1, 0, 0, 0, 1, ST_ACT_SILU, glm4moe_hparams}, /* biases, norms: by the file */
 };
 
 const char *model_arch_name(model_arch a) { return (a >= 0 && a < ARCH_COUNT) ? ARCHS[a].name : "?"; }
@@ -272,6 +325,8 @@ static int load_hparams(loader *L, model_hparams *hp) {
     hp->qkv_bias = ad->qkv_bias;
     hp->qk_norm = ad->qk_norm;
     hp->post_norms = ad->post_norms;
+    hp->gate_fn = ST_GATE_SOFTMAX;
+    hp->expert_scale = 1.0f;
     if (ad->moe && moe_hparams(L, hp) != 0) return -1;
     if (ad->extra && ad->extra(L, hp) != 0) return -1;
     return L->failed ? -1 : 0;

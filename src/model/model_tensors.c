@@ -28,7 +28,7 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     V("post_attention_norm.weight", post_attn_norm, MD_EMBD, MW_POST_NORMS),
     V("post_ffw_norm.weight", post_ffn_norm, MD_EMBD, MW_POST_NORMS),
     V("ffn_norm.weight", ffn_norm, MD_EMBD, MW_FFN_NORM),
-    V("post_attention_norm.weight", ffn_norm, MD_EMBD, MW_HYBRID), /* the hybrids' pre-FFN norm */
+    V("post_attention_norm.weight", ffn_norm, MD_EMBD, MW_FFN_NORM_POST), /* the hybrids' and glm4moe's pre-FFN norm */
     W("attn_qkv.weight", ssm_qkv, MD_EMBD, MD_CONV, MD_ONE, MW_RECR, MT_DENSE),
     W("attn_gate.weight", ssm_z, MD_EMBD, MD_VALUE, MD_ONE, MW_RECR, MT_DENSE),
     W("ssm_beta.weight", ssm_beta, MD_EMBD, MD_VHEADS, MD_ONE, MW_RECR_BA_SPLIT, MT_DENSE),
@@ -43,10 +43,11 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     W("ffn_gate_exps.weight", ffn_gate_exps, MD_EMBD, MD_FF_EXP, MD_EXPERT, MW_MOE, MT_ROUTED),
     W("ffn_up_exps.weight", ffn_up_exps, MD_EMBD, MD_FF_EXP, MD_EXPERT, MW_MOE, MT_ROUTED),
     W("ffn_down_exps.weight", ffn_down_exps, MD_FF_EXP, MD_EMBD, MD_EXPERT, MW_MOE, MT_ROUTED),
+    V("exp_probs_b.bias", exp_probs_b, MD_EXPERT, MW_EXP_BIAS),
     W("ffn_gate.weight", ffn_gate, MD_EMBD, MD_FF, MD_ONE, MW_DENSE_FFN, MT_DENSE),
     W("ffn_up.weight", ffn_up, MD_EMBD, MD_FF, MD_ONE, MW_DENSE_FFN, MT_DENSE),
     W("ffn_down.weight", ffn_down, MD_FF, MD_EMBD, MD_ONE, MW_DENSE_FFN, MT_DENSE),
-    W("ffn_gate_inp_shexp.weight", ffn_gate_inp_shexp, MD_EMBD, MD_ONE, MD_ONE, MW_SHEXP, MT_DENSE),
+    W("ffn_gate_inp_shexp.weight", ffn_gate_inp_shexp, MD_EMBD, MD_ONE, MD_ONE, MW_SHEXP_GATE, MT_DENSE),
     W("ffn_gate_shexp.weight", ffn_gate_shexp, MD_EMBD, MD_FF_SHEXP, MD_ONE, MW_SHEXP, MT_DENSE),
     W("ffn_up_shexp.weight", ffn_up_shexp, MD_EMBD, MD_FF_SHEXP, MD_ONE, MW_SHEXP, MT_DENSE),
     W("ffn_down_shexp.weight", ffn_down_shexp, MD_FF_SHEXP, MD_EMBD, MD_ONE, MW_SHEXP, MT_DENSE),
@@ -82,14 +83,16 @@ int model_has_tensor(const model_hparams *hp, int il, model_when w) {
     case MW_QKV_BIAS: return hp->qkv_bias;
     case MW_QK_NORM: return hp->qk_norm && !recr;
     case MW_POST_NORMS: return hp->post_norms;
-    case MW_MOE: return hp->n_expert > 0;
-    case MW_DENSE_FFN: return hp->n_expert == 0;
+    case MW_MOE: return model_layer_moe(hp, il);
+    case MW_DENSE_FFN: return !model_layer_moe(hp, il);
+    case MW_EXP_BIAS: return model_layer_moe(hp, il) && hp->exp_bias;
     case MW_ATTN: return !recr;
     case MW_ATTN_PLAIN: return !hybrid;
     case MW_ATTN_GATED: return hybrid && !recr;
-    case MW_FFN_NORM: return !hybrid;
-    case MW_HYBRID: return hybrid;
-    case MW_SHEXP: return hp->n_ff_shexp > 0;
+    case MW_FFN_NORM: return !hp->ffn_norm_post;
+    case MW_FFN_NORM_POST: return hp->ffn_norm_post;
+    case MW_SHEXP: return hp->n_ff_shexp > 0 && model_layer_moe(hp, il);
+    case MW_SHEXP_GATE: return hp->n_ff_shexp > 0 && hp->shexp_gated && model_layer_moe(hp, il);
     case MW_RECR: return recr;
     case MW_RECR_BA_SPLIT: return recr && !hp->ba_fused;
     case MW_RECR_BA_FUSED: return recr && hp->ba_fused;

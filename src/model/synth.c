@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
+#include "model/arch_glm4moe_names.h"
 #include "model/arch_hybrid_names.h"
 #include "model/arch_qwen3moe_names.h"
 #include "model/synth_internal.h"
@@ -73,12 +74,27 @@ static const synth_hparams PRESETS[] = {
      .n_vocab = 151936, .n_ctx = 262144, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4,
      .n_rot = 64, .ssm_d_conv = 4, .ssm_n_k_head = 16, .ssm_n_v_head = 32, .ssm_head_dim = 128,
      .n_ff_shexp = 512},
+    /* glm4moe. tiny: a dense layer then two MoE layers (sigmoid routing, a
+     * selection bias, GLM-4.5's scale 2.5), q width 512 over d_model 256,
+     * half of each head rotated, one shared expert */
+    {.preset = "tiny", .arch = "glm4moe", .n_layer = 3, .n_embd = 256, .n_head = 8, .n_head_kv = 2,
+     .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512,
+     .n_ctx = 4096, .rope_theta = 1e6f, .rms_eps = 1e-5f, .n_rot = 32, .n_dense_lead = 1, .n_shared = 1,
+     .expert_scale = 2.5f},
+    /* GLM-4.5-Air (zai-org/GLM-4.5-Air; llama.cpp's LLM_TYPE_106B_A12B is 46 layers): 1 dense + 45 MoE
+     * layers, d_model 4096, 96 q / 8 kv heads of 128 (64 rotated), dense ffn 10944, 128 experts top-8 of
+     * 1408 + 1 shared, sigmoid routing with a bias, scale 1, vocab 151552, rope base 1e6. Its MTP layer
+     * (nextn) is left out. */
+    {.preset = "glm-4.5-air", .arch = "glm4moe", .n_layer = 46, .n_embd = 4096, .n_head = 96, .n_head_kv = 8,
+     .head_dim = 128, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1408, .n_ff = 10944, .n_vocab = 151552,
+     .n_ctx = 131072, .rope_theta = 1e6f, .rms_eps = 1e-5f, .n_rot = 64, .n_dense_lead = 1, .n_shared = 1,
+     .expert_scale = 1.0f},
 };
 #define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
 
 const char *synth_preset_list(void) {
     return "tiny|qwen3-30b-a3b|qwen3-235b-a22b (qwen3moe), tiny|qwen3.5-35b-a3b (qwen35moe), "
-           "tiny|qwen3-next-80b-a3b (qwen3next)";
+           "tiny|qwen3-next-80b-a3b (qwen3next), tiny|glm-4.5-air (glm4moe)";
 }
 
 int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
@@ -91,7 +107,7 @@ int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
             return 0;
         }
     }
-    if (!known) st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next)", arch);
+    if (!known) st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next, glm4moe)", arch);
     else st_error_set("unknown preset '%s' for %s (known: %s)", preset, arch, synth_preset_list());
     return -1;
 }
@@ -111,6 +127,7 @@ static const char *const CLASS_NAMES[SYN_CLASS_COUNT] = {
     "attn_q_norm", "attn_k_norm", "ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
     "post_attention_norm", "attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_ba", "ssm_conv1d", "ssm_dt",
     "ssm_a", "ssm_norm", "ssm_out", "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
+    "attn_q.bias", "attn_k.bias", "attn_v.bias", "exp_probs_b.bias", "ffn_gate", "ffn_up", "ffn_down",
 };
 
 const char *synth_class_name(synth_class c) {
@@ -133,9 +150,10 @@ static int class_is_vector(synth_class c) {
            c == SYN_FFN_NORM || c == SYN_POST_ATTN_NORM || c == SYN_SSM_NORM;
 }
 
-/* The DeltaNet's small tensors: f32 in every file, each with its own values. */
+/* The DeltaNet's small tensors and glm4moe's biases: f32 in every file, each with its own values. */
 static int class_is_ssm_param(synth_class c) {
-    return c == SYN_SSM_CONV1D || c == SYN_SSM_DT || c == SYN_SSM_A || c == SYN_FFN_GATE_INP_SHEXP;
+    return c == SYN_SSM_CONV1D || c == SYN_SSM_DT || c == SYN_SSM_A || c == SYN_FFN_GATE_INP_SHEXP ||
+           c == SYN_ATTN_Q_BIAS || c == SYN_ATTN_K_BIAS || c == SYN_ATTN_V_BIAS || c == SYN_EXP_PROBS_B;
 }
 
 int synth_class_type(const synth_opts *o, synth_class c) {
@@ -144,7 +162,8 @@ int synth_class_type(const synth_opts *o, synth_class c) {
     if (class_is_vector(c) || class_is_ssm_param(c) || c == SYN_FFN_GATE_INP) return QT_F32;
     if (o->type_default >= 0) return o->type_default;
     /* Q4_K_M's choice: more bits where errors hurt most */
-    if (c == SYN_ATTN_V || c == SYN_FFN_DOWN_EXPS || c == SYN_OUTPUT || c == SYN_FFN_DOWN_SHEXP) return QT_Q6_K;
+    if (c == SYN_ATTN_V || c == SYN_FFN_DOWN_EXPS || c == SYN_OUTPUT || c == SYN_FFN_DOWN_SHEXP || c == SYN_FFN_DOWN)
+        return QT_Q6_K;
     /* the DeltaNet's gates are a few rows each: 8 bits cost nothing */
     if (c == SYN_SSM_BETA || c == SYN_SSM_ALPHA || c == SYN_SSM_BA) return QT_Q8_0;
     return QT_Q4_K;
@@ -246,6 +265,13 @@ static void plan_add(syn_ctx *c, synth_class cls, int layer, int n_dims, int64_t
     case SYN_FFN_GATE_SHEXP: suffix = HYBRID_T_FFN_GATE_SHEXP; break;
     case SYN_FFN_UP_SHEXP: suffix = HYBRID_T_FFN_UP_SHEXP; break;
     case SYN_FFN_DOWN_SHEXP: suffix = HYBRID_T_FFN_DOWN_SHEXP; break;
+    case SYN_ATTN_Q_BIAS: suffix = GLM4MOE_T_ATTN_Q_BIAS; break;
+    case SYN_ATTN_K_BIAS: suffix = GLM4MOE_T_ATTN_K_BIAS; break;
+    case SYN_ATTN_V_BIAS: suffix = GLM4MOE_T_ATTN_V_BIAS; break;
+    case SYN_EXP_PROBS_B: suffix = GLM4MOE_T_EXP_PROBS_B; break;
+    case SYN_FFN_GATE: suffix = GLM4MOE_T_FFN_GATE; break;
+    case SYN_FFN_UP: suffix = GLM4MOE_T_FFN_UP; break;
+    case SYN_FFN_DOWN: suffix = GLM4MOE_T_FFN_DOWN; break;
     default: ST_ASSERT(0);
     }
     if (suffix) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
@@ -268,7 +294,7 @@ static void plan_build(syn_ctx *c) {
     const synth_hparams *h = &c->o->hp;
     int64_t E = h->n_embd, Q = (int64_t)h->n_head * h->head_dim, KV = (int64_t)h->n_head_kv * h->head_dim;
     int64_t X = h->n_expert, F = h->n_ff_exp;
-    c->t = st_calloc((size_t)(3 + 24 * h->n_layer), sizeof *c->t);
+    c->t = st_calloc((size_t)(3 + 24 * h->n_layer), sizeof *c->t); /* at most 24 per layer (the hybrids') */
     plan_add(c, SYN_TOKEN_EMBD, -1, 2, E, h->n_vocab, 1);
     for (int il = 0; il < h->n_layer && h->full_attn_interval; il++) { /* the hybrids, in llama.cpp's order */
         const int64_t D = h->ssm_head_dim, NV = h->ssm_n_v_head, VD = NV * D, CD = 2 * h->ssm_n_k_head * D + VD;
@@ -305,7 +331,35 @@ static void plan_build(syn_ctx *c) {
         plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, h->n_ff_shexp, 1);
         plan_add(c, SYN_FFN_DOWN_SHEXP, il, 2, h->n_ff_shexp, E, 1);
     }
-    for (int il = 0; il < h->n_layer && !h->full_attn_interval; il++) {
+    const int glm = !strcmp(h->arch, GLM4MOE_ARCH);
+    for (int il = 0; il < h->n_layer && glm; il++) { /* glm4moe, in llama.cpp's order */
+        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
+        plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
+        plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
+        plan_add(c, SYN_ATTN_V, il, 2, E, KV, 1);
+        plan_add(c, SYN_ATTN_Q_BIAS, il, 1, Q, 1, 1);
+        plan_add(c, SYN_ATTN_K_BIAS, il, 1, KV, 1, 1);
+        plan_add(c, SYN_ATTN_V_BIAS, il, 1, KV, 1, 1);
+        plan_add(c, SYN_ATTN_OUT, il, 2, Q, E, 1);
+        plan_add(c, SYN_POST_ATTN_NORM, il, 1, E, 1, 1);
+        if (il < h->n_dense_lead) {
+            plan_add(c, SYN_FFN_GATE, il, 2, E, h->n_ff, 1);
+            plan_add(c, SYN_FFN_DOWN, il, 2, h->n_ff, E, 1);
+            plan_add(c, SYN_FFN_UP, il, 2, E, h->n_ff, 1);
+            continue;
+        }
+        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
+        plan_add(c, SYN_EXP_PROBS_B, il, 1, X, 1, 1);
+        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
+        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
+        if (h->n_shared > 0) {
+            plan_add(c, SYN_FFN_GATE_SHEXP, il, 2, E, F * h->n_shared, 1);
+            plan_add(c, SYN_FFN_DOWN_SHEXP, il, 2, F * h->n_shared, E, 1);
+            plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, F * h->n_shared, 1);
+        }
+    }
+    for (int il = 0; il < h->n_layer && !h->full_attn_interval && !glm; il++) {
         plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
         plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
         plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
@@ -381,6 +435,12 @@ static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, co
         return;
     case SYN_FFN_GATE_INP_SHEXP:
         for (int64_t j = 0; j < w; j++) x[j] = syn_normal(r) / sqrtf((float)w);
+        return;
+    case SYN_ATTN_Q_BIAS: case SYN_ATTN_K_BIAS: case SYN_ATTN_V_BIAS:
+        for (int64_t j = 0; j < w; j++) x[j] = WEIGHT_STD * syn_normal(r);
+        return;
+    case SYN_EXP_PROBS_B: /* sigmoid scores differ by a few hundredths: a bias that moves some choices */
+        for (int64_t j = 0; j < w; j++) x[j] = (c->u ? 0.0f : 0.02f) * syn_normal(r);
         return;
     default: break;
     }
@@ -491,6 +551,16 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
             gguf_w_arr(w, key, GGUF_T_INT32, sec, 4);
         }
     }
+    if (!strcmp(h->arch, GLM4MOE_ARCH)) {
+        KV_U32(GLM4MOE_KV_ROPE_DIMS, h->n_rot);
+        KV_U32(GLM4MOE_KV_LEADING_DENSE, h->n_dense_lead);
+        KV_U32(GLM4MOE_KV_EXPERT_SHARED, h->n_shared);
+        KV_F32(GLM4MOE_KV_EXPERT_SCALE, h->expert_scale);
+        snprintf(key, sizeof key, "%s.%s", h->arch, GLM4MOE_KV_EXPERT_NORM);
+        gguf_w_bool(w, key, 1); /* norm_topk_prob: true in GLM-4.5's configs */
+        KV_U32(GLM4MOE_KV_EXPERT_GATING_FUNC, 2);
+        KV_U32(GLM4MOE_KV_NEXTN, 0);
+    }
 #undef KV_U32
 #undef KV_F32
 }
@@ -502,7 +572,10 @@ static int check_opts(const synth_opts *o) {
         h->n_ff_exp < 1 || h->n_ctx < 1 || !h->arch ||
         (h->full_attn_interval && (h->n_rot < 2 || h->n_rot > h->head_dim || h->ssm_d_conv < 1 ||
                                    h->ssm_n_k_head < 1 || h->ssm_n_v_head % h->ssm_n_k_head || h->ssm_head_dim < 1 ||
-                                   h->n_ff_shexp < 1))) {
+                                   h->n_ff_shexp < 1)) ||
+        (!strcmp(h->arch, GLM4MOE_ARCH) && (h->n_rot < 2 || h->n_rot > h->head_dim || h->n_rot % 2 ||
+                                            h->n_dense_lead < 0 || h->n_shared < 0 ||
+                                            (h->n_dense_lead > 0 && h->n_ff < 1)))) {
         st_error_set("synth: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, experts %d used %d)",
                      h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->n_expert, h->n_expert_used);
         return -1;

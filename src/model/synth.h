@@ -37,7 +37,13 @@ typedef struct {
     int n_rot;               /* rotated values per attention head */
     int rope_sections[4];    /* qwen35moe's M-RoPE sections (metadata) */
     int ssm_d_conv, ssm_n_k_head, ssm_n_v_head, ssm_head_dim;
-    int n_ff_shexp;          /* shared expert width */
+    int n_ff_shexp;          /* shared expert width (the hybrids) */
+    /* glm4moe: the first n_dense_lead layers have a dense FFN of n_ff; the
+     * others sigmoid-routed experts with a selection bias, scaled by
+     * expert_scale, plus n_shared ungated shared experts of n_ff_exp each;
+     * q/k/v biases; n_rot rotated values per head */
+    int n_dense_lead, n_shared;
+    float expert_scale;
 } synth_hparams;
 
 /* The tensor classes of qwen3moe, in file order within a layer. */
@@ -49,6 +55,8 @@ typedef enum {
     SYN_POST_ATTN_NORM, SYN_ATTN_QKV, SYN_ATTN_GATE, SYN_SSM_BETA, SYN_SSM_ALPHA, SYN_SSM_BA, SYN_SSM_CONV1D,
     SYN_SSM_DT, SYN_SSM_A, SYN_SSM_NORM, SYN_SSM_OUT, SYN_FFN_GATE_INP_SHEXP, SYN_FFN_GATE_SHEXP,
     SYN_FFN_UP_SHEXP, SYN_FFN_DOWN_SHEXP,
+    /* glm4moe's */
+    SYN_ATTN_Q_BIAS, SYN_ATTN_K_BIAS, SYN_ATTN_V_BIAS, SYN_EXP_PROBS_B, SYN_FFN_GATE, SYN_FFN_UP, SYN_FFN_DOWN,
     SYN_CLASS_COUNT
 } synth_class;
 

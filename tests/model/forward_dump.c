@@ -33,12 +33,12 @@
 #define MAX_TOKENS 65536
 
 /* --router: the backend's own moe_ffn, and where its inputs are recorded */
-static void (*real_moe_ffn)(st_backend *, const float *, const float *, int, int, int, int, st_act,
+static void (*real_moe_ffn)(st_backend *, const float *, const float *, int, int, int, const st_moe_gating *, st_act,
                             const st_weight *, const st_weight *, const st_weight *, float *);
 static FILE *router_file;
 
 static void recording_moe_ffn(st_backend *be, const float *h, const float *router_logits, int n_tok, int n_expert,
-                              int k, int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
+                              int k, const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                               const st_weight *down, float *out) {
     size_t n = (size_t)n_tok * (size_t)n_expert;
     float *host = st_malloc(n * sizeof(float));
@@ -48,7 +48,7 @@ static void recording_moe_ffn(st_backend *be, const float *h, const float *route
         exit(1);
     }
     st_free(host);
-    real_moe_ffn(be, h, router_logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+    real_moe_ffn(be, h, router_logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
 }
 
 static int usage(void) {

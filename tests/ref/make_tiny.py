@@ -3,9 +3,10 @@ package's GGUFWriter (not with `strata synth`: the oracle must not share code
 with the engine it checks).
 
 Each model has llama.cpp's metadata keys and tensor names for its family
-(llama, qwen2, qwen3, qwen3moe, gemma3, and the hybrid qwen35moe and
+(llama, qwen2, qwen3, qwen3moe, gemma3, the hybrid qwen35moe and
 qwen3next: gated DeltaNet layers with a gated attention layer every 4th,
-partial rotary, a shared expert), random weights, and a "mix" that says
+partial rotary, a shared expert; and glm4moe: sigmoid routing with a
+selection bias, a leading dense layer, partial rotary), random weights, and a "mix" that says
 which storage type each matrix gets. Types the gguf package can quantize
 (F16, Q8_0, Q4_0) are quantized from Gaussian weights; K-quants and i-quants
 are random valid blocks (random quant bits, finite f16 scales) rescaled so
@@ -64,6 +65,16 @@ ARCHS = {
                           n_ff_exp=256, hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0], interval=4, d_conv=4,
                           ssm_k_heads=2, ssm_v_heads=4, ssm_head=64, n_ff_shexp=256, nextn=1),
     # Qwen3.5 dense: qwen35moe's layers with a plain SwiGLU FFN
+    # GLM-4.5: a dense first layer, then sigmoid-routed experts with a selection
+    # bias, scaled (GLM-4.5's 2.5), renormalised, plus an ungated shared
+    # expert; q/k/v biases, half of each head rotated, q width 512 over d_model 256
+    "glm4moe": dict(n_layer=3, n_embd=256, n_head=8, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
+                    rope_base=1000000.0, eps=1e-5, qkv_bias=True, n_expert=8, n_expert_used=2, n_ff_exp=256,
+                    glm=True, n_rot=32, dense_lead=1, n_shared=1, expert_scale=2.5),
+    # GLM-4.5 (355B)'s q/k norms, two dense layers, no scale key, and an MTP block to skip
+    "glm4moe-mtp": dict(arch="glm4moe", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+                        n_vocab=512, rope_base=1000000.0, eps=1e-5, qkv_bias=True, qk_norm=True, n_expert=8,
+                        n_expert_used=2, n_ff_exp=256, glm=True, n_rot=32, dense_lead=2, n_shared=1, nextn=1),
     "qwen35": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
                    rope_base=10000000.0, eps=1e-6, qk_norm=True, hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0],
                    interval=4, d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=64),
@@ -206,6 +217,14 @@ def make_model(path, arch, mix, tied=False, seed=0):
         u32("ssm.inner_size", hp["ssm_v_heads"] * hp["ssm_head"])
         if "n_ff_shexp" in hp:
             u32("expert_shared_feed_forward_length", hp["n_ff_shexp"])
+    if hp.get("glm"):  # keys as llama.cpp's converter writes them for Glm4MoeForCausalLM
+        u32("rope.dimension_count", hp["n_rot"])
+        u32("leading_dense_block_count", hp["dense_lead"])
+        u32("expert_shared_count", hp["n_shared"])
+        if "expert_scale" in hp:
+            f32("expert_weights_scale", hp["expert_scale"])
+        w.add_bool(f"{arch}.expert_weights_norm", True)
+        u32("expert_gating_func", 2)  # sigmoid
 
     def mat(name, rows, n_in, std=None):
         t = weight_type(mix, name)
@@ -227,6 +246,9 @@ def make_model(path, arch, mix, tied=False, seed=0):
         vec(p + "attn_norm.weight", E)
         if hp.get("hybrid"):
             hybrid_layer(hp, il, p, mat, vec, w, rng)
+            continue
+        if hp.get("glm"):
+            glm_layer(hp, il, p, mat, vec, w, rng)
             continue
         mat(p + "attn_q.weight", (H * D,), E)
         mat(p + "attn_k.weight", (HKV * D,), E)
@@ -257,7 +279,11 @@ def make_model(path, arch, mix, tied=False, seed=0):
     for il in range(hp["n_layer"], hp["n_layer"] + hp.get("nextn", 0)):  # the MTP block (llama.cpp's names)
         p = f"blk.{il}."
         vec(p + "attn_norm.weight", E)
-        hybrid_layer(dict(hp, interval=1), il, p, mat, vec, w, rng)  # a gated attention layer with its MoE
+        if hp.get("glm"):  # glm4moe's MTP block: a whole MoE layer plus the nextn tensors
+            glm_layer(hp, il, p, mat, vec, w, rng)
+            vec(p + "nextn.shared_head_norm.weight", E)
+        else:
+            hybrid_layer(dict(hp, interval=1), il, p, mat, vec, w, rng)  # a gated attention layer with its MoE
         mat(p + "nextn.eh_proj.weight", (E,), 2 * E)
         vec(p + "nextn.enorm.weight", E)
         vec(p + "nextn.hnorm.weight", E)
@@ -325,3 +351,38 @@ def main(argv):
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def glm_layer(hp, il, p, mat, vec, w, rng):
+    """A glm4moe layer after its attn_norm: attention with q/k/v biases (and
+    q/k norms when asked), post_attention_norm (the pre-FFN norm), then a
+    dense FFN (il < dense_lead) or the router, its selection bias, the
+    experts and the shared expert (n_shared * n_ff_exp wide, no gate)."""
+    E, H, HKV, D = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"]
+    mat(p + "attn_q.weight", (H * D,), E)
+    mat(p + "attn_k.weight", (HKV * D,), E)
+    mat(p + "attn_v.weight", (HKV * D,), E)
+    vec(p + "attn_q.bias", H * D, 0.0, 0.5)
+    vec(p + "attn_k.bias", HKV * D, 0.0, 0.5)
+    vec(p + "attn_v.bias", HKV * D, 0.0, 0.5)
+    mat(p + "attn_output.weight", (E,), H * D)
+    if hp.get("qk_norm"):
+        vec(p + "attn_q_norm.weight", D)
+        vec(p + "attn_k_norm.weight", D)
+    vec(p + "post_attention_norm.weight", E)
+    if il < hp["dense_lead"]:
+        F = hp["n_ff"]
+        mat(p + "ffn_gate.weight", (F,), E)
+        mat(p + "ffn_up.weight", (F,), E)
+        mat(p + "ffn_down.weight", (E,), F)
+        return
+    X, FE, FS = hp["n_expert"], hp["n_ff_exp"], hp["n_ff_exp"] * hp["n_shared"]
+    w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((X, E)) / np.sqrt(E)).astype(np.float32))
+    # sigmoid scores of N(0, 1) logits differ by ~0.1: a bias of that size moves choices
+    w.add_tensor(p + "exp_probs_b.bias", (0.1 * rng.standard_normal(X)).astype(np.float32))
+    mat(p + "ffn_gate_exps.weight", (X, FE), E)
+    mat(p + "ffn_up_exps.weight", (X, FE), E)
+    mat(p + "ffn_down_exps.weight", (X, E), FE)
+    mat(p + "ffn_gate_shexp.weight", (FS,), E)
+    mat(p + "ffn_up_shexp.weight", (FS,), E)
+    mat(p + "ffn_down_shexp.weight", (E,), FS)

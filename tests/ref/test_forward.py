@@ -93,6 +93,11 @@ CASES = [
     ("qwen3next", "f32", False, ("f16",), True, ("gdn_head_map", "no_decay")),
     ("qwen3next", "q8_0", True, ("f16",), False, ()),
     ("qwen35", "q4k_q6k", False, ("f16",), True, ("gdn_head_map", "no_attn_gate")),
+    # glm4moe: sigmoid routing with a selection bias and a scale, a dense first layer, partial rotary
+    ("glm4moe", "f32", False, ("f16", "int8"), True,
+     ("softmax_gate", "no_exp_bias", "bias_in_weights", "no_expert_scale", "full_rope", "no_shexp", "no_bias")),
+    ("glm4moe", "q4k_q6k", False, ("f16",), True, ()),
+    ("glm4moe-mtp", "q8_0", False, ("f16",), False, ()),
 ]
 
 ROWS = []  # the table, printed by the last test
@@ -170,17 +175,23 @@ def test_forward_vs_reference(case, workdir):
             # follow Strata's expert choice (see the module docstring), and check its router logits
             s = run_dump(path, out, toks, "--kv", kv, "--router", out + ".router")
             route = np.fromfile(out + ".router", dtype=np.float32).astype(np.float64)
-            route = route.reshape(m.n_layer, N_TOK, m.n_expert)
+            n_moe = route.size // (N_TOK * m.n_expert)  # MoE layers (glm4moe's first layers are dense)
+            route = route.reshape(n_moe, N_TOK, m.n_expert)
             tr_ref, tr_emu = {}, {}
             ref = ref_forward.forward(m, toks, route=route, trace=tr_ref)
             emu = ref_forward.forward(m, toks, act_quant=True, kv=kv, route=route, trace=tr_emu)
-            rl_ref = np.stack([tr_ref[i] for i in range(m.n_layer)])
-            rl_emu = np.stack([tr_emu[i] for i in range(m.n_layer)])
+            rl_ref = np.stack([tr_ref[i] for i in range(n_moe)])
+            rl_emu = np.stack([tr_emu[i] for i in range(n_moe)])
             rsd = float(rl_ref.std())
             e_r, e_rq = err(route, rl_ref, rsd), err(rl_emu, rl_ref, rsd)
             k = m.n_expert_used
-            sel_s = np.sort(np.argsort(-route, axis=-1, kind="stable")[..., :k], axis=-1)
-            sel_r = np.sort(np.argsort(-rl_ref, axis=-1, kind="stable")[..., :k], axis=-1)
+            if m.arch == "glm4moe":  # the choice ranks sigmoid(logit) + the layer's selection bias
+                bias = np.stack([m.vec(f"blk.{il}.exp_probs_b.bias") for il in range(m.n_layer - n_moe, m.n_layer)])
+                rank_s, rank_r = 1 / (1 + np.exp(-route)) + bias[:, None], 1 / (1 + np.exp(-rl_ref)) + bias[:, None]
+            else:
+                rank_s, rank_r = route, rl_ref
+            sel_s = np.sort(np.argsort(-rank_s, axis=-1, kind="stable")[..., :k], axis=-1)
+            sel_r = np.sort(np.argsort(-rank_r, axis=-1, kind="stable")[..., :k], axis=-1)
             flips = int((sel_s != sel_r).any(axis=-1).sum())
             router_note = f", router err {e_r:.1e} (emulation {e_rq:.1e}), {flips} routing flips"
             if e_r > Q_FACTOR * e_rq + FLOOR:
@@ -247,7 +258,7 @@ def test_print_table():
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in ROWS:
         print(f"| {r['arch']} | {r['mix']} | {r['types']} | {r['kv']} | {r['e_ref']:.1e} | {r['bound']:.1e} | "
-              f"{r['e_emu']:.1e} | {r['agree']}/{N_TOK} | {r['split']} | {r['flips'] if r['arch'] in ('qwen3moe', 'qwen35moe', 'qwen3next') else '-'} |")  # noqa: E501
+              f"{r['e_emu']:.1e} | {r['agree']}/{N_TOK} | {r['split']} | {r['flips'] if r['arch'] in ('qwen3moe', 'qwen35moe', 'qwen3next', 'glm4moe') else '-'} |")  # noqa: E501
 
 
 def test_hybrid_reference_forms():

@@ -404,38 +404,49 @@ static void cpu_scale(st_backend *be, float *x, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
-/* Routing of n_tok tokens on the host: softmax over the experts, top-k by
- * repeated argmax (k is small: 8), ties to the lower id; p: n_expert floats
- * of scratch. */
-static void route_tokens(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel,
-                         float *wsel, float *p) {
+/* Routing of n_tok tokens on the host (st_moe_gating): p = softmax or
+ * sigmoid of the logits; top-k by repeated argmax of p (+ bias) (k is small:
+ * 8), ties to the lower id; the weights are the chosen p, renormalised,
+ * scaled. p, s: n_expert floats of scratch each. */
+static void route_tokens(const float *logits, int n_tok, int n_expert, int k, const st_moe_gating *gt, int32_t *sel,
+                         float *wsel, float *p, float *s) {
     for (int t = 0; t < n_tok; t++) {
         const float *l = logits + (size_t)t * n_expert;
-        float mx = l[0];
-        for (int e = 1; e < n_expert; e++) mx = fmaxf(mx, l[e]);
-        double sum = 0;
-        for (int e = 0; e < n_expert; e++) sum += p[e] = expf(l[e] - mx);
-        for (int e = 0; e < n_expert; e++) p[e] = (float)(p[e] / sum);
+        if (gt->fn == ST_GATE_SIGMOID) {
+            for (int e = 0; e < n_expert; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
+        } else {
+            float mx = l[0];
+            for (int e = 1; e < n_expert; e++) mx = fmaxf(mx, l[e]);
+            double sum = 0;
+            for (int e = 0; e < n_expert; e++) sum += p[e] = expf(l[e] - mx);
+            for (int e = 0; e < n_expert; e++) p[e] = (float)(p[e] / sum);
+        }
+        /* the score the choice ranks; NaN never wins, a chosen expert is -inf */
+        for (int e = 0; e < n_expert; e++) s[e] = gt->bias ? p[e] + gt->bias[e] : p[e];
         double wsum = 0;
         for (int j = 0; j < k; j++) {
             int b = -1;
             for (int e = 0; e < n_expert; e++)
-                if (p[e] >= 0 && (b < 0 || p[e] > p[b])) b = e;
+                if (s[e] > -INFINITY && (b < 0 || s[e] > s[b])) b = e;
             sel[t * k + j] = b; /* -1: NaN logits left nothing to choose (the GPU's routing says the same) */
             wsel[t * k + j] = b < 0 ? 0.0f : p[b];
             if (b < 0) continue;
             wsum += p[b];
-            p[b] = -1.0f;
+            s[b] = -INFINITY;
         }
-        if (norm_topk)
-            for (int j = 0; j < k; j++) wsel[t * k + j] = (float)(wsel[t * k + j] / wsum);
+        /* llama.cpp clamps the sum at f16's smallest normal before dividing */
+        const double div = wsum > 6.103515625e-5 ? wsum : 6.103515625e-5;
+        if (gt->norm_topk)
+            for (int j = 0; j < k; j++) wsel[t * k + j] = (float)(wsel[t * k + j] / div);
+        if (gt->scale != 1.0f)
+            for (int j = 0; j < k; j++) wsel[t * k + j] *= gt->scale;
     }
 }
 
-static void cpu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
-                          int32_t *sel, float *wsel) {
-    float *p = cpu_scratch_reserve(&CTX(be)->moep, (size_t)n_expert * sizeof(float));
-    route_tokens(logits, n_tok, n_expert, k, norm_topk, sel, wsel, p);
+static void cpu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
+                          const st_moe_gating *gt, int32_t *sel, float *wsel) {
+    float *p = cpu_scratch_reserve(&CTX(be)->moep, 2 * (size_t)n_expert * sizeof(float));
+    route_tokens(logits, n_tok, n_expert, k, gt, sel, wsel, p, p + n_expert);
 }
 
 /* The given pairs' experts (backend.h). Pairs are sorted by expert (tokens
@@ -544,14 +555,14 @@ static void cpu_sigmul(st_backend *be, float *x, const float *g, int dim, int g_
 
 /* Routing then every expert here: the two halves of the seam, composed. */
 static void cpu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                        int norm_topk, st_act act, const st_weight *gate, const st_weight *up,
+                        const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                         const st_weight *down, float *out) {
     cpu_ctx *c = CTX(be);
     const size_t nk = (size_t)n_tok * k;
     uint8_t *a = cpu_scratch_reserve(&c->route, nk * 8);
     int32_t *sel = (int32_t *)a;
     float *wsel = (float *)(sel + nk);
-    cpu_moe_route(be, logits, n_tok, n_expert, k, norm_topk, sel, wsel);
+    cpu_moe_route(be, logits, n_tok, n_expert, k, gt, sel, wsel);
     cpu_moe_experts(be, h, n_tok, n_expert, k, sel, wsel, NULL, act, gate, up, down, out);
 }
 
@@ -608,6 +619,7 @@ st_backend *backend_cpu_create(int n_threads) {
         .moe_ffn = cpu_moe_ffn,
         .moe_route = cpu_moe_route,
         .moe_experts = cpu_moe_experts,
+        .moe_gatings = ST_GATINGS_SOFTMAX | ST_GATINGS_ALL,
         .run_step = cpu_run_step,
         .to_host = cpu_copy,
         .to_device = cpu_copy,

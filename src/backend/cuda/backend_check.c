@@ -402,6 +402,7 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
  * lowered by 30 (it gets no tokens). */
 static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int path,
                       qt_type tg, qt_type td, int skew) {
+    const st_moe_gating gt = {ST_GATE_SOFTMAX, norm_topk, NULL, 1.0f};
     wpair g = make_weight(c, tg, E, F, n_expert), u = make_weight(c, tg, E, F, n_expert);
     wpair d = make_weight(c, td, F, E, n_expert);
     float *h = rand_host(c, (size_t)n_tok * E, 1.0f), *l = rand_host(c, (size_t)n_tok * n_expert, 2.0f);
@@ -409,11 +410,11 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
     void *hr = put(c->ref, h, (size_t)n_tok * E * 4), *hd = put(c->dut, h, (size_t)n_tok * E * 4);
     void *lr = put(c->ref, l, (size_t)n_tok * n_expert * 4), *ld = put(c->dut, l, (size_t)n_tok * n_expert * 4);
     void *or_ = put(c->ref, NULL, (size_t)n_tok * E * 4), *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
-    c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, norm_topk, ST_ACT_SILU, &g.r, &u.r, &d.r, or_);
+    c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, &gt, ST_ACT_SILU, &g.r, &u.r, &d.r, or_);
     int is_cuda = !strcmp(c->dut->name, "cuda");
     int old = is_cuda ? backend_cuda_set_moe_path(path) : 0;
     double t0 = now_ms();
-    c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, norm_topk, ST_ACT_SILU, &g.d, &u.d, &d.d, od);
+    c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, &gt, ST_ACT_SILU, &g.d, &u.d, &d.d, od);
     double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
     if (is_cuda) backend_cuda_set_moe_path(old);
     report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s%s%s",
@@ -540,7 +541,8 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         be->matmul(be, W[0], 0, B(A), B(O), n_tok);
         be->rmsnorm(be, B(X), B(O), B(N1), B(H), (int)dim, n_tok, 1e-6f);
         be->matmul(be, W[4], 0, B(H), B(R), n_tok);
-        be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, 1, ST_ACT_SILU, W[5], W[6], W[7], B(M));
+        const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f};
+        be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, &gt, ST_ACT_SILU, W[5], W[6], W[7], B(M));
         be->rmsnorm(be, B(X), B(M), B(N2), B(A), (int)dim, n_tok, 1e-6f); /* h2 into a's buffer, as layers reuse them */
         be->matmul(be, W[1], 0, B(A), B(Q), n_tok);
         be->matmul(be, W[2], 0, B(A), B(K), n_tok);

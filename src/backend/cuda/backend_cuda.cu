@@ -594,9 +594,12 @@ static int moe_decode(cuda_ctx *c, const float *h, const float *logits, int n_to
 }
 
 static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                       int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
-                       float *out) {
+                       const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
+                       const st_weight *down, float *out) {
     cuda_ctx *c = CTX(be);
+    /* softmax routing only (moe_gatings): the engine refuses the others at load */
+    ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f);
+    const int norm_topk = gt->norm_topk;
     pend_flush(c); /* the router product, if pending; the quantized h it leaves is still wanted */
     if (n_tok <= 0) return;
     if (g_moe_path == 1) {
@@ -610,9 +613,11 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     moe_grouped(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
 }
 
-static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
-                         int32_t *sel, float *wsel) {
+static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
+                         const st_moe_gating *gt, int32_t *sel, float *wsel) {
     cuda_ctx *c = CTX(be);
+    ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f);
+    const int norm_topk = gt->norm_topk;
     pend_flush(c); /* writes only sel and wsel: the quantized h of the router product stays valid for the experts */
     cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, NULL, c->s);
 }
@@ -822,6 +827,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->moe_ffn = cu_moe_ffn;
     be->moe_route = cu_moe_route;
     be->moe_experts = cu_moe_experts;
+    be->moe_gatings = ST_GATINGS_SOFTMAX; /* no sigmoid routing, bias or scale yet (glm4moe) */
     const char *sm = st_switch_get("STRATA_CUDA_SAMPLING");
     if (!(sm && !strcmp(sm, "0"))) be->top_k = cu_top_k, be->top_k_max = CUDA_TOPK_MAX;
     be->to_host = cu_to_host;
