@@ -102,6 +102,11 @@ row "llama.cpp -> llama.cpp -fa off" "$WORK/lf-reads-l.log"
 row "Strata -> Strata (self)" "$WORK/s-reads-s.log"
 row "Strata -> Strata (STRATA_PRECISE=1)" "$WORK/sp-reads-s.log"
 
+# The statistic itself, recomputed in NumPy from the two files: A || B is what
+# Strata printed reading llama.cpp's file, B || A what llama.cpp printed.
+echo
+python3 "$ROOT/bench/kld_files.py" "$LB" "$SB" | sed 's/A ||/llama.cpp ||/; s/|| B/|| Strata/; s/B ||/Strata ||/; s/|| A/|| llama.cpp/'
+
 # The bound: each engine rounds activations to 8 bits in its matrix products
 # (llama.cpp's CPU backend always does; Strata unless STRATA_PRECISE=1), so
 # each sits some KLD away from the f32-activation logits. Strata and llama.cpp
