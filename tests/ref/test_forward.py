@@ -133,8 +133,8 @@ def chunks_of(n, size):
 
 def router_by_token(path, n_layer, chunks, n_expert):
     """forward_dump --router writes each MoE call's router logits in call
-    order: per chunk of the prompt, each layer's [chunk tokens][experts].
-    Returns them as [layer][token][expert]."""
+    order: per chunk of the prompt, each MoE layer's [chunk tokens][experts].
+    Returns them as [MoE layer][token][expert]."""
     flat = np.fromfile(path, dtype=np.float32).astype(np.float64)
     out, at, t0 = np.zeros((n_layer, sum(chunks), n_expert)), 0, 0
     for c in chunks:
@@ -216,7 +216,8 @@ def test_forward_vs_reference(case, workdir):
             one_args = ("--router", out + ".one.router") if m.n_expert else ()
             s_one = run_dump(path, out + ".one", toks, "--kv", kv, *one_args, env=precise)
             if m.n_expert:
-                route_one = router_by_token(out + ".one.router", m.n_layer, [N_TOK], m.n_expert)
+                n_moe = np.fromfile(out + ".one.router", dtype=np.float32).size // (N_TOK * m.n_expert)
+                route_one = router_by_token(out + ".one.router", n_moe, [N_TOK], m.n_expert)
             runs = [("split", ("--split",), [N_TOK // 2] + [1] * (N_TOK - N_TOK // 2), None),
                     ("ubatch-5", ("--ubatch", "5"), chunks_of(N_TOK, 5), None),
                     ("last-only", ("--last", "--ubatch", "5"), chunks_of(N_TOK, 5), 1)]
@@ -226,7 +227,7 @@ def test_forward_vs_reference(case, workdir):
                 got = run_dump(path, out + "." + name, toks, "--kv", kv, *args, *extra, rows=rows, env=precise)
                 e_split = max(e_split, err(got, s_one[-1:] if rows == 1 else s_one, sd))
                 if m.n_expert:  # the router's inputs too: every layer, every position
-                    r_got = router_by_token(out + f".{name}.router", m.n_layer, chunks, m.n_expert)
+                    r_got = router_by_token(out + f".{name}.router", n_moe, chunks, m.n_expert)
                     e_split = max(e_split, err(r_got, route_one, float(route_one.std())))
             row["split"] = f"{e_split:.1e}"
             if e_split > SPLIT_TOL:
