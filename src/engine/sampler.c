@@ -109,7 +109,7 @@ static int is_cut(const sampler *s, int kind) {
     const sampler_params *p = &s->p;
     switch (kind) {
     case SMP_TOP_K: return p->top_k > 0 && p->top_k < s->n_vocab;
-    case SMP_TYPICAL: return p->typical_p < 1.0f;
+    case SMP_TYPICAL: return p->typical_p > 0.0f && p->typical_p < 1.0f;
     case SMP_TOP_P: return p->top_p < 1.0f;
     case SMP_MIN_P: return p->min_p > 0.0f;
     default: return 0;
@@ -524,7 +524,7 @@ static int32_t run_chain(sampler *s) {
             }
             break;
         case SMP_TYPICAL:
-            if (p->typical_p < 1.0f) step_typical(s);
+            if (is_cut(s, SMP_TYPICAL)) step_typical(s);
             break;
         case SMP_TEMP:
             s->t = p->temp;
@@ -617,7 +617,7 @@ int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, samp
     }
     /* the shortcuts hold when nothing but top-k cuts and the penalties ran already (mods_first):
      * masking commutes with the temperature, and top-k of the masked logits is the k best allowed */
-    const int no_cut = p->top_p >= 1.0f && p->min_p <= 0.0f && p->typical_p >= 1.0f && s->mods_first;
+    const int no_cut = p->top_p >= 1.0f && p->min_p <= 0.0f && !is_cut(s, SMP_TYPICAL) && s->mods_first;
     if (no_cut && (p->top_k <= 0 || p->top_k >= n)) { /* one draw, kept when allowed (see sampler.h) */
         for (int i = 0; i < n; i++) {
             s->idx[i] = i;

@@ -44,7 +44,7 @@ typedef struct {
     float repeat_penalty;  /* 1: off (divides positive logits, multiplies negative ones) */
     float presence_penalty, frequency_penalty; /* 0: off (OpenAI semantics) */
     int penalty_last_n;    /* window of recent tokens the penalties look at (0: off; at most 65535) */
-    float typical_p;       /* >= 1: off */
+    float typical_p;       /* >= 1 or <= 0: off */
     float dry_multiplier;  /* 0: DRY off */
     float dry_base;        /* < 1: DRY off */
     int dry_allowed_length;

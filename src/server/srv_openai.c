@@ -18,7 +18,7 @@
 
 #define LLAMA_SAMPLING_KEYS                                                                                    \
     "typical_p", "repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",    \
-        "dry_sequence_breakers", "samplers", "id_slot", "n_probs", "chat_template_kwargs"
+        "dry_sequence_breakers", "samplers", "id_slot", "n_probs", "chat_template_kwargs", "n_keep"
 
 static const char *const CHAT_KEYS[] = {
     "model", "messages", "stream", "stream_options", "temperature", "top_p", "max_tokens",
@@ -399,8 +399,10 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
         return srv_send_error(s, c, API_OPENAI, &e);
     }
     j->req.no_cache = !cache_prompt;
-    long long id_slot = -1;
-    if (jf_int(body, "id_slot", -1, INT32_MAX, &id_slot, &e) < 0 ||
+    long long id_slot = -1, n_keep;
+    /* n_keep: the prompt tokens llama-server keeps when it shifts a full context; there is no shift here
+     * (a full context ends the answer, finish "length"), so it changes nothing: range-checked, ignored */
+    if (jf_int(body, "n_keep", -1, INT32_MAX, &n_keep, &e) < 0 || jf_int(body, "id_slot", -1, INT32_MAX, &id_slot, &e) < 0 ||
         (id_slot >= s->p.n_slots && srv_fail(&e, 400, "id_slot", "invalid_value",
                                              "'id_slot' %lld is not a slot: this server has %d (0 to %d; -1: any)",
                                              id_slot, s->p.n_slots, s->p.n_slots - 1) < 0)) {

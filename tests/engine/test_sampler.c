@@ -796,14 +796,16 @@ static void test_typical(void) {
     }
     /* typical_p 1: the same draws as without it */
     for (int i = 0; i < N; i++) l[i] = rnd_logit(3);
-    sampler_params a = plain(5), b = plain(5);
-    b.typical_p = 1.0f;
-    sampler *x = sampler_create(&a, N), *y = sampler_create(&b, N);
-    int same = 0;
-    for (int d = 0; d < 500; d++) same += draw(x, l, N) == draw(y, l, N);
-    CHECK(same == 500, "typical_p 1 changed %d of 500 draws", 500 - same);
-    sampler_free(x);
-    sampler_free(y);
+    for (int off = 0; off < 2; off++) { /* 1 and 0 (a zeroed field) are both off */
+        sampler_params a = plain(5), b = plain(5);
+        b.typical_p = off ? 0.0f : 1.0f;
+        sampler *x = sampler_create(&a, N), *y = sampler_create(&b, N);
+        int same = 0;
+        for (int d = 0; d < 500; d++) same += draw(x, l, N) == draw(y, l, N);
+        CHECK(same == 500, "typical_p %g changed %d of 500 draws", b.typical_p, 500 - same);
+        sampler_free(x);
+        sampler_free(y);
+    }
 }
 
 static void test_dry(void) {

@@ -202,6 +202,26 @@ CASES = [
         "model": "m", "max_tokens": 2, "messages": OK_MSGS, "tool_choice": {"type": "any"}, "tools": [
             {"name": "f", "input_schema": {"type": "object", "properties": {"s": {"type": "string", "pattern": "x"}}}}
         ]}).encode(), 400, "invalid_request_error"),
+    # llama-server's fields (issue 17 item 12): bounded, each refused with its reason
+    ("logit_bias on 5000 tokens", "/v1/chat/completions",
+     json.dumps(chat(logit_bias={str(i): 1 for i in range(5000)})).encode(), 400, "invalid_value"),
+    ("logit_bias text of 6000 tokens", "/v1/chat/completions",
+     json.dumps(chat(logit_bias=[[" a" * 6000, -1]])).encode(), 400, "invalid_value"),
+    ("logit_bias text beyond the context in bytes", "/v1/completions",
+     json.dumps({"prompt": "x", "logit_bias": [["a" * 400000, -1]]}).encode(), 400, "context_length_exceeded"),
+    ("logit_bias NaN-like huge number", "/v1/completions",
+     b'{"prompt": "x", "logit_bias": {"5": 1e400}}', 400, "invalid_json"),
+    ("samplers 100 names", "/v1/completions",
+     json.dumps({"prompt": "x", "samplers": ["top_k"] * 100}).encode(), 400, "invalid_value"),
+    ("samplers a long unknown name", "/v1/completions",
+     json.dumps({"prompt": "x", "samplers": ["x" * 100000]}).encode(), 400, "invalid_value"),
+    ("dry_sequence_breakers 17 strings", "/v1/completions",
+     json.dumps({"prompt": "x", "dry_multiplier": 1, "dry_sequence_breakers": ["a"] * 17}).encode(), 400,
+     "invalid_value"),
+    ("id_slot 1e6", "/v1/completions", json.dumps({"prompt": "x", "id_slot": 1000000}).encode(), 400,
+     "invalid_value"),
+    ("chat_template_kwargs a string", "/v1/chat/completions",
+     json.dumps(chat(chat_template_kwargs="x")).encode(), 400, "invalid_type"),
 ]
 
 

@@ -97,6 +97,9 @@ def test_dry(server):
     assert gen(server, n=60, dry_multiplier=0) == plain
     # a breaker on every token of the loop ends each repeat: nothing to penalize
     assert gen(server, n=60, dry_multiplier=2.0, dry_sequence_breakers=[" "]) == plain
+    assert gen(server, n=4, dry_multiplier=1, dry_penalty_last_n=1 << 30)  # the window is bounded by the context
+    assert complete(server, n_keep=-1).status_code == 200 and complete(server, n_keep=5).status_code == 200
+    assert complete(server, n_keep=-2).status_code == 400
     for bad in [{"dry_base": 0.5}, {"dry_allowed_length": -1}, {"dry_sequence_breakers": "x"},
                 {"dry_multiplier": 1, "dry_sequence_breakers": [""]}, {"dry_multiplier": -1}]:
         assert complete(server, **bad).status_code == 400, bad
