@@ -108,26 +108,46 @@ static int parse_bias(srv_ctx *s, json_t *body, srv_job *j, srv_err *e) {
     return 0;
 }
 
-/* samplers: an array of llama-server's names. */
+/* llama-server's one-letter spelling of a sampler (its command line's --sampling-seq), or NULL. */
+static const char *name_of_letter(char c) {
+    static const char LETTERS[] = "dkypsmtxiea";
+    static const char *const NAMES[] = {"dry", "top_k", "typ_p", "top_p", "top_n_sigma", "min_p",
+                                        "temperature", "xtc", "infill", "penalties", "adaptive_p"};
+    const char *at = c ? strchr(LETTERS, c) : NULL;
+    return at ? NAMES[at - LETTERS] : NULL;
+}
+
+/* samplers: an array of llama-server's names, or a string of their letters. */
 static int parse_order(json_t *body, sampler_params *sp, srv_err *e) {
     json_t *v = json_object_get(body, "samplers");
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_array(v))
-        return srv_fail(e, 400, "samplers", "invalid_type", "'samplers' must be an array of sampler names");
-    size_t i;
-    json_t *x;
+    const int letters = json_is_string(v);
+    if (!json_is_array(v) && !letters)
+        return srv_fail(e, 400, "samplers", "invalid_type",
+                        "'samplers' must be an array of sampler names or a string of their letters");
+    size_t i, count = letters ? json_string_length(v) : json_array_size(v);
     char bad[256] = "";
     size_t nb = 0;
     int n = 0;
-    json_array_foreach(v, i, x) {
-        if (!json_is_string(x))
-            return srv_fail(e, 400, "samplers", "invalid_type", "'samplers[%zu]' must be a string", i);
-        int k = sampler_kind_from_name(json_string_value(x));
+    for (i = 0; i < count; i++) {
+        const char *name;
+        char one[2] = {0};
+        if (letters) {
+            one[0] = json_string_value(v)[i];
+            name = name_of_letter(one[0]);
+            if (!name) name = one; /* unknown: named as itself below */
+        } else {
+            json_t *x = json_array_get(v, i);
+            if (!json_is_string(x))
+                return srv_fail(e, 400, "samplers", "invalid_type", "'samplers[%zu]' must be a string", i);
+            name = json_string_value(x);
+        }
+        int k = name == one ? -1 : sampler_kind_from_name(name);
         if (k == -3)
             return srv_fail(e, 400, "samplers", "unsupported_parameter",
-                            "'samplers': '%.40s' is not supported by this server", json_string_value(x));
+                            "'samplers': '%.40s' is not supported by this server", name);
         if (k == -1) { /* all the unknown names in one message */
-            nb += (size_t)snprintf(bad + nb, sizeof bad - nb, "%s'%.40s'", nb ? ", " : "", json_string_value(x));
+            nb += (size_t)snprintf(bad + nb, sizeof bad - nb, "%s'%.40s'", nb ? ", " : "", name);
             if (nb >= sizeof bad) nb = sizeof bad - 1;
             continue;
         }
@@ -140,7 +160,7 @@ static int parse_order(json_t *body, sampler_params *sp, srv_err *e) {
     if (nb)
         return srv_fail(e, 400, "samplers", "invalid_value",
                         "'samplers': unknown sampler name(s) %s; known: penalties, dry, top_k, typ_p, top_p, min_p, "
-                        "temperature, xtc, top_n_sigma",
+                        "temperature, xtc, top_n_sigma (letters: e, d, k, y, p, m, t, x, s)",
                         bad);
     if (n == 0) { /* llama-server would then run only the draw: here every step of the list is left out */
         sp->order[0] = SMP_N_KINDS; /* a step that does nothing: the order is this, not the default */

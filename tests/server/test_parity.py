@@ -2,7 +2,9 @@
 12, the parts built so far): GET /props, `timings` in OpenAI responses, a
 request id on every answer (the client's own echoed when it is a plain
 token), the request fields `n_predict`, `ignore_eos` and `cache_prompt`, and Retry-After on 503/529 (checked in test_hostile.py's queue-full
-test, where those answers come)."""
+test, where those answers come); GET /slots with `id_slot` and the KV gauges of /metrics; Anthropic's
+required `anthropic-version` header and `model`; `chat_template_kwargs`. The sampling fields are
+test_sampling.py's."""
 from conftest import httpx
 
 

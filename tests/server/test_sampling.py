@@ -3,7 +3,8 @@ each changes the answer as its definition says. logit_bias (OpenAI's object
 and llama-server's array, false to ban, a text's tokens) removes the greedy
 token or forces another; typical_p 1 changes nothing; repeat_last_n widens
 or switches off the repeat penalty's window; DRY penalizes a repeated
-sequence; samplers names an order and unknown names are refused."""
+sequence; samplers names an order and unknown names are refused; n_probs
+gives llama-server's completion_probabilities."""
 from conftest import httpx
 
 PROMPT = "The capital of France is"
@@ -65,6 +66,7 @@ def test_typical_p_and_order(server):
     assert gen(server, temperature=1, seed=7, samplers=["penalties", "dry", "top_k", "typ_p", "temperature",
                                                          "top_p", "min_p", "xtc", "top_n_sigma"]) == plain
     assert gen(server, temperature=1, seed=7, samplers=["top-k", "temp", "nucleus", "minp"]) == plain
+    assert gen(server, temperature=1, seed=7, samplers="edkytpm") == plain  # llama-server's letters
     low = {gen(server, temperature=1.5, seed=s, typical_p=0.05, n=8) for s in range(4)}
     high = {gen(server, temperature=1.5, seed=s, n=8) for s in range(4)}
     assert low != high, (low, high)
@@ -72,7 +74,9 @@ def test_typical_p_and_order(server):
     assert r.status_code == 400, r.text
     msg = r.json()["error"]["message"]
     assert "'bogus'" in msg and "'temprature'" in msg and r.json()["error"]["param"] == "samplers", msg
-    for bad in [{"typical_p": 2}, {"samplers": "kt"}, {"samplers": [1]}, {"samplers": ["infill"]}]:
+    r = complete(server, samplers="kqt")
+    assert r.status_code == 400 and "'q'" in r.json()["error"]["message"], r.text
+    for bad in [{"typical_p": 2}, {"samplers": 5}, {"samplers": [1]}, {"samplers": ["infill"]}, {"samplers": "i"}]:
         r = complete(server, **bad)
         assert r.status_code == 400, (bad, r.text)
     print(f"checked: typical_p 1 and the default order spelled out change nothing; typical_p 0.05 gave "
