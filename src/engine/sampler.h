@@ -89,10 +89,12 @@ int sampler_top_k(const float *l, int n, int k, int32_t *idx);
  * with every refused token at -inf, as if mask had run first, but mask (a
  * pass over the whole vocabulary) runs only when a cheaper way cannot give
  * the same distribution: greedy takes the first allowed candidate in the
- * order of the logits; plain temperature sampling draws once and keeps the
+ * order of the logits (after the bias, penalties and DRY); when no step but
+ * top-k cuts (no top-p, min-p, typical) and the penalties and DRY come
+ * before every cut, plain temperature sampling draws once and keeps the
  * token when it is allowed (exact: P(t) = p(t) + (1 - Z) p(t) / Z = p(t) / Z
- * for an allowed t, Z the allowed mass); top-k alone collects the k best
- * allowed among the best candidates. ok(ctx, t): 1 when t may come next;
+ * for an allowed t, Z the allowed mass), and top-k alone collects the k best
+ * allowed among the best candidates. Anything else masks first. ok(ctx, t): 1 when t may come next;
  * mask(ctx, logits, n): refused tokens to -inf, returns how many are allowed.
  * Returns the token, or -1 when no token is allowed. */
 typedef int (*sampler_ok_fn)(void *ctx, int32_t t);

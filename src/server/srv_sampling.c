@@ -28,10 +28,10 @@ static int bias_value(json_t *v, const char *where, float *out, srv_err *e) {
     return 0;
 }
 
-static int bias_add(srv_ctx *s, srv_job *j, int *cap, int32_t tok, float b, srv_err *e) {
+static int bias_add(srv_ctx *s, srv_job *j, int *cap, long long tok, float b, srv_err *e) {
     if (tok < 0 || tok >= tokenizer_n_vocab(s->tok))
-        return srv_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias': token %ld is not in the vocabulary (0 to %d)",
-                        (long)tok, tokenizer_n_vocab(s->tok) - 1);
+        return srv_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias': token %lld is not in the vocabulary (0 to %d)",
+                        tok, tokenizer_n_vocab(s->tok) - 1);
     if (j->req.sp.n_bias == MAX_BIAS)
         return srv_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias' sets more than %d tokens", MAX_BIAS);
     if (j->req.sp.n_bias == *cap) {
@@ -39,7 +39,7 @@ static int bias_add(srv_ctx *s, srv_job *j, int *cap, int32_t tok, float b, srv_
         j->bias_ids = st_realloc(j->bias_ids, (size_t)*cap * sizeof(int32_t));
         j->bias_vals = st_realloc(j->bias_vals, (size_t)*cap * sizeof(float));
     }
-    j->bias_ids[j->req.sp.n_bias] = tok;
+    j->bias_ids[j->req.sp.n_bias] = (int32_t)tok;
     j->bias_vals[j->req.sp.n_bias++] = b;
     return 0;
 }
@@ -61,8 +61,8 @@ static int bias_text(srv_ctx *s, srv_job *j, int *cap, const char *text, float b
 /* A key of OpenAI's object: a token id in decimal, or (llama-server) a text. */
 static int bias_key(srv_ctx *s, srv_job *j, int *cap, const char *k, float b, srv_err *e) {
     char *end;
-    long v = strtol(k, &end, 10);
-    if (*k && !*end) return bias_add(s, j, cap, (int32_t)(v < -1 ? -1 : v > INT32_MAX ? -1 : v), b, e);
+    long long v = strtoll(k, &end, 10); /* out of range: LLONG_MIN/MAX, refused as not in the vocabulary */
+    if (*k && !*end) return bias_add(s, j, cap, v, b, e);
     return bias_text(s, j, cap, k, b, e);
 }
 
@@ -92,8 +92,7 @@ static int parse_bias(srv_ctx *s, json_t *body, srv_job *j, srv_err *e) {
             json_t *t = json_array_get(x, 0);
             if (bias_value(json_array_get(x, 1), where, &b, e) < 0) return -1;
             if (json_is_integer(t)) {
-                json_int_t id = json_integer_value(t);
-                if (bias_add(s, j, &cap, id < 0 || id > INT32_MAX ? -1 : (int32_t)id, b, e) < 0) return -1;
+                if (bias_add(s, j, &cap, (long long)json_integer_value(t), b, e) < 0) return -1;
             } else if (json_is_string(t)) {
                 if (bias_text(s, j, &cap, json_string_value(t), b, e) < 0) return -1;
             } else
