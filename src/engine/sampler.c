@@ -1,6 +1,11 @@
-/* Sampler (see sampler.h). The order is llama.cpp's usual one: penalties,
- * then top-k, then temperature-scaled softmax, then top-p and min-p cuts,
- * then a draw. Candidates are sorted only when a cut needs the order. */
+/* Sampler (see sampler.h). The default order is llama.cpp's usual one with
+ * the temperature before the cuts (OpenAI's reading of top_p): logit bias,
+ * penalties, DRY, then top-k, typical, temperature-scaled softmax, top-p and
+ * min-p cuts, then a draw. A request may name another order (llama-server's
+ * `samplers`). Candidates are sorted only when a cut needs the order, and
+ * probabilities are computed once per temperature: a cut keeps them as they
+ * are (the draw scales by the mass left), as the one-pass sampler did, so a
+ * seed gives the same tokens as before for the default order. */
 #include "engine/sampler.h"
 
 #include <math.h>
@@ -9,17 +14,63 @@
 
 #include "core/alloc.h"
 
+typedef struct {
+    float v;
+    int32_t id;
+} cand;
+
 struct sampler {
     sampler_params p;
     int n_vocab;
     uint64_t rng;
     int32_t *recent; /* ring of the last penalty_last_n tokens */
     int n_recent, head;
+    int32_t *dry_ring; /* ring of the last dry_penalty_last_n tokens (DRY on) */
+    int dry_n, dry_head, dry_cap;
+    int32_t *dry_rev, *dry_z; /* (dry_cap) the window from its end, its Z-array */
+    int32_t *dry_len;         /* (n_vocab) the repeat a token would extend, -1: none */
+    int32_t *dry_hit;         /* (dry_cap) tokens with dry_len set */
+    int n_dry_hit;
+    uint8_t *breaker;  /* (n_vocab) copy of dry_breaker, or NULL */
+    float *bias;       /* (n_vocab) summed logit bias, or NULL */
     int32_t *idx;    /* candidate ids scratch (n_vocab) */
     float *prob;     /* candidate probabilities scratch */
     float *val;      /* candidate logits scratch */
+    cand *tmp;       /* (n_vocab) sort scratch */
     uint16_t *count; /* per-token count within the window (n_vocab) */
+    uint8_t order[SAMPLER_MAX_ORDER];
+    int n_order;
+    int mods_first; /* penalties and DRY come before every cut: they run on the whole vocabulary first */
+    /* the chain's state over the candidates idx/val[0..nc) */
+    int nc, sorted, have_p, cut_since_p;
+    float t;
 };
+
+static const uint8_t DEFAULT_ORDER[] = {SMP_PENALTIES, SMP_DRY, SMP_TOP_K, SMP_TYPICAL, SMP_TEMP, SMP_TOP_P, SMP_MIN_P};
+
+int sampler_kind_from_name(const char *name) {
+    static const struct {
+        const char *name; /* without '_' and '-' */
+        int kind;
+    } NAMES[] = {{"penalties", SMP_PENALTIES}, {"dry", SMP_DRY},           {"topk", SMP_TOP_K},
+                 {"typp", SMP_TYPICAL},        {"typ", SMP_TYPICAL},       {"topp", SMP_TOP_P},
+                 {"nucleus", SMP_TOP_P},       {"minp", SMP_MIN_P},        {"temperature", SMP_TEMP},
+                 {"temp", SMP_TEMP},           {"xtc", -2},                {"topnsigma", -2},
+                 {"infill", -3},               {"adaptivep", -3}};
+    char k[32];
+    size_t n = 0;
+    for (const char *c = name; *c; c++) {
+        if (*c == '_' || *c == '-') continue;
+        if (n + 1 >= sizeof k) return -1;
+        k[n++] = *c;
+    }
+    k[n] = 0;
+    /* llama.cpp's aliases are the name, its kebab-case and its run-together spelling: not "top-_k" */
+    if (strchr(name, '_') && strchr(name, '-')) return -1;
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (!strcmp(k, NAMES[i].name)) return NAMES[i].kind;
+    return -1;
+}
 
 sampler_params sampler_defaults(void) {
     sampler_params p = {0};
@@ -29,6 +80,9 @@ sampler_params sampler_defaults(void) {
     p.min_p = 0.05f;
     p.repeat_penalty = 1.0f;
     p.penalty_last_n = 64;
+    p.typical_p = 1.0f;
+    p.dry_base = 1.75f; /* llama.cpp's defaults; the multiplier 0 keeps DRY off */
+    p.dry_allowed_length = 2;
     p.seed = 0x5eed;
     return p;
 }
@@ -43,39 +97,115 @@ static uint64_t next_u64(uint64_t *s) {
 
 static double next_unit(uint64_t *s) { return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
+static int dry_on(const sampler_params *p) {
+    return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n > 0;
+}
+static int pen_on(const sampler_params *p) {
+    return p->penalty_last_n > 0 &&
+           (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+}
+/* A step that removes candidates (with its setting, it does something). */
+static int is_cut(const sampler *s, int kind) {
+    const sampler_params *p = &s->p;
+    switch (kind) {
+    case SMP_TOP_K: return p->top_k > 0 && p->top_k < s->n_vocab;
+    case SMP_TYPICAL: return p->typical_p > 0.0f && p->typical_p < 1.0f;
+    case SMP_TOP_P: return p->top_p < 1.0f;
+    case SMP_MIN_P: return p->min_p > 0.0f;
+    default: return 0;
+    }
+}
+static int first_cut(const sampler *s) {
+    for (int i = 0; i < s->n_order; i++)
+        if (is_cut(s, s->order[i])) return s->order[i];
+    return -1;
+}
+
 sampler *sampler_create(const sampler_params *p, int n_vocab) {
     sampler *s = st_calloc(1, sizeof *s);
     s->p = *p;
     if (s->p.penalty_last_n < 0) s->p.penalty_last_n = 0;
+    if (s->p.penalty_last_n > UINT16_MAX) s->p.penalty_last_n = UINT16_MAX; /* counts are 16-bit */
     s->n_vocab = n_vocab;
     s->rng = p->seed;
     s->recent = st_calloc((size_t)(s->p.penalty_last_n + 1), sizeof(int32_t));
     s->idx = st_malloc((size_t)n_vocab * sizeof(int32_t));
     s->prob = st_malloc((size_t)n_vocab * sizeof(float));
     s->val = st_malloc((size_t)n_vocab * sizeof(float));
+    s->tmp = st_malloc((size_t)n_vocab * (sizeof(cand) + 1)); /* typical: scores, positions, marks */
     s->count = st_calloc((size_t)n_vocab, sizeof(uint16_t));
+    if (dry_on(&s->p)) {
+        s->dry_cap = s->p.dry_penalty_last_n;
+        s->dry_ring = st_malloc((size_t)s->dry_cap * sizeof(int32_t));
+        s->dry_rev = st_malloc((size_t)s->dry_cap * sizeof(int32_t));
+        s->dry_z = st_malloc((size_t)s->dry_cap * sizeof(int32_t));
+        s->dry_hit = st_malloc((size_t)s->dry_cap * sizeof(int32_t));
+        s->dry_len = st_malloc((size_t)n_vocab * sizeof(int32_t));
+        for (int i = 0; i < n_vocab; i++) s->dry_len[i] = -1;
+        if (p->dry_breaker) {
+            s->breaker = st_malloc((size_t)n_vocab);
+            memcpy(s->breaker, p->dry_breaker, (size_t)n_vocab);
+        }
+    }
+    s->p.dry_breaker = NULL;
+    if (p->n_bias > 0) {
+        s->bias = st_calloc((size_t)n_vocab, sizeof(float));
+        for (int i = 0; i < p->n_bias; i++)
+            if (p->bias_ids[i] >= 0 && p->bias_ids[i] < n_vocab) s->bias[p->bias_ids[i]] += p->bias_vals[i];
+    }
+    s->p.bias_ids = NULL;
+    s->p.bias_vals = NULL;
+    if (p->n_order > 0) {
+        s->n_order = p->n_order < SAMPLER_MAX_ORDER ? p->n_order : SAMPLER_MAX_ORDER;
+        memcpy(s->order, p->order, (size_t)s->n_order);
+    } else {
+        s->n_order = (int)sizeof DEFAULT_ORDER;
+        memcpy(s->order, DEFAULT_ORDER, sizeof DEFAULT_ORDER);
+    }
+    s->mods_first = 1;
+    int cut_seen = 0;
+    for (int i = 0; i < s->n_order; i++) {
+        int k = s->order[i];
+        if (k == SMP_TOP_K || k == SMP_TYPICAL || k == SMP_TOP_P || k == SMP_MIN_P) cut_seen = 1;
+        else if ((k == SMP_PENALTIES || k == SMP_DRY) && cut_seen) s->mods_first = 0;
+    }
     return s;
 }
 
 void sampler_free(sampler *s) {
     if (!s) return;
     st_free(s->recent);
+    st_free(s->dry_ring);
+    st_free(s->dry_rev);
+    st_free(s->dry_z);
+    st_free(s->dry_hit);
+    st_free(s->dry_len);
+    st_free(s->breaker);
+    st_free(s->bias);
     st_free(s->idx);
     st_free(s->prob);
     st_free(s->val);
+    st_free(s->tmp);
     st_free(s->count);
     st_free(s);
 }
 
 void sampler_reset(sampler *s) {
     s->n_recent = s->head = 0;
+    s->dry_n = s->dry_head = 0;
     memset(s->count, 0, (size_t)s->n_vocab * sizeof(uint16_t));
     s->rng = s->p.seed;
 }
 
 void sampler_accept(sampler *s, int32_t token) {
+    if (token < 0 || token >= s->n_vocab) return;
+    if (s->dry_cap) {
+        s->dry_ring[s->dry_head] = token;
+        s->dry_head = (s->dry_head + 1) % s->dry_cap;
+        if (s->dry_n < s->dry_cap) s->dry_n++;
+    }
     int n = s->p.penalty_last_n;
-    if (n == 0 || token < 0 || token >= s->n_vocab) return;
+    if (n == 0) return;
     if (s->n_recent == n) s->count[s->recent[s->head]]--; /* the oldest leaves the window */
     else s->n_recent++;
     s->recent[s->head] = token;
@@ -83,23 +213,107 @@ void sampler_accept(sampler *s, int32_t token) {
     if (s->count[token] < UINT16_MAX) s->count[token]++;
 }
 
+/* The penalties of one token seen c > 0 times in the window. */
+static float penalised(const sampler_params *p, float l, int c) {
+    if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+    return l - ((float)c * p->frequency_penalty + p->presence_penalty);
+}
+
 static void apply_penalties(sampler *s, float *logits) {
     const sampler_params *p = &s->p;
-    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    if (!pen_on(p)) return;
     /* each distinct token once: its count is zeroed once used (a token seen
      * twice in the window is then skipped), and recounted from the ring below */
     for (int i = 0; i < s->n_recent; i++) {
         int32_t t = s->recent[i];
         int c = s->count[t];
         if (c == 0) continue;
-        float *l = &logits[t];
-        if (p->repeat_penalty != 1.0f) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
-        *l -= (float)c * p->frequency_penalty + p->presence_penalty;
+        logits[t] = penalised(p, logits[t], c);
         s->count[t] = 0;
     }
     for (int i = 0; i < s->n_recent; i++) {
         int32_t t = s->recent[i];
         if (s->count[t] < UINT16_MAX) s->count[t]++;
+    }
+}
+
+/* DRY's repeat lengths (sampler.h) into dry_len for the tokens in dry_hit.
+ * The window read from its end, rev[0] the last token; Z[k] is the longest
+ * common prefix of rev and rev[k..]: the token ending k places back ends a
+ * copy of the context's last Z[k] tokens, so the token after it (rev[k-1])
+ * would extend that copy. O(window). */
+static void dry_lengths(sampler *s) {
+    const sampler_params *p = &s->p;
+    for (int i = 0; i < s->n_dry_hit; i++) s->dry_len[s->dry_hit[i]] = -1;
+    s->n_dry_hit = 0;
+    const int n = s->dry_n;
+    if (n <= p->dry_allowed_length) return;
+    int32_t *r = s->dry_rev, *z = s->dry_z;
+    for (int i = 0; i < n; i++) r[i] = s->dry_ring[((s->dry_head - 1 - i) % s->dry_cap + s->dry_cap) % s->dry_cap];
+    int limit = n; /* a repeat does not reach back past the last breaker */
+    if (s->breaker)
+        for (int i = 0; i < n; i++)
+            if (s->breaker[r[i]]) {
+                limit = i;
+                break;
+            }
+    if (limit < p->dry_allowed_length) return;
+    z[0] = n;
+    for (int k = 1, l = 0, rt = 0; k < n; k++) { /* [l, rt): the rightmost match window found so far */
+        int m = 0;
+        if (k < rt) m = z[k - l] < rt - k ? z[k - l] : rt - k;
+        while (k + m < n && r[m] == r[k + m]) m++;
+        z[k] = m;
+        if (k + m > rt) {
+            l = k;
+            rt = k + m;
+        }
+    }
+    for (int k = 1; k < n; k++) {
+        int len = z[k] < limit ? z[k] : limit;
+        if (len < p->dry_allowed_length) continue;
+        int32_t t = r[k - 1];
+        if (s->dry_len[t] < 0) s->dry_hit[s->n_dry_hit++] = t;
+        if (len > s->dry_len[t]) s->dry_len[t] = len;
+    }
+}
+
+static float dry_penalty(const sampler *s, int len) {
+    const sampler_params *p = &s->p;
+    int e = len - p->dry_allowed_length;
+    if (p->dry_base > 1.000001f) { /* the power stays a finite float */
+        int emax = (int)(88.7228391f / logf(p->dry_base));
+        if (e > emax) e = emax;
+    }
+    return (float)((double)p->dry_multiplier * pow((double)p->dry_base, (double)e));
+}
+
+static void apply_dry(sampler *s, float *logits) {
+    if (!s->dry_cap) return;
+    dry_lengths(s);
+    for (int i = 0; i < s->n_dry_hit; i++) {
+        int32_t t = s->dry_hit[i];
+        if (!s->breaker || !s->breaker[t]) logits[t] -= dry_penalty(s, s->dry_len[t]);
+    }
+}
+
+/* Logit bias, then the penalties and DRY in their order, on the whole
+ * vocabulary: when they come before every cut, or for a greedy draw (all),
+ * whose argmax they change wherever they stand. */
+static void prelude(sampler *s, float *logits, int all) {
+    if (s->bias)
+        for (int i = 0; i < s->n_vocab; i++)
+            if (s->bias[i] != 0.0f) logits[i] += s->bias[i];
+    if (!all && !s->mods_first) return;
+    int pen = 0, dry = 0;
+    for (int i = 0; i < s->n_order; i++) {
+        if (s->order[i] == SMP_PENALTIES && !pen) {
+            apply_penalties(s, logits);
+            pen = 1;
+        } else if (s->order[i] == SMP_DRY && !dry) {
+            apply_dry(s, logits);
+            dry = 1;
+        }
     }
 }
 
@@ -119,6 +333,12 @@ static _Thread_local const float *t_sort_logits; /* qsort has no context argumen
 static int by_logit_desc(const void *a, const void *b) {
     const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return before(t_sort_logits, x, y) ? -1 : before(t_sort_logits, y, x) ? 1 : 0;
+}
+
+static int cand_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 /* A min-heap of size k (its root the last in the order) over the
@@ -156,96 +376,238 @@ int sampler_top_k(const float *l, int n, int k, int32_t *idx) {
 
 int sampler_candidates(const sampler *s, int max_k) {
     const sampler_params *p = &s->p;
-    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) return 0;
+    if (pen_on(p) || dry_on(p) || s->bias) return 0;
     if (p->temp <= 0.0f) return 1;
-    return p->top_k > 0 && p->top_k <= max_k && p->top_k < s->n_vocab ? p->top_k : 0;
+    if (first_cut(s) != SMP_TOP_K) return 0;
+    return p->top_k <= max_k ? p->top_k : 0;
 }
 
-/* Temperature softmax over the nc candidates s->idx[i] with logits lv[i]
- * (in order when top-p is on), the top-p and min-p cuts, then the draw. */
-static int32_t draw(sampler *s, const float *lv, int nc) {
-    const sampler_params *p = &s->p;
-    float maxl = lv[0];
-    for (int i = 1; i < nc; i++) maxl = fmaxf(maxl, lv[i]);
-    double sum = 0;
-    for (int i = 0; i < nc; i++) {
-        s->prob[i] = expf((lv[i] - maxl) / p->temp);
-        sum += s->prob[i];
+/* ---- the chain over the candidates idx/val[0..nc) ---- */
+
+static void sort_cands(sampler *s) {
+    if (s->sorted) return;
+    for (int i = 0; i < s->nc; i++) s->tmp[i] = (cand){s->val[i], s->idx[i]};
+    qsort(s->tmp, (size_t)s->nc, sizeof(cand), cand_desc);
+    for (int i = 0; i < s->nc; i++) {
+        s->val[i] = s->tmp[i].v;
+        s->idx[i] = s->tmp[i].id;
     }
-    for (int i = 0; i < nc; i++) s->prob[i] = (float)(s->prob[i] / sum);
-    if (p->top_p < 1.0f) { /* smallest prefix (sorted) whose mass reaches top_p */
-        double cum = 0;
-        for (int i = 0; i < nc; i++) {
-            cum += s->prob[i];
-            if (cum >= p->top_p) {
-                nc = i + 1;
-                break;
-            }
+    s->sorted = 1;
+    s->have_p = 0;
+}
+
+/* The softmax at the temperature in force; normalised again when a cut
+ * since left a part of the mass and the step needs a distribution. */
+static void need_p(sampler *s, int normalised) {
+    if (!s->have_p) {
+        float maxl = s->val[0];
+        for (int i = 1; i < s->nc; i++) maxl = fmaxf(maxl, s->val[i]);
+        double sum = 0;
+        for (int i = 0; i < s->nc; i++) {
+            s->prob[i] = expf((s->val[i] - maxl) / s->t);
+            sum += s->prob[i];
+        }
+        for (int i = 0; i < s->nc; i++) s->prob[i] = (float)(s->prob[i] / sum);
+        s->have_p = 1;
+        s->cut_since_p = 0;
+    } else if (normalised && s->cut_since_p) {
+        double sum = 0;
+        for (int i = 0; i < s->nc; i++) sum += s->prob[i];
+        for (int i = 0; i < s->nc; i++) s->prob[i] = (float)(s->prob[i] / sum);
+        s->cut_since_p = 0;
+    }
+}
+
+static void keep_first(sampler *s, int n) {
+    if (n < s->nc) {
+        s->nc = n;
+        s->cut_since_p = 1;
+    }
+}
+
+static _Thread_local const float *t_shift; /* typical's scores, for qsort */
+static int by_shift(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (t_shift[x] != t_shift[y]) return t_shift[x] < t_shift[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static void step_typical(sampler *s) {
+    need_p(s, 1);
+    double h = 0;
+    for (int i = 0; i < s->nc; i++)
+        if (s->prob[i] > 0) h -= (double)s->prob[i] * log((double)s->prob[i]);
+    /* tmp as scratch: shift scores in .v, positions to sort in a second half */
+    float *shift = (float *)s->tmp;
+    int32_t *pos = (int32_t *)s->tmp + s->nc;
+    for (int i = 0; i < s->nc; i++) {
+        shift[i] = s->prob[i] > 0 ? (float)fabs(-log((double)s->prob[i]) - h) : INFINITY;
+        pos[i] = i;
+    }
+    t_shift = shift;
+    qsort(pos, (size_t)s->nc, sizeof(int32_t), by_shift);
+    double cum = 0;
+    int keep = s->nc;
+    for (int i = 0; i < s->nc; i++) {
+        cum += s->prob[pos[i]];
+        if (cum > s->p.typical_p) {
+            keep = i + 1;
+            break;
         }
     }
-    if (p->min_p > 0.0f) { /* drop candidates below min_p times the best one */
-        float best = 0;
-        for (int i = 0; i < nc; i++) best = fmaxf(best, s->prob[i]);
-        /* min_p above 1 would drop every candidate: the best one always stays */
-        float thr = p->min_p < 1.0f ? p->min_p * best : best;
-        int w = 0;
-        for (int i = 0; i < nc; i++)
-            if (s->prob[i] >= thr) {
-                s->idx[w] = s->idx[i];
-                s->prob[w++] = s->prob[i];
-            }
-        nc = w;
+    if (keep == s->nc) return;
+    /* the kept ones, back in their previous order (a sorted list stays sorted) */
+    uint8_t *mark = (uint8_t *)(pos + s->nc);
+    memset(mark, 0, (size_t)s->nc);
+    for (int i = 0; i < keep; i++) mark[pos[i]] = 1;
+    int w = 0;
+    for (int i = 0; i < s->nc; i++)
+        if (mark[i]) {
+            s->idx[w] = s->idx[i];
+            s->val[w] = s->val[i];
+            s->prob[w++] = s->prob[i];
+        }
+    s->nc = w;
+    s->cut_since_p = 1;
+}
+
+static void step_min_p(sampler *s) {
+    need_p(s, 0);
+    float best = 0;
+    for (int i = 0; i < s->nc; i++) best = fmaxf(best, s->prob[i]);
+    /* min_p above 1 would drop every candidate: the best one always stays */
+    float thr = s->p.min_p < 1.0f ? s->p.min_p * best : best;
+    int w = 0;
+    for (int i = 0; i < s->nc; i++)
+        if (s->prob[i] >= thr) {
+            s->idx[w] = s->idx[i];
+            s->val[w] = s->val[i];
+            s->prob[w++] = s->prob[i];
+        }
+    keep_first(s, w);
+}
+
+/* Penalties or DRY after a cut: on the candidates left. */
+static void step_mod(sampler *s, int kind) {
+    const sampler_params *p = &s->p;
+    if (kind == SMP_PENALTIES) {
+        if (!pen_on(p)) return;
+        for (int i = 0; i < s->nc; i++)
+            if (s->count[s->idx[i]]) s->val[i] = penalised(p, s->val[i], s->count[s->idx[i]]);
+    } else {
+        if (!s->dry_cap) return;
+        dry_lengths(s);
+        for (int i = 0; i < s->nc; i++) {
+            int32_t t = s->idx[i];
+            if (s->dry_len[t] >= 0 && (!s->breaker || !s->breaker[t])) s->val[i] -= dry_penalty(s, s->dry_len[t]);
+        }
     }
+    s->sorted = 0;
+    s->have_p = 0;
+}
+
+/* Every step in order over the candidates set up by the caller, then the draw. */
+static int32_t run_chain(sampler *s) {
+    const sampler_params *p = &s->p;
+    s->t = 1.0f;
+    s->have_p = 0;
+    for (int i = 0; i < s->n_order && s->nc > 1; i++) {
+        switch (s->order[i]) {
+        case SMP_PENALTIES:
+        case SMP_DRY:
+            if (!s->mods_first) step_mod(s, s->order[i]);
+            break;
+        case SMP_TOP_K:
+            if (p->top_k > 0 && p->top_k < s->nc) {
+                sort_cands(s);
+                keep_first(s, p->top_k);
+            }
+            break;
+        case SMP_TYPICAL:
+            if (is_cut(s, SMP_TYPICAL)) step_typical(s);
+            break;
+        case SMP_TEMP:
+            s->t = p->temp;
+            s->have_p = 0;
+            break;
+        case SMP_TOP_P:
+            if (p->top_p < 1.0f) { /* smallest prefix (sorted) whose mass reaches top_p */
+                sort_cands(s);
+                need_p(s, 1);
+                double cum = 0;
+                for (int k = 0; k < s->nc; k++) {
+                    cum += s->prob[k];
+                    if (cum >= p->top_p) {
+                        keep_first(s, k + 1);
+                        break;
+                    }
+                }
+            }
+            break;
+        case SMP_MIN_P:
+            if (p->min_p > 0.0f) step_min_p(s);
+            break;
+        }
+    }
+    need_p(s, 0);
     double mass = 0;
-    for (int i = 0; i < nc; i++) mass += s->prob[i];
+    for (int i = 0; i < s->nc; i++) mass += s->prob[i];
     double r = next_unit(&s->rng) * mass, cum = 0;
-    for (int i = 0; i < nc; i++) {
+    for (int i = 0; i < s->nc; i++) {
         cum += s->prob[i];
         if (r < cum) return s->idx[i];
     }
-    return s->idx[nc - 1];
+    return s->idx[s->nc - 1];
+}
+
+/* Candidates that are already the top-k of the logits, in order. */
+static int32_t chain_from(sampler *s, const int32_t *ids, const float *vals, int k) {
+    if (ids != s->idx) memcpy(s->idx, ids, (size_t)k * sizeof(int32_t));
+    memcpy(s->val, vals, (size_t)k * sizeof(float));
+    s->nc = k;
+    s->sorted = 1;
+    return run_chain(s);
 }
 
 int32_t sampler_sample_top(sampler *s, const int32_t *ids, const float *vals, int k) {
     if (s->p.temp <= 0.0f) return ids[0]; /* a draw even from one candidate: the generator advances as on the host */
-    memcpy(s->idx, ids, (size_t)k * sizeof(int32_t));
-    memcpy(s->val, vals, (size_t)k * sizeof(float));
-    return draw(s, s->val, k);
+    return chain_from(s, ids, vals, k);
 }
 
-/* Everything after the penalties. */
+/* Everything after the prelude. */
 static int32_t sample_rest(sampler *s, float *logits) {
-    const sampler_params *p = &s->p;
     int n = s->n_vocab;
-    if (p->temp <= 0.0f) return argmax(logits, n);
-
-    /* candidates: the top_k best (sorted), or all ids (sorted only if top-p needs the order) */
-    int nc = n;
-    if (p->top_k > 0 && p->top_k < n) {
-        nc = sampler_top_k(logits, n, p->top_k, s->idx);
+    if (s->p.temp <= 0.0f) return argmax(logits, n);
+    /* candidates: the top_k best (sorted) when top-k is the first cut, else all ids (sorted when a step needs it) */
+    if (first_cut(s) == SMP_TOP_K && s->mods_first) {
+        int nc = sampler_top_k(logits, n, s->p.top_k, s->idx);
         if (nc == 0) return argmax(logits, n); /* every logit NaN: nothing to draw from */
-    } else {
-        for (int i = 0; i < n; i++) s->idx[i] = i;
-        if (p->top_p < 1.0f) {
-            t_sort_logits = logits;
-            qsort(s->idx, (size_t)n, sizeof(int32_t), by_logit_desc);
-        }
+        for (int i = 0; i < nc; i++) s->val[i] = logits[s->idx[i]];
+        return chain_from(s, s->idx, s->val, nc);
     }
-    for (int i = 0; i < nc; i++) s->val[i] = logits[s->idx[i]];
-    return draw(s, s->val, nc);
+    int w = 0;
+    for (int i = 0; i < n; i++)
+        if (logits[i] == logits[i]) {
+            s->idx[w] = i;
+            s->val[w++] = logits[i];
+        }
+    if (w == 0) return argmax(logits, n);
+    s->nc = w;
+    s->sorted = 0;
+    return run_chain(s);
 }
 
 int32_t sampler_sample(sampler *s, float *logits) {
-    apply_penalties(s, logits);
+    prelude(s, logits, s->p.temp <= 0.0f);
     return sample_rest(s, logits);
 }
 
 #define CHECK_FIRST 32 /* candidates tried in order before a greedy draw masks the vocabulary */
 
 int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, sampler_mask_fn mask, void *ctx) {
-    apply_penalties(s, logits);
     const sampler_params *p = &s->p;
     const int n = s->n_vocab;
+    prelude(s, logits, p->temp <= 0.0f);
     if (p->temp <= 0.0f) { /* the masked argmax is the first allowed token in the candidate order */
         int nc = sampler_top_k(logits, n, CHECK_FIRST, s->idx);
         for (int i = 0; i < nc; i++)
@@ -253,11 +615,17 @@ int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, samp
         if (nc == n || mask(ctx, logits, n) == 0) return -1;
         return argmax(logits, n);
     }
-    const int no_cut = p->top_p >= 1.0f && p->min_p <= 0.0f;
+    /* the shortcuts hold when nothing but top-k cuts and the penalties ran already (mods_first):
+     * masking commutes with the temperature, and top-k of the masked logits is the k best allowed */
+    const int no_cut = p->top_p >= 1.0f && p->min_p <= 0.0f && !is_cut(s, SMP_TYPICAL) && s->mods_first;
     if (no_cut && (p->top_k <= 0 || p->top_k >= n)) { /* one draw, kept when allowed (see sampler.h) */
-        for (int i = 0; i < n; i++) s->idx[i] = i;
-        memcpy(s->val, logits, (size_t)n * sizeof(float));
-        int32_t t = draw(s, s->val, n);
+        for (int i = 0; i < n; i++) {
+            s->idx[i] = i;
+            s->val[i] = logits[i];
+        }
+        s->nc = n;
+        s->sorted = 0;
+        int32_t t = run_chain(s);
         if (ok(ctx, t)) return t;
     } else if (no_cut && p->top_k <= 64) { /* top-k of the masked logits: the k best allowed, in order */
         int want = p->top_k, k = want * 4 > 64 ? want * 4 : 64;
@@ -266,7 +634,7 @@ int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, samp
             if (ok(ctx, s->idx[i])) s->idx[w++] = s->idx[i];
         if (w == want || (nc == n && w > 0)) {
             for (int i = 0; i < w; i++) s->val[i] = logits[s->idx[i]];
-            return draw(s, s->val, w);
+            return chain_from(s, s->idx, s->val, w);
         }
         if (nc == n) return -1;
     }

@@ -106,9 +106,20 @@ static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err
     return 0;
 }
 
-static int check_common(json_t *body, srv_err *e) {
+/* What Anthropic's API requires of every request under /v1/messages before it
+ * looks further: the anthropic-version header (the official SDKs always send
+ * it) and a model. */
+static int check_required(struct MHD_Connection *c, json_t *body, srv_err *e) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version");
+    if (!v || !*v) return srv_fail(e, 400, "anthropic-version", "missing_required_header", "anthropic-version: header is required");
     const char *s;
-    if (jf_string(body, "model", &s, e) < 0) return -1;
+    int rc = jf_string(body, "model", &s, e);
+    if (rc < 0) return -1;
+    if (rc == 0) return srv_fail(e, 400, "model", "missing_required_parameter", "model: Field required");
+    return 0;
+}
+
+static int check_common(json_t *body, srv_err *e) {
     json_t *v;
     v = json_object_get(body, "thinking");
     if (v && !json_is_null(v)) {
@@ -276,7 +287,7 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
         json_decref(tools);
         return NULL;
     }
-    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, &opening, n, e);
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, NULL, &opening, n, e);
     json_decref(msgs);
     char *g = NULL;
     if (j && ids && opening && !(g = srv_tools_grammar(s, tools, force, API_ANTHROPIC, e))) {
@@ -299,7 +310,7 @@ enum MHD_Result anth_count_tokens(srv_ctx *s, struct MHD_Connection *c, json_t *
     srv_err e;
     int n;
     int32_t *ids = NULL;
-    if (jf_known_keys(body, COUNT_KEYS, &e) < 0 || check_common(body, &e) < 0 ||
+    if (check_required(c, body, &e) < 0 || jf_known_keys(body, COUNT_KEYS, &e) < 0 || check_common(body, &e) < 0 ||
         !(ids = request_prompt(s, body, NULL, &n, &e)))
         return srv_send_error(s, c, API_ANTHROPIC, &e);
     st_free(ids);
@@ -312,8 +323,8 @@ enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body
     const char *stops[17];
     int n_stop = 0;
     srv_sampling_rules rules = {"max_tokens", 1.0};
-    if (jf_known_keys(body, MESSAGE_KEYS, &e) < 0 || check_common(body, &e) < 0 ||
-        jf_bool(body, "stream", &j->stream, &e) < 0 ||
+    if (check_required(c, body, &e) < 0 || jf_known_keys(body, MESSAGE_KEYS, &e) < 0 ||
+        check_common(body, &e) < 0 || jf_bool(body, "stream", &j->stream, &e) < 0 ||
         srv_parse_sampling(s, body, &rules, &j->req.sp, &j->req.max_tokens, &e) < 0 ||
         jf_stops(body, "stop_sequences", stops, &n_stop, &e) < 0)
         goto fail;

@@ -105,8 +105,8 @@ static void plain_history(json_t *msgs) {
     }
 }
 
-int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, char **opening, int *n_tok,
-                         srv_err *e) {
+int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, json_t *kwargs, char **opening,
+                         int *n_tok, srv_err *e) {
     *opening = NULL;
     /* the rendered prompt holds every message's text: when that alone cannot fit the context, refuse
      * before the template copies it (a rendered 8 MB message cost ~100 MB of copies) */
@@ -149,7 +149,7 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
     }
     int32_t *ids = NULL;
     char *text = json_array_size(msgs)
-                     ? chat_render_template(s->gf, s->tok, msgs, have_tools && s->tmpl_tools ? tools : NULL, NULL, 1)
+                     ? chat_render_template(s->gf, s->tok, msgs, have_tools && s->tmpl_tools ? tools : NULL, kwargs, 1)
                      : st_strdup("");
     json_decref(msgs);
     if (!text) {

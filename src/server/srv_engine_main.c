@@ -79,11 +79,13 @@ static int on_event(void *ctx, const srv_event *ev) {
     case SRV_EV_DONE: {
         type = PROTO_DONE;
         proto_put_stats(&b, ev->stats);
+        proto_put_i32(&b, ev->n_cached);
         break;
     }
     case SRV_EV_ERROR:
         type = PROTO_ERROR;
         proto_put_str(&b, ev->error, strlen(ev->error));
+        proto_put_i32(&b, ev->n_cached);
         break;
     case SRV_EV_TOKEN:
         type = PROTO_TOKEN;

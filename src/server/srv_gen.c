@@ -92,6 +92,18 @@ static srv_vocab *vocab_build(const engine *e) {
     return v;
 }
 
+uint8_t *srv_dry_breakers(const engine *e, const srv_request *r, srv_vocab **vocab) {
+    if (r->n_dry_breakers == 0) return NULL;
+    if (!*vocab) *vocab = vocab_build(e);
+    const srv_vocab *v = *vocab;
+    uint8_t *m = st_calloc((size_t)v->n_vocab, 1);
+    for (int t = 0; t < v->n_vocab; t++) /* a breaker split over several tokens is not seen (docs/server.md) */
+        for (int i = 0; i < r->n_dry_breakers && !m[t]; i++)
+            m[t] = memmem(v->text + v->off[t], v->off[t + 1] - v->off[t], r->dry_breakers[i],
+                          strlen(r->dry_breakers[i])) != NULL;
+    return m;
+}
+
 void srv_vocab_free(srv_vocab *v) {
     if (!v) return;
     st_free(v->text);

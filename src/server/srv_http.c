@@ -562,9 +562,11 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
         return r;
     }
     int models = !strcmp(url, "/v1/models"), model = !strncmp(url, "/v1/models/", 11);
-    if (models || model || !strcmp(url, "/metrics") || !strcmp(url, "/props") || !strcmp(url, "/experts")) {
+    if (models || model || !strcmp(url, "/metrics") || !strcmp(url, "/props") || !strcmp(url, "/experts") ||
+        !strcmp(url, "/slots")) {
         if (!get) return send_405(s, c, api, 0);
         if (!strcmp(url, "/props")) return srv_props(s, c);
+        if (!strcmp(url, "/slots")) return srv_slots_ep(s, c);
         if (!strcmp(url, "/experts")) return srv_experts(s, c);
         return models || model ? srv_models(s, c, model ? url + 11 : NULL) : srv_metrics(s, c);
     }
@@ -768,6 +770,7 @@ int server_run(const server_params *p) {
     s->p = *p;
     if (s->p.max_inflight < s->p.max_body) s->p.max_inflight = s->p.max_body; /* one whole body always fits */
     pthread_mutex_init(&s->big_text_mu, NULL);
+    srv_slots_init(s);
     s->started = (long)time(NULL);
     /* SIGINT/SIGTERM go to sigwait below, not to whichever thread runs */
     sigset_t sigs;
@@ -830,6 +833,7 @@ done:
     tokenizer_free(s->tok);
     if (s->gf) gguf_close(s->gf);
     pthread_mutex_destroy(&s->big_text_mu);
+    srv_slots_free(s);
     st_free(s);
     return rc;
 }

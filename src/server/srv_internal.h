@@ -37,6 +37,15 @@ typedef enum { API_OPENAI, API_ANTHROPIC } srv_api;
 #define SRV_N_STATUS 15
 extern const int SRV_STATUS_CODES[SRV_N_STATUS];
 
+/* What the front end knows of a slot (srv_slots.c). */
+typedef struct {
+    int processing;
+    int n_prompt;          /* tokens of its current or last request's prompt */
+    int n_decoded;         /* tokens its last finished request generated */
+    int n_cached;          /* tokens its KV cache held when its last request ended */
+    char id_task[64];      /* the id of its current or last request */
+} srv_slot_info;
+
 typedef struct {
     server_params p;
     srv_sched *sched;
@@ -53,6 +62,9 @@ typedef struct {
     pthread_mutex_t big_text_mu; /* one tokenization of a text over SRV_BIG_TEXT bytes at a time */
     long started;              /* unix time */
     atomic_int ready;          /* set once sched and n_ctx are: until then every path answers 503 */
+    pthread_mutex_t slots_mu;  /* slot_info, slots_restarts */
+    srv_slot_info *slot_info;  /* (p.n_slots) */
+    uint64_t slots_restarts;   /* engine restarts already applied to slot_info (a restart empties the caches) */
     atomic_int stopping;       /* requests still in flight are ended now */
     atomic_int draining;       /* SIGTERM: no new requests; those in flight may end (--shutdown-timeout) */
     atomic_int active;         /* requests from their headers to their end */
@@ -114,9 +126,10 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
  * (srv_chat.c). A last assistant message without tool calls is continued
  * (Anthropic's prefill) instead of closed. tools: OpenAI-shaped, or NULL;
  * force: NULL, "" (tool_choice required) or the function to call, whose
- * opening is written after the generation prompt (*opening, st_malloc'd). */
-int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, char **opening, int *n_tok,
-                         srv_err *e);
+ * opening is written after the generation prompt (*opening, st_malloc'd).
+ * kwargs: more variables for the template (chat_template_kwargs), or NULL. */
+int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, json_t *kwargs, char **opening,
+                         int *n_tok, srv_err *e);
 /* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
 int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
 /* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's
@@ -159,10 +172,16 @@ typedef struct srv_job {
     int32_t *prompt;
     const char *stops[17];
     char *stop_store[17];
+    int32_t *bias_ids;         /* req.sp's logit bias */
+    float *bias_vals;
+    char *dry_breakers[SRV_MAX_BREAKERS]; /* req's */
     int n_user_stop;           /* stops[n_user_stop..] are the format's end of turn */
     /* results */
     json_t *tools;             /* tools the answer may call (parsed at the end), or NULL */
     json_t *lp;                /* logprobs requests: token entries not yet sent (OpenAI chat shape) */
+    int lp_top;                /* the alternatives the client asked for in them */
+    json_t *probs;             /* n_probs (llama-server's): every token's entry with ids, or NULL */
+    int n_probs;
     size_t lp_offset;          /* bytes of text the sent entries cover (the legacy text_offset) */
     char *call_opening;        /* a forced call's opening, written into the prompt */
     char *grammar;             /* the grammar the answer follows (req.grammar), or NULL */
@@ -183,6 +202,9 @@ extern _Thread_local int srv_req_http10;
 /* Takes ownership of the prompt tokens; copies the stop strings. */
 void job_set_prompt(srv_job *j, int32_t *prompt, int n_prompt, const char *const *stops, int n_stop);
 void job_release(srv_job *j);
+/* llama-server's sampling fields (srv_sampling.c): logit_bias, typical_p,
+ * repeat_last_n, DRY, samplers; into j->req, the storage j's. */
+int srv_parse_llama_sampling(srv_ctx *s, json_t *body, srv_job *j, srv_err *e);
 /* Takes ownership of the grammar text (NULL: none). */
 void job_set_grammar(srv_job *j, char *grammar);
 /* Queue the job and answer the connection: streaming responses start at
@@ -248,6 +270,12 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c);
 /* GET /props, as llama-server names it: the model, context, slots, chat template. */
 enum MHD_Result srv_props(srv_ctx *s, struct MHD_Connection *c);
 enum MHD_Result srv_experts(srv_ctx *s, struct MHD_Connection *c);
+/* /slots and the KV gauges (srv_slots.c) */
+void srv_slots_init(srv_ctx *s);
+void srv_slots_free(srv_ctx *s);
+void srv_slots_event(srv_ctx *s, const srv_job *j, const srv_event *ev);
+void srv_slots_kv(srv_ctx *s, const sched_metrics *m, long long *tokens, long long *capacity);
+enum MHD_Result srv_slots_ep(srv_ctx *s, struct MHD_Connection *c);
 enum MHD_Result srv_tokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
 enum MHD_Result srv_detokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
 

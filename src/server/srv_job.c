@@ -68,10 +68,14 @@ void job_release(srv_job *j) {
     st_free(j->prompt);
     json_decref(j->tools);
     json_decref(j->lp);
+    json_decref(j->probs);
     st_free(j->call_opening);
     st_free(j->grammar);
     tools_stream_free(j->ts);
     for (int i = 0; i < 17; i++) st_free(j->stop_store[i]);
+    st_free(j->bias_ids);
+    st_free(j->bias_vals);
+    for (int i = 0; i < SRV_MAX_BREAKERS; i++) st_free(j->dry_breakers[i]);
     sbuf_free(&j->text);
     sbuf_free(&j->out);
     pthread_cond_destroy(&j->cv);
@@ -113,6 +117,7 @@ static void stream_end(srv_job *j) {
 /* Scheduler events (srv_sched.h), on the engine thread (or the child's frame reader). */
 static int on_event(void *ctx, const srv_event *ev) {
     srv_job *j = ctx;
+    srv_slots_event(j->srv, j, ev);
     pthread_mutex_lock(&j->mu);
     int stop = j->cancelled || atomic_load(&j->srv->stopping);
     if (j->aborted) { /* the answer was already ended (shutdown): nothing more goes to the client */

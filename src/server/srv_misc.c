@@ -115,6 +115,12 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
     metric(&b, "slots_busy", "gauge", "Slots generating.", m.busy);
     metric(&b, "slots_total", "gauge", "Slots (engines).", m.n_slots);
     metric(&b, "context_tokens", "gauge", "Context length of each slot.", m.n_ctx);
+    long long kv, kv_cap;
+    srv_slots_kv(s, &m, &kv, &kv_cap);
+    metric(&b, "kv_cache_tokens", "gauge", "Tokens held in the slots' KV caches (a generating slot: its prompt).",
+           (double)kv);
+    metric(&b, "kv_cache_usage_ratio", "gauge", "KV cache tokens over the slots' total context.",
+           kv_cap > 0 ? (double)kv / (double)kv_cap : 0);
     if (m.lanes) {
         const double pairs = (double)(m.pairs_dev + m.pairs_cpu + m.pairs_pcie);
         sbuf_printf(&b, "# HELP strata_expert_pairs_total (token, expert) pairs the engine computed (as of the last "

@@ -6,7 +6,7 @@
  * Those we honour are read strictly (wrong type or range -> 400 naming it);
  * those that do not change the output (user, metadata, store, ...) are type-
  * checked and ignored; those that would change it in a way we cannot give
- * yet (n > 1, logit_bias, audio, ...) get 400
+ * yet (n > 1, audio, ...) get 400
  * with code "unsupported_parameter" rather than a silently different answer;
  * a name OpenAI does not have gets 400, as OpenAI itself answers. */
 #include <string.h>
@@ -16,6 +16,10 @@
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
+#define LLAMA_SAMPLING_KEYS                                                                                    \
+    "typical_p", "repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",    \
+        "dry_sequence_breakers", "samplers", "id_slot", "n_probs", "chat_template_kwargs", "n_keep"
+
 static const char *const CHAT_KEYS[] = {
     "model", "messages", "stream", "stream_options", "temperature", "top_p", "max_tokens",
     "max_completion_tokens", "stop", "seed", "presence_penalty", "frequency_penalty", "n", "logprobs",
@@ -24,12 +28,14 @@ static const char *const CHAT_KEYS[] = {
     "reasoning_effort", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity", "moderation",
     "prompt_cache_options", "prompt_cache_retention",
     /* extensions (llama.cpp spells them the same) */
-    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", NULL};
+    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", LLAMA_SAMPLING_KEYS,
+    NULL};
 
 static const char *const COMPLETION_KEYS[] = {
     "model", "prompt", "stream", "stream_options", "temperature", "top_p", "max_tokens", "stop", "seed",
     "presence_penalty", "frequency_penalty", "n", "logprobs", "echo", "best_of", "logit_bias", "suffix", "user",
-    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", NULL};
+    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", LLAMA_SAMPLING_KEYS,
+    NULL};
 
 /* Known parameters with no effect on the output: checked for type (JSON_NULL:
  * any type), ignored. */
@@ -131,11 +137,6 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
         } else if (strcmp(type, "text") && strcmp(type, "json_object"))
             return srv_fail(e, 400, "response_format.type", "invalid_value",
                             "'response_format.type' must be text, json_object or json_schema");
-    }
-    v = json_object_get(body, "logit_bias");
-    if (v && !json_is_null(v)) {
-        if (!json_is_object(v)) return srv_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object");
-        if (json_object_size(v)) return unsupported(e, "logit_bias", "no logit bias");
     }
     v = json_object_get(body, "modalities");
     if (v && !json_is_null(v)) {
@@ -379,6 +380,7 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
     const char *stops[17];
     int n_stop = 0;
     if (srv_parse_sampling(s, body, &rules, &j->req.sp, &j->req.max_tokens, &e) < 0 ||
+        srv_parse_llama_sampling(s, body, j, &e) < 0 ||
         jf_stops(body, "stop", stops, &n_stop, &e) < 0 || srv_check_context(s, n, API_OPENAI, chat ? "messages" : "prompt", &e) < 0) {
         st_free(ids);
         job_release(j);
@@ -397,6 +399,18 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
         return srv_send_error(s, c, API_OPENAI, &e);
     }
     j->req.no_cache = !cache_prompt;
+    long long id_slot = -1, n_keep;
+    /* n_keep: the prompt tokens llama-server keeps when it shifts a full context; there is no shift here
+     * (a full context ends the answer, finish "length"), so it changes nothing: range-checked, ignored */
+    if (jf_int(body, "n_keep", -1, INT32_MAX, &n_keep, &e) < 0 || jf_int(body, "id_slot", -1, INT32_MAX, &id_slot, &e) < 0 ||
+        (id_slot >= s->p.n_slots && srv_fail(&e, 400, "id_slot", "invalid_value",
+                                             "'id_slot' %lld is not a slot: this server has %d (0 to %d; -1: any)",
+                                             id_slot, s->p.n_slots, s->p.n_slots - 1) < 0)) {
+        st_free(ids);
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    j->req.pin_slot = (int)id_slot + 1;
     if (rc > 0 && np > 0 && (j->req.max_tokens == 0 || np < j->req.max_tokens)) j->req.max_tokens = (int)np;
     no_limit = rc > 0 && np < 0 && j->req.max_tokens == 0;
     if (!chat && j->req.max_tokens == 0 && !no_limit) j->req.max_tokens = 16; /* the legacy API's default */
@@ -410,6 +424,20 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
         j->req.top_logprobs = (int)nlp;
     }
     if (j->req.logprobs) j->lp = json_array();
+    j->lp_top = j->req.top_logprobs;
+    long long n_probs = 0; /* llama-server's: the top alternatives of every token, beside the API's logprobs */
+    if (jf_int(body, "n_probs", 0, 20, &n_probs, &e) < 0 ||
+        (n_probs > 0 && j->stream && unsupported(&e, "n_probs", "not in streams (use logprobs)") < 0)) {
+        st_free(ids);
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    if (n_probs > 0) {
+        j->req.logprobs = 1;
+        if (n_probs > j->req.top_logprobs) j->req.top_logprobs = (int)n_probs;
+        j->n_probs = (int)n_probs;
+        j->probs = json_array();
+    }
     if (answer_grammar(body, j, chat, &e) < 0) {
         st_free(ids);
         job_release(j);
@@ -436,7 +464,17 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     }
     if (tools) j->tools = json_deep_copy(tools);
     int n;
-    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, &j->call_opening, &n, &e);
+    /* llama-server's chat_template_kwargs: more variables for the model's template (enable_thinking, ...);
+     * the ones the server sets itself (messages, tools, add_generation_prompt, bos_token, ...) win */
+    json_t *kwargs = json_object_get(body, "chat_template_kwargs");
+    if (kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
+        json_decref(msgs);
+        srv_fail(&e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, json_is_object(kwargs) ? kwargs : NULL, &j->call_opening, &n,
+                                   &e);
     json_decref(msgs);
     char *g = NULL;
     if (ids && j->call_opening && !(g = srv_tools_grammar(s, tools, force, API_OPENAI, &e))) {
@@ -531,11 +569,24 @@ static json_t *token_entry(srv_job *j, int32_t id, float lp) {
 }
 
 void oai_token(srv_job *j, const srv_event *ev) {
-    if (!j->lp) return;
-    json_t *e = token_entry(j, ev->token, ev->logprob), *top = json_array();
-    for (int k = 0; k < ev->n_top; k++) json_array_append_new(top, token_entry(j, ev->top_ids[k], ev->top_lp[k]));
-    json_object_set_new(e, "top_logprobs", top);
-    json_array_append_new(j->lp, e);
+    if (j->lp) { /* the client's logprobs, with its own number of alternatives */
+        json_t *e = token_entry(j, ev->token, ev->logprob), *top = json_array();
+        for (int k = 0; k < ev->n_top && k < j->lp_top; k++)
+            json_array_append_new(top, token_entry(j, ev->top_ids[k], ev->top_lp[k]));
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(j->lp, e);
+    }
+    if (j->probs) { /* n_probs: llama-server's entries carry the ids */
+        json_t *e = token_entry(j, ev->token, ev->logprob), *top = json_array();
+        json_object_set_new(e, "id", json_integer(ev->token));
+        for (int k = 0; k < ev->n_top && k < j->n_probs; k++) {
+            json_t *t = token_entry(j, ev->top_ids[k], ev->top_lp[k]);
+            json_object_set_new(t, "id", json_integer(ev->top_ids[k]));
+            json_array_append_new(top, t);
+        }
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(j->probs, e);
+    }
 }
 
 /* The logprobs object for entries (taken), in the chat or the legacy shape. */
@@ -682,6 +733,15 @@ void oai_stream_end(srv_job *j) {
     sbuf_puts(&j->out, "data: [DONE]\n\n");
 }
 
+/* llama-server's n_probs: every generated token with its top alternatives, in its native shape. */
+static json_t *with_probs(srv_job *j, json_t *resp) {
+    if (j->probs) {
+        json_object_set_new(resp, "completion_probabilities", j->probs);
+        j->probs = NULL;
+    }
+    return resp;
+}
+
 json_t *oai_response(srv_job *j) {
     json_t *ch;
     if (j->kind == JOB_OAI_CHAT && j->tools) {
@@ -695,9 +755,10 @@ json_t *oai_response(srv_job *j) {
         ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", take_logprobs(j),
                        "finish_reason", calls ? "tool_calls" : finish_reason(j));
         sbuf_free(&content);
-        return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", j->id, "object", "chat.completion",
-                         "created", (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata",
-                         "choices", ch, "usage", usage(j), "timings", timings(j));
+        return with_probs(j, json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
+                                       "chat.completion", "created", (json_int_t)j->created, "model",
+                                       j->srv->model_name, "system_fingerprint", "strata", "choices", ch, "usage",
+                                       usage(j), "timings", timings(j)));
     }
     json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
     json_t *lp = take_logprobs(j);
@@ -707,8 +768,8 @@ json_t *oai_response(srv_job *j) {
     else
         ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lp, "finish_reason",
                        finish_reason(j));
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
-                     j->kind == JOB_OAI_CHAT ? "chat.completion" : "text_completion", "created",
-                     (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata", "choices", ch,
-                     "usage", usage(j), "timings", timings(j));
+    return with_probs(j, json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", j->id, "object",
+                                   j->kind == JOB_OAI_CHAT ? "chat.completion" : "text_completion", "created",
+                                   (json_int_t)j->created, "model", j->srv->model_name, "system_fingerprint", "strata",
+                                   "choices", ch, "usage", usage(j), "timings", timings(j)));
 }

@@ -281,12 +281,14 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
         ev.kind = SRV_EV_DONE;
         proto_get_stats(&c, &st);
         ev.stats = &st;
+        ev.n_cached = proto_get_i32(&c);
         break;
     default: /* PROTO_ERROR */
         ev.kind = SRV_EV_ERROR;
         s = proto_get_str(&c, &n);
         snprintf(err, sizeof err, "%.*s", (int)n, s);
         ev.error = err;
+        ev.n_cached = proto_get_i32(&c);
         break;
     }
     if (c.bad) ST_WARN("engine: short frame of type %u for request %llu", f->type, (unsigned long long)f->id);

@@ -172,6 +172,18 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_f32(b, sp->frequency_penalty);
     proto_put_i32(b, sp->penalty_last_n);
     proto_put_u64(b, sp->seed);
+    proto_put_f32(b, sp->typical_p);
+    proto_put_f32(b, sp->dry_multiplier);
+    proto_put_f32(b, sp->dry_base);
+    proto_put_i32(b, sp->dry_allowed_length);
+    proto_put_i32(b, sp->dry_penalty_last_n);
+    proto_put_u32(b, (uint32_t)sp->n_bias);
+    sbuf_put(b, (const char *)sp->bias_ids, (size_t)sp->n_bias * sizeof(int32_t));
+    sbuf_put(b, (const char *)sp->bias_vals, (size_t)sp->n_bias * sizeof(float));
+    proto_put_u32(b, (uint32_t)sp->n_order);
+    sbuf_put(b, (const char *)sp->order, (size_t)sp->n_order);
+    proto_put_u32(b, (uint32_t)r->n_dry_breakers);
+    for (int i = 0; i < r->n_dry_breakers; i++) proto_put_str(b, r->dry_breakers[i], strlen(r->dry_breakers[i]));
     proto_put_i32(b, r->max_tokens);
     proto_put_u32(b, (uint32_t)r->n_prompt);
     sbuf_put(b, (const char *)r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
@@ -183,6 +195,7 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_str(b, r->grammar_trigger ? r->grammar_trigger : "", r->grammar_trigger ? strlen(r->grammar_trigger) : 0);
     proto_put_i32(b, r->ignore_eos);
     proto_put_i32(b, r->no_cache);
+    proto_put_i32(b, r->pin_slot);
 }
 
 int proto_get_request(proto_cur *c, srv_request *r) {
@@ -197,9 +210,49 @@ int proto_get_request(proto_cur *c, srv_request *r) {
     sp->frequency_penalty = proto_get_f32(c);
     sp->penalty_last_n = proto_get_i32(c);
     sp->seed = proto_get_u64(c);
+    sp->typical_p = proto_get_f32(c);
+    sp->dry_multiplier = proto_get_f32(c);
+    sp->dry_base = proto_get_f32(c);
+    sp->dry_allowed_length = proto_get_i32(c);
+    sp->dry_penalty_last_n = proto_get_i32(c);
+    uint32_t nb = proto_get_u32(c);
+    if (c->bad || nb > 4096 || nb > c->left / (2 * sizeof(int32_t))) return -1;
+    if (nb) {
+        int32_t *ids = st_malloc((size_t)nb * sizeof(int32_t));
+        float *vals = st_malloc((size_t)nb * sizeof(float));
+        take(c, ids, (size_t)nb * sizeof(int32_t));
+        take(c, vals, (size_t)nb * sizeof(float));
+        sp->bias_ids = ids;
+        sp->bias_vals = vals;
+        sp->n_bias = (int)nb;
+    }
+    uint32_t no = proto_get_u32(c);
+    if (c->bad || no > SAMPLER_MAX_ORDER || no > c->left) {
+        proto_request_free(r);
+        return -1;
+    }
+    take(c, sp->order, no);
+    sp->n_order = (int)no;
+    uint32_t nbr = proto_get_u32(c);
+    if (c->bad || nbr > SRV_MAX_BREAKERS) {
+        proto_request_free(r);
+        return -1;
+    }
+    const char **brk = st_calloc(nbr ? nbr : 1, sizeof(char *));
+    r->dry_breakers = brk;
+    for (uint32_t i = 0; i < nbr; i++) {
+        uint32_t len;
+        const char *s = proto_get_str(c, &len);
+        if (c->bad) break;
+        brk[i] = dup_str(s, len);
+        r->n_dry_breakers = (int)i + 1;
+    }
     r->max_tokens = proto_get_i32(c);
     uint32_t n = proto_get_u32(c);
-    if (c->bad || n == 0 || n > c->left / sizeof(int32_t)) return -1;
+    if (c->bad || n == 0 || n > c->left / sizeof(int32_t)) {
+        proto_request_free(r);
+        return -1;
+    }
     int32_t *prompt = st_malloc((size_t)n * sizeof(int32_t));
     take(c, prompt, (size_t)n * sizeof(int32_t));
     r->prompt = prompt;
@@ -233,6 +286,7 @@ int proto_get_request(proto_cur *c, srv_request *r) {
     }
     r->ignore_eos = proto_get_i32(c);
     r->no_cache = proto_get_i32(c);
+    r->pin_slot = proto_get_i32(c);
     if (r->top_logprobs < 0 || r->top_logprobs > 20) c->bad = 1;
     if (c->bad) {
         proto_request_free(r);
@@ -242,6 +296,10 @@ int proto_get_request(proto_cur *c, srv_request *r) {
 }
 
 void proto_request_free(srv_request *r) {
+    st_free((void *)r->sp.bias_ids);
+    st_free((void *)r->sp.bias_vals);
+    for (int i = 0; i < r->n_dry_breakers; i++) st_free((void *)r->dry_breakers[i]);
+    st_free((void *)r->dry_breakers);
     st_free((void *)r->prompt);
     st_free((void *)r->grammar);
     st_free((void *)r->grammar_trigger);

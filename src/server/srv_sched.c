@@ -74,6 +74,8 @@ typedef struct {
 /* The free slot for a prompt (see the routing rule in srv_sched.h); -1 if none is free. */
 static int choose_slot(local_sched *s, const srv_request *r) {
     int best = -1, best_lcp = 0, lru = -1;
+    const int pin = r->pin_slot - 1;
+    if (pin >= 0) return pin < s->n_slots && !s->slots[pin].job.req ? pin : -1;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->job.req) continue;
@@ -174,7 +176,7 @@ static void slot_release(local_sched *s, slot *sl, int outcome) {
 
 static void slot_fail(local_sched *s, slot *sl, const char *msg, int outcome) {
     if (sl->gen) gen_end(sl->gen, &sl->st);
-    srv_event ev = {.kind = SRV_EV_ERROR, .slot = sl->id, .error = msg};
+    srv_event ev = {.kind = SRV_EV_ERROR, .slot = sl->id, .error = msg, .n_cached = sl->seq->n_past};
     if (outcome == OUT_FAILED) ST_WARN("slot %d: %s", sl->id, msg);
     sl->job.fn(sl->job.ctx, &ev);
     slot_release(s, sl, outcome);
@@ -207,7 +209,7 @@ static void slot_finish(local_sched *s, slot *sl) {
     char line[512];
     gen_stats_format(&sl->st, line, sizeof line);
     ST_INFO("slot %d: %s, finish %s", sl->id, line, cancelled ? "cancelled" : sl->st.finish);
-    srv_event ev = {.kind = SRV_EV_DONE, .slot = sl->id, .stats = &sl->st};
+    srv_event ev = {.kind = SRV_EV_DONE, .slot = sl->id, .stats = &sl->st, .n_cached = sl->seq->n_past};
     sl->job.fn(sl->job.ctx, &ev);
     slot_release(s, sl, cancelled ? OUT_CANCELLED : OUT_DONE);
 }
@@ -266,7 +268,11 @@ static int gen_start(local_sched *s, slot *sl) {
         slot_fail(s, sl, msg, OUT_FAILED);
         return -1;
     }
-    sl->smp = sampler_create(&r->sp, s->e->m->hp.n_vocab);
+    sampler_params sp = r->sp;
+    uint8_t *brk = sp.dry_multiplier != 0.0f ? srv_dry_breakers(s->e, r, &s->vocab) : NULL;
+    sp.dry_breaker = brk;
+    sl->smp = sampler_create(&sp, s->e->m->hp.n_vocab);
+    st_free(brk);
     gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos};
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
     return 0;

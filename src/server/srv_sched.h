@@ -50,7 +50,13 @@ typedef struct {
                                     (a tool call's opening, tool_choice auto); NULL: all of the answer */
     int ignore_eos;   /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
     int no_cache;     /* read the whole prompt, reusing nothing of the slot's cache (cache_prompt: false) */
+    const char *const *dry_breakers; /* (n_dry_breakers) DRY's sequence breakers: a token whose piece holds one
+                                        is a breaker (sp.dry_breaker is made from them when the slot starts) */
+    int n_dry_breakers;
+    int pin_slot;     /* 1 + the slot it must run in (it waits for that one), 0: any (llama-server's id_slot) */
 } srv_request;
+
+#define SRV_MAX_BREAKERS 16
 
 typedef enum {
     SRV_EV_START, /* a slot took the request; return nonzero to drop it unread */
@@ -73,6 +79,7 @@ typedef struct {
     int n_top;
     const int32_t *top_ids; /* (n_top) */
     const float *top_lp;    /* (n_top) */
+    int n_cached;           /* DONE, ERROR: the tokens the slot's KV cache holds now (/slots, the KV gauge) */
 } srv_event;
 
 /* Called on the engine thread. Exactly one terminal event (DONE or ERROR) ends
@@ -171,5 +178,8 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
                                  gen_hooks *hk, srv_vocab **vocab, char *err, size_t errcap);
 void srv_gen_extra_free(srv_gen_extra *x);
 void srv_vocab_free(srv_vocab *v);
+/* DRY's breaker tokens: 1 for each token whose piece holds one of the
+ * request's sequence breakers (st_malloc'd, n_vocab; NULL when it has none). */
+uint8_t *srv_dry_breakers(const engine *e, const srv_request *r, srv_vocab **vocab);
 
 #endif

@@ -684,6 +684,302 @@ static void test_checked(void) {
            "%d times (1 - Z = %.2f)\n", chi, df, masks, 1 - z);
 }
 
+/* ---- llama-server's samplers: logit bias, typical, DRY, the order ---- */
+
+/* The test's own DRY, straight from the definition (O(n^2)): for each earlier
+ * position j of the window h[0..n) (h[n-1] the last token), the longest
+ * common suffix of h[0..j] and h[0..n), at most the tokens after the last
+ * breaker; the token h[j+1] would extend it. */
+static void dry_ref(float *l, int nv, const int *h, int n, const uint8_t *brk, float mult, float base, int allowed) {
+    if (n <= allowed) return;
+    int limit = n;
+    for (int i = n - 1; i >= 0; i--)
+        if (brk && brk[h[i]]) {
+            limit = n - 1 - i;
+            break;
+        }
+    if (limit < allowed) return;
+    int best[256];
+    for (int t = 0; t < nv; t++) best[t] = -1;
+    for (int j = 0; j + 1 < n; j++) {
+        int m = 0;
+        while (m <= j && h[j - m] == h[n - 1 - m]) m++;
+        if (m > limit) m = limit;
+        if (m >= allowed && m > best[h[j + 1]]) best[h[j + 1]] = m;
+    }
+    for (int t = 0; t < nv; t++)
+        if (best[t] >= 0 && !(brk && brk[t])) l[t] -= (float)(mult * pow(base, best[t] - allowed));
+}
+
+static void test_logit_bias(void) {
+    enum { N = 60 };
+    float l[N], b[N];
+    int32_t ids[8];
+    float vals[8];
+    int diff = 0;
+    for (int c = 0; c < 200; c++) {
+        for (int i = 0; i < N; i++) l[i] = b[i] = rnd_logit(4);
+        for (int k = 0; k < 8; k++) {
+            ids[k] = (int32_t)(rnd_unit() * N);
+            vals[k] = k == 0 ? -INFINITY : rnd_logit(6);
+            b[ids[k]] += vals[k]; /* a token named twice gets both */
+        }
+        sampler_params p = plain(c);
+        p.temp = 0;
+        p.n_bias = 8;
+        p.bias_ids = ids;
+        p.bias_vals = vals;
+        sampler *s = sampler_create(&p, N);
+        diff += draw(s, l, N) != argmax_f(b, N);
+        CHECK(sampler_candidates(s, 64) == 0, "a bias needs every logit");
+        sampler_free(s);
+    }
+    CHECK(diff == 0, "greedy with a bias: %d of 200 not the argmax of logits + bias", diff);
+    /* the distribution at T 1.3: softmax of the biased logits, the banned token never drawn */
+    for (int i = 0; i < N; i++) l[i] = b[i] = rnd_logit(2);
+    ids[0] = argmax_f(l, N);
+    vals[0] = -INFINITY;
+    ids[1] = 5;
+    vals[1] = 3.0f;
+    b[ids[0]] = -INFINITY;
+    b[5] += 3.0f;
+    sampler_params p = plain(42);
+    p.temp = 1.3f;
+    p.n_bias = 2;
+    p.bias_ids = ids;
+    p.bias_vals = vals;
+    int keep[N];
+    for (int i = 0; i < N; i++) keep[i] = i != ids[0];
+    int cnt[256];
+    sample_counts(&p, l, N, 20000, cnt);
+    double q[256];
+    softmax_T(b, N, 1.3, keep, q);
+    int df;
+    double chi = chi_square(cnt, q, N, 20000, &df);
+    CHECK(cnt[ids[0]] == 0 && chi < chi_bound(df), "bias draws: banned drawn %d times, chi-square %.1f (bound %.1f)",
+          cnt[ids[0]], chi, chi_bound(df));
+    printf("logit bias: greedy = argmax(l + bias) on 200 cases; 20k draws follow softmax(l + bias) (chi2 %.1f, df %d), "
+           "the banned token never\n", chi, df);
+}
+
+/* typical's kept set from the definition, in double */
+static void mark_typical(const float *l, int n, double tp, int *keep) {
+    double p[256], h = 0, sh[256];
+    softmax_T(l, n, 1.0, NULL, p);
+    for (int i = 0; i < n; i++) h -= p[i] > 0 ? p[i] * log(p[i]) : 0;
+    for (int i = 0; i < n; i++) sh[i] = fabs(-log(p[i]) - h);
+    memset(keep, 0, (size_t)n * sizeof(int));
+    double cum = 0;
+    for (int k = 0; k < n; k++) {
+        int b = -1;
+        for (int i = 0; i < n; i++)
+            if (!keep[i] && (b < 0 || sh[i] < sh[b])) b = i;
+        keep[b] = 1;
+        cum += p[b];
+        if (cum > tp) break;
+    }
+}
+
+static void test_typical(void) {
+    enum { N = 40 };
+    float l[N];
+    int keep[N];
+    for (int c = 0; c < 3; c++) {
+        for (int i = 0; i < N; i++) l[i] = rnd_logit(3);
+        double tp = c == 0 ? 0.3 : c == 1 ? 0.6 : 0.9;
+        mark_typical(l, N, tp, keep);
+        sampler_params p = plain(100 + c);
+        p.typical_p = (float)tp;
+        char what[64];
+        snprintf(what, sizeof what, "typical_p %.1f", tp);
+        check_support(what, &p, l, N, keep, 20000);
+    }
+    /* typical_p 1: the same draws as without it */
+    for (int i = 0; i < N; i++) l[i] = rnd_logit(3);
+    for (int off = 0; off < 2; off++) { /* 1 and 0 (a zeroed field) are both off */
+        sampler_params a = plain(5), b = plain(5);
+        b.typical_p = off ? 0.0f : 1.0f;
+        sampler *x = sampler_create(&a, N), *y = sampler_create(&b, N);
+        int same = 0;
+        for (int d = 0; d < 500; d++) same += draw(x, l, N) == draw(y, l, N);
+        CHECK(same == 500, "typical_p %g changed %d of 500 draws", b.typical_p, 500 - same);
+        sampler_free(x);
+        sampler_free(y);
+    }
+}
+
+static void test_dry(void) {
+    enum { N = 12 };
+    int diff = 0, penalised = 0;
+    uint8_t brk[N] = {0};
+    brk[11] = 1;
+    for (int c = 0; c < 400; c++) {
+        int n = 2 + (int)(rnd_unit() * 60), win = c % 2 ? 64 : 20, h[128];
+        int vocab_used = c % 3 == 0 ? 3 : 8; /* few distinct tokens: long repeats */
+        for (int i = 0; i < n; i++) h[i] = rnd_unit() < 0.05 ? 11 : (int)(rnd_unit() * vocab_used);
+        float l[N], ref[N], orig[N];
+        for (int i = 0; i < N; i++) l[i] = ref[i] = orig[i] = rnd_logit(4);
+        sampler_params p = plain(c);
+        p.temp = 0;
+        p.dry_multiplier = 0.5f + (float)(c % 3);
+        p.dry_base = c % 4 == 0 ? 1.0f : 1.75f;
+        p.dry_allowed_length = c % 5;
+        p.dry_penalty_last_n = win;
+        p.dry_breaker = c % 2 ? brk : NULL;
+        sampler *s = sampler_create(&p, N);
+        for (int i = 0; i < n; i++) sampler_accept(s, h[i]);
+        int w = n < win ? n : win;
+        dry_ref(ref, N, h + n - w, w, p.dry_breaker, p.dry_multiplier, p.dry_base, p.dry_allowed_length);
+        sampler_sample(s, l); /* greedy: DRY applied to l in place */
+        for (int i = 0; i < N; i++) {
+            diff += fabsf(l[i] - ref[i]) > 1e-4f * (1 + fabsf(ref[i]));
+            penalised += ref[i] != orig[i];
+        }
+        sampler_free(s);
+    }
+    CHECK(diff == 0, "DRY: %d logits differ from the reference", diff);
+    /* a loop a b c a b c ... : the token that would continue it is penalised, growing with the repeat */
+    sampler_params p = plain(1);
+    p.temp = 0;
+    p.dry_multiplier = 1.0f;
+    p.dry_penalty_last_n = 64;
+    sampler *s = sampler_create(&p, N);
+    for (int i = 0; i < 9; i++) sampler_accept(s, i % 3);
+    float l[N] = {0};
+    sampler_sample(s, l);
+    /* the context a b c a b c a b c ends with a copy of its first 6 tokens, which a follows: a would make
+     * a repeat of 6, penalised 1.75^(6 - 2) */
+    float want = -(float)pow(1.75, 6 - 2);
+    CHECK(fabsf(l[0] - want) < 1e-4f && l[1] == 0 && l[2] == 0, "loop: penalties %g %g %g, want %g 0 0", l[0], l[1],
+          l[2], want);
+    sampler_free(s);
+    printf("DRY: 400 random windows (breakers, bases 1 and 1.75, allowed 0-4) equal the O(n^2) reference (%d "
+           "logits penalised); a loop of 9 penalises its next token by %.2f\n", penalised, -want);
+}
+
+static void test_order(void) {
+    enum { N = 40 };
+    float l[N];
+    int keep[N];
+    for (int i = 0; i < N; i++) l[i] = rnd_logit(3);
+    /* the default order spelled out: the same draws */
+    sampler_params a = plain(9), b = plain(9);
+    a.top_k = b.top_k = 20;
+    a.top_p = b.top_p = 0.8f;
+    a.min_p = b.min_p = 0.02f;
+    a.temp = b.temp = 1.4f;
+    const uint8_t def[] = {SMP_PENALTIES, SMP_DRY, SMP_TOP_K, SMP_TYPICAL, SMP_TEMP, SMP_TOP_P, SMP_MIN_P};
+    memcpy(b.order, def, sizeof def);
+    b.n_order = (int)sizeof def;
+    sampler *x = sampler_create(&a, N), *y = sampler_create(&b, N);
+    int same = 0;
+    for (int d = 0; d < 500; d++) same += draw(x, l, N) == draw(y, l, N);
+    CHECK(same == 500, "the default order spelled out changed %d of 500 draws", 500 - same);
+    sampler_free(x);
+    sampler_free(y);
+    /* top_p before the temperature (llama.cpp's default): its cut is on softmax(l), then the draw at T */
+    sampler_params c = plain(10);
+    c.temp = 3.0f;
+    c.top_p = 0.5f;
+    const uint8_t tp_first[] = {SMP_TOP_P, SMP_TEMP};
+    memcpy(c.order, tp_first, sizeof tp_first);
+    c.n_order = 2;
+    double q[N];
+    softmax_T(l, N, 1.0, NULL, q);
+    int idx[N];
+    for (int i = 0; i < N; i++) idx[i] = i;
+    for (int i = 0; i < N; i++) /* sort by logit (selection) */
+        for (int j = i + 1; j < N; j++)
+            if (l[idx[j]] > l[idx[i]]) {
+                int t = idx[i];
+                idx[i] = idx[j];
+                idx[j] = t;
+            }
+    memset(keep, 0, sizeof keep);
+    double cum = 0;
+    for (int i = 0; i < N; i++) {
+        keep[idx[i]] = 1;
+        cum += q[idx[i]];
+        if (cum >= 0.5) break;
+    }
+    check_support("top_p 0.5 then temperature 3", &c, l, N, keep, 20000);
+    /* temperature left out of the order: the draw is at temperature 1 */
+    sampler_params d = plain(11);
+    d.temp = 0.2f;
+    const uint8_t no_temp[] = {SMP_TOP_K};
+    memcpy(d.order, no_temp, 1);
+    d.n_order = 1;
+    for (int i = 0; i < N; i++) keep[i] = 1;
+    d.temp = 1.0f; /* check_support's reference temperature */
+    sampler_params d2 = d;
+    d2.temp = 0.2f;
+    int cnt[256];
+    sample_counts(&d2, l, N, 20000, cnt);
+    softmax_T(l, N, 1.0, NULL, q);
+    int df;
+    double chi = chi_square(cnt, q, N, 20000, &df);
+    CHECK(chi < chi_bound(df), "no temperature step: chi-square %.1f (bound %.1f)", chi, chi_bound(df));
+    CHECK(sampler_kind_from_name("top_k") == SMP_TOP_K && sampler_kind_from_name("top-k") == SMP_TOP_K &&
+              sampler_kind_from_name("topk") == SMP_TOP_K && sampler_kind_from_name("typ_p") == SMP_TYPICAL &&
+              sampler_kind_from_name("nucleus") == SMP_TOP_P && sampler_kind_from_name("temp") == SMP_TEMP &&
+              sampler_kind_from_name("xtc") == -2 && sampler_kind_from_name("infill") == -3 &&
+              sampler_kind_from_name("bogus") == -1 && sampler_kind_from_name("top-_k") == -1,
+          "sampler names");
+    printf("order: the default spelled out is the same; top_p before temperature cuts on softmax(l); no "
+           "temperature step draws at 1 (chi2 %.1f); names and aliases\n", chi);
+}
+
+/* the constrained sampler with the new samplers: the same token as masking first */
+static void test_checked_new(void) {
+    enum { N = 200 };
+    float l[N];
+    uint8_t allowed[N], brk[N] = {0};
+    g_allowed = allowed;
+    brk[3] = 1;
+    int diff = 0, refused = 0;
+    for (int c = 0; c < 300; c++) {
+        for (int i = 0; i < N; i++) {
+            l[i] = rnd_logit(8);
+            allowed[i] = rnd_unit() < (c % 3 == 0 ? 0.02 : c % 3 == 1 ? 0.3 : 0.9);
+        }
+        allowed[(int)(rnd_unit() * N)] = 1;
+        int32_t ids[3] = {(int32_t)(rnd_unit() * N), (int32_t)(rnd_unit() * N), argmax_f(l, N)};
+        float vals[3] = {5, -INFINITY, -INFINITY};
+        sampler_params p = plain(c);
+        p.temp = c % 4 == 0 ? 0 : 0.9f;
+        p.top_k = c % 5 == 0 ? 10 : 0;
+        /* (typical off and no top-k would be the one-draw shortcut: the same distribution, another token
+         * for the seed, which test_checked measures) */
+        p.typical_p = c % 5 == 0 ? 1.0f : 0.7f;
+        p.n_bias = 3;
+        p.bias_ids = ids;
+        p.bias_vals = vals;
+        p.dry_multiplier = 0.8f;
+        p.dry_penalty_last_n = 32;
+        p.dry_breaker = brk;
+        if (c % 7 == 0) { /* penalties after a cut */
+            const uint8_t o[] = {SMP_TOP_K, SMP_PENALTIES, SMP_DRY, SMP_TEMP, SMP_TYPICAL};
+            memcpy(p.order, o, sizeof o);
+            p.n_order = (int)sizeof o;
+            p.repeat_penalty = 1.3f;
+        }
+        sampler *a = sampler_create(&p, N), *b = sampler_create(&p, N);
+        for (int i = 0; i < 30; i++) {
+            int t = (int)(rnd_unit() * 6);
+            sampler_accept(a, t);
+            sampler_accept(b, t);
+        }
+        int x = checked_draw(a, l, N), y = masked_draw(b, l, N);
+        diff += x != y;
+        refused += x >= 0 && !allowed[x];
+        sampler_free(a);
+        sampler_free(b);
+    }
+    CHECK(diff == 0 && refused == 0, "with bias, typical, DRY: %d differ from masking first, %d refused drawn", diff,
+          refused);
+    printf("checked sampling with logit bias, typical_p, DRY and a custom order: 300 cases give masking's token\n");
+}
+
 int main(void) {
     test_greedy();
     test_tiny_temp_and_topk1();
@@ -695,5 +991,10 @@ int main(void) {
     test_penalties();
     test_candidates();
     test_checked();
+    test_logit_bias();
+    test_typical();
+    test_dry();
+    test_order();
+    test_checked_new();
     return check_report("sampler");
 }

@@ -15,6 +15,7 @@ import pytest
 from conftest import Server, httpx, raw_exchange
 
 OK_MSGS = [{"role": "user", "content": "Hi"}]
+AV = {"anthropic-version": "2023-06-01"}  # Anthropic's required header
 CORS_OK = "http://allowed.example"
 BIG = 8_000_000  # bytes of one word with no spaces: ~7 s of CPU and +440 MB in the front end before
 
@@ -56,7 +57,7 @@ def test_long_word_refused_before_tokenizing(hard):
     hwm0, grew = vm_hwm_kb(hard.proc.pid), None
     for path, make, want in LONG_WORD:
         t0 = time.time()
-        r = httpx.post(hard.url + path, json=make(word), timeout=60)
+        r = httpx.post(hard.url + path, json=make(word), headers=AV, timeout=60)
         took = time.time() - t0
         assert r.status_code == 400, (path, r.status_code, r.text[:300])
         err = r.json()["error"]
@@ -97,7 +98,8 @@ def test_inflight_budget(hard):
         ans += hold.recv(65536)
     hold.close()
     assert ans.startswith(b"HTTP/1.1 400 "), ans[:200]  # its own answer: too long for the context
-    r = httpx.post(hard.url + "/v1/messages", json={"model": "m", "max_tokens": 1, "messages": OK_MSGS}, timeout=60)
+    r = httpx.post(hard.url + "/v1/messages", json={"model": "m", "max_tokens": 1, "messages": OK_MSGS}, headers=AV,
+                   timeout=60)
     assert r.status_code == 200, r.text
     print(f"checked: with 8 MB held, a 5 MB request -> 529 at once ({(time.time() - t0) * 1e3:.0f} ms): "
           f"{err['error']['message']!r}; a small one -> 200; once the 8 MB one is answered the next -> 200")
@@ -144,13 +146,13 @@ def test_content_type_must_be_json(server):
                              ("/v1/messages", {"model": "m", "max_tokens": 1, "messages": OK_MSGS},
                               "invalid_request_error")]:
         for ct in ("text/plain", "application/x-www-form-urlencoded", None):
-            hdr = {"content-type": ct} if ct else {}
+            hdr = {**AV, "content-type": ct} if ct else dict(AV)
             r = httpx.post(server.url + path, content=json.dumps(body).encode(), headers=hdr, timeout=60)
             assert r.status_code == 415, (path, ct, r.status_code, r.text[:200])
             err = r.json()["error"]
             assert (err.get("code") or err.get("type")) == want and "application/json" in err["message"], err
         r = httpx.post(server.url + path, content=json.dumps(body).encode(),
-                       headers={"content-type": "Application/JSON; charset=utf-8"}, timeout=60)
+                       headers={**AV, "content-type": "Application/JSON; charset=utf-8"}, timeout=60)
         assert r.status_code == 200, r.text[:200]
     print("checked: text/plain, form-encoded and no Content-Type -> 415 in both shapes; "
           "'Application/JSON; charset=utf-8' -> 200")
@@ -172,7 +174,7 @@ def test_allowed_hosts(hard):
     for host, status in [("myhost.local:1234", 200), ("MYHOST.LOCAL", 200), ("localhost", 403)]:
         r = httpx.get(hard.url + "/v1/models", headers={"host": host})
         assert r.status_code == status, (host, r.status_code, r.text[:200])
-    r = httpx.post(hard.url + "/v1/messages", headers={"host": "evil"},
+    r = httpx.post(hard.url + "/v1/messages", headers={"host": "evil", **AV},
                    json={"model": "m", "max_tokens": 1, "messages": OK_MSGS})
     assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error", r.text
     print("checked: --allowed-hosts 127.0.0.1,myhost.local: myhost.local (any case, any port) -> 200, "
@@ -255,6 +257,7 @@ def half_closed(port, path, body):
     s = socket.create_connection(("127.0.0.1", port), timeout=60)
     raw_body = json.dumps(body).encode()
     s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+              "anthropic-version: 2023-06-01\r\n"
               f"Content-Length: {len(raw_body)}\r\n\r\n".encode() + raw_body)
     s.shutdown(socket.SHUT_WR)  # legal: the request is complete; the answer is still wanted
     got = b""

@@ -202,6 +202,26 @@ CASES = [
         "model": "m", "max_tokens": 2, "messages": OK_MSGS, "tool_choice": {"type": "any"}, "tools": [
             {"name": "f", "input_schema": {"type": "object", "properties": {"s": {"type": "string", "pattern": "x"}}}}
         ]}).encode(), 400, "invalid_request_error"),
+    # llama-server's fields (issue 17 item 12): bounded, each refused with its reason
+    ("logit_bias on 5000 tokens", "/v1/chat/completions",
+     json.dumps(chat(logit_bias={str(i): 1 for i in range(5000)})).encode(), 400, "invalid_value"),
+    ("logit_bias text of 6000 tokens", "/v1/chat/completions",
+     json.dumps(chat(logit_bias=[[" a" * 6000, -1]])).encode(), 400, "invalid_value"),
+    ("logit_bias text beyond the context in bytes", "/v1/completions",
+     json.dumps({"prompt": "x", "logit_bias": [["a" * 400000, -1]]}).encode(), 400, "context_length_exceeded"),
+    ("logit_bias NaN-like huge number", "/v1/completions",
+     b'{"prompt": "x", "logit_bias": {"5": 1e400}}', 400, "invalid_json"),
+    ("samplers 100 names", "/v1/completions",
+     json.dumps({"prompt": "x", "samplers": ["top_k"] * 100}).encode(), 400, "invalid_value"),
+    ("samplers a long unknown name", "/v1/completions",
+     json.dumps({"prompt": "x", "samplers": ["x" * 100000]}).encode(), 400, "invalid_value"),
+    ("dry_sequence_breakers 17 strings", "/v1/completions",
+     json.dumps({"prompt": "x", "dry_multiplier": 1, "dry_sequence_breakers": ["a"] * 17}).encode(), 400,
+     "invalid_value"),
+    ("id_slot 1e6", "/v1/completions", json.dumps({"prompt": "x", "id_slot": 1000000}).encode(), 400,
+     "invalid_value"),
+    ("chat_template_kwargs a string", "/v1/chat/completions",
+     json.dumps(chat(chat_template_kwargs="x")).encode(), 400, "invalid_type"),
 ]
 
 
@@ -225,7 +245,10 @@ MESSAGE_HAS = {
 
 @pytest.mark.parametrize("name,path,raw,status,want", CASES, ids=[c[0] for c in CASES])
 def test_hostile(server, name, path, raw, status, want):
-    r = httpx.post(server.url + path, content=raw, headers={"content-type": "application/json"}, timeout=60)
+    hdr = {"content-type": "application/json"}
+    if path.startswith("/v1/messages"):
+        hdr["anthropic-version"] = "2023-06-01"  # required there (test_parity.py checks its absence)
+    r = httpx.post(server.url + path, content=raw, headers=hdr, timeout=60)
     assert r.status_code == status, (name, r.status_code, r.text[:300])
     check_shape(path, r, want)
     if name in MESSAGE_HAS:
@@ -400,6 +423,9 @@ def test_api_key(keyed):
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
     assert httpx.get(keyed.url + "/v1/models", headers={"Authorization": "Bearer sekri"}).status_code == 401
     assert httpx.get(keyed.url + "/health").status_code == 200
+    for path in ("/slots", "/metrics"):  # behind the key, as llama-server's
+        assert httpx.get(keyed.url + path).status_code == 401, path
+        assert httpx.get(keyed.url + path, headers={"Authorization": "Bearer sekrit"}).status_code == 200, path
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=keyed.url + "/v1", api_key="nope", max_retries=0).models.list()
     o = openai.OpenAI(base_url=keyed.url + "/v1", api_key="sekrit", max_retries=0)
@@ -429,8 +455,8 @@ def test_queue_full_503(keyed):
         r3 = httpx.post(keyed.url + "/v1/chat/completions", json=chat(), headers=hdr, timeout=30)
         assert r3.status_code == 503 and r3.json()["error"]["code"] == "overloaded", r3.text
         assert r3.headers.get("retry-after") == "1", r3.headers
-        r4 = httpx.post(keyed.url + "/v1/messages", json={"max_tokens": 2, "messages": OK_MSGS}, headers=hdr,
-                        timeout=30)
+        r4 = httpx.post(keyed.url + "/v1/messages", json={"model": "m", "max_tokens": 2, "messages": OK_MSGS},
+                        headers={**hdr, "anthropic-version": "2023-06-01"}, timeout=30)
         assert r4.status_code == 529 and r4.json()["error"]["type"] == "overloaded_error", r4.text  # Anthropic's status
         assert r4.headers.get("retry-after") == "1", r4.headers
     # leaving the stream frees the slot, and the queued request runs
@@ -561,7 +587,8 @@ def test_slow_clients_counted_and_server_serves(guarded, slow_runs):
     assert logged == want, logged
     r = httpx.post(guarded.url + "/v1/chat/completions", json=chat(), timeout=60)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] is not None, r.text
-    r = httpx.post(guarded.url + "/v1/messages", json={"max_tokens": 2, "messages": OK_MSGS}, timeout=60)
+    r = httpx.post(guarded.url + "/v1/messages", json={"model": "m", "max_tokens": 2, "messages": OK_MSGS},
+                   headers={"anthropic-version": "2023-06-01"}, timeout=60)
     assert r.status_code == 200 and r.json()["type"] == "message", r.text
     print(f"checked: strata_http_read_timeouts_total = {n:.0f} and {logged} log lines for the {want} requests cut "
           f"off after their request line (the trickled request line and the silent connection not counted); "
@@ -615,7 +642,7 @@ STREAMS = [
      {"messages": LONG, "max_tokens": MAX_LONG, "temperature": 0.7, "stream": True},
      lambda line: line.startswith("data: {")),
     ("Anthropic stream closed after its first chunk", "/v1/messages",
-     {"messages": LONG, "max_tokens": MAX_LONG, "temperature": 0.7, "stream": True},
+     {"model": "m", "messages": LONG, "max_tokens": MAX_LONG, "temperature": 0.7, "stream": True},
      lambda line: line.startswith("event: content_block_delta")),
 ]
 
@@ -623,7 +650,8 @@ STREAMS = [
 @pytest.mark.parametrize("name,path,body,first", STREAMS, ids=[c[0] for c in STREAMS])
 def test_stream_client_hangs_up(guarded, name, path, body, first):
     m0, since = guarded.metrics(), len(guarded.lines)
-    with httpx.stream("POST", guarded.url + path, json=body, timeout=60) as r:
+    hdr = {"anthropic-version": "2023-06-01"} if path.startswith("/v1/messages") else {}
+    with httpx.stream("POST", guarded.url + path, json=body, headers=hdr, timeout=60) as r:
         assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream", r.status_code
         for line in r.iter_lines():
             if first(line):

@@ -2,7 +2,9 @@
 12, the parts built so far): GET /props, `timings` in OpenAI responses, a
 request id on every answer (the client's own echoed when it is a plain
 token), the request fields `n_predict`, `ignore_eos` and `cache_prompt`, and Retry-After on 503/529 (checked in test_hostile.py's queue-full
-test, where those answers come)."""
+test, where those answers come); GET /slots with `id_slot` and the KV gauges of /metrics; Anthropic's
+required `anthropic-version` header and `model`; `chat_template_kwargs`. The sampling fields are
+test_sampling.py's."""
 from conftest import httpx
 
 
@@ -85,3 +87,89 @@ def test_cache_prompt(server):
     assert r.status_code == 400 and r.json()["error"]["param"] == "cache_prompt", r.text
     print(f"checked: cache_prompt false reads all {fresh['usage']['prompt_tokens']} prompt tokens again "
           f"(the default reused {again['usage']['prompt_tokens_details']['cached_tokens']}), same text")
+
+
+def test_anthropic_required(server, anth):
+    msgs = [{"role": "user", "content": "Hi"}]
+    for path, body in [("/v1/messages", {"model": "m", "max_tokens": 2, "messages": msgs}),
+                       ("/v1/messages/count_tokens", {"model": "m", "messages": msgs})]:
+        r = httpx.post(server.url + path, json=body, timeout=60)
+        assert r.status_code == 400, r.text
+        e = r.json()
+        assert e["type"] == "error" and e["error"]["type"] == "invalid_request_error", e
+        assert "anthropic-version" in e["error"]["message"], e
+        hdr = {"anthropic-version": "2023-06-01"}
+        r = httpx.post(server.url + path, json={k: v for k, v in body.items() if k != "model"}, headers=hdr, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["message"] == "model: Field required", r.text
+        r = httpx.post(server.url + path, json=body, headers=hdr, timeout=60)
+        assert r.status_code == 200, r.text
+    # the official SDK sends both: it keeps working
+    m = anth.messages.create(model="m", max_tokens=2, messages=msgs)
+    assert m.content and anth.messages.count_tokens(model="m", messages=msgs).input_tokens > 0
+    print("checked: /v1/messages and count_tokens without anthropic-version or model -> 400 naming it; the SDK works")
+
+
+def test_slots_and_kv_gauge(server):
+    props = httpx.get(server.url + "/props", timeout=10).json()
+    n_slots, n_ctx = props["total_slots"], props["n_ctx"]
+    assert n_slots >= 2, props
+    ids = {}
+    # the second request to slot 0 has another prompt: unpinned it would go to the least recently used slot, 1
+    for slot, prompt in ((0, "Slot zero says"), (0, "A different text entirely"), (1, "Slot one says")):
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 3,
+                                                             "temperature": 0, "id_slot": slot}, timeout=60)
+        assert r.status_code == 200, r.text
+        ids[slot] = (r.json()["id"], r.json()["usage"])
+    slots = httpx.get(server.url + "/slots", timeout=10).json()
+    assert [s["id"] for s in slots] == list(range(n_slots)), slots
+    for slot, (rid, usage) in ids.items():
+        s = slots[slot]
+        assert s["id_task"] == rid and s["n_ctx"] == n_ctx and s["is_processing"] is False, s
+        assert s["n_prompt_tokens"] == usage["prompt_tokens"] and s["next_token"]["n_decoded"] == usage["completion_tokens"], s
+        # the cache holds the prompt and every generated token but the last (never read back)
+        assert s["n_cached_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] - 1, (s, usage)
+    m = server.metrics()
+    total = sum(s["n_cached_tokens"] for s in slots)
+    assert m["strata_kv_cache_tokens"] == total, (m["strata_kv_cache_tokens"], total)
+    assert abs(m["strata_kv_cache_usage_ratio"] - total / (n_slots * n_ctx)) < 1e-6, m["strata_kv_cache_usage_ratio"]
+    for bad in (n_slots, -2, "0"):
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1, "id_slot": bad}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "id_slot", (bad, r.text)
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                              "max_tokens": 1, "id_slot": -1}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert httpx.post(server.url + "/slots", json={}, timeout=10).status_code == 405
+    print(f"checked: /slots shows {n_slots} slots, the pinned requests where id_slot put them, their cached tokens; "
+          f"KV gauge {total} tokens = {m['strata_kv_cache_usage_ratio']:.4f}; bad id_slot -> 400")
+
+
+def test_chat_template_kwargs(tmp_path):
+    """A copy of the model whose template (patched in place, same length) writes its system prompt from
+    enable_thinking: the kwarg reaches the template, and what the server sets itself still wins."""
+    from conftest import MODEL, Server
+    data = open(MODEL, "rb").read()
+    old = b"You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    new = b"' + ('THINKING ON' if enable_thinking else 'off') + '"
+    new += b" " * (len(old) - len(new))  # inside the template's string literal... kept the same length
+    assert data.count(old) == 1 and len(new) == len(old)
+    model = tmp_path / "kw.gguf"
+    model.write_bytes(data.replace(old, new))
+    s = Server("--slots", "1", "-m", str(model))
+    try:
+        def prompt_tokens(**kw):
+            r = httpx.post(s.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                                 "max_tokens": 1, **kw}, timeout=60)
+            assert r.status_code == 200, r.text
+            return r.json()["usage"]["prompt_tokens"]
+        off = prompt_tokens()
+        on = prompt_tokens(chat_template_kwargs={"enable_thinking": True})
+        assert prompt_tokens(chat_template_kwargs={"enable_thinking": False}) == off
+        assert on > off, (on, off)
+        # the server's own variables are not the client's to change
+        assert prompt_tokens(chat_template_kwargs={"add_generation_prompt": False, "messages": []}) == off
+        r = httpx.post(s.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                             "chat_template_kwargs": [1]}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template_kwargs", r.text
+    finally:
+        assert s.stop() == 0
+    print(f"checked: chat_template_kwargs enable_thinking reaches the template ({off} -> {on} prompt tokens)")

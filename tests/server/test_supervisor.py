@@ -137,7 +137,7 @@ def kill_in_flight(server, api, sig):
             url, body = "/v1/chat/completions", {"messages": LONG, "max_tokens": 600, "temperature": 0.8}
         else:
             url, body = "/v1/messages", {"model": "m", "messages": LONG, "max_tokens": 600, "temperature": 0.8}
-        got[key] = httpx.post(server.url + url, json=body, timeout=60)
+        got[key] = httpx.post(server.url + url, json=body, headers={"anthropic-version": "2023-06-01"}, timeout=60)
 
     ts = threading.Thread(target=streamer)
     ts.start()
@@ -382,7 +382,8 @@ def test_replaced_model_file_is_refused(tmp_path):
         # a zeroed header: named as a changed file, no guess about byte order, no absolute path
         with open(model, "r+b") as f:
             f.write(b"\0" * 64)
-        r = httpx.post(s.url + "/v1/messages", json={"model": "m", **ok}, timeout=60)
+        r = httpx.post(s.url + "/v1/messages", json={"model": "m", **ok}, headers={"anthropic-version": "2023-06-01"},
+                       timeout=60)
         assert r.status_code == 529, r.text
         msg2 = r.json()["error"]["message"]
         assert "(its header changed)" in msg2 and "big-endian" not in msg2 and str(tmp_path) not in msg2, msg2
