@@ -18,7 +18,7 @@ void sbuf_put(sbuf *b, const char *s, size_t n) {
         if (b->cap < 256) b->cap = 256;
         b->s = st_realloc(b->s, b->cap);
     }
-    memcpy(b->s + b->len, s, n);
+    if (n) memcpy(b->s + b->len, s, n); /* s may be NULL when n is 0 (an empty array's data) */
     b->len += n;
     b->s[b->len] = 0;
 }
