@@ -185,11 +185,12 @@ static void seq_chunk_done(engine_seq *s, int n) {
     if (s->kv->recurrent && n > 1) kv_cache_checkpoint(s->kv, s->hist, s->n_past);
 }
 
-/* Evaluate toks into s; logits: its last token's, or NULL (a prompt chunk's KV only). */
-static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits) {
+/* Evaluate toks into s; logits: its last token's (every token's with all),
+ * or NULL (a prompt chunk's KV only). */
+static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits, int all) {
     if (n <= 0) return 0;
     if (seq_check(e, s, toks, n) != 0) return -1;
-    model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, 0);
+    model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, all);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
     seq_chunk_done(s, n);
@@ -197,7 +198,7 @@ static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, flo
 }
 
 int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
-    return seq_eval_to(e, s, toks, n, s->logits);
+    return seq_eval_to(e, s, toks, n, s->logits, 0);
 }
 
 int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals) {
@@ -208,12 +209,7 @@ int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t 
 }
 
 int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits) {
-    if (n <= 0) return 0;
-    if (seq_check(e, s, toks, n) != 0) return -1;
-    model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, 1);
-    memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
-    s->n_past += n;
-    return 0;
+    return seq_eval_to(e, s, toks, n, logits, 1);
 }
 
 void engine_seq_truncate(engine_seq *s, int n_past) {
@@ -222,7 +218,7 @@ void engine_seq_truncate(engine_seq *s, int n_past) {
 }
 
 static int seq_eval_nologits(engine *e, engine_seq *s, const int32_t *toks, int n) {
-    return seq_eval_to(e, s, toks, n, NULL);
+    return seq_eval_to(e, s, toks, n, NULL, 0);
 }
 
 int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n) {
