@@ -148,6 +148,11 @@ int cmd_bench(int argc, char **argv) {
                100 * (double)dec.pairs_dev / pairs, 100 * (double)dec.pairs_cpu / pairs,
                100 * (double)dec.pairs_pcie / pairs, (double)dec.bytes_cpu / n / 1e6, (double)dec.bytes_cpu / dec_s / 1e9,
                (double)dec.bytes_pcie / n / 1e6, (double)dec.bytes_pcie / dec_s / 1e9, (unsigned long long)dec.swaps);
+        if (dec.bytes_ssd)
+            printf("SSD tier in decode: %.2f MB read per token, %.2f GB/s while reading (%.2f GB/s over the decode "
+                   "time); the disk's sequential rate is in the start log\n",
+                   (double)dec.bytes_ssd / n / 1e6, (double)dec.bytes_ssd / (double)dec.ns_ssd,
+                   (double)dec.bytes_ssd / dec_s / 1e9);
     }
     if (depth) printf("depth: %lld tokens in the cache before decoding (%s KV)\n", depth,
                       ep.kv_type == ST_KV_INT8 ? "int8" : "f16");

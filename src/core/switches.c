@@ -72,7 +72,11 @@ static const st_switch_def TABLE[] = {
     {"--draft-n", ST_SW_KIND_FLAG, NULL, NULL, 1, 64, NULL, "8 with --draft ngram",
      "tokens drafted per step (implies --draft ngram)", 0},
     {"--pin-experts", ST_SW_KIND_FLAG, NULL, NULL, 0, 1, "1", "1",
-     "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging)", 0},
+     "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging); run, chat, bench "
+     "and serve also take it as --mmap-experts (no value)", 0},
+    {"--ram-budget", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "no limit",
+     "GiB of host RAM for the experts the GPU does not cache; beyond it a RAM tier (the hottest) and an SSD tier read "
+     "from the file with io_uring O_DIRECT", 0},
     {"--host", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, "127.0.0.1", "127.0.0.1", "address the server binds", 0},
     {"--port", ST_SW_KIND_FLAG, NULL, NULL, 0, 65535, "8080", "8080", "TCP port (0: any free port)", 0},
     {"--slots", ST_SW_KIND_FLAG, "-np", NULL, 1, 256, "1", "1", "worker slots (engines) serving at once", 0},

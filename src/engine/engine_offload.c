@@ -13,6 +13,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/expert_store.h"
 #include "engine/kv_cache.h"
 #include "engine/moe_lanes.h"
 
@@ -92,11 +93,23 @@ static double best_of(double a, double b) { return a < b ? a : b; }
  * one by one as the lane sends them (the fixed cost per expert); the CPU
  * lane, one token over k experts (decode: bandwidth), then 256 tokens over
  * 32 experts, 64 tokens each (a prompt chunk: the per-token compute, from
- * what the weights' reading does not explain). */
-static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane_rates *r) {
+ * what the weights' reading does not explain). With host tiers (store) the
+ * experts come from the store and the copies from its staging buffer: the
+ * file's pages of the SSD tier are never touched. */
+static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, expert_store *store, lane_rates *r) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[hp->n_dense_lead]; /* the first layer with experts */
     const st_weight *g = &l->ffn_gate_exps, *u = &l->ffn_up_exps, *d = &l->ffn_down_exps;
+    const void *big = g->data; /* the layer's gate stack, or as many bytes of the store's staging */
+    if (store) {
+        int list[32];
+        const int n = hp->n_expert < 32 ? hp->n_expert : 32;
+        for (int e = 0; e < n; e++) list[e] = e;
+        expert_store_begin(store, hp->n_dense_lead, list, n);
+        expert_store_wait(store, hp->n_dense_lead, &g, &u, &d);
+        size_t cap;
+        big = expert_store_scratch(store, &cap);
+    }
     const size_t mg = (size_t)g->n_out * g->row_bytes, mu = (size_t)u->n_out * u->row_bytes,
                  md = (size_t)d->n_out * d->row_bytes;
     const double ebytes = (double)(mg + mu + md);
@@ -107,8 +120,8 @@ static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane
     const int n8 = hp->n_expert < 8 ? hp->n_expert : 8;
     for (int i = 0; i < 2; i++) {
         int64_t t0 = st_now_ns();
-        if (dev->upload) dev->upload(dev, tmp, g->data, tbytes);
-        else dev->to_device(dev, tmp, g->data, tbytes);
+        if (dev->upload) dev->upload(dev, tmp, big, tbytes);
+        else dev->to_device(dev, tmp, big, tbytes);
         dev->to_host(dev, &byte, tmp, 1); /* waits for the copy */
         t = best_of(t, (double)(st_now_ns() - t0) * 1e-9);
         t0 = st_now_ns();
@@ -201,6 +214,8 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     in->kv = kv_cache_bytes(hp, n_ctx, p->kv_type) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
     in->scratch = engine_scratch_bytes(hp, n_ubatch);
     in->cache = p->expert_cache;
+    in->ram_budget = p->ram_budget > 0 ? (size_t)(p->ram_budget * (double)(1ull << 30)) : 0;
+    in->host_expert = hp->n_expert ? expert_store_expert_bytes(m) : 0;
 }
 
 int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
@@ -253,7 +268,19 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
      * copy whose source is only partly registered is refused, and
      * neighbouring tensors share pages). */
     const void *pinned = NULL;
-    if (dev->host_register && dev->host_unregister && !p->no_pin) {
+    expert_store *store = NULL;
+    if (plan.in_ram) { /* host tiers: the arena and the file, never the mapping's expert pages */
+        if (!(store = expert_store_open(m, plan.in_ram, dev, !p->no_pin))) {
+            engine_place_free(*placed);
+            *placed = NULL;
+            expert_plan_free(&plan);
+            return -1;
+        }
+        const double seq = expert_store_seq_rate(store, (size_t)256 << 20);
+        ST_INFO("SSD tier: %ld experts read from %s on demand (%s); the disk's sequential rate by the same reads: "
+                "%.2f GB/s",
+                plan.ssd_experts, p->model_path, expert_store_mode(store), seq * 1e-9);
+    } else if (dev->host_register && dev->host_unregister && !p->no_pin) {
         const uint8_t *lo = NULL, *hi = NULL;
         int apart = 0;
         for (int il = 0; il < hp->n_layer; il++) {
@@ -279,7 +306,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
     }
     st_backend *cpu = backend_cpu_create(p->n_threads);
     lane_rates rates = {0};
-    measure_rates(dev, cpu, m, &rates);
+    measure_rates(dev, cpu, m, store, &rates);
     rates.pcie_frac = p->pcie_frac;
     ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads (+ %.2f us per token row of a layer), PCIe "
             "%.1f GB/s + %.0f us per expert%s",
@@ -287,6 +314,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
             rates.pcie_bw * 1e-9, rates.pcie_lat * 1e6, p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
     *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch, pinned);
     moe_lanes_set_adapt(*be, p->adapt_every);
+    if (store) moe_lanes_set_store(*be, store);
     if (p->adapt_every) ST_INFO("expert cache: learns every %d steps (the hottest miss of a layer takes its coldest slot)",
                                 p->adapt_every);
     expert_plan_free(&plan);

@@ -25,6 +25,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "engine/expert_store.h"
 
 typedef struct {
     const void *host_gate; /* the layer's host gate tensor: how moe_ffn finds its layer */
@@ -65,6 +66,7 @@ typedef struct {
     float *heat;      /* (n_layer * n_expert) decayed routing counts: what the cache adapts to */
     int adapt_every;  /* steps between admissions, 0: never */
     uint64_t steps;
+    expert_store *store; /* host tiers, or NULL: the host experts are the model's mapping */
 } lanes;
 
 static lanes *LN(st_backend *be) { return (lanes *)be; }
@@ -112,9 +114,11 @@ static void adapt_layer(lanes *L, int il, const st_weight *gate, const st_weight
     }
     if (hot < 0 || cold < 0 || !(heat[hot] > 1.5f * heat[cold] + 0.5f)) return;
     const int s = ly->slot[cold];
-    put(L, mat_ptr(&ly->g, s), st_weight_mat(gate, hot), ly->mat_g);
-    put(L, mat_ptr(&ly->u, s), st_weight_mat(up, hot), ly->mat_u);
-    put(L, mat_ptr(&ly->d, s), st_weight_mat(down, hot), ly->mat_d);
+    const void *src[3] = {st_weight_mat(gate, hot), st_weight_mat(up, hot), st_weight_mat(down, hot)};
+    if (L->store) expert_store_expert(L->store, il, hot, src);
+    put(L, mat_ptr(&ly->g, s), src[0], ly->mat_g);
+    put(L, mat_ptr(&ly->u, s), src[1], ly->mat_u);
+    put(L, mat_ptr(&ly->d, s), src[2], ly->mat_d);
     ly->slot[hot] = s;
     ly->slot[cold] = -1;
     put(L, ly->d_slot, ly->slot, (size_t)L->n_expert * sizeof(int32_t));
@@ -184,12 +188,20 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         }
     }
     if (cpu_pairs) be->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
+    /* host tiers: the misses' reads in flight while the cached pairs are queued */
+    if (L->store) expert_store_begin(L->store, il, L->miss, n_miss);
 
     /* 3. the device's pairs: cache hits, then the experts sent over PCIe */
     int wrote = 0;
     if (hits) {
         be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, ly->d_slot, act, &ly->g, &ly->u, &ly->d, out);
         wrote = 1;
+    }
+    if (L->store) { /* from here the misses' host copies are the store's */
+        const expert_store_stats before = *expert_store_stats_get(L->store);
+        expert_store_wait(L->store, il, &gate, &up, &down);
+        L->stats.bytes_ssd += expert_store_stats_get(L->store)->bytes - before.bytes;
+        L->stats.ns_ssd += expert_store_stats_get(L->store)->ns - before.ns;
     }
     if (n_sent) {
         /* the layer's own shapes and types over the staging buffers */
@@ -198,7 +210,12 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         sg.data = L->stage_g, su.data = L->stage_u, sd.data = L->stage_d;
         for (int i = 0, run = -1; i <= n_miss; i++) { /* runs of consecutive experts go as one copy */
             const int e = i < n_miss && L->to_pcie[i] ? L->miss[i] : -1;
-            if (run >= 0 && (e < 0 || e != L->miss[i - 1] + 1)) {
+            /* a run goes on while the next expert follows in the host copy too (the store's may not) */
+            const int next = e >= 0 && run >= 0 && e == L->miss[i - 1] + 1 &&
+                             st_weight_mat(gate, e) == (const uint8_t *)st_weight_mat(gate, e - 1) + ly->mat_g &&
+                             st_weight_mat(up, e) == (const uint8_t *)st_weight_mat(up, e - 1) + ly->mat_u &&
+                             st_weight_mat(down, e) == (const uint8_t *)st_weight_mat(down, e - 1) + ly->mat_d;
+            if (run >= 0 && !next) {
                 const int e0 = run, n = L->miss[i - 1] - run + 1;
                 put(L, mat_ptr(&sg, e0), st_weight_mat(gate, e0), (size_t)n * ly->mat_g);
                 put(L, mat_ptr(&su, e0), st_weight_mat(up, e0), (size_t)n * ly->mat_u);
@@ -270,6 +287,7 @@ static void l_destroy(st_backend *be) {
     st_free(L->counts);
     st_free(L->heat);
     L->cpu->destroy(L->cpu);
+    expert_store_close(L->store); /* before the device: it unregisters its page-locked memory there */
     if (L->pinned) be->host_unregister(be, L->pinned);
     L->dev_orig->destroy(L->dev_orig);
     st_free(L);
@@ -382,6 +400,8 @@ void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const mo
     acc->layers += now->layers - then->layers;
     acc->experts += now->experts - then->experts;
     acc->swaps += now->swaps - then->swaps;
+    acc->bytes_ssd += now->bytes_ssd - then->bytes_ssd;
+    acc->ns_ssd += now->ns_ssd - then->ns_ssd;
 }
 
 int moe_lanes_cache_map(const st_backend *be, char *cells, int cap, int *n_layer, int *n_expert) {
@@ -405,4 +425,9 @@ int moe_lanes_cache_map(const st_backend *be, char *cells, int cap, int *n_layer
 
 void moe_lanes_set_adapt(st_backend *be, int every) {
     if (be && be->moe_ffn == l_moe_ffn) ((lanes *)be)->adapt_every = every > 0 ? every : 0;
+}
+
+void moe_lanes_set_store(st_backend *be, expert_store *store) {
+    ST_ASSERT(be && be->moe_ffn == l_moe_ffn);
+    ((lanes *)be)->store = store;
 }

@@ -1,0 +1,509 @@
+/* The host tiers of the experts: RAM arena and SSD reads (expert_store.h).
+ *
+ * A read is a job: whole 4 KiB blocks of the file (O_DIRECT wants offset,
+ * length and buffer aligned to the logical block; 4 KiB covers every
+ * device we meet) into a 4 KiB-aligned slot, the matrix then addressed at
+ * its offset inside the first block. Jobs go to an io_uring of QD entries,
+ * refilled as completions come back; a short read (the file's end) is
+ * completed by pread. The ring is set up with the raw syscalls: three
+ * mappings (submission ring, completion ring, submission entries), tails and
+ * heads shared with the kernel through acquire/release atomics.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* O_DIRECT */
+#endif
+#include "engine/expert_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/io_uring.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+#define BLK 4096u
+#define QD 64u /* reads in flight: enough to keep an NVMe drive's queues busy */
+
+static size_t up_to(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* A read of the model file failed mid-run (an I/O error, the file cut
+ * short under us): no expert to compute with, and a wrong answer is worse
+ * than stopping; the server's supervisor restarts the engine. */
+static _Noreturn void read_failed(const char *what) {
+    st_log(ST_LOG_ERROR, "SSD tier: %s", what);
+    abort();
+}
+
+/* ---- a minimal io_uring ---- */
+
+typedef struct {
+    int fd; /* -1: none (pread) */
+    unsigned *sq_head, *sq_tail, *sq_mask, *sq_array;
+    unsigned *cq_head, *cq_tail, *cq_mask;
+    struct io_uring_sqe *sqes;
+    struct io_uring_cqe *cqes;
+    void *sq_map, *cq_map;
+    size_t sq_map_bytes, cq_map_bytes, sqe_bytes;
+} uring;
+
+static int uring_init(uring *r, unsigned entries) {
+    memset(r, 0, sizeof *r);
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    r->fd = (int)syscall(__NR_io_uring_setup, entries, &p);
+    if (r->fd < 0) {
+        r->fd = -1;
+        st_error_set("io_uring_setup: %s", strerror(errno));
+        return -1;
+    }
+    r->sq_map_bytes = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    r->cq_map_bytes = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+    const int single = (p.features & IORING_FEAT_SINGLE_MMAP) != 0;
+    if (single && r->cq_map_bytes > r->sq_map_bytes) r->sq_map_bytes = r->cq_map_bytes;
+    r->sq_map = mmap(NULL, r->sq_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
+                     IORING_OFF_SQ_RING);
+    r->cq_map = single ? r->sq_map
+                       : mmap(NULL, r->cq_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
+                              IORING_OFF_CQ_RING);
+    r->sqe_bytes = p.sq_entries * sizeof(struct io_uring_sqe);
+    r->sqes = mmap(NULL, r->sqe_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd, IORING_OFF_SQES);
+    if (r->sq_map == MAP_FAILED || r->cq_map == MAP_FAILED || r->sqes == MAP_FAILED) {
+        st_error_set("io_uring mmap: %s", strerror(errno));
+        close(r->fd);
+        r->fd = -1;
+        return -1;
+    }
+    uint8_t *sq = r->sq_map, *cq = r->cq_map;
+    r->sq_head = (unsigned *)(sq + p.sq_off.head);
+    r->sq_tail = (unsigned *)(sq + p.sq_off.tail);
+    r->sq_mask = (unsigned *)(sq + p.sq_off.ring_mask);
+    r->sq_array = (unsigned *)(sq + p.sq_off.array);
+    r->cq_head = (unsigned *)(cq + p.cq_off.head);
+    r->cq_tail = (unsigned *)(cq + p.cq_off.tail);
+    r->cq_mask = (unsigned *)(cq + p.cq_off.ring_mask);
+    r->cqes = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
+    return 0;
+}
+
+static void uring_free(uring *r) {
+    if (r->fd < 0) return;
+    munmap(r->sqes, r->sqe_bytes);
+    if (r->cq_map != r->sq_map) munmap(r->cq_map, r->cq_map_bytes);
+    munmap(r->sq_map, r->sq_map_bytes);
+    close(r->fd);
+    r->fd = -1;
+}
+
+/* Queues one read (not yet submitted to the kernel). */
+static void uring_prep_read(uring *r, int fd, void *dst, unsigned len, uint64_t off, uint64_t tag) {
+    const unsigned tail = *r->sq_tail, idx = tail & *r->sq_mask;
+    struct io_uring_sqe *e = &r->sqes[idx];
+    memset(e, 0, sizeof *e);
+    e->opcode = IORING_OP_READ;
+    e->fd = fd;
+    e->off = off;
+    e->addr = (uint64_t)(uintptr_t)dst;
+    e->len = len;
+    e->user_data = tag;
+    r->sq_array[idx] = idx;
+    __atomic_store_n(r->sq_tail, tail + 1, __ATOMIC_RELEASE);
+}
+
+/* Submits n queued reads and waits for at least min_done completions. */
+static int uring_enter(uring *r, unsigned n, unsigned min_done) {
+    for (;;) {
+        const long rc = syscall(__NR_io_uring_enter, r->fd, n, min_done, min_done ? IORING_ENTER_GETEVENTS : 0u,
+                                NULL, 0);
+        if (rc >= 0 || errno != EINTR) return rc < 0 ? -1 : 0;
+    }
+}
+
+/* The next completion, or 0 when none is waiting. */
+static int uring_reap(uring *r, uint64_t *tag, int *res) {
+    const unsigned head = *r->cq_head;
+    if (head == __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE)) return 0;
+    const struct io_uring_cqe *c = &r->cqes[head & *r->cq_mask];
+    *tag = c->user_data;
+    *res = c->res;
+    __atomic_store_n(r->cq_head, head + 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* ---- the store ---- */
+
+typedef struct {
+    uint64_t off; /* block-aligned file offset */
+    size_t len;   /* bytes to read (whole blocks) */
+    size_t need;  /* bytes that must arrive (the rest may be past the file's end) */
+    uint8_t *dst; /* block-aligned */
+} job;
+
+struct expert_store {
+    const model *m;
+    int n_layer, n_expert;
+    int fd_direct, fd_buf; /* fd_direct -1: the file system refused O_DIRECT */
+    uring ring;
+    uint64_t (*t_off)[3]; /* (n_layer) file offset of the gate, up and down stacks */
+    size_t (*t_mat)[3];   /* (n_layer) bytes of one expert's matrix in each */
+    st_weight (*view)[3]; /* (n_layer) the host weights the lanes read */
+    const void **ptr;     /* (n_layer * 3 * n_expert) each matrix's host address */
+    uint8_t *ram;         /* (n_layer * n_expert) 1: in the arena */
+    uint8_t *arena, *stage, *spare;
+    size_t arena_bytes, stage_bytes, stride, span[3];
+    const void *pin_arena, *pin_stage;
+    st_backend *dev;
+    /* the batch in flight */
+    job *jobs;
+    int n_jobs, n_sent, n_done, in_flight, layer;
+    uint8_t *staged; /* (n_expert) read by the current batch */
+    int64_t t_begin;
+    expert_store_stats st;
+    char mode[48];
+};
+
+size_t expert_store_expert_bytes(const model *m) {
+    size_t best = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *l = &m->layers[il];
+        if (!l->ffn_gate_exps.data) continue;
+        const size_t b = up_to((size_t)l->ffn_gate_exps.n_out * l->ffn_gate_exps.row_bytes, 64) +
+                         up_to((size_t)l->ffn_up_exps.n_out * l->ffn_up_exps.row_bytes, 64) +
+                         up_to((size_t)l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes, 64);
+        if (b > best) best = b;
+    }
+    return best;
+}
+
+static const st_weight *layer_w(const model *m, int il, int k) {
+    const model_layer *l = &m->layers[il];
+    return k == 0 ? &l->ffn_gate_exps : k == 1 ? &l->ffn_up_exps : &l->ffn_down_exps;
+}
+
+/* Reads len bytes at off into dst by pread, completing a short or refused
+ * read; the buffered descriptor when the offsets are not block-aligned. */
+static int read_sync(expert_store *s, uint8_t *dst, uint64_t off, size_t len, size_t need) {
+    size_t done = 0;
+    while (done < need) {
+        const int direct = s->fd_direct >= 0 && off % BLK == 0 && len % BLK == 0 && (uintptr_t)dst % BLK == 0;
+        const ssize_t r = pread(direct ? s->fd_direct : s->fd_buf, dst + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            st_error_set("%s: read of %zu bytes at %llu failed: %s", gguf_path(s->m->file), len - done,
+                         (unsigned long long)(off + done), r < 0 ? strerror(errno) : "end of file");
+            return -1;
+        }
+        done += (size_t)r;
+        if (done % BLK) { /* not a block multiple: the rest buffered, from here */
+            off += done, dst += done, len -= done, need = need > done ? need - done : 0, done = 0;
+            while (done < need) {
+                const ssize_t b = pread(s->fd_buf, dst + done, need - done, (off_t)(off + done));
+                if (b < 0 && errno == EINTR) continue;
+                if (b <= 0) {
+                    st_error_set("%s: read failed: %s", gguf_path(s->m->file), b < 0 ? strerror(errno) : "end");
+                    return -1;
+                }
+                done += (size_t)b;
+            }
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static void refuse_direct(expert_store *s, const char *why) {
+    ST_WARN("SSD tier: O_DIRECT refused on %s (%s): buffered reads, the page cache keeps what they read",
+            gguf_path(s->m->file), why);
+    close(s->fd_direct);
+    s->fd_direct = -1;
+    snprintf(s->mode, sizeof s->mode, "%s, buffered", s->ring.fd >= 0 ? "io_uring" : "pread");
+}
+
+/* Feeds the ring up to QD jobs in flight; without a ring, reads them all. */
+static void pump(expert_store *s) {
+    if (s->ring.fd < 0) {
+        for (; s->n_sent < s->n_jobs; s->n_sent++, s->n_done++) {
+            const job *j = &s->jobs[s->n_sent];
+            if (read_sync(s, j->dst, j->off, j->len, j->need) != 0) read_failed(st_error_get());
+        }
+        return;
+    }
+    unsigned n = 0;
+    while (s->n_sent < s->n_jobs && s->in_flight < (int)QD) {
+        const job *j = &s->jobs[s->n_sent];
+        uring_prep_read(&s->ring, s->fd_direct >= 0 ? s->fd_direct : s->fd_buf, j->dst, (unsigned)j->len, j->off,
+                        (uint64_t)s->n_sent);
+        s->n_sent++, s->in_flight++, n++;
+    }
+    if (n && uring_enter(&s->ring, n, 0) != 0) read_failed(strerror(errno));
+}
+
+/* Waits for every job of the batch. */
+static void drain(expert_store *s) {
+    pump(s);
+    while (s->n_done < s->n_jobs) {
+        uint64_t tag;
+        int res;
+        if (!uring_reap(&s->ring, &tag, &res)) {
+            if (uring_enter(&s->ring, 0, 1) != 0) read_failed(strerror(errno));
+            continue;
+        }
+        s->in_flight--, s->n_done++;
+        const job *j = &s->jobs[tag];
+        if (res == -EINVAL && s->fd_direct >= 0) refuse_direct(s, "the read returned EINVAL");
+        if (res < 0 || (size_t)res < j->need) { /* refused, or short: pread finishes it */
+            const size_t got = res > 0 ? (size_t)res : 0;
+            if (read_sync(s, j->dst + got, j->off + got, j->len - got, j->need - got) != 0)
+                read_failed(st_error_get());
+        }
+        pump(s);
+    }
+}
+
+/* The job for matrix k of expert e of layer il into the slot at dst. */
+static void add_job(expert_store *s, int il, int e, int k, uint8_t *dst) {
+    const uint64_t off = s->t_off[il][k] + (uint64_t)e * s->t_mat[il][k], a0 = off & ~(uint64_t)(BLK - 1);
+    const size_t need = (size_t)(off - a0) + s->t_mat[il][k];
+    s->jobs[s->n_jobs++] = (job){a0, up_to(need, BLK), need, dst};
+}
+
+static size_t stage_koff(const expert_store *s, int k) { return k == 0 ? 0 : k == 1 ? s->span[0] : s->span[0] + s->span[1]; }
+
+static uint8_t *in_slot(const expert_store *s, uint8_t *slot, int il, int e, int k) {
+    const uint64_t off = s->t_off[il][k] + (uint64_t)e * s->t_mat[il][k];
+    return slot + stage_koff(s, k) + (size_t)(off % BLK);
+}
+
+static void pin(expert_store *s, const void *p, size_t bytes, const void **pinned, const char *what) {
+    if (!s->dev || !s->dev->host_register || !bytes) return;
+    if (s->dev->host_register(s->dev, p, bytes) == 0) {
+        *pinned = p;
+        return;
+    }
+    ST_WARN("SSD tier: the %s (%.2f GiB) is not page-locked (%s): PCIe copies from it are staged, slower", what,
+            (double)bytes / (1ull << 30), st_error_get());
+    s->dev = NULL; /* one warning: the next would fail the same way */
+}
+
+static void *map_anon(size_t bytes) {
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backend *dev, int do_pin) {
+    const model_hparams *hp = &m->hp;
+    const int L = hp->n_layer, X = hp->n_expert;
+    const char *path = gguf_path(m->file);
+    expert_store *s = st_calloc(1, sizeof *s);
+    s->m = m;
+    s->n_layer = L, s->n_expert = X;
+    s->dev = do_pin ? dev : NULL;
+    s->ring.fd = -1;
+    s->fd_buf = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd_buf < 0) {
+        st_error_set("%s: cannot open for the SSD tier: %s", path, strerror(errno));
+        st_free(s);
+        return NULL;
+    }
+    s->fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    const int direct_errno = s->fd_direct < 0 ? errno : 0;
+    if (uring_init(&s->ring, QD) != 0)
+        ST_WARN("SSD tier: io_uring refused (%s): the reads are preads, one at a time", st_error_get());
+    snprintf(s->mode, sizeof s->mode, "%s, %s", s->ring.fd >= 0 ? "io_uring" : "pread",
+             s->fd_direct >= 0 ? "O_DIRECT" : "buffered");
+    if (s->fd_direct < 0)
+        ST_WARN("SSD tier: O_DIRECT refused on %s (%s): buffered reads, the page cache keeps what they read", path,
+                strerror(direct_errno));
+
+    /* where each expert stack is in the file: the mapping's address less its start */
+    const gguf_tensor *t0 = gguf_tensor_at(m->file, 0);
+    const uint8_t *map0 = (const uint8_t *)t0->data - gguf_data_offset(m->file) - t0->offset;
+    s->t_off = st_calloc((size_t)L, sizeof *s->t_off);
+    s->t_mat = st_calloc((size_t)L, sizeof *s->t_mat);
+    s->view = st_calloc((size_t)L, sizeof *s->view);
+    s->ptr = st_calloc((size_t)L * 3 * X, sizeof *s->ptr);
+    s->ram = st_calloc((size_t)L * X, 1);
+    size_t max_mat[3] = {0};
+    for (int il = 0; il < L; il++)
+        for (int k = 0; k < 3; k++) {
+            const st_weight *w = layer_w(m, il, k);
+            if (!w->data) continue;
+            ST_ASSERT(!w->mat); /* the GGUF's stacks, in place */
+            s->t_off[il][k] = (uint64_t)((const uint8_t *)w->data - map0);
+            s->t_mat[il][k] = (size_t)w->n_out * w->row_bytes;
+            if (s->t_mat[il][k] > max_mat[k]) max_mat[k] = s->t_mat[il][k];
+        }
+    /* a matrix starts anywhere in its first block: one block more than its size */
+    for (int k = 0; k < 3; k++) s->span[k] = up_to(max_mat[k], BLK) + BLK;
+    s->stride = s->span[0] + s->span[1] + s->span[2];
+    s->stage_bytes = (size_t)X * s->stride;
+    long n_ram = 0;
+    for (long i = 0; i < (long)L * X; i++) n_ram += in_ram && in_ram[i];
+    const size_t per = expert_store_expert_bytes(m);
+    s->arena_bytes = (size_t)n_ram * per;
+    s->stage = map_anon(s->stage_bytes);
+    s->spare = map_anon(s->stride);
+    s->arena = n_ram ? map_anon(s->arena_bytes) : NULL;
+    s->jobs = st_malloc((size_t)X * 3 * sizeof(job) > (1u << 16) ? (size_t)X * 3 * sizeof(job) : (1u << 16));
+    s->staged = st_calloc((size_t)X, 1);
+    if (!s->stage || !s->spare || (n_ram && !s->arena)) {
+        st_error_set("SSD tier: cannot map %.2f GiB of host memory for the RAM tier and staging",
+                     (double)(s->arena_bytes + s->stage_bytes) / (1ull << 30));
+        expert_store_close(s);
+        return NULL;
+    }
+    pin(s, s->stage, s->stage_bytes, &s->pin_stage, "staging buffer");
+
+    /* the views: RAM-tier experts in the arena (filled below, a layer at a
+     * time through the staging), the others at their staging positions */
+    uint8_t *next = s->arena;
+    const int64_t t0ns = st_now_ns();
+    int list_n;
+    int *list = st_malloc((size_t)X * sizeof(int));
+    for (int il = 0; il < L; il++) {
+        if (!layer_w(m, il, 0)->data) continue;
+        list_n = 0;
+        for (int e = 0; e < X; e++) {
+            for (int k = 0; k < 3; k++) s->ptr[((size_t)il * 3 + k) * X + e] = in_slot(s, s->stage + (size_t)e * s->stride, il, e, k);
+            if (in_ram && in_ram[(size_t)il * X + e]) list[list_n++] = e;
+        }
+        expert_store_begin(s, il, list, list_n);
+        const st_weight *g, *u, *d;
+        expert_store_wait(s, il, &g, &u, &d);
+        for (int i = 0; i < list_n; i++) {
+            const int e = list[i];
+            for (int k = 0; k < 3; k++) {
+                memcpy(next, s->ptr[((size_t)il * 3 + k) * X + e], s->t_mat[il][k]);
+                s->ptr[((size_t)il * 3 + k) * X + e] = next;
+                next += up_to(s->t_mat[il][k], 64);
+            }
+            s->ram[(size_t)il * X + e] = 1;
+        }
+        for (int k = 0; k < 3; k++) {
+            st_weight *v = &s->view[il][k];
+            *v = *layer_w(m, il, k);
+            v->mat = &s->ptr[((size_t)il * 3 + k) * X];
+            v->data = v->mat[0];
+        }
+    }
+    st_free(list);
+    ST_ASSERT(next <= s->arena + s->arena_bytes);
+    if (n_ram) {
+        pin(s, s->arena, s->arena_bytes, &s->pin_arena, "RAM tier");
+        ST_INFO("RAM tier: %ld experts (%.2f GiB) read in %.1f s%s", n_ram, (double)s->arena_bytes / (1ull << 30),
+                (double)(st_now_ns() - t0ns) * 1e-9, s->pin_arena ? ", page-locked" : "");
+    }
+    memset(&s->st, 0, sizeof s->st);
+    s->layer = -1;
+    return s;
+}
+
+void expert_store_close(expert_store *s) {
+    if (!s) return;
+    if (s->pin_arena) s->dev->host_unregister(s->dev, s->pin_arena);
+    if (s->pin_stage && s->dev) s->dev->host_unregister(s->dev, s->pin_stage);
+    uring_free(&s->ring);
+    if (s->arena) munmap(s->arena, s->arena_bytes);
+    if (s->stage) munmap(s->stage, s->stage_bytes);
+    if (s->spare) munmap(s->spare, s->stride);
+    if (s->fd_direct >= 0) close(s->fd_direct);
+    close(s->fd_buf);
+    st_free(s->t_off);
+    st_free(s->t_mat);
+    st_free(s->view);
+    st_free(s->ptr);
+    st_free(s->ram);
+    st_free(s->jobs);
+    st_free(s->staged);
+    st_free(s);
+}
+
+void expert_store_begin(expert_store *s, int il, const int *list, int n) {
+    ST_ASSERT(s->n_done == s->n_jobs); /* the last batch was waited for */
+    memset(s->staged, 0, (size_t)s->n_expert);
+    s->layer = il;
+    s->n_jobs = s->n_sent = s->n_done = 0;
+    for (int i = 0; i < n; i++) {
+        const int e = list[i];
+        if (s->ram[(size_t)il * s->n_expert + e]) {
+            s->st.ram++;
+            continue;
+        }
+        s->staged[e] = 1;
+        for (int k = 0; k < 3; k++) add_job(s, il, e, k, s->stage + (size_t)e * s->stride + stage_koff(s, k));
+    }
+    s->t_begin = st_now_ns();
+    pump(s);
+}
+
+void expert_store_wait(expert_store *s, int il, const st_weight **g, const st_weight **u, const st_weight **d) {
+    ST_ASSERT(il == s->layer);
+    if (s->n_jobs) {
+        const int64_t t0 = st_now_ns();
+        drain(s);
+        const int64_t t1 = st_now_ns();
+        s->st.ns += (uint64_t)(t1 - s->t_begin);
+        s->st.ns_wait += (uint64_t)(t1 - t0);
+        s->st.matrices += (uint64_t)s->n_jobs;
+        for (int i = 0; i < s->n_jobs; i++) s->st.bytes += s->jobs[i].len;
+    }
+    *g = &s->view[il][0], *u = &s->view[il][1], *d = &s->view[il][2];
+}
+
+void expert_store_expert(expert_store *s, int il, int e, const void *mat[3]) {
+    const size_t X = (size_t)s->n_expert;
+    if (s->ram[il * X + e] || (s->layer == il && s->staged[e] && s->n_done == s->n_jobs)) {
+        for (int k = 0; k < 3; k++) mat[k] = s->ptr[((size_t)il * 3 + k) * X + e];
+        return;
+    }
+    for (int k = 0; k < 3; k++) {
+        const uint64_t off = s->t_off[il][k] + (uint64_t)e * s->t_mat[il][k], a0 = off & ~(uint64_t)(BLK - 1);
+        const size_t need = (size_t)(off - a0) + s->t_mat[il][k];
+        if (read_sync(s, s->spare + stage_koff(s, k), a0, up_to(need, BLK), need) != 0)
+            read_failed(st_error_get());
+        mat[k] = in_slot(s, s->spare, il, e, k);
+        s->st.bytes += up_to(need, BLK);
+        s->st.matrices++;
+    }
+}
+
+const expert_store_stats *expert_store_stats_get(const expert_store *s) { return &s->st; }
+
+const char *expert_store_mode(const expert_store *s) { return s->mode; }
+
+void *expert_store_scratch(expert_store *s, size_t *bytes) {
+    *bytes = s->stage_bytes;
+    return s->stage;
+}
+
+double expert_store_seq_rate(expert_store *s, size_t bytes) {
+    ST_ASSERT(s->n_done == s->n_jobs);
+    uint64_t start = 0;
+    for (int il = 0; il < s->n_layer && !start; il++) start = s->t_off[il][0] & ~(uint64_t)(BLK - 1);
+    const size_t file = gguf_file_size(s->m->file);
+    if (start >= file) return 0;
+    if (bytes > file - start) bytes = file - start;
+    size_t chunk = (size_t)4 << 20;
+    while (chunk > BLK && chunk * 8 > s->stage_bytes) chunk /= 2;
+    size_t n_buf = s->stage_bytes / chunk; /* QD in flight, as a layer's reads go (contents unused) */
+    if (n_buf > QD) n_buf = QD;
+    const size_t n = bytes / chunk;
+    if (!n) return 0;
+    const int64_t t0 = st_now_ns();
+    for (size_t done = 0; done < n;) { /* batches of the job array's size */
+        s->n_jobs = s->n_sent = s->n_done = 0;
+        for (; done < n && s->n_jobs < 512; done++)
+            s->jobs[s->n_jobs++] = (job){start + done * chunk, chunk, chunk, s->stage + (size_t)s->n_jobs % n_buf * chunk};
+        drain(s);
+    }
+    const double t = (double)(st_now_ns() - t0) * 1e-9;
+    s->n_jobs = s->n_sent = s->n_done = 0;
+    s->layer = -1;
+    return (double)(n * chunk) / t;
+}
