@@ -261,6 +261,11 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
         expert_plan_free(&plan);
         return 0;
     }
+    /* host tiers: the mapping read only where it must be (expert_store_advise) */
+    if (plan.in_ram && expert_store_advise(m, plan.slot, 0) != 0) {
+        expert_plan_free(&plan);
+        return -1;
+    }
     *placed = engine_place_model(m, dev, 0);
     /* The experts' host pages locked in place, so that PCIe copies run at
      * the link's speed and return at once: one range from the first routed
@@ -314,7 +319,10 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
             rates.pcie_bw * 1e-9, rates.pcie_lat * 1e6, p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
     *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch, pinned);
     moe_lanes_set_adapt(*be, p->adapt_every);
-    if (store) moe_lanes_set_store(*be, store);
+    if (store) {
+        moe_lanes_set_store(*be, store);
+        expert_store_advise(m, plan.slot, 1); /* the cache is filled: its experts' pages may go */
+    }
     if (p->adapt_every) ST_INFO("expert cache: learns every %d steps (the hottest miss of a layer takes its coldest slot)",
                                 p->adapt_every);
     expert_plan_free(&plan);

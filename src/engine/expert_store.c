@@ -168,6 +168,88 @@ struct expert_store {
     char mode[48];
 };
 
+static const st_weight *layer_w(const model *m, int il, int k) {
+    const model_layer *l = &m->layers[il];
+    return k == 0 ? &l->ffn_gate_exps : k == 1 ? &l->ffn_up_exps : &l->ffn_down_exps;
+}
+
+/* [p, p + len) of the mapping, rounded out to pages (advice) */
+static void page_range(const uint8_t *p, size_t len, void **a, size_t *n) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = (uintptr_t)p / pg * pg, hi = up_to((uintptr_t)p + len, pg);
+    *a = (void *)lo, *n = hi - lo;
+}
+
+/* Drops whole pages [p, p + n) of the mapping at map0 from the page cache.
+ * A page still being read (the read-around of the header's first fault,
+ * in flight) is skipped by the kernel: check with mincore and try again
+ * for a while (reads of a few MiB finish in milliseconds). */
+static void drop_pages(int fd, const uint8_t *map0, const uint8_t *p, size_t n) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec[256];
+    madvise((void *)p, n, MADV_DONTNEED); /* our page tables first, then the cache */
+    for (int tries = 0; tries < 100; tries++) {
+        posix_fadvise(fd, (off_t)(p - map0), (off_t)n, POSIX_FADV_DONTNEED);
+        int left = 0;
+        for (size_t off = 0; off < n && !left; off += sizeof vec * pg) {
+            const size_t len = n - off < sizeof vec * pg ? n - off : sizeof vec * pg;
+            if (mincore((void *)(p + off), len, vec) != 0) return;
+            for (size_t i = 0; i < len / pg && !left; i++) left = vec[i] & 1;
+        }
+        if (!left) return;
+        usleep(2000);
+    }
+}
+
+int expert_store_advise(const model *m, const int32_t *slot, int release) {
+    const gguf_file *f = m->file;
+    const gguf_tensor *t0 = gguf_tensor_at(f, 0);
+    const uint8_t *map0 = (const uint8_t *)t0->data - gguf_data_offset(f) - t0->offset;
+    void *a;
+    size_t n;
+    const int fd = open(gguf_path(f), O_RDONLY | O_CLOEXEC); /* fadvise wants a descriptor */
+    if (fd < 0) {
+        st_error_set("%s: cannot open: %s", gguf_path(f), strerror(errno));
+        return -1;
+    }
+    if (!release) {
+        page_range(map0, gguf_file_size(f), &a, &n);
+        madvise(a, n, MADV_RANDOM);
+        for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+            const gguf_tensor *t = gguf_tensor_at(f, i);
+            if (strstr(t->name, "_exps.")) continue; /* the routed stacks: per expert below */
+            page_range(t->data, t->size, &a, &n);
+            madvise(a, n, MADV_WILLNEED);
+        }
+    }
+    const int X = m->hp.n_expert;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        for (int k = 0; k < 3; k++) {
+            const st_weight *w = layer_w(m, il, k);
+            if (!w->data) continue;
+            const size_t mat = (size_t)w->n_out * w->row_bytes;
+            /* runs of consecutive experts to drop (pages shared by two of them go too) */
+            for (int e = 0, run = -1; e <= X; e++) {
+                const int cached = e < X && slot && slot[(size_t)il * X + e] >= 0;
+                const int drop = e < X && (release || !cached);
+                if (cached && !release) {
+                    page_range(st_weight_mat(w, e), mat, &a, &n);
+                    madvise(a, n, MADV_WILLNEED);
+                }
+                if (drop && run < 0) run = e;
+                if (drop || run < 0) continue;
+                /* whole pages inside the run only: an edge page may hold a neighbour in use */
+                const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+                const uintptr_t lo = up_to((uintptr_t)st_weight_mat(w, run), pg),
+                                hi = ((uintptr_t)st_weight_mat(w, e - 1) + mat) / pg * pg;
+                run = -1;
+                if (hi > lo) drop_pages(fd, map0, (const uint8_t *)lo, hi - lo);
+            }
+        }
+    close(fd);
+    return 0;
+}
+
 size_t expert_store_expert_bytes(const model *m) {
     size_t best = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -179,11 +261,6 @@ size_t expert_store_expert_bytes(const model *m) {
         if (b > best) best = b;
     }
     return best;
-}
-
-static const st_weight *layer_w(const model *m, int il, int k) {
-    const model_layer *l = &m->layers[il];
-    return k == 0 ? &l->ffn_gate_exps : k == 1 ? &l->ffn_up_exps : &l->ffn_down_exps;
 }
 
 /* Reads len bytes at off into dst by pread, completing a short or refused

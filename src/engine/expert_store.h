@@ -42,6 +42,20 @@ typedef struct {
     uint64_t ram;      /* experts asked for and found in the RAM tier */
 } expert_store_stats;
 
+/* Keeps the host tiers out of the page cache through the model's mapping.
+ * Touching one byte of a mapping makes the kernel read around it (up to
+ * read_ahead_kb, 8 MiB on some disks), so a dense tensor's first use would
+ * pull its neighbours, the experts, into RAM. With tiers, the mapping is
+ * read page by page (MADV_RANDOM), what is read from it (every tensor but
+ * the routed experts, and the experts the device caches: slot, n_layer *
+ * n_expert, >= 0) is read ahead on purpose (MADV_WILLNEED), and the other
+ * experts' pages are dropped from the page cache (those the header's first
+ * read pulled in). release: after the device's cache is filled, every
+ * expert's pages are dropped (a cached expert sent back to the host is then
+ * read from the file), again for the host's: the header's read-around may
+ * still have been adding pages the first time. 0, or -1 with st_error. */
+int expert_store_advise(const model *m, const int32_t *slot, int release);
+
 /* Host bytes of one expert in the RAM arena: its three matrices, each at a
  * 64-byte boundary, for the largest layer (what --ram-budget counts). */
 size_t expert_store_expert_bytes(const model *m);
