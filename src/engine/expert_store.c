@@ -213,8 +213,6 @@ int expert_store_advise(const model *m, const int32_t *slot, int release) {
         return -1;
     }
     if (!release) {
-        page_range(map0, gguf_file_size(f), &a, &n);
-        madvise(a, n, MADV_RANDOM);
         for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
             const gguf_tensor *t = gguf_tensor_at(f, i);
             if (strstr(t->name, "_exps.")) continue; /* the routed stacks: per expert below */
@@ -250,17 +248,20 @@ int expert_store_advise(const model *m, const int32_t *slot, int release) {
     return 0;
 }
 
+/* A slot of one expert (arena or staging): each matrix of the largest layer
+ * in whole blocks, plus one (it starts anywhere in its first block), so the
+ * reads go straight into it. */
 size_t expert_store_expert_bytes(const model *m) {
-    size_t best = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const model_layer *l = &m->layers[il];
-        if (!l->ffn_gate_exps.data) continue;
-        const size_t b = up_to((size_t)l->ffn_gate_exps.n_out * l->ffn_gate_exps.row_bytes, 64) +
-                         up_to((size_t)l->ffn_up_exps.n_out * l->ffn_up_exps.row_bytes, 64) +
-                         up_to((size_t)l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes, 64);
-        if (b > best) best = b;
+    size_t b = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t mx = 0;
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            const st_weight *w = layer_w(m, il, k);
+            if (w->data && (size_t)w->n_out * w->row_bytes > mx) mx = (size_t)w->n_out * w->row_bytes;
+        }
+        b += up_to(mx, BLK) + BLK;
     }
-    return best;
+    return b;
 }
 
 /* Reads len bytes at off into dst by pread, completing a short or refused
@@ -368,8 +369,11 @@ static void pin(expert_store *s, const void *p, size_t bytes, const void **pinne
     s->dev = NULL; /* one warning: the next would fail the same way */
 }
 
-static void *map_anon(size_t bytes) {
-    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+/* populate: fault every page in at once (cheaper than one fault per page
+ * while the reads or the device touch them) */
+static void *map_anon(size_t bytes, int populate) {
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -422,11 +426,11 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
     s->stage_bytes = (size_t)X * s->stride;
     long n_ram = 0;
     for (long i = 0; i < (long)L * X; i++) n_ram += in_ram && in_ram[i];
-    const size_t per = expert_store_expert_bytes(m);
-    s->arena_bytes = (size_t)n_ram * per;
-    s->stage = map_anon(s->stage_bytes);
-    s->spare = map_anon(s->stride);
-    s->arena = n_ram ? map_anon(s->arena_bytes) : NULL;
+    ST_ASSERT(expert_store_expert_bytes(m) == s->stride);
+    s->arena_bytes = (size_t)n_ram * s->stride;
+    s->stage = map_anon(s->stage_bytes, 1);
+    s->spare = map_anon(s->stride, 0);
+    s->arena = n_ram ? map_anon(s->arena_bytes, 1) : NULL;
     s->jobs = st_malloc((size_t)X * 3 * sizeof(job) > (1u << 16) ? (size_t)X * 3 * sizeof(job) : (1u << 16));
     s->staged = st_calloc((size_t)X, 1);
     if (!s->stage || !s->spare || (n_ram && !s->arena)) {
@@ -437,31 +441,23 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
     }
     pin(s, s->stage, s->stage_bytes, &s->pin_stage, "staging buffer");
 
-    /* the views: RAM-tier experts in the arena (filled below, a layer at a
-     * time through the staging), the others at their staging positions */
+    /* the views: RAM-tier experts in the arena, read straight into their
+     * slots a layer at a time; the others at their staging positions */
     uint8_t *next = s->arena;
     const int64_t t0ns = st_now_ns();
-    int list_n;
-    int *list = st_malloc((size_t)X * sizeof(int));
     for (int il = 0; il < L; il++) {
         if (!layer_w(m, il, 0)->data) continue;
-        list_n = 0;
+        s->n_jobs = s->n_sent = s->n_done = 0;
         for (int e = 0; e < X; e++) {
-            for (int k = 0; k < 3; k++) s->ptr[((size_t)il * 3 + k) * X + e] = in_slot(s, s->stage + (size_t)e * s->stride, il, e, k);
-            if (in_ram && in_ram[(size_t)il * X + e]) list[list_n++] = e;
-        }
-        expert_store_begin(s, il, list, list_n);
-        const st_weight *g, *u, *d;
-        expert_store_wait(s, il, &g, &u, &d);
-        for (int i = 0; i < list_n; i++) {
-            const int e = list[i];
+            const int r = in_ram && in_ram[(size_t)il * X + e];
+            uint8_t *slot = r ? next : s->stage + (size_t)e * s->stride;
             for (int k = 0; k < 3; k++) {
-                memcpy(next, s->ptr[((size_t)il * 3 + k) * X + e], s->t_mat[il][k]);
-                s->ptr[((size_t)il * 3 + k) * X + e] = next;
-                next += up_to(s->t_mat[il][k], 64);
+                s->ptr[((size_t)il * 3 + k) * X + e] = in_slot(s, slot, il, e, k);
+                if (r) add_job(s, il, e, k, slot + stage_koff(s, k));
             }
-            s->ram[(size_t)il * X + e] = 1;
+            if (r) next += s->stride, s->ram[(size_t)il * X + e] = 1;
         }
+        drain(s);
         for (int k = 0; k < 3; k++) {
             st_weight *v = &s->view[il][k];
             *v = *layer_w(m, il, k);
@@ -469,7 +465,6 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
             v->data = v->mat[0];
         }
     }
-    st_free(list);
     ST_ASSERT(next <= s->arena + s->arena_bytes);
     if (n_ram) {
         pin(s, s->arena, s->arena_bytes, &s->pin_arena, "RAM tier");
