@@ -143,6 +143,7 @@ typedef struct {
     size_t len;   /* bytes to read (whole blocks) */
     size_t need;  /* bytes that must arrive (the rest may be past the file's end) */
     uint8_t *dst; /* block-aligned */
+    int e;        /* the expert it belongs to, or -1 */
 } job;
 
 struct expert_store {
@@ -162,8 +163,15 @@ struct expert_store {
     /* the batch in flight */
     job *jobs;
     int n_jobs, n_sent, n_done, in_flight, layer;
-    uint8_t *staged; /* (n_expert) read by the current batch */
-    int64_t t_begin;
+    uint8_t *staged;  /* (n_expert) read by the current batch */
+    uint8_t *arrived; /* (n_expert) the batch's expert is readable (all its reads done, or in RAM) */
+    int *pending;     /* (n_expert) its reads not yet done */
+    int *list, n_list; /* the batch's experts, in the order given */
+    float *lane_tmp;   /* the CPU lane's partial output (expert_store_cpu_lane) */
+    size_t lane_tmp_n;
+    int32_t *lane_map; /* (n_expert) the group being computed */
+    uint8_t *computed; /* (n_expert) the CPU lane has computed it */
+    int64_t t_begin, t_last; /* the batch's submission, its latest completion */
     expert_store_stats st;
     char mode[48];
 };
@@ -303,12 +311,19 @@ static void refuse_direct(expert_store *s, const char *why) {
     snprintf(s->mode, sizeof s->mode, "%s, buffered", s->ring.fd >= 0 ? "io_uring" : "pread");
 }
 
+/* A job is done: its expert has arrived when its three reads have. */
+static void job_done(expert_store *s, const job *j) {
+    s->t_last = st_now_ns();
+    if (j->e >= 0 && --s->pending[j->e] == 0) s->arrived[j->e] = 1;
+}
+
 /* Feeds the ring up to QD jobs in flight; without a ring, reads them all. */
 static void pump(expert_store *s) {
     if (s->ring.fd < 0) {
         for (; s->n_sent < s->n_jobs; s->n_sent++, s->n_done++) {
             const job *j = &s->jobs[s->n_sent];
             if (read_sync(s, j->dst, j->off, j->len, j->need) != 0) read_failed(st_error_get());
+            job_done(s, j);
         }
         return;
     }
@@ -322,33 +337,38 @@ static void pump(expert_store *s) {
     if (n && uring_enter(&s->ring, n, 0) != 0) read_failed(strerror(errno));
 }
 
+/* Takes one completion (waiting for it when block), refills the ring;
+ * 0 when none was there and block is 0. */
+static int complete_one(expert_store *s, int block) {
+    uint64_t tag;
+    int res;
+    while (!uring_reap(&s->ring, &tag, &res)) {
+        if (!block) return 0;
+        if (uring_enter(&s->ring, 0, 1) != 0) read_failed(strerror(errno));
+    }
+    s->in_flight--, s->n_done++;
+    const job *j = &s->jobs[tag];
+    if (res == -EINVAL && s->fd_direct >= 0) refuse_direct(s, "the read returned EINVAL");
+    if (res < 0 || (size_t)res < j->need) { /* refused, or short: pread finishes it */
+        const size_t got = res > 0 ? (size_t)res : 0;
+        if (read_sync(s, j->dst + got, j->off + got, j->len - got, j->need - got) != 0) read_failed(st_error_get());
+    }
+    job_done(s, j);
+    pump(s);
+    return 1;
+}
+
 /* Waits for every job of the batch. */
 static void drain(expert_store *s) {
     pump(s);
-    while (s->n_done < s->n_jobs) {
-        uint64_t tag;
-        int res;
-        if (!uring_reap(&s->ring, &tag, &res)) {
-            if (uring_enter(&s->ring, 0, 1) != 0) read_failed(strerror(errno));
-            continue;
-        }
-        s->in_flight--, s->n_done++;
-        const job *j = &s->jobs[tag];
-        if (res == -EINVAL && s->fd_direct >= 0) refuse_direct(s, "the read returned EINVAL");
-        if (res < 0 || (size_t)res < j->need) { /* refused, or short: pread finishes it */
-            const size_t got = res > 0 ? (size_t)res : 0;
-            if (read_sync(s, j->dst + got, j->off + got, j->len - got, j->need - got) != 0)
-                read_failed(st_error_get());
-        }
-        pump(s);
-    }
+    while (s->n_done < s->n_jobs) complete_one(s, 1);
 }
 
 /* The job for matrix k of expert e of layer il into the slot at dst. */
 static void add_job(expert_store *s, int il, int e, int k, uint8_t *dst) {
     const uint64_t off = s->t_off[il][k] + (uint64_t)e * s->t_mat[il][k], a0 = off & ~(uint64_t)(BLK - 1);
     const size_t need = (size_t)(off - a0) + s->t_mat[il][k];
-    s->jobs[s->n_jobs++] = (job){a0, up_to(need, BLK), need, dst};
+    s->jobs[s->n_jobs++] = (job){a0, up_to(need, BLK), need, dst, e};
 }
 
 static size_t stage_koff(const expert_store *s, int k) { return k == 0 ? 0 : k == 1 ? s->span[0] : s->span[0] + s->span[1]; }
@@ -433,6 +453,11 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
     s->arena = n_ram ? map_anon(s->arena_bytes, 1) : NULL;
     s->jobs = st_malloc((size_t)X * 3 * sizeof(job) > (1u << 16) ? (size_t)X * 3 * sizeof(job) : (1u << 16));
     s->staged = st_calloc((size_t)X, 1);
+    s->arrived = st_calloc((size_t)X, 1);
+    s->pending = st_calloc((size_t)X, sizeof(int));
+    s->list = st_malloc((size_t)X * sizeof(int));
+    s->lane_map = st_malloc((size_t)X * sizeof(int32_t));
+    s->computed = st_calloc((size_t)X, 1);
     if (!s->stage || !s->spare || (n_ram && !s->arena)) {
         st_error_set("SSD tier: cannot map %.2f GiB of host memory for the RAM tier and staging",
                      (double)(s->arena_bytes + s->stage_bytes) / (1ull << 30));
@@ -448,6 +473,7 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
     for (int il = 0; il < L; il++) {
         if (!layer_w(m, il, 0)->data) continue;
         s->n_jobs = s->n_sent = s->n_done = 0;
+        for (int e = 0; e < X; e++) s->pending[e] = 3;
         for (int e = 0; e < X; e++) {
             const int r = in_ram && in_ram[(size_t)il * X + e];
             uint8_t *slot = r ? next : s->stage + (size_t)e * s->stride;
@@ -493,35 +519,89 @@ void expert_store_close(expert_store *s) {
     st_free(s->ram);
     st_free(s->jobs);
     st_free(s->staged);
+    st_free(s->arrived);
+    st_free(s->pending);
+    st_free(s->list);
+    st_free(s->lane_map);
+    st_free(s->computed);
+    st_free(s->lane_tmp);
     st_free(s);
 }
 
 void expert_store_begin(expert_store *s, int il, const int *list, int n) {
     ST_ASSERT(s->n_done == s->n_jobs); /* the last batch was waited for */
     memset(s->staged, 0, (size_t)s->n_expert);
+    memset(s->arrived, 0, (size_t)s->n_expert);
     s->layer = il;
     s->n_jobs = s->n_sent = s->n_done = 0;
+    memcpy(s->list, list, (size_t)n * sizeof(int));
+    s->n_list = n;
     for (int i = 0; i < n; i++) {
         const int e = list[i];
         if (s->ram[(size_t)il * s->n_expert + e]) {
             s->st.ram++;
+            s->arrived[e] = 1;
             continue;
         }
         s->staged[e] = 1;
+        s->pending[e] = 3;
         for (int k = 0; k < 3; k++) add_job(s, il, e, k, s->stage + (size_t)e * s->stride + stage_koff(s, k));
     }
     s->t_begin = st_now_ns();
     pump(s);
 }
 
+void expert_store_wait_first(expert_store *s, int il, int n, const st_weight **g, const st_weight **u,
+                             const st_weight **d) {
+    ST_ASSERT(il == s->layer && n <= s->n_list);
+    pump(s);
+    for (int i = 0; i < n; i++)
+        while (!s->arrived[s->list[i]]) complete_one(s, 1);
+    *g = &s->view[il][0], *u = &s->view[il][1], *d = &s->view[il][2];
+}
+
+void expert_store_cpu_lane(expert_store *s, st_backend *cpu, int il, const float *x, int n_tok, int k,
+                           const int32_t *sel, const float *wsel, const int32_t *map, st_act act, int64_t n_embd,
+                           float *out) {
+    ST_ASSERT(il == s->layer);
+    const int X = s->n_expert;
+    const st_weight *g = &s->view[il][0], *u = &s->view[il][1], *d = &s->view[il][2];
+    const size_t n_out = (size_t)n_tok * (size_t)n_embd;
+    if (s->lane_tmp_n < n_out) {
+        st_free(s->lane_tmp);
+        s->lane_tmp = st_malloc(n_out * sizeof(float));
+        s->lane_tmp_n = n_out;
+    }
+    uint8_t *done = s->computed;
+    memset(done, 0, (size_t)X);
+    int first = 1, left = 0;
+    for (int e = 0; e < X; e++) left += map[e] >= 0;
+    while (left > 0) {
+        /* what has arrived: all of it, then one group; else wait for one more read */
+        while (s->ring.fd >= 0 && complete_one(s, 0)) {}
+        int n = 0;
+        for (int e = 0; e < X; e++) {
+            const int go = map[e] >= 0 && s->arrived[e] && !done[e];
+            s->lane_map[e] = go ? e : -1;
+            if (go) done[e] = 1, n++;
+        }
+        if (!n) {
+            complete_one(s, 1);
+            continue;
+        }
+        cpu->moe_experts(cpu, x, n_tok, X, k, sel, wsel, s->lane_map, act, g, u, d, first ? out : s->lane_tmp);
+        if (!first)
+            for (size_t i = 0; i < n_out; i++) out[i] += s->lane_tmp[i];
+        first = 0;
+        left -= n;
+    }
+}
+
 void expert_store_wait(expert_store *s, int il, const st_weight **g, const st_weight **u, const st_weight **d) {
     ST_ASSERT(il == s->layer);
     if (s->n_jobs) {
-        const int64_t t0 = st_now_ns();
         drain(s);
-        const int64_t t1 = st_now_ns();
-        s->st.ns += (uint64_t)(t1 - s->t_begin);
-        s->st.ns_wait += (uint64_t)(t1 - t0);
+        s->st.ns += (uint64_t)(s->t_last - s->t_begin); /* the reads, not what ran while they did */
         s->st.matrices += (uint64_t)s->n_jobs;
         for (int i = 0; i < s->n_jobs; i++) s->st.bytes += s->jobs[i].len;
     }
@@ -571,7 +651,8 @@ double expert_store_seq_rate(expert_store *s, size_t bytes) {
     for (size_t done = 0; done < n;) { /* batches of the job array's size */
         s->n_jobs = s->n_sent = s->n_done = 0;
         for (; done < n && s->n_jobs < 512; done++)
-            s->jobs[s->n_jobs++] = (job){start + done * chunk, chunk, chunk, s->stage + (size_t)s->n_jobs % n_buf * chunk};
+            s->jobs[s->n_jobs++] =
+                (job){start + done * chunk, chunk, chunk, s->stage + (size_t)s->n_jobs % n_buf * chunk, -1};
         drain(s);
     }
     const double t = (double)(st_now_ns() - t0) * 1e-9;

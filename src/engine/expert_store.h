@@ -38,7 +38,6 @@ typedef struct {
     uint64_t bytes;    /* bytes read from the file (the whole blocks around each matrix) */
     uint64_t matrices; /* matrices read */
     uint64_t ns;       /* wall time of the read batches, submission to the last completion */
-    uint64_t ns_wait;  /* of which the lanes waited (the reads not hidden behind other work) */
     uint64_t ram;      /* experts asked for and found in the RAM tier */
 } expert_store_stats;
 
@@ -73,6 +72,19 @@ void expert_store_close(expert_store *s);
 /* Submits the reads of layer il's experts list[0..n) that the RAM tier does
  * not hold, and returns. */
 void expert_store_begin(expert_store *s, int il, const int *list, int n);
+/* Waits for the first n experts of the list only (the PCIe lane's, listed
+ * first), and gives the views as expert_store_wait does. */
+void expert_store_wait_first(expert_store *s, int il, int n, const st_weight **g, const st_weight **u,
+                             const st_weight **d);
+/* The CPU lane over the batch as its reads complete: the experts of map
+ * (n_expert values, e or -1, as moe_experts takes it) computed by cpu in
+ * groups, each group as soon as its matrices are in, so that the lane
+ * computes while the SSD reads; out (n_tok x n_embd, host) = their sum.
+ * Groups sum in another order than one call would (float rounding); with
+ * every expert at hand it is one call. */
+void expert_store_cpu_lane(expert_store *s, st_backend *cpu, int il, const float *x, int n_tok, int k,
+                           const int32_t *sel, const float *wsel, const int32_t *map, st_act act, int64_t n_embd,
+                           float *out);
 /* Waits for them. *g, *u, *d: the layer's host weights (the model's shapes
  * and types, one pointer per expert) in which every expert of the batch and
  * of the RAM tier is readable until the next expert_store_begin. */

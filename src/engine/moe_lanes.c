@@ -67,6 +67,7 @@ typedef struct {
     int adapt_every;  /* steps between admissions, 0: never */
     uint64_t steps;
     expert_store *store; /* host tiers, or NULL: the host experts are the model's mapping */
+    int *tier_order;     /* (n_expert) the misses as the store reads them: the PCIe lane's first */
 } lanes;
 
 static lanes *LN(st_backend *be) { return (lanes *)be; }
@@ -188,8 +189,16 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         }
     }
     if (cpu_pairs) be->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
-    /* host tiers: the misses' reads in flight while the cached pairs are queued */
-    if (L->store) expert_store_begin(L->store, il, L->miss, n_miss);
+    /* host tiers: the misses' reads in flight while the cached pairs are
+     * queued, the PCIe lane's first (its uploads wait for them) */
+    const expert_store_stats tier0 = L->store ? *expert_store_stats_get(L->store) : (expert_store_stats){0};
+    if (L->store) {
+        int n = 0;
+        for (int pass = 1; pass >= 0; pass--)
+            for (int i = 0; i < n_miss; i++)
+                if (L->to_pcie[i] == pass) L->tier_order[n++] = L->miss[i];
+        expert_store_begin(L->store, il, L->tier_order, n_miss);
+    }
 
     /* 3. the device's pairs: cache hits, then the experts sent over PCIe */
     int wrote = 0;
@@ -197,12 +206,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, ly->d_slot, act, &ly->g, &ly->u, &ly->d, out);
         wrote = 1;
     }
-    if (L->store) { /* from here the misses' host copies are the store's */
-        const expert_store_stats before = *expert_store_stats_get(L->store);
-        expert_store_wait(L->store, il, &gate, &up, &down);
-        L->stats.bytes_ssd += expert_store_stats_get(L->store)->bytes - before.bytes;
-        L->stats.ns_ssd += expert_store_stats_get(L->store)->ns - before.ns;
-    }
+    if (L->store) expert_store_wait_first(L->store, il, n_sent, &gate, &up, &down); /* the store's copies */
     if (n_sent) {
         /* the layer's own shapes and types over the staging buffers */
         st_weight sg = *gate, su = *up, sd = *down;
@@ -233,9 +237,18 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     }
     /* 4. the CPU lane, while the device works */
     if (cpu_pairs) {
-        L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out);
+        if (L->store) /* each expert as soon as its reads are in */
+            expert_store_cpu_lane(L->store, L->cpu, il, L->h_x, n_tok, k, sel, wsel, L->cpu_map, act, E, L->h_out);
+        else
+            L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down,
+                                L->h_out);
         be->to_device(be, wrote ? L->d_tmp : out, L->h_out, (size_t)n_tok * E * sizeof(float));
         if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
+    }
+    if (L->store) { /* the batch closed: its bytes and time */
+        expert_store_wait(L->store, il, &gate, &up, &down);
+        L->stats.bytes_ssd += expert_store_stats_get(L->store)->bytes - tier0.bytes;
+        L->stats.ns_ssd += expert_store_stats_get(L->store)->ns - tier0.ns;
     }
     if (!wrote && !cpu_pairs) { /* every pair routed nowhere (NaN logits): zeros, as moe_experts gives them */
         memset(L->h_out, 0, (size_t)n_tok * E * sizeof(float));
@@ -288,6 +301,7 @@ static void l_destroy(st_backend *be) {
     st_free(L->heat);
     L->cpu->destroy(L->cpu);
     expert_store_close(L->store); /* before the device: it unregisters its page-locked memory there */
+    st_free(L->tier_order);
     if (L->pinned) be->host_unregister(be, L->pinned);
     L->dev_orig->destroy(L->dev_orig);
     st_free(L);
@@ -429,5 +443,7 @@ void moe_lanes_set_adapt(st_backend *be, int every) {
 
 void moe_lanes_set_store(st_backend *be, expert_store *store) {
     ST_ASSERT(be && be->moe_ffn == l_moe_ffn);
-    ((lanes *)be)->store = store;
+    lanes *L = (lanes *)be;
+    L->store = store;
+    L->tier_order = st_malloc((size_t)L->n_expert * sizeof(int));
 }

@@ -42,6 +42,7 @@
 
 #define N_PROMPT 12
 #define N_GEN 12
+#define BOUND 1e-4 /* of the largest |logit|: float summation order only (test_lanes's bound) */
 
 typedef struct {
     float *logits; /* [N_GEN + 1][n_vocab] */
@@ -386,10 +387,15 @@ int main(int argc, char **argv) {
             diff = fmax(diff, fabs(tier.logits[k] - all.logits[k]));
             mx = fmax(mx, fabs(all.logits[k]));
         }
-        /* bit for bit (memcmp: a NaN is unequal too, where fabs would hide it) */
+        /* bit for bit without the CPU lane (memcmp: a NaN is unequal too, where
+         * fabs would hide it); with it, the lane sums each group of experts
+         * whose reads are in, another order than one call: float rounding */
         const int bits = !memcmp(tier.logits, all.logits, (size_t)(N_GEN + 1) * nv * sizeof(float));
-        CHECK(bits && same_tok, "%s: logits %s (largest difference %.3g of %.3g), tokens %s", what,
-              bits ? "equal" : "differ", diff, mx, same_tok ? "equal" : "differ");
+        int finite = 1;
+        for (size_t q = 0; q < (size_t)(N_GEN + 1) * nv; q++) finite &= isfinite(tier.logits[q]);
+        if (c.frac == 1) CHECK(bits, "%s: logits differ (largest difference %.3g of %.3g)", what, diff, mx);
+        CHECK(finite && diff <= BOUND * mx && same_tok, "%s: logits differ by %.3g of %.3g, tokens %s", what, diff,
+              mx, same_tok ? "equal" : "differ");
         const moe_lane_stats *s = &tier.stats;
         CHECK(s->bytes_ssd > 0 && s->ns_ssd > 0 && all.stats.bytes_ssd == 0, "%s: %llu SSD bytes (%llu without)",
               what, (unsigned long long)s->bytes_ssd, (unsigned long long)all.stats.bytes_ssd);
@@ -401,8 +407,8 @@ int main(int argc, char **argv) {
             checked_cache++;
             CHECK(cached == 0, "%s: %ld of the SSD tier's %ld pages came into the page cache", what, cached, n_pages);
         }
-        printf("  %-72s logits %s, %.1f KB/token from the file at %.2f GB/s; SSD pages cached %ld of %ld\n", what,
-               bits ? "bit-equal" : "DIFFER", (double)s->bytes_ssd / (N_PROMPT + N_GEN) / 1e3,
+        printf("  %-72s logits %s (%.1e), %.1f KB/token from the file at %.2f GB/s; SSD pages cached %ld of %ld\n", what,
+               bits ? "bit-equal" : diff <= BOUND * mx ? "within rounding" : "DIFFER", diff, (double)s->bytes_ssd / (N_PROMPT + N_GEN) / 1e3,
                (double)s->bytes_ssd / (double)s->ns_ssd, cached, n_pages);
         st_free(tier.logits);
         st_free(all.logits);
