@@ -27,6 +27,9 @@ static const st_switch_def TABLE[] = {
      "1: CPU matrix products take f32 activations instead of 8-bit (slower, closer to the reference)", 0},
     {"STRATA_PROFILE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: time every backend op (each waited for) and log the table when the engine closes", 0},
+    {"STRATA_SSD_IO", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
+     "how the SSD tier reads (--ram-budget): auto (io_uring and O_DIRECT where the system allows them), or the "
+     "fallbacks forced: pread (no io_uring), buffered (no O_DIRECT), pread-buffered (neither)", 0},
     {"STRATA_CUDA_GRAPH", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode steps launch each kernel instead of replaying a recorded CUDA graph", 0},
     {"STRATA_CUDA_ACT_REUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",

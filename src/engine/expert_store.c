@@ -26,6 +26,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/switches.h"
 #include "core/timer.h"
 
 #define BLK 4096u
@@ -159,7 +160,8 @@ struct expert_store {
     uint8_t *arena, *stage, *spare;
     size_t arena_bytes, stage_bytes, stride, span[3];
     const void *pin_arena, *pin_stage;
-    st_backend *dev;
+    st_backend *dev; /* page-locks (and unlocks) the arena and staging, or NULL */
+    int pin_refused;
     /* the batch in flight */
     job *jobs;
     int n_jobs, n_sent, n_done, in_flight, layer;
@@ -340,6 +342,7 @@ static void pump(expert_store *s) {
 /* Takes one completion (waiting for it when block), refills the ring;
  * 0 when none was there and block is 0. */
 static int complete_one(expert_store *s, int block) {
+    ST_ASSERT(s->ring.fd >= 0); /* preads complete as they are made (pump) */
     uint64_t tag;
     int res;
     while (!uring_reap(&s->ring, &tag, &res)) {
@@ -379,14 +382,14 @@ static uint8_t *in_slot(const expert_store *s, uint8_t *slot, int il, int e, int
 }
 
 static void pin(expert_store *s, const void *p, size_t bytes, const void **pinned, const char *what) {
-    if (!s->dev || !s->dev->host_register || !bytes) return;
+    if (!s->dev || !s->dev->host_register || !s->dev->host_unregister || s->pin_refused || !bytes) return;
     if (s->dev->host_register(s->dev, p, bytes) == 0) {
         *pinned = p;
         return;
     }
-    ST_WARN("SSD tier: the %s (%.2f GiB) is not page-locked (%s): PCIe copies from it are staged, slower", what,
+    ST_WARN("host tiers: the %s (%.2f GiB) is not page-locked (%s): PCIe copies from it are staged, slower", what,
             (double)bytes / (1ull << 30), st_error_get());
-    s->dev = NULL; /* one warning: the next would fail the same way */
+    s->pin_refused = 1; /* one warning: the next would fail the same way */
 }
 
 /* populate: fault every page in at once (cheaper than one fault per page
@@ -412,15 +415,19 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
         st_free(s);
         return NULL;
     }
-    s->fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-    const int direct_errno = s->fd_direct < 0 ? errno : 0;
-    if (uring_init(&s->ring, QD) != 0)
+    /* STRATA_SSD_IO forces the fallbacks (tests; a system that misbehaves with them) */
+    const char *io = st_switch_get("STRATA_SSD_IO");
+    const int no_uring = io && !strncmp(io, "pread", 5), no_direct = io && strstr(io, "buffered");
+    s->fd_direct = no_direct ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    const int direct_errno = no_direct ? EPERM : s->fd_direct < 0 ? errno : 0;
+    if (no_uring) st_error_set("STRATA_SSD_IO=%s", io);
+    if (no_uring || uring_init(&s->ring, QD) != 0)
         ST_WARN("SSD tier: io_uring refused (%s): the reads are preads, one at a time", st_error_get());
     snprintf(s->mode, sizeof s->mode, "%s, %s", s->ring.fd >= 0 ? "io_uring" : "pread",
              s->fd_direct >= 0 ? "O_DIRECT" : "buffered");
     if (s->fd_direct < 0)
         ST_WARN("SSD tier: O_DIRECT refused on %s (%s): buffered reads, the page cache keeps what they read", path,
-                strerror(direct_errno));
+                no_direct ? "STRATA_SSD_IO" : strerror(direct_errno));
 
     /* where each expert stack is in the file: the mapping's address less its start */
     const gguf_tensor *t0 = gguf_tensor_at(m->file, 0);
@@ -505,7 +512,7 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
 void expert_store_close(expert_store *s) {
     if (!s) return;
     if (s->pin_arena) s->dev->host_unregister(s->dev, s->pin_arena);
-    if (s->pin_stage && s->dev) s->dev->host_unregister(s->dev, s->pin_stage);
+    if (s->pin_stage) s->dev->host_unregister(s->dev, s->pin_stage);
     uring_free(&s->ring);
     if (s->arena) munmap(s->arena, s->arena_bytes);
     if (s->stage) munmap(s->stage, s->stage_bytes);

@@ -250,15 +250,18 @@ static void test_plan(void) {
 }
 
 /* The store's reads are the file's bytes: every expert, from the file
- * (no RAM tier) and from the arena (all of it in RAM). */
+ * (no RAM tier) and from the arena (all of it in RAM), by io_uring and
+ * O_DIRECT and by each fallback (STRATA_SSD_IO forces them). */
 static void test_store_bytes(const char *path) {
     model *m = model_load(path);
     ST_ASSERT(m);
     const int L = m->hp.n_layer, X = m->hp.n_expert;
     uint8_t *all = st_malloc((size_t)L * X);
     memset(all, 1, (size_t)L * X);
-    for (int pass = 0; pass < 2; pass++) {
-        expert_store *s = expert_store_open(m, pass ? all : NULL, NULL, 0);
+    const char *modes[] = {"auto", "pread", "buffered", "pread-buffered"};
+    for (int pass = 0; pass < 2 + 3; pass++) {
+        if (pass >= 2) setenv("STRATA_SSD_IO", modes[pass - 1], 1); /* before any thread: the engine's start none */
+        expert_store *s = expert_store_open(m, pass == 1 ? all : NULL, NULL, 0);
         ST_ASSERT(s);
         int bad = 0, list[256];
         for (int il = 0; il < L; il++) {
@@ -279,14 +282,20 @@ static void test_store_bytes(const char *path) {
                 bad += memcmp(one[k], st_weight_mat(mw[k], (il + 1) % 2), (size_t)mw[k]->n_out * mw[k]->row_bytes) != 0;
         }
         const expert_store_stats *st = expert_store_stats_get(s);
-        CHECK(!bad, "%s: %d matrices differ from the file", pass ? "RAM tier" : "SSD tier", bad);
-        if (pass) CHECK(st->bytes == 0 && st->ram > 0, "all in RAM: %llu bytes read", (unsigned long long)st->bytes);
+        CHECK(!bad, "%s (%s): %d matrices differ from the file", pass == 1 ? "RAM tier" : "SSD tier",
+              expert_store_mode(s), bad);
+        if (pass == 1) CHECK(st->bytes == 0 && st->ram > 0, "all in RAM: %llu bytes read", (unsigned long long)st->bytes);
         else CHECK(st->bytes > 0 && st->matrices == (uint64_t)(L * (X / 2) * 3 + L * 3), "SSD: %llu matrices read",
                    (unsigned long long)st->matrices);
+        if (pass >= 2)
+            CHECK(strcmp(expert_store_mode(s), pass == 2 ? "pread, O_DIRECT" : pass == 3 ? "io_uring, buffered"
+                                                                                           : "pread, buffered") == 0,
+                  "STRATA_SSD_IO=%s: mode %s", modes[pass - 1], expert_store_mode(s));
         printf("  store (%s), %s: every matrix equal to the file's\n", expert_store_mode(s),
-               pass ? "all in the RAM tier" : "all read from the file");
+               pass == 1 ? "all in the RAM tier" : "all read from the file");
         expert_store_close(s);
     }
+    unsetenv("STRATA_SSD_IO");
     st_free(all);
     model_free(m);
 }
