@@ -230,6 +230,12 @@ int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch
     return rc;
 }
 
+/* The plan's lines but the device budget's (the CPU alone has none). */
+static void host_line(void *ctx, const char *text) {
+    (void)ctx;
+    if (strncmp(text, "budget ", 7) != 0) ST_INFO("memory plan: %s", text);
+}
+
 size_t engine_device_budget(const engine_params *p, size_t free_bytes) {
     if (p->vram_budget > 0) return (size_t)(p->vram_budget * (double)(1ull << 30));
     const size_t reserve = (size_t)(p->vram_reserve_mib > 0 ? p->vram_reserve_mib : 512) << 20;
@@ -254,8 +260,21 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
     }
     expert_plan_in in;
     expert_plan plan;
-    if (engine_plan_memory(p, m, n_ctx, n_ubatch, budget, &in, &plan) != 0) return -1;
-    expert_plan_log(&plan, &in);
+    /* the CPU alone with --ram-budget: the lanes (no cache) only when the
+     * experts do not fit it; else the plain CPU engine, nothing placed */
+    engine_params pc = *p;
+    const int cpu_tiers = on_cpu && p->expert_cache < 0;
+    if (cpu_tiers) pc.expert_cache = 0;
+    if (engine_plan_memory(&pc, m, n_ctx, n_ubatch, budget, &in, &plan) != 0) return -1;
+    if (cpu_tiers && !plan.in_ram) {
+        ST_INFO("host experts: %.2f GiB, within --ram-budget %.2f GiB", (double)(plan.ram_experts * in.expert) / (1ull << 30),
+                p->ram_budget);
+        expert_plan_free(&plan);
+        *placed = NULL;
+        return 0;
+    }
+    if (cpu_tiers) expert_plan_describe(&plan, &in, host_line, NULL); /* no device budget to speak of */
+    else expert_plan_log(&plan, &in);
     if (plan.all_resident) {
         *placed = engine_place_model(m, dev, 1);
         expert_plan_free(&plan);
@@ -312,7 +331,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
     st_backend *cpu = backend_cpu_create(p->n_threads);
     lane_rates rates = {0};
     measure_rates(dev, cpu, m, store, &rates);
-    rates.pcie_frac = p->pcie_frac;
+    rates.pcie_frac = cpu_tiers ? 0 : p->pcie_frac; /* the CPU alone: no device to send experts to */
     ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads (+ %.2f us per token row of a layer), PCIe "
             "%.1f GB/s + %.0f us per expert%s",
             rates.cpu_bw * 1e-9, rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.cpu_row * 1e6,
