@@ -498,7 +498,7 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
             v->data = v->mat[0];
         }
     }
-    ST_ASSERT(next <= s->arena + s->arena_bytes);
+    ST_ASSERT(!n_ram || next <= s->arena + s->arena_bytes); /* (no arena: NULL + 0 is undefined) */
     if (n_ram) {
         pin(s, s->arena, s->arena_bytes, &s->pin_arena, "RAM tier");
         ST_INFO("RAM tier: %ld experts (%.2f GiB) read in %.1f s%s", n_ram, (double)s->arena_bytes / (1ull << 30),
