@@ -401,7 +401,11 @@ static void l_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *,
         seg_enter(L); /* the tail */
         if (sg->key(&L->live, pos0) != key) seg_drop_all(L); /* scratch moved meanwhile: record again */
     } else {
+        /* live, but as a recorded step will run (positions read on the
+         * device, attention sized for the whole cache): the scratch it sizes
+         * is what the recording needs, which must not grow while recording */
         seg_drop_all(L);
+        sg->begin(&L->live, pos0, 0);
         body(arg, pos0);
         L->seg_arg = st_malloc(size);
         memcpy(L->seg_arg, arg, size);
@@ -409,7 +413,7 @@ static void l_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *,
         L->seg_key = sg->key(&L->live, pos0);
         L->seg_sized = 1;
     }
-    if (L->seg_mode != SEG_LIVE) sg->end(&L->live);
+    sg->end(&L->live);
     L->seg_mode = SEG_LIVE;
 }
 
