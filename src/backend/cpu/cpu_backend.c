@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_hybrid.h"
+#include "backend/cpu/cpu_mla.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/alloc.h"
 #include "core/fp16.h"
@@ -423,6 +424,7 @@ static void route_tokens(const float *logits, int n_tok, int n_expert, int k, co
         }
         /* the score the choice ranks; NaN never wins, a chosen expert is -inf */
         for (int e = 0; e < n_expert; e++) s[e] = gt->bias ? p[e] + gt->bias[e] : p[e];
+        if (gt->n_group > 1) cpu_route_groups(s, n_expert, gt->n_group, gt->n_group_used);
         double wsum = 0;
         for (int j = 0; j < k; j++) {
             int b = -1;
@@ -616,6 +618,7 @@ st_backend *backend_cpu_create(int n_threads) {
         .gated_delta_net = cpu_gdn,
         .split_halves = cpu_split,
         .sigmoid_mul = cpu_sigmul,
+        .copy_2d = cpu_copy_2d,
         .moe_ffn = cpu_moe_ffn,
         .moe_route = cpu_moe_route,
         .moe_experts = cpu_moe_experts,
