@@ -1,0 +1,89 @@
+"""deepseek2: Strata's forward pass (absorbed multi-head latent attention over
+the latent cache) against the naive NumPy reference (ref_deepseek2.py:
+decompressed keys and values, HF's rotary and MoEGate), on the synth `tiny`
+preset with F32 weights (a dense layer, two MoE layers, 2 expert groups of
+which one is kept, YaRN x4, q_lora > 0), written by `strata synth`.
+
+Strata runs with STRATA_PRECISE=1 (f32 activations), so the errors left are
+float32 sums and the cache's rounding; the reference emulates the latter
+("emu": the cache row [rope(k_pe), norm(c_kv)] rounded to f16, or int8 with
+one scale per row). Errors are max|a - b| / std(ref) over 32 positions x 512
+logits. Bound: err(strata, ref) <= 2 * err(emu, ref) + 2e-3, as
+test_forward.py; err(strata, emu) is printed (~3e-5 with an f16 cache).
+Split: the first 16 tokens in one call, the rest one by one (decode through
+the cache), ubatch 5: equal to the one-call logits within 1e-4.
+Mutations of the reference (a wrong group rule, no group limit, no mscale,
+no YaRN, NeoX pairs, softmax gate, no bias, no scale, no shared expert) must
+each exceed the bound.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ref_deepseek2  # noqa: E402
+import ref_forward  # noqa: E402
+
+DUMP = os.environ.get("STRATA_FORWARD_DUMP")
+STRATA = os.environ.get("STRATA_BIN")
+N_TOK = 32
+FLOOR = 2e-3
+Q_FACTOR = 2.0
+SPLIT_TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def model():
+    if not DUMP or not STRATA:
+        pytest.skip("STRATA_FORWARD_DUMP and STRATA_BIN must name forward_dump and strata")
+    with tempfile.TemporaryDirectory(prefix="strata_ds2_") as d:
+        path = os.path.join(d, "tiny.gguf")
+        subprocess.run([STRATA, "synth", "--arch", "deepseek2", "--preset", "tiny", "--type-default", "F32",
+                        "-o", path, "--quiet"], check=True)
+        yield d, path, ref_forward.RefModel(path)
+
+
+def dump(d, path, toks, kv, *extra):
+    out = os.path.join(d, "out.bin")
+    env = dict(os.environ, STRATA_PRECISE="1")
+    cmd = [DUMP, path, out, "--tokens", ",".join(map(str, toks)), "--threads", "2", "--ctx", "40", "--kv", kv, *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(out, dtype=np.float32).reshape(len(toks), -1).astype(np.float64)
+
+
+TOKS = np.random.default_rng(1234).integers(0, 512, N_TOK)
+
+
+@pytest.mark.parametrize("kv", ["f16", "int8"])
+def test_vs_reference(model, kv):
+    d, path, m = model
+    s = dump(d, path, TOKS, kv)
+    ref = ref_deepseek2.forward(m, TOKS)
+    emu = ref_deepseek2.forward(m, TOKS, kv=kv)
+    sd = float(ref.std())
+    assert sd > 0.1
+    e_ref, e_q, e_emu = (float(np.abs(a - b).max() / sd) for a, b in ((s, ref), (emu, ref), (s, emu)))
+    bound = Q_FACTOR * e_q + FLOOR
+    agree = int((s.argmax(1) == ref.argmax(1)).sum())
+    print(f"\ndeepseek2 tiny f32, kv {kv}: err vs ref {e_ref:.1e} (bound {bound:.1e}), vs emu {e_emu:.1e}, "
+          f"top-1 {agree}/{N_TOK}")
+    assert e_ref <= bound
+    if kv == "f16":
+        for mu in ref_deepseek2.MUTATIONS:
+            e_mu = float(np.abs(s - ref_deepseek2.forward(m, TOKS, mutate=mu)).max() / sd)
+            print(f"  mutation {mu}: {e_mu:.1e}")
+            assert e_mu > bound, f"mutation {mu} not caught ({e_mu:.1e} <= {bound:.1e})"
+
+
+def test_split_decode(model):
+    d, path, m = model
+    one = dump(d, path, TOKS, "f16")
+    split = dump(d, path, TOKS, "f16", "--split", "--ubatch", "5")
+    e = float(np.abs(one - split).max() / one.std())
+    print(f"\ndeepseek2 split (16 in one call, then one by one, ubatch 5) vs one call: {e:.1e}")
+    assert e <= SPLIT_TOL
