@@ -87,3 +87,60 @@ def test_split_decode(model):
     e = float(np.abs(one - split).max() / one.std())
     print(f"\ndeepseek2 split (16 in one call, then one by one, ubatch 5) vs one call: {e:.1e}")
     assert e <= SPLIT_TOL
+
+
+def rewrite(src, dst, drop_key=None, mtp=False):
+    """A copy of src without metadata key drop_key, or (mtp) with an MTP layer
+    appended as llama.cpp's converter writes one: nextn_predict_layers = 1,
+    block_count + 1, a copy of the last layer plus its nextn.* tensors."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    r = GGUFReader(src)
+    w = GGUFWriter(dst, "deepseek2")
+    n_layer = int(r.fields["deepseek2.block_count"].contents())
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture" or name == drop_key:
+            continue
+        val = f.contents()
+        if mtp and name == "deepseek2.block_count":
+            val = n_layer + 1
+        if mtp and name == "deepseek2.nextn_predict_layers":
+            val = 1
+        sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+        w.add_key_value(name, val, f.types[0], sub_type=sub)
+    rng = np.random.default_rng(7)
+    last = f"blk.{n_layer - 1}."
+    for t in r.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    if mtp:
+        n_embd = int(r.fields["deepseek2.embedding_length"].contents())
+        for t in r.tensors:
+            if t.name.startswith(last):
+                w.add_tensor(f"blk.{n_layer}." + t.name[len(last):], np.asarray(t.data), raw_dtype=t.tensor_type)
+        nx = f"blk.{n_layer}.nextn."
+        w.add_tensor(nx + "eh_proj.weight", (0.02 * rng.standard_normal((n_embd, 2 * n_embd))).astype(np.float32))
+        for norm in ("enorm", "hnorm", "shared_head_norm"):
+            w.add_tensor(nx + norm + ".weight", np.ones(n_embd, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_mtp_layer_skipped(model):
+    """The MTP layer counted in block_count is loaded past, not run: the same logits."""
+    d, path, m = model
+    mtp = os.path.join(d, "mtp.gguf")
+    rewrite(path, mtp, mtp=True)
+    a, b = dump(d, path, TOKS, "f16"), dump(d, mtp, TOKS, "f16")
+    print(f"\ndeepseek2 with an MTP layer vs without: {np.abs(a - b).max():.1e}")
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("key", ["deepseek2.attention.kv_lora_rank", "deepseek2.attention.key_length_mla",
+                                 "deepseek2.expert_group_used_count", "deepseek2.rope.scaling.yarn_log_multiplier"])
+def test_missing_key_named(model, key):
+    d, path, m = model
+    bad = os.path.join(d, "bad.gguf")
+    rewrite(path, bad, drop_key=key)
+    r = subprocess.run([DUMP, bad, os.path.join(d, "x.bin"), "--tokens", "1,2,3"], capture_output=True, text=True)
+    assert r.returncode != 0 and key in r.stderr, r.stderr
