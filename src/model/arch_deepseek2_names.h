@@ -34,20 +34,20 @@
 #define DEEPSEEK2_KV_VALUE_LENGTH_MLA "attention.value_length_mla"
 #define DEEPSEEK2_KV_GROUP_COUNT      "expert_group_count"
 #define DEEPSEEK2_KV_GROUP_USED       "expert_group_used_count"
-#define DEEPSEEK2_KV_ROPE_SCALING     "rope.scaling.type"                    /* "yarn" */
+#define DEEPSEEK2_KV_ROPE_SCALING     "rope.scaling.type" /* "yarn" */
 #define DEEPSEEK2_KV_ROPE_FACTOR      "rope.scaling.factor"
 #define DEEPSEEK2_KV_ROPE_ORIG_CTX    "rope.scaling.original_context_length"
-#define DEEPSEEK2_KV_YARN_LOG_MUL     "rope.scaling.yarn_log_multiplier"     /* 0.1 * mscale_all_dim */
+#define DEEPSEEK2_KV_YARN_LOG_MUL     "rope.scaling.yarn_log_multiplier" /* 0.1 * mscale_all_dim */
 #define DEEPSEEK2_KV_YARN_BETA_FAST   "rope.scaling.yarn_beta_fast"
 #define DEEPSEEK2_KV_YARN_BETA_SLOW   "rope.scaling.yarn_beta_slow"
 
-#define DEEPSEEK2_T_ATTN_Q_A          "attn_q_a.weight"
-#define DEEPSEEK2_T_ATTN_Q_A_NORM     "attn_q_a_norm.weight"
-#define DEEPSEEK2_T_ATTN_Q_B          "attn_q_b.weight"
-#define DEEPSEEK2_T_ATTN_KV_A_MQA     "attn_kv_a_mqa.weight"
-#define DEEPSEEK2_T_ATTN_KV_A_NORM    "attn_kv_a_norm.weight"
-#define DEEPSEEK2_T_ATTN_K_B          "attn_k_b.weight"
-#define DEEPSEEK2_T_ATTN_V_B          "attn_v_b.weight"
-#define DEEPSEEK2_T_ATTN_KV_B         "attn_kv_b.weight"   /* the legacy unsplit form: refused */
+#define DEEPSEEK2_T_ATTN_Q_A       "attn_q_a.weight"
+#define DEEPSEEK2_T_ATTN_Q_A_NORM  "attn_q_a_norm.weight"
+#define DEEPSEEK2_T_ATTN_Q_B       "attn_q_b.weight"
+#define DEEPSEEK2_T_ATTN_KV_A_MQA  "attn_kv_a_mqa.weight"
+#define DEEPSEEK2_T_ATTN_KV_A_NORM "attn_kv_a_norm.weight"
+#define DEEPSEEK2_T_ATTN_K_B       "attn_k_b.weight"
+#define DEEPSEEK2_T_ATTN_V_B       "attn_v_b.weight"
+#define DEEPSEEK2_T_ATTN_KV_B      "attn_kv_b.weight" /* the legacy unsplit form: refused */
 
 #endif

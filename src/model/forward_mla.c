@@ -36,11 +36,15 @@ struct mla_bufs {
     float *div;     /* [n_rot / 2] YaRN frequency divisors (backend memory), or NULL */
 };
 
-static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
+static float *balloc(st_backend *be, size_t n) {
+    return be->alloc(be, n * sizeof(float));
+}
 
-/* ggml's ggml_rope_yarn_corr_dim: the pair index whose wavelength turns n_turns times in n_ctx_orig */
+/* ggml's ggml_rope_yarn_corr_dim: the pair index whose wavelength turns n_turns times in n_ctx_orig
+ */
 static float corr_dim(int n_dims, int n_ctx_orig, float n_turns, float base) {
-    return (float)n_dims * logf((float)n_ctx_orig / (n_turns * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+    return (float)n_dims * logf((float)n_ctx_orig / (n_turns * 2.0f * (float)M_PI)) /
+           (2.0f * logf(base));
 }
 
 /* Per-pair divisors d[i] such that theta_i / d[i] is YaRN's blend of the
@@ -90,13 +94,14 @@ void mla_bufs_free(mla_bufs *b, st_backend *be) {
     st_free(b);
 }
 
-void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q, float *krow,
-                   float *att, float *o, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq,
-                   int rows) {
+void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q,
+                   float *krow, float *att, float *o, st_kv_layer *const *kv, const int *pos0,
+                   const int *n_tok, int n_seq, int rows) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
     const int R = hp->n_rot, C = hp->kv_lora, D = hp->head_dim_mla, N = D - R, V = hp->v_head_mla;
-    const int H = hp->n_head, HD = hp->head_dim; /* HD = R + C: the cache row, and each query head */
+    const int H = hp->n_head,
+              HD = hp->head_dim; /* HD = R + C: the cache row, and each query head */
 
     if (hp->q_lora) {
         be->matmul(be, &l->wq_a, 0, h, b->qa, rows);
@@ -106,7 +111,8 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
         be->matmul(be, &l->wq_b, 0, h, b->qf, rows); /* the plain attn_q, bound to the same field */
     }
     be->matmul(be, &l->wkv_a, 0, h, b->kva, rows);
-    /* the cache row: rope key first (st_rope turns a head's first n_rot values), then the normed latent */
+    /* the cache row: rope key first (st_rope turns a head's first n_rot values), then the normed
+     * latent */
     be->copy_2d(be, krow, HD, b->kva + C, C + R, R, rows);
     be->copy_2d(be, b->t1, C, b->kva, C + R, C, rows);
     be->rmsnorm(be, b->t1, NULL, l->kv_a_norm, b->t1, C, rows, hp->rms_eps);
@@ -119,13 +125,15 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
         be->matmul(be, &l->wk_b, hd, b->t1, b->t2, rows);
         be->copy_2d(be, q + (size_t)hd * HD + R, (int64_t)H * HD, b->t2, C, C, rows);
     }
-    const st_rope rope = {hp->rope_theta, 1.0f, 0, b->div, R}; /* YaRN, if any, is in the divisors */
+    const st_rope rope = {hp->rope_theta, 1.0f, 0, b->div,
+                          R}; /* YaRN, if any, is in the divisors */
     for (int s = 0, r = 0; s < n_seq; s++) {
         const int n = n_tok ? n_tok[s] : 1;
         float *qs = q + (size_t)r * H * HD, *ks = krow + (size_t)r * HD;
         /* the row is its own value row: k and v are the same array here and in the cache */
         be->qkv_prep(be, qs, ks, ks, NULL, NULL, hp->rms_eps, n, H, &rope, &kv[s][il], pos0[s]);
-        be->attention(be, qs, &kv[s][il], n, pos0[s], H, hp->attn_scale, 0, att + (size_t)r * H * HD);
+        be->attention(be, qs, &kv[s][il], n, pos0[s], H, hp->attn_scale, 0,
+                      att + (size_t)r * H * HD);
         r += n;
     }
     /* each head's latent output through W_vb[head] to its values */

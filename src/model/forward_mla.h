@@ -16,8 +16,8 @@ void mla_bufs_free(mla_bufs *b, st_backend *be);
  * [rows][n_head][head_dim] and krow [rows][head_dim] scratch (head_dim =
  * kv_lora + n_rot, the cache row); o [rows][n_embd] receives the output
  * projection of the attention. */
-void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q, float *krow,
-                   float *att, float *o, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq,
-                   int rows);
+void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q,
+                   float *krow, float *att, float *o, st_kv_layer *const *kv, const int *pos0,
+                   const int *n_tok, int n_seq, int rows);
 
 #endif

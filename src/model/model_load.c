@@ -296,7 +296,7 @@ static int deepseek2_hparams(loader *L, model_hparams *hp) {
         (hp->n_group > 1 && (hp->n_expert % hp->n_group || hp->n_group_used < 1 ||
                              hp->n_group_used >= hp->n_group ||
                              hp->n_expert_used > hp->n_group_used * (hp->n_expert / hp->n_group))) ||
-        hp->n_group < 0) {
+        hp->n_group < 0 || hp->n_group > 64) { /* cpu_route_groups' limit; V3 has 8 */
         st_error_set("%s: unsupported deepseek2 hyper-parameters (gating %d, nextn %d of %d layers, dense lead %d, "
                      "shared %d, kv heads %d, key/value length %d/%d for kv_lora_rank %d + rope %d, mla heads %d/%d, "
                      "expert groups %d/%d of %d experts)",

@@ -36,6 +36,7 @@ from ref_forward import kv_round, rmsnorm, silu
 
 MUTATIONS = ("group_max", "no_groups", "no_mscale", "no_yarn", "neox_rope", "softmax_gate", "no_exp_bias",
              "no_expert_scale", "no_shexp")
+OTHER_MUTATIONS = ("no_softmax_gate",)  # for softmax-routed files (V2): sigmoid instead
 
 
 def sigmoid(x):
@@ -75,7 +76,7 @@ def rotary_hf(x, pos, inv_freq, neox=False):
 
 
 def forward(m, tokens, kv=None, mutate=None):
-    assert mutate is None or mutate in MUTATIONS, mutate
+    assert mutate is None or mutate in MUTATIONS + OTHER_MUTATIONS, mutate
     g = lambda k, d=None: m.meta.get(f"deepseek2.{k}", d)  # noqa: E731
     n_dense = int(g("leading_dense_block_count", 0))
     q_lora = int(g("attention.q_lora_rank", 0))
@@ -154,7 +155,7 @@ def forward(m, tokens, kv=None, mutate=None):
 
 def moe(m, p, h, gating, renorm, rscale, n_group, topk_group, mutate):
     logits = h @ m.W(p + "ffn_gate_inp.weight").w.T
-    if gating == 2 and mutate != "softmax_gate":
+    if (gating == 2 and mutate != "softmax_gate") or mutate == "no_softmax_gate":
         s = sigmoid(logits)
     else:
         e = np.exp(logits - logits.max(-1, keepdims=True))

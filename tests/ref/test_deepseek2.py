@@ -89,16 +89,26 @@ def test_split_decode(model):
     assert e <= SPLIT_TOL
 
 
-def rewrite(src, dst, drop_key=None, mtp=False):
-    """A copy of src without metadata key drop_key, or (mtp) with an MTP layer
+V2_DROP_KEYS = ("attention.q_lora_rank", "expert_gating_func", "expert_group_count", "expert_group_used_count",
+                "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+                "rope.scaling.yarn_log_multiplier")
+
+
+def rewrite(src, dst, drop_key=None, mtp=False, v2=False):
+    """A copy of src without metadata key drop_key; or (mtp) with an MTP layer
     appended as llama.cpp's converter writes one: nextn_predict_layers = 1,
-    block_count + 1, a copy of the last layer plus its nextn.* tensors."""
+    block_count + 1, a copy of the last layer plus its nextn.* tensors; or
+    (v2) in DeepSeek-V2(-Lite)'s form: a plain attn_q (no q_lora_rank),
+    softmax routing (no expert_gating_func), no selection bias, no groups,
+    no YaRN."""
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
     r = GGUFReader(src)
     w = GGUFWriter(dst, "deepseek2")
     n_layer = int(r.fields["deepseek2.block_count"].contents())
     for name, f in r.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture" or name == drop_key:
+            continue
+        if v2 and name[len("deepseek2."):] in V2_DROP_KEYS:
             continue
         val = f.contents()
         if mtp and name == "deepseek2.block_count":
@@ -110,6 +120,13 @@ def rewrite(src, dst, drop_key=None, mtp=False):
     rng = np.random.default_rng(7)
     last = f"blk.{n_layer - 1}."
     for t in r.tensors:
+        if v2 and (t.name.endswith("exp_probs_b.bias") or ".attn_q_a" in t.name):
+            continue
+        if v2 and t.name.endswith("attn_q_b.weight"):  # a random plain attn_q {n_embd, n_head * key_length_mla}
+            n_embd = int(r.fields["deepseek2.embedding_length"].contents())
+            q = (0.02 * rng.standard_normal((int(t.shape[1]), n_embd))).astype(np.float32)
+            w.add_tensor(t.name.replace("attn_q_b", "attn_q"), q)
+            continue
         w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
     if mtp:
         n_embd = int(r.fields["deepseek2.embedding_length"].contents())
@@ -144,3 +161,23 @@ def test_missing_key_named(model, key):
     rewrite(path, bad, drop_key=key)
     r = subprocess.run([DUMP, bad, os.path.join(d, "x.bin"), "--tokens", "1,2,3"], capture_output=True, text=True)
     assert r.returncode != 0 and key in r.stderr, r.stderr
+
+
+def test_v2_form(model):
+    """DeepSeek-V2(-Lite)'s form: plain attn_q, softmax routing, no bias, no groups, no YaRN."""
+    d, path, m = model
+    v2 = os.path.join(d, "v2.gguf")
+    rewrite(path, v2, v2=True)
+    m2 = ref_forward.RefModel(v2)
+    assert not m2.has("blk.1.attn_q_a.weight") and m2.has("blk.1.attn_q.weight")
+    s = dump(d, v2, TOKS, "f16")
+    ref = ref_deepseek2.forward(m2, TOKS)
+    emu = ref_deepseek2.forward(m2, TOKS, kv="f16")
+    sd = float(ref.std())
+    e_ref, e_q = float(np.abs(s - ref).max() / sd), float(np.abs(emu - ref).max() / sd)
+    bound = Q_FACTOR * e_q + FLOOR
+    print(f"\ndeepseek2 in V2's form (plain attn_q, softmax, no groups, no YaRN): err vs ref {e_ref:.1e} "
+          f"(bound {bound:.1e}), top-1 {int((s.argmax(1) == ref.argmax(1)).sum())}/{N_TOK}")
+    assert e_ref <= bound
+    e_mu = float(np.abs(s - ref_deepseek2.forward(m2, TOKS, mutate="no_softmax_gate")).max() / sd)
+    assert e_mu > bound, f"sigmoid instead of softmax not caught ({e_mu:.1e})"
