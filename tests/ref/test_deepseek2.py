@@ -181,3 +181,40 @@ def test_v2_form(model):
     assert e_ref <= bound
     e_mu = float(np.abs(s - ref_deepseek2.forward(m2, TOKS, mutate="no_softmax_gate")).max() / sd)
     assert e_mu > bound, f"sigmoid instead of softmax not caught ({e_mu:.1e})"
+
+
+def zipf_fit(path, layer, groups, kept, n=4000):
+    """synth's --zipf hidden-state model (docs/synth.md) routed by sigmoid and
+    the group rule (groups of the router's experts, kept best by their top-2
+    sums), then top-k: the fitted rank-frequency exponent over ranks 2.."""
+    from gguf import GGUFReader
+    r = GGUFReader(path)
+    u = np.array(r.fields["strata.synth.router_dir"].contents(), dtype=np.float64)
+    mean = r.fields["strata.synth.router_dir_mean"].contents()
+    k = int(r.fields["deepseek2.expert_used_count"].contents())
+    w = [t for t in r.tensors if t.name == f"blk.{layer}.ffn_gate_inp.weight"][0]
+    W = np.asarray(w.data, dtype=np.float64)
+    h = mean * u[None, :] + np.random.default_rng(1234 + layer).standard_normal((n, W.shape[1]))
+    s = 1.0 / (1.0 + np.exp(-(h @ W.T)))
+    E = W.shape[0]
+    gs = np.sort(s.reshape(n, groups, E // groups), axis=-1)[..., -2:].sum(-1)
+    mask = np.zeros((n, groups), dtype=bool)
+    np.put_along_axis(mask, np.argsort(-gs, axis=-1)[:, :kept], True, axis=-1)
+    s = np.where(np.repeat(mask, E // groups, axis=-1), s, -np.inf)
+    freq = np.sort(np.bincount(np.argsort(-s, axis=1)[:, :k].ravel(), minlength=E))[::-1] / n
+    ranks = np.arange(1, E + 1)
+    return -np.polyfit(np.log(ranks[1:]), np.log(np.maximum(freq[1:], 0.5 / n)), 1)[0]
+
+
+def test_zipf_with_groups(model):
+    """--zipf 1 on 256 experts top-8: the skew survives the group rule, the
+    file's own (2 groups, 1 kept) and DeepSeek-V3's (8 groups, 4 kept)."""
+    d, path, m = model
+    z = os.path.join(d, "zipf.gguf")
+    subprocess.run([STRATA, "synth", "--arch", "deepseek2", "--preset", "tiny", "--zipf", "1", "--experts", "256",
+                    "--experts-used", "8", "--seed", "3", "-o", z, "--quiet"], check=True, capture_output=True)
+    for groups, kept in ((2, 1), (8, 4)):
+        for layer in (1, 2):
+            fit = zipf_fit(z, layer, groups, kept)
+            print(f"\nzipf 1, 256 experts top-8, {groups} groups ({kept} kept), layer {layer}: exponent {fit:.2f}")
+            assert abs(fit - 1.0) <= 0.3
