@@ -100,8 +100,8 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
     const int R = hp->n_rot, C = hp->kv_lora, D = hp->head_dim_mla, N = D - R, V = hp->v_head_mla;
-    const int H = hp->n_head,
-              HD = hp->head_dim; /* HD = R + C: the cache row, and each query head */
+    /* HD = R + C: the cache row, and each query head */
+    const int H = hp->n_head, HD = hp->head_dim;
 
     if (hp->q_lora) {
         be->matmul(be, &l->wq_a, 0, h, b->qa, rows);
@@ -111,8 +111,7 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
         be->matmul(be, &l->wq_b, 0, h, b->qf, rows); /* the plain attn_q, bound to the same field */
     }
     be->matmul(be, &l->wkv_a, 0, h, b->kva, rows);
-    /* the cache row: rope key first (st_rope turns a head's first n_rot values), then the normed
-     * latent */
+    /* the cache row: rope key first (st_rope turns a head's first values), then the latent */
     be->copy_2d(be, krow, HD, b->kva + C, C + R, R, rows);
     be->copy_2d(be, b->t1, C, b->kva, C + R, C, rows);
     be->rmsnorm(be, b->t1, NULL, l->kv_a_norm, b->t1, C, rows, hp->rms_eps);
@@ -125,8 +124,8 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
         be->matmul(be, &l->wk_b, hd, b->t1, b->t2, rows);
         be->copy_2d(be, q + (size_t)hd * HD + R, (int64_t)H * HD, b->t2, C, C, rows);
     }
-    const st_rope rope = {hp->rope_theta, 1.0f, 0, b->div,
-                          R}; /* YaRN, if any, is in the divisors */
+    /* adjacent pairs (llama.cpp's NORM rope); YaRN, if any, is in the divisors */
+    const st_rope rope = {hp->rope_theta, 1.0f, 0, b->div, R};
     for (int s = 0, r = 0; s < n_seq; s++) {
         const int n = n_tok ? n_tok[s] : 1;
         float *qs = q + (size_t)r * H * HD, *ks = krow + (size_t)r * HD;
