@@ -349,6 +349,15 @@ static int deepseek2_hparams(loader *L, model_hparams *hp) {
         if (factor > 1.0f) mscale = 1.0f + 0.1f * log_mul * logf(factor);
     }
     hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_mla);
+    /* what llama.cpp would also apply but V2/V3/K2 files do not carry: refused rather than ignored */
+    const float attn_factor = get_f32(L, "rope.scaling.attn_factor", 1.0f),
+                temp_scale = get_f32(L, "attention.temperature_scale", 0.0f);
+    if (attn_factor != 1.0f || temp_scale != 0.0f) {
+        st_error_set("%s: deepseek2 with rope.scaling.attn_factor %g or attention.temperature_scale %g "
+                     "(attention temperature tuning) is not supported",
+                     gguf_path(L->f), (double)attn_factor, (double)temp_scale);
+        return -1;
+    }
     return 0;
 }
 
