@@ -94,6 +94,11 @@ typedef struct {
     int norm_topk;          /* renormalise the chosen weights to sum 1 */
     const float *bias;      /* (n_expert) added to p for the choice only, this backend's memory; or NULL */
     float scale;            /* multiplies the weights; 1 = none */
+    /* group-limited choice (DeepSeek V3): the experts are n_group groups of
+     * n_expert / n_group; a group's score is the sum of its two best ranked
+     * scores (p + bias); only the experts of the n_group_used best groups
+     * are candidates for the top-k. 0 = no groups. */
+    int n_group, n_group_used;
 } st_moe_gating;
 /* What a backend's routing computes (st_backend.moe_gatings). */
 enum {
@@ -158,6 +163,12 @@ struct st_backend {
     void (*split_halves)(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w);
     /* x[r][i] *= sigmoid(g[r][i]) (g_dim = dim), or sigmoid(g[r]) (g_dim = 1), n_rows rows of dim. */
     void (*sigmoid_mul)(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows);
+    /* dst[r][0:width] = src[r][0:width] for r < n_rows, rows dst_stride and src_stride floats apart
+     * (a strided view copied: the heads of multi-head latent attention gathered
+     * for their per-head products, and scattered back). Optional: NULL where a
+     * backend lacks it; the engine then refuses the families that need it. */
+    void (*copy_2d)(st_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                    int64_t width, int n_rows);
     /* Mixture-of-experts FFN for n_tok tokens: route with the router logits
      * as gt says (st_moe_gating: softmax or sigmoid, bias, top-k, optional
      * renormalisation, scale), then

@@ -18,13 +18,13 @@
 
 typedef enum {
     P_GET_ROWS, P_MATMUL, P_RMSNORM, P_ROPE, P_KV_STORE, P_QKV_PREP, P_ATTENTION, P_ACT_MUL, P_ADD, P_SCALE,
-    P_MOE_FFN, P_MOE_ROUTE, P_MOE_EXPERTS, P_TO_HOST, P_TO_DEVICE, P_GDN, P_SPLIT, P_SIGMUL, P_N
+    P_MOE_FFN, P_MOE_ROUTE, P_MOE_EXPERTS, P_TO_HOST, P_TO_DEVICE, P_GDN, P_SPLIT, P_SIGMUL, P_COPY2D, P_N
 } prof_op;
 
 static const char *const OP_NAMES[P_N] = {"get_rows", "matmul",  "rmsnorm", "rope",    "kv_store",
                                           "qkv_prep", "attention", "act_mul", "add",     "scale",
                                           "moe_ffn",  "moe_route", "moe_experts", "to_host", "to_device",
-                                          "deltanet", "split_qg", "sigmul"};
+                                          "deltanet", "split_qg", "sigmul", "copy_2d"};
 
 typedef struct {
     st_backend *in;
@@ -145,6 +145,13 @@ static void w_sigmul(st_backend *be, float *x, const float *g, int dim, int g_di
     end(p, P_SIGMUL);
 }
 
+static void w_copy2d(st_backend *be, float *dst, int64_t ds, const float *src, int64_t ss, int64_t w, int n) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->copy_2d(p->in, dst, ds, src, ss, w, n);
+    end(p, P_COPY2D);
+}
+
 static void w_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
                       const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                       const st_weight *down, float *out) {
@@ -258,6 +265,7 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .gated_delta_net = in->gated_delta_net ? w_gdn : NULL,
         .split_halves = in->split_halves ? w_split : NULL,
         .sigmoid_mul = in->sigmoid_mul ? w_sigmul : NULL,
+        .copy_2d = in->copy_2d ? w_copy2d : NULL,
         .moe_ffn = w_moe_ffn,
         .moe_route = w_moe_route,
         .moe_experts = w_moe_experts,

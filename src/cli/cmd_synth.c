@@ -14,7 +14,7 @@
 #include "quant/quant.h"
 
 static const char USAGE[] =
-    "strata synth [--arch qwen3moe|qwen35moe|qwen3next|glm4moe] --preset P -o FILE [--type-default TYPE] "
+    "strata synth [--arch qwen3moe|qwen35moe|qwen3next|glm4moe|deepseek2] --preset P -o FILE [--type-default TYPE] "
     "[--type CLASS=TYPE ...] [--zipf S] [--seed N] [--ctx N] [--layers N] [--experts N] [--experts-used K] "
     "[--expert-ff N] [--exact] [--quiet]";
 
@@ -22,7 +22,8 @@ static void help(void) {
     printf("usage: %s\n\n", USAGE);
     printf("Writes a GGUF with random but valid weights, loadable by llama.cpp and strata.\n\n"
            "  --arch A            architecture: qwen3moe (the default), the DeltaNet hybrids qwen35moe, qwen3next,\n"
-           "                      or glm4moe (GLM-4.5: sigmoid-routed experts, a leading dense layer)\n"
+           "                      or glm4moe (GLM-4.5: sigmoid-routed experts, a leading dense layer),\n"
+           "                      or deepseek2 (DeepSeek V3: latent attention, group-limited routing)\n"
            "  --preset P          shapes: %s\n"
            "  -o FILE             output path\n"
            "  --type-default T    type of every weight matrix (default: a Q4_K_M-like mix:\n"
@@ -122,6 +123,8 @@ int cmd_synth(int argc, char **argv) {
     if (experts) hp.n_expert = (int)experts;
     if (used) hp.n_expert_used = (int)used;
     if (eff) hp.n_ff_exp = (int)eff;
+    /* a cut to fewer layers than the dense lead keeps one MoE layer (deepseek-v3 has 3 dense ones) */
+    if (layers && hp.n_dense_lead >= hp.n_layer) hp.n_dense_lead = hp.n_layer - 1;
     if (hp.n_expert_used > hp.n_expert)
         return cli_usage_error(a.cmd, USAGE, "--experts-used %d exceeds the %d experts", hp.n_expert_used,
                                hp.n_expert);

@@ -57,9 +57,17 @@ int engine_backend_supports(const model *m, const st_backend *be) {
                      model_arch_name(m->hp.arch), be->name);
         return -1;
     }
-    /* glm4moe routes by sigmoid with a selection bias and a scale: not every backend's routing does */
+    /* deepseek2's latent attention gathers heads with copy_2d, which not every backend has (CUDA not yet) */
+    if (model_layer_mla(&m->hp) && !be->copy_2d) {
+        st_error_set("architecture '%s' (multi-head latent attention) is not supported by the %s backend yet; "
+                     "run it on the CPU (without --gpu)",
+                     model_arch_name(m->hp.arch), be->name);
+        return -1;
+    }
+    /* glm4moe and deepseek2 route by sigmoid with a selection bias and a scale (deepseek2 by groups too):
+     * not every backend's routing does */
     const model_hparams *hp = &m->hp;
-    const int plain = hp->gate_fn == ST_GATE_SOFTMAX && !hp->exp_bias && hp->expert_scale == 1.0f;
+    const int plain = hp->gate_fn == ST_GATE_SOFTMAX && !hp->exp_bias && hp->expert_scale == 1.0f && !hp->n_group;
     if (hp->n_expert && !(be->moe_gatings & (plain ? ST_GATINGS_SOFTMAX : ST_GATINGS_ALL))) {
         st_error_set("architecture '%s' routes its experts by %s with a selection bias, which the %s backend's "
                      "routing lacks; run it on the CPU (without --gpu)",

@@ -1,6 +1,7 @@
 /* KV cache allocation (see kv_cache.h). int8 halves the bytes attention reads
  * per position, which is what long-context decode is bound by. A hybrid
- * family's DeltaNet layers keep a fixed-size f32 state instead of rows. */
+ * family's DeltaNet layers keep a fixed-size f32 state instead of rows; an
+ * MLA layer (deepseek2) one array of rows that serves as both K and V. */
 #include "engine/kv_cache.h"
 
 #include <string.h>
@@ -22,7 +23,7 @@ size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type) {
     size_t b = 0;
     for (int il = 0; il < hp->n_layer; il++)
         b += model_layer_recurrent(hp, il) ? (conv_elems(hp) + ssm_elems(hp)) * sizeof(float)
-                                           : 2 * per * (size_t)n_ctx;
+                                           : (model_layer_mla(hp) ? 1 : 2) * per * (size_t)n_ctx;
     return b;
 }
 
@@ -57,6 +58,14 @@ kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st
             continue;
         }
         l->k = be->alloc(be, row_elems(hp) * elem * (size_t)n_ctx);
+        if (model_layer_mla(hp)) {
+            /* multi-head latent attention: a row is the rope key and the
+             * normalised latent, which is also what the values are read from
+             * (the absorbed form): one array serves as both */
+            l->v = l->k;
+            if (type == ST_KV_INT8) l->k_scale = l->v_scale = be->alloc(be, sizeof(float) * (size_t)n_ctx);
+            continue;
+        }
         l->v = be->alloc(be, row_elems(hp) * elem * (size_t)n_ctx);
         if (type == ST_KV_INT8) {
             l->k_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)n_ctx);
@@ -70,7 +79,8 @@ void kv_cache_free(kv_cache *kv) {
     if (!kv) return;
     for (int il = 0; il < kv->n_layer; il++) {
         st_kv_layer *l = &kv->layers[il];
-        void *p[] = {l->k, l->v, l->k_scale, l->v_scale, l->conv, l->ssm};
+        void *p[] = {l->k, l->v != l->k ? l->v : NULL, l->k_scale, l->v_scale != l->k_scale ? l->v_scale : NULL,
+                     l->conv, l->ssm};
         for (int i = 0; i < 6; i++)
             if (p[i]) kv->be->free(kv->be, p[i]);
     }

@@ -191,10 +191,14 @@ static void no_split(st_backend *be, const float *src, float *a, float *b, int n
 static void no_sigmoid_mul(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows) {
     (void)be, (void)x, (void)g, (void)dim, (void)g_dim, (void)n_rows;
 }
-/* 27 function pointers, 3 other pointers (name, ctx, segments) and two ints
+static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                       int64_t width, int n_rows) {
+    (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
+}
+/* 28 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
  * stubs above when an op is added */
-_Static_assert(sizeof(st_backend) == 32 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+_Static_assert(sizeof(st_backend) == 33 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -214,6 +218,7 @@ static void seg_stub(lanes *L, int on) {
     b->gated_delta_net = on ? no_gdn : v->gated_delta_net;
     b->split_halves = on ? no_split : v->split_halves;
     b->sigmoid_mul = on ? no_sigmoid_mul : v->sigmoid_mul;
+    b->copy_2d = on ? no_copy_2d : v->copy_2d;
 }
 
 static void seg_drop_all(lanes *L) {

@@ -8,7 +8,8 @@
  * layers are gated DeltaNets (recurrent_block); their FFN adds a shared
  * expert scaled by sigmoid(w.h) to the routed ones. glm4moe: partial rotary,
  * dense FFNs in the first layers, then sigmoid-routed experts (a selection
- * bias, a scale) plus an ungated shared expert. Every step is a backend
+ * bias, a scale) plus an ungated shared expert. deepseek2: multi-head latent
+ * attention (forward_mla.c) and group-limited routing. Every step is a backend
  * op, so the same code drives the CPU and the GPU. Each residual add is done by the norm that
  * follows it (rmsnorm's res argument: one pass over x instead of two); the
  * last layer's by a plain add, since the output norm reads only some rows.
@@ -19,6 +20,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "model/forward_mla.h"
 
 struct model_ctx {
     const model *m;
@@ -34,6 +36,7 @@ struct model_ctx {
     float *shg, *shu, *sho, *shgate;    /* shared expert: n_ff_shexp x2, n_embd, 1 */
     float *logits;                      /* n_vocab, [n_ubatch] rows */
     int32_t *ids;                       /* token ids copied to the device */
+    mla_bufs *mla;                      /* deepseek2's latent attention (forward_mla.c), or NULL */
 };
 
 static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
@@ -75,6 +78,7 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     }
     c->logits = balloc(be, B * hp->n_vocab);
     c->ids = be->alloc(be, B * sizeof(int32_t));
+    if (model_layer_mla(hp)) c->mla = mla_bufs_create(m, be, n_ubatch);
     return c;
 }
 
@@ -86,6 +90,7 @@ void model_ctx_free(model_ctx *c) {
                     c->shgate, c->logits, c->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
+    mla_bufs_free(c->mla, be);
     st_free(c);
 }
 
@@ -187,7 +192,8 @@ static void ffn_block(model_ctx *c, int il, int n) {
 
     if (model_layer_moe(hp, il)) {
         /* softmax routing (qwen), or sigmoid with a selection bias and a scale (glm4moe) */
-        const st_moe_gating gt = {hp->gate_fn, hp->norm_topk, l->exp_probs_b, hp->expert_scale};
+        const st_moe_gating gt = {hp->gate_fn, hp->norm_topk, l->exp_probs_b, hp->expert_scale, hp->n_group,
+                                  hp->n_group_used};
         be->matmul(be, &l->ffn_gate_inp, 0, c->h, c->router, n);
         be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, &gt, hp->act, &l->ffn_gate_exps,
                     &l->ffn_up_exps, &l->ffn_down_exps, c->o);
@@ -234,9 +240,12 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
     if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)rows * hp->n_embd);
     be->rmsnorm(be, c->x, NULL, m->layers[0].attn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
     for (int il = 0; il < hp->n_layer; il++) {
-        if (model_layer_recurrent(hp, il))
+        if (model_layer_recurrent(hp, il)) {
             recurrent_block(c, il, kv, pos0, n_tok, n_seq, rows);
-        else
+        } else if (c->mla) { /* deepseek2: multi-head latent attention (forward_mla.c) */
+            mla_attention(m, be, c->mla, il, c->h, c->q, c->k, c->att, c->o, kv, pos0, n_tok, n_seq, rows);
+            be->rmsnorm(be, c->x, c->o, m->layers[il].ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+        } else
             attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
         ffn_block(c, il, rows);
     }

@@ -5,7 +5,8 @@
  * Families: llama (SmolLM2, Llama), qwen2, qwen3, qwen3moe, gemma3, and the
  * hybrid qwen3next / qwen35moe / qwen35 (dense) (gated DeltaNet layers, a gated attention
  * layer every full_attn_interval-th), glm4moe (GLM-4.5/4.6: sigmoid routing with a
- * selection bias, leading dense layers, a shared expert, partial rotary). They are one decoder with switches
+ * selection bias, leading dense layers, a shared expert, partial rotary), deepseek2
+ * (DeepSeek V2/V3/R1, Kimi K2: multi-head latent attention, group-limited routing). They are one decoder with switches
  * (QKV bias, Q/K norms, post-norms, sliding window, MoE, activation, hybrid)
  * rather than copies of the same loop.
  */
@@ -27,6 +28,7 @@ typedef enum {
     ARCH_QWEN35MOE,
     ARCH_QWEN35,
     ARCH_GLM4MOE,
+    ARCH_DEEPSEEK2,
     ARCH_COUNT
 } model_arch;
 
@@ -70,7 +72,17 @@ typedef struct {
     int ffn_norm_post;   /* the pre-FFN norm is GGUF's post_attention_norm (the hybrids, glm4moe) */
     st_gate_fn gate_fn;  /* routing: softmax (qwen) or sigmoid (glm4moe) of the router logits */
     float expert_scale;  /* routed scaling factor of the expert weights, 1 = none */
-    int exp_bias;        /* MoE layers have a selection bias, exp_probs_b (glm4moe) */
+    int exp_bias;        /* MoE layers have a selection bias, exp_probs_b (glm4moe, deepseek2) */
+    int n_group, n_group_used; /* group-limited routing (deepseek2): experts in n_group groups, the best
+                                  n_group_used kept; 0 = none */
+    /* deepseek2's multi-head latent attention (kv_lora > 0): head_dim is the
+     * cache row (kv_lora + n_rot) of the one KV head; q and k heads of
+     * head_dim_mla (nope + n_rot), value heads of v_head_mla; q through a
+     * rank-q_lora bottleneck (0: a plain attn_q). YaRN rope when yarn_orig_ctx
+     * > 0 (rope_freq_scale = 1/factor), beta_fast/slow its ramp. */
+    int kv_lora, q_lora, head_dim_mla, v_head_mla;
+    int yarn_orig_ctx;
+    float yarn_beta_fast, yarn_beta_slow;
 } model_hparams;
 
 /* Whether layer il's FFN is the routed experts (else a dense FFN). */
@@ -79,6 +91,9 @@ static inline int model_layer_moe(const model_hparams *hp, int il) {
 }
 
 /* A hybrid family's DeltaNet layer (the rest are gated attention layers). */
+/* A multi-head latent attention layer (deepseek2: all of them). */
+static inline int model_layer_mla(const model_hparams *hp) { return hp->kv_lora > 0; }
+
 static inline int model_layer_recurrent(const model_hparams *hp, int il) {
     return hp->full_attn_interval > 0 && (il + 1) % hp->full_attn_interval != 0;
 }
@@ -94,7 +109,15 @@ typedef struct {
     const float *post_ffn_norm;      /* (n_embd), gemma3, or NULL */
     st_weight ffn_gate_inp;          /* router (n_embd -> n_expert) */
     st_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps; /* (n_expert x [n_embd -> n_ff_exp]), down (n_ff_exp -> n_embd) */
-    const float *exp_probs_b;        /* (n_expert) expert selection bias (glm4moe), or NULL */
+    const float *exp_probs_b;        /* (n_expert) expert selection bias (glm4moe, deepseek2), or NULL */
+    /* multi-head latent attention (deepseek2); nope = head_dim_mla - n_rot */
+    st_weight wq_a;                  /* (n_embd -> q_lora) */
+    const float *q_a_norm;           /* (q_lora) */
+    st_weight wq_b;                  /* (q_lora -> n_head*head_dim_mla); or wq (n_embd -> the same) when q_lora = 0 */
+    st_weight wkv_a;                 /* (n_embd -> kv_lora + n_rot): latent, then the shared rope key */
+    const float *kv_a_norm;          /* (kv_lora) */
+    st_weight wk_b;                  /* (n_head x [nope -> kv_lora]): a head's q_nope into the latent space */
+    st_weight wv_b;                  /* (n_head x [kv_lora -> v_head_mla]): a head's latent output to its values */
     /* hybrid families (qwen3next, qwen35moe). Gated attention layers: wq is
      * (n_embd -> n_head*2*hd), per head hd query rows then hd gate rows.
      * ffn_norm is GGUF's post_attention_norm there. */
@@ -142,6 +165,14 @@ typedef enum {
     MD_VHEADS,    /* n_v */
     MD_BA,        /* 2 * n_v */
     MD_SSM_HEAD,  /* DeltaNet head size */
+    MD_Q_MLA,     /* MLA query width: n_head * head_dim_mla */
+    MD_QLORA,     /* q_lora */
+    MD_KV_A,      /* kv_lora + n_rot */
+    MD_KVLORA,    /* kv_lora */
+    MD_NOPE,      /* head_dim_mla - n_rot */
+    MD_V_MLA,     /* v_head_mla */
+    MD_HEADS,     /* n_head */
+    MD_O_MLA,     /* n_head * v_head_mla */
 } model_dim;
 /* Which layers have a row: MW_ATTN and MW_QK_NORM hold in every layer of a
  * plain family and in the attention layers of a hybrid one. */
@@ -160,6 +191,9 @@ typedef enum {
     MW_RECR,          /* DeltaNet layers */
     MW_RECR_BA_SPLIT, /* DeltaNet layers with ssm_beta and ssm_alpha (qwen35moe) */
     MW_RECR_BA_FUSED, /* DeltaNet layers with ssm_ba (qwen3next) */
+    MW_MLA,           /* multi-head latent attention layers (deepseek2) */
+    MW_MLA_QLORA,     /* those with the q bottleneck (attn_q_a, attn_q_b) */
+    MW_MLA_QPLAIN,    /* those with a plain attn_q (DeepSeek-V2-Lite) */
 } model_when;
 typedef enum { MT_DENSE, MT_ROUTED } model_tensor_class;
 typedef struct {

@@ -11,6 +11,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "model/arch_deepseek2_names.h"
 #include "quant/quant.h"
 
 
@@ -254,6 +255,112 @@ static int glm4moe_hparams(loader *L, model_hparams *hp) {
     return 0;
 }
 
+/* DeepSeek V2/V3/R1 and Kimi K2 (deepseek2), keys as llama.cpp b11434 reads
+ * them (arch_deepseek2_names.h): multi-head latent attention, whose cache
+ * row (key_length = kv_lora_rank + rope dims, one KV head) is head_dim here;
+ * leading dense layers; routed experts by softmax (V2; the default when
+ * expert_gating_func is absent, as in llama.cpp) or sigmoid (V3) with an
+ * optional selection bias, group-limited top-k (expert_group_count /
+ * expert_group_used_count), weights renormalised (expert_weights_norm,
+ * default off) and scaled; expert_shared_count shared experts; YaRN rope
+ * with DeepSeek's mscale folded into the attention scale; the MTP layers
+ * counted in block_count are loaded past, not run. */
+static int deepseek2_hparams(loader *L, model_hparams *hp) {
+    hp->n_dense_lead = get_u32(L, "leading_dense_block_count", 0, 0);
+    hp->n_ff = get_u32(L, "feed_forward_length", hp->n_dense_lead > 0, 0);
+    hp->q_lora = get_u32(L, DEEPSEEK2_KV_Q_LORA, 0, 0); /* absent: a plain attn_q (V2-Lite) */
+    hp->kv_lora = get_u32(L, DEEPSEEK2_KV_KV_LORA, 1, 0);
+    hp->head_dim_mla = get_u32(L, DEEPSEEK2_KV_KEY_LENGTH_MLA, 1, 0);
+    hp->v_head_mla = get_u32(L, DEEPSEEK2_KV_VALUE_LENGTH_MLA, 1, 0);
+    hp->n_rot = get_u32(L, "rope.dimension_count", 1, 0);
+    const int vlen = get_u32(L, "attention.value_length", 1, 0);
+    const int n_shared = get_u32(L, "expert_shared_count", 1, 0);
+    hp->n_ff_shexp = n_shared * hp->n_ff_exp;
+    const int gating = get_u32(L, "expert_gating_func", 0, 1); /* absent: softmax, as llama.cpp for V2 files */
+    hp->gate_fn = gating == 2 ? ST_GATE_SIGMOID : ST_GATE_SOFTMAX;
+    const float scale = get_f32(L, "expert_weights_scale", 0.0f);
+    hp->expert_scale = scale != 0.0f ? scale : 1.0f;
+    char key[128];
+    int normw = 0;
+    snprintf(key, sizeof key, "%s.expert_weights_norm", L->arch);
+    hp->norm_topk = gguf_get_bool(L->f, key, &normw) == 0 ? normw : 0;
+    hp->n_group = get_u32(L, DEEPSEEK2_KV_GROUP_COUNT, 0, 0);
+    hp->n_group_used = get_u32(L, DEEPSEEK2_KV_GROUP_USED, hp->n_group > 1, 0);
+    const int nextn = get_u32(L, "nextn_predict_layers", 0, 0);
+    if (L->failed) return -1;
+    const int nope = hp->head_dim_mla - hp->n_rot;
+    if ((gating != 1 && gating != 2) || nextn < 0 || nextn >= hp->n_layer || hp->n_dense_lead < 0 ||
+        hp->n_dense_lead > hp->n_layer - nextn || n_shared < 0 || (hp->n_dense_lead > 0 && hp->n_ff <= 0) ||
+        hp->kv_lora <= 0 || hp->q_lora < 0 || hp->n_rot <= 0 || hp->n_rot % 2 || nope < 1 || hp->v_head_mla <= 0 ||
+        hp->n_head_kv != 1 || hp->head_dim != hp->kv_lora + hp->n_rot || vlen != hp->kv_lora ||
+        (hp->n_group > 1 && (hp->n_expert % hp->n_group || hp->n_group_used < 1 ||
+                             hp->n_group_used >= hp->n_group ||
+                             hp->n_expert_used > hp->n_group_used * (hp->n_expert / hp->n_group))) ||
+        hp->n_group < 0 || hp->n_group > 64) { /* cpu_route_groups' limit; V3 has 8 */
+        st_error_set("%s: unsupported deepseek2 hyper-parameters (gating %d, nextn %d of %d layers, dense lead %d, "
+                     "shared %d, kv heads %d, key/value length %d/%d for kv_lora_rank %d + rope %d, mla heads %d/%d, "
+                     "expert groups %d/%d of %d experts)",
+                     gguf_path(L->f), gating, nextn, hp->n_layer, hp->n_dense_lead, n_shared, hp->n_head_kv,
+                     hp->head_dim, vlen, hp->kv_lora, hp->n_rot, hp->head_dim_mla, hp->v_head_mla,
+                     hp->n_group_used, hp->n_group, hp->n_expert);
+        return -1;
+    }
+    if (hp->n_group <= 1) hp->n_group = hp->n_group_used = 0;
+    hp->n_layer -= nextn;
+    if (gguf_find_tensor(L->f, "blk.0." DEEPSEEK2_T_ATTN_KV_B)) {
+        st_error_set("%s: deepseek2 with an unsplit attn_kv_b (a GGUF from before llama.cpp's MLA split); "
+                     "convert it again with a current convert_hf_to_gguf.py", gguf_path(L->f));
+        return -1;
+    }
+    /* the selection bias is optional per file (V3 has it, V2 not); all MoE layers alike */
+    snprintf(key, sizeof key, "blk.%d.exp_probs_b.bias", hp->n_dense_lead);
+    hp->exp_bias = gguf_find_tensor(L->f, key) != NULL;
+    /* YaRN (llama.cpp's yarn_attn_factor and deepseek2 graph): the rope itself
+     * ends up unscaled, the attention scale is mscale^2 / sqrt(key_length_mla)
+     * with mscale = 1 + 0.1 * mscale_all_dim * ln(factor) */
+    float mscale = 1.0f;
+    const char *st;
+    uint64_t slen;
+    snprintf(key, sizeof key, "%s.%s", L->arch, DEEPSEEK2_KV_ROPE_SCALING);
+    if (gguf_get_str(L->f, key, &st, &slen) == 0 && !(slen == 4 && !memcmp(st, "none", 4))) {
+        if (!(slen == 4 && !memcmp(st, "yarn", 4))) {
+            st_error_set("%s: deepseek2 with rope scaling '%.*s' (only yarn is supported)", gguf_path(L->f),
+                         (int)(slen > 32 ? 32 : slen), st);
+            return -1;
+        }
+        const float factor = get_f32(L, DEEPSEEK2_KV_ROPE_FACTOR, 0.0f);
+        hp->yarn_orig_ctx = get_u32(L, DEEPSEEK2_KV_ROPE_ORIG_CTX, 0, (uint32_t)hp->n_ctx_train);
+        hp->yarn_beta_fast = get_f32(L, DEEPSEEK2_KV_YARN_BETA_FAST, 32.0f);
+        hp->yarn_beta_slow = get_f32(L, DEEPSEEK2_KV_YARN_BETA_SLOW, 1.0f);
+        /* without the multiplier llama.cpp's rope would scale the rotated part alone: not supported */
+        snprintf(key, sizeof key, "%s.%s", L->arch, DEEPSEEK2_KV_YARN_LOG_MUL);
+        float log_mul = 0.0f;
+        if (gguf_get_f32(L->f, key, &log_mul) != 0) {
+            st_error_set("%s: YaRN rope without metadata key '%s'", gguf_path(L->f), key);
+            return -1;
+        }
+        log_mul /= 0.1f; /* mscale_all_dim */
+        if (!(factor > 0.0f) || hp->yarn_orig_ctx <= 0) {
+            st_error_set("%s: YaRN rope without a valid '%s.%s' (%g)", gguf_path(L->f), L->arch,
+                         DEEPSEEK2_KV_ROPE_FACTOR, (double)factor);
+            return -1;
+        }
+        hp->rope_freq_scale = 1.0f / factor;
+        if (factor > 1.0f) mscale = 1.0f + 0.1f * log_mul * logf(factor);
+    }
+    hp->attn_scale = mscale * mscale / sqrtf((float)hp->head_dim_mla);
+    /* what llama.cpp would also apply but V2/V3/K2 files do not carry: refused rather than ignored */
+    const float attn_factor = get_f32(L, "rope.scaling.attn_factor", 1.0f),
+                temp_scale = get_f32(L, "attention.temperature_scale", 0.0f);
+    if (attn_factor != 1.0f || temp_scale != 0.0f) {
+        st_error_set("%s: deepseek2 with rope.scaling.attn_factor %g or attention.temperature_scale %g "
+                     "(attention temperature tuning) is not supported",
+                     gguf_path(L->f), (double)attn_factor, (double)temp_scale);
+        return -1;
+    }
+    return 0;
+}
+
 /* The families, as data: one row each, its GGUF name, the decoder's
  * switches it sets, and a hook for what only it reads (docs/contributing.md). */
 typedef struct {
@@ -275,6 +382,7 @@ static const arch_def ARCHS[ARCH_COUNT] = {
     [ARCH_QWEN35MOE] = {"qwen35moe", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
     [ARCH_QWEN35] = {"qwen35", 1, 0, 1, 0, 0, ST_ACT_SILU, hybrid_hparams}, /* qwen35moe with a dense FFN */
     [ARCH_GLM4MOE] = {"glm4moe", 1, 0, 0, 0, 1, ST_ACT_SILU, glm4moe_hparams}, /* biases, norms: by the file */
+    [ARCH_DEEPSEEK2] = {"deepseek2", 0, 0, 0, 0, 1, ST_ACT_SILU, deepseek2_hparams}, /* adjacent-pair rope */
 };
 
 const char *model_arch_name(model_arch a) { return (a >= 0 && a < ARCH_COUNT) ? ARCHS[a].name : "?"; }
@@ -300,7 +408,8 @@ static int load_hparams(loader *L, model_hparams *hp) {
     }
     hp->head_dim = get_u32(L, "attention.key_length", 0, (uint32_t)(hp->n_embd / hp->n_head));
     int vdim = get_u32(L, "attention.value_length", 0, (uint32_t)hp->head_dim);
-    if (vdim != hp->head_dim || hp->head_dim <= 0 || hp->head_dim % 2) {
+    /* deepseek2's value rows are the cache row's latent part: its hook checks them */
+    if ((vdim != hp->head_dim && hp->arch != ARCH_DEEPSEEK2) || hp->head_dim <= 0 || hp->head_dim % 2) {
         st_error_set("%s: unsupported head sizes (key %d, value %d)", gguf_path(L->f), hp->head_dim, vdim);
         return -1;
     }

@@ -51,6 +51,16 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     W("ffn_gate_shexp.weight", ffn_gate_shexp, MD_EMBD, MD_FF_SHEXP, MD_ONE, MW_SHEXP, MT_DENSE),
     W("ffn_up_shexp.weight", ffn_up_shexp, MD_EMBD, MD_FF_SHEXP, MD_ONE, MW_SHEXP, MT_DENSE),
     W("ffn_down_shexp.weight", ffn_down_shexp, MD_FF_SHEXP, MD_EMBD, MD_ONE, MW_SHEXP, MT_DENSE),
+    /* deepseek2's multi-head latent attention (b11434's layout: attn_kv_b split into k_b and v_b) */
+    W("attn_q_a.weight", wq_a, MD_EMBD, MD_QLORA, MD_ONE, MW_MLA_QLORA, MT_DENSE),
+    V("attn_q_a_norm.weight", q_a_norm, MD_QLORA, MW_MLA_QLORA),
+    W("attn_q_b.weight", wq_b, MD_QLORA, MD_Q_MLA, MD_ONE, MW_MLA_QLORA, MT_DENSE),
+    W("attn_q.weight", wq_b, MD_EMBD, MD_Q_MLA, MD_ONE, MW_MLA_QPLAIN, MT_DENSE),
+    W("attn_kv_a_mqa.weight", wkv_a, MD_EMBD, MD_KV_A, MD_ONE, MW_MLA, MT_DENSE),
+    V("attn_kv_a_norm.weight", kv_a_norm, MD_KVLORA, MW_MLA),
+    W("attn_k_b.weight", wk_b, MD_NOPE, MD_KVLORA, MD_HEADS, MW_MLA, MT_DENSE),
+    W("attn_v_b.weight", wv_b, MD_KVLORA, MD_V_MLA, MD_HEADS, MW_MLA, MT_DENSE),
+    W("attn_output.weight", wo, MD_O_MLA, MD_EMBD, MD_ONE, MW_MLA, MT_DENSE),
 };
 const int MODEL_N_LAYER_TENSORS = (int)(sizeof MODEL_LAYER_TENSORS / sizeof MODEL_LAYER_TENSORS[0]);
 
@@ -72,12 +82,20 @@ int64_t model_dim_size(const model_hparams *hp, model_dim d) {
     case MD_VHEADS: return hp->ssm_n_v_head;
     case MD_BA: return 2 * (int64_t)hp->ssm_n_v_head;
     case MD_SSM_HEAD: return hp->ssm_head_dim;
+    case MD_Q_MLA: return (int64_t)hp->n_head * hp->head_dim_mla;
+    case MD_QLORA: return hp->q_lora;
+    case MD_KV_A: return (int64_t)hp->kv_lora + hp->n_rot;
+    case MD_KVLORA: return hp->kv_lora;
+    case MD_NOPE: return hp->head_dim_mla - hp->n_rot;
+    case MD_V_MLA: return hp->v_head_mla;
+    case MD_HEADS: return hp->n_head;
+    case MD_O_MLA: return (int64_t)hp->n_head * hp->v_head_mla;
     }
     return 0;
 }
 
 int model_has_tensor(const model_hparams *hp, int il, model_when w) {
-    const int hybrid = hp->full_attn_interval > 0, recr = model_layer_recurrent(hp, il);
+    const int hybrid = hp->full_attn_interval > 0, recr = model_layer_recurrent(hp, il), mla = model_layer_mla(hp);
     switch (w) {
     case MW_ALWAYS: return 1;
     case MW_QKV_BIAS: return hp->qkv_bias;
@@ -86,8 +104,8 @@ int model_has_tensor(const model_hparams *hp, int il, model_when w) {
     case MW_MOE: return model_layer_moe(hp, il);
     case MW_DENSE_FFN: return !model_layer_moe(hp, il);
     case MW_EXP_BIAS: return model_layer_moe(hp, il) && hp->exp_bias;
-    case MW_ATTN: return !recr;
-    case MW_ATTN_PLAIN: return !hybrid;
+    case MW_ATTN: return !recr && !mla;
+    case MW_ATTN_PLAIN: return !hybrid && !mla;
     case MW_ATTN_GATED: return hybrid && !recr;
     case MW_FFN_NORM: return !hp->ffn_norm_post;
     case MW_FFN_NORM_POST: return hp->ffn_norm_post;
@@ -96,6 +114,9 @@ int model_has_tensor(const model_hparams *hp, int il, model_when w) {
     case MW_RECR: return recr;
     case MW_RECR_BA_SPLIT: return recr && !hp->ba_fused;
     case MW_RECR_BA_FUSED: return recr && hp->ba_fused;
+    case MW_MLA: return mla;
+    case MW_MLA_QLORA: return mla && hp->q_lora > 0;
+    case MW_MLA_QPLAIN: return mla && hp->q_lora == 0;
     }
     return 0;
 }

@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
+#include "model/arch_deepseek2_names.h"
 #include "model/arch_glm4moe_names.h"
 #include "model/arch_hybrid_names.h"
 #include "model/arch_qwen3moe_names.h"
@@ -89,12 +90,30 @@ static const synth_hparams PRESETS[] = {
      .head_dim = 128, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1408, .n_ff = 10944, .n_vocab = 151552,
      .n_ctx = 131072, .rope_theta = 1e6f, .rms_eps = 1e-5f, .n_rot = 64, .n_dense_lead = 1, .n_shared = 1,
      .expert_scale = 1.0f},
+    /* deepseek2. tiny: a dense layer then two MoE layers; latent attention
+     * with q_lora 256, kv_lora 256, heads of 64 nope + 32 rope dims and 64
+     * values; 8 experts in 2 groups (1 kept), top-2, sigmoid with a bias,
+     * scale 2.5, a shared expert; YaRN x4 from 256 positions, mscale_all_dim 1 */
+    {.preset = "tiny", .arch = DEEPSEEK2_ARCH, .n_layer = 3, .n_embd = 256, .n_head = 4, .n_head_kv = 1,
+     .head_dim = 96, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512,
+     .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .n_rot = 32, .n_dense_lead = 1, .n_shared = 1,
+     .expert_scale = 2.5f, .q_lora = 256, .kv_lora = 256, .v_head_dim = 64, .n_group = 2, .n_group_used = 1,
+     .yarn_factor = 4.0f, .yarn_mscale_all_dim = 1.0f, .yarn_orig_ctx = 256},
+    /* deepseek-ai/DeepSeek-V3 config.json (671B-A37B; R1 has the same shapes): 61 layers, the first 3
+     * dense (ffn 18432), 256 experts of 2048 top-8 in 8 groups (4 kept) + 1 shared, sigmoid with a bias,
+     * scale 2.5, normalised; 128 heads, q_lora 1536, kv_lora 512, 128 nope + 64 rope, values 128;
+     * YaRN x40 from 4096, mscale_all_dim 1; vocab 129280. Its MTP layer is left out. */
+    {.preset = "deepseek-v3", .arch = DEEPSEEK2_ARCH, .n_layer = 61, .n_embd = 7168, .n_head = 128,
+     .n_head_kv = 1, .head_dim = 192, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 2048, .n_ff = 18432,
+     .n_vocab = 129280, .n_ctx = 163840, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .n_rot = 64,
+     .n_dense_lead = 3, .n_shared = 1, .expert_scale = 2.5f, .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128,
+     .n_group = 8, .n_group_used = 4, .yarn_factor = 40.0f, .yarn_mscale_all_dim = 1.0f, .yarn_orig_ctx = 4096},
 };
 #define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
 
 const char *synth_preset_list(void) {
     return "tiny|qwen3-30b-a3b|qwen3-235b-a22b (qwen3moe), tiny|qwen3.5-35b-a3b (qwen35moe), "
-           "tiny|qwen3-next-80b-a3b (qwen3next), tiny|glm-4.5-air (glm4moe)";
+           "tiny|qwen3-next-80b-a3b (qwen3next), tiny|glm-4.5-air (glm4moe), tiny|deepseek-v3 (deepseek2)";
 }
 
 int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
@@ -107,7 +126,7 @@ int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
             return 0;
         }
     }
-    if (!known) st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next, glm4moe)", arch);
+    if (!known) st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next, glm4moe, deepseek2)", arch);
     else st_error_set("unknown preset '%s' for %s (known: %s)", preset, arch, synth_preset_list());
     return -1;
 }
@@ -128,6 +147,7 @@ static const char *const CLASS_NAMES[SYN_CLASS_COUNT] = {
     "post_attention_norm", "attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_ba", "ssm_conv1d", "ssm_dt",
     "ssm_a", "ssm_norm", "ssm_out", "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
     "attn_q.bias", "attn_k.bias", "attn_v.bias", "exp_probs_b.bias", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_q_a", "attn_q_a_norm", "attn_q_b", "attn_kv_a_mqa", "attn_kv_a_norm", "attn_k_b", "attn_v_b",
 };
 
 const char *synth_class_name(synth_class c) {
@@ -147,7 +167,8 @@ int synth_class_from_name(const char *name) {
 
 static int class_is_vector(synth_class c) {
     return c == SYN_OUTPUT_NORM || c == SYN_ATTN_NORM || c == SYN_ATTN_Q_NORM || c == SYN_ATTN_K_NORM ||
-           c == SYN_FFN_NORM || c == SYN_POST_ATTN_NORM || c == SYN_SSM_NORM;
+           c == SYN_FFN_NORM || c == SYN_POST_ATTN_NORM || c == SYN_SSM_NORM || c == SYN_ATTN_Q_A_NORM ||
+           c == SYN_ATTN_KV_A_NORM;
 }
 
 /* The DeltaNet's small tensors and glm4moe's biases: f32 in every file, each with its own values. */
@@ -272,6 +293,13 @@ static void plan_add(syn_ctx *c, synth_class cls, int layer, int n_dims, int64_t
     case SYN_FFN_GATE: suffix = GLM4MOE_T_FFN_GATE; break;
     case SYN_FFN_UP: suffix = GLM4MOE_T_FFN_UP; break;
     case SYN_FFN_DOWN: suffix = GLM4MOE_T_FFN_DOWN; break;
+    case SYN_ATTN_Q_A: suffix = DEEPSEEK2_T_ATTN_Q_A; break;
+    case SYN_ATTN_Q_A_NORM: suffix = DEEPSEEK2_T_ATTN_Q_A_NORM; break;
+    case SYN_ATTN_Q_B: suffix = DEEPSEEK2_T_ATTN_Q_B; break;
+    case SYN_ATTN_KV_A_MQA: suffix = DEEPSEEK2_T_ATTN_KV_A_MQA; break;
+    case SYN_ATTN_KV_A_NORM: suffix = DEEPSEEK2_T_ATTN_KV_A_NORM; break;
+    case SYN_ATTN_K_B: suffix = DEEPSEEK2_T_ATTN_K_B; break;
+    case SYN_ATTN_V_B: suffix = DEEPSEEK2_T_ATTN_V_B; break;
     default: ST_ASSERT(0);
     }
     if (suffix) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
@@ -359,7 +387,39 @@ static void plan_build(syn_ctx *c) {
             plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, F * h->n_shared, 1);
         }
     }
-    for (int il = 0; il < h->n_layer && !h->full_attn_interval && !glm; il++) {
+    const int ds = !strcmp(h->arch, DEEPSEEK2_ARCH);
+    for (int il = 0; il < h->n_layer && ds; il++) { /* deepseek2, in llama.cpp's order */
+        const int64_t R = h->n_rot, C = h->kv_lora, N = h->head_dim - h->n_rot, H = h->n_head;
+        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
+        if (h->q_lora > 0) {
+            plan_add(c, SYN_ATTN_Q_A_NORM, il, 1, h->q_lora, 1, 1);
+            plan_add(c, SYN_ATTN_Q_A, il, 2, E, h->q_lora, 1);
+            plan_add(c, SYN_ATTN_Q_B, il, 2, h->q_lora, Q, 1);
+        } else {
+            plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
+        }
+        plan_add(c, SYN_ATTN_KV_A_NORM, il, 1, C, 1, 1);
+        plan_add(c, SYN_ATTN_KV_A_MQA, il, 2, E, C + R, 1);
+        plan_add(c, SYN_ATTN_K_B, il, 3, N, C, H);
+        plan_add(c, SYN_ATTN_V_B, il, 3, C, h->v_head_dim, H);
+        plan_add(c, SYN_ATTN_OUT, il, 2, H * h->v_head_dim, E, 1);
+        plan_add(c, SYN_FFN_NORM, il, 1, E, 1, 1);
+        if (il < h->n_dense_lead) {
+            plan_add(c, SYN_FFN_GATE, il, 2, E, h->n_ff, 1);
+            plan_add(c, SYN_FFN_DOWN, il, 2, h->n_ff, E, 1);
+            plan_add(c, SYN_FFN_UP, il, 2, E, h->n_ff, 1);
+            continue;
+        }
+        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
+        plan_add(c, SYN_EXP_PROBS_B, il, 1, X, 1, 1);
+        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
+        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_FFN_GATE_SHEXP, il, 2, E, F * h->n_shared, 1);
+        plan_add(c, SYN_FFN_DOWN_SHEXP, il, 2, F * h->n_shared, E, 1);
+        plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, F * h->n_shared, 1);
+    }
+    for (int il = 0; il < h->n_layer && !h->full_attn_interval && !glm && !ds; il++) {
         plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
         plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
         plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
@@ -529,8 +589,10 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
     KV_U32(QWEN3MOE_KV_FEED_FORWARD_LENGTH, h->n_ff);
     KV_U32(QWEN3MOE_KV_HEAD_COUNT, h->n_head);
     KV_U32(QWEN3MOE_KV_HEAD_COUNT_KV, h->n_head_kv);
-    KV_U32(QWEN3MOE_KV_KEY_LENGTH, h->head_dim);
-    KV_U32(QWEN3MOE_KV_VALUE_LENGTH, h->head_dim);
+    if (strcmp(h->arch, DEEPSEEK2_ARCH) != 0) { /* deepseek2 writes its MLA lengths below */
+        KV_U32(QWEN3MOE_KV_KEY_LENGTH, h->head_dim);
+        KV_U32(QWEN3MOE_KV_VALUE_LENGTH, h->head_dim);
+    }
     KV_F32(QWEN3MOE_KV_ROPE_FREQ_BASE, h->rope_theta);
     KV_F32(QWEN3MOE_KV_RMS_EPS, h->rms_eps);
     KV_U32(QWEN3MOE_KV_EXPERT_COUNT, h->n_expert);
@@ -561,6 +623,35 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
         KV_U32(GLM4MOE_KV_EXPERT_GATING_FUNC, 2);
         KV_U32(GLM4MOE_KV_NEXTN, 0);
     }
+    if (!strcmp(h->arch, DEEPSEEK2_ARCH)) {
+        /* the MLA form of llama.cpp's converter: one KV head whose key is the
+         * cache row (kv_lora + rope) and whose value is the latent */
+        KV_U32(QWEN3MOE_KV_KEY_LENGTH, h->kv_lora + h->n_rot);
+        KV_U32(QWEN3MOE_KV_VALUE_LENGTH, h->kv_lora);
+        KV_U32(DEEPSEEK2_KV_KEY_LENGTH_MLA, h->head_dim);
+        KV_U32(DEEPSEEK2_KV_VALUE_LENGTH_MLA, h->v_head_dim);
+        if (h->q_lora > 0) KV_U32(DEEPSEEK2_KV_Q_LORA, h->q_lora);
+        KV_U32(DEEPSEEK2_KV_KV_LORA, h->kv_lora);
+        KV_U32(GLM4MOE_KV_ROPE_DIMS, h->n_rot);
+        KV_U32(GLM4MOE_KV_LEADING_DENSE, h->n_dense_lead);
+        KV_U32(GLM4MOE_KV_EXPERT_SHARED, h->n_shared);
+        KV_F32(GLM4MOE_KV_EXPERT_SCALE, h->expert_scale);
+        snprintf(key, sizeof key, "%s.%s", h->arch, GLM4MOE_KV_EXPERT_NORM);
+        gguf_w_bool(w, key, 1); /* norm_topk_prob: true in V3's config */
+        KV_U32(GLM4MOE_KV_EXPERT_GATING_FUNC, 2);
+        if (h->n_group > 1) {
+            KV_U32(DEEPSEEK2_KV_GROUP_COUNT, h->n_group);
+            KV_U32(DEEPSEEK2_KV_GROUP_USED, h->n_group_used);
+        }
+        if (h->yarn_factor > 0) {
+            snprintf(key, sizeof key, "%s.%s", h->arch, DEEPSEEK2_KV_ROPE_SCALING);
+            gguf_w_str(w, key, "yarn");
+            KV_F32(DEEPSEEK2_KV_ROPE_FACTOR, h->yarn_factor);
+            KV_U32(DEEPSEEK2_KV_ROPE_ORIG_CTX, h->yarn_orig_ctx);
+            KV_F32(DEEPSEEK2_KV_YARN_LOG_MUL, 0.1f * h->yarn_mscale_all_dim); /* as the converter writes it */
+        }
+        KV_U32(GLM4MOE_KV_NEXTN, 0);
+    }
 #undef KV_U32
 #undef KV_F32
 }
@@ -575,7 +666,13 @@ static int check_opts(const synth_opts *o) {
                                    h->n_ff_shexp < 1)) ||
         (!strcmp(h->arch, GLM4MOE_ARCH) && (h->n_rot < 2 || h->n_rot > h->head_dim || h->n_rot % 2 ||
                                             h->n_dense_lead < 0 || h->n_shared < 0 ||
-                                            (h->n_dense_lead > 0 && h->n_ff < 1)))) {
+                                            (h->n_dense_lead > 0 && h->n_ff < 1))) ||
+        (!strcmp(h->arch, DEEPSEEK2_ARCH) &&
+         (h->n_rot < 2 || h->n_rot % 2 || h->n_rot >= h->head_dim || h->kv_lora < 1 || h->q_lora < 0 ||
+          h->v_head_dim < 1 || h->n_head_kv != 1 || h->n_dense_lead < 0 || h->n_shared < 1 ||
+          (h->n_dense_lead > 0 && h->n_ff < 1) || h->n_group < 0 ||
+          (h->n_group > 1 && (h->n_expert % h->n_group || h->n_group_used < 1 || h->n_group_used >= h->n_group ||
+                              h->n_expert_used > h->n_group_used * (h->n_expert / h->n_group)))))) {
         st_error_set("synth: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, experts %d used %d)",
                      h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->n_expert, h->n_expert_used);
         return -1;

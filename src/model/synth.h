@@ -44,6 +44,14 @@ typedef struct {
      * q/k/v biases; n_rot rotated values per head */
     int n_dense_lead, n_shared;
     float expert_scale;
+    /* deepseek2 (also n_dense_lead, n_shared, expert_scale, n_rot): head_dim
+     * is the query/key head (nope + n_rot); multi-head latent attention of
+     * ranks q_lora (0: a plain attn_q) and kv_lora, value heads of
+     * v_head_dim; experts in n_group groups of which n_group_used are kept;
+     * YaRN rope (yarn_factor 0: none) */
+    int q_lora, kv_lora, v_head_dim, n_group, n_group_used;
+    float yarn_factor, yarn_mscale_all_dim;
+    int yarn_orig_ctx;
 } synth_hparams;
 
 /* The tensor classes of qwen3moe, in file order within a layer. */
@@ -57,6 +65,9 @@ typedef enum {
     SYN_FFN_UP_SHEXP, SYN_FFN_DOWN_SHEXP,
     /* glm4moe's */
     SYN_ATTN_Q_BIAS, SYN_ATTN_K_BIAS, SYN_ATTN_V_BIAS, SYN_EXP_PROBS_B, SYN_FFN_GATE, SYN_FFN_UP, SYN_FFN_DOWN,
+    /* deepseek2's */
+    SYN_ATTN_Q_A, SYN_ATTN_Q_A_NORM, SYN_ATTN_Q_B, SYN_ATTN_KV_A_MQA, SYN_ATTN_KV_A_NORM, SYN_ATTN_K_B,
+    SYN_ATTN_V_B,
     SYN_CLASS_COUNT
 } synth_class;
 

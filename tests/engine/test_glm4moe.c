@@ -47,7 +47,7 @@ static void check_route(void) {
     const float logits[4] = {0.0f, 1.0f, 2.0f, -1.0f}, bias[4] = {0.3f, 0.0f, 0.0f, 0.0f};
     int32_t sel[2];
     float w[2];
-    st_moe_gating gt = {ST_GATE_SIGMOID, 1, bias, 2.5f};
+    st_moe_gating gt = {ST_GATE_SIGMOID, 1, bias, 2.5f, 0, 0};
     be->moe_route(be, logits, 1, 4, 2, &gt, sel, w);
     const double s0 = sigm(0), s2 = sigm(2);
     CHECK(sel[0] == 2 && sel[1] == 0, "sigmoid + bias: chose %d, %d, expected 2, 0", sel[0], sel[1]);

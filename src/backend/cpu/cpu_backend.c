@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_hybrid.h"
+#include "backend/cpu/cpu_mla.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/alloc.h"
 #include "core/fp16.h"
@@ -246,6 +247,7 @@ typedef struct {
     const float *q;
     const st_kv_layer *kv;
     int n_tok, pos0, n_head, window;
+    int n_part;     /* tasks per (token, KV head): its query heads split in this many parts */
     float scale;
     float *out;
     float *scratch; /* per thread: scores of the group's heads, then their accumulators */
@@ -307,18 +309,25 @@ static axpy_f16_fn g_axpy_f16 = axpy_f16;
 
 /* One (token, KV head) pair: the query heads that share this KV head (GQA)
  * go together, so each cache row is read and converted once for all of
- * them: scores over the visible positions, softmax, weighted sum of V. */
+ * them: scores over the visible positions, softmax, weighted sum of V.
+ * With fewer pairs than threads (decode with one KV head: deepseek2's latent
+ * attention, 128 query heads) the heads are split into n_part tasks, each
+ * reading the rows for its part; a head's arithmetic is the same either way. */
 static void attn_task(void *ctx, int64_t task, int thread) {
     attn_job *j = ctx;
     const st_kv_layer *kv = j->kv;
-    int hd = kv->head_dim, G = j->n_head / kv->n_head_kv;
+    const int G_all = j->n_head / kv->n_head_kv, per = (G_all + j->n_part - 1) / j->n_part;
+    const int part = (int)(task % j->n_part), g0 = part * per;
+    task /= j->n_part;
+    if (g0 >= G_all) return;
+    int hd = kv->head_dim, G = G_all - g0 < per ? G_all - g0 : per;
     int t = (int)(task / kv->n_head_kv), hkv = (int)(task % kv->n_head_kv);
     int pos = j->pos0 + t;
     int first = (j->window > 0 && pos - j->window + 1 > 0) ? pos - j->window + 1 : 0;
     size_t row = (size_t)kv->n_head_kv * hd, nc = (size_t)kv->n_ctx;
     float *sc = j->scratch + (size_t)thread * j->scratch_stride; /* [G][n_ctx] */
     float *acc = sc + (size_t)G * nc;                            /* [G][hd] */
-    const float *q = j->q + ((size_t)t * j->n_head + (size_t)hkv * G) * hd;
+    const float *q = j->q + ((size_t)t * j->n_head + (size_t)hkv * G_all + g0) * hd;
     int f16 = kv->type == ST_KV_F16;
     for (int p = first; p <= pos; p++) {
         size_t off = (size_t)p * row + (size_t)hkv * hd;
@@ -346,17 +355,20 @@ static void attn_task(void *ctx, int64_t task, int thread) {
             else axpy_i8(acc + (size_t)g * hd, w * vs, (const int8_t *)kv->v + off, hd);
         }
     }
-    memcpy(j->out + ((size_t)t * j->n_head + (size_t)hkv * G) * hd, acc, (size_t)G * hd * sizeof(float));
+    memcpy(j->out + ((size_t)t * j->n_head + (size_t)hkv * G_all + g0) * hd, acc, (size_t)G * hd * sizeof(float));
 }
 
 static void cpu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                           float scale, int window, float *out) {
     cpu_ctx *c = CTX(be);
     int G = n_head / kv->n_head_kv;
-    attn_job j = {q, kv, n_tok, pos0, n_head, window, scale, out, NULL,
+    const int64_t pairs = (int64_t)n_tok * kv->n_head_kv;
+    int n_part = pairs >= c->n_threads ? 1 : (int)((c->n_threads + pairs - 1) / pairs);
+    if (n_part > G) n_part = G;
+    attn_job j = {q, kv, n_tok, pos0, n_head, window, n_part, scale, out, NULL,
                   (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
     j.scratch = cpu_scratch_reserve(&c->attn, j.scratch_stride * (size_t)c->n_threads * sizeof(float));
-    st_pool_run(c->pool, (int64_t)n_tok * kv->n_head_kv, attn_task, &j);
+    st_pool_run(c->pool, pairs * n_part, attn_task, &j);
 }
 
 static float gelu_tanh(float x) {
@@ -423,6 +435,7 @@ static void route_tokens(const float *logits, int n_tok, int n_expert, int k, co
         }
         /* the score the choice ranks; NaN never wins, a chosen expert is -inf */
         for (int e = 0; e < n_expert; e++) s[e] = gt->bias ? p[e] + gt->bias[e] : p[e];
+        if (gt->n_group > 1) cpu_route_groups(s, n_expert, gt->n_group, gt->n_group_used);
         double wsum = 0;
         for (int j = 0; j < k; j++) {
             int b = -1;
@@ -621,6 +634,7 @@ st_backend *backend_cpu_create(int n_threads) {
         .gated_delta_net = cpu_gdn,
         .split_halves = cpu_split,
         .sigmoid_mul = cpu_sigmul,
+        .copy_2d = cpu_copy_2d,
         .moe_ffn = cpu_moe_ffn,
         .moe_route = cpu_moe_route,
         .moe_experts = cpu_moe_experts,

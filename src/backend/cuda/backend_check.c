@@ -402,7 +402,7 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
  * lowered by 30 (it gets no tokens). */
 static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int path,
                       qt_type tg, qt_type td, int skew) {
-    const st_moe_gating gt = {ST_GATE_SOFTMAX, norm_topk, NULL, 1.0f};
+    const st_moe_gating gt = {ST_GATE_SOFTMAX, norm_topk, NULL, 1.0f, 0, 0};
     wpair g = make_weight(c, tg, E, F, n_expert), u = make_weight(c, tg, E, F, n_expert);
     wpair d = make_weight(c, td, F, E, n_expert);
     float *h = rand_host(c, (size_t)n_tok * E, 1.0f), *l = rand_host(c, (size_t)n_tok * n_expert, 2.0f);
@@ -541,7 +541,7 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         be->matmul(be, W[0], 0, B(A), B(O), n_tok);
         be->rmsnorm(be, B(X), B(O), B(N1), B(H), (int)dim, n_tok, 1e-6f);
         be->matmul(be, W[4], 0, B(H), B(R), n_tok);
-        const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f};
+        const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f, 0, 0};
         be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, &gt, ST_ACT_SILU, W[5], W[6], W[7], B(M));
         be->rmsnorm(be, B(X), B(M), B(N2), B(A), (int)dim, n_tok, 1e-6f); /* h2 into a's buffer, as layers reuse them */
         be->matmul(be, W[1], 0, B(A), B(Q), n_tok);

@@ -598,7 +598,7 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
                        const st_weight *down, float *out) {
     cuda_ctx *c = CTX(be);
     /* softmax routing only (moe_gatings): the engine refuses the others at load */
-    ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f);
+    ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f && gt->n_group <= 1);
     const int norm_topk = gt->norm_topk;
     pend_flush(c); /* the router product, if pending; the quantized h it leaves is still wanted */
     if (n_tok <= 0) return;
@@ -616,7 +616,7 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
 static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
                          const st_moe_gating *gt, int32_t *sel, float *wsel) {
     cuda_ctx *c = CTX(be);
-    ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f);
+    ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f && gt->n_group <= 1);
     const int norm_topk = gt->norm_topk;
     pend_flush(c); /* writes only sel and wsel: the quantized h of the router product stays valid for the experts */
     cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, NULL, c->s);

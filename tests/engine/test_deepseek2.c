@@ -1,0 +1,193 @@
+/* deepseek2 (DeepSeek V3) in the engine and the CPU backend's routing:
+ *   - moe_route's group-limited choice on hand examples: the group with the
+ *     best sum of its two best biased scores wins over the group holding the
+ *     single best expert; the weights are the unbiased sigmoids, renormalised,
+ *     times the scale; one group kept of two, and two of four;
+ *   - the synth tiny preset (a dense layer, two MoE layers, latent attention)
+ *     loads with its hyper-parameters as written; its cache holds one row of
+ *     kv_lora + rope values per position and layer (the compressed cache);
+ *     a batched decode step of two sequences gives each its own single-step
+ *     logits; the tensor list covers every byte of the file;
+ *   - the routed experts through the expert lanes (4 cached experts, misses
+ *     on the CPU lane or over "PCIe") give the plain logits: the group rule
+ *     travels through the seam;
+ *   - a backend without copy_2d (as the CUDA one is today) is refused at load
+ *     with a message naming the family and the backend; so is one whose
+ *     routing is softmax only.
+ *
+ * usage: test_deepseek2 [DIR for the temporary model, default /tmp]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "engine/engine_place.h"
+#include "engine/moe_lanes.h"
+#include "model/synth.h"
+
+#include "../common/check.h"
+
+#define N   12
+#define TOL 1e-4 /* max |a - b| of logits of std ~1: float summation order only */
+
+static double maxdiff(const float *a, const float *b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static double sigm(double x) {
+    return 1.0 / (1.0 + exp(-x));
+}
+
+static void check_route(void) {
+    st_backend *be = backend_cpu_create(1);
+    /* two groups of four. Group 0: logits 1, 1, -3, -3 (top-2 sum of sigmoids
+     * 1.46); group 1: 3, -3, -3, -3 (0.95 + 0.05 = 1.00) holds the single best
+     * expert (4), but group 0 wins: experts 0 and 1 */
+    const float lg[8] = {1, 1, -3, -3, 3, -3, -3, -3};
+    int32_t sel[4];
+    float w[4];
+    st_moe_gating gt = {ST_GATE_SIGMOID, 1, NULL, 2.5f, 2, 1};
+    be->moe_route(be, lg, 1, 8, 2, &gt, sel, w);
+    CHECK(sel[0] == 0 && sel[1] == 1, "groups: chose %d, %d, expected 0, 1", sel[0], sel[1]);
+    CHECK(fabs(w[0] - 1.25) < 1e-6 && fabs(w[1] - 1.25) < 1e-6,
+          "group weights %g %g, expected 1.25", w[0], w[1]);
+    /* without groups the best two overall: 4, then 0 */
+    gt.n_group = gt.n_group_used = 0;
+    be->moe_route(be, lg, 1, 8, 2, &gt, sel, w);
+    CHECK(sel[0] == 4 && sel[1] == 0, "no groups: chose %d, %d, expected 4, 0", sel[0], sel[1]);
+    /* a bias lifts group 1's second expert (5): 0.05 + 0.6 -> group 1 sums 1.6 and wins; the
+     * weights stay the unbiased sigmoids (renormalised, scaled) */
+    const float bias[8] = {0, 0, 0, 0, 0, 0.6f, 0, 0};
+    gt = (st_moe_gating){ST_GATE_SIGMOID, 1, bias, 2.5f, 2, 1};
+    be->moe_route(be, lg, 1, 8, 2, &gt, sel, w);
+    const double s3 = sigm(3), sm3 = sigm(-3);
+    CHECK(sel[0] == 4 && sel[1] == 5, "biased groups: chose %d, %d, expected 4, 5", sel[0], sel[1]);
+    CHECK(fabs(w[0] - 2.5 * s3 / (s3 + sm3)) < 1e-6 && fabs(w[1] - 2.5 * sm3 / (s3 + sm3)) < 1e-6,
+          "biased group weights %g %g", w[0], w[1]);
+    /* four groups of two, two kept, top-3: group sums 0: 1.46 (experts 0, 1), 1: 0.10, 2: 1.00, 3:
+     * 0.10; groups 0 and 2 -> experts 4, 0, 1 */
+    gt = (st_moe_gating){ST_GATE_SIGMOID, 0, NULL, 1.0f, 4, 2};
+    be->moe_route(be, lg, 1, 8, 3, &gt, sel, w);
+    CHECK(sel[0] == 4 && sel[1] == 0 && sel[2] == 1 && fabs(w[0] - s3) < 1e-6,
+          "4 groups, 2 kept: chose %d %d %d", sel[0], sel[1], sel[2]);
+    be->destroy(be);
+}
+
+static void fresh(engine *e, const int32_t *prompt, int n, float *out) {
+    engine_seq *s = engine_seq_new(e);
+    ST_ASSERT(engine_seq_read_prompt(e, s, prompt, n) == 0);
+    memcpy(out, s->logits, (size_t)e->m->hp.n_vocab * sizeof(float));
+    engine_seq_free(e, s);
+}
+
+static void check_model(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/strata-test-deepseek2-%d.gguf", dir, (int)getpid());
+    synth_hparams hp;
+    ST_ASSERT(synth_preset("deepseek2", "tiny", &hp) == 0);
+    synth_opts o;
+    synth_opts_init(&o, &hp);
+    o.type_default = 8; /* Q8_0 */
+    ST_ASSERT(synth_write(&o, path) == 0);
+    engine_params p = engine_defaults();
+    p.model_path = path;
+    p.n_ctx = 64;
+    p.n_threads = 2;
+    p.n_ubatch = 8;
+    engine *e = engine_open(&p);
+    CHECK(e != NULL, "deepseek2: %s", st_error_get());
+    if (!e) return;
+    const model_hparams *h = &e->m->hp;
+    /* mscale = 1 + 0.1 * 1 * ln 4; scale = mscale^2 / sqrt(96) */
+    const double ms = 1.0 + 0.1 * log(4.0);
+    CHECK(h->n_dense_lead == 1 && h->gate_fn == ST_GATE_SIGMOID && h->n_rot == 32 &&
+              h->kv_lora == 256 && h->q_lora == 256 && h->head_dim == 288 &&
+              h->head_dim_mla == 96 && h->v_head_mla == 64 && h->n_head_kv == 1 &&
+              h->n_group == 2 && h->n_group_used == 1 && h->exp_bias && h->norm_topk &&
+              h->expert_scale == 2.5f && h->yarn_orig_ctx == 256 &&
+              fabs(h->rope_freq_scale - 0.25) < 1e-7 &&
+              fabs(h->attn_scale - ms * ms / sqrt(96.0)) < 1e-6,
+          "deepseek2 hyper-parameters as written (attention scale %g)", h->attn_scale);
+    /* the compressed cache: one row of kv_lora + rope values per layer and position, f16 */
+    CHECK(kv_cache_bytes(h, 64, ST_KV_F16) == (size_t)3 * 64 * 288 * 2,
+          "cache %zu bytes for 64 positions", kv_cache_bytes(h, 64, ST_KV_F16));
+    const int nv = h->n_vocab;
+    float *want = st_malloc((size_t)nv * sizeof(float));
+    int32_t a[N + 1], b[N + 1];
+    for (int i = 0; i < N; i++) {
+        a[i] = (int32_t)((i * 7919 + 13) % nv);
+        b[i] = (int32_t)((i * 104729 + 5) % nv);
+    }
+    engine_seq *s1 = engine_seq_new(e), *s2 = engine_seq_new(e);
+    ST_ASSERT(engine_seq_read_prompt(e, s1, a, N) == 0);
+    ST_ASSERT(engine_seq_read_prompt(e, s2, b, N) == 0);
+    engine_seq *pair[2] = {s1, s2};
+    const int32_t next[2] = {5, 6};
+    ST_ASSERT(engine_decode_batch(e, pair, next, 2) == 0);
+    a[N] = next[0];
+    b[N] = next[1];
+    for (int q = 0; q < 2; q++) {
+        fresh(e, q ? b : a, N + 1, want);
+        CHECK(maxdiff(pair[q]->logits, want, nv) < TOL,
+              "batched step, sequence %d: %.3g from fresh", q, maxdiff(pair[q]->logits, want, nv));
+    }
+    engine_seq_free(e, s2);
+    engine_seq_free(e, s1);
+    size_t routed = 0, file = 0;
+    const size_t dense = engine_weight_bytes(e->m, &routed);
+    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++)
+        file += gguf_tensor_at(e->m->file, i)->size;
+    CHECK(dense + routed == file, "tensor list %zu + %zu bytes, file tensors %zu", dense, routed,
+          file);
+    /* a backend without copy_2d (the CUDA one's today) is refused, naming both; so is softmax-only
+     * routing */
+    st_backend no_mla = *e->be, softmax_only = *e->be;
+    no_mla.copy_2d = NULL;
+    no_mla.name = softmax_only.name = "cuda";
+    softmax_only.moe_gatings = ST_GATINGS_SOFTMAX;
+    CHECK(engine_backend_supports(e->m, e->be) == 0, "the CPU backend runs deepseek2");
+    CHECK(engine_backend_supports(e->m, &no_mla) == -1 && strstr(st_error_get(), "deepseek2") &&
+              strstr(st_error_get(), "cuda backend"),
+          "refusal without copy_2d: %s", st_error_get());
+    CHECK(engine_backend_supports(e->m, &softmax_only) == -1 && strstr(st_error_get(), "deepseek2"),
+          "refusal of softmax-only routing: %s", st_error_get());
+    /* the same prompt with the experts split between a 4-slot cache and the CPU lane */
+    fresh(e, a, N, want);
+    engine_close(e);
+    p.expert_cache = 4;
+    for (int lane = 0; lane < 2; lane++) { /* the misses on the CPU lane, then over "PCIe" */
+        p.pcie_frac = lane;
+        engine *el = engine_open(&p);
+        CHECK(el && el->lanes, "lanes engine: %s", el ? "no lanes" : st_error_get());
+        if (!el) continue;
+        ST_ASSERT(engine_read_prompt(el, a, N) == 0);
+        CHECK(maxdiff(el->logits, want, nv) < TOL, "expert lanes (pcie_frac %d) %.3g from plain",
+              lane, maxdiff(el->logits, want, nv));
+        const moe_lane_stats *st = moe_lanes_stats(el->be);
+        CHECK(st && st->pairs_dev > 0 && (lane ? st->pairs_pcie : st->pairs_cpu) > 0,
+              "pcie_frac %d: pairs %llu cached, %llu CPU, %llu PCIe", lane,
+              st ? (unsigned long long)st->pairs_dev : 0ull,
+              st ? (unsigned long long)st->pairs_cpu : 0ull,
+              st ? (unsigned long long)st->pairs_pcie : 0ull);
+        engine_close(el);
+    }
+    st_free(want);
+    unlink(path);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    st_log_set_level(ST_LOG_WARN);
+    setenv("STRATA_PRECISE", "1", 1);
+    check_route();
+    check_model(argc > 1 ? argv[1] : "/tmp");
+    return check_report("test_deepseek2");
+}
