@@ -124,7 +124,7 @@ engine *engine_open(const engine_params *p) {
     /* the engine decides where weights live: on the GPU, or (MoE) by the memory plan */
     /* (the CPU alone with --ram-budget: the lanes serve the host tiers when the experts exceed it) */
     if (m->hp.n_expert && (p->gpu >= 0 || p->expert_cache >= 0 || p->ram_budget > 0)) {
-        const int rc = engine_offload(p, m, n_ctx, e->n_ubatch, &be, &e->placed);
+        const int rc = engine_offload(p, m, n_ctx, &e->n_ubatch, &be, &e->placed);
         if (rc < 0) {
             be->destroy(be);
             tokenizer_free(tok);
