@@ -185,15 +185,25 @@ static void seq_chunk_done(engine_seq *s, int n) {
     if (s->kv->recurrent && n > 1) kv_cache_checkpoint(s->kv, s->hist, s->n_past);
 }
 
+/* A verify pass left undecided (no engine_seq_truncate after it) is kept
+ * whole before anything else touches the sequence. */
+static void seq_settle(engine_seq *s) {
+    if (s->kv->spec_pos >= 0) kv_cache_spec_keep(s->kv, s->n_past - s->kv->spec_pos);
+}
+
 /* Evaluate toks into s; logits: its last token's (every token's with all),
- * or NULL (a prompt chunk's KV only). */
+ * or NULL (a prompt chunk's KV only). all: a verify pass of drafted tokens,
+ * which engine_seq_truncate may cut back: a recurrent cache records how, and
+ * saves no checkpoint of a state that may be rolled back. */
 static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits, int all) {
     if (n <= 0) return 0;
     if (seq_check(e, s, toks, n) != 0) return -1;
+    seq_settle(s);
+    if (all) kv_cache_spec_begin(s->kv, s->n_past, n);
     model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, all);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
-    seq_chunk_done(s, n);
+    if (!all) seq_chunk_done(s, n);
     return 0;
 }
 
@@ -203,6 +213,7 @@ int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
 
 int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals) {
     if (seq_check(e, s, &tok, 1) != 0) return -1;
+    seq_settle(s);
     const int rc = model_forward_top_k(e->mc, s->kv->layers, tok, s->n_past, k, ids, vals, s->logits);
     s->hist[s->n_past++] = tok;
     return rc;
@@ -213,8 +224,16 @@ int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, fl
 }
 
 void engine_seq_truncate(engine_seq *s, int n_past) {
-    ST_ASSERT(!s->kv->recurrent && n_past >= 0 && n_past <= s->n_past);
+    ST_ASSERT(n_past >= 0 && n_past <= s->n_past);
+    if (s->kv->recurrent) { /* only back into the last verify pass, whose record replays the kept part */
+        ST_ASSERT(s->kv->spec_pos >= 0 && n_past >= s->kv->spec_pos);
+        kv_cache_spec_keep(s->kv, n_past - s->kv->spec_pos);
+    }
     s->n_past = n_past; /* the rows beyond are written again before attention reads them */
+}
+
+int engine_drafts_ok(const engine *e) {
+    return !e->seq.kv->recurrent || e->be->gated_delta_net_keep != NULL;
 }
 
 static int seq_eval_nologits(engine *e, engine_seq *s, const int32_t *toks, int n) {
@@ -229,6 +248,7 @@ int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n) {
 }
 
 int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n) {
+    seq_settle(s);
     int k = engine_seq_common_prefix(s, toks, n);
     if (k == n) k = n - 1; /* the last prompt token must be evaluated to get its logits */
     if (k < 0) k = 0;
@@ -269,6 +289,9 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
     if (reading && seq_check(e, reading, chunk, n_chunk) != 0) return -1;
     for (int i = 0; i < n; i++)
         if (seq_check(e, seqs[i], &tok[i], 1) != 0) return -1;
+    if (reading) seq_settle(reading);
+    for (int i = 0; i < n; i++)
+        seq_settle(seqs[i]);
     if (reading && n_chunk + n > e->n_ubatch) {
         st_error_set("a prompt chunk of %d tokens and %d sequences exceed the step's %d rows", n_chunk, n, e->n_ubatch);
         return -1;

@@ -106,8 +106,12 @@ int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t 
  * with st_error as engine_seq_eval. */
 int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits);
 /* Forget the positions from n_past on (drafted tokens that were rejected).
- * Attention caches only: a recurrent state cannot go back. */
+ * A recurrent state goes back only into the last engine_seq_eval_all (it
+ * replays the kept part of that pass: kv_cache_spec_keep). */
 void engine_seq_truncate(engine_seq *s, int n_past);
+/* 1 when the engine's sequences can verify drafts: no recurrent state, or a
+ * backend that can roll one back (gated_delta_net_keep). */
+int engine_drafts_ok(const engine *e);
 /* Drop positions beyond the longest common prefix of the sequence and toks
  * (keeping at least one token to evaluate); returns the prefix length. */
 int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n);
@@ -142,7 +146,7 @@ typedef struct {
     int n_stop;
     int ignore_eos;
     int draft_n; /* speculative decoding (engine_generate): up to this many tokens drafted by prompt lookup
-                    (draft.h) and verified in one batched pass; 0: off. Models with a recurrent state: off */
+                    (draft.h) and verified in one batched pass; 0: off (and where !engine_drafts_ok) */
 } gen_params;
 
 typedef struct {
@@ -207,8 +211,8 @@ int gen_next_top(gen_state *g, const int32_t *ids, const float *vals, int k, int
  * token, with up to draft_n tokens drafted by prompt lookup after it, in one
  * batched pass, and sample each position as gen_next would, keeping the
  * drafted tokens that were sampled. 0: *t is the next pending token (not
- * evaluated), call again; 1: finished. Attention caches only (a recurrent
- * state cannot drop rejected rows). */
+ * evaluated), call again; 1: finished. A recurrent state is rolled back to
+ * the kept tokens (engine_seq_truncate); engine_drafts_ok must hold. */
 int gen_next_drafted(gen_state *g, int32_t *t, int draft_n);
 /* 1 once text or token callbacks asked to stop (the reader went away). */
 int gen_cancelled(const gen_state *g);

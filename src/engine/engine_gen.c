@@ -275,7 +275,7 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     gen_state *g = gen_begin(e, &e->seq, s, prompt, n_prompt, gp, NULL, fn, ctx);
     const moe_lane_stats *ls = moe_lanes_stats(e->be);
     const moe_lane_stats before = ls ? *ls : (moe_lane_stats){0};
-    if (gp->draft_n > 0 && !e->seq.kv->recurrent) {
+    if (gp->draft_n > 0 && engine_drafts_ok(e)) {
         int32_t t;
         if (gen_next(g, &t) == 0)
             while (gen_next_drafted(g, &t, gp->draft_n) == 0) {
