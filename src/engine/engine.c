@@ -199,7 +199,7 @@ static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, flo
     if (n <= 0) return 0;
     if (seq_check(e, s, toks, n) != 0) return -1;
     seq_settle(s);
-    if (all) kv_cache_spec_begin(s->kv, s->n_past, n);
+    if (all && n > 1) kv_cache_spec_begin(s->kv, s->n_past, n); /* the first token is always kept */
     model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, all);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
@@ -225,6 +225,10 @@ int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, fl
 
 void engine_seq_truncate(engine_seq *s, int n_past) {
     ST_ASSERT(n_past >= 0 && n_past <= s->n_past);
+    if (n_past == s->n_past) { /* nothing to forget */
+        seq_settle(s);
+        return;
+    }
     if (s->kv->recurrent) { /* only back into the last verify pass, whose record replays the kept part */
         ST_ASSERT(s->kv->spec_pos >= 0 && n_past >= s->kv->spec_pos);
         kv_cache_spec_keep(s->kv, n_past - s->kv->spec_pos);
@@ -276,8 +280,11 @@ int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int 
     return reused;
 }
 
-int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
-                engine_seq *const *seqs, const int32_t *tok, int n) {
+/* engine_step and engine_step_drafts: seqs[i] appends n_tok[i] tokens
+ * (NULL: one each), stacked in toks; with n_tok its rows' logits are all
+ * kept in e->batch_logits (after the chunk's, when chunk_logits). */
+static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
+                     engine_seq *const *seqs, const int32_t *toks, const int *n_tok, int n) {
     if (!reading || n_chunk <= 0) {
         reading = NULL;
         n_chunk = 0;
@@ -286,30 +293,38 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
         return reading ? (chunk_logits ? engine_seq_eval(e, reading, chunk, n_chunk)
                                        : seq_eval_nologits(e, reading, chunk, n_chunk))
                        : 0;
+    int rows = 0; /* the decoding sequences' */
     if (reading && seq_check(e, reading, chunk, n_chunk) != 0) return -1;
-    for (int i = 0; i < n; i++)
-        if (seq_check(e, seqs[i], &tok[i], 1) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        const int m = n_tok ? n_tok[i] : 1;
+        if (m < 1 || seq_check(e, seqs[i], toks + rows, m) != 0) {
+            if (m < 1) st_error_set("a sequence of the step has %d tokens", m);
+            return -1;
+        }
+        rows += m;
+    }
+    if ((reading || n_tok) && n_chunk + rows > e->n_ubatch) {
+        st_error_set("a prompt chunk of %d tokens and %d rows of %d sequences exceed the step's %d rows", n_chunk,
+                     rows, n, e->n_ubatch);
+        return -1;
+    }
     if (reading) seq_settle(reading);
     for (int i = 0; i < n; i++)
         seq_settle(seqs[i]);
-    if (reading && n_chunk + n > e->n_ubatch) {
-        st_error_set("a prompt chunk of %d tokens and %d sequences exceed the step's %d rows", n_chunk, n, e->n_ubatch);
-        return -1;
-    }
-    if (!reading && n == 1) return engine_seq_eval(e, seqs[0], tok, 1);
+    if (!reading && !n_tok && n == 1) return engine_seq_eval(e, seqs[0], toks, 1);
     size_t nv = (size_t)e->m->hp.n_vocab;
-    int n_seq = n + (reading != NULL), n_tok = n + n_chunk;
+    int n_seq = n + (reading != NULL), n_all = rows + n_chunk;
     /* the step's inputs and outputs, gathered: kept across calls, grown as needed */
     if (n_seq > e->batch_cap) {
         e->batch_cap = n_seq;
         e->batch_kv = st_realloc(e->batch_kv, (size_t)n_seq * sizeof *e->batch_kv);
         e->batch_pos = st_realloc(e->batch_pos, (size_t)n_seq * sizeof *e->batch_pos);
         e->batch_n = st_realloc(e->batch_n, (size_t)n_seq * sizeof *e->batch_n);
-        e->batch_logits = st_realloc(e->batch_logits, (size_t)n_seq * nv * sizeof(float));
     }
-    if (n_tok > e->tok_cap) {
-        e->tok_cap = n_tok;
-        e->batch_tok = st_realloc(e->batch_tok, (size_t)n_tok * sizeof *e->batch_tok);
+    if (n_all > e->tok_cap) {
+        e->tok_cap = n_all;
+        e->batch_tok = st_realloc(e->batch_tok, (size_t)n_all * sizeof *e->batch_tok);
+        e->batch_logits = st_realloc(e->batch_logits, (size_t)n_all * nv * sizeof(float));
     }
     int k = 0;
     if (reading) { /* the chunk first: the logits rows of the others follow its own */
@@ -322,12 +337,13 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
     for (int i = 0; i < n; i++) {
         e->batch_kv[k + i] = seqs[i]->kv->layers;
         e->batch_pos[k + i] = seqs[i]->n_past;
-        e->batch_n[k + i] = 1;
-        e->batch_tok[n_chunk + i] = tok[i];
+        e->batch_n[k + i] = n_tok ? n_tok[i] : 1;
+        if (e->batch_n[k + i] > 1) kv_cache_spec_begin(seqs[i]->kv, seqs[i]->n_past, e->batch_n[k + i]);
     }
+    memcpy(e->batch_tok + n_chunk, toks, (size_t)rows * sizeof(int32_t));
     int skip = reading && !chunk_logits;
-    model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading ? e->batch_n : NULL, n_seq, skip,
-                        e->batch_logits);
+    model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading || n_tok ? e->batch_n : NULL, n_seq,
+                        skip, n_tok != NULL, e->batch_logits);
     const float *out = e->batch_logits;
     if (reading) {
         if (chunk_logits) {
@@ -338,12 +354,27 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
         reading->n_past += n_chunk;
         seq_chunk_done(reading, n_chunk);
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, r = 0; i < n; i++) {
         engine_seq *s = seqs[i];
-        memcpy(s->logits, out + (size_t)i * nv, nv * sizeof(float));
-        s->hist[s->n_past++] = tok[i];
+        const int m = n_tok ? n_tok[i] : 1;
+        memcpy(s->logits, out + (size_t)(r + m - 1) * nv, nv * sizeof(float));
+        memcpy(s->hist + s->n_past, toks + r, (size_t)m * sizeof(int32_t));
+        s->n_past += m;
+        r += m;
     }
     return 0;
+}
+
+int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
+                engine_seq *const *seqs, const int32_t *tok, int n) {
+    return step_rows(e, reading, chunk, n_chunk, chunk_logits, seqs, tok, NULL, n);
+}
+
+int engine_step_drafts(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, engine_seq *const *seqs,
+                       const int32_t *toks, const int *n_tok, int n, const float **logits) {
+    const int rc = step_rows(e, reading, chunk, n_chunk, 0, seqs, toks, n_tok, n);
+    *logits = e->batch_logits;
+    return rc;
 }
 
 int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n) {

@@ -65,7 +65,7 @@ typedef struct engine {
     st_kv_layer **batch_kv;
     int *batch_pos, *batch_n;
     int32_t *batch_tok;
-    float *batch_logits; /* [batch_cap][n_vocab] */
+    float *batch_logits; /* [tok_cap][n_vocab] */
     /* The engine's own sequence, by either name: `seq` for the sequence
      * functions, or its fields directly (e->n_past, e->logits, e->kv) as the
      * single-sequence callers have always used them. Same members, same order. */
@@ -132,6 +132,15 @@ int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int 
  * id is outside the vocabulary. */
 int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
                 engine_seq *const *seqs, const int32_t *tok, int n);
+/* engine_step for speculative decoding: seqs[i] appends n_tok[i] tokens (its
+ * pending token, then its drafts; toks holds them stacked in order) and
+ * *logits points to every one's logits, [sum n_tok][n_vocab] in that order
+ * (the engine's buffer, valid until the next step); s->logits gets each
+ * sequence's last. The chunk gets no logits; the chunk and all rows must fit
+ * n_ubatch. A recurrent sequence with drafts can be cut back into them
+ * (engine_seq_truncate) until it is evaluated again. */
+int engine_step_drafts(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, engine_seq *const *seqs,
+                       const int32_t *toks, const int *n_tok, int n, const float **logits);
 /* engine_step without a prompt chunk: one decode step of n sequences. */
 int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n);
 
@@ -214,6 +223,13 @@ int gen_next_top(gen_state *g, const int32_t *ids, const float *vals, int k, int
  * evaluated), call again; 1: finished. A recurrent state is rolled back to
  * the kept tokens (engine_seq_truncate); engine_drafts_ok must hold. */
 int gen_next_drafted(gen_state *g, int32_t *t, int draft_n);
+/* The same in two halves around a batched step of several sequences
+ * (engine_step_drafts): gen_draft writes the pending token t and up to
+ * draft_n drafted tokens into toks (room for draft_n + 1) and returns how
+ * many (1 + drafts); once the step has evaluated them, gen_verify samples
+ * from their logits ([n][n_vocab]) and returns as gen_next_drafted. */
+int gen_draft(gen_state *g, int32_t t, int draft_n, int32_t *toks);
+int gen_verify(gen_state *g, int32_t *t, const int32_t *toks, int n, const float *logits);
 /* 1 once text or token callbacks asked to stop (the reader went away). */
 int gen_cancelled(const gen_state *g);
 /* Send what text is still held back, fill st's generation fields (n_gen,

@@ -200,7 +200,8 @@ static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_
     st->pairs_pcie = d.pairs_pcie;
 }
 
-/* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted).
+/* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted,
+ * and its two halves gen_draft, gen_verify around a batched step).
  * One call evaluates the pending token t and up to draft_n drafted tokens
  * after it in one batched pass with every position's logits, then samples
  * position by position exactly as gen_next does (same sampler, same text
@@ -210,32 +211,28 @@ static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_
  * for token (up to the rounding by which a batched product differs from a
  * one-token one: docs/speculative.md), and a call yields 1 to draft_n + 1
  * tokens. */
-int gen_next_drafted(gen_state *g, int32_t *t, int draft_n) {
+int gen_draft(gen_state *g, int32_t t, int draft_n, int32_t *toks) {
     engine *e = g->e;
     engine_seq *s = g->s;
-    const int nv = e->m->hp.n_vocab;
-    if (g->draft_cap < draft_n + 1) {
-        g->draft_cap = draft_n + 1;
-        g->draft_toks = st_realloc(g->draft_toks, (size_t)g->draft_cap * sizeof(int32_t));
-        g->draft_logits = st_realloc(g->draft_logits, (size_t)g->draft_cap * nv * sizeof(float));
-    }
-    int32_t *toks = g->draft_toks;
     const int base = s->n_past;
-    s->hist[base] = *t; /* the draft continues the history with t appended */
+    s->hist[base] = t; /* the draft continues the history with t appended */
     /* no more than the context holds, nor more than the tokens still to generate after this one */
     const int room = e->n_ctx - base - 1, left = g->max - g->n_gen - 1;
     int nd = draft_n < room ? draft_n : room;
     if (nd > left) nd = left;
     nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
-    toks[0] = *t;
-    if (engine_seq_eval_all(e, s, toks, nd + 1, g->draft_logits) != 0) {
-        g->finish = "error"; /* st_error says why */
-        return 1;
-    }
+    toks[0] = t;
+    return nd + 1;
+}
+
+int gen_verify(gen_state *g, int32_t *t, const int32_t *toks, int n, const float *logits) {
+    engine_seq *s = g->s;
+    const int nv = g->e->m->hp.n_vocab, nd = n - 1, base = s->n_past - n;
+    ST_ASSERT(n >= 1 && base >= 0 && toks[0] == *t);
     g->drafts_total += nd;
     int i = 0, done = 0;
     for (;; i++) {
-        memcpy(s->logits, g->draft_logits + (size_t)i * nv, (size_t)nv * sizeof(float));
+        memcpy(s->logits, logits + (size_t)i * nv, (size_t)nv * sizeof(float));
         s->n_past = base + 1 + i; /* as the plain decoder would stand here (its context-full check) */
         int32_t next;
         if (gen_next(g, &next) != 0) {
@@ -248,8 +245,25 @@ int gen_next_drafted(gen_state *g, int32_t *t, int draft_n) {
     }
     const int kept = i < nd ? i : nd;
     g->drafts_accepted += kept;
-    engine_seq_truncate(s, base + 1 + kept);
+    s->n_past = base + n;
+    engine_seq_truncate(s, base + 1 + kept); /* a recurrent state replays the kept part of the pass */
     return done;
+}
+
+int gen_next_drafted(gen_state *g, int32_t *t, int draft_n) {
+    engine *e = g->e;
+    const int nv = e->m->hp.n_vocab;
+    if (g->draft_cap < draft_n + 1) {
+        g->draft_cap = draft_n + 1;
+        g->draft_toks = st_realloc(g->draft_toks, (size_t)g->draft_cap * sizeof(int32_t));
+        g->draft_logits = st_realloc(g->draft_logits, (size_t)g->draft_cap * nv * sizeof(float));
+    }
+    const int n = gen_draft(g, *t, draft_n, g->draft_toks);
+    if (engine_seq_eval_all(e, g->s, g->draft_toks, n, g->draft_logits) != 0) {
+        g->finish = "error"; /* st_error says why */
+        return 1;
+    }
+    return gen_verify(g, t, g->draft_toks, n, g->draft_logits);
 }
 
 int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, const gen_params *gp, gen_text_fn fn,

@@ -14,7 +14,9 @@
  *   - whole generations (gen_next_drafted against gen_next) give the same
  *     tokens, greedy and sampled with a seed, with a logit bias that makes
  *     the text repeat itself so that drafts are partly accepted and partly
- *     rejected (both counted, each > 0).
+ *     rejected (both counted, each > 0);
+ *   - so do three sequences drafting in the same batched steps
+ *     (engine_step_drafts, gen_verify per sequence: the server's way).
  *
  * usage: test_drafts [DIR for the temporary models, default /tmp]
  */
@@ -118,20 +120,29 @@ static int on_text(void *ctx, const char *text, size_t len) {
     return 0;
 }
 
+/* A random model seldom repeats itself, and prompt lookup drafts only what
+ * repeats. The sampler's logit bias (the same in both runs: part of
+ * sampling) lifts four tokens far above the rest, so the text is a sequence
+ * over those four that the model's logits pick, the same pairs come back,
+ * and their drafts are sometimes right and sometimes wrong. */
+static sampler *new_sampler(engine *e, float temp) {
+    static const int32_t lifted[4] = {40, 41, 42, 43};
+    static const float lift[4] = {8, 8, 8, 8};
+    sampler_params sp = sampler_defaults();
+    sp.temp = temp;
+    sp.seed = 7;
+    sp.n_bias = 4;
+    sp.bias_ids = lifted;
+    sp.bias_vals = lift;
+    return sampler_create(&sp, e->m->hp.n_vocab);
+}
+
 /* N_GEN tokens after prompt on a fresh sequence, as engine_generate decodes
  * (draft_n 0: one token per step); returns how many, stats in st. */
 static int generate(engine *e, const int32_t *prompt, int n_prompt, float temp, int draft_n,
                     int32_t *out, gen_stats *st) {
     engine_seq *s = read_new(e, prompt, n_prompt);
-    sampler_params sp = sampler_defaults();
-    sp.temp = temp;
-    sp.seed = 7;
-    static const int32_t lifted[4] = {40, 41, 42, 43};
-    static const float lift[4] = {8, 8, 8, 8};
-    sp.n_bias = 4;
-    sp.bias_ids = lifted;
-    sp.bias_vals = lift;
-    sampler *smp = sampler_create(&sp, e->m->hp.n_vocab);
+    sampler *smp = new_sampler(e, temp);
     collected c = {out, 0};
     const gen_hooks hk = {.token = on_token, .ctx = &c};
     const gen_params gp = {.max_tokens = N_GEN, .ignore_eos = 1};
@@ -149,6 +160,59 @@ static int generate(engine *e, const int32_t *prompt, int n_prompt, float temp, 
     sampler_free(smp);
     engine_seq_free(e, s);
     return c.n;
+}
+
+/* Three sequences drafting in the same steps, as the server's scheduler
+ * runs its slots (gen_draft, one engine_step_drafts, gen_verify each):
+ * each must give its plain tokens (want[i]); drafted counts in acc, rej. */
+#define N_SEQ 3
+static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][18], float temp,
+                          int32_t want[N_SEQ][N_GEN], int *acc, int *rej) {
+    engine_seq *seq[N_SEQ];
+    sampler *smp[N_SEQ];
+    gen_state *g[N_SEQ];
+    int32_t got[N_SEQ][N_GEN], next[N_SEQ], toks[N_SEQ * 9];
+    collected c[N_SEQ];
+    int live[N_SEQ], ntok[N_SEQ];
+    const gen_params gp = {.max_tokens = N_GEN, .ignore_eos = 1};
+    for (int i = 0; i < N_SEQ; i++) {
+        seq[i] = read_new(e, prompts[i], 18);
+        smp[i] = new_sampler(e, temp);
+        c[i] = (collected){got[i], 0};
+        const gen_hooks hk = {.token = on_token, .ctx = &c[i]};
+        g[i] = gen_begin(e, seq[i], smp[i], prompts[i], 18, &gp, &hk, on_text, NULL);
+        live[i] = gen_next(g[i], &next[i]) == 0;
+    }
+    for (;;) {
+        engine_seq *step_seq[N_SEQ];
+        int map[N_SEQ], n = 0, rows = 0;
+        for (int i = 0; i < N_SEQ; i++) {
+            if (!live[i]) continue;
+            step_seq[n] = seq[i];
+            map[n] = i;
+            ntok[n] = gen_draft(g[i], next[i], 8, toks + rows);
+            rows += ntok[n++];
+        }
+        if (!n) break;
+        const float *logits;
+        ST_ASSERT(engine_step_drafts(e, NULL, NULL, 0, step_seq, toks, ntok, n, &logits) == 0);
+        for (int k = 0, r = 0; k < n; r += ntok[k], k++) {
+            const int i = map[k];
+            live[i] = gen_verify(g[i], &next[i], toks + r, ntok[k],
+                                 logits + (size_t)r * e->m->hp.n_vocab) == 0;
+        }
+    }
+    for (int i = 0; i < N_SEQ; i++) {
+        gen_stats st;
+        gen_end(g[i], &st);
+        *acc += st.drafts_accepted;
+        *rej += st.drafts_total - st.drafts_accepted;
+        CHECK(c[i].n == N_GEN && !memcmp(got[i], want[i], sizeof got[i]),
+              "%s temp %.1f: sequence %d of a drafted batch: other tokens than its plain run", arch,
+              temp, i);
+        sampler_free(smp[i]);
+        engine_seq_free(e, seq[i]);
+    }
 }
 
 static void check_model(const char *arch, const char *dir) {
@@ -173,11 +237,6 @@ static void check_model(const char *arch, const char *dir) {
         prompt[i] = 30 + 7 * (i % 6);
     check_cuts(e, arch, prompt, 18);
 
-    /* A random model seldom repeats itself, and prompt lookup drafts only
-     * what repeats. The sampler's logit bias (the same in both runs: part of
-     * sampling) lifts four tokens far above the rest, so the text is a
-     * sequence over those four that the model's logits pick, the same pairs
-     * come back, and their drafts are sometimes right and sometimes wrong. */
     int32_t plain[N_GEN], drafted[N_GEN];
     gen_stats st0, st1;
     const float temps[2] = {0.0f, 0.8f}; /* greedy, and sampled with a seed */
@@ -197,6 +256,23 @@ static void check_model(const char *arch, const char *dir) {
         printf("%s temp %.1f: %d tokens, the plain ones with drafts; %d drafted tokens accepted, "
                "%d rejected\n",
                arch, temps[k], n1, acc, rej);
+    }
+    /* three sequences (the phrase shifted) drafting in shared steps */
+    int32_t prompts[N_SEQ][18], want[N_SEQ][N_GEN];
+    for (int k = 0; k < 2; k++) {
+        for (int q = 0; q < N_SEQ; q++) {
+            for (int i = 0; i < 18; i++)
+                prompts[q][i] = 30 + 7 * (i % 6) + q;
+            ST_ASSERT(generate(e, prompts[q], 18, temps[k], 0, want[q], &st0) == N_GEN);
+        }
+        int acc = 0, rej = 0;
+        check_batched(e, arch, prompts, temps[k], want, &acc, &rej);
+        CHECK(acc > 0 && rej > 0, "%s temp %.1f batched: %d accepted, %d rejected", arch, temps[k],
+              acc, rej);
+        printf(
+            "%s temp %.1f: %d sequences drafting in shared steps, their plain tokens; %d drafted "
+            "tokens accepted, %d rejected\n",
+            arch, temps[k], N_SEQ, acc, rej);
     }
     engine_close(e);
     unlink(path);
