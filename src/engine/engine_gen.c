@@ -37,6 +37,9 @@ struct gen_state {
     int32_t *draft_toks;
     float *draft_logits;
     int draft_cap, drafts_accepted, drafts_total;
+    /* how much to draft (gen_draft): at most draft_lim tokens (0: not set yet),
+     * none for the next draft_pause steps; draft_backoff: the last pause */
+    int draft_lim, draft_pause, draft_backoff;
 };
 
 gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt, const gen_params *gp,
@@ -211,17 +214,42 @@ static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_
  * for token (up to the rounding by which a batched product differs from a
  * one-token one: docs/speculative.md), and a call yields 1 to draft_n + 1
  * tokens. */
+/* A verify pass costs more the more rows it has (on a CPU nearly a token's
+ * step per row for a MoE model, whose rows route to different experts), so
+ * drafts that keep failing are cut back: a draft rejected whole halves the
+ * next one's length and pauses drafting for 1, 2, 4 .. 16 steps (doubling
+ * while they keep failing); a draft accepted whole doubles the length again,
+ * up to draft_n. Which tokens are drafted changes, never which are sampled. */
+static void draft_adapt(gen_state *g, int nd, int kept) {
+    if (nd <= 0) return;
+    if (kept == nd) {
+        g->draft_lim *= 2;
+        g->draft_backoff = 0;
+    } else if (kept == 0) {
+        g->draft_lim = g->draft_lim > 1 ? g->draft_lim / 2 : 1;
+        g->draft_backoff = g->draft_backoff ? (g->draft_backoff < 16 ? 2 * g->draft_backoff : 16) : 1;
+        g->draft_pause = g->draft_backoff;
+    } else {
+        g->draft_backoff = 0;
+    }
+}
+
 int gen_draft(gen_state *g, int32_t t, int draft_n, int32_t *toks) {
     engine *e = g->e;
     engine_seq *s = g->s;
     const int base = s->n_past;
     s->hist[base] = t; /* the draft continues the history with t appended */
+    toks[0] = t;
+    if (g->draft_pause > 0) {
+        g->draft_pause--;
+        return 1;
+    }
+    if (g->draft_lim <= 0 || g->draft_lim > draft_n) g->draft_lim = draft_n;
     /* no more than the context holds, nor more than the tokens still to generate after this one */
     const int room = e->n_ctx - base - 1, left = g->max - g->n_gen - 1;
-    int nd = draft_n < room ? draft_n : room;
+    int nd = g->draft_lim < room ? g->draft_lim : room;
     if (nd > left) nd = left;
     nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
-    toks[0] = t;
     return nd + 1;
 }
 
@@ -245,6 +273,7 @@ int gen_verify(gen_state *g, int32_t *t, const int32_t *toks, int n, const float
     }
     const int kept = i < nd ? i : nd;
     g->drafts_accepted += kept;
+    draft_adapt(g, nd, kept);
     s->n_past = base + n;
     engine_seq_truncate(s, base + 1 + kept); /* a recurrent state replays the kept part of the pass */
     return done;
