@@ -303,7 +303,7 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         }
         rows += m;
     }
-    if ((reading || n_tok) && n_chunk + rows > e->n_ubatch) {
+    if ((reading || rows > n) && n_chunk + rows > e->n_ubatch) { /* one token each may take several steps */
         st_error_set("a prompt chunk of %d tokens and %d rows of %d sequences exceed the step's %d rows", n_chunk,
                      rows, n, e->n_ubatch);
         return -1;

@@ -203,17 +203,6 @@ static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_
     st->pairs_pcie = d.pairs_pcie;
 }
 
-/* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted,
- * and its two halves gen_draft, gen_verify around a batched step).
- * One call evaluates the pending token t and up to draft_n drafted tokens
- * after it in one batched pass with every position's logits, then samples
- * position by position exactly as gen_next does (same sampler, same text
- * and stop handling): a drafted token is kept while it is what was sampled
- * there, and the first mismatch becomes the next pending token; the cache
- * forgets the rejected rows. So the output is the plain decoder's, token
- * for token (up to the rounding by which a batched product differs from a
- * one-token one: docs/speculative.md), and a call yields 1 to draft_n + 1
- * tokens. */
 /* A verify pass costs more the more rows it has (on a CPU nearly a token's
  * step per row for a MoE model, whose rows route to different experts), so
  * drafts that keep failing are cut back: a draft rejected whole halves the
@@ -234,6 +223,17 @@ static void draft_adapt(gen_state *g, int nd, int kept) {
     }
 }
 
+/* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted,
+ * and its two halves gen_draft, gen_verify around a batched step).
+ * One call evaluates the pending token t and up to draft_n drafted tokens
+ * after it in one batched pass with every position's logits, then samples
+ * position by position exactly as gen_next does (same sampler, same text
+ * and stop handling): a drafted token is kept while it is what was sampled
+ * there, and the first mismatch becomes the next pending token; the cache
+ * forgets the rejected rows. So the output is the plain decoder's, token
+ * for token (up to the rounding by which a batched product differs from a
+ * one-token one: docs/speculative.md), and a call yields 1 to draft_n + 1
+ * tokens. */
 int gen_draft(gen_state *g, int32_t t, int draft_n, int32_t *toks) {
     engine *e = g->e;
     engine_seq *s = g->s;
