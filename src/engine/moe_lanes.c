@@ -186,10 +186,11 @@ static void no_split(st_backend *be, const float *src, float *a, float *b, int n
 static void no_sigmoid_mul(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows) {
     (void)be, (void)x, (void)g, (void)dim, (void)g_dim, (void)n_rows;
 }
-/* 27 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 28 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
- * stubs above when an op is added */
-_Static_assert(sizeof(st_backend) == 32 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+ * stubs above when an op is added. gated_delta_net_keep needs none: it runs
+ * between steps (engine_seq_truncate), never inside a recorded one. */
+_Static_assert(sizeof(st_backend) == 33 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
