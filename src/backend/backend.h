@@ -49,6 +49,14 @@ typedef struct {
      * step ending at pos, and a step at position 0 starts from zeros. */
     float *conv;            /* [d_conv-1][conv_dim]: the last inputs of the short convolution */
     float *ssm;             /* [n_v_head][head_v][head_k]: per head S, row j (value) over keys */
+    /* Speculative decoding's undo record of a recurrent layer: while undo_cap
+     * > 0 (a verify pass of drafted tokens), gated_delta_net saves the state
+     * before the first token it is given (ssm, then conv) and, per token, what
+     * the recurrence read (the input row, the convolved q|k|v row, decay and
+     * beta), so that gated_delta_net_keep can leave the state as if only the
+     * first tokens had been fed. Backend memory, (undo_cap) tokens. */
+    float *undo;
+    int undo_cap, undo_n;   /* tokens it can hold (0: not recording), tokens recorded */
 } st_kv_layer;
 
 typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1 } st_act;
@@ -81,6 +89,16 @@ typedef struct {
     const float *a;         /* (n_v_head) -exp(A_log): the decay rate per head */
     const float *norm;      /* (head_dim) RMS norm weight of each head's output */
 } st_gdn;
+
+/* f32 values of a DeltaNet layer's undo record (st_kv_layer undo) for n_tok
+ * tokens: the state (n_v S matrices, then d_conv-1 convolution inputs), then
+ * per token its input row, its convolved row (conv_dim each), decay and beta
+ * per value head. */
+static inline size_t st_gdn_undo_floats(const st_gdn *g, int n_tok) {
+    const size_t cd = (size_t)(2 * g->n_k_head + g->n_v_head) * g->head_dim;
+    return (size_t)g->n_v_head * g->head_dim * g->head_dim + (size_t)(g->d_conv - 1) * cd +
+           (size_t)n_tok * (2 * cd + 2 * (size_t)g->n_v_head);
+}
 
 /* How a MoE layer turns its router logits into the top-k experts and their
  * weights. p = softmax(logits) (qwen3moe) or sigmoid(logits) (glm4moe); the
@@ -158,6 +176,12 @@ struct st_backend {
      *   out = rmsnorm(o per head) * norm * silu(z)       -> [n_tok][n_v*hd] */
     void (*gated_delta_net)(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const float *qkv,
                             const float *z, const float *beta, const float *alpha, float *out);
+    /* After a recorded pass (st_kv_layer undo): the state as if only the
+     * first n_keep of the undo_n recorded tokens had been fed (the saved
+     * state, then the recurrence of those tokens replayed from the record: the
+     * same arithmetic, so the same bits); recording stops. g: the sizes only
+     * (its weights are not read). NULL where the backend has no DeltaNet. */
+    void (*gated_delta_net_keep)(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_keep);
     /* Rows of n_group pairs of w-value halves, src [n_rows][n_group][2][w], split
      * into a and b [n_rows][n_group][w] (a gated attention's query and gate). */
     void (*split_halves)(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w);

@@ -131,6 +131,13 @@ static void w_gdn(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, i
     end(p, P_GDN);
 }
 
+static void w_gdn_keep(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_keep) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->gated_delta_net_keep(p->in, g, st, n_keep);
+    end(p, P_GDN);
+}
+
 static void w_split(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w) {
     prof_ctx *p = P(be);
     begin(p);
@@ -263,6 +270,7 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .add = w_add,
         .scale = w_scale,
         .gated_delta_net = in->gated_delta_net ? w_gdn : NULL,
+        .gated_delta_net_keep = in->gated_delta_net_keep ? w_gdn_keep : NULL,
         .split_halves = in->split_halves ? w_split : NULL,
         .sigmoid_mul = in->sigmoid_mul ? w_sigmul : NULL,
         .copy_2d = in->copy_2d ? w_copy2d : NULL,

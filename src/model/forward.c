@@ -322,6 +322,7 @@ typedef struct {
     const int *pos;         /* (n_seq) */
     const int *n_tok;       /* (n_seq), or NULL: one token each */
     int n_seq, rows, skip;  /* logits of the last token of sequences [skip, n_seq) */
+    int all;                /* ... or of every token of them */
 } batch_args;
 
 static void batch_body(void *arg, int pos0) {
@@ -333,19 +334,21 @@ static void batch_body(void *arg, int pos0) {
     st_backend *be = c->be;
 
     layers(c, a->kv, a->pos, a->n_tok, a->n_seq, a->rows);
-    /* each wanted sequence's last row, normed into consecutive rows of h, then one product */
+    /* each wanted sequence's last row (or all its rows), normed into consecutive rows of h, then one product */
     int r = 0, k = 0;
     for (int s = 0; s < a->n_seq; s++) {
-        r += a->n_tok ? a->n_tok[s] : 1;
+        const int n = a->n_tok ? a->n_tok[s] : 1, w = a->all ? n : 1;
+        r += n;
         if (s < a->skip) continue;
-        be->rmsnorm(be, c->x + (size_t)(r - 1) * hp->n_embd, NULL, m->output_norm, c->h + (size_t)k++ * hp->n_embd,
-                    hp->n_embd, 1, hp->rms_eps);
+        be->rmsnorm(be, c->x + (size_t)(r - w) * hp->n_embd, NULL, m->output_norm, c->h + (size_t)k * hp->n_embd,
+                    hp->n_embd, w, hp->rms_eps);
+        k += w;
     }
     if (k) be->matmul(be, &m->output, 0, c->h, c->logits, k);
 }
 
 void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, const int *n_tok,
-                         int n_seq, int skip, float *logits) {
+                         int n_seq, int skip, int all, float *logits) {
     ST_ASSERT(n_seq > 0 && skip >= 0 && skip <= n_seq);
     size_t nv = (size_t)c->m->hp.n_vocab;
     int rows = 0;
@@ -357,11 +360,14 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
     if (n_tok && rows > n_seq) {
         /* a prompt chunk among them: all in one step, within the activation rows */
         ST_ASSERT(rows <= c->n_ubatch);
-        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip};
+        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip, all};
         st_backend *be = c->be;
         be->to_device(be, c->ids, tok, (size_t)rows * sizeof(int32_t));
         be->run_step(be, rows, pos[0], batch_body, &a, sizeof a);
-        if (skip < n_seq) be->to_host(be, logits, c->logits, (size_t)(n_seq - skip) * nv * sizeof(float));
+        int out_rows = 0;
+        for (int s = skip; s < n_seq; s++)
+            out_rows += all ? n_tok[s] : 1;
+        if (out_rows) be->to_host(be, logits, c->logits, (size_t)out_rows * nv * sizeof(float));
         return;
     }
     /* one token each: steps of up to n_ubatch sequences */
@@ -374,7 +380,7 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */
-            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk};
+            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk, 0};
             st_backend *be = c->be;
             be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
             be->run_step(be, n, pos[done], batch_body, &a, sizeof a);

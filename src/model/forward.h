@@ -33,9 +33,11 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
  * the rotary embedding, cache write and attention run per sequence. logits
  * (host) receives the last token's logits of sequences [skip, n_seq),
  * [n_seq - skip][n_vocab] (the first skip sequences are prompt chunks whose
- * logits are not needed). One token each: more sequences than n_ubatch run
- * in several steps; with longer sequences the rows must fit n_ubatch. */
+ * logits are not needed), or with all every token's of them, in row order
+ * (speculative decoding: a sequence's pending token and its drafts). One
+ * token each: more sequences than n_ubatch run in several steps; with longer
+ * sequences the rows must fit n_ubatch. */
 void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, const int *n_tok,
-                         int n_seq, int skip, float *logits);
+                         int n_seq, int skip, int all, float *logits);
 
 #endif

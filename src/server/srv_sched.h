@@ -93,6 +93,7 @@ typedef struct {
     uint64_t prompt_tokens, reused_tokens, read_tokens, gen_tokens;
     double prompt_s, gen_s;               /* summed over requests */
     double last_prompt_tps, last_gen_tps; /* of the last finished request */
+    uint64_t drafts_accepted, drafts_total; /* speculative decoding: drafted tokens accepted, drafted */
     const char *engine_state;             /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
     int engine_pid;                       /* the process running the engines (this one when in-process) */
     uint64_t engine_restarts;             /* engine processes started after the first */

@@ -556,6 +556,10 @@ static void cpu_gdn(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok,
     cpu_gated_delta_net(CTX(be)->pool, &CTX(be)->gdn, g, st, n_tok, pos0, qkv, z, beta, alpha, out);
 }
 
+static void cpu_gdn_keep(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_keep) {
+    cpu_gated_delta_net_keep(CTX(be)->pool, &CTX(be)->gdn, g, st, n_keep);
+}
+
 static void cpu_split(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w) {
     (void)be;
     cpu_split_halves(src, a, b, n_rows, n_group, w);
@@ -632,6 +636,7 @@ st_backend *backend_cpu_create(int n_threads) {
         .add = cpu_add,
         .scale = cpu_scale,
         .gated_delta_net = cpu_gdn,
+        .gated_delta_net_keep = cpu_gdn_keep,
         .split_halves = cpu_split,
         .sigmoid_mul = cpu_sigmul,
         .copy_2d = cpu_copy_2d,
