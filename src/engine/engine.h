@@ -141,6 +141,7 @@ typedef struct {
     const char *const *stop; /* stop strings, not included in the output */
     int n_stop;
     int ignore_eos;
+    int render_special; /* control tokens are written as their text (the server's harmony parser reads them) */
     int draft_n; /* speculative decoding (engine_generate): up to this many tokens drafted by prompt lookup
                     (draft.h) and verified in one batched pass; 0: off. Models with a recurrent state: off */
 } gen_params;

@@ -27,6 +27,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_reason.h"
 #include "server/srv_tools.h"
 #include "server/srv_web.h"
 
@@ -355,6 +356,7 @@ server_params server_defaults(void) {
     p.max_inflight = (size_t)64 << 20;
     p.shutdown_timeout_s = 10;
     p.engine_timeout_s = 10;
+    p.reasoning = 1;
     return p;
 }
 
@@ -719,6 +721,8 @@ static int open_front(srv_ctx *s, model_ident *id) {
     if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen) != 0) tmpl = NULL;
     s->tmpl_tools = tools_template_handles(tmpl, (size_t)tlen);
     s->tools_fam = (int)tools_family_of(tmpl, (size_t)tlen);
+    s->reason = (int)reason_kind_of(tmpl, (size_t)tlen);
+    s->harmony = s->reason == REASON_HARMONY;
     s->eot = chat_end_of_turn(s->fmt);
     /* the most text one token can stand for: its piece, or its own text for control tokens (larger
      * of the two, so the prompt bound below never refuses a text that fits) */

@@ -273,7 +273,8 @@ static int gen_start(local_sched *s, slot *sl) {
     sp.dry_breaker = brk;
     sl->smp = sampler_create(&sp, s->e->m->hp.n_vocab);
     st_free(brk);
-    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos};
+    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos,
+                    .render_special = r->render_special};
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
     return 0;
 }

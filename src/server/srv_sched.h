@@ -54,6 +54,7 @@ typedef struct {
                                         is a breaker (sp.dry_breaker is made from them when the slot starts) */
     int n_dry_breakers;
     int pin_slot;     /* 1 + the slot it must run in (it waits for that one), 0: any (llama-server's id_slot) */
+    int render_special; /* control tokens are written as their text (harmony's <|channel|>, ...) */
 } srv_request;
 
 #define SRV_MAX_BREAKERS 16
