@@ -182,7 +182,7 @@ static int result_text(json_t *blk, const char *param, char **out, srv_err *e) {
  * and tool_result blocks (each its own "tool" message, before the text), or
  * assistant text and tool_use blocks (tool_calls). */
 static int convert_blocks(json_t *out, const char *role, json_t *content, const char *param, srv_err *e) {
-    sbuf text = {0};
+    sbuf text = {0}, thinking = {0};
     sbuf_put(&text, "", 0);
     json_t *calls = json_array(), *blk;
     size_t i;
@@ -202,6 +202,19 @@ static int convert_blocks(json_t *out, const char *role, json_t *content, const 
                 break;
             }
             sbuf_put(&text, json_string_value(t), json_string_length(t));
+        } else if (!strcmp(type, "thinking") && !strcmp(role, "assistant")) {
+            /* an earlier answer's reasoning, sent back: templates that show it read reasoning_content */
+            json_t *t = json_object_get(blk, "thinking"), *sig = json_object_get(blk, "signature");
+            if (!json_is_string(t) || (sig && !json_is_null(sig) && !json_is_string(sig))) {
+                rc = srv_fail(e, 400, bp, "invalid_type", "%s: a thinking block needs a string thinking", bp);
+                break;
+            }
+            sbuf_put(&thinking, json_string_value(t), json_string_length(t));
+        } else if (!strcmp(type, "redacted_thinking") && !strcmp(role, "assistant")) {
+            if (!json_is_string(json_object_get(blk, "data"))) {
+                rc = srv_fail(e, 400, bp, "invalid_type", "%s.data: must be a string", bp);
+                break;
+            }
         } else if (!strcmp(type, "tool_use") && !strcmp(role, "assistant")) {
             json_t *id = json_object_get(blk, "id"), *name = json_object_get(blk, "name"), *in = json_object_get(blk, "input");
             if (!json_is_string(id) || !json_is_string(name) || !json_is_object(in)) {
@@ -235,10 +248,12 @@ static int convert_blocks(json_t *out, const char *role, json_t *content, const 
                     strcmp(role, "user"))) {
         json_t *m = json_pack("{s:s, s:s}", "role", role, "content", text.s);
         if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
+        if (thinking.len) json_object_set_new(m, "reasoning_content", json_stringn_nocheck(thinking.s, thinking.len));
         json_array_append_new(out, m);
     }
     json_decref(calls);
     sbuf_free(&text);
+    sbuf_free(&thinking);
     return rc;
 }
 

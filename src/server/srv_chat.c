@@ -141,6 +141,15 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
     }
     int have_tools = json_is_array(tools) && json_array_size(tools) > 0;
     if (!s->tmpl_tools) plain_history(msgs);
+    if (s->harmony) /* gpt-oss's template reads an earlier answer's reasoning as `thinking` (llama-server's mapping) */
+        json_array_foreach(msgs, i, m) {
+            json_t *rc = json_object_get(m, "reasoning_content");
+            if (!json_is_string(rc)) continue;
+            json_t *c = json_deep_copy(m);
+            json_object_set(c, "thinking", rc);
+            if (json_array_size(json_object_get(c, "tool_calls"))) json_object_del(c, "content"); /* one or the other */
+            json_array_set_new(msgs, i, c);
+        }
     if (have_tools && !s->tmpl_tools) { /* describe the tools in the system message */
         char *desc = tools_system_prompt(tools);
         json_t *first = json_array_get(msgs, 0);

@@ -253,6 +253,15 @@ static json_t *parse_messages(json_t *body, srv_err *e) {
             }
             json_object_set(o, "tool_call_id", id);
         }
+        json_t *rc = json_object_get(m, "reasoning_content"); /* llama-server's: an earlier answer's reasoning */
+        if (rc && !json_is_null(rc)) {
+            if (strcmp(r, "assistant") || !json_is_string(rc)) {
+                srv_fail(e, 400, param, "invalid_value", "'%s.reasoning_content' must be a string in an assistant "
+                         "message", param);
+                goto fail;
+            }
+            json_object_set(o, "reasoning_content", rc);
+        }
         json_t *name = json_object_get(m, "name");
         if (name && !json_is_null(name)) {
             if (!json_is_string(name)) {
