@@ -580,6 +580,10 @@ json_t *anth_response(srv_job *j) {
     if (j->tools) blocks = tool_blocks(j);
     else
         blocks = json_pack("[{s:s, s:o}]", "type", "text", "text", srv_json_text(j->text.s ? j->text.s : "", j->text.len));
+    json_t *first = json_array_get(blocks, 0);
+    if (j->reasoning.len && !strcmp(json_string_value(json_object_get(first, "type")), "text") &&
+        !json_string_length(json_object_get(first, "text")))
+        json_array_remove(blocks, 0); /* all of it was thinking: no empty text block (as the stream sends) */
     if (j->reasoning.len) /* the thinking block first, as Anthropic's extended thinking answers */
         json_array_insert_new(blocks, 0, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
                                                    srv_json_text(j->reasoning.s, j->reasoning.len), "signature", ""));
