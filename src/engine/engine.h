@@ -105,6 +105,12 @@ int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t 
  * (speculative decoding's verification); s->logits is left as it was. -1
  * with st_error as engine_seq_eval. */
 int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits);
+/* How engine_seq_embed pools the tokens' final hidden states (after the output norm). */
+typedef enum { ENGINE_POOL_NONE, ENGINE_POOL_MEAN, ENGINE_POOL_FIRST, ENGINE_POOL_LAST } engine_pool;
+/* Evaluate toks into s (as engine_seq_eval, a chunk of n_ubatch at a time) and write their final hidden
+ * states pooled into out: NONE every token's ([n][n_embd]), MEAN their average, FIRST / LAST one token's
+ * (n_embd floats). Not normalized. -1 with st_error as engine_seq_eval. */
+int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engine_pool pool, float *out);
 /* Forget the positions from n_past on (drafted tokens that were rejected).
  * Attention caches only: a recurrent state cannot go back. */
 void engine_seq_truncate(engine_seq *s, int n_past);

@@ -54,12 +54,14 @@ typedef struct {
     int tmpl_tools;            /* the template renders `tools` itself (else a system message describes them) */
     int tools_fam;             /* tools_family (srv_tools.h): how this model writes a call */
     int reason;                /* reason_kind (srv_reason.h): how this model marks its reasoning */
+    int pooling;               /* the GGUF's <arch>.pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last, 4 rank); 0 none */
     int harmony;               /* the template speaks harmony (gpt-oss): forced calls open its way, and the engine
                                   writes the control tokens that mark its messages */
     chat_format fmt;
     const char *eot;           /* end-of-turn text of the chat format (a stop string) */
     char model_name[256];      /* the file name without .gguf: what /v1/models lists */
     int n_ctx;
+    int n_embd;                /* the model's width: an embedding's length */
     size_t max_piece;          /* bytes of text the longest token stands for (control tokens included) */
     size_t prompt_max_bytes;   /* n_ctx * max_piece: a longer text cannot fit the context, never tokenized */
     pthread_mutex_t big_text_mu; /* one tokenization of a text over SRV_BIG_TEXT bytes at a time */
@@ -161,7 +163,7 @@ void srv_make_id(srv_ctx *s, const char *prefix, char *out, size_t cap);
 uint64_t srv_random_seed(srv_ctx *s);
 
 /* ---- jobs: one generation between a connection and a slot ---- */
-typedef enum { JOB_OAI_CHAT, JOB_OAI_COMPLETION, JOB_ANTHROPIC } job_kind;
+typedef enum { JOB_OAI_CHAT, JOB_OAI_COMPLETION, JOB_ANTHROPIC, JOB_EMBED } job_kind;
 
 typedef struct srv_job {
     pthread_mutex_t mu;
@@ -205,6 +207,8 @@ typedef struct srv_job {
     sbuf out;                  /* bytes ready for the client (streaming) */
     size_t out_sent;
     gen_stats st;
+    float *embd;               /* an embedding request's vectors (EMBED event), or NULL */
+    size_t n_embd;
     char err[512];
 } srv_job;
 
@@ -223,6 +227,11 @@ void job_set_grammar(srv_job *j, char *grammar);
 /* Queue the job and answer the connection: streaming responses start at
  * once, others wait for the end. Returns the MHD result to hand back. */
 enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c);
+
+/* Embeddings (srv_embed.c) run jobs without a response of their own: queue (0, or -1 when the queue is
+ * full), then wait for the end (0; -1 when the client left or the server stops first). */
+int job_submit(srv_job *j);
+int job_wait(srv_job *j);
 
 /* API-specific output, called with the job's mutex held. */
 void oai_stream_begin(srv_job *j);
@@ -292,6 +301,9 @@ void srv_slots_event(srv_ctx *s, const srv_job *j, const srv_event *ev);
 void srv_slots_kv(srv_ctx *s, const sched_metrics *m, long long *tokens, long long *capacity);
 enum MHD_Result srv_slots_ep(srv_ctx *s, struct MHD_Connection *c);
 enum MHD_Result srv_tokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+/* POST /v1/embeddings (OpenAI) and /embedding, /embeddings (llama-server's), srv_embed.c */
+enum MHD_Result srv_embeddings_oai(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result srv_embeddings_llama(srv_ctx *s, struct MHD_Connection *c, json_t *body);
 enum MHD_Result srv_detokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
 
 #endif

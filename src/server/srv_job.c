@@ -36,7 +36,8 @@ srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->http10 = srv_req_http10;
-    srv_make_id(s, kind == JOB_ANTHROPIC ? "msg_" : kind == JOB_OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    srv_make_id(s, kind == JOB_ANTHROPIC ? "msg_" : kind == JOB_OAI_CHAT ? "chatcmpl-" : kind == JOB_EMBED ? "embd-" : "cmpl-",
+                j->id, sizeof j->id);
     return j;
 }
 
@@ -75,6 +76,7 @@ void job_release(srv_job *j) {
     tools_stream_free(j->ts);
     reason_stream_free(j->rs);
     sbuf_free(&j->reasoning);
+    st_free(j->embd);
     for (int i = 0; i < 17; i++) st_free(j->stop_store[i]);
     st_free(j->bias_ids);
     st_free(j->bias_vals);
@@ -159,6 +161,12 @@ static int on_event(void *ctx, const srv_event *ev) {
         break;
     case SRV_EV_TOKEN:
         oai_token(j, ev);
+        break;
+    case SRV_EV_EMBED:
+        st_free(j->embd);
+        j->embd = st_malloc(ev->n_embd * sizeof(float) + 1);
+        memcpy(j->embd, ev->embd, ev->n_embd * sizeof(float));
+        j->n_embd = ev->n_embd;
         break;
     case SRV_EV_TEXT:
         if (j->rs) reason_stream_feed(j->rs, ev->text, ev->len); /* reasoning apart, then job_content */
@@ -246,6 +254,21 @@ static void stream_free(void *cls) {
     j->cancelled = 1; /* if the generation still runs, nobody reads it any more */
     pthread_mutex_unlock(&j->mu);
     job_release(j);
+}
+
+int job_submit(srv_job *j) {
+    j->refs++; /* the scheduler's, given back by on_event's terminal event */
+    if (sched_submit(j->srv->sched, &j->req, on_event, j) == 0) return 0;
+    j->refs--;
+    return -1;
+}
+
+int job_wait(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    int rc = 0;
+    while (!j->done && rc == 0) rc = wait_step(j);
+    pthread_mutex_unlock(&j->mu);
+    return rc;
 }
 
 enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
