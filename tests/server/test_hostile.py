@@ -139,6 +139,13 @@ CASES = [
     ("anthropic count_tokens bad messages", "/v1/messages/count_tokens",
      json.dumps({"model": "m", "messages": {}}).encode(), 400, "invalid_request_error"),
     ("unknown path", "/v1/nothing", b"{}", 404, "not_found"),
+    # embeddings
+    ("embeddings invalid JSON", "/v1/embeddings", b'{"input": [', 400, "invalid_json"),
+    ("embeddings input nested", "/v1/embeddings", json.dumps({"input": [["a"]]}).encode(), 400, "invalid_value"),
+    ("embeddings 100k inputs", "/v1/embeddings", json.dumps({"input": ["a"] * 100000}).encode(), 400,
+     "invalid_value"),
+    ("embeddings huge token id", "/v1/embeddings", b'{"input": [99999999999999999999]}', 400, "invalid_json"),
+    ("embedding content a number", "/embedding", json.dumps({"content": 7}).encode(), 400, "invalid_type"),
     # reasoning (issue 17): reasoning_format, reasoning_content in history, Anthropic thinking, n_probs streamed
     ("reasoning_format unknown", "/v1/chat/completions", json.dumps(chat(reasoning_format="always")).encode(), 400,
      "invalid_value"),
