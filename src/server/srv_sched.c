@@ -241,7 +241,9 @@ static void slot_embed(local_sched *s, slot *sl) {
     srv_event ev = {.kind = SRV_EV_EMBED, .slot = sl->id, .embd = v, .n_embd = n};
     sl->job.fn(sl->job.ctx, &ev);
     st_free(v);
-    ST_INFO("slot %d: embedding of %d tokens in %.1f ms", sl->id, r->n_prompt, sl->st.prompt_ms);
+    char line[512];
+    gen_stats_format(&sl->st, line, sizeof line); /* the speed line every request logs */
+    ST_INFO("slot %d: embedding of %d tokens: %s", sl->id, r->n_prompt, line);
     srv_event done = {.kind = SRV_EV_DONE, .slot = sl->id, .stats = &sl->st, .n_cached = sl->seq->n_past};
     sl->job.fn(sl->job.ctx, &done);
     slot_release(s, sl, OUT_DONE);
