@@ -201,6 +201,7 @@ typedef struct srv_job {
     struct tools_stream *ts;   /* a stream with tools: calls parsed as they come (srv_tools.h) */
     struct reason_stream *rs;  /* the reasoning told apart from the content (srv_reason.h), or NULL */
     sbuf reasoning;            /* the whole reasoning (non-streaming) */
+    int think_open;            /* the prompt ends inside <think>: the answer starts in its reasoning */
     int ts_calls;              /* calls it sent, once it ended */
     int blk_n, blk_open;       /* Anthropic stream: content blocks started; 1 text / 2 tool_use / 3 thinking open */
     sbuf text;                 /* the whole answer (non-streaming, or streaming with tools) */

@@ -136,6 +136,7 @@ void srv_job_reasoning(srv_job *j, int on, int think_open) {
     if (!on || s->reason == REASON_OFF) return;
     static const reason_cb cb = {job_reasoning, job_content};
     j->rs = reason_stream_new((reason_kind)s->reason, think_open, j->tools != NULL, &cb, j);
+    j->think_open = think_open;
 }
 
 static void stream_end(srv_job *j) {
@@ -278,6 +279,9 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
         if (j->kind == JOB_ANTHROPIC) anth_stream_begin(j);
         else oai_stream_begin(j);
     }
+    /* a constrained answer after reasoning the prompt opened: the grammar holds what follows </think>
+     * (the reasoning itself is free, as llama.cpp lets it be) */
+    if (j->rs && j->think_open && j->grammar && !j->req.grammar_trigger) j->req.grammar_trigger = "</think>";
     if (j->rs && j->call_opening) { /* the forced call's opening goes through the reasoning parser, once */
         reason_stream_feed(j->rs, j->call_opening, strlen(j->call_opening));
         st_free(j->call_opening);

@@ -139,6 +139,10 @@ def test_think_opened_by_prompt(open_think):
     assert raw.strip(), raw
     m = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0).choices[0].message
     assert m.reasoning_content == raw.strip() and m.content == "", m  # never closed: all of it is reasoning
+    # a constrained answer waits for the reasoning to end: the grammar holds only what follows </think>
+    js = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0,
+                                     response_format={"type": "json_object"}).choices[0].message
+    assert js.reasoning_content == raw.strip() and js.content == "", js
     off = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0,
                                       extra_body={"chat_template_kwargs": {"enable_thinking": False}}).choices[0]
     assert getattr(off.message, "reasoning_content", None) is None and off.message.content, off
