@@ -482,8 +482,20 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
-    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, json_is_object(kwargs) ? kwargs : NULL, &j->call_opening,
-                                   &think_open, &n, &e);
+    /* OpenAI's reasoning_effort reaches the template as llama-server passes it: a variable (gpt-oss's
+     * "Reasoning: low"), or "none": no thinking (enable_thinking false) */
+    const char *effort = json_string_value(json_object_get(body, "reasoning_effort"));
+    json_t *kw = json_is_object(kwargs) ? json_copy(kwargs) : NULL;
+    if (effort && *effort) {
+        if (!kw) kw = json_object();
+        if (!strcmp(effort, "none")) {
+            json_object_del(kw, "reasoning_effort");
+            json_object_set_new(kw, "enable_thinking", json_false());
+        } else
+            json_object_set_new(kw, "reasoning_effort", json_string(effort));
+    }
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kw, &j->call_opening, &think_open, &n, &e);
+    json_decref(kw);
     json_decref(msgs);
     char *g = NULL;
     if (ids && j->call_opening && !(g = srv_tools_grammar(s, tools, force, API_OPENAI, &e))) {

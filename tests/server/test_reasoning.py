@@ -146,6 +146,8 @@ def test_think_opened_by_prompt(open_think):
     off = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0,
                                       extra_body={"chat_template_kwargs": {"enable_thinking": False}}).choices[0]
     assert getattr(off.message, "reasoning_content", None) is None and off.message.content, off
+    eff = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0, reasoning_effort="none")
+    assert eff.choices[0].message.content == off.message.content, eff  # "none": enable_thinking false
     # Anthropic: the same reasoning as a thinking block, streamed as thinking_delta + signature_delta
     anth = anthropic.Anthropic(base_url=open_think.url, api_key="x", max_retries=0, timeout=120)
     msg = anth.messages.create(model="m", max_tokens=24, extra_body={"temperature": 0}, messages=HI)
@@ -232,6 +234,10 @@ def test_harmony(harmony):
         {"role": "tool", "tool_call_id": call.id, "content": "sunny"}])
     plain = chat(harmony, max_tokens=2, tools=WEATHER, messages=[{"role": "user", "content": "Weather in Paris?"}])
     assert r["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + 10, (r["usage"], plain["usage"])
+    # reasoning_effort reaches gpt-oss's template ("Reasoning: medium" by default)
+    base = chat(harmony, max_tokens=1)["usage"]["prompt_tokens"]
+    long = chat(harmony, max_tokens=1, reasoning_effort="very " * 8 + "high")["usage"]["prompt_tokens"]
+    assert long > base + 3, (base, long)
     print(f"checked: harmony analysis -> reasoning ({ANALYSIS!r}), final -> content ({tail!r}), streamed the same; "
           f"forced calls (OpenAI required / named, streamed; Anthropic any) -> get_weather {args}")
 
