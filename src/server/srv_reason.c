@@ -85,6 +85,7 @@ void reason_stream_free(reason_stream *rs) {
 
 /* Drop the first n bytes of the buffer. */
 static void consume(reason_stream *rs, size_t n) {
+    if (!n) return; /* (the buffer may not exist yet) */
     memmove(rs->buf, rs->buf + n, rs->len - n);
     rs->len -= n;
 }
@@ -100,7 +101,7 @@ static size_t partial(const char *s, size_t n, const char *marker) {
 /* s[0..n) may still grow into something that starts with marker. */
 static int may_start(const char *s, size_t n, const char *marker) {
     size_t m = strlen(marker);
-    return !memcmp(s, marker, n < m ? n : m);
+    return !n || !memcmp(s, marker, n < m ? n : m);
 }
 
 /* Reasoning text out, trailing space held back unless final. Returns the bytes sent. */
@@ -190,16 +191,19 @@ static int step_harmony(reason_stream *rs, int end) {
     size_t n = rs->len;
     if (rs->st == S_HEAD) {
         const char *m = find(s, n, H_MESSAGE);
-        if (m) {
-            harmony_header(rs, s, (size_t)(m - s));
-            consume(rs, (size_t)(m - s) + sizeof H_MESSAGE - 1);
+        /* the header, or what there is of it (not the beginning of a <|message|> still coming) */
+        size_t h = m ? (size_t)(m - s) : end ? n : n - partial(s, n, H_MESSAGE);
+        /* a header starts with one of these; anything else is a model not speaking harmony. A prefix of a
+         * valid header is valid, so the text cut anywhere gives the same decision */
+        int ok = h <= HEAD_MAX && (may_start(s, h, H_CHANNEL) || may_start(s, h, H_START) || may_start(s, h, " to=") ||
+                                   may_start(s, h, "<|constrain|>"));
+        if (m && ok) {
+            harmony_header(rs, s, h);
+            consume(rs, h + sizeof H_MESSAGE - 1);
             rs->st = S_BODY;
             rs->body_lead = 1;
             return 1;
         }
-        /* a header starts with one of these; anything else is a model not speaking harmony */
-        int ok = n <= HEAD_MAX && (may_start(s, n, H_CHANNEL) || may_start(s, n, H_START) || may_start(s, n, " to=") ||
-                                   may_start(s, n, "<|constrain|>"));
         if (ok && !end) return 0;
         if (!ok) {
             rs->st = S_CONTENT;

@@ -107,6 +107,13 @@ int main(void) {
     check("harmony built-in tool dropped", REASON_HARMONY, 0, 1,
           "<|channel|>analysis to=browser.search code<|message|>{\"query\":\"x\"}<|call|>", "", "");
     check("not harmony at all", REASON_HARMONY, 0, 0, "Hello world <|end|>", "", "Hello world <|end|>");
+    /* found by fuzz_reason: a header that only looks like one is content however it is cut */
+    check("no header before <|message|>", REASON_HARMONY, 0, 1, "<|channel|ncs>en|>cnn<|message|>{\"a\":1}<|chan|>",
+          "", "<|channel|ncs>en|>cnn<|message|>{\"a\":1}<|chan|>");
+    check("a marker's start after a header's start", REASON_HARMONY, 0, 0,
+          "<|channel|>analysis<|message|>x<|end|><|<|message|>y<|end|><", "x", "y");
+    check("nothing at all", REASON_HARMONY, 0, 0, "", "", "");
+    check("nothing at all (think)", REASON_THINK, 1, 0, "", "", "");
     check("cut inside a header", REASON_HARMONY, 0, 0, "<|channel|>analysis<|message|>a<|end|><|start|>assis", "a", "");
     check_call("harmony call, recipient in the channel",
                "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
