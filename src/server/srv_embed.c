@@ -250,8 +250,7 @@ static enum MHD_Result embeddings(srv_ctx *s, struct MHD_Connection *c, json_t *
         srv_fail(&e, 400, "dimensions", "unsupported_parameter", "'dimensions' can only be %d, this model's width", d);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
-    if ((pool = model_pool(s, pooling, &e)) < 0) return srv_send_error(s, c, API_OPENAI, &e);
-    if (oai && pool == ENGINE_POOL_NONE) pool = ENGINE_POOL_MEAN; /* not reachable: OpenAI's path takes no pooling */
+    if ((pool = model_pool(s, pooling, &e)) < 0) return srv_send_error(s, c, API_OPENAI, &e); /* never NONE on OpenAI's */
     if (read_inputs(s, input, key, &in, &e) < 0) return srv_send_error(s, c, API_OPENAI, &e);
     unsigned long long floats = pool == ENGINE_POOL_NONE ? (unsigned long long)in.total * d : (unsigned long long)in.n * d;
     if (floats > EMBED_MAX_FLOATS) {
