@@ -176,12 +176,16 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
     sbuf b = {0};
     sbuf_puts(&b, text);
     st_free(text);
-    if (prefill) sbuf_puts(&b, prefill);
+    int open = reason_prompt_open(b.s, b.len); /* the generation prompt opened <think> */
+    if (prefill) {
+        open = reason_prefill_open(open, prefill, strlen(prefill)); /* the answer's start, given */
+        sbuf_puts(&b, prefill);
+    }
     else if (force && have_tools) {
         *opening = call_opening(s, force);
         sbuf_puts(&b, *opening);
     }
-    if (think_open) *think_open = reason_prompt_open(b.s, b.len);
+    if (think_open) *think_open = *opening ? 0 : open; /* a forced call's opening is no reasoning */
     ids = srv_tokenize(s, b.s, b.len, 1, 1, "messages", n_tok, e);
     sbuf_free(&b);
 out:

@@ -65,6 +65,17 @@ int reason_prompt_open(const char *prompt, size_t len) {
     return len >= m && !memcmp(prompt + len - m, THINK_OPEN, m);
 }
 
+int reason_prefill_open(int open, const char *prefill, size_t len) {
+    size_t k = 0;
+    if (!open) { /* a block opens only at the answer's start, as the parser reads it */
+        while (k < len && is_space(prefill[k])) k++;
+        if (len - k < sizeof THINK_OPEN - 1 || memcmp(prefill + k, THINK_OPEN, sizeof THINK_OPEN - 1)) return 0;
+        k += sizeof THINK_OPEN - 1;
+    }
+    if (find(prefill + k, len - k, THINK_CLOSE)) return 0;
+    return k < len ? 2 : 1; /* text after the opening: the continuation is mid-reasoning */
+}
+
 reason_stream *reason_stream_new(reason_kind kind, int in_think, int calls, const reason_cb *cb, void *ctx) {
     reason_stream *rs = st_calloc(1, sizeof *rs);
     rs->kind = kind;
@@ -72,7 +83,7 @@ reason_stream *reason_stream_new(reason_kind kind, int in_think, int calls, cons
     rs->cb = *cb;
     rs->ctx = ctx;
     if (kind == REASON_HARMONY) rs->st = S_HEAD;
-    else if (kind == REASON_THINK) rs->st = in_think ? S_RLEAD : S_LEAD;
+    else if (kind == REASON_THINK) rs->st = in_think == 2 ? S_REASON : in_think ? S_RLEAD : S_LEAD;
     else rs->st = S_CONTENT;
     return rs;
 }

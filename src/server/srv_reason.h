@@ -34,6 +34,10 @@ reason_kind reason_kind_of(const char *tmpl, size_t len);
 /* 1 when a rendered prompt ends inside an open think block (`<think>` and
  * nothing but space after it): the answer starts in its reasoning. */
 int reason_prompt_open(const char *prompt, size_t len);
+/* Whether the answer starts in the reasoning when a prefill (the start of the answer, written by the
+ * client) follows a prompt that left the block open or not: a prefill that opens <think> at its start
+ * opens it, one with </think> closes it. 2: it continues inside the block (its space is the model's). */
+int reason_prefill_open(int open, const char *prefill, size_t len);
 
 typedef struct {
     void (*reasoning)(void *ctx, const char *text, size_t len);
@@ -41,7 +45,8 @@ typedef struct {
 } reason_cb;
 typedef struct reason_stream reason_stream;
 
-/* in_think: the answer starts inside the think block (reason_prompt_open).
+/* in_think: the answer starts inside the think block (reason_prompt_open; 2: in the middle of its text,
+ * reason_prefill_open).
  * calls: harmony tool calls go on as tagged calls in the content (else a
  * call, which no tool asked for, is dropped, as llama-server drops it). */
 reason_stream *reason_stream_new(reason_kind kind, int in_think, int calls, const reason_cb *cb, void *ctx);

@@ -80,6 +80,7 @@ int main(void) {
     check("space before <think>", REASON_THINK, 0, 0, "\n <think>a < b</think>b", "a < b", "b");
     check("never closed (cut by max_tokens)", REASON_THINK, 0, 0, "<think>\nstill thinking  \n", "still thinking", "");
     check("open, never closed", REASON_THINK, 1, 0, "  partial </thi", "partial </thi", "");
+    check("continuing a prefill's reasoning", REASON_THINK, 2, 0, " more.</think>Done", " more.", "Done");
     check("no reasoning: byte for byte", REASON_THINK, 0, 0, "  Hello <think> is a tag.\n", "",
           "  Hello <think> is a tag.\n");
     check("no reasoning, starts like the tag", REASON_THINK, 0, 0, "<thin ice>", "", "<thin ice>");
@@ -129,7 +130,12 @@ int main(void) {
     int ok = reason_prompt_open("<|im_start|>assistant\n<think>\n", 30) &&
              !reason_prompt_open("<|im_start|>assistant\n<think>\n\n</think>\n\n", 41) &&
              reason_kind_of("{{ '<|channel|>' }}", 19) == REASON_HARMONY && reason_kind_of(NULL, 0) == REASON_THINK;
-    printf("%s: prompt ends inside <think>; template kinds\n", ok ? "ok" : "FAIL");
+    /* a prefill (the answer's given start) after the prompt */
+    ok = ok && reason_prefill_open(1, "Let me see", 10) == 2 && reason_prefill_open(1, "", 0) == 1 &&
+         reason_prefill_open(1, "x</think> y", 11) == 0 && reason_prefill_open(0, " <think>\nhm", 11) == 2 &&
+         reason_prefill_open(0, "<think>", 7) == 1 && reason_prefill_open(0, "Hi <think>", 10) == 0 &&
+         reason_prefill_open(0, "<think>a</think>", 16) == 0;
+    printf("%s: prompt ends inside <think>; template kinds; prefills\n", ok ? "ok" : "FAIL");
     g_fail += !ok;
     printf("%s\n", g_fail ? "FAILED" : "all passed");
     return g_fail != 0;

@@ -148,6 +148,11 @@ def test_think_opened_by_prompt(open_think):
     assert getattr(off.message, "reasoning_content", None) is None and off.message.content, off
     eff = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0, reasoning_effort="none")
     assert eff.choices[0].message.content == off.message.content, eff  # "none": enable_thinking false
+    # a prefill (the last assistant message, continued) inside the open block: the rest is reasoning
+    pre = HI + [{"role": "assistant", "content": "Let me think"}]
+    cont = chat(open_think, messages=pre, max_tokens=16, reasoning_format="none")["choices"][0]["message"]["content"]
+    m = oai.chat.completions.create(model="m", messages=pre, max_tokens=16, temperature=0).choices[0].message
+    assert m.reasoning_content == cont.rstrip() and m.content == "", (cont, m)
     # Anthropic: the same reasoning as a thinking block, streamed as thinking_delta + signature_delta
     anth = anthropic.Anthropic(base_url=open_think.url, api_key="x", max_retries=0, timeout=120)
     msg = anth.messages.create(model="m", max_tokens=24, extra_body={"temperature": 0}, messages=HI)
