@@ -1,6 +1,7 @@
 /* libFuzzer target for the reasoning parser (src/server/srv_reason.c): the
  * first byte picks the format (think tags or harmony), whether the answer
- * starts inside <think> and whether harmony calls are wanted; the second the
+ * starts inside <think> (or in the middle of its text) and whether harmony
+ * calls are wanted; the second the
  * size of the pieces it is fed in; the rest is the model's text. Checked:
  * no crash or sanitizer report; pieces give exactly what the whole text
  * gives; think tags add nothing (reasoning + content never exceed the text);
@@ -44,7 +45,7 @@ static void run(reason_kind k, int open, int calls, const char *t, size_t n, siz
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     const reason_kind k = data[0] & 1 ? REASON_HARMONY : REASON_THINK;
-    const int open = (data[0] >> 1) & 1, calls = (data[0] >> 2) & 1;
+    const int open = ((data[0] >> 1) & 3) % 3, calls = (data[0] >> 3) & 1; /* open 2: mid-reasoning (a prefill) */
     const size_t step = 1 + data[1] % 16;
     const char *t = (const char *)data + 2;
     const size_t n = size - 2;
