@@ -100,6 +100,8 @@ static const st_switch_def TABLE[] = {
      "seconds SIGTERM lets requests in flight finish before ending them", 0},
     {"--engine-timeout", ST_SW_KIND_FLAG, NULL, NULL, 0, 86400, "10", "10",
      "seconds of silence after which the engine process is killed and restarted (0: never)", 0},
+    {"--reasoning-format", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, "auto", "auto",
+     "a thinking model's reasoning apart from its answer (auto, deepseek: the same) or in it (none)", 0},
 };
 #define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
 

@@ -232,6 +232,38 @@ int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, fl
     return seq_eval_to(e, s, toks, n, logits, 1);
 }
 
+int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engine_pool pool, float *out) {
+    if (n <= 0) {
+        st_error_set("nothing to embed");
+        return -1;
+    }
+    if (seq_check(e, s, toks, n) != 0) return -1;
+    const int d = e->m->hp.n_embd;
+    float *h = pool == ENGINE_POOL_NONE ? NULL : st_malloc((size_t)e->n_ubatch * d * sizeof(float));
+    double *sum = pool == ENGINE_POOL_MEAN ? st_calloc((size_t)d, sizeof(double)) : NULL;
+    for (int done = 0; done < n;) {
+        int m = n - done < e->n_ubatch ? n - done : e->n_ubatch;
+        float *rows = h ? h : out + (size_t)done * d; /* NONE: straight into place */
+        model_forward_hidden(e->mc, s->kv->layers, toks + done, m, s->n_past, rows);
+        memcpy(s->hist + s->n_past, toks + done, (size_t)m * sizeof(int32_t));
+        s->n_past += m;
+        seq_chunk_done(s, m);
+        if (pool == ENGINE_POOL_MEAN) /* in double: a long input's sum keeps its small terms */
+            for (int r = 0; r < m; r++)
+                for (int j = 0; j < d; j++) sum[j] += rows[(size_t)r * d + j];
+        else if (pool == ENGINE_POOL_FIRST && done == 0)
+            memcpy(out, rows, (size_t)d * sizeof(float));
+        else if (pool == ENGINE_POOL_LAST && done + m == n)
+            memcpy(out, rows + (size_t)(m - 1) * d, (size_t)d * sizeof(float));
+        done += m;
+    }
+    if (sum)
+        for (int j = 0; j < d; j++) out[j] = (float)(sum[j] / n);
+    st_free(sum);
+    st_free(h);
+    return 0;
+}
+
 void engine_seq_truncate(engine_seq *s, int n_past) {
     ST_ASSERT(n_past >= 0 && n_past <= s->n_past);
     if (n_past == s->n_past) { /* nothing to forget */

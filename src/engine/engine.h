@@ -108,6 +108,12 @@ int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t 
  * (speculative decoding's verification); s->logits is left as it was. -1
  * with st_error as engine_seq_eval. */
 int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits);
+/* How engine_seq_embed pools the tokens' final hidden states (after the output norm). */
+typedef enum { ENGINE_POOL_NONE, ENGINE_POOL_MEAN, ENGINE_POOL_FIRST, ENGINE_POOL_LAST } engine_pool;
+/* Evaluate toks into s (as engine_seq_eval, a chunk of n_ubatch at a time) and write their final hidden
+ * states pooled into out: NONE every token's ([n][n_embd]), MEAN their average, FIRST / LAST one token's
+ * (n_embd floats). Not normalized. -1 with st_error as engine_seq_eval. */
+int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engine_pool pool, float *out);
 /* Forget the positions from n_past on (drafted tokens that were rejected).
  * A recurrent state goes back only into the last engine_seq_eval_all (it
  * replays the kept part of that pass: kv_cache_spec_keep). */
@@ -157,6 +163,7 @@ typedef struct {
     const char *const *stop; /* stop strings, not included in the output */
     int n_stop;
     int ignore_eos;
+    int render_special; /* control tokens are written as their text (the server's harmony parser reads them) */
     int draft_n; /* speculative decoding (engine_generate): up to this many tokens drafted by prompt lookup
                     (draft.h) and verified in one batched pass; 0: off (and where !engine_drafts_ok) */
 } gen_params;

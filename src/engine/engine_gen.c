@@ -52,7 +52,7 @@ gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prom
     if (hooks) g->hk = *hooks;
     g->fn = fn;
     g->ctx = ctx;
-    g->ts = tok_stream_new(e->tok, 0);
+    g->ts = tok_stream_new(e->tok, gp->render_special);
     g->cap = 4096;
     g->pending = st_malloc(g->cap);
     if (g->hk.filter && g->hk.token) g->raw = st_malloc((size_t)e->m->hp.n_vocab * sizeof(float));

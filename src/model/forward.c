@@ -227,6 +227,7 @@ typedef struct {
     model_ctx *c;
     st_kv_layer *kv;
     int n, first, rows; /* tokens; logits rows [first, first+rows), rows 0: none */
+    int hidden;         /* stop at the output norm: c->h holds the rows' final hidden states (embeddings) */
 } step_args;
 
 /* Embedding and layers of the token ids in c->ids: n_seq sequences stacked
@@ -264,12 +265,14 @@ static void step_body(void *arg, int pos0) {
     /* only the rows whose logits are wanted go through the output matrix */
     be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, NULL, m->output_norm, c->h, hp->n_embd, a->rows,
                 hp->rms_eps);
+    if (a->hidden) return;
     be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
 }
 
 /* One step of n tokens from pos0 whose logits rows [first, first + rows)
  * are left in c->logits (on the backend). */
-static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, int first, int rows) {
+static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, int first, int rows,
+                      int hidden) {
     st_backend *be = c->be;
     step_args a;
     memset(&a, 0, sizeof a); /* the bytes are the graph's key: no stray padding */
@@ -278,6 +281,7 @@ static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int 
     a.n = n;
     a.first = first;
     a.rows = rows;
+    a.hidden = hidden;
     be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->run_step(be, n, pos0, step_body, &a, sizeof a);
 }
@@ -285,7 +289,7 @@ static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int 
 static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
                           int all_logits) {
     const int rows = !logits ? 0 : all_logits ? n : 1;
-    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows);
+    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0);
     if (logits) c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
 }
 
@@ -293,11 +297,18 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
                         float *logits) {
     ST_ASSERT(pos + 1 <= kv[0].n_ctx);
     st_backend *be = c->be;
-    run_chunk(c, kv, &token, 1, pos, 0, 1); /* as a one-token forward_chunk with logits: the same recorded graph */
+    run_chunk(c, kv, &token, 1, pos, 0, 1, 0); /* as a one-token forward_chunk with logits: the same recorded graph */
     const int nv = c->m->hp.n_vocab;
     if (be->top_k && be->top_k(be, c->logits, nv, k, ids, vals) == 0) return 0;
     be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));
     return 1;
+}
+
+void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden) {
+    ST_ASSERT(n_tok > 0 && n_tok <= c->n_ubatch);
+    ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);
+    run_chunk(c, kv, tokens, n_tok, pos0, 0, n_tok, 1);
+    c->be->to_host(c->be, hidden, c->h, (size_t)n_tok * c->m->hp.n_embd * sizeof(float));
 }
 
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,

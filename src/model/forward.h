@@ -19,6 +19,10 @@ void model_ctx_free(model_ctx *c);
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
                    int all_logits);
 
+/* n_tok (<= n_ubatch) tokens at positions pos0.. as model_forward, stopping at the output norm:
+ * hidden (host) receives every token's final hidden state, [n_tok][n_embd] (embeddings). */
+void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden);
+
 /* One token at pos; instead of every logit, the k largest with their ids
  * (backend.h top_k, on the device: a decode step copies k pairs, not the
  * vocabulary). 0; or 1 when the backend could not (no top_k, or k or the

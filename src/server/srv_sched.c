@@ -228,6 +228,35 @@ static int on_text(void *ctx, const char *text, size_t len) {
     return sl->job.fn(sl->job.ctx, &ev);
 }
 
+/* An embedding request (r->embed): its whole prompt read now, in this slot's sequence (nothing of its
+ * cache reused: every token's state is pooled), the vector sent, the slot freed. It holds the engine
+ * thread for the prompt's time, as no generation does. */
+static void slot_embed(local_sched *s, slot *sl) {
+    const srv_request *r = sl->job.req;
+    const size_t d = (size_t)s->e->m->hp.n_embd, n = r->embed == 1 + ENGINE_POOL_NONE ? d * r->n_prompt : d;
+    float *v = st_malloc(n * sizeof(float));
+    sl->t0 = st_now_ns();
+    sl->seq->n_past = 0;
+    engine_seq_reuse_prefix(sl->seq, r->prompt, r->n_prompt);
+    if (engine_seq_embed(s->e, sl->seq, r->prompt, r->n_prompt, (engine_pool)(r->embed - 1), v) != 0) {
+        st_free(v);
+        slot_fail(s, sl, st_error_get(), OUT_FAILED);
+        return;
+    }
+    sl->st.n_prompt = sl->st.n_read = r->n_prompt;
+    sl->st.prompt_ms = (double)(st_now_ns() - sl->t0) / 1e6;
+    sl->st.finish = "stop";
+    srv_event ev = {.kind = SRV_EV_EMBED, .slot = sl->id, .embd = v, .n_embd = n};
+    sl->job.fn(sl->job.ctx, &ev);
+    st_free(v);
+    char line[512];
+    gen_stats_format(&sl->st, line, sizeof line); /* the speed line every request logs */
+    ST_INFO("slot %d: embedding of %d tokens: %s", sl->id, r->n_prompt, line);
+    srv_event done = {.kind = SRV_EV_DONE, .slot = sl->id, .stats = &sl->st, .n_cached = sl->seq->n_past};
+    sl->job.fn(sl->job.ctx, &done);
+    slot_release(s, sl, OUT_DONE);
+}
+
 /* A newly admitted request: START, checks, prefix reuse. */
 static void slot_start(local_sched *s, slot *sl) {
     const srv_request *r = sl->job.req;
@@ -252,6 +281,10 @@ static void slot_start(local_sched *s, slot *sl) {
             slot_fail(s, sl, msg, OUT_FAILED);
             return;
         }
+    if (r->embed) {
+        slot_embed(s, sl);
+        return;
+    }
     sl->t0 = st_now_ns();
     const moe_lane_stats *ls = moe_lanes_stats(s->e->be);
     if (ls) sl->lanes0 = *ls;
@@ -281,7 +314,8 @@ static int gen_start(local_sched *s, slot *sl) {
     sp.dry_breaker = brk;
     sl->smp = sampler_create(&sp, s->e->m->hp.n_vocab);
     st_free(brk);
-    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos};
+    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos,
+                    .render_special = r->render_special};
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
     return 0;
 }
