@@ -5,7 +5,9 @@
  * Families: llama (SmolLM2, Llama), qwen2, qwen3, qwen3moe, gemma3, and the
  * hybrid qwen3next / qwen35moe / qwen35 (dense) (gated DeltaNet layers, a gated attention
  * layer every full_attn_interval-th), glm4moe (GLM-4.5/4.6: sigmoid routing with a
- * selection bias, leading dense layers, a shared expert, partial rotary). They are one decoder with switches
+ * selection bias, leading dense layers, a shared expert, partial rotary), gpt-oss (attention
+ * sinks, sliding window every other layer, YaRN, biased experts with a clamped SwiGLU). They are one
+ * decoder with switches
  * (QKV bias, Q/K norms, post-norms, sliding window, MoE, activation, hybrid)
  * rather than copies of the same loop.
  */
@@ -27,6 +29,7 @@ typedef enum {
     ARCH_QWEN35MOE,
     ARCH_QWEN35,
     ARCH_GLM4MOE,
+    ARCH_GPT_OSS,
     ARCH_COUNT
 } model_arch;
 
@@ -71,6 +74,10 @@ typedef struct {
     st_gate_fn gate_fn;  /* routing: softmax (qwen) or sigmoid (glm4moe) of the router logits */
     float expert_scale;  /* routed scaling factor of the expert weights, 1 = none */
     int exp_bias;        /* MoE layers have a selection bias, exp_probs_b (glm4moe) */
+    /* gpt-oss: per-head attention sinks and an output bias (attn_sinks); a router bias and
+     * per-expert biases on gate/up/down (exps_bias); sliding-window layers rotate as the others
+     * (swa_rope_global: YaRN everywhere, where gemma3 gives them their own unscaled base) */
+    int attn_sinks, exps_bias, swa_rope_global;
 } model_hparams;
 
 /* Whether layer il's FFN is the routed experts (else a dense FFN). */
@@ -95,6 +102,11 @@ typedef struct {
     st_weight ffn_gate_inp;          /* router (n_embd -> n_expert) */
     st_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps; /* (n_expert x [n_embd -> n_ff_exp]), down (n_ff_exp -> n_embd) */
     const float *exp_probs_b;        /* (n_expert) expert selection bias (glm4moe), or NULL */
+    /* gpt-oss; the per-expert biases ((n_expert x n_ff_exp) x2, (n_expert x n_embd)) are
+     * ffn_{gate,up,down}_exps.bias, so that they travel with their experts */
+    const float *attn_sinks;         /* (n_head) logit of each head's sink in the softmax, or NULL */
+    const float *bo;                 /* (n_embd) attn_output bias, or NULL */
+    const float *ffn_gate_inp_b;     /* (n_expert) router bias, or NULL */
     /* hybrid families (qwen3next, qwen35moe). Gated attention layers: wq is
      * (n_embd -> n_head*2*hd), per head hd query rows then hd gate rows.
      * ffn_norm is GGUF's post_attention_norm there. */
@@ -142,6 +154,7 @@ typedef enum {
     MD_VHEADS,    /* n_v */
     MD_BA,        /* 2 * n_v */
     MD_SSM_HEAD,  /* DeltaNet head size */
+    MD_HEAD_COUNT,/* n_head (one sink per query head) */
 } model_dim;
 /* Which layers have a row: MW_ATTN and MW_QK_NORM hold in every layer of a
  * plain family and in the attention layers of a hybrid one. */
@@ -160,12 +173,15 @@ typedef enum {
     MW_RECR,          /* DeltaNet layers */
     MW_RECR_BA_SPLIT, /* DeltaNet layers with ssm_beta and ssm_alpha (qwen35moe) */
     MW_RECR_BA_FUSED, /* DeltaNet layers with ssm_ba (qwen3next) */
+    MW_SINKS,         /* attention layers with sinks and an output bias (gpt-oss) */
+    MW_EXPS_BIAS,     /* MoE layers with a router bias and per-expert biases (gpt-oss) */
 } model_when;
 typedef enum { MT_DENSE, MT_ROUTED } model_tensor_class;
 typedef struct {
     const char *name;       /* GGUF name after "blk.N.", e.g. "attn_q.weight" */
     size_t offset;          /* of its field in model_layer: an st_weight, or a const float * when vec */
-    int vec;                /* a norm or bias vector, read as f32 (n = in) */
+    int vec;                /* 1: a norm or bias vector, read as f32 (n = in*out); 2: the same, bound as
+                               the bias of the st_weight at offset (its row must come after the weight's) */
     model_dim in, out, mat; /* shape: ne0 (columns), ne1 (rows), ne2 (experts); a vector has in*out values */
     model_when when;        /* the families that have it */
     model_tensor_class cls; /* MT_ROUTED: what the memory plan may leave off the device */

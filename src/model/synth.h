@@ -44,6 +44,10 @@ typedef struct {
      * q/k/v biases; n_rot rotated values per head */
     int n_dense_lead, n_shared;
     float expert_scale;
+    /* gpt-oss: a sliding window of n_swa on every other layer, YaRN by yarn_factor over
+     * yarn_orig_ctx positions, sinks, q/k/v/o biases, a router bias and per-expert biases */
+    int n_swa, yarn_orig_ctx;
+    float yarn_factor;
 } synth_hparams;
 
 /* The tensor classes of qwen3moe, in file order within a layer. */
@@ -57,6 +61,9 @@ typedef enum {
     SYN_FFN_UP_SHEXP, SYN_FFN_DOWN_SHEXP,
     /* glm4moe's */
     SYN_ATTN_Q_BIAS, SYN_ATTN_K_BIAS, SYN_ATTN_V_BIAS, SYN_EXP_PROBS_B, SYN_FFN_GATE, SYN_FFN_UP, SYN_FFN_DOWN,
+    /* gpt-oss's */
+    SYN_ATTN_OUT_BIAS, SYN_ATTN_SINKS, SYN_FFN_GATE_INP_BIAS, SYN_FFN_GATE_EXPS_BIAS, SYN_FFN_UP_EXPS_BIAS,
+    SYN_FFN_DOWN_EXPS_BIAS,
     SYN_CLASS_COUNT
 } synth_class;
 
