@@ -208,6 +208,10 @@ struct st_backend {
      * the next position needs no new recording. */
     void (*run_step)(st_backend *be, int n_tok, int pos0, void (*body)(void *arg, int pos0), void *arg,
                      size_t arg_size);
+    /* Optional (NULL: none): one-token steps recorded in segments around the
+     * host's work in the middle (the expert lanes read each layer's routing),
+     * so that the ops between two host waits launch as one graph. */
+    const struct st_step_segments *segments;
     /* The k largest of x[0..n) (the backend's memory) and their indices, in
      * order (larger first, equal values by the lower index), into the host
      * arrays vals and ids: a sampler's candidates without copying all of x
@@ -233,7 +237,38 @@ struct st_backend {
     void (*mem_info)(st_backend *be, size_t *free_bytes, size_t *total_bytes);
 };
 
+/* A step in segments (st_backend.segments). The caller drives it:
+ *   begin(pos0, record)  the step's position goes to the device (its ops read
+ *                        it there, as in run_step's graphs); record: the
+ *                        ops from here on are recorded, not run;
+ *   cut(&g)              the ops recorded since begin or resume become
+ *                        graph *g, which runs now; 0, or -1 when they cannot
+ *                        be recorded (an op needed the host: they did not run);
+ *   run(g)               a recorded segment runs (the step replayed: its ops
+ *                        were not called this time);
+ *   resume(record)       after cut or run, ops ran live (the host's part);
+ *                        from here on they are recorded again (record) or
+ *                        not called (replay);
+ *   end()                the step is over;
+ *   key(pos0)            what a recording depends on besides the caller's
+ *                        arguments (scratch memory, attention variant): it
+ *                        replays only under an equal key;
+ *   drop(g)              frees a recorded segment. */
+typedef struct st_step_segments {
+    void (*begin)(st_backend *be, int pos0, int record);
+    int (*cut)(st_backend *be, void **g);
+    void (*run)(st_backend *be, void *g);
+    void (*resume)(st_backend *be, int record);
+    void (*end)(st_backend *be);
+    uint64_t (*key)(st_backend *be, int pos0);
+    void (*drop)(st_backend *be, void *g);
+} st_step_segments;
+
 /* The CPU backend (backend/cpu): n_threads 0 = all cores. */
 st_backend *backend_cpu_create(int n_threads);
+/* How long its idle threads spin before sleeping (st_pool_set_spin_us): the
+ * CPU expert lane, idle between layers for about as long as the device's
+ * part of one, keeps them spinning so that each layer does not pay a wake-up. */
+void backend_cpu_set_spin_us(st_backend *cpu, int us);
 
 #endif

@@ -148,6 +148,11 @@ int cmd_bench(int argc, char **argv) {
                100 * (double)dec.pairs_dev / pairs, 100 * (double)dec.pairs_cpu / pairs,
                100 * (double)dec.pairs_pcie / pairs, (double)dec.bytes_cpu / n / 1e6, (double)dec.bytes_cpu / dec_s / 1e9,
                (double)dec.bytes_pcie / n / 1e6, (double)dec.bytes_pcie / dec_s / 1e9, (unsigned long long)dec.swaps);
+        const double us = 1e-3 / n; /* ns summed over the decode -> us per token */
+        printf("decode time per token: %.0f us, of which in the layers the host routes %.0f us: waiting for the routing "
+               "%.0f (the device's work before it included), CPU lane %.0f, handing its output back %.0f\n",
+               dec_s * 1e6 / n, (double)dec.ns_call * us, (double)dec.ns_route * us, (double)dec.ns_cpu * us,
+               (double)dec.ns_join * us);
     }
     if (depth) printf("depth: %lld tokens in the cache before decoding (%s KV)\n", depth,
                       ep.kv_type == ST_KV_INT8 ? "int8" : "f16");

@@ -278,6 +278,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
         }
     }
     st_backend *cpu = backend_cpu_create(p->n_threads);
+    backend_cpu_set_spin_us(cpu, 2000); /* a layer's device part is 20-100 us: stay awake across it */
     lane_rates rates = {0};
     measure_rates(dev, cpu, m, &rates);
     rates.pcie_frac = p->pcie_frac;

@@ -25,6 +25,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/timer.h"
 
 typedef struct {
     const void *host_gate; /* the layer's host gate tensor: how moe_ffn finds its layer */
@@ -65,7 +66,21 @@ typedef struct {
     float *heat;      /* (n_layer * n_expert) decayed routing counts: what the cache adapts to */
     int adapt_every;  /* steps between admissions, 0: never */
     uint64_t steps;
+    /* one-token steps in recorded segments (the device's st_step_segments):
+     * the ops between two layers' host work replay as one graph */
+    st_backend live;  /* the op table as wrapped: what the host's part calls */
+    int seg_mode;     /* SEG_LIVE, SEG_RECORD or SEG_REPLAY in the step under way */
+    int seg_off;      /* never (no segments, or a recording failed) */
+    void **seg;       /* the recorded segments, seg_n of them (seg_cap allocated) */
+    int seg_n, seg_cap, seg_i;
+    void *seg_arg;    /* the step arguments and device key they were recorded with */
+    size_t seg_size;
+    uint64_t seg_key;
+    int seg_sized;    /* a live step with these arguments ran (it sized the scratch) */
+    int seg_pos;      /* the position of the step under way */
 } lanes;
+
+enum { SEG_LIVE, SEG_RECORD, SEG_REPLAY };
 
 static lanes *LN(st_backend *be) { return (lanes *)be; }
 
@@ -92,7 +107,7 @@ static int find_layer(lanes *L, const st_weight *gate) {
 
 /* Device upload: queued (upload) where the backend has it, else waited for. */
 static void put(lanes *L, void *dst, const void *src, size_t bytes) {
-    st_backend *d = &L->be;
+    st_backend *d = &L->live;
     if (d->upload) d->upload(d, dst, src, bytes);
     else d->to_device(d, dst, src, bytes);
 }
@@ -121,25 +136,143 @@ static void adapt_layer(lanes *L, int il, const st_weight *gate, const st_weight
     L->stats.swaps++;
 }
 
+/* Replayed steps: the ops forward.c calls between two layers' host work are
+ * in the recorded segment, so the table it calls through does nothing while
+ * the body runs; the host's part calls L->live. Every op a step may call is
+ * here: a new op in backend.h changes sizeof(st_backend) and stops the build
+ * below until it is added (run twice, once live and once in the graph, it
+ * would compute wrong results, not fail). */
+static void no_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out) {
+    (void)be, (void)w, (void)ids, (void)n, (void)out;
+}
+static void no_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
+    (void)be, (void)w, (void)mat, (void)x, (void)y, (void)n_tok;
+}
+static void no_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
+                       float eps) {
+    (void)be, (void)x, (void)res, (void)w, (void)y, (void)dim, (void)n_rows, (void)eps;
+}
+static void no_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
+                    float freq_scale, int neox) {
+    (void)be, (void)x, (void)n_tok, (void)n_heads, (void)head_dim, (void)pos0, (void)theta, (void)freq_scale,
+        (void)neox;
+}
+static void no_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
+    (void)be, (void)kv, (void)k, (void)v, (void)n_tok, (void)pos0;
+}
+static void no_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
+                        float eps, int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0) {
+    (void)be, (void)q, (void)k, (void)v, (void)qn, (void)kn, (void)eps, (void)n_tok, (void)n_head, (void)rope,
+        (void)kv, (void)pos0;
+}
+static void no_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                         float scale, int window, float *out) {
+    (void)be, (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)out;
+}
+static void no_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
+    (void)be, (void)act, (void)g, (void)u, (void)out, (void)n;
+}
+static void no_add(st_backend *be, float *x, const float *b, int64_t dim, int n_rows) {
+    (void)be, (void)x, (void)b, (void)dim, (void)n_rows;
+}
+static void no_scale(st_backend *be, float *x, float s, int64_t n) { (void)be, (void)x, (void)s, (void)n; }
+static void no_gdn(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const float *qkv,
+                   const float *z, const float *beta, const float *alpha, float *out) {
+    (void)be, (void)g, (void)st, (void)n_tok, (void)pos0, (void)qkv, (void)z, (void)beta, (void)alpha, (void)out;
+}
+static void no_split(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w) {
+    (void)be, (void)src, (void)a, (void)b, (void)n_rows, (void)n_group, (void)w;
+}
+static void no_sigmoid_mul(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows) {
+    (void)be, (void)x, (void)g, (void)dim, (void)g_dim, (void)n_rows;
+}
+/* 27 function pointers, 3 other pointers (name, ctx, segments) and two ints
+ * (each padded to a pointer's size on x86-64 and aarch64): update with the
+ * stubs above when an op is added */
+_Static_assert(sizeof(st_backend) == 32 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+
+/* The table forward.c calls: stubs while a recorded step replays (on), the
+ * wrapped ops otherwise. */
+static void seg_stub(lanes *L, int on) {
+    st_backend *b = &L->be;
+    const st_backend *v = &L->live;
+    b->get_rows = on ? no_get_rows : v->get_rows;
+    b->matmul = on ? no_matmul : v->matmul;
+    b->rmsnorm = on ? no_rmsnorm : v->rmsnorm;
+    b->rope = on ? no_rope : v->rope;
+    b->kv_store = on ? no_kv_store : v->kv_store;
+    b->qkv_prep = on ? no_qkv_prep : v->qkv_prep;
+    b->attention = on ? no_attention : v->attention;
+    b->act_mul = on ? no_act_mul : v->act_mul;
+    b->add = on ? no_add : v->add;
+    b->scale = on ? no_scale : v->scale;
+    b->gated_delta_net = on ? no_gdn : v->gated_delta_net;
+    b->split_halves = on ? no_split : v->split_halves;
+    b->sigmoid_mul = on ? no_sigmoid_mul : v->sigmoid_mul;
+}
+
+static void seg_drop_all(lanes *L) {
+    const st_step_segments *sg = L->live.segments;
+    for (int i = 0; i < L->seg_n; i++) sg->drop(&L->live, L->seg[i]);
+    L->seg_n = 0;
+    st_free(L->seg_arg);
+    L->seg_arg = NULL;
+    L->seg_size = 0;
+    L->seg_sized = 0;
+}
+
+/* A layer's host part starts: what the step queued before it runs now. */
+static void seg_enter(lanes *L) {
+    const st_step_segments *sg = L->live.segments;
+    if (L->seg_mode == SEG_RECORD) {
+        if (L->seg_n == L->seg_cap) {
+            L->seg_cap = L->seg_cap ? 2 * L->seg_cap : 64;
+            L->seg = st_realloc(L->seg, (size_t)L->seg_cap * sizeof *L->seg);
+        }
+        void *g;
+        if (sg->cut(&L->live, &g) != 0) { /* its ops did not run: this step cannot be finished */
+            st_log(ST_LOG_ERROR, "expert lanes: %s (STRATA_CUDA_GRAPH=0 runs decode unrecorded)", st_error_get());
+            ST_ASSERT(!"a decode segment could not be recorded");
+        }
+        L->seg[L->seg_n++] = g;
+    } else if (L->seg_mode == SEG_REPLAY) {
+        /* the recording's scratch must still be where it was (the host's
+         * parts of decode steps use scratch of one size, sized before) */
+        ST_ASSERT(sg->key(&L->live, L->seg_pos) == L->seg_key && L->seg_i < L->seg_n);
+        sg->run(&L->live, L->seg[L->seg_i++]);
+    }
+}
+
+/* ... and ends: the ops after it are recorded again, or were. */
+static void seg_leave(lanes *L) {
+    if (L->seg_mode != SEG_LIVE) L->live.segments->resume(&L->live, L->seg_mode == SEG_RECORD);
+}
+
 static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
                       const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                       const st_weight *down, float *out) {
     lanes *L = LN(be);
+    st_backend *d = &L->live; /* be's ops do nothing while a recorded step replays */
     const int il = find_layer(L, gate);
     lane_layer *ly = &L->layer[il];
     ST_ASSERT(n_tok <= L->n_rows && k == L->k && n_expert == L->n_expert);
     const int nk = n_tok * k;
     const int64_t E = L->E;
     L->stats.layers++;
-    if (ly->n_slots == n_expert) { /* every expert of this layer cached: the device's own MoE */
-        L->dev_orig->moe_ffn(be, h, logits, n_tok, n_expert, k, gt, act, &ly->g, &ly->u, &ly->d, out);
+    if (ly->n_slots == n_expert) { /* every expert of this layer cached: the device's own MoE (recordable) */
+        if (L->seg_mode != SEG_REPLAY)
+            L->dev_orig->moe_ffn(d, h, logits, n_tok, n_expert, k, gt, act, &ly->g, &ly->u, &ly->d, out);
         L->stats.pairs_dev += (uint64_t)nk;
         return;
     }
+    const int64_t t0 = st_now_ns();
+    seg_enter(L);
     int32_t *d_sel = L->d_route;
     float *d_wsel = (float *)(L->d_route + nk);
-    be->moe_route(be, logits, n_tok, n_expert, k, gt, d_sel, d_wsel);
-    be->to_host(be, L->h_route, L->d_route, (size_t)nk * 8);
+    d->moe_route(be, logits, n_tok, n_expert, k, gt, d_sel, d_wsel);
+    d->to_host(be, L->h_route, L->d_route, (size_t)nk * 8);
+    const int64_t t1 = st_now_ns();
+    L->stats.ns_route += (uint64_t)(t1 - t0);
     const int32_t *sel = L->h_route;
     const float *wsel = (const float *)(L->h_route + nk);
 
@@ -183,12 +316,12 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
             L->stats.bytes_cpu += (uint64_t)L->miss_bytes[i];
         }
     }
-    if (cpu_pairs) be->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
+    if (cpu_pairs) d->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
 
     /* 3. the device's pairs: cache hits, then the experts sent over PCIe */
     int wrote = 0;
     if (hits) {
-        be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, ly->d_slot, act, &ly->g, &ly->u, &ly->d, out);
+        d->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, ly->d_slot, act, &ly->g, &ly->u, &ly->d, out);
         wrote = 1;
     }
     if (n_sent) {
@@ -208,21 +341,25 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
             if (e >= 0 && run < 0) run = e;
         }
         put(L, L->d_stage_map, L->stage_map, (size_t)n_expert * sizeof(int32_t));
-        be->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &sg, &su, &sd,
+        d->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &sg, &su, &sd,
                         wrote ? L->d_tmp : out);
-        if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
+        if (wrote) d->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
         wrote = 1;
         L->stats.bytes_pcie += (uint64_t)n_sent * (ly->mat_g + ly->mat_u + ly->mat_d);
     }
     /* 4. the CPU lane, while the device works */
     if (cpu_pairs) {
+        const int64_t t2 = st_now_ns();
         L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out);
-        be->to_device(be, wrote ? L->d_tmp : out, L->h_out, (size_t)n_tok * E * sizeof(float));
-        if (wrote) be->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
+        const int64_t t3 = st_now_ns();
+        d->to_device(be, wrote ? L->d_tmp : out, L->h_out, (size_t)n_tok * E * sizeof(float));
+        if (wrote) d->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
+        L->stats.ns_cpu += (uint64_t)(t3 - t2);
+        L->stats.ns_join += (uint64_t)(st_now_ns() - t3);
     }
     if (!wrote && !cpu_pairs) { /* every pair routed nowhere (NaN logits): zeros, as moe_experts gives them */
         memset(L->h_out, 0, (size_t)n_tok * E * sizeof(float));
-        be->to_device(be, out, L->h_out, (size_t)n_tok * E * sizeof(float));
+        d->to_device(be, out, L->h_out, (size_t)n_tok * E * sizeof(float));
     }
     L->stats.pairs_dev += (uint64_t)hits;
     L->stats.pairs_cpu += (uint64_t)cpu_pairs;
@@ -230,16 +367,60 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     /* after this layer's work is queued: its cache may learn */
     if (L->adapt_every && ly->n_slots > 0 && L->steps % (uint64_t)L->adapt_every == 0)
         adapt_layer(L, il, gate, up, down);
+    seg_leave(L);
+    L->stats.ns_call += (uint64_t)(st_now_ns() - t0);
 }
 
-/* No recorded steps: a layer needs the host between routing and experts. */
+/* A one-token step: live the first time with its arguments (which sizes
+ * the scratch), recorded in segments the second, replayed after that; the
+ * layers' host parts run every time (l_moe_ffn: seg_enter, seg_leave).
+ * Longer steps (prompt chunks) run live. */
 static void l_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
-    (void)be, (void)n_tok, (void)size;
-    body(arg, pos0);
+    lanes *L = LN(be);
+    const st_step_segments *sg = L->live.segments;
+    if (n_tok != 1 || !sg || L->seg_off) {
+        body(arg, pos0);
+        return;
+    }
+    const uint64_t key = sg->key(&L->live, pos0);
+    const int same = L->seg_arg && L->seg_size == size && !memcmp(L->seg_arg, arg, size) && L->seg_key == key;
+    L->seg_pos = pos0;
+    if (same && L->seg_n > 0) {
+        sg->begin(&L->live, pos0, 0);
+        L->seg_mode = SEG_REPLAY;
+        L->seg_i = 0;
+        seg_stub(L, 1);
+        body(arg, pos0);
+        seg_stub(L, 0);
+        ST_ASSERT(L->seg_i == L->seg_n - 1);
+        sg->run(&L->live, L->seg[L->seg_i++]); /* the tail: last layers, the output head */
+    } else if (same && L->seg_sized) {
+        sg->begin(&L->live, pos0, 1);
+        L->seg_mode = SEG_RECORD;
+        body(arg, pos0);
+        seg_enter(L); /* the tail */
+        if (sg->key(&L->live, pos0) != key) seg_drop_all(L); /* scratch moved meanwhile: record again */
+    } else {
+        /* live, but as a recorded step will run (positions read on the
+         * device, attention sized for the whole cache): the scratch it sizes
+         * is what the recording needs, which must not grow while recording */
+        seg_drop_all(L);
+        sg->begin(&L->live, pos0, 0);
+        body(arg, pos0);
+        L->seg_arg = st_malloc(size);
+        memcpy(L->seg_arg, arg, size);
+        L->seg_size = size;
+        L->seg_key = sg->key(&L->live, pos0);
+        L->seg_sized = 1;
+    }
+    sg->end(&L->live);
+    L->seg_mode = SEG_LIVE;
 }
 
 static void l_destroy(st_backend *be) {
     lanes *L = LN(be);
+    if (L->live.segments) seg_drop_all(L);
+    st_free(L->seg);
     for (int il = 0; il < L->n_layer; il++) {
         lane_layer *ly = &L->layer[il];
         if (ly->g.data) {
@@ -285,6 +466,7 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->be.moe_ffn = l_moe_ffn;
     L->be.run_step = l_run_step;
     L->be.destroy = l_destroy;
+    L->live = L->be;
     L->dev_orig = dev;
     L->cpu = cpu;
     L->pinned = pinned;
@@ -382,6 +564,10 @@ void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const mo
     acc->layers += now->layers - then->layers;
     acc->experts += now->experts - then->experts;
     acc->swaps += now->swaps - then->swaps;
+    acc->ns_route += now->ns_route - then->ns_route;
+    acc->ns_cpu += now->ns_cpu - then->ns_cpu;
+    acc->ns_join += now->ns_join - then->ns_join;
+    acc->ns_call += now->ns_call - then->ns_call;
 }
 
 int moe_lanes_cache_map(const st_backend *be, char *cells, int cap, int *n_layer, int *n_expert) {

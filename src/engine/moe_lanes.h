@@ -30,6 +30,11 @@ typedef struct {
     uint64_t layers;        /* MoE layer calls */
     uint64_t experts;       /* distinct experts the tokens of each call chose, summed over the calls */
     uint64_t swaps;         /* cache slots given to a hotter expert (moe_lanes_set_adapt) */
+    /* where the host's time in the calls that left the device went (ns):
+     * waiting for the routing (the device's work up to it included), the CPU
+     * lane's products, handing its output back (a copy that waits for the
+     * device's queued lane work), and the whole calls */
+    uint64_t ns_route, ns_cpu, ns_join, ns_call;
 } moe_lane_stats;
 
 /* Wraps dev: copies the cached experts of m (its host weights, which stay

@@ -618,6 +618,11 @@ static void cpu_destroy(st_backend *be) {
     st_free(be);
 }
 
+void backend_cpu_set_spin_us(st_backend *cpu, int us) {
+    ST_ASSERT(cpu->destroy == cpu_destroy);
+    st_pool_set_spin_us(((cpu_ctx *)cpu->ctx)->pool, us);
+}
+
 st_backend *backend_cpu_create(int n_threads) {
     st_backend *be = st_calloc(1, sizeof *be);
     cpu_ctx *c = st_calloc(1, sizeof *c);

@@ -745,6 +745,79 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     c->key_short = c->step_short;
 }
 
+/* Steps in segments (st_step_segments): the expert lanes' decode. */
+static void seg_begin(st_backend *be, int pos0, int record) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    int p = pos0; /* from pageable memory: staged before the call returns */
+    CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &p, sizeof(int), cudaMemcpyHostToDevice, c->s));
+    c->step_short = pos0 + 1 < CUDA_ATT_SHORT_SPAN;
+    c->step_pos = c->d_pos;
+    if (record) {
+        CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
+        c->capturing = 1;
+        c->capture_bad = 0;
+    }
+}
+
+static int seg_cut(st_backend *be, void **g) {
+    cuda_ctx *c = CTX(be);
+    *g = NULL;
+    pend_flush(c); /* inside the recording */
+    act_forget(c);
+    if (!c->capturing) return -1;
+    c->capturing = 0;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t err = cudaStreamEndCapture(c->s, &graph);
+    if (err == cudaSuccess && !c->capture_bad) err = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) CUDA_CHECK(cudaGraphDestroy(graph));
+    if (err != cudaSuccess || c->capture_bad || !exec) {
+        (void)cudaGetLastError();
+        st_error_set("a decode segment cannot be recorded: %s",
+                     err != cudaSuccess ? cudaGetErrorString(err) : "an op needs the host mid-step");
+        return -1;
+    }
+    CUDA_CHECK(cudaGraphLaunch(exec, c->s));
+    *g = (void *)exec;
+    return 0;
+}
+
+static void seg_run(st_backend *be, void *g) {
+    cuda_ctx *c = CTX(be);
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, c->s));
+    act_forget(c); /* the host did not see what the segment left in scratch */
+}
+
+static void seg_resume(st_backend *be, int record) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    if (record) {
+        CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
+        c->capturing = 1;
+        c->capture_bad = 0;
+    }
+}
+
+static void seg_end(st_backend *be) {
+    cuda_ctx *c = CTX(be);
+    pend_flush(c);
+    act_forget(c);
+    c->step_pos = NULL;
+}
+
+static uint64_t seg_key(st_backend *be, int pos0) {
+    (void)be;
+    return (uint64_t)cuda_mem_generation() << 1 | (uint64_t)(pos0 + 1 < CUDA_ATT_SHORT_SPAN);
+}
+
+static void seg_drop(st_backend *be, void *g) {
+    (void)be;
+    if (g) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)g));
+}
+
+static const st_step_segments cu_segments = {seg_begin, seg_cut, seg_run, seg_resume, seg_end, seg_key, seg_drop};
+
 static void cu_destroy(st_backend *be) {
     cuda_ctx *c = CTX(be);
     CUDA_CHECK(cudaSetDevice(c->dev));
@@ -820,6 +893,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->kv_store = cu_kv_store;
     be->qkv_prep = cu_qkv_prep;
     be->run_step = cu_run_step;
+    if (c->graphs) be->segments = &cu_segments;
     be->attention = cu_attention;
     be->act_mul = cu_act_mul;
     be->add = cu_add;
