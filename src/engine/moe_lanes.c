@@ -169,6 +169,11 @@ static void no_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                          float scale, int window, float *out) {
     (void)be, (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)out;
 }
+static void no_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                               float scale, int window, const float *sinks, float *out) {
+    (void)be, (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)sinks,
+        (void)out;
+}
 static void no_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     (void)be, (void)act, (void)g, (void)u, (void)out, (void)n;
 }
@@ -186,10 +191,10 @@ static void no_split(st_backend *be, const float *src, float *a, float *b, int n
 static void no_sigmoid_mul(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows) {
     (void)be, (void)x, (void)g, (void)dim, (void)g_dim, (void)n_rows;
 }
-/* 27 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 28 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
  * stubs above when an op is added */
-_Static_assert(sizeof(st_backend) == 32 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+_Static_assert(sizeof(st_backend) == 33 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -203,6 +208,7 @@ static void seg_stub(lanes *L, int on) {
     b->kv_store = on ? no_kv_store : v->kv_store;
     b->qkv_prep = on ? no_qkv_prep : v->qkv_prep;
     b->attention = on ? no_attention : v->attention;
+    b->attention_sinks = on ? (v->attention_sinks ? no_attention_sinks : NULL) : v->attention_sinks;
     b->act_mul = on ? no_act_mul : v->act_mul;
     b->add = on ? no_add : v->add;
     b->scale = on ? no_scale : v->scale;
