@@ -292,8 +292,8 @@ static int gpt_oss_hparams(loader *L, model_hparams *hp) {
  * beta_slow times over the original context. The angle stays linear in the
  * position, so it is a per-pair frequency divisor (rope_freqs' mechanism);
  * the magnitude factor m = 0.1 ln(factor) + 1 that multiplies cos and sin
- * multiplies q.k by m^2, so it goes into attn_scale. transformers with
- * truncate=false and OpenAI's reference keep lo, hi as they are; llama.cpp
+ * multiplies q.k by m^2, so it goes into attn_scale. OpenAI's reference
+ * (and transformers with truncate=false) keep lo, hi as they are; llama.cpp
  * b11434 rounds them outwards to whole pairs (STRATA_YARN_TRUNCATE=1 does). */
 static int yarn_hparams(loader *L, model *m) {
     model_hparams *hp = &m->hp;

@@ -12,7 +12,8 @@ Per layer (layer_types: "sliding_attention" for even layers, "full_attention" fo
       inv_i = interp_i (1 - e_i) + extrap_i e_i, extrap_i = base^(-2i/d), interp_i = extrap_i / factor,
       e_i = 1 - clamp((i - low) / (high - low), 0, 1),
       low, high = d ln(orig / (beta 2 pi)) / (2 ln base) for beta = beta_fast (32), beta_slow (1),
-      floored / ceiled only when truncate (gpt-oss's config: truncate false);
+      floored / ceiled only when truncate (OpenAI's reference RotaryEmbedding never rounds;
+      transformers rounds unless the config's rope_scaling says truncate: false);
       cos and sin times attention_factor = 0.1 ln(factor) + 1
   attention: GQA, causal, sliding layers see keys with q_idx - kv_idx < sliding_window;
       logits = q.k / sqrt(d), one more logit per head (the sink, attn_sinks) joins the
