@@ -153,6 +153,11 @@ int cmd_bench(int argc, char **argv) {
                "%.0f (the device's work before it included), CPU lane %.0f, handing its output back %.0f\n",
                dec_s * 1e6 / n, (double)dec.ns_call * us, (double)dec.ns_route * us, (double)dec.ns_cpu * us,
                (double)dec.ns_join * us);
+        if (dec.bytes_ssd)
+            printf("SSD tier in decode: %.2f MB read per token, %.2f GB/s while reading (%.2f GB/s over the decode "
+                   "time); the disk's sequential rate is in the start log\n",
+                   (double)dec.bytes_ssd / n / 1e6, (double)dec.bytes_ssd / (double)dec.ns_ssd,
+                   (double)dec.bytes_ssd / dec_s / 1e9);
     }
     if (depth) printf("depth: %lld tokens in the cache before decoding (%s KV)\n", depth,
                       ep.kv_type == ST_KV_INT8 ? "int8" : "f16");

@@ -32,7 +32,9 @@
 #include "model/model.h"
 #endif
 
-#define USAGE "strata device --list-devices | --selftest [--gpu N] [-m FILE] [--max-context N]"
+#define USAGE "strata device --list-devices | --selftest [--gpu N] [-m FILE] [--max-context N] [--ram-budget GiB]"
+
+static double g_ram_budget; /* --ram-budget: the plan's host tiers (GiB, 0: no limit) */
 
 #ifdef STRATA_HAVE_GPU
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
@@ -75,6 +77,7 @@ static int memory_plan(const char *path, int max_ctx, const gpu_device_info *d) 
     const model_hparams *hp = &m->hp;
     const int n_ctx = max_ctx > 0 ? max_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     engine_params ep = engine_defaults();
+    ep.ram_budget = g_ram_budget;
     const size_t dense = engine_weight_bytes(m, NULL);
     const size_t budget = engine_device_budget(&ep, d->vram_free);
     printf("memory plan for %s (context %d, f16 KV) on GPU %d: %.3f GiB free, less the 512 MiB reserve:\n", path,
@@ -171,6 +174,10 @@ int cmd_device(int argc, char **argv) {
             model_path = v;
         } else if ((r = args_value(&a, "--max-context", &v))) {
             if (r < 0 || args_int(&a, "--max-context", v, 1, 1 << 24, &max_ctx)) return 2;
+        } else if ((r = args_value(&a, "--ram-budget", &v))) {
+            if (r < 0 || args_double(&a, "--ram-budget", v, &g_ram_budget)) return 2;
+            if (!(g_ram_budget > 0 && g_ram_budget < 1 << 20))
+                return cli_usage_error("device", USAGE, "invalid value '%s' for --ram-budget (GiB, above 0)", v);
         } else {
             return args_unknown(&a);
         }

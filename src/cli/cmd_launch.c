@@ -276,6 +276,7 @@ int cmd_launch(int argc, char **argv) {
     engine_params ep = engine_defaults();
     const char *sv;
     if ((sv = st_switch_get("--vram-budget"))) ep.vram_budget = atof(sv);
+    if ((sv = st_switch_get("--ram-budget"))) ep.ram_budget = atof(sv);
     ep.vram_reserve_mib = get_int("--vram-reserve", 512);
     if ((sv = st_switch_get("--expert-cache")) && strcmp(sv, "auto")) ep.expert_cache = atol(sv);
     ep.expert_profile = st_switch_get("--expert-profile");

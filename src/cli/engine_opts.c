@@ -80,6 +80,21 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         p->adapt_every = (int)n;
         return 1;
     }
+    if ((r = args_value(a, "--ram-budget", &v))) {
+        double d;
+        if (r < 0 || args_double(a, "--ram-budget", v, &d)) return -1;
+        if (!(d > 0 && d < 1 << 20)) {
+            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --ram-budget (GiB, above 0)", v);
+            return -1;
+        }
+        p->ram_budget = d;
+        return 1;
+    }
+    if (!strcmp(a->argv[a->i], "--mmap-experts")) { /* the same as --pin-experts 0 */
+        p->no_pin = 1;
+        a->i++;
+        return 1;
+    }
     if ((r = args_value(a, "--pin-experts", &v))) {
         if (r < 0 || args_int(a, "--pin-experts", v, 0, 1, &n)) return -1;
         p->no_pin = !n;

@@ -29,6 +29,9 @@ static const st_switch_def TABLE[] = {
      "1: YaRN's correction range rounded outwards to whole rotary pairs, as llama.cpp b11434 does (gpt-oss, transformers and OpenAI's reference do not round)", 0},
     {"STRATA_PROFILE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: time every backend op (each waited for) and log the table when the engine closes", 0},
+    {"STRATA_SSD_IO", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
+     "how the SSD tier reads (--ram-budget): auto (io_uring and O_DIRECT where the system allows them), or the "
+     "fallbacks forced: pread (no io_uring), buffered (no O_DIRECT), pread-buffered (neither)", 0},
     {"STRATA_CUDA_GRAPH", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode steps launch each kernel instead of replaying a recorded CUDA graph", 0},
     {"STRATA_CUDA_ACT_REUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
@@ -74,7 +77,11 @@ static const st_switch_def TABLE[] = {
     {"--draft-n", ST_SW_KIND_FLAG, NULL, NULL, 1, 64, NULL, "8 with --draft ngram",
      "tokens drafted per step (implies --draft ngram)", 0},
     {"--pin-experts", ST_SW_KIND_FLAG, NULL, NULL, 0, 1, "1", "1",
-     "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging)", 0},
+     "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging); run, chat, bench "
+     "and serve also take it as --mmap-experts (no value)", 0},
+    {"--ram-budget", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "no limit",
+     "GiB of host RAM for the experts the GPU does not cache; beyond it a RAM tier (the hottest) and an SSD tier read "
+     "from the file with io_uring O_DIRECT", 0},
     {"--host", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, "127.0.0.1", "127.0.0.1", "address the server binds", 0},
     {"--port", ST_SW_KIND_FLAG, NULL, NULL, 0, 65535, "8080", "8080", "TCP port (0: any free port)", 0},
     {"--slots", ST_SW_KIND_FLAG, "-np", NULL, 1, 256, "1", "1", "worker slots (engines) serving at once", 0},

@@ -122,7 +122,8 @@ engine *engine_open(const engine_params *p) {
     e->tok = tok;
     e->n_ubatch = p->n_ubatch > 0 ? p->n_ubatch : 512;
     /* the engine decides where weights live: on the GPU, or (MoE) by the memory plan */
-    if (m->hp.n_expert && (p->gpu >= 0 || p->expert_cache >= 0)) {
+    /* (the CPU alone with --ram-budget: the lanes serve the host tiers when the experts exceed it) */
+    if (m->hp.n_expert && (p->gpu >= 0 || p->expert_cache >= 0 || p->ram_budget > 0)) {
         const int rc = engine_offload(p, m, n_ctx, e->n_ubatch, &be, &e->placed);
         if (rc < 0) {
             be->destroy(be);
@@ -356,4 +357,9 @@ void gen_stats_format(const gen_stats *st, char *buf, size_t cap) {
         snprintf(buf + n, cap - n, ", experts %.1f%% GPU cache + %.1f%% CPU lane + %.1f%% PCIe",
                  100.0 * (double)st->pairs_dev / pairs, 100.0 * (double)st->pairs_cpu / pairs,
                  100.0 * (double)st->pairs_pcie / pairs);
+    const size_t n2 = strlen(buf);
+    const int toks = st->n_read + st->n_gen;
+    if (st->bytes_ssd && toks > 0 && n2 < cap) /* the SSD tier: what it read per token, and how fast */
+        snprintf(buf + n2, cap - n2, ", SSD tier %.2f MB/token read at %.2f GB/s", (double)st->bytes_ssd / toks / 1e6,
+                 st->ns_ssd ? (double)st->bytes_ssd / (double)st->ns_ssd : 0.0);
 }

@@ -34,7 +34,10 @@ typedef struct {
     double pcie_frac;     /* < 0 (default): the cost model sends each miss where it is cheapest; else this
                              share of the misses goes over PCIe, the rest to the CPU lane */
     int n_seq;            /* sequences whose KV caches the plan reserves (the server's slots); 0: 1 */
-    int no_pin;           /* do not page-lock the host experts (PCIe copies then go through staging) */
+    int no_pin;           /* --mmap-experts (= --pin-experts 0): the host experts stay in the plain mapping, not
+                             page-locked, and a RAM tier's arena is not page-locked either */
+    double ram_budget;    /* GiB of host RAM the experts left to the host may hold (--ram-budget); beyond it
+                             an SSD tier reads them from the file (expert_store.h); 0: no limit */
     int adapt_every;      /* the expert cache learns every N steps (moe_lanes_set_adapt); 1 (default): every step; 0: fixed */
     int draft_n;          /* speculative decoding, tokens drafted per step (--draft ngram, --draft-n): what the CLI
                              puts in gen_params.draft_n and the server's scheduler uses; 0 (default): off */
@@ -155,6 +158,8 @@ typedef struct {
     uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* its (token, expert) pairs by lane (moe_lanes.h) */
     uint64_t total_dev, total_cpu, total_pcie; /* the engine's pairs by lane since it opened (the server's
                                                   /metrics: a batched step's pairs count once there) */
+    uint64_t bytes_ssd, ns_ssd; /* the SSD tier's reads (bytes, wall ns of the batches) in this request */
+    uint64_t total_ssd;         /* its bytes since the engine opened */
     const char *finish; /* "stop" (EOS or stop string), "length", "error" */
     int stop_index;     /* which gp->stop string ended generation; -1: none (EOS, length) */
     const char *expert_map;      /* lanes: the engine's expert cache at the end, map_layers x map_experts cells as

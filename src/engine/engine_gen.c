@@ -198,6 +198,8 @@ static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_
     st->pairs_dev = d.pairs_dev;
     st->pairs_cpu = d.pairs_cpu;
     st->pairs_pcie = d.pairs_pcie;
+    st->bytes_ssd = d.bytes_ssd;
+    st->ns_ssd = d.ns_ssd;
 }
 
 /* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted).

@@ -13,6 +13,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/expert_store.h"
 #include "engine/kv_cache.h"
 #include "engine/moe_lanes.h"
 
@@ -92,11 +93,23 @@ static double best_of(double a, double b) { return a < b ? a : b; }
  * one by one as the lane sends them (the fixed cost per expert); the CPU
  * lane, one token over k experts (decode: bandwidth), then 256 tokens over
  * 32 experts, 64 tokens each (a prompt chunk: the per-token compute, from
- * what the weights' reading does not explain). */
-static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane_rates *r) {
+ * what the weights' reading does not explain). With host tiers (store) the
+ * experts come from the store and the copies from its staging buffer: the
+ * file's pages of the SSD tier are never touched. */
+static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, expert_store *store, lane_rates *r) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[hp->n_dense_lead]; /* the first layer with experts */
     const st_weight *g = &l->ffn_gate_exps, *u = &l->ffn_up_exps, *d = &l->ffn_down_exps;
+    const void *big = g->data; /* the layer's gate stack, or as many bytes of the store's staging */
+    if (store) {
+        int list[32];
+        const int n = hp->n_expert < 32 ? hp->n_expert : 32;
+        for (int e = 0; e < n; e++) list[e] = e;
+        expert_store_begin(store, hp->n_dense_lead, list, n);
+        expert_store_wait(store, hp->n_dense_lead, &g, &u, &d);
+        size_t cap;
+        big = expert_store_scratch(store, &cap);
+    }
     const size_t mg = (size_t)g->n_out * g->row_bytes, mu = (size_t)u->n_out * u->row_bytes,
                  md = (size_t)d->n_out * d->row_bytes;
     const double ebytes = (double)(mg + mu + md);
@@ -107,8 +120,8 @@ static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, lane
     const int n8 = hp->n_expert < 8 ? hp->n_expert : 8;
     for (int i = 0; i < 2; i++) {
         int64_t t0 = st_now_ns();
-        if (dev->upload) dev->upload(dev, tmp, g->data, tbytes);
-        else dev->to_device(dev, tmp, g->data, tbytes);
+        if (dev->upload) dev->upload(dev, tmp, big, tbytes);
+        else dev->to_device(dev, tmp, big, tbytes);
         dev->to_host(dev, &byte, tmp, 1); /* waits for the copy */
         t = best_of(t, (double)(st_now_ns() - t0) * 1e-9);
         t0 = st_now_ns();
@@ -201,6 +214,8 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     in->kv = kv_cache_bytes(hp, n_ctx, p->kv_type) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
     in->scratch = engine_scratch_bytes(hp, n_ubatch);
     in->cache = p->expert_cache;
+    in->ram_budget = p->ram_budget > 0 ? (size_t)(p->ram_budget * (double)(1ull << 30)) : 0;
+    in->host_expert = hp->n_expert ? expert_store_expert_bytes(m) : 0;
 }
 
 int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
@@ -213,6 +228,12 @@ int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch
     const int rc = expert_plan_make(in, profile, out);
     st_free(profile);
     return rc;
+}
+
+/* The plan's lines but the device budget's (the CPU alone has none). */
+static void host_line(void *ctx, const char *text) {
+    (void)ctx;
+    if (strncmp(text, "budget ", 7) != 0) ST_INFO("memory plan: %s", text);
 }
 
 size_t engine_device_budget(const engine_params *p, size_t free_bytes) {
@@ -239,12 +260,30 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
     }
     expert_plan_in in;
     expert_plan plan;
-    if (engine_plan_memory(p, m, n_ctx, n_ubatch, budget, &in, &plan) != 0) return -1;
-    expert_plan_log(&plan, &in);
+    /* the CPU alone with --ram-budget: the lanes (no cache) only when the
+     * experts do not fit it; else the plain CPU engine, nothing placed */
+    engine_params pc = *p;
+    const int cpu_tiers = on_cpu && p->expert_cache < 0;
+    if (cpu_tiers) pc.expert_cache = 0;
+    if (engine_plan_memory(&pc, m, n_ctx, n_ubatch, budget, &in, &plan) != 0) return -1;
+    if (cpu_tiers && !plan.in_ram) {
+        ST_INFO("host experts: %.2f GiB, within --ram-budget %.2f GiB", (double)(plan.ram_experts * in.expert) / (1ull << 30),
+                p->ram_budget);
+        expert_plan_free(&plan);
+        *placed = NULL;
+        return 0;
+    }
+    if (cpu_tiers) expert_plan_describe(&plan, &in, host_line, NULL); /* no device budget to speak of */
+    else expert_plan_log(&plan, &in);
     if (plan.all_resident) {
         *placed = engine_place_model(m, dev, 1);
         expert_plan_free(&plan);
         return 0;
+    }
+    /* host tiers: the mapping read only where it must be (expert_store_advise) */
+    if (plan.in_ram && expert_store_advise(m, plan.slot, 0) != 0) {
+        expert_plan_free(&plan);
+        return -1;
     }
     *placed = engine_place_model(m, dev, 0);
     /* The experts' host pages locked in place, so that PCIe copies run at
@@ -253,7 +292,19 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
      * copy whose source is only partly registered is refused, and
      * neighbouring tensors share pages). */
     const void *pinned = NULL;
-    if (dev->host_register && dev->host_unregister && !p->no_pin) {
+    expert_store *store = NULL;
+    if (plan.in_ram) { /* host tiers: the arena and the file, never the mapping's expert pages */
+        if (!(store = expert_store_open(m, plan.in_ram, dev, !p->no_pin))) {
+            engine_place_free(*placed);
+            *placed = NULL;
+            expert_plan_free(&plan);
+            return -1;
+        }
+        const double seq = expert_store_seq_rate(store, (size_t)256 << 20);
+        ST_INFO("SSD tier: %ld experts read from %s on demand (%s); the disk's sequential rate by the same reads: "
+                "%.2f GB/s",
+                plan.ssd_experts, p->model_path, expert_store_mode(store), seq * 1e-9);
+    } else if (dev->host_register && dev->host_unregister && !p->no_pin) {
         const uint8_t *lo = NULL, *hi = NULL;
         int apart = 0;
         for (int il = 0; il < hp->n_layer; il++) {
@@ -280,14 +331,18 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
     st_backend *cpu = backend_cpu_create(p->n_threads);
     backend_cpu_set_spin_us(cpu, 2000); /* a layer's device part is 20-100 us: stay awake across it */
     lane_rates rates = {0};
-    measure_rates(dev, cpu, m, &rates);
-    rates.pcie_frac = p->pcie_frac;
+    measure_rates(dev, cpu, m, store, &rates);
+    rates.pcie_frac = cpu_tiers ? 0 : p->pcie_frac; /* the CPU alone: no device to send experts to */
     ST_INFO("expert lanes: CPU %.1f GB/s and %.0f GFLOP/s on %s threads (+ %.2f us per token row of a layer), PCIe "
             "%.1f GB/s + %.0f us per expert%s",
             rates.cpu_bw * 1e-9, rates.cpu_flops * 1e-9, p->n_threads ? "the given" : "all its", rates.cpu_row * 1e6,
             rates.pcie_bw * 1e-9, rates.pcie_lat * 1e6, p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
     *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch, pinned);
     moe_lanes_set_adapt(*be, p->adapt_every);
+    if (store) {
+        moe_lanes_set_store(*be, store);
+        expert_store_advise(m, plan.slot, 1); /* the cache is filled: its experts' pages may go */
+    }
     if (p->adapt_every) ST_INFO("expert cache: learns every %d steps (the hottest miss of a layer takes its coldest slot)",
                                 p->adapt_every);
     expert_plan_free(&plan);

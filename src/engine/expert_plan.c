@@ -89,13 +89,40 @@ int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_p
             for (int e = 0; e < out->layer_slots[l]; e++) out->slot[(long)l * X + e] = e;
         }
     }
+    expert_plan_host_tiers(in, profile, out);
     return 0;
+}
+
+void expert_plan_host_tiers(const expert_plan_in *in, const uint64_t *profile, expert_plan *out) {
+    const int L = in->n_layer, X = in->n_expert, D = in->n_dense_lead;
+    const long total = (long)(L - D) * X, host = out->all_resident ? 0 : total - out->slots;
+    st_free(out->in_ram);
+    out->in_ram = NULL;
+    out->ram_experts = host, out->ssd_experts = 0;
+    /* the mapping's bytes when the experts fit the budget; else the arena's */
+    if (!host || !in->ram_budget || (size_t)host * in->expert <= in->ram_budget) return;
+    const size_t per = in->host_expert > in->expert ? in->host_expert : in->expert;
+    const long fit = (long)(in->ram_budget / per), ram = fit < host ? fit : host;
+    out->in_ram = st_calloc((size_t)L * X, 1);
+    int32_t *ord = st_malloc((size_t)total * sizeof(int32_t));
+    for (long i = 0; i < total; i++) ord[i] = (int32_t)((long)D * X + i);
+    if (profile) {
+        g_sort_counts = profile;
+        qsort(ord, (size_t)total, sizeof *ord, cmp_hot);
+    }
+    long n = 0;
+    for (long i = 0; i < total && n < ram; i++)
+        if (out->slot[ord[i]] < 0) out->in_ram[ord[i]] = 1, n++;
+    st_free(ord);
+    out->ram_experts = n;
+    out->ssd_experts = host - n;
 }
 
 void expert_plan_free(expert_plan *p) {
     if (!p) return;
     st_free(p->layer_slots);
     st_free(p->slot);
+    st_free(p->in_ram);
     memset(p, 0, sizeof *p);
 }
 
@@ -111,8 +138,20 @@ void expert_plan_describe(const expert_plan *p, const expert_plan_in *in, void (
              (double)in->expert / (1 << 20), gib(in->budget - p->used));
     line(ctx, t);
     if (p->all_resident) return;
-    snprintf(t, sizeof t, "%ld experts (%.2f GiB) in host RAM, computed by the CPU expert lane or streamed over PCIe",
-             total - p->slots, gib((size_t)(total - p->slots) * in->expert));
+    if (!p->in_ram) {
+        snprintf(t, sizeof t,
+                 "%ld experts (%.2f GiB) in host RAM%s, computed by the CPU expert lane or streamed over PCIe",
+                 total - p->slots, gib((size_t)(total - p->slots) * in->expert),
+                 in->ram_budget ? " (within --ram-budget)" : "");
+        line(ctx, t);
+        return;
+    }
+    const size_t per = in->host_expert > in->expert ? in->host_expert : in->expert;
+    snprintf(t, sizeof t,
+             "%ld host experts (%.2f GiB) beyond --ram-budget %.2f GiB: RAM tier %ld (%.2f GiB arena) + SSD tier "
+             "%ld (%.2f GiB read from the file on demand)",
+             total - p->slots, gib((size_t)(total - p->slots) * in->expert), gib(in->ram_budget), p->ram_experts,
+             gib((size_t)p->ram_experts * per), p->ssd_experts, gib((size_t)p->ssd_experts * in->expert));
     line(ctx, t);
 }
 

@@ -29,6 +29,9 @@ typedef struct {
     int n_layer, n_expert;
     int n_dense_lead; /* the first layers have a dense FFN (glm4moe): no experts, no slots */
     long cache;     /* expert cache slots asked for; -1: as many as fit */
+    /* the host tiers (expert_store.h) */
+    size_t ram_budget;  /* bytes the host experts may hold in RAM (--ram-budget); 0: no limit */
+    size_t host_expert; /* bytes of one expert in the RAM tier's arena (expert_store_expert_bytes) */
 } expert_plan_in;
 
 typedef struct {
@@ -39,6 +42,10 @@ typedef struct {
     int n_layer, n_expert;
     int *layer_slots; /* (n_layer) slots of each layer */
     int32_t *slot;    /* (n_layer * n_expert) the expert's slot in its layer, or -1 */
+    /* Host tiers, when the experts left to the host are more than the RAM
+     * budget holds (else in_ram is NULL: every host expert in the mapping) */
+    long ram_experts, ssd_experts; /* the RAM tier (an arena) and the SSD tier (read from the file) */
+    uint8_t *in_ram;               /* (n_layer * n_expert) 1: the expert is in the RAM tier */
 } expert_plan;
 
 /* Makes the plan: 0, or -1 with st_error naming the numbers when the budget
@@ -47,6 +54,11 @@ typedef struct {
  * cached experts, hottest first over all layers; without one, each layer
  * gets an equal share of the slots, its lowest expert ids. */
 int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_plan *out);
+/* The host tiers of a plan (expert_plan_make calls it): when the experts
+ * not cached on the device take more than in->ram_budget, the RAM tier gets
+ * as many as fit at in->host_expert bytes each, the hottest first by the
+ * profile, else in (layer, expert) order; the rest are the SSD tier. */
+void expert_plan_host_tiers(const expert_plan_in *in, const uint64_t *profile, expert_plan *out);
 void expert_plan_free(expert_plan *p);
 /* The plan in words, a line at a time (GiB): the budget's parts, and where
  * the uncached experts are. _log: each line at INFO, "memory plan: ...". */

@@ -26,6 +26,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/expert_store.h"
 
 typedef struct {
     const void *host_gate; /* the layer's host gate tensor: how moe_ffn finds its layer */
@@ -78,6 +79,8 @@ typedef struct {
     uint64_t seg_key;
     int seg_sized;    /* a live step with these arguments ran (it sized the scratch) */
     int seg_pos;      /* the position of the step under way */
+    expert_store *store; /* host tiers, or NULL: the host experts are the model's mapping */
+    int *tier_order;     /* (n_expert) the misses as the store reads them: the PCIe lane's first */
 } lanes;
 
 enum { SEG_LIVE, SEG_RECORD, SEG_REPLAY };
@@ -127,9 +130,11 @@ static void adapt_layer(lanes *L, int il, const st_weight *gate, const st_weight
     }
     if (hot < 0 || cold < 0 || !(heat[hot] > 1.5f * heat[cold] + 0.5f)) return;
     const int s = ly->slot[cold];
-    put(L, mat_ptr(&ly->g, s), st_weight_mat(gate, hot), ly->mat_g);
-    put(L, mat_ptr(&ly->u, s), st_weight_mat(up, hot), ly->mat_u);
-    put(L, mat_ptr(&ly->d, s), st_weight_mat(down, hot), ly->mat_d);
+    const void *src[3] = {st_weight_mat(gate, hot), st_weight_mat(up, hot), st_weight_mat(down, hot)};
+    if (L->store) expert_store_expert(L->store, il, hot, src);
+    put(L, mat_ptr(&ly->g, s), src[0], ly->mat_g);
+    put(L, mat_ptr(&ly->u, s), src[1], ly->mat_u);
+    put(L, mat_ptr(&ly->d, s), src[2], ly->mat_d);
     ly->slot[hot] = s;
     ly->slot[cold] = -1;
     put(L, ly->d_slot, ly->slot, (size_t)L->n_expert * sizeof(int32_t));
@@ -323,6 +328,16 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         }
     }
     if (cpu_pairs) d->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
+    /* host tiers: the misses' reads in flight while the cached pairs are
+     * queued, the PCIe lane's first (its uploads wait for them) */
+    const expert_store_stats tier0 = L->store ? *expert_store_stats_get(L->store) : (expert_store_stats){0};
+    if (L->store) {
+        int n = 0;
+        for (int pass = 1; pass >= 0; pass--)
+            for (int i = 0; i < n_miss; i++)
+                if (L->to_pcie[i] == pass) L->tier_order[n++] = L->miss[i];
+        expert_store_begin(L->store, il, L->tier_order, n_miss);
+    }
 
     /* 3. the device's pairs: cache hits, then the experts sent over PCIe */
     int wrote = 0;
@@ -330,6 +345,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         d->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, ly->d_slot, act, &ly->g, &ly->u, &ly->d, out);
         wrote = 1;
     }
+    if (L->store) expert_store_wait_first(L->store, il, n_sent, &gate, &up, &down); /* the store's copies */
     if (n_sent) {
         /* the layer's own shapes and types over the staging buffers */
         st_weight sg = *gate, su = *up, sd = *down;
@@ -337,7 +353,12 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         sg.data = L->stage_g, su.data = L->stage_u, sd.data = L->stage_d;
         for (int i = 0, run = -1; i <= n_miss; i++) { /* runs of consecutive experts go as one copy */
             const int e = i < n_miss && L->to_pcie[i] ? L->miss[i] : -1;
-            if (run >= 0 && (e < 0 || e != L->miss[i - 1] + 1)) {
+            /* a run goes on while the next expert follows in the host copy too (the store's may not) */
+            const int next = e >= 0 && run >= 0 && e == L->miss[i - 1] + 1 &&
+                             st_weight_mat(gate, e) == (const uint8_t *)st_weight_mat(gate, e - 1) + ly->mat_g &&
+                             st_weight_mat(up, e) == (const uint8_t *)st_weight_mat(up, e - 1) + ly->mat_u &&
+                             st_weight_mat(down, e) == (const uint8_t *)st_weight_mat(down, e - 1) + ly->mat_d;
+            if (run >= 0 && !next) {
                 const int e0 = run, n = L->miss[i - 1] - run + 1;
                 put(L, mat_ptr(&sg, e0), st_weight_mat(gate, e0), (size_t)n * ly->mat_g);
                 put(L, mat_ptr(&su, e0), st_weight_mat(up, e0), (size_t)n * ly->mat_u);
@@ -356,12 +377,21 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     /* 4. the CPU lane, while the device works */
     if (cpu_pairs) {
         const int64_t t2 = st_now_ns();
-        L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out);
+        if (L->store) /* each expert as soon as its reads are in */
+            expert_store_cpu_lane(L->store, L->cpu, il, L->h_x, n_tok, k, sel, wsel, L->cpu_map, act, E, L->h_out);
+        else
+            L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down,
+                                L->h_out);
         const int64_t t3 = st_now_ns();
         d->to_device(be, wrote ? L->d_tmp : out, L->h_out, (size_t)n_tok * E * sizeof(float));
         if (wrote) d->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
         L->stats.ns_cpu += (uint64_t)(t3 - t2);
         L->stats.ns_join += (uint64_t)(st_now_ns() - t3);
+    }
+    if (L->store) { /* the batch closed: its bytes and time */
+        expert_store_wait(L->store, il, &gate, &up, &down);
+        L->stats.bytes_ssd += expert_store_stats_get(L->store)->bytes - tier0.bytes;
+        L->stats.ns_ssd += expert_store_stats_get(L->store)->ns - tier0.ns;
     }
     if (!wrote && !cpu_pairs) { /* every pair routed nowhere (NaN logits): zeros, as moe_experts gives them */
         memset(L->h_out, 0, (size_t)n_tok * E * sizeof(float));
@@ -457,6 +487,8 @@ static void l_destroy(st_backend *be) {
     st_free(L->counts);
     st_free(L->heat);
     L->cpu->destroy(L->cpu);
+    expert_store_close(L->store); /* before the device: it unregisters its page-locked memory there */
+    st_free(L->tier_order);
     if (L->pinned) be->host_unregister(be, L->pinned);
     L->dev_orig->destroy(L->dev_orig);
     st_free(L);
@@ -574,6 +606,8 @@ void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const mo
     acc->ns_cpu += now->ns_cpu - then->ns_cpu;
     acc->ns_join += now->ns_join - then->ns_join;
     acc->ns_call += now->ns_call - then->ns_call;
+    acc->bytes_ssd += now->bytes_ssd - then->bytes_ssd;
+    acc->ns_ssd += now->ns_ssd - then->ns_ssd;
 }
 
 int moe_lanes_cache_map(const st_backend *be, char *cells, int cap, int *n_layer, int *n_expert) {
@@ -597,4 +631,11 @@ int moe_lanes_cache_map(const st_backend *be, char *cells, int cap, int *n_layer
 
 void moe_lanes_set_adapt(st_backend *be, int every) {
     if (be && be->moe_ffn == l_moe_ffn) ((lanes *)be)->adapt_every = every > 0 ? every : 0;
+}
+
+void moe_lanes_set_store(st_backend *be, expert_store *store) {
+    ST_ASSERT(be && be->moe_ffn == l_moe_ffn);
+    lanes *L = (lanes *)be;
+    L->store = store;
+    L->tier_order = st_malloc((size_t)L->n_expert * sizeof(int));
 }

@@ -35,6 +35,8 @@ typedef struct {
      * lane's products, handing its output back (a copy that waits for the
      * device's queued lane work), and the whole calls */
     uint64_t ns_route, ns_cpu, ns_join, ns_call;
+    uint64_t bytes_ssd;     /* bytes the SSD tier read from the file (moe_lanes_set_store) */
+    uint64_t ns_ssd;        /* wall time of its read batches (bytes_ssd / ns_ssd: its read rate) */
 } moe_lane_stats;
 
 /* Wraps dev: copies the cached experts of m (its host weights, which stay
@@ -53,6 +55,13 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
  * is read by what is already queued, then overwritten), and the slot maps
  * change on the host and, by a queued copy, on the device. every 0: off. */
 void moe_lanes_set_adapt(st_backend *be, int every);
+/* Host tiers (expert_store.h): the lanes read every uncached expert's host
+ * copy through the store (RAM arena, or a read from the file into its
+ * staging, a layer's misses in one batch submitted before the device's
+ * cached pairs are queued) instead of the model's mapping. The lanes own
+ * the store from here on (closed with them). */
+struct expert_store;
+void moe_lanes_set_store(st_backend *be, struct expert_store *store);
 /* acc += now - then, counter by counter (what happened between two reads). */
 void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const moe_lane_stats *then);
 /* The counters so far; NULL when be is not the lanes backend. */

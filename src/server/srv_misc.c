@@ -130,6 +130,8 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
         sbuf_printf(&b, "strata_expert_pairs_total{lane=\"pcie\"} %llu\n", (unsigned long long)m.pairs_pcie);
         metric(&b, "expert_cache_hit_ratio", "gauge", "Share of the expert pairs served by the GPU's expert cache.",
                pairs > 0 ? (double)m.pairs_dev / pairs : 0);
+        metric(&b, "ssd_read_bytes_total", "counter",
+               "Bytes the SSD tier read from the model file (experts beyond --ram-budget).", (double)m.bytes_ssd);
     }
     metric(&b, "engine_restarts_total", "counter", "Engine processes started after the first (each after a death).",
            (double)m.engine_restarts);

@@ -323,9 +323,9 @@ void proto_put_stats(sbuf *b, const gen_stats *st) {
     proto_put_str(b, fin, strlen(fin));
     proto_put_i32(b, st->stop_index);
     proto_put_i32(b, st->lanes);
-    const uint64_t pairs[6] = {st->pairs_dev, st->pairs_cpu, st->pairs_pcie,
-                               st->total_dev, st->total_cpu, st->total_pcie};
-    for (int i = 0; i < 6; i++) proto_put_u64(b, pairs[i]);
+    const uint64_t pairs[9] = {st->pairs_dev, st->pairs_cpu, st->pairs_pcie, st->total_dev, st->total_cpu,
+                               st->total_pcie, st->bytes_ssd, st->ns_ssd, st->total_ssd};
+    for (int i = 0; i < 9; i++) proto_put_u64(b, pairs[i]);
     const int has_map = st->expert_map && st->map_layers > 0 && st->map_experts > 0;
     proto_put_i32(b, has_map ? st->map_layers : 0);
     proto_put_i32(b, has_map ? st->map_experts : 0);
@@ -350,9 +350,9 @@ void proto_get_stats(proto_cur *c, gen_stats *st) {
         if (s && strlen(known[i]) == n && !memcmp(known[i], s, n)) st->finish = known[i];
     st->stop_index = proto_get_i32(c);
     st->lanes = proto_get_i32(c);
-    uint64_t *pairs[6] = {&st->pairs_dev, &st->pairs_cpu, &st->pairs_pcie,
-                          &st->total_dev, &st->total_cpu, &st->total_pcie};
-    for (int i = 0; i < 6; i++) *pairs[i] = proto_get_u64(c);
+    uint64_t *pairs[9] = {&st->pairs_dev, &st->pairs_cpu, &st->pairs_pcie, &st->total_dev, &st->total_cpu,
+                          &st->total_pcie, &st->bytes_ssd, &st->ns_ssd, &st->total_ssd};
+    for (int i = 0; i < 9; i++) *pairs[i] = proto_get_u64(c);
     const int nl = proto_get_i32(c), nx = proto_get_i32(c);
     const char *map = proto_get_str(c, &n); /* points into the frame: sched_map_keep copies it */
     /* a frame from a broken engine must not reach the JSON answer: bounded, and '0'..'7' only */
@@ -376,6 +376,7 @@ void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_que
     proto_put_str(b, ep->expert_profile ? ep->expert_profile : "", ep->expert_profile ? strlen(ep->expert_profile) : 0);
     proto_put_f64(b, ep->pcie_frac);
     proto_put_i32(b, ep->no_pin);
+    proto_put_f64(b, ep->ram_budget);
     proto_put_i32(b, ep->adapt_every);
     proto_put_i32(b, ep->draft_n);
     proto_put_i32(b, n_slots);
@@ -401,6 +402,7 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     const char *prof = proto_get_str(c, &plen);
     ep->pcie_frac = proto_get_f64(c);
     ep->no_pin = proto_get_i32(c);
+    ep->ram_budget = proto_get_f64(c);
     ep->adapt_every = proto_get_i32(c);
     ep->draft_n = proto_get_i32(c);
     *n_slots = proto_get_i32(c);

@@ -144,6 +144,7 @@ void sched_metrics_add(sched_metrics *m, const gen_stats *st) {
         m->pairs_dev = st->total_dev;
         m->pairs_cpu = st->total_cpu;
         m->pairs_pcie = st->total_pcie;
+        m->bytes_ssd = st->total_ssd;
     }
 }
 
@@ -194,6 +195,9 @@ static void slot_finish(local_sched *s, slot *sl) {
         sl->st.pairs_dev = d.pairs_dev;
         sl->st.pairs_cpu = d.pairs_cpu;
         sl->st.pairs_pcie = d.pairs_pcie;
+        sl->st.bytes_ssd = d.bytes_ssd;
+        sl->st.ns_ssd = d.ns_ssd;
+        sl->st.total_ssd = ls->bytes_ssd;
         sl->st.total_dev = ls->pairs_dev;
         sl->st.total_cpu = ls->pairs_cpu;
         sl->st.total_pcie = ls->pairs_pcie;

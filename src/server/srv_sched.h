@@ -99,6 +99,7 @@ typedef struct {
     int lanes;                            /* a MoE model's experts live in several places: */
     uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* (token, expert) pairs by lane (moe_lanes.h), the engine's
                                                   totals as of its last finished request */
+    uint64_t bytes_ssd;                   /* bytes the SSD tier read from the model file, the same way */
 } sched_metrics;
 
 typedef struct srv_sched srv_sched;

@@ -74,3 +74,23 @@ def test_expert_map(moe, server):
     # a dense model: nothing offloaded
     assert httpx.get(server.url + "/experts", timeout=10).json() == {"offloaded": False}
     print(f"checked: /experts {LAYERS} x {EXPERTS} cells, {resident} resident, a hottest expert in every layer")
+
+
+def test_ssd_tier_bytes(moe):
+    """--ram-budget through the configuration frame: a budget of a few experts
+    makes the rest come from the file (the SSD tier), whose bytes reach
+    /metrics and the speed line."""
+    path = moe.args[moe.args.index("-m") + 1]
+    s = Server("-m", path, "--expert-cache", "4", "--pcie-frac", "0", "--ram-budget", "0.0005", "-t", "2")
+    try:
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "hello world", "max_tokens": 8, "temperature": 0},
+                       timeout=60)
+        assert r.status_code == 200, r.text
+        text = httpx.get(s.url + "/metrics", timeout=10).text
+        m = re.search(r"strata_ssd_read_bytes_total ([\d.e+]+)", text)
+        assert m and float(m.group(1)) > 0, text
+        line = [ln for ln in s.lines if "SSD tier" in ln and "MB/token" in ln]
+        assert line, s.log()[-3000:]
+        print(f"checked: the SSD tier read {float(m.group(1)):.0f} bytes; {line[-1].split(', SSD tier')[-1]}")
+    finally:
+        assert s.stop() == 0, s.log()[-3000:]
