@@ -27,6 +27,9 @@ typedef struct {
     int64_t n_out;          /* rows (ne1) */
     int64_t n_mat;          /* experts (ne2), 1 for dense */
     size_t row_bytes;       /* qt_row_size(type, n_in) */
+    const float *bias;      /* (n_mat x n_out) f32 added to matrix m's products, this backend's memory,
+                               or NULL; indexed by expert id, not by where the matrix is placed.
+                               moe_experts adds it (gpt-oss); dense biases are separate vectors */
 } st_weight;
 
 static inline const void *st_weight_mat(const st_weight *w, int64_t m) {
@@ -59,7 +62,11 @@ typedef struct {
     int undo_cap, undo_n;   /* tokens it can hold (0: not recording), tokens recorded */
 } st_kv_layer;
 
-typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1 } st_act;
+/* SWIGLU_OAI: gpt-oss's clamped SwiGLU, g' = min(g, 7), u' = clamp(u, -7, 7),
+ * out = g' * sigmoid(1.702 g') * (u' + 1). */
+typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1, ST_ACT_SWIGLU_OAI = 2 } st_act;
+#define ST_OAI_ALPHA 1.702f
+#define ST_OAI_LIMIT 7.0f
 
 /* Rotary embedding of one layer: base theta, position scale, the pair
  * layout (neox: pairs (i, i+d/2); else adjacent pairs (2i, 2i+1)), and
@@ -122,6 +129,7 @@ typedef struct {
 enum {
     ST_GATINGS_SOFTMAX = 1, /* softmax, no bias, scale 1: qwen3moe's routing */
     ST_GATINGS_ALL = 2,     /* every st_moe_gating */
+    ST_GATINGS_OAI = 4,     /* moe_experts adds the weights' biases and computes ST_ACT_SWIGLU_OAI (gpt-oss) */
 };
 
 typedef struct st_backend st_backend;
@@ -159,6 +167,12 @@ struct st_backend {
      * cache positions 0..pos0+t (the last `window` of them if window > 0). */
     void (*attention)(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                       float scale, int window, float *out);
+    /* Optional (NULL: the backend has none; engine_backend_supports refuses
+     * gpt-oss). attention with a sink per head: the softmax's denominator
+     * also counts exp(sinks[h]) (n_head logits, this backend's memory), a
+     * position that absorbs attention and gives no value (gpt-oss). */
+    void (*attention_sinks)(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                            float scale, int window, const float *sinks, float *out);
     /* out = act(g) * u, elementwise over n values. */
     void (*act_mul)(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n);
     /* x[r] += b for each of n_rows rows of dim values (b has dim values; bias or residual with n_rows=1). */

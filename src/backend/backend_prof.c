@@ -102,6 +102,14 @@ static void w_attention(st_backend *be, const float *q, const st_kv_layer *kv, i
     end(p, P_ATTENTION);
 }
 
+static void w_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                              float scale, int window, const float *sinks, float *out) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->attention_sinks(p->in, q, kv, n_tok, pos0, n_head, scale, window, sinks, out);
+    end(p, P_ATTENTION);
+}
+
 static void w_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     prof_ctx *p = P(be);
     begin(p);
@@ -266,6 +274,7 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .kv_store = w_kv_store,
         .qkv_prep = w_qkv_prep,
         .attention = w_attention,
+        .attention_sinks = in->attention_sinks ? w_attention_sinks : NULL,
         .act_mul = w_act_mul,
         .add = w_add,
         .scale = w_scale,

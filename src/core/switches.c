@@ -25,6 +25,8 @@ static const st_switch_def TABLE[] = {
      "caps the CPU kernels' instruction set (scalar | avx2 | avx512); never raises it above the CPU's", 0},
     {"STRATA_PRECISE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: CPU matrix products take f32 activations instead of 8-bit (slower, closer to the reference)", 0},
+    {"STRATA_YARN_TRUNCATE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
+     "1: YaRN's correction range rounded outwards to whole rotary pairs, as llama.cpp b11434 does (gpt-oss, transformers and OpenAI's reference do not round)", 0},
     {"STRATA_PROFILE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: time every backend op (each waited for) and log the table when the engine closes", 0},
     {"STRATA_SSD_IO", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",

@@ -174,6 +174,11 @@ static void no_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                          float scale, int window, float *out) {
     (void)be, (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)out;
 }
+static void no_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                               float scale, int window, const float *sinks, float *out) {
+    (void)be, (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)sinks,
+        (void)out;
+}
 static void no_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     (void)be, (void)act, (void)g, (void)u, (void)out, (void)n;
 }
@@ -195,11 +200,11 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 29 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 30 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
  * stubs above when an op is added. gated_delta_net_keep needs none: it runs
  * between steps (engine_seq_truncate), never inside a recorded one. */
-_Static_assert(sizeof(st_backend) == 34 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+_Static_assert(sizeof(st_backend) == 35 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -213,13 +218,14 @@ static void seg_stub(lanes *L, int on) {
     b->kv_store = on ? no_kv_store : v->kv_store;
     b->qkv_prep = on ? no_qkv_prep : v->qkv_prep;
     b->attention = on ? no_attention : v->attention;
+    b->attention_sinks = on ? (v->attention_sinks ? no_attention_sinks : NULL) : v->attention_sinks;
     b->act_mul = on ? no_act_mul : v->act_mul;
     b->add = on ? no_add : v->add;
     b->scale = on ? no_scale : v->scale;
     b->gated_delta_net = on ? no_gdn : v->gated_delta_net;
     b->split_halves = on ? no_split : v->split_halves;
     b->sigmoid_mul = on ? no_sigmoid_mul : v->sigmoid_mul;
-    b->copy_2d = on ? no_copy_2d : v->copy_2d;
+    b->copy_2d = on ? (v->copy_2d ? no_copy_2d : NULL) : v->copy_2d; /* optional ops stay absent */
 }
 
 static void seg_drop_all(lanes *L) {

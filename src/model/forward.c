@@ -9,7 +9,9 @@
  * expert scaled by sigmoid(w.h) to the routed ones. glm4moe: partial rotary,
  * dense FFNs in the first layers, then sigmoid-routed experts (a selection
  * bias, a scale) plus an ungated shared expert. deepseek2: multi-head latent
- * attention (forward_mla.c) and group-limited routing. Every step is a backend
+ * attention (forward_mla.c) and group-limited routing. gpt-oss: attention sinks, an
+ * output bias, a router bias, experts whose biases and clamped SwiGLU travel
+ * in their st_weight and st_act through the MoE seam. Every step is a backend
  * op, so the same code drives the CPU and the GPU. Each residual add is done by the norm that
  * follows it (rmsnorm's res argument: one pass over x instead of two); the
  * last layer's by a plain add, since the output norm reads only some rows.
@@ -122,20 +124,27 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         be->add(be, c->k, l->bk, kvw, rows);
         be->add(be, c->v, l->bv, kvw, rows);
     }
-    /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
+    /* Gemma 3: five sliding-window layers with their own unscaled RoPE base, then one global;
+     * gpt-oss: every other layer, rotated as the others (YaRN) */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
-    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox,
-                    swa ? NULL : c->m->rope_freqs, hp->n_rot};
+    const int own = swa && !hp->swa_rope_global;
+    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, own ? 1.0f : hp->rope_freq_scale, hp->rope_neox,
+                    own ? NULL : c->m->rope_freqs, hp->n_rot};
     for (int s = 0, r = 0; s < n_seq; s++) {
         const int n = n_tok ? n_tok[s] : 1;
         float *q = c->q + (size_t)r * qw, *att = c->att + (size_t)r * qw;
         be->qkv_prep(be, q, c->k + (size_t)r * kvw, c->v + (size_t)r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n,
                      hp->n_head, &rope, &kv[s][il], pos0[s]);
-        be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
+        if (l->attn_sinks)
+            be->attention_sinks(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0,
+                                l->attn_sinks, att);
+        else
+            be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
         r += n;
     }
     if (gated) be->sigmoid_mul(be, c->att, c->gate, qw, qw, rows);
     be->matmul(be, &l->wo, 0, c->att, c->o, rows);
+    if (l->bo) be->add(be, c->o, l->bo, hp->n_embd, rows);
     if (l->post_attn_norm) be->rmsnorm(be, c->o, NULL, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
     be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
 }
@@ -195,6 +204,7 @@ static void ffn_block(model_ctx *c, int il, int n) {
         const st_moe_gating gt = {hp->gate_fn, hp->norm_topk, l->exp_probs_b, hp->expert_scale, hp->n_group,
                                   hp->n_group_used};
         be->matmul(be, &l->ffn_gate_inp, 0, c->h, c->router, n);
+        if (l->ffn_gate_inp_b) be->add(be, c->router, l->ffn_gate_inp_b, hp->n_expert, n); /* gpt-oss */
         be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, &gt, hp->act, &l->ffn_gate_exps,
                     &l->ffn_up_exps, &l->ffn_down_exps, c->o);
         if (l->ffn_up_shexp.data) { /* the shared expert (the hybrids': scaled by sigmoid(w.h)) joins the routed ones */
