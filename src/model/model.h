@@ -153,7 +153,7 @@ typedef struct model {
     st_weight tok_embd;              /* (n_vocab rows of n_embd) */
     const float *output_norm;        /* (n_embd) */
     st_weight output;                /* (n_embd -> n_vocab); tok_embd when tied */
-    const float *rope_freqs;         /* (head_dim/2) rotary frequency divisors (Llama 3.1+ rope_freqs.weight), or NULL */
+    const float *rope_freqs;         /* (n_rot/2) rotary frequency divisors (Llama 3.1+ rope_freqs.weight; YaRN's, made at load), or NULL */
     model_layer *layers;             /* (n_layer) */
     float **owned;                   /* f32 copies of non-f32 norm vectors, freed with the model */
     int n_owned;

@@ -256,6 +256,38 @@ static int glm4moe_hparams(loader *L, model_hparams *hp) {
     return 0;
 }
 
+/* YaRN's frequencies as per-pair divisors of the plain rope's (the
+ * mechanism of rope_freqs, so no rope op knows YaRN): pair i of n_dims turns
+ * at a mix of its own frequency (extrapolation) and the frequency / factor
+ * (interpolation), ramping from extrapolated below the correction range
+ * [lo, hi] to interpolated above it, where lo, hi are the pairs that turn
+ * beta_fast and beta_slow times over the original context; ext scales the
+ * extrapolated share. round_out rounds lo, hi outwards to whole pairs, as
+ * ggml's ggml_rope_yarn_corr_dims and DeepSeek's reference code do; OpenAI's
+ * gpt-oss reference keeps them as they are. The divisors are m's (m->owned)
+ * and become m->rope_freqs; the magnitude factor is each family's business
+ * (the attention scale). */
+static void yarn_divisors(model *m, int n_dims, int orig_ctx, float factor, float beta_fast, float beta_slow,
+                          float ext, int round_out) {
+    const double lb = 2.0 * log((double)m->hp.rope_theta);
+    double lo = n_dims * log(orig_ctx / (beta_fast * 2.0 * M_PI)) / lb;
+    double hi = n_dims * log(orig_ctx / (beta_slow * 2.0 * M_PI)) / lb;
+    if (round_out) lo = floor(lo), hi = ceil(hi);
+    if (lo < 0) lo = 0;
+    if (hi > n_dims - 1) hi = n_dims - 1;
+    const int half = n_dims / 2;
+    float *div = st_malloc((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++) {
+        double r = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001); /* 0 below the range, 1 above */
+        r = r < 0 ? 0 : r > 1 ? 1 : r;
+        const double mix = (1.0 - r) * ext; /* the share of the extrapolated frequency */
+        div[i] = (float)(1.0 / ((1.0 - mix) / factor + mix));
+    }
+    m->owned = st_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof(float *));
+    m->owned[m->n_owned++] = div;
+    m->rope_freqs = div;
+}
+
 /* DeepSeek V2/V3/R1 and Kimi K2 (deepseek2), keys as llama.cpp b11434 reads
  * them (arch_deepseek2_names.h): multi-head latent attention, whose cache
  * row (key_length = kv_lora_rank + rope dims, one KV head) is head_dim here;
@@ -392,16 +424,11 @@ static int gpt_oss_hparams(loader *L, model_hparams *hp) {
     return 0;
 }
 
-/* YaRN (rope.scaling.type "yarn"; gpt-oss): pair i turns at a mix of its own
- * frequency (extrapolation) and the frequency / factor (interpolation),
- * ramping from extrapolated below the correction range [lo, hi] to
- * interpolated above it, where lo, hi are the pairs that turn beta_fast and
- * beta_slow times over the original context. The angle stays linear in the
- * position, so it is a per-pair frequency divisor (rope_freqs' mechanism);
- * the magnitude factor m = 0.1 ln(factor) + 1 that multiplies cos and sin
- * multiplies q.k by m^2, so it goes into attn_scale. OpenAI's reference
- * (and transformers with truncate=false) keep lo, hi as they are; llama.cpp
- * b11434 rounds them outwards to whole pairs (STRATA_YARN_TRUNCATE=1 does). */
+/* YaRN of gpt-oss (rope.scaling.type "yarn"): the divisors above, the
+ * correction range kept unrounded as OpenAI's reference (and transformers
+ * with truncate=false) compute it; llama.cpp b11434 rounds it outwards
+ * (STRATA_YARN_TRUNCATE=1 does). The magnitude factor m = 0.1 ln(factor) + 1
+ * that multiplies cos and sin multiplies q.k by m^2: it goes into attn_scale. */
 static int yarn_hparams(loader *L, model *m) {
     model_hparams *hp = &m->hp;
     const float factor = get_f32(L, "rope.scaling.factor", 0.0f);
@@ -417,23 +444,9 @@ static int yarn_hparams(loader *L, model *m) {
                      m->rope_freqs ? ", with rope_freqs" : "");
         return -1;
     }
-    const int d = hp->n_rot > 0 ? hp->n_rot : hp->head_dim, half = d / 2;
-    const double lb = 2.0 * log((double)hp->rope_theta);
-    double lo = d * log(orig / (beta_fast * 2.0 * M_PI)) / lb, hi = d * log(orig / (beta_slow * 2.0 * M_PI)) / lb;
+    const int d = hp->n_rot > 0 ? hp->n_rot : hp->head_dim;
     const char *tr = st_switch_get("STRATA_YARN_TRUNCATE");
-    if (tr && !strcmp(tr, "1")) lo = floor(lo), hi = ceil(hi);
-    if (lo < 0) lo = 0;
-    if (hi > d - 1) hi = d - 1;
-    float *div = st_malloc((size_t)half * sizeof(float));
-    for (int i = 0; i < half; i++) {
-        double r = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001); /* 0 below the range, 1 above */
-        r = r < 0 ? 0 : r > 1 ? 1 : r;
-        const double mix = (1.0 - r) * ext; /* the share of the extrapolated frequency */
-        div[i] = (float)(1.0 / ((1.0 - mix) / factor + mix));
-    }
-    m->owned = st_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof(float *));
-    m->owned[m->n_owned++] = div;
-    m->rope_freqs = div;
+    yarn_divisors(m, d, orig, factor, beta_fast, beta_slow, ext, tr && !strcmp(tr, "1"));
     const float ms = ext != 0.0f ? (0.1f * logf(factor) + 1.0f) * attn_factor : attn_factor;
     hp->attn_scale *= ms * ms;
     hp->rope_freq_scale = 1.0f;
@@ -565,6 +578,13 @@ model *model_load(const char *path) {
     if (hp->arch == ARCH_GPT_OSS && gguf_get_str(f, name, &rs, &rslen) == 0 && rslen == 4 && !memcmp(rs, "yarn", 4) &&
         yarn_hparams(&L, m) != 0)
         goto fail;
+    /* deepseek2's YaRN (keys read by deepseek2_hparams): the rotated part's divisors, the range rounded
+     * as DeepSeek's code and llama.cpp round it; forward_mla.c turns with them at frequency scale 1 */
+    if (hp->arch == ARCH_DEEPSEEK2 && hp->yarn_orig_ctx > 0) {
+        yarn_divisors(m, hp->n_rot, hp->yarn_orig_ctx, 1.0f / hp->rope_freq_scale, hp->yarn_beta_fast,
+                      hp->yarn_beta_slow, 1.0f, 1);
+        hp->rope_freq_scale = 1.0f;
+    }
 
     m->layers = st_calloc((size_t)hp->n_layer, sizeof(model_layer));
     for (int il = 0; il < hp->n_layer && !L.failed; il++)

@@ -136,7 +136,7 @@ void model_each_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx)
     wf(ctx, &m->tok_embd, MT_DENSE);
     wf(ctx, &m->output, MT_DENSE); /* tok_embd's data again when tied */
     vf(ctx, &m->output_norm, hp->n_embd);
-    vf(ctx, &m->rope_freqs, hp->head_dim / 2);
+    vf(ctx, &m->rope_freqs, (hp->n_rot > 0 ? hp->n_rot : hp->head_dim) / 2); /* one divisor per rotated pair */
     for (int il = 0; il < hp->n_layer; il++)
         for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) {
             const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
