@@ -279,6 +279,8 @@ struct st_backend {
  *   cut(&g)              the ops recorded since begin or resume become
  *                        graph *g, which runs now; 0, or -1 when they cannot
  *                        be recorded (an op needed the host: they did not run);
+ *                        in a live step (begin without record), *g = NULL and
+ *                        it marks where a recording would end;
  *   run(g)               a recorded segment runs (the step replayed: its ops
  *                        were not called this time);
  *   resume(record)       after cut or run, ops ran live (the host's part);
@@ -287,7 +289,9 @@ struct st_backend {
  *   end()                the step is over;
  *   key(pos0)            what a recording depends on besides the caller's
  *                        arguments (scratch memory, attention variant): it
- *                        replays only under an equal key;
+ *                        replays only under an equal key; UINT64_MAX after a
+ *                        live step whose would-be segments met an op that
+ *                        cannot be recorded (never record then);
  *   drop(g)              frees a recorded segment. */
 typedef struct st_step_segments {
     void (*begin)(st_backend *be, int pos0, int record);

@@ -70,7 +70,7 @@ typedef struct {
     /* one-token steps in recorded segments (the device's st_step_segments):
      * the ops between two layers' host work replay as one graph */
     st_backend live;  /* the op table as wrapped: what the host's part calls */
-    int seg_mode;     /* SEG_LIVE, SEG_RECORD or SEG_REPLAY in the step under way */
+    int seg_mode;     /* SEG_LIVE, SEG_PROBE, SEG_RECORD or SEG_REPLAY in the step under way */
     int seg_off;      /* never (no segments, or a recording failed) */
     void **seg;       /* the recorded segments, seg_n of them (seg_cap allocated) */
     int seg_n, seg_cap, seg_i;
@@ -83,7 +83,9 @@ typedef struct {
     int *tier_order;     /* (n_expert) the misses as the store reads them: the PCIe lane's first */
 } lanes;
 
-enum { SEG_LIVE, SEG_RECORD, SEG_REPLAY };
+/* SEG_PROBE: the live step before a recording, telling the device where
+ * its segments would end (so that it can say whether they can be recorded) */
+enum { SEG_LIVE, SEG_PROBE, SEG_RECORD, SEG_REPLAY };
 
 static lanes *LN(st_backend *be) { return (lanes *)be; }
 
@@ -241,7 +243,10 @@ static void seg_drop_all(lanes *L) {
 /* A layer's host part starts: what the step queued before it runs now. */
 static void seg_enter(lanes *L) {
     const st_step_segments *sg = L->live.segments;
-    if (L->seg_mode == SEG_RECORD) {
+    if (L->seg_mode == SEG_PROBE) {
+        void *g;
+        (void)sg->cut(&L->live, &g); /* live: where a segment would end */
+    } else if (L->seg_mode == SEG_RECORD) {
         if (L->seg_n == L->seg_cap) {
             L->seg_cap = L->seg_cap ? 2 * L->seg_cap : 64;
             L->seg = st_realloc(L->seg, (size_t)L->seg_cap * sizeof *L->seg);
@@ -448,12 +453,18 @@ static void l_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *,
          * is what the recording needs, which must not grow while recording */
         seg_drop_all(L);
         sg->begin(&L->live, pos0, 0);
+        L->seg_mode = SEG_PROBE;
         body(arg, pos0);
+        seg_enter(L); /* the tail */
         L->seg_arg = st_malloc(size);
         memcpy(L->seg_arg, arg, size);
         L->seg_size = size;
         L->seg_key = sg->key(&L->live, pos0);
         L->seg_sized = 1;
+        if (L->seg_key == UINT64_MAX) { /* an op there needs the host: recording would lose its work */
+            ST_WARN("decode steps with experts in host RAM run unrecorded: an op needs the host mid-step");
+            L->seg_off = 1;
+        }
     }
     sg->end(&L->live);
     L->seg_mode = SEG_LIVE;
