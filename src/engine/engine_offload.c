@@ -357,7 +357,9 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
         }
     }
     st_backend *cpu = backend_cpu_create(p->n_threads);
-    backend_cpu_set_spin_us(cpu, 2000); /* a layer's device part is 20-100 us: stay awake across it */
+    /* a layer's device part is 20-100 us: stay awake across it (not when the
+     * "device" is the CPU too: its pool runs then, on the same cores) */
+    if (!on_cpu) backend_cpu_set_spin_us(cpu, 2000);
     lane_rates rates = {0};
     measure_rates(dev, cpu, m, store, &rates);
     rates.pcie_frac = cpu_tiers ? 0 : p->pcie_frac; /* the CPU alone: no device to send experts to */

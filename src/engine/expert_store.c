@@ -52,6 +52,7 @@ typedef struct {
     struct io_uring_cqe *cqes;
     void *sq_map, *cq_map;
     size_t sq_map_bytes, cq_map_bytes, sqe_bytes;
+    unsigned unsubmitted; /* queued reads the kernel has not taken yet */
 } uring;
 
 static int uring_init(uring *r, unsigned entries) {
@@ -77,6 +78,27 @@ static int uring_init(uring *r, unsigned entries) {
     r->sqes = mmap(NULL, r->sqe_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd, IORING_OFF_SQES);
     if (r->sq_map == MAP_FAILED || r->cq_map == MAP_FAILED || r->sqes == MAP_FAILED) {
         st_error_set("io_uring mmap: %s", strerror(errno));
+        if (r->sqes != MAP_FAILED) munmap(r->sqes, r->sqe_bytes);
+        if (r->cq_map != MAP_FAILED && r->cq_map != r->sq_map) munmap(r->cq_map, r->cq_map_bytes);
+        if (r->sq_map != MAP_FAILED) munmap(r->sq_map, r->sq_map_bytes);
+        close(r->fd);
+        r->fd = -1;
+        return -1;
+    }
+    /* IORING_OP_READ came with Linux 5.6; io_uring itself with 5.1, where
+     * every read would fail (the probe itself came with 5.6: its absence
+     * says the same) */
+    struct {
+        struct io_uring_probe p;
+        struct io_uring_probe_op ops[IORING_OP_READ + 1];
+    } pr;
+    memset(&pr, 0, sizeof pr);
+    if (syscall(__NR_io_uring_register, r->fd, IORING_REGISTER_PROBE, &pr, IORING_OP_READ + 1) < 0 ||
+        pr.p.ops_len <= IORING_OP_READ || !(pr.ops[IORING_OP_READ].flags & IO_URING_OP_SUPPORTED)) {
+        st_error_set("io_uring without IORING_OP_READ (a kernel before 5.6)");
+        munmap(r->sqes, r->sqe_bytes);
+        if (r->cq_map != r->sq_map) munmap(r->cq_map, r->cq_map_bytes);
+        munmap(r->sq_map, r->sq_map_bytes);
         close(r->fd);
         r->fd = -1;
         return -1;
@@ -115,14 +137,21 @@ static void uring_prep_read(uring *r, int fd, void *dst, unsigned len, uint64_t 
     e->user_data = tag;
     r->sq_array[idx] = idx;
     __atomic_store_n(r->sq_tail, tail + 1, __ATOMIC_RELEASE);
+    r->unsubmitted++;
 }
 
-/* Submits n queued reads and waits for at least min_done completions. */
-static int uring_enter(uring *r, unsigned n, unsigned min_done) {
+/* Hands the kernel every queued read it has not taken (it may take fewer
+ * than offered: the rest are offered again next time) and waits for at
+ * least min_done completions. */
+static int uring_enter(uring *r, unsigned min_done) {
     for (;;) {
-        const long rc = syscall(__NR_io_uring_enter, r->fd, n, min_done, min_done ? IORING_ENTER_GETEVENTS : 0u,
-                                NULL, 0);
-        if (rc >= 0 || errno != EINTR) return rc < 0 ? -1 : 0;
+        const long rc = syscall(__NR_io_uring_enter, r->fd, r->unsubmitted, min_done,
+                                min_done ? IORING_ENTER_GETEVENTS : 0u, NULL, 0);
+        if (rc >= 0) {
+            r->unsubmitted -= (unsigned)rc < r->unsubmitted ? (unsigned)rc : r->unsubmitted;
+            return 0;
+        }
+        if (errno != EINTR) return -1;
     }
 }
 
@@ -336,7 +365,7 @@ static void pump(expert_store *s) {
                         (uint64_t)s->n_sent);
         s->n_sent++, s->in_flight++, n++;
     }
-    if (n && uring_enter(&s->ring, n, 0) != 0) read_failed(strerror(errno));
+    if ((n || s->ring.unsubmitted) && uring_enter(&s->ring, 0) != 0) read_failed(strerror(errno));
 }
 
 /* Takes one completion (waiting for it when block), refills the ring;
@@ -347,11 +376,15 @@ static int complete_one(expert_store *s, int block) {
     int res;
     while (!uring_reap(&s->ring, &tag, &res)) {
         if (!block) return 0;
-        if (uring_enter(&s->ring, 0, 1) != 0) read_failed(strerror(errno));
+        if (uring_enter(&s->ring, 1) != 0) read_failed(strerror(errno));
     }
     s->in_flight--, s->n_done++;
     const job *j = &s->jobs[tag];
-    if (res == -EINVAL && s->fd_direct >= 0) refuse_direct(s, "the read returned EINVAL");
+    /* EINVAL blames O_DIRECT only when a plain pread of the same blocks on
+     * the O_DIRECT descriptor is refused too */
+    if (res == -EINVAL && s->fd_direct >= 0 && pread(s->fd_direct, j->dst, j->len, (off_t)j->off) < 0 &&
+        errno == EINVAL)
+        refuse_direct(s, "the read returned EINVAL");
     if (res < 0 || (size_t)res < j->need) { /* refused, or short: pread finishes it */
         const size_t got = res > 0 ? (size_t)res : 0;
         if (read_sync(s, j->dst + got, j->off + got, j->len - got, j->need - got) != 0) read_failed(st_error_get());

@@ -484,9 +484,11 @@ static void l_destroy(st_backend *be) {
         be->free(be, ly->d_slot);
         st_free(ly->slot);
     }
-    be->free(be, L->stage_g);
-    be->free(be, L->stage_u);
-    be->free(be, L->stage_d);
+    if (L->stage_g) {
+        be->free(be, L->stage_g);
+        be->free(be, L->stage_u);
+        be->free(be, L->stage_d);
+    }
     be->free(be, L->d_stage_map);
     be->free(be, L->d_route);
     be->free(be, L->d_tmp);
@@ -568,17 +570,21 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
         ly->d_slot = be->alloc(be, (size_t)X * sizeof(int32_t));
         be->to_device(be, ly->d_slot, ly->slot, (size_t)X * sizeof(int32_t));
     }
+    /* the PCIe lane's staging, unless no expert is ever sent (--pcie-frac 0,
+     * and the CPU alone with --ram-budget: a layer of experts for nothing) */
     uint8_t **stage[3] = {&L->stage_g, &L->stage_u, &L->stage_d};
     const size_t stage_bytes[3] = {(size_t)X * max_g, (size_t)X * max_u, (size_t)X * max_d};
-    void *zeros = st_calloc(1, stage_bytes[0] > stage_bytes[1] ? (stage_bytes[0] > stage_bytes[2] ? stage_bytes[0]
-                                                                                                  : stage_bytes[2])
-                                                               : (stage_bytes[1] > stage_bytes[2] ? stage_bytes[1]
-                                                                                                  : stage_bytes[2]));
-    for (int i = 0; i < 3; i++) {
-        *stage[i] = be->alloc(be, stage_bytes[i]);
-        be->to_device(be, *stage[i], zeros, stage_bytes[i]);
+    if (rates->pcie_frac != 0) {
+        size_t most = stage_bytes[0];
+        if (stage_bytes[1] > most) most = stage_bytes[1];
+        if (stage_bytes[2] > most) most = stage_bytes[2];
+        void *zeros = st_calloc(1, most);
+        for (int i = 0; i < 3; i++) {
+            *stage[i] = be->alloc(be, stage_bytes[i]);
+            be->to_device(be, *stage[i], zeros, stage_bytes[i]);
+        }
+        st_free(zeros);
     }
-    st_free(zeros);
     L->stage_map = st_malloc((size_t)X * sizeof(int32_t));
     L->d_stage_map = be->alloc(be, (size_t)X * sizeof(int32_t));
     const size_t nk = (size_t)n_rows * L->k;
