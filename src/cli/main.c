@@ -2,6 +2,7 @@
  * subcommand is listed in `strata --help` and nothing else parses argv[1]. */
 #include "cli/cli.h"
 #include "core/alloc.h"
+#include "engine/split.h"
 #include "model/model.h"
 #include "server/server.h"
 
@@ -65,6 +66,8 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    /* under mpirun: join the job (a layer split across ranks, engine/split.h); else nothing */
+    split_start(&argc, &argv);
     if (argc < 2) {
         usage(stderr);
         return 2;
