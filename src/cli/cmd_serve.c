@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "core/log.h"
+#include "engine/split.h"
 #include "server/server.h"
 
 #define SERVE_USAGE                                                                                                \
@@ -91,6 +92,12 @@ int cmd_serve(int argc, char **argv) {
             return args_unknown(&a);
     }
     if (p.api_key && !p.api_key[0]) p.api_key = NULL;
+    if (split_rank() > 0) {
+        /* under mpirun, a rank other than 0 serves no HTTP: it follows rank 0's engine
+         * (engine_open does not return here) until that engine stops (docs/multi.md) */
+        if (!engine_open(&p.ep)) fprintf(stderr, "strata serve: rank %d: %s\n", split_rank(), st_error_get());
+        return 1;
+    }
     if (server_run(&p) != 0) {
         fprintf(stderr, "strata serve: %s\n", st_error_get());
         return 1;

@@ -66,8 +66,10 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    /* under mpirun: join the job (a layer split across ranks, engine/split.h); else nothing */
-    split_start(&argc, &argv);
+    /* under mpirun: join the job (a layer split across ranks, engine/split.h); else nothing. `serve`
+     * on rank 0 stays out of it: the HTTP front end is no rank, the engine process it spawns (and
+     * supervises) joins as rank 0 in its place, so that it has a rank 0 to restart against */
+    if (argc < 2 || strcmp(argv[1], "serve") || split_launched_rank() > 0) split_start(&argc, &argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

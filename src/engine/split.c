@@ -32,6 +32,15 @@ static int launched_size(void) {
     return 1;
 }
 
+int split_launched_rank(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v) return atoi(v);
+    }
+    return 0;
+}
+
 int split_start(int *argc, char ***argv) {
     const int n = launched_size();
     if (n <= 1) return 0;

@@ -33,6 +33,8 @@ typedef struct {
  * (MPI_Init), else nothing. Returns this process's rank (0 alone). A rank
  * other than 0 gets stdout sent to /dev/null: rank 0 speaks for the job. */
 int split_start(int *argc, char ***argv);
+/* The rank the launcher gave this process (0 outside a job), before split_start. */
+int split_launched_rank(void);
 int split_rank(void);
 int split_size(void); /* 1 outside a multi-rank job */
 /* Rank 0: tell the followers to stop (if an engine never did), then leave the job. */

@@ -30,7 +30,12 @@ static void mpi_finish(void) { MPI_Finalize(); }
 int split_net_mpi(int *argc, char ***argv, split_net *net);
 
 int split_net_mpi(int *argc, char ***argv, split_net *net) {
-    if (MPI_Init(argc, argv) != MPI_SUCCESS) return -1;
+    /* serialized: the server's engine process opens the engine on its loader thread and steps it
+     * on its scheduler thread, one after the other */
+    int got;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &got) != MPI_SUCCESS) return -1;
+    if (got < MPI_THREAD_SERIALIZED) ST_WARN("this MPI gives thread support level %d of %d asked", got,
+                                             MPI_THREAD_SERIALIZED);
     MPI_Comm_rank(MPI_COMM_WORLD, &net->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &net->size);
     net->send = mpi_send;
