@@ -102,5 +102,11 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "strata serve: %s\n", st_error_get());
         return 1;
     }
+    if (split_launched_size() > 1) {
+        /* the front end of an MPI job: its engine, the job's rank 0, is gone; a nonzero exit is what
+         * makes mpirun end the other ranks, which would otherwise wait for it (docs/multi.md) */
+        fprintf(stderr, "strata serve: stopped; exiting with code 3 so that mpirun ends the job's other ranks\n");
+        return 3;
+    }
     return 0;
 }

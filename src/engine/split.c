@@ -23,7 +23,7 @@ int split_net_mpi(int *argc, char ***argv, split_net *net);
 
 /* The job's size as the launcher tells it (Open MPI, then the PMI names of
  * MPICH and Slurm), before MPI_Init: a plain run never starts MPI. */
-static int launched_size(void) {
+int split_launched_size(void) {
     const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *v = getenv(names[i]);
@@ -42,7 +42,7 @@ int split_launched_rank(void) {
 }
 
 int split_start(int *argc, char ***argv) {
-    const int n = launched_size();
+    const int n = split_launched_size();
     if (n <= 1) return 0;
 #ifdef STRATA_HAVE_MPI
     if (split_net_mpi(argc, argv, &net) != 0) {

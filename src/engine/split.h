@@ -35,6 +35,7 @@ typedef struct {
 int split_start(int *argc, char ***argv);
 /* The rank the launcher gave this process (0 outside a job), before split_start. */
 int split_launched_rank(void);
+int split_launched_size(void); /* the job's size as the launcher gave it, 1 outside one */
 int split_rank(void);
 int split_size(void); /* 1 outside a multi-rank job */
 /* Rank 0: tell the followers to stop (if an engine never did), then leave the job. */

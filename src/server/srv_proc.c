@@ -112,6 +112,10 @@ static void *reader(void *arg);
 
 /* Start an engine process. Caller holds mu. -1 with st_error. */
 static int spawn_locked(srv_proc *p) {
+    if (p->sv.once && p->gen > 0) {
+        st_error_set("the engine of an MPI job cannot restart inside the job (docs/multi.md)");
+        return -1;
+    }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         st_error_set("could not start the engine process: socketpair: %s", strerror(errno));
@@ -393,6 +397,9 @@ static void *reader(void *arg) {
     else if (stalled)
         snprintf(msg, sizeof msg, "the engine stopped responding (nothing from it for %d s, --engine-timeout) and was "
                  "killed; the next request restarts it", p->sv.heartbeat_timeout_s);
+    else if (p->sv.once)
+        snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); it ran in an MPI job, which "
+                 "cannot restart it: the server is stopping", code);
     else snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); the next request restarts it", code);
     if (fail[0]) snprintf(p->why_down, sizeof p->why_down, "%s", fail);
     else snprintf(p->why_down, sizeof p->why_down, "the engine process %s%s", how, loading ? " while loading" : "");
@@ -408,6 +415,12 @@ static void *reader(void *arg) {
         free_entry(ents[i]);
     }
     st_free(ents);
+    if (p->sv.once && !stopping) {
+        /* the front end's own graceful stop (its sigwait), after which serve exits non-zero so that
+         * mpirun ends the job's other ranks (docs/multi.md) */
+        ST_WARN("engine: it ran as rank 0 of an MPI job and cannot restart in it; stopping the server");
+        kill(getpid(), SIGTERM);
+    }
 
     pthread_mutex_lock(&p->mu);
     p->n_readers--;

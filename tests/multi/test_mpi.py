@@ -275,3 +275,29 @@ def test_serve_under_mpirun_and_a_killed_rank():
         assert not descendants(job.proc.pid)
     finally:
         job.stop()
+
+
+@need_smol
+def test_serve_engine_killed_ends_the_job():
+    """The engine process (the job's rank 0) killed mid-request: 503, then the server stops and
+    exits non-zero, so mpirun ends rank 1 too (it cannot take a new rank 0); nothing spins on."""
+    job = Job(2)
+    try:
+        with urllib.request.urlopen(job.url + "/health", timeout=5) as r:
+            engine = json.loads(r.read())["engine_pid"]
+        assert engine in descendants(job.proc.pid)
+        result = {}
+        t = threading.Thread(target=lambda: result.__setitem__("r", job.complete("Once upon a time", 400, 60)))
+        t.start()
+        time.sleep(1.5)
+        os.kill(engine, signal.SIGKILL)
+        t.join(60)
+        assert not t.is_alive(), "the request in flight hung after the engine died"
+        st, body = result["r"]
+        assert st == 503, body
+        assert "cannot restart" in body["error"]["message"], body
+        assert job.proc.wait(30) != 0
+        assert not descendants(job.proc.pid)
+        assert "exiting with code 3 so that mpirun ends" in job.log(), job.log()
+    finally:
+        job.stop()
