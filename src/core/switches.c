@@ -74,6 +74,8 @@ static const st_switch_def TABLE[] = {
      "speculative decoding: ngram drafts tokens by prompt lookup, verified in one batched pass (docs/speculative.md)", 0},
     {"--draft-n", ST_SW_KIND_FLAG, NULL, NULL, 1, 64, NULL, "8 with --draft ngram",
      "tokens drafted per step (implies --draft ngram)", 0},
+    {"--layer-split", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "even by bytes of weights",
+     "under mpirun: layers per MPI rank, N,M,... summing to the layer count (docs/multi.md)", 0},
     {"--pin-experts", ST_SW_KIND_FLAG, NULL, NULL, 0, 1, "1", "1",
      "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging); run, chat, bench "
      "and serve also take it as --mmap-experts (no value)", 0},

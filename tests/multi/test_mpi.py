@@ -7,12 +7,15 @@ ranks on CI's two cores are fine) and checks what the split must keep:
   file (2 layers, one per rank) and SmolLM2-135M (30 layers; skips without
   models/), with the default split by bytes and an uneven --layer-split, and
   prompts longer than --prefill so that prompt chunks cross the ranks too;
+  with --draft ngram (batched verification, rejected rows) as well;
 - a --layer-split that does not fit the job is refused with a message on
   every rank, and the job ends (no rank left waiting);
 - `strata serve` under mpirun answers the one-process server's greedy text;
+- two slots decoding together (batched steps carry both sequences);
 - the second rank killed with SIGKILL mid-request: the request in flight gets
   HTTP 503 (the engine stopped), and the whole job ends (mpirun stops every
-  rank) within a bound; nothing hangs.
+  rank) within a bound; the engine process (the job's rank 0) killed: 503,
+  the server stops and exits nonzero, and mpirun ends the rest; nothing hangs.
 
 Everything SKIPs with a message when mpirun is missing or the build has no
 STRATA_MPI. Every subprocess has a timeout: a hang fails, it does not stall CI.
@@ -111,7 +114,18 @@ def test_smollm2_split_equals_one_process():
     assert two == one
 
 
-@pytest.mark.parametrize("spec", ["1,2", "2", "0,2", "1,1,0"])
+@need_smol
+def test_smollm2_split_with_drafts():
+    """Speculative decoding: batched verification and rejected rows (truncation) across the ranks."""
+    prompt = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16"
+    one, err1 = greedy(SMOL, "--draft", "ngram", prompt=prompt)
+    two, err2 = greedy(SMOL, "--draft", "ngram", prompt=prompt, ranks=2)
+    assert two == one
+    drafts = [re.search(r"drafts accepted (\d+) of (\d+)", e).groups() for e in (err1, err2)]
+    assert drafts[0] == drafts[1] and int(drafts[0][1]) > 0, drafts
+
+
+@pytest.mark.parametrize("spec", ["1,2", "0,2"])
 def test_bad_layer_split_is_refused(tiny, spec):
     cmd = mpi(2) + [BIN, "run", "-m", tiny, "-p", "hi", "-n", "2", "-t", "1", "--layer-split", spec]
     r = run(cmd, timeout=60)
