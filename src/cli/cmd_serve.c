@@ -14,7 +14,7 @@
 #define SERVE_USAGE                                                                                                \
     "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "      \
     "[--max-body MB] [--read-timeout S] [--max-inflight MB] [--allowed-hosts LIST] [--cors-origin LIST] "         \
-    "[--shutdown-timeout S] [--engine-timeout S]"
+    "[--shutdown-timeout S] [--engine-timeout S] [--ranks N]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {.cmd = "serve", .usage = SERVE_USAGE, .argc = argc, .argv = argv, .i = 1};
@@ -82,6 +82,9 @@ int cmd_serve(int argc, char **argv) {
         } else if ((r = args_value(&a, "--shutdown-timeout", &v))) {
             if (r < 0 || args_int(&a, "--shutdown-timeout", v, 0, 86400, &n)) return a.err;
             p.shutdown_timeout_s = (int)n;
+        } else if ((r = args_value(&a, "--ranks", &v))) {
+            if (r < 0 || args_int(&a, "--ranks", v, 1, 1024, &n)) return a.err;
+            p.ranks = (int)n;
         } else if ((r = args_value(&a, "--engine-timeout", &v))) {
             if (r < 0 || args_int(&a, "--engine-timeout", v, 0, 86400, &n)) return a.err;
             p.engine_timeout_s = (int)n;

@@ -75,6 +75,22 @@ void split_finish(void) {
     net.finish();
 }
 
+void split_share(char **buf, uint32_t *n) {
+    if (net.size <= 1) return;
+    int32_t len = net.rank == 0 ? (int32_t)*n : 0;
+    net.bcast(&len, 1);
+    const size_t words = ((size_t)len + 3) / 4;
+    int32_t *w = st_calloc(words ? words : 1, sizeof(int32_t));
+    if (net.rank == 0) memcpy(w, *buf, (size_t)len);
+    net.bcast(w, words);
+    if (net.rank != 0) {
+        *buf = st_malloc((size_t)len + 1);
+        memcpy(*buf, w, (size_t)len);
+        *n = (uint32_t)len;
+    }
+    st_free(w);
+}
+
 /* Bytes of layer il's weights (the experts all of them: a rank holds them all). */
 static double layer_bytes(const model *m, int il) {
     double b = 0;

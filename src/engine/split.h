@@ -41,6 +41,11 @@ int split_size(void); /* 1 outside a multi-rank job */
 /* Rank 0: tell the followers to stop (if an engine never did), then leave the job. */
 void split_finish(void);
 
+/* Rank 0's n bytes at *buf to every rank: rank 0 passes them, the others
+ * get a new buffer (st_free) and its length. Before any engine is open (the
+ * server's engine job shares its configuration frame this way). */
+void split_share(char **buf, uint32_t *n);
+
 /* Layers [*il0, *il1) of rank `rank` of n_ranks: by spec, "N,M,..." layer
  * counts one per rank summing to the layer count, or NULL/"" for an even
  * split of the weights' bytes (rank 0's share counts the output matrix it

@@ -15,7 +15,9 @@ ranks on CI's two cores are fine) and checks what the split must keep:
 - the second rank killed with SIGKILL mid-request: the request in flight gets
   HTTP 503 (the engine stopped), and the whole job ends (mpirun stops every
   rank) within a bound; the engine process (the job's rank 0) killed: 503,
-  the server stops and exits nonzero, and mpirun ends the rest; nothing hangs.
+  the server stops and exits nonzero, and mpirun ends the rest; nothing hangs;
+- `serve --ranks 2` (the server launches the job itself): rank 1 killed gives
+  503, and the next request starts a new job that answers the same text.
 
 Everything SKIPs with a message when mpirun is missing or the build has no
 STRATA_MPI. Every subprocess has a timeout: a hang fails, it does not stall CI.
@@ -142,11 +144,11 @@ def free_port():
 class Job:
     """strata serve, in one process or under mpirun; its log on a thread."""
 
-    def __init__(self, ranks, *args):
+    def __init__(self, ranks, *args, env=None):
         self.port = free_port()
         cmd = [BIN, "serve", "-m", str(SMOL), "--port", str(self.port), "--ctx", "1024", "-t", "1", *args]
         self.proc = subprocess.Popen(mpi(ranks) + cmd if ranks > 1 else cmd, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, env=ENV, errors="replace",
+                                     stderr=subprocess.PIPE, text=True, env=env or ENV, errors="replace",
                                      start_new_session=True)
         self.lines = []
         threading.Thread(target=self._drain, daemon=True).start()
@@ -213,6 +215,24 @@ def descendants(pid):
     return out
 
 
+def gone(pids, timeout=30):
+    """Whether every pid has ended (or is a zombie) within timeout: not a descendant any more
+    is not enough, an orphaned rank would be reparented and keep running."""
+    deadline = time.time() + timeout
+    while True:
+        left = []
+        for p in pids:
+            try:
+                state = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                left.append(p)
+        if not left or time.time() > deadline:
+            return not left
+        time.sleep(0.2)
+
+
 def launched_rank(pid):
     try:
         env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
@@ -250,14 +270,32 @@ def test_serve_two_slots_batched_across_ranks():
         job.stop()
 
 
-@need_smol
-def test_serve_under_mpirun_and_a_killed_rank():
+@pytest.fixture(scope="module")
+def want():
+    """The one-process server's greedy answer to PROMPT, 16 tokens."""
     one = Job(1)
     try:
-        st, want = one.complete(PROMPT, 16)
-        assert st == 200, want
+        st, body = one.complete(PROMPT, 16)
+        assert st == 200, body
+        return body
     finally:
         one.stop()
+
+
+def kill_mid_request(job, pid):
+    """SIGKILL pid while a 400-token request runs; that request's (status, body)."""
+    result = {}
+    t = threading.Thread(target=lambda: result.__setitem__("r", job.complete("Once upon a time", 400, 60)))
+    t.start()
+    time.sleep(1.5)  # the request is generating (400 tokens take far longer)
+    os.kill(pid, signal.SIGKILL)
+    t.join(60)
+    assert not t.is_alive(), "the request in flight hung after a rank died"
+    return result["r"]
+
+
+@need_smol
+def test_serve_under_mpirun_and_a_killed_rank(want):
     job = Job(2)
     try:
         st, got = job.complete(PROMPT, 16)
@@ -270,23 +308,13 @@ def test_serve_under_mpirun_and_a_killed_rank():
         rank1 = [p for p in descendants(job.proc.pid) if launched_rank(p) == 1 and
                  "engine" not in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")]
         assert len(rank1) == 1, rank1
-        result = {}
-
-        def long_request():
-            result["r"] = job.complete("Once upon a time", 400, timeout=60)
-
-        t = threading.Thread(target=long_request)
-        t.start()
-        time.sleep(1.5)  # the request is generating (400 tokens take far longer)
-        os.kill(rank1[0], signal.SIGKILL)
-        t.join(60)
-        assert not t.is_alive(), "the request in flight hung after a rank died"
-        st, body = result["r"]
+        everyone = descendants(job.proc.pid)
+        st, body = kill_mid_request(job, rank1[0])
         assert st == 503, body
         assert "engine stopped unexpectedly" in body["error"]["message"], body
         # mpirun ends every rank, the front end among them: the job is gone, nothing waits
         job.proc.wait(30)
-        assert not descendants(job.proc.pid)
+        assert gone(everyone), everyone
     finally:
         job.stop()
 
@@ -299,19 +327,42 @@ def test_serve_engine_killed_ends_the_job():
     try:
         with urllib.request.urlopen(job.url + "/health", timeout=5) as r:
             engine = json.loads(r.read())["engine_pid"]
-        assert engine in descendants(job.proc.pid)
-        result = {}
-        t = threading.Thread(target=lambda: result.__setitem__("r", job.complete("Once upon a time", 400, 60)))
-        t.start()
-        time.sleep(1.5)
-        os.kill(engine, signal.SIGKILL)
-        t.join(60)
-        assert not t.is_alive(), "the request in flight hung after the engine died"
-        st, body = result["r"]
+        everyone = descendants(job.proc.pid)
+        assert engine in everyone
+        st, body = kill_mid_request(job, engine)
         assert st == 503, body
         assert "cannot restart" in body["error"]["message"], body
         assert job.proc.wait(30) != 0
-        assert not descendants(job.proc.pid)
+        assert gone(everyone), everyone
         assert "exiting with code 3 so that mpirun ends" in job.log(), job.log()
+    finally:
+        job.stop()
+
+
+@need_smol
+def test_serve_ranks_restarts_the_job(want):
+    """serve --ranks 2: the server launches the engine as an MPI job itself; rank 1 killed
+    mid-request gives 503, and the next request starts a new job that answers as before."""
+    env = dict(ENV, STRATA_MPIRUN=f"{MPIRUN} --oversubscribe")
+    job = Job(1, "--ranks", "2", env=env)
+    try:
+        st, got = job.complete(PROMPT, 16)
+        assert st == 200, got
+        assert got["choices"][0]["text"] == want["choices"][0]["text"]
+        rank1 = [p for p in descendants(job.proc.pid) if launched_rank(p) == 1]
+        assert len(rank1) == 1, rank1
+        st, body = kill_mid_request(job, rank1[0])
+        assert st == 503, body
+        assert "the next request restarts it" in body["error"]["message"], body
+        st, again = job.complete(PROMPT, 16)
+        assert st == 200, again
+        assert again["choices"][0]["text"] == want["choices"][0]["text"]
+        assert "restarted" in job.log(), job.log()
+        new_rank1 = [p for p in descendants(job.proc.pid) if launched_rank(p) == 1]
+        assert len(new_rank1) == 1 and new_rank1 != rank1, new_rank1
+        everyone = descendants(job.proc.pid)
+        job.proc.send_signal(signal.SIGTERM)  # the server alone: it ends its engine job itself
+        assert job.proc.wait(30) == 0, job.log()
+        assert gone(everyone), everyone
     finally:
         job.stop()
