@@ -11,13 +11,14 @@
  *    kernel's rate on a matrix that stays in cache (the compute ceiling), on
  *    all threads (16 MiB, in L3) and on one (1 MiB, in L2).
  * 3. MoE decode steps as the CPU expert lane runs them (moe_bench): 8
- *    experts of qwen3-30b-a3b's shape per step, --moe gate/down type pairs.
+ *    experts of qwen3-30b-a3b's shape per step, --moe gate/down type pairs;
+ *    --moe-shape 2880x2880x4 for gpt-oss's (d_model x expert width x top-k).
  *
  * A benchmark, not a test: it prints numbers and checks nothing but that the
  * products ran. Every timing is the best of a few passes.
  *
  * usage: bench_matvec [--threads N] [--mib M] [--cols C] [--passes P] [--types q4_k,q6_k,...]
- *                     [--moe q4_k/q6_k,...] [--thp 0|1] [--prefetch BYTES]
+ *                     [--moe q4_k/q6_k,...] [--moe-shape ExFxK] [--thp 0|1] [--prefetch BYTES]
  * --thp 1 asks for transparent huge pages on the weights (madvise); the
  * default is plain 4 KiB pages, like an mmap'd GGUF file in the page cache.
  */
@@ -175,6 +176,7 @@ int main(int argc, char **argv) {
     int64_t n_cols = 4096;
     const char *types = "q4_k,q6_k,q8_0,iq4_xs,iq3_xxs,iq2_xs,iq2_xxs";
     const char *moe = "q4_k/q6_k,iq2_xxs/iq2_xxs";
+    int moe_e = 2048, moe_f = 768, moe_k = 8; /* qwen3-30b-a3b's experts */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--mib")) mib = atof(argv[i + 1]);
@@ -182,12 +184,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--passes")) passes = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--types")) types = argv[i + 1];
         else if (!strcmp(argv[i], "--moe")) moe = argv[i + 1];
+        else if (!strcmp(argv[i], "--moe-shape") && sscanf(argv[i + 1], "%dx%dx%d", &moe_e, &moe_f, &moe_k) == 3 &&
+                 moe_e > 0 && moe_f > 0 && moe_k > 0) continue;
         else if (!strcmp(argv[i], "--thp")) thp = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prefetch")) cpu_set_prefetch_bytes((size_t)atoll(argv[i + 1]));
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--mib M] [--cols C] [--passes P] [--types a,b,...] [--moe g/d,...]"
-                    " [--thp 0|1] [--prefetch BYTES]\n",
+                    " [--moe-shape ExFxK] [--thp 0|1] [--prefetch BYTES]\n",
                     argv[0]);
             return 2;
         }
@@ -253,9 +257,9 @@ int main(int argc, char **argv) {
     cpu_scratch_free(&scratch);
     st_free(W);
 
-    /* 3. MoE decode steps at qwen3-30b-a3b's expert shape */
-    printf("\nMoE decode step (quantize, gate+up of k experts in one dispatch, quantize, down), 2048 x 768 "
-           "experts, top-8, %d threads, %.0f MiB of experts:\n\n", nt, mib);
+    /* 3. MoE decode steps at an expert shape (default qwen3-30b-a3b's) */
+    printf("\nMoE decode step (quantize, gate+up of k experts in one dispatch, quantize, down), %d x %d "
+           "experts, top-%d, %d threads, %.0f MiB of experts:\n\n", moe_e, moe_f, moe_k, nt, mib);
     printf("| gate,up/down | shape | experts | GB/s | %% of bw | us per step |\n|---|---|---|---|---|---|\n");
     snprintf(list, sizeof list, "%s", moe);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -272,7 +276,7 @@ int main(int argc, char **argv) {
             printf("| %s | (not gate/down types with a dot product, skipped) |\n", tok);
             continue;
         }
-        moe_shape ms = {2048, 768, 8, (qt_type)gt, (qt_type)dt};
+        moe_shape ms = {moe_e, moe_f, moe_k, (qt_type)gt, (qt_type)dt};
         moe_bench(pool, &ms, mib, passes, bw_all);
         fflush(stdout);
     }

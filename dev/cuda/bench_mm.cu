@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
             std::vector<uint8_t> h(mb);
             for (auto &c : h) c = (uint8_t)lab_rand();
             LAB_CHECK(cudaMemcpy(w, h.data(), mb, cudaMemcpyHostToDevice));
-            st_weight sw = {w, NULL, m.t, m.n_in, m.n_out, n_exp, rb};
+            st_weight sw = {w, NULL, m.t, m.n_in, m.n_out, n_exp, rb, NULL};
             for (int rr = 0; rr <= 4; rr = rr ? rr * 2 : 1) {
                 cuda_mm_force_rows(rr);
                 const double ms = lab_time_ms(n_calls, [&](int i) {

@@ -27,6 +27,9 @@ typedef struct {
     int64_t n_out;          /* rows (ne1) */
     int64_t n_mat;          /* experts (ne2), 1 for dense */
     size_t row_bytes;       /* qt_row_size(type, n_in) */
+    const float *bias;      /* (n_mat x n_out) f32 added to matrix m's products, this backend's memory,
+                               or NULL; indexed by expert id, not by where the matrix is placed.
+                               moe_experts adds it (gpt-oss); dense biases are separate vectors */
 } st_weight;
 
 static inline const void *st_weight_mat(const st_weight *w, int64_t m) {
@@ -49,9 +52,21 @@ typedef struct {
      * step ending at pos, and a step at position 0 starts from zeros. */
     float *conv;            /* [d_conv-1][conv_dim]: the last inputs of the short convolution */
     float *ssm;             /* [n_v_head][head_v][head_k]: per head S, row j (value) over keys */
+    /* Speculative decoding's undo record of a recurrent layer: while undo_cap
+     * > 0 (a verify pass of drafted tokens), gated_delta_net saves the state
+     * before the first token it is given (ssm, then conv) and, per token, what
+     * the recurrence read (the input row, the convolved q|k|v row, decay and
+     * beta), so that gated_delta_net_keep can leave the state as if only the
+     * first tokens had been fed. Backend memory, (undo_cap) tokens. */
+    float *undo;
+    int undo_cap, undo_n;   /* tokens it can hold (0: not recording), tokens recorded */
 } st_kv_layer;
 
-typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1 } st_act;
+/* SWIGLU_OAI: gpt-oss's clamped SwiGLU, g' = min(g, 7), u' = clamp(u, -7, 7),
+ * out = g' * sigmoid(1.702 g') * (u' + 1). */
+typedef enum { ST_ACT_SILU = 0, ST_ACT_GELU = 1, ST_ACT_SWIGLU_OAI = 2 } st_act;
+#define ST_OAI_ALPHA 1.702f
+#define ST_OAI_LIMIT 7.0f
 
 /* Rotary embedding of one layer: base theta, position scale, the pair
  * layout (neox: pairs (i, i+d/2); else adjacent pairs (2i, 2i+1)), and
@@ -82,6 +97,16 @@ typedef struct {
     const float *norm;      /* (head_dim) RMS norm weight of each head's output */
 } st_gdn;
 
+/* f32 values of a DeltaNet layer's undo record (st_kv_layer undo) for n_tok
+ * tokens: the state (n_v S matrices, then d_conv-1 convolution inputs), then
+ * per token its input row, its convolved row (conv_dim each), decay and beta
+ * per value head. */
+static inline size_t st_gdn_undo_floats(const st_gdn *g, int n_tok) {
+    const size_t cd = (size_t)(2 * g->n_k_head + g->n_v_head) * g->head_dim;
+    return (size_t)g->n_v_head * g->head_dim * g->head_dim + (size_t)(g->d_conv - 1) * cd +
+           (size_t)n_tok * (2 * cd + 2 * (size_t)g->n_v_head);
+}
+
 /* How a MoE layer turns its router logits into the top-k experts and their
  * weights. p = softmax(logits) (qwen3moe) or sigmoid(logits) (glm4moe); the
  * choice ranks p + bias (the expert score-correction bias, exp_probs_b, of
@@ -104,6 +129,7 @@ typedef struct {
 enum {
     ST_GATINGS_SOFTMAX = 1, /* softmax, no bias, scale 1: qwen3moe's routing */
     ST_GATINGS_ALL = 2,     /* every st_moe_gating */
+    ST_GATINGS_OAI = 4,     /* moe_experts adds the weights' biases and computes ST_ACT_SWIGLU_OAI (gpt-oss) */
 };
 
 typedef struct st_backend st_backend;
@@ -141,6 +167,12 @@ struct st_backend {
      * cache positions 0..pos0+t (the last `window` of them if window > 0). */
     void (*attention)(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                       float scale, int window, float *out);
+    /* Optional (NULL: the backend has none; engine_backend_supports refuses
+     * gpt-oss). attention with a sink per head: the softmax's denominator
+     * also counts exp(sinks[h]) (n_head logits, this backend's memory), a
+     * position that absorbs attention and gives no value (gpt-oss). */
+    void (*attention_sinks)(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                            float scale, int window, const float *sinks, float *out);
     /* out = act(g) * u, elementwise over n values. */
     void (*act_mul)(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n);
     /* x[r] += b for each of n_rows rows of dim values (b has dim values; bias or residual with n_rows=1). */
@@ -158,6 +190,12 @@ struct st_backend {
      *   out = rmsnorm(o per head) * norm * silu(z)       -> [n_tok][n_v*hd] */
     void (*gated_delta_net)(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const float *qkv,
                             const float *z, const float *beta, const float *alpha, float *out);
+    /* After a recorded pass (st_kv_layer undo): the state as if only the
+     * first n_keep of the undo_n recorded tokens had been fed (the saved
+     * state, then the recurrence of those tokens replayed from the record: the
+     * same arithmetic, so the same bits); recording stops. g: the sizes only
+     * (its weights are not read). NULL where the backend has no DeltaNet. */
+    void (*gated_delta_net_keep)(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_keep);
     /* Rows of n_group pairs of w-value halves, src [n_rows][n_group][2][w], split
      * into a and b [n_rows][n_group][w] (a gated attention's query and gate). */
     void (*split_halves)(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w);
@@ -241,6 +279,8 @@ struct st_backend {
  *   cut(&g)              the ops recorded since begin or resume become
  *                        graph *g, which runs now; 0, or -1 when they cannot
  *                        be recorded (an op needed the host: they did not run);
+ *                        in a live step (begin without record), *g = NULL and
+ *                        it marks where a recording would end;
  *   run(g)               a recorded segment runs (the step replayed: its ops
  *                        were not called this time);
  *   resume(record)       after cut or run, ops ran live (the host's part);
@@ -249,7 +289,9 @@ struct st_backend {
  *   end()                the step is over;
  *   key(pos0)            what a recording depends on besides the caller's
  *                        arguments (scratch memory, attention variant): it
- *                        replays only under an equal key;
+ *                        replays only under an equal key; UINT64_MAX after a
+ *                        live step whose would-be segments met an op that
+ *                        cannot be recorded (never record then);
  *   drop(g)              frees a recorded segment. */
 typedef struct st_step_segments {
     void (*begin)(st_backend *be, int pos0, int record);

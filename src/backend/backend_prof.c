@@ -102,6 +102,14 @@ static void w_attention(st_backend *be, const float *q, const st_kv_layer *kv, i
     end(p, P_ATTENTION);
 }
 
+static void w_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                              float scale, int window, const float *sinks, float *out) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->attention_sinks(p->in, q, kv, n_tok, pos0, n_head, scale, window, sinks, out);
+    end(p, P_ATTENTION);
+}
+
 static void w_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     prof_ctx *p = P(be);
     begin(p);
@@ -128,6 +136,13 @@ static void w_gdn(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, i
     prof_ctx *p = P(be);
     begin(p);
     p->in->gated_delta_net(p->in, g, st, n_tok, pos0, qkv, z, beta, alpha, out);
+    end(p, P_GDN);
+}
+
+static void w_gdn_keep(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_keep) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->gated_delta_net_keep(p->in, g, st, n_keep);
     end(p, P_GDN);
 }
 
@@ -259,10 +274,12 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .kv_store = w_kv_store,
         .qkv_prep = w_qkv_prep,
         .attention = w_attention,
+        .attention_sinks = in->attention_sinks ? w_attention_sinks : NULL,
         .act_mul = w_act_mul,
         .add = w_add,
         .scale = w_scale,
         .gated_delta_net = in->gated_delta_net ? w_gdn : NULL,
+        .gated_delta_net_keep = in->gated_delta_net_keep ? w_gdn_keep : NULL,
         .split_halves = in->split_halves ? w_split : NULL,
         .sigmoid_mul = in->sigmoid_mul ? w_sigmul : NULL,
         .copy_2d = in->copy_2d ? w_copy2d : NULL,

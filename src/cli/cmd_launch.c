@@ -51,6 +51,7 @@ static int check_value(const st_switch_def *d, const char *v, const char *where)
         fprintf(stderr, "strata launch: %s: invalid value '%s' for --kv (f16 or int8)\n", where, v);
         return -1;
     }
+    if (!strcmp(d->name, "--prefill") && !strcmp(v, "auto")) return 0;
     if (d->lo || d->hi) {
         char *end;
         long long n = strtoll(v, &end, 10);
@@ -269,7 +270,7 @@ int cmd_launch(int argc, char **argv) {
     const model_hparams *hp = &m->hp;
     size_t weights = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->file); i++) weights += gguf_tensor_at(m->file, i)->size;
-    int slots = get_int("--slots", 1), chunk = get_int("--prefill", 512);
+    int slots = get_int("--slots", 1), chunk = get_int("--prefill", 512); /* "auto": 0, decided below */
     if (chunk > 512 || chunk <= 0) chunk = 512;
     size_t scratch = engine_scratch_bytes(hp, chunk);
     /* the switches the engine's memory plan reads */
@@ -315,6 +316,8 @@ int cmd_launch(int argc, char **argv) {
     int xrc = 0;
     if (dev.offload) {
         ep.kv_type = kv;
+        ep.n_ubatch = get_int("--prefill", 0); /* serve's chunk: --prefill N, else as the engine picks it */
+        chunk = engine_prefill_chunk(&ep, m, n_ctx, dev.budget);
         xrc = engine_plan_memory(&ep, m, n_ctx, chunk, dev.budget, &xin, &xplan);
         if (xrc == 0) total = xplan.used;
     }
@@ -334,7 +337,10 @@ int cmd_launch(int argc, char **argv) {
            slots == 1 ? "" : "s", gib(kv_bytes), kv_bytes);
     printf("  context   %d (%s)\n", n_ctx, src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));
     printf("  kv type   %s (%s)\n", kv == ST_KV_F16 ? "f16" : "int8", src_word("--kv", "planned"));
-    printf("  scratch   %.3f GiB\n", gib(scratch));
+    if (dev.offload) scratch = engine_scratch_bytes(hp, chunk);
+    printf("  scratch   %.3f GiB (prompt chunks of %d tokens, %s)\n", gib(scratch), chunk,
+           src_word("--prefill", chunk > 512 ? "planned: experts are streamed, a longer chunk streams each once for "
+                                               "more tokens" : "planned"));
     if (dev.offload && xrc == 0) {
         printf("  experts   more than the GPU holds: an expert cache on it, the rest in host RAM\n");
         expert_plan_describe(&xplan, &xin, print_plan_line, NULL);

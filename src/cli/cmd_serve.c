@@ -4,6 +4,7 @@
  * choice the user makes, ideally with --api-key. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
@@ -14,7 +15,7 @@
 #define SERVE_USAGE                                                                                                \
     "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "      \
     "[--max-body MB] [--read-timeout S] [--max-inflight MB] [--allowed-hosts LIST] [--cors-origin LIST] "         \
-    "[--shutdown-timeout S] [--engine-timeout S] [--ranks N]"
+    "[--shutdown-timeout S] [--engine-timeout S] [--reasoning-format auto|deepseek|none] [--ranks N]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {.cmd = "serve", .usage = SERVE_USAGE, .argc = argc, .argv = argv, .i = 1};
@@ -41,7 +42,9 @@ int cmd_serve(int argc, char **argv) {
                    "SIGTERM/SIGINT: stop accepting, let requests in flight end for --shutdown-timeout S\n"
                    "(default 10), then end the rest (streams with a final error event). An engine\n"
                    "process silent for --engine-timeout S (default 10; 0: never) is killed: its requests\n"
-                   "get 503 and the next request starts a new one.\n"
+                   "get 503 and the next request starts a new one. --reasoning-format (default auto;\n"
+                   "deepseek: the same; none: off) sets whether a thinking model's reasoning comes apart\n"
+                   "from its answer (reasoning_content, Anthropic thinking blocks); requests may say.\n"
                    "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
                    "See docs/server.md.\n",
                    STRATA_DEFAULT_MODEL);
@@ -88,6 +91,13 @@ int cmd_serve(int argc, char **argv) {
         } else if ((r = args_value(&a, "--engine-timeout", &v))) {
             if (r < 0 || args_int(&a, "--engine-timeout", v, 0, 86400, &n)) return a.err;
             p.engine_timeout_s = (int)n;
+        } else if ((r = args_value(&a, "--reasoning-format", &v))) {
+            if (r < 0) return a.err;
+            if (strcmp(v, "auto") && strcmp(v, "deepseek") && strcmp(v, "none")) {
+                fprintf(stderr, "strata serve: --reasoning-format must be auto, deepseek or none, not '%s'\n", v);
+                return 2;
+            }
+            p.reasoning = strcmp(v, "none") != 0;
         } else if ((r = args_value(&a, "--api-key", &v))) {
             if (r < 0) return a.err;
             p.api_key = v;

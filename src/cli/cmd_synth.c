@@ -14,7 +14,7 @@
 #include "quant/quant.h"
 
 static const char USAGE[] =
-    "strata synth [--arch qwen3moe|qwen35moe|qwen3next|glm4moe|deepseek2] --preset P -o FILE [--type-default TYPE] "
+    "strata synth [--arch qwen3moe|qwen35moe|qwen3next|glm4moe|deepseek2|gpt-oss] --preset P -o FILE [--type-default TYPE] "
     "[--type CLASS=TYPE ...] [--zipf S] [--seed N] [--ctx N] [--layers N] [--experts N] [--experts-used K] "
     "[--expert-ff N] [--exact] [--quiet]";
 
@@ -22,8 +22,9 @@ static void help(void) {
     printf("usage: %s\n\n", USAGE);
     printf("Writes a GGUF with random but valid weights, loadable by llama.cpp and strata.\n\n"
            "  --arch A            architecture: qwen3moe (the default), the DeltaNet hybrids qwen35moe, qwen3next,\n"
-           "                      or glm4moe (GLM-4.5: sigmoid-routed experts, a leading dense layer),\n"
-           "                      or deepseek2 (DeepSeek V3: latent attention, group-limited routing)\n"
+           "                      glm4moe (GLM-4.5: sigmoid-routed experts, a leading dense layer),\n"
+           "                      deepseek2 (DeepSeek V3: latent attention, group-limited routing)\n"
+           "                      or gpt-oss (attention sinks, biased MXFP4 experts, a clamped SwiGLU)\n"
            "  --preset P          shapes: %s\n"
            "  -o FILE             output path\n"
            "  --type-default T    type of every weight matrix (default: a Q4_K_M-like mix:\n"

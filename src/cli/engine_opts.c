@@ -26,6 +26,10 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         return 1;
     }
     if ((r = args_value(a, "--prefill", &v))) {
+        if (r > 0 && !strcmp(v, "auto")) {
+            p->n_ubatch = 0; /* engine_prefill_chunk */
+            return 1;
+        }
         if (r < 0 || args_int(a, "--prefill", v, 1, 65536, &n)) return -1;
         p->n_ubatch = (int)n;
         return 1;

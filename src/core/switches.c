@@ -25,6 +25,8 @@ static const st_switch_def TABLE[] = {
      "caps the CPU kernels' instruction set (scalar | avx2 | avx512); never raises it above the CPU's", 0},
     {"STRATA_PRECISE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: CPU matrix products take f32 activations instead of 8-bit (slower, closer to the reference)", 0},
+    {"STRATA_YARN_TRUNCATE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
+     "1: YaRN's correction range rounded outwards to whole rotary pairs, as llama.cpp b11434 does (gpt-oss, transformers and OpenAI's reference do not round)", 0},
     {"STRATA_PROFILE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: time every backend op (each waited for) and log the table when the engine closes", 0},
     {"STRATA_SSD_IO", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
@@ -58,7 +60,8 @@ static const st_switch_def TABLE[] = {
     {"--kv", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "f16 (launch: int8 when f16 does not fit)",
      "KV cache element type: f16 | int8", 0},
     {"--threads", ST_SW_KIND_FLAG, "-t", NULL, 1, 1024, NULL, "all cores", "CPU threads of each engine", 0},
-    {"--prefill", ST_SW_KIND_FLAG, NULL, NULL, 1, 65536, NULL, "512", "prompt chunk size in tokens", 0},
+    {"--prefill", ST_SW_KIND_FLAG, NULL, NULL, 1, 65536, NULL, "auto: 512; up to 4096 when experts are streamed to a GPU",
+     "prompt chunk size in tokens, or auto", 0},
     {"--gpu", ST_SW_KIND_FLAG, NULL, NULL, 0, 255, NULL, "CPU (launch: GPU 0 when a GPU build finds one)",
      "run every op on this GPU (CUDA/HIP builds)", 0},
     {"--vram-budget", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "the GPU's free memory less --vram-reserve",
@@ -107,6 +110,8 @@ static const st_switch_def TABLE[] = {
      "seconds SIGTERM lets requests in flight finish before ending them", 0},
     {"--engine-timeout", ST_SW_KIND_FLAG, NULL, NULL, 0, 86400, "10", "10",
      "seconds of silence after which the engine process is killed and restarted (0: never)", 0},
+    {"--reasoning-format", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, "auto", "auto",
+     "a thinking model's reasoning apart from its answer (auto, deepseek: the same) or in it (none)", 0},
 };
 #define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
 

@@ -81,6 +81,14 @@ int engine_backend_supports(const model *m, const st_backend *be) {
                      be->name);
         return -1;
     }
+    /* gpt-oss: attention sinks, biased experts and the clamped SwiGLU (the CUDA backend has none yet) */
+    if ((hp->attn_sinks && !be->attention_sinks) ||
+        ((hp->exps_bias || hp->act == ST_ACT_SWIGLU_OAI) && !(be->moe_gatings & ST_GATINGS_OAI))) {
+        st_error_set("architecture '%s' needs attention sinks, per-expert biases and the clamped SwiGLU, which "
+                     "the %s backend lacks; run it on the CPU (without --gpu)",
+                     model_arch_name(hp->arch), be->name);
+        return -1;
+    }
     return 0;
 }
 
@@ -130,7 +138,7 @@ engine *engine_open(const engine_params *p) {
     /* the engine decides where weights live: on the GPU, or (MoE) by the memory plan */
     /* (the CPU alone with --ram-budget: the lanes serve the host tiers when the experts exceed it) */
     if (m->hp.n_expert && (p->gpu >= 0 || p->expert_cache >= 0 || p->ram_budget > 0)) {
-        const int rc = engine_offload(p, m, n_ctx, e->n_ubatch, &be, &e->placed);
+        const int rc = engine_offload(p, m, n_ctx, &e->n_ubatch, &be, &e->placed);
         if (rc < 0) {
             be->destroy(be);
             tokenizer_free(tok);
@@ -240,16 +248,26 @@ static void seq_chunk_done(engine_seq *s, int n) {
     if (s->kv->recurrent && n > 1) kv_cache_checkpoint(s->kv, s->hist, s->n_past);
 }
 
+/* A verify pass left undecided (no engine_seq_truncate after it) is kept
+ * whole before anything else touches the sequence. */
+static void seq_settle(engine_seq *s) {
+    if (s->kv->spec_pos >= 0) kv_cache_spec_keep(s->kv, s->n_past - s->kv->spec_pos);
+}
+
 /* Evaluate toks into s; logits: its last token's (every token's with all),
- * or NULL (a prompt chunk's KV only). */
+ * or NULL (a prompt chunk's KV only). all: a verify pass of drafted tokens,
+ * which engine_seq_truncate may cut back: a recurrent cache records how, and
+ * saves no checkpoint of a state that may be rolled back. */
 static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits, int all) {
     if (n <= 0) return 0;
     if (seq_check(e, s, toks, n) != 0) return -1;
+    seq_settle(s);
+    if (all && n > 1) kv_cache_spec_begin(s->kv, s->n_past, n); /* the first token is always kept */
     split_send_forward(s->id, s->n_past, n);
     model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, all);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
-    seq_chunk_done(s, n);
+    if (!all) seq_chunk_done(s, n);
     return 0;
 }
 
@@ -259,6 +277,7 @@ int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
 
 int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals) {
     if (seq_check(e, s, &tok, 1) != 0) return -1;
+    seq_settle(s);
     split_send_forward(s->id, s->n_past, 1);
     const int rc = model_forward_top_k(e->mc, s->kv->layers, tok, s->n_past, k, ids, vals, s->logits);
     s->hist[s->n_past++] = tok;
@@ -269,9 +288,54 @@ int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, fl
     return seq_eval_to(e, s, toks, n, logits, 1);
 }
 
+int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engine_pool pool, float *out) {
+    if (n <= 0) {
+        st_error_set("nothing to embed");
+        return -1;
+    }
+    if (seq_check(e, s, toks, n) != 0) return -1;
+    const int d = e->m->hp.n_embd;
+    float *h = pool == ENGINE_POOL_NONE ? NULL : st_malloc((size_t)e->n_ubatch * d * sizeof(float));
+    double *sum = pool == ENGINE_POOL_MEAN ? st_calloc((size_t)d, sizeof(double)) : NULL;
+    for (int done = 0; done < n;) {
+        int m = n - done < e->n_ubatch ? n - done : e->n_ubatch;
+        float *rows = h ? h : out + (size_t)done * d; /* NONE: straight into place */
+        split_send_forward(s->id, s->n_past, m); /* a follower's model_forward of m <= n_ubatch: one chunk too */
+        model_forward_hidden(e->mc, s->kv->layers, toks + done, m, s->n_past, rows);
+        memcpy(s->hist + s->n_past, toks + done, (size_t)m * sizeof(int32_t));
+        s->n_past += m;
+        seq_chunk_done(s, m);
+        if (pool == ENGINE_POOL_MEAN) /* in double: a long input's sum keeps its small terms */
+            for (int r = 0; r < m; r++)
+                for (int j = 0; j < d; j++) sum[j] += rows[(size_t)r * d + j];
+        else if (pool == ENGINE_POOL_FIRST && done == 0)
+            memcpy(out, rows, (size_t)d * sizeof(float));
+        else if (pool == ENGINE_POOL_LAST && done + m == n)
+            memcpy(out, rows + (size_t)(m - 1) * d, (size_t)d * sizeof(float));
+        done += m;
+    }
+    if (sum)
+        for (int j = 0; j < d; j++) out[j] = (float)(sum[j] / n);
+    st_free(sum);
+    st_free(h);
+    return 0;
+}
+
 void engine_seq_truncate(engine_seq *s, int n_past) {
-    ST_ASSERT(!s->kv->recurrent && n_past >= 0 && n_past <= s->n_past);
+    ST_ASSERT(n_past >= 0 && n_past <= s->n_past);
+    if (n_past == s->n_past) { /* nothing to forget */
+        seq_settle(s);
+        return;
+    }
+    if (s->kv->recurrent) { /* only back into the last verify pass, whose record replays the kept part */
+        ST_ASSERT(s->kv->spec_pos >= 0 && n_past >= s->kv->spec_pos);
+        kv_cache_spec_keep(s->kv, n_past - s->kv->spec_pos);
+    }
     s->n_past = n_past; /* the rows beyond are written again before attention reads them */
+}
+
+int engine_drafts_ok(const engine *e) {
+    return !e->seq.kv->recurrent || e->be->gated_delta_net_keep != NULL;
 }
 
 static int seq_eval_nologits(engine *e, engine_seq *s, const int32_t *toks, int n) {
@@ -286,6 +350,7 @@ int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n) {
 }
 
 int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n) {
+    seq_settle(s);
     int k = engine_seq_common_prefix(s, toks, n);
     if (k == n) k = n - 1; /* the last prompt token must be evaluated to get its logits */
     if (k < 0) k = 0;
@@ -313,8 +378,11 @@ int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int 
     return reused;
 }
 
-int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
-                engine_seq *const *seqs, const int32_t *tok, int n) {
+/* engine_step and engine_step_drafts: seqs[i] appends n_tok[i] tokens
+ * (NULL: one each), stacked in toks; with n_tok its rows' logits are all
+ * kept in e->batch_logits (after the chunk's, when chunk_logits). */
+static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
+                     engine_seq *const *seqs, const int32_t *toks, const int *n_tok, int n) {
     if (!reading || n_chunk <= 0) {
         reading = NULL;
         n_chunk = 0;
@@ -323,16 +391,27 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
         return reading ? (chunk_logits ? engine_seq_eval(e, reading, chunk, n_chunk)
                                        : seq_eval_nologits(e, reading, chunk, n_chunk))
                        : 0;
+    int rows = 0; /* the decoding sequences' */
     if (reading && seq_check(e, reading, chunk, n_chunk) != 0) return -1;
-    for (int i = 0; i < n; i++)
-        if (seq_check(e, seqs[i], &tok[i], 1) != 0) return -1;
-    if (reading && n_chunk + n > e->n_ubatch) {
-        st_error_set("a prompt chunk of %d tokens and %d sequences exceed the step's %d rows", n_chunk, n, e->n_ubatch);
+    for (int i = 0; i < n; i++) {
+        const int m = n_tok ? n_tok[i] : 1;
+        if (m < 1 || seq_check(e, seqs[i], toks + rows, m) != 0) {
+            if (m < 1) st_error_set("a sequence of the step has %d tokens", m);
+            return -1;
+        }
+        rows += m;
+    }
+    if ((reading || rows > n) && n_chunk + rows > e->n_ubatch) { /* one token each may take several steps */
+        st_error_set("a prompt chunk of %d tokens and %d rows of %d sequences exceed the step's %d rows", n_chunk,
+                     rows, n, e->n_ubatch);
         return -1;
     }
-    if (!reading && n == 1) return engine_seq_eval(e, seqs[0], tok, 1);
+    if (reading) seq_settle(reading);
+    for (int i = 0; i < n; i++)
+        seq_settle(seqs[i]);
+    if (!reading && !n_tok && n == 1) return engine_seq_eval(e, seqs[0], toks, 1);
     size_t nv = (size_t)e->m->hp.n_vocab;
-    int n_seq = n + (reading != NULL), n_tok = n + n_chunk;
+    int n_seq = n + (reading != NULL), n_all = rows + n_chunk;
     /* the step's inputs and outputs, gathered: kept across calls, grown as needed */
     if (n_seq > e->batch_cap) {
         e->batch_cap = n_seq;
@@ -340,11 +419,11 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
         e->batch_pos = st_realloc(e->batch_pos, (size_t)n_seq * sizeof *e->batch_pos);
         e->batch_n = st_realloc(e->batch_n, (size_t)n_seq * sizeof *e->batch_n);
         e->batch_ids = st_realloc(e->batch_ids, (size_t)n_seq * sizeof *e->batch_ids);
-        e->batch_logits = st_realloc(e->batch_logits, (size_t)n_seq * nv * sizeof(float));
     }
-    if (n_tok > e->tok_cap) {
-        e->tok_cap = n_tok;
-        e->batch_tok = st_realloc(e->batch_tok, (size_t)n_tok * sizeof *e->batch_tok);
+    if (n_all > e->tok_cap) {
+        e->tok_cap = n_all;
+        e->batch_tok = st_realloc(e->batch_tok, (size_t)n_all * sizeof *e->batch_tok);
+        e->batch_logits = st_realloc(e->batch_logits, (size_t)n_all * nv * sizeof(float));
     }
     int k = 0;
     if (reading) { /* the chunk first: the logits rows of the others follow its own */
@@ -358,14 +437,15 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
     for (int i = 0; i < n; i++) {
         e->batch_kv[k + i] = seqs[i]->kv->layers;
         e->batch_pos[k + i] = seqs[i]->n_past;
-        e->batch_n[k + i] = 1;
+        e->batch_n[k + i] = n_tok ? n_tok[i] : 1;
         e->batch_ids[k + i] = seqs[i]->id;
-        e->batch_tok[n_chunk + i] = tok[i];
+        if (e->batch_n[k + i] > 1) kv_cache_spec_begin(seqs[i]->kv, seqs[i]->n_past, e->batch_n[k + i]);
     }
+    memcpy(e->batch_tok + n_chunk, toks, (size_t)rows * sizeof(int32_t));
     int skip = reading && !chunk_logits;
-    split_send_batch(n_seq, e->batch_ids, e->batch_pos, reading ? e->batch_n : NULL, skip);
-    model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading ? e->batch_n : NULL, n_seq, skip,
-                        e->batch_logits);
+    split_send_batch(n_seq, e->batch_ids, e->batch_pos, reading || n_tok ? e->batch_n : NULL, skip, n_tok != NULL);
+    model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading || n_tok ? e->batch_n : NULL, n_seq,
+                        skip, n_tok != NULL, e->batch_logits);
     const float *out = e->batch_logits;
     if (reading) {
         if (chunk_logits) {
@@ -376,12 +456,27 @@ int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chun
         reading->n_past += n_chunk;
         seq_chunk_done(reading, n_chunk);
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, r = 0; i < n; i++) {
         engine_seq *s = seqs[i];
-        memcpy(s->logits, out + (size_t)i * nv, nv * sizeof(float));
-        s->hist[s->n_past++] = tok[i];
+        const int m = n_tok ? n_tok[i] : 1;
+        memcpy(s->logits, out + (size_t)(r + m - 1) * nv, nv * sizeof(float));
+        memcpy(s->hist + s->n_past, toks + r, (size_t)m * sizeof(int32_t));
+        s->n_past += m;
+        r += m;
     }
     return 0;
+}
+
+int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
+                engine_seq *const *seqs, const int32_t *tok, int n) {
+    return step_rows(e, reading, chunk, n_chunk, chunk_logits, seqs, tok, NULL, n);
+}
+
+int engine_step_drafts(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, engine_seq *const *seqs,
+                       const int32_t *toks, const int *n_tok, int n, const float **logits) {
+    const int rc = step_rows(e, reading, chunk, n_chunk, 0, seqs, toks, n_tok, n);
+    *logits = e->batch_logits;
+    return rc;
 }
 
 int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n) {

@@ -72,7 +72,7 @@ typedef struct engine {
     st_kv_layer **batch_kv;
     int *batch_pos, *batch_n, *batch_ids;
     int32_t *batch_tok;
-    float *batch_logits; /* [batch_cap][n_vocab] */
+    float *batch_logits; /* [tok_cap][n_vocab] */
     /* The engine's own sequence, by either name: `seq` for the sequence
      * functions, or its fields directly (e->n_past, e->logits, e->kv) as the
      * single-sequence callers have always used them. Same members, same order. */
@@ -112,9 +112,19 @@ int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t 
  * (speculative decoding's verification); s->logits is left as it was. -1
  * with st_error as engine_seq_eval. */
 int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits);
+/* How engine_seq_embed pools the tokens' final hidden states (after the output norm). */
+typedef enum { ENGINE_POOL_NONE, ENGINE_POOL_MEAN, ENGINE_POOL_FIRST, ENGINE_POOL_LAST } engine_pool;
+/* Evaluate toks into s (as engine_seq_eval, a chunk of n_ubatch at a time) and write their final hidden
+ * states pooled into out: NONE every token's ([n][n_embd]), MEAN their average, FIRST / LAST one token's
+ * (n_embd floats). Not normalized. -1 with st_error as engine_seq_eval. */
+int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engine_pool pool, float *out);
 /* Forget the positions from n_past on (drafted tokens that were rejected).
- * Attention caches only: a recurrent state cannot go back. */
+ * A recurrent state goes back only into the last engine_seq_eval_all (it
+ * replays the kept part of that pass: kv_cache_spec_keep). */
 void engine_seq_truncate(engine_seq *s, int n_past);
+/* 1 when the engine's sequences can verify drafts: no recurrent state, or a
+ * backend that can roll one back (gated_delta_net_keep). */
+int engine_drafts_ok(const engine *e);
 /* Drop positions beyond the longest common prefix of the sequence and toks
  * (keeping at least one token to evaluate); returns the prefix length. */
 int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n);
@@ -135,6 +145,15 @@ int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int 
  * id is outside the vocabulary. */
 int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
                 engine_seq *const *seqs, const int32_t *tok, int n);
+/* engine_step for speculative decoding: seqs[i] appends n_tok[i] tokens (its
+ * pending token, then its drafts; toks holds them stacked in order) and
+ * *logits points to every one's logits, [sum n_tok][n_vocab] in that order
+ * (the engine's buffer, valid until the next step); s->logits gets each
+ * sequence's last. The chunk gets no logits; the chunk and all rows must fit
+ * n_ubatch. A recurrent sequence with drafts can be cut back into them
+ * (engine_seq_truncate) until it is evaluated again. */
+int engine_step_drafts(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, engine_seq *const *seqs,
+                       const int32_t *toks, const int *n_tok, int n, const float **logits);
 /* engine_step without a prompt chunk: one decode step of n sequences. */
 int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n);
 
@@ -148,8 +167,9 @@ typedef struct {
     const char *const *stop; /* stop strings, not included in the output */
     int n_stop;
     int ignore_eos;
+    int render_special; /* control tokens are written as their text (the server's harmony parser reads them) */
     int draft_n; /* speculative decoding (engine_generate): up to this many tokens drafted by prompt lookup
-                    (draft.h) and verified in one batched pass; 0: off. Models with a recurrent state: off */
+                    (draft.h) and verified in one batched pass; 0: off (and where !engine_drafts_ok) */
 } gen_params;
 
 typedef struct {
@@ -216,9 +236,16 @@ int gen_next_top(gen_state *g, const int32_t *ids, const float *vals, int k, int
  * token, with up to draft_n tokens drafted by prompt lookup after it, in one
  * batched pass, and sample each position as gen_next would, keeping the
  * drafted tokens that were sampled. 0: *t is the next pending token (not
- * evaluated), call again; 1: finished. Attention caches only (a recurrent
- * state cannot drop rejected rows). */
+ * evaluated), call again; 1: finished. A recurrent state is rolled back to
+ * the kept tokens (engine_seq_truncate); engine_drafts_ok must hold. */
 int gen_next_drafted(gen_state *g, int32_t *t, int draft_n);
+/* The same in two halves around a batched step of several sequences
+ * (engine_step_drafts): gen_draft writes the pending token t and up to
+ * draft_n drafted tokens into toks (room for draft_n + 1) and returns how
+ * many (1 + drafts); once the step has evaluated them, gen_verify samples
+ * from their logits ([n][n_vocab]) and returns as gen_next_drafted. */
+int gen_draft(gen_state *g, int32_t t, int draft_n, int32_t *toks);
+int gen_verify(gen_state *g, int32_t *t, const int32_t *toks, int n, const float *logits);
 /* 1 once text or token callbacks asked to stop (the reader went away). */
 int gen_cancelled(const gen_state *g);
 /* Send what text is still held back, fill st's generation fields (n_gen,

@@ -37,6 +37,9 @@ struct gen_state {
     int32_t *draft_toks;
     float *draft_logits;
     int draft_cap, drafts_accepted, drafts_total;
+    /* how much to draft (gen_draft): at most draft_lim tokens (0: not set yet),
+     * none for the next draft_pause steps; draft_backoff: the last pause */
+    int draft_lim, draft_pause, draft_backoff;
 };
 
 gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prompt, int n_prompt, const gen_params *gp,
@@ -49,7 +52,7 @@ gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prom
     if (hooks) g->hk = *hooks;
     g->fn = fn;
     g->ctx = ctx;
-    g->ts = tok_stream_new(e->tok, 0);
+    g->ts = tok_stream_new(e->tok, gp->render_special);
     g->cap = 4096;
     g->pending = st_malloc(g->cap);
     if (g->hk.filter && g->hk.token) g->raw = st_malloc((size_t)e->m->hp.n_vocab * sizeof(float));
@@ -202,7 +205,28 @@ static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_
     st->ns_ssd = d.ns_ssd;
 }
 
-/* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted).
+/* A verify pass costs more the more rows it has (on a CPU nearly a token's
+ * step per row for a MoE model, whose rows route to different experts), so
+ * drafts that keep failing are cut back: a draft rejected whole halves the
+ * next one's length and pauses drafting for 1, 2, 4 .. 16 steps (doubling
+ * while they keep failing); a draft accepted whole doubles the length again,
+ * up to draft_n. Which tokens are drafted changes, never which are sampled. */
+static void draft_adapt(gen_state *g, int nd, int kept) {
+    if (nd <= 0) return;
+    if (kept == nd) {
+        g->draft_lim *= 2;
+        g->draft_backoff = 0;
+    } else if (kept == 0) {
+        g->draft_lim = g->draft_lim > 1 ? g->draft_lim / 2 : 1;
+        g->draft_backoff = g->draft_backoff ? (g->draft_backoff < 16 ? 2 * g->draft_backoff : 16) : 1;
+        g->draft_pause = g->draft_backoff;
+    } else {
+        g->draft_backoff = 0;
+    }
+}
+
+/* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted,
+ * and its two halves gen_draft, gen_verify around a batched step).
  * One call evaluates the pending token t and up to draft_n drafted tokens
  * after it in one batched pass with every position's logits, then samples
  * position by position exactly as gen_next does (same sampler, same text
@@ -212,32 +236,33 @@ static void lanes_stats(gen_stats *st, const moe_lane_stats *ls, const moe_lane_
  * for token (up to the rounding by which a batched product differs from a
  * one-token one: docs/speculative.md), and a call yields 1 to draft_n + 1
  * tokens. */
-int gen_next_drafted(gen_state *g, int32_t *t, int draft_n) {
+int gen_draft(gen_state *g, int32_t t, int draft_n, int32_t *toks) {
     engine *e = g->e;
     engine_seq *s = g->s;
-    const int nv = e->m->hp.n_vocab;
-    if (g->draft_cap < draft_n + 1) {
-        g->draft_cap = draft_n + 1;
-        g->draft_toks = st_realloc(g->draft_toks, (size_t)g->draft_cap * sizeof(int32_t));
-        g->draft_logits = st_realloc(g->draft_logits, (size_t)g->draft_cap * nv * sizeof(float));
-    }
-    int32_t *toks = g->draft_toks;
     const int base = s->n_past;
-    s->hist[base] = *t; /* the draft continues the history with t appended */
-    /* no more than the context holds, nor more than the tokens still to generate after this one */
-    const int room = e->n_ctx - base - 1, left = g->max - g->n_gen - 1;
-    int nd = draft_n < room ? draft_n : room;
-    if (nd > left) nd = left;
-    nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
-    toks[0] = *t;
-    if (engine_seq_eval_all(e, s, toks, nd + 1, g->draft_logits) != 0) {
-        g->finish = "error"; /* st_error says why */
+    s->hist[base] = t; /* the draft continues the history with t appended */
+    toks[0] = t;
+    if (g->draft_pause > 0) {
+        g->draft_pause--;
         return 1;
     }
+    if (g->draft_lim <= 0 || g->draft_lim > draft_n) g->draft_lim = draft_n;
+    /* no more than the context holds, nor more than the tokens still to generate after this one */
+    const int room = e->n_ctx - base - 1, left = g->max - g->n_gen - 1;
+    int nd = g->draft_lim < room ? g->draft_lim : room;
+    if (nd > left) nd = left;
+    nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
+    return nd + 1;
+}
+
+int gen_verify(gen_state *g, int32_t *t, const int32_t *toks, int n, const float *logits) {
+    engine_seq *s = g->s;
+    const int nv = g->e->m->hp.n_vocab, nd = n - 1, base = s->n_past - n;
+    ST_ASSERT(n >= 1 && base >= 0 && toks[0] == *t);
     g->drafts_total += nd;
     int i = 0, done = 0;
     for (;; i++) {
-        memcpy(s->logits, g->draft_logits + (size_t)i * nv, (size_t)nv * sizeof(float));
+        memcpy(s->logits, logits + (size_t)i * nv, (size_t)nv * sizeof(float));
         s->n_past = base + 1 + i; /* as the plain decoder would stand here (its context-full check) */
         int32_t next;
         if (gen_next(g, &next) != 0) {
@@ -250,8 +275,26 @@ int gen_next_drafted(gen_state *g, int32_t *t, int draft_n) {
     }
     const int kept = i < nd ? i : nd;
     g->drafts_accepted += kept;
-    engine_seq_truncate(s, base + 1 + kept);
+    draft_adapt(g, nd, kept);
+    s->n_past = base + n;
+    engine_seq_truncate(s, base + 1 + kept); /* a recurrent state replays the kept part of the pass */
     return done;
+}
+
+int gen_next_drafted(gen_state *g, int32_t *t, int draft_n) {
+    engine *e = g->e;
+    const int nv = e->m->hp.n_vocab;
+    if (g->draft_cap < draft_n + 1) {
+        g->draft_cap = draft_n + 1;
+        g->draft_toks = st_realloc(g->draft_toks, (size_t)g->draft_cap * sizeof(int32_t));
+        g->draft_logits = st_realloc(g->draft_logits, (size_t)g->draft_cap * nv * sizeof(float));
+    }
+    const int n = gen_draft(g, *t, draft_n, g->draft_toks);
+    if (engine_seq_eval_all(e, g->s, g->draft_toks, n, g->draft_logits) != 0) {
+        g->finish = "error"; /* st_error says why */
+        return 1;
+    }
+    return gen_verify(g, t, g->draft_toks, n, g->draft_logits);
 }
 
 int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, const gen_params *gp, gen_text_fn fn,
@@ -277,7 +320,7 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     gen_state *g = gen_begin(e, &e->seq, s, prompt, n_prompt, gp, NULL, fn, ctx);
     const moe_lane_stats *ls = moe_lanes_stats(e->be);
     const moe_lane_stats before = ls ? *ls : (moe_lane_stats){0};
-    if (gp->draft_n > 0 && !e->seq.kv->recurrent) {
+    if (gp->draft_n > 0 && engine_drafts_ok(e)) {
         int32_t t;
         if (gen_next(g, &t) == 0)
             while (gen_next_drafted(g, &t, gp->draft_n) == 0) {

@@ -248,7 +248,22 @@ size_t engine_device_budget(const engine_params *p, size_t free_bytes) {
     return free_bytes > reserve ? free_bytes - reserve : 0;
 }
 
-int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st_backend **be,
+int engine_prefill_chunk(const engine_params *p, model *m, int n_ctx, size_t budget) {
+    if (p->n_ubatch > 0) return p->n_ubatch;
+    if (!m->hp.n_expert) return 512;
+    expert_plan_in in;
+    expert_plan plan;
+    if (engine_plan_memory(p, m, n_ctx, 512, budget, &in, &plan) != 0) return 512;
+    const int streamed = !plan.all_resident;
+    expert_plan_free(&plan);
+    if (!streamed) return 512;
+    const size_t base = engine_scratch_bytes(&m->hp, 512);
+    for (int c = 4096; c > 512; c /= 2)
+        if (c <= n_ctx && engine_scratch_bytes(&m->hp, c) - base <= budget / 8) return c;
+    return 512;
+}
+
+int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io, st_backend **be,
                    struct engine_placed **placed) {
     const model_hparams *hp = &m->hp;
     st_backend *dev = *be;
@@ -264,6 +279,13 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int n_ubatch, st
             return -1;
         }
     }
+    if (!on_cpu && p->n_ubatch <= 0) {
+        *n_ubatch_io = engine_prefill_chunk(p, m, n_ctx, budget);
+        if (*n_ubatch_io != 512)
+            ST_INFO("prompt chunks of %d tokens (--prefill auto: experts are streamed, and a longer chunk streams "
+                    "each of them once for more tokens)", *n_ubatch_io);
+    }
+    const int n_ubatch = *n_ubatch_io;
     expert_plan_in in;
     expert_plan plan;
     /* the CPU alone with --ram-budget: the lanes (no cache) only when the

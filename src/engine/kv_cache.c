@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 
 static size_t row_elems(const model_hparams *hp) { return (size_t)hp->n_head_kv * hp->head_dim; }
 
@@ -46,6 +47,12 @@ kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_c
     kv->n_layer = hp->n_layer;
     kv->n_ctx = n_ctx;
     kv->layers = st_calloc((size_t)hp->n_layer, sizeof(st_kv_layer));
+    kv->spec_pos = -1;
+    kv->gdn = (st_gdn){.d_conv = hp->ssm_d_conv,
+                       .n_k_head = hp->ssm_n_k_head,
+                       .n_v_head = hp->ssm_n_v_head,
+                       .head_dim = hp->ssm_head_dim,
+                       .k_grouped = hp->ba_fused}; /* as forward.c's recurrent_block sets them */
     size_t elem = type == ST_KV_F16 ? 2 : 1;
     for (int il = 0; il < hp->n_layer; il++) {
         st_kv_layer *l = &kv->layers[il];
@@ -85,9 +92,9 @@ void kv_cache_free(kv_cache *kv) {
     if (!kv) return;
     for (int il = 0; il < kv->n_layer; il++) {
         st_kv_layer *l = &kv->layers[il];
-        void *p[] = {l->k, l->v != l->k ? l->v : NULL, l->k_scale, l->v_scale != l->k_scale ? l->v_scale : NULL,
-                     l->conv, l->ssm};
-        for (int i = 0; i < 6; i++)
+        void *p[] = {l->k,   l->v != l->k ? l->v : NULL, l->k_scale, l->v_scale != l->k_scale ? l->v_scale : NULL,
+                     l->conv, l->ssm, l->undo};
+        for (int i = 0; i < 7; i++)
             if (p[i]) kv->be->free(kv->be, p[i]);
     }
     st_free(kv->layers);
@@ -133,6 +140,34 @@ int kv_cache_restore(kv_cache *kv, const int32_t *toks, int n, int max_pos) {
         return 0;
     ck_copy(kv, 0);
     return p;
+}
+
+void kv_cache_spec_begin(kv_cache *kv, int pos, int n) {
+    if (!kv->recurrent) return;
+    ST_ASSERT(kv->spec_pos < 0 && n > 0 && pos >= 0);
+    const int grow = n > kv->undo_alloc;
+    if (grow) kv->undo_alloc = n;
+    for (int il = 0; il < kv->n_layer; il++) {
+        st_kv_layer *l = &kv->layers[il];
+        if (!l->ssm) continue;
+        if (grow) {
+            if (l->undo) kv->be->free(kv->be, l->undo);
+            l->undo = kv->be->alloc(kv->be, st_gdn_undo_floats(&kv->gdn, n) * sizeof(float));
+        }
+        l->undo_cap = n;
+        l->undo_n = 0;
+    }
+    kv->spec_pos = pos;
+}
+
+void kv_cache_spec_keep(kv_cache *kv, int n_keep) {
+    if (!kv->recurrent) return;
+    ST_ASSERT(kv->spec_pos >= 0);
+    for (int il = 0; il < kv->n_layer; il++) {
+        st_kv_layer *l = &kv->layers[il];
+        if (l->ssm) kv->be->gated_delta_net_keep(kv->be, &kv->gdn, l, n_keep);
+    }
+    kv->spec_pos = -1;
 }
 
 int kv_type_from_name(const char *s) {

@@ -26,6 +26,11 @@ typedef struct {
     int ck_pos;          /* 0: none */
     int32_t *ck_tok;     /* (n_ctx) */
     float *ck_state;     /* every recurrent layer's conv then ssm values, in layer order */
+    /* Speculative decoding: a verify pass from spec_pos (-1: none) records in
+     * every recurrent layer how to undo it (st_kv_layer undo), up to undo_alloc
+     * tokens, until kv_cache_spec_keep. */
+    st_gdn gdn;          /* the DeltaNet layers' sizes (no weights): what the undo record's layout needs */
+    int spec_pos, undo_alloc;
 } kv_cache;
 
 /* Bytes a cache of n_ctx positions takes (the recurrent state included). */
@@ -43,6 +48,14 @@ void kv_cache_checkpoint(kv_cache *kv, const int32_t *tokens, int pos);
 /* If the saved state describes a prefix of toks[0..n) of at most max_pos
  * tokens, put it back into the layers and return its length; else 0. */
 int kv_cache_restore(kv_cache *kv, const int32_t *toks, int n, int max_pos);
+/* Speculative decoding (a recurrent cache's rollback): the next n tokens,
+ * evaluated from position pos, are a verify pass whose state can be undone
+ * (memory: the state once plus a few rows per token, per recurrent layer). A
+ * no-op without recurrent layers, whose rows need no undoing. */
+void kv_cache_spec_begin(kv_cache *kv, int pos, int n);
+/* End of that pass: the recurrent state as if only the first n_keep of its
+ * tokens had been evaluated (n_keep = all of them: kept as it is). */
+void kv_cache_spec_keep(kv_cache *kv, int n_keep);
 /* Parse "f16" / "int8"; -1 if neither. */
 int kv_type_from_name(const char *s);
 

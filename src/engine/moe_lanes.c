@@ -70,7 +70,7 @@ typedef struct {
     /* one-token steps in recorded segments (the device's st_step_segments):
      * the ops between two layers' host work replay as one graph */
     st_backend live;  /* the op table as wrapped: what the host's part calls */
-    int seg_mode;     /* SEG_LIVE, SEG_RECORD or SEG_REPLAY in the step under way */
+    int seg_mode;     /* SEG_LIVE, SEG_PROBE, SEG_RECORD or SEG_REPLAY in the step under way */
     int seg_off;      /* never (no segments, or a recording failed) */
     void **seg;       /* the recorded segments, seg_n of them (seg_cap allocated) */
     int seg_n, seg_cap, seg_i;
@@ -83,7 +83,9 @@ typedef struct {
     int *tier_order;     /* (n_expert) the misses as the store reads them: the PCIe lane's first */
 } lanes;
 
-enum { SEG_LIVE, SEG_RECORD, SEG_REPLAY };
+/* SEG_PROBE: the live step before a recording, telling the device where
+ * its segments would end (so that it can say whether they can be recorded) */
+enum { SEG_LIVE, SEG_PROBE, SEG_RECORD, SEG_REPLAY };
 
 static lanes *LN(st_backend *be) { return (lanes *)be; }
 
@@ -174,6 +176,11 @@ static void no_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                          float scale, int window, float *out) {
     (void)be, (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)out;
 }
+static void no_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                               float scale, int window, const float *sinks, float *out) {
+    (void)be, (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)sinks,
+        (void)out;
+}
 static void no_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     (void)be, (void)act, (void)g, (void)u, (void)out, (void)n;
 }
@@ -195,10 +202,11 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 28 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 30 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
- * stubs above when an op is added */
-_Static_assert(sizeof(st_backend) == 33 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+ * stubs above when an op is added. gated_delta_net_keep needs none: it runs
+ * between steps (engine_seq_truncate), never inside a recorded one. */
+_Static_assert(sizeof(st_backend) == 35 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -212,13 +220,14 @@ static void seg_stub(lanes *L, int on) {
     b->kv_store = on ? no_kv_store : v->kv_store;
     b->qkv_prep = on ? no_qkv_prep : v->qkv_prep;
     b->attention = on ? no_attention : v->attention;
+    b->attention_sinks = on ? (v->attention_sinks ? no_attention_sinks : NULL) : v->attention_sinks;
     b->act_mul = on ? no_act_mul : v->act_mul;
     b->add = on ? no_add : v->add;
     b->scale = on ? no_scale : v->scale;
     b->gated_delta_net = on ? no_gdn : v->gated_delta_net;
     b->split_halves = on ? no_split : v->split_halves;
     b->sigmoid_mul = on ? no_sigmoid_mul : v->sigmoid_mul;
-    b->copy_2d = on ? no_copy_2d : v->copy_2d;
+    b->copy_2d = on ? (v->copy_2d ? no_copy_2d : NULL) : v->copy_2d; /* optional ops stay absent */
 }
 
 static void seg_drop_all(lanes *L) {
@@ -234,7 +243,10 @@ static void seg_drop_all(lanes *L) {
 /* A layer's host part starts: what the step queued before it runs now. */
 static void seg_enter(lanes *L) {
     const st_step_segments *sg = L->live.segments;
-    if (L->seg_mode == SEG_RECORD) {
+    if (L->seg_mode == SEG_PROBE) {
+        void *g;
+        (void)sg->cut(&L->live, &g); /* live: where a segment would end */
+    } else if (L->seg_mode == SEG_RECORD) {
         if (L->seg_n == L->seg_cap) {
             L->seg_cap = L->seg_cap ? 2 * L->seg_cap : 64;
             L->seg = st_realloc(L->seg, (size_t)L->seg_cap * sizeof *L->seg);
@@ -441,12 +453,18 @@ static void l_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *,
          * is what the recording needs, which must not grow while recording */
         seg_drop_all(L);
         sg->begin(&L->live, pos0, 0);
+        L->seg_mode = SEG_PROBE;
         body(arg, pos0);
+        seg_enter(L); /* the tail */
         L->seg_arg = st_malloc(size);
         memcpy(L->seg_arg, arg, size);
         L->seg_size = size;
         L->seg_key = sg->key(&L->live, pos0);
         L->seg_sized = 1;
+        if (L->seg_key == UINT64_MAX) { /* an op there needs the host: recording would lose its work */
+            ST_WARN("decode steps with experts in host RAM run unrecorded: an op needs the host mid-step");
+            L->seg_off = 1;
+        }
     }
     sg->end(&L->live);
     L->seg_mode = SEG_LIVE;

@@ -165,9 +165,9 @@ void split_send_forward(int id, int pos, int n) {
     net.bcast(body, 3);
 }
 
-void split_send_batch(int n_seq, const int *ids, const int *pos, const int *n_tok, int skip) {
+void split_send_batch(int n_seq, const int *ids, const int *pos, const int *n_tok, int skip, int all) {
     if (net.size <= 1 || net.rank != 0 || stopped) return; /* rank 0 alone commands, until stop */
-    int32_t hdr[4] = {SPLIT_BATCH, n_seq, n_tok != NULL, skip};
+    int32_t hdr[4] = {SPLIT_BATCH, n_seq, (n_tok != NULL) | (all ? 2 : 0), skip};
     int32_t *body = st_malloc((size_t)n_seq * 3 * sizeof(int32_t));
     for (int s = 0; s < n_seq; s++) {
         body[3 * s] = ids[s];
@@ -258,7 +258,7 @@ int split_follow(engine *e) {
         if (hdr[0] == SPLIT_FORWARD)
             model_forward(e->mc, kvs[0], NULL, ntok[0], pos[0], NULL, 0);
         else
-            model_forward_batch(e->mc, kvs, NULL, pos, hdr[2] ? ntok : NULL, n_seq, hdr[3], NULL);
+            model_forward_batch(e->mc, kvs, NULL, pos, hdr[2] & 1 ? ntok : NULL, n_seq, hdr[3], hdr[2] >> 1 & 1, NULL);
     }
     for (int i = 0; i < n_seqs; i++) kv_cache_free(seqs[i].kv);
     st_free(seqs);

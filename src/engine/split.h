@@ -54,10 +54,11 @@ int split_layer_range(const model *m, const char *spec, int n_ranks, int rank, i
 
 /* Commands, rank 0 to the followers, before each forward call (engine.c). */
 enum { SPLIT_STOP = 0, SPLIT_FORWARD = 1, SPLIT_BATCH = 2, SPLIT_FREE = 3 };
-/* model_forward of n tokens of sequence id from pos (model_forward_top_k is one token). */
+/* model_forward of n tokens of sequence id from pos (model_forward_top_k is one token,
+ * model_forward_hidden one chunk of n). */
 void split_send_forward(int id, int pos, int n);
-/* model_forward_batch: n_seq sequences, n_tok NULL for one token each. */
-void split_send_batch(int n_seq, const int *ids, const int *pos, const int *n_tok, int skip);
+/* model_forward_batch: n_seq sequences, n_tok NULL for one token each, all: every row's logits. */
+void split_send_batch(int n_seq, const int *ids, const int *pos, const int *n_tok, int skip, int all);
 /* Sequence id is gone: its followers' caches are freed. */
 void split_send_free(int id);
 void split_send_stop(void);

@@ -9,7 +9,9 @@
  * expert scaled by sigmoid(w.h) to the routed ones. glm4moe: partial rotary,
  * dense FFNs in the first layers, then sigmoid-routed experts (a selection
  * bias, a scale) plus an ungated shared expert. deepseek2: multi-head latent
- * attention (forward_mla.c) and group-limited routing. Every step is a backend
+ * attention (forward_mla.c) and group-limited routing. gpt-oss: attention sinks, an
+ * output bias, a router bias, experts whose biases and clamped SwiGLU travel
+ * in their st_weight and st_act through the MoE seam. Every step is a backend
  * op, so the same code drives the CPU and the GPU. Each residual add is done by the norm that
  * follows it (rmsnorm's res argument: one pass over x instead of two); the
  * last layer's by a plain add, since the output norm reads only some rows.
@@ -148,20 +150,27 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         be->add(be, c->k, l->bk, kvw, rows);
         be->add(be, c->v, l->bv, kvw, rows);
     }
-    /* Gemma 3: five sliding-window layers with their own RoPE base, then one global */
+    /* Gemma 3: five sliding-window layers with their own unscaled RoPE base, then one global;
+     * gpt-oss: every other layer, rotated as the others (YaRN) */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
-    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, swa ? 1.0f : hp->rope_freq_scale, hp->rope_neox,
-                    swa ? NULL : c->m->rope_freqs, hp->n_rot};
+    const int own = swa && !hp->swa_rope_global;
+    st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, own ? 1.0f : hp->rope_freq_scale, hp->rope_neox,
+                    own ? NULL : c->m->rope_freqs, hp->n_rot};
     for (int s = 0, r = 0; s < n_seq; s++) {
         const int n = n_tok ? n_tok[s] : 1;
         float *q = c->q + (size_t)r * qw, *att = c->att + (size_t)r * qw;
         be->qkv_prep(be, q, c->k + (size_t)r * kvw, c->v + (size_t)r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n,
                      hp->n_head, &rope, &kv[s][il], pos0[s]);
-        be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
+        if (l->attn_sinks)
+            be->attention_sinks(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0,
+                                l->attn_sinks, att);
+        else
+            be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
         r += n;
     }
     if (gated) be->sigmoid_mul(be, c->att, c->gate, qw, qw, rows);
     be->matmul(be, &l->wo, 0, c->att, c->o, rows);
+    if (l->bo) be->add(be, c->o, l->bo, hp->n_embd, rows);
     if (l->post_attn_norm) be->rmsnorm(be, c->o, NULL, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
     be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
 }
@@ -221,6 +230,7 @@ static void ffn_block(model_ctx *c, int il, int n, int last) {
         const st_moe_gating gt = {hp->gate_fn, hp->norm_topk, l->exp_probs_b, hp->expert_scale, hp->n_group,
                                   hp->n_group_used};
         be->matmul(be, &l->ffn_gate_inp, 0, c->h, c->router, n);
+        if (l->ffn_gate_inp_b) be->add(be, c->router, l->ffn_gate_inp_b, hp->n_expert, n); /* gpt-oss */
         be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, &gt, hp->act, &l->ffn_gate_exps,
                     &l->ffn_up_exps, &l->ffn_down_exps, c->o);
         if (l->ffn_up_shexp.data) { /* the shared expert (the hybrids': scaled by sigmoid(w.h)) joins the routed ones */
@@ -253,6 +263,7 @@ typedef struct {
     model_ctx *c;
     st_kv_layer *kv;
     int n, first, rows; /* tokens; logits rows [first, first+rows), rows 0: none */
+    int hidden;         /* stop at the output norm: c->h holds the rows' final hidden states (embeddings) */
 } step_args;
 
 /* Embedding and layers of the token ids in c->ids: n_seq sequences stacked
@@ -300,12 +311,14 @@ static void step_body(void *arg, int pos0) {
     /* only the rows whose logits are wanted go through the output matrix */
     be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, NULL, m->output_norm, c->h, hp->n_embd, a->rows,
                 hp->rms_eps);
+    if (a->hidden) return;
     be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
 }
 
 /* One step of n tokens from pos0 whose logits rows [first, first + rows)
  * are left in c->logits (on the backend). */
-static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, int first, int rows) {
+static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, int first, int rows,
+                      int hidden) {
     st_backend *be = c->be;
     step_args a;
     memset(&a, 0, sizeof a); /* the bytes are the graph's key: no stray padding */
@@ -314,6 +327,7 @@ static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int 
     a.n = n;
     a.first = first;
     a.rows = rows;
+    a.hidden = hidden;
     if (has_ends(c)) be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->run_step(be, n, pos0, step_body, &a, sizeof a);
 }
@@ -321,19 +335,27 @@ static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int 
 static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
                           int all_logits) {
     const int rows = !logits ? 0 : all_logits ? n : 1;
-    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows);
-    if (logits && has_ends(c)) c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
+    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0);
+    if (logits && has_ends(c))
+        c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
 }
 
 int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
                         float *logits) {
     ST_ASSERT(pos + 1 <= kv[0].n_ctx);
     st_backend *be = c->be;
-    run_chunk(c, kv, &token, 1, pos, 0, 1); /* as a one-token forward_chunk with logits: the same recorded graph */
+    run_chunk(c, kv, &token, 1, pos, 0, 1, 0); /* as a one-token forward_chunk with logits: the same recorded graph */
     const int nv = c->m->hp.n_vocab;
     if (be->top_k && be->top_k(be, c->logits, nv, k, ids, vals) == 0) return 0;
     be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));
     return 1;
+}
+
+void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden) {
+    ST_ASSERT(n_tok > 0 && n_tok <= c->n_ubatch);
+    ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);
+    run_chunk(c, kv, tokens, n_tok, pos0, 0, n_tok, 1);
+    c->be->to_host(c->be, hidden, c->h, (size_t)n_tok * c->m->hp.n_embd * sizeof(float));
 }
 
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
@@ -358,6 +380,7 @@ typedef struct {
     const int *pos;         /* (n_seq) */
     const int *n_tok;       /* (n_seq), or NULL: one token each */
     int n_seq, rows, skip;  /* logits of the last token of sequences [skip, n_seq) */
+    int all;                /* ... or of every token of them */
 } batch_args;
 
 static void batch_body(void *arg, int pos0) {
@@ -370,19 +393,21 @@ static void batch_body(void *arg, int pos0) {
 
     layers(c, a->kv, a->pos, a->n_tok, a->n_seq, a->rows);
     if (!has_ends(c)) return;
-    /* each wanted sequence's last row, normed into consecutive rows of h, then one product */
+    /* each wanted sequence's last row (or all its rows), normed into consecutive rows of h, then one product */
     int r = 0, k = 0;
     for (int s = 0; s < a->n_seq; s++) {
-        r += a->n_tok ? a->n_tok[s] : 1;
+        const int n = a->n_tok ? a->n_tok[s] : 1, w = a->all ? n : 1;
+        r += n;
         if (s < a->skip) continue;
-        be->rmsnorm(be, c->x + (size_t)(r - 1) * hp->n_embd, NULL, m->output_norm, c->h + (size_t)k++ * hp->n_embd,
-                    hp->n_embd, 1, hp->rms_eps);
+        be->rmsnorm(be, c->x + (size_t)(r - w) * hp->n_embd, NULL, m->output_norm, c->h + (size_t)k * hp->n_embd,
+                    hp->n_embd, w, hp->rms_eps);
+        k += w;
     }
     if (k) be->matmul(be, &m->output, 0, c->h, c->logits, k);
 }
 
 void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, const int *n_tok,
-                         int n_seq, int skip, float *logits) {
+                         int n_seq, int skip, int all, float *logits) {
     ST_ASSERT(n_seq > 0 && skip >= 0 && skip <= n_seq);
     size_t nv = (size_t)c->m->hp.n_vocab;
     int rows = 0;
@@ -394,11 +419,14 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
     if (n_tok && rows > n_seq) {
         /* a prompt chunk among them: all in one step, within the activation rows */
         ST_ASSERT(rows <= c->n_ubatch);
-        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip};
+        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip, all};
         st_backend *be = c->be;
         if (has_ends(c)) be->to_device(be, c->ids, tok, (size_t)rows * sizeof(int32_t));
         be->run_step(be, rows, pos[0], batch_body, &a, sizeof a);
-        if (skip < n_seq && has_ends(c)) be->to_host(be, logits, c->logits, (size_t)(n_seq - skip) * nv * sizeof(float));
+        int out_rows = 0;
+        for (int s = skip; s < n_seq; s++)
+            out_rows += all ? n_tok[s] : 1;
+        if (out_rows && has_ends(c)) be->to_host(be, logits, c->logits, (size_t)out_rows * nv * sizeof(float));
         return;
     }
     /* one token each: steps of up to n_ubatch sequences */
@@ -411,7 +439,7 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */
-            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk};
+            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk, 0};
             st_backend *be = c->be;
             if (has_ends(c)) be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
             be->run_step(be, n, pos[done], batch_body, &a, sizeof a);

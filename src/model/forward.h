@@ -38,6 +38,10 @@ void model_ctx_set_split(model_ctx *c, const model_split *s);
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
                    int all_logits);
 
+/* n_tok (<= n_ubatch) tokens at positions pos0.. as model_forward, stopping at the output norm:
+ * hidden (host) receives every token's final hidden state, [n_tok][n_embd] (embeddings). */
+void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden);
+
 /* One token at pos; instead of every logit, the k largest with their ids
  * (backend.h top_k, on the device: a decode step copies k pairs, not the
  * vocabulary). 0; or 1 when the backend could not (no top_k, or k or the
@@ -52,9 +56,11 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
  * the rotary embedding, cache write and attention run per sequence. logits
  * (host) receives the last token's logits of sequences [skip, n_seq),
  * [n_seq - skip][n_vocab] (the first skip sequences are prompt chunks whose
- * logits are not needed). One token each: more sequences than n_ubatch run
- * in several steps; with longer sequences the rows must fit n_ubatch. */
+ * logits are not needed), or with all every token's of them, in row order
+ * (speculative decoding: a sequence's pending token and its drafts). One
+ * token each: more sequences than n_ubatch run in several steps; with longer
+ * sequences the rows must fit n_ubatch. */
 void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, const int *n_tok,
-                         int n_seq, int skip, float *logits);
+                         int n_seq, int skip, int all, float *logits);
 
 #endif

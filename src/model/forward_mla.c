@@ -16,9 +16,9 @@
  * n_rot + kv_lora values of extra work, against a separate kernel.
  * Per-head products go through copy_2d: a head's slice of every row is packed
  * into a matrix, multiplied by its matrix of W_kb / W_vb, and put back.
- * YaRN: the frequencies as per-pair divisors of the plain rope (ggml's
- * rope_yarn ramp); its magnitude factor cancels in the rope and is the
- * attention scale's mscale^2 (model_load.c).
+ * YaRN: the frequencies as per-pair divisors of the plain rope, computed at
+ * load (model_load.c's yarn_divisors, which gpt-oss shares); its magnitude
+ * factor cancels in the rope and is the attention scale's mscale^2.
  */
 #include "model/forward_mla.h"
 
@@ -40,29 +40,6 @@ static float *balloc(st_backend *be, size_t n) {
     return be->alloc(be, n * sizeof(float));
 }
 
-/* ggml's ggml_rope_yarn_corr_dim: the pair index whose wavelength turns n_turns times in n_ctx_orig
- */
-static float corr_dim(int n_dims, int n_ctx_orig, float n_turns, float base) {
-    return (float)n_dims * logf((float)n_ctx_orig / (n_turns * 2.0f * (float)M_PI)) /
-           (2.0f * logf(base));
-}
-
-/* Per-pair divisors d[i] such that theta_i / d[i] is YaRN's blend of the
- * interpolated (freq_scale * theta_i) and the original frequency. */
-static void yarn_divisors(const model_hparams *hp, float *d) {
-    const int n = hp->n_rot;
-    float lo = floorf(corr_dim(n, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->rope_theta));
-    float hi = ceilf(corr_dim(n, hp->yarn_orig_ctx, hp->yarn_beta_slow, hp->rope_theta));
-    lo = lo > 0 ? lo : 0;
-    hi = hi < n - 1 ? hi : (float)(n - 1);
-    const float fs = hp->rope_freq_scale;
-    for (int i = 0; i < n / 2; i++) {
-        float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
-        const float mix = 1.0f - fminf(1.0f, fmaxf(0.0f, y)); /* 1: keep the original frequency */
-        d[i] = 1.0f / (fs * (1.0f - mix) + mix);
-    }
-}
-
 mla_bufs *mla_bufs_create(const model *m, st_backend *be, int n_ubatch) {
     const model_hparams *hp = &m->hp;
     mla_bufs *b = st_calloc(1, sizeof *b);
@@ -76,12 +53,9 @@ mla_bufs *mla_bufs_create(const model *m, st_backend *be, int n_ubatch) {
     b->t1 = balloc(be, B * w);
     b->t2 = balloc(be, B * w);
     b->vo = balloc(be, B * (size_t)hp->n_head * (size_t)hp->v_head_mla);
-    if (hp->yarn_orig_ctx > 0) {
-        float *d = st_malloc((size_t)(hp->n_rot / 2) * sizeof(float));
-        yarn_divisors(hp, d);
+    if (m->rope_freqs) { /* YaRN's divisors (model_load.c), in the backend's memory */
         b->div = balloc(be, (size_t)(hp->n_rot / 2));
-        be->to_device(be, b->div, d, (size_t)(hp->n_rot / 2) * sizeof(float));
-        st_free(d);
+        be->to_device(be, b->div, m->rope_freqs, (size_t)(hp->n_rot / 2) * sizeof(float));
     }
     return b;
 }

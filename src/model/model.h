@@ -6,7 +6,9 @@
  * hybrid qwen3next / qwen35moe / qwen35 (dense) (gated DeltaNet layers, a gated attention
  * layer every full_attn_interval-th), glm4moe (GLM-4.5/4.6: sigmoid routing with a
  * selection bias, leading dense layers, a shared expert, partial rotary), deepseek2
- * (DeepSeek V2/V3/R1, Kimi K2: multi-head latent attention, group-limited routing). They are one decoder with switches
+ * (DeepSeek V2/V3/R1, Kimi K2: multi-head latent attention, group-limited routing), gpt-oss (attention
+ * sinks, sliding window every other layer, YaRN, biased experts with a clamped SwiGLU). They are one
+ * decoder with switches
  * (QKV bias, Q/K norms, post-norms, sliding window, MoE, activation, hybrid)
  * rather than copies of the same loop.
  */
@@ -29,6 +31,7 @@ typedef enum {
     ARCH_QWEN35,
     ARCH_GLM4MOE,
     ARCH_DEEPSEEK2,
+    ARCH_GPT_OSS,
     ARCH_COUNT
 } model_arch;
 
@@ -83,6 +86,10 @@ typedef struct {
     int kv_lora, q_lora, head_dim_mla, v_head_mla;
     int yarn_orig_ctx;
     float yarn_beta_fast, yarn_beta_slow;
+    /* gpt-oss: per-head attention sinks and an output bias (attn_sinks); a router bias and
+     * per-expert biases on gate/up/down (exps_bias); sliding-window layers rotate as the others
+     * (swa_rope_global: YaRN everywhere, where gemma3 gives them their own unscaled base) */
+    int attn_sinks, exps_bias, swa_rope_global;
 } model_hparams;
 
 /* Whether layer il's FFN is the routed experts (else a dense FFN). */
@@ -118,6 +125,11 @@ typedef struct {
     const float *kv_a_norm;          /* (kv_lora) */
     st_weight wk_b;                  /* (n_head x [nope -> kv_lora]): a head's q_nope into the latent space */
     st_weight wv_b;                  /* (n_head x [kv_lora -> v_head_mla]): a head's latent output to its values */
+    /* gpt-oss; the per-expert biases ((n_expert x n_ff_exp) x2, (n_expert x n_embd)) are
+     * ffn_{gate,up,down}_exps.bias, so that they travel with their experts */
+    const float *attn_sinks;         /* (n_head) logit of each head's sink in the softmax, or NULL */
+    const float *bo;                 /* (n_embd) attn_output bias, or NULL */
+    const float *ffn_gate_inp_b;     /* (n_expert) router bias, or NULL */
     /* hybrid families (qwen3next, qwen35moe). Gated attention layers: wq is
      * (n_embd -> n_head*2*hd), per head hd query rows then hd gate rows.
      * ffn_norm is GGUF's post_attention_norm there. */
@@ -141,7 +153,7 @@ typedef struct model {
     st_weight tok_embd;              /* (n_vocab rows of n_embd) */
     const float *output_norm;        /* (n_embd) */
     st_weight output;                /* (n_embd -> n_vocab); tok_embd when tied */
-    const float *rope_freqs;         /* (head_dim/2) rotary frequency divisors (Llama 3.1+ rope_freqs.weight), or NULL */
+    const float *rope_freqs;         /* (n_rot/2) rotary frequency divisors (Llama 3.1+ rope_freqs.weight; YaRN's, made at load), or NULL */
     model_layer *layers;             /* (n_layer) */
     float **owned;                   /* f32 copies of non-f32 norm vectors, freed with the model */
     int n_owned;
@@ -199,12 +211,15 @@ typedef enum {
     MW_MLA,           /* multi-head latent attention layers (deepseek2) */
     MW_MLA_QLORA,     /* those with the q bottleneck (attn_q_a, attn_q_b) */
     MW_MLA_QPLAIN,    /* those with a plain attn_q (DeepSeek-V2-Lite) */
+    MW_SINKS,         /* attention layers with sinks and an output bias (gpt-oss) */
+    MW_EXPS_BIAS,     /* MoE layers with a router bias and per-expert biases (gpt-oss) */
 } model_when;
 typedef enum { MT_DENSE, MT_ROUTED } model_tensor_class;
 typedef struct {
     const char *name;       /* GGUF name after "blk.N.", e.g. "attn_q.weight" */
     size_t offset;          /* of its field in model_layer: an st_weight, or a const float * when vec */
-    int vec;                /* a norm or bias vector, read as f32 (n = in) */
+    int vec;                /* 1: a norm or bias vector, read as f32 (n = in*out); 2: the same, bound as
+                               the bias of the st_weight at offset (its row must come after the weight's) */
     model_dim in, out, mat; /* shape: ne0 (columns), ne1 (rows), ne2 (experts); a vector has in*out values */
     model_when when;        /* the families that have it */
     model_tensor_class cls; /* MT_ROUTED: what the memory plan may leave off the device */

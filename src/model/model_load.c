@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "model/arch_deepseek2_names.h"
+#include "core/switches.h"
 #include "quant/quant.h"
 
 
@@ -255,6 +256,38 @@ static int glm4moe_hparams(loader *L, model_hparams *hp) {
     return 0;
 }
 
+/* YaRN's frequencies as per-pair divisors of the plain rope's (the
+ * mechanism of rope_freqs, so no rope op knows YaRN): pair i of n_dims turns
+ * at a mix of its own frequency (extrapolation) and the frequency / factor
+ * (interpolation), ramping from extrapolated below the correction range
+ * [lo, hi] to interpolated above it, where lo, hi are the pairs that turn
+ * beta_fast and beta_slow times over the original context; ext scales the
+ * extrapolated share. round_out rounds lo, hi outwards to whole pairs, as
+ * ggml's ggml_rope_yarn_corr_dims and DeepSeek's reference code do; OpenAI's
+ * gpt-oss reference keeps them as they are. The divisors are m's (m->owned)
+ * and become m->rope_freqs; the magnitude factor is each family's business
+ * (the attention scale). */
+static void yarn_divisors(model *m, int n_dims, int orig_ctx, float factor, float beta_fast, float beta_slow,
+                          float ext, int round_out) {
+    const double lb = 2.0 * log((double)m->hp.rope_theta);
+    double lo = n_dims * log(orig_ctx / (beta_fast * 2.0 * M_PI)) / lb;
+    double hi = n_dims * log(orig_ctx / (beta_slow * 2.0 * M_PI)) / lb;
+    if (round_out) lo = floor(lo), hi = ceil(hi);
+    if (lo < 0) lo = 0;
+    if (hi > n_dims - 1) hi = n_dims - 1;
+    const int half = n_dims / 2;
+    float *div = st_malloc((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++) {
+        double r = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001); /* 0 below the range, 1 above */
+        r = r < 0 ? 0 : r > 1 ? 1 : r;
+        const double mix = (1.0 - r) * ext; /* the share of the extrapolated frequency */
+        div[i] = (float)(1.0 / ((1.0 - mix) / factor + mix));
+    }
+    m->owned = st_realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof(float *));
+    m->owned[m->n_owned++] = div;
+    m->rope_freqs = div;
+}
+
 /* DeepSeek V2/V3/R1 and Kimi K2 (deepseek2), keys as llama.cpp b11434 reads
  * them (arch_deepseek2_names.h): multi-head latent attention, whose cache
  * row (key_length = kv_lora_rank + rope dims, one KV head) is head_dim here;
@@ -361,6 +394,65 @@ static int deepseek2_hparams(loader *L, model_hparams *hp) {
     return 0;
 }
 
+/* gpt-oss (gpt-oss-20b / 120b), keys as llama.cpp b11434 reads them: every
+ * layer MoE with a router bias and per-expert biases, the clamped SwiGLU
+ * (ARCHS' act), attention sinks and an output bias, q/k/v biases, a sliding
+ * window (attention.sliding_window, required) on layers il % 2 == 0 (llama.cpp's
+ * set_swa_pattern(2): every other layer, the first sliding), YaRN on every layer;
+ * the router's weights are the softmax of the chosen top-k logits, which is
+ * the softmax over all experts renormalised over the chosen: qwen's routing. */
+static int gpt_oss_hparams(loader *L, model_hparams *hp) {
+    hp->n_swa = get_u32(L, "attention.sliding_window", 1, 0);
+    hp->swa_pattern = get_u32(L, "attention.sliding_window_pattern", 0, 2);
+    hp->rope_theta_swa = get_f32(L, "rope.freq_base_swa", hp->rope_theta);
+    hp->swa_rope_global = 1;
+    hp->qkv_bias = 1;
+    hp->attn_sinks = 1;
+    hp->exps_bias = 1;
+    hp->ffn_norm_post = 1;
+    hp->norm_topk = 1;
+    hp->n_rot = get_u32(L, "rope.dimension_count", 0, (uint32_t)hp->head_dim);
+    if (L->failed) return -1;
+    int64_t pat[8];
+    if (hp->n_swa <= 0 || hp->swa_pattern != 2 || get_arr(L, "attention.sliding_window_pattern", pat, 8) > 0 ||
+        hp->n_rot != hp->head_dim) {
+        st_error_set("%s: unsupported gpt-oss hyper-parameters (sliding window %d, pattern %d or a per-layer "
+                     "array, rope dims %d of %d)",
+                     gguf_path(L->f), hp->n_swa, hp->swa_pattern, hp->n_rot, hp->head_dim);
+        return -1;
+    }
+    return 0;
+}
+
+/* YaRN of gpt-oss (rope.scaling.type "yarn"): the divisors above, the
+ * correction range kept unrounded as OpenAI's reference (and transformers
+ * with truncate=false) compute it; llama.cpp b11434 rounds it outwards
+ * (STRATA_YARN_TRUNCATE=1 does). The magnitude factor m = 0.1 ln(factor) + 1
+ * that multiplies cos and sin multiplies q.k by m^2: it goes into attn_scale. */
+static int yarn_hparams(loader *L, model *m) {
+    model_hparams *hp = &m->hp;
+    const float factor = get_f32(L, "rope.scaling.factor", 0.0f);
+    const int orig = get_u32(L, "rope.scaling.original_context_length", 0, (uint32_t)hp->n_ctx_train);
+    const float beta_fast = get_f32(L, "rope.scaling.yarn_beta_fast", 32.0f);
+    const float beta_slow = get_f32(L, "rope.scaling.yarn_beta_slow", 1.0f);
+    const float ext = get_f32(L, "rope.scaling.yarn_ext_factor", 1.0f);
+    const float attn_factor = get_f32(L, "rope.scaling.attn_factor", 1.0f);
+    const float log_mul = get_f32(L, "rope.scaling.yarn_log_multiplier", 0.0f);
+    if (!(factor >= 1.0f) || orig <= 0 || log_mul != 0.0f || m->rope_freqs) {
+        st_error_set("%s: unsupported YaRN parameters (factor %g, original context %d, log multiplier %g%s)",
+                     gguf_path(L->f), (double)factor, orig, (double)log_mul,
+                     m->rope_freqs ? ", with rope_freqs" : "");
+        return -1;
+    }
+    const int d = hp->n_rot > 0 ? hp->n_rot : hp->head_dim;
+    const char *tr = st_switch_get("STRATA_YARN_TRUNCATE");
+    yarn_divisors(m, d, orig, factor, beta_fast, beta_slow, ext, tr && !strcmp(tr, "1"));
+    const float ms = ext != 0.0f ? (0.1f * logf(factor) + 1.0f) * attn_factor : attn_factor;
+    hp->attn_scale *= ms * ms;
+    hp->rope_freq_scale = 1.0f;
+    return 0;
+}
+
 /* The families, as data: one row each, its GGUF name, the decoder's
  * switches it sets, and a hook for what only it reads (docs/contributing.md). */
 typedef struct {
@@ -383,6 +475,7 @@ static const arch_def ARCHS[ARCH_COUNT] = {
     [ARCH_QWEN35] = {"qwen35", 1, 0, 1, 0, 0, ST_ACT_SILU, hybrid_hparams}, /* qwen35moe with a dense FFN */
     [ARCH_GLM4MOE] = {"glm4moe", 1, 0, 0, 0, 1, ST_ACT_SILU, glm4moe_hparams}, /* biases, norms: by the file */
     [ARCH_DEEPSEEK2] = {"deepseek2", 0, 0, 0, 0, 1, ST_ACT_SILU, deepseek2_hparams}, /* adjacent-pair rope */
+    [ARCH_GPT_OSS] = {"gpt-oss", 1, 1, 0, 0, 1, ST_ACT_SWIGLU_OAI, gpt_oss_hparams},
 };
 
 const char *model_arch_name(model_arch a) { return (a >= 0 && a < ARCH_COUNT) ? ARCHS[a].name : "?"; }
@@ -471,6 +564,7 @@ model *model_load(const char *path) {
         goto fail;
     }
     hp->n_vocab = (int)te->ne[1];
+    char name[96];
     const int64_t E = hp->n_embd;
     m->tok_embd = get_weight(&L, "token_embd.weight", E, hp->n_vocab, 1, 1);
     m->output_norm = get_vec(&L, m, "output_norm.weight", E, 1, 1);
@@ -478,16 +572,31 @@ model *model_load(const char *path) {
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     /* Llama 3.1+: per-pair divisors of the rotary frequencies (the llama3 rope scaling, baked in) */
     m->rope_freqs = get_vec(&L, m, "rope_freqs.weight", hp->head_dim / 2, 1, 0);
+    snprintf(name, sizeof name, "%s.rope.scaling.type", L.arch);
+    const char *rs;
+    uint64_t rslen;
+    if (hp->arch == ARCH_GPT_OSS && gguf_get_str(f, name, &rs, &rslen) == 0 && rslen == 4 && !memcmp(rs, "yarn", 4) &&
+        yarn_hparams(&L, m) != 0)
+        goto fail;
+    /* deepseek2's YaRN (keys read by deepseek2_hparams): the rotated part's divisors, the range rounded
+     * as DeepSeek's code and llama.cpp round it; forward_mla.c turns with them at frequency scale 1 */
+    if (hp->arch == ARCH_DEEPSEEK2 && hp->yarn_orig_ctx > 0) {
+        yarn_divisors(m, hp->n_rot, hp->yarn_orig_ctx, 1.0f / hp->rope_freq_scale, hp->yarn_beta_fast,
+                      hp->yarn_beta_slow, 1.0f, 1);
+        hp->rope_freq_scale = 1.0f;
+    }
 
     m->layers = st_calloc((size_t)hp->n_layer, sizeof(model_layer));
-    char name[96];
     for (int il = 0; il < hp->n_layer && !L.failed; il++)
         for (int t = 0; t < MODEL_N_LAYER_TENSORS && !L.failed; t++) {
             const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
             if (!model_has_tensor(hp, il, lt->when)) continue;
             snprintf(name, sizeof name, "blk.%d.%s", il, lt->name);
             char *field = (char *)&m->layers[il] + lt->offset;
-            if (lt->vec)
+            if (lt->vec == 2) /* the bias of the weight bound by an earlier row */
+                ((st_weight *)field)->bias =
+                    get_vec(&L, m, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out), 1);
+            else if (lt->vec)
                 *(const float **)field =
                     get_vec(&L, m, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out), 1);
             else

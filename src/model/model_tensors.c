@@ -12,6 +12,8 @@
 #define W(name, field, in, out, mat, when, cls) {name, offsetof(model_layer, field), 0, in, out, mat, when, cls}
 #define V(name, field, n, when) {name, offsetof(model_layer, field), 1, n, MD_ONE, MD_ONE, when, MT_DENSE}
 #define V2(name, field, in, out, when) {name, offsetof(model_layer, field), 1, in, out, MD_ONE, when, MT_DENSE}
+/* the bias of the weight at field (st_weight.bias), after the weight's row: it travels with its experts */
+#define WB(name, field, in, out, when) {name, offsetof(model_layer, field), 2, in, out, MD_ONE, when, MT_DENSE}
 
 const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     V("attn_norm.weight", attn_norm, MD_EMBD, MW_ALWAYS),
@@ -44,6 +46,12 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     W("ffn_up_exps.weight", ffn_up_exps, MD_EMBD, MD_FF_EXP, MD_EXPERT, MW_MOE, MT_ROUTED),
     W("ffn_down_exps.weight", ffn_down_exps, MD_FF_EXP, MD_EMBD, MD_EXPERT, MW_MOE, MT_ROUTED),
     V("exp_probs_b.bias", exp_probs_b, MD_EXPERT, MW_EXP_BIAS),
+    V("attn_sinks.weight", attn_sinks, MD_HEADS, MW_SINKS),
+    V("attn_output.bias", bo, MD_EMBD, MW_SINKS),
+    V("ffn_gate_inp.bias", ffn_gate_inp_b, MD_EXPERT, MW_EXPS_BIAS),
+    WB("ffn_gate_exps.bias", ffn_gate_exps, MD_FF_EXP, MD_EXPERT, MW_EXPS_BIAS),
+    WB("ffn_up_exps.bias", ffn_up_exps, MD_FF_EXP, MD_EXPERT, MW_EXPS_BIAS),
+    WB("ffn_down_exps.bias", ffn_down_exps, MD_EMBD, MD_EXPERT, MW_EXPS_BIAS),
     W("ffn_gate.weight", ffn_gate, MD_EMBD, MD_FF, MD_ONE, MW_DENSE_FFN, MT_DENSE),
     W("ffn_up.weight", ffn_up, MD_EMBD, MD_FF, MD_ONE, MW_DENSE_FFN, MT_DENSE),
     W("ffn_down.weight", ffn_down, MD_FF, MD_EMBD, MD_ONE, MW_DENSE_FFN, MT_DENSE),
@@ -117,6 +125,8 @@ int model_has_tensor(const model_hparams *hp, int il, model_when w) {
     case MW_MLA: return mla;
     case MW_MLA_QLORA: return mla && hp->q_lora > 0;
     case MW_MLA_QPLAIN: return mla && hp->q_lora == 0;
+    case MW_SINKS: return hp->attn_sinks && !recr;
+    case MW_EXPS_BIAS: return hp->exps_bias && model_layer_moe(hp, il);
     }
     return 0;
 }
@@ -126,13 +136,15 @@ void model_each_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx)
     wf(ctx, &m->tok_embd, MT_DENSE);
     wf(ctx, &m->output, MT_DENSE); /* tok_embd's data again when tied */
     vf(ctx, &m->output_norm, hp->n_embd);
-    vf(ctx, &m->rope_freqs, hp->head_dim / 2);
+    vf(ctx, &m->rope_freqs, (hp->n_rot > 0 ? hp->n_rot : hp->head_dim) / 2); /* one divisor per rotated pair */
     for (int il = 0; il < hp->n_layer; il++)
         for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) {
             const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
             if (!model_has_tensor(hp, il, lt->when)) continue;
             char *field = (char *)&m->layers[il] + lt->offset;
-            if (lt->vec) vf(ctx, (const float **)field, model_dim_size(hp, lt->in) * model_dim_size(hp, lt->out));
+            const int64_t n = model_dim_size(hp, lt->in) * model_dim_size(hp, lt->out);
+            if (lt->vec == 2) vf(ctx, &((st_weight *)field)->bias, n);
+            else if (lt->vec) vf(ctx, (const float **)field, n);
             else wf(ctx, (st_weight *)field, lt->cls);
         }
 }

@@ -1,4 +1,4 @@
-/* Synthetic qwen3moe files (and the hybrid qwen35moe / qwen3next): presets, the per-class type plan, metadata, and
+/* Synthetic qwen3moe files (and the hybrid qwen35moe / qwen3next, glm4moe, gpt-oss): presets, the per-class type plan, metadata, and
  * the tensor data generator that gguf_writer_write pulls one tensor at a time.
  *
  * Weights are N(0, 0.02^2) (norm weights 1 + N(0, 0.02^2)), quantized with the
@@ -24,6 +24,7 @@
 #include "gguf/gguf.h"
 #include "model/arch_deepseek2_names.h"
 #include "model/arch_glm4moe_names.h"
+#include "model/arch_gpt_oss_names.h"
 #include "model/arch_hybrid_names.h"
 #include "model/arch_qwen3moe_names.h"
 #include "model/synth_internal.h"
@@ -108,12 +109,31 @@ static const synth_hparams PRESETS[] = {
      .n_vocab = 129280, .n_ctx = 163840, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .n_rot = 64,
      .n_dense_lead = 3, .n_shared = 1, .expert_scale = 2.5f, .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128,
      .n_group = 8, .n_group_used = 4, .yarn_factor = 40.0f, .yarn_mscale_all_dim = 1.0f, .yarn_orig_ctx = 4096},
+    /* gpt-oss. tiny: 4 layers (sliding window 8 on layers 0 and 2), 8 heads of 64 over d_model 256,
+     * top-4 of 8 experts of 256, YaRN as published (factor 32 over 4096, base 150000) */
+    {.preset = "tiny", .arch = "gpt-oss", .n_layer = 4, .n_embd = 256, .n_head = 8, .n_head_kv = 2,
+     .head_dim = 64, .n_expert = 8, .n_expert_used = 4, .n_ff_exp = 256, .n_ff = 256, .n_vocab = 512,
+     .n_ctx = 4096, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .n_swa = 8, .yarn_orig_ctx = 4096,
+     .yarn_factor = 32.0f},
+    /* openai/gpt-oss-20b config.json: 24 layers, d_model 2880, 64 q / 8 kv heads of 64, 32 experts
+     * top-4 of 2880, sliding window 128 on every other layer, YaRN factor 32 over 4096, base
+     * 150000, vocab 201088 (o200k_harmony), context 131072 */
+    {.preset = "gpt-oss-20b", .arch = "gpt-oss", .n_layer = 24, .n_embd = 2880, .n_head = 64, .n_head_kv = 8,
+     .head_dim = 64, .n_expert = 32, .n_expert_used = 4, .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088,
+     .n_ctx = 131072, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .n_swa = 128, .yarn_orig_ctx = 4096,
+     .yarn_factor = 32.0f},
+    /* openai/gpt-oss-120b config.json: as the 20b with 36 layers and 128 experts */
+    {.preset = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_embd = 2880, .n_head = 64, .n_head_kv = 8,
+     .head_dim = 64, .n_expert = 128, .n_expert_used = 4, .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088,
+     .n_ctx = 131072, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .n_swa = 128, .yarn_orig_ctx = 4096,
+     .yarn_factor = 32.0f},
 };
 #define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
 
 const char *synth_preset_list(void) {
     return "tiny|qwen3-30b-a3b|qwen3-235b-a22b (qwen3moe), tiny|qwen3.5-35b-a3b (qwen35moe), "
-           "tiny|qwen3-next-80b-a3b (qwen3next), tiny|glm-4.5-air (glm4moe), tiny|deepseek-v3 (deepseek2)";
+           "tiny|qwen3-next-80b-a3b (qwen3next), tiny|glm-4.5-air (glm4moe), tiny|deepseek-v3 (deepseek2), "
+           "tiny|gpt-oss-20b|gpt-oss-120b (gpt-oss)";
 }
 
 int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
@@ -126,7 +146,7 @@ int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
             return 0;
         }
     }
-    if (!known) st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next, glm4moe, deepseek2)", arch);
+    if (!known) st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next, glm4moe, deepseek2, gpt-oss)", arch);
     else st_error_set("unknown preset '%s' for %s (known: %s)", preset, arch, synth_preset_list());
     return -1;
 }
@@ -148,6 +168,8 @@ static const char *const CLASS_NAMES[SYN_CLASS_COUNT] = {
     "ssm_a", "ssm_norm", "ssm_out", "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
     "attn_q.bias", "attn_k.bias", "attn_v.bias", "exp_probs_b.bias", "ffn_gate", "ffn_up", "ffn_down",
     "attn_q_a", "attn_q_a_norm", "attn_q_b", "attn_kv_a_mqa", "attn_kv_a_norm", "attn_k_b", "attn_v_b",
+    "attn_output.bias", "attn_sinks", "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias",
+    "ffn_down_exps.bias",
 };
 
 const char *synth_class_name(synth_class c) {
@@ -157,9 +179,9 @@ const char *synth_class_name(synth_class c) {
 int synth_class_from_name(const char *name) {
     for (int c = 0; c < SYN_CLASS_COUNT; c++)
         if (!strcmp(name, CLASS_NAMES[c])) return c;
-    char list[512];
+    char list[2048];
     size_t n = 0;
-    for (int c = 0; c < SYN_CLASS_COUNT; c++)
+    for (int c = 0; c < SYN_CLASS_COUNT && n < sizeof list; c++) /* snprintf counts what did not fit: stop there */
         n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", c ? " " : "", CLASS_NAMES[c]);
     st_error_set("unknown tensor class '%s' (known: %s)", name, list);
     return -1;
@@ -174,7 +196,9 @@ static int class_is_vector(synth_class c) {
 /* The DeltaNet's small tensors and glm4moe's biases: f32 in every file, each with its own values. */
 static int class_is_ssm_param(synth_class c) {
     return c == SYN_SSM_CONV1D || c == SYN_SSM_DT || c == SYN_SSM_A || c == SYN_FFN_GATE_INP_SHEXP ||
-           c == SYN_ATTN_Q_BIAS || c == SYN_ATTN_K_BIAS || c == SYN_ATTN_V_BIAS || c == SYN_EXP_PROBS_B;
+           c == SYN_ATTN_Q_BIAS || c == SYN_ATTN_K_BIAS || c == SYN_ATTN_V_BIAS || c == SYN_EXP_PROBS_B ||
+           c == SYN_ATTN_OUT_BIAS || c == SYN_ATTN_SINKS || c == SYN_FFN_GATE_INP_BIAS ||
+           c == SYN_FFN_GATE_EXPS_BIAS || c == SYN_FFN_UP_EXPS_BIAS || c == SYN_FFN_DOWN_EXPS_BIAS; /* gpt-oss's */
 }
 
 int synth_class_type(const synth_opts *o, synth_class c) {
@@ -182,6 +206,9 @@ int synth_class_type(const synth_opts *o, synth_class c) {
     /* norms and the router stay F32, as llama.cpp's quantizer leaves them */
     if (class_is_vector(c) || class_is_ssm_param(c) || c == SYN_FFN_GATE_INP) return QT_F32;
     if (o->type_default >= 0) return o->type_default;
+    /* gpt-oss as published: MXFP4 experts, 8-bit elsewhere (its rows of 2880 take no K-quant) */
+    if (!strcmp(o->hp.arch, GPT_OSS_ARCH))
+        return c == SYN_FFN_GATE_EXPS || c == SYN_FFN_UP_EXPS || c == SYN_FFN_DOWN_EXPS ? QT_MXFP4 : QT_Q8_0;
     /* Q4_K_M's choice: more bits where errors hurt most */
     if (c == SYN_ATTN_V || c == SYN_FFN_DOWN_EXPS || c == SYN_OUTPUT || c == SYN_FFN_DOWN_SHEXP || c == SYN_FFN_DOWN)
         return QT_Q6_K;
@@ -300,6 +327,12 @@ static void plan_add(syn_ctx *c, synth_class cls, int layer, int n_dims, int64_t
     case SYN_ATTN_KV_A_NORM: suffix = DEEPSEEK2_T_ATTN_KV_A_NORM; break;
     case SYN_ATTN_K_B: suffix = DEEPSEEK2_T_ATTN_K_B; break;
     case SYN_ATTN_V_B: suffix = DEEPSEEK2_T_ATTN_V_B; break;
+    case SYN_ATTN_OUT_BIAS: suffix = GPT_OSS_T_ATTN_OUT_BIAS; break;
+    case SYN_ATTN_SINKS: suffix = GPT_OSS_T_ATTN_SINKS; break;
+    case SYN_FFN_GATE_INP_BIAS: suffix = GPT_OSS_T_GATE_INP_BIAS; break;
+    case SYN_FFN_GATE_EXPS_BIAS: suffix = GPT_OSS_T_GATE_EXPS_BIAS; break;
+    case SYN_FFN_UP_EXPS_BIAS: suffix = GPT_OSS_T_UP_EXPS_BIAS; break;
+    case SYN_FFN_DOWN_EXPS_BIAS: suffix = GPT_OSS_T_DOWN_EXPS_BIAS; break;
     default: ST_ASSERT(0);
     }
     if (suffix) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
@@ -322,7 +355,7 @@ static void plan_build(syn_ctx *c) {
     const synth_hparams *h = &c->o->hp;
     int64_t E = h->n_embd, Q = (int64_t)h->n_head * h->head_dim, KV = (int64_t)h->n_head_kv * h->head_dim;
     int64_t X = h->n_expert, F = h->n_ff_exp;
-    c->t = st_calloc((size_t)(3 + 24 * h->n_layer), sizeof *c->t); /* at most 24 per layer (the hybrids') */
+    c->t = st_calloc((size_t)(3 + 24 * h->n_layer), sizeof *c->t); /* at most 24 per layer (the hybrids'; gpt-oss 19) */
     plan_add(c, SYN_TOKEN_EMBD, -1, 2, E, h->n_vocab, 1);
     for (int il = 0; il < h->n_layer && h->full_attn_interval; il++) { /* the hybrids, in llama.cpp's order */
         const int64_t D = h->ssm_head_dim, NV = h->ssm_n_v_head, VD = NV * D, CD = 2 * h->ssm_n_k_head * D + VD;
@@ -419,7 +452,29 @@ static void plan_build(syn_ctx *c) {
         plan_add(c, SYN_FFN_DOWN_SHEXP, il, 2, F * h->n_shared, E, 1);
         plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, F * h->n_shared, 1);
     }
-    for (int il = 0; il < h->n_layer && !h->full_attn_interval && !glm && !ds; il++) {
+    const int oss = !strcmp(h->arch, GPT_OSS_ARCH);
+    for (int il = 0; il < h->n_layer && oss; il++) { /* gpt-oss, in llama.cpp's order */
+        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
+        plan_add(c, SYN_POST_ATTN_NORM, il, 1, E, 1, 1);
+        plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
+        plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
+        plan_add(c, SYN_ATTN_V, il, 2, E, KV, 1);
+        plan_add(c, SYN_ATTN_Q_BIAS, il, 1, Q, 1, 1);
+        plan_add(c, SYN_ATTN_K_BIAS, il, 1, KV, 1, 1);
+        plan_add(c, SYN_ATTN_V_BIAS, il, 1, KV, 1, 1);
+        plan_add(c, SYN_ATTN_OUT, il, 2, Q, E, 1);
+        plan_add(c, SYN_ATTN_SINKS, il, 1, h->n_head, 1, 1);
+        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
+        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
+        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
+        plan_add(c, SYN_ATTN_OUT_BIAS, il, 1, E, 1, 1);
+        plan_add(c, SYN_FFN_GATE_INP_BIAS, il, 1, X, 1, 1);
+        plan_add(c, SYN_FFN_GATE_EXPS_BIAS, il, 2, F, X, 1);
+        plan_add(c, SYN_FFN_DOWN_EXPS_BIAS, il, 2, E, X, 1);
+        plan_add(c, SYN_FFN_UP_EXPS_BIAS, il, 2, F, X, 1);
+    }
+    for (int il = 0; il < h->n_layer && !h->full_attn_interval && !glm && !ds && !oss; il++) {
         plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
         plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
         plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
@@ -501,6 +556,21 @@ static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, co
         return;
     case SYN_EXP_PROBS_B: /* sigmoid scores differ by a few hundredths: a bias that moves some choices */
         for (int64_t j = 0; j < w; j++) x[j] = (c->u ? 0.0f : 0.02f) * syn_normal(r);
+        return;
+    case SYN_ATTN_OUT_BIAS:
+        for (int64_t j = 0; j < w; j++) x[j] = WEIGHT_STD * syn_normal(r);
+        return;
+    case SYN_ATTN_SINKS: /* logits of the order of the scores: each sink takes a real share */
+        for (int64_t j = 0; j < w; j++) x[j] = syn_normal(r);
+        return;
+    case SYN_FFN_GATE_INP_BIAS: /* moves some choices; none under --zipf, whose router it would skew */
+        for (int64_t j = 0; j < w; j++) x[j] = (c->u ? 0.0f : 0.1f) * syn_normal(r);
+        return;
+    case SYN_FFN_GATE_EXPS_BIAS: case SYN_FFN_UP_EXPS_BIAS: /* wide enough that some values pass the +-7 clamp */
+        for (int64_t j = 0; j < w; j++) x[j] = 3.0f * syn_normal(r);
+        return;
+    case SYN_FFN_DOWN_EXPS_BIAS:
+        for (int64_t j = 0; j < w; j++) x[j] = WEIGHT_STD * syn_normal(r);
         return;
     default: break;
     }
@@ -652,6 +722,13 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
         }
         KV_U32(GLM4MOE_KV_NEXTN, 0);
     }
+    if (!strcmp(h->arch, GPT_OSS_ARCH)) {
+        KV_U32(GPT_OSS_KV_SLIDING_WINDOW, h->n_swa);
+        snprintf(key, sizeof key, "%s.%s", h->arch, GPT_OSS_KV_ROPE_SCALING);
+        gguf_w_str(w, key, "yarn");
+        KV_F32(GPT_OSS_KV_ROPE_FACTOR, h->yarn_factor);
+        KV_U32(GPT_OSS_KV_ROPE_ORIG_CTX, h->yarn_orig_ctx);
+    }
 #undef KV_U32
 #undef KV_F32
 }
@@ -672,7 +749,8 @@ static int check_opts(const synth_opts *o) {
           h->v_head_dim < 1 || h->n_head_kv != 1 || h->n_dense_lead < 0 || h->n_shared < 1 ||
           (h->n_dense_lead > 0 && h->n_ff < 1) || h->n_group < 0 ||
           (h->n_group > 1 && (h->n_expert % h->n_group || h->n_group_used < 1 || h->n_group_used >= h->n_group ||
-                              h->n_expert_used > h->n_group_used * (h->n_expert / h->n_group)))))) {
+                              h->n_expert_used > h->n_group_used * (h->n_expert / h->n_group))))) ||
+        (!strcmp(h->arch, GPT_OSS_ARCH) && (h->n_swa < 1 || h->yarn_factor < 1.0f || h->yarn_orig_ctx < 1))) {
         st_error_set("synth: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, experts %d used %d)",
                      h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->n_expert, h->n_expert_used);
         return -1;
@@ -728,7 +806,7 @@ static void zipf_setup(syn_ctx *c) {
  * classes keep the mix's or the type's name, as llama.cpp's own
  * quantizer does with --tensor-type. */
 static int synth_file_type(const synth_opts *o) {
-    if (o->type_default < 0) return 15; /* MOSTLY_Q4_K_M */
+    if (o->type_default < 0) return !strcmp(o->hp.arch, GPT_OSS_ARCH) ? 38 : 15; /* MOSTLY_MXFP4_MOE, MOSTLY_Q4_K_M */
     switch (o->type_default) {
     case QT_F32: return 0;
     case QT_F16: return 1;

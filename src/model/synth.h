@@ -52,6 +52,9 @@ typedef struct {
     int q_lora, kv_lora, v_head_dim, n_group, n_group_used;
     float yarn_factor, yarn_mscale_all_dim;
     int yarn_orig_ctx;
+    /* gpt-oss: a sliding window of n_swa on every other layer (YaRN by yarn_factor over
+     * yarn_orig_ctx positions, as above), sinks, q/k/v/o biases, a router bias and per-expert biases */
+    int n_swa;
 } synth_hparams;
 
 /* The tensor classes of qwen3moe, in file order within a layer. */
@@ -68,6 +71,9 @@ typedef enum {
     /* deepseek2's */
     SYN_ATTN_Q_A, SYN_ATTN_Q_A_NORM, SYN_ATTN_Q_B, SYN_ATTN_KV_A_MQA, SYN_ATTN_KV_A_NORM, SYN_ATTN_K_B,
     SYN_ATTN_V_B,
+    /* gpt-oss's */
+    SYN_ATTN_OUT_BIAS, SYN_ATTN_SINKS, SYN_FFN_GATE_INP_BIAS, SYN_FFN_GATE_EXPS_BIAS, SYN_FFN_UP_EXPS_BIAS,
+    SYN_FFN_DOWN_EXPS_BIAS,
     SYN_CLASS_COUNT
 } synth_class;
 

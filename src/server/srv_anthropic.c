@@ -3,8 +3,10 @@
  * message_delta, message_stop) and POST /v1/messages/count_tokens.
  *
  * Parameter policy as for OpenAI (srv_openai.c): known and honoured, known
- * and ignored (metadata, service_tier), known but not given yet (tools,
- * thinking: 400 "unsupported"), unknown (400, as Anthropic answers extra inputs).
+ * and ignored (metadata, service_tier), known but not given yet (400
+ * "unsupported"), unknown (400, as Anthropic answers extra inputs). A thinking
+ * model's reasoning comes back as `thinking` blocks (srv_reason.h), as
+ * llama-server gives them: with an empty signature.
  * Usage follows Anthropic's accounting: input_tokens counts the prompt tokens
  * read, cache_read_input_tokens those reused from the slot's cache; their
  * sum is what count_tokens returns. */
@@ -126,7 +128,21 @@ static int check_common(json_t *body, srv_err *e) {
         json_t *t = json_object_get(v, "type");
         if (!json_is_object(v) || !json_is_string(t))
             return srv_fail(e, 400, "thinking", "invalid_type", "thinking: must be an object with a 'type'");
-        if (strcmp(json_string_value(t), "disabled")) return unsupported(e, "thinking", "no extended thinking");
+        const char *ty = json_string_value(t);
+        if (!strcmp(ty, "enabled")) { /* Anthropic's rule: a budget of at least 1024 tokens, below max_tokens */
+            static const char *const keys[] = {"type", "budget_tokens", "display", NULL};
+            long long budget = 0, max = 0;
+            int rc = jf_int(v, "budget_tokens", 1024, INT32_MAX, &budget, e);
+            if (rc < 0 || jf_known_keys(v, keys, e) < 0) return -1;
+            if (!rc)
+                return srv_fail(e, 400, "thinking.budget_tokens", "missing_required_parameter",
+                                "thinking.enabled.budget_tokens: Field required");
+            if (jf_int(body, "max_tokens", 1, INT32_MAX, &max, e) > 0 && budget >= max)
+                return srv_fail(e, 400, "thinking.budget_tokens", "invalid_value",
+                                "`max_tokens` must be greater than `thinking.budget_tokens`");
+        } else if (strcmp(ty, "disabled") && strcmp(ty, "adaptive"))
+            return srv_fail(e, 400, "thinking.type", "invalid_value",
+                            "thinking.type: must be 'enabled', 'adaptive' or 'disabled'");
     }
     v = json_object_get(body, "output_config");
     if (v && !json_is_null(v)) {
@@ -166,7 +182,7 @@ static int result_text(json_t *blk, const char *param, char **out, srv_err *e) {
  * and tool_result blocks (each its own "tool" message, before the text), or
  * assistant text and tool_use blocks (tool_calls). */
 static int convert_blocks(json_t *out, const char *role, json_t *content, const char *param, srv_err *e) {
-    sbuf text = {0};
+    sbuf text = {0}, thinking = {0};
     sbuf_put(&text, "", 0);
     json_t *calls = json_array(), *blk;
     size_t i;
@@ -186,6 +202,19 @@ static int convert_blocks(json_t *out, const char *role, json_t *content, const 
                 break;
             }
             sbuf_put(&text, json_string_value(t), json_string_length(t));
+        } else if (!strcmp(type, "thinking") && !strcmp(role, "assistant")) {
+            /* an earlier answer's reasoning, sent back: templates that show it read reasoning_content */
+            json_t *t = json_object_get(blk, "thinking"), *sig = json_object_get(blk, "signature");
+            if (!json_is_string(t) || (sig && !json_is_null(sig) && !json_is_string(sig))) {
+                rc = srv_fail(e, 400, bp, "invalid_type", "%s: a thinking block needs a string thinking", bp);
+                break;
+            }
+            sbuf_put(&thinking, json_string_value(t), json_string_length(t));
+        } else if (!strcmp(type, "redacted_thinking") && !strcmp(role, "assistant")) {
+            if (!json_is_string(json_object_get(blk, "data"))) {
+                rc = srv_fail(e, 400, bp, "invalid_type", "%s.data: must be a string", bp);
+                break;
+            }
         } else if (!strcmp(type, "tool_use") && !strcmp(role, "assistant")) {
             json_t *id = json_object_get(blk, "id"), *name = json_object_get(blk, "name"), *in = json_object_get(blk, "input");
             if (!json_is_string(id) || !json_is_string(name) || !json_is_object(in)) {
@@ -219,10 +248,12 @@ static int convert_blocks(json_t *out, const char *role, json_t *content, const 
                     strcmp(role, "user"))) {
         json_t *m = json_pack("{s:s, s:s}", "role", role, "content", text.s);
         if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
+        if (thinking.len) json_object_set_new(m, "reasoning_content", json_stringn_nocheck(thinking.s, thinking.len));
         json_array_append_new(out, m);
     }
     json_decref(calls);
     sbuf_free(&text);
+    sbuf_free(&thinking);
     return rc;
 }
 
@@ -280,14 +311,19 @@ fail:
 
 /* The prompt of a messages / count_tokens request (tools included). */
 static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv_err *e) {
-    json_t *tools = NULL, *msgs = NULL;
+    json_t *tools = NULL, *msgs = NULL, *kwargs = NULL;
     const char *force = NULL;
     char *opening = NULL;
+    int think_open = 0;
     if (parse_tools(body, &tools, &force, e) < 0 || !(msgs = parse_messages(body, e))) {
         json_decref(tools);
         return NULL;
     }
-    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, NULL, &opening, n, e);
+    /* thinking on or off reaches a template that reads enable_thinking (Qwen3's), as llama-server passes it */
+    const char *tt = json_string_value(json_object_get(json_object_get(body, "thinking"), "type"));
+    if (tt) kwargs = json_pack("{s:b}", "enable_thinking", strcmp(tt, "disabled") != 0);
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kwargs, &opening, &think_open, n, e);
+    json_decref(kwargs);
     json_decref(msgs);
     char *g = NULL;
     if (j && ids && opening && !(g = srv_tools_grammar(s, tools, force, API_ANTHROPIC, e))) {
@@ -299,6 +335,7 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
         j->call_opening = opening;
         job_set_grammar(j, g); /* a forced call: its input follows the tool's input_schema */
         if (tools && !force) srv_job_lazy_tools(j, tools, API_ANTHROPIC); /* auto: a call it starts is whole */
+        srv_job_reasoning(j, s->p.reasoning, think_open); /* thinking blocks apart from the text */
     } else {
         json_decref(tools);
         st_free(opening);
@@ -413,6 +450,9 @@ static json_t *usage(const srv_job *j) {
  * per call with its input in input_json_delta fragments. */
 static void block_close(srv_job *j) {
     if (!j->blk_open) return;
+    if (j->blk_open == 3) /* a thinking block ends with its signature: none here, as llama-server sends it */
+        put_event(j, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index",
+                                                      j->blk_n, "delta", "type", "signature_delta", "signature", ""));
     put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", j->blk_n));
     j->blk_n++;
     j->blk_open = 0;
@@ -453,6 +493,19 @@ static void ts_end(void *ctx, int i) {
     block_close(ctx);
 }
 
+void anth_stream_reasoning(srv_job *j, const char *text, size_t len) {
+    if (j->blk_open != 3) {
+        block_close(j);
+        put_event(j, "content_block_start",
+                  json_pack("{s:s, s:i, s:{s:s, s:s, s:s}}", "type", "content_block_start", "index", j->blk_n,
+                            "content_block", "type", "thinking", "thinking", "", "signature", ""));
+        j->blk_open = 3;
+    }
+    put_event(j, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
+                                                  j->blk_n, "delta", "type", "thinking_delta", "thinking",
+                                                  srv_json_text(text, len)));
+}
+
 void anth_stream_begin(srv_job *j) {
     put_event(j, "message_start",
               json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:{s:i, s:i}}}", "type", "message_start",
@@ -467,12 +520,17 @@ void anth_stream_begin(srv_job *j) {
         srv_job_stream_opening(j);
         return;
     }
+    if (j->rs) return; /* blocks as the thinking and the text come */
     put_event(j, "content_block_start",
               json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block",
                         "type", "text", "text", ""));
 }
 
 void anth_stream_text(srv_job *j, const char *text, size_t len) {
+    if (j->rs) {
+        ts_content(j, text, len); /* a text block opened after the thinking one */
+        return;
+    }
     put_event(j, "content_block_delta",
               json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", 0, "delta", "type",
                         "text_delta", "text", srv_json_text(text, len)));
@@ -506,8 +564,8 @@ void anth_stream_end(srv_job *j) {
         put_event(j, "error", srv_error_json(API_ANTHROPIC, &e));
         return;
     }
-    if (j->ts) {
-        j->ts_calls = tools_stream_end(j->ts);
+    if (j->ts || j->rs) {
+        if (j->ts) j->ts_calls = tools_stream_end(j->ts);
         if (!j->blk_n && !j->blk_open) ts_content(j, "", 0); /* an empty answer still has its text block */
         block_close(j);
     } else put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0));
@@ -518,12 +576,18 @@ void anth_stream_end(srv_job *j) {
 }
 
 json_t *anth_response(srv_job *j) {
-    if (j->tools)
-        return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", j->id, "type", "message", "role",
-                         "assistant", "model", j->srv->model_name, "content", tool_blocks(j), "stop_reason",
-                         stop_reason(j), "stop_sequence", stop_sequence(j), "usage", usage(j));
-    json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
-    return json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o}], s:s, s:o, s:o}", "id", j->id, "type", "message", "role",
-                     "assistant", "model", j->srv->model_name, "content", "type", "text", "text", text, "stop_reason",
-                     stop_reason(j), "stop_sequence", stop_sequence(j), "usage", usage(j));
+    json_t *blocks;
+    if (j->tools) blocks = tool_blocks(j);
+    else
+        blocks = json_pack("[{s:s, s:o}]", "type", "text", "text", srv_json_text(j->text.s ? j->text.s : "", j->text.len));
+    json_t *first = json_array_get(blocks, 0);
+    if (j->reasoning.len && !strcmp(json_string_value(json_object_get(first, "type")), "text") &&
+        !json_string_length(json_object_get(first, "text")))
+        json_array_remove(blocks, 0); /* all of it was thinking: no empty text block (as the stream sends) */
+    if (j->reasoning.len) /* the thinking block first, as Anthropic's extended thinking answers */
+        json_array_insert_new(blocks, 0, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                                                   srv_json_text(j->reasoning.s, j->reasoning.len), "signature", ""));
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", j->id, "type", "message", "role", "assistant",
+                     "model", j->srv->model_name, "content", blocks, "stop_reason", stop_reason(j), "stop_sequence",
+                     stop_sequence(j), "usage", usage(j));
 }

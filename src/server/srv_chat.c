@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "server/srv_grammar.h"
 #include "server/srv_internal.h"
+#include "server/srv_reason.h"
 #include "server/srv_tools.h"
 
 /* OpenAI function names: [a-zA-Z0-9_-]{1,64} (so they need no escaping in a prompt). */
@@ -68,6 +69,11 @@ int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e) {
 /* The opening of a forced call in the model's family. */
 static char *call_opening(srv_ctx *s, const char *name) {
     sbuf b = {0};
+    if (s->harmony) { /* after the prompt's <|start|>assistant: a commentary message to the function */
+        sbuf_puts(&b, "<|channel|>commentary to=functions.");
+        if (*name) sbuf_printf(&b, "%s <|constrain|>json<|message|>", name);
+        return b.s;
+    }
     int llama = s->tools_fam == TOOLS_LLAMA3;
     sbuf_puts(&b, llama ? "{\"name\": \"" : "<tool_call>\n{\"name\": \"");
     if (*name) sbuf_printf(&b, "%s\", \"%s\": ", name, llama ? "parameters" : "arguments");
@@ -106,8 +112,9 @@ static void plain_history(json_t *msgs) {
 }
 
 int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, json_t *kwargs, char **opening,
-                         int *n_tok, srv_err *e) {
+                         int *think_open, int *n_tok, srv_err *e) {
     *opening = NULL;
+    if (think_open) *think_open = 0;
     /* the rendered prompt holds every message's text: when that alone cannot fit the context, refuse
      * before the template copies it (a rendered 8 MB message cost ~100 MB of copies) */
     size_t text_bytes = 0, i;
@@ -134,6 +141,15 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
     }
     int have_tools = json_is_array(tools) && json_array_size(tools) > 0;
     if (!s->tmpl_tools) plain_history(msgs);
+    if (s->harmony) /* gpt-oss's template reads an earlier answer's reasoning as `thinking` (llama-server's mapping) */
+        json_array_foreach(msgs, i, m) {
+            json_t *rc = json_object_get(m, "reasoning_content");
+            if (!json_is_string(rc)) continue;
+            json_t *c = json_deep_copy(m);
+            json_object_set(c, "thinking", rc);
+            if (json_array_size(json_object_get(c, "tool_calls"))) json_object_del(c, "content"); /* one or the other */
+            json_array_set_new(msgs, i, c);
+        }
     if (have_tools && !s->tmpl_tools) { /* describe the tools in the system message */
         char *desc = tools_system_prompt(tools);
         json_t *first = json_array_get(msgs, 0);
@@ -160,11 +176,16 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
     sbuf b = {0};
     sbuf_puts(&b, text);
     st_free(text);
-    if (prefill) sbuf_puts(&b, prefill);
+    int open = reason_prompt_open(b.s, b.len); /* the generation prompt opened <think> */
+    if (prefill) {
+        open = reason_prefill_open(open, prefill, strlen(prefill)); /* the answer's start, given */
+        sbuf_puts(&b, prefill);
+    }
     else if (force && have_tools) {
         *opening = call_opening(s, force);
         sbuf_puts(&b, *opening);
     }
+    if (think_open) *think_open = *opening ? 0 : open; /* a forced call's opening is no reasoning */
     ids = srv_tokenize(s, b.s, b.len, 1, 1, "messages", n_tok, e);
     sbuf_free(&b);
 out:
@@ -178,7 +199,7 @@ void srv_job_call_prefix(const srv_job *j, char *out, size_t cap) {
 }
 
 void srv_job_stream_opening(srv_job *j) {
-    if (j->ts && j->call_opening) tools_stream_feed(j->ts, j->call_opening, strlen(j->call_opening));
+    if (j->ts && j->call_opening && !j->rs) tools_stream_feed(j->ts, j->call_opening, strlen(j->call_opening));
 }
 
 json_t *srv_job_tool_calls(srv_job *j, sbuf *content) {
@@ -207,8 +228,8 @@ int srv_grammar_check(const char *text, size_t len, const char *param, const cha
 }
 
 char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e) {
-    int llama = s->tools_fam == TOOLS_LLAMA3, lazy = !force;
-    if (lazy && llama) return NULL; /* a Llama 3 call is the whole answer: no opening to wait for */
+    int llama = s->tools_fam == TOOLS_LLAMA3, lazy = !force, harmony = s->harmony;
+    if (lazy && (llama || harmony)) return NULL; /* Llama 3: the whole answer is the call; harmony: not yet */
     gschema *c = gschema_new();
     size_t i, n_alt = 0;
     json_t *t;
@@ -241,10 +262,13 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api ap
             return NULL;
         }
         char lit[96];
-        snprintf(lit, sizeof lit, "%s\"", fname);
+        snprintf(lit, sizeof lit, harmony ? "%s <|constrain|>json<|message|>" : "%s\"", fname);
         char *lt = grammar_literal(lit, strlen(lit));
-        sbuf_printf(&alts, "%s%s json-ws \",\" json-ws \"\\\"%s\\\"\" json-ws \":\" json-ws %s", n_alt++ ? " | " : "", lt,
-                    llama ? "parameters" : "arguments", name);
+        if (harmony) /* the header's rest, then the arguments as the message */
+            sbuf_printf(&alts, "%s%s %s", n_alt++ ? " | " : "", lt, name);
+        else
+            sbuf_printf(&alts, "%s%s json-ws \",\" json-ws \"\\\"%s\\\"\" json-ws \":\" json-ws %s", n_alt++ ? " | " : "",
+                        lt, llama ? "parameters" : "arguments", name);
         st_free(lt);
     }
     sbuf_puts(&alts, "\n");
@@ -254,7 +278,16 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api ap
         gschema_put(c, "root ::= call ( json-ws \"<tool_call>\" call )*\n"
                        "call ::= json-ws \"{\" json-ws \"\\\"name\\\"\" json-ws \":\" json-ws \"\\\"\" call-rest json-ws \"}\" "
                        "json-ws \"</tool_call>\"\n");
-    else if (!*force) /* the opening ends at the name's quote */
+    else if (harmony) { /* the opening ends before the name (any) or at the message (named): the arguments end it */
+        char r[160];
+        size_t k;
+        snprintf(r, sizeof r, "root ::= call-rest\n");
+        if (*force)
+            json_array_foreach(tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"),
+                                                                                          "name")), force))
+                snprintf(r, sizeof r, "root ::= tool%zu\n", k);
+        gschema_put(c, r);
+    } else if (!*force) /* the opening ends at the name's quote */
         gschema_put(c, llama ? "root ::= call-rest json-ws \"}\"\n"
                              : "root ::= call-rest json-ws \"}\" json-ws \"</tool_call>\"\n");
     else { /* the opening ends after the arguments key */
@@ -282,4 +315,22 @@ void srv_job_lazy_tools(srv_job *j, json_t *tools, srv_api api) {
     if (!g) return;
     job_set_grammar(j, g);
     j->req.grammar_trigger = "<tool_call>";
+}
+
+/* ---- reasoning (srv_reason.h) ---- */
+
+int srv_parse_reasoning_format(srv_ctx *s, json_t *body, int *on, srv_err *e) {
+    const char *v;
+    *on = s->p.reasoning;
+    int rc = jf_string(body, "reasoning_format", &v, e);
+    if (rc <= 0) return rc;
+    if (!strcmp(v, "none")) *on = 0;
+    else if (!strcmp(v, "auto") || !strcmp(v, "deepseek")) *on = 1;
+    else if (!strcmp(v, "deepseek-legacy")) /* llama-server's: reasoning in content too, when streaming */
+        return srv_fail(e, 400, "reasoning_format", "unsupported_parameter",
+                        "'reasoning_format' deepseek-legacy is not supported by this server: use auto, deepseek or none");
+    else
+        return srv_fail(e, 400, "reasoning_format", "invalid_value",
+                        "'reasoning_format' must be 'none', 'auto' or 'deepseek', not '%s'", v);
+    return 1;
 }

@@ -94,6 +94,11 @@ static int on_event(void *ctx, const srv_event *ev) {
         proto_put_str(&b, ev->error, strlen(ev->error));
         proto_put_i32(&b, ev->n_cached);
         break;
+    case SRV_EV_EMBED:
+        type = PROTO_EMBED;
+        proto_put_u32(&b, (uint32_t)ev->n_embd);
+        sbuf_put(&b, (const char *)ev->embd, ev->n_embd * sizeof(float));
+        break;
     case SRV_EV_TOKEN:
         type = PROTO_TOKEN;
         proto_put_i32(&b, ev->token);

@@ -28,6 +28,7 @@
 #include "core/log.h"
 #include "engine/split.h"
 #include "server/srv_internal.h"
+#include "server/srv_reason.h"
 #include "server/srv_tools.h"
 #include "server/srv_web.h"
 
@@ -356,6 +357,7 @@ server_params server_defaults(void) {
     p.max_inflight = (size_t)64 << 20;
     p.shutdown_timeout_s = 10;
     p.engine_timeout_s = 10;
+    p.reasoning = 1;
     return p;
 }
 
@@ -502,6 +504,8 @@ static const struct {
     {"/v1/chat/completions", oai_chat},     {"/v1/completions", oai_completions},
     {"/v1/messages", anth_messages},        {"/v1/messages/count_tokens", anth_count_tokens},
     {"/tokenize", srv_tokenize_ep},         {"/detokenize", srv_detokenize_ep},
+    {"/v1/embeddings", srv_embeddings_oai}, {"/embedding", srv_embeddings_llama},
+    {"/embeddings", srv_embeddings_llama},
 };
 #define N_POST (sizeof POST_ROUTES / sizeof POST_ROUTES[0])
 
@@ -720,6 +724,20 @@ static int open_front(srv_ctx *s, model_ident *id) {
     if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen) != 0) tmpl = NULL;
     s->tmpl_tools = tools_template_handles(tmpl, (size_t)tlen);
     s->tools_fam = (int)tools_family_of(tmpl, (size_t)tlen);
+    s->reason = (int)reason_kind_of(tmpl, (size_t)tlen);
+    s->harmony = s->reason == REASON_HARMONY;
+    const char *arch = NULL;
+    uint64_t alen = 0;
+    uint32_t pool = 0;
+    if (gguf_get_str(f, "general.architecture", &arch, &alen) == 0 && alen < 64) {
+        char key[96];
+        snprintf(key, sizeof key, "%.*s.pooling_type", (int)alen, arch);
+        if (gguf_get_u32(f, key, &pool) != 0) pool = 0; /* absent: a decoder without a pooling type */
+        uint32_t w = 0;
+        snprintf(key, sizeof key, "%.*s.embedding_length", (int)alen, arch);
+        if (gguf_get_u32(f, key, &w) == 0) s->n_embd = (int)w; /* the engine checks the same key at load */
+    }
+    s->pooling = (int)pool;
     s->eot = chat_end_of_turn(s->fmt);
     /* the most text one token can stand for: its piece, or its own text for control tokens (larger
      * of the two, so the prompt bound below never refuses a text that fits) */

@@ -53,10 +53,15 @@ typedef struct {
     gguf_file *gf;             /* kept open for the server's life: its chat template renders every prompt */
     int tmpl_tools;            /* the template renders `tools` itself (else a system message describes them) */
     int tools_fam;             /* tools_family (srv_tools.h): how this model writes a call */
+    int reason;                /* reason_kind (srv_reason.h): how this model marks its reasoning */
+    int pooling;               /* the GGUF's <arch>.pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last, 4 rank); 0 none */
+    int harmony;               /* the template speaks harmony (gpt-oss): forced calls open its way, and the engine
+                                  writes the control tokens that mark its messages */
     chat_format fmt;
     const char *eot;           /* end-of-turn text of the chat format (a stop string) */
     char model_name[256];      /* the file name without .gguf: what /v1/models lists */
     int n_ctx;
+    int n_embd;                /* the model's width: an embedding's length */
     size_t max_piece;          /* bytes of text the longest token stands for (control tokens included) */
     size_t prompt_max_bytes;   /* n_ctx * max_piece: a longer text cannot fit the context, never tokenized */
     pthread_mutex_t big_text_mu; /* one tokenization of a text over SRV_BIG_TEXT bytes at a time */
@@ -128,8 +133,16 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
  * force: NULL, "" (tool_choice required) or the function to call, whose
  * opening is written after the generation prompt (*opening, st_malloc'd).
  * kwargs: more variables for the template (chat_template_kwargs), or NULL. */
+/* *think_open (may be NULL): the prompt ends inside an open think block. */
 int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, json_t *kwargs, char **opening,
-                         int *n_tok, srv_err *e);
+                         int *think_open, int *n_tok, srv_err *e);
+/* reasoning_format (llama-server's): "none", "auto" or "deepseek" from body (absent: the server's
+ * --reasoning-format) into *on; 400 otherwise. */
+int srv_parse_reasoning_format(srv_ctx *s, json_t *body, int *on, srv_err *e);
+struct srv_job;
+/* Separate the answer's reasoning from its content (srv_reason.h) when on and the model marks it;
+ * a forced call's opening is fed through it, so later stages see the content only. */
+void srv_job_reasoning(struct srv_job *j, int on, int think_open);
 /* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
 int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
 /* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's
@@ -150,7 +163,7 @@ void srv_make_id(srv_ctx *s, const char *prefix, char *out, size_t cap);
 uint64_t srv_random_seed(srv_ctx *s);
 
 /* ---- jobs: one generation between a connection and a slot ---- */
-typedef enum { JOB_OAI_CHAT, JOB_OAI_COMPLETION, JOB_ANTHROPIC } job_kind;
+typedef enum { JOB_OAI_CHAT, JOB_OAI_COMPLETION, JOB_ANTHROPIC, JOB_EMBED } job_kind;
 
 typedef struct srv_job {
     pthread_mutex_t mu;
@@ -186,12 +199,17 @@ typedef struct srv_job {
     char *call_opening;        /* a forced call's opening, written into the prompt */
     char *grammar;             /* the grammar the answer follows (req.grammar), or NULL */
     struct tools_stream *ts;   /* a stream with tools: calls parsed as they come (srv_tools.h) */
+    struct reason_stream *rs;  /* the reasoning told apart from the content (srv_reason.h), or NULL */
+    sbuf reasoning;            /* the whole reasoning (non-streaming) */
+    int think_open;            /* the prompt ends inside <think>: the answer starts in its reasoning */
     int ts_calls;              /* calls it sent, once it ended */
-    int blk_n, blk_open;       /* Anthropic stream: content blocks started; 1 text / 2 tool_use block open */
+    int blk_n, blk_open;       /* Anthropic stream: content blocks started; 1 text / 2 tool_use / 3 thinking open */
     sbuf text;                 /* the whole answer (non-streaming, or streaming with tools) */
     sbuf out;                  /* bytes ready for the client (streaming) */
     size_t out_sent;
     gen_stats st;
+    float *embd;               /* an embedding request's vectors (EMBED event), or NULL */
+    size_t n_embd;
     char err[512];
 } srv_job;
 
@@ -211,14 +229,21 @@ void job_set_grammar(srv_job *j, char *grammar);
  * once, others wait for the end. Returns the MHD result to hand back. */
 enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c);
 
+/* Embeddings (srv_embed.c) run jobs without a response of their own: queue (0, or -1 when the queue is
+ * full), then wait for the end (0; -1 when the client left or the server stops first). */
+int job_submit(srv_job *j);
+int job_wait(srv_job *j);
+
 /* API-specific output, called with the job's mutex held. */
 void oai_stream_begin(srv_job *j);
 void oai_stream_text(srv_job *j, const char *text, size_t len);
+void oai_stream_reasoning(srv_job *j, const char *text, size_t len);
 void oai_stream_end(srv_job *j);
 void oai_token(srv_job *j, const srv_event *ev);
 json_t *oai_response(srv_job *j);
 void anth_stream_begin(srv_job *j);
 void anth_stream_text(srv_job *j, const char *text, size_t len);
+void anth_stream_reasoning(srv_job *j, const char *text, size_t len);
 void anth_stream_end(srv_job *j);
 json_t *anth_response(srv_job *j);
 
@@ -277,6 +302,9 @@ void srv_slots_event(srv_ctx *s, const srv_job *j, const srv_event *ev);
 void srv_slots_kv(srv_ctx *s, const sched_metrics *m, long long *tokens, long long *capacity);
 enum MHD_Result srv_slots_ep(srv_ctx *s, struct MHD_Connection *c);
 enum MHD_Result srv_tokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+/* POST /v1/embeddings (OpenAI) and /embedding, /embeddings (llama-server's), srv_embed.c */
+enum MHD_Result srv_embeddings_oai(srv_ctx *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result srv_embeddings_llama(srv_ctx *s, struct MHD_Connection *c, json_t *body);
 enum MHD_Result srv_detokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *body);
 
 #endif

@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_reason.h"
 #include "server/srv_tools.h"
 
 #define WAIT_STEP_MS 50 /* how often a waiting connection looks at its socket */
@@ -35,7 +36,8 @@ srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->http10 = srv_req_http10;
-    srv_make_id(s, kind == JOB_ANTHROPIC ? "msg_" : kind == JOB_OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    srv_make_id(s, kind == JOB_ANTHROPIC ? "msg_" : kind == JOB_OAI_CHAT ? "chatcmpl-" : kind == JOB_EMBED ? "embd-" : "cmpl-",
+                j->id, sizeof j->id);
     return j;
 }
 
@@ -72,6 +74,9 @@ void job_release(srv_job *j) {
     st_free(j->call_opening);
     st_free(j->grammar);
     tools_stream_free(j->ts);
+    reason_stream_free(j->rs);
+    sbuf_free(&j->reasoning);
+    st_free(j->embd);
     for (int i = 0; i < 17; i++) st_free(j->stop_store[i]);
     st_free(j->bias_ids);
     st_free(j->bias_vals);
@@ -109,6 +114,31 @@ static void stream_text(srv_job *j, const char *t, size_t n) {
     else oai_stream_text(j, t, n);
 }
 
+/* The answer's content (after the reasoning is taken out): to the tool-call parser, the stream or the
+ * whole answer. */
+static void job_content(void *ctx, const char *t, size_t n) {
+    srv_job *j = ctx;
+    if (j->ts) tools_stream_feed(j->ts, t, n); /* calls parsed as they come */
+    else if (j->stream) stream_text(j, t, n);
+    else sbuf_put(&j->text, t, n);
+}
+
+static void job_reasoning(void *ctx, const char *t, size_t n) {
+    srv_job *j = ctx;
+    if (!j->stream) sbuf_put(&j->reasoning, t, n);
+    else if (j->kind == JOB_ANTHROPIC) anth_stream_reasoning(j, t, n);
+    else oai_stream_reasoning(j, t, n);
+}
+
+void srv_job_reasoning(srv_job *j, int on, int think_open) {
+    srv_ctx *s = j->srv;
+    j->req.render_special = s->harmony; /* its messages are marked by control tokens */
+    if (!on || s->reason == REASON_OFF) return;
+    static const reason_cb cb = {job_reasoning, job_content};
+    j->rs = reason_stream_new((reason_kind)s->reason, think_open, j->tools != NULL, &cb, j);
+    j->think_open = think_open;
+}
+
 static void stream_end(srv_job *j) {
     if (j->kind == JOB_ANTHROPIC) anth_stream_end(j);
     else oai_stream_end(j);
@@ -133,15 +163,22 @@ static int on_event(void *ctx, const srv_event *ev) {
     case SRV_EV_TOKEN:
         oai_token(j, ev);
         break;
+    case SRV_EV_EMBED:
+        st_free(j->embd);
+        j->embd = st_malloc(ev->n_embd * sizeof(float) + 1);
+        memcpy(j->embd, ev->embd, ev->n_embd * sizeof(float));
+        j->n_embd = ev->n_embd;
+        break;
     case SRV_EV_TEXT:
-        if (j->ts) tools_stream_feed(j->ts, ev->text, ev->len); /* calls parsed as they come */
-        else if (j->stream) stream_text(j, ev->text, ev->len);
-        else sbuf_put(&j->text, ev->text, ev->len);
+        if (j->rs) reason_stream_feed(j->rs, ev->text, ev->len); /* reasoning apart, then job_content */
+        else job_content(j, ev->text, ev->len);
         break;
     case SRV_EV_DONE:
     case SRV_EV_ERROR:
-        if (ev->kind == SRV_EV_DONE) j->st = *ev->stats;
-        else {
+        if (ev->kind == SRV_EV_DONE) {
+            j->st = *ev->stats;
+            if (j->rs) reason_stream_end(j->rs); /* what it held back is final now */
+        } else {
             j->failed = ev->engine_down ? 2 : 1; /* 2: the engine process stopped, 503 */
             snprintf(j->err, sizeof j->err, "%s", ev->error);
         }
@@ -220,12 +257,35 @@ static void stream_free(void *cls) {
     job_release(j);
 }
 
+int job_submit(srv_job *j) {
+    j->refs++; /* the scheduler's, given back by on_event's terminal event */
+    if (sched_submit(j->srv->sched, &j->req, on_event, j) == 0) return 0;
+    j->refs--;
+    return -1;
+}
+
+int job_wait(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    int rc = 0;
+    while (!j->done && rc == 0) rc = wait_step(j);
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
 enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
     srv_ctx *s = j->srv;
     srv_api api = j->kind == JOB_ANTHROPIC ? API_ANTHROPIC : API_OPENAI;
     if (j->stream) {
         if (j->kind == JOB_ANTHROPIC) anth_stream_begin(j);
         else oai_stream_begin(j);
+    }
+    /* a constrained answer after reasoning the prompt opened: the grammar holds what follows </think>
+     * (the reasoning itself is free, as llama.cpp lets it be) */
+    if (j->rs && j->think_open && j->grammar && !j->req.grammar_trigger) j->req.grammar_trigger = "</think>";
+    if (j->rs && j->call_opening) { /* the forced call's opening goes through the reasoning parser, once */
+        reason_stream_feed(j->rs, j->call_opening, strlen(j->call_opening));
+        st_free(j->call_opening);
+        j->call_opening = NULL;
     }
     j->refs++; /* the scheduler's, given back by on_event's terminal event */
     if (sched_submit(s->sched, &j->req, on_event, j) != 0) {

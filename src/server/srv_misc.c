@@ -106,6 +106,10 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
            (double)m.reused_tokens);
     metric(&b, "prompt_tokens_read_total", "counter", "Prompt tokens evaluated.", (double)m.read_tokens);
     metric(&b, "generated_tokens_total", "counter", "Tokens generated.", (double)m.gen_tokens);
+    metric(&b, "draft_tokens_total", "counter", "Tokens drafted by speculative decoding (--draft).",
+           (double)m.drafts_total);
+    metric(&b, "draft_tokens_accepted_total", "counter", "Drafted tokens that verification kept.",
+           (double)m.drafts_accepted);
     metric(&b, "prompt_seconds_total", "counter", "Time spent reading prompts.", m.prompt_s);
     metric(&b, "generation_seconds_total", "counter", "Time spent generating.", m.gen_s);
     metric(&b, "prompt_tokens_per_second", "gauge", "Prompt speed of the last finished request.", m.last_prompt_tps);

@@ -28,8 +28,8 @@ static const char *const CHAT_KEYS[] = {
     "reasoning_effort", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity", "moderation",
     "prompt_cache_options", "prompt_cache_retention",
     /* extensions (llama.cpp spells them the same) */
-    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", LLAMA_SAMPLING_KEYS,
-    NULL};
+    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", "reasoning_format",
+    LLAMA_SAMPLING_KEYS, NULL};
 
 static const char *const COMPLETION_KEYS[] = {
     "model", "prompt", "stream", "stream_options", "temperature", "top_p", "max_tokens", "stop", "seed",
@@ -253,6 +253,15 @@ static json_t *parse_messages(json_t *body, srv_err *e) {
             }
             json_object_set(o, "tool_call_id", id);
         }
+        json_t *rc = json_object_get(m, "reasoning_content"); /* llama-server's: an earlier answer's reasoning */
+        if (rc && !json_is_null(rc)) {
+            if (strcmp(r, "assistant") || !json_is_string(rc)) {
+                srv_fail(e, 400, param, "invalid_value", "'%s.reasoning_content' must be a string in an assistant "
+                         "message", param);
+                goto fail;
+            }
+            json_object_set(o, "reasoning_content", rc);
+        }
         json_t *name = json_object_get(m, "name");
         if (name && !json_is_null(name)) {
             if (!json_is_string(name)) {
@@ -426,8 +435,7 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
     if (j->req.logprobs) j->lp = json_array();
     j->lp_top = j->req.top_logprobs;
     long long n_probs = 0; /* llama-server's: the top alternatives of every token, beside the API's logprobs */
-    if (jf_int(body, "n_probs", 0, 20, &n_probs, &e) < 0 ||
-        (n_probs > 0 && j->stream && unsupported(&e, "n_probs", "not in streams (use logprobs)") < 0)) {
+    if (jf_int(body, "n_probs", 0, 20, &n_probs, &e) < 0) {
         st_free(ids);
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
@@ -456,9 +464,10 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     srv_job *j = job_new(s, JOB_OAI_CHAT, c);
     json_t *msgs = NULL, *tools = NULL;
     const char *force = NULL;
+    int reason = 0, think_open = 0;
     if (jf_known_keys(body, CHAT_KEYS, &e) < 0 || check_unsupported(body, 1, &e) < 0 ||
         parse_stream(body, j, &e) < 0 || parse_tools(body, &tools, &force, &e) < 0 ||
-        !(msgs = parse_messages(body, &e))) {
+        srv_parse_reasoning_format(s, body, &reason, &e) < 0 || !(msgs = parse_messages(body, &e))) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
@@ -473,8 +482,20 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
-    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, json_is_object(kwargs) ? kwargs : NULL, &j->call_opening, &n,
-                                   &e);
+    /* OpenAI's reasoning_effort reaches the template as llama-server passes it: a variable (gpt-oss's
+     * "Reasoning: low"), or "none": no thinking (enable_thinking false) */
+    const char *effort = json_string_value(json_object_get(body, "reasoning_effort"));
+    json_t *kw = json_is_object(kwargs) ? json_copy(kwargs) : NULL;
+    if (effort && *effort) {
+        if (!kw) kw = json_object();
+        if (!strcmp(effort, "none")) {
+            json_object_del(kw, "reasoning_effort");
+            json_object_set_new(kw, "enable_thinking", json_false());
+        } else
+            json_object_set_new(kw, "reasoning_effort", json_string(effort));
+    }
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kw, &j->call_opening, &think_open, &n, &e);
+    json_decref(kw);
     json_decref(msgs);
     char *g = NULL;
     if (ids && j->call_opening && !(g = srv_tools_grammar(s, tools, force, API_OPENAI, &e))) {
@@ -487,6 +508,7 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
+    srv_job_reasoning(j, reason, think_open); /* reasoning_content apart from the content */
     return finish_request(s, c, body, j, ids, n, "max_completion_tokens", 1);
 }
 
@@ -651,6 +673,10 @@ static void put_chunk(srv_job *j, json_t *choice, json_t *use) {
                           chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)j->created,
                           "model", j->srv->model_name, "system_fingerprint", "strata");
     json_object_set_new(o, "choices", choice ? json_pack("[o]", choice) : json_array());
+    if (choice && j->probs && json_array_size(j->probs)) { /* n_probs: the entries of the tokens since the last chunk */
+        json_object_set_new(o, "completion_probabilities", j->probs);
+        j->probs = json_array();
+    }
     if (j->include_usage) json_object_set_new(o, "usage", use ? use : json_null());
     char *txt = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -710,6 +736,10 @@ void oai_stream_text(srv_job *j, const char *text, size_t len) {
     put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_pack("{s:o}", "content", t) : t, NULL), NULL);
 }
 
+void oai_stream_reasoning(srv_job *j, const char *text, size_t len) {
+    put_chunk(j, choice(j, json_pack("{s:o}", "reasoning_content", srv_json_text(text, len)), NULL), NULL);
+}
+
 void oai_stream_end(srv_job *j) {
     if (j->failed) {
         srv_err e;
@@ -752,6 +782,7 @@ json_t *oai_response(srv_job *j) {
                                                       : json_null(),
                                 "refusal");
         if (calls) json_object_set_new(msg, "tool_calls", calls);
+        if (j->reasoning.len) json_object_set_new(msg, "reasoning_content", srv_json_text(j->reasoning.s, j->reasoning.len));
         ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", take_logprobs(j),
                        "finish_reason", calls ? "tool_calls" : finish_reason(j));
         sbuf_free(&content);
@@ -762,10 +793,13 @@ json_t *oai_response(srv_job *j) {
     }
     json_t *text = srv_json_text(j->text.s ? j->text.s : "", j->text.len);
     json_t *lp = take_logprobs(j);
-    if (j->kind == JOB_OAI_CHAT)
+    if (j->kind == JOB_OAI_CHAT) {
         ch = json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
                        text, "refusal", "logprobs", lp, "finish_reason", finish_reason(j));
-    else
+        if (j->reasoning.len) /* llama-server's field for a thinking model's reasoning */
+            json_object_set_new(json_object_get(ch, "message"), "reasoning_content",
+                                srv_json_text(j->reasoning.s, j->reasoning.len));
+    } else
         ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lp, "finish_reason",
                        finish_reason(j));
     return with_probs(j, json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o, s:o}", "id", j->id, "object",

@@ -348,7 +348,7 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
     gen_stats st = {0};
     char err[512];
     int32_t top_ids[20];
-    float top_lp[20];
+    float top_lp[20], *embd = NULL;
     uint32_t n;
     const char *s;
     switch (f->type) {
@@ -373,6 +373,17 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
         ev.top_ids = top_ids;
         ev.top_lp = top_lp;
         break;
+    case PROTO_EMBED: /* copied out: the payload's floats need not be aligned */
+        ev.kind = SRV_EV_EMBED;
+        n = proto_get_u32(&c);
+        if (n <= c.left / sizeof(float)) {
+            embd = st_malloc((size_t)n * sizeof(float) + 1);
+            memcpy(embd, c.p, (size_t)n * sizeof(float));
+            ev.embd = embd;
+            ev.n_embd = n;
+        } else
+            c.bad = 1;
+        break;
     case PROTO_DONE:
         ev.kind = SRV_EV_DONE;
         proto_get_stats(&c, &st);
@@ -393,6 +404,7 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
     int i = find_locked(p, f->id);
     if (i < 0) { /* not ours (cannot happen) or already ended */
         pthread_mutex_unlock(&p->mu);
+        st_free(embd);
         return;
     }
     pentry *e = p->ents[i];
@@ -403,6 +415,7 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
     }
     pthread_mutex_unlock(&p->mu);
     int stop = e->fn(e->ctx, &ev);
+    st_free(embd);
     if (terminal) {
         free_entry(e);
     } else if (stop && !e->cancel_sent) {
@@ -451,7 +464,7 @@ static void *reader(void *arg) {
             const char *s = proto_get_str(&c, &n);
             snprintf(fail, sizeof fail, "%.*s", (int)n, s);
             strip_path(fail, p->model_path);
-        } else if (f.type >= PROTO_START && f.type <= PROTO_TOKEN)
+        } else if ((f.type >= PROTO_START && f.type <= PROTO_TOKEN) || f.type == PROTO_EMBED)
             on_event_frame(p, ra, &f);
         else {
             r = -1;

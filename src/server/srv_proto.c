@@ -196,6 +196,8 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_i32(b, r->ignore_eos);
     proto_put_i32(b, r->no_cache);
     proto_put_i32(b, r->pin_slot);
+    proto_put_i32(b, r->render_special);
+    proto_put_i32(b, r->embed);
 }
 
 int proto_get_request(proto_cur *c, srv_request *r) {
@@ -287,6 +289,8 @@ int proto_get_request(proto_cur *c, srv_request *r) {
     r->ignore_eos = proto_get_i32(c);
     r->no_cache = proto_get_i32(c);
     r->pin_slot = proto_get_i32(c);
+    r->render_special = proto_get_i32(c);
+    r->embed = proto_get_i32(c);
     if (r->top_logprobs < 0 || r->top_logprobs > 20) c->bad = 1;
     if (c->bad) {
         proto_request_free(r);

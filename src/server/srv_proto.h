@@ -38,6 +38,7 @@
  *   DONE     i32 slot, n_prompt, n_reused, n_read, f64 prompt_ms, i32 n_gen, f64 gen_ms,
  *            i32 drafts_accepted, drafts_total, str finish, i32 stop_index
  *   ERROR    i32 slot, str message            the engine refused or failed the request
+ *   EMBED    i32 slot, u32 n, f32[n]         an embedding request's vectors
  *   HEARTBEAT (no payload)                    every 250 ms from the start: the parent kills a child
  *                                             silent for --engine-timeout (stopped, hung)
  *
@@ -68,6 +69,7 @@ enum {
     PROTO_ERROR,
     PROTO_TOKEN, /* i32 slot, i32 token, f32 logprob, u32 n_top, (i32 id, f32 logprob) x n_top */
     PROTO_HEARTBEAT,
+    PROTO_EMBED, /* i32 slot, u32 n, f32 x n: an embedding request's vectors (before its DONE) */
 };
 
 typedef struct {

@@ -60,13 +60,15 @@ typedef struct {
     int q_head, q_len, max_queue;
     uint64_t tick;
     sched_metrics m;
-    int draft_n;       /* speculative decoding of a slot generating alone (engine_params.draft_n), 0: off */
+    int draft_n;       /* speculative decoding: tokens each generating slot drafts per step (engine_params.draft_n,
+                          0: off) */
     sched_map map;     /* the expert cache as of the last finished request (under mu) */
     char *map_cells;   /* the engine thread's buffer that moe_lanes_cache_map fills */
     int map_cap;
     /* the engine thread's own: the batched step's sequences and tokens */
     engine_seq **step_seqs;
-    int32_t *step_toks;
+    int32_t *step_toks; /* (n_slots * (draft_n + 1)): one token per slot, or its pending token and drafts */
+    int *step_ntok;     /* (n_slots) the tokens of each slot in step_toks */
     slot **step_slots;
     srv_vocab *vocab; /* the vocabulary table grammars walk (srv_gen.c), built on first need */
 } local_sched;
@@ -137,6 +139,8 @@ void sched_metrics_add(sched_metrics *m, const gen_stats *st) {
     m->gen_tokens += (uint64_t)st->n_gen;
     m->prompt_s += st->prompt_ms / 1e3;
     m->gen_s += st->gen_ms / 1e3;
+    m->drafts_accepted += (uint64_t)st->drafts_accepted;
+    m->drafts_total += (uint64_t)st->drafts_total;
     m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
     m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
     if (st->lanes) { /* the engine's own totals: a request's pairs overlap the other slots' in batched steps */
@@ -224,6 +228,35 @@ static int on_text(void *ctx, const char *text, size_t len) {
     return sl->job.fn(sl->job.ctx, &ev);
 }
 
+/* An embedding request (r->embed): its whole prompt read now, in this slot's sequence (nothing of its
+ * cache reused: every token's state is pooled), the vector sent, the slot freed. It holds the engine
+ * thread for the prompt's time, as no generation does. */
+static void slot_embed(local_sched *s, slot *sl) {
+    const srv_request *r = sl->job.req;
+    const size_t d = (size_t)s->e->m->hp.n_embd, n = r->embed == 1 + ENGINE_POOL_NONE ? d * r->n_prompt : d;
+    float *v = st_malloc(n * sizeof(float));
+    sl->t0 = st_now_ns();
+    sl->seq->n_past = 0;
+    engine_seq_reuse_prefix(sl->seq, r->prompt, r->n_prompt);
+    if (engine_seq_embed(s->e, sl->seq, r->prompt, r->n_prompt, (engine_pool)(r->embed - 1), v) != 0) {
+        st_free(v);
+        slot_fail(s, sl, st_error_get(), OUT_FAILED);
+        return;
+    }
+    sl->st.n_prompt = sl->st.n_read = r->n_prompt;
+    sl->st.prompt_ms = (double)(st_now_ns() - sl->t0) / 1e6;
+    sl->st.finish = "stop";
+    srv_event ev = {.kind = SRV_EV_EMBED, .slot = sl->id, .embd = v, .n_embd = n};
+    sl->job.fn(sl->job.ctx, &ev);
+    st_free(v);
+    char line[512];
+    gen_stats_format(&sl->st, line, sizeof line); /* the speed line every request logs */
+    ST_INFO("slot %d: embedding of %d tokens: %s", sl->id, r->n_prompt, line);
+    srv_event done = {.kind = SRV_EV_DONE, .slot = sl->id, .stats = &sl->st, .n_cached = sl->seq->n_past};
+    sl->job.fn(sl->job.ctx, &done);
+    slot_release(s, sl, OUT_DONE);
+}
+
 /* A newly admitted request: START, checks, prefix reuse. */
 static void slot_start(local_sched *s, slot *sl) {
     const srv_request *r = sl->job.req;
@@ -248,6 +281,10 @@ static void slot_start(local_sched *s, slot *sl) {
             slot_fail(s, sl, msg, OUT_FAILED);
             return;
         }
+    if (r->embed) {
+        slot_embed(s, sl);
+        return;
+    }
     sl->t0 = st_now_ns();
     const moe_lane_stats *ls = moe_lanes_stats(s->e->be);
     if (ls) sl->lanes0 = *ls;
@@ -277,14 +314,70 @@ static int gen_start(local_sched *s, slot *sl) {
     sp.dry_breaker = brk;
     sl->smp = sampler_create(&sp, s->e->m->hp.n_vocab);
     st_free(brk);
-    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos};
+    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos,
+                    .render_special = r->render_special};
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
     return 0;
 }
 
+/* Every generating slot's drafts as rows of one step (engine_step_drafts):
+ * each puts its pending token and its drafts in (as many as the rows left
+ * after one per slot allow, the first slots first), the chunk takes the rest,
+ * and each slot then verifies its own rows (gen_verify: it samples them as
+ * the plain decoder would, and its cache, attention rows or recurrent state,
+ * forgets the rejected ones). A slot whose prompt's last token is in the step
+ * has no generation yet: it goes in as one row and samples as usual. */
+static void step_drafts(local_sched *s, slot *rd, int n) {
+    const int ub = s->e->n_ubatch;
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        slot *sl = s->step_slots[i];
+        const int spare = ub - rows - (n - i); /* rows beyond one for each slot still to come */
+        const int nd = s->draft_n < spare ? s->draft_n : spare;
+        if (sl->gen && nd > 0) {
+            s->step_ntok[i] = gen_draft(sl->gen, sl->next, nd, s->step_toks + rows);
+        } else {
+            s->step_toks[rows] = sl->next;
+            s->step_ntok[i] = 1;
+        }
+        rows += s->step_ntok[i];
+    }
+    int n_chunk = 0;
+    if (rd) {
+        const int left = rd->job.req->n_prompt - 1 - rd->seq->n_past, room = ub - rows;
+        n_chunk = left < room ? left : room;
+        if (n_chunk <= 0) rd = NULL;
+    }
+    const int32_t *chunk = rd ? rd->job.req->prompt + rd->seq->n_past : NULL;
+    const float *logits;
+    if (engine_step_drafts(s->e, rd ? rd->seq : NULL, chunk, n_chunk, s->step_seqs, s->step_toks, s->step_ntok, n,
+                           &logits) != 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_error_get());
+        for (int i = 0; i < n; i++)
+            slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
+        if (rd) slot_fail(s, rd, msg, OUT_FAILED);
+        return;
+    }
+    const size_t nv = (size_t)s->e->m->hp.n_vocab;
+    for (int i = 0, r = 0; i < n; r += s->step_ntok[i], i++) {
+        slot *sl = s->step_slots[i];
+        if (!sl->gen) { /* its prompt's last token was this row */
+            if (gen_start(s, sl) == 0) sl->state = SL_SAMPLE;
+            continue;
+        }
+        if (gen_verify(sl->gen, &sl->next, s->step_toks + r, s->step_ntok[i], logits + (size_t)r * nv) != 0)
+            slot_finish(s, sl);
+    }
+    if (rd && rd->seq->n_past == rd->job.req->n_prompt - 1) {
+        rd->next = rd->job.req->prompt[rd->job.req->n_prompt - 1];
+        rd->state = SL_DECODE;
+    }
+}
+
 /* One batched step: the next prompt chunk of the slot admitted first among
  * those reading one (as many tokens as the step has rows left), and one token
- * of every generating slot. The chunk never holds the prompt's last token:
+ * of every generating slot (with drafts: step_drafts). The chunk never holds the prompt's last token:
  * that one goes in the next step as the slot's first decode row, so that
  * when nothing else runs it is a one-token step, as in engine_read_prompt
  * (the first logits then do not depend on how much of the prompt was cached:
@@ -310,6 +403,10 @@ static void step(local_sched *s) {
         s->step_toks[n] = sl->next;
         n++;
     }
+    if (n && s->draft_n > 0 && !(n == 1 && !rd && s->step_slots[0]->gen)) {
+        step_drafts(s, rd, n);
+        return;
+    }
     int n_chunk = 0;
     if (rd) {
         int left = rd->job.req->n_prompt - 1 - rd->seq->n_past, room = s->e->n_ubatch - n;
@@ -318,7 +415,7 @@ static void step(local_sched *s) {
     }
     if (!n && !rd) return;
     if (n == 1 && !rd && s->draft_n > 0 && s->step_slots[0]->gen) {
-        /* one slot generating and no prompt to read: it drafts, and a batched pass verifies the draft */
+        /* one slot generating and no prompt to read: it drafts, and one pass of its own verifies the draft */
         slot *sl = s->step_slots[0];
         if (gen_next_drafted(sl->gen, &sl->next, s->draft_n) != 0) slot_finish(s, sl);
         return;
@@ -402,13 +499,14 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->e = e;
-    s->draft_n = e->seq.kv->recurrent ? 0 : ep->draft_n; /* a recurrent state cannot drop rejected rows */
+    s->draft_n = engine_drafts_ok(e) ? ep->draft_n : 0; /* a recurrent state needs the backend's rollback */
     s->slots = st_calloc((size_t)n_slots, sizeof(slot));
     s->queue = st_calloc((size_t)max_queue, sizeof(pending));
     s->max_queue = max_queue;
     s->n_slots = n_slots;
     s->step_seqs = st_calloc((size_t)n_slots, sizeof *s->step_seqs);
-    s->step_toks = st_calloc((size_t)n_slots, sizeof *s->step_toks);
+    s->step_toks = st_calloc((size_t)n_slots * (size_t)(s->draft_n + 1), sizeof *s->step_toks);
+    s->step_ntok = st_calloc((size_t)n_slots, sizeof *s->step_ntok);
     s->step_slots = st_calloc((size_t)n_slots, sizeof *s->step_slots);
     for (int i = 0; i < n_slots; i++) {
         s->slots[i].id = i;
@@ -453,6 +551,7 @@ static void local_destroy(srv_sched *b) {
     st_free(s->queue);
     st_free(s->step_seqs);
     st_free(s->step_toks);
+    st_free(s->step_ntok);
     st_free(s->step_slots);
     st_free(s->map.cells);
     st_free(s->map_cells);

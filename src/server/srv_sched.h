@@ -54,6 +54,9 @@ typedef struct {
                                         is a breaker (sp.dry_breaker is made from them when the slot starts) */
     int n_dry_breakers;
     int pin_slot;     /* 1 + the slot it must run in (it waits for that one), 0: any (llama-server's id_slot) */
+    int render_special; /* control tokens are written as their text (harmony's <|channel|>, ...) */
+    int embed;        /* 0: generate; 1 + engine_pool: the prompt's final hidden states, pooled (an EMBED event
+                         then DONE; nothing is generated) */
 } srv_request;
 
 #define SRV_MAX_BREAKERS 16
@@ -64,6 +67,7 @@ typedef enum {
     SRV_EV_DONE,  /* terminal: stats filled */
     SRV_EV_ERROR, /* terminal: error names what went wrong */
     SRV_EV_TOKEN, /* a generated token's log probability (logprobs requests), before its text */
+    SRV_EV_EMBED, /* an embedding request's vectors, before its DONE */
 } srv_event_kind;
 
 typedef struct {
@@ -80,6 +84,8 @@ typedef struct {
     const int32_t *top_ids; /* (n_top) */
     const float *top_lp;    /* (n_top) */
     int n_cached;           /* DONE, ERROR: the tokens the slot's KV cache holds now (/slots, the KV gauge) */
+    const float *embd;      /* EMBED: (n_embd) floats, n_prompt rows of them for ENGINE_POOL_NONE */
+    size_t n_embd;
 } srv_event;
 
 /* Called on the engine thread. Exactly one terminal event (DONE or ERROR) ends
@@ -93,6 +99,7 @@ typedef struct {
     uint64_t prompt_tokens, reused_tokens, read_tokens, gen_tokens;
     double prompt_s, gen_s;               /* summed over requests */
     double last_prompt_tps, last_gen_tps; /* of the last finished request */
+    uint64_t drafts_accepted, drafts_total; /* speculative decoding: drafted tokens accepted, drafted */
     const char *engine_state;             /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
     int engine_pid;                       /* the process running the engines (this one when in-process) */
     uint64_t engine_restarts;             /* engine processes started after the first */

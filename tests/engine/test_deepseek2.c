@@ -112,10 +112,17 @@ static void check_model(const char *dir) {
               h->kv_lora == 256 && h->q_lora == 256 && h->head_dim == 288 &&
               h->head_dim_mla == 96 && h->v_head_mla == 64 && h->n_head_kv == 1 &&
               h->n_group == 2 && h->n_group_used == 1 && h->exp_bias && h->norm_topk &&
-              h->expert_scale == 2.5f && h->yarn_orig_ctx == 256 &&
-              fabs(h->rope_freq_scale - 0.25) < 1e-7 &&
+              h->expert_scale == 2.5f && h->yarn_orig_ctx == 256 && h->rope_freq_scale == 1.0f &&
               fabs(h->attn_scale - ms * ms / sqrt(96.0)) < 1e-6,
           "deepseek2 hyper-parameters as written (attention scale %g)", h->attn_scale);
+    /* YaRN x4 from 256 positions as divisors: the correction range of 32
+     * rotated dims is pairs [0, 7) rounded out (0.42 -> 0, 6.44 -> 7): pair
+     * 0 keeps its frequency, pairs 7.. are divided by the factor, pair 3 by
+     * the linear mix in between (3/7 interpolated: 1 / (3/7 / 4 + 4/7)) */
+    const float *dv = e->m->rope_freqs;
+    CHECK(dv && dv[0] == 1.0f && fabsf(dv[7] - 4.0f) < 1e-6f && fabsf(dv[15] - 4.0f) < 1e-6f &&
+              fabs(dv[3] - 1.0 / (3.0 / 7.0 / 4.0 + 4.0 / 7.0)) < 1e-6,
+          "YaRN divisors %g %g %g %g", dv ? dv[0] : -1, dv ? dv[3] : -1, dv ? dv[7] : -1, dv ? dv[15] : -1);
     /* the compressed cache: one row of kv_lora + rope values per layer and position, f16 */
     CHECK(kv_cache_bytes(h, 64, ST_KV_F16) == (size_t)3 * 64 * 288 * 2,
           "cache %zu bytes for 64 positions", kv_cache_bytes(h, 64, ST_KV_F16));
@@ -145,8 +152,9 @@ static void check_model(const char *dir) {
     const size_t dense = engine_weight_bytes(e->m, &routed);
     for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++)
         file += gguf_tensor_at(e->m->file, i)->size;
-    CHECK(dense + routed == file, "tensor list %zu + %zu bytes, file tensors %zu", dense, routed,
-          file);
+    /* the tensor rows cover the file, plus YaRN's divisors made at load (n_rot / 2 floats) */
+    CHECK(dense + routed == file + (size_t)h->n_rot / 2 * sizeof(float), "tensor list %zu + %zu bytes, file tensors %zu",
+          dense, routed, file);
     /* a backend without copy_2d (the CUDA one's today) is refused, naming both; so is softmax-only
      * routing */
     st_backend no_mla = *e->be, softmax_only = *e->be;

@@ -328,6 +328,33 @@ static void test_tensor_list(const char *path) {
     engine_close(e);
 }
 
+/* --prefill auto (engine_prefill_chunk): 512 when every expert fits the
+ * budget, the longest chunk whose extra scratch takes at most an eighth of
+ * it when experts are streamed (capped by the context), --prefill N as given. */
+static void test_prefill_chunk(const char *path) {
+    model *m = model_load(path);
+    CHECK(m != NULL, "%s", st_error_get());
+    if (!m) return;
+    engine_params p = engine_defaults();
+    p.expert_cache = -1;
+    const size_t roomy = (size_t)1 << 40;
+    CHECK(engine_prefill_chunk(&p, m, 8192, roomy) == 512, "all resident: %d", engine_prefill_chunk(&p, m, 8192, roomy));
+    /* a budget that holds the dense part and three quarters of the experts (a layer of them the streaming buffer) */
+    expert_plan_in in;
+    engine_plan_input(&p, m, 8192, 512, 0, &in);
+    const size_t base = engine_scratch_bytes(&m->hp, 512);
+    const size_t tight = in.dense + in.kv + base + (size_t)m->hp.n_layer * (size_t)m->hp.n_expert * in.expert * 3 / 4;
+    const size_t extra4k = engine_scratch_bytes(&m->hp, 4096) - base, extra2k = engine_scratch_bytes(&m->hp, 2048) - base;
+    const int want = extra4k <= tight / 8 ? 4096 : extra2k <= tight / 8 ? 2048 : 1024;
+    const int got = engine_prefill_chunk(&p, m, 8192, tight);
+    CHECK(got == want && got > 512, "streamed: chunk %d, expected %d (budget %zu, extra scratch %zu / %zu)", got, want,
+          tight, extra4k, extra2k);
+    CHECK(engine_prefill_chunk(&p, m, 1024, tight) <= 1024, "the context caps the chunk");
+    p.n_ubatch = 256;
+    CHECK(engine_prefill_chunk(&p, m, 8192, tight) == 256, "--prefill 256 is kept");
+    model_free(m);
+}
+
 /* NMSE of the centred logits (a constant shift changes no probability). */
 static double nmse(const float *a, const float *ref, int n) {
     double ma = 0, mr = 0;
@@ -447,6 +474,7 @@ int main(int argc, char **argv) {
     test_plan();
     test_cost_model();
     test_tensor_list(path);
+    test_prefill_chunk(path);
     test_cache_map(path);
 
     const int total = hp.n_layer * hp.n_expert;

@@ -75,6 +75,12 @@ ARCHS = {
     "glm4moe-mtp": dict(arch="glm4moe", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
                         n_vocab=512, rope_base=1000000.0, eps=1e-5, qkv_bias=True, qk_norm=True, n_expert=8,
                         n_expert_used=2, n_ff_exp=256, glm=True, n_rot=32, dense_lead=2, n_shared=1, nextn=1),
+    # gpt-oss: sinks, q/k/v/o biases, a window of 8 on layers 0 and 2, YaRN (factor 32) over a small
+    # original context (4096 in the real models) so that 32 positions see its ramp; a router bias,
+    # biased experts (gate/up biases wide enough that some values pass the +-7 clamp), top-4 of 8
+    "gpt-oss": dict(n_layer=4, n_embd=256, n_head=8, n_head_kv=2, head_dim=64, n_ff=0, n_vocab=512,
+                    rope_base=150000.0, eps=1e-5, n_expert=8, n_expert_used=4, n_ff_exp=256, oss=True,
+                    sliding_window=8, yarn_factor=32.0, yarn_orig_ctx=64),
     "qwen35": dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_vocab=512,
                    rope_base=10000000.0, eps=1e-6, qk_norm=True, hybrid=True, n_rot=16, rope_sections=[3, 3, 2, 0],
                    interval=4, d_conv=4, ssm_k_heads=2, ssm_v_heads=4, ssm_head=64),
@@ -87,6 +93,7 @@ MIXES = {
     "q8_0": (QT.Q8_0, {}),
     "q4_0": (QT.Q4_0, {"token_embd": QT.Q8_0}),
     # llama.cpp's Q4_K_M pattern: V, FFN down and the output one step up
+    "mxfp4": (QT.Q8_0, {"_exps.": QT.MXFP4}),  # gpt-oss as published: MXFP4 experts
     "q4k_q6k": (QT.Q4_K, {"attn_v": QT.Q6_K, "ffn_down": QT.Q6_K, "output.": QT.Q6_K, "token_embd": QT.Q6_K}),
     "iq4xs": (QT.IQ4_XS, {"token_embd": QT.Q4_K, "output.": QT.Q6_K}),
     "iq2_mix": (QT.IQ2_XS, {"attn_q.": QT.IQ2_XXS, "attn_k.": QT.IQ3_XXS, "ffn_down": QT.IQ3_S,
@@ -225,6 +232,10 @@ def make_model(path, arch, mix, tied=False, seed=0):
             f32("expert_weights_scale", hp["expert_scale"])
         w.add_bool(f"{arch}.expert_weights_norm", True)
         u32("expert_gating_func", 2)  # sigmoid
+    if hp.get("oss"):  # keys as llama.cpp's converter writes them for GptOssForCausalLM
+        w.add_string(f"{arch}.rope.scaling.type", "yarn")
+        f32("rope.scaling.factor", hp["yarn_factor"])
+        u32("rope.scaling.original_context_length", hp["yarn_orig_ctx"])
 
     def mat(name, rows, n_in, std=None):
         t = weight_type(mix, name)
@@ -249,6 +260,9 @@ def make_model(path, arch, mix, tied=False, seed=0):
             continue
         if hp.get("glm"):
             glm_layer(hp, il, p, mat, vec, w, rng)
+            continue
+        if hp.get("oss"):
+            oss_layer(hp, p, mat, vec, w, rng)
             continue
         mat(p + "attn_q.weight", (H * D,), E)
         mat(p + "attn_k.weight", (HKV * D,), E)
@@ -386,3 +400,29 @@ def glm_layer(hp, il, p, mat, vec, w, rng):
     mat(p + "ffn_gate_shexp.weight", (FS,), E)
     mat(p + "ffn_up_shexp.weight", (FS,), E)
     mat(p + "ffn_down_shexp.weight", (E,), FS)
+
+
+def oss_layer(hp, p, mat, vec, w, rng):
+    """A gpt-oss layer after its attn_norm (llama.cpp's openai-moe.cpp names):
+    attention with q/k/v/o biases and a sink per head, post_attention_norm (the
+    pre-FFN norm), the router with its bias, the experts with theirs."""
+    E, H, HKV, D = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"]
+    X, FE = hp["n_expert"], hp["n_ff_exp"]
+    mat(p + "attn_q.weight", (H * D,), E)
+    mat(p + "attn_k.weight", (HKV * D,), E)
+    mat(p + "attn_v.weight", (HKV * D,), E)
+    vec(p + "attn_q.bias", H * D, 0.0, 0.5)
+    vec(p + "attn_k.bias", HKV * D, 0.0, 0.5)
+    vec(p + "attn_v.bias", HKV * D, 0.0, 0.5)
+    mat(p + "attn_output.weight", (E,), H * D)
+    vec(p + "attn_output.bias", E, 0.0, 0.5)
+    vec(p + "attn_sinks.weight", H, 0.0, 1.0)
+    vec(p + "post_attention_norm.weight", E)
+    w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((X, E)) / np.sqrt(E)).astype(np.float32))
+    vec(p + "ffn_gate_inp.bias", X, 0.0, 0.5)
+    mat(p + "ffn_gate_exps.weight", (X, FE), E)
+    mat(p + "ffn_up_exps.weight", (X, FE), E)
+    mat(p + "ffn_down_exps.weight", (X, E), FE)
+    w.add_tensor(p + "ffn_gate_exps.bias", (4.0 * rng.standard_normal((X, FE))).astype(np.float32))
+    w.add_tensor(p + "ffn_up_exps.bias", (4.0 * rng.standard_normal((X, FE))).astype(np.float32))
+    w.add_tensor(p + "ffn_down_exps.bias", (0.5 * rng.standard_normal((X, E))).astype(np.float32))

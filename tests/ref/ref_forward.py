@@ -1,6 +1,6 @@
 """A plain NumPy reference forward pass for the decoder families Strata runs
 (llama, qwen2, qwen3, qwen3moe, gemma3; the hybrid qwen35moe and qwen3next
-are in ref_hybrid.py, glm4moe in ref_glm4moe.py), reading a GGUF file through the gguf
+are in ref_hybrid.py, glm4moe in ref_glm4moe.py, gpt-oss in ref_gpt_oss.py), reading a GGUF file through the gguf
 package (GGUFReader + gguf.quants.dequantize). It is written from the model
 definitions (the Hugging Face modeling code and llama.cpp's GGUF conventions),
 not from Strata's C code, and computes in float64.
@@ -169,6 +169,9 @@ def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=
     if arch in ("qwen35moe", "qwen3next", "qwen35"):  # the hybrids: their own file, the same conventions
         import ref_hybrid
         return ref_hybrid.forward(m, tokens, act_quant=act_quant, kv=kv, mutate=mutate, route=route, trace=trace)
+    if arch == "gpt-oss":  # sinks, YaRN, biased experts, the clamped SwiGLU: ref_gpt_oss.py
+        import ref_gpt_oss
+        return ref_gpt_oss.forward(m, tokens, act_quant=act_quant, kv=kv, mutate=mutate, route=route, trace=trace)
     if arch == "glm4moe":  # sigmoid routing, dense leading layers, partial rotary: ref_glm4moe.py
         import ref_glm4moe
         return ref_glm4moe.forward(m, tokens, act_quant=act_quant, kv=kv, mutate=mutate, route=route, trace=trace)

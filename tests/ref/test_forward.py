@@ -98,6 +98,11 @@ CASES = [
      ("softmax_gate", "no_exp_bias", "bias_in_weights", "no_expert_scale", "full_rope", "no_shexp", "no_bias")),
     ("glm4moe", "q4k_q6k", False, ("f16",), True, ()),
     ("glm4moe-mtp", "q8_0", False, ("f16",), False, ()),
+    # gpt-oss: attention sinks, sliding window on even layers, YaRN, biased experts with the clamped SwiGLU
+    ("gpt-oss", "f32", False, ("f16", "int8"), True,
+     ("no_sinks", "no_clamp", "window_off_by_one", "no_yarn", "yarn_truncate", "no_yarn_mscale", "softmax_all",
+      "no_expert_bias", "swa_odd_layers", "no_o_bias")),
+    ("gpt-oss", "mxfp4", False, ("f16",), True, ()),
 ]
 
 ROWS = []  # the table, printed by the last test
@@ -259,7 +264,7 @@ def test_print_table():
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in ROWS:
         print(f"| {r['arch']} | {r['mix']} | {r['types']} | {r['kv']} | {r['e_ref']:.1e} | {r['bound']:.1e} | "
-              f"{r['e_emu']:.1e} | {r['agree']}/{N_TOK} | {r['split']} | {r['flips'] if r['arch'] in ('qwen3moe', 'qwen35moe', 'qwen3next', 'glm4moe') else '-'} |")  # noqa: E501
+              f"{r['e_emu']:.1e} | {r['agree']}/{N_TOK} | {r['split']} | {r['flips'] if r['arch'] in ('qwen3moe', 'qwen35moe', 'qwen3next', 'glm4moe', 'gpt-oss') else '-'} |")  # noqa: E501
 
 
 def test_hybrid_reference_forms():

@@ -49,6 +49,8 @@ LONG_WORD = [
      "invalid_request_error"),
     ("/v1/messages/count_tokens", lambda w: {"model": "m", "messages": [{"role": "user", "content": w}]},
      "invalid_request_error"),
+    ("/v1/embeddings", lambda w: {"input": w}, "context_length_exceeded"),
+    ("/embedding", lambda w: {"content": [w]}, "context_length_exceeded"),
 ]
 
 

@@ -213,6 +213,38 @@ def test_other_signal_gives_its_exit_code(srv):
     kill_in_flight(srv, "openai", signal.SIGABRT)
 
 
+def test_sigkill_mid_embeddings(srv):
+    """Embeddings run in the engine process like generations: a kill while a long list is being embedded
+    answers it 503 with the message, and the next embedding request succeeds on a new engine."""
+    pid = engine_pid(srv)
+    want = MSG.format(128 + signal.SIGKILL)
+    got = {}
+    body = {"input": ["Once upon a time " * 60 + str(i) for i in range(400)]}  # ~240 tokens each, seconds in all
+
+    def poster():
+        got["r"] = httpx.post(srv.url + "/v1/embeddings", json=body, timeout=120)
+
+    n0 = len(srv.lines)
+    t = threading.Thread(target=poster)
+    t.start()
+    t0 = time.time()
+    while not any("embedding of" in line for line in srv.lines[n0:]):  # the first inputs are done
+        assert time.time() - t0 < 60, "no embedding was made"
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    t.join(60)
+    assert not t.is_alive() and srv.alive()
+    r = got["r"]
+    assert r.status_code == 503 and r.json() == {"error": {"message": want, "type": "server_error", "param": None,
+                                                           "code": "engine_stopped"}}, r.text
+    done = sum("embedding of" in line for line in srv.lines[n0:])
+    assert done < 400, done  # it was cut short, not answered after the fact
+    r = httpx.post(srv.url + "/v1/embeddings", json={"input": ["a", "b"]}, timeout=60)
+    assert r.status_code == 200 and len(r.json()["data"]) == 2, r.text
+    assert engine_pid(srv) != pid
+    print(f"checked: SIGKILL after {done} of 400 embeddings -> 503 {want!r}; the next embeddings request 200")
+
+
 def test_sigkill_idle_then_health_and_request(srv, ):
     import openai
     for _ in range(2):

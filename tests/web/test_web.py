@@ -268,3 +268,28 @@ def test_expert_cache_heatmap(browser, tmp_path):
         print(f"checked: /experts {layers} x {experts}, heatmap pixels match the cells (12 blue), history plotted")
     finally:
         assert s.stop() == 0
+
+
+def test_reasoning_shown_apart(browser, tmp_path):
+    """A thinking model's reasoning (delta.reasoning_content) goes into its own open 'Reasoning' box, not into
+    the answer: a copy of the default model whose template opens <think> in the prompt, so all it writes is
+    reasoning (tests/server/test_reasoning.py checks the split itself)."""
+    from test_reasoning import TEMPLATES, model_with_template
+    with open(os.path.join(TEMPLATES, "smollm2.jinja")) as f:
+        t = f.read().rstrip("\n").replace("{{ '<|im_start|>assistant\n' }}", "{{ '<|im_start|>assistant\n<think>\n' }}")
+    assert "<think>" in t
+    s = Server("-m", model_with_template(str(tmp_path), "think", t))
+    try:
+        page, problems = open_page(browser, s.url + "/")
+        page.wait_for_function("() => document.getElementById('status').textContent === 'ready'", timeout=20000)
+        page.fill("#input", "Hi")
+        page.press("#input", "Enter")
+        page.wait_for_selector(".msg.assistant .stats, .msg.error", timeout=90000)
+        assert not page.query_selector(".msg.error"), page.inner_text(".msg.error")
+        box = page.inner_text(".msg.assistant details.thinking div")
+        answer = page.inner_text(".msg.assistant .text")
+        assert box.strip() and answer == "" and page.get_attribute(".msg.assistant details.thinking", "open") is not None
+        assert not problems, problems
+        print(f"checked: the page shows the reasoning apart ({box[:50]!r}...), the answer empty")
+    finally:
+        assert s.stop() == 0

@@ -249,6 +249,7 @@ typedef struct {
     int n_tok, pos0, n_head, window;
     int n_part;     /* tasks per (token, KV head): its query heads split in this many parts */
     float scale;
+    const float *sinks; /* (n_head) or NULL */
     float *out;
     float *scratch; /* per thread: scores of the group's heads, then their accumulators */
     size_t scratch_stride;
@@ -339,8 +340,11 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     }
     for (int g = 0; g < G; g++) {
         float *s = sc + (size_t)g * nc, mx = -INFINITY;
+        /* a sink (gpt-oss) is one more logit in the softmax, with no value */
+        const float sink = j->sinks ? j->sinks[hkv * G_all + g0 + g] : -INFINITY;
         for (int p = first; p <= pos; p++) mx = fmaxf(mx, s[p]);
-        double sum = 0;
+        mx = fmaxf(mx, sink);
+        double sum = j->sinks ? expf(sink - mx) : 0.0;
         for (int p = first; p <= pos; p++) sum += s[p] = expf(s[p] - mx);
         float inv = (float)(1.0 / sum);
         for (int p = first; p <= pos; p++) s[p] *= inv;
@@ -358,17 +362,22 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     memcpy(j->out + ((size_t)t * j->n_head + (size_t)hkv * G_all + g0) * hd, acc, (size_t)G * hd * sizeof(float));
 }
 
-static void cpu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
-                          float scale, int window, float *out) {
+static void cpu_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0,
+                                int n_head, float scale, int window, const float *sinks, float *out) {
     cpu_ctx *c = CTX(be);
     int G = n_head / kv->n_head_kv;
     const int64_t pairs = (int64_t)n_tok * kv->n_head_kv;
     int n_part = pairs >= c->n_threads ? 1 : (int)((c->n_threads + pairs - 1) / pairs);
     if (n_part > G) n_part = G;
-    attn_job j = {q, kv, n_tok, pos0, n_head, window, n_part, scale, out, NULL,
+    attn_job j = {q, kv, n_tok, pos0, n_head, window, n_part, scale, sinks, out, NULL,
                   (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
     j.scratch = cpu_scratch_reserve(&c->attn, j.scratch_stride * (size_t)c->n_threads * sizeof(float));
     st_pool_run(c->pool, pairs * n_part, attn_task, &j);
+}
+
+static void cpu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                          float scale, int window, float *out) {
+    cpu_attention_sinks(be, q, kv, n_tok, pos0, n_head, scale, window, NULL, out);
 }
 
 static float gelu_tanh(float x) {
@@ -391,6 +400,11 @@ static void act_task(void *ctx, int64_t task, int thread) {
     const int64_t i0 = task * ACT_CHUNK, i1 = i0 + ACT_CHUNK < j->n ? i0 + ACT_CHUNK : j->n;
     if (j->act == ST_ACT_SILU)
         for (int64_t i = i0; i < i1; i++) j->out[i] = j->g[i] / (1.0f + expf(-j->g[i])) * j->u[i];
+    else if (j->act == ST_ACT_SWIGLU_OAI) /* gpt-oss: gate clamped above, up both ways, up + 1 */
+        for (int64_t i = i0; i < i1; i++) {
+            const float g = fminf(j->g[i], ST_OAI_LIMIT), u = fminf(fmaxf(j->u[i], -ST_OAI_LIMIT), ST_OAI_LIMIT);
+            j->out[i] = g / (1.0f + expf(-ST_OAI_ALPHA * g)) * (u + 1.0f);
+        }
     else
         for (int64_t i = i0; i < i1; i++) j->out[i] = gelu_tanh(j->g[i]) * j->u[i];
 }
@@ -462,6 +476,21 @@ static void cpu_moe_route(st_backend *be, const float *logits, int n_tok, int n_
     route_tokens(logits, n_tok, n_expert, k, gt, sel, wsel, p, p + n_expert);
 }
 
+/* Expert e's bias (st_weight.bias, by expert id) added to its n rows of w values at y. */
+static void add_expert_bias(const float *bias, int e, int n, int64_t w, float *y) {
+    if (!bias) return;
+    const float *b = bias + (size_t)e * w;
+    for (int r = 0; r < n; r++)
+        for (int64_t i = 0; i < w; i++) y[(size_t)r * w + i] += b[i];
+}
+
+/* Every expert's biases over its pairs' rows (off: the pairs of expert e are off[e]..off[e+1]). */
+static void add_experts_bias(const float *bias, const int32_t *off, int n_expert, int64_t w, float *y) {
+    if (!bias) return;
+    for (int e = 0; e < n_expert; e++)
+        add_expert_bias(bias, e, off[e + 1] - off[e], w, y + (size_t)off[e] * w);
+}
+
 /* The given pairs' experts (backend.h). Pairs are sorted by expert (tokens
  * in order within one), so that each expert's weights are read once per call
  * however many tokens share it (prompt chunks); all experts' gate and up
@@ -509,8 +538,11 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
             float *g = ge + (size_t)off[e] * F, *u = ue + (size_t)off[e] * F;
             matmul_precise(c, gate, m, xe, g, n);
             matmul_precise(c, up, m, xe, u, n);
+            add_expert_bias(gate->bias, e, n, F, g);
+            add_expert_bias(up->bias, e, n, F, u);
             cpu_act_mul(be, act, g, u, g, (int64_t)n * F);
             matmul_precise(c, down, m, g, ye + (size_t)off[e] * E, n);
+            add_expert_bias(down->bias, e, n, E, ye + (size_t)off[e] * E);
         }
     } else {
         /* gate and up read the same input: quantized once (twice if their formats differ) */
@@ -533,6 +565,8 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
                                   ue + (size_t)off[e] * F, 0};
         }
         ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
+        add_experts_bias(gate->bias, off, n_expert, F, ge);
+        add_experts_bias(up->bias, off, n_expert, F, ue);
         cpu_act_mul(be, act, ge, ue, ge, (int64_t)np * F);
         ST_ASSERT(cpu_quantize_act(c->pool, down->type, F, np, ge, gq) == 0);
         n_mm = 0;
@@ -543,6 +577,7 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
                                   gq + (size_t)off[e] * rd, NULL, ye + (size_t)off[e] * E, 0};
         }
         ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
+        add_experts_bias(down->bias, off, n_expert, E, ye);
     }
     for (int i = 0; i < np; i++) {
         float *o = out + (size_t)tok[i] * E;
@@ -554,6 +589,10 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
 static void cpu_gdn(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const float *qkv,
                     const float *z, const float *beta, const float *alpha, float *out) {
     cpu_gated_delta_net(CTX(be)->pool, &CTX(be)->gdn, g, st, n_tok, pos0, qkv, z, beta, alpha, out);
+}
+
+static void cpu_gdn_keep(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_keep) {
+    cpu_gated_delta_net_keep(CTX(be)->pool, &CTX(be)->gdn, g, st, n_keep);
 }
 
 static void cpu_split(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w) {
@@ -628,17 +667,19 @@ st_backend *backend_cpu_create(int n_threads) {
         .kv_store = cpu_kv_store,
         .qkv_prep = cpu_qkv_prep,
         .attention = cpu_attention,
+        .attention_sinks = cpu_attention_sinks,
         .act_mul = cpu_act_mul,
         .add = cpu_add,
         .scale = cpu_scale,
         .gated_delta_net = cpu_gdn,
+        .gated_delta_net_keep = cpu_gdn_keep,
         .split_halves = cpu_split,
         .sigmoid_mul = cpu_sigmul,
         .copy_2d = cpu_copy_2d,
         .moe_ffn = cpu_moe_ffn,
         .moe_route = cpu_moe_route,
         .moe_experts = cpu_moe_experts,
-        .moe_gatings = ST_GATINGS_SOFTMAX | ST_GATINGS_ALL,
+        .moe_gatings = ST_GATINGS_SOFTMAX | ST_GATINGS_ALL | ST_GATINGS_OAI,
         .run_step = cpu_run_step,
         .to_host = cpu_copy,
         .to_device = cpu_copy,

@@ -12,6 +12,16 @@
  * recurrence itself is the per-token delta rule, not the chunked WY form,
  * with an AVX2/FMA inner loop (a row of S is 8 lanes at a time) where the
  * CPU has it.
+ *
+ * Speculative decoding verifies drafted tokens in one such pass and may
+ * reject the last ones. The state cannot be run backwards (the decay is a
+ * product), so the pass records how to redo it instead (st_kv_layer undo):
+ * the state before it, and per token the inputs of the recurrence (a few
+ * rows, not a state per position: for Qwen3.5-35B-A3B a state is 2 MiB per
+ * layer, a token's record 64 KB). Keeping n of them puts the saved state
+ * back and replays the delta rule of those n tokens only (no projection, no
+ * other layer): the same function on the same inputs, so the same bits as a
+ * pass that had been given only them.
  */
 #include "backend/cpu/cpu_hybrid.h"
 
@@ -40,6 +50,11 @@ typedef struct {
     float *gb; /* [n_tok][n_v][2]: decay, beta */
     float *o;  /* [n_tok][n_v][hd]: the recurrence's output */
     float *out;
+    /* a verify pass (st->undo_cap > 0): the state before it is saved into snap
+     * (per head, by rec_task), and token t's inputs of the recurrence into rec
+     * + t * rec_row (conv_task); NULL otherwise */
+    float *snap, *rec;
+    size_t rec_row;
 } gdn_job;
 
 /* Input i of the convolution window of token t: the state holds the d_conv-1
@@ -89,6 +104,13 @@ static void conv_task(void *ctx, int64_t task, int thread) {
         }
         j->gb[((size_t)t * nv + h) * 2] = expf(softplus(a + g->dt_bias[h]) * g->a[h]);
         j->gb[((size_t)t * nv + h) * 2 + 1] = sigmoid(b);
+    }
+    if (j->rec) { /* what a replay needs: the input (for the window), the recurrence's inputs */
+        float *r = j->rec + (size_t)t * j->rec_row;
+        memcpy(r, j->qkv + (size_t)t * j->conv_dim, (size_t)j->conv_dim * sizeof(float));
+        memcpy(r + j->conv_dim, c, (size_t)j->conv_dim * sizeof(float));
+        memcpy(r + 2 * (size_t)j->conv_dim, j->gb + (size_t)t * nv * 2,
+               (size_t)nv * 2 * sizeof(float));
     }
 }
 
@@ -155,15 +177,21 @@ static delta_step_fn pick_step(int hd) {
     return delta_step;
 }
 
+/* The key/query head that value head h reads. */
+static int key_head(const st_gdn *g, int h) {
+    return g->k_grouped ? h / (g->n_v_head / g->n_k_head) : h % g->n_k_head;
+}
+
 /* Pass 2, one value head over the chunk's tokens in order: the delta rule. */
 static void rec_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const gdn_job *j = ctx;
     const st_gdn *g = j->g;
     const int h = (int)task, hd = g->head_dim, nk = g->n_k_head, nv = g->n_v_head;
-    const int kh = g->k_grouped ? h / (nv / nk) : h % nk; /* its key/query head */
-    float *S = j->st->ssm + (size_t)h * hd * hd;          /* S[jv][ik] */
+    const int kh = key_head(g, h);
+    float *S = j->st->ssm + (size_t)h * hd * hd; /* S[jv][ik] */
     const delta_step_fn step = pick_step(hd);
+    if (j->snap) memcpy(j->snap + (size_t)h * hd * hd, S, (size_t)hd * hd * sizeof(float));
     for (int t = 0; t < j->n_tok; t++) {
         const float *c = j->c + (size_t)t * j->conv_dim;
         const float *q = c + (size_t)kh * hd, *k = c + (size_t)(nk + kh) * hd;
@@ -204,7 +232,19 @@ void cpu_gated_delta_net(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv
     const size_t nc = (size_t)n_tok * conv_dim, ng = (size_t)n_tok * nv * 2,
                  no = (size_t)n_tok * nv * hd;
     float *buf = cpu_scratch_reserve(scr, (nc + ng + no) * sizeof(float));
-    gdn_job j = {g, st, n_tok, conv_dim, qkv, z, beta, alpha, buf, buf + nc, buf + nc + ng, out};
+    gdn_job j = {g,   st,       n_tok,         conv_dim, qkv,  z,    beta, alpha,
+                 buf, buf + nc, buf + nc + ng, out,      NULL, NULL, 0};
+    if (st->undo_cap > 0) { /* a verify pass: record how to undo it (gated_delta_net_keep) */
+        ST_ASSERT(st->undo && st->undo_n + n_tok <= st->undo_cap);
+        const size_t ns = (size_t)nv * hd * hd, ncv = (size_t)back * conv_dim;
+        if (st->undo_n == 0) { /* the state before the pass: the window here, S in rec_task */
+            j.snap = st->undo;
+            memcpy(st->undo + ns, st->conv, ncv * sizeof(float));
+        }
+        j.rec_row = 2 * (size_t)conv_dim + 2 * (size_t)nv;
+        j.rec = st->undo + ns + ncv + (size_t)st->undo_n * j.rec_row;
+        st->undo_n += n_tok;
+    }
     st_pool_run(pool, n_tok, conv_task, &j);
     st_pool_run(pool, nv, rec_task, &j);
     st_pool_run(pool, n_tok, norm_task, &j);
@@ -216,6 +256,56 @@ void cpu_gated_delta_net(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv
         if (src != st->conv + (size_t)i * conv_dim)
             memmove(st->conv + (size_t)i * conv_dim, src, conv_dim * sizeof(float));
     }
+}
+
+typedef struct {
+    const st_gdn *g;
+    st_kv_layer *st;
+    int n_keep, conv_dim;
+    float *o; /* [n_v][hd]: the replay's outputs, not needed */
+} keep_job;
+
+/* One value head: the saved S, then the kept tokens' delta rule again, from
+ * the recorded inputs, with the step function the pass used. */
+static void replay_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const keep_job *j = ctx;
+    const st_gdn *g = j->g;
+    const int h = (int)task, hd = g->head_dim, nk = g->n_k_head, nv = g->n_v_head,
+              kh = key_head(g, h);
+    const size_t ns = (size_t)nv * hd * hd, row = 2 * (size_t)j->conv_dim + 2 * (size_t)nv;
+    const float *rec = j->st->undo + ns + (size_t)(g->d_conv - 1) * j->conv_dim;
+    float *S = j->st->ssm + (size_t)h * hd * hd;
+    memcpy(S, j->st->undo + (size_t)h * hd * hd, (size_t)hd * hd * sizeof(float));
+    const delta_step_fn step = pick_step(hd);
+    for (int t = 0; t < j->n_keep; t++) {
+        const float *c = rec + (size_t)t * row + j->conv_dim, *gb = c + j->conv_dim;
+        step(S, c + (size_t)kh * hd, c + (size_t)(nk + kh) * hd, c + (size_t)(2 * nk + h) * hd,
+             gb[2 * h], gb[2 * h + 1], j->o + (size_t)h * hd, hd);
+    }
+}
+
+void cpu_gated_delta_net_keep(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv_layer *st,
+                              int n_keep) {
+    ST_ASSERT(st->undo_cap > 0 && n_keep >= 0 && n_keep <= st->undo_n);
+    if (n_keep < st->undo_n) {
+        const int hd = g->head_dim, nv = g->n_v_head, back = g->d_conv - 1;
+        const int conv_dim = (2 * g->n_k_head + nv) * hd;
+        keep_job j = {g, st, n_keep, conv_dim,
+                      cpu_scratch_reserve(scr, (size_t)nv * hd * sizeof(float))};
+        st_pool_run(pool, nv, replay_task, &j);
+        /* the window: the last d_conv-1 inputs of [saved window | the kept tokens' inputs] */
+        const size_t ns = (size_t)nv * hd * hd, row = 2 * (size_t)conv_dim + 2 * (size_t)nv;
+        const float *win = st->undo + ns, *rec = win + (size_t)back * conv_dim;
+        for (int i = 0; i < back; i++) {
+            const int p = n_keep + i;
+            const float *src =
+                p < back ? win + (size_t)p * conv_dim : rec + (size_t)(p - back) * row;
+            memcpy(st->conv + (size_t)i * conv_dim, src, (size_t)conv_dim * sizeof(float));
+        }
+    }
+    st->undo_cap = 0;
+    st->undo_n = 0;
 }
 
 void cpu_split_halves(const float *src, float *a, float *b, int n_rows, int n_group, int w) {

@@ -124,7 +124,7 @@ static wpair make_weight(chk *c, qt_type t, int64_t n_in, int64_t n_out, int64_t
     wpair w;
     w.rp = put(c->ref, q, bytes);
     w.dp = put(c->dut, q, bytes);
-    st_weight base = {NULL, NULL, t, n_in, n_out, n_mat, rb};
+    st_weight base = {NULL, NULL, t, n_in, n_out, n_mat, rb, NULL};
     w.r = base;
     w.d = base;
     w.r.data = w.rp;

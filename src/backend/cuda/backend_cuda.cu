@@ -102,6 +102,8 @@ typedef struct {
     const int *step_pos;   /* d_pos while a step runs under run_step's graph mode, else NULL */
     int step_short;        /* that step is for positions below CUDA_ATT_SHORT_SPAN (attention sized for them) */
     int capturing, capture_bad; /* recording; an op met that cannot be recorded */
+    int seg_probe;         /* a live segmented step, between a begin or resume and a cut (what a recording would hold) */
+    int seg_unrecordable;  /* ... met an op that cannot be recorded: seg_key says so */
     cudaGraphExec_t exec;
     void *key;             /* the step arguments the graph was recorded with */
     size_t key_size;
@@ -144,7 +146,10 @@ static void op_begin(cuda_ctx *c) {
  * recorded: mark the recording bad, so that run_step drops it; the step's
  * result comes from its unrecorded first pass. Returns 1 when so. */
 static int cannot_record(cuda_ctx *c) {
-    if (!c->capturing) return 0;
+    if (!c->capturing) {
+        if (c->seg_probe) c->seg_unrecordable = 1; /* a live step's part that a recording would hold */
+        return 0;
+    }
     c->capture_bad = 1;
     return 1;
 }
@@ -753,10 +758,13 @@ static void seg_begin(st_backend *be, int pos0, int record) {
     CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &p, sizeof(int), cudaMemcpyHostToDevice, c->s));
     c->step_short = pos0 + 1 < CUDA_ATT_SHORT_SPAN;
     c->step_pos = c->d_pos;
+    c->seg_unrecordable = 0;
     if (record) {
         CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
         c->capturing = 1;
         c->capture_bad = 0;
+    } else {
+        c->seg_probe = 1;
     }
 }
 
@@ -765,7 +773,8 @@ static int seg_cut(st_backend *be, void **g) {
     *g = NULL;
     pend_flush(c); /* inside the recording */
     act_forget(c);
-    if (!c->capturing) return -1;
+    c->seg_probe = 0;
+    if (!c->capturing) return 0; /* a live step: the ops ran */
     c->capturing = 0;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
@@ -787,6 +796,7 @@ static void seg_run(st_backend *be, void *g) {
     cuda_ctx *c = CTX(be);
     CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, c->s));
     act_forget(c); /* the host did not see what the segment left in scratch */
+    c->seg_probe = 0;
 }
 
 static void seg_resume(st_backend *be, int record) {
@@ -796,6 +806,8 @@ static void seg_resume(st_backend *be, int record) {
         CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
         c->capturing = 1;
         c->capture_bad = 0;
+    } else {
+        c->seg_probe = 1;
     }
 }
 
@@ -804,10 +816,12 @@ static void seg_end(st_backend *be) {
     pend_flush(c);
     act_forget(c);
     c->step_pos = NULL;
+    c->seg_probe = 0;
 }
 
+/* UINT64_MAX: the last live segmented step met an op that cannot be recorded */
 static uint64_t seg_key(st_backend *be, int pos0) {
-    (void)be;
+    if (CTX(be)->seg_unrecordable) return UINT64_MAX;
     return (uint64_t)cuda_mem_generation() << 1 | (uint64_t)(pos0 + 1 < CUDA_ATT_SHORT_SPAN);
 }
 

@@ -67,7 +67,7 @@ async function send(text) {
   $("send").disabled = true;
   $("stop").disabled = false;
   const t0 = performance.now();
-  let tFirst = 0, chunks = 0, usage = null, finish = null, answer = "";
+  let tFirst = 0, chunks = 0, usage = null, finish = null, answer = "", reasoning = "";
   try {
     const resp = await fetch("/v1/chat/completions", {
       method: "POST", headers: headers(true), body: JSON.stringify(body), signal: controller.signal,
@@ -94,6 +94,24 @@ async function send(text) {
           const c = j.choices && j.choices[0];
           if (!c) continue;
           if (c.finish_reason) finish = c.finish_reason;
+          const thought = c.delta && c.delta.reasoning_content;   // a thinking model's reasoning, shown apart
+          if (thought) {
+            if (!tFirst) tFirst = performance.now();
+            reasoning += thought;
+            let box = div.querySelector(".thinking");
+            if (!box) {
+              box = document.createElement("details");
+              box.className = "thinking";
+              box.open = true;
+              const sum = document.createElement("summary");
+              sum.textContent = "Reasoning";
+              box.appendChild(sum);
+              box.appendChild(document.createElement("div"));
+              div.insertBefore(box, out);
+            }
+            box.querySelector("div").textContent = reasoning;
+            div.scrollIntoView({ block: "end" });
+          }
           const piece = c.delta && c.delta.content;
           if (piece) {
             if (!tFirst) tFirst = performance.now();

@@ -1,0 +1,255 @@
+"""Reasoning apart from the answer (issue 17, item 12): reasoning_format, <think> blocks (written by the model,
+or opened by the template's generation prompt), the harmony format of gpt-oss, and n_probs in streams.
+
+The default 135M model does not reason by itself, so the answers are made to: a `grammar` makes it write a
+<think> block or harmony messages followed by free text (greedy), or a copy of the model whose template opens
+the think block in the prompt makes all it writes reasoning. Every check is exact: the reasoning the server
+returns must be the text between the markers and the content what follows them, compared with the raw answer
+that reasoning_format none returns for the same greedy run, so reasoning leaking into the content (or content
+into the reasoning) fails. Clients: the official openai and anthropic SDKs, and httpx for raw SSE."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import MODEL, Server, httpx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TEMPLATES = os.path.join(HERE, "..", "data", "jinja", "templates")
+HI = [{"role": "user", "content": "Hi"}]
+THINK = "I should greet the user."
+THINK_G = 'root ::= "<think>\\n' + THINK + '\\n</think>\\n\\n" [A-Za-z ,.!]{5,40}'
+ANALYSIS = "The user greets. Reply briefly."
+HARMONY_G = ('root ::= "<|channel|>analysis<|message|>' + ANALYSIS +
+             '<|end|><|start|>assistant<|channel|>final<|message|>" [A-Za-z ,.!]{5,40}')
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                   "required": ["city"]}}}]
+
+
+def model_with_template(tmp, name, template):
+    """A copy of the default model with another chat template (the gguf package's own tool)."""
+    src = os.path.join(tmp, name + ".jinja")
+    with open(src, "w") as f:
+        f.write(template)
+    out = os.path.join(tmp, name + ".gguf")
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", "--chat-template-file", src, MODEL, out,
+                    "--force"], check=True, capture_output=True)
+    return out
+
+
+def chat(server, **kw):
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": HI, "temperature": 0, **kw}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def sse(server, path, body, headers=None):
+    """The data objects of a raw SSE stream."""
+    r = httpx.post(server.url + path, json=body, headers=headers or {}, timeout=120)
+    assert r.status_code == 200, r.text
+    out = []
+    for line in r.text.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            out.append(json.loads(line[6:]))
+    return out
+
+
+def test_think_split(server, oai):
+    """A <think> block at the start of the answer: reasoning_content and content, exact, streamed the same."""
+    raw = chat(server, grammar=THINK_G, max_tokens=60, reasoning_format="none")["choices"][0]["message"]
+    assert "reasoning_content" not in raw and raw["content"].startswith("<think>\n" + THINK + "\n</think>\n\n"), raw
+    tail = raw["content"][len("<think>\n" + THINK + "\n</think>\n\n"):]
+    assert len(tail) >= 5, raw
+    for fmt in ("auto", "deepseek", None):
+        extra = {"grammar": THINK_G} | ({"reasoning_format": fmt} if fmt else {})
+        r = oai.chat.completions.create(model="m", messages=HI, max_tokens=60, temperature=0, extra_body=extra)
+        m = r.choices[0].message
+        assert m.reasoning_content == THINK and m.content == tail, (fmt, m)
+    # streamed: the deltas add up to the same two texts, the reasoning first
+    reasoning, content, order = "", "", []
+    for ch in oai.chat.completions.create(model="m", messages=HI, max_tokens=60, temperature=0, stream=True,
+                                          extra_body={"grammar": THINK_G}):
+        d = ch.choices[0].delta if ch.choices else None
+        if d is not None and getattr(d, "reasoning_content", None):
+            reasoning += d.reasoning_content
+            order.append("r")
+        if d is not None and d.content:
+            content += d.content
+            order.append("c")
+    assert reasoning == THINK and content == tail, (reasoning, content)
+    assert order == sorted(order, key=lambda k: k != "r") and len(order) >= 4, order
+    print(f"checked: <think> split exactly (reasoning {len(THINK)} chars, content {tail!r}), streamed in "
+          f"{len(order)} deltas")
+
+
+def test_n_probs_stream(server):
+    """n_probs in a stream: each chunk carries the entries of its tokens, which together are the whole answer."""
+    body = {"messages": HI, "temperature": 0, "max_tokens": 60, "grammar": THINK_G, "n_probs": 3,
+            "logprobs": True, "top_logprobs": 1, "stream": True, "stream_options": {"include_usage": True}}
+    chunks = sse(server, "/v1/chat/completions", body)
+    entries = [e for c in chunks for e in c.get("completion_probabilities", [])]
+    oai_entries = [e for c in chunks if c["choices"] and c["choices"][0]["logprobs"]
+                   for e in c["choices"][0]["logprobs"]["content"]]
+    usage = chunks[-1]["usage"]
+    assert len(entries) == usage["completion_tokens"] == len(oai_entries), (len(entries), usage)
+    whole = chat(server, grammar=THINK_G, max_tokens=60, n_probs=3, reasoning_format="none")
+    assert [e["id"] for e in entries] == [e["id"] for e in whole["completion_probabilities"]]
+    assert "".join(e["token"] for e in entries) == whole["choices"][0]["message"]["content"]
+    for e, o in zip(entries, oai_entries):
+        top = e["top_logprobs"]  # the model's own distribution (the grammar forced some tokens below its first)
+        assert len(top) == 3 and all(a["logprob"] >= b["logprob"] for a, b in zip(top, top[1:])), e
+        assert e["logprob"] <= top[0]["logprob"] + 1e-6, e
+        assert len(o["top_logprobs"]) == 1 and o["token"] == e["token"] and o["logprob"] == e["logprob"], (o, e)
+    carrying = sum(1 for c in chunks if c.get("completion_probabilities"))
+    assert carrying >= 4, carrying  # spread over the stream, not all at the end
+    # completions stream too
+    chunks = sse(server, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0,
+                                             "n_probs": 2, "stream": True})
+    entries = [e for c in chunks for e in c.get("completion_probabilities", [])]
+    assert len(entries) == 6 and "".join(e["token"] for e in entries) == "".join(
+        c["choices"][0]["text"] for c in chunks if c["choices"]), entries
+    print(f"checked: n_probs streamed, {usage['completion_tokens']} entries over {carrying} chunks, equal to the "
+          "non-streamed ones")
+
+
+@pytest.fixture(scope="module")
+def open_think(tmp_path_factory):
+    """The default model with a template that opens <think> in the generation prompt unless enable_thinking is
+    false (as DeepSeek R1's and QwQ's do)."""
+    with open(os.path.join(TEMPLATES, "smollm2.jinja")) as f:
+        t = f.read().rstrip("\n")
+    t = t.replace("{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+                  "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% if enable_thinking is not defined "
+                  "or enable_thinking %}{{ '<think>\n' }}{% endif %}{% endif %}")
+    assert "<think>" in t
+    s = Server("--slots", "1", "-m", model_with_template(str(tmp_path_factory.mktemp("think")), "think", t))
+    yield s
+    assert s.stop() == 0
+
+
+def test_think_opened_by_prompt(open_think):
+    import anthropic
+    import openai
+    oai = openai.OpenAI(base_url=open_think.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    raw = chat(open_think, max_tokens=24, reasoning_format="none")["choices"][0]["message"]["content"]
+    assert raw.strip(), raw
+    m = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0).choices[0].message
+    assert m.reasoning_content == raw.strip() and m.content == "", m  # never closed: all of it is reasoning
+    # a constrained answer waits for the reasoning to end: the grammar holds only what follows </think>
+    js = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0,
+                                     response_format={"type": "json_object"}).choices[0].message
+    assert js.reasoning_content == raw.strip() and js.content == "", js
+    off = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0,
+                                      extra_body={"chat_template_kwargs": {"enable_thinking": False}}).choices[0]
+    assert getattr(off.message, "reasoning_content", None) is None and off.message.content, off
+    eff = oai.chat.completions.create(model="m", messages=HI, max_tokens=24, temperature=0, reasoning_effort="none")
+    assert eff.choices[0].message.content == off.message.content, eff  # "none": enable_thinking false
+    # a prefill (the last assistant message, continued) inside the open block: the rest is reasoning
+    pre = HI + [{"role": "assistant", "content": "Let me think"}]
+    cont = chat(open_think, messages=pre, max_tokens=16, reasoning_format="none")["choices"][0]["message"]["content"]
+    m = oai.chat.completions.create(model="m", messages=pre, max_tokens=16, temperature=0).choices[0].message
+    assert m.reasoning_content == cont.rstrip() and m.content == "", (cont, m)
+    # Anthropic: the same reasoning as a thinking block, streamed as thinking_delta + signature_delta
+    anth = anthropic.Anthropic(base_url=open_think.url, api_key="x", max_retries=0, timeout=120)
+    msg = anth.messages.create(model="m", max_tokens=24, extra_body={"temperature": 0}, messages=HI)
+    assert [b.type for b in msg.content] == ["thinking"], msg.content  # no text after it: no text block
+    assert msg.content[0].thinking == raw.strip() and msg.content[0].signature == ""
+    with anth.messages.stream(model="m", max_tokens=24, extra_body={"temperature": 0}, messages=HI) as st:
+        events = [e.type for e in st]
+        final = st.get_final_message()
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in msg.content], final.content
+    assert "thinking" in events and "signature" in events, events
+    # thinking disabled reaches the template (enable_thinking false): no block, the answer is text
+    msg = anth.messages.create(model="m", max_tokens=24, extra_body={"temperature": 0}, messages=HI,
+                               thinking={"type": "disabled"})
+    assert [b.type for b in msg.content] == ["text"] and msg.content[0].text == off.message.content, msg.content
+    msg = anth.messages.create(model="m", max_tokens=1100, extra_body={"temperature": 0}, messages=HI,
+                               thinking={"type": "enabled", "budget_tokens": 1024})
+    assert msg.content[0].type == "thinking" and msg.content[0].thinking.startswith(raw.strip()[:10]), msg.content
+    # an earlier answer's thinking block sent back is accepted
+    again = anth.messages.create(model="m", max_tokens=4, extra_body={"temperature": 0}, messages=HI + [
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "x", "signature": ""},
+                                          {"type": "text", "text": "Hello."}]}, {"role": "user", "content": "Bye"}])
+    assert again.content[0].type == "thinking", again
+    print(f"checked: a prompt-opened <think> block is all reasoning ({raw.strip()[:40]!r}...) in both APIs and "
+          "streams; enable_thinking false and Anthropic thinking disabled give plain text")
+
+
+@pytest.fixture(scope="module")
+def harmony(tmp_path_factory):
+    """The default model with gpt-oss's chat template (harmony)."""
+    with open(os.path.join(TEMPLATES, "gpt_oss.jinja")) as f:
+        t = f.read()
+    s = Server("--slots", "1", "-m", model_with_template(str(tmp_path_factory.mktemp("harmony")), "harmony", t))
+    yield s
+    assert s.stop() == 0
+
+
+def test_harmony(harmony):
+    import anthropic
+    import openai
+    raw = chat(harmony, grammar=HARMONY_G, max_tokens=80, reasoning_format="none")["choices"][0]["message"]["content"]
+    head = "<|channel|>analysis<|message|>" + ANALYSIS + "<|end|><|start|>assistant<|channel|>final<|message|>"
+    assert raw.startswith(head), raw
+    tail = raw[len(head):]
+    oai = openai.OpenAI(base_url=harmony.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    m = oai.chat.completions.create(model="m", messages=HI, max_tokens=80, temperature=0,
+                                    extra_body={"grammar": HARMONY_G}).choices[0].message
+    assert m.reasoning_content == ANALYSIS and m.content == tail and "<|" not in m.content, m
+    reasoning = content = ""
+    for ch in oai.chat.completions.create(model="m", messages=HI, max_tokens=80, temperature=0, stream=True,
+                                          extra_body={"grammar": HARMONY_G}):
+        d = ch.choices[0].delta if ch.choices else None
+        reasoning += (getattr(d, "reasoning_content", None) or "") if d else ""
+        content += (d.content or "") if d else ""
+    assert reasoning == ANALYSIS and content == tail, (reasoning, content)
+    # forced calls open a commentary message to the function; the call comes back as tool_calls / tool_use
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                        tools=WEATHER, tool_choice=choice, max_tokens=60, temperature=0)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and c.message.tool_calls[0].function.name == "get_weather", c
+        args = json.loads(c.message.tool_calls[0].function.arguments)
+        assert isinstance(args.get("city"), str), args
+    deltas = [ch.choices[0].delta for ch in oai.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=WEATHER, tool_choice="required",
+        max_tokens=60, temperature=0, stream=True) if ch.choices]
+    calls = [tc for d in deltas for tc in (d.tool_calls or [])]
+    assert calls[0].function.name == "get_weather" and json.loads("".join(
+        tc.function.arguments or "" for tc in calls)) == args, calls
+    assert not "".join(d.content or "" for d in deltas).strip(), deltas  # no harmony markup leaks as text
+    anth = anthropic.Anthropic(base_url=harmony.url, api_key="x", max_retries=0, timeout=120)
+    msg = anth.messages.create(model="m", max_tokens=60, extra_body={"temperature": 0}, tool_choice={"type": "any"},
+                               messages=[{"role": "user", "content": "Weather in Paris?"}],
+                               tools=[{"name": "get_weather", "description": "The weather of a city",
+                                       "input_schema": WEATHER[0]["function"]["parameters"]}])
+    assert msg.stop_reason == "tool_use" and msg.content[-1].name == "get_weather", msg
+    # the call and its result in the history render through the template (assistant to=functions..., a
+    # functions.get_weather message), with the earlier reasoning as gpt-oss's `thinking`
+    call = c.message.tool_calls[0]
+    r = chat(harmony, max_tokens=2, tools=WEATHER, messages=[
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "reasoning_content": "Need the tool.",
+         "tool_calls": [{"id": call.id, "type": "function", "function": {"name": "get_weather",
+                                                                          "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"}])
+    plain = chat(harmony, max_tokens=2, tools=WEATHER, messages=[{"role": "user", "content": "Weather in Paris?"}])
+    assert r["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + 10, (r["usage"], plain["usage"])
+    # reasoning_effort reaches gpt-oss's template ("Reasoning: medium" by default)
+    base = chat(harmony, max_tokens=1)["usage"]["prompt_tokens"]
+    long = chat(harmony, max_tokens=1, reasoning_effort="very " * 8 + "high")["usage"]["prompt_tokens"]
+    assert long > base + 3, (base, long)
+    print(f"checked: harmony analysis -> reasoning ({ANALYSIS!r}), final -> content ({tail!r}), streamed the same; "
+          f"forced calls (OpenAI required / named, streamed; Anthropic any) -> get_weather {args}")
+
+
+def test_reasoning_format_refused(server):
+    for bad, code in (("nope", "invalid_value"), (5, "invalid_type"), ("deepseek-legacy", "unsupported_parameter")):
+        r = httpx.post(server.url + "/v1/chat/completions", json={"messages": HI, "reasoning_format": bad},
+                       timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["code"] == code, (bad, r.text)
+        assert r.json()["error"]["param"] == "reasoning_format", r.text
