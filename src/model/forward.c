@@ -106,6 +106,10 @@ void model_ctx_set_split(model_ctx *c, const model_split *s) {
     ST_ASSERT(s && s->il0 >= 0 && s->il0 < s->il1 && s->il1 <= c->m->hp.n_layer && (s->ends == (s->il0 == 0)));
     c->split = *s;
     c->hop = st_malloc((size_t)c->n_ubatch * c->m->hp.n_embd * sizeof(float));
+    if (!s->ends) { /* no head here: the logits rows (n_ubatch x n_vocab, ~100 MB on SmolLM2) go */
+        c->be->free(c->be, c->logits);
+        c->logits = NULL;
+    }
 }
 
 /* The residual stream's rows leave for the next process (x to the host, then sent)... */
