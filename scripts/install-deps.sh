@@ -21,7 +21,8 @@ for a in "$@"; do
 done
 
 APT_PKGS=(build-essential cmake clang libclang-rt-14-dev pkg-config python3 python3-pip
-          libpcre2-dev libjansson-dev libmicrohttpd-dev libutf8proc-dev liburing-dev chromium)
+          libpcre2-dev libjansson-dev libmicrohttpd-dev libutf8proc-dev liburing-dev chromium
+          libopenmpi-dev openmpi-bin)
 PIP_PKGS=(numpy gguf pytest openai anthropic playwright)
 HIP_PKGS=(clang-19 lld-19 llvm-19 clang-tools-19 libclang-rt-19-dev libamdhip64-dev rocm-device-libs)
 [ "$BASE" = 1 ] || APT_PKGS=()

@@ -9,12 +9,13 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "core/log.h"
+#include "engine/split.h"
 #include "server/server.h"
 
 #define SERVE_USAGE                                                                                                \
     "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "      \
     "[--max-body MB] [--read-timeout S] [--max-inflight MB] [--allowed-hosts LIST] [--cors-origin LIST] "         \
-    "[--shutdown-timeout S] [--engine-timeout S] [--reasoning-format auto|deepseek|none]"
+    "[--shutdown-timeout S] [--engine-timeout S] [--reasoning-format auto|deepseek|none] [--ranks N]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {.cmd = "serve", .usage = SERVE_USAGE, .argc = argc, .argv = argv, .i = 1};
@@ -84,6 +85,9 @@ int cmd_serve(int argc, char **argv) {
         } else if ((r = args_value(&a, "--shutdown-timeout", &v))) {
             if (r < 0 || args_int(&a, "--shutdown-timeout", v, 0, 86400, &n)) return a.err;
             p.shutdown_timeout_s = (int)n;
+        } else if ((r = args_value(&a, "--ranks", &v))) {
+            if (r < 0 || args_int(&a, "--ranks", v, 1, 1024, &n)) return a.err;
+            p.ranks = (int)n;
         } else if ((r = args_value(&a, "--engine-timeout", &v))) {
             if (r < 0 || args_int(&a, "--engine-timeout", v, 0, 86400, &n)) return a.err;
             p.engine_timeout_s = (int)n;
@@ -101,9 +105,21 @@ int cmd_serve(int argc, char **argv) {
             return args_unknown(&a);
     }
     if (p.api_key && !p.api_key[0]) p.api_key = NULL;
+    if (split_rank() > 0) {
+        /* under mpirun, a rank other than 0 serves no HTTP: it follows rank 0's engine
+         * (engine_open does not return here) until that engine stops (docs/multi.md) */
+        if (!engine_open(&p.ep)) fprintf(stderr, "strata serve: rank %d: %s\n", split_rank(), st_error_get());
+        return 1;
+    }
     if (server_run(&p) != 0) {
         fprintf(stderr, "strata serve: %s\n", st_error_get());
         return 1;
+    }
+    if (split_launched_size() > 1) {
+        /* the front end of an MPI job: its engine, the job's rank 0, is gone; a nonzero exit is what
+         * makes mpirun end the other ranks, which would otherwise wait for it (docs/multi.md) */
+        fprintf(stderr, "strata serve: stopped; exiting with code 3 so that mpirun ends the job's other ranks\n");
+        return 3;
     }
     return 0;
 }

@@ -118,6 +118,17 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         p->draft_n = (int)n; /* implies --draft ngram */
         return 1;
     }
+    if ((r = args_value(a, "--layer-split", &v))) {
+        if (r < 0) return -1;
+        for (const char *c = v; *c; c++)
+            if ((*c < '0' || *c > '9') && *c != ',') {
+                a->err = cli_usage_error(a->cmd, a->usage,
+                                         "invalid value '%s' for --layer-split (layer counts per MPI rank: N,M,...)", v);
+                return -1;
+            }
+        p->layer_split = v; /* checked against the ranks and the layers at load (split_layer_range) */
+        return 1;
+    }
     if ((r = args_value(a, "--kv", &v))) {
         if (r < 0) return -1;
         int t = kv_type_from_name(v);

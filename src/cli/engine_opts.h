@@ -13,7 +13,7 @@
     "[-m FILE] [-c|--ctx N] [--kv f16|int8] [-t|--threads N] [--prefill N] [--gpu N] [--vram-budget GiB] "           \
     "[--vram-reserve MiB] [--expert-cache N|auto] [--expert-profile FILE] [--pcie-frac F] [--pin-experts 0|1] [--mmap-experts] "    \
     "[--ram-budget GiB] [--adapt-every N] "                                                                         \
-    "[--draft ngram|none] [--draft-n N]"
+    "[--draft ngram|none] [--draft-n N] [--layer-split N,M,...]"
 
 /* tokens drafted per step by --draft ngram unless --draft-n says (docs/speculative.md) */
 #define ENGINE_DRAFT_N_DEFAULT 8

@@ -2,6 +2,7 @@
  * subcommand is listed in `strata --help` and nothing else parses argv[1]. */
 #include "cli/cli.h"
 #include "core/alloc.h"
+#include "engine/split.h"
 #include "model/model.h"
 #include "server/server.h"
 
@@ -58,6 +59,17 @@ char *cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* The subcommands that step the engine through its sequence calls, which
+ * carry the split's commands to the other ranks (engine/split.h); the rest
+ * (perplexity and profile call the forward pass directly) would leave them
+ * waiting. */
+static int split_command(const char *name) {
+    const char *ok[] = {"run", "chat", "bench", "serve", "engine"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(name, ok[i])) return 1;
+    return 0;
+}
+
 static void usage(FILE *out) {
     fprintf(out, "usage: strata COMMAND [ARGS]  (strata COMMAND --help for each)\n"
                  "       strata --families  (the model architectures this binary runs)\n\ncommands:\n");
@@ -65,6 +77,15 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    /* under mpirun: join the job (a layer split across ranks, engine/split.h); else nothing. `serve`
+     * on rank 0 stays out of it: the HTTP front end is no rank, the engine process it spawns (and
+     * supervises) joins as rank 0 in its place, so that it has a rank 0 to restart against */
+    if (argc < 2 || strcmp(argv[1], "serve") || split_launched_rank() > 0) split_start(&argc, &argv);
+    if (split_size() > 1 && argc >= 2 && !split_command(argv[1])) {
+        fprintf(stderr, "strata %s: does not run under mpirun; a layer split across ranks runs run, chat, bench and "
+                        "serve (docs/multi.md)\n", argv[1]);
+        return 2;
+    }
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -46,6 +46,9 @@ static const st_switch_def TABLE[] = {
      "GPU decode fusions, a sum of bits: 1 products of one input (q/k/v) in one launch per weight type or type pair (Q4_K/Q5_K with Q6_K), 2 routing inside the MoE kernel, 4 (with 1) a norm's residual add in the pending product that made it (o, or a dense down) and a one-row norm without one held for the one-token float product after it (the router), which then normalises itself; 0: each its own kernel", 0},
     {"STRATA_CUDA_SAMPLING", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode copies every logit to the host and samples there, instead of taking the greedy or top-k candidates from the GPU", 0},
+    {"STRATA_MPIRUN", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "mpirun", "mpirun",
+     "serve --ranks N: the launcher of the engine job and its options (e.g. mpirun --oversubscribe -H a,b), "
+     "given -n N and the engine's command line", 0},
     {"STRATA_API_KEY", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL, "none",
      "serve: require this key (Bearer or x-api-key); same as --api-key", 1},
     /* engine and server flags (strata serve / strata launch) */
@@ -77,6 +80,11 @@ static const st_switch_def TABLE[] = {
      "speculative decoding: ngram drafts tokens by prompt lookup, verified in one batched pass (docs/speculative.md)", 0},
     {"--draft-n", ST_SW_KIND_FLAG, NULL, NULL, 1, 64, NULL, "8 with --draft ngram",
      "tokens drafted per step (implies --draft ngram)", 0},
+    {"--ranks", ST_SW_KIND_FLAG, NULL, NULL, 1, 1024, "1", "1",
+     "serve: the engine as an MPI job of N ranks, layers split across them, launched by the server with "
+     "STRATA_MPIRUN and restarted whole when a rank dies (docs/multi.md)", 0},
+    {"--layer-split", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "even by bytes of weights",
+     "under mpirun: layers per MPI rank, N,M,... summing to the layer count (docs/multi.md)", 0},
     {"--pin-experts", ST_SW_KIND_FLAG, NULL, NULL, 0, 1, "1", "1",
      "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging); run, chat, bench "
      "and serve also take it as --mmap-experts (no value)", 0},

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend_prof.h"
@@ -14,6 +15,7 @@
 #include "core/timer.h"
 #include "engine/engine_offload.h"
 #include "engine/engine_place.h"
+#include "engine/split.h"
 #ifdef STRATA_HAVE_GPU
 #include "backend/cuda/backend_cuda.h"
 #endif
@@ -37,17 +39,21 @@ _Static_assert(offsetof(engine, kv) == offsetof(engine, seq.kv) &&
 
 static void seq_init(engine *e, engine_seq *s) {
     const model *m = e->m;
-    s->kv = kv_cache_create(e->be, &m->hp, e->n_ctx, e->kv_type);
+    s->kv = kv_cache_create_range(e->be, &m->hp, e->n_ctx, e->kv_type, e->il0, e->il1);
+    s->id = e->next_seq_id++;
     s->n_past = 0;
     s->hist = st_malloc((size_t)e->n_ctx * sizeof(int32_t));
     s->logits = st_malloc((size_t)m->hp.n_vocab * sizeof(float));
 }
 
 static void seq_fini(engine_seq *s) {
+    split_send_free(s->id);
     kv_cache_free(s->kv);
     st_free(s->hist);
     st_free(s->logits);
 }
+
+static int split_engine(engine *e, const engine_params *p);
 
 int engine_backend_supports(const model *m, const st_backend *be) {
     /* a hybrid family needs the DeltaNet and gate ops, which not every backend has (the CUDA one not yet) */
@@ -148,13 +154,52 @@ engine *engine_open(const engine_params *p) {
     e->mc = model_ctx_create(m, e->be, e->n_ubatch);
     e->n_ctx = n_ctx;
     e->kv_type = p->kv_type;
+    e->il0 = 0;
+    e->il1 = m->hp.n_layer;
+    if (split_size() > 1 && split_engine(e, p) != 0) {
+        engine_close(e);
+        return NULL;
+    }
     seq_init(e, &e->seq);
+    if (split_rank() > 0) {
+        /* a follower: rank 0's steps until it says stop, then this process is done (split.h) */
+        const int rc = split_follow(e);
+        if (rc != 0) st_log(ST_LOG_ERROR, "rank %d: %s", split_rank(), st_error_get());
+        engine_close(e);
+        split_finish();
+        exit(rc != 0);
+    }
     return e;
+}
+
+/* Under mpirun: this rank's layers (split.h), its tensors alone bound. The
+ * split runs on the CPU backend, whole layers per rank, attention caches
+ * only; what it does not cover is refused here, on every rank alike. */
+static int split_engine(engine *e, const engine_params *p) {
+    const model *m = e->m;
+    if (p->gpu >= 0 || e->lanes || e->placed) {
+        st_error_set("a layer split across %d MPI ranks runs on the CPU backend only (without --gpu, "
+                     "--expert-cache or --ram-budget)", split_size());
+        return -1;
+    }
+    if (m->hp.full_attn_interval) {
+        st_error_set("a layer split across MPI ranks keeps attention caches only: architecture '%s' has a "
+                     "recurrent state", model_arch_name(m->hp.arch));
+        return -1;
+    }
+    if (split_layer_range(m, p->layer_split, split_size(), split_rank(), &e->il0, &e->il1) != 0) return -1;
+    model_keep_layers(e->m, e->il0, e->il1, e->il0 == 0);
+    const model_split ms = {e->il0, e->il1, e->il0 == 0, split_send_x, split_recv_x, NULL};
+    model_ctx_set_split(e->mc, &ms);
+    ST_INFO("rank %d of %d: layers %d..%d of %d%s", split_rank(), split_size(), e->il0, e->il1 - 1, m->hp.n_layer,
+            e->il0 == 0 ? ", embedding and output head" : "");
+    return 0;
 }
 
 void engine_close(engine *e) {
     if (!e) return;
-    seq_fini(&e->seq);
+    if (e->seq.kv) seq_fini(&e->seq);
+    split_send_stop(); /* rank 0: the followers are done too */
     model_ctx_free(e->mc);
     engine_place_free(e->placed);
     e->be->destroy(e->be);
@@ -163,6 +208,7 @@ void engine_close(engine *e) {
     st_free(e->batch_kv);
     st_free(e->batch_pos);
     st_free(e->batch_n);
+    st_free(e->batch_ids);
     st_free(e->batch_tok);
     st_free(e->batch_logits);
     st_free(e);
@@ -217,6 +263,7 @@ static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, flo
     if (seq_check(e, s, toks, n) != 0) return -1;
     seq_settle(s);
     if (all && n > 1) kv_cache_spec_begin(s->kv, s->n_past, n); /* the first token is always kept */
+    split_send_forward(s->id, s->n_past, n);
     model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, all);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
@@ -231,6 +278,7 @@ int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
 int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals) {
     if (seq_check(e, s, &tok, 1) != 0) return -1;
     seq_settle(s);
+    split_send_forward(s->id, s->n_past, 1);
     const int rc = model_forward_top_k(e->mc, s->kv->layers, tok, s->n_past, k, ids, vals, s->logits);
     s->hist[s->n_past++] = tok;
     return rc;
@@ -252,6 +300,7 @@ int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engin
     for (int done = 0; done < n;) {
         int m = n - done < e->n_ubatch ? n - done : e->n_ubatch;
         float *rows = h ? h : out + (size_t)done * d; /* NONE: straight into place */
+        split_send_forward(s->id, s->n_past, m); /* a follower's model_forward of m <= n_ubatch: one chunk too */
         model_forward_hidden(e->mc, s->kv->layers, toks + done, m, s->n_past, rows);
         memcpy(s->hist + s->n_past, toks + done, (size_t)m * sizeof(int32_t));
         s->n_past += m;
@@ -369,6 +418,7 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         e->batch_kv = st_realloc(e->batch_kv, (size_t)n_seq * sizeof *e->batch_kv);
         e->batch_pos = st_realloc(e->batch_pos, (size_t)n_seq * sizeof *e->batch_pos);
         e->batch_n = st_realloc(e->batch_n, (size_t)n_seq * sizeof *e->batch_n);
+        e->batch_ids = st_realloc(e->batch_ids, (size_t)n_seq * sizeof *e->batch_ids);
     }
     if (n_all > e->tok_cap) {
         e->tok_cap = n_all;
@@ -380,6 +430,7 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         e->batch_kv[0] = reading->kv->layers;
         e->batch_pos[0] = reading->n_past;
         e->batch_n[0] = n_chunk;
+        e->batch_ids[0] = reading->id;
         memcpy(e->batch_tok, chunk, (size_t)n_chunk * sizeof(int32_t));
         k = 1;
     }
@@ -387,10 +438,12 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         e->batch_kv[k + i] = seqs[i]->kv->layers;
         e->batch_pos[k + i] = seqs[i]->n_past;
         e->batch_n[k + i] = n_tok ? n_tok[i] : 1;
+        e->batch_ids[k + i] = seqs[i]->id;
         if (e->batch_n[k + i] > 1) kv_cache_spec_begin(seqs[i]->kv, seqs[i]->n_past, e->batch_n[k + i]);
     }
     memcpy(e->batch_tok + n_chunk, toks, (size_t)rows * sizeof(int32_t));
     int skip = reading && !chunk_logits;
+    split_send_batch(n_seq, e->batch_ids, e->batch_pos, reading || n_tok ? e->batch_n : NULL, skip, n_tok != NULL);
     model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading || n_tok ? e->batch_n : NULL, n_seq,
                         skip, n_tok != NULL, e->batch_logits);
     const float *out = e->batch_logits;

@@ -41,6 +41,7 @@ typedef struct {
     int adapt_every;      /* the expert cache learns every N steps (moe_lanes_set_adapt); 1 (default): every step; 0: fixed */
     int draft_n;          /* speculative decoding, tokens drafted per step (--draft ngram, --draft-n): what the CLI
                              puts in gen_params.draft_n and the server's scheduler uses; 0 (default): off */
+    const char *layer_split; /* under mpirun (engine/split.h): layers per rank, "N,M,..."; NULL: even by bytes */
 } engine_params;
 
 /* One sequence: its KV cache, the tokens at its filled positions and the
@@ -51,6 +52,7 @@ typedef struct engine_seq {
     int n_past;    /* positions filled in the cache */
     int32_t *hist; /* (n_ctx) the tokens at those positions */
     float *logits; /* (n_vocab) of the last evaluated token */
+    int id;        /* names it in a layer split's commands (split.h) */
 } engine_seq;
 
 typedef struct engine {
@@ -63,10 +65,12 @@ typedef struct engine {
     st_kv_type kv_type;
     struct engine_placed *placed; /* device copies of the weights (GPU backend), else NULL */
     int lanes;                    /* be is the expert lanes backend (moe_lanes.h): experts in several places */
+    int il0, il1;                 /* the layers this process runs (all but under a layer split, split.h) */
+    int next_seq_id;
     /* engine_step's gathered inputs and outputs, (batch_cap) sequences / tokens */
     int batch_cap, tok_cap;
     st_kv_layer **batch_kv;
-    int *batch_pos, *batch_n;
+    int *batch_pos, *batch_n, *batch_ids;
     int32_t *batch_tok;
     float *batch_logits; /* [tok_cap][n_vocab] */
     /* The engine's own sequence, by either name: `seq` for the sequence

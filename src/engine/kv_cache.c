@@ -36,6 +36,11 @@ size_t kv_cache_state_bytes(const model_hparams *hp) {
 }
 
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type) {
+    return kv_cache_create_range(be, hp, n_ctx, type, 0, hp->n_layer);
+}
+
+kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type, int il0,
+                                int il1) {
     kv_cache *kv = st_calloc(1, sizeof *kv);
     kv->be = be;
     kv->type = type;
@@ -55,6 +60,7 @@ kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st
         l->n_ctx = n_ctx;
         l->n_head_kv = hp->n_head_kv;
         l->head_dim = hp->head_dim;
+        if (il < il0 || il >= il1) continue; /* another process's layer */
         if (model_layer_recurrent(hp, il)) {
             /* zeroed by the first step of a sequence (position 0) */
             l->conv = be->alloc(be, conv_elems(hp) * sizeof(float) + 1); /* d_conv 1: no inputs kept */

@@ -38,6 +38,10 @@ size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type);
 /* Of those, the recurrent layers' state: the same for any n_ctx (0 for most families). */
 size_t kv_cache_state_bytes(const model_hparams *hp);
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type);
+/* The same with buffers for layers [il0, il1) only (a layer split's process,
+ * engine/split.h): the others keep their shape fields and no memory. */
+kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type, int il0,
+                                int il1);
 void kv_cache_free(kv_cache *kv);
 /* Save the recurrent state as that of tokens[0..pos) (a no-op without recurrent layers). */
 void kv_cache_checkpoint(kv_cache *kv, const int32_t *tokens, int pos);

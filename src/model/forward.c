@@ -39,7 +39,12 @@ struct model_ctx {
     float *logits;                      /* n_vocab, [n_ubatch] rows */
     int32_t *ids;                       /* token ids copied to the device */
     mla_bufs *mla;                      /* deepseek2's latent attention (forward_mla.c), or NULL */
+    model_split split;                  /* the layers this process runs (forward.h); il1 0: no split */
+    float *hop;                         /* host copy of x for the ring, [n_ubatch][n_embd], split only */
 };
+
+/* Whether this process embeds and applies the output head (all but a split's followers). */
+static int has_ends(const model_ctx *c) { return !c->split.il1 || c->split.ends; }
 
 static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
 
@@ -93,7 +98,32 @@ void model_ctx_free(model_ctx *c) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     mla_bufs_free(c->mla, be);
+    st_free(c->hop);
     st_free(c);
+}
+
+void model_ctx_set_split(model_ctx *c, const model_split *s) {
+    ST_ASSERT(s && s->il0 >= 0 && s->il0 < s->il1 && s->il1 <= c->m->hp.n_layer && (s->ends == (s->il0 == 0)));
+    c->split = *s;
+    c->hop = st_malloc((size_t)c->n_ubatch * c->m->hp.n_embd * sizeof(float));
+    if (!s->ends) { /* no head here: the logits rows (n_ubatch x n_vocab, ~100 MB on SmolLM2) go */
+        c->be->free(c->be, c->logits);
+        c->logits = NULL;
+    }
+}
+
+/* The residual stream's rows leave for the next process (x to the host, then sent)... */
+static void hop_send(model_ctx *c, int rows) {
+    const size_t n = (size_t)rows * c->m->hp.n_embd;
+    c->be->to_host(c->be, c->hop, c->x, n * sizeof(float));
+    c->split.send(c->split.ctx, c->hop, n);
+}
+
+/* ...and arrive from the previous one into x. */
+static void hop_recv(model_ctx *c, int rows) {
+    const size_t n = (size_t)rows * c->m->hp.n_embd;
+    c->split.recv(c->split.ctx, c->hop, n);
+    c->be->to_device(c->be, c->x, c->hop, n * sizeof(float));
 }
 
 /* Attention of n_seq sequences stacked in the activation rows (sequence s:
@@ -193,8 +223,8 @@ static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
 
 /* The FFN (dense or MoE) of n rows, whichever sequences they belong to.
  * On entry h = ffn_norm(x); on return x += ffn and, but after the last
- * layer, h = the next layer's attn_norm(x). */
-static void ffn_block(model_ctx *c, int il, int n) {
+ * layer this process runs (last - 1), h = the next layer's attn_norm(x). */
+static void ffn_block(model_ctx *c, int il, int n, int last) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
     st_backend *be = c->be;
@@ -225,7 +255,7 @@ static void ffn_block(model_ctx *c, int il, int n) {
         be->matmul(be, &l->ffn_down, 0, c->g, c->o, n);
     }
     if (l->post_ffn_norm) be->rmsnorm(be, c->o, NULL, l->post_ffn_norm, c->o, hp->n_embd, n, hp->rms_eps);
-    if (il + 1 < hp->n_layer)
+    if (il + 1 < last)
         be->rmsnorm(be, c->x, c->o, c->m->layers[il + 1].attn_norm, c->h, hp->n_embd, n, hp->rms_eps);
     else
         be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
@@ -241,16 +271,23 @@ typedef struct {
 } step_args;
 
 /* Embedding and layers of the token ids in c->ids: n_seq sequences stacked
- * as rows (sequence s: n_tok[s] rows from position pos0[s]), rows in all. */
+ * as rows (sequence s: n_tok[s] rows from position pos0[s]), rows in all.
+ * Under a split, this process's layers between the ring's hops (forward.h):
+ * on return x holds the last layer's output wherever the head is applied. */
 static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq, int rows) {
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     st_backend *be = c->be;
+    const int split = c->split.il1 > 0, il0 = split ? c->split.il0 : 0, il1 = split ? c->split.il1 : hp->n_layer;
 
-    be->get_rows(be, &m->tok_embd, c->ids, rows, c->x);
-    if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)rows * hp->n_embd);
-    be->rmsnorm(be, c->x, NULL, m->layers[0].attn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
-    for (int il = 0; il < hp->n_layer; il++) {
+    if (has_ends(c)) {
+        be->get_rows(be, &m->tok_embd, c->ids, rows, c->x);
+        if (hp->embd_scale != 1.0f) be->scale(be, c->x, hp->embd_scale, (int64_t)rows * hp->n_embd);
+    } else {
+        hop_recv(c, rows);
+    }
+    be->rmsnorm(be, c->x, NULL, m->layers[il0].attn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+    for (int il = il0; il < il1; il++) {
         if (model_layer_recurrent(hp, il)) {
             recurrent_block(c, il, kv, pos0, n_tok, n_seq, rows);
         } else if (c->mla) { /* deepseek2: multi-head latent attention (forward_mla.c) */
@@ -258,8 +295,11 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
             be->rmsnorm(be, c->x, c->o, m->layers[il].ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
         } else
             attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
-        ffn_block(c, il, rows);
+        ffn_block(c, il, rows, il1);
     }
+    if (!split) return;
+    hop_send(c, rows);
+    if (c->split.ends) hop_recv(c, rows); /* back round the ring from the last process */
 }
 
 static void step_body(void *arg, int pos0) {
@@ -271,7 +311,7 @@ static void step_body(void *arg, int pos0) {
     st_kv_layer *kv = a->kv;
 
     layers(c, &kv, &pos0, &a->n, 1, a->n);
-    if (!a->rows) return; /* an intermediate prompt chunk: only its KV is needed */
+    if (!a->rows || !has_ends(c)) return; /* an intermediate prompt chunk: only its KV is needed */
     /* only the rows whose logits are wanted go through the output matrix */
     be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, NULL, m->output_norm, c->h, hp->n_embd, a->rows,
                 hp->rms_eps);
@@ -292,7 +332,7 @@ static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int 
     a.first = first;
     a.rows = rows;
     a.hidden = hidden;
-    be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    if (has_ends(c)) be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->run_step(be, n, pos0, step_body, &a, sizeof a);
 }
 
@@ -300,7 +340,8 @@ static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, 
                           int all_logits) {
     const int rows = !logits ? 0 : all_logits ? n : 1;
     run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0);
-    if (logits) c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
+    if (logits && has_ends(c))
+        c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
 }
 
 int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
@@ -331,7 +372,7 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
         int last = done + n == n_tok;
         /* intermediate chunks produce no logits unless every position's are wanted */
         float *out = all_logits ? logits + (size_t)done * nv : last ? logits : NULL;
-        forward_chunk(c, kv, tokens + done, n, pos0 + done, out, all_logits);
+        forward_chunk(c, kv, tokens ? tokens + done : NULL, n, pos0 + done, out, all_logits);
         done += n;
     }
 }
@@ -355,6 +396,7 @@ static void batch_body(void *arg, int pos0) {
     st_backend *be = c->be;
 
     layers(c, a->kv, a->pos, a->n_tok, a->n_seq, a->rows);
+    if (!has_ends(c)) return;
     /* each wanted sequence's last row (or all its rows), normed into consecutive rows of h, then one product */
     int r = 0, k = 0;
     for (int s = 0; s < a->n_seq; s++) {
@@ -383,29 +425,29 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         ST_ASSERT(rows <= c->n_ubatch);
         batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip, all};
         st_backend *be = c->be;
-        be->to_device(be, c->ids, tok, (size_t)rows * sizeof(int32_t));
+        if (has_ends(c)) be->to_device(be, c->ids, tok, (size_t)rows * sizeof(int32_t));
         be->run_step(be, rows, pos[0], batch_body, &a, sizeof a);
         int out_rows = 0;
         for (int s = skip; s < n_seq; s++)
             out_rows += all ? n_tok[s] : 1;
-        if (out_rows) be->to_host(be, logits, c->logits, (size_t)out_rows * nv * sizeof(float));
+        if (out_rows && has_ends(c)) be->to_host(be, logits, c->logits, (size_t)out_rows * nv * sizeof(float));
         return;
     }
     /* one token each: steps of up to n_ubatch sequences */
     for (int done = 0; done < n_seq;) {
         int n = n_seq - done < c->n_ubatch ? n_seq - done : c->n_ubatch;
         int sk = skip > done ? (skip - done < n ? skip - done : n) : 0; /* of these, without logits */
-        float *out = logits + (size_t)(done + sk - skip) * nv;
+        float *out = logits ? logits + (size_t)(done + sk - skip) * nv : NULL;
         if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
-            forward_chunk(c, kv[done], tok + done, 1, pos[done], sk ? NULL : out, 0);
+            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0);
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */
             batch_args a = {c, kv + done, pos + done, NULL, n, n, sk, 0};
             st_backend *be = c->be;
-            be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
+            if (has_ends(c)) be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
             be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
-            if (sk < n) be->to_host(be, out, c->logits, (size_t)(n - sk) * nv * sizeof(float));
+            if (sk < n && has_ends(c)) be->to_host(be, out, c->logits, (size_t)(n - sk) * nv * sizeof(float));
         }
         done += n;
     }

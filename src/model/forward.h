@@ -13,6 +13,25 @@ typedef struct model_ctx model_ctx;
 model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch);
 void model_ctx_free(model_ctx *c);
 
+/* A layer split across processes (engine/split.h): this process runs layers
+ * [il0, il1) of every step. The first process (ends set) embeds the tokens
+ * and applies the output head; the residual stream (rows x n_embd floats,
+ * host memory) goes round a ring: each process but the first receives it
+ * before its layers and sends it on after them, and the first sends it after
+ * its layers and receives it back from the last before the head. The other
+ * processes ignore tokens and logits (they may be NULL). A range's last
+ * layer ends with a plain residual add instead of the next layer's fused
+ * norm, so no process reads a tensor of a layer it does not own. Called
+ * once, before the first step; NULL split: the whole model (the default). */
+typedef struct {
+    int il0, il1;
+    int ends; /* embeds and applies the output head */
+    void (*send)(void *ctx, const float *x, size_t n); /* to the next process */
+    void (*recv)(void *ctx, float *x, size_t n);       /* from the previous one */
+    void *ctx;
+} model_split;
+void model_ctx_set_split(model_ctx *c, const model_split *s);
+
 /* Run n_tok tokens at positions pos0.. through the model, appending their K/V
  * to kv[0..n_layer-1]. logits (host memory) receives n_vocab floats for the
  * last token, or for every token ([n_tok][n_vocab]) when all_logits. */

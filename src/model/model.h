@@ -162,6 +162,11 @@ typedef struct model {
 /* Open the GGUF, check the architecture is supported and every tensor has the
  * expected shape. NULL with st_error_get() naming the problem. */
 model *model_load(const char *path);
+/* Unbind every tensor outside layers [il0, il1) and, without ends, the
+ * embedding, output norm and output matrix (a layer split's process,
+ * engine/split.h): their fields become NULL, so a stray read faults at once
+ * instead of paging in another process's weights from the mapping. */
+void model_keep_layers(model *m, int il0, int il1, int ends);
 void model_free(model *m);
 
 /* A layer's tensors as data (model_tensors.c): the loader binds each row a

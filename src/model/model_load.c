@@ -610,6 +610,15 @@ fail:
     return NULL;
 }
 
+void model_keep_layers(model *m, int il0, int il1, int ends) {
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (il < il0 || il >= il1) memset(&m->layers[il], 0, sizeof m->layers[il]);
+    if (ends) return;
+    memset(&m->tok_embd, 0, sizeof m->tok_embd);
+    memset(&m->output, 0, sizeof m->output);
+    m->output_norm = NULL;
+}
+
 void model_free(model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_owned; i++) st_free(m->owned[i]);

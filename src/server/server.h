@@ -25,6 +25,7 @@ typedef struct {
     int shutdown_timeout_s;    /* SIGTERM: requests in flight get this long to end before they are cut short */
     int engine_timeout_s;      /* an engine process silent this long is killed (its requests get 503); 0: never */
     int reasoning;             /* --reasoning-format: 1 auto (reasoning apart from the answer), 0 none */
+    int ranks;                 /* > 1: the engine runs as an MPI job of this many ranks (--ranks, docs/multi.md) */
 } server_params;
 
 server_params server_defaults(void);

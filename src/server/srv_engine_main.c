@@ -1,6 +1,10 @@
 /* The engine process: `strata engine --fd N`, spawned by the HTTP front end
  * (srv_proc.c), never by a user. It runs the in-process scheduler
- * (srv_sched.c) and speaks the protocol of srv_proto.h on fd N.
+ * (srv_sched.c) and speaks the protocol of srv_proto.h on fd N. With
+ * `serve --ranks N` the front end launches it as an MPI job instead
+ * (`mpirun -n N strata engine --connect PATH`, docs/multi.md): rank 0 connects
+ * to the front end's socket at PATH and shares the configuration frame with
+ * the other ranks, which open the engine from it and follow rank 0.
  *
  * The main thread reads frames from the start, so that end of file (the
  * server is gone, or stopping) ends this process at once even while the
@@ -16,11 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "engine/split.h"
 #include "server/srv_proto.h"
 
 /* One request the front end sent, alive until its terminal event. */
@@ -188,9 +195,49 @@ static void on_cancel(uint64_t id) {
     pthread_mutex_unlock(&E.mu);
 }
 
+/* A rank other than 0 of the engine job: rank 0's configuration, then the
+ * engine, which follows rank 0 until it stops (engine_open does not return). */
+static int follow_job(void) {
+    char *frame = NULL;
+    uint32_t len = 0;
+    split_share(&frame, &len);
+    proto_cur c = {(const uint8_t *)frame, len, 0};
+    engine_params ep;
+    int n_slots, max_queue;
+    model_ident id;
+    if (proto_get_config(&c, &ep, &n_slots, &max_queue, &id) != 0) {
+        fprintf(stderr, "strata engine: rank %d: a broken configuration from rank 0\n", split_rank());
+        return 3;
+    }
+    ep.n_seq = n_slots;
+    if (!engine_open(&ep)) fprintf(stderr, "strata engine: rank %d: %s\n", split_rank(), st_error_get());
+    return 1;
+}
+
+/* The front end's socket at path (serve --ranks), or -1. */
+static int connect_front(const char *path) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) return -1;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 int server_engine_main(int argc, char **argv) {
-    for (int i = 1; i + 1 < argc; i += 2)
+    const char *front = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--fd")) E.fd = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--connect")) front = argv[i + 1];
+    }
+    if (front && split_rank() > 0) return follow_job();
+    if (front && (E.fd = connect_front(front)) < 0) {
+        fprintf(stderr, "strata engine: cannot connect to the server at %s\n", front);
+        return 2;
+    }
     if (E.fd < 0) {
         fprintf(stderr, "strata engine: the HTTP server starts this process itself (strata serve)\n");
         return 2;
@@ -212,6 +259,11 @@ int server_engine_main(int argc, char **argv) {
         if (f.type == PROTO_CONFIG && !configured) {
             proto_cur c = {f.payload, f.len, 0};
             if (proto_get_config(&c, &E.ep, &E.n_slots, &E.max_queue, &E.model) != 0) _exit(3);
+            if (front) { /* the engine job's other ranks open the engine from the same frame */
+                char *frame = (char *)f.payload;
+                uint32_t len = f.len;
+                split_share(&frame, &len);
+            }
             E.max_queue += E.n_slots;
             configured = 1;
             pthread_t t;

@@ -26,6 +26,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "engine/split.h"
 #include "server/srv_internal.h"
 #include "server/srv_reason.h"
 #include "server/srv_tools.h"
@@ -801,7 +802,8 @@ int server_run(const server_params *p) {
     struct MHD_Daemon *d = NULL;
     MHD_socket listen_fd = MHD_INVALID_SOCKET;
     struct addrinfo *ai = NULL;
-    sched_supervision sv = {.heartbeat_timeout_s = p->engine_timeout_s};
+    sched_supervision sv = {.heartbeat_timeout_s = p->engine_timeout_s, .once = split_launched_size() > 1,
+                            .ranks = p->ranks};
     if (open_front(s, &sv.model) != 0) goto done;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     char port[16];

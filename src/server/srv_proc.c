@@ -24,7 +24,9 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,9 +112,103 @@ static void send_gen(srv_proc *p, int gen, uint32_t type, uint64_t id, const voi
 
 static void *reader(void *arg);
 
+#define JOB_CONNECT_S 60 /* an engine job's rank 0 connects within this, or the job is ended */
+
+/* serve --ranks N: the engine as an MPI job, `$STRATA_MPIRUN -n N strata
+ * engine --connect PATH` (docs/multi.md). mpirun does not pass descriptors on
+ * to its ranks, so rank 0 connects to a socket listening at PATH instead of
+ * inheriting one; this waits for it (holding mu: about the time MPI_Init
+ * takes) while watching that mpirun lives. *pid: mpirun's; *fd: the socket.
+ * 0, or -1 with st_error. */
+static int launch_job(srv_proc *p, pid_t *pid, int *fd) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "/tmp/strata-engine-%d-%d.sock", (int)getpid(), p->gen + 1);
+    unlink(a.sun_path);
+    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 1) != 0) {
+        st_error_set("could not start the engine job: socket %s: %s", a.sun_path, strerror(errno));
+        if (lfd >= 0) close(lfd);
+        return -1;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = 0;
+    /* the launcher's words (STRATA_MPIRUN, e.g. "mpirun --oversubscribe -H a,b"), then ours */
+    const char *launcher = getenv("STRATA_MPIRUN");
+    char *words = st_strdup(launcher && *launcher ? launcher : "mpirun");
+    char nr[16], *argv[64];
+    int argc = 0;
+    for (char *w = strtok(words, " "); w && argc < 56; w = strtok(NULL, " ")) argv[argc++] = w;
+    snprintf(nr, sizeof nr, "%d", p->sv.ranks);
+    char o_n[] = "-n", a1[] = "engine", a2[] = "--connect";
+    argv[argc++] = o_n;
+    argv[argc++] = nr;
+    argv[argc++] = exe;
+    argv[argc++] = a1;
+    argv[argc++] = a2;
+    argv[argc++] = a.sun_path;
+    argv[argc] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0); /* mpirun hands its stdin to rank 0 */
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK);
+    int rc = posix_spawnp(pid, argv[0], &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (rc != 0) {
+        st_error_set("could not start the engine job: %s: %s", argv[0], strerror(rc));
+        st_free(words);
+        close(lfd);
+        unlink(a.sun_path);
+        return -1;
+    }
+    st_free(words);
+    *fd = -1;
+    for (int waited = 0; *fd < 0 && waited < JOB_CONNECT_S * 5; waited++) {
+        struct pollfd pf = {lfd, POLLIN, 0};
+        if (poll(&pf, 1, 200) == 1) *fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        int status;
+        if (*fd < 0 && waitpid(*pid, &status, WNOHANG) == *pid) {
+            st_error_set("the engine job (%s) ended before its rank 0 connected (status %d)", argv[0], status);
+            close(lfd);
+            unlink(a.sun_path);
+            return -1;
+        }
+    }
+    close(lfd);
+    unlink(a.sun_path);
+    if (*fd < 0) {
+        kill(*pid, SIGTERM);
+        waitpid(*pid, NULL, 0);
+        st_error_set("the engine job's rank 0 did not connect within %d s", JOB_CONNECT_S);
+        return -1;
+    }
+    return 0;
+}
+
 /* Start an engine process. Caller holds mu. -1 with st_error. */
 static int spawn_locked(srv_proc *p) {
+    if (p->sv.once && p->gen > 0) {
+        st_error_set("the engine of an MPI job cannot restart inside the job (docs/multi.md)");
+        return -1;
+    }
     int sv[2];
+    pid_t pid;
+    if (p->sv.ranks > 1) {
+        if (launch_job(p, &pid, &sv[0]) != 0) return -1;
+        if (p->sv.heartbeat_timeout_s > 0) { /* as below */
+            struct timeval tv = {.tv_sec = p->sv.heartbeat_timeout_s};
+            setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            setsockopt(sv[0], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        }
+        atomic_store(&p->last_frame_ms, now_ms());
+        goto started;
+    }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         st_error_set("could not start the engine process: socketpair: %s", strerror(errno));
         return -1;
@@ -144,7 +240,6 @@ static int spawn_locked(srv_proc *p) {
     char a0[] = "strata", a1[] = "engine", a2[] = "--fd", a3[16];
     snprintf(a3, sizeof a3, "%d", PROTO_CHILD_FD);
     char *argv[] = {a0, a1, a2, a3, NULL};
-    pid_t pid;
     int rc = cfd < 0 ? errno : posix_spawn(&pid, "/proc/self/exe", &fa, &at, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
@@ -154,6 +249,7 @@ static int spawn_locked(srv_proc *p) {
         st_error_set("could not start the engine process: %s", strerror(rc));
         return -1;
     }
+started:
     p->gen++;
     if (p->gen > 1) p->m.engine_restarts++;
     p->state = ENG_STARTING;
@@ -406,6 +502,9 @@ static void *reader(void *arg) {
     else if (stalled)
         snprintf(msg, sizeof msg, "the engine stopped responding (nothing from it for %d s, --engine-timeout) and was "
                  "killed; the next request restarts it", p->sv.heartbeat_timeout_s);
+    else if (p->sv.once)
+        snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); it ran in an MPI job, which "
+                 "cannot restart it: the server is stopping", code);
     else snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); the next request restarts it", code);
     if (fail[0]) snprintf(p->why_down, sizeof p->why_down, "%s", fail);
     else snprintf(p->why_down, sizeof p->why_down, "the engine process %s%s", how, loading ? " while loading" : "");
@@ -421,6 +520,12 @@ static void *reader(void *arg) {
         free_entry(ents[i]);
     }
     st_free(ents);
+    if (p->sv.once && !stopping) {
+        /* the front end's own graceful stop (its sigwait), after which serve exits non-zero so that
+         * mpirun ends the job's other ranks (docs/multi.md) */
+        ST_WARN("engine: it ran as rank 0 of an MPI job and cannot restart in it; stopping the server");
+        kill(getpid(), SIGTERM);
+    }
 
     pthread_mutex_lock(&p->mu);
     p->n_readers--;

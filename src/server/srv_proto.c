@@ -383,6 +383,7 @@ void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_que
     proto_put_f64(b, ep->ram_budget);
     proto_put_i32(b, ep->adapt_every);
     proto_put_i32(b, ep->draft_n);
+    proto_put_str(b, ep->layer_split ? ep->layer_split : "", ep->layer_split ? strlen(ep->layer_split) : 0);
     proto_put_i32(b, n_slots);
     proto_put_i32(b, max_queue);
     proto_put_u64(b, id->size);
@@ -409,6 +410,8 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     ep->ram_budget = proto_get_f64(c);
     ep->adapt_every = proto_get_i32(c);
     ep->draft_n = proto_get_i32(c);
+    uint32_t slen;
+    const char *split = proto_get_str(c, &slen);
     *n_slots = proto_get_i32(c);
     *max_queue = proto_get_i32(c);
     id->size = proto_get_u64(c);
@@ -417,6 +420,7 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     if (c->bad || *n_slots <= 0 || *max_queue <= 0) return -1;
     ep->model_path = dup_str(path, len);
     ep->expert_profile = plen ? dup_str(prof, plen) : NULL;
+    ep->layer_split = slen ? dup_str(split, slen) : NULL;
     return 0;
 }
 

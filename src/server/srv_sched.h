@@ -135,6 +135,10 @@ int model_ident_of(const char *path, model_ident *id);
 typedef struct {
     int heartbeat_timeout_s;              /* a child that sends nothing this long is killed; 0: never */
     model_ident model;                    /* a child finding another file there refuses to serve it */
+    int once; /* the engine cannot restart: it joined an MPI job as its rank 0 (docs/multi.md), and
+                 the job's other ranks cannot take a new one; when it ends, the server stops */
+    int ranks; /* > 1: the engine is an MPI job of this many ranks the server launches itself
+                  (serve --ranks, STRATA_MPIRUN); a rank that dies ends the job, which restarts whole */
 } sched_supervision;
 
 /* The scheduler has two roles behind one face: the engine's thread in this
