@@ -23,7 +23,7 @@ ctest --test-dir build-san --output-on-failure -L 'gguf|fuzz|tokenizer'
 # the API suite outlasts its time limit). The suites' server helper fails a
 # test on any sanitizer report in the server's log or a nonzero exit.
 CC=clang cmake -S . -B build-san-server -DCMAKE_BUILD_TYPE=Release -DSTRATA_SANITIZE=ON >/dev/null
-cmake --build build-san-server -j"$JOBS" --target strata_cli test_tools_parse test_grammar test_sched
+cmake --build build-san-server -j"$JOBS" --target server_tests
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-san-server --output-on-failure -L server
 
 # CUDA: compile the kernels for the architectures CI must check (Hopper and
