@@ -31,16 +31,10 @@
 #include "model/synth.h"
 
 #include "../common/check.h"
+#include "../common/family.h"
 
 #define N   12
 #define TOL 1e-4 /* max |a - b| of logits of std ~1: float summation order only */
-
-static double maxdiff(const float *a, const float *b, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
-}
 
 static double sigm(double x) {
     return 1.0 / (1.0 + exp(-x));
@@ -79,13 +73,6 @@ static void check_route(void) {
     CHECK(sel[0] == 4 && sel[1] == 0 && sel[2] == 1 && fabs(w[0] - s3) < 1e-6,
           "4 groups, 2 kept: chose %d %d %d", sel[0], sel[1], sel[2]);
     be->destroy(be);
-}
-
-static void fresh(engine *e, const int32_t *prompt, int n, float *out) {
-    engine_seq *s = engine_seq_new(e);
-    ST_ASSERT(engine_seq_read_prompt(e, s, prompt, n) == 0);
-    memcpy(out, s->logits, (size_t)e->m->hp.n_vocab * sizeof(float));
-    engine_seq_free(e, s);
 }
 
 static void check_model(const char *dir) {
@@ -142,9 +129,9 @@ static void check_model(const char *dir) {
     a[N] = next[0];
     b[N] = next[1];
     for (int q = 0; q < 2; q++) {
-        fresh(e, q ? b : a, N + 1, want);
-        CHECK(maxdiff(pair[q]->logits, want, nv) < TOL,
-              "batched step, sequence %d: %.3g from fresh", q, maxdiff(pair[q]->logits, want, nv));
+        family_fresh(e, q ? b : a, N + 1, want);
+        CHECK(family_maxdiff(pair[q]->logits, want, nv) < TOL,
+              "batched step, sequence %d: %.3g from fresh", q, family_maxdiff(pair[q]->logits, want, nv));
     }
     engine_seq_free(e, s2);
     engine_seq_free(e, s1);
@@ -168,25 +155,9 @@ static void check_model(const char *dir) {
     CHECK(engine_backend_supports(e->m, &softmax_only) == -1 && strstr(st_error_get(), "deepseek2"),
           "refusal of softmax-only routing: %s", st_error_get());
     /* the same prompt with the experts split between a 4-slot cache and the CPU lane */
-    fresh(e, a, N, want);
+    family_fresh(e, a, N, want);
     engine_close(e);
-    p.expert_cache = 4;
-    for (int lane = 0; lane < 2; lane++) { /* the misses on the CPU lane, then over "PCIe" */
-        p.pcie_frac = lane;
-        engine *el = engine_open(&p);
-        CHECK(el && el->lanes, "lanes engine: %s", el ? "no lanes" : st_error_get());
-        if (!el) continue;
-        ST_ASSERT(engine_read_prompt(el, a, N) == 0);
-        CHECK(maxdiff(el->logits, want, nv) < TOL, "expert lanes (pcie_frac %d) %.3g from plain",
-              lane, maxdiff(el->logits, want, nv));
-        const moe_lane_stats *st = moe_lanes_stats(el->be);
-        CHECK(st && st->pairs_dev > 0 && (lane ? st->pairs_pcie : st->pairs_cpu) > 0,
-              "pcie_frac %d: pairs %llu cached, %llu CPU, %llu PCIe", lane,
-              st ? (unsigned long long)st->pairs_dev : 0ull,
-              st ? (unsigned long long)st->pairs_cpu : 0ull,
-              st ? (unsigned long long)st->pairs_pcie : 0ull);
-        engine_close(el);
-    }
+    family_check_lanes(p, a, N, want, nv, 4, TOL);
     st_free(want);
     unlink(path);
 }
