@@ -373,6 +373,10 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         float *s = sc + (size_t)g * nc, mx = -INFINITY;
         /* a sink (gpt-oss) is one more logit in the softmax, with no value */
         const float sink = j->sinks ? j->sinks[hkv * G_all + g0 + g] : -INFINITY;
+        if (wide) {
+            cpu_attn_softmax_avx512(s + first, pos - first + 1, sink);
+            continue;
+        }
         for (int p = first; p <= pos; p++) mx = s[p] > mx ? s[p] : mx; /* fmaxf was a libm call per score */
         mx = fmaxf(mx, sink);
         double sum = j->sinks ? expf(sink - mx) : 0.0;
