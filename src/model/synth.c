@@ -52,6 +52,11 @@ static const synth_hparams PRESETS[] = {
     {.preset = "qwen3-235b-a22b", .arch = "qwen3moe", .n_layer = 94, .n_embd = 4096, .n_head = 64, .n_head_kv = 4, .head_dim = 128,
      .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1536, .n_ff = 12288, .n_vocab = 151936, .n_ctx = 40960,
      .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    /* The 2-core benchmark of issue 16 (~1.5 GiB): 24 layers of 1024, 64 experts of 512 top-8;
+     * attention and vocab as Qwen3-0.6B (16/8 heads of 128, vocab 151936) */
+    {.preset = "moe-1.5g", .arch = "qwen3moe", .n_layer = 24, .n_embd = 1024, .n_head = 16, .n_head_kv = 8, .head_dim = 128,
+     .n_expert = 64, .n_expert_used = 8, .n_ff_exp = 512, .n_ff = 3072, .n_vocab = 151936, .n_ctx = 40960,
+     .rope_theta = 1e6f, .rms_eps = 1e-6f},
     /* The hybrids. tiny: 3 DeltaNet layers then a gated attention layer,
      * 16 of 64 head values rotated, 2 key and 4 value DeltaNet heads of 64 */
     {.preset = "tiny", .arch = "qwen35moe", .n_layer = 4, .n_embd = 256, .n_head = 4, .n_head_kv = 2,
@@ -131,7 +136,7 @@ static const synth_hparams PRESETS[] = {
 #define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
 
 const char *synth_preset_list(void) {
-    return "tiny|qwen3-30b-a3b|qwen3-235b-a22b (qwen3moe), tiny|qwen3.5-35b-a3b (qwen35moe), "
+    return "tiny|qwen3-30b-a3b|qwen3-235b-a22b|moe-1.5g (qwen3moe), tiny|qwen3.5-35b-a3b (qwen35moe), "
            "tiny|qwen3-next-80b-a3b (qwen3next), tiny|glm-4.5-air (glm4moe), tiny|deepseek-v3 (deepseek2), "
            "tiny|gpt-oss-20b|gpt-oss-120b (gpt-oss)";
 }

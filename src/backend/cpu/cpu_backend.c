@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_hybrid.h"
 #include "backend/cpu/cpu_mla.h"
 #include "backend/cpu/cpu_ops.h"
@@ -206,6 +207,22 @@ static void store_row_int8(const float *src, int8_t *dst, float *scale, int n_he
     }
 }
 
+/* f32 -> f16 of n values, rounding to nearest even like st_f32_to_f16 (F16C
+ * on AVX2 machines: the software conversion was 2.7% of a prompt's time). */
+static void f16_row(uint16_t *d, const float *s, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = st_f32_to_f16(s[i]);
+}
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2,f16c"))) static void f16_row_avx2(uint16_t *d, const float *s, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = st_f32_to_f16(s[i]);
+}
+#endif
+static void (*g_f16_row)(uint16_t *, const float *, size_t) = f16_row;
+
 static void cpu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
     (void)be;
     size_t row = (size_t)kv->n_head_kv * kv->head_dim;
@@ -213,11 +230,8 @@ static void cpu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const 
         size_t p = (size_t)(pos0 + t);
         const float *kr = k + t * row, *vr = v + t * row;
         if (kv->type == ST_KV_F16) {
-            uint16_t *kd = (uint16_t *)kv->k + p * row, *vd = (uint16_t *)kv->v + p * row;
-            for (size_t i = 0; i < row; i++) {
-                kd[i] = st_f32_to_f16(kr[i]);
-                vd[i] = st_f32_to_f16(vr[i]);
-            }
+            g_f16_row((uint16_t *)kv->k + p * row, kr, row);
+            g_f16_row((uint16_t *)kv->v + p * row, vr, row);
         } else {
             store_row_int8(kr, (int8_t *)kv->k + p * row, kv->k_scale + p * kv->n_head_kv, kv->n_head_kv,
                            kv->head_dim);
@@ -306,6 +320,7 @@ static void axpy_i8(float *acc, float w, const int8_t *v, int n) {
 typedef float (*dot_f16_fn)(const float *, const uint16_t *, int);
 typedef void (*axpy_f16_fn)(float *, float, const uint16_t *, int);
 static dot_f16_fn g_dot_f16 = dot_f16;
+static int g_attn_avx512; /* cpu_attn_avx512.c's loops for f16 caches */
 static axpy_f16_fn g_axpy_f16 = axpy_f16;
 
 /* One (token, KV head) pair: the query heads that share this KV head (GQA)
@@ -314,6 +329,12 @@ static axpy_f16_fn g_axpy_f16 = axpy_f16;
  * With fewer pairs than threads (decode with one KV head: deepseek2's latent
  * attention, 128 query heads) the heads are split into n_part tasks, each
  * reading the rows for its part; a head's arithmetic is the same either way. */
+#define ATTN_PF 8 /* positions ahead that attn_task prefetches */
+
+static void attn_prefetch(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
 static void attn_task(void *ctx, int64_t task, int thread) {
     attn_job *j = ctx;
     const st_kv_layer *kv = j->kv;
@@ -330,8 +351,18 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     float *acc = sc + (size_t)G * nc;                            /* [G][hd] */
     const float *q = j->q + ((size_t)t * j->n_head + (size_t)hkv * G_all + g0) * hd;
     int f16 = kv->type == ST_KV_F16;
-    for (int p = first; p <= pos; p++) {
+    /* A head's cache rows are hd elements every n_head_kv * hd: short strided
+     * reads that the hardware prefetcher follows late, so at depth the loops
+     * waited on memory for every position. Ask for the row ATTN_PF positions
+     * ahead (a few cache lines) before each one. */
+    const size_t esz = f16 ? 2 : 1, rb = (size_t)hd * esz;
+    const int wide = f16 && g_attn_avx512 && hd % 16 == 0; /* cpu_attn_avx512.c */
+    if (wide)
+        cpu_attn_scores_f16_avx512(q, G, hd, (const uint16_t *)kv->k + (size_t)hkv * hd, row, first, pos, j->scale,
+                                   sc, nc);
+    for (int p = first; p <= pos && !wide; p++) {
         size_t off = (size_t)p * row + (size_t)hkv * hd;
+        if (p + ATTN_PF <= pos) attn_prefetch((const uint8_t *)kv->k + (off + ATTN_PF * row) * esz, rb);
         for (int g = 0; g < G; g++)
             sc[(size_t)g * nc + p] =
                 j->scale * (f16 ? g_dot_f16(q + (size_t)g * hd, (const uint16_t *)kv->k + off, hd)
@@ -342,16 +373,23 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         float *s = sc + (size_t)g * nc, mx = -INFINITY;
         /* a sink (gpt-oss) is one more logit in the softmax, with no value */
         const float sink = j->sinks ? j->sinks[hkv * G_all + g0 + g] : -INFINITY;
-        for (int p = first; p <= pos; p++) mx = fmaxf(mx, s[p]);
+        if (wide) {
+            cpu_attn_softmax_avx512(s + first, pos - first + 1, sink);
+            continue;
+        }
+        for (int p = first; p <= pos; p++) mx = s[p] > mx ? s[p] : mx; /* fmaxf was a libm call per score */
         mx = fmaxf(mx, sink);
         double sum = j->sinks ? expf(sink - mx) : 0.0;
         for (int p = first; p <= pos; p++) sum += s[p] = expf(s[p] - mx);
         float inv = (float)(1.0 / sum);
         for (int p = first; p <= pos; p++) s[p] *= inv;
     }
-    memset(acc, 0, (size_t)G * hd * sizeof(float));
-    for (int p = first; p <= pos; p++) {
+    if (wide)
+        cpu_attn_values_f16_avx512(sc, nc, G, hd, (const uint16_t *)kv->v + (size_t)hkv * hd, row, first, pos, acc);
+    else memset(acc, 0, (size_t)G * hd * sizeof(float));
+    for (int p = first; p <= pos && !wide; p++) {
         size_t off = (size_t)p * row + (size_t)hkv * hd;
+        if (p + ATTN_PF <= pos) attn_prefetch((const uint8_t *)kv->v + (off + ATTN_PF * row) * esz, rb);
         float vs = f16 ? 1.0f : kv->v_scale[(size_t)p * kv->n_head_kv + hkv];
         for (int g = 0; g < G; g++) {
             float w = sc[(size_t)g * nc + p];
@@ -649,7 +687,9 @@ st_backend *backend_cpu_create(int n_threads) {
     if (qt_cpu_isa() >= QT_ISA_AVX2) { /* AVX2 machines have F16C and FMA */
         g_dot_f16 = dot_f16_avx2;
         g_axpy_f16 = axpy_f16_avx2;
+        g_f16_row = f16_row_avx2;
     }
+    g_attn_avx512 = qt_cpu_isa() >= QT_ISA_AVX512;
 #endif
     const char *p = st_switch_get("STRATA_PRECISE");
     c->precise = p && !strcmp(p, "1");
