@@ -88,13 +88,12 @@ static int uring_init(uring *r, unsigned entries) {
     /* IORING_OP_READ came with Linux 5.6; io_uring itself with 5.1, where
      * every read would fail (the probe itself came with 5.6: its absence
      * says the same) */
-    struct {
-        struct io_uring_probe p;
-        struct io_uring_probe_op ops[IORING_OP_READ + 1];
-    } pr;
-    memset(&pr, 0, sizeof pr);
-    if (syscall(__NR_io_uring_register, r->fd, IORING_REGISTER_PROBE, &pr, IORING_OP_READ + 1) < 0 ||
-        pr.p.ops_len <= IORING_OP_READ || !(pr.ops[IORING_OP_READ].flags & IO_URING_OP_SUPPORTED)) {
+    struct io_uring_probe *pr =
+        st_calloc(1, sizeof *pr + (IORING_OP_READ + 1) * sizeof(struct io_uring_probe_op));
+    const int has_read = syscall(__NR_io_uring_register, r->fd, IORING_REGISTER_PROBE, pr, IORING_OP_READ + 1) >= 0 &&
+                         pr->ops_len > IORING_OP_READ && (pr->ops[IORING_OP_READ].flags & IO_URING_OP_SUPPORTED);
+    st_free(pr);
+    if (!has_read) {
         st_error_set("io_uring without IORING_OP_READ (a kernel before 5.6)");
         munmap(r->sqes, r->sqe_bytes);
         if (r->cq_map != r->sq_map) munmap(r->cq_map, r->cq_map_bytes);
