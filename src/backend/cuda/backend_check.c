@@ -287,7 +287,7 @@ static void check_elementwise(chk *c, int64_t n, int dim) {
 }
 
 static st_kv_layer make_kv(st_backend *be, st_kv_type t, int n_ctx, int hkv, int hd) {
-    st_kv_layer kv = {t, n_ctx, hkv, hd, NULL, NULL, NULL, NULL, NULL, NULL};
+    st_kv_layer kv = {.type = t, .n_ctx = n_ctx, .n_head_kv = hkv, .head_dim = hd};
     size_t elems = (size_t)n_ctx * hkv * hd, es = t == ST_KV_F16 ? 2 : 1;
     kv.k = put(be, NULL, elems * es);
     kv.v = put(be, NULL, elems * es);
