@@ -13,11 +13,30 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/moe_lanes.h"
+#include "model/synth.h"
 
 static inline double family_maxdiff(const float *a, const float *b, int n) {
     double m = 0;
     for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
     return m;
+}
+
+/* Writes arch's tiny synth preset to path (type_default: a qt_type for
+ * every matrix, or -1: the preset's own types) and the engine parameters the
+ * family tests open it with: 64 positions, 2 threads, chunks of 8. */
+static inline engine_params family_tiny(const char *arch, int type_default, const char *path) {
+    synth_hparams hp;
+    ST_ASSERT(synth_preset(arch, "tiny", &hp) == 0);
+    synth_opts o;
+    synth_opts_init(&o, &hp);
+    if (type_default >= 0) o.type_default = type_default;
+    ST_ASSERT(synth_write(&o, path) == 0);
+    engine_params p = engine_defaults();
+    p.model_path = path;
+    p.n_ctx = 64;
+    p.n_threads = 2;
+    p.n_ubatch = 8;
+    return p;
 }
 
 /* The logits after prompt[0..n) in a new sequence of e, into out (n_vocab). */

@@ -59,17 +59,7 @@ static void check_route(void) {
 static void check_model(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/strata-test-glm4moe-%d.gguf", dir, (int)getpid());
-    synth_hparams hp;
-    ST_ASSERT(synth_preset("glm4moe", "tiny", &hp) == 0);
-    synth_opts o;
-    synth_opts_init(&o, &hp);
-    o.type_default = 8; /* Q8_0 */
-    ST_ASSERT(synth_write(&o, path) == 0);
-    engine_params p = engine_defaults();
-    p.model_path = path;
-    p.n_ctx = 64;
-    p.n_threads = 2;
-    p.n_ubatch = 8;
+    engine_params p = family_tiny("glm4moe", 8, path); /* Q8_0 */
     engine *e = engine_open(&p);
     CHECK(e != NULL, "glm4moe: %s", st_error_get());
     if (!e) return;

@@ -124,16 +124,7 @@ static void check_ops(void) {
 static void check_model(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/strata-test-gpt-oss-%d.gguf", dir, (int)getpid());
-    synth_hparams hp;
-    ST_ASSERT(synth_preset("gpt-oss", "tiny", &hp) == 0);
-    synth_opts o;
-    synth_opts_init(&o, &hp); /* as published: MXFP4 experts, Q8_0 elsewhere */
-    ST_ASSERT(synth_write(&o, path) == 0);
-    engine_params p = engine_defaults();
-    p.model_path = path;
-    p.n_ctx = 64;
-    p.n_threads = 2;
-    p.n_ubatch = 8;
+    engine_params p = family_tiny("gpt-oss", -1, path); /* as published: MXFP4 experts, Q8_0 elsewhere */
     engine *e = engine_open(&p);
     CHECK(e != NULL, "gpt-oss: %s", st_error_get());
     if (!e) return;
