@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # HIP compile-only check for every AMD generation Strata's users own: every
-# src/backend/cuda/*.cu is compiled as HIP, once per file with all targets
+# src/backend/cuda/{,mm/,tune/}*.cu is compiled as HIP, once per file with all targets
 # (one clang invocation, one --offload-arch each), from the same sources the
 # CUDA build uses, through src/backend/cuda/compat.h. No GPU and no linking
 # are needed. Targets (HIP_ARCHS to change):
@@ -102,7 +102,7 @@ compile_one() {
 # attention.cu first: it takes by far the longest (its many template
 # instances, times eight targets), so it runs beside all the others.
 FILES=(src/backend/cuda/attention.cu)
-for f in src/backend/cuda/*.cu src/backend/cuda/*.c; do
+for f in src/backend/cuda/*.cu src/backend/cuda/*.c src/backend/cuda/mm/*.cu src/backend/cuda/tune/*.cu src/backend/cuda/tune/*.c; do
     [ "$f" = src/backend/cuda/attention.cu ] || FILES+=("$f")
 done
 for f in "${FILES[@]}"; do
@@ -150,7 +150,7 @@ scan=$(awk '
     /__global__/ { print "KERNEL " FILENAME }
     /__ballot|__activemask|__any(_sync)?\(|__all(_sync)?\(|__lane_id|__match_|__reduce_[a-z]+_sync|warpSize|__shfl(_xor|_up|_down)?\(/ {
         if (!(FILENAME ~ /device\.cu$/ && $0 ~ /p(->|\.)warpSize/)) print "HIT " FILENAME ":" FNR ": " $0
-    }' src/backend/cuda/*.cu src/backend/cuda/*.cuh)
+    }' src/backend/cuda/*.cu src/backend/cuda/*.cuh src/backend/cuda/mm/*.cu src/backend/cuda/mm/*.cuh src/backend/cuda/tune/*.cu src/backend/cuda/tune/*.cuh)
 hits=$(echo "$scan" | sed -n 's/^HIT //p')
 if [ -z "$hits" ]; then
     ok "no ballots, lane masks or warpSize in the AMD kernels (wave64-safe logical warps)"
@@ -166,7 +166,7 @@ want=$(printf '%s\n' "${ARCHS[@]}" | sort | tr '\n' ' ')
 nobj=0
 badobj=()
 hostonly=()
-for f in src/backend/cuda/*.cu; do
+for f in src/backend/cuda/*.cu src/backend/cuda/mm/*.cu src/backend/cuda/tune/*.cu; do
     o="$OUT/$(basename "$f").o"
     [ -s "$o" ] || continue
     # a file without kernels on HIP (the PTX-only ones, host code) has no bundle

@@ -13,7 +13,7 @@
  */
 #include "lab_common.cuh"
 
-#include "backend/cuda/mm.h"
+#include "backend/cuda/mm/mm.h"
 extern "C" {
 #include "quant/quant.h"
 }

@@ -25,7 +25,7 @@
  */
 #include "lab_common.cuh"
 
-#include "backend/cuda/quant_cuda.cuh"
+#include "backend/cuda/mm/quant_cuda.cuh"
 
 /* ---- CPU reference: Q4_K dequantization (format in src/quant/blocks.h) ---- */
 static void ref_scale_min(int j, const uint8_t *q, int *sc, int *m) {

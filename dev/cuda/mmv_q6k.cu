@@ -22,7 +22,7 @@
  */
 #include "lab_common.cuh"
 
-#include "backend/cuda/quant_cuda.cuh"
+#include "backend/cuda/mm/quant_cuda.cuh"
 
 /* ---- CPU reference: Q6_K dequantization (format in src/quant/blocks.h) ---- */
 static void ref_dequant_row(const uint8_t *row, int n, double *out) {

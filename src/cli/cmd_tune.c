@@ -30,7 +30,7 @@
 
 #ifdef STRATA_HAVE_GPU
 #include "backend/cuda/device.h"
-#include "backend/cuda/tune.h"
+#include "backend/cuda/tune/tune.h"
 #endif
 
 #define USAGE "strata tune [--gpu N] [-m FILE] [-o PATH] [-n LIST] [--algos N] [--reps N]"

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/device.h"
-#include "backend/cuda/mm.h"
+#include "backend/cuda/mm/mm.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "engine/engine.h"

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "backend/cuda/compat.h" /* the CUDA runtime, or HIP's (STRATA_HIP) */
-#include "backend/cuda/mm.h"
+#include "backend/cuda/mm/mm.h"
 #include "core/fp16.h"
 #include "core/log.h"
 #include "quant/quant.h"

@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include "backend/cuda/compat.h"
-#include "backend/cuda/mm.h"
-#include "backend/cuda/tune.h"
+#include "backend/cuda/mm/mm.h"
+#include "backend/cuda/tune/tune.h"
 #include "core/log.h"
 #include "quant/quant.h"
 

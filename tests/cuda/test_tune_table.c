@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/cuda/tune_table.h"
+#include "backend/cuda/tune/tune_table.h"
 #include "core/log.h"
 
 #include "../common/check.h"

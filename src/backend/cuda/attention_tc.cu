@@ -29,7 +29,7 @@
 #include "backend/cuda/ops.h"
 
 #if !defined(STRATA_HIP) /* mma.sync is PTX: the whole kernel is CUDA only */
-#include "backend/cuda/mma.cuh"
+#include "backend/cuda/mm/mma.cuh"
 
 #define TC_ROWS 64  /* query rows per block (4 warps x 16) */
 #define TC_KEYS 64  /* keys per tile */

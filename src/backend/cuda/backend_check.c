@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/mm.h"
+#include "backend/cuda/mm/mm.h"
 #include "core/alloc.h"
 #include "quant/quant.h"
 

@@ -53,9 +53,9 @@
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device.h"
-#include "backend/cuda/mm.h"
-#include "backend/cuda/mmv_moe.h"
-#include "backend/cuda/tune.h"
+#include "backend/cuda/mm/mm.h"
+#include "backend/cuda/mm/mmv_moe.h"
+#include "backend/cuda/tune/tune.h"
 #include "backend/cuda/ops.h"
 
 extern "C" {

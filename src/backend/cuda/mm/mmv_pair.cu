@@ -3,7 +3,7 @@
  * out attention (Q4_K_M and Q5_K_M keep attn_v in Q6_K). Only these pairs
  * are instantiated; other mixes launch once per type.
  */
-#include "backend/cuda/mmv_kernel.cuh"
+#include "backend/cuda/mm/mmv_kernel.cuh"
 
 /* The pairs (type of the first jobs, type of the rest): X(A, B) each. */
 #define MMV_PAIRS(X) X(QT_Q4_K, QT_Q6_K) X(QT_Q5_K, QT_Q6_K)

@@ -57,11 +57,11 @@
  * ms for the host-grouped path it replaces. Measured end to end on an H200
  * (docs/benchmarks.md): pp512 of the 30B-A3B synth 4.6k -> 13.5k tok/s.
  */
-#include "backend/cuda/mm_impl.cuh"
-#include "backend/cuda/quant_cuda.cuh"
+#include "backend/cuda/mm/mm_impl.cuh"
+#include "backend/cuda/mm/quant_cuda.cuh"
 
 #if !defined(STRATA_HIP) /* mma.sync, ldmatrix, cp.async are PTX: CUDA only */
-#include "backend/cuda/mma.cuh"
+#include "backend/cuda/mm/mma.cuh"
 
 #define MQ_TM 64       /* tokens (pairs) per tile */
 #define MQ_TN 128      /* output rows per block */

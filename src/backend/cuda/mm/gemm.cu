@@ -13,9 +13,9 @@
  * Chunking bounds the scratch (MM_WB_ELEMS bf16 values): a 151936 x 2048
  * output matrix would otherwise need 622 MB of bf16.
  */
-#include "backend/cuda/mm_impl.cuh"
-#include "backend/cuda/quant_cuda.cuh"
-#include "backend/cuda/tune.h"
+#include "backend/cuda/mm/mm_impl.cuh"
+#include "backend/cuda/mm/quant_cuda.cuh"
+#include "backend/cuda/tune/tune.h"
 
 #define MM_WB_ELEMS ((size_t)32 << 20) /* bf16 values per dequantized chunk (64 MB) */
 

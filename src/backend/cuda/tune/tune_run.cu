@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/mm_impl.cuh"
-#include "backend/cuda/tune_lt.cuh"
+#include "backend/cuda/mm/mm_impl.cuh"
+#include "backend/cuda/tune/tune_lt.cuh"
 
 #if ST_GPU_IS_HIP
 

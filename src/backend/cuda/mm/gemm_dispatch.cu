@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/mm_impl.cuh"
+#include "backend/cuda/mm/mm_impl.cuh"
 
 extern "C" {
 #include "quant/quant.h"

@@ -11,10 +11,10 @@
  * combinations of the row in turn, each weighted by w[t,j], then one warp
  * sum gives the token's output: the combine is done in the product.
  */
-#include "backend/cuda/mmv_moe.h"
+#include "backend/cuda/mm/mmv_moe.h"
 
-#include "backend/cuda/mm_impl.cuh"
-#include "backend/cuda/quant_cuda.cuh"
+#include "backend/cuda/mm/mm_impl.cuh"
+#include "backend/cuda/mm/quant_cuda.cuh"
 #include "backend/cuda/route.cuh"
 
 #define GLU_ROWS 32  /* rows per glu block: one quantization block of h */

@@ -16,7 +16,7 @@
  * a dense product is one group; the MoE decode path has one group per
  * (token, expert) pair with the expert id read on the device.
  */
-#include "backend/cuda/mm_impl.cuh"
+#include "backend/cuda/mm/mm_impl.cuh"
 
 int mm_is_float(qt_type t) { return t == QT_F32 || t == QT_F16 || t == QT_BF16; }
 

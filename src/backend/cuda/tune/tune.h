@@ -24,7 +24,7 @@
 #include <stdio.h>
 
 #include "backend/cuda/compat.h"
-#include "backend/cuda/tune_table.h"
+#include "backend/cuda/tune/tune_table.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
  * edit gone wrong), and running a damaged algorithm descriptor is worse than
  * running none. The whole table is then refused, naming the line.
  */
-#include "backend/cuda/tune_table.h"
+#include "backend/cuda/tune/tune_table.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -2,7 +2,7 @@
  * one file per format family so that the builds compile them in parallel
  * (mmv_kernel.cuh holds the kernel, mmv.cu the dispatch).
  */
-#include "backend/cuda/mmv_kernel.cuh"
+#include "backend/cuda/mm/mmv_kernel.cuh"
 
 int mmv_launch_iq(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
     switch ((int)a->type) {

@@ -6,7 +6,7 @@
 #define STRATA_BACKEND_CUDA_MM_IMPL_CUH
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/mm.h"
+#include "backend/cuda/mm/mm.h"
 
 #define MMV_WARPS 4 /* warps per block of the matrix-vector kernels (mmv_kernel.cuh) */
 

@@ -19,7 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/compat.h"
-#include "backend/cuda/mm.h"
+#include "backend/cuda/mm/mm.h"
 
 #ifdef __cplusplus
 extern "C" {

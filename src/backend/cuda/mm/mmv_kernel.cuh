@@ -15,8 +15,8 @@
 
 #include <type_traits>
 
-#include "backend/cuda/mm_impl.cuh"
-#include "backend/cuda/quant_cuda.cuh"
+#include "backend/cuda/mm/mm_impl.cuh"
+#include "backend/cuda/mm/quant_cuda.cuh"
 
 template <int NT>
 struct mm_group {

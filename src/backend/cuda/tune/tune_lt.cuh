@@ -18,7 +18,7 @@
 #define STRATA_BACKEND_CUDA_TUNE_LT_CUH
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/tune.h"
+#include "backend/cuda/tune/tune.h"
 
 #if !ST_GPU_IS_HIP
 #include <cublasLt.h>

@@ -17,7 +17,7 @@
  */
 #include <string.h>
 
-#include "backend/cuda/tune_lt.cuh"
+#include "backend/cuda/tune/tune_lt.cuh"
 
 #define TUNE_MAX_DEVICES 16
 

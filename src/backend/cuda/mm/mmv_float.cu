@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "backend/cuda/mmv_kernel.cuh"
+#include "backend/cuda/mm/mmv_kernel.cuh"
 
 template <typename WT, int V, int NT>
 static void mmv_f_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
