@@ -338,7 +338,9 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
             L->stats.bytes_cpu += (uint64_t)L->miss_bytes[i];
         }
     }
+    const int64_t thx = st_now_ns();
     if (cpu_pairs) d->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
+    L->stats.ns_hx += (uint64_t)(st_now_ns() - thx);
     /* host tiers: the misses' reads in flight while the cached pairs are
      * queued, the PCIe lane's first (its uploads wait for them) */
     const expert_store_stats tier0 = L->store ? *expert_store_stats_get(L->store) : (expert_store_stats){0};
@@ -386,6 +388,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         L->stats.bytes_pcie += (uint64_t)n_sent * (ly->mat_g + ly->mat_u + ly->mat_d);
     }
     /* 4. the CPU lane, while the device works */
+    L->stats.ns_queue += (uint64_t)(st_now_ns() - t1);
     if (cpu_pairs) {
         const int64_t t2 = st_now_ns();
         if (L->store) /* each expert as soon as its reads are in */
@@ -629,6 +632,8 @@ void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const mo
     acc->ns_cpu += now->ns_cpu - then->ns_cpu;
     acc->ns_join += now->ns_join - then->ns_join;
     acc->ns_call += now->ns_call - then->ns_call;
+    acc->ns_queue += now->ns_queue - then->ns_queue;
+    acc->ns_hx += now->ns_hx - then->ns_hx;
     acc->bytes_ssd += now->bytes_ssd - then->bytes_ssd;
     acc->ns_ssd += now->ns_ssd - then->ns_ssd;
 }

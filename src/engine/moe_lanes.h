@@ -33,8 +33,10 @@ typedef struct {
     /* where the host's time in the calls that left the device went (ns):
      * waiting for the routing (the device's work up to it included), the CPU
      * lane's products, handing its output back (a copy that waits for the
-     * device's queued lane work), and the whole calls */
-    uint64_t ns_route, ns_cpu, ns_join, ns_call;
+     * device's queued lane work), and the whole calls; between the routing
+     * and the CPU lane: queueing the device's pairs and the PCIe lane
+     * (ns_queue), of which copying the hidden rows to the host (ns_hx) */
+    uint64_t ns_route, ns_cpu, ns_join, ns_call, ns_queue, ns_hx;
     uint64_t bytes_ssd;     /* bytes the SSD tier read from the file (moe_lanes_set_store) */
     uint64_t ns_ssd;        /* wall time of its read batches (bytes_ssd / ns_ssd: its read rate) */
 } moe_lane_stats;
