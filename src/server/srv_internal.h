@@ -12,20 +12,9 @@
 #include <stdint.h>
 
 #include "server/server.h"
-#include "server/srv_sched.h"
+#include "server/srv_proto.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
-
-/* ---- byte buffer ---- */
-typedef struct {
-    char *s;
-    size_t len, cap;
-} sbuf;
-
-void sbuf_put(sbuf *b, const char *s, size_t n);
-void sbuf_puts(sbuf *b, const char *s);
-void sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sbuf_free(sbuf *b);
 
 /* ---- server state ---- */
 typedef enum { API_OPENAI, API_ANTHROPIC } srv_api;

@@ -1,4 +1,4 @@
-/* Front-end helpers (srv_internal.h): buffers, errors in each API's shape,
+/* Front-end helpers (srv_internal.h): errors in each API's shape,
  * strict JSON field readers, prompt building, ids and seeds. */
 #include <math.h>
 #include <stdarg.h>
@@ -11,43 +11,6 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "server/srv_internal.h"
-
-void sbuf_put(sbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        if (b->cap < 256) b->cap = 256;
-        b->s = st_realloc(b->s, b->cap);
-    }
-    if (n) memcpy(b->s + b->len, s, n); /* s may be NULL when n is 0 (an empty array's data) */
-    b->len += n;
-    b->s[b->len] = 0;
-}
-
-void sbuf_puts(sbuf *b, const char *s) { sbuf_put(b, s, strlen(s)); }
-
-void sbuf_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        sbuf_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = st_malloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sbuf_put(b, big, (size_t)n);
-    st_free(big);
-}
-
-void sbuf_free(sbuf *b) {
-    st_free(b->s);
-    *b = (sbuf){0};
-}
 
 /* ---- errors ---- */
 

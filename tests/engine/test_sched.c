@@ -25,7 +25,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
-#include "server/srv_sched.h"
+#include "server/engine/srv_sched.h"
 
 #define N_REQ     9
 #define CANCEL_AT 7 /* the request that goes away */

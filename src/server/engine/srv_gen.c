@@ -1,4 +1,4 @@
-/* The server's additions to the engine's step-wise generation (srv_sched.h
+/* The server's additions to the engine's step-wise generation (engine/srv_sched.h
  * srv_gen_extra_new, engine.h gen_hooks), for requests that want what plain
  * generation does not give: log probabilities of each generated token (and
  * the most likely alternatives), or an answer held to a grammar (srv_grammar.h:
@@ -25,7 +25,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "server/srv_grammar.h"
-#include "server/srv_sched.h"
+#include "server/engine/srv_sched.h"
 
 /* ---- the vocabulary as the grammar walks it ---- */
 struct srv_vocab {
