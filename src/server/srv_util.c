@@ -38,19 +38,39 @@ static const char *anthropic_type(int status) {
     }
 }
 
-json_t *srv_error_json(srv_api api, const srv_err *e) {
-    json_t *msg = srv_json_text(e->msg, strlen(e->msg));
-    if (api == API_ANTHROPIC)
-        return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", anthropic_type(e->status),
-                         "message", msg);
+static json_t *anthropic_error(const srv_err *e) {
+    return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", anthropic_type(e->status), "message",
+                     srv_json_text(e->msg, strlen(e->msg)));
+}
+
+static json_t *openai_error(const srv_err *e) {
     const char *type = e->status == 401   ? "authentication_error" /* 404: invalid_request_error, as OpenAI's */
                        : e->status == 429 ? "rate_limit_error"
                        : e->status >= 500 && e->status != 501 ? "server_error" /* 501: the client's coding */
                                           : "invalid_request_error";
-    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", msg, "type", type, "param",
-                     e->param[0] ? srv_json_text(e->param, strlen(e->param)) : json_null(), "code",
+    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", srv_json_text(e->msg, strlen(e->msg)), "type",
+                     type, "param", e->param[0] ? srv_json_text(e->param, strlen(e->param)) : json_null(), "code",
                      e->code ? json_string(e->code) : json_null());
 }
+
+static int openai_too_long(const srv_ctx *s, int n_prompt, const char *param, srv_err *e) {
+    return srv_fail(e, 400, param, "context_length_exceeded",
+                    "This model's maximum context length is %d tokens. However, your %s resulted in %d "
+                    "tokens, which leaves no room to generate.",
+                    s->n_ctx, param, n_prompt);
+}
+
+static int anthropic_too_long(const srv_ctx *s, int n_prompt, const char *param, srv_err *e) {
+    return srv_fail(e, 400, param, "context_length_exceeded", "prompt is too long: %d tokens > %d maximum", n_prompt,
+                    s->n_ctx - 1);
+}
+
+const srv_api_row SRV_APIS[API_N] = {
+    [API_OPENAI] = {openai_error, 503, openai_too_long},
+    [API_ANTHROPIC] = {anthropic_error, 529, anthropic_too_long},
+};
+
+json_t *srv_error_json(srv_api api, const srv_err *e) { return SRV_APIS[api].error_json(e); }
 
 json_t *srv_json_text(const char *text, size_t len) {
     json_t *j = json_stringn(text, len);
@@ -219,13 +239,7 @@ int srv_check_context(srv_ctx *s, int n_prompt, srv_api api, const char *param, 
         return srv_fail(e, 400, param, "invalid_value", "'%s' renders to an empty prompt (0 tokens): nothing to continue",
                         param);
     if (n_prompt < s->n_ctx) return 0;
-    if (api == API_ANTHROPIC)
-        return srv_fail(e, 400, param, "context_length_exceeded", "prompt is too long: %d tokens > %d maximum",
-                        n_prompt, s->n_ctx - 1);
-    return srv_fail(e, 400, param, "context_length_exceeded",
-                    "This model's maximum context length is %d tokens. However, your %s resulted in %d "
-                    "tokens, which leaves no room to generate.",
-                    s->n_ctx, param, n_prompt);
+    return SRV_APIS[api].context_exceeded(s, n_prompt, param, e);
 }
 
 static uint64_t mix64(uint64_t z) {
