@@ -141,6 +141,10 @@ struct srv_job;
 /* Separate the answer's reasoning from its content (srv_reason.h) when on and the model marks it;
  * a forced call's opening is fed through it, so later stages see the content only. */
 void srv_job_reasoning(struct srv_job *j, int on, int think_open);
+/* A reasoning budget (Anthropic's thinking.budget_tokens, llama-server's reasoning_budget_tokens): a
+ * reasoning block of the answer spends at most budget tokens, then the engine ends it (engine/srv_gen.c);
+ * budget < 0: none. think_open: the prompt opened the block. */
+void srv_job_think_budget(struct srv_job *j, int budget, int think_open);
 /* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
 int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
 /* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's

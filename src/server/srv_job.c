@@ -129,6 +129,15 @@ static void job_content(void *ctx, const char *t, size_t n) {
     else sbuf_put(&j->text, t, n);
 }
 
+void srv_job_think_budget(srv_job *j, int budget, int think_open) {
+    const reason_kind kind = (reason_kind)j->srv->reason;
+    if (budget < 0 || !reason_end_text(kind)) return;
+    j->req.think_start = reason_open_text(kind);
+    j->req.think_end = reason_end_text(kind);
+    j->req.think_budget = budget;
+    j->req.think_open = think_open != 0;
+}
+
 static void job_reasoning(void *ctx, const char *t, size_t n) {
     srv_job *j = ctx;
     if (!j->stream) sbuf_put(&j->reasoning, t, n);
