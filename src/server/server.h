@@ -1,5 +1,5 @@
 /* The HTTP server: OpenAI- and Anthropic-compatible APIs over the engine's
- * worker slots (srv_sched.h), on libmicrohttpd with one thread per connection.
+ * worker slots (srv_proto.h), on libmicrohttpd with one thread per connection.
  *
  * Endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages,
  * /v1/messages/count_tokens, /tokenize, /detokenize; GET /v1/models, /health,

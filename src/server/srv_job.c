@@ -153,7 +153,7 @@ void srv_job_reasoning(srv_job *j, int on, int think_open) {
     j->think_open = think_open;
 }
 
-/* Scheduler events (srv_sched.h), on the engine thread (or the child's frame reader). */
+/* Scheduler events (srv_proto.h), on the engine thread (or the child's frame reader). */
 static int on_event(void *ctx, const srv_event *ev) {
     srv_job *j = ctx;
     srv_slots_event(j->srv, j, ev);
