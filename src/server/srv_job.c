@@ -133,6 +133,7 @@ void srv_job_think_budget(srv_job *j, int budget, int think_open) {
     const reason_kind kind = (reason_kind)j->srv->reason;
     if (budget < 0 || !reason_end_text(kind)) return;
     j->req.think_start = reason_open_text(kind);
+    j->req.think_close = reason_close_text(kind);
     j->req.think_end = reason_end_text(kind);
     j->req.think_budget = budget;
     j->req.think_open = think_open != 0;

@@ -31,7 +31,7 @@
  *            u32 n_prompt, i32 token[n_prompt], u32 n_stop, str stop[n_stop], i32 logprobs,
  *            top_logprobs, str grammar (GBNF text, empty: none; compiled in the child), str trigger
  *            (the grammar starts after it; empty: at once), i32 ignore_eos, no_cache, pin_slot,
- *            render_special, embed, str think_start, str think_end (empty: no reasoning budget),
+ *            render_special, embed, str think_start, think_close, think_end (empty: no reasoning budget),
  *            i32 think_budget, think_open
  *            (sent only after READY; the parent holds requests that come earlier)
  *   CANCEL   (no payload) the client went away: stop at the next token
@@ -95,8 +95,9 @@ typedef struct {
     int embed;        /* 0: generate; 1 + engine_pool: the prompt's final hidden states, pooled (an EMBED event
                          then DONE; nothing is generated) */
     const char *think_start; /* a reasoning block's opening ("<think>"); with think_end: the reasoning budget */
-    const char *think_end;   /* its end, which the engine writes once the block has spent think_budget tokens;
-                                NULL: no budget */
+    const char *think_close; /* what ends it when the model writes it ("</think>"; harmony's "<|end|>") */
+    const char *think_end;   /* what the engine writes to end it once it has spent think_budget tokens
+                                ("</think>"; harmony's end and the final message's opening); NULL: no budget */
     int think_budget;        /* tokens a reasoning block may spend (>= 0, 0: it is ended at once) */
     int think_open;          /* the prompt opened a block: the answer starts inside it */
 } srv_request;

@@ -59,6 +59,10 @@ const char *reason_open_text(reason_kind kind) {
     return kind == REASON_THINK ? THINK_OPEN : kind == REASON_HARMONY ? "<|channel|>analysis<|message|>" : NULL;
 }
 
+const char *reason_close_text(reason_kind kind) {
+    return kind == REASON_THINK ? THINK_CLOSE : kind == REASON_HARMONY ? H_ENDS[0] : NULL;
+}
+
 const char *reason_end_text(reason_kind kind) {
     return kind == REASON_THINK     ? THINK_CLOSE
            : kind == REASON_HARMONY ? "<|end|><|start|>assistant<|channel|>final<|message|>"

@@ -318,6 +318,24 @@ def test_harmony(harmony):
           f"forced calls (OpenAI required / named, streamed; Anthropic any) -> get_weather {args}")
 
 
+def test_harmony_budget(harmony):
+    """The reasoning budget under harmony: the engine ends the analysis message and opens the final one. A
+    grammar lets the analysis be any length (greedy, the model writes "user" there by itself); budget 0 ends it
+    at once, and the final message follows."""
+    g = ('root ::= "<|channel|>analysis<|message|>" [a-z ]* "<|end|><|start|>assistant<|channel|>final<|message|>" '
+         '[A-Za-z ,.!]{5,40}')
+    final = "<|end|><|start|>assistant<|channel|>final<|message|>"
+    free = chat(harmony, grammar=g, max_tokens=60)["choices"][0]["message"]
+    assert free["reasoning_content"], free
+    raw = chat(harmony, grammar=g, max_tokens=60, reasoning_format="none",
+               reasoning_budget_tokens=0)["choices"][0]["message"]["content"]
+    assert raw.startswith("<|channel|>analysis<|message|>" + final) and len(raw) > len(final) + 35, raw
+    cut = chat(harmony, grammar=g, max_tokens=60, reasoning_budget_tokens=0)["choices"][0]["message"]
+    assert "reasoning_content" not in cut and cut["content"] == raw[len("<|channel|>analysis<|message|>" + final):], cut
+    print(f"checked: harmony, budget 0: the analysis ({free['reasoning_content']!r} without a budget) ends at once, "
+          f"the final message {cut['content']!r} follows")
+
+
 def test_reasoning_format_refused(server):
     for bad, code in (("nope", "invalid_value"), (5, "invalid_type"), ("deepseek-legacy", "unsupported_parameter")):
         r = httpx.post(server.url + "/v1/chat/completions", json={"messages": HI, "reasoning_format": bad},

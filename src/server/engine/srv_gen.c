@@ -21,8 +21,9 @@
  * The reasoning budget (r->think_end set: Anthropic's thinking.budget_tokens,
  * llama-server's reasoning_budget_tokens): the tokens sampled inside a
  * reasoning block are counted from its opening text (r->think_start, or the
- * start when the prompt opened the block) to its end text; when the count
- * reaches the budget, the tokens of the end text are forced, one per step
+ * start when the prompt opened the block) to its closing text (think_close,
+ * when the model ends it); when the count reaches the budget, the tokens of
+ * r->think_end are forced, one per step
  * (every other logit to -inf), and the answer follows as the model goes on.
  * A character split over tokens at that point is finished first (up to three
  * more tokens), so that the reasoning's text stays whole UTF-8, as
@@ -274,7 +275,7 @@ static void th_token(srv_gen_extra *x, int32_t t) {
         break;
     case TH_COUNT:
     case TH_WAIT:
-        if (tag_in(x, r->think_end, p, n)) { /* the model ended it itself */
+        if (tag_in(x, r->think_close, p, n)) { /* the model ended it itself */
             x->th = TH_OUT;
             break;
         }
@@ -407,7 +408,7 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
         hk->filter = grammar_mask;
         hk->eog_ok = 1; /* the grammar decides when the answer may end */
     }
-    if (r->think_end && r->think_start && r->think_budget >= 0) {
+    if (r->think_end && r->think_start && r->think_close && r->think_budget >= 0) {
         const size_t len = strlen(r->think_end);
         int64_t n = tokenizer_encode(e->tok, r->think_end, len, 0, 1, NULL, 0); /* its control tokens as such */
         if (n > 0 && n <= 64) {
@@ -421,7 +422,8 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
                 hk->filter = hook_mask;
             } else
                 hk->filter = hook_filter;
-        }
+        } else
+            ST_WARN("slot %d: the reasoning's end text does not tokenize into 1..64 tokens: no budget", slot);
     }
     hk->token = on_token;
     hk->ctx = x;
