@@ -358,6 +358,7 @@ server_params server_defaults(void) {
     p.shutdown_timeout_s = 10;
     p.engine_timeout_s = 10;
     p.reasoning = 1;
+    p.reasoning_budget = -1;
     return p;
 }
 

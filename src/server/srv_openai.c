@@ -517,7 +517,7 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
-    srv_job_think_budget(j, (int)budget, think_open);
+    srv_job_think_budget(j, budget == -1 ? s->p.reasoning_budget : (int)budget, think_open); /* -1: the server's */
     return finish_request(s, c, body, j, ids, n, "max_completion_tokens", 1);
 }
 

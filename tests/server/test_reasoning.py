@@ -228,8 +228,23 @@ def test_reasoning_budget(open_think):
         r = httpx.post(open_think.url + "/v1/chat/completions",
                        json={"messages": HI, "max_tokens": 4, "reasoning_budget_tokens": bad}, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_budget_tokens", (bad, r.text)
+    # llama-server's --reasoning-budget: the default of requests that do not say (-1 says "the server's")
+    s = Server("--slots", "1", "--reasoning-budget", "16", "-m", open_think.args[open_think.args.index("-m") + 1])
+    try:
+        for extra in ({}, {"reasoning_budget_tokens": -1}):
+            d = chat(s, max_tokens=40, **extra)["choices"][0]["message"]
+            assert (d["reasoning_content"], d["content"]) == (m.reasoning_content, m.content), (extra, d)
+        own = chat(s, max_tokens=24, reasoning_budget_tokens=100)["choices"][0]["message"]  # the request's wins
+        assert own["reasoning_content"] == free.reasoning_content[:len(own["reasoning_content"])] and \
+            len(own["reasoning_content"]) > len(m.reasoning_content), own
+        anth = __import__("anthropic").Anthropic(base_url=s.url, api_key="x", max_retries=0, timeout=120)
+        msg = anth.messages.create(model="m", max_tokens=40, extra_body={"temperature": 0}, messages=HI)
+        assert msg.content[0].type == "thinking" and msg.content[0].thinking == m.reasoning_content, msg.content
+    finally:
+        assert s.stop() == 0
     print(f"checked: reasoning_budget_tokens 16 ends the reasoning at {head.strip()!r} (the first 16 tokens without "
-          f"a budget), then </think> and {m.content!r}; 0 answers {zero.content[:40]!r}; streams equal")
+          f"a budget), then </think> and {m.content!r}; 0 answers {zero.content[:40]!r}; streams equal; "
+          "--reasoning-budget 16 is the default of both APIs")
 
 
 def test_thinking_budget_anthropic(open_think):
