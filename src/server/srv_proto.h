@@ -200,9 +200,10 @@ struct srv_sched {
     const sched_ops *ops;
 };
 
-/* The same in a child process (srv_proto.h), spawned now and waited for; if it
- * dies, the requests in flight end with an ERROR event with engine_down set
- * and the next sched_submit (or sched_wake) starts a new one. */
+/* The scheduler in a child process (the wire below; the child runs sched_create of
+ * engine/srv_sched.h), spawned now and waited for; if it dies, the requests in
+ * flight end with an ERROR event with engine_down set and the next sched_submit
+ * (or sched_wake) starts a new one. */
 srv_sched *sched_create_supervised(const engine_params *ep, int n_slots, int max_queue, const sched_supervision *sv);
 /* Start the engine process if it is down; nothing in-process. */
 void sched_wake(srv_sched *s);
