@@ -224,6 +224,7 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     in->cache = p->expert_cache;
     in->ram_budget = p->ram_budget > 0 ? (size_t)(p->ram_budget * (double)(1ull << 30)) : 0;
     in->host_expert = hp->n_expert ? expert_store_expert_bytes(m) : 0;
+    in->host_staging = hp->n_expert ? expert_store_staging_bytes(m) : 0;
 }
 
 int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
