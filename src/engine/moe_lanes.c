@@ -27,6 +27,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/switches.h"
 #include "core/timer.h"
 #include "core/worker.h"
 #include "engine/expert_store.h"
@@ -68,6 +69,11 @@ typedef struct {
     st_worker *worker;          /* the thread that calls the CPU lane (its pool's caller) */
     cpu_job job;
     const void *pinned;         /* host_register'ed experts, or NULL */
+    int gather;                 /* the PCIe lane's copies of a layer as one upload_many (STRATA_LANE_GATHER) */
+    void **g_dst;               /* that upload's ranges, g_n of them (room for 3 per expert) */
+    const void **g_src;
+    size_t *g_bytes;
+    int g_n;
     const model *m;
     lane_rates rates;
     int n_layer, n_expert, k, n_rows, last;
@@ -142,6 +148,23 @@ static void put(lanes *L, void *dst, const void *src, size_t bytes) {
     st_backend *d = &L->live;
     if (d->upload) d->upload(d, dst, src, bytes);
     else d->to_device(d, dst, src, bytes);
+}
+
+/* The PCIe lane's copy of a layer's experts: gathered into one upload_many
+ * (the device reads them from the page-locked mapping itself: one launch
+ * instead of three copies an expert), or one upload each. */
+static void put_expert(lanes *L, void *dst, const void *src, size_t bytes) {
+    if (!L->gather) {
+        put(L, dst, src, bytes);
+        return;
+    }
+    ST_ASSERT(L->g_n < 3 * L->n_expert);
+    L->g_dst[L->g_n] = dst, L->g_src[L->g_n] = src, L->g_bytes[L->g_n++] = bytes;
+}
+
+static void put_flush(lanes *L) {
+    if (L->g_n) L->live.upload_many(&L->live, L->g_n, L->g_dst, L->g_src, L->g_bytes);
+    L->g_n = 0;
 }
 
 /* One admission in layer il (moe_lanes_set_adapt): the hottest uncached
@@ -229,11 +252,11 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 30 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 31 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
  * stubs above when an op is added. gated_delta_net_keep needs none: it runs
  * between steps (engine_seq_truncate), never inside a recorded one. */
-_Static_assert(sizeof(st_backend) == 35 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+_Static_assert(sizeof(st_backend) == 36 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -407,13 +430,14 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
                              st_weight_mat(down, e) == (const uint8_t *)st_weight_mat(down, e - 1) + ly->mat_d;
             if (run >= 0 && !next) {
                 const int e0 = run, n = L->miss[i - 1] - run + 1;
-                put(L, mat_ptr(&sg, e0), st_weight_mat(gate, e0), (size_t)n * ly->mat_g);
-                put(L, mat_ptr(&su, e0), st_weight_mat(up, e0), (size_t)n * ly->mat_u);
-                put(L, mat_ptr(&sd, e0), st_weight_mat(down, e0), (size_t)n * ly->mat_d);
+                put_expert(L, mat_ptr(&sg, e0), st_weight_mat(gate, e0), (size_t)n * ly->mat_g);
+                put_expert(L, mat_ptr(&su, e0), st_weight_mat(up, e0), (size_t)n * ly->mat_u);
+                put_expert(L, mat_ptr(&sd, e0), st_weight_mat(down, e0), (size_t)n * ly->mat_d);
                 run = -1;
             }
             if (e >= 0 && run < 0) run = e;
         }
+        put_flush(L);
         put(L, L->d_stage_map, L->stage_map, (size_t)n_expert * sizeof(int32_t));
         d->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &sg, &su, &sd,
                         wrote ? L->d_tmp : out);
@@ -542,6 +566,9 @@ static void l_destroy(st_backend *be) {
     st_free(L->miss_bytes);
     st_free(L->miss_tok);
     st_free(L->to_pcie);
+    st_free(L->g_dst);
+    st_free(L->g_src);
+    st_free(L->g_bytes);
     st_free(L->counts);
     st_free(L->heat);
     st_worker_stop(L->worker);
@@ -567,6 +594,11 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->dev_orig = dev;
     L->cpu = cpu;
     L->pinned = pinned;
+    const char *gs = st_switch_get("STRATA_LANE_GATHER");
+    L->gather = pinned && dev->upload_many && !(gs && !strcmp(gs, "0"));
+    L->g_dst = st_malloc(3 * (size_t)hp->n_expert * sizeof(void *));
+    L->g_src = st_malloc(3 * (size_t)hp->n_expert * sizeof(void *));
+    L->g_bytes = st_malloc(3 * (size_t)hp->n_expert * sizeof(size_t));
     L->m = m;
     L->rates = *rates;
     L->n_layer = hp->n_layer;
@@ -702,6 +734,7 @@ void moe_lanes_set_store(st_backend *be, expert_store *store) {
     ST_ASSERT(be && be->moe_ffn == l_moe_ffn);
     lanes *L = (lanes *)be;
     L->store = store;
+    L->gather = 0; /* the store's copies: its own staging, not the page-locked mapping */
     L->tier_order = st_malloc((size_t)L->n_expert * sizeof(int));
 }
 
