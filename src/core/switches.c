@@ -32,6 +32,12 @@ static const st_switch_def TABLE[] = {
     {"STRATA_SSD_IO", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
      "how the SSD tier reads (--ram-budget): auto (io_uring and O_DIRECT where the system allows them), or the "
      "fallbacks forced: pread (no io_uring), buffered (no O_DIRECT), pread-buffered (neither)", 0},
+    {"STRATA_LANE_WORKER", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
+     "0: the expert lanes' CPU products start after the GPU's part of the layer is queued, on the calling thread, "
+     "instead of at once on a worker thread (the CPU lane's pool then has one thread less)", 0},
+    {"STRATA_LANE_GATHER", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
+     "0: the expert lanes send a layer's experts over PCIe as one copy each (three an expert) instead of one "
+     "gathering launch in which the GPU reads them from the page-locked mapping", 0},
     {"STRATA_CUDA_GRAPH", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode steps launch each kernel instead of replaying a recorded CUDA graph", 0},
     {"STRATA_CUDA_ACT_REUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",

@@ -49,6 +49,11 @@ typedef struct {
  * result is destroyed), or NULL. */
 st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, const expert_plan *plan,
                            const lane_rates *rates, int n_rows, const void *pinned);
+/* The CPU lane's products on a worker thread from the moment a layer's
+ * routing is read, while the calling thread queues the device's part
+ * (STRATA_LANE_WORKER; not with a store). The CPU backend's pool should
+ * leave a core to each of the two threads. */
+void moe_lanes_use_worker(st_backend *be);
 /* The cache learns: every `every` steps (a step: a call of the first
  * routed layer), in each layer whose experts are partly cached, the hottest
  * uncached expert takes the slot of the coldest cached one when it is
