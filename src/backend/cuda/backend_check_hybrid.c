@@ -200,9 +200,11 @@ static void check_gdn(hchk *c, int nk, int nv, int hd, int grouped, int n_prompt
         s->alpha = put(s->be, NULL, (size_t)n_max * nv * 4);
         s->out = put(s->be, NULL, (size_t)n_max * vd * 4);
     }
-    /* a product of the output (ssm_out's place): reads the int8 blocks the GPU's DeltaNet wrote */
-    void *wd_, *wr_ = make_weight(c, QT_Q8_0, (int64_t)vd, 64, &wd_);
-    const st_weight wr = {wr_, NULL, QT_Q8_0, (int64_t)vd, 64, 1, qt_row_size(QT_Q8_0, (int64_t)vd), NULL};
+    /* a product of the output (ssm_out's place): reads the int8 blocks the GPU's DeltaNet wrote (F16
+     * where the output is no whole number of blocks) */
+    const qt_type wt = vd % 32 ? QT_F16 : QT_Q8_0;
+    void *wd_, *wr_ = make_weight(c, wt, (int64_t)vd, 64, &wd_);
+    const st_weight wr = {wr_, NULL, wt, (int64_t)vd, 64, 1, qt_row_size(wt, (int64_t)vd), NULL};
     st_weight wdw = wr;
     wdw.data = wd_;
     void *yr = put(c->ref, NULL, (size_t)n_max * 64 * 4), *yd = put(c->dut, NULL, (size_t)n_max * 64 * 4);
@@ -235,7 +237,8 @@ static void check_gdn(hchk *c, int nk, int nv, int hd, int grouped, int n_prompt
     const char *lay = grouped ? "qwen3next layout" : "qwen35moe layout";
     report(c, "gated_delta_net", fmax(e_out, e_st), 1e-8, ms,
            "%d/%d heads x %d, %s, 1+%d+1+1+3 tokens (out %.1e, state %.1e)", nk, nv, hd, lay, n_prompt, e_out, e_st);
-    report(c, "gated_delta_net", e_mm, 2e-3, 0, "%d/%d heads x %d, then a Q8_0 product of its output", nk, nv, hd);
+    report(c, "gated_delta_net", e_mm, 2e-3, 0, "%d/%d heads x %d, then a %s product of its output", nk, nv, hd,
+           qt_get(wt)->name);
 
     /* keep: the state now (saved on the host), a recorded pass of n_rec tokens in two calls, cut to keep */
     float *in[4] = {rand_host(c, (size_t)n_rec * cd, 1.0f), rand_host(c, (size_t)n_rec * vd, 1.0f),
