@@ -7,7 +7,9 @@
  *           causal convolution over [window | chunk], SiLU, and for q and k
  *           the L2 norm (a block sum); one more block per token computes
  *           decay and beta of every value head;
- *   window  one thread per channel: the last d_conv-1 inputs kept;
+ *   window  one thread per channel: the last d_conv-1 inputs kept (for
+ *           one token, conv does it: its thread is the channel's only
+ *           reader, so a decode step has one kernel less);
  *   scan    the delta rule. Row jv of a head's state S (over the keys)
  *           evolves alone: decay, sk = row.k, row += beta (v[jv] - sk) k,
  *           o[jv] = row.q. So a warp holds GDN_ROWS rows in registers (lane
@@ -51,11 +53,13 @@ static __device__ __forceinline__ int gdn_pos(int pos0, const int *dpos) { retur
 /* conv: block (t, seg). seg < 2nk+nv: the hd channels of one q, k or v
  * head; seg = 2nk+nv: token t's decay and beta per value head. c, gb: rows
  * c_stride, gb_stride floats apart (the scratch, or the undo record's rows,
- * which also get the input row in rec_in). */
+ * which also get the input row in rec_in). shift (one token only): the
+ * window moves on here too, the one it replaces into snap_win (or NULL),
+ * as gdn_window_kernel does. */
 static __global__ void __launch_bounds__(CONV_THREADS)
     gdn_conv_kernel(const float *qkv, const float *conv, st_gdn g, const float *beta, const float *alpha, float *c,
-                    size_t c_stride, float *gb, size_t gb_stride, float *rec_in, size_t rec_stride, int pos0,
-                    const int *dpos) {
+                    size_t c_stride, float *gb, size_t gb_stride, float *rec_in, size_t rec_stride, int shift,
+                    float *snap_win, int pos0, const int *dpos) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ float red[ST_WARP];
     const int t = blockIdx.x, seg = blockIdx.y, tid = threadIdx.x;
@@ -96,6 +100,13 @@ static __global__ void __launch_bounds__(CONV_THREADS)
         val[m] = gdn_silu(s);
         ss += val[m] * val[m];
         if (rec_in) rec_in[(size_t)t * rec_stride + ch] = qkv[(size_t)t * cd + ch];
+        if (shift) { /* t = 0: window inputs 1..back-1, then this token's */
+            float *wc = (float *)conv;
+            for (int i = 0; i < back; i++) {
+                if (snap_win) snap_win[(size_t)i * cd + ch] = fresh ? 0.0f : wc[(size_t)i * cd + ch];
+                wc[(size_t)i * cd + ch] = i + 1 < back ? (fresh ? 0.0f : wc[(size_t)(i + 1) * cd + ch]) : qkv[ch];
+            }
+        }
     }
     float f = 1.0f;
     if (seg < 2 * nk) { /* q (scaled by 1/sqrt(hd)) and k: L2 norms */
@@ -333,9 +344,10 @@ void cuda_gated_delta_net(const st_gdn *g, st_kv_layer *st, int n_tok, int pos0,
         c = rec_in + cd, gb = rec_in + 2 * cd, c_stride = gb_stride = row;
         st->undo_n += n_tok;
     }
+    const int shift = n_tok == 1;
     st_launch(gdn_conv_kernel, dim3(n_tok, 2 * nk + nv + 1), dim3(CONV_THREADS), 0, s, qkv, (const float *)st->conv, *g,
-              beta, alpha, c, c_stride, gb, gb_stride, rec_in, c_stride, pos0, dpos);
-    if (back > 0)
+              beta, alpha, c, c_stride, gb, gb_stride, rec_in, c_stride, shift, snap_win, pos0, dpos);
+    if (back > 0 && !shift)
         st_launch(gdn_window_kernel, dim3(st_div_up(cd, 256)), dim3(256), 0, s, st->conv, qkv, snap_win, n_tok, (int)cd,
                   back, pos0, dpos);
     scan_launch(g, st->ssm, st->ssm, snap, c, c_stride, gb, gb_stride, o, n_tok, pos0, dpos, s);
