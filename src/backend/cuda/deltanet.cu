@@ -21,12 +21,13 @@
  *
  * Cost of the prompt path against the chunked (WY) form: this is the
  * per-token recurrence, so a chunk of n tokens is n dependent steps of two
- * warp reductions each (about 0.2 us per step with the loads prefetched),
- * all heads and rows in parallel: ~0.1 ms per layer for 512 tokens, 3 ms
- * for the 30 DeltaNet layers of Qwen3.5-35B-A3B. The chunked form turns
- * the per-token work into matrix products over chunks of 64 on tensor
- * cores; it pays where this scan's serial steps exceed the rest of the
- * layer's time, which the bench measures (docs/benchmarks.md).
+ * warp reductions each, all heads and rows in parallel; its time grows
+ * with n at a fixed cost per step (dev/cuda/bench_gdn.cu measures it), not
+ * with the work, which is small (4 hd^2 flops per value head and token).
+ * The chunked form does the same work as matrix products over chunks of
+ * 64 tokens on tensor cores, with a handful of dependent steps per chunk
+ * instead of 64; it pays where this scan's serial steps are a visible part
+ * of a prompt chunk's time.
  *
  * Decode steps are recorded in CUDA graphs: the position comes from the
  * device (dpos) so that position 0 (zero state) is decided there, and no
