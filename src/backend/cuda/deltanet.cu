@@ -14,7 +14,7 @@
  *           evolves alone: decay, sk = row.k, row += beta (v[jv] - sk) k,
  *           o[jv] = row.q. So a warp holds GDN_ROWS rows in registers (lane
  *           l: keys l, l+32, ...) and walks the tokens in order, the next
- *           token's q, k, v loaded while the current one is computed; the
+ *           two tokens' q, k, v loaded while the current one computes; the
  *           state is read and written once per call, not per token;
  *   norm    one warp per (token, value head): RMS norm times the weight,
  *           times silu(z), also written as the next product's int8 input.
@@ -205,11 +205,14 @@ static __global__ void __launch_bounds__(GDN_WARPS * 32)
             if (in && snap) snap[hs + (size_t)row * hd + col] = S[r][i];
         }
     const int qo = kh * hd, ko = (nk + kh) * hd, vo = (2 * nk + h) * hd;
-    scan_in<NPL> cur, nxt;
+    /* the inputs of tokens t+1 and t+2 are loaded while token t computes:
+     * one token's work is shorter than a load's trip to L2 */
+    scan_in<NPL> cur, nx1, nx2;
     if (n_tok > 0) scan_load<NPL>(cur, c, gb, qo, ko, vo, row0, h, hd, lane);
+    if (n_tok > 1) scan_load<NPL>(nx1, c + c_stride, gb + gb_stride, qo, ko, vo, row0, h, hd, lane);
     for (int t = 0; t < n_tok; t++) {
-        if (t + 1 < n_tok) /* the next token's inputs while this one computes */
-            scan_load<NPL>(nxt, c + (size_t)(t + 1) * c_stride, gb + (size_t)(t + 1) * gb_stride, qo, ko, vo, row0,
+        if (t + 2 < n_tok)
+            scan_load<NPL>(nx2, c + (size_t)(t + 2) * c_stride, gb + (size_t)(t + 2) * gb_stride, qo, ko, vo, row0,
                            h, hd, lane);
         float sk[GDN_ROWS], oq[GDN_ROWS];
 #pragma unroll
@@ -245,7 +248,8 @@ static __global__ void __launch_bounds__(GDN_WARPS * 32)
             for (int r = 0; r < GDN_ROWS; r++)
                 if (row0 + r < hd) ot[row0 + r] = oq[r];
         }
-        if (t + 1 < n_tok) cur = nxt;
+        if (t + 1 < n_tok) cur = nx1;
+        if (t + 2 < n_tok) nx1 = nx2;
     }
 #pragma unroll
     for (int r = 0; r < GDN_ROWS; r++)
