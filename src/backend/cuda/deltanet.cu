@@ -23,7 +23,9 @@
  * per-token recurrence, so a chunk of n tokens is n dependent steps of two
  * warp reductions each, all heads and rows in parallel; its time grows
  * with n at a fixed cost per step (dev/cuda/bench_gdn.cu measures it), not
- * with the work, which is small (4 hd^2 flops per value head and token).
+ * with the work, which is small (4 hd^2 flops per value head and token):
+ * 0.85 us per token and layer at 512 tokens on a loaded H200, 13 ms of the
+ * 68 ms that a 512-token prompt of the Qwen3.5-35B-A3B synth took.
  * The chunked form does the same work as matrix products over chunks of
  * 64 tokens on tensor cores, with a handful of dependent steps per chunk
  * instead of 64; it pays where this scan's serial steps are a visible part
