@@ -56,7 +56,7 @@ static void seq_fini(engine_seq *s) {
 static int split_engine(engine *e, const engine_params *p);
 
 int engine_backend_supports(const model *m, const st_backend *be) {
-    /* a hybrid family needs the DeltaNet and gate ops, which not every backend has (the CUDA one not yet) */
+    /* a hybrid family needs the DeltaNet and gate ops, which not every backend has (a wrapper may lack them) */
     if (m->hp.full_attn_interval && (!be->gated_delta_net || !be->split_halves || !be->sigmoid_mul)) {
         st_error_set("architecture '%s' needs the gated DeltaNet ops, which the %s backend lacks; run it on the CPU "
                      "(without --gpu)",

@@ -20,7 +20,7 @@
  *   - the routed experts through the expert lanes (a CPU backend playing the
  *     GPU with 4 cached experts, engine/moe_lanes.c) give the plain logits;
  *   - the tensor list covers every byte of the file's tensors;
- *   - a backend without the DeltaNet op (as the CUDA one is today) is
+ *   - a backend without the DeltaNet op (a CUDA one named so here) is
  *     refused with a message naming the family and the backend.
  *
  * usage: test_hybrid [DIR for the temporary models, default /tmp]

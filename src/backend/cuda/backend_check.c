@@ -773,5 +773,6 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_moe(&c, 300, 32, 8, 512, 512, 1, 0, QT_IQ4_XS, QT_Q6_K, 1);
         check_moe(&c, 200, 32, 8, 256, 256, 1, 0, QT_IQ3_S, QT_Q5_K, 1);
     }
+    c.fails += backend_check_hybrid(ref, dut, size, seed, fn, ctx); /* gated DeltaNet, gates (qwen35moe, qwen3next) */
     return c.fails;
 }

@@ -30,6 +30,9 @@ typedef void (*bcheck_report_fn)(void *ctx, const bcheck_result *r);
  * size 1: test shapes (several splits of a long context, prompt chunks,
  * more formats). Returns the number of failed checks. */
 int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
+/* The hybrid family's ops (backend_check_hybrid.c; backend_check_ops runs
+ * them too): 0 checks when dut lacks them. */
+int backend_check_hybrid(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

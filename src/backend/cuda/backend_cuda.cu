@@ -1,5 +1,5 @@
 /* The GPU backend's op table (backend_cuda.h): one device, one stream, the
- * kernels of ops_elem.cu / attention.cu / getrows.cu, and the matrix
+ * kernels of ops_elem.cu / attention.cu / getrows.cu / deltanet.cu, and the matrix
  * products of mm.h (cuda_matmul, by the cudamm helper).
  *
  * All ops are queued on one stream in the forward pass's order, so no op
@@ -52,6 +52,7 @@
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/deltanet.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/mm/mm.h"
 #include "backend/cuda/mm/mmv_moe.h"
@@ -121,6 +122,7 @@ typedef struct {
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     cuda_scratch topk; /* top-k candidates */
+    cuda_scratch gdn;  /* the DeltaNet's per-token rows (deltanet.cu) */
     void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
     size_t pin_bytes;
 } cuda_ctx;
@@ -171,9 +173,14 @@ static void *cu_alloc(st_backend *be, size_t bytes) {
     return p;
 }
 
+/* A recorded step may hold p, and the step's key (the caller's argument
+ * bytes) may come back unchanged with other buffers behind it (a sequence
+ * freed and a new one whose cache array lands at the same host address):
+ * every free counts as moved memory, so the next step records again. */
 static void cu_free(st_backend *be, void *p) {
     pend_flush(CTX(be)); /* a pending launch may use p */
     if (p) CUDA_CHECK(cudaFree(p));
+    cuda_mem_grew();
 }
 
 static void cu_to_host(st_backend *be, void *dst, const void *src, size_t bytes) {
@@ -464,6 +471,46 @@ static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, cons
     cuda_ctx *c = CTX(be);
     op_begin(c);
     cuda_qkv_prep(q, k, v, qn, kn, eps, n_tok, n_head, rope, kv, pos0, c->step_pos, c->s);
+}
+
+/* The hybrid family's ops (deltanet.cu). A DeltaNet call of a decode step
+ * reads its position on the device (a recorded step may be at position 0,
+ * which starts from a zero state); one that records the undo record keeps
+ * its count on the host, so it is never recorded (verify passes are
+ * several tokens anyway). Decode-sized outputs are also written as the
+ * int8 input of the product that follows (ssm_out, attn_output). */
+static void cu_gated_delta_net(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0,
+                               const float *qkv, const float *z, const float *beta, const float *alpha, float *out) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    if (n_tok <= 0 || (st->undo_cap > 0 && cannot_record(c))) return;
+    float *scr = (float *)cuda_scratch_reserve(&c->gdn, cuda_gdn_scratch_floats(g, n_tok) * sizeof(float));
+    const int64_t n = (int64_t)n_tok * g->n_v_head * g->head_dim;
+    float2 *ad = NULL;
+    int8_t *aq = n_tok <= MM_MMV_MAX_TOK && g->head_dim % 32 == 0 ? act_target(c, n, &ad) : NULL;
+    cuda_gated_delta_net(g, st, n_tok, pos0, c->step_pos, qkv, z, beta, alpha, out, scr, aq, ad, c->s);
+    if (aq) act_hold(c, out, n);
+}
+
+static void cu_gated_delta_net_keep(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_keep) {
+    op_begin(CTX(be));
+    cuda_gated_delta_net_keep(g, st, n_keep, CTX(be)->s);
+}
+
+static void cu_split_halves(st_backend *be, const float *src, float *a, float *b, int n_rows, int n_group, int w) {
+    op_begin(CTX(be));
+    cuda_split_halves(src, a, b, n_rows, n_group, w, CTX(be)->s);
+}
+
+static void cu_sigmoid_mul(st_backend *be, float *x, const float *g, int dim, int g_dim, int n_rows) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    float2 *ad = NULL;
+    int8_t *aq = n_rows <= MM_MMV_MAX_TOK && g_dim == dim && dim % 32 == 0
+                     ? act_target(c, (int64_t)n_rows * dim, &ad)
+                     : NULL;
+    cuda_sigmoid_mul(x, g, dim, g_dim, n_rows, aq, ad, c->s);
+    if (aq) act_hold(c, x, (int64_t)n_rows * dim);
 }
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
@@ -850,6 +897,7 @@ static void cu_destroy(st_backend *be) {
     cuda_scratch_free(&c->att);
     cuda_scratch_free(&c->moe);
     cuda_scratch_free(&c->topk);
+    cuda_scratch_free(&c->gdn);
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
     CUDA_CHECK(cudaFree(c->d_pos));
     CUDA_CHECK(cudaStreamDestroy(c->s));
@@ -921,6 +969,10 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->act_mul = cu_act_mul;
     be->add = cu_add;
     be->scale = cu_scale;
+    be->gated_delta_net = cu_gated_delta_net;
+    be->gated_delta_net_keep = cu_gated_delta_net_keep;
+    be->split_halves = cu_split_halves;
+    be->sigmoid_mul = cu_sigmoid_mul;
     be->moe_ffn = cu_moe_ffn;
     be->moe_route = cu_moe_route;
     be->moe_experts = cu_moe_experts;

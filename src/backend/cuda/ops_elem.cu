@@ -239,15 +239,22 @@ void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, i
  * memory; k and v rows go to the cache as in kv_store. The position comes
  * from dpos (a recorded decode step) or pos0. Formulas as in
  * rmsnorm_kernel, rope_kernel (rope_cs, rope_places) and the kv store
- * kernels. PP: pairs per lane (hd <= 64 * PP). */
+ * kernels. Partial rotary (nr = n_rot < hd): the pairs of the first nr
+ * values turn as a head of nr would; the rest of the row, in adjacent pairs
+ * after them, keeps its (normalised) values. PP: pairs per lane (hd <= 64 * PP). */
 #define PREP_WARPS 4
+
+static __device__ __forceinline__ int2 prep_places(int p, int nr, int neox) {
+    const int hr = nr / 2;
+    return p < hr ? rope_places(p, nr, neox) : make_int2(nr + 2 * (p - hr), nr + 2 * (p - hr) + 1);
+}
 template <int PP>
 static __global__ void __launch_bounds__(PREP_WARPS * 32)
     qkv_prep_kernel(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                     int n_head, st_kv_layer kv, int pos0, const int *dpos, float theta, float freq_scale, int neox,
-                    const float *freq_div) {
+                    const float *freq_div, int nr) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
-    const int hd = kv.head_dim, half = hd / 2, nkv = kv.n_head_kv, per_tok = n_head + 2 * nkv, lane = threadIdx.x % 32;
+    const int hd = kv.head_dim, half = hd / 2, hr = nr / 2, nkv = kv.n_head_kv, per_tok = n_head + 2 * nkv, lane = threadIdx.x % 32;
     const int r = blockIdx.x * PREP_WARPS + threadIdx.x / 32;
     if (r >= n_tok * per_tok) return; /* whole warp */
     const int t = r / per_tok, j = r % per_tok;
@@ -259,7 +266,7 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < PP; i++) {
         const int p = lane + 32 * i;
-        const int2 at = rope_places(p, hd, neox);
+        const int2 at = prep_places(p, nr, neox);
         v0[i] = v1[i] = 0.0f, w0[i] = w1[i] = 1.0f;
         if (p < half) {
             v0[i] = src[at.x], v1[i] = src[at.y];
@@ -279,15 +286,19 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
             const int p = lane + 32 * i;
             if (p >= half) continue;
             const float p0 = nw ? v0[i] * sc * w0[i] : v0[i], p1 = nw ? v1[i] * sc * w1[i] : v1[i];
-            float c, sn;
-            rope_cs(pos, p, hd, theta, freq_scale, freq_div, &c, &sn);
-            v0[i] = p0 * c - p1 * sn;
-            v1[i] = p0 * sn + p1 * c;
+            if (p < hr) {
+                float c, sn;
+                rope_cs(pos, p, nr, theta, freq_scale, freq_div, &c, &sn);
+                v0[i] = p0 * c - p1 * sn;
+                v1[i] = p0 * sn + p1 * c;
+            } else {
+                v0[i] = p0, v1[i] = p1;
+            }
         }
 #pragma unroll
         for (int i = 0; i < PP; i++) { /* q and k rows are written back rotated (k for the prompt attention too) */
             const int p = lane + 32 * i;
-            const int2 at = rope_places(p, hd, neox);
+            const int2 at = prep_places(p, nr, neox);
             if (p < half) src[at.x] = v0[i], src[at.y] = v1[i];
         }
         if (kind == 0) return;
@@ -299,7 +310,7 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < PP; i++) {
             const int p = lane + 32 * i;
-            const int2 at = rope_places(p, hd, neox);
+            const int2 at = prep_places(p, nr, neox);
             if (p >= half) continue;
             ((uint16_t *)base)[off + at.x] = __half_as_ushort(__float2half_rn(v0[i]));
             ((uint16_t *)base)[off + at.y] = __half_as_ushort(__float2half_rn(v1[i]));
@@ -316,7 +327,7 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < PP; i++) {
         const int p = lane + 32 * i;
-        const int2 at = rope_places(p, hd, neox);
+        const int2 at = prep_places(p, nr, neox);
         if (p >= half) continue;
         ((int8_t *)base)[off + at.x] = kv_q8(v0[i], id);
         ((int8_t *)base)[off + at.y] = kv_q8(v1[i], id);
@@ -329,12 +340,13 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
     if (rows <= 0) return;
     ST_ASSERT(kv->head_dim <= 512 && kv->head_dim % 2 == 0); /* whole rotary pairs (model_load checks it) */
     const dim3 g((unsigned)st_div_up((size_t)rows, PREP_WARPS)), b(PREP_WARPS * 32);
+    const int nr = rope->n_rot > 0 && rope->n_rot < kv->head_dim ? rope->n_rot : kv->head_dim;
     if (kv->head_dim <= 128)
         st_launch(qkv_prep_kernel<2>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,
-                  rope->freq_scale, rope->neox, rope->freq_div);
+                  rope->freq_scale, rope->neox, rope->freq_div, nr);
     else
         st_launch(qkv_prep_kernel<8>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,
-                  rope->freq_scale, rope->neox, rope->freq_div);
+                  rope->freq_scale, rope->neox, rope->freq_div, nr);
 }
 
 /* With aq: the output quantized too (n a multiple of 32: a warp's 32
