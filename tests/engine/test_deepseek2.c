@@ -11,7 +11,7 @@
  *   - the routed experts through the expert lanes (4 cached experts, misses
  *     on the CPU lane or over "PCIe") give the plain logits: the group rule
  *     travels through the seam;
- *   - a backend without copy_2d (as the CUDA one is today) is refused at load
+ *   - a backend without copy_2d (as the CUDA one was) is refused at load
  *     with a message naming the family and the backend; so is one whose
  *     routing is softmax only.
  *
@@ -132,7 +132,7 @@ static void check_model(const char *dir) {
     /* the tensor rows cover the file, plus YaRN's divisors made at load (n_rot / 2 floats) */
     CHECK(dense + routed == file + (size_t)h->n_rot / 2 * sizeof(float), "tensor list %zu + %zu bytes, file tensors %zu",
           dense, routed, file);
-    /* a backend without copy_2d (the CUDA one's today) is refused, naming both; so is softmax-only
+    /* a backend without copy_2d (the CUDA one's before mla.cu) is refused, naming both; so is softmax-only
      * routing */
     st_backend no_mla = *e->be, softmax_only = *e->be;
     no_mla.copy_2d = NULL;

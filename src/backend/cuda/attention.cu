@@ -29,7 +29,7 @@ extern "C" {
 
 #define ATT_THREADS 128
 #define ATT_TILE 64
-#define ATT_MAX_HD 512
+#define ATT_MAX_HD 640 /* multi-head latent attention's 576 (per-head kernel) */
 #define ATT_ACC (ATT_MAX_HD / ATT_THREADS)
 
 static __device__ __forceinline__ float kv_load(int type, const void *base, const float *scales, size_t idx,

@@ -30,6 +30,10 @@ typedef void (*bcheck_report_fn)(void *ctx, const bcheck_result *r);
  * size 1: test shapes (several splits of a long context, prompt chunks,
  * more formats). Returns the number of failed checks. */
 int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
+/* Only the checks of the glm4moe / deepseek2 ops (every routing rule,
+ * copy_2d, matmul over a whole stack, partial rotary, the latent attention),
+ * which backend_check_ops runs too. */
+int backend_check_mla_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }
