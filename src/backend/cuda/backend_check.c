@@ -841,19 +841,29 @@ static void check_attention_mla(chk *c, st_kv_type t, int n_ctx, int n_head, int
     const double bound = t == ST_KV_F16 ? 1e-9 : 1e-6;
     const float scale = 1.0f / sqrtf(192.0f);
     const int cases[3][3] = {{1, fill - 1, 0}, {1, fill - 1, n_ctx / 5}, {n_prompt, fill - n_prompt, 0}};
+    const int is_cuda = !strcmp(c->dut->name, "cuda");
     for (int ci = 0; ci < 3; ci++) {
         const int nt = cases[ci][0], pos0 = cases[ci][1], win = cases[ci][2];
         const size_t nq = (size_t)nt * n_head * hd;
         float *q = rand_host(c, nq, 0.3f);
         void *qr = put(c->ref, q, nq * 4), *qd = put(c->dut, q, nq * 4);
-        void *or_ = put(c->ref, NULL, nq * 4), *od = put(c->dut, NULL, nq * 4);
+        void *or_ = put(c->ref, NULL, nq * 4);
         c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
-        const double t0 = now_ms();
-        c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
-        report(c, "attention", cmp_bufs(c, or_, od, nq), bound, now_ms() - t0,
-               "%s, %s %d tokens at pos %d, %d heads on one latent row of %d, window %d", tn,
-               nt == 1 ? "decode" : "prompt", nt, pos0, n_head, hd, win);
-        c->ref->free(c->ref, qr), c->dut->free(c->dut, qd), c->ref->free(c->ref, or_), c->dut->free(c->dut, od);
+        /* on a CUDA backend the latent kernel (the default) and the per-head one (mode 0) */
+        for (int mode = 2; mode >= (is_cuda ? 0 : 2); mode -= 2) {
+            void *od = put(c->dut, NULL, nq * 4);
+            const int old = is_cuda ? backend_cuda_set_attn_kernel(mode) : 0;
+            const double t0 = now_ms();
+            c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
+            const double e = cmp_bufs(c, or_, od, nq);
+            if (is_cuda) backend_cuda_set_attn_kernel(old);
+            report(c, "attention", e, bound, now_ms() - t0,
+                   "%s, %s %d tokens at pos %d, %d heads on one latent row of %d, window %d%s", tn,
+                   nt == 1 ? "decode" : "prompt", nt, pos0, n_head, hd, win,
+                   !is_cuda ? "" : mode ? ", latent kernel" : ", per-head kernel");
+            c->dut->free(c->dut, od);
+        }
+        c->ref->free(c->ref, qr), c->dut->free(c->dut, qd), c->ref->free(c->ref, or_);
         st_free(q);
     }
     c->ref->free(c->ref, kr_), c->dut->free(c->dut, kd_);

@@ -78,6 +78,15 @@ void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, const s
  * apart (backend.h's copy_2d: multi-head latent attention's head slices; mla.cu). */
 void cuda_copy_2d(float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width, int n_rows,
                   cudaStream_t s);
+/* Attention over a latent row (mla.cu: one KV head wider than 256 that the
+ * query heads share, deepseek2's 576): the slice partials of cuda_attention
+ * (part [n_tok][n_head][n_split][2 + hd]) for its combine kernel, slices of
+ * whole tiles of cuda_attn_latent_tile() positions. */
+#define CUDA_ATT_LATENT_HEADS 8 /* query heads per block */
+int cuda_attn_latent_fits(int n_head, const st_kv_layer *kv);
+int cuda_attn_latent_tile(void);
+void cuda_attn_latent(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
+                      float scale, int window, int n_split, float *part, cudaStream_t s);
 /* ids[p] = p % n_mat for p < n (mla.cu): matmul's ST_MAT_ALL pairs. */
 void cuda_heads_ids(int32_t *ids, int n, int n_mat, cudaStream_t s);
 /* out[tok[i]] += tw[i] * y[i] for i < n (rows of dim); the token list and
