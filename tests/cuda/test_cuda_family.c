@@ -15,7 +15,8 @@
  * logits, as test_cuda_e2e.c). Bounds: F32 weights 1e-5 (the GPU's float
  * products and the CPU's differ in summation order; the f16 cache rows are
  * the same bits), the preset's quantized mix 3e-2 (as test_cuda_e2e's
- * synth-tiny: each side quantizes its activations to 8 bits its own way).
+ * synth-tiny: each side quantizes its activations to 8 bits its own way),
+ * twice that with an int8 KV cache (each side rounds its own rows).
  * No GPU: prints SKIPPED and exits 0.
  *
  * usage: test_cuda_family [DIR for the temporary models, default /tmp]
@@ -110,10 +111,11 @@ static void compare(engine_params p, const char *what, double bound, const int32
     engine_close(g);
 }
 
-static void run_family(const char *arch, int type, double bound, const char *dir) {
+static void run_family(const char *arch, int type, st_kv_type kv, double bound, const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/strata-test-cuda-%s-%d.gguf", dir, arch, (int)getpid());
     engine_params p = family_tiny(arch, type, path);
+    p.kv_type = kv;
     engine *cpu = engine_open(&p);
     CHECK(cpu != NULL, "%s on the CPU: %s", arch, cpu ? "" : st_error_get());
     if (!cpu) {
@@ -132,7 +134,8 @@ static void run_family(const char *arch, int type, double bound, const char *dir
     static const char *const names[] = {"resident", "--expert-cache 0", "--expert-cache 4"};
     for (int i = 0; i < 3; i++) {
         char what[160];
-        snprintf(what, sizeof what, "%s %s, %s", arch, type == QT_F32 ? "F32" : "preset mix", names[i]);
+        snprintf(what, sizeof what, "%s %s, %s KV, %s", arch, type == QT_F32 ? "F32" : "preset mix",
+                 kv == ST_KV_INT8 ? "int8" : "f16", names[i]);
         p.expert_cache = caches[i];
         compare(p, what, bound, prompt, tc, lc, gc, nv);
     }
@@ -149,8 +152,9 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "/tmp";
     static const char *const archs[] = {"glm4moe", "deepseek2"};
     for (int a = 0; a < 2; a++) {
-        run_family(archs[a], QT_F32, 1e-5, dir);
-        run_family(archs[a], -1, 3e-2, dir);
+        run_family(archs[a], QT_F32, ST_KV_F16, 1e-5, dir);
+        run_family(archs[a], -1, ST_KV_F16, 3e-2, dir);
+        run_family(archs[a], -1, ST_KV_INT8, 6e-2, dir); /* test_cuda_e2e's INT8_KV_FACTOR 2 */
     }
     return check_report("test_cuda_family");
 }
