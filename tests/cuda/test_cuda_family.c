@@ -5,8 +5,8 @@
  * and on GPU 0, in three placements:
  *   - fully resident (every expert on the GPU: the fused decode kernels
  *     route inside their first kernel, prompts through the grouped products);
- *   - --expert-cache 0 (every expert in RAM: the GPU routes, moe_route, and
- *     the CPU lane computes every pair: the expert lanes of engine/moe_lanes.c);
+ *   - --expert-cache 0 --pcie-frac 0 (every expert in RAM: the GPU routes,
+ *     moe_route, and the CPU lane computes every pair: engine/moe_lanes.c);
  *   - --expert-cache 4 (some cached, the misses by the cost model).
  * Per placement and weight mix: the greedy tokens equal the CPU's for all
  * N_GEN steps, or the first difference is a near-tie (the CPU's top-2 gap
@@ -137,6 +137,7 @@ static void run_family(const char *arch, int type, st_kv_type kv, double bound, 
         snprintf(what, sizeof what, "%s %s, %s KV, %s", arch, type == QT_F32 ? "F32" : "preset mix",
                  kv == ST_KV_INT8 ? "int8" : "f16", names[i]);
         p.expert_cache = caches[i];
+        p.pcie_frac = caches[i] == 0 ? 0.0 : -1.0; /* no slots: every miss to the CPU lane; else the cost model */
         compare(p, what, bound, prompt, tc, lc, gc, nv);
     }
     st_free(lc);
