@@ -436,7 +436,8 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
     const int lat = !gqa && g_attn_mode != 0 && cuda_attn_latent_fits(n_head, kv);
     const int tile = gqa ? GQA_TILE : lat ? cuda_attn_latent_tile() : ATT_TILE;
     /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
-    const int per_tok = gqa ? kv->n_head_kv : lat ? n_head / CUDA_ATT_LATENT_HEADS : n_head;
+    const int lat_blocks = (n_head + CUDA_ATT_LATENT_HEADS - 1) / CUDA_ATT_LATENT_HEADS;
+    const int per_tok = gqa ? kv->n_head_kv : lat ? lat_blocks : n_head;
     const int blocks = n_tok * per_tok, want = (4 * n_sm + blocks - 1) / blocks;
     const int max_split = (span + tile - 1) / tile;
     int n_split = want < 1 ? 1 : want > max_split ? max_split : want;

@@ -905,6 +905,7 @@ static void check_mla_family(chk *c, int size) {
         check_qkv_prep_part(c, (st_kv_type)t, 5, 8, 2, 128, 64, 0, 0, 0);
         check_attention_mla(c, (st_kv_type)t, size ? 1500 : 200, 16, 576, size ? 40 : 7);
         if (size) check_attention_mla(c, (st_kv_type)t, 600, 128, 576, 20); /* deepseek-v3's 128 heads */
+        check_attention_mla(c, (st_kv_type)t, 100, 4, 288, 5); /* the tiny preset's: fewer heads than a block's 8 */
     }
 }
 

@@ -101,7 +101,9 @@ static __global__ void __launch_bounds__(LAT_THREADS)
     const int chunk = ((span + n_split - 1) / n_split + LAT_TILE - 1) / LAT_TILE * LAT_TILE;
     const int pos = base + t, first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
     const int c0 = first + split * chunk, c1 = min(c0 + chunk, pos + 1);
-    for (int i = tid; i < LAT_GH * hd; i += LAT_THREADS) qs[i] = q[((size_t)t * n_head + h0) * hd + i];
+    const int n_h = min(LAT_GH, n_head - h0); /* the last block's heads past n_head: zeros, never written */
+    for (int i = tid; i < LAT_GH * hd; i += LAT_THREADS)
+        qs[i] = i < n_h * hd ? q[((size_t)t * n_head + h0) * hd + i] : 0.0f;
     if (tid < LAT_GH) mrow[tid] = -INFINITY, lrow[tid] = 0.0f;
     __syncthreads();
     const int i8 = kv.type == ST_KV_INT8, pairs = hd / 2, j = tid % LAT_TILE, hh = tid / LAT_TILE;
@@ -198,6 +200,7 @@ static __global__ void __launch_bounds__(LAT_THREADS)
     }
 #pragma unroll
     for (int g = 0; g < LAT_GH; g++) {
+        if (g >= n_h) break;
         float *o = part + (((size_t)t * n_head + h0 + g) * n_split + split) * (size_t)(hd + 2);
         if (tid == 0) o[0] = mrow[g], o[1] = lrow[g]; /* m = -inf for an empty slice: it weighs nothing */
 #pragma unroll
@@ -210,7 +213,7 @@ static __global__ void __launch_bounds__(LAT_THREADS)
 
 int cuda_attn_latent_fits(int n_head, const st_kv_layer *kv) {
     return kv->n_head_kv == 1 && kv->head_dim > 256 && kv->head_dim % 8 == 0 &&
-           kv->head_dim <= 2 * LAT_PAIRS * LAT_THREADS && n_head % LAT_GH == 0;
+           kv->head_dim <= 2 * LAT_PAIRS * LAT_THREADS && n_head >= 1;
 }
 
 int cuda_attn_latent_tile(void) { return LAT_TILE; }
@@ -219,6 +222,6 @@ void cuda_attn_latent(const float *q, const st_kv_layer *kv, int n_tok, int pos0
                       float scale, int window, int n_split, float *part, cudaStream_t s) {
     ST_ASSERT(cuda_attn_latent_fits(n_head, kv));
     const size_t smem = ((size_t)LAT_GH * kv->head_dim + (size_t)LAT_GH * LAT_TILE + 3 * LAT_GH) * sizeof(float);
-    st_launch(attn_latent_kernel, dim3((unsigned)n_split, (unsigned)(n_head / LAT_GH), (unsigned)n_tok),
+    st_launch(attn_latent_kernel, dim3((unsigned)n_split, (unsigned)((n_head + LAT_GH - 1) / LAT_GH), (unsigned)n_tok),
               dim3(LAT_THREADS), smem, s, q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
 }
