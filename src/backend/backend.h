@@ -36,6 +36,9 @@ static inline const void *st_weight_mat(const st_weight *w, int64_t m) {
     return w->mat ? w->mat[m] : (const uint8_t *)w->data + (size_t)m * (size_t)w->n_out * w->row_bytes;
 }
 
+/* matmul's mat for every matrix of a stack at once (see matmul). */
+#define ST_MAT_ALL (-1)
+
 typedef enum { ST_KV_F16 = 0, ST_KV_INT8 = 1 } st_kv_type;
 
 /* One layer's KV cache as the attention kernels see it. Row r (a position)
@@ -144,7 +147,10 @@ struct st_backend {
 
     /* out[i, :] = dequant(w row ids[i]) for i < n (embedding lookup). */
     void (*get_rows)(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out);
-    /* y[t, 0:n_out] = W[mat] x[t, 0:n_in] for t < n_tok. */
+    /* y[t, 0:n_out] = W[mat] x[t, 0:n_in] for t < n_tok. mat = ST_MAT_ALL: every
+     * matrix of the stack, each row holding one input per matrix: y[t][m] = W[m] x[t][m],
+     * x [n_tok][n_mat][n_in], y [n_tok][n_mat][n_out] (multi-head latent attention's
+     * per-head products with attn_k_b / attn_v_b, every head in one call). */
     void (*matmul)(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok);
     /* y[r] = x[r] / rms(x[r]) * w, rows of dim values; in place allowed.
      * With res (n_rows rows too): first x[r] += res[r] (the residual add

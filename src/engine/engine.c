@@ -63,7 +63,7 @@ int engine_backend_supports(const model *m, const st_backend *be) {
                      model_arch_name(m->hp.arch), be->name);
         return -1;
     }
-    /* deepseek2's latent attention gathers heads with copy_2d, which not every backend has (CUDA not yet) */
+    /* deepseek2's latent attention gathers heads with copy_2d, which is optional in the op table */
     if (model_layer_mla(&m->hp) && !be->copy_2d) {
         st_error_set("architecture '%s' (multi-head latent attention) is not supported by the %s backend yet; "
                      "run it on the CPU (without --gpu)",

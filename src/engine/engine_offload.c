@@ -86,9 +86,9 @@ size_t engine_scratch_bytes(const model_hparams *hp, int n_ubatch) {
     size_t widest = E > F ? E : F;
     if (qw > widest) widest = qw;
     /* deepseek2's latent attention (forward_mla.c): q bottleneck, full queries, [latent | rope key],
-     * two per-head staging rows, values */
+     * every head's packed product (at most head_dim per head), values */
     const size_t mla = model_layer_mla(hp) ? B * ((size_t)hp->q_lora + (size_t)hp->n_head * hp->head_dim_mla +
-                                                  (size_t)hp->head_dim + 2 * (size_t)hp->head_dim +
+                                                  (size_t)hp->head_dim + (size_t)hp->n_head * hp->head_dim +
                                                   (size_t)hp->n_head * hp->v_head_mla) * 4
                                            : 0;
     return act + moe + mla + 2 * pairs * widest * 6 + ((size_t)512 << 20);

@@ -14,8 +14,11 @@
  * backend's plain qkv_prep and attention over one KV head do the work. The
  * weighted sum also carries the rope part, which is dropped: n_rot of
  * n_rot + kv_lora values of extra work, against a separate kernel.
- * Per-head products go through copy_2d: a head's slice of every row is packed
- * into a matrix, multiplied by its matrix of W_kb / W_vb, and put back.
+ * Per-head products: every head's slice of every row packed by one copy_2d,
+ * multiplied by its matrix of W_kb / W_vb in one matmul over the whole stack
+ * (ST_MAT_ALL), and put back by one copy_2d: a handful of ops per layer
+ * instead of a few per head (128 heads: a GPU step of ~1000 launches per
+ * layer before).
  * YaRN: the frequencies as per-pair divisors of the plain rope, computed at
  * load (model_load.c's yarn_divisors, which gpt-oss shares); its magnitude
  * factor cancels in the rope and is the attention scale's mscale^2.
@@ -31,7 +34,7 @@ struct mla_bufs {
     float *qa;      /* [B][q_lora] */
     float *qf;      /* [B][n_head * head_dim_mla] */
     float *kva;     /* [B][kv_lora + n_rot] */
-    float *t1, *t2; /* [B][max(nope, kv_lora, v_head)] a head's packed input and output */
+    float *hp;      /* [B][n_head][max(nope, kv_lora)] every head's packed product (input or output) */
     float *vo;      /* [B][n_head * v_head_mla] */
     float *div;     /* [n_rot / 2] YaRN frequency divisors (backend memory), or NULL */
 };
@@ -44,14 +47,11 @@ mla_bufs *mla_bufs_create(const model *m, st_backend *be, int n_ubatch) {
     const model_hparams *hp = &m->hp;
     mla_bufs *b = st_calloc(1, sizeof *b);
     const size_t B = (size_t)n_ubatch, nope = (size_t)(hp->head_dim_mla - hp->n_rot);
-    size_t w = (size_t)hp->kv_lora;
-    if (nope > w) w = nope;
-    if ((size_t)hp->v_head_mla > w) w = (size_t)hp->v_head_mla;
+    const size_t w = (size_t)hp->kv_lora > nope ? (size_t)hp->kv_lora : nope;
     if (hp->q_lora) b->qa = balloc(be, B * (size_t)hp->q_lora);
     b->qf = balloc(be, B * (size_t)hp->n_head * (size_t)hp->head_dim_mla);
     b->kva = balloc(be, B * (size_t)(hp->kv_lora + hp->n_rot));
-    b->t1 = balloc(be, B * w);
-    b->t2 = balloc(be, B * w);
+    b->hp = balloc(be, B * (size_t)hp->n_head * w);
     b->vo = balloc(be, B * (size_t)hp->n_head * (size_t)hp->v_head_mla);
     if (m->rope_freqs) { /* YaRN's divisors (model_load.c), in the backend's memory */
         b->div = balloc(be, (size_t)(hp->n_rot / 2));
@@ -62,7 +62,7 @@ mla_bufs *mla_bufs_create(const model *m, st_backend *be, int n_ubatch) {
 
 void mla_bufs_free(mla_bufs *b, st_backend *be) {
     if (!b) return;
-    float *p[] = {b->qa, b->qf, b->kva, b->t1, b->t2, b->vo, b->div};
+    float *p[] = {b->qa, b->qf, b->kva, b->hp, b->vo, b->div};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) be->free(be, p[i]);
     st_free(b);
@@ -73,7 +73,7 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
                    const int *n_tok, int n_seq, int rows) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
-    const int R = hp->n_rot, C = hp->kv_lora, D = hp->head_dim_mla, N = D - R, V = hp->v_head_mla;
+    const int R = hp->n_rot, C = hp->kv_lora, D = hp->head_dim_mla, N = D - R;
     /* HD = R + C: the cache row, and each query head */
     const int H = hp->n_head, HD = hp->head_dim;
 
@@ -87,17 +87,17 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
     be->matmul(be, &l->wkv_a, 0, h, b->kva, rows);
     /* the cache row: rope key first (st_rope turns a head's first values), then the latent */
     be->copy_2d(be, krow, HD, b->kva + C, C + R, R, rows);
-    be->copy_2d(be, b->t1, C, b->kva, C + R, C, rows);
-    be->rmsnorm(be, b->t1, NULL, l->kv_a_norm, b->t1, C, rows, hp->rms_eps);
-    be->copy_2d(be, krow + R, HD, b->t1, C, C, rows);
-    /* each head's query: q_pe, then q_nope through W_kb[head] into the latent space */
-    for (int hd = 0; hd < H; hd++) {
-        const float *qh = b->qf + (size_t)hd * D;
-        be->copy_2d(be, q + (size_t)hd * HD, (int64_t)H * HD, qh + N, (int64_t)H * D, R, rows);
-        be->copy_2d(be, b->t1, N, qh, (int64_t)H * D, N, rows);
-        be->matmul(be, &l->wk_b, hd, b->t1, b->t2, rows);
-        be->copy_2d(be, q + (size_t)hd * HD + R, (int64_t)H * HD, b->t2, C, C, rows);
-    }
+    be->copy_2d(be, b->hp, C, b->kva, C + R, C, rows);
+    be->rmsnorm(be, b->hp, NULL, l->kv_a_norm, b->hp, C, rows, hp->rms_eps);
+    be->copy_2d(be, krow + R, HD, b->hp, C, C, rows);
+    /* each head's query (rows x heads of D: one row per (token, head)): q_pe, then
+     * q_nope packed in att (free until the attention) and through W_kb[head] into
+     * the latent space */
+    const int rh = rows * H;
+    be->copy_2d(be, q, HD, b->qf + N, D, R, rh);
+    be->copy_2d(be, att, N, b->qf, D, N, rh);
+    be->matmul(be, &l->wk_b, ST_MAT_ALL, att, b->hp, rows);
+    be->copy_2d(be, q + R, HD, b->hp, C, C, rh);
     /* adjacent pairs (llama.cpp's NORM rope); YaRN, if any, is in the divisors */
     const st_rope rope = {hp->rope_theta, 1.0f, 0, b->div, R};
     for (int s = 0, r = 0; s < n_seq; s++) {
@@ -109,11 +109,8 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
                       att + (size_t)r * H * HD);
         r += n;
     }
-    /* each head's latent output through W_vb[head] to its values */
-    for (int hd = 0; hd < H; hd++) {
-        be->copy_2d(be, b->t1, C, att + (size_t)hd * HD + R, (int64_t)H * HD, C, rows);
-        be->matmul(be, &l->wv_b, hd, b->t1, b->t2, rows);
-        be->copy_2d(be, b->vo + (size_t)hd * V, (int64_t)H * V, b->t2, V, V, rows);
-    }
+    /* each head's latent output through W_vb[head] to its values (vo is [rows][H][V]) */
+    be->copy_2d(be, b->hp, C, att + R, HD, C, rh);
+    be->matmul(be, &l->wv_b, ST_MAT_ALL, b->hp, b->vo, rows);
     be->matmul(be, &l->wo, 0, b->vo, o, rows);
 }

@@ -3,7 +3,8 @@
  * against a bound per op), at test sizes: long contexts split across many
  * slices, prompt chunks, GQA and MQA, f16 and int8 KV caches, every matmul
  * format, MoE on both of its paths; then a second seed on tiny shapes. Also: a device index past the
- * last one is refused with a message naming it.
+ * last one is refused with a message naming it. Argument "mla": only the
+ * glm4moe / deepseek2 checks (backend_check_mla_ops).
  * No GPU: prints SKIPPED and exits 0.
  */
 #include <stdio.h>
@@ -23,7 +24,7 @@ static void show(void *ctx, const bcheck_result *r) {
            r->ms, r->what);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* each check's line as it is made: a run cut short by a timeout still shows them */
     int n = gpu_device_count();
     if (n == 0) {
@@ -31,6 +32,7 @@ int main(void) {
         return 0;
     }
     int fails = 0;
+    const int only_mla = argc > 1 && !strcmp(argv[1], "mla"); /* only the glm4moe / deepseek2 checks */
     if (backend_cuda_create(n) != NULL || !strstr(st_error_get(), "does not exist")) {
         printf("FAIL: GPU %d (one past the last) was not refused: '%s'\n", n, st_error_get());
         fails++;
@@ -45,7 +47,8 @@ int main(void) {
     /* seed 1 at test sizes, seed 2 again on the self-test's tiny shapes */
     for (uint64_t seed = 1; seed <= 2; seed++) {
         printf("-- seed %llu, %s shapes\n", (unsigned long long)seed, seed == 1 ? "test" : "tiny");
-        fails += backend_check_ops(cpu, gpu, seed == 1, seed, show, NULL);
+        fails += only_mla ? backend_check_mla_ops(cpu, gpu, seed == 1, seed, show, NULL)
+                          : backend_check_ops(cpu, gpu, seed == 1, seed, show, NULL);
     }
     gpu->destroy(gpu);
     cpu->destroy(cpu);

@@ -11,7 +11,9 @@
  *   - the routed experts through the expert lanes (4 cached experts, misses
  *     on the CPU lane or over "PCIe") give the plain logits: the group rule
  *     travels through the seam;
- *   - a backend without copy_2d (as the CUDA one is today) is refused at load
+ *   - the CPU backend's matmul over a whole stack (ST_MAT_ALL: every head's
+ *     product in one call) equals one call per matrix, bit for bit;
+ *   - a backend without copy_2d (as the CUDA one was) is refused at load
  *     with a message naming the family and the backend; so is one whose
  *     routing is softmax only.
  *
@@ -29,6 +31,7 @@
 #include "engine/engine_place.h"
 #include "engine/moe_lanes.h"
 #include "model/synth.h"
+#include "quant/quant.h"
 
 #include "../common/check.h"
 #include "../common/family.h"
@@ -72,6 +75,36 @@ static void check_route(void) {
     be->moe_route(be, lg, 1, 8, 3, &gt, sel, w);
     CHECK(sel[0] == 4 && sel[1] == 0 && sel[2] == 1 && fabs(w[0] - s3) < 1e-6,
           "4 groups, 2 kept: chose %d %d %d", sel[0], sel[1], sel[2]);
+    be->destroy(be);
+}
+
+/* matmul(ST_MAT_ALL) against a call per matrix on packed rows (copy_2d):
+ * the same products, so the same bits. Q8_0 and F32, 3 tokens, 5 matrices. */
+static void check_matmul_all(void) {
+    st_backend *be = backend_cpu_create(2);
+    enum { H = 5, NI = 64, NO = 24, T = 3 };
+    static const qt_type types[] = {QT_Q8_0, QT_F32};
+    for (int ti = 0; ti < 2; ti++) {
+        const qt_type t = types[ti];
+        const size_t rb = qt_row_size(t, NI);
+        uint8_t *wq = st_malloc(rb * H * NO);
+        float row[NI], x[T * H * NI], y[T * H * NO], xs[T * NI], ys[T * NO], want[T * H * NO];
+        for (int r = 0; r < H * NO; r++) {
+            for (int i = 0; i < NI; i++) row[i] = sinf(0.37f * (float)(r * NI + i));
+            qt_quantize(t, row, wq + (size_t)r * rb, NI);
+        }
+        for (int i = 0; i < T * H * NI; i++) x[i] = cosf(0.11f * (float)i);
+        const st_weight w = {wq, NULL, t, NI, NO, H, rb, NULL};
+        be->matmul(be, &w, ST_MAT_ALL, x, y, T);
+        for (int m = 0; m < H; m++) {
+            be->copy_2d(be, xs, NI, x + m * NI, H * NI, NI, T);
+            be->matmul(be, &w, m, xs, ys, T);
+            be->copy_2d(be, want + m * NO, H * NO, ys, NO, NO, T);
+        }
+        CHECK(memcmp(y, want, sizeof y) == 0, "%s: matmul over the stack differs from a call per matrix",
+              qt_get(t)->name);
+        st_free(wq);
+    }
     be->destroy(be);
 }
 
@@ -132,7 +165,7 @@ static void check_model(const char *dir) {
     /* the tensor rows cover the file, plus YaRN's divisors made at load (n_rot / 2 floats) */
     CHECK(dense + routed == file + (size_t)h->n_rot / 2 * sizeof(float), "tensor list %zu + %zu bytes, file tensors %zu",
           dense, routed, file);
-    /* a backend without copy_2d (the CUDA one's today) is refused, naming both; so is softmax-only
+    /* a backend without copy_2d (the CUDA one's before mla.cu) is refused, naming both; so is softmax-only
      * routing */
     st_backend no_mla = *e->be, softmax_only = *e->be;
     no_mla.copy_2d = NULL;
@@ -157,6 +190,7 @@ int main(int argc, char **argv) {
     st_log_set_level(ST_LOG_WARN);
     setenv("STRATA_PRECISE", "1", 1);
     check_route();
+    check_matmul_all();
     check_model(argc > 1 ? argv[1] : "/tmp");
     return check_report("test_deepseek2");
 }

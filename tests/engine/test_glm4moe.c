@@ -9,7 +9,7 @@
  *     GPU with 4 cached experts, engine/moe_lanes.c; the plan gives the dense
  *     first layer no slots) give the plain logits, with the routing rule
  *     carried through the seam;
- *   - a backend whose routing is softmax only (as the CUDA one is today) is
+ *   - a backend whose routing is softmax only (as the CUDA one was) is
  *     refused with a message naming the family and the backend.
  *
  * usage: test_glm4moe [DIR for the temporary model, default /tmp]
@@ -93,7 +93,7 @@ static void check_model(const char *dir) {
     for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++)
         file += gguf_tensor_at(e->m->file, i)->size;
     CHECK(dense + routed == file, "tensor list %zu + %zu bytes, file tensors %zu", dense, routed, file);
-    /* softmax-only routing (the CUDA backend's today) is refused, naming both */
+    /* softmax-only routing (the CUDA backend's before route.cuh took every rule) is refused, naming both */
     st_backend softmax_only = *e->be;
     softmax_only.moe_gatings = ST_GATINGS_SOFTMAX;
     softmax_only.name = "cuda";

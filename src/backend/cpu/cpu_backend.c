@@ -106,6 +106,10 @@ static void matmul_precise(cpu_ctx *c, const st_weight *w, int64_t mat, const fl
 
 static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
     cpu_ctx *c = CTX(be);
+    if (mat == ST_MAT_ALL) { /* per matrix through this function (cpu_mla.c) */
+        cpu_matmul_all(be, w, x, y, n_tok);
+        return;
+    }
     if (c->precise) {
         matmul_precise(c, w, mat, x, y, n_tok);
         return;

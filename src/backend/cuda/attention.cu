@@ -29,7 +29,7 @@ extern "C" {
 
 #define ATT_THREADS 128
 #define ATT_TILE 64
-#define ATT_MAX_HD 512
+#define ATT_MAX_HD 640 /* multi-head latent attention's 576 (per-head kernel) */
 #define ATT_ACC (ATT_MAX_HD / ATT_THREADS)
 
 static __device__ __forceinline__ float kv_load(int type, const void *base, const float *scales, size_t idx,
@@ -432,9 +432,13 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
      * difference grows ~12 us per 1K positions, so they cross near 1.3K. */
     const int G = n_head / kv->n_head_kv;
     const int gqa = gqa_fits(G, kv->head_dim) && (g_attn_mode == 1 || (g_attn_mode == 2 && span > CUDA_ATT_SHORT_SPAN));
-    const int tile = gqa ? GQA_TILE : ATT_TILE;
+    /* a latent row (deepseek2's 576, mla.cu): its own kernel for every span, but with the per-head one forced */
+    const int lat = !gqa && g_attn_mode != 0 && cuda_attn_latent_fits(n_head, kv);
+    const int tile = gqa ? GQA_TILE : lat ? cuda_attn_latent_tile() : ATT_TILE;
     /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
-    const int blocks = n_tok * (gqa ? kv->n_head_kv : n_head), want = (4 * n_sm + blocks - 1) / blocks;
+    const int lat_blocks = (n_head + CUDA_ATT_LATENT_HEADS - 1) / CUDA_ATT_LATENT_HEADS;
+    const int per_tok = gqa ? kv->n_head_kv : lat ? lat_blocks : n_head;
+    const int blocks = n_tok * per_tok, want = (4 * n_sm + blocks - 1) / blocks;
     const int max_split = (span + tile - 1) / tile;
     int n_split = want < 1 ? 1 : want > max_split ? max_split : want;
     if (!dpos) { /* no slice left empty */
@@ -448,6 +452,8 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
         const size_t smem = ((size_t)G * kv->head_dim + (size_t)G * 2 * GQA_TILE + 8 * (size_t)G) * sizeof(float);
         gqa_launch(G, dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), smem, s, q, kv, pos0, dpos,
                    n_tok, n_head, scale, window, n_split, part);
+    } else if (lat) {
+        cuda_attn_latent(q, kv, n_tok, pos0, dpos, n_head, scale, window, n_split, part, s);
     } else {
         st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0, s,
                   q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);

@@ -33,6 +33,10 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
 /* The hybrid family's ops (backend_check_hybrid.c; backend_check_ops runs
  * them too): 0 checks when dut lacks them. */
 int backend_check_hybrid(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
+/* Only the checks of the glm4moe / deepseek2 ops (every routing rule,
+ * copy_2d, matmul over a whole stack, partial rotary, the latent attention),
+ * which backend_check_ops runs too. */
+int backend_check_mla_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

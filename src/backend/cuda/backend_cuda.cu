@@ -123,6 +123,7 @@ typedef struct {
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     cuda_scratch topk; /* top-k candidates */
     cuda_scratch gdn;  /* the DeltaNet's per-token rows (deltanet.cu) */
+    cuda_scratch heads; /* matmul's ST_MAT_ALL: pair ids, per-matrix rows */
     void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
     size_t pin_bytes;
 } cuda_ctx;
@@ -329,9 +330,48 @@ static int deferrable(const cuda_ctx *c, const st_weight *w, int n_tok) {
     return (c->fuse & FUSE_JOBS) && cuda_matmul_jobs_fit(w, n_tok) && w->data && !w->mat;
 }
 
+/* matmul with ST_MAT_ALL (multi-head latent attention's per-head products):
+ * the (token, matrix) rows as the pairs of one grouped product
+ * (cuda_moe_matmul, pair p takes matrix p % n_mat and row p of x): decode
+ * sizes in calls of MM_MOE_DEVICE_MAX pairs (the matrix-vector kernel, any
+ * format, recordable), prompts of quantized matrices in one call (tensor
+ * cores, the pairs grouped by matrix on the device); prompts of float
+ * matrices one product per matrix over its rows gathered by copy_2d. */
+#define HEADS_DEVICE_CALLS 16 /* most matrix-vector calls of the first form: 8 tokens of 128 heads */
+static void matmul_all(cuda_ctx *c, const st_weight *w, const float *x, float *y, int n_tok) {
+    op_begin(c);
+    const int64_t H = w->n_mat, ni = w->n_in, no = w->n_out;
+    const int n = n_tok * (int)H, isf = w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16;
+    if (n <= HEADS_DEVICE_CALLS * MM_MOE_DEVICE_MAX || !isf) {
+        int32_t *ids = (int32_t *)cuda_scratch_reserve(&c->heads, (size_t)n * sizeof(int32_t));
+        cuda_heads_ids(ids, n, (int)H, c->s);
+        const int step = n <= HEADS_DEVICE_CALLS * MM_MOE_DEVICE_MAX ? MM_MOE_DEVICE_MAX : n;
+        for (int p0 = 0; p0 < n; p0 += step) {
+            const int np = n - p0 < step ? n - p0 : step;
+            const int rc = cuda_moe_matmul(w, NULL, ids + p0, NULL, np, x + (size_t)p0 * ni, np, y + (size_t)p0 * no, 0,
+                                           NULL, c->s);
+            ST_ASSERT(rc == 0); /* types were checked at model load */
+        }
+    } else {
+        float *xs = (float *)cuda_scratch_reserve(&c->heads, (size_t)n_tok * (size_t)(ni + no) * sizeof(float));
+        float *ys = xs + (size_t)n_tok * ni;
+        for (int64_t m = 0; m < H; m++) {
+            cuda_copy_2d(xs, ni, x + m * ni, H * ni, ni, n_tok, c->s);
+            act_forget(c);
+            matmul_tracked(c, w, m, xs, ys, n_tok);
+            cuda_copy_2d(y + m * no, H * no, ys, no, no, n_tok, c->s);
+        }
+    }
+    act_forget(c);
+}
+
 static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
     cuda_ctx *c = CTX(be);
     if (n_tok <= 0) return;
+    if (mat == ST_MAT_ALL) {
+        matmul_all(c, w, x, y, n_tok);
+        return;
+    }
     if (deferrable(c, w, n_tok) && !overlap(y, (size_t)n_tok * w->n_out * 4, x, (size_t)n_tok * w->n_in * 4)) {
         pending *p = &c->pend;
         int joins = p->n && p->x == x && p->n_tok == n_tok && p->n < CUDA_MM_MAX_JOBS && p->w[0].n_in == w->n_in;
@@ -513,6 +553,12 @@ static void cu_sigmoid_mul(st_backend *be, float *x, const float *g, int dim, in
     if (aq) act_hold(c, x, (int64_t)n_rows * dim);
 }
 
+static void cu_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                       int64_t width, int n_rows) {
+    op_begin(CTX(be));
+    cuda_copy_2d(dst, dst_stride, src, src_stride, width, n_rows, CTX(be)->s);
+}
+
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 static int g_moe_path = 0; /* 0 fused decode / grouped, 1 the per-expert loop, 2 grouped only */
@@ -524,8 +570,8 @@ extern "C" int backend_cuda_set_moe_path(int path) {
 }
 
 static void moe_ffn_loop(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                         int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
-                         float *out) {
+                         const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
+                         const st_weight *down, float *out) {
     const int64_t E = gate->n_in, F = gate->n_out;
     const size_t nk = (size_t)n_tok * k;
     act_forget(c);
@@ -540,7 +586,7 @@ static void moe_ffn_loop(cuda_ctx *c, const float *h, const float *logits, int n
     float *wsel = (float *)(a + o_w), *tw = (float *)(a + o_tw);
     float *hx = (float *)(a + o_hx), *ge = (float *)(a + o_g), *ue = (float *)(a + o_u), *ye = (float *)(a + o_y);
 
-    cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, NULL, c->s);
+    cuda_moe_route(logits, n_tok, n_expert, k, gt, sel, wsel, NULL, c->s);
     /* host side: sel, wsel read back, then a counting sort by expert into
      * token lists (tokens in order) with off[e] = first list index of e */
     uint8_t *hp = (uint8_t *)pin_reserve(c, nk * 16 + (size_t)(2 * n_expert + 1) * 4);
@@ -607,8 +653,8 @@ static int experts_grouped(cuda_ctx *c, const float *h, int n_tok, int k, const 
 
 /* Grouped path: pairs p = t*k + j, expert sel[p], input row t. */
 static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k,
-                        int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
-                        float *out) {
+                        const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
+                        const st_weight *down, float *out) {
     const int64_t E = gate->n_in, F = gate->n_out;
     const int nk = n_tok * k;
     size_t o_w = align256((size_t)nk * 4), o_x = o_w + align256((size_t)nk * 4);
@@ -620,21 +666,22 @@ static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_
     /* prompt chunks are never recorded (run_step records one-token steps);
      * a capture reaching here would meet the host-grouped fallback */
     if (nk > MM_MOE_DEVICE_MAX && cannot_record(c)) return;
-    cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, xrow, c->s);
+    cuda_moe_route(logits, n_tok, n_expert, k, gt, sel, wsel, xrow, c->s);
     /* A format the grouped products lack: the per-expert loop, which
      * recomputes everything, so no partial result is used. Said once per process. */
     if (experts_grouped(c, h, n_tok, k, sel, xrow, wsel, act, gate, up, down, ge, ue, ye, out) != 0) {
         static int warned;
         if (!warned++) ST_WARN("MoE grouped products: %s; using the per-expert loop", st_error_get());
-        moe_ffn_loop(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+        moe_ffn_loop(c, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
     }
 }
 
 /* The decode MoE in two fused kernels (mmv_moe.h); the first routes
  * itself unless FUSE_ROUTE is off (or there are too many experts). 0, or -1
  * when the scratch could not grow (recording, or out of memory). */
-static int moe_decode(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k, int norm_topk,
-                      st_act act, const st_weight *gate, const st_weight *up, const st_weight *down, float *out) {
+static int moe_decode(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k,
+                      const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
+                      const st_weight *down, float *out) {
     const int64_t E = gate->n_in, F = gate->n_out;
     const int nk = n_tok * k;
     const size_t o_wf = align256((size_t)nk * 4), o_hq = o_wf + align256((size_t)nk * 4);
@@ -642,9 +689,9 @@ static int moe_decode(cuda_ctx *c, const float *h, const float *logits, int n_to
     uint8_t *af = (uint8_t *)cuda_scratch_reserve(&c->moe, total_f);
     int32_t *self = (int32_t *)af;
     float *wself = (float *)(af + o_wf);
-    const cuda_moe_route_in route = {logits, n_expert, norm_topk};
+    const cuda_moe_route_in route = {logits, n_expert, *gt};
     const int own_route = (c->fuse & FUSE_ROUTE) && n_expert <= ROUTE_MAX_EXPERT;
-    if (!own_route) cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, self, wself, NULL, c->s);
+    if (!own_route) cuda_moe_route(logits, n_tok, n_expert, k, gt, self, wself, NULL, c->s);
     const int ready = act_ready(c, h, E, n_tok);
     act_forget(c);
     if (cuda_moe_decode(gate, up, down, own_route ? &route : NULL, self, wself, n_tok, k, act, h, ready,
@@ -658,29 +705,24 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
                        const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                        const st_weight *down, float *out) {
     cuda_ctx *c = CTX(be);
-    /* softmax routing only (moe_gatings): the engine refuses the others at load */
-    ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f && gt->n_group <= 1);
-    const int norm_topk = gt->norm_topk;
     pend_flush(c); /* the router product, if pending; the quantized h it leaves is still wanted */
     if (n_tok <= 0) return;
     if (g_moe_path == 1) {
-        moe_ffn_loop(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+        moe_ffn_loop(c, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
         return;
     }
     if (n_tok * k <= MM_MOE_DEVICE_MAX && g_moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
-        if (moe_decode(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out) == 0) return;
+        if (moe_decode(c, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out) == 0) return;
         if (cannot_record(c)) return; /* this pass's result comes from the unrecorded one */
     }
-    moe_grouped(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
+    moe_grouped(c, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
 }
 
 static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
                          const st_moe_gating *gt, int32_t *sel, float *wsel) {
     cuda_ctx *c = CTX(be);
-    ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f && gt->n_group <= 1);
-    const int norm_topk = gt->norm_topk;
     pend_flush(c); /* writes only sel and wsel: the quantized h of the router product stays valid for the experts */
-    cuda_moe_route(logits, n_tok, n_expert, k, norm_topk, sel, wsel, NULL, c->s);
+    cuda_moe_route(logits, n_tok, n_expert, k, gt, sel, wsel, NULL, c->s);
 }
 
 /* The seam's expert half (backend.h): the pairs' cache slots from emap on
@@ -898,6 +940,7 @@ static void cu_destroy(st_backend *be) {
     cuda_scratch_free(&c->moe);
     cuda_scratch_free(&c->topk);
     cuda_scratch_free(&c->gdn);
+    cuda_scratch_free(&c->heads);
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
     CUDA_CHECK(cudaFree(c->d_pos));
     CUDA_CHECK(cudaStreamDestroy(c->s));
@@ -973,10 +1016,11 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->gated_delta_net_keep = cu_gated_delta_net_keep;
     be->split_halves = cu_split_halves;
     be->sigmoid_mul = cu_sigmoid_mul;
+    be->copy_2d = cu_copy_2d;
     be->moe_ffn = cu_moe_ffn;
     be->moe_route = cu_moe_route;
     be->moe_experts = cu_moe_experts;
-    be->moe_gatings = ST_GATINGS_SOFTMAX; /* no sigmoid routing, bias or scale yet (glm4moe) */
+    be->moe_gatings = ST_GATINGS_SOFTMAX | ST_GATINGS_ALL; /* every st_moe_gating (route.cuh) */
     const char *sm = st_switch_get("STRATA_CUDA_SAMPLING");
     if (!(sm && !strcmp(sm, "0"))) be->top_k = cu_top_k, be->top_k_max = CUDA_TOPK_MAX;
     be->to_host = cu_to_host;

@@ -71,11 +71,27 @@ int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0
 size_t cuda_top_k_scratch_bytes(void); /* the most scratch cuda_top_k asks for */
 int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const void **out, cudaStream_t s);
 
-/* MoE routing on the device: softmax over n_expert logits per token, top-k
- * (ties to the lower id), optional renormalisation. sel/wsel: [n_tok][k];
- * xrow (optional): [n_tok][k], the token of each pair. */
-void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel, float *wsel,
-                    int32_t *xrow, cudaStream_t s);
+/* MoE routing on the device as gt says (backend.h's st_moe_gating: softmax
+ * or sigmoid, selection bias in device memory, groups, renormalisation,
+ * scale; route.cuh), top-k with ties to the lower id. sel/wsel:
+ * [n_tok][k]; xrow (optional): [n_tok][k], the token of each pair. */
+void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, const st_moe_gating *gt, int32_t *sel,
+                    float *wsel, int32_t *xrow, cudaStream_t s);
+/* dst[r][0:width] = src[r][0:width], rows dst_stride and src_stride floats
+ * apart (backend.h's copy_2d: multi-head latent attention's head slices; mla.cu). */
+void cuda_copy_2d(float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width, int n_rows,
+                  cudaStream_t s);
+/* Attention over a latent row (mla.cu: one KV head wider than 256 that the
+ * query heads share, deepseek2's 576): the slice partials of cuda_attention
+ * (part [n_tok][n_head][n_split][2 + hd]) for its combine kernel, slices of
+ * whole tiles of cuda_attn_latent_tile() positions. */
+#define CUDA_ATT_LATENT_HEADS 8 /* query heads per block */
+int cuda_attn_latent_fits(int n_head, const st_kv_layer *kv);
+int cuda_attn_latent_tile(void);
+void cuda_attn_latent(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
+                      float scale, int window, int n_split, float *part, cudaStream_t s);
+/* ids[p] = p % n_mat for p < n (mla.cu): matmul's ST_MAT_ALL pairs. */
+void cuda_heads_ids(int32_t *ids, int n, int n_mat, cudaStream_t s);
 /* out[tok[i]] += tw[i] * y[i] for i < n (rows of dim); the token list and
  * weights are device arrays. */
 void cuda_scatter_add(float *out, const float *y, const int32_t *tok, const float *tw, int n, int64_t dim,

@@ -232,29 +232,65 @@ void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, i
 }
 
 /* qkv_prep (backend.h): one warp per head row of a token, over the q heads,
- * then the k heads, then the v heads. Lane l holds the rotary pairs l,
- * l + 32, ... of its row in registers (pair p: values p and p + hd/2 when
- * neox, 2p and 2p + 1 otherwise), so the row is read once, normalised (when
- * the norm weights are given) and rotated without a round trip through
- * memory; k and v rows go to the cache as in kv_store. The position comes
- * from dpos (a recorded decode step) or pos0. Formulas as in
- * rmsnorm_kernel, rope_kernel (rope_cs, rope_places) and the kv store
- * kernels. Partial rotary (nr = n_rot < hd): the pairs of the first nr
- * values turn as a head of nr would; the rest of the row, in adjacent pairs
- * after them, keeps its (normalised) values. PP: pairs per lane (hd <= 64 * PP). */
+ * then the k heads, then the v heads. Lane l holds the pairs l, l + 32, ...
+ * of its row in registers (a rotary pair p: values p and p + nr/2 when
+ * neox, 2p and 2p + 1 otherwise, of the first nr = n_rot values; the
+ * unrotated rest of the row in adjacent pairs after them), so the row is
+ * read once, normalised (when the norm weights are given) and rotated
+ * without a round trip through memory; k and v rows go to the cache as in
+ * kv_store. When v is k (multi-head latent attention: the row is its own
+ * value row) there are no v rows: the rotated k row goes to both halves of
+ * the cache (one array when kv.v is kv.k). The position comes from dpos (a
+ * recorded decode step) or pos0. Formulas as in rmsnorm_kernel,
+ * rope_kernel (rope_cs, rope_places) and the kv store kernels. PP: pairs per
+ * lane (hd <= 64 * PP). */
 #define PREP_WARPS 4
 
 static __device__ __forceinline__ int2 prep_places(int p, int nr, int neox) {
     const int hr = nr / 2;
     return p < hr ? rope_places(p, nr, neox) : make_int2(nr + 2 * (p - hr), nr + 2 * (p - hr) + 1);
 }
+
+/* A warp's row (its lanes' pairs v0, v1) into the cache row at base + off, f16 or int8 (scale at *scale). */
+template <int PP>
+static __device__ __forceinline__ void prep_store(int type, void *base, float *scale, size_t off, const float (&v0)[PP],
+                                                  const float (&v1)[PP], int half, int nr, int neox, int lane) {
+    if (type == ST_KV_F16) {
+#pragma unroll
+        for (int i = 0; i < PP; i++) {
+            const int p = lane + 32 * i;
+            const int2 at = prep_places(p, nr, neox);
+            if (p >= half) continue;
+            ((uint16_t *)base)[off + at.x] = __half_as_ushort(__float2half_rn(v0[i]));
+            ((uint16_t *)base)[off + at.y] = __half_as_ushort(__float2half_rn(v1[i]));
+        }
+        return;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PP; i++) amax = fmaxf(amax, fmaxf(fabsf(v0[i]), fabsf(v1[i]))); /* 0 beyond the row */
+    amax = warp_max(amax);
+    float d;
+    const float id = kv_q8_inv(amax, &d);
+    if (lane == 0) *scale = d;
+#pragma unroll
+    for (int i = 0; i < PP; i++) {
+        const int p = lane + 32 * i;
+        const int2 at = prep_places(p, nr, neox);
+        if (p >= half) continue;
+        ((int8_t *)base)[off + at.x] = kv_q8(v0[i], id);
+        ((int8_t *)base)[off + at.y] = kv_q8(v1[i], id);
+    }
+}
+
 template <int PP>
 static __global__ void __launch_bounds__(PREP_WARPS * 32)
     qkv_prep_kernel(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                     int n_head, st_kv_layer kv, int pos0, const int *dpos, float theta, float freq_scale, int neox,
                     const float *freq_div, int nr) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
-    const int hd = kv.head_dim, half = hd / 2, hr = nr / 2, nkv = kv.n_head_kv, per_tok = n_head + 2 * nkv, lane = threadIdx.x % 32;
+    const int hd = kv.head_dim, half = hd / 2, hr = nr / 2, nkv = kv.n_head_kv, lane = threadIdx.x % 32;
+    const int same = v == k, per_tok = n_head + (same ? 1 : 2) * nkv;
     const int r = blockIdx.x * PREP_WARPS + threadIdx.x / 32;
     if (r >= n_tok * per_tok) return; /* whole warp */
     const int t = r / per_tok, j = r % per_tok;
@@ -286,7 +322,7 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
             const int p = lane + 32 * i;
             if (p >= half) continue;
             const float p0 = nw ? v0[i] * sc * w0[i] : v0[i], p1 = nw ? v1[i] * sc * w1[i] : v1[i];
-            if (p < hr) {
+            if (p < hr) { /* partial rotary: the pairs past n_rot keep their (normalised) values */
                 float c, sn;
                 rope_cs(pos, p, nr, theta, freq_scale, freq_div, &c, &sn);
                 v0[i] = p0 * c - p1 * sn;
@@ -303,50 +339,28 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
         }
         if (kind == 0) return;
     }
-    /* k or v into the cache at pos */
-    const size_t off = ((size_t)pos * nkv + h) * hd;
-    void *base = kind == 1 ? kv.k : kv.v;
-    if (kv.type == ST_KV_F16) {
-#pragma unroll
-        for (int i = 0; i < PP; i++) {
-            const int p = lane + 32 * i;
-            const int2 at = prep_places(p, nr, neox);
-            if (p >= half) continue;
-            ((uint16_t *)base)[off + at.x] = __half_as_ushort(__float2half_rn(v0[i]));
-            ((uint16_t *)base)[off + at.y] = __half_as_ushort(__float2half_rn(v1[i]));
-        }
-        return;
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < PP; i++) amax = fmaxf(amax, fmaxf(fabsf(v0[i]), fabsf(v1[i]))); /* 0 beyond the row */
-    amax = warp_max(amax);
-    float d;
-    const float id = kv_q8_inv(amax, &d);
-    if (lane == 0) (kind == 1 ? kv.k_scale : kv.v_scale)[(size_t)pos * nkv + h] = d;
-#pragma unroll
-    for (int i = 0; i < PP; i++) {
-        const int p = lane + 32 * i;
-        const int2 at = prep_places(p, nr, neox);
-        if (p >= half) continue;
-        ((int8_t *)base)[off + at.x] = kv_q8(v0[i], id);
-        ((int8_t *)base)[off + at.y] = kv_q8(v1[i], id);
-    }
+    /* k or v into the cache at pos; with v == k the k row into both (once when they are one array) */
+    const size_t off = ((size_t)pos * nkv + h) * hd, srow = (size_t)pos * nkv + h;
+    float *ksc = kv.k_scale ? kv.k_scale + srow : NULL, *vsc = kv.v_scale ? kv.v_scale + srow : NULL;
+    if (kind == 1 || !same)
+        prep_store<PP>(kv.type, kind == 1 ? kv.k : kv.v, kind == 1 ? ksc : vsc, off, v0, v1, half, nr, neox, lane);
+    if (kind == 1 && same && kv.v != kv.k) prep_store<PP>(kv.type, kv.v, vsc, off, v0, v1, half, nr, neox, lane);
 }
 
 void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                    int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s) {
-    const int rows = n_tok * (n_head + 2 * kv->n_head_kv);
+    const int rows = n_tok * (n_head + (v == k ? 1 : 2) * kv->n_head_kv);
     if (rows <= 0) return;
-    ST_ASSERT(kv->head_dim <= 512 && kv->head_dim % 2 == 0); /* whole rotary pairs (model_load checks it) */
+    const int hd = kv->head_dim, nr = rope->n_rot > 0 && rope->n_rot < hd ? rope->n_rot : hd;
+    ST_ASSERT(hd <= 640 && hd % 2 == 0 && nr % 2 == 0); /* whole rotary pairs (model_load checks it) */
     const dim3 g((unsigned)st_div_up((size_t)rows, PREP_WARPS)), b(PREP_WARPS * 32);
-    const int nr = rope->n_rot > 0 && rope->n_rot < kv->head_dim ? rope->n_rot : kv->head_dim;
-    if (kv->head_dim <= 128)
-        st_launch(qkv_prep_kernel<2>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,
-                  rope->freq_scale, rope->neox, rope->freq_div, nr);
-    else
-        st_launch(qkv_prep_kernel<8>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,
-                  rope->freq_scale, rope->neox, rope->freq_div, nr);
+#define PREP_L(PP)                                                                                                     \
+    st_launch(qkv_prep_kernel<PP>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,      \
+              rope->freq_scale, rope->neox, rope->freq_div, nr)
+    if (hd <= 128) PREP_L(2);
+    else if (hd <= 512) PREP_L(8);
+    else PREP_L(10); /* multi-head latent attention's 576 */
+#undef PREP_L
 }
 
 /* With aq: the output quantized too (n a multiple of 32: a warp's 32
@@ -442,24 +456,24 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
 }
 
 /* One block per token (route.cuh). */
-static __global__ void moe_route_kernel(const float *logits, int n_expert, int k, int norm_topk, int32_t *sel,
+static __global__ void moe_route_kernel(const float *logits, int n_expert, int k, st_moe_gating gt, int32_t *sel,
                                         float *wsel, int32_t *xrow) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
-    extern __shared__ float probs[]; /* [n_expert] */
+    extern __shared__ float probs[]; /* [n_expert] probabilities, then [n_expert] scores */
     __shared__ float red[ST_WARP];
     const int t = blockIdx.x;
-    route_block(logits + (size_t)t * n_expert, n_expert, k, norm_topk, probs, red, sel + (size_t)t * k,
+    route_block(logits + (size_t)t * n_expert, n_expert, k, gt, probs, probs + n_expert, red, sel + (size_t)t * k,
                 wsel + (size_t)t * k);
     if (xrow && (int)threadIdx.x < k) xrow[(size_t)t * k + threadIdx.x] = t;
 }
 
-void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, int norm_topk, int32_t *sel, float *wsel,
-                    int32_t *xrow, cudaStream_t s) {
+void cuda_moe_route(const float *logits, int n_tok, int n_expert, int k, const st_moe_gating *gt, int32_t *sel,
+                    float *wsel, int32_t *xrow, cudaStream_t s) {
     if (n_tok <= 0) return;
     const int th = n_expert >= 256 ? 256 : n_expert > 32 ? (n_expert + 31) / 32 * 32 : 32;
-    ST_ASSERT(k <= th);
-    st_launch(moe_route_kernel, dim3((unsigned)n_tok), dim3(th), (size_t)n_expert * sizeof(float), s, logits,
-              n_expert, k, norm_topk, sel, wsel, xrow);
+    ST_ASSERT(k <= th && gt->n_group <= ROUTE_MAX_GROUP && (gt->n_group <= 1 || n_expert % gt->n_group == 0));
+    st_launch(moe_route_kernel, dim3((unsigned)n_tok), dim3(th), 2 * (size_t)n_expert * sizeof(float), s, logits,
+              n_expert, k, *gt, sel, wsel, xrow);
 }
 
 static __global__ void gather_kernel(float *dst, const float *src, const int32_t *tok, int64_t dim, int64_t n) {

@@ -13,6 +13,8 @@
  */
 #include "backend/cuda/mm/mmv_moe.h"
 
+#include <string.h>
+
 #include "backend/cuda/mm/mm_impl.cuh"
 #include "backend/cuda/mm/quant_cuda.cuh"
 #include "backend/cuda/route.cuh"
@@ -27,7 +29,8 @@ struct moe_dec_args {
     size_t gu_row, d_row;       /* row bytes */
     int n_in, n_ff, n_out;      /* x width, intermediate width, output width */
     const float *logits;        /* router logits [n_tok][n_expert]: glu routes (ids, wsel written); NULL: given */
-    int n_expert, norm_topk;
+    int n_expert;
+    st_moe_gating gt;           /* the routing rule (route.cuh) */
     int32_t *ids;
     float *wsel;
     int k, act;
@@ -48,9 +51,9 @@ static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel
     const int n_units = p.n_in / 32;
     int e;
     if (p.logits) { /* every block routes its token (route.cuh): no routing kernel before this one */
-        __shared__ float probs[ROUTE_MAX_EXPERT], rw[ROUTE_MAX_EXPERT], red[ST_WARP];
+        __shared__ float probs[ROUTE_MAX_EXPERT], scores[ROUTE_MAX_EXPERT], rw[ROUTE_MAX_EXPERT], red[ST_WARP];
         __shared__ int32_t rsel[ROUTE_MAX_EXPERT];
-        route_block(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.norm_topk, probs, red, rsel, rw);
+        route_block(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.gt, probs, scores, red, rsel, rw);
         const int j = pair - t * p.k;
         e = rsel[j];
         if (blockIdx.x == 0 && threadIdx.x == 0) { /* for the down kernel */
@@ -168,7 +171,8 @@ int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight 
                     int32_t *ids, float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
                     float2 *hd, float *out, cudaStream_t s) {
     ST_ASSERT(cuda_moe_decode_fits(gate, up, down) && n_tok * k <= MM_MOE_DEVICE_MAX);
-    ST_ASSERT(!route || (route->n_expert <= ROUTE_MAX_EXPERT && k <= route->n_expert));
+    ST_ASSERT(!route ||
+              (route->n_expert <= ROUTE_MAX_EXPERT && k <= route->n_expert && route->gt.n_group <= ROUTE_MAX_GROUP));
     if (n_tok <= 0) return 0;
     int8_t *xq = NULL;
     float2 *xd = NULL;
@@ -180,7 +184,9 @@ int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight 
     a.gu_row = gate->row_bytes, a.d_row = down->row_bytes;
     a.n_in = (int)gate->n_in, a.n_ff = (int)gate->n_out, a.n_out = (int)down->n_out;
     a.logits = route ? route->logits : NULL;
-    a.n_expert = route ? route->n_expert : 0, a.norm_topk = route ? route->norm_topk : 0;
+    a.n_expert = route ? route->n_expert : 0;
+    if (route) a.gt = route->gt;
+    else memset(&a.gt, 0, sizeof a.gt);
     a.ids = ids, a.wsel = wsel, a.k = k, a.act = (int)act;
     a.xq = xq, a.xd = xd, a.hq = hq, a.hd = hd, a.out = out;
     int rc = moe_dec_glu(a, gate->type, n_tok * k, s);

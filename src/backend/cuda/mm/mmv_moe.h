@@ -34,10 +34,11 @@ int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_we
 #define ROUTE_MAX_EXPERT 512
 
 /* The routing the glu kernel does itself, from the router logits ([n_tok][n_expert],
- * n_expert <= ROUTE_MAX_EXPERT; softmax, top-k, optional renormalisation: route.cuh). */
+ * n_expert <= ROUTE_MAX_EXPERT; every st_moe_gating, its bias in device memory: route.cuh). */
 typedef struct {
     const float *logits;
-    int n_expert, norm_topk;
+    int n_expert;
+    st_moe_gating gt;
 } cuda_moe_route_in;
 
 /* ids, wsel: [n_tok][k]: with route, written by the first kernel (its
