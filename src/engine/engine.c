@@ -81,7 +81,7 @@ int engine_backend_supports(const model *m, const st_backend *be) {
                      be->name);
         return -1;
     }
-    /* gpt-oss: attention sinks, biased experts and the clamped SwiGLU (the CUDA backend has none yet) */
+    /* gpt-oss: attention sinks, biased experts and the clamped SwiGLU (the CPU and CUDA backends have them) */
     if ((hp->attn_sinks && !be->attention_sinks) ||
         ((hp->exps_bias || hp->act == ST_ACT_SWIGLU_OAI) && !(be->moe_gatings & ST_GATINGS_OAI))) {
         st_error_set("architecture '%s' needs attention sinks, per-expert biases and the clamped SwiGLU, which "

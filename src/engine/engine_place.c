@@ -63,21 +63,36 @@ static void place_weight(engine_placed *pl, st_weight *w) {
 typedef struct {
     engine_placed *pl;
     int routed; /* place the routed experts too */
+    const float ***kept; /* the bias fields of the routed weights left in place (n_kept) */
+    int n_kept;
 } place_walk;
 
 static void walk_weight(void *ctx, st_weight *w, model_tensor_class cls) {
     place_walk *pw = ctx;
-    if (cls == MT_ROUTED && !pw->routed) return;
+    if (cls == MT_ROUTED && !pw->routed) {
+        pw->kept = st_realloc(pw->kept, (size_t)(pw->n_kept + 1) * sizeof *pw->kept);
+        pw->kept[pw->n_kept++] = &w->bias; /* its row comes later in the table (model_tensors.c WB) */
+        return;
+    }
     place_weight(pw->pl, w);
 }
 
-static void walk_vec(void *ctx, const float **v, int64_t n) { *v = place_vec(((place_walk *)ctx)->pl, *v, n); }
+/* A routed weight's biases (gpt-oss) stay where its experts stay: in host
+ * memory, where the CPU lane reads them; the expert lanes keep a device
+ * copy of their own for the pairs computed there (moe_lanes.c). */
+static void walk_vec(void *ctx, const float **v, int64_t n) {
+    place_walk *pw = ctx;
+    for (int i = 0; i < pw->n_kept; i++)
+        if (v == pw->kept[i]) return;
+    *v = place_vec(pw->pl, *v, n);
+}
 
 engine_placed *engine_place_model(model *m, st_backend *be, int routed) {
     engine_placed *pl = st_calloc(1, sizeof *pl);
     pl->be = be;
-    place_walk pw = {pl, routed};
+    place_walk pw = {pl, routed, NULL, 0};
     model_each_tensor(m, walk_weight, walk_vec, &pw);
+    st_free(pw.kept);
     ST_INFO("placed %.1f MiB of weights in %d tensors on the %s backend%s", (double)pl->bytes / (1 << 20), pl->n,
             be->name, routed ? "" : " (routed experts apart)");
     return pl;

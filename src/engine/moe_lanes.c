@@ -124,11 +124,21 @@ static lanes *LN(st_backend *be) { return (lanes *)be; }
 
 #define HEAT_DECAY 0.98f /* per step: an expert's heat is its routing count, decayed */
 
+/* A layer's n device slots of w's shape; w's biases (gpt-oss: all its
+ * experts', indexed by expert id, in host memory with the experts) copied
+ * to the device whole, for the pairs the device computes (its slots and the
+ * PCIe lane's staging); the CPU lane reads the host ones. */
 static st_weight slab(st_backend *dev, const st_weight *w, int n) {
     st_weight s = *w;
     s.mat = NULL;
     s.n_mat = n;
     s.data = n ? dev->alloc(dev, (size_t)n * (size_t)w->n_out * w->row_bytes) : NULL;
+    if (w->bias) {
+        const size_t bytes = (size_t)w->n_mat * (size_t)w->n_out * sizeof(float);
+        float *b = dev->alloc(dev, bytes);
+        dev->to_device(dev, b, w->bias, bytes);
+        s.bias = b;
+    }
     return s;
 }
 
@@ -420,6 +430,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         /* the layer's own shapes and types over the staging buffers */
         st_weight sg = *gate, su = *up, sd = *down;
         sg.mat = su.mat = sd.mat = NULL;
+        sg.bias = ly->g.bias, su.bias = ly->u.bias, sd.bias = ly->d.bias; /* the device's copies */
         sg.data = L->stage_g, su.data = L->stage_u, sd.data = L->stage_d;
         for (int i = 0, run = -1; i <= n_miss; i++) { /* runs of consecutive experts go as one copy */
             const int e = i < n_miss && L->to_pcie[i] ? L->miss[i] : -1;
@@ -544,6 +555,9 @@ static void l_destroy(st_backend *be) {
             be->free(be, (void *)ly->u.data);
             be->free(be, (void *)ly->d.data);
         }
+        const float *bias[3] = {ly->g.bias, ly->u.bias, ly->d.bias};
+        for (int i = 0; i < 3; i++)
+            if (bias[i]) be->free(be, (void *)bias[i]);
         be->free(be, ly->d_slot);
         st_free(ly->slot);
     }

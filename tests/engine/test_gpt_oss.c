@@ -14,8 +14,8 @@
  *   - the routed experts through the expert lanes (a CPU backend playing the
  *     GPU with 4 cached experts, engine/moe_lanes.c) give the plain logits:
  *     the biases and the activation travel through the seam;
- *   - a backend without attention sinks or the biased experts (the CUDA one
- *     today) is refused with a message naming the family and the backend.
+ *   - a backend without attention sinks or the biased experts is refused
+ *     with a message naming the family and the backend.
  *
  * usage: test_gpt_oss [DIR for the temporary model, default /tmp]
  */
@@ -163,7 +163,7 @@ static void check_model(const char *dir) {
     const size_t yarn = gguf_find_tensor(e->m->file, "rope_freqs.weight") ? 0 : (size_t)mh->head_dim / 2 * 4;
     CHECK(dense + routed == file + yarn, "tensor list %zu + %zu bytes, file tensors %zu + YaRN table %zu", dense, routed,
           file, yarn);
-    /* no sinks, or no biased experts (the CUDA backend today): refused, naming both */
+    /* no sinks, or no biased experts (a backend that lacks them): refused, naming both */
     st_backend nosinks = *e->be, nobias = *e->be;
     nosinks.attention_sinks = NULL;
     nosinks.name = "cuda";
@@ -179,6 +179,29 @@ static void check_model(const char *dir) {
     family_fresh(e, a, N, want);
     engine_close(e);
     family_check_lanes(p, a, N, want, nv, 4, TOL);
+    /* with the lanes, the routed experts' biases stay in host memory with
+     * their experts (the CPU lane reads them there; the lanes copy them for
+     * the device's own pairs): the file's own tensors, not placed as dense
+     * vectors (placing them made the CPU lane read device memory on a GPU) */
+    p.expert_cache = 4;
+    engine *el = engine_open(&p);
+    CHECK(el && el->lanes, "lanes engine: %s", el ? "no lanes" : st_error_get());
+    if (el) {
+        int host = 0, n = 0;
+        static const char *const nm[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+        for (int il = 0; il < el->m->hp.n_layer; il++) {
+            const model_layer *l = &el->m->layers[il];
+            const float *b[3] = {l->ffn_gate_exps.bias, l->ffn_up_exps.bias, l->ffn_down_exps.bias};
+            for (int i = 0; i < 3; i++, n++) {
+                char name[64];
+                snprintf(name, sizeof name, "blk.%d.%s.bias", il, nm[i]);
+                const gguf_tensor *t = gguf_find_tensor(el->m->file, name);
+                host += t && b[i] == t->data;
+            }
+        }
+        CHECK(host == n, "lanes: %d of %d expert biases left in the file's mapping", host, n);
+        engine_close(el);
+    }
     st_free(want);
     unlink(path);
 }

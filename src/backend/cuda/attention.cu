@@ -17,6 +17,12 @@
  * kernel does not (more than 16 heads per KV head, other head sizes).
  * STRATA_CUDA_ATTN=gqa uses the GQA kernel for every span and for prompts,
  * =head the per-head kernel for everything (comparisons).
+ *
+ * Sinks (gpt-oss, cuda_attention_sinks): one more logit per head with no
+ * value. Only the end of each path sees them: the combine counts
+ * exp(sink - M) in the denominator (M taken over the slices and the sink),
+ * and the tensor-core kernel does the same with its row's m and l; the
+ * slices themselves are unchanged.
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
@@ -377,8 +383,8 @@ extern "C" int backend_cuda_set_attn_kernel(int mode) {
  * are read by the threads together (one round trip, not one per slice) and
  * their weights kept in shared memory (n_split floats); an empty slice
  * (weight 0: a recorded step's slices past the position) is skipped. */
-static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, float *out, int8_t *aq,
-                                           float2 *ad) {
+static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, const float *sinks,
+                                           float *out, int8_t *aq, float2 *ad) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     extern __shared__ float wsl[]; /* [n_split] */
     __shared__ float red[ST_WARP];
@@ -388,6 +394,8 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
     float M = -INFINITY;
     for (int s = threadIdx.x; s < n_split; s += blockDim.x) M = fmaxf(M, pp[s * st]);
     M = block_max(M, red);
+    const float sink = sinks ? sinks[h] : -INFINITY;
+    M = fmaxf(M, sink); /* a sink above every score: the slices weigh less, none overflows */
     float L = 0.0f;
     for (int s = threadIdx.x; s < n_split; s += blockDim.x) {
         const float ms = pp[s * st], ws = ms != -INFINITY ? expf(ms - M) : 0.0f;
@@ -395,6 +403,7 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
         L += ws * pp[s * st + 1];
     }
     L = block_sum(L, red); /* synchronises: wsl is written */
+    if (sinks) L += expf(sink - M); /* the sink's share of the softmax, with no value */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float v = 0.0f;
 #pragma unroll 4
@@ -408,9 +417,9 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
     }
 }
 
-void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
-                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
-                    int n_sm, int cc_major, cudaStream_t s) {
+void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
+                          int n_head, float scale, int window, const float *sinks, float *out, int8_t *aq, float2 *ad,
+                          cuda_scratch *scratch, int n_sm, int cc_major, cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
     if (n_tok <= 0) return;
     if (g_attn_mode < 0) { /* default: tensor cores for prompts, the GQA kernel for the rest */
@@ -418,7 +427,7 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
         g_attn_mode = v && !strcmp(v, "head") ? 0 : v && !strcmp(v, "gqa") ? 1 : 2;
     }
     if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK && !aq &&
-        cuda_attention_tc(q, kv, n_tok, pos0, n_head, scale, window, out, cc_major, s) == 0)
+        cuda_attention_tc_sinks(q, kv, n_tok, pos0, n_head, scale, window, sinks, out, cc_major, s) == 0)
         return;
     /* the longest visible span of any token in the chunk (the last one sees
      * the most); a recorded step: the span it is recorded for (the slices
@@ -460,5 +469,12 @@ void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, 
     }
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
     st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), (size_t)n_split * sizeof(float), s,
-              (const float *)part, n_head, kv->head_dim, n_split, out, aq, ad);
+              (const float *)part, n_head, kv->head_dim, n_split, sinks, out, aq, ad);
+}
+
+void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
+                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
+                    int n_sm, int cc_major, cudaStream_t s) {
+    cuda_attention_sinks(q, kv, n_tok, pos0, dpos, dspan, n_head, scale, window, NULL, out, aq, ad, scratch, n_sm,
+                         cc_major, s);
 }

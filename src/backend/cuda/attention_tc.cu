@@ -16,6 +16,8 @@
  *                  C layout of two adjacent 8-key tiles is the A layout of
  *                  one 16-key chunk), V from shared, stored transposed so
  *                  that each B fragment word is two adjacent keys.
+ * A sink (gpt-oss) joins only at the end: out = O / (l + exp(sink - m)),
+ * scaled by exp(m - max(m, sink)) above and below so that nothing overflows.
  * K and V come from the cache as f16, or int8 times the row's scale, and are
  * converted to f16 in shared memory; keys past the block's last position are
  * zeros (masked, and 0 * garbage could be NaN).
@@ -44,7 +46,7 @@ static __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
 template <int HD>
 static __global__ void __launch_bounds__(128)
     attn_tc_kernel(const float *q, st_kv_layer kv, int pos0, int n_tok, int n_head, float scale, int window,
-                   float *out) {
+                   const float *sinks, float *out) {
     __shared__ __align__(16) __half ks[TC_KEYS][HD + TC_PAD]; /* K tile, [key][dim]; 16-byte row stores */
     __shared__ __align__(16) __half vt[HD][TC_KEYS + TC_PAD]; /* V tile transposed, [dim][key] */
     const int G = n_head / kv.n_head_kv, hkv = blockIdx.y, n_rows = n_tok * G;
@@ -196,7 +198,11 @@ static __global__ void __launch_bounds__(128)
         if (pos[ri] < 0) continue;
         const int r = rr[ri];
         float *orow = out + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD;
-        const float inv = l[ri] > 0.0f ? 1.0f / l[ri] : 0.0f;
+        float inv = l[ri] > 0.0f ? 1.0f / l[ri] : 0.0f;
+        if (sinks) { /* the sink's share of the denominator */
+            const float sk = sinks[hkv * G + r % G], mx = fmaxf(m[ri], sk), f = expf(m[ri] - mx);
+            inv = f / (l[ri] * f + expf(sk - mx));
+        }
 #pragma unroll
         for (int nd = 0; nd < HD / 8; nd++) {
             orow[nd * 8 + 2 * c] = o[nd][2 * ri] * inv;
@@ -207,20 +213,26 @@ static __global__ void __launch_bounds__(128)
 
 #endif /* !STRATA_HIP */
 
-int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
-                      float *out, int cc_major, cudaStream_t s) {
+int cuda_attention_tc_sinks(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale,
+                            int window, const float *sinks, float *out, int cc_major, cudaStream_t s) {
 #if defined(STRATA_HIP)
-    (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)out, (void)cc_major, (void)s;
+    (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)sinks, (void)out,
+        (void)cc_major, (void)s;
     return 1;
 #else
     if (cc_major < 8 || (kv->head_dim != 64 && kv->head_dim != 128)) return 1;
     const int rows = n_tok * (n_head / kv->n_head_kv);
     const dim3 grid(st_div_up((size_t)rows, TC_ROWS), (unsigned)kv->n_head_kv);
     if (kv->head_dim == 64)
-        attn_tc_kernel<64><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, out);
+        attn_tc_kernel<64><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
     else
-        attn_tc_kernel<128><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, out);
+        attn_tc_kernel<128><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
     CUDA_LAUNCH_CHECK();
     return 0;
 #endif
+}
+
+int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
+                      float *out, int cc_major, cudaStream_t s) {
+    return cuda_attention_tc_sinks(q, kv, n_tok, pos0, n_head, scale, window, NULL, out, cc_major, s);
 }

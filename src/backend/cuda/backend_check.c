@@ -337,7 +337,12 @@ static double kv_diff(chk *c, const st_kv_layer *r, const st_kv_layer *d, int np
     return e;
 }
 
-static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt) {
+/* sinks: attention_sinks with one sink logit per head (gpt-oss), drawn
+ * around the scores' scale with one head's far above them (the sink takes
+ * nearly all of that head's weight: the kernels' rescaling must not
+ * overflow), and a fourth case, a prompt with a window (gpt-oss's sliding
+ * layers read prompts so). */
+static void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt, int sinks) {
     const char *tn = t == ST_KV_F16 ? "f16" : "int8";
     st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
     /* fill positions 0..n_ctx-2 in two stores (the second at an offset), keep the last for decode */
@@ -360,14 +365,19 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
     float scale = 1.0f / sqrtf((float)hd);
     /* decode: the last stored position attends over everything, then with a window;
      * prompt: n_prompt tokens ending at the last stored position, causal */
-    int cases[3][3] = {{1, fill - 1, 0}, {1, fill - 1, n_ctx / 5}, {n_prompt, fill - n_prompt, 0}};
-    for (int ci = 0; ci < 3; ci++) {
+    int cases[4][3] = {{1, fill - 1, 0}, {1, fill - 1, n_ctx / 5}, {n_prompt, fill - n_prompt, 0},
+                       {n_prompt, fill - n_prompt, n_ctx / 7 + 1}};
+    float *sk = sinks ? rand_host(c, (size_t)n_head, 2.0f) : NULL;
+    if (sk) sk[n_head / 2] = 40.0f;
+    void *skr = sk ? put(c->ref, sk, (size_t)n_head * 4) : NULL, *skd = sk ? put(c->dut, sk, (size_t)n_head * 4) : NULL;
+    for (int ci = 0; ci < (sinks ? 4 : 3); ci++) {
         int nt = cases[ci][0], pos0 = cases[ci][1], win = cases[ci][2];
         size_t nq = (size_t)nt * n_head * hd;
         float *q = rand_host(c, nq, 1.0f);
         void *qr = put(c->ref, q, nq * 4), *qd = put(c->dut, q, nq * 4);
         void *or_ = put(c->ref, NULL, nq * 4);
-        c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
+        if (sinks) c->ref->attention_sinks(c->ref, qr, &kr, nt, pos0, n_head, scale, win, skr, or_);
+        else c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
         /* on a CUDA backend every kernel: per query head, GQA-shared, tensor cores (prompts of 16+
          * tokens with 64- or 128-wide heads; its f16 rounding of q and of the softmax weights adds
          * ~1e-7 of NMSE: bound 5e-6) */
@@ -378,11 +388,12 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
             void *od = put(c->dut, NULL, nq * 4); /* NaN again: each kernel must write every value */
             int old = is_cuda ? backend_cuda_set_attn_kernel(mode) : 0;
             t0 = now_ms();
-            c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
+            if (sinks) c->dut->attention_sinks(c->dut, qd, &kd, nt, pos0, n_head, scale, win, skd, od);
+            else c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
             double e = cmp_bufs(c, or_, od, nq);
             if (is_cuda) backend_cuda_set_attn_kernel(old);
             static const char *const kn[] = {", per-head kernel", ", GQA kernel", ", tensor-core kernel"};
-            report(c, "attention", e, tc ? 5e-6 : bound, now_ms() - t0,
+            report(c, sinks ? "attention_sinks" : "attention", e, tc ? 5e-6 : bound, now_ms() - t0,
                    "%s, %s %d tokens at pos %d, %d/%d heads x %d, window %d%s", tn, nt == 1 ? "decode" : "prompt", nt,
                    pos0, n_head, hkv, hd, win, is_cuda ? kn[mode] : "");
             c->dut->free(c->dut, od);
@@ -391,10 +402,16 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
         st_free(q);
     }
     c->ref->free(c->ref, kr_), c->dut->free(c->dut, kd_), c->ref->free(c->ref, vr_), c->dut->free(c->dut, vd_);
+    if (sk) c->ref->free(c->ref, skr), c->dut->free(c->dut, skd);
+    st_free(sk);
     st_free(k);
     st_free(v);
     free_kv(c->ref, &kr);
     free_kv(c->dut, &kd);
+}
+
+static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt) {
+    check_attention_x(c, t, n_ctx, n_head, hkv, hd, n_prompt, 0);
 }
 
 /* moe_ffn with gate/up of type tg and down of type td. skew: every token's
@@ -427,6 +444,116 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
     st_free(h);
     st_free(l);
     free_weight(c, &g), free_weight(c, &u), free_weight(c, &d);
+}
+
+/* gpt-oss's clamped SwiGLU (ST_ACT_SWIGLU_OAI) on values wide enough that
+ * about half of them meet a clamp (sd 8 against the limit 7). */
+static void check_glu_oai(chk *c, int64_t n) {
+    float *g = rand_host(c, (size_t)n, 8.0f), *u = rand_host(c, (size_t)n, 8.0f);
+    void *gr = put(c->ref, g, (size_t)n * 4), *gd = put(c->dut, g, (size_t)n * 4);
+    void *ur = put(c->ref, u, (size_t)n * 4), *ud = put(c->dut, u, (size_t)n * 4);
+    void *or_ = put(c->ref, NULL, (size_t)n * 4), *od = put(c->dut, NULL, (size_t)n * 4);
+    c->ref->act_mul(c->ref, ST_ACT_SWIGLU_OAI, gr, ur, or_, n);
+    double t0 = now_ms();
+    c->dut->act_mul(c->dut, ST_ACT_SWIGLU_OAI, gd, ud, od, n);
+    report(c, "act_mul", cmp_bufs(c, or_, od, (size_t)n), 1e-10, now_ms() - t0, "swiglu_oai (clamped), %lld values",
+           (long long)n);
+    void *bufs[][2] = {{gr, gd}, {ur, ud}, {or_, od}};
+    for (int i = 0; i < 3; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
+    st_free(g), st_free(u);
+}
+
+/* Expert biases (st_weight.bias, n_expert rows of n_out) on both backends:
+ * gate and up sd 4 (with products of sd ~8, the clamps act on many values),
+ * down sd 1. */
+static void oai_biases(chk *c, wpair *w, float sd, void **bufs) {
+    const size_t n = (size_t)w->r.n_mat * (size_t)w->r.n_out;
+    float *b = rand_host(c, n, sd);
+    bufs[0] = put(c->ref, b, n * 4), bufs[1] = put(c->dut, b, n * 4);
+    w->r.bias = bufs[0], w->d.bias = bufs[1];
+    st_free(b);
+}
+
+/* gpt-oss's MoE FFN: the experts' biases and the clamped SwiGLU, through
+ * the path of check_moe's numbering (0: fused decode kernels when n_tok*k
+ * <= 64, else the grouped products; 1: the expert loop; 2: grouped only),
+ * renormalised softmax top-k as gpt-oss routes. Bound as check_moe's. */
+static void check_moe_oai(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int path, qt_type tg,
+                          qt_type td) {
+    const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f, 0, 0};
+    wpair g = make_weight(c, tg, E, F, n_expert), u = make_weight(c, tg, E, F, n_expert);
+    wpair d = make_weight(c, td, F, E, n_expert);
+    void *bb[3][2];
+    oai_biases(c, &g, 4.0f, bb[0]), oai_biases(c, &u, 4.0f, bb[1]), oai_biases(c, &d, 1.0f, bb[2]);
+    float *h = rand_host(c, (size_t)n_tok * E, 1.0f), *l = rand_host(c, (size_t)n_tok * n_expert, 2.0f);
+    void *hr = put(c->ref, h, (size_t)n_tok * E * 4), *hd = put(c->dut, h, (size_t)n_tok * E * 4);
+    void *lr = put(c->ref, l, (size_t)n_tok * n_expert * 4), *ld = put(c->dut, l, (size_t)n_tok * n_expert * 4);
+    void *or_ = put(c->ref, NULL, (size_t)n_tok * E * 4), *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
+    c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, &gt, ST_ACT_SWIGLU_OAI, &g.r, &u.r, &d.r, or_);
+    const int is_cuda = !strcmp(c->dut->name, "cuda");
+    const int old = is_cuda ? backend_cuda_set_moe_path(path) : 0;
+    double t0 = now_ms();
+    c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, &gt, ST_ACT_SWIGLU_OAI, &g.d, &u.d, &d.d, od);
+    double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
+    if (is_cuda) backend_cuda_set_moe_path(old);
+    report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s, biases, swiglu_oai",
+           path == 1 ? "expert loop" : path == 2 || n_tok * k > 64 ? "grouped" : "fused decode", n_tok, k, n_expert,
+           (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name);
+    void *bufs[][2] = {{hr, hd}, {lr, ld}, {or_, od}, {bb[0][0], bb[0][1]}, {bb[1][0], bb[1][1]}, {bb[2][0], bb[2][1]}};
+    for (int i = 0; i < 6; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
+    st_free(h), st_free(l);
+    free_weight(c, &g), free_weight(c, &u), free_weight(c, &d);
+}
+
+/* The seam's expert half as the expert lanes call it for the device's
+ * pairs: the even experts cached, in reversed slots (slot n-1-e holds expert
+ * e), the odd ones computed elsewhere (emap -1: they add nothing). The
+ * biases are indexed by expert id, not by slot: a kernel that took the slot
+ * reads another expert's bias. The reference computes the same pairs from
+ * its unpermuted experts. Routing from the reference (both sides the same
+ * pairs). n_tok*k <= 64: the fused kernels, else the grouped products. */
+static void check_moe_experts_oai(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, qt_type tg,
+                                  qt_type td) {
+    const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f, 0, 0};
+    wpair w[3] = {make_weight(c, tg, E, F, n_expert), make_weight(c, tg, E, F, n_expert),
+                  make_weight(c, td, F, E, n_expert)};
+    void *bb[3][2];
+    for (int i = 0; i < 3; i++) {
+        oai_biases(c, &w[i], i < 2 ? 4.0f : 1.0f, bb[i]);
+        /* the device's copy with its matrices in reversed order */
+        const size_t mb = (size_t)w[i].r.n_out * w[i].r.row_bytes, all = mb * (size_t)n_expert;
+        uint8_t *q = st_malloc(all), *rv = st_malloc(all);
+        c->ref->to_host(c->ref, q, w[i].rp, all);
+        for (int e = 0; e < n_expert; e++) memcpy(rv + (size_t)(n_expert - 1 - e) * mb, q + (size_t)e * mb, mb);
+        c->dut->to_device(c->dut, w[i].dp, rv, all);
+        st_free(q), st_free(rv);
+    }
+    int32_t *mr = st_malloc((size_t)n_expert * 4), *md = st_malloc((size_t)n_expert * 4);
+    for (int e = 0; e < n_expert; e++) mr[e] = e % 2 ? -1 : e, md[e] = e % 2 ? -1 : n_expert - 1 - e;
+    const size_t nk = (size_t)n_tok * k;
+    float *h = rand_host(c, (size_t)n_tok * E, 1.0f), *l = rand_host(c, (size_t)n_tok * n_expert, 2.0f);
+    int32_t *sel = st_malloc(nk * 4);
+    float *wsel = st_malloc(nk * 4);
+    c->ref->moe_route(c->ref, l, n_tok, n_expert, k, &gt, sel, wsel); /* the CPU's memory is the host's */
+    void *b[6][2]; /* h, sel, wsel, the reference's map, the device's map, out */
+    const void *init[5] = {h, sel, wsel, mr, md};
+    const size_t sz[6] = {(size_t)n_tok * E * 4, nk * 4, nk * 4, (size_t)n_expert * 4, (size_t)n_expert * 4,
+                          (size_t)n_tok * E * 4};
+    for (int i = 0; i < 6; i++)
+        b[i][0] = put(c->ref, i < 5 ? init[i] : NULL, sz[i]), b[i][1] = put(c->dut, i < 5 ? init[i] : NULL, sz[i]);
+    c->ref->moe_experts(c->ref, b[0][0], n_tok, n_expert, k, b[1][0], b[2][0], b[3][0], ST_ACT_SWIGLU_OAI, &w[0].r,
+                        &w[1].r, &w[2].r, b[5][0]);
+    double t0 = now_ms();
+    c->dut->moe_experts(c->dut, b[0][1], n_tok, n_expert, k, b[1][1], b[2][1], b[4][1], ST_ACT_SWIGLU_OAI, &w[0].d,
+                        &w[1].d, &w[2].d, b[5][1]);
+    double e = cmp_bufs(c, b[5][0], b[5][1], (size_t)n_tok * E);
+    report(c, "moe_experts", e, 2e-3, now_ms() - t0,
+           "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s, even experts in reversed slots, biases, swiglu_oai",
+           nk > 64 ? "grouped" : "fused decode", n_tok, k, n_expert, (long long)E, (long long)F, qt_get(tg)->name,
+           qt_get(td)->name);
+    for (int i = 0; i < 6; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
+    for (int i = 0; i < 3; i++) c->ref->free(c->ref, bb[i][0]), c->dut->free(c->dut, bb[i][1]), free_weight(c, &w[i]);
+    st_free(h), st_free(l), st_free(sel), st_free(wsel), st_free(mr), st_free(md);
 }
 
 /* qkv_prep: a prompt of n_tok at position 0, then one decode token after it,
@@ -1022,6 +1149,28 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     }
     check_upload_many(&c);
     check_mla_family(&c, size);
+    /* gpt-oss: sinks (decode and prompt, with and without the window), the
+     * clamped SwiGLU, and biased experts in every MoE path; MXFP4 as
+     * published, and a K-quant pair */
+    check_glu_oai(&c, size ? 2880 * 9 : 2880);
+    for (int t = 0; t < 2; t++) check_attention_x(&c, (st_kv_type)t, size ? 700 : 300, 8, 2, 64, size ? 37 : 17, 1);
+    if (size) check_attention_x(&c, ST_KV_F16, 2100, 64, 8, 64, 40, 1); /* gpt-oss's heads: 64 of 64 over 8 KV heads */
+    for (int path = 0; path < 3; path++) {
+        check_moe_oai(&c, 1, 8, 4, 256, 256, path, QT_MXFP4, QT_MXFP4);
+        check_moe_oai(&c, size ? 19 : 5, 8, 4, 256, 256, path, QT_MXFP4, QT_MXFP4);
+        if (size) check_moe_oai(&c, 40, 16, 4, 512, 256, path, QT_Q4_K, QT_Q6_K);
+    }
+    check_moe_oai(&c, 40, 8, 4, 256, 256, 0, QT_MXFP4, QT_MXFP4); /* 160 pairs: the tensor-core grouped products */
+    check_moe_oai(&c, 40, 8, 4, 576, 384, 0, QT_MXFP4, QT_MXFP4); /* rows of 192-multiples (gpt-oss's 2880): 192-wide stages */
+    if (size) {
+        check_moe_oai(&c, 40, 8, 4, 288, 320, 0, QT_MXFP4, QT_MXFP4); /* neither: host-grouped */
+        /* gpt-oss's own widths (2880 in and out), 4 experts: a decode step and an 80-pair chunk */
+        check_moe_oai(&c, 1, 4, 2, 2880, 2880, 0, QT_MXFP4, QT_MXFP4);
+        check_moe_oai(&c, 40, 4, 2, 2880, 2880, 0, QT_MXFP4, QT_MXFP4);
+    }
+    check_moe_experts_oai(&c, 1, 8, 4, 256, 256, QT_MXFP4, QT_MXFP4);
+    check_moe_experts_oai(&c, 3, 8, 4, 256, 256, QT_MXFP4, QT_MXFP4);
+    check_moe_experts_oai(&c, 40, 8, 4, 256, 256, QT_MXFP4, QT_MXFP4);
     check_top_k(&c, 1000, 1, 0, 0);
     check_top_k(&c, 1000, 40, 7, 0); /* ties across the whole array */
     check_top_k(&c, 70, 64, 3, 0);

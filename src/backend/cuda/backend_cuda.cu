@@ -486,6 +486,20 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
     if (aq) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
 }
 
+/* gpt-oss: attention with a sink logit per head (the same kernels; see attention.cu). */
+static void cu_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                               float scale, int window, const float *sinks, float *out) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    float2 *ad = NULL;
+    int8_t *aq = n_tok <= MM_MMV_MAX_TOK && kv->head_dim % 32 == 0
+                     ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad)
+                     : NULL;
+    cuda_attention_sinks(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale,
+                         window, sinks, out, aq, ad, &c->att, c->n_sm, c->cc_major, c->s);
+    if (aq) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
+}
+
 /* The output quantized as it is written, for the down product. */
 static void cu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     cuda_ctx *c = CTX(be);
@@ -617,21 +631,25 @@ static void moe_ffn_loop(cuda_ctx *c, const float *h, const float *logits, int n
         act_forget(c);
         matmul_tracked(c, gate, e, hx, ge, n);
         matmul_tracked(c, up, e, hx, ue, n);
+        if (gate->bias) cuda_add(ge, gate->bias + (size_t)e * F, F, n, c->s); /* gpt-oss: by expert id */
+        if (up->bias) cuda_add(ue, up->bias + (size_t)e * F, F, n, c->s);
         cuda_act_mul(act, ge, ue, ge, (int64_t)n * F, NULL, NULL, c->s);
         act_forget(c);
         matmul_tracked(c, down, e, ge, ye, n);
+        if (down->bias) cuda_add(ye, down->bias + (size_t)e * E, E, n, c->s);
         cuda_scatter_add(out, ye, tok + off[e], tw + off[e], n, E, c->s);
     }
 }
 
 /* The grouped products over nk = n_tok*k pairs: pair p multiplies matrix
  * ids[p] (negative: a pair computed elsewhere, zeros) by input row xrow[p];
- * out[t] = the weighted sum of its pairs' outputs. ge/ue [nk][F] and ye
+ * out[t] = the weighted sum of its pairs' outputs; eid[p]: the pair's expert
+ * id, for the experts' biases (gpt-oss; ids may be cache slots). ge/ue [nk][F] and ye
  * [nk][E] are the caller's scratch. 0, or -1 with st_error when the grouped
  * products lack the format (e.g. F32 experts beyond decode sizes). */
-static int experts_grouped(cuda_ctx *c, const float *h, int n_tok, int k, const int32_t *ids, const int32_t *xrow,
-                           const float *wsel, st_act act, const st_weight *gate, const st_weight *up,
-                           const st_weight *down, float *ge, float *ue, float *ye, float *out) {
+static int experts_grouped(cuda_ctx *c, const float *h, int n_tok, int k, const int32_t *ids, const int32_t *eid,
+                           const int32_t *xrow, const float *wsel, st_act act, const st_weight *gate,
+                           const st_weight *up, const st_weight *down, float *ge, float *ue, float *ye, float *out) {
     const int64_t E = gate->n_in, F = gate->n_out;
     const int nk = n_tok * k;
     /* gate and up read h quantized once (by the router product when that is quantized) */
@@ -641,12 +659,15 @@ static int experts_grouped(cuda_ctx *c, const float *h, int n_tok, int k, const 
              cuda_moe_matmul(up, NULL, ids, xrow, nk, h, n_tok, ue, qg && gq, NULL, c->s) == 0;
     act_forget(c);
     if (!ok) return -1;
+    cuda_moe_bias_add(ge, gate->bias, eid, ids, nk, F, c->s); /* nothing without biases */
+    cuda_moe_bias_add(ue, up->bias, eid, ids, nk, F, c->s);
     /* ge quantized as it is written, for the down products; only the
      * matrix-vector path (decode-sized pair counts) reads int8 input */
     float2 *ad = NULL;
     int8_t *aq = nk <= MM_MOE_DEVICE_MAX && quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad) : NULL;
     cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, aq, ad, c->s);
     if (cuda_moe_matmul(down, NULL, ids, NULL, nk, ge, nk, ye, aq != NULL, NULL, c->s) != 0) return -1;
+    cuda_moe_bias_add(ye, down->bias, eid, ids, nk, E, c->s);
     cuda_moe_combine(out, ye, wsel, n_tok, k, E, c->s);
     return 0;
 }
@@ -669,7 +690,7 @@ static void moe_grouped(cuda_ctx *c, const float *h, const float *logits, int n_
     cuda_moe_route(logits, n_tok, n_expert, k, gt, sel, wsel, xrow, c->s);
     /* A format the grouped products lack: the per-expert loop, which
      * recomputes everything, so no partial result is used. Said once per process. */
-    if (experts_grouped(c, h, n_tok, k, sel, xrow, wsel, act, gate, up, down, ge, ue, ye, out) != 0) {
+    if (experts_grouped(c, h, n_tok, k, sel, sel, xrow, wsel, act, gate, up, down, ge, ue, ye, out) != 0) {
         static int warned;
         if (!warned++) ST_WARN("MoE grouped products: %s; using the per-expert loop", st_error_get());
         moe_ffn_loop(c, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
@@ -749,8 +770,8 @@ static void cu_moe_experts(st_backend *be, const float *h, int n_tok, int n_expe
     if (fused) {
         const int ready = act_ready(c, h, E, n_tok);
         act_forget(c);
-        if (cuda_moe_decode(gate, up, down, NULL, ids, (float *)wsel, n_tok, k, act, h, ready, (int8_t *)(a + o_b),
-                            (float2 *)(a + o_hd), out, c->s) == 0) {
+        if (cuda_moe_decode_eid(gate, up, down, NULL, ids, sel, (float *)wsel, n_tok, k, act, h, ready,
+                                (int8_t *)(a + o_b), (float2 *)(a + o_hd), out, c->s) == 0) {
             act_hold(c, h, E * n_tok); /* the products' scratch holds h quantized */
             return;
         }
@@ -759,7 +780,7 @@ static void cu_moe_experts(st_backend *be, const float *h, int n_tok, int n_expe
         ids = (int32_t *)a, xrow = (int32_t *)(a + o_x);
         cuda_moe_remap(sel, emap, ids, xrow, n_tok, k, c->s);
     }
-    if (experts_grouped(c, h, n_tok, k, ids, xrow, wsel, act, gate, up, down, (float *)(a + o_b),
+    if (experts_grouped(c, h, n_tok, k, ids, sel, xrow, wsel, act, gate, up, down, (float *)(a + o_b),
                         (float *)(a + o_u), (float *)(a + o_y), out) != 0) {
         st_log(ST_LOG_ERROR, "moe_experts: %s", st_error_get());
         ST_ASSERT(!"the grouped expert products take this format"); /* the engine's start check runs them */
@@ -1020,7 +1041,9 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->moe_ffn = cu_moe_ffn;
     be->moe_route = cu_moe_route;
     be->moe_experts = cu_moe_experts;
-    be->moe_gatings = ST_GATINGS_SOFTMAX | ST_GATINGS_ALL; /* every st_moe_gating (route.cuh) */
+    be->attention_sinks = cu_attention_sinks;
+    /* every st_moe_gating (route.cuh), the experts' biases and the clamped SwiGLU (gpt-oss) */
+    be->moe_gatings = ST_GATINGS_SOFTMAX | ST_GATINGS_ALL | ST_GATINGS_OAI;
     const char *sm = st_switch_get("STRATA_CUDA_SAMPLING");
     if (!(sm && !strcmp(sm, "0"))) be->top_k = cu_top_k, be->top_k_max = CUDA_TOPK_MAX;
     be->to_host = cu_to_host;

@@ -184,4 +184,14 @@ static __device__ __forceinline__ float st_act_value(int act, float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
+/* act(g) * u of st_act; gpt-oss's clamped SwiGLU (ST_ACT_SWIGLU_OAI) takes
+ * both halves: g' = min(g, 7), u' = clamp(u, -7, 7), g' sigmoid(1.702 g') (u' + 1). */
+static __device__ __forceinline__ float st_glu_value(int act, float g, float u) {
+    if (act == ST_ACT_SWIGLU_OAI) {
+        const float gc = fminf(g, ST_OAI_LIMIT), uc = fminf(fmaxf(u, -ST_OAI_LIMIT), ST_OAI_LIMIT);
+        return gc / (1.0f + expf(-ST_OAI_ALPHA * gc)) * (uc + 1.0f);
+    }
+    return st_act_value(act, g) * u;
+}
+
 #endif

@@ -57,11 +57,19 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
                     int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
                     int n_sm, int cc_major, cudaStream_t s);
+/* The same with a sink per head (gpt-oss; backend.h attention_sinks):
+ * sinks (n_head logits, device memory, or NULL: none) count in each
+ * head's softmax denominator and give no value. */
+void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
+                          int n_head, float scale, int window, const float *sinks, float *out, int8_t *aq, float2 *ad,
+                          cuda_scratch *scratch, int n_sm, int cc_major, cudaStream_t s);
 /* The prompt kernel on tensor cores (attention_tc.cu): 0 when launched, 1
  * when it does not apply (head size other than 64/128, compute capability
  * below 8, HIP). */
 int cuda_attention_tc(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale, int window,
                       float *out, int cc_major, cudaStream_t s);
+int cuda_attention_tc_sinks(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale,
+                            int window, const float *sinks, float *out, int cc_major, cudaStream_t s);
 
 /* The k largest of x[0..n) with their indices (topk.cu; larger first, ties
  * to the lower index, NaNs never chosen; index -1 past the values there
@@ -103,6 +111,12 @@ void cuda_moe_remap(const int32_t *sel, const int32_t *emap, int32_t *ids, int32
                     cudaStream_t s);
 /* out[t] = sum_j wsel[t*k+j] * y[t*k+j] (rows of dim). */
 void cuda_moe_combine(float *out, const float *y, const float *wsel, int n_tok, int k, int64_t dim, cudaStream_t s);
+/* The experts' biases (gpt-oss, st_weight.bias) on the pairs' product rows
+ * (moe_bias.cu): y[p] += bias[eid[p]] (rows of dim, bias [n_expert][dim]) for
+ * each of the n pairs whose eid[p] >= 0 and, with live given, live[p] >= 0
+ * (a pair computed elsewhere keeps its zeros); eid, live: device arrays. */
+void cuda_moe_bias_add(float *y, const float *bias, const int32_t *eid, const int32_t *live, int n, int64_t dim,
+                       cudaStream_t s);
 /* dst[i] = src[tok[i]] (rows of dim). */
 void cuda_gather_rows(float *dst, const float *src, const int32_t *tok, int n, int64_t dim, cudaStream_t s);
 

@@ -370,7 +370,7 @@ static __global__ void act_mul_kernel(int act, const float *g, const float *u, f
     pdl_enter(); /* first: see st_launch (common.cuh) */
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float v = st_act_value(act, g[i]) * u[i];
+    const float v = st_glu_value(act, g[i], u[i]);
     out[i] = v;
     if (aq) quant_block_store(v, (size_t)i, aq, ad);
 }

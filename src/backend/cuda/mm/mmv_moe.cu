@@ -10,6 +10,9 @@
  * down: a warp per (token, output row); its lanes take the (expert j, unit)
  * combinations of the row in turn, each weighted by w[t,j], then one warp
  * sum gives the token's output: the combine is done in the product.
+ * Expert biases (gpt-oss, st_weight.bias, by expert id): glu adds its rows'
+ * gate and up biases before the activation; down adds sum_j w[t,j] bd[e_j]
+ * after the warp sum.
  */
 #include "backend/cuda/mm/mmv_moe.h"
 
@@ -34,6 +37,8 @@ struct moe_dec_args {
     int32_t *ids;
     float *wsel;
     int k, act;
+    const float *bg, *bu, *bd; /* expert biases [n_expert][rows] or NULL */
+    const int32_t *eid;        /* the pairs' expert ids when ids are cache slots; NULL: ids are expert ids */
     const int8_t *xq;
     const float2 *xd;
     int8_t *hq;
@@ -87,9 +92,15 @@ static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel
 #pragma unroll
         for (int r = 0; r < GLU_RPW; r++) g[r] = warp_sum(g[r]), u[r] = warp_sum(u[r]);
     }
-    if (lane == 0)
+    if (lane == 0) {
+        const int be = e < 0 ? -1 : p.eid ? p.eid[pair] : e; /* the bias row: by expert id */
 #pragma unroll
-        for (int r = 0; r < GLU_RPW; r++) vals[warp * GLU_RPW + r] = st_act_value(p.act, g[r]) * u[r]; /* 0: a pair handled elsewhere */
+        for (int r = 0; r < GLU_RPW; r++) {
+            if (be >= 0 && p.bg) g[r] += p.bg[(size_t)be * p.n_ff + row + r];
+            if (be >= 0 && p.bu) u[r] += p.bu[(size_t)be * p.n_ff + row + r];
+            vals[warp * GLU_RPW + r] = st_glu_value(p.act, g[r], u[r]); /* 0: a pair handled elsewhere */
+        }
+    }
     __syncthreads();
     if (warp == 0) /* the block's 32 values are one quantization block of h */
         quant_block_store(vals[lane], (size_t)pair * p.n_ff + (size_t)blockIdx.x * GLU_ROWS + lane, p.hq, p.hd);
@@ -128,6 +139,11 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32, 4) moe_down_kernel(con
         }
     }
     acc = warp_sum(acc);
+    if (lane == 0 && p.bd) /* the weighted sum of the pairs' down biases */
+        for (int j = 0; j < p.k; j++) {
+            const int pair = t * p.k + j, e = p.ids[pair];
+            if (e >= 0) acc += p.wsel[pair] * p.bd[(size_t)(p.eid ? p.eid[pair] : e) * p.n_out + row];
+        }
     if (lane == 0) p.out[(size_t)t * p.n_out + row] = acc;
 }
 
@@ -167,9 +183,9 @@ int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_we
            gate->n_in % 32 == 0 && gate->row_bytes == up->row_bytes;
 }
 
-int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const cuda_moe_route_in *route,
-                    int32_t *ids, float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
-                    float2 *hd, float *out, cudaStream_t s) {
+int cuda_moe_decode_eid(const st_weight *gate, const st_weight *up, const st_weight *down,
+                        const cuda_moe_route_in *route, int32_t *ids, const int32_t *eid, float *wsel, int n_tok, int k,
+                        st_act act, const float *x, int act_ready, int8_t *hq, float2 *hd, float *out, cudaStream_t s) {
     ST_ASSERT(cuda_moe_decode_fits(gate, up, down) && n_tok * k <= MM_MOE_DEVICE_MAX);
     ST_ASSERT(!route ||
               (route->n_expert <= ROUTE_MAX_EXPERT && k <= route->n_expert && route->gt.n_group <= ROUTE_MAX_GROUP));
@@ -188,9 +204,16 @@ int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight 
     if (route) a.gt = route->gt;
     else memset(&a.gt, 0, sizeof a.gt);
     a.ids = ids, a.wsel = wsel, a.k = k, a.act = (int)act;
+    a.bg = gate->bias, a.bu = up->bias, a.bd = down->bias, a.eid = eid;
     a.xq = xq, a.xd = xd, a.hq = hq, a.hd = hd, a.out = out;
     int rc = moe_dec_glu(a, gate->type, n_tok * k, s);
     rc |= moe_dec_down(a, down->type, n_tok, s);
     ST_ASSERT(rc == 0); /* cuda_moe_decode_fits said yes */
     return 0;
+}
+
+int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const cuda_moe_route_in *route,
+                    int32_t *ids, float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
+                    float2 *hd, float *out, cudaStream_t s) {
+    return cuda_moe_decode_eid(gate, up, down, route, ids, NULL, wsel, n_tok, k, act, x, act_ready, hq, hd, out, s);
 }

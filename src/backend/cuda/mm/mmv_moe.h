@@ -52,6 +52,14 @@ typedef struct {
 int cuda_moe_decode(const st_weight *gate, const st_weight *up, const st_weight *down, const cuda_moe_route_in *route,
                     int32_t *ids, float *wsel, int n_tok, int k, st_act act, const float *x, int act_ready, int8_t *hq,
                     float2 *hd, float *out, cudaStream_t s);
+/* The same where ids are cache slots: eid [n_tok][k] (device) holds the
+ * pairs' expert ids, which index the experts' biases (st_weight.bias,
+ * gpt-oss); NULL: ids are expert ids. The biases of gate and up are added
+ * before act (ST_ACT_SWIGLU_OAI clamps the biased values), down's to the
+ * product. */
+int cuda_moe_decode_eid(const st_weight *gate, const st_weight *up, const st_weight *down,
+                        const cuda_moe_route_in *route, int32_t *ids, const int32_t *eid, float *wsel, int n_tok, int k,
+                        st_act act, const float *x, int act_ready, int8_t *hq, float2 *hd, float *out, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,8 @@
  * weights) + 0.75 KB: 69-109 KB, two blocks per SM on sm_90 (228 KB).
  * Where the device's per-block limit is smaller (sm_86/89: 99 KB, which
  * Q5_0, Q5_1, Q5_K and Q6_K exceed), the path declines for that format.
+ * Rows the stage width does not divide decline too, but MXFP4's of a
+ * multiple of 192 (gpt-oss: 2880), which take 192-weight stages (mq_fits_alt).
  *
  * Roofline, Qwen3-30B-A3B prompt chunk of 512 tokens (top-8 of 128 experts:
  * 4096 pairs, ~32 per expert), one layer: gate and up 768 x 2048 Q4_K,
@@ -127,12 +129,16 @@ static __device__ __forceinline__ void mq_ldsm4(uint32_t (&r)[4], const void *p)
 
 /* ---- per-format geometry ---- */
 
-template <int T>
+/* SKX: weights per stage other than the format's own (0: its own): rows
+ * whose width the own stage does not divide. MXFP4 at gpt-oss's 2880 (not a
+ * multiple of 256 or 128) takes stages of 192 (6 blocks of 32, 15 of them). */
+#define MQ_SK_ALT 192
+template <int T, int SKX = 0>
 struct mq_cfg {
     using F = mmf<T>;
     /* weights per raw stage: a super-block, or 8 small blocks unless that
      * exceeds 224 bytes (Q8_0: 4 blocks) */
-    static constexpr int SK = (F::QK == 256 || F::BYTES * 8 <= 224) ? 256 : 128;
+    static constexpr int SK = SKX ? SKX : (F::QK == 256 || F::BYTES * 8 <= 224) ? 256 : 128;
     static constexpr int SB = SK / F::QK * F::BYTES;      /* raw bytes of a row per stage */
     static constexpr int R16 = (SB + 15) / 16 + 1;        /* 16-byte chunks covering any alignment */
     static constexpr int RAWB = 16 * (R16 | 1);           /* row stride: odd multiple of 16 (banks) */
@@ -340,10 +346,10 @@ struct mq_args {
     float *y; /* [n_pairs][n_out] */
 };
 
-template <int T>
+template <int T, int SKX = 0>
 static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args a) {
     using F = mmf<T>;
-    using C = mq_cfg<T>;
+    using C = mq_cfg<T, SKX>;
     constexpr int SK = C::SK, RAWB = C::RAWB, NCH = C::NCH;
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t *raw = smem;                                              /* [2][TN][RAWB] */
@@ -496,17 +502,18 @@ static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args 
 /* ---- host side ---- */
 
 /* Type T's kernel, which mq_fits said the shape and card take. */
-template <int T>
+template <int T, int SKX = 0>
 static void mq_launch(const mq_args &a, int dev, dim3 grid, cudaStream_t s) {
-    using C = mq_cfg<T>;
+    using C = mq_cfg<T, SKX>;
     static int ready[MQ_MAX_DEV]; /* the shared-memory attribute, set once per device */
     if (!ready[dev]) {
-        CUDA_CHECK(cudaFuncSetAttribute(mq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
-        CUDA_CHECK(cudaFuncSetAttribute(mq_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        CUDA_CHECK(
+            cudaFuncSetAttribute(mq_kernel<T, SKX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
+        CUDA_CHECK(cudaFuncSetAttribute(mq_kernel<T, SKX>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         (int)cudaSharedmemCarveoutMaxShared));
         ready[dev] = 1;
     }
-    mq_kernel<T><<<grid, MQ_THREADS, C::SMEM, s>>>(a);
+    mq_kernel<T, SKX><<<grid, MQ_THREADS, C::SMEM, s>>>(a);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -522,6 +529,12 @@ static int mq_fits(qt_type t, int n_in, int smem_optin) {
     default:
         return 0;
     }
+}
+
+/* MXFP4 rows that its own 256-weight stages do not divide but MQ_SK_ALT does (gpt-oss's 2880). */
+static int mq_fits_alt(qt_type t, int n_in, int smem_optin) {
+    using C = mq_cfg<QT_MXFP4, MQ_SK_ALT>;
+    return t == QT_MXFP4 && n_in % C::SK == 0 && (size_t)smem_optin >= C::SMEM;
 }
 
 /* Most tiles np pairs over n_mat experts (+ the zeros bucket) can make:
@@ -542,7 +555,8 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
         CUDA_CHECK(cudaDeviceGetAttribute(&optin[dev], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     }
     const int n_in = (int)w->n_in, n_out = (int)w->n_out, n_mat = (int)w->n_mat;
-    if (cc[dev] < 8 || !mq_fits(w->type, n_in, optin[dev]) || (n_out + MQ_TN - 1) / MQ_TN > 65535) return 1;
+    const int alt = cc[dev] >= 8 && !mq_fits(w->type, n_in, optin[dev]) && mq_fits_alt(w->type, n_in, optin[dev]);
+    if (cc[dev] < 8 || !(alt || mq_fits(w->type, n_in, optin[dev])) || (n_out + MQ_TN - 1) / MQ_TN > 65535) return 1;
 
     /* scratch: f16 x in xb; in rec the per-row scales, then per chunk the
      * tile count, the tiles and the sorted pairs */
@@ -576,6 +590,10 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
         a.max_tiles = mt;
         a.y = y + (size_t)p0 * n_out;
         const dim3 grid((unsigned)mt, (unsigned)((n_out + MQ_TN - 1) / MQ_TN));
+        if (alt) {
+            mq_launch<QT_MXFP4, MQ_SK_ALT>(a, dev, grid, s);
+            continue;
+        }
         switch ((int)w->type) {
 #define MQ_CASE(T)                                                                                         \
     case T:                                                                                                \
