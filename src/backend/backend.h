@@ -146,17 +146,26 @@ struct st_backend {
     void (*get_rows)(st_backend *be, const st_weight *w, const int32_t *ids, int n, float *out);
     /* y[t, 0:n_out] = W[mat] x[t, 0:n_in] for t < n_tok. */
     void (*matmul)(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok);
+    /* Fused forms of the ops here, each equal to the composition its comment
+     * gives (backend_compose.h composes them from this table's ops, which is
+     * what the CPU backend runs); the forward pass calls them where it means
+     * them, and a GPU backend runs each decode-sized one as one kernel.
+     * Products of one input: y[i][t] = W_i[0] x[t] for i < n (q, k and v;
+     * gate and up); the y[i] lie apart from x and from each other. */
+    void (*matmul_multi)(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y,
+                         int n_tok);
+    /* A block's output joining the residual stream, and the next block's
+     * norm: y = W[0] x, res += y, h = rmsnorm(res) * nw (rows of w->n_out),
+     * then, when wn is given, yn = Wn[0] h (the MoE router reads the FFN
+     * norm's output). Composed: matmul, rmsnorm with y as its residual,
+     * matmul. res apart from x and y; h apart from res; yn from h and res. */
+    void (*matmul_res_norm)(st_backend *be, const st_weight *w, const float *x, float *y, float *res,
+                            const float *nw, float eps, float *h, const st_weight *wn, float *yn, int n_tok);
     /* y[r] = x[r] / rms(x[r]) * w, rows of dim values; in place allowed.
      * With res (n_rows rows too): first x[r] += res[r] (the residual add
      * before a norm, one pass instead of two); x is written then. */
     void (*rmsnorm)(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
                     float eps);
-    /* Rotary embedding in place on x[n_tok][n_heads][head_dim], position pos0 + t.
-     * neox: rotate pairs (i, i+d/2); else adjacent pairs (2i, 2i+1). */
-    void (*rope)(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                 float freq_scale, int neox);
-    /* Write n_tok rows of k and v (f32 [n_tok][n_head_kv*head_dim]) at positions pos0.. */
-    void (*kv_store)(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0);
     /* The attention inputs of n_tok tokens at positions pos0..: per-head
      * RMSNorm of q and k when qn, kn (head_dim weights each) are given, the
      * rotary embedding of both, then k and v into the cache.

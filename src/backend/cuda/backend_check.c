@@ -1,7 +1,7 @@
 /* Op-by-op comparison of two backends (backend_check.h).
  *
  * Bounds, and why: ops that do the same float arithmetic in the same order
- * per value (get_rows, add, scale, kv_store's f16 rounding) must match
+ * per value (get_rows, add, scale, the cache's f16 rounding) must match
  * exactly or within a few ulp (bound 1e-12); ops whose sums are ordered
  * differently (rmsnorm, softmax in attention and routing, transcendental
  * functions in rope and act_mul) get 1e-9 to 1e-7; matrix products quantize
@@ -242,20 +242,6 @@ static void check_rmsnorm(chk *c, int dim, int rows, int in_place, int with_res)
     st_free(r);
 }
 
-static void check_rope(chk *c, int n_tok, int heads, int hd, int pos0, float theta, float fs, int neox) {
-    size_t n = (size_t)n_tok * heads * hd;
-    float *x = rand_host(c, n, 1.0f);
-    void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4);
-    c->ref->rope(c->ref, xr, n_tok, heads, hd, pos0, theta, fs, neox);
-    double t0 = now_ms();
-    c->dut->rope(c->dut, xd, n_tok, heads, hd, pos0, theta, fs, neox);
-    double e = cmp_bufs(c, xr, xd, n);
-    report(c, "rope", e, 1e-10, now_ms() - t0, "%s, %d tokens x %d heads x %d, pos %d, theta %g, scale %g",
-           neox ? "neox" : "normal", n_tok, heads, hd, pos0, theta, fs);
-    c->ref->free(c->ref, xr), c->dut->free(c->dut, xd);
-    st_free(x);
-}
-
 static void check_elementwise(chk *c, int64_t n, int dim) {
     float *g = rand_host(c, (size_t)n, 2.0f), *u = rand_host(c, (size_t)n, 1.0f);
     void *gr = put(c->ref, g, (size_t)n * 4), *gd = put(c->dut, g, (size_t)n * 4);
@@ -304,6 +290,35 @@ static void free_kv(st_backend *be, st_kv_layer *kv) {
         if (p[i]) be->free(be, p[i]);
 }
 
+/* n_tok rows of k and v (f32, this backend's) into the cache at positions
+ * pos0..: the engine's qkv_prep with no head norms and no rotation (a
+ * position scale of 0 turns every pair by exactly 0), so the rows go in as
+ * given. q: scratch of n_tok x head_dim. */
+static void kv_fill(st_backend *be, st_kv_layer *kv, float *q, float *k, const float *v, int n_tok, int pos0) {
+    const st_rope none = {10000.0f, 0.0f, 0, NULL, 0};
+    be->qkv_prep(be, q, k, v, NULL, NULL, 1e-6f, n_tok, 1, &none, kv, pos0);
+}
+
+/* The rotary embedding of qkv_prep on x as its queries [n_tok][heads][hd]
+ * at positions pos0.. (k: one head, cached in a cache of pos0 + n_tok rows). */
+static void check_rope(chk *c, int n_tok, int heads, int hd, int pos0, float theta, float fs, int neox) {
+    size_t n = (size_t)n_tok * heads * hd, nk = (size_t)n_tok * hd;
+    float *x = rand_host(c, n, 1.0f), *k = rand_host(c, nk, 1.0f);
+    void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4);
+    void *kr = put(c->ref, k, nk * 4), *kd = put(c->dut, k, nk * 4);
+    st_kv_layer cr = make_kv(c->ref, ST_KV_F16, pos0 + n_tok, 1, hd), cd = make_kv(c->dut, ST_KV_F16, pos0 + n_tok, 1, hd);
+    const st_rope r = {theta, fs, neox, NULL, 0};
+    c->ref->qkv_prep(c->ref, xr, kr, kr, NULL, NULL, 1e-6f, n_tok, heads, &r, &cr, pos0);
+    double t0 = now_ms();
+    c->dut->qkv_prep(c->dut, xd, kd, kd, NULL, NULL, 1e-6f, n_tok, heads, &r, &cd, pos0);
+    double e = cmp_bufs(c, xr, xd, n);
+    report(c, "rope", e, 1e-10, now_ms() - t0, "%s, %d tokens x %d heads x %d, pos %d, theta %g, scale %g (qkv_prep)",
+           neox ? "neox" : "normal", n_tok, heads, hd, pos0, theta, fs);
+    c->ref->free(c->ref, xr), c->dut->free(c->dut, xd), c->ref->free(c->ref, kr), c->dut->free(c->dut, kd);
+    free_kv(c->ref, &cr), free_kv(c->dut, &cd);
+    st_free(x), st_free(k);
+}
+
 /* Stored caches compared as dequantized values (f16 must be bit-equal; an
  * int8 value may differ by one step where x*127/amax lands on a tie). */
 static double kv_diff(chk *c, const st_kv_layer *r, const st_kv_layer *d, int npos, int which) {
@@ -339,22 +354,24 @@ static double kv_diff(chk *c, const st_kv_layer *r, const st_kv_layer *d, int np
 static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt) {
     const char *tn = t == ST_KV_F16 ? "f16" : "int8";
     st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
-    /* fill positions 0..n_ctx-2 in two stores (the second at an offset), keep the last for decode */
+    /* fill positions 0..n_ctx-2 in two writes (the second at an offset), keep the last for decode */
     int fill = n_ctx - 1, first = fill / 3;
     size_t kvw = (size_t)hkv * hd;
     float *k = rand_host(c, (size_t)fill * kvw, 1.0f), *v = rand_host(c, (size_t)fill * kvw, 1.0f);
     void *kr_ = put(c->ref, k, (size_t)fill * kvw * 4), *kd_ = put(c->dut, k, (size_t)fill * kvw * 4);
     void *vr_ = put(c->ref, v, (size_t)fill * kvw * 4), *vd_ = put(c->dut, v, (size_t)fill * kvw * 4);
-    c->ref->kv_store(c->ref, &kr, kr_, vr_, first, 0);
-    c->dut->kv_store(c->dut, &kd, kd_, vd_, first, 0);
+    void *sr = put(c->ref, NULL, (size_t)fill * hd * 4), *sd = put(c->dut, NULL, (size_t)fill * hd * 4);
+    kv_fill(c->ref, &kr, sr, kr_, vr_, first, 0);
+    kv_fill(c->dut, &kd, sd, kd_, vd_, first, 0);
     size_t off = (size_t)first * kvw * 4;
-    c->ref->kv_store(c->ref, &kr, (float *)((uint8_t *)kr_ + off), (float *)((uint8_t *)vr_ + off), fill - first, first);
+    kv_fill(c->ref, &kr, sr, (float *)((uint8_t *)kr_ + off), (float *)((uint8_t *)vr_ + off), fill - first, first);
     double t0 = now_ms();
-    c->dut->kv_store(c->dut, &kd, (float *)((uint8_t *)kd_ + off), (float *)((uint8_t *)vd_ + off), fill - first, first);
+    kv_fill(c->dut, &kd, sd, (float *)((uint8_t *)kd_ + off), (float *)((uint8_t *)vd_ + off), fill - first, first);
     double ms = now_ms() - t0;
+    c->ref->free(c->ref, sr), c->dut->free(c->dut, sd);
     double ek = kv_diff(c, &kr, &kd, fill, 0), ev = kv_diff(c, &kr, &kd, fill, 1);
-    report(c, "kv_store", ek > ev ? ek : ev, t == ST_KV_F16 ? 0.0 : 1e-5, ms, "%s, %d positions x %d kv heads x %d",
-           tn, fill, hkv, hd);
+    report(c, "kv fill", ek > ev ? ek : ev, t == ST_KV_F16 ? 0.0 : 1e-5, ms,
+           "%s, %d positions x %d kv heads x %d (qkv_prep unrotated)", tn, fill, hkv, hd);
     double bound = t == ST_KV_F16 ? 1e-9 : 1e-6; /* same cache contents up to int8 ties */
     float scale = 1.0f / sqrtf((float)hd);
     /* decode: the last stored position attends over everything, then with a window;
@@ -500,14 +517,15 @@ static double route_margin(const float *r, int n_tok, int n_expert, int k) {
     return least;
 }
 
-/* One decode layer's products and norms in the forward pass's order, where
- * the GPU backend fuses neighbours (backend_cuda.cu):
- *   o = Wo a; x += o, h = norm(x)      (the add in the o product, the norm in the router: FUSE bit 4)
- *   r = Wr h; m = moe(h, r)            (routing in the MoE kernel)
- *   x += m, h2 = norm(x)               (the next layer's attention norm)
- *   q, k, v = Wq h2, Wk h2, Wv h2      (one launch per weight type or type pair)
+/* One decode layer's products and norms as the forward pass calls them,
+ * fused ops where the GPU backend fuses (backend_cuda.cu):
+ *   o = Wo a; x += o, h = norm(x); r = Wr h   (matmul_res_norm: FUSE bit 4)
+ *   m = moe(h, r)                             (routing in the MoE kernel)
+ *   x += m, h2 = norm(x)                      (the next layer's attention norm)
+ *   q, k, v = Wq h2, Wk h2, Wv h2             (matmul_multi: FUSE bit 1)
  * x, h, the router logits, m, h2, q, k and v compared. tq: wo, q, k; tv: v.
- * fuse >= 0: a CUDA backend runs it with those STRATA_CUDA_FUSE bits.
+ * fuse >= 0: a CUDA backend runs it with those STRATA_CUDA_FUSE bits (0: each
+ * fused op as its composition).
  * The inputs are drawn again while the reference's routing has a near-tie
  * (route_margin below 0.1): there the two sides may rightly choose
  * different experts, which is not the error this check measures (check_moe
@@ -538,15 +556,12 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         const wpair *w[] = {&wo, &wq, &wk, &wv, &wr, &g, &u, &d};
         const st_weight *W[8];
         for (int i = 0; i < 8; i++) W[i] = side ? &w[i]->d : &w[i]->r;
-        be->matmul(be, W[0], 0, B(A), B(O), n_tok);
-        be->rmsnorm(be, B(X), B(O), B(N1), B(H), (int)dim, n_tok, 1e-6f);
-        be->matmul(be, W[4], 0, B(H), B(R), n_tok);
+        be->matmul_res_norm(be, W[0], B(A), B(O), B(X), B(N1), 1e-6f, B(H), W[4], B(R), n_tok);
         const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f, 0, 0};
         be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, &gt, ST_ACT_SILU, W[5], W[6], W[7], B(M));
         be->rmsnorm(be, B(X), B(M), B(N2), B(A), (int)dim, n_tok, 1e-6f); /* h2 into a's buffer, as layers reuse them */
-        be->matmul(be, W[1], 0, B(A), B(Q), n_tok);
-        be->matmul(be, W[2], 0, B(A), B(K), n_tok);
-        be->matmul(be, W[3], 0, B(A), B(V), n_tok);
+        float *qkv[] = {B(Q), B(K), B(V)};
+        be->matmul_multi(be, 3, W + 1, B(A), qkv, n_tok);
         if (old_fuse >= 0) backend_cuda_set_fuse(be, old_fuse);
 #undef B
         if (side == 0) {
