@@ -810,10 +810,6 @@ extern "C" int backend_cuda_set_fuse(st_backend *be, int bits) {
     return old;
 }
 
-extern "C" void backend_cuda_sync(st_backend *be) {
-    CUDA_CHECK(cudaStreamSynchronize(CTX(be)->s));
-}
-
 extern "C" st_backend *backend_cuda_create(int device) {
     if (gpu_device_check(device) != 0) return NULL;
     __atomic_add_fetch(&g_live_backends, 1, __ATOMIC_ACQ_REL);

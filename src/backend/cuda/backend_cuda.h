@@ -22,8 +22,6 @@ st_backend *backend_cuda_create(int device);
  * each path): launches what is held first. Returns the old bits, or -1 for
  * a backend that is not the CUDA backend itself (a wrapper). */
 int backend_cuda_set_fuse(st_backend *be, int bits);
-/* Wait for every op queued so far (timing, tests). */
-void backend_cuda_sync(st_backend *be);
 /* MoE path for every CUDA backend of the process: 0 the default (decode in
  * the fused kernels of mmv_moe.h where they fit, else the grouped products),
  * 1 the per-expert loop (a cross-check for tests), 2 the grouped products

@@ -27,9 +27,6 @@ void cuda_get_rows(const st_weight *w, const int32_t *ids, int n, float *out, cu
  * aq NULL: only the f32 output. */
 void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq, float2 *ad,
                   cudaStream_t s);
-void cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta, float freq_scale, int neox,
-               cudaStream_t s);
-void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0, cudaStream_t s);
 /* qkv_prep (backend.h) in one kernel; the position is *dpos when dpos is
  * given (a recorded decode step), else pos0. */
 void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
