@@ -132,6 +132,16 @@ enum {
     ST_GATINGS_OAI = 4,     /* moe_experts adds the weights' biases and computes ST_ACT_SWIGLU_OAI (gpt-oss) */
 };
 
+/* A backend's own alternative implementations of some ops, chosen per
+ * backend (st_backend.variant) so that a comparison (backend_check) runs
+ * each against the reference. */
+typedef enum {
+    ST_VARIANT_ATTN = 0,     /* attention kernels: 0 per query head, 1 GQA, 2 GQA and tensor cores for prompts */
+    ST_VARIANT_MOE_PATH = 1, /* MoE: 0 the default, 1 a per-expert loop (a cross-check), 2 the grouped products only */
+    ST_VARIANT_FUSE = 2,     /* bits of the fused ops run fused (0: each as its composition, backend_compose.h) */
+    ST_VARIANT_NO_BLAS = 3,  /* 1: the GEMM library counts as refused, as after a failed call (its fallback runs) */
+} st_variant;
+
 typedef struct st_backend st_backend;
 
 struct st_backend {
@@ -279,6 +289,10 @@ struct st_backend {
     void (*host_unregister)(st_backend *be, const void *p);
     /* Optional (NULL: host memory, no device budget). Free and total bytes of the device's memory. */
     void (*mem_info)(st_backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* Optional (NULL: none). Sets this backend's variant `kind` to value
+     * (value < 0: only asks) and returns the one before, or -1 when the
+     * backend has no such choice. */
+    int (*variant)(st_backend *be, st_variant kind, int value);
 };
 
 /* A step in segments (st_backend.segments). The caller drives it:

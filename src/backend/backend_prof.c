@@ -255,6 +255,7 @@ static void w_host_unregister(st_backend *be, const void *ptr) { P(be)->in->host
 static void w_mem_info(st_backend *be, size_t *free_bytes, size_t *total_bytes) {
     P(be)->in->mem_info(P(be)->in, free_bytes, total_bytes);
 }
+static int w_variant(st_backend *be, st_variant kind, int value) { return P(be)->in->variant(P(be)->in, kind, value); }
 
 st_backend *backend_prof_wrap(st_backend *in) {
     prof_ctx *p = st_calloc(1, sizeof *p);
@@ -294,6 +295,7 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .host_register = in->host_register ? w_host_register : NULL,
         .host_unregister = in->host_unregister ? w_host_unregister : NULL,
         .mem_info = in->mem_info ? w_mem_info : NULL,
+        .variant = in->variant ? w_variant : NULL,
     };
     return be;
 }

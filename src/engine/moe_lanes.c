@@ -202,11 +202,11 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 30 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 31 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
- * stubs above when an op is added. gated_delta_net_keep needs none: it runs
- * between steps (engine_seq_truncate), never inside a recorded one. */
-_Static_assert(sizeof(st_backend) == 35 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+ * stubs above when an op is added. gated_delta_net_keep and variant need
+ * none: they run between steps, never inside a recorded one. */
+_Static_assert(sizeof(st_backend) == 36 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */

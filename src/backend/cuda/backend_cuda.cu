@@ -11,7 +11,7 @@
  * down over all pairs, no host wait in decode) and a weighted sum per token.
  * A second, simpler path loops over the experts on the host (token lists
  * read back, one matmul per expert and matrix): it is kept as a cross-check
- * (backend_cuda_set_moe_path) because it shares no code with the first.
+ * (the ST_VARIANT_MOE_PATH variant) because it shares no code with the first.
  *
  * Decode steps are CUDA graphs (run_step): a one-token step is recorded once
  * and replayed while its buffers stay the same (and no scratch has grown:
@@ -26,7 +26,7 @@
  * scratch holds; every op that writes device memory forgets it (act_forget)
  * unless it is a product whose output lies apart from that input.
  *
- * Fused ops (backend.h; STRATA_CUDA_FUSE or backend_cuda_set_fuse, bits
+ * Fused ops (backend.h; STRATA_CUDA_FUSE or the ST_VARIANT_FUSE variant, bits
  * below, turn each into its composition, backend_compose.h):
  *  - matmul_multi, products of one input (q, k and v; gate and up): the
  *    decode-sized quantized ones in one launch per weight type, or one for
@@ -90,7 +90,10 @@ typedef struct {
     int act_valid;
     int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
     int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
-    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL; backend_cuda_set_fuse) */
+    /* this backend's choices, read once at creation (so two cards may differ) and changed only by be->variant */
+    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL) */
+    int attn_mode;         /* CUDA_ATT_* (STRATA_CUDA_ATTN: head, gqa, tc; default tc) */
+    int moe_path;          /* 0 fused decode / grouped, 1 the per-expert loop, 2 grouped only */
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     cuda_scratch topk; /* top-k candidates */
@@ -380,7 +383,7 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                      ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad)
                      : NULL;
     cuda_attention(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale, window, out,
-                   aq, ad, &c->att, c->n_sm, c->cc_major, c->s);
+                   aq, ad, &c->att, c->n_sm, c->cc_major, c->attn_mode, c->s);
     if (aq) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
 }
 
@@ -412,14 +415,6 @@ static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, cons
 }
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
-
-static int g_moe_path = 0; /* 0 fused decode / grouped, 1 the per-expert loop, 2 grouped only */
-
-extern "C" int backend_cuda_set_moe_path(int path) {
-    int old = g_moe_path;
-    g_moe_path = path;
-    return old;
-}
 
 static void moe_ffn_loop(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k,
                          int norm_topk, st_act act, const st_weight *gate, const st_weight *up, const st_weight *down,
@@ -560,11 +555,11 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     ST_ASSERT(gt->fn == ST_GATE_SOFTMAX && !gt->bias && gt->scale == 1.0f && gt->n_group <= 1);
     const int norm_topk = gt->norm_topk;
     if (n_tok <= 0) return;
-    if (g_moe_path == 1) {
+    if (c->moe_path == 1) {
         moe_ffn_loop(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out);
         return;
     }
-    if (n_tok * k <= MM_MOE_DEVICE_MAX && g_moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
+    if (n_tok * k <= MM_MOE_DEVICE_MAX && c->moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
         if (moe_decode(c, h, logits, n_tok, n_expert, k, norm_topk, act, gate, up, down, out) == 0) return;
         if (cannot_record(c)) return; /* this pass's result comes from the unrecorded one */
     }
@@ -663,7 +658,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
      * sized for them (the per-head kernel is faster there); crossing it
      * records the step again, once, for the rest of the cache */
     c->step_short = pos0 + 1 < CUDA_ATT_SHORT_SPAN;
-    if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation() &&
+    if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation(c->dev) &&
         c->key_short == c->step_short) {
         CUDA_CHECK(cudaGraphLaunch(c->exec, c->s));
         return;
@@ -672,7 +667,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
      * sizes every scratch buffer for it, then record it for the next ones. */
     graph_drop(c);
     step_pass(c, body, arg, pos0);
-    const unsigned long long gen = cuda_mem_generation();
+    const unsigned long long gen = cuda_mem_generation(c->dev);
     CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
     c->capturing = 1;
     c->capture_bad = 0;
@@ -680,7 +675,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     c->capturing = 0;
     cudaGraph_t g = NULL;
     cudaError_t err = cudaStreamEndCapture(c->s, &g);
-    if (err == cudaSuccess && !c->capture_bad && gen == cuda_mem_generation()) {
+    if (err == cudaSuccess && !c->capture_bad && gen == cuda_mem_generation(c->dev)) {
         err = cudaGraphInstantiate(&c->exec, g, 0);
         if (err != cudaSuccess) c->exec = NULL;
     }
@@ -770,7 +765,7 @@ static void seg_end(st_backend *be) {
 /* UINT64_MAX: the last live segmented step met an op that cannot be recorded */
 static uint64_t seg_key(st_backend *be, int pos0) {
     if (CTX(be)->seg_unrecordable) return UINT64_MAX;
-    return (uint64_t)cuda_mem_generation() << 1 | (uint64_t)(pos0 + 1 < CUDA_ATT_SHORT_SPAN);
+    return (uint64_t)cuda_mem_generation(CTX(be)->dev) << 1 | (uint64_t)(pos0 + 1 < CUDA_ATT_SHORT_SPAN);
 }
 
 static void seg_drop(st_backend *be, void *g) {
@@ -802,11 +797,24 @@ static void cu_destroy(st_backend *be) {
     st_free(be);
 }
 
-extern "C" int backend_cuda_set_fuse(st_backend *be, int bits) {
-    if (be->rmsnorm != cu_rmsnorm) return -1; /* not this backend itself (a wrapper named "cuda") */
+/* The variants (backend.h st_variant) of this backend; a recorded decode
+ * step holds the old choice, so it is recorded again. */
+static int cu_variant(st_backend *be, st_variant kind, int value) {
     cuda_ctx *c = CTX(be);
-    const int old = c->fuse;
-    c->fuse = bits & FUSE_ALL;
+    int *v = kind == ST_VARIANT_ATTN ? &c->attn_mode : kind == ST_VARIANT_MOE_PATH ? &c->moe_path
+             : kind == ST_VARIANT_FUSE ? &c->fuse : NULL;
+    if (kind == ST_VARIANT_NO_BLAS) {
+        CUDA_CHECK(cudaSetDevice(c->dev)); /* the GEMM library's state is per device */
+        const int old = cuda_mm_set_blas_refused(1);
+        cuda_mm_set_blas_refused(value < 0 ? old : value);
+        return old;
+    }
+    if (!v) return -1;
+    const int old = *v;
+    if (value >= 0) {
+        *v = kind == ST_VARIANT_FUSE ? value & FUSE_ALL : value;
+        graph_drop(c);
+    }
     return old;
 }
 
@@ -835,6 +843,8 @@ extern "C" st_backend *backend_cuda_create(int device) {
     c->moe_fused = !(mf && !strcmp(mf, "0"));
     const char *fu = st_switch_get("STRATA_CUDA_FUSE");
     c->fuse = fu && *fu ? (int)strtol(fu, NULL, 0) & FUSE_ALL : FUSE_ALL;
+    const char *at = st_switch_get("STRATA_CUDA_ATTN");
+    c->attn_mode = at && !strcmp(at, "head") ? CUDA_ATT_HEAD : at && !strcmp(at, "gqa") ? CUDA_ATT_GQA : CUDA_ATT_TC;
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
     be->name = "cuda";
     be->ctx = c;
@@ -865,5 +875,6 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->host_register = cu_host_register;
     be->host_unregister = cu_host_unregister;
     be->mem_info = cu_mem_info;
+    be->variant = cu_variant;
     return be;
 }

@@ -47,9 +47,10 @@ extern "C" {
 
 /* Device scratch of the backend grows on demand (ops.h cuda_scratch, the
  * matrix products' per-device scratch); a recorded CUDA graph holds the old
- * addresses, so every growth bumps this count and a graph recorded under
- * another count is recorded again (backend_cuda.cu). */
-unsigned long long cuda_mem_generation(void);
+ * addresses, so every growth bumps its device's count (cuda_mem_grew: the
+ * current device's) and a graph recorded under another count of its device
+ * is recorded again (backend_cuda.cu). */
+unsigned long long cuda_mem_generation(int dev);
 void cuda_mem_grew(void);
 
 static inline unsigned st_div_up(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }

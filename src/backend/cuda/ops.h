@@ -47,10 +47,14 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
 #define CUDA_ATT_SHORT_SPAN 1280
 /* aq, ad (or NULL): the output also written as the int8 blocks the next
  * product reads (head sizes that are multiples of 32; decode-sized calls:
- * the prompt kernel on tensor cores is not used then). */
+ * the prompt kernel on tensor cores is not used then). mode: the kernels
+ * the backend chose (STRATA_CUDA_ATTN, per backend): one block per query
+ * head; the query heads of a KV head together (GQA) past the short span; or
+ * that and tensor cores for prompt chunks (the default). */
+enum { CUDA_ATT_HEAD = 0, CUDA_ATT_GQA = 1, CUDA_ATT_TC = 2 };
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
                     int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
-                    int n_sm, int cc_major, cudaStream_t s);
+                    int n_sm, int cc_major, int mode, cudaStream_t s);
 /* The prompt kernel on tensor cores (attention_tc.cu): 0 when launched, 1
  * when it does not apply (head size other than 64/128, compute capability
  * below 8, HIP). */

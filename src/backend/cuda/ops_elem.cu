@@ -87,9 +87,18 @@ void cuda_pdl_probe(cudaStream_t s) {
 #endif
 }
 
-static unsigned long long g_mem_gen;
-unsigned long long cuda_mem_generation(void) { return g_mem_gen; }
-void cuda_mem_grew(void) { g_mem_gen++; }
+#define MEM_GEN_DEVICES 64
+static unsigned long long g_mem_gen[MEM_GEN_DEVICES]; /* per device: growth on one card re-records no other's graph */
+unsigned long long cuda_mem_generation(int dev) {
+    ST_ASSERT(dev >= 0 && dev < MEM_GEN_DEVICES);
+    return __atomic_load_n(&g_mem_gen[dev], __ATOMIC_ACQUIRE);
+}
+void cuda_mem_grew(void) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev)); /* where the memory was just allocated */
+    ST_ASSERT(dev >= 0 && dev < MEM_GEN_DEVICES);
+    __atomic_add_fetch(&g_mem_gen[dev], 1, __ATOMIC_ACQ_REL);
+}
 
 void *cuda_scratch_reserve(cuda_scratch *sc, size_t bytes) {
     if (bytes > sc->bytes) {

@@ -9,7 +9,7 @@
  * to int8 blocks of 32 or bf16), so they and the MoE FFN get 2e-3, about ten
  * times the NMSE that one 8-bit activation rounding adds.
  */
-#include "backend/cuda/backend_check.h"
+#include "backend/backend_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,8 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/mm/mm.h"
 #include "core/alloc.h"
 #include "quant/quant.h"
 
@@ -86,6 +84,11 @@ static double now_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+
+/* Sets the device under test's variant kind to v (backend.h st_variant);
+ * returns the one before, or -1 where it has no such choice (then nothing
+ * changed). */
+static int set_variant(chk *c, st_variant kind, int v) { return c->dut->variant ? c->dut->variant(c->dut, kind, v) : -1; }
 
 static void report(chk *c, const char *op, double e, double bound, double ms, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
@@ -180,7 +183,7 @@ static void check_matmul(chk *c, qt_type t, int64_t n_in, int64_t n_out, int n_t
 /* A producer op then a product of its output, as the forward pass chains
  * them: rmsnorm -> matmul (several products of one normed input), and
  * act_mul -> matmul. On the GPU the producer may write the product's int8
- * input itself (backend_cuda.cu); the products' results must still match
+ * input itself (the CUDA backend does); the products' results must still match
  * the CPU's as a plain product does (bound 2e-3, as check_matmul). */
 static void check_chain(chk *c, qt_type t, int64_t dim, int64_t n_out, int n_tok) {
     wpair w = make_weight(c, t, dim, n_out, 2);
@@ -384,23 +387,23 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
         void *qr = put(c->ref, q, nq * 4), *qd = put(c->dut, q, nq * 4);
         void *or_ = put(c->ref, NULL, nq * 4);
         c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
-        /* on a CUDA backend every kernel: per query head, GQA-shared, tensor cores (prompts of 16+
-         * tokens with 64- or 128-wide heads; its f16 rounding of q and of the softmax weights adds
-         * ~1e-7 of NMSE: bound 5e-6) */
-        const int is_cuda = !strcmp(c->dut->name, "cuda");
-        for (int mode = 0; mode < (is_cuda ? 3 : 1); mode++) {
+        /* with attention variants (the CUDA backend's) every kernel: per query head, GQA-shared,
+         * tensor cores (prompts of 16+ tokens with 64- or 128-wide heads; its f16 rounding of q and
+         * of the softmax weights adds ~1e-7 of NMSE: bound 5e-6) */
+        const int has = set_variant(c, ST_VARIANT_ATTN, -1) >= 0;
+        for (int mode = 0; mode < (has ? 3 : 1); mode++) {
             const int tc = mode == 2 && nt >= 16 && (hd == 64 || hd == 128);
             if (mode == 2 && !tc) continue; /* the same kernels as mode 1 */
             void *od = put(c->dut, NULL, nq * 4); /* NaN again: each kernel must write every value */
-            int old = is_cuda ? backend_cuda_set_attn_kernel(mode) : 0;
+            const int old = has ? set_variant(c, ST_VARIANT_ATTN, mode) : -1;
             t0 = now_ms();
             c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
             double e = cmp_bufs(c, or_, od, nq);
-            if (is_cuda) backend_cuda_set_attn_kernel(old);
+            if (has) set_variant(c, ST_VARIANT_ATTN, old);
             static const char *const kn[] = {", per-head kernel", ", GQA kernel", ", tensor-core kernel"};
             report(c, "attention", e, tc ? 5e-6 : bound, now_ms() - t0,
                    "%s, %s %d tokens at pos %d, %d/%d heads x %d, window %d%s", tn, nt == 1 ? "decode" : "prompt", nt,
-                   pos0, n_head, hkv, hd, win, is_cuda ? kn[mode] : "");
+                   pos0, n_head, hkv, hd, win, has ? kn[mode] : "");
             c->dut->free(c->dut, od);
         }
         c->ref->free(c->ref, qr), c->dut->free(c->dut, qd), c->ref->free(c->ref, or_);
@@ -428,12 +431,11 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
     void *lr = put(c->ref, l, (size_t)n_tok * n_expert * 4), *ld = put(c->dut, l, (size_t)n_tok * n_expert * 4);
     void *or_ = put(c->ref, NULL, (size_t)n_tok * E * 4), *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
     c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, &gt, ST_ACT_SILU, &g.r, &u.r, &d.r, or_);
-    int is_cuda = !strcmp(c->dut->name, "cuda");
-    int old = is_cuda ? backend_cuda_set_moe_path(path) : 0;
+    const int old = set_variant(c, ST_VARIANT_MOE_PATH, path);
     double t0 = now_ms();
     c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, &gt, ST_ACT_SILU, &g.d, &u.d, &d.d, od);
     double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
-    if (is_cuda) backend_cuda_set_moe_path(old);
+    if (old >= 0) set_variant(c, ST_VARIANT_MOE_PATH, old);
     report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s%s%s",
            path == 1 ? "expert loop" : path == 2 || n_tok * k > 64 ? "grouped" : "fused decode", n_tok, k, n_expert,
            (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name, norm_topk ? ", renormalised" : "",
@@ -518,13 +520,13 @@ static double route_margin(const float *r, int n_tok, int n_expert, int k) {
 }
 
 /* One decode layer's products and norms as the forward pass calls them,
- * fused ops where the GPU backend fuses (backend_cuda.cu):
+ * fused ops where a GPU backend fuses (the CUDA backend):
  *   o = Wo a; x += o, h = norm(x); r = Wr h   (matmul_res_norm: FUSE bit 4)
  *   m = moe(h, r)                             (routing in the MoE kernel)
  *   x += m, h2 = norm(x)                      (the next layer's attention norm)
  *   q, k, v = Wq h2, Wk h2, Wv h2             (matmul_multi: FUSE bit 1)
  * x, h, the router logits, m, h2, q, k and v compared. tq: wo, q, k; tv: v.
- * fuse >= 0: a CUDA backend runs it with those STRATA_CUDA_FUSE bits (0: each
+ * fuse >= 0: a backend with the ST_VARIANT_FUSE variant runs it with those bits (0: each
  * fused op as its composition).
  * The inputs are drawn again while the reference's routing has a near-tie
  * (route_margin below 0.1): there the two sides may rightly choose
@@ -546,12 +548,12 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
     for (int i = 0; i < 11; i++) b[i][0] = put(c->ref, init[i], sz[i] * 4), b[i][1] = put(c->dut, init[i], sz[i] * 4);
     enum { X, A, N1, N2, O, H, Q, K, V, R, M };
     double t0 = now_ms();
-    const int set_fuse = fuse >= 0 && !strcmp(c->dut->name, "cuda");
+    const int set_fuse = fuse >= 0 && set_variant(c, ST_VARIANT_FUSE, -1) >= 0;
     double margin = 0;
     int tries = 1;
     for (int side = 0; side < 2; side++) {
         st_backend *be = side ? c->dut : c->ref;
-        const int old_fuse = side && set_fuse ? backend_cuda_set_fuse(be, fuse) : -1;
+        const int old_fuse = side && set_fuse ? set_variant(c, ST_VARIANT_FUSE, fuse) : -1;
 #define B(i) ((float *)b[i][side])
         const wpair *w[] = {&wo, &wq, &wk, &wv, &wr, &g, &u, &d};
         const st_weight *W[8];
@@ -562,7 +564,7 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         be->rmsnorm(be, B(X), B(M), B(N2), B(A), (int)dim, n_tok, 1e-6f); /* h2 into a's buffer, as layers reuse them */
         float *qkv[] = {B(Q), B(K), B(V)};
         be->matmul_multi(be, 3, W + 1, B(A), qkv, n_tok);
-        if (old_fuse >= 0) backend_cuda_set_fuse(be, old_fuse);
+        if (old_fuse >= 0) set_variant(c, ST_VARIANT_FUSE, old_fuse);
 #undef B
         if (side == 0) {
             float *r = get(c->ref, b[R][0], nr);
@@ -672,10 +674,10 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_rope(&c, 5, 9, 64, 17, 100000.0f, 1.0f, 0);
         check_attention(&c, ST_KV_F16, 300, 9, 3, 64, 5);
         /* a 33-token product after cuBLAS refused: the matrix-vector kernels take it */
-        if (!strcmp(dut->name, "cuda")) {
-            int old = cuda_mm_set_blas_refused(1);
+        const int old = set_variant(&c, ST_VARIANT_NO_BLAS, 1);
+        if (old >= 0) {
             check_matmul(&c, QT_Q4_K, 1024, 320, 33);
-            cuda_mm_set_blas_refused(old);
+            set_variant(&c, ST_VARIANT_NO_BLAS, old);
         }
     }
     check_chain(&c, QT_Q4_K, 1024, 320, 1);
