@@ -100,7 +100,7 @@ static __device__ __forceinline__ float block_max(float v, float *red) { return 
  * the router product makes itself). */
 static __device__ __forceinline__ float rms_scale(float ss, int n, float eps) { return rsqrtf(ss / n + eps); }
 
-/* The int8 KV cache's rows (kv_store, qkv_prep): per (position, KV head)
+/* The int8 KV cache's rows (qkv_prep): per (position, KV head)
  * the scale d = amax / 127, each value round(v * (1 / d)); read back as d * q. */
 static __device__ __forceinline__ float kv_q8_inv(float amax, float *d) {
     *d = amax / 127.0f;
