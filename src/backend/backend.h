@@ -281,6 +281,12 @@ struct st_backend {
      * itself (host_register'ed memory): src must stay unchanged until the next
      * to_host, which waits for it. */
     void (*upload)(st_backend *be, void *dst, const void *src, size_t bytes);
+    /* Optional (NULL: upload each). n uploads as one: the device reads the
+     * n ranges src[i] (host_register'ed memory, as for upload) into dst[i]
+     * itself, in one launch queued behind the ops before it; returns at once.
+     * For many small copies, where each upload's call would cost more than
+     * its bytes (the expert lanes send a layer's experts this way). */
+    void (*upload_many)(st_backend *be, int n, void *const *dst, const void *const *src, const size_t *bytes);
     /* Optional (NULL: nothing to do). Make n bytes of host memory at p
      * (read-only use) copyable by the device without staging (pinned, or
      * page-locked in place); 0, or -1 with st_error when the system refuses. */

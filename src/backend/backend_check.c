@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "quant/quant.h"
 
 typedef struct {
@@ -651,6 +652,47 @@ static void check_top_k(chk *c, int n, int k, int levels, int nans) {
     st_free(x), st_free(ids), st_free(ref), st_free(vals);
 }
 
+/* upload_many against the bytes given: 40 ranges (past one launch's 32) of
+ * odd sizes at odd offsets in page-locked memory, into a poisoned buffer,
+ * and the bytes between them untouched. */
+static void check_upload_many(chk *c) {
+    st_backend *be = c->dut;
+    if (!be->upload_many || !be->host_register) return;
+    enum { N = 40 };
+    const size_t cap = (size_t)2 << 20;
+    uint8_t *h = aligned_alloc(4096, cap), *back = st_malloc(cap), *want = st_malloc(cap);
+    for (size_t i = 0; i < cap; i++) h[i] = (uint8_t)next_u64(c);
+    if (be->host_register(be, h, cap) != 0) {
+        report(c, "upload_many", INFINITY, 0, 0, "host_register refused: %s", st_error_get());
+        free(h), st_free(back), st_free(want);
+        return;
+    }
+    uint8_t *d = put(be, NULL, cap);
+    memset(want, 0xff, cap);
+    void *dst[N];
+    const void *src[N];
+    size_t bytes[N], off = 0;
+    static const size_t sizes[] = {1, 15, 16, 17, 4099, 65536, 300001, 31};
+    for (int i = 0; i < N; i++) {
+        bytes[i] = sizes[i % 8] + (size_t)(i / 8);
+        const size_t so = (size_t)(next_u64(c) % (cap - bytes[i]));
+        off += (size_t)(next_u64(c) % 40); /* gaps that must stay poisoned; 16-aligned or not */
+        ST_ASSERT(off + bytes[i] <= cap);
+        src[i] = h + so, dst[i] = d + off;
+        memcpy(want + off, h + so, bytes[i]);
+        off += bytes[i];
+    }
+    const double t0 = now_ms();
+    be->upload_many(be, N, dst, src, bytes);
+    be->to_host(be, back, d, cap);
+    size_t bad = 0;
+    for (size_t i = 0; i < cap; i++) bad += back[i] != want[i];
+    report(c, "upload_many", (double)bad, 0, now_ms() - t0, "%d ranges, %zu bytes (bytes wrong)", N, off);
+    be->free(be, d);
+    be->host_unregister(be, h);
+    free(h), st_free(back), st_free(want);
+}
+
 int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
     chk c = {ref, dut, seed * 0x2545f4914f6cdd1dull + 1, fn, ctx, 0};
     static const qt_type rows_types[] = {QT_F32, QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
@@ -720,6 +762,7 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_moe(&c, 1, 128, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0);
         check_moe(&c, 8, 32, 8, 2048, 768, 1, 0, QT_Q4_K, QT_Q6_K, 0); /* 32 experts: quicker to make on the CPU */
     }
+    check_upload_many(&c);
     check_top_k(&c, 1000, 1, 0, 0);
     check_top_k(&c, 1000, 40, 7, 0); /* ties across the whole array */
     check_top_k(&c, 70, 64, 3, 0);

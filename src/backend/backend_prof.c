@@ -248,6 +248,9 @@ static void w_destroy(st_backend *be) {
 static void w_upload(st_backend *be, void *dst, const void *src, size_t bytes) {
     P(be)->in->upload(P(be)->in, dst, src, bytes);
 }
+static void w_upload_many(st_backend *be, int n, void *const *dst, const void *const *src, const size_t *bytes) {
+    P(be)->in->upload_many(P(be)->in, n, dst, src, bytes);
+}
 static int w_host_register(st_backend *be, const void *ptr, size_t bytes) {
     return P(be)->in->host_register(P(be)->in, ptr, bytes);
 }
@@ -292,6 +295,7 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .to_host = w_to_host,
         .to_device = w_to_device,
         .upload = in->upload ? w_upload : NULL,
+        .upload_many = in->upload_many ? w_upload_many : NULL,
         .host_register = in->host_register ? w_host_register : NULL,
         .host_unregister = in->host_unregister ? w_host_unregister : NULL,
         .mem_info = in->mem_info ? w_mem_info : NULL,

@@ -150,9 +150,10 @@ int cmd_bench(int argc, char **argv) {
                (double)dec.bytes_pcie / n / 1e6, (double)dec.bytes_pcie / dec_s / 1e9, (unsigned long long)dec.swaps);
         const double us = 1e-3 / n; /* ns summed over the decode -> us per token */
         printf("decode time per token: %.0f us, of which in the layers the host routes %.0f us: waiting for the routing "
-               "%.0f (the device's work before it included), CPU lane %.0f, handing its output back %.0f\n",
-               dec_s * 1e6 / n, (double)dec.ns_call * us, (double)dec.ns_route * us, (double)dec.ns_cpu * us,
-               (double)dec.ns_join * us);
+               "%.0f (the device's work before it included), queueing the device's pairs %.0f (the hidden rows to "
+               "the host %.0f), CPU lane %.0f, handing its output back %.0f\n",
+               dec_s * 1e6 / n, (double)dec.ns_call * us, (double)dec.ns_route * us, (double)dec.ns_queue * us,
+               (double)dec.ns_hx * us, (double)dec.ns_cpu * us, (double)dec.ns_join * us);
         if (dec.bytes_ssd)
             printf("SSD tier in decode: %.2f MB read per token, %.2f GB/s while reading (%.2f GB/s over the decode "
                    "time); the disk's sequential rate is in the start log\n",

@@ -15,7 +15,8 @@
 #define SERVE_USAGE                                                                                                \
     "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "      \
     "[--max-body MB] [--read-timeout S] [--max-inflight MB] [--allowed-hosts LIST] [--cors-origin LIST] "         \
-    "[--shutdown-timeout S] [--engine-timeout S] [--reasoning-format auto|deepseek|none] [--ranks N]"
+    "[--shutdown-timeout S] [--engine-timeout S] [--reasoning-format auto|deepseek|none] [--reasoning-budget N] "   \
+    "[--ranks N]"
 
 int cmd_serve(int argc, char **argv) {
     args_t a = {.cmd = "serve", .usage = SERVE_USAGE, .argc = argc, .argv = argv, .i = 1};
@@ -45,6 +46,8 @@ int cmd_serve(int argc, char **argv) {
                    "get 503 and the next request starts a new one. --reasoning-format (default auto;\n"
                    "deepseek: the same; none: off) sets whether a thinking model's reasoning comes apart\n"
                    "from its answer (reasoning_content, Anthropic thinking blocks); requests may say.\n"
+                   "--reasoning-budget N (default -1: none): a reasoning block ends after N tokens (0: at\n"
+                   "once) unless a request sets its own (reasoning_budget_tokens, Anthropic budget_tokens).\n"
                    "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
                    "See docs/server.md.\n",
                    STRATA_DEFAULT_MODEL);
@@ -98,6 +101,9 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             p.reasoning = strcmp(v, "none") != 0;
+        } else if ((r = args_value(&a, "--reasoning-budget", &v))) {
+            if (r < 0 || args_int(&a, "--reasoning-budget", v, -1, 2147483647, &n)) return a.err;
+            p.reasoning_budget = (int)n;
         } else if ((r = args_value(&a, "--api-key", &v))) {
             if (r < 0) return a.err;
             p.api_key = v;

@@ -32,6 +32,12 @@ static const st_switch_def TABLE[] = {
     {"STRATA_SSD_IO", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
      "how the SSD tier reads (--ram-budget): auto (io_uring and O_DIRECT where the system allows them), or the "
      "fallbacks forced: pread (no io_uring), buffered (no O_DIRECT), pread-buffered (neither)", 0},
+    {"STRATA_LANE_WORKER", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
+     "0: the expert lanes' CPU products start after the GPU's part of the layer is queued, on the calling thread, "
+     "instead of at once on a worker thread (the CPU lane's pool then has one thread less)", 0},
+    {"STRATA_LANE_GATHER", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
+     "0: the expert lanes send a layer's experts over PCIe as one copy each (three an expert) instead of one "
+     "gathering launch in which the GPU reads them from the page-locked mapping", 0},
     {"STRATA_CUDA_GRAPH", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode steps launch each kernel instead of replaying a recorded CUDA graph", 0},
     {"STRATA_CUDA_ACT_REUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
@@ -112,6 +118,8 @@ static const st_switch_def TABLE[] = {
      "seconds of silence after which the engine process is killed and restarted (0: never)", 0},
     {"--reasoning-format", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, "auto", "auto",
      "a thinking model's reasoning apart from its answer (auto, deepseek: the same) or in it (none)", 0},
+    {"--reasoning-budget", ST_SW_KIND_FLAG, NULL, NULL, -1, 2147483647, "-1", "-1",
+     "tokens a reasoning block may spend before the engine ends it, unless a request says (-1: no limit)", 0},
 };
 #define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
 

@@ -8,10 +8,12 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/switches.h"
 #include "core/timer.h"
 #include "engine/expert_store.h"
 #include "engine/kv_cache.h"
@@ -222,6 +224,7 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     in->cache = p->expert_cache;
     in->ram_budget = p->ram_budget > 0 ? (size_t)(p->ram_budget * (double)(1ull << 30)) : 0;
     in->host_expert = hp->n_expert ? expert_store_expert_bytes(m) : 0;
+    in->host_staging = hp->n_expert ? expert_store_staging_bytes(m) : 0;
 }
 
 int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
@@ -356,7 +359,15 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
                     apart ? "experts placed apart" : st_error_get());
         }
     }
-    st_backend *cpu = backend_cpu_create(p->n_threads);
+    /* the CPU lane on a worker thread while this one queues the device's
+     * part (not with host tiers, nor when the "device" is the CPU): the
+     * worker and this thread take two of the threads, the pool the rest, so
+     * that no pool thread waits for a core in the middle of a task */
+    const char *lw = st_switch_get("STRATA_LANE_WORKER");
+    const int worker = !on_cpu && !store && !(lw && !strcmp(lw, "0"));
+    int n_cpu = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (worker && n_cpu > 2) n_cpu--;
+    st_backend *cpu = backend_cpu_create(n_cpu);
     /* a layer's device part is 20-100 us: stay awake across it (not when the
      * "device" is the CPU too: its pool runs then, on the same cores) */
     if (!on_cpu) backend_cpu_set_spin_us(cpu, 2000);
@@ -369,6 +380,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
             rates.pcie_bw * 1e-9, rates.pcie_lat * 1e6, p->pcie_frac >= 0 ? " (--pcie-frac fixes the split)" : "");
     *be = moe_lanes_wrap(dev, cpu, m, &plan, &rates, n_ubatch, pinned);
     moe_lanes_set_adapt(*be, p->adapt_every);
+    if (worker) moe_lanes_use_worker(*be);
     if (store) {
         moe_lanes_set_store(*be, store);
         expert_store_advise(m, plan.slot, 1); /* the cache is filled: its experts' pages may go */

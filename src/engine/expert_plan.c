@@ -89,20 +89,32 @@ int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_p
             for (int e = 0; e < out->layer_slots[l]; e++) out->slot[(long)l * X + e] = e;
         }
     }
-    expert_plan_host_tiers(in, profile, out);
+    if (expert_plan_host_tiers(in, profile, out) != 0) {
+        expert_plan_free(out);
+        return -1;
+    }
     return 0;
 }
 
-void expert_plan_host_tiers(const expert_plan_in *in, const uint64_t *profile, expert_plan *out) {
+int expert_plan_host_tiers(const expert_plan_in *in, const uint64_t *profile, expert_plan *out) {
     const int L = in->n_layer, X = in->n_expert, D = in->n_dense_lead;
     const long total = (long)(L - D) * X, host = out->all_resident ? 0 : total - out->slots;
     st_free(out->in_ram);
     out->in_ram = NULL;
     out->ram_experts = host, out->ssd_experts = 0;
     /* the mapping's bytes when the experts fit the budget; else the arena's */
-    if (!host || !in->ram_budget || (size_t)host * in->expert <= in->ram_budget) return;
+    if (!host || !in->ram_budget || (size_t)host * in->expert <= in->ram_budget) return 0;
+    /* the SSD tier reads into a staging buffer of a layer's experts: host RAM as the arena is */
+    if (in->host_staging > in->ram_budget) {
+        st_error_set("memory plan: --ram-budget %.4f GiB cannot hold the SSD tier's staging buffer (%.4f GiB: a "
+                     "layer's %d experts and a spare, %.2f MiB each); give it more, or %.4f GiB for every host "
+                     "expert in RAM",
+                     gib(in->ram_budget), gib(in->host_staging), X, (double)in->host_expert / (1 << 20),
+                     gib((size_t)host * in->expert));
+        return -1;
+    }
     const size_t per = in->host_expert > in->expert ? in->host_expert : in->expert;
-    const long fit = (long)(in->ram_budget / per), ram = fit < host ? fit : host;
+    const long fit = (long)((in->ram_budget - in->host_staging) / per), ram = fit < host ? fit : host;
     out->in_ram = st_calloc((size_t)L * X, 1);
     int32_t *ord = st_malloc((size_t)total * sizeof(int32_t));
     for (long i = 0; i < total; i++) ord[i] = (int32_t)((long)D * X + i);
@@ -116,6 +128,7 @@ void expert_plan_host_tiers(const expert_plan_in *in, const uint64_t *profile, e
     st_free(ord);
     out->ram_experts = n;
     out->ssd_experts = host - n;
+    return 0;
 }
 
 void expert_plan_free(expert_plan *p) {
@@ -149,9 +162,10 @@ void expert_plan_describe(const expert_plan *p, const expert_plan_in *in, void (
     const size_t per = in->host_expert > in->expert ? in->host_expert : in->expert;
     snprintf(t, sizeof t,
              "%ld host experts (%.2f GiB) beyond --ram-budget %.2f GiB: RAM tier %ld (%.2f GiB arena) + SSD tier "
-             "%ld (%.2f GiB read from the file on demand)",
+             "%ld (%.2f GiB read from the file on demand, through a %.2f GiB staging buffer)",
              total - p->slots, gib((size_t)(total - p->slots) * in->expert), gib(in->ram_budget), p->ram_experts,
-             gib((size_t)p->ram_experts * per), p->ssd_experts, gib((size_t)p->ssd_experts * in->expert));
+             gib((size_t)p->ram_experts * per), p->ssd_experts, gib((size_t)p->ssd_experts * in->expert),
+             gib(in->host_staging));
     line(ctx, t);
 }
 

@@ -32,6 +32,8 @@ typedef struct {
     /* the host tiers (expert_store.h) */
     size_t ram_budget;  /* bytes the host experts may hold in RAM (--ram-budget); 0: no limit */
     size_t host_expert; /* bytes of one expert in the RAM tier's arena (expert_store_expert_bytes) */
+    size_t host_staging; /* host bytes of the SSD tier's staging (expert_store_staging_bytes): with
+                            tiers, part of ram_budget */
 } expert_plan_in;
 
 typedef struct {
@@ -50,15 +52,18 @@ typedef struct {
 
 /* Makes the plan: 0, or -1 with st_error naming the numbers when the budget
  * cannot hold the dense part (with the staging buffer) or the slots asked
- * for. profile (n_layer * n_expert routing counts, or NULL) chooses the
- * cached experts, hottest first over all layers; without one, each layer
- * gets an equal share of the slots, its lowest expert ids. */
+ * for, or the RAM budget the SSD tier's staging. profile (n_layer *
+ * n_expert routing counts, or NULL) chooses the cached experts, hottest
+ * first over all layers; without one, each layer gets an equal share of
+ * the slots, its lowest expert ids. */
 int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_plan *out);
 /* The host tiers of a plan (expert_plan_make calls it): when the experts
- * not cached on the device take more than in->ram_budget, the RAM tier gets
- * as many as fit at in->host_expert bytes each, the hottest first by the
- * profile, else in (layer, expert) order; the rest are the SSD tier. */
-void expert_plan_host_tiers(const expert_plan_in *in, const uint64_t *profile, expert_plan *out);
+ * not cached on the device take more than in->ram_budget, the SSD tier's
+ * staging (in->host_staging) is taken from the budget first, then the RAM
+ * tier gets as many as fit at in->host_expert bytes each, the hottest first
+ * by the profile, else in (layer, expert) order; the rest are the SSD tier.
+ * -1 with st_error when the budget is below the staging. */
+int expert_plan_host_tiers(const expert_plan_in *in, const uint64_t *profile, expert_plan *out);
 void expert_plan_free(expert_plan *p);
 /* The plan in words, a line at a time (GiB): the budget's parts, and where
  * the uncached experts are. _log: each line at INFO, "memory plan: ...". */

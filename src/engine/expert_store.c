@@ -302,6 +302,10 @@ size_t expert_store_expert_bytes(const model *m) {
     return b;
 }
 
+size_t expert_store_staging_bytes(const model *m) {
+    return ((size_t)m->hp.n_expert + 1) * expert_store_expert_bytes(m);
+}
+
 /* Reads len bytes at off into dst by pread, completing a short or refused
  * read; the buffered descriptor when the offsets are not block-aligned. */
 static int read_sync(expert_store *s, uint8_t *dst, uint64_t off, size_t len, size_t need) {
@@ -486,6 +490,7 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
     long n_ram = 0;
     for (long i = 0; i < (long)L * X; i++) n_ram += in_ram && in_ram[i];
     ST_ASSERT(expert_store_expert_bytes(m) == s->stride);
+    ST_ASSERT(expert_store_staging_bytes(m) == s->stage_bytes + s->stride); /* what the plan counted */
     s->arena_bytes = (size_t)n_ram * s->stride;
     s->stage = map_anon(s->stage_bytes, 1);
     s->spare = map_anon(s->stride, 0);

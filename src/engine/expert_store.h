@@ -60,6 +60,10 @@ int expert_store_advise(const model *m, const int32_t *slot, int release);
 /* Host bytes of one expert in the RAM arena: its three matrices, each at a
  * 64-byte boundary, for the largest layer (what --ram-budget counts). */
 size_t expert_store_expert_bytes(const model *m);
+/* Host bytes of the SSD tier's staging: a slot of expert_store_expert_bytes
+ * for each expert of a layer, and a spare one (expert_store_expert): host
+ * RAM that --ram-budget counts beside the RAM tier's arena. */
+size_t expert_store_staging_bytes(const model *m);
 
 /* Opens m's file for direct reads and fills the RAM tier: in_ram (n_layer *
  * n_expert, 1 = RAM tier) copied into an arena read from the file. dev: the

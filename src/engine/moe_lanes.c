@@ -11,13 +11,15 @@
  *   1. the device routes; sel and wsel come to the host (k ints and floats
  *      per token: the one wait of the call);
  *   2. the uncached experts the tokens chose are split between the CPU lane
- *      and the PCIe lane (lane_split);
- *   3. the device computes the cached pairs into out (queued, not waited for);
- *      the PCIe lane's experts are queued for upload into the staging slab
- *      (their own positions: staging slot = expert id) and computed there;
- *   4. meanwhile the CPU lane computes its pairs from the hidden rows it
- *      read in step 1, and its output is copied up and added to out.
- * Steps are not recorded as CUDA graphs here (step 1 needs the host).
+ *      and the PCIe lane (lane_split); the CPU lane's products start at
+ *      once on the lanes' worker thread (the caller of the CPU backend's
+ *      pool), from the hidden rows read with the routing;
+ *   3. meanwhile this thread queues the device's part: the cached pairs into
+ *      out, and the PCIe lane's experts uploaded into the staging slab (their
+ *      own positions: staging slot = expert id) and computed there;
+ *   4. the CPU lane's output, once done, is copied up and added to out.
+ * One-token steps are recorded in segments (the device's st_step_segments):
+ * the ops between two layers' host parts replay as one graph (l_run_step).
  */
 #include "engine/moe_lanes.h"
 
@@ -25,7 +27,9 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/switches.h"
 #include "core/timer.h"
+#include "core/worker.h"
 #include "engine/expert_store.h"
 
 typedef struct {
@@ -37,10 +41,39 @@ typedef struct {
     size_t mat_g, mat_u, mat_d; /* bytes of one expert's matrix (types may differ between layers) */
 } lane_layer;
 
+/* The CPU lane's products of one layer call, run on the lanes' worker thread. */
+typedef struct {
+    st_backend *cpu;
+    const float *x;
+    int n_tok, n_expert, k;
+    const int32_t *sel;
+    const float *wsel;
+    const int32_t *map;
+    st_act act;
+    const st_weight *gate, *up, *down;
+    float *out;
+    int64_t ns; /* how long it took */
+} cpu_job;
+
+static void cpu_job_run(void *p) {
+    cpu_job *j = p;
+    const int64_t t0 = st_now_ns();
+    j->cpu->moe_experts(j->cpu, j->x, j->n_tok, j->n_expert, j->k, j->sel, j->wsel, j->map, j->act, j->gate, j->up,
+                        j->down, j->out);
+    j->ns = st_now_ns() - t0;
+}
+
 typedef struct {
     st_backend be; /* first: the device's op table (its ctx too), with a few ops replaced */
     st_backend *dev_orig, *cpu; /* the device backend as created; the CPU lane */
+    st_worker *worker;          /* the thread that calls the CPU lane (its pool's caller) */
+    cpu_job job;
     const void *pinned;         /* host_register'ed experts, or NULL */
+    int gather;                 /* the PCIe lane's copies of a layer as one upload_many (STRATA_LANE_GATHER) */
+    void **g_dst;               /* that upload's ranges, g_n of them (room for 3 per expert) */
+    const void **g_src;
+    size_t *g_bytes;
+    int g_n;
     const model *m;
     lane_rates rates;
     int n_layer, n_expert, k, n_rows, last;
@@ -115,6 +148,23 @@ static void put(lanes *L, void *dst, const void *src, size_t bytes) {
     st_backend *d = &L->live;
     if (d->upload) d->upload(d, dst, src, bytes);
     else d->to_device(d, dst, src, bytes);
+}
+
+/* The PCIe lane's copy of a layer's experts: gathered into one upload_many
+ * (the device reads them from the page-locked mapping itself: one launch
+ * instead of three copies an expert), or one upload each. */
+static void put_expert(lanes *L, void *dst, const void *src, size_t bytes) {
+    if (!L->gather) {
+        put(L, dst, src, bytes);
+        return;
+    }
+    ST_ASSERT(L->g_n < 3 * L->n_expert);
+    L->g_dst[L->g_n] = dst, L->g_src[L->g_n] = src, L->g_bytes[L->g_n++] = bytes;
+}
+
+static void put_flush(lanes *L) {
+    if (L->g_n) L->live.upload_many(&L->live, L->g_n, L->g_dst, L->g_src, L->g_bytes);
+    L->g_n = 0;
 }
 
 /* One admission in layer il (moe_lanes_set_adapt): the hottest uncached
@@ -202,11 +252,12 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 31 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 32 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
  * stubs above when an op is added. gated_delta_net_keep and variant need
- * none: they run between steps, never inside a recorded one. */
-_Static_assert(sizeof(st_backend) == 36 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+ * none: they run between steps, never inside a recorded one; forward.c
+ * does not call upload_many (the lanes' host part does, on L->live). */
+_Static_assert(sizeof(st_backend) == 37 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -338,7 +389,16 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
             L->stats.bytes_cpu += (uint64_t)L->miss_bytes[i];
         }
     }
+    const int64_t thx = st_now_ns();
     if (cpu_pairs) d->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
+    L->stats.ns_hx += (uint64_t)(st_now_ns() - thx);
+    /* the CPU lane starts now, on the worker thread, while this one queues
+     * the device's part (not with host tiers: its reads pace it, below) */
+    const int on_worker = cpu_pairs && L->worker && !L->store;
+    if (on_worker) {
+        L->job = (cpu_job){L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out, 0};
+        st_worker_post(L->worker, cpu_job_run, &L->job);
+    }
     /* host tiers: the misses' reads in flight while the cached pairs are
      * queued, the PCIe lane's first (its uploads wait for them) */
     const expert_store_stats tier0 = L->store ? *expert_store_stats_get(L->store) : (expert_store_stats){0};
@@ -371,13 +431,14 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
                              st_weight_mat(down, e) == (const uint8_t *)st_weight_mat(down, e - 1) + ly->mat_d;
             if (run >= 0 && !next) {
                 const int e0 = run, n = L->miss[i - 1] - run + 1;
-                put(L, mat_ptr(&sg, e0), st_weight_mat(gate, e0), (size_t)n * ly->mat_g);
-                put(L, mat_ptr(&su, e0), st_weight_mat(up, e0), (size_t)n * ly->mat_u);
-                put(L, mat_ptr(&sd, e0), st_weight_mat(down, e0), (size_t)n * ly->mat_d);
+                put_expert(L, mat_ptr(&sg, e0), st_weight_mat(gate, e0), (size_t)n * ly->mat_g);
+                put_expert(L, mat_ptr(&su, e0), st_weight_mat(up, e0), (size_t)n * ly->mat_u);
+                put_expert(L, mat_ptr(&sd, e0), st_weight_mat(down, e0), (size_t)n * ly->mat_d);
                 run = -1;
             }
             if (e >= 0 && run < 0) run = e;
         }
+        put_flush(L);
         put(L, L->d_stage_map, L->stage_map, (size_t)n_expert * sizeof(int32_t));
         d->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &sg, &su, &sd,
                         wrote ? L->d_tmp : out);
@@ -385,10 +446,13 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         wrote = 1;
         L->stats.bytes_pcie += (uint64_t)n_sent * (ly->mat_g + ly->mat_u + ly->mat_d);
     }
-    /* 4. the CPU lane, while the device works */
+    /* 4. the CPU lane, while the device works (its output when the worker is done) */
+    L->stats.ns_queue += (uint64_t)(st_now_ns() - t1);
     if (cpu_pairs) {
         const int64_t t2 = st_now_ns();
-        if (L->store) /* each expert as soon as its reads are in */
+        if (on_worker)
+            st_worker_wait(L->worker);
+        else if (L->store) /* each expert as soon as its reads are in */
             expert_store_cpu_lane(L->store, L->cpu, il, L->h_x, n_tok, k, sel, wsel, L->cpu_map, act, E, L->h_out);
         else
             L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down,
@@ -396,7 +460,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         const int64_t t3 = st_now_ns();
         d->to_device(be, wrote ? L->d_tmp : out, L->h_out, (size_t)n_tok * E * sizeof(float));
         if (wrote) d->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
-        L->stats.ns_cpu += (uint64_t)(t3 - t2);
+        L->stats.ns_cpu += on_worker ? (uint64_t)L->job.ns : (uint64_t)(t3 - t2);
         L->stats.ns_join += (uint64_t)(st_now_ns() - t3);
     }
     if (L->store) { /* the batch closed: its bytes and time */
@@ -503,8 +567,12 @@ static void l_destroy(st_backend *be) {
     st_free(L->miss_bytes);
     st_free(L->miss_tok);
     st_free(L->to_pcie);
+    st_free(L->g_dst);
+    st_free(L->g_src);
+    st_free(L->g_bytes);
     st_free(L->counts);
     st_free(L->heat);
+    st_worker_stop(L->worker);
     L->cpu->destroy(L->cpu);
     expert_store_close(L->store); /* before the device: it unregisters its page-locked memory there */
     st_free(L->tier_order);
@@ -527,6 +595,11 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->dev_orig = dev;
     L->cpu = cpu;
     L->pinned = pinned;
+    const char *gs = st_switch_get("STRATA_LANE_GATHER");
+    L->gather = pinned && dev->upload_many && !(gs && !strcmp(gs, "0"));
+    L->g_dst = st_malloc(3 * (size_t)hp->n_expert * sizeof(void *));
+    L->g_src = st_malloc(3 * (size_t)hp->n_expert * sizeof(void *));
+    L->g_bytes = st_malloc(3 * (size_t)hp->n_expert * sizeof(size_t));
     L->m = m;
     L->rates = *rates;
     L->n_layer = hp->n_layer;
@@ -629,6 +702,8 @@ void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const mo
     acc->ns_cpu += now->ns_cpu - then->ns_cpu;
     acc->ns_join += now->ns_join - then->ns_join;
     acc->ns_call += now->ns_call - then->ns_call;
+    acc->ns_queue += now->ns_queue - then->ns_queue;
+    acc->ns_hx += now->ns_hx - then->ns_hx;
     acc->bytes_ssd += now->bytes_ssd - then->bytes_ssd;
     acc->ns_ssd += now->ns_ssd - then->ns_ssd;
 }
@@ -660,5 +735,12 @@ void moe_lanes_set_store(st_backend *be, expert_store *store) {
     ST_ASSERT(be && be->moe_ffn == l_moe_ffn);
     lanes *L = (lanes *)be;
     L->store = store;
+    L->gather = 0; /* the store's copies: its own staging, not the page-locked mapping */
     L->tier_order = st_malloc((size_t)L->n_expert * sizeof(int));
+}
+
+void moe_lanes_use_worker(st_backend *be) {
+    ST_ASSERT(be && be->moe_ffn == l_moe_ffn);
+    lanes *L = (lanes *)be;
+    if (!L->worker) L->worker = st_worker_start(2000);
 }

@@ -33,8 +33,10 @@ typedef struct {
     /* where the host's time in the calls that left the device went (ns):
      * waiting for the routing (the device's work up to it included), the CPU
      * lane's products, handing its output back (a copy that waits for the
-     * device's queued lane work), and the whole calls */
-    uint64_t ns_route, ns_cpu, ns_join, ns_call;
+     * device's queued lane work), and the whole calls; between the routing
+     * and the CPU lane: queueing the device's pairs and the PCIe lane
+     * (ns_queue), of which copying the hidden rows to the host (ns_hx) */
+    uint64_t ns_route, ns_cpu, ns_join, ns_call, ns_queue, ns_hx;
     uint64_t bytes_ssd;     /* bytes the SSD tier read from the file (moe_lanes_set_store) */
     uint64_t ns_ssd;        /* wall time of its read batches (bytes_ssd / ns_ssd: its read rate) */
 } moe_lane_stats;
@@ -47,6 +49,11 @@ typedef struct {
  * result is destroyed), or NULL. */
 st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, const expert_plan *plan,
                            const lane_rates *rates, int n_rows, const void *pinned);
+/* The CPU lane's products on a worker thread from the moment a layer's
+ * routing is read, while the calling thread queues the device's part
+ * (STRATA_LANE_WORKER; not with a store). The CPU backend's pool should
+ * leave a core to each of the two threads. */
+void moe_lanes_use_worker(st_backend *be);
 /* The cache learns: every `every` steps (a step: a call of the first
  * routed layer), in each layer whose experts are partly cached, the hottest
  * uncached expert takes the slot of the coldest cached one when it is

@@ -3,8 +3,11 @@
  * the families that have it, and the class that the memory plan splits on.
  * The loader binds the rows a family has (model_load.c); model_each_tensor
  * walks the same rows for placement (engine_place.c) and the plan's byte
- * count; model_active_bytes_per_token too. tests/engine/test_lanes.c checks
- * that the list covers every byte of a file's tensors. */
+ * count; model_active_bytes_per_token too; `strata synth` writes the same
+ * rows (synth.c), in this order, which is llama.cpp's for qwen3moe and the
+ * hybrids (their synthetic files stay as they were before the table wrote
+ * them). tests/engine/test_lanes.c checks that the list covers every byte
+ * of a file's tensors. */
 #include <stddef.h>
 
 #include "model/model.h"
@@ -17,6 +20,8 @@
 
 const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     V("attn_norm.weight", attn_norm, MD_EMBD, MW_ALWAYS),
+    /* the pre-FFN norm of the hybrids, glm4moe and gpt-oss (here: their files have it second) */
+    V("post_attention_norm.weight", ffn_norm, MD_EMBD, MW_FFN_NORM_POST),
     W("attn_q.weight", wq, MD_EMBD, MD_Q, MD_ONE, MW_ATTN_PLAIN, MT_DENSE),
     W("attn_q.weight", wq, MD_EMBD, MD_QG, MD_ONE, MW_ATTN_GATED, MT_DENSE),
     W("attn_k.weight", wk, MD_EMBD, MD_KV, MD_ONE, MW_ATTN, MT_DENSE),
@@ -30,15 +35,14 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     V("post_attention_norm.weight", post_attn_norm, MD_EMBD, MW_POST_NORMS),
     V("post_ffw_norm.weight", post_ffn_norm, MD_EMBD, MW_POST_NORMS),
     V("ffn_norm.weight", ffn_norm, MD_EMBD, MW_FFN_NORM),
-    V("post_attention_norm.weight", ffn_norm, MD_EMBD, MW_FFN_NORM_POST), /* the hybrids' and glm4moe's pre-FFN norm */
     W("attn_qkv.weight", ssm_qkv, MD_EMBD, MD_CONV, MD_ONE, MW_RECR, MT_DENSE),
     W("attn_gate.weight", ssm_z, MD_EMBD, MD_VALUE, MD_ONE, MW_RECR, MT_DENSE),
-    W("ssm_beta.weight", ssm_beta, MD_EMBD, MD_VHEADS, MD_ONE, MW_RECR_BA_SPLIT, MT_DENSE),
-    W("ssm_alpha.weight", ssm_alpha, MD_EMBD, MD_VHEADS, MD_ONE, MW_RECR_BA_SPLIT, MT_DENSE),
-    W("ssm_ba.weight", ssm_ba, MD_EMBD, MD_BA, MD_ONE, MW_RECR_BA_FUSED, MT_DENSE),
     V2("ssm_conv1d.weight", ssm_conv, MD_CONV_K, MD_CONV, MW_RECR),
     V("ssm_dt.bias", ssm_dt, MD_VHEADS, MW_RECR),
     V("ssm_a", ssm_a, MD_VHEADS, MW_RECR),
+    W("ssm_beta.weight", ssm_beta, MD_EMBD, MD_VHEADS, MD_ONE, MW_RECR_BA_SPLIT, MT_DENSE),
+    W("ssm_alpha.weight", ssm_alpha, MD_EMBD, MD_VHEADS, MD_ONE, MW_RECR_BA_SPLIT, MT_DENSE),
+    W("ssm_ba.weight", ssm_ba, MD_EMBD, MD_BA, MD_ONE, MW_RECR_BA_FUSED, MT_DENSE),
     V("ssm_norm.weight", ssm_norm, MD_SSM_HEAD, MW_RECR),
     W("ssm_out.weight", ssm_out, MD_VALUE, MD_EMBD, MD_ONE, MW_RECR, MT_DENSE),
     W("ffn_gate_inp.weight", ffn_gate_inp, MD_EMBD, MD_EXPERT, MD_ONE, MW_MOE, MT_DENSE),

@@ -1,5 +1,8 @@
-/* Synthetic qwen3moe files (and the hybrid qwen35moe / qwen3next, glm4moe, gpt-oss): presets, the per-class type plan, metadata, and
- * the tensor data generator that gguf_writer_write pulls one tensor at a time.
+/* Synthetic qwen3moe files (and the hybrid qwen35moe / qwen3next, glm4moe,
+ * deepseek2, gpt-oss): presets, the per-class type plan, metadata, and the
+ * tensor data generator that gguf_writer_write pulls one tensor at a time.
+ * Which tensors a layer has, and their shapes, are the model's own tensor
+ * table's (model_tensors.c): a family's tensors are listed once, there.
  *
  * Weights are N(0, 0.02^2) (norm weights 1 + N(0, 0.02^2)), quantized with the
  * reference quantizers. On big presets quantizing every one of 30 billion
@@ -27,6 +30,7 @@
 #include "model/arch_gpt_oss_names.h"
 #include "model/arch_hybrid_names.h"
 #include "model/arch_qwen3moe_names.h"
+#include "model/model.h"
 #include "model/synth_internal.h"
 #include "quant/quant.h"
 
@@ -177,6 +181,61 @@ static const char *const CLASS_NAMES[SYN_CLASS_COUNT] = {
     "ffn_down_exps.bias",
 };
 
+/* Each class's GGUF name: the whole name of the three global tensors, the
+ * part after "blk.N." of the others. */
+static const char *const CLASS_TENSOR[SYN_CLASS_COUNT] = {
+    [SYN_TOKEN_EMBD] = QWEN3MOE_T_TOKEN_EMBD,
+    [SYN_OUTPUT_NORM] = QWEN3MOE_T_OUTPUT_NORM,
+    [SYN_OUTPUT] = QWEN3MOE_T_OUTPUT,
+    [SYN_ATTN_NORM] = QWEN3MOE_T_ATTN_NORM,
+    [SYN_ATTN_Q] = QWEN3MOE_T_ATTN_Q,
+    [SYN_ATTN_K] = QWEN3MOE_T_ATTN_K,
+    [SYN_ATTN_V] = QWEN3MOE_T_ATTN_V,
+    [SYN_ATTN_OUT] = QWEN3MOE_T_ATTN_OUT,
+    [SYN_ATTN_Q_NORM] = QWEN3MOE_T_ATTN_Q_NORM,
+    [SYN_ATTN_K_NORM] = QWEN3MOE_T_ATTN_K_NORM,
+    [SYN_FFN_NORM] = QWEN3MOE_T_FFN_NORM,
+    [SYN_FFN_GATE_INP] = QWEN3MOE_T_FFN_GATE_INP,
+    [SYN_FFN_GATE_EXPS] = QWEN3MOE_T_FFN_GATE_EXPS,
+    [SYN_FFN_UP_EXPS] = QWEN3MOE_T_FFN_UP_EXPS,
+    [SYN_FFN_DOWN_EXPS] = QWEN3MOE_T_FFN_DOWN_EXPS,
+    [SYN_POST_ATTN_NORM] = HYBRID_T_POST_ATTN_NORM,
+    [SYN_ATTN_QKV] = HYBRID_T_ATTN_QKV,
+    [SYN_ATTN_GATE] = HYBRID_T_ATTN_GATE,
+    [SYN_SSM_BETA] = HYBRID_T_SSM_BETA,
+    [SYN_SSM_ALPHA] = HYBRID_T_SSM_ALPHA,
+    [SYN_SSM_BA] = HYBRID_T_SSM_BA,
+    [SYN_SSM_CONV1D] = HYBRID_T_SSM_CONV1D,
+    [SYN_SSM_DT] = HYBRID_T_SSM_DT,
+    [SYN_SSM_A] = HYBRID_T_SSM_A,
+    [SYN_SSM_NORM] = HYBRID_T_SSM_NORM,
+    [SYN_SSM_OUT] = HYBRID_T_SSM_OUT,
+    [SYN_FFN_GATE_INP_SHEXP] = HYBRID_T_FFN_GATE_INP_SHEXP,
+    [SYN_FFN_GATE_SHEXP] = HYBRID_T_FFN_GATE_SHEXP,
+    [SYN_FFN_UP_SHEXP] = HYBRID_T_FFN_UP_SHEXP,
+    [SYN_FFN_DOWN_SHEXP] = HYBRID_T_FFN_DOWN_SHEXP,
+    [SYN_ATTN_Q_BIAS] = GLM4MOE_T_ATTN_Q_BIAS,
+    [SYN_ATTN_K_BIAS] = GLM4MOE_T_ATTN_K_BIAS,
+    [SYN_ATTN_V_BIAS] = GLM4MOE_T_ATTN_V_BIAS,
+    [SYN_EXP_PROBS_B] = GLM4MOE_T_EXP_PROBS_B,
+    [SYN_FFN_GATE] = GLM4MOE_T_FFN_GATE,
+    [SYN_FFN_UP] = GLM4MOE_T_FFN_UP,
+    [SYN_FFN_DOWN] = GLM4MOE_T_FFN_DOWN,
+    [SYN_ATTN_Q_A] = DEEPSEEK2_T_ATTN_Q_A,
+    [SYN_ATTN_Q_A_NORM] = DEEPSEEK2_T_ATTN_Q_A_NORM,
+    [SYN_ATTN_Q_B] = DEEPSEEK2_T_ATTN_Q_B,
+    [SYN_ATTN_KV_A_MQA] = DEEPSEEK2_T_ATTN_KV_A_MQA,
+    [SYN_ATTN_KV_A_NORM] = DEEPSEEK2_T_ATTN_KV_A_NORM,
+    [SYN_ATTN_K_B] = DEEPSEEK2_T_ATTN_K_B,
+    [SYN_ATTN_V_B] = DEEPSEEK2_T_ATTN_V_B,
+    [SYN_ATTN_OUT_BIAS] = GPT_OSS_T_ATTN_OUT_BIAS,
+    [SYN_ATTN_SINKS] = GPT_OSS_T_ATTN_SINKS,
+    [SYN_FFN_GATE_INP_BIAS] = GPT_OSS_T_GATE_INP_BIAS,
+    [SYN_FFN_GATE_EXPS_BIAS] = GPT_OSS_T_GATE_EXPS_BIAS,
+    [SYN_FFN_UP_EXPS_BIAS] = GPT_OSS_T_UP_EXPS_BIAS,
+    [SYN_FFN_DOWN_EXPS_BIAS] = GPT_OSS_T_DOWN_EXPS_BIAS,
+};
+
 const char *synth_class_name(synth_class c) {
     return (unsigned)c < SYN_CLASS_COUNT ? CLASS_NAMES[c] : NULL;
 }
@@ -284,63 +343,72 @@ static int fallback_type(int type, int64_t width) {
     return width % qt_get((qt_type)alt)->blck == 0 ? alt : QT_F16;
 }
 
+/* The model's hyper-parameters as model_load.c reads them from the metadata
+ * that write_hparams writes: what the tensor table's conditions and shapes
+ * name. tests/model/test_synth_plan.c checks them against the loader's. */
+void synth_model_hparams(const synth_hparams *h, model_hparams *m) {
+    memset(m, 0, sizeof *m);
+    m->arch = (model_arch)model_arch_from_name(h->arch, strlen(h->arch));
+    m->n_layer = h->n_layer;
+    m->n_embd = h->n_embd;
+    m->n_head = h->n_head;
+    m->n_head_kv = h->n_head_kv;
+    m->head_dim = h->head_dim;
+    m->n_ff = h->n_ff;
+    m->n_vocab = h->n_vocab;
+    m->n_expert = h->n_expert;
+    m->n_expert_used = h->n_expert_used;
+    m->n_ff_exp = h->n_ff_exp;
+    switch (m->arch) {
+    case ARCH_QWEN3MOE: m->qk_norm = 1; break;
+    case ARCH_QWEN3NEXT:
+    case ARCH_QWEN35MOE: /* gated attention with q/k norms, DeltaNet layers, a gated shared expert */
+        m->qk_norm = 1;
+        m->full_attn_interval = h->full_attn_interval;
+        m->n_rot = h->n_rot;
+        m->ssm_d_conv = h->ssm_d_conv;
+        m->ssm_n_k_head = h->ssm_n_k_head;
+        m->ssm_n_v_head = h->ssm_n_v_head;
+        m->ssm_head_dim = h->ssm_head_dim;
+        m->ba_fused = m->arch == ARCH_QWEN3NEXT;
+        m->n_ff_shexp = h->n_ff_shexp;
+        m->shexp_gated = 1;
+        m->ffn_norm_post = 1;
+        break;
+    case ARCH_GLM4MOE: /* synth writes the q/k/v biases and no q/k norms (GLM-4.5-Air's) */
+        m->qkv_bias = 1;
+        m->n_rot = h->n_rot;
+        m->n_dense_lead = h->n_dense_lead;
+        m->n_ff_shexp = h->n_shared * h->n_ff_exp;
+        m->ffn_norm_post = 1;
+        m->exp_bias = 1;
+        break;
+    case ARCH_DEEPSEEK2: /* the cache row is the KV head; the query/key heads are synth's head_dim */
+        m->head_dim = h->kv_lora + h->n_rot;
+        m->n_rot = h->n_rot;
+        m->n_dense_lead = h->n_dense_lead;
+        m->n_ff_shexp = h->n_shared * h->n_ff_exp;
+        m->exp_bias = 1;
+        m->q_lora = h->q_lora;
+        m->kv_lora = h->kv_lora;
+        m->head_dim_mla = h->head_dim;
+        m->v_head_mla = h->v_head_dim;
+        break;
+    case ARCH_GPT_OSS:
+        m->qkv_bias = 1;
+        m->attn_sinks = 1;
+        m->exps_bias = 1;
+        m->ffn_norm_post = 1;
+        m->n_rot = h->head_dim; /* no rope.dimension_count: all of the head */
+        break;
+    default: break;
+    }
+}
+
 static void plan_add(syn_ctx *c, synth_class cls, int layer, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2) {
     syn_tensor *t = &c->t[c->n++];
-    const char *suffix = NULL;
-    switch (cls) {
-    case SYN_TOKEN_EMBD: snprintf(t->name, sizeof t->name, "%s", QWEN3MOE_T_TOKEN_EMBD); break;
-    case SYN_OUTPUT_NORM: snprintf(t->name, sizeof t->name, "%s", QWEN3MOE_T_OUTPUT_NORM); break;
-    case SYN_OUTPUT: snprintf(t->name, sizeof t->name, "%s", QWEN3MOE_T_OUTPUT); break;
-    case SYN_ATTN_NORM: suffix = QWEN3MOE_T_ATTN_NORM; break;
-    case SYN_ATTN_Q: suffix = QWEN3MOE_T_ATTN_Q; break;
-    case SYN_ATTN_K: suffix = QWEN3MOE_T_ATTN_K; break;
-    case SYN_ATTN_V: suffix = QWEN3MOE_T_ATTN_V; break;
-    case SYN_ATTN_OUT: suffix = QWEN3MOE_T_ATTN_OUT; break;
-    case SYN_ATTN_Q_NORM: suffix = QWEN3MOE_T_ATTN_Q_NORM; break;
-    case SYN_ATTN_K_NORM: suffix = QWEN3MOE_T_ATTN_K_NORM; break;
-    case SYN_FFN_NORM: suffix = QWEN3MOE_T_FFN_NORM; break;
-    case SYN_FFN_GATE_INP: suffix = QWEN3MOE_T_FFN_GATE_INP; break;
-    case SYN_FFN_GATE_EXPS: suffix = QWEN3MOE_T_FFN_GATE_EXPS; break;
-    case SYN_FFN_UP_EXPS: suffix = QWEN3MOE_T_FFN_UP_EXPS; break;
-    case SYN_FFN_DOWN_EXPS: suffix = QWEN3MOE_T_FFN_DOWN_EXPS; break;
-    case SYN_POST_ATTN_NORM: suffix = HYBRID_T_POST_ATTN_NORM; break;
-    case SYN_ATTN_QKV: suffix = HYBRID_T_ATTN_QKV; break;
-    case SYN_ATTN_GATE: suffix = HYBRID_T_ATTN_GATE; break;
-    case SYN_SSM_BETA: suffix = HYBRID_T_SSM_BETA; break;
-    case SYN_SSM_ALPHA: suffix = HYBRID_T_SSM_ALPHA; break;
-    case SYN_SSM_BA: suffix = HYBRID_T_SSM_BA; break;
-    case SYN_SSM_CONV1D: suffix = HYBRID_T_SSM_CONV1D; break;
-    case SYN_SSM_DT: suffix = HYBRID_T_SSM_DT; break;
-    case SYN_SSM_A: suffix = HYBRID_T_SSM_A; break;
-    case SYN_SSM_NORM: suffix = HYBRID_T_SSM_NORM; break;
-    case SYN_SSM_OUT: suffix = HYBRID_T_SSM_OUT; break;
-    case SYN_FFN_GATE_INP_SHEXP: suffix = HYBRID_T_FFN_GATE_INP_SHEXP; break;
-    case SYN_FFN_GATE_SHEXP: suffix = HYBRID_T_FFN_GATE_SHEXP; break;
-    case SYN_FFN_UP_SHEXP: suffix = HYBRID_T_FFN_UP_SHEXP; break;
-    case SYN_FFN_DOWN_SHEXP: suffix = HYBRID_T_FFN_DOWN_SHEXP; break;
-    case SYN_ATTN_Q_BIAS: suffix = GLM4MOE_T_ATTN_Q_BIAS; break;
-    case SYN_ATTN_K_BIAS: suffix = GLM4MOE_T_ATTN_K_BIAS; break;
-    case SYN_ATTN_V_BIAS: suffix = GLM4MOE_T_ATTN_V_BIAS; break;
-    case SYN_EXP_PROBS_B: suffix = GLM4MOE_T_EXP_PROBS_B; break;
-    case SYN_FFN_GATE: suffix = GLM4MOE_T_FFN_GATE; break;
-    case SYN_FFN_UP: suffix = GLM4MOE_T_FFN_UP; break;
-    case SYN_FFN_DOWN: suffix = GLM4MOE_T_FFN_DOWN; break;
-    case SYN_ATTN_Q_A: suffix = DEEPSEEK2_T_ATTN_Q_A; break;
-    case SYN_ATTN_Q_A_NORM: suffix = DEEPSEEK2_T_ATTN_Q_A_NORM; break;
-    case SYN_ATTN_Q_B: suffix = DEEPSEEK2_T_ATTN_Q_B; break;
-    case SYN_ATTN_KV_A_MQA: suffix = DEEPSEEK2_T_ATTN_KV_A_MQA; break;
-    case SYN_ATTN_KV_A_NORM: suffix = DEEPSEEK2_T_ATTN_KV_A_NORM; break;
-    case SYN_ATTN_K_B: suffix = DEEPSEEK2_T_ATTN_K_B; break;
-    case SYN_ATTN_V_B: suffix = DEEPSEEK2_T_ATTN_V_B; break;
-    case SYN_ATTN_OUT_BIAS: suffix = GPT_OSS_T_ATTN_OUT_BIAS; break;
-    case SYN_ATTN_SINKS: suffix = GPT_OSS_T_ATTN_SINKS; break;
-    case SYN_FFN_GATE_INP_BIAS: suffix = GPT_OSS_T_GATE_INP_BIAS; break;
-    case SYN_FFN_GATE_EXPS_BIAS: suffix = GPT_OSS_T_GATE_EXPS_BIAS; break;
-    case SYN_FFN_UP_EXPS_BIAS: suffix = GPT_OSS_T_UP_EXPS_BIAS; break;
-    case SYN_FFN_DOWN_EXPS_BIAS: suffix = GPT_OSS_T_DOWN_EXPS_BIAS; break;
-    default: ST_ASSERT(0);
-    }
-    if (suffix) snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, suffix);
+    if (layer < 0) snprintf(t->name, sizeof t->name, "%s", CLASS_TENSOR[cls]);
+    else snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, CLASS_TENSOR[cls]);
     t->cls = cls;
     t->layer = layer;
     t->n_dims = n_dims;
@@ -356,145 +424,39 @@ static void plan_add(syn_ctx *c, synth_class cls, int layer, int n_dims, int64_t
     c->bytes_total += t->bytes;
 }
 
-static void plan_build(syn_ctx *c) {
+/* The class of a row of the model's tensor table, by its GGUF name (two rows
+ * may share one: attn_q.weight is plain, gated or MLA's by family). */
+static synth_class row_class(const char *name) {
+    for (int cl = SYN_ATTN_NORM; cl < SYN_CLASS_COUNT; cl++)
+        if (!strcmp(CLASS_TENSOR[cl], name)) return (synth_class)cl;
+    st_error_set("synth: the tensor table's %s has no synth class", name);
+    return SYN_CLASS_COUNT;
+}
+
+/* The file's tensors: the embedding, every layer's rows of the model's
+ * tensor table (model_tensors.c) that the family has, with the table's
+ * shapes, in its order, then the output norm and matrix. A row's type is
+ * its class's (synth_class_type). */
+static int plan_build(syn_ctx *c) {
     const synth_hparams *h = &c->o->hp;
-    int64_t E = h->n_embd, Q = (int64_t)h->n_head * h->head_dim, KV = (int64_t)h->n_head_kv * h->head_dim;
-    int64_t X = h->n_expert, F = h->n_ff_exp;
-    c->t = st_calloc((size_t)(3 + 24 * h->n_layer), sizeof *c->t); /* at most 24 per layer (the hybrids'; gpt-oss 19) */
-    plan_add(c, SYN_TOKEN_EMBD, -1, 2, E, h->n_vocab, 1);
-    for (int il = 0; il < h->n_layer && h->full_attn_interval; il++) { /* the hybrids, in llama.cpp's order */
-        const int64_t D = h->ssm_head_dim, NV = h->ssm_n_v_head, VD = NV * D, CD = 2 * h->ssm_n_k_head * D + VD;
-        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
-        plan_add(c, SYN_POST_ATTN_NORM, il, 1, E, 1, 1);
-        if ((il + 1) % h->full_attn_interval == 0) {
-            plan_add(c, SYN_ATTN_Q, il, 2, E, 2 * Q, 1);
-            plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
-            plan_add(c, SYN_ATTN_V, il, 2, E, KV, 1);
-            plan_add(c, SYN_ATTN_OUT, il, 2, Q, E, 1);
-            plan_add(c, SYN_ATTN_Q_NORM, il, 1, h->head_dim, 1, 1);
-            plan_add(c, SYN_ATTN_K_NORM, il, 1, h->head_dim, 1, 1);
-        } else {
-            plan_add(c, SYN_ATTN_QKV, il, 2, E, CD, 1);
-            plan_add(c, SYN_ATTN_GATE, il, 2, E, VD, 1);
-            plan_add(c, SYN_SSM_CONV1D, il, 2, h->ssm_d_conv, CD, 1);
-            plan_add(c, SYN_SSM_DT, il, 1, NV, 1, 1);
-            plan_add(c, SYN_SSM_A, il, 1, NV, 1, 1);
-            if (!strcmp(h->arch, "qwen3next")) {
-                plan_add(c, SYN_SSM_BA, il, 2, E, 2 * NV, 1);
-            } else {
-                plan_add(c, SYN_SSM_BETA, il, 2, E, NV, 1);
-                plan_add(c, SYN_SSM_ALPHA, il, 2, E, NV, 1);
-            }
-            plan_add(c, SYN_SSM_NORM, il, 1, D, 1, 1);
-            plan_add(c, SYN_SSM_OUT, il, 2, VD, E, 1);
+    model_hparams mh;
+    synth_model_hparams(h, &mh);
+    c->t = st_calloc((size_t)3 + (size_t)MODEL_N_LAYER_TENSORS * (size_t)h->n_layer, sizeof *c->t);
+    plan_add(c, SYN_TOKEN_EMBD, -1, 2, h->n_embd, h->n_vocab, 1);
+    for (int il = 0; il < h->n_layer; il++)
+        for (int r = 0; r < MODEL_N_LAYER_TENSORS; r++) {
+            const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[r];
+            if (!model_has_tensor(&mh, il, lt->when)) continue;
+            const synth_class cls = row_class(lt->name);
+            if (cls == SYN_CLASS_COUNT) return -1;
+            /* as llama.cpp's shapes: a vector is one dimension, a matrix two, the experts' stacks three */
+            const int n_dims = lt->mat != MD_ONE ? 3 : lt->out != MD_ONE ? 2 : 1;
+            plan_add(c, cls, il, n_dims, model_dim_size(&mh, lt->in), model_dim_size(&mh, lt->out),
+                     model_dim_size(&mh, lt->mat));
         }
-        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
-        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
-        plan_add(c, SYN_FFN_GATE_INP_SHEXP, il, 1, E, 1, 1);
-        plan_add(c, SYN_FFN_GATE_SHEXP, il, 2, E, h->n_ff_shexp, 1);
-        plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, h->n_ff_shexp, 1);
-        plan_add(c, SYN_FFN_DOWN_SHEXP, il, 2, h->n_ff_shexp, E, 1);
-    }
-    const int glm = !strcmp(h->arch, GLM4MOE_ARCH);
-    for (int il = 0; il < h->n_layer && glm; il++) { /* glm4moe, in llama.cpp's order */
-        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
-        plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
-        plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
-        plan_add(c, SYN_ATTN_V, il, 2, E, KV, 1);
-        plan_add(c, SYN_ATTN_Q_BIAS, il, 1, Q, 1, 1);
-        plan_add(c, SYN_ATTN_K_BIAS, il, 1, KV, 1, 1);
-        plan_add(c, SYN_ATTN_V_BIAS, il, 1, KV, 1, 1);
-        plan_add(c, SYN_ATTN_OUT, il, 2, Q, E, 1);
-        plan_add(c, SYN_POST_ATTN_NORM, il, 1, E, 1, 1);
-        if (il < h->n_dense_lead) {
-            plan_add(c, SYN_FFN_GATE, il, 2, E, h->n_ff, 1);
-            plan_add(c, SYN_FFN_DOWN, il, 2, h->n_ff, E, 1);
-            plan_add(c, SYN_FFN_UP, il, 2, E, h->n_ff, 1);
-            continue;
-        }
-        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
-        plan_add(c, SYN_EXP_PROBS_B, il, 1, X, 1, 1);
-        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
-        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
-        if (h->n_shared > 0) {
-            plan_add(c, SYN_FFN_GATE_SHEXP, il, 2, E, F * h->n_shared, 1);
-            plan_add(c, SYN_FFN_DOWN_SHEXP, il, 2, F * h->n_shared, E, 1);
-            plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, F * h->n_shared, 1);
-        }
-    }
-    const int ds = !strcmp(h->arch, DEEPSEEK2_ARCH);
-    for (int il = 0; il < h->n_layer && ds; il++) { /* deepseek2, in llama.cpp's order */
-        const int64_t R = h->n_rot, C = h->kv_lora, N = h->head_dim - h->n_rot, H = h->n_head;
-        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
-        if (h->q_lora > 0) {
-            plan_add(c, SYN_ATTN_Q_A_NORM, il, 1, h->q_lora, 1, 1);
-            plan_add(c, SYN_ATTN_Q_A, il, 2, E, h->q_lora, 1);
-            plan_add(c, SYN_ATTN_Q_B, il, 2, h->q_lora, Q, 1);
-        } else {
-            plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
-        }
-        plan_add(c, SYN_ATTN_KV_A_NORM, il, 1, C, 1, 1);
-        plan_add(c, SYN_ATTN_KV_A_MQA, il, 2, E, C + R, 1);
-        plan_add(c, SYN_ATTN_K_B, il, 3, N, C, H);
-        plan_add(c, SYN_ATTN_V_B, il, 3, C, h->v_head_dim, H);
-        plan_add(c, SYN_ATTN_OUT, il, 2, H * h->v_head_dim, E, 1);
-        plan_add(c, SYN_FFN_NORM, il, 1, E, 1, 1);
-        if (il < h->n_dense_lead) {
-            plan_add(c, SYN_FFN_GATE, il, 2, E, h->n_ff, 1);
-            plan_add(c, SYN_FFN_DOWN, il, 2, h->n_ff, E, 1);
-            plan_add(c, SYN_FFN_UP, il, 2, E, h->n_ff, 1);
-            continue;
-        }
-        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
-        plan_add(c, SYN_EXP_PROBS_B, il, 1, X, 1, 1);
-        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
-        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_FFN_GATE_SHEXP, il, 2, E, F * h->n_shared, 1);
-        plan_add(c, SYN_FFN_DOWN_SHEXP, il, 2, F * h->n_shared, E, 1);
-        plan_add(c, SYN_FFN_UP_SHEXP, il, 2, E, F * h->n_shared, 1);
-    }
-    const int oss = !strcmp(h->arch, GPT_OSS_ARCH);
-    for (int il = 0; il < h->n_layer && oss; il++) { /* gpt-oss, in llama.cpp's order */
-        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
-        plan_add(c, SYN_POST_ATTN_NORM, il, 1, E, 1, 1);
-        plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
-        plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
-        plan_add(c, SYN_ATTN_V, il, 2, E, KV, 1);
-        plan_add(c, SYN_ATTN_Q_BIAS, il, 1, Q, 1, 1);
-        plan_add(c, SYN_ATTN_K_BIAS, il, 1, KV, 1, 1);
-        plan_add(c, SYN_ATTN_V_BIAS, il, 1, KV, 1, 1);
-        plan_add(c, SYN_ATTN_OUT, il, 2, Q, E, 1);
-        plan_add(c, SYN_ATTN_SINKS, il, 1, h->n_head, 1, 1);
-        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
-        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
-        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_ATTN_OUT_BIAS, il, 1, E, 1, 1);
-        plan_add(c, SYN_FFN_GATE_INP_BIAS, il, 1, X, 1, 1);
-        plan_add(c, SYN_FFN_GATE_EXPS_BIAS, il, 2, F, X, 1);
-        plan_add(c, SYN_FFN_DOWN_EXPS_BIAS, il, 2, E, X, 1);
-        plan_add(c, SYN_FFN_UP_EXPS_BIAS, il, 2, F, X, 1);
-    }
-    for (int il = 0; il < h->n_layer && !h->full_attn_interval && !glm && !ds && !oss; il++) {
-        plan_add(c, SYN_ATTN_NORM, il, 1, E, 1, 1);
-        plan_add(c, SYN_ATTN_Q, il, 2, E, Q, 1);
-        plan_add(c, SYN_ATTN_K, il, 2, E, KV, 1);
-        plan_add(c, SYN_ATTN_V, il, 2, E, KV, 1);
-        plan_add(c, SYN_ATTN_OUT, il, 2, Q, E, 1);
-        plan_add(c, SYN_ATTN_Q_NORM, il, 1, h->head_dim, 1, 1);
-        plan_add(c, SYN_ATTN_K_NORM, il, 1, h->head_dim, 1, 1);
-        plan_add(c, SYN_FFN_NORM, il, 1, E, 1, 1);
-        plan_add(c, SYN_FFN_GATE_INP, il, 2, E, X, 1);
-        plan_add(c, SYN_FFN_GATE_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_FFN_UP_EXPS, il, 3, E, F, X);
-        plan_add(c, SYN_FFN_DOWN_EXPS, il, 3, F, E, X);
-    }
-    plan_add(c, SYN_OUTPUT_NORM, -1, 1, E, 1, 1);
-    plan_add(c, SYN_OUTPUT, -1, 2, E, h->n_vocab, 1);
+    plan_add(c, SYN_OUTPUT_NORM, -1, 1, h->n_embd, 1, 1);
+    plan_add(c, SYN_OUTPUT, -1, 2, h->n_embd, h->n_vocab, 1);
+    return 0;
 }
 
 /* ---- data ---- */
@@ -844,7 +806,10 @@ int synth_write(const synth_opts *o, const char *path) {
     if (check_opts(o) != 0) return -1;
     const synth_hparams *h = &o->hp;
     syn_ctx c = {.o = o};
-    plan_build(&c);
+    if (plan_build(&c) != 0) {
+        st_free(c.t);
+        return -1;
+    }
     if (o->zipf_s > 0) zipf_setup(&c);
     int64_t max_w = h->n_embd;
     for (int i = 0; i < c.n; i++)

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/model.h"
+
 /* Hyper-parameters of a synthetic model (qwen3moe, or the hybrid qwen35moe /
  * qwen3next when full_attn_interval > 0). */
 typedef struct {
@@ -57,7 +59,8 @@ typedef struct {
     int n_swa;
 } synth_hparams;
 
-/* The tensor classes of qwen3moe, in file order within a layer. */
+/* The tensor classes (--type's names), one per GGUF tensor name; which of
+ * them a layer has, and in what order, is the model's tensor table's. */
 typedef enum {
     SYN_TOKEN_EMBD, SYN_OUTPUT_NORM, SYN_OUTPUT,
     SYN_ATTN_NORM, SYN_ATTN_Q, SYN_ATTN_K, SYN_ATTN_V, SYN_ATTN_OUT, SYN_ATTN_Q_NORM, SYN_ATTN_K_NORM,
@@ -100,6 +103,10 @@ const char *synth_class_name(synth_class c);
 int synth_class_from_name(const char *name);
 /* The type a class gets under o (after fallbacks for row widths are NOT applied). */
 int synth_class_type(const synth_opts *o, synth_class c);
+
+/* The hyper-parameters model_load reads from the file synth writes for h:
+ * the ones the tensor table's conditions and shapes name (model.h). */
+void synth_model_hparams(const synth_hparams *h, model_hparams *out);
 
 /* Write the file. 0, or -1 with st_error_get(). */
 int synth_write(const synth_opts *o, const char *path);

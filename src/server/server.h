@@ -1,5 +1,5 @@
 /* The HTTP server: OpenAI- and Anthropic-compatible APIs over the engine's
- * worker slots (srv_sched.h), on libmicrohttpd with one thread per connection.
+ * worker slots (srv_proto.h), on libmicrohttpd with one thread per connection.
  *
  * Endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages,
  * /v1/messages/count_tokens, /tokenize, /detokenize; GET /v1/models, /health,
@@ -25,6 +25,8 @@ typedef struct {
     int shutdown_timeout_s;    /* SIGTERM: requests in flight get this long to end before they are cut short */
     int engine_timeout_s;      /* an engine process silent this long is killed (its requests get 503); 0: never */
     int reasoning;             /* --reasoning-format: 1 auto (reasoning apart from the answer), 0 none */
+    int reasoning_budget;      /* --reasoning-budget: tokens a reasoning block may spend when a request does not
+                                  say (llama-server's); -1: no limit */
     int ranks;                 /* > 1: the engine runs as an MPI job of this many ranks (--ranks, docs/multi.md) */
 } server_params;
 

@@ -336,6 +336,10 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
         job_set_grammar(j, g); /* a forced call: its input follows the tool's input_schema */
         if (tools && !force) srv_job_lazy_tools(j, tools, API_ANTHROPIC); /* auto: a call it starts is whole */
         srv_job_reasoning(j, s->p.reasoning, think_open); /* thinking blocks apart from the text */
+        long long budget = s->p.reasoning_budget; /* budget_tokens (checked by check_common), else --reasoning-budget */
+        if (tt && !strcmp(tt, "enabled"))
+            jf_int(json_object_get(body, "thinking"), "budget_tokens", 1024, INT32_MAX, &budget, e);
+        srv_job_think_budget(j, (int)budget, think_open);
     } else {
         json_decref(tools);
         st_free(opening);

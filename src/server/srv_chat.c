@@ -195,7 +195,7 @@ out:
 
 void srv_job_call_prefix(const srv_job *j, char *out, size_t cap) {
     const char *hex = strchr(j->id, '-') ? strchr(j->id, '-') + 1 : strchr(j->id, '_') ? strchr(j->id, '_') + 1 : j->id;
-    snprintf(out, cap, "%s%.12s_", j->kind == JOB_ANTHROPIC ? "toolu_" : "call_", hex);
+    snprintf(out, cap, "%s%.12s_", j->api->call_prefix, hex);
 }
 
 void srv_job_stream_opening(srv_job *j) {

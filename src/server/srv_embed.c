@@ -4,7 +4,7 @@
  * An embedding is the model's final hidden state (after the output norm, the
  * vector the output matrix would turn into logits) of the input's tokens,
  * pooled. The engine process computes it like a prompt (engine_seq_embed,
- * in a slot, srv_sched.c), so a crash there is the supervisor's as for any
+ * in a slot, engine/srv_sched.c), so a crash there is the supervisor's as for any
  * request. Pooling is the model's own (`<arch>.pooling_type` in the GGUF:
  * mean, cls = the first token, last); a decoder model without one, which
  * llama-server serves only per token (its /v1/embeddings refuses pooling

@@ -110,7 +110,7 @@ typedef struct read_guard {
     int stop;
     pthread_t thread;
     srv_ctx *srv;
-    sbuf resp[2];              /* the 408 answer per API (srv_api), raw HTTP */
+    sbuf resp[API_N];          /* the 408 answer per API (srv_api), raw HTTP */
 } read_guard;
 
 static int64_t now_ms(void) {
@@ -225,7 +225,7 @@ static read_guard *guard_start(srv_ctx *s, int timeout_s) {
     read_guard *g = st_calloc(1, sizeof *g);
     g->srv = s;
     g->timeout_ms = (int64_t)timeout_s * 1000;
-    for (int api = 0; api < 2; api++) { /* the two 408 answers, made once */
+    for (int api = 0; api < API_N; api++) { /* the 408 answer of each API, made once */
         srv_err e = {.status = 408, .code = "request_timeout"};
         snprintf(e.msg, sizeof e.msg, "the request was not received whole within %d s (--read-timeout)", timeout_s);
         json_t *j = srv_error_json((srv_api)api, &e);
@@ -358,6 +358,7 @@ server_params server_defaults(void) {
     p.shutdown_timeout_s = 10;
     p.engine_timeout_s = 10;
     p.reasoning = 1;
+    p.reasoning_budget = -1;
     return p;
 }
 
@@ -420,8 +421,7 @@ enum MHD_Result srv_send_json(srv_ctx *s, struct MHD_Connection *c, int status, 
 
 static enum MHD_Result send_error_ex(srv_ctx *s, struct MHD_Connection *c, srv_api api, const srv_err *e,
                                      const char *allow, int close) {
-    /* Anthropic's status for overloaded_error is 529 (its SDK raises OverloadedError for it) */
-    const int status = api == API_ANTHROPIC && e->status == 503 ? 529 : e->status;
+    const int status = e->status == 503 ? SRV_APIS[api].overloaded_status : e->status;
     if (status >= 500) ST_WARN("answered %d: %s", status, e->msg);
     return send_json(s, c, status, srv_error_json(api, e), allow, close);
 }

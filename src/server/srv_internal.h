@@ -12,23 +12,12 @@
 #include <stdint.h>
 
 #include "server/server.h"
-#include "server/srv_sched.h"
+#include "server/srv_proto.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
-/* ---- byte buffer ---- */
-typedef struct {
-    char *s;
-    size_t len, cap;
-} sbuf;
-
-void sbuf_put(sbuf *b, const char *s, size_t n);
-void sbuf_puts(sbuf *b, const char *s);
-void sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sbuf_free(sbuf *b);
-
 /* ---- server state ---- */
-typedef enum { API_OPENAI, API_ANTHROPIC } srv_api;
+typedef enum { API_OPENAI, API_ANTHROPIC, API_N } srv_api; /* the shapes of errors (SRV_APIS) */
 
 /* Texts longer than this are tokenized one at a time (srv_tokenize). */
 #define SRV_BIG_TEXT ((size_t)256 << 10)
@@ -89,6 +78,15 @@ typedef struct {
     const char *code;          /* OpenAI's error.code; NULL -> null */
 } srv_err;
 
+/* How each API answers an error: one row per srv_api (srv_util.c), as job_api is for answers. */
+typedef struct {
+    json_t *(*error_json)(const srv_err *e); /* the body: {"error":{...}} or {"type":"error","error":{...}} */
+    int overloaded_status;                   /* the status a 503 goes out with (Anthropic's SDK expects 529) */
+    /* the prompt leaves no room to generate: e filled (400 context_length_exceeded), -1 */
+    int (*context_exceeded)(const srv_ctx *s, int n_prompt, const char *param, srv_err *e);
+} srv_api_row;
+extern const srv_api_row SRV_APIS[API_N];
+
 /* Fill e and return -1, so parsers can `return srv_fail(...)`. */
 int srv_fail(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -143,6 +141,10 @@ struct srv_job;
 /* Separate the answer's reasoning from its content (srv_reason.h) when on and the model marks it;
  * a forced call's opening is fed through it, so later stages see the content only. */
 void srv_job_reasoning(struct srv_job *j, int on, int think_open);
+/* A reasoning budget (Anthropic's thinking.budget_tokens, llama-server's reasoning_budget_tokens): a
+ * reasoning block of the answer spends at most budget tokens, then the engine ends it (engine/srv_gen.c);
+ * budget < 0: none. think_open: the prompt opened the block. */
+void srv_job_think_budget(struct srv_job *j, int budget, int think_open);
 /* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
 int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
 /* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's
@@ -163,7 +165,25 @@ void srv_make_id(srv_ctx *s, const char *prefix, char *out, size_t cap);
 uint64_t srv_random_seed(srv_ctx *s);
 
 /* ---- jobs: one generation between a connection and a slot ---- */
-typedef enum { JOB_OAI_CHAT, JOB_OAI_COMPLETION, JOB_ANTHROPIC, JOB_EMBED } job_kind;
+typedef enum { JOB_OAI_CHAT, JOB_OAI_COMPLETION, JOB_ANTHROPIC, JOB_EMBED, JOB_N_KINDS } job_kind;
+
+struct srv_job;
+/* What an API writes once its job runs: one row per kind of job (JOB_APIS in
+ * srv_job.c), so that a third API is a new row and its own file, not a test
+ * of the kind in every place that writes an answer. The writers are called
+ * with the job's mutex held; a NULL writer is never called for that kind
+ * (an embedding job neither streams nor answers through the job). */
+typedef struct {
+    srv_api errors;            /* the shape of its errors (srv_error_json) */
+    const char *id_prefix;     /* the answer's id: "chatcmpl-", "msg_", ... */
+    const char *call_prefix;   /* its tool calls' ids: "call_", "toolu_" */
+    void (*stream_begin)(struct srv_job *j);
+    void (*stream_text)(struct srv_job *j, const char *text, size_t len);
+    void (*stream_reasoning)(struct srv_job *j, const char *text, size_t len);
+    void (*stream_end)(struct srv_job *j); /* the last event(s): the end, or the error of a failed job */
+    void (*token)(struct srv_job *j, const srv_event *ev); /* a generated token's log probabilities (TOKEN) */
+    json_t *(*response)(struct srv_job *j);  /* the whole answer of a job that does not stream */
+} job_api;
 
 typedef struct srv_job {
     pthread_mutex_t mu;
@@ -174,6 +194,7 @@ typedef struct srv_job {
     int aborted;               /* the answer was ended early (shutdown): later events are dropped */
     srv_ctx *srv;
     job_kind kind;
+    const job_api *api;        /* the kind's row: how its answers are written */
     int stream, include_usage;
     int fd;                    /* the client's socket, watched for a hang-up */
     int http10;                /* an HTTP/1.0 request: no interim (1xx) answer may be sent */

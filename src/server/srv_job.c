@@ -25,6 +25,17 @@ _Thread_local int srv_req_http10;
  * reads it and waits on. */
 static const char PROBE[] = "HTTP/1.1 103 Early Hints\r\n\r\n";
 
+/* One row per kind of job (job_api): the only place that says which API writes which answer. */
+static const job_api JOB_APIS[JOB_N_KINDS] = {
+    [JOB_OAI_CHAT] = {API_OPENAI, "chatcmpl-", "call_", oai_stream_begin, oai_stream_text, oai_stream_reasoning,
+                      oai_stream_end, oai_token, oai_response},
+    [JOB_OAI_COMPLETION] = {API_OPENAI, "cmpl-", "call_", oai_stream_begin, oai_stream_text, oai_stream_reasoning,
+                            oai_stream_end, oai_token, oai_response},
+    [JOB_ANTHROPIC] = {API_ANTHROPIC, "msg_", "toolu_", anth_stream_begin, anth_stream_text, anth_stream_reasoning,
+                       anth_stream_end, NULL, anth_response}, /* no log probabilities in Anthropic's API */
+    [JOB_EMBED] = {API_OPENAI, "embd-", "call_", NULL, NULL, NULL, NULL, NULL, NULL}, /* srv_embed.c answers */
+};
+
 srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     srv_job *j = st_calloc(1, sizeof *j);
     pthread_mutex_init(&j->mu, NULL);
@@ -32,12 +43,12 @@ srv_job *job_new(srv_ctx *s, job_kind kind, struct MHD_Connection *c) {
     j->refs = 1;
     j->srv = s;
     j->kind = kind;
+    j->api = &JOB_APIS[kind];
     j->created = (long)time(NULL);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->http10 = srv_req_http10;
-    srv_make_id(s, kind == JOB_ANTHROPIC ? "msg_" : kind == JOB_OAI_CHAT ? "chatcmpl-" : kind == JOB_EMBED ? "embd-" : "cmpl-",
-                j->id, sizeof j->id);
+    srv_make_id(s, j->api->id_prefix, j->id, sizeof j->id);
     return j;
 }
 
@@ -109,25 +120,29 @@ static int client_gone(srv_job *j) {
     return 0;
 }
 
-static void stream_text(srv_job *j, const char *t, size_t n) {
-    if (j->kind == JOB_ANTHROPIC) anth_stream_text(j, t, n);
-    else oai_stream_text(j, t, n);
-}
-
 /* The answer's content (after the reasoning is taken out): to the tool-call parser, the stream or the
  * whole answer. */
 static void job_content(void *ctx, const char *t, size_t n) {
     srv_job *j = ctx;
     if (j->ts) tools_stream_feed(j->ts, t, n); /* calls parsed as they come */
-    else if (j->stream) stream_text(j, t, n);
+    else if (j->stream) j->api->stream_text(j, t, n);
     else sbuf_put(&j->text, t, n);
+}
+
+void srv_job_think_budget(srv_job *j, int budget, int think_open) {
+    const reason_kind kind = (reason_kind)j->srv->reason;
+    if (budget < 0 || !reason_end_text(kind)) return;
+    j->req.think_start = reason_open_text(kind);
+    j->req.think_close = reason_close_text(kind);
+    j->req.think_end = reason_end_text(kind);
+    j->req.think_budget = budget;
+    j->req.think_open = think_open != 0;
 }
 
 static void job_reasoning(void *ctx, const char *t, size_t n) {
     srv_job *j = ctx;
     if (!j->stream) sbuf_put(&j->reasoning, t, n);
-    else if (j->kind == JOB_ANTHROPIC) anth_stream_reasoning(j, t, n);
-    else oai_stream_reasoning(j, t, n);
+    else j->api->stream_reasoning(j, t, n);
 }
 
 void srv_job_reasoning(srv_job *j, int on, int think_open) {
@@ -139,12 +154,7 @@ void srv_job_reasoning(srv_job *j, int on, int think_open) {
     j->think_open = think_open;
 }
 
-static void stream_end(srv_job *j) {
-    if (j->kind == JOB_ANTHROPIC) anth_stream_end(j);
-    else oai_stream_end(j);
-}
-
-/* Scheduler events (srv_sched.h), on the engine thread (or the child's frame reader). */
+/* Scheduler events (srv_proto.h), on the engine thread (or the child's frame reader). */
 static int on_event(void *ctx, const srv_event *ev) {
     srv_job *j = ctx;
     srv_slots_event(j->srv, j, ev);
@@ -161,7 +171,7 @@ static int on_event(void *ctx, const srv_event *ev) {
         j->started = 1;
         break;
     case SRV_EV_TOKEN:
-        oai_token(j, ev);
+        if (j->api->token) j->api->token(j, ev);
         break;
     case SRV_EV_EMBED:
         st_free(j->embd);
@@ -182,7 +192,7 @@ static int on_event(void *ctx, const srv_event *ev) {
             j->failed = ev->engine_down ? 2 : 1; /* 2: the engine process stopped, 503 */
             snprintf(j->err, sizeof j->err, "%s", ev->error);
         }
-        if (j->stream) stream_end(j);
+        if (j->stream) j->api->stream_end(j);
         j->done = 1;
         break;
     }
@@ -213,7 +223,7 @@ static int wait_step(srv_job *j) {
         j->failed = 3;
         snprintf(j->err, sizeof j->err, "the server is shutting down; the answer was cut short after %d s "
                  "(--shutdown-timeout)", j->srv->p.shutdown_timeout_s);
-        stream_end(j);
+        j->api->stream_end(j);
         j->done = 1;
         return 0;
     }
@@ -274,11 +284,8 @@ int job_wait(srv_job *j) {
 
 enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
     srv_ctx *s = j->srv;
-    srv_api api = j->kind == JOB_ANTHROPIC ? API_ANTHROPIC : API_OPENAI;
-    if (j->stream) {
-        if (j->kind == JOB_ANTHROPIC) anth_stream_begin(j);
-        else oai_stream_begin(j);
-    }
+    srv_api api = j->api->errors;
+    if (j->stream) j->api->stream_begin(j);
     /* a constrained answer after reasoning the prompt opened: the grammar holds what follows </think>
      * (the reasoning itself is free, as llama.cpp lets it be) */
     if (j->rs && j->think_open && j->grammar && !j->req.grammar_trigger) j->req.grammar_trigger = "</think>";
@@ -327,7 +334,7 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
         else srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
         r = srv_send_error(s, c, api, &e);
     } else
-        r = srv_send_json(s, c, 200, j->kind == JOB_ANTHROPIC ? anth_response(j) : oai_response(j));
+        r = srv_send_json(s, c, 200, j->api->response(j));
     job_release(j);
     return r;
 }

@@ -29,7 +29,7 @@ static const char *const CHAT_KEYS[] = {
     "prompt_cache_options", "prompt_cache_retention",
     /* extensions (llama.cpp spells them the same) */
     "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", "reasoning_format",
-    LLAMA_SAMPLING_KEYS, NULL};
+    "reasoning_budget_tokens", "thinking_budget_tokens", LLAMA_SAMPLING_KEYS, NULL};
 
 static const char *const COMPLETION_KEYS[] = {
     "model", "prompt", "stream", "stream_options", "temperature", "top_p", "max_tokens", "stop", "seed",
@@ -509,6 +509,15 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
         return srv_send_error(s, c, API_OPENAI, &e);
     }
     srv_job_reasoning(j, reason, think_open); /* reasoning_content apart from the content */
+    /* llama-server's reasoning budget: reasoning_budget_tokens (or thinking_budget_tokens), -1 for none */
+    long long budget = -1;
+    if (jf_int(body, "reasoning_budget_tokens", -1, INT32_MAX, &budget, &e) < 0 ||
+        (budget == -1 && jf_int(body, "thinking_budget_tokens", -1, INT32_MAX, &budget, &e) < 0)) {
+        st_free(ids);
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    srv_job_think_budget(j, budget == -1 ? s->p.reasoning_budget : (int)budget, think_open); /* -1: the server's */
     return finish_request(s, c, body, j, ids, n, "max_completion_tokens", 1);
 }
 

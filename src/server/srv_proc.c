@@ -1,7 +1,7 @@
 /* The supervisor (srv_proto.h): the HTTP front end's side of the engine
  * process. It spawns `/proc/self/exe engine --fd 3`, keeps a table of the
  * requests in flight, and gives the front end the scheduler's interface
- * (srv_sched.h) as if the engine ran in this process.
+ * (srv_proto.h) as if the engine ran in this process.
  *
  * Threads. Connection threads submit: a request is encoded at once and sent
  * if the engine is ready, else kept in its table entry until READY. One
@@ -22,7 +22,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -50,7 +52,7 @@ typedef struct {
 
 typedef enum { ENG_DOWN, ENG_STARTING, ENG_READY } eng_state;
 
-/* The supervised role of the scheduler (srv_sched.h): a proxy of the engine process. */
+/* The supervised role of the scheduler (srv_proto.h): a proxy of the engine process. */
 typedef struct {
     srv_sched base;         /* first: the sched_* functions' view */
     pthread_mutex_t mu;
@@ -605,7 +607,7 @@ static void proc_free(srv_sched *b) {
     st_free(p);
 }
 
-/* sched_submit's contract (srv_sched.h); a dead engine is restarted here. */
+/* sched_submit's contract (srv_proto.h); a dead engine is restarted here. */
 static int proc_submit(srv_sched *b, const srv_request *req, srv_event_fn fn, void *ctx) {
     srv_proc *p = (srv_proc *)b;
     sbuf fr = {0};

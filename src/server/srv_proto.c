@@ -198,6 +198,11 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_i32(b, r->pin_slot);
     proto_put_i32(b, r->render_special);
     proto_put_i32(b, r->embed);
+    proto_put_str(b, r->think_start ? r->think_start : "", r->think_start ? strlen(r->think_start) : 0);
+    proto_put_str(b, r->think_close ? r->think_close : "", r->think_close ? strlen(r->think_close) : 0);
+    proto_put_str(b, r->think_end ? r->think_end : "", r->think_end ? strlen(r->think_end) : 0);
+    proto_put_i32(b, r->think_budget);
+    proto_put_i32(b, r->think_open);
 }
 
 int proto_get_request(proto_cur *c, srv_request *r) {
@@ -291,6 +296,18 @@ int proto_get_request(proto_cur *c, srv_request *r) {
     r->pin_slot = proto_get_i32(c);
     r->render_special = proto_get_i32(c);
     r->embed = proto_get_i32(c);
+    const char **texts[3] = {&r->think_start, &r->think_close, &r->think_end};
+    for (int i = 0; i < 3; i++) { /* short marker texts, or none */
+        uint32_t len;
+        const char *t = proto_get_str(c, &len);
+        if (!c->bad && len) {
+            if (len > 64) c->bad = 1;
+            else *texts[i] = dup_str(t, len);
+        }
+    }
+    r->think_budget = proto_get_i32(c);
+    r->think_open = proto_get_i32(c);
+    if (r->think_end && (!r->think_start || !r->think_close || r->think_budget < 0)) c->bad = 1;
     if (r->top_logprobs < 0 || r->top_logprobs > 20) c->bad = 1;
     if (c->bad) {
         proto_request_free(r);
@@ -307,6 +324,9 @@ void proto_request_free(srv_request *r) {
     st_free((void *)r->prompt);
     st_free((void *)r->grammar);
     st_free((void *)r->grammar_trigger);
+    st_free((void *)r->think_start);
+    st_free((void *)r->think_close);
+    st_free((void *)r->think_end);
     for (int i = 0; i < r->n_stop; i++) st_free((void *)r->stop[i]);
     st_free((void *)r->stop);
     memset(r, 0, sizeof *r);

@@ -55,6 +55,20 @@ static const char *find(const char *s, size_t n, const char *needle) {
     return memmem(s, n, needle, m);
 }
 
+const char *reason_open_text(reason_kind kind) {
+    return kind == REASON_THINK ? THINK_OPEN : kind == REASON_HARMONY ? "<|channel|>analysis<|message|>" : NULL;
+}
+
+const char *reason_close_text(reason_kind kind) {
+    return kind == REASON_THINK ? THINK_CLOSE : kind == REASON_HARMONY ? H_ENDS[0] : NULL;
+}
+
+const char *reason_end_text(reason_kind kind) {
+    return kind == REASON_THINK     ? THINK_CLOSE
+           : kind == REASON_HARMONY ? "<|end|><|start|>assistant<|channel|>final<|message|>"
+                                    : NULL;
+}
+
 reason_kind reason_kind_of(const char *tmpl, size_t len) {
     return tmpl && find(tmpl, len, H_CHANNEL) ? REASON_HARMONY : REASON_THINK;
 }

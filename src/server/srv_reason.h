@@ -31,6 +31,12 @@ typedef enum { REASON_OFF, REASON_THINK, REASON_HARMONY } reason_kind;
 /* How the model with this chat template marks reasoning (NULL: no template):
  * harmony when the template writes `<|channel|>`, else think tags. */
 reason_kind reason_kind_of(const char *tmpl, size_t len);
+/* The texts that open a reasoning block of this kind, that close it when the model ends it (`</think>`,
+ * harmony's `<|end|>`), and that the engine writes when a reasoning budget ends it (`</think>`; harmony's
+ * end of the analysis message and the opening of the final one). NULL for REASON_OFF. */
+const char *reason_open_text(reason_kind kind);
+const char *reason_close_text(reason_kind kind);
+const char *reason_end_text(reason_kind kind);
 /* 1 when a rendered prompt ends inside an open think block (`<think>` and
  * nothing but space after it): the answer starts in its reasoning. */
 int reason_prompt_open(const char *prompt, size_t len);

@@ -1,4 +1,4 @@
-/* Front-end helpers (srv_internal.h): buffers, errors in each API's shape,
+/* Front-end helpers (srv_internal.h): errors in each API's shape,
  * strict JSON field readers, prompt building, ids and seeds. */
 #include <math.h>
 #include <stdarg.h>
@@ -11,43 +11,6 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "server/srv_internal.h"
-
-void sbuf_put(sbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        if (b->cap < 256) b->cap = 256;
-        b->s = st_realloc(b->s, b->cap);
-    }
-    if (n) memcpy(b->s + b->len, s, n); /* s may be NULL when n is 0 (an empty array's data) */
-    b->len += n;
-    b->s[b->len] = 0;
-}
-
-void sbuf_puts(sbuf *b, const char *s) { sbuf_put(b, s, strlen(s)); }
-
-void sbuf_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        sbuf_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = st_malloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sbuf_put(b, big, (size_t)n);
-    st_free(big);
-}
-
-void sbuf_free(sbuf *b) {
-    st_free(b->s);
-    *b = (sbuf){0};
-}
 
 /* ---- errors ---- */
 
@@ -75,19 +38,39 @@ static const char *anthropic_type(int status) {
     }
 }
 
-json_t *srv_error_json(srv_api api, const srv_err *e) {
-    json_t *msg = srv_json_text(e->msg, strlen(e->msg));
-    if (api == API_ANTHROPIC)
-        return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", anthropic_type(e->status),
-                         "message", msg);
+static json_t *anthropic_error(const srv_err *e) {
+    return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", anthropic_type(e->status), "message",
+                     srv_json_text(e->msg, strlen(e->msg)));
+}
+
+static json_t *openai_error(const srv_err *e) {
     const char *type = e->status == 401   ? "authentication_error" /* 404: invalid_request_error, as OpenAI's */
                        : e->status == 429 ? "rate_limit_error"
                        : e->status >= 500 && e->status != 501 ? "server_error" /* 501: the client's coding */
                                           : "invalid_request_error";
-    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", msg, "type", type, "param",
-                     e->param[0] ? srv_json_text(e->param, strlen(e->param)) : json_null(), "code",
+    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", srv_json_text(e->msg, strlen(e->msg)), "type",
+                     type, "param", e->param[0] ? srv_json_text(e->param, strlen(e->param)) : json_null(), "code",
                      e->code ? json_string(e->code) : json_null());
 }
+
+static int openai_too_long(const srv_ctx *s, int n_prompt, const char *param, srv_err *e) {
+    return srv_fail(e, 400, param, "context_length_exceeded",
+                    "This model's maximum context length is %d tokens. However, your %s resulted in %d "
+                    "tokens, which leaves no room to generate.",
+                    s->n_ctx, param, n_prompt);
+}
+
+static int anthropic_too_long(const srv_ctx *s, int n_prompt, const char *param, srv_err *e) {
+    return srv_fail(e, 400, param, "context_length_exceeded", "prompt is too long: %d tokens > %d maximum", n_prompt,
+                    s->n_ctx - 1);
+}
+
+const srv_api_row SRV_APIS[API_N] = {
+    [API_OPENAI] = {openai_error, 503, openai_too_long},
+    [API_ANTHROPIC] = {anthropic_error, 529, anthropic_too_long},
+};
+
+json_t *srv_error_json(srv_api api, const srv_err *e) { return SRV_APIS[api].error_json(e); }
 
 json_t *srv_json_text(const char *text, size_t len) {
     json_t *j = json_stringn(text, len);
@@ -256,13 +239,7 @@ int srv_check_context(srv_ctx *s, int n_prompt, srv_api api, const char *param, 
         return srv_fail(e, 400, param, "invalid_value", "'%s' renders to an empty prompt (0 tokens): nothing to continue",
                         param);
     if (n_prompt < s->n_ctx) return 0;
-    if (api == API_ANTHROPIC)
-        return srv_fail(e, 400, param, "context_length_exceeded", "prompt is too long: %d tokens > %d maximum",
-                        n_prompt, s->n_ctx - 1);
-    return srv_fail(e, 400, param, "context_length_exceeded",
-                    "This model's maximum context length is %d tokens. However, your %s resulted in %d "
-                    "tokens, which leaves no room to generate.",
-                    s->n_ctx, param, n_prompt);
+    return SRV_APIS[api].context_exceeded(s, n_prompt, param, e);
 }
 
 static uint64_t mix64(uint64_t z) {

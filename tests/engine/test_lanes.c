@@ -35,16 +35,12 @@
 #include "model/synth.h"
 
 #include "../common/check.h"
+#include "../common/lanes_run.h"
 #include "../common/logits.h"
 
 #define N_PROMPT 12
 #define N_GEN 16
 #define BOUND 1e-4 /* of the largest |logit|: float summation order only */
-
-typedef struct {
-    float *logits; /* [N_GEN + 1][n_vocab]: after the prompt, then after each token */
-    int32_t tok[N_GEN];
-} run_out;
 
 static int g_gpu = -1; /* --gpu N: the device is that GPU */
 
@@ -70,36 +66,16 @@ static engine_params params(const char *path, long cache, double pcie_frac) {
     return p;
 }
 
-static int run(const char *path, long cache, double pcie_frac, const char *profile, run_out *o,
+static int run(const char *path, long cache, double pcie_frac, const char *profile, lanes_run_out *o,
                moe_lane_stats *stats) {
     engine_params p = params(path, cache, pcie_frac);
     p.expert_profile = profile;
-    engine *e = engine_open(&p);
-    if (!e) {
-        printf("engine_open: %s\n", st_error_get());
-        return -1;
-    }
-    const int nv = e->m->hp.n_vocab;
-    int32_t prompt[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % nv);
-    o->logits = st_malloc((size_t)(N_GEN + 1) * nv * sizeof(float));
-    ST_ASSERT(engine_read_prompt(e, prompt, N_PROMPT) == 0);
-    memcpy(o->logits, e->logits, (size_t)nv * sizeof(float));
-    for (int t = 0; t < N_GEN; t++) {
-        const float *l = o->logits + (size_t)t * nv;
-        int best = 0;
-        for (int i = 1; i < nv; i++)
-            if (l[i] > l[best]) best = i;
-        o->tok[t] = best;
-        ST_ASSERT(engine_eval(e, &o->tok[t], 1) == 0);
-        memcpy(o->logits + (size_t)(t + 1) * nv, e->logits, (size_t)nv * sizeof(float));
-    }
-    const moe_lane_stats *s = moe_lanes_stats(e->be);
-    if (stats) *stats = s ? *s : (moe_lane_stats){0};
-    if (g_gpu < 0) CHECK((cache >= 0) == (s != NULL), "cache %ld: lanes %s", cache, s ? "on" : "off");
-    else CHECK((cache >= 0 && cache < e->m->hp.n_layer * e->m->hp.n_expert) == (s != NULL), "cache %ld: lanes %s",
-               cache, s ? "on" : "off");
-    engine_close(e);
+    const int nv = lanes_run(&p, N_PROMPT, N_GEN, o);
+    if (nv < 0) return -1;
+    if (stats) *stats = o->stats;
+    if (g_gpu < 0) CHECK((cache >= 0) == o->lanes, "cache %ld: lanes %s", cache, o->lanes ? "on" : "off");
+    else CHECK((cache >= 0 && cache < o->n_layer * o->n_expert) == o->lanes, "cache %ld: lanes %s", cache,
+               o->lanes ? "on" : "off");
     return nv;
 }
 
@@ -140,7 +116,7 @@ static float *run_batch(const char *path, long cache, double pcie_frac, int *nv_
     return out;
 }
 
-static void compare(const char *what, const run_out *ref, const run_out *got, int nv) {
+static void compare(const char *what, const lanes_run_out *ref, const lanes_run_out *got, int nv) {
     double mx = 0, diff = 0;
     for (size_t i = 0; i < (size_t)(N_GEN + 1) * nv; i++) {
         mx = fmax(mx, fabs(ref->logits[i]));
@@ -375,9 +351,9 @@ static double nmse(const float *a, const float *ref, int n) {
  * model's bound (F32 experts: neither side rounds, float order only), and
  * greedy tokens must be equal, or first differ at a near-tie (the top-2 gap
  * below 4x the RMS logit difference of that step). One placement: */
-static void gpu_case(const char *path, double bound, const run_out *ref, int nv, int total, long cache, double frac,
-                     int adapt) {
-    run_out got;
+static void gpu_case(const char *path, double bound, const lanes_run_out *ref, int nv, int total, long cache,
+                     double frac, int adapt) {
+    lanes_run_out got;
     moe_lane_stats s;
     g_adapt = adapt;
     const int got_nv = run(path, cache, frac, NULL, &got, &s);
@@ -423,7 +399,7 @@ static void gpu_model(const char *arg) {
         printf("  %s: absent, skipped\n", path);
         return;
     }
-    run_out ref;
+    lanes_run_out ref;
     const int nv = run(path, -1, -1, NULL, &ref, NULL);
     if (nv < 0) {
         check_fail();
@@ -460,17 +436,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/strata-test-lanes-%d.gguf", dir, (int)getpid());
     snprintf(prof_path, sizeof prof_path, "%s/strata-test-lanes-%d.prof", dir, (int)getpid());
     synth_hparams hp;
-    ST_ASSERT(synth_preset("qwen3moe", "tiny", &hp) == 0);
-    hp.n_layer = 3;
-    hp.n_expert = 16;
-    hp.n_expert_used = 4;
-    synth_opts o;
-    synth_opts_init(&o, &hp);
-    o.zipf_s = 1.0;
-    if (synth_write(&o, path) != 0) {
-        printf("synth: %s\n", st_error_get());
-        return 1;
-    }
+    if (lanes_tiny(path, &hp) != 0) return 1;
     test_plan();
     test_cost_model();
     test_tensor_list(path);
@@ -478,7 +444,7 @@ int main(int argc, char **argv) {
     test_cache_map(path);
 
     const int total = hp.n_layer * hp.n_expert;
-    run_out ref, got;
+    lanes_run_out ref, got;
     const int nv = run(path, -1, -1, NULL, &ref, NULL);
     ST_ASSERT(nv > 0);
     struct {

@@ -1,4 +1,4 @@
-/* The server's scheduler (server/srv_sched.c) in-process, on the real default
+/* The server's scheduler (server/engine/srv_sched.c) in-process, on the real default
  * model with f32 activations (STRATA_PRECISE=1, where a batched step gives
  * each sequence the same logits as running it alone):
  *
@@ -25,7 +25,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
-#include "server/srv_sched.h"
+#include "server/engine/srv_sched.h"
 
 #define N_REQ     9
 #define CANCEL_AT 7 /* the request that goes away */

@@ -13,10 +13,11 @@
  * came into the page cache (none may: the reads are O_DIRECT and nothing
  * touches the engine's mapping of those experts).
  *
- * Also: the plan's host tiers (RAM + SSD = the host experts, the arena
- * within the budget, the hottest in RAM), the store's reads byte-equal to
- * the file, the SSD bytes in the lane stats and the speed line, and bad
- * --ram-budget values refused by the CLI.
+ * Also: the plan's host tiers (RAM + SSD = the host experts, the arena and
+ * the SSD tier's staging within the budget, on paper and for each run's
+ * file, a budget below the staging refused, the hottest in RAM), the
+ * store's reads byte-equal to the file, the SSD bytes in the lane stats
+ * and the speed line, and bad --ram-budget values refused by the CLI.
  *
  * usage: test_tiers BUILD_DIR (the model goes there; BUILD_DIR/bin/strata is the CLI)
  */
@@ -39,17 +40,11 @@
 #include "model/synth.h"
 
 #include "../common/check.h"
+#include "../common/lanes_run.h"
 
 #define N_PROMPT 12
 #define N_GEN 12
 #define BOUND 1e-4 /* of the largest |logit|: float summation order only (test_lanes's bound) */
-
-typedef struct {
-    float *logits; /* [N_GEN + 1][n_vocab] */
-    int32_t tok[N_GEN];
-    moe_lane_stats stats;
-    int lanes; /* the engine ran the expert lanes */
-} run_out;
 
 typedef struct {
     long cache;
@@ -72,33 +67,9 @@ static engine_params params(const char *path, const config *c) {
     return p;
 }
 
-static int run(const char *path, const config *c, run_out *o) {
+static int run(const char *path, const config *c, lanes_run_out *o) {
     engine_params p = params(path, c);
-    engine *e = engine_open(&p);
-    if (!e) {
-        printf("engine_open: %s\n", st_error_get());
-        return -1;
-    }
-    const int nv = e->m->hp.n_vocab;
-    int32_t prompt[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % nv);
-    o->logits = st_malloc((size_t)(N_GEN + 1) * nv * sizeof(float));
-    ST_ASSERT(engine_read_prompt(e, prompt, N_PROMPT) == 0);
-    memcpy(o->logits, e->logits, (size_t)nv * sizeof(float));
-    for (int t = 0; t < N_GEN; t++) {
-        const float *l = o->logits + (size_t)t * nv;
-        int best = 0;
-        for (int i = 1; i < nv; i++)
-            if (l[i] > l[best]) best = i;
-        o->tok[t] = best;
-        ST_ASSERT(engine_eval(e, &o->tok[t], 1) == 0);
-        memcpy(o->logits + (size_t)(t + 1) * nv, e->logits, (size_t)nv * sizeof(float));
-    }
-    const moe_lane_stats *s = moe_lanes_stats(e->be);
-    o->stats = s ? *s : (moe_lane_stats){0};
-    o->lanes = s != NULL;
-    engine_close(e);
-    return nv;
+    return lanes_run(&p, N_PROMPT, N_GEN, o);
 }
 
 /* Drops the file's pages from the page cache (written, so flushed first). */
@@ -149,6 +120,11 @@ static void ssd_ranges_of(const char *path, const config *c, ssd_ranges *r) {
     expert_plan plan;
     ST_ASSERT(engine_plan_memory(&p, m, 64, 512, (size_t)1 << 62, &in, &plan) == 0 && plan.in_ram);
     const int X = m->hp.n_expert;
+    /* the host RAM the tiers take: the RAM tier's arena and the staging the
+     * SSD tier reads into (a slot per expert of a layer, and a spare) */
+    const double per = (double)expert_store_expert_bytes(m), host = (double)(plan.ram_experts + X + 1) * per;
+    CHECK(host <= c->ram_gib * (double)(1ull << 30), "RAM tier %ld + staging %d slots = %.0f bytes, beyond the "
+          "budget of %.0f", plan.ram_experts, X + 1, host, c->ram_gib * (double)(1ull << 30));
     r->n = 0;
     r->size = gguf_file_size(m->file);
     for (int il = 0; il < m->hp.n_layer; il++)
@@ -194,49 +170,57 @@ static void collect_line(void *ctx, const char *line) {
     if (t->n < 4) snprintf(t->text[t->n++], sizeof t->text[0], "%s", line);
 }
 
-/* The plan's host tiers: RAM + SSD = the host experts, the arena within the
- * budget, the profile's hottest in RAM, no tiers when the experts fit. */
+/* The plan's host tiers: RAM + SSD = the host experts, the arena and the
+ * SSD tier's staging within the budget, the profile's hottest in RAM, no
+ * tiers when the experts fit, and a budget below the staging refused. */
 static void test_plan(void) {
     const size_t G = 1ull << 30, M = 1ull << 20;
+    enum { L = 16, X = 32, LX = L * X };
+    /* the staging as expert_store_staging_bytes makes it: a slot per expert of a layer and a spare */
+    const size_t staging = (X + 1) * 51 * M;
     expert_plan_in in = {.budget = 10 * G, .dense = 2 * G, .kv = G, .scratch = G, .expert = 50 * M,
-                         .n_layer = 4, .n_expert = 32, .cache = -1, .host_expert = 51 * M};
+                         .n_layer = L, .n_expert = X, .cache = -1, .host_expert = 51 * M,
+                         .host_staging = staging};
     expert_plan p;
-    in.ram_budget = 2 * G; /* 38 host experts x 50 MiB = 1.86 GiB: they fit, nothing changes */
-    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.slots == 90 && !p.in_ram && p.ram_experts == 38 &&
+    in.ram_budget = 24 * G; /* 422 host experts x 50 MiB = 20.6 GiB: they fit, nothing changes */
+    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.slots == 90 && !p.in_ram && p.ram_experts == 422 &&
               p.ssd_experts == 0,
           "host experts within the budget: no tiers (slots %ld, ram %ld, ssd %ld)", p.slots, p.ram_experts,
           p.ssd_experts);
     expert_plan_free(&p);
-    in.ram_budget = G; /* 1 GiB / 51 MiB = 20 in RAM, 18 from the file */
+    in.ram_budget = 4 * G; /* (4096 - 1683 MiB of staging) / 51 MiB = 47 in RAM, 375 from the file */
     CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.in_ram, "%s", st_error_get());
     long n_ram = 0, overlap = 0;
-    for (int i = 0; i < 128; i++) n_ram += p.in_ram[i], overlap += p.in_ram[i] && p.slot[i] >= 0;
-    CHECK(p.ram_experts == 20 && p.ssd_experts == 18 && p.ram_experts + p.ssd_experts == 128 - p.slots &&
+    for (int i = 0; i < LX; i++) n_ram += p.in_ram[i], overlap += p.in_ram[i] && p.slot[i] >= 0;
+    CHECK(p.ram_experts == 47 && p.ssd_experts == 375 && p.ram_experts + p.ssd_experts == LX - p.slots &&
               n_ram == p.ram_experts && !overlap,
           "tiers: ram %ld (%ld marked, %ld also cached) + ssd %ld of %ld host experts", p.ram_experts, n_ram, overlap,
-          p.ssd_experts, 128 - p.slots);
-    CHECK((size_t)p.ram_experts * in.host_expert <= in.ram_budget, "arena %zu beyond the budget %zu",
-          (size_t)p.ram_experts * in.host_expert, in.ram_budget);
+          p.ssd_experts, LX - p.slots);
+    /* the host RAM the tiers take: the arena and the staging the SSD tier reads into */
+    CHECK((size_t)p.ram_experts * in.host_expert + staging <= in.ram_budget,
+          "arena %zu + staging %zu beyond the budget %zu", (size_t)p.ram_experts * in.host_expert, staging,
+          in.ram_budget);
     /* in order without a profile: the uncached experts of the lowest layers first */
     int first_ok = 1;
-    for (int i = 0, seen = 0; i < 128; i++)
-        if (p.slot[i] < 0) first_ok &= p.in_ram[i] == (seen++ < 20);
+    for (int i = 0, seen = 0; i < LX; i++)
+        if (p.slot[i] < 0) first_ok &= p.in_ram[i] == (seen++ < 47);
     CHECK(first_ok, "without a profile the RAM tier is the first host experts in (layer, expert) order");
     plan_text t = {0};
     expert_plan_describe(&p, &in, collect_line, &t);
-    CHECK(t.n == 2 && strstr(t.text[1], "38 host experts (1.86 GiB) beyond --ram-budget 1.00 GiB: RAM tier 20 "
-                                        "(1.00 GiB arena) + SSD tier 18 (0.88 GiB"),
+    CHECK(t.n == 2 && strstr(t.text[1], "422 host experts (20.61 GiB) beyond --ram-budget 4.00 GiB: RAM tier 47 "
+                                        "(2.34 GiB arena) + SSD tier 375 (18.31 GiB read from the file on "
+                                        "demand, through a 1.64 GiB staging buffer)"),
           "plan text: %s", t.text[1]);
     expert_plan_free(&p);
     /* a profile: the hottest host experts in RAM, whatever their layer */
-    uint64_t prof[128];
-    for (int i = 0; i < 128; i++) prof[i] = (uint64_t)(i * 37 % 128); /* a permutation of 0..127 */
+    uint64_t prof[LX];
+    for (int i = 0; i < LX; i++) prof[i] = (uint64_t)(i * 37 % LX); /* a permutation of 0..LX-1 */
     in.cache = 8;
-    in.ram_budget = 10 * 51 * M;
-    CHECK(expert_plan_make(&in, prof, &p) == 0 && p.in_ram && p.ram_experts == 10 && p.ssd_experts == 110,
+    in.ram_budget = staging + 10 * 51 * M;
+    CHECK(expert_plan_make(&in, prof, &p) == 0 && p.in_ram && p.ram_experts == 10 && p.ssd_experts == LX - 18,
           "profile tiers: ram %ld ssd %ld", p.ram_experts, p.ssd_experts);
     uint64_t coldest_ram = UINT64_MAX, hottest_ssd = 0;
-    for (int i = 0; i < 128; i++) {
+    for (int i = 0; i < LX; i++) {
         if (p.slot[i] >= 0) continue;
         if (p.in_ram[i] && prof[i] < coldest_ram) coldest_ram = prof[i];
         if (!p.in_ram[i] && prof[i] > hottest_ssd) hottest_ssd = prof[i];
@@ -244,11 +228,15 @@ static void test_plan(void) {
     CHECK(coldest_ram > hottest_ssd, "the RAM tier's coldest (%llu) is hotter than the SSD tier's hottest (%llu)",
           (unsigned long long)coldest_ram, (unsigned long long)hottest_ssd);
     expert_plan_free(&p);
-    /* a budget below one expert: everything from the file */
-    in.ram_budget = 10 * M;
-    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.ram_experts == 0 && p.ssd_experts == 120, "all on SSD: %ld",
-          p.ssd_experts);
+    /* the staging and less than one expert besides: everything from the file */
+    in.ram_budget = staging + 10 * M;
+    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.ram_experts == 0 && p.ssd_experts == LX - 8,
+          "all on SSD: %ld", p.ssd_experts);
     expert_plan_free(&p);
+    /* less than the staging: refused, naming it */
+    in.ram_budget = G;
+    CHECK(expert_plan_make(&in, NULL, &p) == -1 && strstr(st_error_get(), "staging buffer (1.6436 GiB"),
+          "a budget below the staging: %s", st_error_get());
 }
 
 /* The store's reads are the file's bytes: every expert, from the file
@@ -332,28 +320,29 @@ int main(int argc, char **argv) {
     snprintf(prof_path, sizeof prof_path, "%s/strata-test-tiers-%d.prof", dir, (int)getpid());
     snprintf(strata, sizeof strata, "%s/bin/strata", dir);
     synth_hparams hp;
-    ST_ASSERT(synth_preset("qwen3moe", "tiny", &hp) == 0);
-    hp.n_layer = 3;
-    hp.n_expert = 16;
-    hp.n_expert_used = 4;
-    synth_opts o;
-    synth_opts_init(&o, &hp);
-    o.zipf_s = 1.0;
-    if (synth_write(&o, path) != 0) {
-        printf("synth: %s\n", st_error_get());
-        return 1;
-    }
+    if (lanes_tiny(path, &hp) != 0) return 1;
     test_plan();
     test_store_bytes(path);
     if (access(strata, X_OK) == 0) test_bad_flag(strata, path);
     else printf("  (no %s: the CLI's flag checks not run)\n", strata);
 
     const int total = hp.n_layer * hp.n_expert;
-    /* a RAM budget of 6 experts: 42 or more of the 48 come from the file */
+    /* a RAM budget of the SSD tier's staging (a layer's 16 experts and a
+     * spare) and 6 experts: 42 or more of the 48 come from the file */
     model *m = model_load(path);
     ST_ASSERT(m);
-    const double ram6 = 6.0 * (double)expert_store_expert_bytes(m) / (double)(1ull << 30);
+    const double per = (double)expert_store_expert_bytes(m), gib = (double)(1ull << 30);
+    const double ram6 = (hp.n_expert + 1 + 6) * per / gib, ram0 = (hp.n_expert + 1.5) * per / gib;
     model_free(m);
+    {   /* less than the staging: the engine does not open, and says why */
+        config c = {0, 0, 0, NULL, hp.n_expert * per / gib};
+        engine_params p = params(path, &c);
+        engine *e = engine_open(&p);
+        CHECK(!e && strstr(st_error_get(), "cannot hold the SSD tier's staging buffer"),
+              "RAM budget below the staging: %s", e ? "opened" : st_error_get());
+        if (e) engine_close(e);
+        else printf("  a RAM budget below the staging refused: %s\n", st_error_get());
+    }
     /* a profile of the plain routing (strata profile's counts), for the profile case */
     {
         config c = {0, 0, 0, NULL, 0};
@@ -368,7 +357,7 @@ int main(int argc, char **argv) {
         {0, 1, 0, NULL, ram6},         /* every miss over "PCIe", from the staging */
         {total / 4, 0.5, 1, NULL, ram6}, /* split, and the cache learning from SSD-tier experts */
         {total / 4, 0, 0, NULL, ram6}, /* profile below */
-        {0, 0, 0, NULL, 1e-9},         /* a budget below one expert: all from the file */
+        {0, 0, 0, NULL, ram0},         /* the staging and half an expert: all from the file */
         {-1, -1, 0, NULL, ram6},       /* the CPU alone (no --expert-cache): the lanes come for the tiers */
     };
     int checked_cache = 0;
@@ -384,7 +373,7 @@ int main(int argc, char **argv) {
         ssd_ranges ranges;
         ssd_ranges_of(path, &c, &ranges);
         const int dropped = drop_cache(path) == 0;
-        run_out tier, all;
+        lanes_run_out tier, all;
         const int nv = run(path, &c, &tier);
         if (nv < 0) {
             check_fail();

@@ -77,11 +77,12 @@ def test_expert_map(moe, server):
 
 
 def test_ssd_tier_bytes(moe):
-    """--ram-budget through the configuration frame: a budget of a few experts
-    makes the rest come from the file (the SSD tier), whose bytes reach
-    /metrics and the speed line."""
+    """--ram-budget through the configuration frame: a budget of the SSD
+    tier's staging (a layer's 16 experts and a spare, 0.0023 GiB) and a few
+    experts makes the rest come from the file (the SSD tier), whose bytes
+    reach /metrics and the speed line."""
     path = moe.args[moe.args.index("-m") + 1]
-    s = Server("-m", path, "--expert-cache", "4", "--pcie-frac", "0", "--ram-budget", "0.0005", "-t", "2")
+    s = Server("-m", path, "--expert-cache", "4", "--pcie-frac", "0", "--ram-budget", "0.003", "-t", "2")
     try:
         r = httpx.post(s.url + "/v1/completions", json={"prompt": "hello world", "max_tokens": 8, "temperature": 0},
                        timeout=60)

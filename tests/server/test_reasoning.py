@@ -126,7 +126,9 @@ def open_think(tmp_path_factory):
                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% if enable_thinking is not defined "
                   "or enable_thinking %}{{ '<think>\n' }}{% endif %}{% endif %}")
     assert "<think>" in t
-    s = Server("--slots", "1", "-m", model_with_template(str(tmp_path_factory.mktemp("think")), "think", t))
+    # a context of 2048: the Anthropic budget test's 1024 tokens of thinking and the answer after them fit
+    s = Server("--slots", "1", "--ctx", "2048", "-m",
+               model_with_template(str(tmp_path_factory.mktemp("think")), "think", t))
     yield s
     assert s.stop() == 0
 
@@ -177,6 +179,90 @@ def test_think_opened_by_prompt(open_think):
     assert again.content[0].type == "thinking", again
     print(f"checked: a prompt-opened <think> block is all reasoning ({raw.strip()[:40]!r}...) in both APIs and "
           "streams; enable_thinking false and Anthropic thinking disabled give plain text")
+
+
+def n_tokens(server, text):
+    """How many tokens text is (the server's /tokenize, no BOS)."""
+    r = httpx.post(server.url + "/tokenize", json={"content": text}, timeout=60)
+    assert r.status_code == 200, r.text
+    return len(r.json()["tokens"])
+
+
+def test_reasoning_budget(open_think):
+    """llama-server's reasoning_budget_tokens: once the reasoning has spent that many tokens the engine writes
+    </think> and the answer follows. The model, whose prompt opens the block, never closes it by itself, so every
+    check fails without the budget: greedy, the reasoning with a budget of N is exactly the first N tokens the
+    model writes without one, and the raw text goes on with </think> there."""
+    import openai
+    oai = openai.OpenAI(base_url=open_think.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    first = chat(open_think, max_tokens=16, reasoning_format="none")
+    assert first["choices"][0]["finish_reason"] == "length" and first["usage"]["completion_tokens"] == 16, first
+    head = first["choices"][0]["message"]["content"]  # the first 16 tokens, all reasoning
+    free = oai.chat.completions.create(model="m", messages=HI, max_tokens=40, temperature=0).choices[0].message
+    assert free.content == "" and free.reasoning_content.startswith(head.strip()) and \
+        len(free.reasoning_content) > len(head.strip()), free  # no budget: 40 tokens of reasoning, never ended
+    raw = chat(open_think, max_tokens=40, reasoning_format="none", reasoning_budget_tokens=16)
+    assert raw["choices"][0]["message"]["content"].startswith(head + "</think>"), raw
+    assert raw["usage"]["completion_tokens"] > 16 + n_tokens(open_think, "</think>") - 1, raw["usage"]
+    m = oai.chat.completions.create(model="m", messages=HI, max_tokens=40, temperature=0,
+                                    extra_body={"reasoning_budget_tokens": 16}).choices[0].message
+    assert m.reasoning_content == head.strip() and n_tokens(open_think, m.reasoning_content) <= 16, m
+    alias = oai.chat.completions.create(model="m", messages=HI, max_tokens=40, temperature=0,
+                                        extra_body={"thinking_budget_tokens": 16}).choices[0].message
+    assert (alias.reasoning_content, alias.content) == (m.reasoning_content, m.content), alias
+    # streamed: the deltas add up to the same reasoning and content
+    reasoning, content = "", ""
+    for ch in oai.chat.completions.create(model="m", messages=HI, max_tokens=40, temperature=0, stream=True,
+                                          extra_body={"reasoning_budget_tokens": 16}):
+        d = ch.choices[0].delta if ch.choices else None
+        reasoning += (getattr(d, "reasoning_content", None) or "") if d is not None else ""
+        content += (d.content or "") if d is not None else ""
+    assert (reasoning, content) == (m.reasoning_content, m.content), (reasoning, content)
+    # 0: the block is ended at once, and the model answers after it
+    zero = oai.chat.completions.create(model="m", messages=HI, max_tokens=40, temperature=0,
+                                       extra_body={"reasoning_budget_tokens": 0}).choices[0].message
+    assert getattr(zero, "reasoning_content", None) is None and zero.content.strip(), zero
+    zraw = chat(open_think, max_tokens=40, reasoning_format="none", reasoning_budget_tokens=0)
+    assert zraw["choices"][0]["message"]["content"].startswith("</think>"), zraw
+    for bad in (-2, "16", 1.5):
+        r = httpx.post(open_think.url + "/v1/chat/completions",
+                       json={"messages": HI, "max_tokens": 4, "reasoning_budget_tokens": bad}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_budget_tokens", (bad, r.text)
+    # llama-server's --reasoning-budget: the default of requests that do not say (-1 says "the server's")
+    s = Server("--slots", "1", "--reasoning-budget", "16", "-m", open_think.args[open_think.args.index("-m") + 1])
+    try:
+        for extra in ({}, {"reasoning_budget_tokens": -1}):
+            d = chat(s, max_tokens=40, **extra)["choices"][0]["message"]
+            assert (d["reasoning_content"], d["content"]) == (m.reasoning_content, m.content), (extra, d)
+        own = chat(s, max_tokens=24, reasoning_budget_tokens=100)["choices"][0]["message"]  # the request's wins
+        assert own["reasoning_content"] == free.reasoning_content[:len(own["reasoning_content"])] and \
+            len(own["reasoning_content"]) > len(m.reasoning_content), own
+        anth = __import__("anthropic").Anthropic(base_url=s.url, api_key="x", max_retries=0, timeout=120)
+        msg = anth.messages.create(model="m", max_tokens=40, extra_body={"temperature": 0}, messages=HI)
+        assert msg.content[0].type == "thinking" and msg.content[0].thinking == m.reasoning_content, msg.content
+    finally:
+        assert s.stop() == 0
+    print(f"checked: reasoning_budget_tokens 16 ends the reasoning at {head.strip()!r} (the first 16 tokens without "
+          f"a budget), then </think> and {m.content!r}; 0 answers {zero.content[:40]!r}; streams equal; "
+          "--reasoning-budget 16 is the default of both APIs")
+
+
+def test_thinking_budget_anthropic(open_think):
+    """Anthropic's thinking.budget_tokens through the official SDK: the thinking block stops at 1024 tokens and the
+    generation goes on past it (without the budget the reasoning of this prompt runs to max_tokens)."""
+    import anthropic
+    anth = anthropic.Anthropic(base_url=open_think.url, api_key="x", max_retries=0, timeout=300)
+    ask = [{"role": "user", "content": "List every integer from 1 to 2000 separated by commas."}]
+    msg = anth.messages.create(model="m", max_tokens=1060, extra_body={"temperature": 0}, messages=ask,
+                               thinking={"type": "enabled", "budget_tokens": 1024})
+    assert msg.content[0].type == "thinking", msg.content
+    spent = n_tokens(open_think, msg.content[0].thinking)
+    end = n_tokens(open_think, "</think>")
+    assert 900 < spent <= 1024, spent  # the budget, not the model or max_tokens, ended it
+    assert msg.usage.output_tokens >= 1024 + end, msg.usage  # the engine wrote </think> and went on
+    after = "".join(b.text for b in msg.content[1:] if b.type == "text")
+    print(f"checked: thinking.budget_tokens 1024: a thinking block of {spent} tokens, then {after[:40]!r} "
+          f"({msg.usage.output_tokens} output tokens, stop {msg.stop_reason})")
 
 
 @pytest.fixture(scope="module")
@@ -245,6 +331,24 @@ def test_harmony(harmony):
     assert long > base + 3, (base, long)
     print(f"checked: harmony analysis -> reasoning ({ANALYSIS!r}), final -> content ({tail!r}), streamed the same; "
           f"forced calls (OpenAI required / named, streamed; Anthropic any) -> get_weather {args}")
+
+
+def test_harmony_budget(harmony):
+    """The reasoning budget under harmony: the engine ends the analysis message and opens the final one. A
+    grammar lets the analysis be any length (greedy, the model writes "user" there by itself); budget 0 ends it
+    at once, and the final message follows."""
+    g = ('root ::= "<|channel|>analysis<|message|>" [a-z ]* "<|end|><|start|>assistant<|channel|>final<|message|>" '
+         '[A-Za-z ,.!]{5,40}')
+    final = "<|end|><|start|>assistant<|channel|>final<|message|>"
+    free = chat(harmony, grammar=g, max_tokens=60)["choices"][0]["message"]
+    assert free["reasoning_content"], free
+    raw = chat(harmony, grammar=g, max_tokens=60, reasoning_format="none",
+               reasoning_budget_tokens=0)["choices"][0]["message"]["content"]
+    assert raw.startswith("<|channel|>analysis<|message|>" + final) and len(raw) > len(final) + 35, raw
+    cut = chat(harmony, grammar=g, max_tokens=60, reasoning_budget_tokens=0)["choices"][0]["message"]
+    assert "reasoning_content" not in cut and cut["content"] == raw[len("<|channel|>analysis<|message|>" + final):], cut
+    print(f"checked: harmony, budget 0: the analysis ({free['reasoning_content']!r} without a budget) ends at once, "
+          f"the final message {cut['content']!r} follows")
 
 
 def test_reasoning_format_refused(server):

@@ -163,6 +163,14 @@ static void cu_upload(st_backend *be, void *dst, const void *src, size_t bytes) 
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->s));
 }
 
+#if !ST_GPU_IS_HIP
+static void cu_upload_many(st_backend *be, int n, void *const *dst, const void *const *src, const size_t *bytes) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    cuda_gather_copy(n, dst, src, bytes, c->s);
+}
+#endif
+
 /* Page-locks the pages that hold [p, p + bytes) in place (the GGUF's mmap):
  * read-only where the device allows it (a file mapped without write
  * access), else plain. */
@@ -172,11 +180,12 @@ static int cu_host_register(st_backend *be, const void *p, size_t bytes) {
                     b = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
     cudaError_t err = cudaErrorNotSupported;
 #ifdef cudaHostRegisterReadOnly
-    err = cudaHostRegister((void *)a, b - a, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+    err = cudaHostRegister((void *)a, b - a,
+                           cudaHostRegisterPortable | cudaHostRegisterMapped | cudaHostRegisterReadOnly);
 #endif
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        err = cudaHostRegister((void *)a, b - a, cudaHostRegisterPortable);
+        err = cudaHostRegister((void *)a, b - a, cudaHostRegisterPortable | cudaHostRegisterMapped);
     }
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
@@ -872,6 +881,12 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->to_host = cu_to_host;
     be->to_device = cu_to_device;
     be->upload = cu_upload;
+#if !ST_GPU_IS_HIP
+    /* the device reads page-locked host memory at the host's address (upload_many's kernel) */
+    int host_ptr = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&host_ptr, cudaDevAttrCanUseHostPointerForRegisteredMem, device));
+    if (host_ptr) be->upload_many = cu_upload_many;
+#endif
     be->host_register = cu_host_register;
     be->host_unregister = cu_host_unregister;
     be->mem_info = cu_mem_info;

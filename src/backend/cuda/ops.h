@@ -34,6 +34,9 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
 void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_t n, int8_t *aq, float2 *ad,
                   cudaStream_t s);
 void cuda_add(float *x, const float *b, int64_t dim, int n_rows, cudaStream_t s);
+/* upload_many (backend.h): the device copies n ranges, src[i] page-locked
+ * host memory that it reads at the host's address, into dst[i]. */
+void cuda_gather_copy(int n, void *const *dst, const void *const *src, const size_t *bytes, cudaStream_t s);
 void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
 
 /* Causal attention (backend.h); scratch holds the split partial results.

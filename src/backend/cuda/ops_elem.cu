@@ -315,6 +315,56 @@ static __global__ void scale_kernel(float *x, float sc, int64_t n) {
     if (i < n) x[i] *= sc;
 }
 
+/* upload_many: blockIdx.y picks the range; a range's blocks stride over it
+ * in 16-byte pieces where both ends allow (the expert matrices do), its
+ * tail and any unaligned range a byte at a time. Each thread keeps four
+ * loads in flight: the reads cross PCIe, ~1-2 us each. */
+#define GATHER_MAX 32
+struct gather_args {
+    const uint8_t *src[GATHER_MAX];
+    uint8_t *dst[GATHER_MAX];
+    size_t bytes[GATHER_MAX];
+};
+
+__global__ void k_gather(const gather_args a) {
+    const int i = blockIdx.y;
+    const uint8_t *src = a.src[i];
+    uint8_t *dst = a.dst[i];
+    const size_t n = a.bytes[i], step = (size_t)gridDim.x * blockDim.x, t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if ((((uintptr_t)src | (uintptr_t)dst) & 15) == 0) {
+        const uint4 *s4 = (const uint4 *)src;
+        uint4 *d4 = (uint4 *)dst;
+        const size_t n16 = n / 16;
+        size_t u = t;
+        for (; u + 3 * step < n16; u += 4 * step) {
+            const uint4 v0 = s4[u], v1 = s4[u + step], v2 = s4[u + 2 * step], v3 = s4[u + 3 * step];
+            d4[u] = v0, d4[u + step] = v1, d4[u + 2 * step] = v2, d4[u + 3 * step] = v3;
+        }
+        for (; u < n16; u += step) d4[u] = s4[u];
+        done = n16 * 16;
+    }
+    for (size_t b = done + t; b < n; b += step) dst[b] = src[b];
+}
+
+void cuda_gather_copy(int n, void *const *dst, const void *const *src, const size_t *bytes, cudaStream_t s) {
+    for (int i0 = 0; i0 < n; i0 += GATHER_MAX) {
+        const int m = n - i0 < GATHER_MAX ? n - i0 : GATHER_MAX;
+        gather_args a;
+        size_t most = 0;
+        for (int j = 0; j < m; j++) {
+            a.src[j] = (const uint8_t *)src[i0 + j], a.dst[j] = (uint8_t *)dst[i0 + j], a.bytes[j] = bytes[i0 + j];
+            most = bytes[i0 + j] > most ? bytes[i0 + j] : most;
+        }
+        /* 256 threads of 4 x 16 bytes a block and pass: at most 64 blocks a range */
+        const size_t per = (size_t)256 * 64;
+        const unsigned bx = (unsigned)((most + per - 1) / per < 64 ? (most + per - 1) / per : 64);
+        if (!bx) continue;
+        k_gather<<<dim3(bx, (unsigned)m), 256, 0, s>>>(a);
+        CUDA_LAUNCH_CHECK();
+    }
+}
+
 void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
     st_launch(scale_kernel, dim3(st_div_up((size_t)n, 256)), dim3(256), 0, s, x, sc, n);

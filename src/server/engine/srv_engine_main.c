@@ -28,7 +28,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "engine/split.h"
-#include "server/srv_proto.h"
+#include "server/engine/srv_sched.h"
 
 /* One request the front end sent, alive until its terminal event. */
 typedef struct creq {

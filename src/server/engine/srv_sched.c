@@ -2,7 +2,7 @@
  * guards the queue, each slot's job pointer and the metrics; everything else
  * of a slot (its sequence, sampler, generation) is the engine thread's
  * alone, and events are sent without the mutex held. */
-#include "server/srv_sched.h"
+#include "server/engine/srv_sched.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -14,7 +14,6 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/moe_lanes.h"
-#include "server/srv_proto.h"
 
 typedef struct {
     const srv_request *req;
@@ -109,48 +108,6 @@ static void admit_locked(local_sched *s) {
 
 /* Outcome of a request for the metrics. */
 enum { OUT_DONE, OUT_FAILED, OUT_CANCELLED };
-
-void sched_map_keep(sched_map *m, const gen_stats *st) {
-    if (!st->expert_map || st->map_layers <= 0 || st->map_experts <= 0) return;
-    const size_t n = (size_t)st->map_layers * (size_t)st->map_experts;
-    if (!m->cells || (size_t)m->n_layer * (size_t)m->n_expert != n) {
-        st_free(m->cells);
-        m->cells = st_malloc(n);
-    }
-    memcpy(m->cells, st->expert_map, n);
-    m->n_layer = st->map_layers;
-    m->n_expert = st->map_experts;
-}
-
-int sched_map_copy(const sched_map *m, char **cells, int *n_layer, int *n_expert) {
-    if (!m->cells) return -1;
-    const size_t n = (size_t)m->n_layer * (size_t)m->n_expert;
-    *cells = st_malloc(n);
-    memcpy(*cells, m->cells, n);
-    *n_layer = m->n_layer;
-    *n_expert = m->n_expert;
-    return 0;
-}
-
-void sched_metrics_add(sched_metrics *m, const gen_stats *st) {
-    m->prompt_tokens += (uint64_t)st->n_prompt;
-    m->reused_tokens += (uint64_t)st->n_reused;
-    m->read_tokens += (uint64_t)st->n_read;
-    m->gen_tokens += (uint64_t)st->n_gen;
-    m->prompt_s += st->prompt_ms / 1e3;
-    m->gen_s += st->gen_ms / 1e3;
-    m->drafts_accepted += (uint64_t)st->drafts_accepted;
-    m->drafts_total += (uint64_t)st->drafts_total;
-    m->last_prompt_tps = st->prompt_ms > 0 ? st->n_read / (st->prompt_ms / 1e3) : 0;
-    m->last_gen_tps = st->gen_ms > 0 ? st->n_gen / (st->gen_ms / 1e3) : 0;
-    if (st->lanes) { /* the engine's own totals: a request's pairs overlap the other slots' in batched steps */
-        m->lanes = 1;
-        m->pairs_dev = st->total_dev;
-        m->pairs_cpu = st->total_cpu;
-        m->pairs_pcie = st->total_pcie;
-        m->bytes_ssd = st->total_ssd;
-    }
-}
 
 /* End the slot's request: its terminal event is already sent. */
 static void slot_release(local_sched *s, slot *sl, int outcome) {
@@ -594,18 +551,3 @@ static void local_wake(srv_sched *b) { (void)b; /* the engine is in this process
 
 static const sched_ops LOCAL_OPS = {local_submit, local_metrics, local_expert_map, local_n_ctx, local_wake,
                                     local_destroy};
-
-/* ---- the face both roles share ---- */
-
-int sched_submit(srv_sched *s, const srv_request *req, srv_event_fn fn, void *ctx) {
-    return s->ops->submit(s, req, fn, ctx);
-}
-void sched_metrics_get(srv_sched *s, sched_metrics *m) { s->ops->metrics(s, m); }
-int sched_expert_map(srv_sched *s, char **cells, int *n_layer, int *n_expert) {
-    return s->ops->expert_map(s, cells, n_layer, n_expert);
-}
-int sched_n_ctx(srv_sched *s) { return s->ops->n_ctx(s); }
-void sched_wake(srv_sched *s) { s->ops->wake(s); }
-void sched_free(srv_sched *s) {
-    if (s) s->ops->destroy(s);
-}

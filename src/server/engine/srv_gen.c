@@ -1,4 +1,4 @@
-/* The server's additions to the engine's step-wise generation (srv_sched.h
+/* The server's additions to the engine's step-wise generation (engine/srv_sched.h
  * srv_gen_extra_new, engine.h gen_hooks), for requests that want what plain
  * generation does not give: log probabilities of each generated token (and
  * the most likely alternatives), or an answer held to a grammar (srv_grammar.h:
@@ -16,7 +16,20 @@
  * "length"): the text is then a prefix of a sentence.
  *
  * Log probabilities are the model's own distribution (log-softmax of the raw
- * logits, before temperature, penalties and truncation), as OpenAI reports. */
+ * logits, before temperature, penalties and truncation), as OpenAI reports.
+ *
+ * The reasoning budget (r->think_end set: Anthropic's thinking.budget_tokens,
+ * llama-server's reasoning_budget_tokens): the tokens sampled inside a
+ * reasoning block are counted from its opening text (r->think_start, or the
+ * start when the prompt opened the block) to its closing text (think_close,
+ * when the model ends it); when the count reaches the budget, the tokens of
+ * r->think_end are forced, one per step
+ * (every other logit to -inf), and the answer follows as the model goes on.
+ * A character split over tokens at that point is finished first (up to three
+ * more tokens), so that the reasoning's text stays whole UTF-8, as
+ * llama.cpp's reasoning-budget sampler does. A later block gets a fresh
+ * budget. The texts are compared as the tokens render with their control
+ * tokens' text, so harmony's `<|channel|>analysis<|message|>` is seen. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +38,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "server/srv_grammar.h"
-#include "server/srv_sched.h"
+#include "server/engine/srv_sched.h"
 
 /* ---- the vocabulary as the grammar walks it ---- */
 struct srv_vocab {
@@ -151,6 +164,24 @@ struct srv_gen_extra {
     int64_t mask_ns;
     int32_t top_ids[20];
     float top_lp[20];
+    /* the reasoning budget (r->think_end set) */
+    const tokenizer *tok;
+    int th;                  /* TH_*: where the answer is with respect to a reasoning block */
+    int budget;              /* tokens a block may spend (the request's think_budget) */
+    int th_left;             /* tokens the current block may still spend */
+    int32_t *forced;         /* (n_forced) the tokens of r->think_end */
+    int n_forced, th_pos;    /* TH_FORCE: the next of them to force */
+    int utf8_need;           /* continuation bytes the answer's last character still lacks */
+    char th_win[96];         /* the answer's last bytes, where the opening and end texts are looked for */
+    size_t th_wn;
+    int n_think, n_cut;      /* tokens spent in reasoning blocks; blocks the budget ended */
+};
+
+enum {
+    TH_OUT,   /* outside a reasoning block: looking for its opening */
+    TH_COUNT, /* inside: each token spends one of th_left */
+    TH_WAIT,  /* the budget is spent, a character is unfinished: its tokens come first */
+    TH_FORCE, /* writing the end text's tokens */
 };
 
 /* Waiting for the trigger: where in piece p[0..n) the trigger would end (the bytes after it belong to the
@@ -213,7 +244,97 @@ static int grammar_mask(void *arg, float *logits, int nv) {
     return n;
 }
 
-/* Each sampled token: its TOKEN event (logprobs), the grammar's state. */
+/* ---- the reasoning budget ---- */
+
+/* Does tag end within the window's last bytes and the piece p[0..n)? (the window holds the bytes before p) */
+static int tag_in(const srv_gen_extra *x, const char *tag, const char *p, size_t n) {
+    size_t L = strlen(tag), keep = x->th_wn < L - 1 ? x->th_wn : L - 1;
+    char buf[sizeof x->th_win + 256];
+    if (n > 256) n = 256;
+    memcpy(buf, x->th_win + x->th_wn - keep, keep);
+    memcpy(buf + keep, p, n);
+    return memmem(buf, keep + n, tag, L) != NULL;
+}
+
+static void th_enter(srv_gen_extra *x) {
+    x->th_left = x->budget;
+    x->th = x->th_left > 0 ? TH_COUNT : TH_FORCE;
+    x->th_pos = 0;
+    if (x->th == TH_FORCE) x->n_cut++;
+}
+
+/* A sampled token (forced ones included) moves the budget's state. */
+static void th_token(srv_gen_extra *x, int32_t t) {
+    const srv_request *r = x->r;
+    char p[256];
+    int64_t k = tokenizer_token_to_piece(x->tok, t, 1, p, sizeof p);
+    size_t n = k < 0 ? 0 : k > (int64_t)sizeof p ? sizeof p : (size_t)k;
+    switch (x->th) {
+    case TH_OUT:
+        if (tag_in(x, r->think_start, p, n)) th_enter(x);
+        break;
+    case TH_COUNT:
+    case TH_WAIT:
+        if (tag_in(x, r->think_close, p, n)) { /* the model ended it itself */
+            x->th = TH_OUT;
+            break;
+        }
+        x->n_think++;
+        if (x->th == TH_COUNT) x->th_left--;
+        break;
+    case TH_FORCE:
+        if (++x->th_pos == x->n_forced) x->th = TH_OUT; /* a new opening re-arms it */
+        break;
+    }
+    for (size_t i = 0; i < n; i++) { /* the answer's last character: whole or not */
+        unsigned char b = (unsigned char)p[i];
+        if ((b & 0xC0) == 0x80) x->utf8_need -= x->utf8_need > 0;
+        else x->utf8_need = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC0 ? 1 : 0;
+    }
+    if ((x->th == TH_COUNT || x->th == TH_WAIT) && x->th_left <= 0) {
+        x->th = x->utf8_need ? TH_WAIT : TH_FORCE;
+        x->th_pos = 0;
+        x->n_cut += x->th == TH_FORCE;
+    }
+    for (size_t i = 0; i < n; i++) { /* the window keeps the answer's last bytes */
+        if (x->th_wn == sizeof x->th_win) {
+            memmove(x->th_win, x->th_win + sizeof x->th_win / 2, sizeof x->th_win / 2);
+            x->th_wn = sizeof x->th_win / 2;
+        }
+        x->th_win[x->th_wn++] = p[i];
+    }
+}
+
+static int th_forcing(const srv_gen_extra *x) { return x->forced && x->th == TH_FORCE && x->th_pos < x->n_forced; }
+
+/* Forcing: every logit but the forced token's to -inf. */
+static void th_mask(const srv_gen_extra *x, float *logits, int nv) {
+    const int32_t f = x->forced[x->th_pos];
+    for (int v = 0; v < nv; v++)
+        if (v != f) logits[v] = -INFINITY;
+}
+
+/* The hooks of a request with a grammar (allow + mask, sampler_sample_checked) and of one without (filter). */
+static int hook_allow(void *arg, int32_t t) {
+    srv_gen_extra *x = arg;
+    if (th_forcing(x)) return t == x->forced[x->th_pos];
+    return grammar_allow(x, t);
+}
+
+static int hook_mask(void *arg, float *logits, int nv) {
+    srv_gen_extra *x = arg;
+    if (!th_forcing(x)) return grammar_mask(x, logits, nv);
+    th_mask(x, logits, nv);
+    return 1;
+}
+
+static int hook_filter(void *arg, float *logits, int nv) {
+    srv_gen_extra *x = arg;
+    if (th_forcing(x)) th_mask(x, logits, nv);
+    return GEN_GO;
+}
+
+/* Each sampled token: its TOKEN event (logprobs), the budget's and the grammar's state. */
 static int on_token(void *arg, int32_t t, const float *raw) {
     srv_gen_extra *x = arg;
     const srv_request *r = x->r;
@@ -225,6 +346,7 @@ static int on_token(void *arg, int32_t t, const float *raw) {
                         .top_ids = x->top_ids, .top_lp = x->top_lp};
         if (x->fn(x->ctx, &ev) != 0) rc = GEN_CANCEL;
     }
+    if (x->forced) th_token(x, t);
     if (x->g && x->waiting) { /* free text until the trigger; what follows it in the piece is the grammar's */
         const srv_vocab *v = x->voc;
         const char *p = v->text + v->off[t];
@@ -264,7 +386,7 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
                                  gen_hooks *hk, srv_vocab **vocab, char *err, size_t errcap) {
     memset(hk, 0, sizeof *hk);
     if (errcap) err[0] = 0;
-    if (!r->logprobs && !r->grammar) return NULL;
+    if (!r->logprobs && !r->grammar && !r->think_end) return NULL;
     srv_gen_extra *x = st_calloc(1, sizeof *x);
     x->r = r;
     x->fn = fn;
@@ -286,6 +408,23 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
         hk->filter = grammar_mask;
         hk->eog_ok = 1; /* the grammar decides when the answer may end */
     }
+    if (r->think_end && r->think_start && r->think_close && r->think_budget >= 0) {
+        const size_t len = strlen(r->think_end);
+        int64_t n = tokenizer_encode(e->tok, r->think_end, len, 0, 1, NULL, 0); /* its control tokens as such */
+        if (n > 0 && n <= 64) {
+            x->forced = st_malloc((size_t)n * sizeof(int32_t));
+            x->n_forced = (int)tokenizer_encode(e->tok, r->think_end, len, 0, 1, x->forced, n);
+            x->tok = e->tok;
+            x->budget = r->think_budget;
+            if (r->think_open) th_enter(x); /* the prompt opened the block: the answer starts inside it */
+            if (r->grammar) {
+                hk->allow = hook_allow;
+                hk->filter = hook_mask;
+            } else
+                hk->filter = hook_filter;
+        } else
+            ST_WARN("slot %d: the reasoning's end text does not tokenize into 1..64 tokens: no budget", slot);
+    }
     hk->token = on_token;
     hk->ctx = x;
     return x;
@@ -296,8 +435,12 @@ void srv_gen_extra_free(srv_gen_extra *x) {
     if (x->g && (x->n_tok || x->n_mask)) /* (a grammar waiting for a trigger that never came: nothing to say) */
         ST_INFO("slot %d: grammar: %d tokens, %d needed the whole vocabulary checked (%.1f ms in all)", x->slot,
                 x->n_tok, x->n_mask, (double)x->mask_ns / 1e6);
+    if (x->forced)
+        ST_INFO("slot %d: reasoning budget %d: %d tokens of reasoning, %d block(s) ended by the budget", x->slot,
+                x->budget, x->n_think, x->n_cut);
     gmatch_free(x->m);
     grammar_free(x->g);
+    st_free(x->forced);
     st_free(x->allowed);
     st_free(x);
 }
