@@ -135,6 +135,16 @@ enum {
     ST_GATINGS_OAI = 4,     /* moe_experts adds the weights' biases and computes ST_ACT_SWIGLU_OAI (gpt-oss) */
 };
 
+/* A backend's own alternative implementations of some ops, chosen per
+ * backend (st_backend.variant) so that a comparison (backend_check) runs
+ * each against the reference. */
+typedef enum {
+    ST_VARIANT_ATTN = 0,     /* attention kernels: 0 per query head, 1 GQA, 2 GQA and tensor cores for prompts */
+    ST_VARIANT_MOE_PATH = 1, /* MoE: 0 the default, 1 a per-expert loop (a cross-check), 2 the grouped products only */
+    ST_VARIANT_FUSE = 2,     /* bits of the fused ops run fused (0: each as its composition, backend_compose.h) */
+    ST_VARIANT_NO_BLAS = 3,  /* 1: the GEMM library counts as refused, as after a failed call (its fallback runs) */
+} st_variant;
+
 typedef struct st_backend st_backend;
 
 struct st_backend {
@@ -152,17 +162,26 @@ struct st_backend {
      * x [n_tok][n_mat][n_in], y [n_tok][n_mat][n_out] (multi-head latent attention's
      * per-head products with attn_k_b / attn_v_b, every head in one call). */
     void (*matmul)(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok);
+    /* Fused forms of the ops here, each equal to the composition its comment
+     * gives (backend_compose.h composes them from this table's ops, which is
+     * what the CPU backend runs); the forward pass calls them where it means
+     * them, and a GPU backend runs each decode-sized one as one kernel.
+     * Products of one input: y[i][t] = W_i[0] x[t] for i < n (q, k and v;
+     * gate and up); the y[i] lie apart from x and from each other. */
+    void (*matmul_multi)(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y,
+                         int n_tok);
+    /* A block's output joining the residual stream, and the next block's
+     * norm: y = W[0] x, res += y, h = rmsnorm(res) * nw (rows of w->n_out),
+     * then, when wn is given, yn = Wn[0] h (the MoE router reads the FFN
+     * norm's output). Composed: matmul, rmsnorm with y as its residual,
+     * matmul. res apart from x and y; h apart from res; yn from h and res. */
+    void (*matmul_res_norm)(st_backend *be, const st_weight *w, const float *x, float *y, float *res,
+                            const float *nw, float eps, float *h, const st_weight *wn, float *yn, int n_tok);
     /* y[r] = x[r] / rms(x[r]) * w, rows of dim values; in place allowed.
      * With res (n_rows rows too): first x[r] += res[r] (the residual add
      * before a norm, one pass instead of two); x is written then. */
     void (*rmsnorm)(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
                     float eps);
-    /* Rotary embedding in place on x[n_tok][n_heads][head_dim], position pos0 + t.
-     * neox: rotate pairs (i, i+d/2); else adjacent pairs (2i, 2i+1). */
-    void (*rope)(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                 float freq_scale, int neox);
-    /* Write n_tok rows of k and v (f32 [n_tok][n_head_kv*head_dim]) at positions pos0.. */
-    void (*kv_store)(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0);
     /* The attention inputs of n_tok tokens at positions pos0..: per-head
      * RMSNorm of q and k when qn, kn (head_dim weights each) are given, the
      * rotary embedding of both, then k and v into the cache.
@@ -282,6 +301,10 @@ struct st_backend {
     void (*host_unregister)(st_backend *be, const void *p);
     /* Optional (NULL: host memory, no device budget). Free and total bytes of the device's memory. */
     void (*mem_info)(st_backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* Optional (NULL: none). Sets this backend's variant `kind` to value
+     * (value < 0: only asks) and returns the one before, or -1 when the
+     * backend has no such choice. */
+    int (*variant)(st_backend *be, st_variant kind, int value);
 };
 
 /* A step in segments (st_backend.segments). The caller drives it:

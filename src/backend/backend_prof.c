@@ -17,14 +17,14 @@
 #include "core/timer.h"
 
 typedef enum {
-    P_GET_ROWS, P_MATMUL, P_RMSNORM, P_ROPE, P_KV_STORE, P_QKV_PREP, P_ATTENTION, P_ACT_MUL, P_ADD, P_SCALE,
-    P_MOE_FFN, P_MOE_ROUTE, P_MOE_EXPERTS, P_TO_HOST, P_TO_DEVICE, P_GDN, P_SPLIT, P_SIGMUL, P_COPY2D, P_N
+    P_GET_ROWS, P_MATMUL, P_MATMUL_MULTI, P_MATMUL_RES_NORM, P_RMSNORM, P_QKV_PREP, P_ATTENTION,
+    P_ACT_MUL, P_ADD, P_SCALE, P_MOE_FFN, P_MOE_ROUTE, P_MOE_EXPERTS, P_TO_HOST, P_TO_DEVICE, P_GDN, P_SPLIT, P_SIGMUL, P_COPY2D, P_N
 } prof_op;
 
-static const char *const OP_NAMES[P_N] = {"get_rows", "matmul",  "rmsnorm", "rope",    "kv_store",
-                                          "qkv_prep", "attention", "act_mul", "add",     "scale",
-                                          "moe_ffn",  "moe_route", "moe_experts", "to_host", "to_device",
-                                          "deltanet", "split_qg", "sigmul", "copy_2d"};
+static const char *const OP_NAMES[P_N] = {"get_rows", "matmul",    "matmul_multi", "matmul_res_norm", "rmsnorm",
+                                          "qkv_prep", "attention", "act_mul",      "add",             "scale",
+                                          "moe_ffn",  "moe_route", "moe_experts",  "to_host",         "to_device",
+                                          "deltanet", "split_qg",  "sigmul",       "copy_2d"};
 
 typedef struct {
     st_backend *in;
@@ -63,27 +63,28 @@ static void w_matmul(st_backend *be, const st_weight *w, int64_t mat, const floa
     end(p, P_MATMUL);
 }
 
+static void w_matmul_multi(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y,
+                           int n_tok) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->matmul_multi(p->in, n, w, x, y, n_tok);
+    end(p, P_MATMUL_MULTI);
+}
+
+static void w_matmul_res_norm(st_backend *be, const st_weight *w, const float *x, float *y, float *res,
+                              const float *nw, float eps, float *h, const st_weight *wn, float *yn, int n_tok) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->matmul_res_norm(p->in, w, x, y, res, nw, eps, h, wn, yn, n_tok);
+    end(p, P_MATMUL_RES_NORM);
+}
+
 static void w_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
                       float eps) {
     prof_ctx *p = P(be);
     begin(p);
     p->in->rmsnorm(p->in, x, res, w, y, dim, n_rows, eps);
     end(p, P_RMSNORM);
-}
-
-static void w_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                   float freq_scale, int neox) {
-    prof_ctx *p = P(be);
-    begin(p);
-    p->in->rope(p->in, x, n_tok, n_heads, head_dim, pos0, theta, freq_scale, neox);
-    end(p, P_ROPE);
-}
-
-static void w_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
-    prof_ctx *p = P(be);
-    begin(p);
-    p->in->kv_store(p->in, kv, k, v, n_tok, pos0);
-    end(p, P_KV_STORE);
 }
 
 static void w_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn, float eps,
@@ -217,7 +218,7 @@ void backend_prof_report(st_backend *be, char *buf, size_t cap) {
     prof_ctx *p = P(be);
     int64_t total = 0;
     for (int i = 0; i < P_N; i++) total += p->ns[i];
-    size_t o = (size_t)snprintf(buf, cap, "op times on %s (each op waited for; %.1f ms in all):\n%-10s %9s %10s %9s %6s\n",
+    size_t o = (size_t)snprintf(buf, cap, "op times on %s (each op waited for; %.1f ms in all):\n%-15s %9s %10s %9s %6s\n",
                                 p->in->name, total / 1e6, "op", "calls", "total ms", "mean us", "share");
     int done[P_N] = {0};
     for (int r = 0; r < P_N && o < cap; r++) { /* largest total first */
@@ -226,7 +227,7 @@ void backend_prof_report(st_backend *be, char *buf, size_t cap) {
             if (!done[i] && (b < 0 || p->ns[i] > p->ns[b])) b = i;
         done[b] = 1;
         if (!p->calls[b]) continue;
-        o += (size_t)snprintf(buf + o, cap - o, "%-10s %9lld %10.2f %9.2f %5.1f%%\n", OP_NAMES[b],
+        o += (size_t)snprintf(buf + o, cap - o, "%-15s %9lld %10.2f %9.2f %5.1f%%\n", OP_NAMES[b],
                               (long long)p->calls[b], p->ns[b] / 1e6, p->ns[b] / 1e3 / (double)p->calls[b],
                               total ? 100.0 * (double)p->ns[b] / (double)total : 0.0);
     }
@@ -257,6 +258,7 @@ static void w_host_unregister(st_backend *be, const void *ptr) { P(be)->in->host
 static void w_mem_info(st_backend *be, size_t *free_bytes, size_t *total_bytes) {
     P(be)->in->mem_info(P(be)->in, free_bytes, total_bytes);
 }
+static int w_variant(st_backend *be, st_variant kind, int value) { return P(be)->in->variant(P(be)->in, kind, value); }
 
 st_backend *backend_prof_wrap(st_backend *in) {
     prof_ctx *p = st_calloc(1, sizeof *p);
@@ -272,9 +274,9 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .destroy = w_destroy,
         .get_rows = w_get_rows,
         .matmul = w_matmul,
+        .matmul_multi = w_matmul_multi,
+        .matmul_res_norm = w_matmul_res_norm,
         .rmsnorm = w_rmsnorm,
-        .rope = w_rope,
-        .kv_store = w_kv_store,
         .qkv_prep = w_qkv_prep,
         .attention = w_attention,
         .attention_sinks = in->attention_sinks ? w_attention_sinks : NULL,
@@ -297,6 +299,7 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .host_register = in->host_register ? w_host_register : NULL,
         .host_unregister = in->host_unregister ? w_host_unregister : NULL,
         .mem_info = in->mem_info ? w_mem_info : NULL,
+        .variant = in->variant ? w_variant : NULL,
     };
     return be;
 }

@@ -22,7 +22,7 @@
 #include "core/log.h"
 
 #ifdef STRATA_HAVE_GPU
-#include "backend/cuda/backend_check.h"
+#include "backend/backend_check.h"
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/device.h"
 #include "engine/engine.h"

@@ -49,7 +49,7 @@ static const st_switch_def TABLE[] = {
     {"STRATA_CUDA_MOE_FUSED", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode MoE runs gate, up, act_mul, down and the weighted sum as five kernels instead of two fused ones", 0},
     {"STRATA_CUDA_FUSE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "7", "7",
-     "GPU decode fusions, a sum of bits: 1 products of one input (q/k/v) in one launch per weight type or type pair (Q4_K/Q5_K with Q6_K), 2 routing inside the MoE kernel, 4 (with 1) a norm's residual add in the pending product that made it (o, or a dense down) and a one-row norm without one held for the one-token float product after it (the router), which then normalises itself; 0: each its own kernel", 0},
+     "GPU fused ops, a sum of bits: 1 matmul_multi (products of one input: q/k/v, gate/up) in one launch per weight type or type pair (Q4_K/Q5_K with Q6_K), 2 routing inside the MoE kernel, 4 matmul_res_norm for one token (the o or down product adds into the residual as it writes it, and a float router after the norm normalises it itself); a bit off runs that op as its composition of plain ops", 0},
     {"STRATA_CUDA_SAMPLING", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode copies every logit to the host and samples there, instead of taking the greedy or top-k candidates from the GPU", 0},
     {"STRATA_MPIRUN", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "mpirun", "mpirun",

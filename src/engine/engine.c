@@ -484,7 +484,6 @@ int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, 
 }
 
 int engine_eval(engine *e, const int32_t *toks, int n) { return engine_seq_eval(e, &e->seq, toks, n); }
-int engine_reuse_prefix(engine *e, const int32_t *toks, int n) { return engine_seq_reuse_prefix(&e->seq, toks, n); }
 int engine_read_prompt(engine *e, const int32_t *prompt, int n) {
     return engine_seq_read_prompt(e, &e->seq, prompt, n);
 }

@@ -159,7 +159,6 @@ int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, 
 
 /* The same on the engine's own sequence (e->seq). */
 int engine_eval(engine *e, const int32_t *toks, int n);
-int engine_reuse_prefix(engine *e, const int32_t *toks, int n);
 int engine_read_prompt(engine *e, const int32_t *prompt, int n);
 
 typedef struct {

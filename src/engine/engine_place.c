@@ -123,8 +123,6 @@ size_t engine_weight_bytes(model *m, size_t *routed) {
     return b.dense;
 }
 
-size_t engine_placed_bytes(const engine_placed *pl) { return pl ? pl->bytes : 0; }
-
 void engine_place_free(engine_placed *pl) {
     if (!pl) return;
     for (int i = 0; i < pl->n; i++) pl->be->free(pl->be, pl->dev[i]);

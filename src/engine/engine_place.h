@@ -16,7 +16,6 @@ engine_placed *engine_place_model(model *m, st_backend *be, int routed);
 /* Bytes of m's weights but the routed experts (norms and biases as f32), and
  * of the routed experts in *routed: what engine_place_model would copy. */
 size_t engine_weight_bytes(model *m, size_t *routed);
-size_t engine_placed_bytes(const engine_placed *pl);
 /* Free the copies (before the backend is destroyed). */
 void engine_place_free(engine_placed *pl);
 

@@ -215,17 +215,17 @@ static void no_get_rows(st_backend *be, const st_weight *w, const int32_t *ids, 
 static void no_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
     (void)be, (void)w, (void)mat, (void)x, (void)y, (void)n_tok;
 }
+static void no_matmul_multi(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y,
+                            int n_tok) {
+    (void)be, (void)n, (void)w, (void)x, (void)y, (void)n_tok;
+}
+static void no_matmul_res_norm(st_backend *be, const st_weight *w, const float *x, float *y, float *res,
+                               const float *nw, float eps, float *h, const st_weight *wn, float *yn, int n_tok) {
+    (void)be, (void)w, (void)x, (void)y, (void)res, (void)nw, (void)eps, (void)h, (void)wn, (void)yn, (void)n_tok;
+}
 static void no_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
                        float eps) {
     (void)be, (void)x, (void)res, (void)w, (void)y, (void)dim, (void)n_rows, (void)eps;
-}
-static void no_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                    float freq_scale, int neox) {
-    (void)be, (void)x, (void)n_tok, (void)n_heads, (void)head_dim, (void)pos0, (void)theta, (void)freq_scale,
-        (void)neox;
-}
-static void no_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
-    (void)be, (void)kv, (void)k, (void)v, (void)n_tok, (void)pos0;
 }
 static void no_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
                         float eps, int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0) {
@@ -262,11 +262,12 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 31 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 32 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
- * stubs above when an op is added. gated_delta_net_keep needs none: it runs
- * between steps (engine_seq_truncate), never inside a recorded one. */
-_Static_assert(sizeof(st_backend) == 36 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+ * stubs above when an op is added. gated_delta_net_keep and variant need
+ * none: they run between steps, never inside a recorded one; forward.c
+ * does not call upload_many (the lanes' host part does, on L->live). */
+_Static_assert(sizeof(st_backend) == 37 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -275,9 +276,9 @@ static void seg_stub(lanes *L, int on) {
     const st_backend *v = &L->live;
     b->get_rows = on ? no_get_rows : v->get_rows;
     b->matmul = on ? no_matmul : v->matmul;
+    b->matmul_multi = on ? no_matmul_multi : v->matmul_multi;
+    b->matmul_res_norm = on ? no_matmul_res_norm : v->matmul_res_norm;
     b->rmsnorm = on ? no_rmsnorm : v->rmsnorm;
-    b->rope = on ? no_rope : v->rope;
-    b->kv_store = on ? no_kv_store : v->kv_store;
     b->qkv_prep = on ? no_qkv_prep : v->qkv_prep;
     b->attention = on ? no_attention : v->attention;
     b->attention_sinks = on ? (v->attention_sinks ? no_attention_sinks : NULL) : v->attention_sinks;

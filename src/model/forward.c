@@ -12,9 +12,13 @@
  * attention (forward_mla.c) and group-limited routing. gpt-oss: attention sinks, an
  * output bias, a router bias, experts whose biases and clamped SwiGLU travel
  * in their st_weight and st_act through the MoE seam. Every step is a backend
- * op, so the same code drives the CPU and the GPU. Each residual add is done by the norm that
- * follows it (rmsnorm's res argument: one pass over x instead of two); the
- * last layer's by a plain add, since the output norm reads only some rows.
+ * op, so the same code drives the CPU and the GPU. Each residual add is done
+ * with the norm that follows it (rmsnorm's res argument: one pass over x
+ * instead of two); the last layer's by a plain add, since the output norm
+ * reads only some rows. Where the fused ops of backend.h say what happens
+ * (products of one input: matmul_multi; a block's output product, the
+ * residual add, the next norm and the router: matmul_res_norm), they are
+ * called, so that a backend may run each as one kernel.
  */
 #include "model/forward.h"
 
@@ -126,13 +130,35 @@ static void hop_recv(model_ctx *c, int rows) {
     c->be->to_device(c->be, c->x, c->hop, n * sizeof(float));
 }
 
+/* A block's output projection joins the residual stream: o = W a (+ bias,
+ * post-normed where the family says), x += o, then h = ffn_norm(x) and, in a
+ * MoE layer, the router's logits of h into c->router. */
+static void block_out(model_ctx *c, int il, const st_weight *w, const float *a, const float *bias,
+                      const float *post_norm, int rows) {
+    const model_hparams *hp = &c->m->hp;
+    const model_layer *l = &c->m->layers[il];
+    st_backend *be = c->be;
+    const int moe = model_layer_moe(hp, il);
+    const st_weight *wr = moe ? &l->ffn_gate_inp : NULL;
+    if (!bias && !post_norm) { /* nothing between the product and the add */
+        be->matmul_res_norm(be, w, a, c->o, c->x, l->ffn_norm, hp->rms_eps, c->h, wr, c->router, rows);
+        return;
+    }
+    be->matmul(be, w, 0, a, c->o, rows);
+    if (bias) be->add(be, c->o, bias, hp->n_embd, rows);
+    if (post_norm) be->rmsnorm(be, c->o, NULL, post_norm, c->o, hp->n_embd, rows, hp->rms_eps);
+    be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+    if (wr) be->matmul(be, wr, 0, c->h, c->router, rows);
+}
+
 /* Attention of n_seq sequences stacked in the activation rows (sequence s:
  * n_tok[s] rows (one each when n_tok is NULL), from position pos0[s],
  * per-layer cache array kv[s]); rows
  * in all: norms and the Q/K/V/O products run on all rows at once (the
  * weights are read once for every sequence); the rotary embedding, the cache
  * write and attention run per sequence on its own rows, cache and positions.
- * On entry h = norm(x); on return x += attention and h = ffn_norm(x). */
+ * On entry h = norm(x); on return x += attention, h = ffn_norm(x) and, in a
+ * MoE layer, the router's logits of h are in c->router. */
 static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq,
                             int rows) {
     const model_hparams *hp = &c->m->hp;
@@ -144,11 +170,14 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     if (gated) {
         be->matmul(be, &l->wq, 0, c->h, c->qg, rows);
         be->split_halves(be, c->qg, c->q, c->gate, rows, hp->n_head, hp->head_dim);
+        const st_weight *w[] = {&l->wk, &l->wv};
+        float *y[] = {c->k, c->v};
+        be->matmul_multi(be, 2, w, c->h, y, rows);
     } else {
-        be->matmul(be, &l->wq, 0, c->h, c->q, rows);
+        const st_weight *w[] = {&l->wq, &l->wk, &l->wv};
+        float *y[] = {c->q, c->k, c->v};
+        be->matmul_multi(be, 3, w, c->h, y, rows);
     }
-    be->matmul(be, &l->wk, 0, c->h, c->k, rows);
-    be->matmul(be, &l->wv, 0, c->h, c->v, rows);
     if (l->bq) {
         be->add(be, c->q, l->bq, qw, rows);
         be->add(be, c->k, l->bk, kvw, rows);
@@ -173,16 +202,12 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         r += n;
     }
     if (gated) be->sigmoid_mul(be, c->att, c->gate, qw, qw, rows);
-    be->matmul(be, &l->wo, 0, c->att, c->o, rows);
-    if (l->bo) be->add(be, c->o, l->bo, hp->n_embd, rows);
-    if (l->post_attn_norm) be->rmsnorm(be, c->o, NULL, l->post_attn_norm, c->o, hp->n_embd, rows, hp->rms_eps);
-    be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+    block_out(c, il, &l->wo, c->att, l->bo, l->post_attn_norm, rows);
 }
 
 /* A hybrid family's gated DeltaNet layer, rows stacked as in attention_block:
  * the projections run on all rows at once, the recurrence per sequence on its
- * own state (kv[s][il]). On entry h = norm(x); on return x += its output and
- * h = ffn_norm(x). */
+ * own state (kv[s][il]). On entry h = norm(x); on return as attention_block's. */
 static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, const int *n_tok,
                             int n_seq, int rows) {
     const model_hparams *hp = &c->m->hp;
@@ -190,14 +215,9 @@ static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     st_backend *be = c->be;
     const int cw = (int)model_dim_size(hp, MD_CONV), vd = (int)model_dim_size(hp, MD_VALUE), nv = hp->ssm_n_v_head;
 
-    be->matmul(be, &l->ssm_qkv, 0, c->h, c->sqkv, rows);
-    be->matmul(be, &l->ssm_z, 0, c->h, c->sz, rows);
-    if (hp->ba_fused) {
-        be->matmul(be, &l->ssm_ba, 0, c->h, c->sb, rows);
-    } else {
-        be->matmul(be, &l->ssm_beta, 0, c->h, c->sb, rows);
-        be->matmul(be, &l->ssm_alpha, 0, c->h, c->sa, rows);
-    }
+    const st_weight *w[] = {&l->ssm_qkv, &l->ssm_z, hp->ba_fused ? &l->ssm_ba : &l->ssm_beta, &l->ssm_alpha};
+    float *y[] = {c->sqkv, c->sz, c->sb, c->sa};
+    be->matmul_multi(be, hp->ba_fused ? 3 : 4, w, c->h, y, rows);
     const st_gdn g = {.d_conv = hp->ssm_d_conv,
                       .n_k_head = hp->ssm_n_k_head,
                       .n_v_head = nv,
@@ -217,13 +237,13 @@ static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
                             c->so + (size_t)r * vd);
         r += n;
     }
-    be->matmul(be, &l->ssm_out, 0, c->so, c->o, rows);
-    be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+    block_out(c, il, &l->ssm_out, c->so, NULL, NULL, rows);
 }
 
 /* The FFN (dense or MoE) of n rows, whichever sequences they belong to.
- * On entry h = ffn_norm(x); on return x += ffn and, but after the last
- * layer this process runs (last - 1), h = the next layer's attn_norm(x). */
+ * On entry h = ffn_norm(x) (and a MoE layer's router logits in c->router);
+ * on return x += ffn and, but after the last layer this process runs
+ * (last - 1), h = the next layer's attn_norm(x). */
 static void ffn_block(model_ctx *c, int il, int n, int last) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
@@ -233,13 +253,13 @@ static void ffn_block(model_ctx *c, int il, int n, int last) {
         /* softmax routing (qwen), or sigmoid with a selection bias and a scale (glm4moe) */
         const st_moe_gating gt = {hp->gate_fn, hp->norm_topk, l->exp_probs_b, hp->expert_scale, hp->n_group,
                                   hp->n_group_used};
-        be->matmul(be, &l->ffn_gate_inp, 0, c->h, c->router, n);
         if (l->ffn_gate_inp_b) be->add(be, c->router, l->ffn_gate_inp_b, hp->n_expert, n); /* gpt-oss */
         be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, &gt, hp->act, &l->ffn_gate_exps,
                     &l->ffn_up_exps, &l->ffn_down_exps, c->o);
         if (l->ffn_up_shexp.data) { /* the shared expert (the hybrids': scaled by sigmoid(w.h)) joins the routed ones */
-            be->matmul(be, &l->ffn_gate_shexp, 0, c->h, c->shg, n);
-            be->matmul(be, &l->ffn_up_shexp, 0, c->h, c->shu, n);
+            const st_weight *w[] = {&l->ffn_gate_shexp, &l->ffn_up_shexp};
+            float *y[] = {c->shg, c->shu};
+            be->matmul_multi(be, 2, w, c->h, y, n);
             be->act_mul(be, hp->act, c->shg, c->shu, c->shg, (int64_t)n * hp->n_ff_shexp);
             be->matmul(be, &l->ffn_down_shexp, 0, c->shg, c->sho, n);
             if (l->ffn_gate_inp_shexp.data) {
@@ -249,9 +269,15 @@ static void ffn_block(model_ctx *c, int il, int n, int last) {
             be->add(be, c->o, c->sho, (int64_t)n * hp->n_embd, 1);
         }
     } else {
-        be->matmul(be, &l->ffn_gate, 0, c->h, c->g, n);
-        be->matmul(be, &l->ffn_up, 0, c->h, c->u, n);
+        const st_weight *w[] = {&l->ffn_gate, &l->ffn_up};
+        float *y[] = {c->g, c->u};
+        be->matmul_multi(be, 2, w, c->h, y, n);
         be->act_mul(be, hp->act, c->g, c->u, c->g, (int64_t)n * hp->n_ff);
+        if (!l->post_ffn_norm && il + 1 < last) { /* the down product joins x, then the next layer's norm */
+            be->matmul_res_norm(be, &l->ffn_down, c->g, c->o, c->x, c->m->layers[il + 1].attn_norm, hp->rms_eps,
+                                c->h, NULL, NULL, n);
+            return;
+        }
         be->matmul(be, &l->ffn_down, 0, c->g, c->o, n);
     }
     if (l->post_ffn_norm) be->rmsnorm(be, c->o, NULL, l->post_ffn_norm, c->o, hp->n_embd, n, hp->rms_eps);
@@ -291,8 +317,8 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
         if (model_layer_recurrent(hp, il)) {
             recurrent_block(c, il, kv, pos0, n_tok, n_seq, rows);
         } else if (c->mla) { /* deepseek2: multi-head latent attention (forward_mla.c) */
-            mla_attention(m, be, c->mla, il, c->h, c->q, c->k, c->att, c->o, kv, pos0, n_tok, n_seq, rows);
-            be->rmsnorm(be, c->x, c->o, m->layers[il].ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
+            const float *vo = mla_attention(m, be, c->mla, il, c->h, c->q, c->k, c->att, kv, pos0, n_tok, n_seq, rows);
+            block_out(c, il, &m->layers[il].wo, vo, NULL, NULL, rows);
         } else
             attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
         ffn_block(c, il, rows, il1);

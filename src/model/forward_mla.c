@@ -68,9 +68,9 @@ void mla_bufs_free(mla_bufs *b, st_backend *be) {
     st_free(b);
 }
 
-void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q,
-                   float *krow, float *att, float *o, st_kv_layer *const *kv, const int *pos0,
-                   const int *n_tok, int n_seq, int rows) {
+const float *mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q,
+                          float *krow, float *att, st_kv_layer *const *kv, const int *pos0, const int *n_tok,
+                          int n_seq, int rows) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
     const int R = hp->n_rot, C = hp->kv_lora, D = hp->head_dim_mla, N = D - R;
@@ -112,5 +112,5 @@ void mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const fl
     /* each head's latent output through W_vb[head] to its values (vo is [rows][H][V]) */
     be->copy_2d(be, b->hp, C, att + R, HD, C, rh);
     be->matmul(be, &l->wv_b, ST_MAT_ALL, b->hp, b->vo, rows);
-    be->matmul(be, &l->wo, 0, b->vo, o, rows);
+    return b->vo;
 }

@@ -300,10 +300,7 @@ int32_t tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
 int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
 int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
 int32_t tokenizer_eot(const tokenizer *t) { return t->eot; }
-int32_t tokenizer_unk(const tokenizer *t) { return t->unk; }
-int32_t tokenizer_pad(const tokenizer *t) { return t->pad; }
 int tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
-int tokenizer_add_eos(const tokenizer *t) { return t->add_eos; }
 
 int tokenizer_is_eog(const tokenizer *t, int32_t id) {
     for (int i = 0; i < t->n_eog; i++)

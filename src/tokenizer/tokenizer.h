@@ -78,10 +78,7 @@ int64_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, int r
 int32_t tokenizer_bos(const tokenizer *t);
 int32_t tokenizer_eos(const tokenizer *t);
 int32_t tokenizer_eot(const tokenizer *t);   /* end of turn: <|im_end|>, <end_of_turn>, ... */
-int32_t tokenizer_unk(const tokenizer *t);
-int32_t tokenizer_pad(const tokenizer *t);
 int tokenizer_add_bos(const tokenizer *t);
-int tokenizer_add_eos(const tokenizer *t);
 /* End of generation: EOS, EOT, or another end token the vocabulary has. */
 int tokenizer_is_eog(const tokenizer *t, int32_t id);
 /* Id of a token by exact vocabulary text, or -1. */

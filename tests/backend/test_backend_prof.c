@@ -2,8 +2,10 @@
  * CPU backend plainly and through the profiling wrapper must give bit-equal
  * logits (the wrapper only forwards), and the wrapper's table must count
  * each op as often as the forward pass calls it: per layer one qkv_prep,
- * attention, moe_ffn and rmsnorm x2, matmul x5 (q, k, v, o, router), per
- * token chunk one get_rows, plus the output norm and product. */
+ * attention, moe_ffn, matmul_multi (q, k, v) and matmul_res_norm (o, the
+ * residual, the FFN norm, the router), and rmsnorm once (the attention norm,
+ * the last layer's add instead: one add); per token chunk one get_rows, plus
+ * the output norm and product. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,8 +68,8 @@ int main(void) {
     }
     /* two forward calls (the chunk and the step): per call L layers + the output head */
     struct { const char *op; int want; } want[] = {
-        {"qkv_prep", 2 * L}, {"attention", 2 * L}, {"moe_ffn", 2 * L}, {"rmsnorm", 2 * (2 * L + 1)},
-        {"matmul", 2 * (5 * L + 1)}, {"get_rows", 2}};
+        {"qkv_prep", 2 * L}, {"attention", 2 * L}, {"moe_ffn", 2 * L}, {"rmsnorm", 2 * (L + 1)},
+        {"matmul", 2}, {"matmul_multi", 2 * L}, {"matmul_res_norm", 2 * L}, {"add", 2}, {"get_rows", 2}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         int got = count_of(table, want[i].op);
         printf("%s %s: %d calls (expected %d)\n", got == want[i].want ? "ok:" : "FAIL:", want[i].op, got, want[i].want);

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/cuda/backend_check.h"
+#include "backend/backend_check.h"
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/device.h"
 #include "core/log.h"

@@ -63,7 +63,11 @@ static void check_ops(void) {
     kv.k = st_calloc(8, 2);
     kv.v = st_calloc(8, 2);
     const float k0[2] = {1.0f, 0.5f}, v0[2] = {2.0f, -1.0f}, q[2] = {0.5f, 1.0f}, sink[1] = {0.75f};
-    be->kv_store(be, &kv, k0, v0, 1, 0);
+    { /* into the cache by qkv_prep, as the forward pass writes it: position 0 turns by nothing */
+        const st_rope none = {10000.0f, 1.0f, 0, NULL, 0};
+        float qs[2] = {0.0f, 0.0f}, ks[2] = {k0[0], k0[1]};
+        be->qkv_prep(be, qs, ks, v0, NULL, NULL, 1e-6f, 1, 1, &none, &kv, 0);
+    }
     float att[2];
     be->attention_sinks(be, q, &kv, 1, 0, 1, 1.0f, 0, sink, att);
     const double s = 0.5 * 1.0 + 1.0 * 0.5, share = exp(s) / (exp(s) + exp(0.75));

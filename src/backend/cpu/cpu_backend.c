@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/backend_compose.h"
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_hybrid.h"
 #include "backend/cpu/cpu_mla.h"
@@ -189,16 +190,6 @@ static void rope_rows_part(st_backend *be, float *x, int n_tok, int n_heads, int
     }
 }
 
-static void rope_rows(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                      float freq_scale, int neox, const float *freq_div) {
-    rope_rows_part(be, x, n_tok, n_heads, head_dim, head_dim, pos0, theta, freq_scale, neox, freq_div);
-}
-
-static void cpu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                     float freq_scale, int neox) {
-    rope_rows(be, x, n_tok, n_heads, head_dim, pos0, theta, freq_scale, neox, NULL);
-}
-
 /* int8 rows: one scale per head = absmax / 127 */
 static void store_row_int8(const float *src, int8_t *dst, float *scale, int n_head, int hd) {
     for (int h = 0; h < n_head; h++) {
@@ -227,7 +218,7 @@ __attribute__((target("avx2,f16c"))) static void f16_row_avx2(uint16_t *d, const
 #endif
 static void (*g_f16_row)(uint16_t *, const float *, size_t) = f16_row;
 
-static void cpu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
+static void kv_store_rows(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
     (void)be;
     size_t row = (size_t)kv->n_head_kv * kv->head_dim;
     for (int t = 0; t < n_tok; t++) {
@@ -253,7 +244,7 @@ static void cpu_qkv_prep(st_backend *be, float *q, float *k, const float *v, con
     const int nr = r->n_rot > 0 && r->n_rot < hd ? r->n_rot : hd;
     rope_rows_part(be, q, n_tok, n_head, nr, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
     rope_rows_part(be, k, n_tok, nkv, nr, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
-    cpu_kv_store(be, kv, k, v, n_tok, pos0);
+    kv_store_rows(be, kv, k, v, n_tok, pos0);
 }
 
 static void cpu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
@@ -706,9 +697,9 @@ st_backend *backend_cpu_create(int n_threads) {
         .destroy = cpu_destroy,
         .get_rows = cpu_get_rows,
         .matmul = cb_matmul,
+        .matmul_multi = backend_compose_matmul_multi,
+        .matmul_res_norm = backend_compose_matmul_res_norm,
         .rmsnorm = cpu_rmsnorm,
-        .rope = cpu_rope,
-        .kv_store = cpu_kv_store,
         .qkv_prep = cpu_qkv_prep,
         .attention = cpu_attention,
         .attention_sinks = cpu_attention_sinks,

@@ -16,7 +16,8 @@
  * block per query head: more blocks), which also takes the shapes the GQA
  * kernel does not (more than 16 heads per KV head, other head sizes).
  * STRATA_CUDA_ATTN=gqa uses the GQA kernel for every span and for prompts,
- * =head the per-head kernel for everything (comparisons).
+ * =head the per-head kernel for everything (comparisons); each backend reads
+ * it once and passes its choice (mode), so two cards may differ.
  *
  * Sinks (gpt-oss, cuda_attention_sinks): one more logit per head with no
  * value. Only the end of each path sees them: the combine counts
@@ -26,12 +27,6 @@
  */
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
-
-#include <string.h>
-
-extern "C" {
-#include "core/switches.h"
-}
 
 #define ATT_THREADS 128
 #define ATT_TILE 64
@@ -364,16 +359,6 @@ static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const floa
     else gqa_launch_hd<256>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
 }
 
-/* 0 split (per query head), 1 gqa, 2 tc (gqa, and tensor cores for
- * prompts; the default); -1: from STRATA_CUDA_ATTN (head, gqa, tc) at first use */
-static int g_attn_mode = -1;
-
-extern "C" int backend_cuda_set_attn_kernel(int mode) {
-    const int old = g_attn_mode;
-    g_attn_mode = mode;
-    return old;
-}
-
 /* Prompt chunks of at least this many tokens may take the tensor-core kernel. */
 #define ATT_TC_MIN_TOK 16
 
@@ -419,14 +404,10 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
 
 void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
                           int n_head, float scale, int window, const float *sinks, float *out, int8_t *aq, float2 *ad,
-                          cuda_scratch *scratch, int n_sm, int cc_major, cudaStream_t s) {
+                          cuda_scratch *scratch, int n_sm, int cc_major, int mode, cudaStream_t s) {
     ST_ASSERT(kv->head_dim <= ATT_MAX_HD && n_head % kv->n_head_kv == 0);
     if (n_tok <= 0) return;
-    if (g_attn_mode < 0) { /* default: tensor cores for prompts, the GQA kernel for the rest */
-        const char *v = st_switch_get("STRATA_CUDA_ATTN");
-        g_attn_mode = v && !strcmp(v, "head") ? 0 : v && !strcmp(v, "gqa") ? 1 : 2;
-    }
-    if (g_attn_mode == 2 && !dpos && n_tok >= ATT_TC_MIN_TOK && !aq &&
+    if (mode == CUDA_ATT_TC && !dpos && n_tok >= ATT_TC_MIN_TOK && !aq &&
         cuda_attention_tc_sinks(q, kv, n_tok, pos0, n_head, scale, window, sinks, out, cc_major, s) == 0)
         return;
     /* the longest visible span of any token in the chunk (the last one sees
@@ -440,9 +421,9 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
      * cache 8 us per layer faster per head, over 16K 185 us slower; the
      * difference grows ~12 us per 1K positions, so they cross near 1.3K. */
     const int G = n_head / kv->n_head_kv;
-    const int gqa = gqa_fits(G, kv->head_dim) && (g_attn_mode == 1 || (g_attn_mode == 2 && span > CUDA_ATT_SHORT_SPAN));
+    const int gqa = gqa_fits(G, kv->head_dim) && (mode == CUDA_ATT_GQA || (mode == CUDA_ATT_TC && span > CUDA_ATT_SHORT_SPAN));
     /* a latent row (deepseek2's 576, mla.cu): its own kernel for every span, but with the per-head one forced */
-    const int lat = !gqa && g_attn_mode != 0 && cuda_attn_latent_fits(n_head, kv);
+    const int lat = !gqa && mode != CUDA_ATT_HEAD && cuda_attn_latent_fits(n_head, kv);
     const int tile = gqa ? GQA_TILE : lat ? cuda_attn_latent_tile() : ATT_TILE;
     /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
     const int lat_blocks = (n_head + CUDA_ATT_LATENT_HEADS - 1) / CUDA_ATT_LATENT_HEADS;
@@ -474,7 +455,7 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
 
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
                     int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
-                    int n_sm, int cc_major, cudaStream_t s) {
+                    int n_sm, int cc_major, int mode, cudaStream_t s) {
     cuda_attention_sinks(q, kv, n_tok, pos0, dpos, dspan, n_head, scale, window, NULL, out, aq, ad, scratch, n_sm,
-                         cc_major, s);
+                         cc_major, mode, s);
 }

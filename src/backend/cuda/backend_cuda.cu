@@ -11,7 +11,7 @@
  * down over all pairs, no host wait in decode) and a weighted sum per token.
  * A second, simpler path loops over the experts on the host (token lists
  * read back, one matmul per expert and matrix): it is kept as a cross-check
- * (backend_cuda_set_moe_path) because it shares no code with the first.
+ * (the ST_VARIANT_MOE_PATH variant) because it shares no code with the first.
  *
  * Decode steps are CUDA graphs (run_step): a one-token step is recorded once
  * and replayed while its buffers stay the same (and no scratch has grown:
@@ -26,23 +26,19 @@
  * scratch holds; every op that writes device memory forgets it (act_forget)
  * unless it is a product whose output lies apart from that input.
  *
- * Fusions of decode neighbours (STRATA_CUDA_FUSE, bits below):
- *  - products of one input (q, k and v): a decode-sized quantized product
- *    is not launched when it is queued but held as pending; products of the
- *    same input that follow join it, and the next other op launches them,
- *    one launch per weight type, or one for two types that share a launch
- *    (cuda_matmul_jobs: v in Q6_K with q and k in Q4_K or Q5_K). Every other entry point
- *    launches what is pending first (pend_flush), so the ops still run in
- *    the forward pass's order, with the same results;
+ * Fused ops (backend.h; STRATA_CUDA_FUSE or the ST_VARIANT_FUSE variant, bits
+ * below, turn each into its composition, backend_compose.h):
+ *  - matmul_multi, products of one input (q, k and v; gate and up): the
+ *    decode-sized quantized ones in one launch per weight type, or one for
+ *    two types that share a launch (cuda_matmul_jobs: v in Q6_K with q and k
+ *    in Q4_K or Q5_K);
+ *  - matmul_res_norm, a block's output product, the residual add, the next
+ *    norm (and the router): for one token, the product adds its output into
+ *    the residual as it writes it, and a float product after the norm (the
+ *    MoE router) normalises the residual itself in every block
+ *    (cuda_matmul_norm): no add and no norm kernel;
  *  - the MoE routes inside its first kernel (mmv_moe.h) instead of a
- *    routing kernel before it;
- *  - the residual add and the RMSNorm before the router (the FFN norm): a
- *    norm whose residual is the output of the one pending product (o) has
- *    that product add its output into x as it writes it; a one-row norm
- *    without a residual is then held (pnorm), and a float product of its
- *    output that follows (the router) normalises x itself in every block
- *    (cuda_matmul_norm): no norm kernel. Any other next op launches the
- *    norm first.
+ *    routing kernel before it (moe_ffn).
  * Decode attention writes its output as the int8 input of the product after
  * it (no quantization kernel there).
  */
@@ -60,38 +56,17 @@
 #include "backend/cuda/ops.h"
 
 extern "C" {
+#include "backend/backend_compose.h"
 #include "core/alloc.h"
 #include "core/switches.h"
 #include "quant/quant.h"
 }
 
-/* Products held back for the next op (see the top): y[i] = W[i] x. */
-typedef struct {
-    int n; /* 0: none */
-    st_weight w[CUDA_MM_MAX_JOBS]; /* copies: a caller's st_weight may not outlive the call */
-    int64_t mat[CUDA_MM_MAX_JOBS];
-    float *y[CUDA_MM_MAX_JOBS];
-    float *y_add[CUDA_MM_MAX_JOBS]; /* or NULL: y also added there (a residual) */
-    const float *x;
-    int n_tok;
-} pending;
-
-/* A one-row RMSNorm held for the next op (see the top): y = norm(x) * w. */
-typedef struct {
-    int on;
-    float *x, *y;
-    const float *w;
-    int dim;
-    float eps;
-} pending_norm;
-
 /* The fusions, each its own bit of STRATA_CUDA_FUSE (default all) so that
- * each can be measured alone; but FUSE_NORM's residual add rides on a
- * pending product, which needs FUSE_JOBS (alone it holds only the norms
- * without a residual). */
-#define FUSE_JOBS 1  /* products of one input in one launch */
+ * each can be measured alone; a bit off runs that op as its composition. */
+#define FUSE_JOBS 1  /* matmul_multi: products of one input in one launch */
 #define FUSE_ROUTE 2 /* routing in the MoE kernel */
-#define FUSE_NORM 4  /* the residual add in the product before a norm, the norm in the float product after it */
+#define FUSE_NORM 4  /* matmul_res_norm: the residual add in the product, the norm in the float product after it */
 #define FUSE_ALL 7
 
 typedef struct {
@@ -116,9 +91,10 @@ typedef struct {
     int act_valid;
     int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
     int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
-    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL; backend_cuda_set_fuse) */
-    pending pend;
-    pending_norm pnorm;
+    /* this backend's choices, read once at creation (so two cards may differ) and changed only by be->variant */
+    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL) */
+    int attn_mode;         /* CUDA_ATT_* (STRATA_CUDA_ATTN: head, gqa, tc; default tc) */
+    int moe_path;          /* 0 fused decode / grouped, 1 the per-expert loop, 2 grouped only */
     cuda_scratch att;  /* attention slice partials */
     cuda_scratch moe;  /* routing results, token lists, expert activations */
     cuda_scratch topk; /* top-k candidates */
@@ -134,16 +110,8 @@ static int g_live_backends; /* CUDA backends of the process not yet destroyed */
 
 static void act_forget(cuda_ctx *c) { c->act_valid = 0; }
 
-static void pend_flush(cuda_ctx *c);
-static void norm_launch(cuda_ctx *c, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
-                        float eps);
-
-/* What every op but the deferrable ones does first: launch what is pending,
- * and forget the quantized input (the op may write it). */
-static void op_begin(cuda_ctx *c) {
-    pend_flush(c);
-    act_forget(c);
-}
+/* What every op but the products does first: forget the quantized input (the op may write it). */
+static void op_begin(cuda_ctx *c) { act_forget(c); }
 
 /* A path that needs the host in the middle (a synchronisation) cannot be
  * recorded: mark the recording bad, so that run_step drops it; the step's
@@ -179,14 +147,13 @@ static void *cu_alloc(st_backend *be, size_t bytes) {
  * freed and a new one whose cache array lands at the same host address):
  * every free counts as moved memory, so the next step records again. */
 static void cu_free(st_backend *be, void *p) {
-    pend_flush(CTX(be)); /* a pending launch may use p */
+    (void)be;
     if (p) CUDA_CHECK(cudaFree(p));
     cuda_mem_grew();
 }
 
 static void cu_to_host(st_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = CTX(be);
-    pend_flush(c);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->s));
     CUDA_CHECK(cudaStreamSynchronize(c->s));
 }
@@ -319,17 +286,6 @@ static void matmul_tracked(cuda_ctx *c, const st_weight *w, int64_t mat, const f
     else act_after(c, w, x, n_tok, y, (size_t)n_tok * w->n_out * 4, q);
 }
 
-static int overlap(const void *a, size_t an, const void *b, size_t bn) {
-    const uint8_t *pa = (const uint8_t *)a, *pb = (const uint8_t *)b;
-    return pa < pb + bn && pb < pa + an;
-}
-
-/* Whether a product may wait as pending: a decode-sized product of
- * quantized, contiguous weights. */
-static int deferrable(const cuda_ctx *c, const st_weight *w, int n_tok) {
-    return (c->fuse & FUSE_JOBS) && cuda_matmul_jobs_fit(w, n_tok) && w->data && !w->mat;
-}
-
 /* matmul with ST_MAT_ALL (multi-head latent attention's per-head products):
  * the (token, matrix) rows as the pairs of one grouped product
  * (cuda_moe_matmul, pair p takes matrix p % n_mat and row p of x): decode
@@ -366,71 +322,66 @@ static void matmul_all(cuda_ctx *c, const st_weight *w, const float *x, float *y
 }
 
 static void cu_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
-    cuda_ctx *c = CTX(be);
     if (n_tok <= 0) return;
     if (mat == ST_MAT_ALL) {
-        matmul_all(c, w, x, y, n_tok);
+        matmul_all(CTX(be), w, x, y, n_tok);
         return;
     }
-    if (deferrable(c, w, n_tok) && !overlap(y, (size_t)n_tok * w->n_out * 4, x, (size_t)n_tok * w->n_in * 4)) {
-        pending *p = &c->pend;
-        int joins = p->n && p->x == x && p->n_tok == n_tok && p->n < CUDA_MM_MAX_JOBS && p->w[0].n_in == w->n_in;
-        for (int i = 0; joins && i < p->n; i++) /* outputs apart, or the order would matter */
-            joins = !overlap(y, (size_t)n_tok * w->n_out * 4, p->y[i], (size_t)n_tok * p->w[i].n_out * 4);
-        if (!joins) {
-            pend_flush(c); /* not act_forget: x may be what the scratch holds (a norm's output) */
-            p->x = x, p->n_tok = n_tok;
-        }
-        p->w[p->n] = *w, p->mat[p->n] = mat, p->y[p->n] = y, p->y_add[p->n] = NULL;
-        p->n++;
-        return;
-    }
-    if (c->pnorm.on && x == c->pnorm.y && n_tok == 1 && mat == 0 && w->n_in == c->pnorm.dim) {
-        /* a one-token float product of the held norm's output (the MoE router) */
-        ST_ASSERT(c->pend.n == 0); /* a norm is held only after a flush, and a product queued after it flushes it */
-        const pending_norm nm = c->pnorm;
-        const size_t row = (size_t)nm.dim * sizeof(float), yb = (size_t)w->n_out * sizeof(float);
-        if (!overlap(y, yb, nm.x, row) && !overlap(y, yb, nm.y, row)) {
-            float2 *ad = NULL;
-            int8_t *aq = act_target(c, nm.dim, &ad);
-            if (cuda_matmul_norm(w, nm.x, nm.w, nm.eps, nm.y, aq, ad, y, c->s) == 0) {
-                c->pnorm.on = 0;
-                if (aq) act_hold(c, nm.y, nm.dim); /* the router wrote h's int8 blocks, as the norm would have */
-                return;
-            }
-        }
-    }
-    pend_flush(c);
-    matmul_tracked(c, w, mat, x, y, n_tok);
+    matmul_tracked(CTX(be), w, mat, x, y, n_tok);
 }
 
-/* Launches the pending products: those of one weight type together, and with
- * them those of a second type that cuda_matmul_jobs_pair takes in one launch. */
-static void pend_flush(cuda_ctx *c) {
-    if (c->pnorm.on) { /* held before any product was queued: it goes first */
-        c->pnorm.on = 0;
-        norm_launch(c, c->pnorm.x, NULL, c->pnorm.w, c->pnorm.y, c->pnorm.dim, 1, c->pnorm.eps);
-    }
-    pending *p = &c->pend;
-    const int n_pend = p->n;
-    p->n = 0; /* first: the launches below must not come back here */
+/* Whether a product takes a cuda_matmul_jobs launch: decode-sized, of
+ * quantized, contiguous weights. */
+static int jobs_fit(const st_weight *w, int n_tok) { return cuda_matmul_jobs_fit(w, n_tok) && w->data && !w->mat; }
+
+/* n products of x (jobs_fit, one n_in) in cuda_matmul_jobs launches: those
+ * of one weight type together, and with them those of a second type that
+ * cuda_matmul_jobs_pair takes in one launch. y_add: the residual a single
+ * product also adds its output into, or NULL. */
+static void jobs_launch(cuda_ctx *c, const st_weight *const *w, float *const *y, float *y_add, int n, const float *x,
+                        int n_tok) {
+    ST_ASSERT(n <= CUDA_MM_MAX_JOBS && (!y_add || n == 1));
     int done[CUDA_MM_MAX_JOBS] = {0};
-    for (int i = 0; i < n_pend; i++) {
+    for (int i = 0; i < n; i++) {
         if (done[i]) continue;
         cuda_mm_job jobs[CUDA_MM_MAX_JOBS];
-        int n = 0;
-        qt_type t2 = p->w[i].type; /* a second type that shares the launch, if any */
-        for (int j = i + 1; j < n_pend && t2 == p->w[i].type; j++)
-            if (!done[j] && cuda_matmul_jobs_pair(p->w[i].type, p->w[j].type)) t2 = p->w[j].type;
-        for (int j = i; j < n_pend; j++)
-            if (!done[j] && (p->w[j].type == p->w[i].type || p->w[j].type == t2)) {
-                jobs[n].w = &p->w[j], jobs[n].mat = p->mat[j], jobs[n].y = p->y[j], jobs[n].y_add = p->y_add[j];
-                n++;
+        int k = 0;
+        qt_type t2 = w[i]->type; /* a second type that shares the launch, if any */
+        for (int j = i + 1; j < n && t2 == w[i]->type; j++)
+            if (!done[j] && cuda_matmul_jobs_pair(w[i]->type, w[j]->type)) t2 = w[j]->type;
+        for (int j = i; j < n; j++)
+            if (!done[j] && (w[j]->type == w[i]->type || w[j]->type == t2)) {
+                jobs[k].w = w[j], jobs[k].mat = 0, jobs[k].y = y[j], jobs[k].y_add = y_add;
+                k++;
                 done[j] = 1;
             }
-        const int rc = cuda_matmul_jobs(jobs, n, p->x, p->n_tok, act_ready(c, p->x, p->w[i].n_in, p->n_tok), c->s);
-        ST_ASSERT(rc == 0); /* deferrable() checked the types and shapes */
-        act_hold(c, p->x, p->w[i].n_in * p->n_tok); /* it quantized x (outputs lie apart from it) */
+        const int rc = cuda_matmul_jobs(jobs, k, x, n_tok, act_ready(c, x, w[i]->n_in, n_tok), c->s);
+        ST_ASSERT(rc == 0); /* jobs_fit checked the types and shapes */
+        act_hold(c, x, w[i]->n_in * n_tok); /* it quantized x (outputs lie apart from it) */
+    }
+}
+
+/* Products of one input (backend.h): runs of up to CUDA_MM_MAX_JOBS that
+ * jobs_fit take one launch each (per type, or type pair); the others run
+ * alone, in order, reusing x's quantized form. */
+static void cu_matmul_multi(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y,
+                            int n_tok) {
+    cuda_ctx *c = CTX(be);
+    if (!(c->fuse & FUSE_JOBS)) {
+        backend_compose_matmul_multi(be, n, w, x, y, n_tok);
+        return;
+    }
+    if (n_tok <= 0) return;
+    for (int i = 0; i < n;) {
+        int m = 0;
+        while (i + m < n && m < CUDA_MM_MAX_JOBS && jobs_fit(w[i + m], n_tok) && w[i + m]->n_in == w[i]->n_in) m++;
+        if (m) {
+            jobs_launch(c, w + i, y + i, NULL, m, x, n_tok);
+            i += m;
+        } else {
+            matmul_tracked(c, w[i], 0, x, y[i], n_tok);
+            i++;
+        }
     }
 }
 
@@ -444,32 +395,38 @@ static void norm_launch(cuda_ctx *c, float *x, const float *res, const float *w,
     if (aq) act_hold(c, y, (int64_t)dim * n_rows);
 }
 
+/* A block's output, the residual add, the next norm and the router
+ * (backend.h): one token's product adds its output into res as it writes
+ * it; a float router then normalises res itself (cuda_matmul_norm), else
+ * the norm runs alone and the router after it. Other sizes: the
+ * composition (which is also what the fused kernels compute). */
+static void cu_matmul_res_norm(st_backend *be, const st_weight *w, const float *x, float *y, float *res,
+                               const float *nw, float eps, float *h, const st_weight *wn, float *yn, int n_tok) {
+    cuda_ctx *c = CTX(be);
+    if (!(c->fuse & FUSE_NORM) || n_tok != 1 || !jobs_fit(w, 1)) {
+        backend_compose_matmul_res_norm(be, w, x, y, res, nw, eps, h, wn, yn, n_tok);
+        return;
+    }
+    const int dim = (int)w->n_out;
+    jobs_launch(c, &w, &y, res, 1, x, 1);
+    act_forget(c); /* what follows writes h */
+    if (wn && wn->n_in == dim) {
+        float2 *ad = NULL;
+        int8_t *aq = act_target(c, dim, &ad);
+        if (cuda_matmul_norm(wn, res, nw, eps, h, aq, ad, yn, c->s) == 0) {
+            if (aq) act_hold(c, h, dim); /* the router wrote h's int8 blocks, as the norm would have */
+            return;
+        }
+    }
+    norm_launch(c, res, NULL, nw, h, dim, 1, eps);
+    if (wn) matmul_tracked(c, wn, 0, h, yn, 1);
+}
+
 static void cu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
                        float eps) {
     cuda_ctx *c = CTX(be);
-    pending *p = &c->pend;
-    const size_t row = (size_t)dim * sizeof(float);
-    if ((c->fuse & FUSE_NORM) && res && n_rows == 1 && p->n == 1 && p->n_tok == 1 && p->y[0] == res &&
-        p->w[0].n_out == dim && !overlap(x, row, res, row) && !overlap(x, row, p->x, (size_t)p->w[0].n_in * 4))
-        p->y_add[0] = x, res = NULL; /* the pending product adds its output into x: the residual add done there */
     op_begin(c);
-    if ((c->fuse & FUSE_NORM) && !res && n_rows == 1 && !overlap(x, row, y, row)) {
-        pending_norm *nm = &c->pnorm; /* for the float product after it, or pend_flush */
-        nm->on = 1, nm->x = x, nm->y = y, nm->w = w, nm->dim = dim, nm->eps = eps;
-        return;
-    }
     norm_launch(c, x, res, w, y, dim, n_rows, eps);
-}
-
-static void cu_rope(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                    float freq_scale, int neox) {
-    op_begin(CTX(be));
-    cuda_rope(x, n_tok, n_heads, head_dim, pos0, theta, freq_scale, neox, CTX(be)->s);
-}
-
-static void cu_kv_store(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
-    op_begin(CTX(be));
-    cuda_kv_store(kv, k, v, n_tok, pos0, CTX(be)->s);
 }
 
 static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
@@ -482,7 +439,7 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                      ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad)
                      : NULL;
     cuda_attention(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale, window, out,
-                   aq, ad, &c->att, c->n_sm, c->cc_major, c->s);
+                   aq, ad, &c->att, c->n_sm, c->cc_major, c->attn_mode, c->s);
     if (aq) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
 }
 
@@ -496,7 +453,7 @@ static void cu_attention_sinks(st_backend *be, const float *q, const st_kv_layer
                      ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad)
                      : NULL;
     cuda_attention_sinks(q, kv, n_tok, pos0, c->step_pos, c->step_short ? CUDA_ATT_SHORT_SPAN : 0, n_head, scale,
-                         window, sinks, out, aq, ad, &c->att, c->n_sm, c->cc_major, c->s);
+                         window, sinks, out, aq, ad, &c->att, c->n_sm, c->cc_major, c->attn_mode, c->s);
     if (aq) act_hold(c, out, (int64_t)n_tok * n_head * kv->head_dim);
 }
 
@@ -574,14 +531,6 @@ static void cu_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
 }
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
-
-static int g_moe_path = 0; /* 0 fused decode / grouped, 1 the per-expert loop, 2 grouped only */
-
-extern "C" int backend_cuda_set_moe_path(int path) {
-    int old = g_moe_path;
-    g_moe_path = path;
-    return old;
-}
 
 static void moe_ffn_loop(cuda_ctx *c, const float *h, const float *logits, int n_tok, int n_expert, int k,
                          const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
@@ -726,13 +675,12 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
                        const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                        const st_weight *down, float *out) {
     cuda_ctx *c = CTX(be);
-    pend_flush(c); /* the router product, if pending; the quantized h it leaves is still wanted */
     if (n_tok <= 0) return;
-    if (g_moe_path == 1) {
+    if (c->moe_path == 1) {
         moe_ffn_loop(c, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
         return;
     }
-    if (n_tok * k <= MM_MOE_DEVICE_MAX && g_moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
+    if (n_tok * k <= MM_MOE_DEVICE_MAX && c->moe_path == 0 && c->moe_fused && cuda_moe_decode_fits(gate, up, down)) {
         if (moe_decode(c, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out) == 0) return;
         if (cannot_record(c)) return; /* this pass's result comes from the unrecorded one */
     }
@@ -742,7 +690,7 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
 static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
                          const st_moe_gating *gt, int32_t *sel, float *wsel) {
     cuda_ctx *c = CTX(be);
-    pend_flush(c); /* writes only sel and wsel: the quantized h of the router product stays valid for the experts */
+    /* writes only sel and wsel: the quantized h of the router product stays valid for the experts */
     cuda_moe_route(logits, n_tok, n_expert, k, gt, sel, wsel, NULL, c->s);
 }
 
@@ -754,7 +702,6 @@ static void cu_moe_experts(st_backend *be, const float *h, int n_tok, int n_expe
                            const st_weight *up, const st_weight *down, float *out) {
     (void)n_expert;
     cuda_ctx *c = CTX(be);
-    pend_flush(c); /* the router product, if pending; the quantized h it leaves is still wanted */
     if (n_tok <= 0) return;
     const int64_t E = gate->n_in, F = gate->n_out;
     const int nk = n_tok * k;
@@ -813,7 +760,6 @@ static void step_pass(cuda_ctx *c, void (*body)(void *, int), void *arg, int pos
     c->step_pos = c->d_pos;
     act_forget(c);
     body(arg, pos0);
-    pend_flush(c); /* inside the recording */
     c->step_pos = NULL;
 }
 
@@ -822,7 +768,6 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     op_begin(c);
     if (n_tok != 1 || !c->graphs) {
         body(arg, pos0);
-        pend_flush(c);
         return;
     }
     /* from pageable memory: staged before the call returns, so p may go */
@@ -832,7 +777,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
      * sized for them (the per-head kernel is faster there); crossing it
      * records the step again, once, for the rest of the cache */
     c->step_short = pos0 + 1 < CUDA_ATT_SHORT_SPAN;
-    if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation() &&
+    if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation(c->dev) &&
         c->key_short == c->step_short) {
         CUDA_CHECK(cudaGraphLaunch(c->exec, c->s));
         return;
@@ -841,7 +786,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
      * sizes every scratch buffer for it, then record it for the next ones. */
     graph_drop(c);
     step_pass(c, body, arg, pos0);
-    const unsigned long long gen = cuda_mem_generation();
+    const unsigned long long gen = cuda_mem_generation(c->dev);
     CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
     c->capturing = 1;
     c->capture_bad = 0;
@@ -849,7 +794,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     c->capturing = 0;
     cudaGraph_t g = NULL;
     cudaError_t err = cudaStreamEndCapture(c->s, &g);
-    if (err == cudaSuccess && !c->capture_bad && gen == cuda_mem_generation()) {
+    if (err == cudaSuccess && !c->capture_bad && gen == cuda_mem_generation(c->dev)) {
         err = cudaGraphInstantiate(&c->exec, g, 0);
         if (err != cudaSuccess) c->exec = NULL;
     }
@@ -890,7 +835,6 @@ static void seg_begin(st_backend *be, int pos0, int record) {
 static int seg_cut(st_backend *be, void **g) {
     cuda_ctx *c = CTX(be);
     *g = NULL;
-    pend_flush(c); /* inside the recording */
     act_forget(c);
     c->seg_probe = 0;
     if (!c->capturing) return 0; /* a live step: the ops ran */
@@ -932,7 +876,6 @@ static void seg_resume(st_backend *be, int record) {
 
 static void seg_end(st_backend *be) {
     cuda_ctx *c = CTX(be);
-    pend_flush(c);
     act_forget(c);
     c->step_pos = NULL;
     c->seg_probe = 0;
@@ -941,7 +884,7 @@ static void seg_end(st_backend *be) {
 /* UINT64_MAX: the last live segmented step met an op that cannot be recorded */
 static uint64_t seg_key(st_backend *be, int pos0) {
     if (CTX(be)->seg_unrecordable) return UINT64_MAX;
-    return (uint64_t)cuda_mem_generation() << 1 | (uint64_t)(pos0 + 1 < CUDA_ATT_SHORT_SPAN);
+    return (uint64_t)cuda_mem_generation(CTX(be)->dev) << 1 | (uint64_t)(pos0 + 1 < CUDA_ATT_SHORT_SPAN);
 }
 
 static void seg_drop(st_backend *be, void *g) {
@@ -954,7 +897,6 @@ static const st_step_segments cu_segments = {seg_begin, seg_cut, seg_run, seg_re
 static void cu_destroy(st_backend *be) {
     cuda_ctx *c = CTX(be);
     CUDA_CHECK(cudaSetDevice(c->dev));
-    pend_flush(c);
     CUDA_CHECK(cudaStreamSynchronize(c->s));
     graph_drop(c);
     cuda_scratch_free(&c->att);
@@ -976,18 +918,25 @@ static void cu_destroy(st_backend *be) {
     st_free(be);
 }
 
-extern "C" int backend_cuda_set_fuse(st_backend *be, int bits) {
-    if (be->rmsnorm != cu_rmsnorm) return -1; /* not this backend itself (a wrapper named "cuda") */
+/* The variants (backend.h st_variant) of this backend; a recorded decode
+ * step holds the old choice, so it is recorded again. */
+static int cu_variant(st_backend *be, st_variant kind, int value) {
     cuda_ctx *c = CTX(be);
-    pend_flush(c); /* what is held was held under the old bits */
-    const int old = c->fuse;
-    c->fuse = bits & FUSE_ALL;
+    int *v = kind == ST_VARIANT_ATTN ? &c->attn_mode : kind == ST_VARIANT_MOE_PATH ? &c->moe_path
+             : kind == ST_VARIANT_FUSE ? &c->fuse : NULL;
+    if (kind == ST_VARIANT_NO_BLAS) {
+        CUDA_CHECK(cudaSetDevice(c->dev)); /* the GEMM library's state is per device */
+        const int old = cuda_mm_set_blas_refused(1);
+        cuda_mm_set_blas_refused(value < 0 ? old : value);
+        return old;
+    }
+    if (!v) return -1;
+    const int old = *v;
+    if (value >= 0) {
+        *v = kind == ST_VARIANT_FUSE ? value & FUSE_ALL : value;
+        graph_drop(c);
+    }
     return old;
-}
-
-extern "C" void backend_cuda_sync(st_backend *be) {
-    pend_flush(CTX(be));
-    CUDA_CHECK(cudaStreamSynchronize(CTX(be)->s));
 }
 
 extern "C" st_backend *backend_cuda_create(int device) {
@@ -1015,6 +964,8 @@ extern "C" st_backend *backend_cuda_create(int device) {
     c->moe_fused = !(mf && !strcmp(mf, "0"));
     const char *fu = st_switch_get("STRATA_CUDA_FUSE");
     c->fuse = fu && *fu ? (int)strtol(fu, NULL, 0) & FUSE_ALL : FUSE_ALL;
+    const char *at = st_switch_get("STRATA_CUDA_ATTN");
+    c->attn_mode = at && !strcmp(at, "head") ? CUDA_ATT_HEAD : at && !strcmp(at, "gqa") ? CUDA_ATT_GQA : CUDA_ATT_TC;
     st_backend *be = (st_backend *)st_calloc(1, sizeof *be);
     be->name = "cuda";
     be->ctx = c;
@@ -1023,9 +974,9 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->destroy = cu_destroy;
     be->get_rows = cu_get_rows;
     be->matmul = cu_matmul;
+    be->matmul_multi = cu_matmul_multi;
+    be->matmul_res_norm = cu_matmul_res_norm;
     be->rmsnorm = cu_rmsnorm;
-    be->rope = cu_rope;
-    be->kv_store = cu_kv_store;
     be->qkv_prep = cu_qkv_prep;
     be->run_step = cu_run_step;
     if (c->graphs) be->segments = &cu_segments;
@@ -1058,5 +1009,6 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->host_register = cu_host_register;
     be->host_unregister = cu_host_unregister;
     be->mem_info = cu_mem_info;
+    be->variant = cu_variant;
     return be;
 }

@@ -18,23 +18,8 @@ extern "C" {
 /* NULL with st_error (one line naming the card, its architecture and the
  * build's list) if the device is missing or this build cannot run on it. */
 st_backend *backend_cuda_create(int device);
-/* The decode fusions of this backend (STRATA_CUDA_FUSE's bits; checks run
- * each path): launches what is held first. Returns the old bits, or -1 for
- * a backend that is not the CUDA backend itself (a wrapper). */
-int backend_cuda_set_fuse(st_backend *be, int bits);
-/* Wait for every op queued so far (timing, tests). */
-void backend_cuda_sync(st_backend *be);
-/* MoE path for every CUDA backend of the process: 0 the default (decode in
- * the fused kernels of mmv_moe.h where they fit, else the grouped products),
- * 1 the per-expert loop (a cross-check for tests), 2 the grouped products
- * only. Returns the old one. */
-int backend_cuda_set_moe_path(int path);
-/* Attention kernels for every CUDA backend of the process (STRATA_CUDA_ATTN):
- * 0 one block per query head (default, "split"), 1 the query heads of a KV
- * head together ("gqa"), 2 that and tensor cores for prompt chunks ("tc");
- * 1 and 2 are not yet checked on a GPU (docs/cuda.md); -1 back to the
- * switch. Returns the old one. */
-int backend_cuda_set_attn_kernel(int mode);
+/* Its variants (backend.h st_variant: attention kernels, MoE path, fused
+ * ops, cuBLAS refused) are set per backend through be->variant. */
 
 #ifdef __cplusplus
 }

@@ -47,9 +47,10 @@ extern "C" {
 
 /* Device scratch of the backend grows on demand (ops.h cuda_scratch, the
  * matrix products' per-device scratch); a recorded CUDA graph holds the old
- * addresses, so every growth bumps this count and a graph recorded under
- * another count is recorded again (backend_cuda.cu). */
-unsigned long long cuda_mem_generation(void);
+ * addresses, so every growth bumps its device's count (cuda_mem_grew: the
+ * current device's) and a graph recorded under another count of its device
+ * is recorded again (backend_cuda.cu). */
+unsigned long long cuda_mem_generation(int dev);
 void cuda_mem_grew(void);
 
 static inline unsigned st_div_up(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
@@ -99,7 +100,7 @@ static __device__ __forceinline__ float block_max(float v, float *red) { return 
  * the router product makes itself). */
 static __device__ __forceinline__ float rms_scale(float ss, int n, float eps) { return rsqrtf(ss / n + eps); }
 
-/* The int8 KV cache's rows (kv_store, qkv_prep): per (position, KV head)
+/* The int8 KV cache's rows (qkv_prep): per (position, KV head)
  * the scale d = amax / 127, each value round(v * (1 / d)); read back as d * q. */
 static __device__ __forceinline__ float kv_q8_inv(float amax, float *d) {
     *d = amax / 127.0f;

@@ -27,9 +27,6 @@ void cuda_get_rows(const st_weight *w, const int32_t *ids, int n, float *out, cu
  * aq NULL: only the f32 output. */
 void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq, float2 *ad,
                   cudaStream_t s);
-void cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta, float freq_scale, int neox,
-               cudaStream_t s);
-void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0, cudaStream_t s);
 /* qkv_prep (backend.h) in one kernel; the position is *dpos when dpos is
  * given (a recorded decode step), else pos0. */
 void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
@@ -53,16 +50,20 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
 #define CUDA_ATT_SHORT_SPAN 1280
 /* aq, ad (or NULL): the output also written as the int8 blocks the next
  * product reads (head sizes that are multiples of 32; decode-sized calls:
- * the prompt kernel on tensor cores is not used then). */
+ * the prompt kernel on tensor cores is not used then). mode: the kernels
+ * the backend chose (STRATA_CUDA_ATTN, per backend): one block per query
+ * head; the query heads of a KV head together (GQA) past the short span; or
+ * that and tensor cores for prompt chunks (the default). */
+enum { CUDA_ATT_HEAD = 0, CUDA_ATT_GQA = 1, CUDA_ATT_TC = 2 };
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
                     int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
-                    int n_sm, int cc_major, cudaStream_t s);
+                    int n_sm, int cc_major, int mode, cudaStream_t s);
 /* The same with a sink per head (gpt-oss; backend.h attention_sinks):
  * sinks (n_head logits, device memory, or NULL: none) count in each
  * head's softmax denominator and give no value. */
 void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
                           int n_head, float scale, int window, const float *sinks, float *out, int8_t *aq, float2 *ad,
-                          cuda_scratch *scratch, int n_sm, int cc_major, cudaStream_t s);
+                          cuda_scratch *scratch, int n_sm, int cc_major, int mode, cudaStream_t s);
 /* The prompt kernel on tensor cores (attention_tc.cu): 0 when launched, 1
  * when it does not apply (head size other than 64/128, compute capability
  * below 8, HIP). */

@@ -1,5 +1,5 @@
-/* Row and elementwise ops of the GPU backend: rmsnorm, rope, kv_store,
- * act_mul, add, scale, and the MoE helpers (routing, gather, scatter-add).
+/* Row and elementwise ops of the GPU backend: rmsnorm, qkv_prep (norms,
+ * rotary embedding, cache write), act_mul, add, scale, and the MoE helpers (routing, gather, scatter-add).
  * Each matches the CPU backend's formula (cpu_backend.c) in float; where the
  * CPU sums in double (rmsnorm, routing softmax) a block tree sum in float is
  * well inside the tests' NMSE bounds.
@@ -87,9 +87,18 @@ void cuda_pdl_probe(cudaStream_t s) {
 #endif
 }
 
-static unsigned long long g_mem_gen;
-unsigned long long cuda_mem_generation(void) { return g_mem_gen; }
-void cuda_mem_grew(void) { g_mem_gen++; }
+#define MEM_GEN_DEVICES 64
+static unsigned long long g_mem_gen[MEM_GEN_DEVICES]; /* per device: growth on one card re-records no other's graph */
+unsigned long long cuda_mem_generation(int dev) {
+    ST_ASSERT(dev >= 0 && dev < MEM_GEN_DEVICES);
+    return __atomic_load_n(&g_mem_gen[dev], __ATOMIC_ACQUIRE);
+}
+void cuda_mem_grew(void) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev)); /* where the memory was just allocated */
+    ST_ASSERT(dev >= 0 && dev < MEM_GEN_DEVICES);
+    __atomic_add_fetch(&g_mem_gen[dev], 1, __ATOMIC_ACQ_REL);
+}
 
 void *cuda_scratch_reserve(cuda_scratch *sc, size_t bytes) {
     if (bytes > sc->bytes) {
@@ -162,87 +171,19 @@ static __device__ __forceinline__ void rope_cs(int pos, int p, int hd, float the
     sincosf((float)(a - two_pi * rint(a / two_pi)), sn, c);
 }
 
-/* One thread per rotated pair. */
-static __global__ void rope_kernel(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta,
-                                   float freq_scale, int neox) {
-    int half = head_dim / 2;
-    int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, total = (int64_t)n_tok * n_heads * half;
-    if (idx >= total) return;
-    int i = (int)(idx % half);
-    int64_t th = idx / half;
-    int t = (int)(th / n_heads);
-    float c, sn;
-    rope_cs(pos0 + t, i, head_dim, theta, freq_scale, NULL, &c, &sn);
-    float *v = x + th * head_dim;
-    const int2 at = rope_places(i, head_dim, neox);
-    float p = v[at.x], q = v[at.y];
-    v[at.x] = p * c - q * sn;
-    v[at.y] = p * sn + q * c;
-}
-
-void cuda_rope(float *x, int n_tok, int n_heads, int head_dim, int pos0, float theta, float freq_scale, int neox,
-               cudaStream_t s) {
-    int64_t total = (int64_t)n_tok * n_heads * (head_dim / 2);
-    if (total <= 0) return;
-    rope_kernel<<<st_div_up((size_t)total, 256), 256, 0, s>>>(x, n_tok, n_heads, head_dim, pos0, theta, freq_scale,
-                                                              neox);
-    CUDA_LAUNCH_CHECK();
-}
-
-static __global__ void kv_f16_kernel(uint16_t *kd, uint16_t *vd, const float *k, const float *v, int64_t n) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    kd[i] = __half_as_ushort(__float2half_rn(k[i]));
-    vd[i] = __half_as_ushort(__float2half_rn(v[i]));
-}
-
-/* One warp per (token, head) row of K or V: absmax / 127 as the scale, round
- * to nearest even as lrintf does on the CPU (same float ops, same bits). */
-static __global__ void kv_int8_kernel(int8_t *dst, float *scale, const float *src, int n_rows, int hd) {
-    int r = blockIdx.x * (blockDim.x / ST_WARP) + threadIdx.x / ST_WARP, lane = threadIdx.x % ST_WARP;
-    if (r >= n_rows) return;
-    const float *s = src + (size_t)r * hd;
-    float amax = 0;
-    for (int i = lane; i < hd; i += ST_WARP) amax = fmaxf(amax, fabsf(s[i]));
-    amax = warp_max(amax);
-    float d;
-    const float id = kv_q8_inv(amax, &d);
-    if (lane == 0) scale[r] = d;
-    for (int i = lane; i < hd; i += ST_WARP) dst[(size_t)r * hd + i] = kv_q8(s[i], id);
-}
-
-void cuda_kv_store(st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0, cudaStream_t s) {
-    size_t row = (size_t)kv->n_head_kv * kv->head_dim, off = (size_t)pos0 * row;
-    int64_t n = (int64_t)n_tok * (int64_t)row;
-    if (n <= 0) return;
-    if (kv->type == ST_KV_F16) {
-        kv_f16_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>((uint16_t *)kv->k + off, (uint16_t *)kv->v + off, k,
-                                                                v, n);
-        CUDA_LAUNCH_CHECK();
-        return;
-    }
-    int rows = n_tok * kv->n_head_kv;
-    size_t soff = (size_t)pos0 * kv->n_head_kv;
-    kv_int8_kernel<<<st_div_up((size_t)rows, 8), 256, 0, s>>>((int8_t *)kv->k + off, kv->k_scale + soff, k, rows,
-                                                              kv->head_dim);
-    CUDA_LAUNCH_CHECK();
-    kv_int8_kernel<<<st_div_up((size_t)rows, 8), 256, 0, s>>>((int8_t *)kv->v + off, kv->v_scale + soff, v, rows,
-                                                              kv->head_dim);
-    CUDA_LAUNCH_CHECK();
-}
-
 /* qkv_prep (backend.h): one warp per head row of a token, over the q heads,
  * then the k heads, then the v heads. Lane l holds the pairs l, l + 32, ...
  * of its row in registers (a rotary pair p: values p and p + nr/2 when
  * neox, 2p and 2p + 1 otherwise, of the first nr = n_rot values; the
  * unrotated rest of the row in adjacent pairs after them), so the row is
  * read once, normalised (when the norm weights are given) and rotated
- * without a round trip through memory; k and v rows go to the cache as in
- * kv_store. When v is k (multi-head latent attention: the row is its own
- * value row) there are no v rows: the rotated k row goes to both halves of
- * the cache (one array when kv.v is kv.k). The position comes from dpos (a
- * recorded decode step) or pos0. Formulas as in rmsnorm_kernel,
- * rope_kernel (rope_cs, rope_places) and the kv store kernels. PP: pairs per
+ * without a round trip through memory; k and v rows go to the cache (f16
+ * rounded to nearest even; int8 with absmax / 127 per row as the scale, as
+ * the CPU's lrintf: same float ops, same bits). When v is k (multi-head
+ * latent attention: the row is its own value row) there are no v rows: the
+ * rotated k row goes to both halves of the cache (one array when kv.v is
+ * kv.k). The position comes from dpos (a recorded decode step) or pos0.
+ * Formulas as in rmsnorm_kernel and rope_cs (rope_places). PP: pairs per
  * lane (hd <= 64 * PP). */
 #define PREP_WARPS 4
 

@@ -23,13 +23,23 @@ extern "C" {
 #define MM_MOE_GEMM_MIN 32
 
 static mm_scratch g_scratch[MM_MAX_DEVICES];
-static int g_force_path;
+static int g_force_path[MM_MAX_DEVICES]; /* per device, as the scratch: two cards may differ */
+
+static int cur_dev(void) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    ST_ASSERT(dev >= 0 && dev < MM_MAX_DEVICES);
+    return dev;
+}
 
 int cuda_mm_force_path(int mode) {
-    const int old = g_force_path;
-    g_force_path = mode;
+    const int dev = cur_dev(), old = g_force_path[dev];
+    g_force_path[dev] = mode;
     return old;
 }
+
+/* The current device's forced path (cuda_mm_force_path). */
+static int force_path(void) { return g_force_path[cur_dev()]; }
 
 int cuda_mm_supports(qt_type t) {
     switch ((int)t) {
@@ -174,8 +184,8 @@ int cuda_mm_set_blas_refused(int refused) {
 
 static int mm_use_gemm(int n_tok) {
     if (!ST_GPU_HAVE_BLAS || mm_blas_refused()) return 0; /* HIP without hipBLAS, or refused: own kernels only */
-    if (g_force_path == 1) return 0;
-    if (g_force_path == 2) return 1;
+    if (force_path() == 1) return 0;
+    if (force_path() == 2) return 1;
     return n_tok > MM_MMV_MAX_TOK;
 }
 
@@ -341,10 +351,10 @@ static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const in
     {
         /* Layout of the uploaded ints: records of up to 8 pairs for the
          * matrix-vector experts, then per GEMM expert its x rows and its pairs. */
-        const int use_gemm_any = g_force_path != 1 && ST_GPU_HAVE_BLAS && !sc->blas_refused;
+        const int use_gemm_any = force_path() != 1 && ST_GPU_HAVE_BLAS && !sc->blas_refused;
         size_t n_rec = 0, n_list = 0, max_gemm = 0;
         for (int e = 0; e <= n_mat; e++) {
-            if (e < n_mat && use_gemm_any && (cnt[e] >= MM_MOE_GEMM_MIN || g_force_path == 2) && cnt[e] > 0) {
+            if (e < n_mat && use_gemm_any && (cnt[e] >= MM_MOE_GEMM_MIN || force_path() == 2) && cnt[e] > 0) {
                 n_list += 2 * (size_t)cnt[e];
                 if ((size_t)cnt[e] > max_gemm) max_gemm = (size_t)cnt[e];
             } else {
@@ -373,7 +383,7 @@ static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const in
         for (int e = 0; e <= n_mat; e++) {
             if (cnt[e] == 0) continue;
             const int eid = e < n_mat ? e : -1;
-            if (e < n_mat && use_gemm_any && (cnt[e] >= MM_MOE_GEMM_MIN || g_force_path == 2)) {
+            if (e < n_mat && use_gemm_any && (cnt[e] >= MM_MOE_GEMM_MIN || force_path() == 2)) {
                 jobs[n_jobs].e = e, jobs[n_jobs].n = cnt[e], jobs[n_jobs].xoff = li, jobs[n_jobs].poff = li + cnt[e];
                 size_t k = 0;
                 for (int p = 0; p < n_pairs; p++)
@@ -439,13 +449,13 @@ int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t 
         return -1;
     }
     if (n_pairs == 0) return 0;
-    if (w->type == QT_F32 && n_pairs > MM_MOE_DEVICE_MAX && g_force_path != 1 && ST_GPU_HAVE_BLAS) {
+    if (w->type == QT_F32 && n_pairs > MM_MOE_DEVICE_MAX && force_path() != 1 && ST_GPU_HAVE_BLAS) {
         st_error_set("cuda_moe_matmul: F32 expert matrices are supported for up to %d pairs", MM_MOE_DEVICE_MAX);
         return -1;
     }
     const int n_in = (int)w->n_in, n_out = (int)w->n_out;
     const int isf = mm_is_float(w->type);
-    if (!isf && g_force_path == 0 && n_pairs > MM_MOE_DEVICE_MAX) {
+    if (!isf && force_path() == 0 && n_pairs > MM_MOE_DEVICE_MAX) {
         /* tensor cores: they read x as f16, leaving the int8 scratch as it was */
         const int rc = mm_moe_mma(w, d_mat, d_ids, d_xrow, n_pairs, x, n_x, y, s);
         if (rc != 1) return rc;
@@ -466,7 +476,7 @@ int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t 
     a.n_in = n_in, a.n_out = n_out;
     a.aq = sc->aq, a.ad = sc->ad, a.x = x, a.y = y;
 
-    const int device_path = g_force_path == 1 ? n_pairs <= 65535 : n_pairs <= MM_MOE_DEVICE_MAX && g_force_path != 2;
+    const int device_path = force_path() == 1 ? n_pairs <= 65535 : n_pairs <= MM_MOE_DEVICE_MAX && force_path() != 2;
     if (device_path) {
         a.groups = MM_GROUPS_PAIRS;
         a.ids = d_ids, a.xrow = d_xrow;

@@ -121,16 +121,17 @@ void cuda_mm_release(void);
 /* Whether type t has a CUDA matrix product (every weight format of blocks.h). */
 int cuda_mm_supports(qt_type t);
 
-/* Force a path for tests and benchmarks: 0 automatic, 1 matrix-vector for any
- * n_tok (in groups of 8), 2 GEMM for any n_tok. Returns the previous mode. */
+/* Force a path on the current device for tests and benchmarks: 0
+ * automatic, 1 matrix-vector for any n_tok (in groups of 8), 2 GEMM for any
+ * n_tok. Returns the previous mode. */
 int cuda_mm_force_path(int mode);
 
 /* Treat the current device's cuBLAS as refused (1), as after a failed call,
  * or trust it again (0): tests of the fallback. Returns the previous state. */
 int cuda_mm_set_blas_refused(int refused);
 
-/* Rows per warp of the matrix-vector kernels (1, 2 or 4; 0 automatic), for
- * benchmarks. Returns the previous setting. */
+/* Rows per warp of the matrix-vector kernels on the current device (1, 2 or
+ * 4; 0 automatic), for benchmarks. Returns the previous setting. */
 int cuda_mm_force_rows(int r);
 
 #ifdef __cplusplus

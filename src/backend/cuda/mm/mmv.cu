@@ -50,11 +50,15 @@ void mm_quantize_act(const float *x, int n_in, int n_rows, int8_t *aq, float2 *a
 
 /* ---- dispatch ---- */
 
-static int g_force_rows;
+#define ROWS_DEVICES 64
+static int g_force_rows[ROWS_DEVICES]; /* per device: two cards may differ */
 
 int cuda_mm_force_rows(int r) {
-    const int old = g_force_rows;
-    g_force_rows = r;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    ST_ASSERT(dev >= 0 && dev < ROWS_DEVICES);
+    const int old = g_force_rows[dev];
+    g_force_rows[dev] = r;
     return old;
 }
 
@@ -69,14 +73,14 @@ int cuda_mm_force_rows(int r) {
  * blocks costs a second one (q, k and v of the 30B-A3B, 5120 rows: 1280
  * blocks where an H200 holds 1188, 7.9 us). */
 static int mm_rows_per_warp(const mm_mmv_args *a, int nt) {
-    if (g_force_rows) return g_force_rows;
+    int dev = 0, n_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < ROWS_DEVICES && g_force_rows[dev]) return g_force_rows[dev];
     if (nt > 2 || mm_is_float(a->type)) return 1;
     int64_t rows = a->n_out;
     for (int i = 0; i < a->n_more; i++) rows += a->more[i].n_out;
     rows *= a->n_groups;
     int r = rows >= 16384 ? 4 : rows >= 8192 ? 2 : 1;
-    int dev = 0, n_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
     while (r < 4 && rows > (int64_t)n_sm * 8 * MMV_WARPS * r) r *= 2;
     return r;

@@ -1,7 +1,7 @@
 /* Op-by-op comparison of two backends (backend_check.h).
  *
  * Bounds, and why: ops that do the same float arithmetic in the same order
- * per value (get_rows, add, scale, kv_store's f16 rounding) must match
+ * per value (get_rows, add, scale, the cache's f16 rounding) must match
  * exactly or within a few ulp (bound 1e-12); ops whose sums are ordered
  * differently (rmsnorm, softmax in attention and routing, transcendental
  * functions in rope and act_mul) get 1e-9 to 1e-7; matrix products quantize
@@ -9,7 +9,7 @@
  * to int8 blocks of 32 or bf16), so they and the MoE FFN get 2e-3, about ten
  * times the NMSE that one 8-bit activation rounding adds.
  */
-#include "backend/cuda/backend_check.h"
+#include "backend/backend_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,8 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/mm/mm.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "quant/quant.h"
@@ -87,6 +85,11 @@ static double now_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+
+/* Sets the device under test's variant kind to v (backend.h st_variant);
+ * returns the one before, or -1 where it has no such choice (then nothing
+ * changed). */
+static int set_variant(chk *c, st_variant kind, int v) { return c->dut->variant ? c->dut->variant(c->dut, kind, v) : -1; }
 
 static void report(chk *c, const char *op, double e, double bound, double ms, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
@@ -181,7 +184,7 @@ static void check_matmul(chk *c, qt_type t, int64_t n_in, int64_t n_out, int n_t
 /* A producer op then a product of its output, as the forward pass chains
  * them: rmsnorm -> matmul (several products of one normed input), and
  * act_mul -> matmul. On the GPU the producer may write the product's int8
- * input itself (backend_cuda.cu); the products' results must still match
+ * input itself (the CUDA backend does); the products' results must still match
  * the CPU's as a plain product does (bound 2e-3, as check_matmul). */
 static void check_chain(chk *c, qt_type t, int64_t dim, int64_t n_out, int n_tok) {
     wpair w = make_weight(c, t, dim, n_out, 2);
@@ -243,20 +246,6 @@ static void check_rmsnorm(chk *c, int dim, int rows, int in_place, int with_res)
     st_free(r);
 }
 
-static void check_rope(chk *c, int n_tok, int heads, int hd, int pos0, float theta, float fs, int neox) {
-    size_t n = (size_t)n_tok * heads * hd;
-    float *x = rand_host(c, n, 1.0f);
-    void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4);
-    c->ref->rope(c->ref, xr, n_tok, heads, hd, pos0, theta, fs, neox);
-    double t0 = now_ms();
-    c->dut->rope(c->dut, xd, n_tok, heads, hd, pos0, theta, fs, neox);
-    double e = cmp_bufs(c, xr, xd, n);
-    report(c, "rope", e, 1e-10, now_ms() - t0, "%s, %d tokens x %d heads x %d, pos %d, theta %g, scale %g",
-           neox ? "neox" : "normal", n_tok, heads, hd, pos0, theta, fs);
-    c->ref->free(c->ref, xr), c->dut->free(c->dut, xd);
-    st_free(x);
-}
-
 static void check_elementwise(chk *c, int64_t n, int dim) {
     float *g = rand_host(c, (size_t)n, 2.0f), *u = rand_host(c, (size_t)n, 1.0f);
     void *gr = put(c->ref, g, (size_t)n * 4), *gd = put(c->dut, g, (size_t)n * 4);
@@ -305,6 +294,35 @@ static void free_kv(st_backend *be, st_kv_layer *kv) {
         if (p[i]) be->free(be, p[i]);
 }
 
+/* n_tok rows of k and v (f32, this backend's) into the cache at positions
+ * pos0..: the engine's qkv_prep with no head norms and no rotation (a
+ * position scale of 0 turns every pair by exactly 0), so the rows go in as
+ * given. q: scratch of n_tok x head_dim. */
+static void kv_fill(st_backend *be, st_kv_layer *kv, float *q, float *k, const float *v, int n_tok, int pos0) {
+    const st_rope none = {10000.0f, 0.0f, 0, NULL, 0};
+    be->qkv_prep(be, q, k, v, NULL, NULL, 1e-6f, n_tok, 1, &none, kv, pos0);
+}
+
+/* The rotary embedding of qkv_prep on x as its queries [n_tok][heads][hd]
+ * at positions pos0.. (k: one head, cached in a cache of pos0 + n_tok rows). */
+static void check_rope(chk *c, int n_tok, int heads, int hd, int pos0, float theta, float fs, int neox) {
+    size_t n = (size_t)n_tok * heads * hd, nk = (size_t)n_tok * hd;
+    float *x = rand_host(c, n, 1.0f), *k = rand_host(c, nk, 1.0f);
+    void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4);
+    void *kr = put(c->ref, k, nk * 4), *kd = put(c->dut, k, nk * 4);
+    st_kv_layer cr = make_kv(c->ref, ST_KV_F16, pos0 + n_tok, 1, hd), cd = make_kv(c->dut, ST_KV_F16, pos0 + n_tok, 1, hd);
+    const st_rope r = {theta, fs, neox, NULL, 0};
+    c->ref->qkv_prep(c->ref, xr, kr, kr, NULL, NULL, 1e-6f, n_tok, heads, &r, &cr, pos0);
+    double t0 = now_ms();
+    c->dut->qkv_prep(c->dut, xd, kd, kd, NULL, NULL, 1e-6f, n_tok, heads, &r, &cd, pos0);
+    double e = cmp_bufs(c, xr, xd, n);
+    report(c, "rope", e, 1e-10, now_ms() - t0, "%s, %d tokens x %d heads x %d, pos %d, theta %g, scale %g (qkv_prep)",
+           neox ? "neox" : "normal", n_tok, heads, hd, pos0, theta, fs);
+    c->ref->free(c->ref, xr), c->dut->free(c->dut, xd), c->ref->free(c->ref, kr), c->dut->free(c->dut, kd);
+    free_kv(c->ref, &cr), free_kv(c->dut, &cd);
+    st_free(x), st_free(k);
+}
+
 /* Stored caches compared as dequantized values (f16 must be bit-equal; an
  * int8 value may differ by one step where x*127/amax lands on a tie). */
 static double kv_diff(chk *c, const st_kv_layer *r, const st_kv_layer *d, int npos, int which) {
@@ -345,22 +363,24 @@ static double kv_diff(chk *c, const st_kv_layer *r, const st_kv_layer *d, int np
 static void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt, int sinks) {
     const char *tn = t == ST_KV_F16 ? "f16" : "int8";
     st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
-    /* fill positions 0..n_ctx-2 in two stores (the second at an offset), keep the last for decode */
+    /* fill positions 0..n_ctx-2 in two writes (the second at an offset), keep the last for decode */
     int fill = n_ctx - 1, first = fill / 3;
     size_t kvw = (size_t)hkv * hd;
     float *k = rand_host(c, (size_t)fill * kvw, 1.0f), *v = rand_host(c, (size_t)fill * kvw, 1.0f);
     void *kr_ = put(c->ref, k, (size_t)fill * kvw * 4), *kd_ = put(c->dut, k, (size_t)fill * kvw * 4);
     void *vr_ = put(c->ref, v, (size_t)fill * kvw * 4), *vd_ = put(c->dut, v, (size_t)fill * kvw * 4);
-    c->ref->kv_store(c->ref, &kr, kr_, vr_, first, 0);
-    c->dut->kv_store(c->dut, &kd, kd_, vd_, first, 0);
+    void *sr = put(c->ref, NULL, (size_t)fill * hd * 4), *sd = put(c->dut, NULL, (size_t)fill * hd * 4);
+    kv_fill(c->ref, &kr, sr, kr_, vr_, first, 0);
+    kv_fill(c->dut, &kd, sd, kd_, vd_, first, 0);
     size_t off = (size_t)first * kvw * 4;
-    c->ref->kv_store(c->ref, &kr, (float *)((uint8_t *)kr_ + off), (float *)((uint8_t *)vr_ + off), fill - first, first);
+    kv_fill(c->ref, &kr, sr, (float *)((uint8_t *)kr_ + off), (float *)((uint8_t *)vr_ + off), fill - first, first);
     double t0 = now_ms();
-    c->dut->kv_store(c->dut, &kd, (float *)((uint8_t *)kd_ + off), (float *)((uint8_t *)vd_ + off), fill - first, first);
+    kv_fill(c->dut, &kd, sd, (float *)((uint8_t *)kd_ + off), (float *)((uint8_t *)vd_ + off), fill - first, first);
     double ms = now_ms() - t0;
+    c->ref->free(c->ref, sr), c->dut->free(c->dut, sd);
     double ek = kv_diff(c, &kr, &kd, fill, 0), ev = kv_diff(c, &kr, &kd, fill, 1);
-    report(c, "kv_store", ek > ev ? ek : ev, t == ST_KV_F16 ? 0.0 : 1e-5, ms, "%s, %d positions x %d kv heads x %d",
-           tn, fill, hkv, hd);
+    report(c, "kv fill", ek > ev ? ek : ev, t == ST_KV_F16 ? 0.0 : 1e-5, ms,
+           "%s, %d positions x %d kv heads x %d (qkv_prep unrotated)", tn, fill, hkv, hd);
     double bound = t == ST_KV_F16 ? 1e-9 : 1e-6; /* same cache contents up to int8 ties */
     float scale = 1.0f / sqrtf((float)hd);
     /* decode: the last stored position attends over everything, then with a window;
@@ -378,24 +398,24 @@ static void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int h
         void *or_ = put(c->ref, NULL, nq * 4);
         if (sinks) c->ref->attention_sinks(c->ref, qr, &kr, nt, pos0, n_head, scale, win, skr, or_);
         else c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
-        /* on a CUDA backend every kernel: per query head, GQA-shared, tensor cores (prompts of 16+
-         * tokens with 64- or 128-wide heads; its f16 rounding of q and of the softmax weights adds
-         * ~1e-7 of NMSE: bound 5e-6) */
-        const int is_cuda = !strcmp(c->dut->name, "cuda");
-        for (int mode = 0; mode < (is_cuda ? 3 : 1); mode++) {
+        /* with attention variants (the CUDA backend's) every kernel: per query head, GQA-shared,
+         * tensor cores (prompts of 16+ tokens with 64- or 128-wide heads; its f16 rounding of q and
+         * of the softmax weights adds ~1e-7 of NMSE: bound 5e-6) */
+        const int has = set_variant(c, ST_VARIANT_ATTN, -1) >= 0;
+        for (int mode = 0; mode < (has ? 3 : 1); mode++) {
             const int tc = mode == 2 && nt >= 16 && (hd == 64 || hd == 128);
             if (mode == 2 && !tc) continue; /* the same kernels as mode 1 */
             void *od = put(c->dut, NULL, nq * 4); /* NaN again: each kernel must write every value */
-            int old = is_cuda ? backend_cuda_set_attn_kernel(mode) : 0;
+            const int old = has ? set_variant(c, ST_VARIANT_ATTN, mode) : -1;
             t0 = now_ms();
             if (sinks) c->dut->attention_sinks(c->dut, qd, &kd, nt, pos0, n_head, scale, win, skd, od);
             else c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
             double e = cmp_bufs(c, or_, od, nq);
-            if (is_cuda) backend_cuda_set_attn_kernel(old);
+            if (has) set_variant(c, ST_VARIANT_ATTN, old);
             static const char *const kn[] = {", per-head kernel", ", GQA kernel", ", tensor-core kernel"};
             report(c, sinks ? "attention_sinks" : "attention", e, tc ? 5e-6 : bound, now_ms() - t0,
                    "%s, %s %d tokens at pos %d, %d/%d heads x %d, window %d%s", tn, nt == 1 ? "decode" : "prompt", nt,
-                   pos0, n_head, hkv, hd, win, is_cuda ? kn[mode] : "");
+                   pos0, n_head, hkv, hd, win, has ? kn[mode] : "");
             c->dut->free(c->dut, od);
         }
         c->ref->free(c->ref, qr), c->dut->free(c->dut, qd), c->ref->free(c->ref, or_);
@@ -429,12 +449,11 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
     void *lr = put(c->ref, l, (size_t)n_tok * n_expert * 4), *ld = put(c->dut, l, (size_t)n_tok * n_expert * 4);
     void *or_ = put(c->ref, NULL, (size_t)n_tok * E * 4), *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
     c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, &gt, ST_ACT_SILU, &g.r, &u.r, &d.r, or_);
-    int is_cuda = !strcmp(c->dut->name, "cuda");
-    int old = is_cuda ? backend_cuda_set_moe_path(path) : 0;
+    const int old = set_variant(c, ST_VARIANT_MOE_PATH, path);
     double t0 = now_ms();
     c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, &gt, ST_ACT_SILU, &g.d, &u.d, &d.d, od);
     double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
-    if (is_cuda) backend_cuda_set_moe_path(old);
+    if (old >= 0) set_variant(c, ST_VARIANT_MOE_PATH, old);
     report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s%s%s",
            path == 1 ? "expert loop" : path == 2 || n_tok * k > 64 ? "grouped" : "fused decode", n_tok, k, n_expert,
            (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name, norm_topk ? ", renormalised" : "",
@@ -490,12 +509,11 @@ static void check_moe_oai(chk *c, int n_tok, int n_expert, int k, int64_t E, int
     void *lr = put(c->ref, l, (size_t)n_tok * n_expert * 4), *ld = put(c->dut, l, (size_t)n_tok * n_expert * 4);
     void *or_ = put(c->ref, NULL, (size_t)n_tok * E * 4), *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
     c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, &gt, ST_ACT_SWIGLU_OAI, &g.r, &u.r, &d.r, or_);
-    const int is_cuda = !strcmp(c->dut->name, "cuda");
-    const int old = is_cuda ? backend_cuda_set_moe_path(path) : 0;
+    const int old = set_variant(c, ST_VARIANT_MOE_PATH, path);
     double t0 = now_ms();
     c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, &gt, ST_ACT_SWIGLU_OAI, &g.d, &u.d, &d.d, od);
     double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
-    if (is_cuda) backend_cuda_set_moe_path(old);
+    if (old >= 0) set_variant(c, ST_VARIANT_MOE_PATH, old);
     report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s, biases, swiglu_oai",
            path == 1 ? "expert loop" : path == 2 || n_tok * k > 64 ? "grouped" : "fused decode", n_tok, k, n_expert,
            (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name);
@@ -628,14 +646,15 @@ static double route_margin(const float *r, int n_tok, int n_expert, int k) {
     return least;
 }
 
-/* One decode layer's products and norms in the forward pass's order, where
- * the GPU backend fuses neighbours (backend_cuda.cu):
- *   o = Wo a; x += o, h = norm(x)      (the add in the o product, the norm in the router: FUSE bit 4)
- *   r = Wr h; m = moe(h, r)            (routing in the MoE kernel)
- *   x += m, h2 = norm(x)               (the next layer's attention norm)
- *   q, k, v = Wq h2, Wk h2, Wv h2      (one launch per weight type or type pair)
+/* One decode layer's products and norms as the forward pass calls them,
+ * fused ops where a GPU backend fuses (the CUDA backend):
+ *   o = Wo a; x += o, h = norm(x); r = Wr h   (matmul_res_norm: FUSE bit 4)
+ *   m = moe(h, r)                             (routing in the MoE kernel)
+ *   x += m, h2 = norm(x)                      (the next layer's attention norm)
+ *   q, k, v = Wq h2, Wk h2, Wv h2             (matmul_multi: FUSE bit 1)
  * x, h, the router logits, m, h2, q, k and v compared. tq: wo, q, k; tv: v.
- * fuse >= 0: a CUDA backend runs it with those STRATA_CUDA_FUSE bits.
+ * fuse >= 0: a backend with the ST_VARIANT_FUSE variant runs it with those bits (0: each
+ * fused op as its composition).
  * The inputs are drawn again while the reference's routing has a near-tie
  * (route_margin below 0.1): there the two sides may rightly choose
  * different experts, which is not the error this check measures (check_moe
@@ -656,26 +675,23 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
     for (int i = 0; i < 11; i++) b[i][0] = put(c->ref, init[i], sz[i] * 4), b[i][1] = put(c->dut, init[i], sz[i] * 4);
     enum { X, A, N1, N2, O, H, Q, K, V, R, M };
     double t0 = now_ms();
-    const int set_fuse = fuse >= 0 && !strcmp(c->dut->name, "cuda");
+    const int set_fuse = fuse >= 0 && set_variant(c, ST_VARIANT_FUSE, -1) >= 0;
     double margin = 0;
     int tries = 1;
     for (int side = 0; side < 2; side++) {
         st_backend *be = side ? c->dut : c->ref;
-        const int old_fuse = side && set_fuse ? backend_cuda_set_fuse(be, fuse) : -1;
+        const int old_fuse = side && set_fuse ? set_variant(c, ST_VARIANT_FUSE, fuse) : -1;
 #define B(i) ((float *)b[i][side])
         const wpair *w[] = {&wo, &wq, &wk, &wv, &wr, &g, &u, &d};
         const st_weight *W[8];
         for (int i = 0; i < 8; i++) W[i] = side ? &w[i]->d : &w[i]->r;
-        be->matmul(be, W[0], 0, B(A), B(O), n_tok);
-        be->rmsnorm(be, B(X), B(O), B(N1), B(H), (int)dim, n_tok, 1e-6f);
-        be->matmul(be, W[4], 0, B(H), B(R), n_tok);
+        be->matmul_res_norm(be, W[0], B(A), B(O), B(X), B(N1), 1e-6f, B(H), W[4], B(R), n_tok);
         const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f, 0, 0};
         be->moe_ffn(be, B(H), B(R), n_tok, n_expert, k, &gt, ST_ACT_SILU, W[5], W[6], W[7], B(M));
         be->rmsnorm(be, B(X), B(M), B(N2), B(A), (int)dim, n_tok, 1e-6f); /* h2 into a's buffer, as layers reuse them */
-        be->matmul(be, W[1], 0, B(A), B(Q), n_tok);
-        be->matmul(be, W[2], 0, B(A), B(K), n_tok);
-        be->matmul(be, W[3], 0, B(A), B(V), n_tok);
-        if (old_fuse >= 0) backend_cuda_set_fuse(be, old_fuse);
+        float *qkv[] = {B(Q), B(K), B(V)};
+        be->matmul_multi(be, 3, W + 1, B(A), qkv, n_tok);
+        if (old_fuse >= 0) set_variant(c, ST_VARIANT_FUSE, old_fuse);
 #undef B
         if (side == 0) {
             float *r = get(c->ref, b[R][0], nr);
@@ -873,14 +889,14 @@ static void check_moe_gating(chk *c, const gating_case *g, int n_tok, int n_expe
     st_moe_gating gr = {g->fn, g->norm, g->bias ? br : NULL, g->scale, g->n_group, g->n_group_used}, gd = gr;
     gd.bias = g->bias ? bd : NULL;
     c->ref->moe_ffn(c->ref, hr, lr, n_tok, n_expert, k, &gr, ST_ACT_SILU, &wg.r, &wu.r, &wd.r, or_);
-    const int is_cuda = !strcmp(c->dut->name, "cuda");
-    for (int path = 0; path < (is_cuda ? 3 : 1); path++) {
+    const int has = set_variant(c, ST_VARIANT_MOE_PATH, -1) >= 0;
+    for (int path = 0; path < (has ? 3 : 1); path++) {
         void *od = put(c->dut, NULL, (size_t)n_tok * E * 4);
-        const int old = is_cuda ? backend_cuda_set_moe_path(path) : 0;
+        const int old = has ? set_variant(c, ST_VARIANT_MOE_PATH, path) : -1;
         const double t0 = now_ms();
         c->dut->moe_ffn(c->dut, hd, ld, n_tok, n_expert, k, &gd, ST_ACT_SILU, &wg.d, &wu.d, &wd.d, od);
         const double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
-        if (is_cuda) backend_cuda_set_moe_path(old);
+        if (has) set_variant(c, ST_VARIANT_MOE_PATH, old);
         report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %s, %d tokens, top-%d of %d, %lld/%lld",
                path == 1                     ? "expert loop"
                : path == 2 || n_tok * k > 64 ? "grouped"
@@ -1005,12 +1021,15 @@ static void check_attention_mla(chk *c, st_kv_type t, int n_ctx, int n_head, int
     const int fill = n_ctx - 1;
     float *k = rand_host(c, (size_t)fill * hd, 1.0f);
     void *kr_ = put(c->ref, k, (size_t)fill * hd * 4), *kd_ = put(c->dut, k, (size_t)fill * hd * 4);
-    c->ref->kv_store(c->ref, &kr, kr_, kr_, fill, 0);
-    c->dut->kv_store(c->dut, &kd, kd_, kd_, fill, 0);
+    /* the rows stored as given (kv_fill: qkv_prep unrotated; k is its own value row) */
+    void *sr = put(c->ref, NULL, (size_t)fill * hd * 4), *sd = put(c->dut, NULL, (size_t)fill * hd * 4);
+    kv_fill(c->ref, &kr, sr, kr_, kr_, fill, 0);
+    kv_fill(c->dut, &kd, sd, kd_, kd_, fill, 0);
+    c->ref->free(c->ref, sr), c->dut->free(c->dut, sd);
     const double bound = t == ST_KV_F16 ? 1e-9 : 1e-6;
     const float scale = 1.0f / sqrtf(192.0f);
     const int cases[3][3] = {{1, fill - 1, 0}, {1, fill - 1, n_ctx / 5}, {n_prompt, fill - n_prompt, 0}};
-    const int is_cuda = !strcmp(c->dut->name, "cuda");
+    const int is_cuda = set_variant(c, ST_VARIANT_ATTN, -1) >= 0; /* the latent kernel is a variant there */
     for (int ci = 0; ci < 3; ci++) {
         const int nt = cases[ci][0], pos0 = cases[ci][1], win = cases[ci][2];
         const size_t nq = (size_t)nt * n_head * hd;
@@ -1021,11 +1040,11 @@ static void check_attention_mla(chk *c, st_kv_type t, int n_ctx, int n_head, int
         /* on a CUDA backend the latent kernel (the default) and the per-head one (mode 0) */
         for (int mode = 2; mode >= (is_cuda ? 0 : 2); mode -= 2) {
             void *od = put(c->dut, NULL, nq * 4);
-            const int old = is_cuda ? backend_cuda_set_attn_kernel(mode) : 0;
+            const int old = is_cuda ? set_variant(c, ST_VARIANT_ATTN, mode) : -1;
             const double t0 = now_ms();
             c->dut->attention(c->dut, qd, &kd, nt, pos0, n_head, scale, win, od);
             const double e = cmp_bufs(c, or_, od, nq);
-            if (is_cuda) backend_cuda_set_attn_kernel(old);
+            if (is_cuda) set_variant(c, ST_VARIANT_ATTN, old);
             report(c, "attention", e, bound, now_ms() - t0,
                    "%s, %s %d tokens at pos %d, %d heads on one latent row of %d, window %d%s", tn,
                    nt == 1 ? "decode" : "prompt", nt, pos0, n_head, hd, win,
@@ -1101,10 +1120,10 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_rope(&c, 5, 9, 64, 17, 100000.0f, 1.0f, 0);
         check_attention(&c, ST_KV_F16, 300, 9, 3, 64, 5);
         /* a 33-token product after cuBLAS refused: the matrix-vector kernels take it */
-        if (!strcmp(dut->name, "cuda")) {
-            int old = cuda_mm_set_blas_refused(1);
+        const int old = set_variant(&c, ST_VARIANT_NO_BLAS, 1);
+        if (old >= 0) {
             check_matmul(&c, QT_Q4_K, 1024, 320, 33);
-            cuda_mm_set_blas_refused(old);
+            set_variant(&c, ST_VARIANT_NO_BLAS, old);
         }
     }
     check_chain(&c, QT_Q4_K, 1024, 320, 1);

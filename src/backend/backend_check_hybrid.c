@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cuda/backend_check.h"
+#include "backend/backend_check.h"
 #include "core/alloc.h"
 #include "quant/quant.h"
 

@@ -3,10 +3,12 @@
  * tests/cuda on larger ones. Each check draws fresh inputs, poisons the
  * outputs of the backend under test with NaN first (an unwritten value
  * fails), and compares by NMSE = sum (out - ref)^2 / sum ref^2 against a
- * bound stated per op; a NaN anywhere fails.
+ * bound stated per op; a NaN anywhere fails. Where the backend under test
+ * has variants of an op (st_backend.variant), each is checked; the file
+ * knows no backend by name.
  */
-#ifndef STRATA_BACKEND_CUDA_BACKEND_CHECK_H
-#define STRATA_BACKEND_CUDA_BACKEND_CHECK_H
+#ifndef STRATA_BACKEND_BACKEND_CHECK_H
+#define STRATA_BACKEND_BACKEND_CHECK_H
 
 #include <stdint.h>
 
