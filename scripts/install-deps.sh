@@ -20,7 +20,7 @@ for a in "$@"; do
     esac
 done
 
-APT_PKGS=(build-essential cmake clang libclang-rt-14-dev pkg-config python3 python3-pip
+APT_PKGS=(build-essential cmake clang clang-format libclang-rt-14-dev pkg-config python3 python3-pip
           libpcre2-dev libjansson-dev libmicrohttpd-dev libutf8proc-dev liburing-dev chromium
           libopenmpi-dev openmpi-bin)
 PIP_PKGS=(numpy gguf pytest openai anthropic playwright)

@@ -1,9 +1,7 @@
 /* The hybrid Qwen family's ops (gated_delta_net and its keep, split_halves,
  * sigmoid_mul) of one backend against another (backend_check.h). Its own
- * file so that the family's checks stay apart from the common ones; the few
- * helpers it shares with backend_check.c (random inputs, NaN-poisoned
- * buffers, NMSE, the report) are small and repeated here rather than made
- * a header of their own.
+ * file so that the family's checks stay apart from the common ones; the
+ * helpers both use are in backend_check_impl.h.
  *
  * Bounds, and why: the DeltaNet sums its dot products in another order on
  * each backend (the CPU in 8 AVX2 lanes, the GPU in a warp's tree) and the
@@ -25,91 +23,13 @@
 #include <time.h>
 
 #include "backend/backend_check.h"
+#include "backend/backend_check_impl.h"
 #include "core/alloc.h"
 #include "quant/quant.h"
 
-typedef struct {
-    st_backend *ref, *dut;
-    uint64_t rng;
-    bcheck_report_fn fn;
-    void *ctx;
-    int fails;
-} hchk;
-
-static uint64_t next_u64(hchk *c) { /* splitmix64 */
-    uint64_t z = (c->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float uniform(hchk *c) { return (float)((next_u64(c) >> 40) + 0.5) / 16777216.0f; }
-
-static float *rand_host(hchk *c, size_t n, float sd) {
-    float *h = st_malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) {
-        const float u = uniform(c), v = uniform(c);
-        h[i] = sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v) * sd;
-    }
-    return h;
-}
-
-/* A buffer on a backend holding a copy of host data (NaN-poisoned when h is NULL). */
-static void *put(st_backend *be, const void *h, size_t bytes) {
-    void *p = be->alloc(be, bytes);
-    void *nan = h ? NULL : st_malloc(bytes);
-    if (nan) memset(nan, 0xff, bytes); /* all-ones floats are NaN */
-    be->to_device(be, p, h ? h : nan, bytes);
-    st_free(nan);
-    return p;
-}
-
-static float *get(st_backend *be, const void *p, size_t n) {
-    float *h = st_malloc(n * sizeof(float));
-    be->to_host(be, h, p, n * sizeof(float));
-    return h;
-}
-
-static double nmse(const float *out, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(out[i]) || !isfinite(ref[i])) return INFINITY;
-        const double d = (double)out[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? num / den : num;
-}
-
-static double cmp_bufs(hchk *c, const void *r, const void *d, size_t n) {
-    float *a = get(c->ref, r, n), *b = get(c->dut, d, n);
-    const double e = nmse(b, a, n);
-    st_free(a);
-    st_free(b);
-    return e;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void report(hchk *c, const char *op, double e, double bound, double ms, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static void report(hchk *c, const char *op, double e, double bound, double ms, const char *fmt, ...) {
-    bcheck_result r = {op, "", e, bound, ms, e <= bound};
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r.what, sizeof r.what, fmt, ap);
-    va_end(ap);
-    if (!r.pass) c->fails++;
-    if (c->fn) c->fn(c->ctx, &r);
-}
-
 /* A quantized weight (n_out x n_in) on a backend, from Gaussians (the same
  * bytes on both sides: quantized once on the host). */
-static void *make_weight(hchk *c, qt_type t, int64_t n_in, int64_t n_out, void **dut_copy) {
+static void *make_weight(chk *c, qt_type t, int64_t n_in, int64_t n_out, void **dut_copy) {
     const size_t rb = qt_row_size(t, n_in), bytes = rb * (size_t)n_out;
     float *f = rand_host(c, (size_t)(n_in * n_out), 0.5f);
     void *q = st_malloc(bytes);
@@ -166,7 +86,7 @@ static void side_free(gdn_side *s) {
  * keep path (a recorded pass of 6 tokens in two calls, cut to 1, 3 and 6).
  * grouped: qwen3next's layout (value heads of one key head adjacent, beta
  * and alpha fused), else qwen35moe's. */
-static void check_gdn(hchk *c, int nk, int nv, int hd, int grouped, int n_prompt) {
+static void check_gdn(chk *c, int nk, int nv, int hd, int grouped, int n_prompt) {
     const int K = 4, back = K - 1, n_rec = 6, n_max = n_prompt > n_rec ? n_prompt : n_rec;
     const size_t cd = (size_t)(2 * nk + nv) * hd, vd = (size_t)nv * hd, ns = vd * hd;
     const size_t bw = grouped ? 2 * (size_t)nv : (size_t)nv;
@@ -302,7 +222,7 @@ static void check_gdn(hchk *c, int nk, int nv, int hd, int grouped, int n_prompt
 /* split_halves (a gated attention's query and gate rows), then sigmoid_mul
  * of a per-value gate (rows of dim) and of a per-row one (g_dim 1, the
  * shared expert's), the first followed by a product of its result. */
-static void check_gates(hchk *c, int n_rows, int n_group, int w) {
+static void check_gates(chk *c, int n_rows, int n_group, int w) {
     const size_t n = (size_t)n_rows * n_group * w, dim = (size_t)n_group * w;
     float *src = rand_host(c, 2 * n, 2.0f);
     void *sr = put(c->ref, src, 2 * n * 4), *sdp = put(c->dut, src, 2 * n * 4);
@@ -336,7 +256,7 @@ static void check_gates(hchk *c, int n_rows, int n_group, int w) {
 }
 
 int backend_check_hybrid(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
-    hchk c = {ref, dut, seed * 0x9e3779b97f4a7c15ull + 7, fn, ctx, 0};
+    chk c = {ref, dut, seed * 0x9e3779b97f4a7c15ull + 7, fn, ctx, 0};
     if (!dut->gated_delta_net || !dut->split_halves || !dut->sigmoid_mul) return 0; /* a backend without the family */
     check_gdn(&c, 2, 4, 64, 0, size ? 40 : 5);
     check_gdn(&c, 2, 4, 64, 1, 5);
