@@ -82,8 +82,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (depth < 0 || layers < 1 || prompt < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || hd < 1 ||
-        reps < 1) {
+    if (depth < 0 || layers < 1 || prompt < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || hd < 1 || reps < 1) {
         fprintf(stderr, "bench_attn: bad sizes\n");
         return 2;
     }

@@ -35,7 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define MIB (1024.0 * 1024.0)
+#define MIB   (1024.0 * 1024.0)
 #define CHUNK ((size_t)1 << 20) /* 1 MiB per task in the fill loop */
 
 /* ---- matvec ---- */
@@ -57,16 +57,16 @@ static void fill_task(void *p, int64_t task, int thread) {
 }
 
 typedef struct {
-    double gbs;     /* weight bytes per second, best pass */
-    double us;      /* microseconds per matvec, best pass */
+    double gbs; /* weight bytes per second, best pass */
+    double us;  /* microseconds per matvec, best pass */
 } mv_result;
 
 /* Rate of the dot kernel itself: one matrix of `mib` MiB that stays in cache
  * (1 MiB: L2 of one core; 16 MiB: the L3 share of all threads) multiplied
  * again and again. When the DRAM rate equals this, the product is bound by
  * compute, not by memory. */
-static double hot_gbs(st_pool *pool, cpu_scratch *scratch, qt_type type, const uint8_t *W, int64_t n_cols,
-                      double mib, const float *x, float *y) {
+static double hot_gbs(st_pool *pool, cpu_scratch *scratch, qt_type type, const uint8_t *W, int64_t n_cols, double mib,
+                      const float *x, float *y) {
     size_t row = qt_row_size(type, n_cols);
     int64_t n_rows = (int64_t)(mib * MIB / row);
     size_t mat = row * (size_t)n_rows;
@@ -150,8 +150,9 @@ static void moe_bench(st_pool *pool, const moe_shape *m, double mib, int passes,
             const size_t ra = cpu_act_row_size(m->down_type, m->n_ff);
             for (int i = 0; i < m->k; i++) {
                 const uint8_t *e = W + (size_t)(st * m->k + i) * per + 2 * mg;
-                mm[i] = (cpu_mm){e, rd, m->down_type, m->n_embd, m->n_ff, 1, (uint8_t *)gq + (size_t)i * ra, NULL,
-                                 o + i * m->n_embd, 0};
+                mm[i] = (cpu_mm){
+                    e, rd, m->down_type, m->n_embd, m->n_ff, 1, (uint8_t *)gq + (size_t)i * ra, NULL, o + i * m->n_embd,
+                    0};
             }
             ST_ASSERT(cpu_matmul_q_batch(pool, mm, m->k) == 0);
         }
@@ -185,7 +186,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--types")) types = argv[i + 1];
         else if (!strcmp(argv[i], "--moe")) moe = argv[i + 1];
         else if (!strcmp(argv[i], "--moe-shape") && sscanf(argv[i + 1], "%dx%dx%d", &moe_e, &moe_f, &moe_k) == 3 &&
-                 moe_e > 0 && moe_f > 0 && moe_k > 0) continue;
+                 moe_e > 0 && moe_f > 0 && moe_k > 0)
+            continue;
         else if (!strcmp(argv[i], "--thp")) thp = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prefetch")) cpu_set_prefetch_bytes((size_t)atoll(argv[i + 1]));
         else {
@@ -210,8 +212,9 @@ int main(int argc, char **argv) {
     double bw_all = cpu_read_bandwidth(pool, buf, bw_bytes, passes + 2);
     double bw_one = cpu_read_bandwidth(one, buf, bw_bytes, passes);
     st_free(buf);
-    printf("read bandwidth (1 GiB, SSE2 streaming sum, best with/without prefetch): %.1f GB/s on %d threads, %.1f GB/s on 1 thread\n\n", bw_all, nt,
-           bw_one);
+    printf("read bandwidth (1 GiB, SSE2 streaming sum, best with/without prefetch): %.1f GB/s on %d threads, %.1f GB/s "
+           "on 1 thread\n\n",
+           bw_all, nt, bw_one);
 
     /* 2. matvec per type */
     size_t total = (size_t)(mib * MIB);
@@ -223,7 +226,8 @@ int main(int argc, char **argv) {
     cpu_scratch scratch = {0};
 
     printf("| type | bits/w | matrices | %d threads: GB/s | %% of bw | us/matvec | 1 thread: GB/s | %% of 1-thread bw "
-           "| in cache, %d threads | in L2, 1 thread |\n", nt, nt);
+           "| in cache, %d threads | in L2, 1 thread |\n",
+           nt, nt);
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     char list[256];
     snprintf(list, sizeof list, "%s", types);
@@ -244,12 +248,13 @@ int main(int argc, char **argv) {
         st_pool_run(pool, (fj.n_blocks + fj.blocks_per_chunk - 1) / fj.blocks_per_chunk, fill_task, &fj);
 
         mv_result all = time_matvec(pool, &scratch, (qt_type)t, W, n_mat, n_rows, n_cols, x, y, passes);
-        mv_result single = time_matvec(one, &scratch, (qt_type)t, W, n_mat, n_rows, n_cols, x, y, passes > 2 ? 2 : passes);
+        mv_result single =
+            time_matvec(one, &scratch, (qt_type)t, W, n_mat, n_rows, n_cols, x, y, passes > 2 ? 2 : passes);
         double hot_all = hot_gbs(pool, &scratch, (qt_type)t, W, n_cols, 16, x, y);
         double hot_one = hot_gbs(NULL, &scratch, (qt_type)t, W, n_cols, 1, x, y);
         double bits = 8.0 * tr->type_size / tr->blck;
-        printf("| %s | %.2f | %d x %lld x %lld | %.1f | %.0f%% | %.0f | %.1f | %.0f%% | %.1f | %.1f |\n", tr->name, bits,
-               n_mat, (long long)n_rows, (long long)n_cols, all.gbs, 100 * all.gbs / bw_all, all.us, single.gbs,
+        printf("| %s | %.2f | %d x %lld x %lld | %.1f | %.0f%% | %.0f | %.1f | %.0f%% | %.1f | %.1f |\n", tr->name,
+               bits, n_mat, (long long)n_rows, (long long)n_cols, all.gbs, 100 * all.gbs / bw_all, all.us, single.gbs,
                100 * single.gbs / bw_one, hot_all, hot_one);
         fflush(stdout);
         st_free(y);
@@ -259,7 +264,8 @@ int main(int argc, char **argv) {
 
     /* 3. MoE decode steps at an expert shape (default qwen3-30b-a3b's) */
     printf("\nMoE decode step (quantize, gate+up of k experts in one dispatch, quantize, down), %d x %d "
-           "experts, top-%d, %d threads, %.0f MiB of experts:\n\n", moe_e, moe_f, moe_k, nt, mib);
+           "experts, top-%d, %d threads, %.0f MiB of experts:\n\n",
+           moe_e, moe_f, moe_k, nt, mib);
     printf("| gate,up/down | shape | experts | GB/s | %% of bw | us per step |\n|---|---|---|---|---|---|\n");
     snprintf(list, sizeof list, "%s", moe);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {

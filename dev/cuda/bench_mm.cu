@@ -30,9 +30,9 @@ static double time_matmul(st_weight *ws, int rot, const float *x, float *y, int 
 int main(int argc, char **argv) {
     const double bw = lab_read_bw_gbs();
     printf("read ceiling %.0f GB/s\n", bw);
-    const qt_type types[] = {QT_F32,   QT_F16,    QT_BF16,   QT_Q4_0,    QT_Q4_1,   QT_Q5_0,  QT_Q5_1,   QT_Q8_0,
-                             QT_Q2_K,  QT_Q3_K,   QT_Q4_K,   QT_Q5_K,    QT_Q6_K,   QT_IQ4_NL, QT_IQ4_XS, QT_IQ2_XXS,
-                             QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S,  QT_IQ1_M, QT_MXFP4};
+    const qt_type types[] = {QT_F32,    QT_F16,   QT_BF16,    QT_Q4_0,  QT_Q4_1,  QT_Q5_0,   QT_Q5_1,   QT_Q8_0,
+                             QT_Q2_K,   QT_Q3_K,  QT_Q4_K,    QT_Q5_K,  QT_Q6_K,  QT_IQ4_NL, QT_IQ4_XS, QT_IQ2_XXS,
+                             QT_IQ2_XS, QT_IQ2_S, QT_IQ3_XXS, QT_IQ3_S, QT_IQ1_S, QT_IQ1_M,  QT_MXFP4};
     const int n_in = 4096, n_out = 16384;
     float *x, *y;
     LAB_CHECK(cudaMalloc(&x, sizeof(float) * n_in * 512));
@@ -87,8 +87,10 @@ int main(int argc, char **argv) {
         std::vector<int32_t> hid(8 * n_calls);
         for (auto &v : hid) v = (int32_t)(lab_rand() % n_exp);
         LAB_CHECK(cudaMemcpy(ids, hid.data(), hid.size() * 4, cudaMemcpyHostToDevice));
-        struct me { qt_type t; int n_out, n_in; } mes[] = {
-            {QT_Q4_K, 768, 2048}, {QT_Q4_K, 2048, 768}, {QT_Q6_K, 2048, 768}, {QT_Q6_K, 768, 2048}};
+        struct me {
+            qt_type t;
+            int n_out, n_in;
+        } mes[] = {{QT_Q4_K, 768, 2048}, {QT_Q4_K, 2048, 768}, {QT_Q6_K, 2048, 768}, {QT_Q6_K, 768, 2048}};
         for (const me &m : mes) {
             const size_t rb = qt_row_size(m.t, m.n_in), mb = rb * m.n_out * n_exp;
             uint8_t *w;
@@ -104,7 +106,11 @@ int main(int argc, char **argv) {
                 });
                 const double gbs = 8.0 * rb * m.n_out / (ms * 1e-3) / 1e9;
                 printf("%-8s %4dx%-5d %8s %8.1f %8.0f %8.1f%%\n", qt_get(m.t)->name, m.n_out, m.n_in,
-                       rr ? (rr == 1 ? "1" : rr == 2 ? "2" : "4") : "auto", ms * 1e3, gbs, 100 * gbs / bw);
+                       rr ? (rr == 1   ? "1"
+                             : rr == 2 ? "2"
+                                       : "4")
+                          : "auto",
+                       ms * 1e3, gbs, 100 * gbs / bw);
             }
             cuda_mm_force_rows(0);
             cudaFree(w);
@@ -114,8 +120,10 @@ int main(int argc, char **argv) {
 
     printf("\ncrossover: time per call (us) by path and tokens\n");
     const int toks[] = {1, 2, 4, 8, 16, 32, 512};
-    struct shp { qt_type t; int n_out, n_in; } shps[] = {
-        {QT_Q4_K, 6144, 2048}, {QT_Q6_K, 4096, 4096}};
+    struct shp {
+        qt_type t;
+        int n_out, n_in;
+    } shps[] = {{QT_Q4_K, 6144, 2048}, {QT_Q6_K, 4096, 4096}};
     for (const shp &s : shps) {
         const size_t rb = qt_row_size(s.t, s.n_in), mb = rb * s.n_out;
         const int rot = (int)std::max<size_t>(2, ((size_t)1 << 30) / mb + 1);
@@ -134,7 +142,8 @@ int main(int argc, char **argv) {
             cuda_mm_force_path(2);
             const double g = time_matmul(ws.data(), rot, x, y, nt, 20);
             cuda_mm_force_path(0);
-            printf("  %-6d %10.1f %10.1f %12.1f\n", nt, a * 1e3, g * 1e3, 2.0 * s.n_out * s.n_in * nt / (g * 1e-3) / 1e12);
+            printf("  %-6d %10.1f %10.1f %12.1f\n", nt, a * 1e3, g * 1e3,
+                   2.0 * s.n_out * s.n_in * nt / (g * 1e-3) / 1e12);
         }
         cudaFree(w);
     }

@@ -18,13 +18,13 @@
 #include <algorithm>
 #include <vector>
 
-#define LAB_CHECK(call)                                                                              \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                                 \
-        }                                                                                            \
+#define LAB_CHECK(call)                                                                                                \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__);                    \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 static uint64_t lab_rng = 0x243F6A8885A308D3ull;
@@ -33,9 +33,7 @@ static inline uint32_t lab_rand(void) {
     return (uint32_t)(lab_rng >> 16);
 }
 static inline float lab_unit(void) { return (float)(lab_rand() & 0xFFFFFF) / 16777216.0f; }
-static inline float lab_gauss(void) {
-    return sqrtf(-2.0f * logf(lab_unit() + 1e-7f)) * cosf(6.2831853f * lab_unit());
-}
+static inline float lab_gauss(void) { return sqrtf(-2.0f * logf(lab_unit() + 1e-7f)) * cosf(6.2831853f * lab_unit()); }
 
 static inline float lab_f16_to_f32(uint16_t h) {
     const uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
@@ -82,8 +80,7 @@ static inline lab_act lab_quantize(const std::vector<float> &x) {
 
 /* Median of the per-launch times (ms) of `reps` launches of fn(i), i cycling
  * over the rotation, after a warm-up pass. */
-template <class Fn>
-static double lab_time_ms(int reps, Fn fn) {
+template <class Fn> static double lab_time_ms(int reps, Fn fn) {
     cudaEvent_t a, b;
     LAB_CHECK(cudaEventCreate(&a));
     LAB_CHECK(cudaEventCreate(&b));
@@ -124,7 +121,8 @@ static inline double lab_read_bw_gbs(void) {
     LAB_CHECK(cudaMemset(buf, 0x5A, bytes));
     int n_sm = 0;
     LAB_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
-    const double ms = lab_time_ms(5, [&](int) { lab_read_kernel<<<n_sm * 8, 512>>>((const uint4 *)buf, bytes / 16, out); });
+    const double ms =
+        lab_time_ms(5, [&](int) { lab_read_kernel<<<n_sm * 8, 512>>>((const uint4 *)buf, bytes / 16, out); });
     cudaFree(buf), cudaFree(out);
     return (double)bytes / (ms * 1e-3) / 1e9;
 }

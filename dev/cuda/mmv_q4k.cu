@@ -139,7 +139,10 @@ static void launch(int v, const args &a) {
 int main(int argc, char **argv) {
     const double bw = lab_read_bw_gbs();
     printf("Q4_K matrix-vector lab. Read-bandwidth ceiling (4 GiB streaming read): %.0f GB/s\n", bw);
-    struct shape { int n_out, n_in; const char *what; } shapes[] = {
+    struct shape {
+        int n_out, n_in;
+        const char *what;
+    } shapes[] = {
         {6144, 2048, "8 experts gate (qwen3-30b-a3b)"},
         {16384, 768, "8 experts down as one matrix"},
         {4096, 4096, "square 4096"},

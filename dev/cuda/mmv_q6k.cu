@@ -137,8 +137,7 @@ static __device__ __forceinline__ float pair_dot(const uint8_t *b, int j, const 
                                       ((float)(sc[2 * u0 + 4] * s[2]) + (float)(sc[2 * u0 + 5] * s[3])) * d1.x);
 }
 
-template <int LPR>
-static __global__ void __launch_bounds__(128) k_v3(const args p) {
+template <int LPR> static __global__ void __launch_bounds__(128) k_v3(const args p) {
     const int row = (blockIdx.x * 4 + threadIdx.y) * (32 / LPR) + threadIdx.x / LPR;
     const int lane = threadIdx.x % LPR;
     float acc = 0;
@@ -165,7 +164,10 @@ static void launch(int v, const args &a) {
 int main() {
     const double bw = lab_read_bw_gbs();
     printf("Q6_K matrix-vector lab. Read-bandwidth ceiling (4 GiB streaming read): %.0f GB/s\n", bw);
-    struct shape { int n_out, n_in; const char *what; } shapes[] = {
+    struct shape {
+        int n_out, n_in;
+        const char *what;
+    } shapes[] = {
         {151936, 2048, "output head (qwen3 vocab)"},
         {4096, 4096, "square 4096"},
         {16384, 768, "8 experts down as one matrix"},

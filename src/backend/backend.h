@@ -20,16 +20,16 @@
 /* A weight matrix (or stack of them): n_mat matrices of n_out rows x n_in
  * columns, rows contiguous (GGUF's ne0 = n_in, ne1 = n_out, ne2 = n_mat). */
 typedef struct {
-    const void *data;       /* first matrix; NULL if the model lacks the tensor */
-    const void **mat;       /* per-matrix pointers (n_mat of them) when placed apart; NULL = contiguous */
+    const void *data; /* first matrix; NULL if the model lacks the tensor */
+    const void **mat; /* per-matrix pointers (n_mat of them) when placed apart; NULL = contiguous */
     qt_type type;
-    int64_t n_in;           /* columns (ne0) */
-    int64_t n_out;          /* rows (ne1) */
-    int64_t n_mat;          /* experts (ne2), 1 for dense */
-    size_t row_bytes;       /* qt_row_size(type, n_in) */
-    const float *bias;      /* (n_mat x n_out) f32 added to matrix m's products, this backend's memory,
-                               or NULL; indexed by expert id, not by where the matrix is placed.
-                               moe_experts adds it (gpt-oss); dense biases are separate vectors */
+    int64_t n_in;      /* columns (ne0) */
+    int64_t n_out;     /* rows (ne1) */
+    int64_t n_mat;     /* experts (ne2), 1 for dense */
+    size_t row_bytes;  /* qt_row_size(type, n_in) */
+    const float *bias; /* (n_mat x n_out) f32 added to matrix m's products, this backend's memory,
+                          or NULL; indexed by expert id, not by where the matrix is placed.
+                          moe_experts adds it (gpt-oss); dense biases are separate vectors */
 } st_weight;
 
 static inline const void *st_weight_mat(const st_weight *w, int64_t m) {
@@ -45,16 +45,16 @@ typedef enum { ST_KV_F16 = 0, ST_KV_INT8 = 1 } st_kv_type;
  * holds n_head_kv * head_dim values; int8 rows carry one f32 scale per head. */
 typedef struct {
     st_kv_type type;
-    int n_ctx;              /* positions */
+    int n_ctx; /* positions */
     int n_head_kv, head_dim;
-    void *k, *v;            /* [n_ctx][n_head_kv*head_dim] f16 or int8 */
+    void *k, *v;              /* [n_ctx][n_head_kv*head_dim] f16 or int8 */
     float *k_scale, *v_scale; /* [n_ctx][n_head_kv], int8 only */
     /* A recurrent layer (gated DeltaNet, qwen3next / qwen35moe) keeps no rows
      * but a fixed-size state per sequence, f32, in place of k and v (NULL for
      * attention layers); it holds the history of positions 0..pos-1 after a
      * step ending at pos, and a step at position 0 starts from zeros. */
-    float *conv;            /* [d_conv-1][conv_dim]: the last inputs of the short convolution */
-    float *ssm;             /* [n_v_head][head_v][head_k]: per head S, row j (value) over keys */
+    float *conv; /* [d_conv-1][conv_dim]: the last inputs of the short convolution */
+    float *ssm;  /* [n_v_head][head_v][head_k]: per head S, row j (value) over keys */
     /* Speculative decoding's undo record of a recurrent layer: while undo_cap
      * > 0 (a verify pass of drafted tokens), gated_delta_net saves the state
      * before the first token it is given (ssm, then conv) and, per token, what
@@ -62,7 +62,7 @@ typedef struct {
      * beta), so that gated_delta_net_keep can leave the state as if only the
      * first tokens had been fed. Backend memory, (undo_cap) tokens. */
     float *undo;
-    int undo_cap, undo_n;   /* tokens it can hold (0: not recording), tokens recorded */
+    int undo_cap, undo_n; /* tokens it can hold (0: not recording), tokens recorded */
 } st_kv_layer;
 
 /* SWIGLU_OAI: gpt-oss's clamped SwiGLU, g' = min(g, 7), u' = clamp(u, -7, 7),
@@ -79,8 +79,8 @@ typedef struct {
     float theta, freq_scale;
     int neox;
     const float *freq_div;
-    int n_rot;              /* rotate only the first n_rot values of each head (partial rotary: the
-                               frequencies then use n_rot for d); 0 = all of them */
+    int n_rot; /* rotate only the first n_rot values of each head (partial rotary: the
+                  frequencies then use n_rot for d); 0 = all of them */
 } st_rope;
 
 /* One gated DeltaNet layer's constants (qwen3next, qwen35moe): sizes, and its
@@ -119,9 +119,9 @@ static inline size_t st_gdn_undo_floats(const st_gdn *g, int n_tok) {
 typedef enum { ST_GATE_SOFTMAX = 0, ST_GATE_SIGMOID = 1 } st_gate_fn;
 typedef struct {
     st_gate_fn fn;
-    int norm_topk;          /* renormalise the chosen weights to sum 1 */
-    const float *bias;      /* (n_expert) added to p for the choice only, this backend's memory; or NULL */
-    float scale;            /* multiplies the weights; 1 = none */
+    int norm_topk;     /* renormalise the chosen weights to sum 1 */
+    const float *bias; /* (n_expert) added to p for the choice only, this backend's memory; or NULL */
+    float scale;       /* multiplies the weights; 1 = none */
     /* group-limited choice (DeepSeek V3): the experts are n_group groups of
      * n_expert / n_group; a group's score is the sum of its two best ranked
      * scores (p + bias); only the experts of the n_group_used best groups
@@ -168,15 +168,14 @@ struct st_backend {
      * them, and a GPU backend runs each decode-sized one as one kernel.
      * Products of one input: y[i][t] = W_i[0] x[t] for i < n (q, k and v;
      * gate and up); the y[i] lie apart from x and from each other. */
-    void (*matmul_multi)(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y,
-                         int n_tok);
+    void (*matmul_multi)(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y, int n_tok);
     /* A block's output joining the residual stream, and the next block's
      * norm: y = W[0] x, res += y, h = rmsnorm(res) * nw (rows of w->n_out),
      * then, when wn is given, yn = Wn[0] h (the MoE router reads the FFN
      * norm's output). Composed: matmul, rmsnorm with y as its residual,
      * matmul. res apart from x and y; h apart from res; yn from h and res. */
-    void (*matmul_res_norm)(st_backend *be, const st_weight *w, const float *x, float *y, float *res,
-                            const float *nw, float eps, float *h, const st_weight *wn, float *yn, int n_tok);
+    void (*matmul_res_norm)(st_backend *be, const st_weight *w, const float *x, float *y, float *res, const float *nw,
+                            float eps, float *h, const st_weight *wn, float *yn, int n_tok);
     /* y[r] = x[r] / rms(x[r]) * w, rows of dim values; in place allowed.
      * With res (n_rows rows too): first x[r] += res[r] (the residual add
      * before a norm, one pass instead of two); x is written then. */
@@ -230,14 +229,14 @@ struct st_backend {
      * (a strided view copied: the heads of multi-head latent attention gathered
      * for their per-head products, and scattered back). Optional: NULL where a
      * backend lacks it; the engine then refuses the families that need it. */
-    void (*copy_2d)(st_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
-                    int64_t width, int n_rows);
+    void (*copy_2d)(st_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
+                    int n_rows);
     /* Mixture-of-experts FFN for n_tok tokens: route with the router logits
      * as gt says (st_moe_gating: softmax or sigmoid, bias, top-k, optional
      * renormalisation, scale), then
      * out[t] = sum_j w_tj * down_e(act(gate_e h[t]) * up_e h[t]). */
-    void (*moe_ffn)(st_backend *be, const float *h, const float *router_logits, int n_tok, int n_expert,
-                    int k, const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
+    void (*moe_ffn)(st_backend *be, const float *h, const float *router_logits, int n_tok, int n_expert, int k,
+                    const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                     const st_weight *down, float *out);
     /* The MoE block's seam: moe_ffn is moe_route then moe_experts with every
      * expert here (emap NULL); a backend may fuse them (the GPU's decode
@@ -258,8 +257,8 @@ struct st_backend {
      * backend's memory) says which of gate/up/down's n_mat matrices holds an
      * expert here (a cache slot) or -1 (computed elsewhere); NULL: m = sel. */
     void (*moe_experts)(st_backend *be, const float *h, int n_tok, int n_expert, int k, const int32_t *sel,
-                        const float *wsel, const int32_t *emap, st_act act, const st_weight *gate,
-                        const st_weight *up, const st_weight *down, float *out);
+                        const float *wsel, const int32_t *emap, st_act act, const st_weight *gate, const st_weight *up,
+                        const st_weight *down, float *out);
     /* Run one forward step: body(arg, pos0) queues this backend's ops for
      * n_tok tokens from position pos0. The CPU just calls it. The GPU records
      * a one-token step as a CUDA graph once and replays it while the

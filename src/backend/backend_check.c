@@ -217,7 +217,8 @@ static void check_rope(chk *c, int n_tok, int heads, int hd, int pos0, float the
     float *x = rand_host(c, n, 1.0f), *k = rand_host(c, nk, 1.0f);
     void *xr = put(c->ref, x, n * 4), *xd = put(c->dut, x, n * 4);
     void *kr = put(c->ref, k, nk * 4), *kd = put(c->dut, k, nk * 4);
-    st_kv_layer cr = make_kv(c->ref, ST_KV_F16, pos0 + n_tok, 1, hd), cd = make_kv(c->dut, ST_KV_F16, pos0 + n_tok, 1, hd);
+    st_kv_layer cr = make_kv(c->ref, ST_KV_F16, pos0 + n_tok, 1, hd),
+                cd = make_kv(c->dut, ST_KV_F16, pos0 + n_tok, 1, hd);
     const st_rope r = {theta, fs, neox, NULL, 0};
     c->ref->qkv_prep(c->ref, xr, kr, kr, NULL, NULL, 1e-6f, n_tok, heads, &r, &cr, pos0);
     double t0 = now_ms();
@@ -292,7 +293,9 @@ static void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int h
     float scale = 1.0f / sqrtf((float)hd);
     /* decode: the last stored position attends over everything, then with a window;
      * prompt: n_prompt tokens ending at the last stored position, causal */
-    int cases[4][3] = {{1, fill - 1, 0}, {1, fill - 1, n_ctx / 5}, {n_prompt, fill - n_prompt, 0},
+    int cases[4][3] = {{1, fill - 1, 0},
+                       {1, fill - 1, n_ctx / 5},
+                       {n_prompt, fill - n_prompt, 0},
                        {n_prompt, fill - n_prompt, n_ctx / 7 + 1}};
     float *sk = sinks ? rand_host(c, (size_t)n_head, 2.0f) : NULL;
     if (sk) sk[n_head / 2] = 40.0f;
@@ -311,7 +314,7 @@ static void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int h
         const int has = set_variant(c, ST_VARIANT_ATTN, -1) >= 0;
         for (int mode = 0; mode < (has ? 3 : 1); mode++) {
             const int tc = mode == 2 && nt >= 16 && (hd == 64 || hd == 128);
-            if (mode == 2 && !tc) continue; /* the same kernels as mode 1 */
+            if (mode == 2 && !tc) continue;       /* the same kernels as mode 1 */
             void *od = put(c->dut, NULL, nq * 4); /* NaN again: each kernel must write every value */
             const int old = has ? set_variant(c, ST_VARIANT_ATTN, mode) : -1;
             t0 = now_ms();
@@ -345,8 +348,8 @@ static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv
  * logit of expert 0 raised by 8 (it is in every top-k: with more than 64
  * tokens, past one tile of the tensor-core grouped products) and expert 1's
  * lowered by 30 (it gets no tokens). */
-static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int path,
-                      qt_type tg, qt_type td, int skew) {
+static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t F, int norm_topk, int path, qt_type tg,
+                      qt_type td, int skew) {
     const st_moe_gating gt = {ST_GATE_SOFTMAX, norm_topk, NULL, 1.0f, 0, 0};
     wpair g = make_weight(c, tg, E, F, n_expert), u = make_weight(c, tg, E, F, n_expert);
     wpair d = make_weight(c, td, F, E, n_expert);
@@ -362,9 +365,11 @@ static void check_moe(chk *c, int n_tok, int n_expert, int k, int64_t E, int64_t
     double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
     if (old >= 0) set_variant(c, ST_VARIANT_MOE_PATH, old);
     report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s%s%s",
-           path == 1 ? "expert loop" : path == 2 || n_tok * k > 64 ? "grouped" : "fused decode", n_tok, k, n_expert,
-           (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name, norm_topk ? ", renormalised" : "",
-           skew ? ", one hot and one cold expert" : "");
+           path == 1                     ? "expert loop"
+           : path == 2 || n_tok * k > 64 ? "grouped"
+                                         : "fused decode",
+           n_tok, k, n_expert, (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name,
+           norm_topk ? ", renormalised" : "", skew ? ", one hot and one cold expert" : "");
     void *bufs[][2] = {{hr, hd}, {lr, ld}, {or_, od}};
     for (int i = 0; i < 3; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
     st_free(h);
@@ -422,8 +427,10 @@ static void check_moe_oai(chk *c, int n_tok, int n_expert, int k, int64_t E, int
     double e = cmp_bufs(c, or_, od, (size_t)n_tok * E);
     if (old >= 0) set_variant(c, ST_VARIANT_MOE_PATH, old);
     report(c, "moe_ffn", e, 2e-3, now_ms() - t0, "%s, %d tokens, top-%d of %d, %lld/%lld, %s/%s, biases, swiglu_oai",
-           path == 1 ? "expert loop" : path == 2 || n_tok * k > 64 ? "grouped" : "fused decode", n_tok, k, n_expert,
-           (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name);
+           path == 1                     ? "expert loop"
+           : path == 2 || n_tok * k > 64 ? "grouped"
+                                         : "fused decode",
+           n_tok, k, n_expert, (long long)E, (long long)F, qt_get(tg)->name, qt_get(td)->name);
     void *bufs[][2] = {{hr, hd}, {lr, ld}, {or_, od}, {bb[0][0], bb[0][1]}, {bb[1][0], bb[1][1]}, {bb[2][0], bb[2][1]}};
     for (int i = 0; i < 6; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
     st_free(h), st_free(l);
@@ -568,7 +575,8 @@ static double route_margin(const float *r, int n_tok, int n_expert, int k) {
  * checks the routing). */
 static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int64_t qw, int64_t kvw, int n_expert,
                                int k, int64_t F, int n_tok, int fuse) {
-    wpair wo = make_weight(c, tq, qw, dim, 1), wq = make_weight(c, tq, dim, qw, 1), wk = make_weight(c, tq, dim, kvw, 1);
+    wpair wo = make_weight(c, tq, qw, dim, 1), wq = make_weight(c, tq, dim, qw, 1),
+          wk = make_weight(c, tq, dim, kvw, 1);
     wpair wv = make_weight(c, tv, dim, kvw, 1), wr = make_weight(c, QT_F32, dim, n_expert, 1);
     wpair g = make_weight(c, QT_Q4_K, dim, F, n_expert), u = make_weight(c, QT_Q4_K, dim, F, n_expert);
     wpair d = make_weight(c, QT_Q6_K, F, dim, n_expert);
@@ -604,7 +612,8 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
             float *r = get(c->ref, b[R][0], nr);
             margin = route_margin(r, n_tok, n_expert, k);
             st_free(r);
-            if (margin < 0.1 && tries++ < 20) { /* a near-tie: other x and a, on both sides, and run the reference again */
+            if (margin < 0.1 &&
+                tries++ < 20) { /* a near-tie: other x and a, on both sides, and run the reference again */
                 st_free(hx), st_free(ha);
                 hx = rand_host(c, nx, 2.0f), ha = rand_host(c, nq, 1.0f);
                 for (int sd = 0; sd < 2; sd++) {
@@ -955,7 +964,9 @@ static void check_attention_mla(chk *c, st_kv_type t, int n_ctx, int n_head, int
             report(c, "attention", e, bound, now_ms() - t0,
                    "%s, %s %d tokens at pos %d, %d heads on one latent row of %d, window %d%s", tn,
                    nt == 1 ? "decode" : "prompt", nt, pos0, n_head, hd, win,
-                   !is_cuda ? "" : mode ? ", latent kernel" : ", per-head kernel");
+                   !is_cuda ? ""
+                   : mode   ? ", latent kernel"
+                            : ", per-head kernel");
             c->dut->free(c->dut, od);
         }
         c->ref->free(c->ref, qr), c->dut->free(c->dut, qd), c->ref->free(c->ref, or_);
@@ -1006,13 +1017,13 @@ static void check_mla_family(chk *c, int size) {
 
 int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
     chk c = {ref, dut, seed * 0x2545f4914f6cdd1dull + 1, fn, ctx, 0};
-    static const qt_type rows_types[] = {QT_F32, QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
+    static const qt_type rows_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
                                          QT_Q8_0, QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS};
     for (size_t i = 0; i < sizeof rows_types / sizeof rows_types[0]; i++) check_get_rows(&c, rows_types[i], 512);
     static const qt_type mm_tiny[] = {QT_F32, QT_Q4_1, QT_Q8_0, QT_Q4_K, QT_Q6_K};
-    static const qt_type mm_all[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1,  QT_Q5_0,   QT_Q5_1,  QT_Q8_0,
-                                     QT_Q2_K, QT_Q3_K, QT_Q4_K, QT_Q5_K, QT_Q6_K,  QT_IQ4_XS, QT_IQ4_NL, QT_IQ2_XXS,
-                                     QT_IQ3_S, QT_MXFP4};
+    static const qt_type mm_all[] = {QT_F32,  QT_F16,    QT_BF16,   QT_Q4_0,    QT_Q4_1,  QT_Q5_0,
+                                     QT_Q5_1, QT_Q8_0,   QT_Q2_K,   QT_Q3_K,    QT_Q4_K,  QT_Q5_K,
+                                     QT_Q6_K, QT_IQ4_XS, QT_IQ4_NL, QT_IQ2_XXS, QT_IQ3_S, QT_MXFP4};
     const qt_type *mm = size ? mm_all : mm_tiny;
     size_t n_mm = size ? sizeof mm_all / sizeof mm_all[0] : sizeof mm_tiny / sizeof mm_tiny[0];
     static const int toks[] = {1, 5, 33};
@@ -1041,7 +1052,7 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_rmsnorm(&c, 2048, 1, 0, 1); /* a decode row: quantized for the products too */
     check_rmsnorm(&c, 576, size ? 33 : 3, 0, 1);
     check_rmsnorm(&c, 64, 8, 1, 1);
-    check_rmsnorm(&c, 7168, 2, 1, 1);  /* wide rows: several values per thread */
+    check_rmsnorm(&c, 7168, 2, 1, 1); /* wide rows: several values per thread */
     check_rmsnorm(&c, 20000, 1, 0, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 1);
     check_rope(&c, 3, 4, 64, 1000, 10000.0f, 1.0f, 0);
@@ -1058,13 +1069,15 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     for (int t = 0; t < 2; t++) {
         check_attention(&c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);
         if (size) check_attention(&c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */
-        if (size) check_attention(&c, (st_kv_type)t, 2100, 32, 4, 128, 16); /* qwen3-30b-a3b: 8 query heads per KV head */
+        if (size)
+            check_attention(&c, (st_kv_type)t, 2100, 32, 4, 128, 16); /* qwen3-30b-a3b: 8 query heads per KV head */
     }
-    check_attention(&c, ST_KV_F16, 300, 12, 1, 64, 5);  /* 12 per KV head: a GQA instance with unused heads */
+    check_attention(&c, ST_KV_F16, 300, 12, 1, 64, 5);   /* 12 per KV head: a GQA instance with unused heads */
     check_attention(&c, ST_KV_INT8, 300, 16, 1, 128, 5); /* 16 per KV head (qwen3-235b): the GQA kernel's most */
-    check_attention(&c, ST_KV_F16, 300, 20, 1, 64, 5);  /* 20 per KV head: past it, the per-head kernel */
-    if (size) check_attention(&c, ST_KV_F16, 300, 4, 2, 96, 5); /* a head size the GQA kernel leaves to the per-head one */
-    for (int path = 0; path < 3; path++) { /* default (fused decode), expert loop, grouped only */
+    check_attention(&c, ST_KV_F16, 300, 20, 1, 64, 5);   /* 20 per KV head: past it, the per-head kernel */
+    if (size)
+        check_attention(&c, ST_KV_F16, 300, 4, 2, 96, 5); /* a head size the GQA kernel leaves to the per-head one */
+    for (int path = 0; path < 3; path++) {                /* default (fused decode), expert loop, grouped only */
         check_moe(&c, 1, 8, 2, 256, 256, 1, path, QT_Q4_K, QT_Q6_K, 0);
         check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, path == 1, path, QT_Q4_K, QT_Q6_K, 0);
         if (size) check_moe(&c, 70, 16, 4, 512, 256, 1, path, QT_Q4_K, QT_Q6_K, 0); /* past the device-pairs limit */
@@ -1087,7 +1100,8 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         if (size) check_moe_oai(&c, 40, 16, 4, 512, 256, path, QT_Q4_K, QT_Q6_K);
     }
     check_moe_oai(&c, 40, 8, 4, 256, 256, 0, QT_MXFP4, QT_MXFP4); /* 160 pairs: the tensor-core grouped products */
-    check_moe_oai(&c, 40, 8, 4, 576, 384, 0, QT_MXFP4, QT_MXFP4); /* rows of 192-multiples (gpt-oss's 2880): 192-wide stages */
+    check_moe_oai(&c, 40, 8, 4, 576, 384, 0, QT_MXFP4,
+                  QT_MXFP4); /* rows of 192-multiples (gpt-oss's 2880): 192-wide stages */
     if (size) {
         check_moe_oai(&c, 40, 8, 4, 288, 320, 0, QT_MXFP4, QT_MXFP4); /* neither: host-grouped */
         /* gpt-oss's own widths (2880 in and out), 4 experts: a decode step and an 80-pair chunk */
@@ -1102,17 +1116,19 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_top_k(&c, 70, 64, 3, 0);
     check_top_k(&c, 151936, 1, 0, 0); /* qwen3's vocabulary: greedy */
     check_top_k(&c, 151936, 40, 0, 0);
-    check_top_k(&c, 5000, 8, 0, 30); /* NaNs: never chosen, and they hide nothing */
+    check_top_k(&c, 5000, 8, 0, 30);              /* NaNs: never chosen, and they hide nothing */
     if (size) check_top_k(&c, 262144, 64, 20, 0); /* gemma 3's vocabulary, the most candidates, ties */
-    for (int f = 0; f < 2; f++) { /* the backend's fusions (by default all), then none */
+    for (int f = 0; f < 2; f++) {                 /* the backend's fusions (by default all), then none */
         check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1, f ? 0 : -1);
         check_decode_layer(&c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3, f ? 0 : -1);
-        check_decode_layer(&c, QT_Q5_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 2, f ? 0 : -1); /* the other type pair, 2 tokens */
+        check_decode_layer(&c, QT_Q5_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 2,
+                           f ? 0 : -1); /* the other type pair, 2 tokens */
     }
     check_matmul(&c, QT_F32, 2048, 128, 1); /* few float rows (a router): the split kernel */
     check_matmul(&c, QT_F16, 512, 100, 5);
     if (size) /* qwen3-30b-a3b */
-        for (int f = 0; f < 2; f++) check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1, f ? 0 : -1);
+        for (int f = 0; f < 2; f++)
+            check_decode_layer(&c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1, f ? 0 : -1);
     /* a small prompt chunk (80 pairs): the self-test runs the tensor-core grouped products once too */
     check_moe(&c, 40, 8, 2, 256, 256, 1, 0, QT_Q4_K, QT_Q6_K, 0);
     if (size) { /* prompt chunks at model sizes: the tensor-core grouped products (moe_mma.cu) on sm_80+ */

@@ -19,10 +19,10 @@ extern "C" {
 #endif
 
 typedef struct {
-    const char *op;  /* "rmsnorm", "attention", ... */
-    char what[128];  /* shapes, types, variant */
+    const char *op; /* "rmsnorm", "attention", ... */
+    char what[128]; /* shapes, types, variant */
     double nmse, bound;
-    double ms;       /* wall time of the op under test (with its copies), for orientation only */
+    double ms; /* wall time of the op under test (with its copies), for orientation only */
     int pass;
 } bcheck_result;
 

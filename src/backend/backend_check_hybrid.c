@@ -72,8 +72,18 @@ static void gdn_call(gdn_side *s, int n_tok, int pos0, int via_step) {
 
 static void side_free(gdn_side *s) {
     st_backend *be = s->be;
-    void *p[] = {(void *)s->g.conv_w, (void *)s->g.dt_bias, (void *)s->g.a, (void *)s->g.norm, s->st.conv, s->st.ssm,
-                 s->st.undo, s->qkv, s->z, s->beta, s->alpha, s->out};
+    void *p[] = {(void *)s->g.conv_w,
+                 (void *)s->g.dt_bias,
+                 (void *)s->g.a,
+                 (void *)s->g.norm,
+                 s->st.conv,
+                 s->st.ssm,
+                 s->st.undo,
+                 s->qkv,
+                 s->z,
+                 s->beta,
+                 s->alpha,
+                 s->out};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i]) be->free(be, p[i]);
 }
@@ -95,14 +105,20 @@ static void check_gdn(chk *c, int nk, int nv, int hd, int grouped, int n_prompt)
     for (int h = 0; h < nv; h++) a[h] = -(0.2f + 2.0f * uniform(c)); /* -exp(A_log): decays of 0.1 to 0.9 */
     for (int i = 0; i < hd; i++) norm[i] += 1.0f;
     gdn_side sd[2];
-    const size_t undo_bytes = st_gdn_undo_floats(&(st_gdn){.d_conv = K, .n_k_head = nk, .n_v_head = nv, .head_dim = hd},
-                                                 n_rec) * sizeof(float);
+    const size_t undo_bytes =
+        st_gdn_undo_floats(&(st_gdn){.d_conv = K, .n_k_head = nk, .n_v_head = nv, .head_dim = hd}, n_rec) *
+        sizeof(float);
     for (int i = 0; i < 2; i++) {
         gdn_side *s = &sd[i];
         memset(s, 0, sizeof *s);
         s->be = i ? c->dut : c->ref;
-        s->g = (st_gdn){.d_conv = K, .n_k_head = nk, .n_v_head = nv, .head_dim = hd, .eps = 1e-6f,
-                        .k_grouped = grouped, .ba_fused = grouped};
+        s->g = (st_gdn){.d_conv = K,
+                        .n_k_head = nk,
+                        .n_v_head = nv,
+                        .head_dim = hd,
+                        .eps = 1e-6f,
+                        .k_grouped = grouped,
+                        .ba_fused = grouped};
         s->g.conv_w = put(s->be, conv_w, cd * K * 4);
         s->g.dt_bias = put(s->be, dt, (size_t)nv * 4);
         s->g.a = put(s->be, a, (size_t)nv * 4);
@@ -148,8 +164,8 @@ static void check_gdn(chk *c, int nk, int nv, int hd, int grouped, int n_prompt)
         for (int j = 0; j < 4; j++) st_free(in[j]);
         pos += n;
     }
-    const double e_st = fmax(cmp_bufs(c, sd[0].st.ssm, sd[1].st.ssm, ns),
-                             cmp_bufs(c, sd[0].st.conv, sd[1].st.conv, (size_t)back * cd));
+    const double e_st =
+        fmax(cmp_bufs(c, sd[0].st.ssm, sd[1].st.ssm, ns), cmp_bufs(c, sd[0].st.conv, sd[1].st.conv, (size_t)back * cd));
     const char *lay = grouped ? "qwen3next layout" : "qwen35moe layout";
     report(c, "gated_delta_net", fmax(e_out, e_st), 1e-8, ms,
            "%d/%d heads x %d, %s, 1+%d+1+1+3 tokens (out %.1e, state %.1e)", nk, nv, hd, lay, n_prompt, e_out, e_st);
@@ -183,9 +199,9 @@ static void check_gdn(chk *c, int nk, int nv, int hd, int grouped, int n_prompt)
             const double t0 = now_ms();
             for (int part = 0; part < 2; part++) { /* 2 tokens, then 4: the record grows over calls */
                 const int off = part ? 2 : 0, n = part ? n_rec - 2 : 2;
-                be->gated_delta_net(be, &s->g, &s->st, n, pos + off, s->qkv + (size_t)off * cd,
-                                    s->z + (size_t)off * vd, s->beta + (size_t)off * bw,
-                                    grouped ? NULL : s->alpha + (size_t)off * nv, s->out + (size_t)off * vd);
+                be->gated_delta_net(be, &s->g, &s->st, n, pos + off, s->qkv + (size_t)off * cd, s->z + (size_t)off * vd,
+                                    s->beta + (size_t)off * bw, grouped ? NULL : s->alpha + (size_t)off * nv,
+                                    s->out + (size_t)off * vd);
             }
             be->gated_delta_net_keep(be, &s->g, &s->st, keep);
             if (i) ms += now_ms() - t0;

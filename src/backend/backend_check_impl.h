@@ -85,7 +85,9 @@ static inline double now_ms(void) {
 /* Sets the device under test's variant kind to v (backend.h st_variant);
  * returns the one before, or -1 where it has no such choice (then nothing
  * changed). */
-static inline int set_variant(chk *c, st_variant kind, int v) { return c->dut->variant ? c->dut->variant(c->dut, kind, v) : -1; }
+static inline int set_variant(chk *c, st_variant kind, int v) {
+    return c->dut->variant ? c->dut->variant(c->dut, kind, v) : -1;
+}
 
 static inline void report(chk *c, const char *op, double e, double bound, double ms, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));

@@ -17,22 +17,40 @@
 #include "core/timer.h"
 
 typedef enum {
-    P_GET_ROWS, P_MATMUL, P_MATMUL_MULTI, P_MATMUL_RES_NORM, P_RMSNORM, P_QKV_PREP, P_ATTENTION,
-    P_ACT_MUL, P_ADD, P_SCALE, P_MOE_FFN, P_MOE_ROUTE, P_MOE_EXPERTS, P_TO_HOST, P_TO_DEVICE, P_GDN, P_SPLIT, P_SIGMUL, P_COPY2D, P_N
+    P_GET_ROWS,
+    P_MATMUL,
+    P_MATMUL_MULTI,
+    P_MATMUL_RES_NORM,
+    P_RMSNORM,
+    P_QKV_PREP,
+    P_ATTENTION,
+    P_ACT_MUL,
+    P_ADD,
+    P_SCALE,
+    P_MOE_FFN,
+    P_MOE_ROUTE,
+    P_MOE_EXPERTS,
+    P_TO_HOST,
+    P_TO_DEVICE,
+    P_GDN,
+    P_SPLIT,
+    P_SIGMUL,
+    P_COPY2D,
+    P_N
 } prof_op;
 
-static const char *const OP_NAMES[P_N] = {"get_rows", "matmul",    "matmul_multi", "matmul_res_norm", "rmsnorm",
-                                          "qkv_prep", "attention", "act_mul",      "add",             "scale",
-                                          "moe_ffn",  "moe_route", "moe_experts",  "to_host",         "to_device",
-                                          "deltanet", "split_qg",  "sigmul",       "copy_2d"};
+static const char *const OP_NAMES[P_N] = {
+    "get_rows",  "matmul",   "matmul_multi", "matmul_res_norm", "rmsnorm",   "qkv_prep",    "attention",
+    "act_mul",   "add",      "scale",        "moe_ffn",         "moe_route", "moe_experts", "to_host",
+    "to_device", "deltanet", "split_qg",     "sigmul",          "copy_2d"};
 
 typedef struct {
     st_backend *in;
     int64_t calls[P_N];
     int64_t ns[P_N];
     int64_t t0;
-    char sync_byte;       /* host side of the zero-byte read used to wait for the device */
-    void *dev_byte;       /* a device byte to read */
+    char sync_byte; /* host side of the zero-byte read used to wait for the device */
+    void *dev_byte; /* a device byte to read */
 } prof_ctx;
 
 static prof_ctx *P(st_backend *be) { return (prof_ctx *)be->ctx; }
@@ -71,8 +89,8 @@ static void w_matmul_multi(st_backend *be, int n, const st_weight *const *w, con
     end(p, P_MATMUL_MULTI);
 }
 
-static void w_matmul_res_norm(st_backend *be, const st_weight *w, const float *x, float *y, float *res,
-                              const float *nw, float eps, float *h, const st_weight *wn, float *yn, int n_tok) {
+static void w_matmul_res_norm(st_backend *be, const st_weight *w, const float *x, float *y, float *res, const float *nw,
+                              float eps, float *h, const st_weight *wn, float *yn, int n_tok) {
     prof_ctx *p = P(be);
     begin(p);
     p->in->matmul_res_norm(p->in, w, x, y, res, nw, eps, h, wn, yn, n_tok);
@@ -177,8 +195,8 @@ static void w_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     end(p, P_MOE_FFN);
 }
 
-static void w_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
-                        const st_moe_gating *gt, int32_t *sel, float *wsel) {
+static void w_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, const st_moe_gating *gt,
+                        int32_t *sel, float *wsel) {
     prof_ctx *p = P(be);
     begin(p);
     p->in->moe_route(p->in, logits, n_tok, n_expert, k, gt, sel, wsel);
@@ -218,8 +236,9 @@ void backend_prof_report(st_backend *be, char *buf, size_t cap) {
     prof_ctx *p = P(be);
     int64_t total = 0;
     for (int i = 0; i < P_N; i++) total += p->ns[i];
-    size_t o = (size_t)snprintf(buf, cap, "op times on %s (each op waited for; %.1f ms in all):\n%-15s %9s %10s %9s %6s\n",
-                                p->in->name, total / 1e6, "op", "calls", "total ms", "mean us", "share");
+    size_t o =
+        (size_t)snprintf(buf, cap, "op times on %s (each op waited for; %.1f ms in all):\n%-15s %9s %10s %9s %6s\n",
+                         p->in->name, total / 1e6, "op", "calls", "total ms", "mean us", "share");
     int done[P_N] = {0};
     for (int r = 0; r < P_N && o < cap; r++) { /* largest total first */
         int b = -1;

@@ -38,8 +38,8 @@ int args_int(args_t *a, const char *opt, const char *s, long long lo, long long 
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (*s == 0 || *end != 0 || errno || v < lo || v > hi) {
-        a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for %s (an integer from %lld to %lld)", s,
-                                 opt, lo, hi);
+        a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for %s (an integer from %lld to %lld)", s, opt,
+                                 lo, hi);
         return -1;
     }
     *out = v;

@@ -5,12 +5,12 @@
 #define STRATA_CLI_ARGS_H
 
 typedef struct {
-    const char *cmd;    /* subcommand name, for messages */
-    const char *usage;  /* its usage line */
+    const char *cmd;   /* subcommand name, for messages */
+    const char *usage; /* its usage line */
     int argc;
     char **argv;
-    int i;              /* index of the argument being looked at */
-    int err;            /* set to 2 once a usage error has been printed */
+    int i;   /* index of the argument being looked at */
+    int err; /* set to 2 once a usage error has been printed */
 } args_t;
 
 /* Whether argv[i] is --help or -h. */

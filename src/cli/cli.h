@@ -19,8 +19,7 @@ int cmd_launch(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 
 /* Print "strata CMD: MSG" and the usage line; returns 2. */
-int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* A whole file, NUL-terminated (st_free it); NULL when it cannot be read. */
 char *cli_read_file(const char *path, size_t *len);

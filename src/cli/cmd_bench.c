@@ -57,8 +57,7 @@ int cmd_bench(int argc, char **argv) {
             if (r < 0 || args_int(&a, "-d", v, 0, 1 << 24, &depth)) return a.err;
         } else if ((r = args_value(&a, "-r", &v))) {
             if (r < 0 || args_int(&a, "-r", v, 1, 100, &reps)) return a.err;
-        } else
-            return args_unknown(&a);
+        } else return args_unknown(&a);
     }
     const long long n_fill = n_p > depth ? n_p : depth; /* random tokens: the prompt, or the depth */
     if (!ep.n_ctx) ep.n_ctx = (int)((n_p > depth + n_g ? n_p : depth + n_g) + 1); /* tg restarts at the depth */
@@ -146,22 +145,25 @@ int cmd_bench(int argc, char **argv) {
                "the CPU lane read %.1f MB (%.1f GB/s over the decode time), PCIe moved %.1f MB (%.1f GB/s); %llu "
                "cache slots changed hands\n",
                100 * (double)dec.pairs_dev / pairs, 100 * (double)dec.pairs_cpu / pairs,
-               100 * (double)dec.pairs_pcie / pairs, (double)dec.bytes_cpu / n / 1e6, (double)dec.bytes_cpu / dec_s / 1e9,
-               (double)dec.bytes_pcie / n / 1e6, (double)dec.bytes_pcie / dec_s / 1e9, (unsigned long long)dec.swaps);
+               100 * (double)dec.pairs_pcie / pairs, (double)dec.bytes_cpu / n / 1e6,
+               (double)dec.bytes_cpu / dec_s / 1e9, (double)dec.bytes_pcie / n / 1e6,
+               (double)dec.bytes_pcie / dec_s / 1e9, (unsigned long long)dec.swaps);
         const double us = 1e-3 / n; /* ns summed over the decode -> us per token */
-        printf("decode time per token: %.0f us, of which in the layers the host routes %.0f us: waiting for the routing "
-               "%.0f (the device's work before it included), queueing the device's pairs %.0f (the hidden rows to "
-               "the host %.0f), CPU lane %.0f, handing its output back %.0f\n",
-               dec_s * 1e6 / n, (double)dec.ns_call * us, (double)dec.ns_route * us, (double)dec.ns_queue * us,
-               (double)dec.ns_hx * us, (double)dec.ns_cpu * us, (double)dec.ns_join * us);
+        printf(
+            "decode time per token: %.0f us, of which in the layers the host routes %.0f us: waiting for the routing "
+            "%.0f (the device's work before it included), queueing the device's pairs %.0f (the hidden rows to "
+            "the host %.0f), CPU lane %.0f, handing its output back %.0f\n",
+            dec_s * 1e6 / n, (double)dec.ns_call * us, (double)dec.ns_route * us, (double)dec.ns_queue * us,
+            (double)dec.ns_hx * us, (double)dec.ns_cpu * us, (double)dec.ns_join * us);
         if (dec.bytes_ssd)
             printf("SSD tier in decode: %.2f MB read per token, %.2f GB/s while reading (%.2f GB/s over the decode "
                    "time); the disk's sequential rate is in the start log\n",
                    (double)dec.bytes_ssd / n / 1e6, (double)dec.bytes_ssd / (double)dec.ns_ssd,
                    (double)dec.bytes_ssd / dec_s / 1e9);
     }
-    if (depth) printf("depth: %lld tokens in the cache before decoding (%s KV)\n", depth,
-                      ep.kv_type == ST_KV_INT8 ? "int8" : "f16");
+    if (depth)
+        printf("depth: %lld tokens in the cache before decoding (%s KV)\n", depth,
+               ep.kv_type == ST_KV_INT8 ? "int8" : "f16");
     st_free(pp);
     st_free(tg);
     st_free(toks);

@@ -54,8 +54,8 @@ static int list_devices(void) {
             printf("%-3d (cannot be queried: %s)\n", i, st_error_get());
             continue;
         }
-        printf("%-3d %-34.34s %-8s %10.1f %10.1f %5d %5d  %s\n", i, d.name, d.arch, gib(d.vram_total),
-               gib(d.vram_free), d.n_sm, d.warp_size, gpu_code_name(d.code));
+        printf("%-3d %-34.34s %-8s %10.1f %10.1f %5d %5d  %s\n", i, d.name, d.arch, gib(d.vram_total), gib(d.vram_free),
+               d.n_sm, d.warp_size, gpu_code_name(d.code));
     }
     return 0;
 }
@@ -80,8 +80,8 @@ static int memory_plan(const char *path, int max_ctx, const gpu_device_info *d) 
     ep.ram_budget = g_ram_budget;
     const size_t dense = engine_weight_bytes(m, NULL);
     const size_t budget = engine_device_budget(&ep, d->vram_free);
-    printf("memory plan for %s (context %d, f16 KV) on GPU %d: %.3f GiB free, less the 512 MiB reserve:\n", path,
-           n_ctx, d->index, gib(d->vram_free));
+    printf("memory plan for %s (context %d, f16 KV) on GPU %d: %.3f GiB free, less the 512 MiB reserve:\n", path, n_ctx,
+           d->index, gib(d->vram_free));
     int rc = 0;
     if (hp->n_expert) {
         expert_plan_in in;
@@ -97,8 +97,8 @@ static int memory_plan(const char *path, int max_ctx, const gpu_device_info *d) 
     } else {
         const size_t kv = kv_cache_bytes(hp, n_ctx, ST_KV_F16), scratch = engine_scratch_bytes(hp, 512);
         const size_t total = dense + kv + scratch;
-        printf("  weights %.3f GiB + KV %.3f GiB + scratch %.3f GiB = %.3f GiB of %.3f GiB: %s\n", gib(dense),
-               gib(kv), gib(scratch), gib(total), gib(budget), total <= budget ? "FITS" : "DOES NOT FIT");
+        printf("  weights %.3f GiB + KV %.3f GiB + scratch %.3f GiB = %.3f GiB of %.3f GiB: %s\n", gib(dense), gib(kv),
+               gib(scratch), gib(total), gib(budget), total <= budget ? "FITS" : "DOES NOT FIT");
         rc = total <= budget ? 0 : 1;
     }
     model_free(m);
@@ -107,8 +107,7 @@ static int memory_plan(const char *path, int max_ctx, const gpu_device_info *d) 
 
 static void print_check(void *ctx, const bcheck_result *r) {
     (void)ctx;
-    printf("  %-4s %-10s nmse %.2e (bound %.0e)  %s\n", r->pass ? "pass" : "FAIL", r->op, r->nmse, r->bound,
-           r->what);
+    printf("  %-4s %-10s nmse %.2e (bound %.0e)  %s\n", r->pass ? "pass" : "FAIL", r->op, r->nmse, r->bound, r->what);
 }
 
 static int selftest(int dev, const char *model_path, int max_ctx) {

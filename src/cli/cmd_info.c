@@ -24,12 +24,12 @@
 static const char USAGE[] = "strata info FILE [--tensors] [--json]";
 
 #define DEFAULT_TENSORS 20
-#define ARRAY_HEAD 6        /* array elements shown */
-#define STR_MAX_TEXT 60     /* string characters shown in text mode */
-#define STR_MAX_JSON 512    /* in JSON mode */
+#define ARRAY_HEAD      6   /* array elements shown */
+#define STR_MAX_TEXT    60  /* string characters shown in text mode */
+#define STR_MAX_JSON    512 /* in JSON mode */
 
 static const char *vtype_name(gguf_vtype t) {
-    static const char *const names[GGUF_T_COUNT] = {"u8",  "i8",  "u16",  "i16",   "u32", "i32", "f32",
+    static const char *const names[GGUF_T_COUNT] = {"u8",   "i8",  "u16", "i16", "u32", "i32", "f32",
                                                     "bool", "str", "arr", "u64", "i64", "f64"};
     return (unsigned)t < GGUF_T_COUNT ? names[t] : "?";
 }
@@ -89,14 +89,46 @@ static void put_scalar(const gguf_file *f, int64_t k, const gguf_value *v, int j
     switch (v->type) {
     case GGUF_T_UINT8: printf("%u", p[0]); break;
     case GGUF_T_INT8: printf("%d", (int8_t)p[0]); break;
-    case GGUF_T_UINT16: { uint16_t x; memcpy(&x, p, 2); printf("%u", x); } break;
-    case GGUF_T_INT16: { int16_t x; memcpy(&x, p, 2); printf("%d", x); } break;
-    case GGUF_T_UINT32: { uint32_t x; memcpy(&x, p, 4); printf("%" PRIu32, x); } break;
-    case GGUF_T_INT32: { int32_t x; memcpy(&x, p, 4); printf("%" PRId32, x); } break;
-    case GGUF_T_UINT64: { uint64_t x; memcpy(&x, p, 8); printf("%" PRIu64, x); } break;
-    case GGUF_T_INT64: { int64_t x; memcpy(&x, p, 8); printf("%" PRId64, x); } break;
-    case GGUF_T_FLOAT32: { float x; memcpy(&x, p, 4); printf("%.9g", x); } break;
-    case GGUF_T_FLOAT64: { double x; memcpy(&x, p, 8); printf("%.17g", x); } break;
+    case GGUF_T_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        printf("%u", x);
+    } break;
+    case GGUF_T_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        printf("%d", x);
+    } break;
+    case GGUF_T_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        printf("%" PRIu32, x);
+    } break;
+    case GGUF_T_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        printf("%" PRId32, x);
+    } break;
+    case GGUF_T_UINT64: {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        printf("%" PRIu64, x);
+    } break;
+    case GGUF_T_INT64: {
+        int64_t x;
+        memcpy(&x, p, 8);
+        printf("%" PRId64, x);
+    } break;
+    case GGUF_T_FLOAT32: {
+        float x;
+        memcpy(&x, p, 4);
+        printf("%.9g", x);
+    } break;
+    case GGUF_T_FLOAT64: {
+        double x;
+        memcpy(&x, p, 8);
+        printf("%.17g", x);
+    } break;
     case GGUF_T_BOOL: fputs(p[0] ? "true" : "false", stdout); break;
     case GGUF_T_STRING: {
         const char *s;
@@ -123,8 +155,9 @@ static void put_metadata(const gguf_file *f, int json) {
         }
         if (v.type == GGUF_T_ARRAY) {
             uint64_t show = v.n < ARRAY_HEAD ? v.n : ARRAY_HEAD;
-            if (json) printf(", \"type\": \"arr\", \"elem_type\": \"%s\", \"n\": %" PRIu64 ", \"head\": [",
-                             vtype_name(v.elem_type), v.n);
+            if (json)
+                printf(", \"type\": \"arr\", \"elem_type\": \"%s\", \"n\": %" PRIu64 ", \"head\": [",
+                       vtype_name(v.elem_type), v.n);
             else printf("arr[%s,%" PRIu64 "]%*s[", vtype_name(v.elem_type), v.n, 2, "");
             for (uint64_t j = 0; j < show; j++) {
                 if (j) fputs(", ", stdout);
@@ -177,7 +210,7 @@ typedef struct {
     char name[64];
     int64_t count, params;
     uint64_t bytes;
-    uint64_t types;   /* bit t set: some tensor of the class has type t */
+    uint64_t types; /* bit t set: some tensor of the class has type t */
 } cls_sum;
 
 static void put_classes(const gguf_file *f, int json) {
@@ -200,7 +233,8 @@ static void put_classes(const gguf_file *f, int json) {
         tot_params += n_params(t);
         tot_bytes += t->size;
     }
-    if (!json) printf("classes:\n  %-22s %6s  %-14s %14s %14s %7s\n", "class", "count", "types", "params", "bytes", "bpw");
+    if (!json)
+        printf("classes:\n  %-22s %6s  %-14s %14s %14s %7s\n", "class", "count", "types", "params", "bytes", "bpw");
     for (int c = 0; c < nc; c++) {
         char types[128];
         size_t m = 0;
@@ -221,10 +255,12 @@ static void put_classes(const gguf_file *f, int json) {
         }
     }
     double bpw = tot_params ? 8.0 * (double)tot_bytes / (double)tot_params : 0;
-    if (json) printf("\n  ],\n  \"totals\": {\"params\": %" PRId64 ", \"bytes\": %" PRIu64 ", \"bpw\": %.4f}",
-                     tot_params, tot_bytes, bpw);
-    else printf("total: %" PRId64 " params (%.3f B), %" PRIu64 " bytes (%.3f GB), %.3f bits per weight\n",
-                tot_params, tot_params / 1e9, tot_bytes, tot_bytes / 1e9, bpw);
+    if (json)
+        printf("\n  ],\n  \"totals\": {\"params\": %" PRId64 ", \"bytes\": %" PRIu64 ", \"bpw\": %.4f}", tot_params,
+               tot_bytes, bpw);
+    else
+        printf("total: %" PRId64 " params (%.3f B), %" PRIu64 " bytes (%.3f GB), %.3f bits per weight\n", tot_params,
+               tot_params / 1e9, tot_bytes, tot_bytes / 1e9, bpw);
     st_free(cs);
 }
 

@@ -38,7 +38,7 @@
 
 /* The plan aims for this much context when nobody set --ctx (and the model was trained for it). */
 #define PLAN_CTX_TARGET 8192
-#define PLAN_CTX_MIN 512
+#define PLAN_CTX_MIN    512
 /* Only this fraction of free memory is planned for: the OS, the HTTP side and allocator slack keep the rest. */
 #define PLAN_MEM_FRAC 0.90
 
@@ -56,8 +56,8 @@ static int check_value(const st_switch_def *d, const char *v, const char *where)
         char *end;
         long long n = strtoll(v, &end, 10);
         if (!*v || *end || n < d->lo || n > d->hi) {
-            fprintf(stderr, "strata launch: %s: invalid value '%s' for %s (a whole number in [%lld, %lld])\n", where,
-                    v, d->name, d->lo, d->hi);
+            fprintf(stderr, "strata launch: %s: invalid value '%s' for %s (a whole number in [%lld, %lld])\n", where, v,
+                    d->name, d->lo, d->hi);
             return -1;
         }
     }
@@ -88,8 +88,9 @@ static json_t *apply_config(const char *path) {
     json_object_foreach(root, key, val) {
         const st_switch_def *d = st_switch_find(key);
         if (!d) {
-            fprintf(stderr, "strata launch: config %s: unknown key '%s' (keys are switch names: strata launch --help)\n",
-                    path, key);
+            fprintf(stderr,
+                    "strata launch: config %s: unknown key '%s' (keys are switch names: strata launch --help)\n", path,
+                    key);
             json_decref(root);
             return NULL;
         }
@@ -135,10 +136,10 @@ static void read_meminfo(size_t *avail, size_t *total) {
 }
 
 typedef struct {
-    int gpu;             /* -1: CPU */
-    int offload;         /* a MoE model on a GPU too small for all of it: experts in host RAM */
-    char device[400];    /* in words */
-    size_t budget;       /* bytes the plan may use on that device */
+    int gpu;          /* -1: CPU */
+    int offload;      /* a MoE model on a GPU too small for all of it: experts in host RAM */
+    char device[400]; /* in words */
+    size_t budget;    /* bytes the plan may use on that device */
     char budget_note[200];
 } device_pick;
 
@@ -176,7 +177,9 @@ static void pick_device(device_pick *p, size_t need_weights, size_t need_min, co
         snprintf(p->device, sizeof p->device, "GPU %d: %.200s (%s, %d SMs)", best, bd.name, bd.arch, bd.n_sm);
         snprintf(p->budget_note, sizeof p->budget_note, "VRAM free %.2f GiB of %.2f GiB%s", gib(bd.vram_free),
                  gib(bd.vram_total),
-                 ep->vram_budget > 0 ? ", --vram-budget" : !p->offload ? "" : ", less --vram-reserve");
+                 ep->vram_budget > 0 ? ", --vram-budget"
+                 : !p->offload       ? ""
+                                     : ", less --vram-reserve");
     } else if (n > 0 && best < 0)
         printf("note: %d GPU%s found, none this build can run on (strata device --list-devices)\n", n,
                n == 1 ? "" : "s");
@@ -186,10 +189,9 @@ static void pick_device(device_pick *p, size_t need_weights, size_t need_min, co
                gib(need_min), gib(need_weights), best, gib(off_budget),
                ep->vram_budget > 0 ? " of --vram-budget" : " (free VRAM less --vram-reserve)");
     else if (best >= 0)
-        printf("note: the weights (%.2f GiB) do not fit GPU %d's free VRAM: planning for the CPU\n",
-               gib(need_weights), best);
-    else
-        printf("note: this build has a GPU backend but found no GPU\n");
+        printf("note: the weights (%.2f GiB) do not fit GPU %d's free VRAM: planning for the CPU\n", gib(need_weights),
+               best);
+    else printf("note: this build has a GPU backend but found no GPU\n");
 #else
     (void)need_weights, (void)need_min, (void)ep;
     strncat(p->device, "; this build has no GPU backend", sizeof p->device - strlen(p->device) - 1);
@@ -335,12 +337,14 @@ int cmd_launch(int argc, char **argv) {
     printf("  KV cache  %s, %zu bytes per token of context%s, x %d context x %d slot%s = %.3f GiB (%zu bytes)\n",
            kv == ST_KV_F16 ? "f16" : "int8", kv_cache_bytes(hp, 1, kv) - state, state_txt, n_ctx, slots,
            slots == 1 ? "" : "s", gib(kv_bytes), kv_bytes);
-    printf("  context   %d (%s)\n", n_ctx, src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));
+    printf("  context   %d (%s)\n", n_ctx,
+           src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));
     printf("  kv type   %s (%s)\n", kv == ST_KV_F16 ? "f16" : "int8", src_word("--kv", "planned"));
     if (dev.offload) scratch = engine_scratch_bytes(hp, chunk);
     printf("  scratch   %.3f GiB (prompt chunks of %d tokens, %s)\n", gib(scratch), chunk,
            src_word("--prefill", chunk > 512 ? "planned: experts are streamed, a longer chunk streams each once for "
-                                               "more tokens" : "planned"));
+                                               "more tokens"
+                                             : "planned"));
     if (dev.offload && xrc == 0) {
         printf("  experts   more than the GPU holds: an expert cache on it, the rest in host RAM\n");
         expert_plan_describe(&xplan, &xin, print_plan_line, NULL);
@@ -348,8 +352,8 @@ int cmd_launch(int argc, char **argv) {
         printf("  experts   %s\n", st_error_get());
     }
     expert_plan_free(&xplan);
-    printf("  memory    %.3f GiB planned of %.3f GiB usable; %s -> %s\n", gib(total), gib(dev.budget),
-           dev.budget_note, total <= dev.budget && xrc == 0 ? "FITS" : "DOES NOT FIT");
+    printf("  memory    %.3f GiB planned of %.3f GiB usable; %s -> %s\n", gib(total), gib(dev.budget), dev.budget_note,
+           total <= dev.budget && xrc == 0 ? "FITS" : "DOES NOT FIT");
     if (total > dev.budget)
         printf("note: %s; the values you set are kept (weights are mapped from the file, so the CPU may still run)\n",
                ctx_set || kv_set ? "your --ctx/--kv do not fit" : "even the smallest plan does not fit");
@@ -386,8 +390,7 @@ int cmd_launch(int argc, char **argv) {
         sargv[sargc++] = d->name, sargv[sargc++] = v;
     }
     printf("  command   strata");
-    for (int i = 0; i < sargc; i++)
-        printf(" %s", i > 0 && !strcmp(sargv[i - 1], "--api-key") ? "***" : sargv[i]);
+    for (int i = 0; i < sargc; i++) printf(" %s", i > 0 && !strcmp(sargv[i - 1], "--api-key") ? "***" : sargv[i]);
     printf("\n");
     fflush(stdout);
     model_free(m);

@@ -22,7 +22,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 
-#define PPL_USAGE                                                                                                     \
+#define PPL_USAGE                                                                                                      \
     "strata perplexity " ENGINE_OPTS_USAGE " -f TEXTFILE [--chunks N] [--kl-divergence-base FILE [--kl-divergence]]"
 
 /* Reading a base file: the model's vocabulary, --chunks when given and, with
@@ -109,8 +109,7 @@ int cmd_perplexity(int argc, char **argv) {
             base_path = v;
         } else if ((r = args_value(&a, "--chunks", &v))) {
             if (r < 0 || args_int(&a, "--chunks", v, 1, 1 << 30, &max_chunks)) return a.err;
-        } else
-            return args_unknown(&a);
+        } else return args_unknown(&a);
     }
     if (read_base && !base_path)
         return cli_usage_error("perplexity", PPL_USAGE, "--kl-divergence needs --kl-divergence-base FILE");
@@ -126,8 +125,7 @@ int cmd_perplexity(int argc, char **argv) {
             return 1;
         }
         ep.n_ctx = kf.n_ctx;
-    } else if (!ep.n_ctx)
-        ep.n_ctx = 512;
+    } else if (!ep.n_ctx) ep.n_ctx = 512;
 
     int32_t *toks = NULL;
     int64_t n_tok = 0;

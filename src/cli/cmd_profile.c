@@ -54,8 +54,7 @@ int cmd_profile(int argc, char **argv) {
             out = v;
         } else if ((r = args_value(&a, "--chunks", &v))) {
             if (r < 0 || args_int(&a, "--chunks", v, 1, 1 << 30, &max_chunks)) return a.err;
-        } else
-            return args_unknown(&a);
+        } else return args_unknown(&a);
     }
     if (!path) return cli_usage_error("profile", PROFILE_USAGE, "missing -f TEXTFILE");
     if (!out) return cli_usage_error("profile", PROFILE_USAGE, "missing -o OUT");
@@ -64,8 +63,9 @@ int cmd_profile(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         cache_set |= !strncmp(argv[i], "--expert-cache", 14) && (argv[i][14] == 0 || argv[i][14] == '=');
     if ((cache_set && ep.expert_cache != 0) || ep.expert_profile)
-        return cli_usage_error("profile", PROFILE_USAGE,
-                               "--expert-cache and --expert-profile do not apply: a profile runs with no expert cached");
+        return cli_usage_error(
+            "profile", PROFILE_USAGE,
+            "--expert-cache and --expert-profile do not apply: a profile runs with no expert cached");
     ep.expert_cache = 0;
     size_t len;
     char *text = cli_read_file(path, &len);

@@ -11,7 +11,9 @@
 #include "core/log.h"
 #include "tokenizer/chat.h"
 
-#define RUN_USAGE "strata run " ENGINE_OPTS_USAGE " -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop TEXT]..."
+#define RUN_USAGE                                                                                                      \
+    "strata run " ENGINE_OPTS_USAGE                                                                                    \
+    " -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop TEXT]..."
 #define CHAT_USAGE "strata chat " ENGINE_OPTS_USAGE " [-n N] [--temp T] [--seed S] [--system TEXT]"
 
 typedef struct {
@@ -99,8 +101,7 @@ static int parse(args_t *a, run_opts *o, int chat) {
         } else if (chat && (r = args_value(a, "--system", &v))) {
             if (r < 0) return a->err;
             o->system = v;
-        } else
-            return args_unknown(a);
+        } else return args_unknown(a);
     }
     if (!chat && !o->prompt) return cli_usage_error(a->cmd, a->usage, "missing -p TEXT");
     /* refused here, not by the engine: a model that adds BOS would otherwise

@@ -12,10 +12,10 @@
 #include "engine/split.h"
 #include "server/server.h"
 
-#define SERVE_USAGE                                                                                                \
-    "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "      \
-    "[--max-body MB] [--read-timeout S] [--max-inflight MB] [--allowed-hosts LIST] [--cors-origin LIST] "         \
-    "[--shutdown-timeout S] [--engine-timeout S] [--reasoning-format auto|deepseek|none] [--reasoning-budget N] "   \
+#define SERVE_USAGE                                                                                                    \
+    "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "             \
+    "[--max-body MB] [--read-timeout S] [--max-inflight MB] [--allowed-hosts LIST] [--cors-origin LIST] "              \
+    "[--shutdown-timeout S] [--engine-timeout S] [--reasoning-format auto|deepseek|none] [--reasoning-budget N] "      \
     "[--ranks N]"
 
 int cmd_serve(int argc, char **argv) {
@@ -107,8 +107,7 @@ int cmd_serve(int argc, char **argv) {
         } else if ((r = args_value(&a, "--api-key", &v))) {
             if (r < 0) return a.err;
             p.api_key = v;
-        } else
-            return args_unknown(&a);
+        } else return args_unknown(&a);
     }
     if (p.api_key && !p.api_key[0]) p.api_key = NULL;
     if (split_rank() > 0) {

@@ -14,7 +14,8 @@
 #include "quant/quant.h"
 
 static const char USAGE[] =
-    "strata synth [--arch qwen3moe|qwen35moe|qwen3next|glm4moe|deepseek2|gpt-oss] --preset P -o FILE [--type-default TYPE] "
+    "strata synth [--arch qwen3moe|qwen35moe|qwen3next|glm4moe|deepseek2|gpt-oss] --preset P -o FILE [--type-default "
+    "TYPE] "
     "[--type CLASS=TYPE ...] [--zipf S] [--seed N] [--ctx N] [--layers N] [--experts N] [--experts-used K] "
     "[--expert-ff N] [--exact] [--quiet]";
 
@@ -127,8 +128,7 @@ int cmd_synth(int argc, char **argv) {
     /* a cut to fewer layers than the dense lead keeps one MoE layer (deepseek-v3 has 3 dense ones) */
     if (layers && hp.n_dense_lead >= hp.n_layer) hp.n_dense_lead = hp.n_layer - 1;
     if (hp.n_expert_used > hp.n_expert)
-        return cli_usage_error(a.cmd, USAGE, "--experts-used %d exceeds the %d experts", hp.n_expert_used,
-                               hp.n_expert);
+        return cli_usage_error(a.cmd, USAGE, "--experts-used %d exceeds the %d experts", hp.n_expert_used, hp.n_expert);
     synth_opts o;
     synth_opts_init(&o, &hp);
     o.seed = (uint64_t)seed;

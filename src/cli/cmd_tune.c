@@ -33,15 +33,15 @@
 #include "backend/cuda/tune/tune.h"
 #endif
 
-#define USAGE "strata tune [--gpu N] [-m FILE] [-o PATH] [-n LIST] [--algos N] [--reps N]"
+#define USAGE    "strata tune [--gpu N] [-m FILE] [-o PATH] [-n LIST] [--algos N] [--reps N]"
 #define MAX_TOKS 16
 
 /* (n_out, n_in) of common models when no -m is given: Qwen3-30B-A3B's
  * attention (2048 wide, 32 x 128 query heads, 4 x 128 KV), Llama-3-8B's
  * (4096, 1024 KV, 14336 FFN), SmolLM2-135M's (576, 192 KV, 1536 FFN). */
 static const int BUILTIN[][2] = {
-    {4096, 2048}, {512, 2048},  {2048, 4096},  {4096, 4096}, {1024, 4096}, {14336, 4096},
-    {4096, 14336}, {576, 576},  {192, 576},    {1536, 576},  {576, 1536},
+    {4096, 2048},  {512, 2048}, {2048, 4096}, {4096, 4096}, {1024, 4096}, {14336, 4096},
+    {4096, 14336}, {576, 576},  {192, 576},   {1536, 576},  {576, 1536},
 };
 
 /* Distinct (n_out, n_in) of the model's dense weight matrices into *out
@@ -140,14 +140,15 @@ static int tune_main(int dev, const char *model_path, const char *out_path, cons
         printf("adding to %s (%d shapes there are kept unless measured again)\n", out_path, t.n);
         snprintf(t.gpu, sizeof t.gpu, "%.127s", name);
     } else {
-        if (had == 0) printf("replacing %s: it was measured for sm_%d / cuBLASLt %llu\n", out_path, t.arch,
-                             (unsigned long long)t.lt_version);
+        if (had == 0)
+            printf("replacing %s: it was measured for sm_%d / cuBLASLt %llu\n", out_path, t.arch,
+                   (unsigned long long)t.lt_version);
         else if (had < 0) printf("replacing %s: %s\n", out_path, st_error_get());
         tune_table_free(&t);
         tune_table_init(&t, arch, ver, name);
     }
-    printf("GPU %d '%s', sm_%d, cuBLASLt %llu: %d shapes x %d token counts (%s), bf16 x bf16 -> f32\n", dev, name,
-           arch, (unsigned long long)ver, n_shapes, n_toks, model_path ? model_path : "built-in list");
+    printf("GPU %d '%s', sm_%d, cuBLASLt %llu: %d shapes x %d token counts (%s), bf16 x bf16 -> f32\n", dev, name, arch,
+           (unsigned long long)ver, n_shapes, n_toks, model_path ? model_path : "built-in list");
     printf("%7s x %6s x %4s\n", "n_out", "n_in", "n_tok");
     cuda_tune_params p = {dev, shapes, n_shapes, toks, n_toks, algos, reps, 0, stdout};
     int rc = cuda_tune_run(&p, &t);

@@ -122,8 +122,8 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         if (r < 0) return -1;
         for (const char *c = v; *c; c++)
             if ((*c < '0' || *c > '9') && *c != ',') {
-                a->err = cli_usage_error(a->cmd, a->usage,
-                                         "invalid value '%s' for --layer-split (layer counts per MPI rank: N,M,...)", v);
+                a->err = cli_usage_error(
+                    a->cmd, a->usage, "invalid value '%s' for --layer-split (layer counts per MPI rank: N,M,...)", v);
                 return -1;
             }
         p->layer_split = v; /* checked against the ranks and the layers at load (split_layer_range) */

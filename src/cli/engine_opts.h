@@ -9,10 +9,11 @@
 /* The model `run` and `chat` use when -m is not given (fetched by setup.sh). */
 #define STRATA_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-#define ENGINE_OPTS_USAGE                                                                                          \
-    "[-m FILE] [-c|--ctx N] [--kv f16|int8] [-t|--threads N] [--prefill N] [--gpu N] [--vram-budget GiB] "           \
-    "[--vram-reserve MiB] [--expert-cache N|auto] [--expert-profile FILE] [--pcie-frac F] [--pin-experts 0|1] [--mmap-experts] "    \
-    "[--ram-budget GiB] [--adapt-every N] "                                                                         \
+#define ENGINE_OPTS_USAGE                                                                                              \
+    "[-m FILE] [-c|--ctx N] [--kv f16|int8] [-t|--threads N] [--prefill N] [--gpu N] [--vram-budget GiB] "             \
+    "[--vram-reserve MiB] [--expert-cache N|auto] [--expert-profile FILE] [--pcie-frac F] [--pin-experts 0|1] "        \
+    "[--mmap-experts] "                                                                                                \
+    "[--ram-budget GiB] [--adapt-every N] "                                                                            \
     "[--draft ngram|none] [--draft-n N] [--layer-split N,M,...]"
 
 /* tokens drafted per step by --draft ngram unless --draft-n says (docs/speculative.md) */

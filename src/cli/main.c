@@ -82,8 +82,10 @@ int main(int argc, char **argv) {
      * supervises) joins as rank 0 in its place, so that it has a rank 0 to restart against */
     if (argc < 2 || strcmp(argv[1], "serve") || split_launched_rank() > 0) split_start(&argc, &argv);
     if (split_size() > 1 && argc >= 2 && !split_command(argv[1])) {
-        fprintf(stderr, "strata %s: does not run under mpirun; a layer split across ranks runs run, chat, bench and "
-                        "serve (docs/multi.md)\n", argv[1]);
+        fprintf(stderr,
+                "strata %s: does not run under mpirun; a layer split across ranks runs run, chat, bench and "
+                "serve (docs/multi.md)\n",
+                argv[1]);
         return 2;
     }
     if (argc < 2) {

@@ -26,7 +26,7 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the base file is little-endian; add byte swaps");
 
-#define KLD_MAGIC "_logits_"
+#define KLD_MAGIC        "_logits_"
 #define KLD_HEADER_BYTES (8 + 3 * 4)
 
 /* One row: logits of one position -> scale, min log-prob, uint16 steps. */
@@ -50,8 +50,7 @@ static void quantize_row(const float *l, int n_vocab, uint16_t *out) {
             long v = l[i] > mn ? lrintf(inv * (l[i] - mn)) : 0; /* round half to even, as llama.cpp */
             q[i] = (uint16_t)(v < 0 ? 0 : v > 65535 ? 65535 : v);
         }
-    } else
-        memset(q, 0, (size_t)n_vocab * sizeof *q); /* a flat row */
+    } else memset(q, 0, (size_t)n_vocab * sizeof *q); /* a flat row */
     if (n_vocab & 1) q[n_vocab] = 0;
 }
 
@@ -236,8 +235,7 @@ static void stats_row(kld_stats *s, const float *l, int n_vocab, const uint16_t 
 void kld_stats_chunk(kld_stats *s, const float *logits, const kld_file *k, const int32_t *next) {
     int rows = kld_rows_per_chunk(k->n_ctx);
     int64_t nv = kld_row_u16(k->n_vocab);
-    for (int r = 0; r < rows; r++)
-        stats_row(s, logits + (size_t)r * k->n_vocab, k->n_vocab, k->row + r * nv, next[r]);
+    for (int r = 0; r < rows; r++) stats_row(s, logits + (size_t)r * k->n_vocab, k->n_vocab, k->row + r * nv, next[r]);
 }
 
 /* Mean of a sum over n, and its standard error (0 for 10 or fewer). */
@@ -284,10 +282,12 @@ static kld_fig figures(const kld_stats *s) {
 void kld_print_chunk(FILE *out, const kld_stats *s, int64_t chunk) {
     kld_fig f = figures(s);
     double ppl = exp(f.lp);
-    fprintf(out, "%4lld    %9.4f \xc2\xb1 %9.4f    %10.5f \xc2\xb1 %10.5f    %10.5f \xc2\xb1 %10.5f    %6.3f \xc2\xb1 %6.3f %%"
-                 "    %6.3f \xc2\xb1 %6.3f %%\n",
-            (long long)chunk, ppl, ppl * f.lp_unc, f.ratio, f.ratio_unc, f.kld, f.kld_unc, 100 * f.rms,
-            100 * f.rms_unc, 100 * f.top, 100 * f.top_unc);
+    fprintf(
+        out,
+        "%4lld    %9.4f \xc2\xb1 %9.4f    %10.5f \xc2\xb1 %10.5f    %10.5f \xc2\xb1 %10.5f    %6.3f \xc2\xb1 %6.3f %%"
+        "    %6.3f \xc2\xb1 %6.3f %%\n",
+        (long long)chunk, ppl, ppl * f.lp_unc, f.ratio, f.ratio_unc, f.kld, f.kld_unc, 100 * f.rms, 100 * f.rms_unc,
+        100 * f.top, 100 * f.top_unc);
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -328,15 +328,13 @@ void kld_print_summary(FILE *out, kld_stats *s) {
     static const struct {
         const char *name;
         float frac;
-    } kq[] = {{"99.9%  ", 0.999f}, {"99.0%  ", 0.99f}, {"95.0%  ", 0.95f}, {"90.0%  ", 0.9f},
-              {NULL, 0.5f},        {"10.0%  ", 0.1f},  {" 5.0%  ", 0.05f}, {" 1.0%  ", 0.01f}, {" 0.1%  ", 0.001f}};
+    } kq[] = {{"99.9%  ", 0.999f}, {"99.0%  ", 0.99f}, {"95.0%  ", 0.95f}, {"90.0%  ", 0.9f},  {NULL, 0.5f},
+              {"10.0%  ", 0.1f},   {" 5.0%  ", 0.05f}, {" 1.0%  ", 0.01f}, {" 0.1%  ", 0.001f}};
     const float *kv = s->kld_values, *pv = s->p_diff_values;
     fprintf(out, "Maximum KLD: %10.6f\n", kv[n - 1]);
     for (size_t i = 0; i < sizeof kq / sizeof kq[0]; i++)
-        if (kq[i].name)
-            fprintf(out, "%s KLD: %10.6f\n", kq[i].name, percentile(kv, n, kq[i].frac));
-        else
-            fprintf(out, "Median  KLD: %10.6f\n", median(kv, n));
+        if (kq[i].name) fprintf(out, "%s KLD: %10.6f\n", kq[i].name, percentile(kv, n, kq[i].frac));
+        else fprintf(out, "Median  KLD: %10.6f\n", median(kv, n));
     fprintf(out, "Minimum KLD: %10.6f\n", kv[0]);
     double pd, pd_unc;
     mean_unc(s->sum_p_diff, s->sum_p_diff2, s->count, &pd, &pd_unc);
@@ -350,10 +348,8 @@ void kld_print_summary(FILE *out, kld_stats *s) {
               {" 5.0%  ", 0.05f},  {" 1.0%  ", 0.01f}, {" 0.1%  ", 0.001f}};
     fprintf(out, "Maximum \xce\x94p: %6.3f%%\n", 100.0 * pv[n - 1]);
     for (size_t i = 0; i < sizeof pq / sizeof pq[0]; i++)
-        if (pq[i].name)
-            fprintf(out, "%s \xce\x94p: %6.3f%%\n", pq[i].name, 100.0 * percentile(pv, n, pq[i].frac));
-        else
-            fprintf(out, "Median  \xce\x94p: %6.3f%%\n", 100.0 * median(pv, n));
+        if (pq[i].name) fprintf(out, "%s \xce\x94p: %6.3f%%\n", pq[i].name, 100.0 * percentile(pv, n, pq[i].frac));
+        else fprintf(out, "Median  \xce\x94p: %6.3f%%\n", 100.0 * median(pv, n));
     fprintf(out, "Minimum \xce\x94p: %6.3f%%\n", 100.0 * pv[0]);
     fprintf(out, "RMS \xce\x94p    : %6.3f \xc2\xb1 %5.3f %%\n", 100 * f.rms, 100 * f.rms_unc);
     fprintf(out, "Same top p: %6.3f \xc2\xb1 %5.3f %%\n", 100 * f.top, 100 * f.top_unc);

@@ -31,8 +31,8 @@ typedef struct {
     FILE *f;
     const char *path;
     int32_t n_ctx, n_vocab, n_chunk;
-    int32_t *tokens;   /* (n_chunk * n_ctx) when reading, NULL when writing */
-    uint16_t *row;     /* (rows per chunk * kld_row_u16) scratch */
+    int32_t *tokens; /* (n_chunk * n_ctx) when reading, NULL when writing */
+    uint16_t *row;   /* (rows per chunk * kld_row_u16) scratch */
 } kld_file;
 
 /* Write the header and the tokens; 0, or -1 with st_error set. */

@@ -6,9 +6,9 @@
 
 #include <stddef.h>
 
-void *st_malloc(size_t n);                 /* 64-byte aligned, aborts on failure */
+void *st_malloc(size_t n);                  /* 64-byte aligned, aborts on failure */
 void *st_calloc(size_t count, size_t size); /* zeroed, 64-byte aligned, overflow-checked */
-void *st_realloc(void *p, size_t n);       /* plain realloc (not aligned), aborts on failure */
+void *st_realloc(void *p, size_t n);        /* plain realloc (not aligned), aborts on failure */
 char *st_strdup(const char *s);
 void st_free(void *p);
 

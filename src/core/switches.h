@@ -27,15 +27,15 @@ typedef enum {
 } st_switch_kind;
 
 typedef struct {
-    const char *name;      /* "STRATA_ISA", "--ctx" */
+    const char *name; /* "STRATA_ISA", "--ctx" */
     st_switch_kind kind;
-    const char *short_name;/* a flag's other spelling ("-c"), else NULL */
-    const char *env_alias; /* the variable that may also set a flag ("--api-key": STRATA_API_KEY), else NULL */
-    long long lo, hi;      /* a flag taking a whole number: its range; lo == hi == 0: any string */
-    const char *def;      /* the default as a value; NULL: unset (the code decides, see def_note) */
-    const char *def_note; /* the default in words, per architecture where it differs */
-    const char *effect;   /* one line */
-    int secret;           /* never print the value (API keys) */
+    const char *short_name; /* a flag's other spelling ("-c"), else NULL */
+    const char *env_alias;  /* the variable that may also set a flag ("--api-key": STRATA_API_KEY), else NULL */
+    long long lo, hi;       /* a flag taking a whole number: its range; lo == hi == 0: any string */
+    const char *def;        /* the default as a value; NULL: unset (the code decides, see def_note) */
+    const char *def_note;   /* the default in words, per architecture where it differs */
+    const char *effect;     /* one line */
+    int secret;             /* never print the value (API keys) */
 } st_switch_def;
 
 /* The table, and its length. */

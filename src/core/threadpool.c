@@ -52,8 +52,8 @@
 static uint64_t claim_word(int64_t n) { return (uint64_t)n << 32; }
 
 struct st_pool {
-    int n_threads;       /* caller included */
-    pthread_t *threads;  /* (n_threads - 1) workers */
+    int n_threads;           /* caller included */
+    pthread_t *threads;      /* (n_threads - 1) workers */
     _Atomic int64_t spin_ns; /* read by idle workers while the owner may change it */
 
     /* The job; plain fields, published by the release on claim, read only
@@ -96,7 +96,7 @@ static inline void cpu_relax(void) {
 }
 
 int st_cpu_quota_limit(int n, long quota, long period) {
-    if (quota <= 0 || period <= 0) return n; /* no quota ("max", -1) */
+    if (quota <= 0 || period <= 0) return n;      /* no quota ("max", -1) */
     const long q = (quota + period - 1) / period; /* a quota of 1.5 cores lets 2 threads run */
     return q < n ? (int)q : n;
 }
@@ -201,7 +201,7 @@ st_pool *st_pool_init(int n_threads) {
         arg->index = i;
         int rc = pthread_create(&pool->threads[i - 1], NULL, worker_main, arg);
         ST_ASSERT(rc == 0); /* failing to start a handful of threads is not recoverable */
-        char name[32]; /* the kernel keeps 15 characters */
+        char name[32];      /* the kernel keeps 15 characters */
         snprintf(name, sizeof name, "strata-pool-%d", i % 1000);
         name[15] = 0;
         pthread_setname_np(pool->threads[i - 1], name);

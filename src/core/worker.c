@@ -34,7 +34,9 @@ struct st_worker {
 static void fwait(_Atomic uint32_t *a, uint32_t v) {
     syscall(SYS_futex, (uint32_t *)a, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
 }
-static void fwake(_Atomic uint32_t *a) { syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0); }
+static void fwake(_Atomic uint32_t *a) {
+    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
 
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -77,8 +77,7 @@ int engine_backend_supports(const model *m, const st_backend *be) {
     if (hp->n_expert && !(be->moe_gatings & (plain ? ST_GATINGS_SOFTMAX : ST_GATINGS_ALL))) {
         st_error_set("architecture '%s' routes its experts by %s with a selection bias, which the %s backend's "
                      "routing lacks; run it on the CPU (without --gpu)",
-                     model_arch_name(m->hp.arch), m->hp.gate_fn == ST_GATE_SIGMOID ? "sigmoid" : "softmax",
-                     be->name);
+                     model_arch_name(m->hp.arch), m->hp.gate_fn == ST_GATE_SIGMOID ? "sigmoid" : "softmax", be->name);
         return -1;
     }
     /* gpt-oss: attention sinks, biased experts and the clamped SwiGLU (the CPU and CUDA backends have them) */
@@ -179,12 +178,14 @@ static int split_engine(engine *e, const engine_params *p) {
     const model *m = e->m;
     if (p->gpu >= 0 || e->lanes || e->placed) {
         st_error_set("a layer split across %d MPI ranks runs on the CPU backend only (without --gpu, "
-                     "--expert-cache or --ram-budget)", split_size());
+                     "--expert-cache or --ram-budget)",
+                     split_size());
         return -1;
     }
     if (m->hp.full_attn_interval) {
         st_error_set("a layer split across MPI ranks keeps attention caches only: architecture '%s' has a "
-                     "recurrent state", model_arch_name(m->hp.arch));
+                     "recurrent state",
+                     model_arch_name(m->hp.arch));
         return -1;
     }
     if (split_layer_range(m, p->layer_split, split_size(), split_rank(), &e->il0, &e->il1) != 0) return -1;
@@ -300,7 +301,7 @@ int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engin
     for (int done = 0; done < n;) {
         int m = n - done < e->n_ubatch ? n - done : e->n_ubatch;
         float *rows = h ? h : out + (size_t)done * d; /* NONE: straight into place */
-        split_send_forward(s->id, s->n_past, m); /* a follower's model_forward of m <= n_ubatch: one chunk too */
+        split_send_forward(s->id, s->n_past, m);      /* a follower's model_forward of m <= n_ubatch: one chunk too */
         model_forward_hidden(e->mc, s->kv->layers, toks + done, m, s->n_past, rows);
         memcpy(s->hist + s->n_past, toks + done, (size_t)m * sizeof(int32_t));
         s->n_past += m;
@@ -308,8 +309,7 @@ int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engin
         if (pool == ENGINE_POOL_MEAN) /* in double: a long input's sum keeps its small terms */
             for (int r = 0; r < m; r++)
                 for (int j = 0; j < d; j++) sum[j] += rows[(size_t)r * d + j];
-        else if (pool == ENGINE_POOL_FIRST && done == 0)
-            memcpy(out, rows, (size_t)d * sizeof(float));
+        else if (pool == ENGINE_POOL_FIRST && done == 0) memcpy(out, rows, (size_t)d * sizeof(float));
         else if (pool == ENGINE_POOL_LAST && done + m == n)
             memcpy(out, rows + (size_t)(m - 1) * d, (size_t)d * sizeof(float));
         done += m;
@@ -334,9 +334,7 @@ void engine_seq_truncate(engine_seq *s, int n_past) {
     s->n_past = n_past; /* the rows beyond are written again before attention reads them */
 }
 
-int engine_drafts_ok(const engine *e) {
-    return !e->seq.kv->recurrent || e->be->gated_delta_net_keep != NULL;
-}
+int engine_drafts_ok(const engine *e) { return !e->seq.kv->recurrent || e->be->gated_delta_net_keep != NULL; }
 
 static int seq_eval_nologits(engine *e, engine_seq *s, const int32_t *toks, int n) {
     return seq_eval_to(e, s, toks, n, NULL, 0);
@@ -344,8 +342,7 @@ static int seq_eval_nologits(engine *e, engine_seq *s, const int32_t *toks, int 
 
 int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n) {
     int k = 0;
-    while (k < s->n_past && k < n && s->hist[k] == toks[k])
-        k++;
+    while (k < s->n_past && k < n && s->hist[k] == toks[k]) k++;
     return k;
 }
 
@@ -402,13 +399,12 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         rows += m;
     }
     if ((reading || rows > n) && n_chunk + rows > e->n_ubatch) { /* one token each may take several steps */
-        st_error_set("a prompt chunk of %d tokens and %d rows of %d sequences exceed the step's %d rows", n_chunk,
-                     rows, n, e->n_ubatch);
+        st_error_set("a prompt chunk of %d tokens and %d rows of %d sequences exceed the step's %d rows", n_chunk, rows,
+                     n, e->n_ubatch);
         return -1;
     }
     if (reading) seq_settle(reading);
-    for (int i = 0; i < n; i++)
-        seq_settle(seqs[i]);
+    for (int i = 0; i < n; i++) seq_settle(seqs[i]);
     if (!reading && !n_tok && n == 1) return engine_seq_eval(e, seqs[0], toks, 1);
     size_t nv = (size_t)e->m->hp.n_vocab;
     int n_seq = n + (reading != NULL), n_all = rows + n_chunk;

@@ -26,21 +26,22 @@ typedef struct {
     int gpu;       /* -1: CPU backend (default); N >= 0: GPU N (builds with STRATA_CUDA/HIP)
                     */
     /* The memory plan of a MoE model on the GPU (expert_plan.h) */
-    double vram_budget;   /* GiB the engine may allocate on the GPU; 0: its free memory less vram_reserve */
-    int vram_reserve_mib; /* left free of the GPU's free memory when vram_budget is 0 (default 512) */
-    long expert_cache;    /* expert cache slots; -1: as many as fit. On the CPU backend, N >= 0 runs the
-                             lanes with a second CPU backend as the "device" (tests of the seam) */
+    double vram_budget;         /* GiB the engine may allocate on the GPU; 0: its free memory less vram_reserve */
+    int vram_reserve_mib;       /* left free of the GPU's free memory when vram_budget is 0 (default 512) */
+    long expert_cache;          /* expert cache slots; -1: as many as fit. On the CPU backend, N >= 0 runs the
+                                   lanes with a second CPU backend as the "device" (tests of the seam) */
     const char *expert_profile; /* routing counts (strata profile) that choose the cached experts, or NULL */
-    double pcie_frac;     /* < 0 (default): the cost model sends each miss where it is cheapest; else this
-                             share of the misses goes over PCIe, the rest to the CPU lane */
-    int n_seq;            /* sequences whose KV caches the plan reserves (the server's slots); 0: 1 */
-    int no_pin;           /* --mmap-experts (= --pin-experts 0): the host experts stay in the plain mapping, not
-                             page-locked, and a RAM tier's arena is not page-locked either */
-    double ram_budget;    /* GiB of host RAM the experts left to the host may hold (--ram-budget); beyond it
-                             an SSD tier reads them from the file (expert_store.h); 0: no limit */
-    int adapt_every;      /* the expert cache learns every N steps (moe_lanes_set_adapt); 1 (default): every step; 0: fixed */
-    int draft_n;          /* speculative decoding, tokens drafted per step (--draft ngram, --draft-n): what the CLI
-                             puts in gen_params.draft_n and the server's scheduler uses; 0 (default): off */
+    double pcie_frac;           /* < 0 (default): the cost model sends each miss where it is cheapest; else this
+                                   share of the misses goes over PCIe, the rest to the CPU lane */
+    int n_seq;                  /* sequences whose KV caches the plan reserves (the server's slots); 0: 1 */
+    int no_pin;                 /* --mmap-experts (= --pin-experts 0): the host experts stay in the plain mapping, not
+                                   page-locked, and a RAM tier's arena is not page-locked either */
+    double ram_budget;          /* GiB of host RAM the experts left to the host may hold (--ram-budget); beyond it
+                                   an SSD tier reads them from the file (expert_store.h); 0: no limit */
+    int adapt_every; /* the expert cache learns every N steps (moe_lanes_set_adapt); 1 (default): every step; 0: fixed
+                      */
+    int draft_n;     /* speculative decoding, tokens drafted per step (--draft ngram, --draft-n): what the CLI
+                        puts in gen_params.draft_n and the server's scheduler uses; 0 (default): off */
     const char *layer_split; /* under mpirun (engine/split.h): layers per rank, "N,M,..."; NULL: even by bytes */
 } engine_params;
 
@@ -167,8 +168,8 @@ typedef struct {
     int n_stop;
     int ignore_eos;
     int render_special; /* control tokens are written as their text (the server's harmony parser reads them) */
-    int draft_n; /* speculative decoding (engine_generate): up to this many tokens drafted by prompt lookup
-                    (draft.h) and verified in one batched pass; 0: off (and where !engine_drafts_ok) */
+    int draft_n;        /* speculative decoding (engine_generate): up to this many tokens drafted by prompt lookup
+                           (draft.h) and verified in one batched pass; 0: off (and where !engine_drafts_ok) */
 } gen_params;
 
 typedef struct {
@@ -177,16 +178,16 @@ typedef struct {
     int n_gen;
     double gen_ms;
     int drafts_accepted, drafts_total;
-    int lanes;          /* the experts live in several places: the pair counts below are set */
+    int lanes;                                 /* the experts live in several places: the pair counts below are set */
     uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* its (token, expert) pairs by lane (moe_lanes.h) */
     uint64_t total_dev, total_cpu, total_pcie; /* the engine's pairs by lane since it opened (the server's
                                                   /metrics: a batched step's pairs count once there) */
     uint64_t bytes_ssd, ns_ssd; /* the SSD tier's reads (bytes, wall ns of the batches) in this request */
     uint64_t total_ssd;         /* its bytes since the engine opened */
-    const char *finish; /* "stop" (EOS or stop string), "length", "error" */
-    int stop_index;     /* which gp->stop string ended generation; -1: none (EOS, length) */
-    const char *expert_map;      /* lanes: the engine's expert cache at the end, map_layers x map_experts cells as
-                                    moe_lanes_cache_map draws them (not owned; NULL: none) */
+    const char *finish;         /* "stop" (EOS or stop string), "length", "error" */
+    int stop_index;             /* which gp->stop string ended generation; -1: none (EOS, length) */
+    const char *expert_map;     /* lanes: the engine's expert cache at the end, map_layers x map_experts cells as
+                                   moe_lanes_cache_map draws them (not owned; NULL: none) */
     int map_layers, map_experts;
 } gen_stats;
 

@@ -60,8 +60,7 @@ gen_state *gen_begin(engine *e, engine_seq *s, sampler *smp, const int32_t *prom
     g->finish = "length";
     g->stop_index = -1;
     sampler_reset(smp);
-    for (int i = 0; i < n_prompt; i++)
-        sampler_accept(smp, prompt[i]);
+    for (int i = 0; i < n_prompt; i++) sampler_accept(smp, prompt[i]);
     g->t0 = st_now_ns();
     return g;
 }

@@ -87,10 +87,12 @@ size_t engine_scratch_bytes(const model_hparams *hp, int n_ubatch) {
     if (qw > widest) widest = qw;
     /* deepseek2's latent attention (forward_mla.c): q bottleneck, full queries, [latent | rope key],
      * every head's packed product (at most head_dim per head), values */
-    const size_t mla = model_layer_mla(hp) ? B * ((size_t)hp->q_lora + (size_t)hp->n_head * hp->head_dim_mla +
-                                                  (size_t)hp->head_dim + (size_t)hp->n_head * hp->head_dim +
-                                                  (size_t)hp->n_head * hp->v_head_mla) * 4
-                                           : 0;
+    const size_t mla = model_layer_mla(hp)
+                           ? B *
+                                 ((size_t)hp->q_lora + (size_t)hp->n_head * hp->head_dim_mla + (size_t)hp->head_dim +
+                                  (size_t)hp->n_head * hp->head_dim + (size_t)hp->n_head * hp->v_head_mla) *
+                                 4
+                           : 0;
     return act + moe + mla + 2 * pairs * widest * 6 + ((size_t)512 << 20);
 }
 
@@ -134,7 +136,10 @@ static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, expe
         t = best_of(t, (double)(st_now_ns() - t0) * 1e-9);
         t0 = st_now_ns();
         for (int e = 0; e < n8; e++) {
-            const struct { const st_weight *w; size_t b; } part[3] = {{g, mg}, {u, mu}, {d, md}};
+            const struct {
+                const st_weight *w;
+                size_t b;
+            } part[3] = {{g, mg}, {u, mu}, {d, md}};
             for (int k = 0; k < 3; k++) {
                 uint8_t *dst = tmp + (size_t)e * (mg + mu + md) + (k ? mg : 0) + (k == 2 ? mu : 0);
                 if (dev->upload) dev->upload(dev, dst, st_weight_mat(part[k].w, e), part[k].b);
@@ -201,8 +206,7 @@ static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, expe
     st_free(w);
 }
 
-void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
-                       expert_plan_in *in) {
+void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget, expert_plan_in *in) {
     const model_hparams *hp = &m->hp;
     memset(in, 0, sizeof *in);
     in->budget = budget;
@@ -227,12 +231,11 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     in->host_staging = hp->n_expert ? expert_store_staging_bytes(m) : 0;
 }
 
-int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
-                       expert_plan_in *in, expert_plan *out) {
+int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget, expert_plan_in *in,
+                       expert_plan *out) {
     engine_plan_input(p, m, n_ctx, n_ubatch, budget, in);
     uint64_t *profile = NULL;
-    if (p->expert_profile &&
-        !(profile = expert_profile_load(p->expert_profile, m->hp.n_layer, m->hp.n_expert)))
+    if (p->expert_profile && !(profile = expert_profile_load(p->expert_profile, m->hp.n_layer, m->hp.n_expert)))
         return -1;
     const int rc = expert_plan_make(in, profile, out);
     st_free(profile);
@@ -286,7 +289,8 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
         *n_ubatch_io = engine_prefill_chunk(p, m, n_ctx, budget);
         if (*n_ubatch_io != 512)
             ST_INFO("prompt chunks of %d tokens (--prefill auto: experts are streamed, and a longer chunk streams "
-                    "each of them once for more tokens)", *n_ubatch_io);
+                    "each of them once for more tokens)",
+                    *n_ubatch_io);
     }
     const int n_ubatch = *n_ubatch_io;
     expert_plan_in in;
@@ -298,8 +302,8 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
     if (cpu_tiers) pc.expert_cache = 0;
     if (engine_plan_memory(&pc, m, n_ctx, n_ubatch, budget, &in, &plan) != 0) return -1;
     if (cpu_tiers && !plan.in_ram) {
-        ST_INFO("host experts: %.2f GiB, within --ram-budget %.2f GiB", (double)(plan.ram_experts * in.expert) / (1ull << 30),
-                p->ram_budget);
+        ST_INFO("host experts: %.2f GiB, within --ram-budget %.2f GiB",
+                (double)(plan.ram_experts * in.expert) / (1ull << 30), p->ram_budget);
         expert_plan_free(&plan);
         *placed = NULL;
         return 0;
@@ -385,8 +389,9 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
         moe_lanes_set_store(*be, store);
         expert_store_advise(m, plan.slot, 1); /* the cache is filled: its experts' pages may go */
     }
-    if (p->adapt_every) ST_INFO("expert cache: learns every %d steps (the hottest miss of a layer takes its coldest slot)",
-                                p->adapt_every);
+    if (p->adapt_every)
+        ST_INFO("expert cache: learns every %d steps (the hottest miss of a layer takes its coldest slot)",
+                p->adapt_every);
     expert_plan_free(&plan);
     return 1;
 }

@@ -25,10 +25,9 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch, s
  * a device budget in bytes; then the plan itself, with p->expert_cache and
  * p->expert_profile (0, or -1 with st_error: the dense part does not fit, a
  * bad profile, a model without routed experts). */
-void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
-                       expert_plan_in *in);
-int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget,
-                       expert_plan_in *in, expert_plan *out);
+void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget, expert_plan_in *in);
+int engine_plan_memory(const engine_params *p, model *m, int n_ctx, int n_ubatch, size_t budget, expert_plan_in *in,
+                       expert_plan *out);
 /* The prompt chunk (rows per forward step) for m at n_ctx positions on a
  * device with budget bytes: p->n_ubatch when given (--prefill N); else 512,
  * or, when the plan streams experts (not all resident), the largest of

@@ -62,7 +62,7 @@ static void place_weight(engine_placed *pl, st_weight *w) {
 
 typedef struct {
     engine_placed *pl;
-    int routed; /* place the routed experts too */
+    int routed;          /* place the routed experts too */
     const float ***kept; /* the bias fields of the routed weights left in place (n_kept) */
     int n_kept;
 } place_walk;

@@ -28,10 +28,10 @@ typedef struct {
     size_t expert;  /* one (layer, expert): its gate, up and down matrices */
     int n_layer, n_expert;
     int n_dense_lead; /* the first layers have a dense FFN (glm4moe): no experts, no slots */
-    long cache;     /* expert cache slots asked for; -1: as many as fit */
+    long cache;       /* expert cache slots asked for; -1: as many as fit */
     /* the host tiers (expert_store.h) */
-    size_t ram_budget;  /* bytes the host experts may hold in RAM (--ram-budget); 0: no limit */
-    size_t host_expert; /* bytes of one expert in the RAM tier's arena (expert_store_expert_bytes) */
+    size_t ram_budget;   /* bytes the host experts may hold in RAM (--ram-budget); 0: no limit */
+    size_t host_expert;  /* bytes of one expert in the RAM tier's arena (expert_store_expert_bytes) */
     size_t host_staging; /* host bytes of the SSD tier's staging (expert_store_staging_bytes): with
                             tiers, part of ram_budget */
 } expert_plan_in;

@@ -30,7 +30,7 @@
 #include "core/timer.h"
 
 #define BLK 4096u
-#define QD 64u /* reads in flight: enough to keep an NVMe drive's queues busy */
+#define QD  64u /* reads in flight: enough to keep an NVMe drive's queues busy */
 
 static size_t up_to(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -69,8 +69,8 @@ static int uring_init(uring *r, unsigned entries) {
     r->cq_map_bytes = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
     const int single = (p.features & IORING_FEAT_SINGLE_MMAP) != 0;
     if (single && r->cq_map_bytes > r->sq_map_bytes) r->sq_map_bytes = r->cq_map_bytes;
-    r->sq_map = mmap(NULL, r->sq_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
-                     IORING_OFF_SQ_RING);
+    r->sq_map =
+        mmap(NULL, r->sq_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd, IORING_OFF_SQ_RING);
     r->cq_map = single ? r->sq_map
                        : mmap(NULL, r->cq_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
                               IORING_OFF_CQ_RING);
@@ -88,8 +88,7 @@ static int uring_init(uring *r, unsigned entries) {
     /* IORING_OP_READ came with Linux 5.6; io_uring itself with 5.1, where
      * every read would fail (the probe itself came with 5.6: its absence
      * says the same) */
-    struct io_uring_probe *pr =
-        st_calloc(1, sizeof *pr + (IORING_OP_READ + 1) * sizeof(struct io_uring_probe_op));
+    struct io_uring_probe *pr = st_calloc(1, sizeof *pr + (IORING_OP_READ + 1) * sizeof(struct io_uring_probe_op));
     const int has_read = syscall(__NR_io_uring_register, r->fd, IORING_REGISTER_PROBE, pr, IORING_OP_READ + 1) >= 0 &&
                          pr->ops_len > IORING_OP_READ && (pr->ops[IORING_OP_READ].flags & IO_URING_OP_SUPPORTED);
     st_free(pr);
@@ -193,14 +192,14 @@ struct expert_store {
     /* the batch in flight */
     job *jobs;
     int n_jobs, n_sent, n_done, in_flight, layer;
-    uint8_t *staged;  /* (n_expert) read by the current batch */
-    uint8_t *arrived; /* (n_expert) the batch's expert is readable (all its reads done, or in RAM) */
-    int *pending;     /* (n_expert) its reads not yet done */
+    uint8_t *staged;   /* (n_expert) read by the current batch */
+    uint8_t *arrived;  /* (n_expert) the batch's expert is readable (all its reads done, or in RAM) */
+    int *pending;      /* (n_expert) its reads not yet done */
     int *list, n_list; /* the batch's experts, in the order given */
     float *lane_tmp;   /* the CPU lane's partial output (expert_store_cpu_lane) */
     size_t lane_tmp_n;
-    int32_t *lane_map; /* (n_expert) the group being computed */
-    uint8_t *computed; /* (n_expert) the CPU lane has computed it */
+    int32_t *lane_map;       /* (n_expert) the group being computed */
+    uint8_t *computed;       /* (n_expert) the CPU lane has computed it */
     int64_t t_begin, t_last; /* the batch's submission, its latest completion */
     expert_store_stats st;
     char mode[48];
@@ -410,7 +409,9 @@ static void add_job(expert_store *s, int il, int e, int k, uint8_t *dst) {
     s->jobs[s->n_jobs++] = (job){a0, up_to(need, BLK), need, dst, e};
 }
 
-static size_t stage_koff(const expert_store *s, int k) { return k == 0 ? 0 : k == 1 ? s->span[0] : s->span[0] + s->span[1]; }
+static size_t stage_koff(const expert_store *s, int k) {
+    return k == 0 ? 0 : k == 1 ? s->span[0] : s->span[0] + s->span[1];
+}
 
 static uint8_t *in_slot(const expert_store *s, uint8_t *slot, int il, int e, int k) {
     const uint64_t off = s->t_off[il][k] + (uint64_t)e * s->t_mat[il][k];
@@ -622,7 +623,8 @@ void expert_store_cpu_lane(expert_store *s, st_backend *cpu, int il, const float
     for (int e = 0; e < X; e++) left += map[e] >= 0;
     while (left > 0) {
         /* what has arrived: all of it, then one group; else wait for one more read */
-        while (s->ring.fd >= 0 && complete_one(s, 0)) {}
+        while (s->ring.fd >= 0 && complete_one(s, 0)) {
+        }
         int n = 0;
         for (int e = 0; e < X; e++) {
             const int go = map[e] >= 0 && s->arrived[e] && !done[e];
@@ -661,8 +663,7 @@ void expert_store_expert(expert_store *s, int il, int e, const void *mat[3]) {
     for (int k = 0; k < 3; k++) {
         const uint64_t off = s->t_off[il][k] + (uint64_t)e * s->t_mat[il][k], a0 = off & ~(uint64_t)(BLK - 1);
         const size_t need = (size_t)(off - a0) + s->t_mat[il][k];
-        if (read_sync(s, s->spare + stage_koff(s, k), a0, up_to(need, BLK), need) != 0)
-            read_failed(st_error_get());
+        if (read_sync(s, s->spare + stage_koff(s, k), a0, up_to(need, BLK), need) != 0) read_failed(st_error_get());
         mat[k] = in_slot(s, s->spare, il, e, k);
         s->st.bytes += up_to(need, BLK);
         s->st.matrices++;

@@ -39,8 +39,7 @@ kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st
     return kv_cache_create_range(be, hp, n_ctx, type, 0, hp->n_layer);
 }
 
-kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type, int il0,
-                                int il1) {
+kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type, int il0, int il1) {
     kv_cache *kv = st_calloc(1, sizeof *kv);
     kv->be = be;
     kv->type = type;
@@ -92,8 +91,10 @@ void kv_cache_free(kv_cache *kv) {
     if (!kv) return;
     for (int il = 0; il < kv->n_layer; il++) {
         st_kv_layer *l = &kv->layers[il];
-        void *p[] = {l->k,   l->v != l->k ? l->v : NULL, l->k_scale, l->v_scale != l->k_scale ? l->v_scale : NULL,
-                     l->conv, l->ssm, l->undo};
+        void *p[] = {l->k,       l->v != l->k ? l->v : NULL,
+                     l->k_scale, l->v_scale != l->k_scale ? l->v_scale : NULL,
+                     l->conv,    l->ssm,
+                     l->undo};
         for (int i = 0; i < 7; i++)
             if (p[i]) kv->be->free(kv->be, p[i]);
     }

@@ -15,21 +15,21 @@ typedef struct {
     st_backend *be;
     st_kv_type type;
     int n_layer, n_ctx;
-    st_kv_layer *layers; /* (n_layer) */
-    int recurrent;       /* some layers keep a recurrent state */
+    st_kv_layer *layers;          /* (n_layer) */
+    int recurrent;                /* some layers keep a recurrent state */
     size_t conv_bytes, ssm_bytes; /* of one recurrent layer's st_kv_layer conv, ssm */
     /* Recurrent caches: one saved copy of every recurrent layer's state (host
      * memory), taken after a prompt chunk, and the ck_pos tokens it describes,
      * so that a prompt sharing those tokens but not the whole history (the
      * next turn of a chat whose answer was re-tokenized, a regenerated answer)
      * restarts from there instead of from zero. */
-    int ck_pos;          /* 0: none */
-    int32_t *ck_tok;     /* (n_ctx) */
-    float *ck_state;     /* every recurrent layer's conv then ssm values, in layer order */
+    int ck_pos;      /* 0: none */
+    int32_t *ck_tok; /* (n_ctx) */
+    float *ck_state; /* every recurrent layer's conv then ssm values, in layer order */
     /* Speculative decoding: a verify pass from spec_pos (-1: none) records in
      * every recurrent layer how to undo it (st_kv_layer undo), up to undo_alloc
      * tokens, until kv_cache_spec_keep. */
-    st_gdn gdn;          /* the DeltaNet layers' sizes (no weights): what the undo record's layout needs */
+    st_gdn gdn; /* the DeltaNet layers' sizes (no weights): what the undo record's layout needs */
     int spec_pos, undo_alloc;
 } kv_cache;
 
@@ -40,8 +40,7 @@ size_t kv_cache_state_bytes(const model_hparams *hp);
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type);
 /* The same with buffers for layers [il0, il1) only (a layer split's process,
  * engine/split.h): the others keep their shape fields and no memory. */
-kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type, int il0,
-                                int il1);
+kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type, int il0, int il1);
 void kv_cache_free(kv_cache *kv);
 /* Save the recurrent state as that of tokens[0..pos) (a no-op without recurrent layers). */
 void kv_cache_checkpoint(kv_cache *kv, const int32_t *tokens, int pos);

@@ -35,9 +35,9 @@
 typedef struct {
     const void *host_gate; /* the layer's host gate tensor: how moe_ffn finds its layer */
     int n_slots;
-    st_weight g, u, d;    /* the device slabs as weights of n_slots matrices (n_mat 0: no slots) */
-    int32_t *slot;        /* (n_expert) host: slot or -1 */
-    int32_t *d_slot;      /* (n_expert) the same on the device */
+    st_weight g, u, d;          /* the device slabs as weights of n_slots matrices (n_mat 0: no slots) */
+    int32_t *slot;              /* (n_expert) host: slot or -1 */
+    int32_t *d_slot;            /* (n_expert) the same on the device */
     size_t mat_g, mat_u, mat_d; /* bytes of one expert's matrix (types may differ between layers) */
 } lane_layer;
 
@@ -64,13 +64,13 @@ static void cpu_job_run(void *p) {
 }
 
 typedef struct {
-    st_backend be; /* first: the device's op table (its ctx too), with a few ops replaced */
+    st_backend be;              /* first: the device's op table (its ctx too), with a few ops replaced */
     st_backend *dev_orig, *cpu; /* the device backend as created; the CPU lane */
     st_worker *worker;          /* the thread that calls the CPU lane (its pool's caller) */
     cpu_job job;
-    const void *pinned;         /* host_register'ed experts, or NULL */
-    int gather;                 /* the PCIe lane's copies of a layer as one upload_many (STRATA_LANE_GATHER) */
-    void **g_dst;               /* that upload's ranges, g_n of them (room for 3 per expert) */
+    const void *pinned; /* host_register'ed experts, or NULL */
+    int gather;         /* the PCIe lane's copies of a layer as one upload_many (STRATA_LANE_GATHER) */
+    void **g_dst;       /* that upload's ranges, g_n of them (room for 3 per expert) */
     const void **g_src;
     size_t *g_bytes;
     int g_n;
@@ -85,13 +85,13 @@ typedef struct {
     uint8_t *stage_g, *stage_u, *stage_d;
     int32_t *stage_map, *d_stage_map; /* (n_expert) e where staged for this call, else -1 */
     /* per call */
-    int32_t *d_route;     /* device [sel nk][wsel nk] */
-    float *d_tmp;         /* device [n_rows][E]: a lane's output before the add */
-    int32_t *h_route;     /* host copy of d_route */
-    float *h_x, *h_out;   /* host [n_rows][E]: the CPU lane's input and output */
-    int32_t *cpu_map;     /* (n_expert) e for the CPU lane's experts, else -1 */
-    int *cnt;             /* (n_expert) pairs of each expert in this call */
-    int *miss;            /* (n_expert) uncached experts chosen in this call */
+    int32_t *d_route;   /* device [sel nk][wsel nk] */
+    float *d_tmp;       /* device [n_rows][E]: a lane's output before the add */
+    int32_t *h_route;   /* host copy of d_route */
+    float *h_x, *h_out; /* host [n_rows][E]: the CPU lane's input and output */
+    int32_t *cpu_map;   /* (n_expert) e for the CPU lane's experts, else -1 */
+    int *cnt;           /* (n_expert) pairs of each expert in this call */
+    int *miss;          /* (n_expert) uncached experts chosen in this call */
     double *miss_bytes;
     int *miss_tok;
     uint8_t *to_pcie;
@@ -102,16 +102,16 @@ typedef struct {
     uint64_t steps;
     /* one-token steps in recorded segments (the device's st_step_segments):
      * the ops between two layers' host work replay as one graph */
-    st_backend live;  /* the op table as wrapped: what the host's part calls */
-    int seg_mode;     /* SEG_LIVE, SEG_PROBE, SEG_RECORD or SEG_REPLAY in the step under way */
-    int seg_off;      /* never (no segments, or a recording failed) */
-    void **seg;       /* the recorded segments, seg_n of them (seg_cap allocated) */
+    st_backend live; /* the op table as wrapped: what the host's part calls */
+    int seg_mode;    /* SEG_LIVE, SEG_PROBE, SEG_RECORD or SEG_REPLAY in the step under way */
+    int seg_off;     /* never (no segments, or a recording failed) */
+    void **seg;      /* the recorded segments, seg_n of them (seg_cap allocated) */
     int seg_n, seg_cap, seg_i;
-    void *seg_arg;    /* the step arguments and device key they were recorded with */
+    void *seg_arg; /* the step arguments and device key they were recorded with */
     size_t seg_size;
     uint64_t seg_key;
-    int seg_sized;    /* a live step with these arguments ran (it sized the scratch) */
-    int seg_pos;      /* the position of the step under way */
+    int seg_sized;       /* a live step with these arguments ran (it sized the scratch) */
+    int seg_pos;         /* the position of the step under way */
     expert_store *store; /* host tiers, or NULL: the host experts are the model's mapping */
     int *tier_order;     /* (n_expert) the misses as the store reads them: the PCIe lane's first */
 } lanes;
@@ -227,10 +227,10 @@ static void no_rmsnorm(st_backend *be, float *x, const float *res, const float *
                        float eps) {
     (void)be, (void)x, (void)res, (void)w, (void)y, (void)dim, (void)n_rows, (void)eps;
 }
-static void no_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
-                        float eps, int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0) {
-    (void)be, (void)q, (void)k, (void)v, (void)qn, (void)kn, (void)eps, (void)n_tok, (void)n_head, (void)rope,
-        (void)kv, (void)pos0;
+static void no_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn, float eps,
+                        int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0) {
+    (void)be, (void)q, (void)k, (void)v, (void)qn, (void)kn, (void)eps, (void)n_tok, (void)n_head, (void)rope, (void)kv,
+        (void)pos0;
 }
 static void no_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                          float scale, int window, float *out) {
@@ -452,7 +452,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         put_flush(L);
         put(L, L->d_stage_map, L->stage_map, (size_t)n_expert * sizeof(int32_t));
         d->moe_experts(be, h, n_tok, n_expert, k, d_sel, d_wsel, L->d_stage_map, act, &sg, &su, &sd,
-                        wrote ? L->d_tmp : out);
+                       wrote ? L->d_tmp : out);
         if (wrote) d->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
         wrote = 1;
         L->stats.bytes_pcie += (uint64_t)n_sent * (ly->mat_g + ly->mat_u + ly->mat_d);
@@ -461,8 +461,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     L->stats.ns_queue += (uint64_t)(st_now_ns() - t1);
     if (cpu_pairs) {
         const int64_t t2 = st_now_ns();
-        if (on_worker)
-            st_worker_wait(L->worker);
+        if (on_worker) st_worker_wait(L->worker);
         else if (L->store) /* each expert as soon as its reads are in */
             expert_store_cpu_lane(L->store, L->cpu, il, L->h_x, n_tok, k, sel, wsel, L->cpu_map, act, E, L->h_out);
         else
@@ -520,7 +519,7 @@ static void l_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *,
         sg->begin(&L->live, pos0, 1);
         L->seg_mode = SEG_RECORD;
         body(arg, pos0);
-        seg_enter(L); /* the tail */
+        seg_enter(L);                                        /* the tail */
         if (sg->key(&L->live, pos0) != key) seg_drop_all(L); /* scratch moved meanwhile: record again */
     } else {
         /* live, but as a recorded step will run (positions read on the

@@ -22,14 +22,14 @@
 #include "model/model.h"
 
 typedef struct {
-    uint64_t pairs_dev;     /* (token, expert) pairs computed from the device's expert cache */
-    uint64_t pairs_cpu;     /* by the CPU lane */
-    uint64_t pairs_pcie;    /* on the device after the expert was sent over PCIe */
-    uint64_t bytes_pcie;    /* expert bytes sent */
-    uint64_t bytes_cpu;     /* expert bytes the CPU lane read (one read per expert and call) */
-    uint64_t layers;        /* MoE layer calls */
-    uint64_t experts;       /* distinct experts the tokens of each call chose, summed over the calls */
-    uint64_t swaps;         /* cache slots given to a hotter expert (moe_lanes_set_adapt) */
+    uint64_t pairs_dev;  /* (token, expert) pairs computed from the device's expert cache */
+    uint64_t pairs_cpu;  /* by the CPU lane */
+    uint64_t pairs_pcie; /* on the device after the expert was sent over PCIe */
+    uint64_t bytes_pcie; /* expert bytes sent */
+    uint64_t bytes_cpu;  /* expert bytes the CPU lane read (one read per expert and call) */
+    uint64_t layers;     /* MoE layer calls */
+    uint64_t experts;    /* distinct experts the tokens of each call chose, summed over the calls */
+    uint64_t swaps;      /* cache slots given to a hotter expert (moe_lanes_set_adapt) */
     /* where the host's time in the calls that left the device went (ns):
      * waiting for the routing (the device's work up to it included), the CPU
      * lane's products, handing its output back (a copy that waits for the
@@ -37,8 +37,8 @@ typedef struct {
      * and the CPU lane: queueing the device's pairs and the PCIe lane
      * (ns_queue), of which copying the hidden rows to the host (ns_hx) */
     uint64_t ns_route, ns_cpu, ns_join, ns_call, ns_queue, ns_hx;
-    uint64_t bytes_ssd;     /* bytes the SSD tier read from the file (moe_lanes_set_store) */
-    uint64_t ns_ssd;        /* wall time of its read batches (bytes_ssd / ns_ssd: its read rate) */
+    uint64_t bytes_ssd; /* bytes the SSD tier read from the file (moe_lanes_set_store) */
+    uint64_t ns_ssd;    /* wall time of its read batches (bytes_ssd / ns_ssd: its read rate) */
 } moe_lane_stats;
 
 /* Wraps dev: copies the cached experts of m (its host weights, which stay

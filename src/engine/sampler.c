@@ -31,13 +31,13 @@ struct sampler {
     int32_t *dry_len;         /* (n_vocab) the repeat a token would extend, -1: none */
     int32_t *dry_hit;         /* (dry_cap) tokens with dry_len set */
     int n_dry_hit;
-    uint8_t *breaker;  /* (n_vocab) copy of dry_breaker, or NULL */
-    float *bias;       /* (n_vocab) summed logit bias, or NULL */
-    int32_t *idx;    /* candidate ids scratch (n_vocab) */
-    float *prob;     /* candidate probabilities scratch */
-    float *val;      /* candidate logits scratch */
-    cand *tmp;       /* (n_vocab) sort scratch */
-    uint16_t *count; /* per-token count within the window (n_vocab) */
+    uint8_t *breaker; /* (n_vocab) copy of dry_breaker, or NULL */
+    float *bias;      /* (n_vocab) summed logit bias, or NULL */
+    int32_t *idx;     /* candidate ids scratch (n_vocab) */
+    float *prob;      /* candidate probabilities scratch */
+    float *val;       /* candidate logits scratch */
+    cand *tmp;        /* (n_vocab) sort scratch */
+    uint16_t *count;  /* per-token count within the window (n_vocab) */
     uint8_t order[SAMPLER_MAX_ORDER];
     int n_order;
     int mods_first; /* penalties and DRY come before every cut: they run on the whole vocabulary first */
@@ -52,11 +52,20 @@ int sampler_kind_from_name(const char *name) {
     static const struct {
         const char *name; /* without '_' and '-' */
         int kind;
-    } NAMES[] = {{"penalties", SMP_PENALTIES}, {"dry", SMP_DRY},           {"topk", SMP_TOP_K},
-                 {"typp", SMP_TYPICAL},        {"typ", SMP_TYPICAL},       {"topp", SMP_TOP_P},
-                 {"nucleus", SMP_TOP_P},       {"minp", SMP_MIN_P},        {"temperature", SMP_TEMP},
-                 {"temp", SMP_TEMP},           {"xtc", -2},                {"topnsigma", -2},
-                 {"infill", -3},               {"adaptivep", -3}};
+    } NAMES[] = {{"penalties", SMP_PENALTIES},
+                 {"dry", SMP_DRY},
+                 {"topk", SMP_TOP_K},
+                 {"typp", SMP_TYPICAL},
+                 {"typ", SMP_TYPICAL},
+                 {"topp", SMP_TOP_P},
+                 {"nucleus", SMP_TOP_P},
+                 {"minp", SMP_MIN_P},
+                 {"temperature", SMP_TEMP},
+                 {"temp", SMP_TEMP},
+                 {"xtc", -2},
+                 {"topnsigma", -2},
+                 {"infill", -3},
+                 {"adaptivep", -3}};
     char k[32];
     size_t n = 0;
     for (const char *c = name; *c; c++) {

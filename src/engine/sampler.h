@@ -37,23 +37,23 @@ typedef enum {
 #define SAMPLER_MAX_ORDER 16
 
 typedef struct {
-    float temp;            /* <= 0: greedy */
-    int top_k;             /* <= 0: off */
-    float top_p;           /* >= 1: off */
-    float min_p;           /* <= 0: off */
-    float repeat_penalty;  /* 1: off (divides positive logits, multiplies negative ones) */
+    float temp;                                /* <= 0: greedy */
+    int top_k;                                 /* <= 0: off */
+    float top_p;                               /* >= 1: off */
+    float min_p;                               /* <= 0: off */
+    float repeat_penalty;                      /* 1: off (divides positive logits, multiplies negative ones) */
     float presence_penalty, frequency_penalty; /* 0: off (OpenAI semantics) */
-    int penalty_last_n;    /* window of recent tokens the penalties look at (0: off; at most 65535) */
-    float typical_p;       /* >= 1 or <= 0: off */
-    float dry_multiplier;  /* 0: DRY off */
-    float dry_base;        /* < 1: DRY off */
+    int penalty_last_n;   /* window of recent tokens the penalties look at (0: off; at most 65535) */
+    float typical_p;      /* >= 1 or <= 0: off */
+    float dry_multiplier; /* 0: DRY off */
+    float dry_base;       /* < 1: DRY off */
     int dry_allowed_length;
-    int dry_penalty_last_n;       /* window DRY looks at (0: off) */
-    const uint8_t *dry_breaker;   /* (n_vocab) 1: the token holds a sequence breaker; NULL: none (copied) */
-    int n_bias;                   /* logit bias entries (copied at create; a token may repeat: biases add) */
-    const int32_t *bias_ids;      /* (n_bias) */
-    const float *bias_vals;       /* (n_bias) -INFINITY bans */
-    int n_order;                  /* 0: the default order (penalties, dry, top_k, typ_p, temperature, top_p, min_p) */
+    int dry_penalty_last_n;     /* window DRY looks at (0: off) */
+    const uint8_t *dry_breaker; /* (n_vocab) 1: the token holds a sequence breaker; NULL: none (copied) */
+    int n_bias;                 /* logit bias entries (copied at create; a token may repeat: biases add) */
+    const int32_t *bias_ids;    /* (n_bias) */
+    const float *bias_vals;     /* (n_bias) -INFINITY bans */
+    int n_order;                /* 0: the default order (penalties, dry, top_k, typ_p, temperature, top_p, min_p) */
     uint8_t order[SAMPLER_MAX_ORDER]; /* sampler_kind values; a step left out does not run (temperature left out:
                                          the draw is at temperature 1, but temp <= 0 is still greedy) */
     uint64_t seed;

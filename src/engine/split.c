@@ -59,8 +59,10 @@ int split_start(int *argc, char ***argv) {
 #else
     (void)argc;
     (void)argv;
-    fprintf(stderr, "strata: started as one of %d ranks, but this build has no MPI (configure with -DSTRATA_MPI=ON "
-                    "and libopenmpi-dev installed)\n", n);
+    fprintf(stderr,
+            "strata: started as one of %d ranks, but this build has no MPI (configure with -DSTRATA_MPI=ON "
+            "and libopenmpi-dev installed)\n",
+            n);
     exit(2);
 #endif
 }
@@ -255,10 +257,8 @@ int split_follow(engine *e) {
             pos[s] = body[3 * s + 1];
             ntok[s] = body[3 * s + 2];
         }
-        if (hdr[0] == SPLIT_FORWARD)
-            model_forward(e->mc, kvs[0], NULL, ntok[0], pos[0], NULL, 0);
-        else
-            model_forward_batch(e->mc, kvs, NULL, pos, hdr[2] & 1 ? ntok : NULL, n_seq, hdr[3], hdr[2] >> 1 & 1, NULL);
+        if (hdr[0] == SPLIT_FORWARD) model_forward(e->mc, kvs[0], NULL, ntok[0], pos[0], NULL, 0);
+        else model_forward_batch(e->mc, kvs, NULL, pos, hdr[2] & 1 ? ntok : NULL, n_seq, hdr[3], hdr[2] >> 1 & 1, NULL);
     }
     for (int i = 0; i < n_seqs; i++) kv_cache_free(seqs[i].kv);
     st_free(seqs);

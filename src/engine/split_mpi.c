@@ -34,8 +34,8 @@ int split_net_mpi(int *argc, char ***argv, split_net *net) {
      * on its scheduler thread, one after the other */
     int got;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &got) != MPI_SUCCESS) return -1;
-    if (got < MPI_THREAD_SERIALIZED) ST_WARN("this MPI gives thread support level %d of %d asked", got,
-                                             MPI_THREAD_SERIALIZED);
+    if (got < MPI_THREAD_SERIALIZED)
+        ST_WARN("this MPI gives thread support level %d of %d asked", got, MPI_THREAD_SERIALIZED);
     MPI_Comm_rank(MPI_COMM_WORLD, &net->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &net->size);
     net->send = mpi_send;

@@ -32,19 +32,19 @@ typedef enum {
     GGUF_T_COUNT
 } gguf_vtype;
 
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_DIMS          4
 #define GGUF_DEFAULT_ALIGNMENT 32
 
 typedef struct gguf_file gguf_file;
 
 typedef struct {
-    const char *name;               /* NUL-terminated copy */
-    int n_dims;                     /* 1..GGUF_MAX_DIMS */
-    int64_t ne[GGUF_MAX_DIMS];      /* ne[0] is the contiguous (row) dimension; unused dims = 1 */
-    int type;                       /* qt_type id (quant/blocks.h) */
-    uint64_t offset;                /* from the start of the data section */
-    uint64_t size;                  /* bytes */
-    const void *data;               /* into the mapping */
+    const char *name;          /* NUL-terminated copy */
+    int n_dims;                /* 1..GGUF_MAX_DIMS */
+    int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension; unused dims = 1 */
+    int type;                  /* qt_type id (quant/blocks.h) */
+    uint64_t offset;           /* from the start of the data section */
+    uint64_t size;             /* bytes */
+    const void *data;          /* into the mapping */
 } gguf_tensor;
 
 /* Open and validate. NULL on error with st_error_get() naming path and the problem. */
@@ -79,11 +79,11 @@ int gguf_get_str(const gguf_file *f, const char *key, const char **s, uint64_t *
 /* A metadata value, for generic walks (strata info) and arrays. */
 typedef struct {
     gguf_vtype type;
-    gguf_vtype elem_type;   /* for arrays */
-    uint64_t n;             /* array length (1 for scalars) */
-    const uint8_t *raw;     /* start of the value's bytes in the mapping: a scalar's bytes; a
-                             * string's uint64 length then its bytes; an array's first element
-                             * (past the element type and count) */
+    gguf_vtype elem_type;     /* for arrays */
+    uint64_t n;               /* array length (1 for scalars) */
+    const uint8_t *raw;       /* start of the value's bytes in the mapping: a scalar's bytes; a
+                               * string's uint64 length then its bytes; an array's first element
+                               * (past the element type and count) */
     const uint64_t *elem_off; /* set by the reader for arrays of strings or arrays: index that
                                * makes element access O(1); NULL means elements are walked */
 } gguf_value;

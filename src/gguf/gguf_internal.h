@@ -26,10 +26,10 @@
 #error "the GGUF reader assumes a little-endian host"
 #endif
 
-#define GGUF_MAGIC "GGUF"
-#define GGUF_MAX_NEST 8          /* array nesting levels accepted (arrays of arrays of ...) */
-#define GGUF_HEADER_BYTES 24     /* magic, version, n_tensors, n_kv */
-#define GGUF_MIN_KV_BYTES 14     /* key len (8) + 1-byte key + type (4) + 1-byte value */
+#define GGUF_MAGIC            "GGUF"
+#define GGUF_MAX_NEST         8  /* array nesting levels accepted (arrays of arrays of ...) */
+#define GGUF_HEADER_BYTES     24 /* magic, version, n_tensors, n_kv */
+#define GGUF_MIN_KV_BYTES     14 /* key len (8) + 1-byte key + type (4) + 1-byte value */
 #define GGUF_MIN_TENSOR_BYTES 33 /* name len (8) + 1-byte name + n_dims (4) + ne (8) + type (4) + offset (8) */
 
 /* A growable uint64 vector (the index pool). */
@@ -42,18 +42,18 @@ typedef struct {
 typedef struct {
     const char *key;
     uint64_t key_len;
-    uint64_t key_off;    /* into the name arena while parsing */
-    uint64_t at;         /* byte position of the entry, for messages */
+    uint64_t key_off; /* into the name arena while parsing */
+    uint64_t at;      /* byte position of the entry, for messages */
     gguf_vtype type;
     gguf_vtype elem_type;
     uint64_t n;
-    const uint8_t *raw;  /* as gguf_value.raw */
-    uint64_t idx;        /* start of the index block in the pool, or UINT64_MAX */
+    const uint8_t *raw; /* as gguf_value.raw */
+    uint64_t idx;       /* start of the index block in the pool, or UINT64_MAX */
 } gguf_kv;
 
 typedef struct {
     gguf_tensor t;
-    uint64_t name_off;   /* into the name arena while parsing */
+    uint64_t name_off; /* into the name arena while parsing */
     uint64_t name_len;
     uint64_t at;
 } gguf_tinfo;
@@ -62,19 +62,19 @@ struct gguf_file {
     char *path;
     const uint8_t *base;
     size_t size;
-    int mapped;          /* base is an mmap of size bytes */
+    int mapped; /* base is an mmap of size bytes */
     uint32_t version;
     size_t alignment;
-    uint64_t data_off;   /* file offset of the data section */
+    uint64_t data_off; /* file offset of the data section */
     int64_t n_kv;
-    gguf_kv *kv;         /* (n_kv) */
+    gguf_kv *kv; /* (n_kv) */
     int64_t n_tensors;
-    gguf_tinfo *ti;      /* (n_tensors) */
-    char *names;         /* keys and tensor names, each NUL-terminated */
-    gguf_u64vec pool;    /* array indexes */
-    int64_t *kv_hash;    /* open addressing, kv index or -1; (kv_mask + 1) */
+    gguf_tinfo *ti;   /* (n_tensors) */
+    char *names;      /* keys and tensor names, each NUL-terminated */
+    gguf_u64vec pool; /* array indexes */
+    int64_t *kv_hash; /* open addressing, kv index or -1; (kv_mask + 1) */
     uint64_t kv_mask;
-    int64_t *t_hash;     /* same for tensor names; (t_mask + 1) */
+    int64_t *t_hash; /* same for tensor names; (t_mask + 1) */
     uint64_t t_mask;
 };
 
@@ -83,13 +83,21 @@ typedef struct {
     const uint8_t *base;
     size_t size;
     size_t pos;
-    const char *name;   /* file name for messages */
-    const char *key;    /* key being parsed (NUL-terminated) or NULL */
-    gguf_u64vec *pool;  /* where array indexes go; NULL: build none */
+    const char *name;  /* file name for messages */
+    const char *key;   /* key being parsed (NUL-terminated) or NULL */
+    gguf_u64vec *pool; /* where array indexes go; NULL: build none */
 } gguf_cur;
 
-static inline uint64_t gguf_rd_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-static inline uint32_t gguf_rd_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline uint64_t gguf_rd_u64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline uint32_t gguf_rd_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
 
 /* Size in bytes of a fixed-size scalar type; 0 for string, array and unknown ids. */
 size_t gguf_scalar_size(uint32_t type);

@@ -18,18 +18,24 @@
 
 size_t gguf_scalar_size(uint32_t type) {
     switch (type) {
-    case GGUF_T_UINT8: case GGUF_T_INT8: case GGUF_T_BOOL: return 1;
-    case GGUF_T_UINT16: case GGUF_T_INT16: return 2;
-    case GGUF_T_UINT32: case GGUF_T_INT32: case GGUF_T_FLOAT32: return 4;
-    case GGUF_T_UINT64: case GGUF_T_INT64: case GGUF_T_FLOAT64: return 8;
+    case GGUF_T_UINT8:
+    case GGUF_T_INT8:
+    case GGUF_T_BOOL: return 1;
+    case GGUF_T_UINT16:
+    case GGUF_T_INT16: return 2;
+    case GGUF_T_UINT32:
+    case GGUF_T_INT32:
+    case GGUF_T_FLOAT32: return 4;
+    case GGUF_T_UINT64:
+    case GGUF_T_INT64:
+    case GGUF_T_FLOAT64: return 8;
     default: return 0;
     }
 }
 
 const char *gguf_type_name(uint32_t type) {
-    static const char *names[GGUF_T_COUNT] = {"uint8", "int8", "uint16", "int16", "uint32", "int32",
-                                              "float32", "bool", "string", "array", "uint64", "int64",
-                                              "float64"};
+    static const char *names[GGUF_T_COUNT] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                              "bool",  "string", "array",  "uint64", "int64",  "float64"};
     return type < GGUF_T_COUNT ? names[type] : "unknown";
 }
 
@@ -39,10 +45,8 @@ void gguf_err(const gguf_cur *c, uint64_t at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (c->key)
-        st_error_set("%s: %s, in key '%.80s' (at byte %" PRIu64 ")", c->name, msg, c->key, at);
-    else
-        st_error_set("%s: %s (at byte %" PRIu64 ")", c->name, msg, at);
+    if (c->key) st_error_set("%s: %s, in key '%.80s' (at byte %" PRIu64 ")", c->name, msg, c->key, at);
+    else st_error_set("%s: %s (at byte %" PRIu64 ")", c->name, msg, at);
 }
 
 int gguf_cur_need(gguf_cur *c, uint64_t n, const char *what) {

@@ -188,8 +188,7 @@ static int parse_tensor_infos(gguf_file *f, gguf_cur *c, arena *names, uint64_t 
 
 /* Builds an open-addressing table over names; reports the first duplicate. */
 static int build_hash(gguf_cur *c, int64_t n, const char *what, int64_t **table, uint64_t *mask,
-                      const char *(*name_of)(const gguf_file *, int64_t, uint64_t *, uint64_t *),
-                      const gguf_file *f) {
+                      const char *(*name_of)(const gguf_file *, int64_t, uint64_t *, uint64_t *), const gguf_file *f) {
     uint64_t cap = hash_cap(n);
     int64_t *t = st_malloc(cap * sizeof *t);
     memset(t, 0xff, cap * sizeof *t); /* all -1 */
@@ -246,8 +245,9 @@ static int check_tensor_data(gguf_file *f, gguf_cur *c) {
     f->data_off = (end_info + a - 1) / a * a;
     if (f->n_tensors == 0) return 0;
     if (f->data_off > f->size) {
-        gguf_err(c, end_info, "truncated: the data section would start at byte %" PRIu64
-                 ", past the end of the file (%zu bytes)", f->data_off, f->size);
+        gguf_err(c, end_info,
+                 "truncated: the data section would start at byte %" PRIu64 ", past the end of the file (%zu bytes)",
+                 f->data_off, f->size);
         return -1;
     }
     uint64_t room = f->size - f->data_off;
@@ -260,8 +260,10 @@ static int check_tensor_data(gguf_file *f, gguf_cur *c) {
             return -1;
         }
         if (t->offset > room || t->size > room - t->offset) {
-            gguf_err(c, at, "tensor '%.80s': data (offset %" PRIu64 ", %" PRIu64 " bytes) runs past the end of "
-                     "the file (%" PRIu64 " bytes of data)", t->name, t->offset, t->size, room);
+            gguf_err(c, at,
+                     "tensor '%.80s': data (offset %" PRIu64 ", %" PRIu64 " bytes) runs past the end of "
+                     "the file (%" PRIu64 " bytes of data)",
+                     t->name, t->offset, t->size, room);
             return -1;
         }
         t->data = f->base + f->data_off + t->offset;
@@ -300,10 +302,11 @@ static int parse_header(gguf_cur *c, uint32_t *version, uint64_t *n_tensors, uin
     }
     if (v != 2 && v != 3) {
         if ((v & 0xffff) == 0)
-            gguf_err(c, 4, "unsupported GGUF version 0x%08x: the file looks big-endian; Strata reads "
-                     "little-endian files only", v);
-        else
-            gguf_err(c, 4, "unsupported GGUF version %u (Strata reads versions 2 and 3)", v);
+            gguf_err(c, 4,
+                     "unsupported GGUF version 0x%08x: the file looks big-endian; Strata reads "
+                     "little-endian files only",
+                     v);
+        else gguf_err(c, 4, "unsupported GGUF version %u (Strata reads versions 2 and 3)", v);
         return -1;
     }
     *version = v;

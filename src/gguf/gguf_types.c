@@ -40,8 +40,7 @@ int gguf_tensor_bytes(int type, int n_dims, const int64_t *ne, uint64_t *size, c
         nel *= ne[d];
     }
     if (ne[0] % blck) {
-        snprintf(msg, msg_n, "ne[0] = %" PRId64 " is not a multiple of the block size %d of %s", ne[0], blck,
-                 tname);
+        snprintf(msg, msg_n, "ne[0] = %" PRId64 " is not a multiple of the block size %d of %s", ne[0], blck, tname);
         return -1;
     }
     int64_t nblocks = nel / blck;

@@ -30,9 +30,7 @@ int64_t gguf_find_key(const gguf_file *f, const char *key) {
 
 const char *gguf_key(const gguf_file *f, int64_t i) { return i >= 0 && i < f->n_kv ? f->kv[i].key : NULL; }
 
-gguf_vtype gguf_kv_type(const gguf_file *f, int64_t i) {
-    return i >= 0 && i < f->n_kv ? f->kv[i].type : GGUF_T_COUNT;
-}
+gguf_vtype gguf_kv_type(const gguf_file *f, int64_t i) { return i >= 0 && i < f->n_kv ? f->kv[i].type : GGUF_T_COUNT; }
 
 /* Integer value of a scalar; -1 if not an integer type or outside int64.
  * bool counts as an integer only where allow_bool says so. */
@@ -40,23 +38,65 @@ static int scalar_i64(gguf_vtype t, const uint8_t *p, int allow_bool, int64_t *o
     switch (t) {
     case GGUF_T_UINT8: *out = p[0]; return 0;
     case GGUF_T_INT8: *out = (int8_t)p[0]; return 0;
-    case GGUF_T_BOOL: if (!allow_bool) return -1; *out = p[0]; return 0;
-    case GGUF_T_UINT16: { uint16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case GGUF_T_INT16: { int16_t v; memcpy(&v, p, 2); *out = v; return 0; }
+    case GGUF_T_BOOL:
+        if (!allow_bool) return -1;
+        *out = p[0];
+        return 0;
+    case GGUF_T_UINT16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case GGUF_T_INT16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
     case GGUF_T_UINT32: *out = gguf_rd_u32(p); return 0;
-    case GGUF_T_INT32: { int32_t v; memcpy(&v, p, 4); *out = v; return 0; }
-    case GGUF_T_UINT64: { uint64_t v = gguf_rd_u64(p); if (v > INT64_MAX) return -1; *out = (int64_t)v; return 0; }
-    case GGUF_T_INT64: { int64_t v; memcpy(&v, p, 8); *out = v; return 0; }
+    case GGUF_T_INT32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    case GGUF_T_UINT64: {
+        uint64_t v = gguf_rd_u64(p);
+        if (v > INT64_MAX) return -1;
+        *out = (int64_t)v;
+        return 0;
+    }
+    case GGUF_T_INT64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        *out = v;
+        return 0;
+    }
     default: return -1;
     }
 }
 
 static int scalar_f64(gguf_vtype t, const uint8_t *p, double *out) {
-    if (t == GGUF_T_FLOAT32) { float v; memcpy(&v, p, 4); *out = v; return 0; }
-    if (t == GGUF_T_FLOAT64) { memcpy(out, p, 8); return 0; }
+    if (t == GGUF_T_FLOAT32) {
+        float v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    if (t == GGUF_T_FLOAT64) {
+        memcpy(out, p, 8);
+        return 0;
+    }
     int64_t i;
-    if (t == GGUF_T_UINT64) { *out = (double)gguf_rd_u64(p); return 0; }
-    if (scalar_i64(t, p, 1, &i) == 0) { *out = (double)i; return 0; }
+    if (t == GGUF_T_UINT64) {
+        *out = (double)gguf_rd_u64(p);
+        return 0;
+    }
+    if (scalar_i64(t, p, 1, &i) == 0) {
+        *out = (double)i;
+        return 0;
+    }
     return -1;
 }
 

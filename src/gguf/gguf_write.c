@@ -29,14 +29,14 @@ typedef struct {
 } w_tensor;
 
 struct gguf_writer {
-    uint8_t *buf;       /* encoded key-values */
+    uint8_t *buf; /* encoded key-values */
     size_t n, cap;
-    char **keys;        /* (n_kv) for duplicate checks */
+    char **keys; /* (n_kv) for duplicate checks */
     int64_t n_kv, keys_cap;
-    w_tensor *t;        /* (n_t) */
+    w_tensor *t; /* (n_t) */
     int64_t n_t, t_cap;
     uint32_t alignment;
-    char err[600];      /* first declaration error, reported by gguf_writer_write */
+    char err[600]; /* first declaration error, reported by gguf_writer_write */
 };
 
 static void werr(gguf_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -109,7 +109,10 @@ static int begin_kv(gguf_writer *w, const char *key, gguf_vtype type) {
 
 void gguf_w_u32(gguf_writer *w, const char *key, uint32_t v) {
     if (!strcmp(key, "general.alignment")) {
-        if (v == 0 || (v & (v - 1))) { werr(w, "general.alignment = %u is not a nonzero power of two", v); return; }
+        if (v == 0 || (v & (v - 1))) {
+            werr(w, "general.alignment = %u is not a nonzero power of two", v);
+            return;
+        }
         w->alignment = v;
     }
     if (begin_kv(w, key, GGUF_T_UINT32)) put_u32(w, v);
@@ -140,10 +143,16 @@ void gguf_w_str(gguf_writer *w, const char *key, const char *v) {
 
 void gguf_w_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, const void *data, uint64_t n) {
     size_t esz = gguf_scalar_size(elem_type);
-    if (!esz) { werr(w, "key '%.80s': gguf_w_arr takes scalar elements, not %s", key, gguf_type_name(elem_type)); return; }
+    if (!esz) {
+        werr(w, "key '%.80s': gguf_w_arr takes scalar elements, not %s", key, gguf_type_name(elem_type));
+        return;
+    }
     if (elem_type == GGUF_T_BOOL)
         for (uint64_t j = 0; j < n; j++)
-            if (((const uint8_t *)data)[j] > 1) { werr(w, "key '%.80s': bool element %" PRIu64 " is not 0 or 1", key, j); return; }
+            if (((const uint8_t *)data)[j] > 1) {
+                werr(w, "key '%.80s': bool element %" PRIu64 " is not 0 or 1", key, j);
+                return;
+            }
     if (!begin_kv(w, key, GGUF_T_ARRAY)) return;
     put_u32(w, elem_type);
     put_u64(w, n);
@@ -170,7 +179,10 @@ void gguf_w_raw(gguf_writer *w, const char *key, gguf_vtype type, const void *by
     }
     if (!strcmp(key, "general.alignment")) {
         uint32_t a = type == GGUF_T_UINT32 ? gguf_rd_u32(bytes) : 0;
-        if (a == 0 || (a & (a - 1))) { werr(w, "general.alignment must be a uint32 power of two"); return; }
+        if (a == 0 || (a & (a - 1))) {
+            werr(w, "general.alignment must be a uint32 power of two");
+            return;
+        }
         w->alignment = a;
     }
     if (begin_kv(w, key, type)) put(w, bytes, n);
@@ -178,17 +190,24 @@ void gguf_w_raw(gguf_writer *w, const char *key, gguf_vtype type, const void *by
 
 void gguf_w_tensor(gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne) {
     if (!name_ok(w, "tensor name", name)) return;
-    if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
-        { werr(w, "tensor '%.80s': n_dims = %d, must be 1..%d", name, n_dims, GGUF_MAX_DIMS); return; }
+    if (n_dims < 1 || n_dims > GGUF_MAX_DIMS) {
+        werr(w, "tensor '%.80s': n_dims = %d, must be 1..%d", name, n_dims, GGUF_MAX_DIMS);
+        return;
+    }
     for (int64_t i = 0; i < w->n_t; i++)
-        if (!strcmp(w->t[i].name, name)) { werr(w, "duplicate tensor name '%.80s'", name); return; }
+        if (!strcmp(w->t[i].name, name)) {
+            werr(w, "duplicate tensor name '%.80s'", name);
+            return;
+        }
     w_tensor t = {0};
     t.type = type;
     t.n_dims = n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
     char msg[160];
-    if (gguf_tensor_bytes(type, n_dims, t.ne, &t.size, msg, sizeof msg) < 0)
-        { werr(w, "tensor '%.80s': %s", name, msg); return; }
+    if (gguf_tensor_bytes(type, n_dims, t.ne, &t.size, msg, sizeof msg) < 0) {
+        werr(w, "tensor '%.80s': %s", name, msg);
+        return;
+    }
     t.name = st_strdup(name);
     if (w->n_t == w->t_cap) {
         w->t_cap = w->t_cap ? 2 * w->t_cap : 16;

@@ -22,17 +22,17 @@
 #define GLM4MOE_KV_LEADING_DENSE      "leading_dense_block_count"
 #define GLM4MOE_KV_EXPERT_SHARED      "expert_shared_count"
 #define GLM4MOE_KV_EXPERT_SCALE       "expert_weights_scale"
-#define GLM4MOE_KV_EXPERT_NORM        "expert_weights_norm"   /* bool */
-#define GLM4MOE_KV_EXPERT_GATING_FUNC "expert_gating_func"    /* 1 softmax, 2 sigmoid */
+#define GLM4MOE_KV_EXPERT_NORM        "expert_weights_norm" /* bool */
+#define GLM4MOE_KV_EXPERT_GATING_FUNC "expert_gating_func"  /* 1 softmax, 2 sigmoid */
 #define GLM4MOE_KV_ROPE_DIMS          "rope.dimension_count"
 #define GLM4MOE_KV_NEXTN              "nextn_predict_layers"
 
-#define GLM4MOE_T_ATTN_Q_BIAS    "attn_q.bias"
-#define GLM4MOE_T_ATTN_K_BIAS    "attn_k.bias"
-#define GLM4MOE_T_ATTN_V_BIAS    "attn_v.bias"
-#define GLM4MOE_T_EXP_PROBS_B    "exp_probs_b.bias"
-#define GLM4MOE_T_FFN_GATE       "ffn_gate.weight"
-#define GLM4MOE_T_FFN_UP         "ffn_up.weight"
-#define GLM4MOE_T_FFN_DOWN       "ffn_down.weight"
+#define GLM4MOE_T_ATTN_Q_BIAS "attn_q.bias"
+#define GLM4MOE_T_ATTN_K_BIAS "attn_k.bias"
+#define GLM4MOE_T_ATTN_V_BIAS "attn_v.bias"
+#define GLM4MOE_T_EXP_PROBS_B "exp_probs_b.bias"
+#define GLM4MOE_T_FFN_GATE    "ffn_gate.weight"
+#define GLM4MOE_T_FFN_UP      "ffn_up.weight"
+#define GLM4MOE_T_FFN_DOWN    "ffn_down.weight"
 
 #endif

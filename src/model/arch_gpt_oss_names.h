@@ -24,11 +24,11 @@
 #define GPT_OSS_KV_ROPE_FACTOR    "rope.scaling.factor"
 #define GPT_OSS_KV_ROPE_ORIG_CTX  "rope.scaling.original_context_length"
 
-#define GPT_OSS_T_ATTN_OUT_BIAS   "attn_output.bias"
-#define GPT_OSS_T_ATTN_SINKS      "attn_sinks.weight"
-#define GPT_OSS_T_GATE_INP_BIAS   "ffn_gate_inp.bias"
-#define GPT_OSS_T_GATE_EXPS_BIAS  "ffn_gate_exps.bias"
-#define GPT_OSS_T_UP_EXPS_BIAS    "ffn_up_exps.bias"
-#define GPT_OSS_T_DOWN_EXPS_BIAS  "ffn_down_exps.bias"
+#define GPT_OSS_T_ATTN_OUT_BIAS  "attn_output.bias"
+#define GPT_OSS_T_ATTN_SINKS     "attn_sinks.weight"
+#define GPT_OSS_T_GATE_INP_BIAS  "ffn_gate_inp.bias"
+#define GPT_OSS_T_GATE_EXPS_BIAS "ffn_gate_exps.bias"
+#define GPT_OSS_T_UP_EXPS_BIAS   "ffn_up_exps.bias"
+#define GPT_OSS_T_DOWN_EXPS_BIAS "ffn_down_exps.bias"
 
 #endif

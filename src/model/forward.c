@@ -37,14 +37,14 @@ struct model_ctx {
     float *g, *u;                       /* n_ff (dense) */
     float *router;                      /* n_expert */
     /* hybrid families */
-    float *qg, *gate;                   /* 2 x q width (query and gate rows of attn_q), q width */
-    float *sqkv, *sz, *sb, *sa, *so;    /* DeltaNet: conv_dim, value_dim, 2*n_v (beta, or fused ba), n_v, value_dim */
-    float *shg, *shu, *sho, *shgate;    /* shared expert: n_ff_shexp x2, n_embd, 1 */
-    float *logits;                      /* n_vocab, [n_ubatch] rows */
-    int32_t *ids;                       /* token ids copied to the device */
-    mla_bufs *mla;                      /* deepseek2's latent attention (forward_mla.c), or NULL */
-    model_split split;                  /* the layers this process runs (forward.h); il1 0: no split */
-    float *hop;                         /* host copy of x for the ring, [n_ubatch][n_embd], split only */
+    float *qg, *gate;                /* 2 x q width (query and gate rows of attn_q), q width */
+    float *sqkv, *sz, *sb, *sa, *so; /* DeltaNet: conv_dim, value_dim, 2*n_v (beta, or fused ba), n_v, value_dim */
+    float *shg, *shu, *sho, *shgate; /* shared expert: n_ff_shexp x2, n_embd, 1 */
+    float *logits;                   /* n_vocab, [n_ubatch] rows */
+    int32_t *ids;                    /* token ids copied to the device */
+    mla_bufs *mla;                   /* deepseek2's latent attention (forward_mla.c), or NULL */
+    model_split split;               /* the layers this process runs (forward.h); il1 0: no split */
+    float *hop;                      /* host copy of x for the ring, [n_ubatch][n_embd], split only */
 };
 
 /* Whether this process embeds and applies the output head (all but a split's followers). */
@@ -96,9 +96,8 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
 void model_ctx_free(model_ctx *c) {
     if (!c) return;
     st_backend *be = c->be;
-    void *bufs[] = {c->x,  c->h,    c->o,  c->q,  c->att, c->k,   c->v,   c->g,   c->u,   c->router,
-                    c->qg, c->gate, c->sqkv, c->sz, c->sb, c->sa, c->so, c->shg, c->shu, c->sho,
-                    c->shgate, c->logits, c->ids};
+    void *bufs[] = {c->x,    c->h,  c->o,  c->q,  c->att, c->k,   c->v,   c->g,   c->u,      c->router, c->qg, c->gate,
+                    c->sqkv, c->sz, c->sb, c->sa, c->so,  c->shg, c->shu, c->sho, c->shgate, c->logits, c->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     mla_bufs_free(c->mla, be);
@@ -197,8 +196,7 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         if (l->attn_sinks)
             be->attention_sinks(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0,
                                 l->attn_sinks, att);
-        else
-            be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
+        else be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
         r += n;
     }
     if (gated) be->sigmoid_mul(be, c->att, c->gate, qw, qw, rows);
@@ -208,8 +206,8 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
 /* A hybrid family's gated DeltaNet layer, rows stacked as in attention_block:
  * the projections run on all rows at once, the recurrence per sequence on its
  * own state (kv[s][il]). On entry h = norm(x); on return as attention_block's. */
-static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, const int *n_tok,
-                            int n_seq, int rows) {
+static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq,
+                            int rows) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
     st_backend *be = c->be;
@@ -251,8 +249,8 @@ static void ffn_block(model_ctx *c, int il, int n, int last) {
 
     if (model_layer_moe(hp, il)) {
         /* softmax routing (qwen), or sigmoid with a selection bias and a scale (glm4moe) */
-        const st_moe_gating gt = {hp->gate_fn, hp->norm_topk, l->exp_probs_b, hp->expert_scale, hp->n_group,
-                                  hp->n_group_used};
+        const st_moe_gating gt = {hp->gate_fn,      hp->norm_topk, l->exp_probs_b,
+                                  hp->expert_scale, hp->n_group,   hp->n_group_used};
         if (l->ffn_gate_inp_b) be->add(be, c->router, l->ffn_gate_inp_b, hp->n_expert, n); /* gpt-oss */
         be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, &gt, hp->act, &l->ffn_gate_exps,
                     &l->ffn_up_exps, &l->ffn_down_exps, c->o);
@@ -274,17 +272,15 @@ static void ffn_block(model_ctx *c, int il, int n, int last) {
         be->matmul_multi(be, 2, w, c->h, y, n);
         be->act_mul(be, hp->act, c->g, c->u, c->g, (int64_t)n * hp->n_ff);
         if (!l->post_ffn_norm && il + 1 < last) { /* the down product joins x, then the next layer's norm */
-            be->matmul_res_norm(be, &l->ffn_down, c->g, c->o, c->x, c->m->layers[il + 1].attn_norm, hp->rms_eps,
-                                c->h, NULL, NULL, n);
+            be->matmul_res_norm(be, &l->ffn_down, c->g, c->o, c->x, c->m->layers[il + 1].attn_norm, hp->rms_eps, c->h,
+                                NULL, NULL, n);
             return;
         }
         be->matmul(be, &l->ffn_down, 0, c->g, c->o, n);
     }
     if (l->post_ffn_norm) be->rmsnorm(be, c->o, NULL, l->post_ffn_norm, c->o, hp->n_embd, n, hp->rms_eps);
-    if (il + 1 < last)
-        be->rmsnorm(be, c->x, c->o, c->m->layers[il + 1].attn_norm, c->h, hp->n_embd, n, hp->rms_eps);
-    else
-        be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
+    if (il + 1 < last) be->rmsnorm(be, c->x, c->o, c->m->layers[il + 1].attn_norm, c->h, hp->n_embd, n, hp->rms_eps);
+    else be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
 }
 
 /* One step's ops (backend run_step): what a step touches, and nothing that
@@ -319,8 +315,7 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
         } else if (c->mla) { /* deepseek2: multi-head latent attention (forward_mla.c) */
             const float *vo = mla_attention(m, be, c->mla, il, c->h, c->q, c->k, c->att, kv, pos0, n_tok, n_seq, rows);
             block_out(c, il, &m->layers[il].wo, vo, NULL, NULL, rows);
-        } else
-            attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
+        } else attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
         ffn_block(c, il, rows, il1);
     }
     if (!split) return;
@@ -339,8 +334,7 @@ static void step_body(void *arg, int pos0) {
     layers(c, &kv, &pos0, &a->n, 1, a->n);
     if (!a->rows || !has_ends(c)) return; /* an intermediate prompt chunk: only its KV is needed */
     /* only the rows whose logits are wanted go through the output matrix */
-    be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, NULL, m->output_norm, c->h, hp->n_embd, a->rows,
-                hp->rms_eps);
+    be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, NULL, m->output_norm, c->h, hp->n_embd, a->rows, hp->rms_eps);
     if (a->hidden) return;
     be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
 }
@@ -454,8 +448,7 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         if (has_ends(c)) be->to_device(be, c->ids, tok, (size_t)rows * sizeof(int32_t));
         be->run_step(be, rows, pos[0], batch_body, &a, sizeof a);
         int out_rows = 0;
-        for (int s = skip; s < n_seq; s++)
-            out_rows += all ? n_tok[s] : 1;
+        for (int s = skip; s < n_seq; s++) out_rows += all ? n_tok[s] : 1;
         if (out_rows && has_ends(c)) be->to_host(be, logits, c->logits, (size_t)out_rows * nv * sizeof(float));
         return;
     }

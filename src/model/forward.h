@@ -25,7 +25,7 @@ void model_ctx_free(model_ctx *c);
  * once, before the first step; NULL split: the whole model (the default). */
 typedef struct {
     int il0, il1;
-    int ends; /* embeds and applies the output head */
+    int ends;                                          /* embeds and applies the output head */
     void (*send)(void *ctx, const float *x, size_t n); /* to the next process */
     void (*recv)(void *ctx, float *x, size_t n);       /* from the previous one */
     void *ctx;

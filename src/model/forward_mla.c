@@ -31,17 +31,15 @@
 #include "core/log.h"
 
 struct mla_bufs {
-    float *qa;      /* [B][q_lora] */
-    float *qf;      /* [B][n_head * head_dim_mla] */
-    float *kva;     /* [B][kv_lora + n_rot] */
-    float *hp;      /* [B][n_head][max(nope, kv_lora)] every head's packed product (input or output) */
-    float *vo;      /* [B][n_head * v_head_mla] */
-    float *div;     /* [n_rot / 2] YaRN frequency divisors (backend memory), or NULL */
+    float *qa;  /* [B][q_lora] */
+    float *qf;  /* [B][n_head * head_dim_mla] */
+    float *kva; /* [B][kv_lora + n_rot] */
+    float *hp;  /* [B][n_head][max(nope, kv_lora)] every head's packed product (input or output) */
+    float *vo;  /* [B][n_head * v_head_mla] */
+    float *div; /* [n_rot / 2] YaRN frequency divisors (backend memory), or NULL */
 };
 
-static float *balloc(st_backend *be, size_t n) {
-    return be->alloc(be, n * sizeof(float));
-}
+static float *balloc(st_backend *be, size_t n) { return be->alloc(be, n * sizeof(float)); }
 
 mla_bufs *mla_bufs_create(const model *m, st_backend *be, int n_ubatch) {
     const model_hparams *hp = &m->hp;
@@ -68,9 +66,8 @@ void mla_bufs_free(mla_bufs *b, st_backend *be) {
     st_free(b);
 }
 
-const float *mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q,
-                          float *krow, float *att, st_kv_layer *const *kv, const int *pos0, const int *n_tok,
-                          int n_seq, int rows) {
+const float *mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q, float *krow,
+                           float *att, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq, int rows) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
     const int R = hp->n_rot, C = hp->kv_lora, D = hp->head_dim_mla, N = D - R;
@@ -105,8 +102,7 @@ const float *mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, 
         float *qs = q + (size_t)r * H * HD, *ks = krow + (size_t)r * HD;
         /* the row is its own value row: k and v are the same array here and in the cache */
         be->qkv_prep(be, qs, ks, ks, NULL, NULL, hp->rms_eps, n, H, &rope, &kv[s][il], pos0[s]);
-        be->attention(be, qs, &kv[s][il], n, pos0[s], H, hp->attn_scale, 0,
-                      att + (size_t)r * H * HD);
+        be->attention(be, qs, &kv[s][il], n, pos0[s], H, hp->attn_scale, 0, att + (size_t)r * H * HD);
         r += n;
     }
     /* each head's latent output through W_vb[head] to its values (vo is [rows][H][V]) */

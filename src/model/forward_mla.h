@@ -17,8 +17,7 @@ void mla_bufs_free(mla_bufs *b, st_backend *be);
  * kv_lora + n_rot, the cache row). Returns the heads' values [rows][n_head *
  * v_head] (b's memory) for the output projection, which the caller joins to
  * the residual stream (forward.c's block_out). */
-const float *mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q,
-                           float *krow, float *att, st_kv_layer *const *kv, const int *pos0, const int *n_tok,
-                           int n_seq, int rows);
+const float *mla_attention(const model *m, st_backend *be, mla_bufs *b, int il, const float *h, float *q, float *krow,
+                           float *att, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq, int rows);
 
 #endif

@@ -42,40 +42,40 @@ int model_arch_from_name(const char *name, uint64_t len); /* -1 if unsupported *
 typedef struct {
     model_arch arch;
     int n_layer;
-    int n_embd;          /* d_model */
+    int n_embd; /* d_model */
     int n_head, n_head_kv;
-    int head_dim;        /* key/query head size (= value head size for these families) */
-    int n_ff;            /* dense FFN width */
+    int head_dim; /* key/query head size (= value head size for these families) */
+    int n_ff;     /* dense FFN width */
     int n_vocab;
     int n_ctx_train;
     int n_expert, n_expert_used, n_ff_exp; /* MoE; n_expert = 0 for dense */
-    int norm_topk;       /* renormalise the top-k routing weights */
+    int norm_topk;                         /* renormalise the top-k routing weights */
     float rms_eps;
-    float rope_theta;    /* global layers */
-    float rope_theta_swa;/* sliding-window layers (gemma3) */
+    float rope_theta;      /* global layers */
+    float rope_theta_swa;  /* sliding-window layers (gemma3) */
     float rope_freq_scale; /* 1/linear scaling factor, global layers */
     int rope_neox;
-    int n_swa;           /* sliding window size, 0 = none */
-    int swa_pattern;     /* layer il is global when (il % swa_pattern) == swa_pattern-1; 0 = all global */
-    float attn_scale;    /* multiplies q.k */
-    float embd_scale;    /* multiplies the token embedding (gemma: sqrt(n_embd)) */
+    int n_swa;        /* sliding window size, 0 = none */
+    int swa_pattern;  /* layer il is global when (il % swa_pattern) == swa_pattern-1; 0 = all global */
+    float attn_scale; /* multiplies q.k */
+    float embd_scale; /* multiplies the token embedding (gemma: sqrt(n_embd)) */
     st_act act;
     int qkv_bias, qk_norm, post_norms;
     /* hybrid (qwen3next, qwen35moe): layer il is a gated attention layer when
      * (il + 1) % full_attn_interval == 0, else a gated DeltaNet; 0 = not hybrid */
     int full_attn_interval;
-    int n_rot;           /* rotated values per head (partial rotary), = head_dim unless set */
-    int ssm_d_conv;      /* DeltaNet: convolution width */
+    int n_rot;                                    /* rotated values per head (partial rotary), = head_dim unless set */
+    int ssm_d_conv;                               /* DeltaNet: convolution width */
     int ssm_n_k_head, ssm_n_v_head, ssm_head_dim; /* key/query heads, value heads, their size */
-    int ba_fused;        /* qwen3next: beta and alpha in one tensor (ssm_ba), and the value heads
-                            of one key head adjacent (st_gdn k_grouped); qwen35moe: key heads tiled */
-    int n_ff_shexp;      /* shared expert width, 0 = none */
-    int shexp_gated;     /* the shared expert's output is scaled by sigmoid(ffn_gate_inp_shexp . h) (the hybrids) */
-    int n_dense_lead;    /* the first layers have a dense FFN, the others experts (glm4moe: 1); 0 = all MoE */
-    int ffn_norm_post;   /* the pre-FFN norm is GGUF's post_attention_norm (the hybrids, glm4moe) */
-    st_gate_fn gate_fn;  /* routing: softmax (qwen) or sigmoid (glm4moe) of the router logits */
-    float expert_scale;  /* routed scaling factor of the expert weights, 1 = none */
-    int exp_bias;        /* MoE layers have a selection bias, exp_probs_b (glm4moe, deepseek2) */
+    int ba_fused;       /* qwen3next: beta and alpha in one tensor (ssm_ba), and the value heads
+                           of one key head adjacent (st_gdn k_grouped); qwen35moe: key heads tiled */
+    int n_ff_shexp;     /* shared expert width, 0 = none */
+    int shexp_gated;    /* the shared expert's output is scaled by sigmoid(ffn_gate_inp_shexp . h) (the hybrids) */
+    int n_dense_lead;   /* the first layers have a dense FFN, the others experts (glm4moe: 1); 0 = all MoE */
+    int ffn_norm_post;  /* the pre-FFN norm is GGUF's post_attention_norm (the hybrids, glm4moe) */
+    st_gate_fn gate_fn; /* routing: softmax (qwen) or sigmoid (glm4moe) of the router logits */
+    float expert_scale; /* routed scaling factor of the expert weights, 1 = none */
+    int exp_bias;       /* MoE layers have a selection bias, exp_probs_b (glm4moe, deepseek2) */
     int n_group, n_group_used; /* group-limited routing (deepseek2): experts in n_group groups, the best
                                   n_group_used kept; 0 = none */
     /* deepseek2's multi-head latent attention (kv_lora > 0): head_dim is the
@@ -106,56 +106,58 @@ static inline int model_layer_recurrent(const model_hparams *hp, int il) {
 }
 
 typedef struct {
-    const float *attn_norm;          /* (n_embd) */
-    st_weight wq, wk, wv, wo;        /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) x2, (n_head*hd -> n_embd) */
-    const float *bq, *bk, *bv;       /* biases (qwen2) or NULL */
-    const float *q_norm, *k_norm;    /* (head_dim), qwen3/gemma3, or NULL */
-    const float *post_attn_norm;     /* (n_embd), gemma3, or NULL */
-    const float *ffn_norm;           /* (n_embd) */
-    st_weight ffn_gate, ffn_up, ffn_down;             /* dense: (n_embd -> n_ff) x2, (n_ff -> n_embd) */
-    const float *post_ffn_norm;      /* (n_embd), gemma3, or NULL */
-    st_weight ffn_gate_inp;          /* router (n_embd -> n_expert) */
-    st_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps; /* (n_expert x [n_embd -> n_ff_exp]), down (n_ff_exp -> n_embd) */
-    const float *exp_probs_b;        /* (n_expert) expert selection bias (glm4moe, deepseek2), or NULL */
+    const float *attn_norm;       /* (n_embd) */
+    st_weight wq, wk, wv, wo;     /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) x2, (n_head*hd -> n_embd) */
+    const float *bq, *bk, *bv;    /* biases (qwen2) or NULL */
+    const float *q_norm, *k_norm; /* (head_dim), qwen3/gemma3, or NULL */
+    const float *post_attn_norm;  /* (n_embd), gemma3, or NULL */
+    const float *ffn_norm;        /* (n_embd) */
+    st_weight ffn_gate, ffn_up, ffn_down; /* dense: (n_embd -> n_ff) x2, (n_ff -> n_embd) */
+    const float *post_ffn_norm;           /* (n_embd), gemma3, or NULL */
+    st_weight ffn_gate_inp;               /* router (n_embd -> n_expert) */
+    st_weight ffn_gate_exps, ffn_up_exps,
+        ffn_down_exps;        /* (n_expert x [n_embd -> n_ff_exp]), down (n_ff_exp -> n_embd) */
+    const float *exp_probs_b; /* (n_expert) expert selection bias (glm4moe, deepseek2), or NULL */
     /* multi-head latent attention (deepseek2); nope = head_dim_mla - n_rot */
-    st_weight wq_a;                  /* (n_embd -> q_lora) */
-    const float *q_a_norm;           /* (q_lora) */
-    st_weight wq_b;                  /* (q_lora -> n_head*head_dim_mla); or wq (n_embd -> the same) when q_lora = 0 */
-    st_weight wkv_a;                 /* (n_embd -> kv_lora + n_rot): latent, then the shared rope key */
-    const float *kv_a_norm;          /* (kv_lora) */
-    st_weight wk_b;                  /* (n_head x [nope -> kv_lora]): a head's q_nope into the latent space */
-    st_weight wv_b;                  /* (n_head x [kv_lora -> v_head_mla]): a head's latent output to its values */
+    st_weight wq_a;         /* (n_embd -> q_lora) */
+    const float *q_a_norm;  /* (q_lora) */
+    st_weight wq_b;         /* (q_lora -> n_head*head_dim_mla); or wq (n_embd -> the same) when q_lora = 0 */
+    st_weight wkv_a;        /* (n_embd -> kv_lora + n_rot): latent, then the shared rope key */
+    const float *kv_a_norm; /* (kv_lora) */
+    st_weight wk_b;         /* (n_head x [nope -> kv_lora]): a head's q_nope into the latent space */
+    st_weight wv_b;         /* (n_head x [kv_lora -> v_head_mla]): a head's latent output to its values */
     /* gpt-oss; the per-expert biases ((n_expert x n_ff_exp) x2, (n_expert x n_embd)) are
      * ffn_{gate,up,down}_exps.bias, so that they travel with their experts */
-    const float *attn_sinks;         /* (n_head) logit of each head's sink in the softmax, or NULL */
-    const float *bo;                 /* (n_embd) attn_output bias, or NULL */
-    const float *ffn_gate_inp_b;     /* (n_expert) router bias, or NULL */
+    const float *attn_sinks;     /* (n_head) logit of each head's sink in the softmax, or NULL */
+    const float *bo;             /* (n_embd) attn_output bias, or NULL */
+    const float *ffn_gate_inp_b; /* (n_expert) router bias, or NULL */
     /* hybrid families (qwen3next, qwen35moe). Gated attention layers: wq is
      * (n_embd -> n_head*2*hd), per head hd query rows then hd gate rows.
      * ffn_norm is GGUF's post_attention_norm there. */
-    st_weight ffn_gate_inp_shexp;    /* shared expert's gate (n_embd -> 1) */
+    st_weight ffn_gate_inp_shexp;                           /* shared expert's gate (n_embd -> 1) */
     st_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* (n_embd -> n_ff_shexp) x2, (n_ff_shexp -> n_embd) */
     /* DeltaNet layers; conv_dim = 2*n_k*hd + n_v*hd, value_dim = n_v*hd */
-    st_weight ssm_qkv;               /* attn_qkv (n_embd -> conv_dim): q | k | v */
-    st_weight ssm_z;                 /* attn_gate (n_embd -> value_dim): the output gate z */
-    st_weight ssm_beta, ssm_alpha;   /* (n_embd -> n_v) each (qwen35moe) */
-    st_weight ssm_ba;                /* (n_embd -> 2*n_v), grouped per key head (qwen3next) */
-    const float *ssm_conv;           /* (conv_dim x d_conv) causal convolution */
-    const float *ssm_dt;             /* (n_v) bias of alpha */
-    const float *ssm_a;              /* (n_v) -exp(A_log) */
-    const float *ssm_norm;           /* (hd) output RMS norm */
-    st_weight ssm_out;               /* (value_dim -> n_embd) */
+    st_weight ssm_qkv;             /* attn_qkv (n_embd -> conv_dim): q | k | v */
+    st_weight ssm_z;               /* attn_gate (n_embd -> value_dim): the output gate z */
+    st_weight ssm_beta, ssm_alpha; /* (n_embd -> n_v) each (qwen35moe) */
+    st_weight ssm_ba;              /* (n_embd -> 2*n_v), grouped per key head (qwen3next) */
+    const float *ssm_conv;         /* (conv_dim x d_conv) causal convolution */
+    const float *ssm_dt;           /* (n_v) bias of alpha */
+    const float *ssm_a;            /* (n_v) -exp(A_log) */
+    const float *ssm_norm;         /* (hd) output RMS norm */
+    st_weight ssm_out;             /* (value_dim -> n_embd) */
 } model_layer;
 
 typedef struct model {
     model_hparams hp;
     gguf_file *file;
-    st_weight tok_embd;              /* (n_vocab rows of n_embd) */
-    const float *output_norm;        /* (n_embd) */
-    st_weight output;                /* (n_embd -> n_vocab); tok_embd when tied */
-    const float *rope_freqs;         /* (n_rot/2) rotary frequency divisors (Llama 3.1+ rope_freqs.weight; YaRN's, made at load), or NULL */
-    model_layer *layers;             /* (n_layer) */
-    float **owned;                   /* f32 copies of non-f32 norm vectors, freed with the model */
+    st_weight tok_embd;       /* (n_vocab rows of n_embd) */
+    const float *output_norm; /* (n_embd) */
+    st_weight output;         /* (n_embd -> n_vocab); tok_embd when tied */
+    const float *rope_freqs;  /* (n_rot/2) rotary frequency divisors (Llama 3.1+ rope_freqs.weight; YaRN's, made at
+                                 load), or NULL */
+    model_layer *layers;      /* (n_layer) */
+    float **owned;            /* f32 copies of non-f32 norm vectors, freed with the model */
     int n_owned;
 } model;
 
@@ -173,28 +175,38 @@ void model_free(model *m);
  * family has, and model_each_tensor, placement and the byte counts walk the
  * same rows, so a tensor is added in one place. Shapes name hyper-parameters. */
 typedef enum {
-    MD_ONE, MD_EMBD, MD_Q, MD_KV, MD_HEAD, MD_FF, MD_FF_EXP, MD_EXPERT,
-    MD_QG,        /* gated attention's query + gate rows: 2 * n_head * head_dim */
-    MD_FF_SHEXP,  /* shared expert width */
-    MD_CONV,      /* DeltaNet convolution channels: q | k | v */
-    MD_CONV_K,    /* its width */
-    MD_VALUE,     /* n_v * hd */
-    MD_VHEADS,    /* n_v */
-    MD_BA,        /* 2 * n_v */
-    MD_SSM_HEAD,  /* DeltaNet head size */
-    MD_Q_MLA,     /* MLA query width: n_head * head_dim_mla */
-    MD_QLORA,     /* q_lora */
-    MD_KV_A,      /* kv_lora + n_rot */
-    MD_KVLORA,    /* kv_lora */
-    MD_NOPE,      /* head_dim_mla - n_rot */
-    MD_V_MLA,     /* v_head_mla */
-    MD_HEADS,     /* n_head */
-    MD_O_MLA,     /* n_head * v_head_mla */
+    MD_ONE,
+    MD_EMBD,
+    MD_Q,
+    MD_KV,
+    MD_HEAD,
+    MD_FF,
+    MD_FF_EXP,
+    MD_EXPERT,
+    MD_QG,       /* gated attention's query + gate rows: 2 * n_head * head_dim */
+    MD_FF_SHEXP, /* shared expert width */
+    MD_CONV,     /* DeltaNet convolution channels: q | k | v */
+    MD_CONV_K,   /* its width */
+    MD_VALUE,    /* n_v * hd */
+    MD_VHEADS,   /* n_v */
+    MD_BA,       /* 2 * n_v */
+    MD_SSM_HEAD, /* DeltaNet head size */
+    MD_Q_MLA,    /* MLA query width: n_head * head_dim_mla */
+    MD_QLORA,    /* q_lora */
+    MD_KV_A,     /* kv_lora + n_rot */
+    MD_KVLORA,   /* kv_lora */
+    MD_NOPE,     /* head_dim_mla - n_rot */
+    MD_V_MLA,    /* v_head_mla */
+    MD_HEADS,    /* n_head */
+    MD_O_MLA,    /* n_head * v_head_mla */
 } model_dim;
 /* Which layers have a row: MW_ATTN and MW_QK_NORM hold in every layer of a
  * plain family and in the attention layers of a hybrid one. */
 typedef enum {
-    MW_ALWAYS, MW_QKV_BIAS, MW_QK_NORM, MW_POST_NORMS,
+    MW_ALWAYS,
+    MW_QKV_BIAS,
+    MW_QK_NORM,
+    MW_POST_NORMS,
     MW_MOE,           /* layers with routed experts */
     MW_DENSE_FFN,     /* layers with a dense FFN */
     MW_EXP_BIAS,      /* MoE layers of a family with a selection bias (glm4moe) */

@@ -15,7 +15,6 @@
 #include "core/switches.h"
 #include "quant/quant.h"
 
-
 typedef struct {
     gguf_file *f;
     const char *arch;
@@ -44,8 +43,7 @@ static float get_f32(loader *L, const char *suffix, float def) {
 
 /* Bind a 2-D or 3-D weight; shape ne = {n_in, n_out, n_mat}. Missing and
  * optional -> data NULL. */
-static st_weight get_weight(loader *L, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat,
-                            int required) {
+static st_weight get_weight(loader *L, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat, int required) {
     st_weight w = {0};
     if (L->failed) return w;
     const gguf_tensor *t = gguf_find_tensor(L->f, name);
@@ -60,8 +58,8 @@ static st_weight get_weight(loader *L, const char *name, int64_t n_in, int64_t n
     for (int d = 0; d < 3; d++) {
         int64_t have = d < t->n_dims ? t->ne[d] : 1;
         if (have != want[d]) {
-            st_error_set("%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
-                         gguf_path(L->f), name, (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 1),
+            st_error_set("%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", gguf_path(L->f),
+                         name, (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 1),
                          (long long)(t->n_dims > 2 ? t->ne[2] : 1), (long long)n_in, (long long)n_out,
                          (long long)n_mat);
             L->failed = 1;
@@ -69,8 +67,7 @@ static st_weight get_weight(loader *L, const char *name, int64_t n_in, int64_t n
         }
     }
     if (!qt_get(t->type) || !qt_get(t->type)->dequant) {
-        st_error_set("%s: tensor '%s' has type %d, which Strata cannot compute with", gguf_path(L->f), name,
-                     t->type);
+        st_error_set("%s: tensor '%s' has type %d, which Strata cannot compute with", gguf_path(L->f), name, t->type);
         L->failed = 1;
         return w;
     }
@@ -171,8 +168,8 @@ static int hybrid_hparams(loader *L, model_hparams *hp) {
         (hp->n_expert && hp->n_ff_shexp <= 0) || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
         st_error_set("%s: inconsistent DeltaNet hyper-parameters (interval %d, conv %d, inner %d, state %d, "
                      "heads %d/%d, shared ff %d, rope dims %d)",
-                     gguf_path(L->f), hp->full_attn_interval, hp->ssm_d_conv, inner, hp->ssm_head_dim,
-                     hp->ssm_n_k_head, hp->ssm_n_v_head, hp->n_ff_shexp, hp->n_rot);
+                     gguf_path(L->f), hp->full_attn_interval, hp->ssm_d_conv, inner, hp->ssm_head_dim, hp->ssm_n_k_head,
+                     hp->ssm_n_v_head, hp->n_ff_shexp, hp->n_rot);
         return -1;
     }
     /* a per-layer list of which layers are recurrent: only the regular pattern is supported */
@@ -196,9 +193,8 @@ static int hybrid_hparams(loader *L, model_hparams *hp) {
         for (int i = 0; i < hp->n_rot / 2; i++) {
             const int64_t sc = dims > 0 ? i % dims : 0;
             if (!(sc < 3 * sec[sc % 3])) {
-                st_error_set("%s: rope sections [%lld, %lld, %lld, %lld] leave rotated pair %d unset",
-                             gguf_path(L->f), (long long)sec[0], (long long)sec[1], (long long)sec[2],
-                             (long long)sec[3], i);
+                st_error_set("%s: rope sections [%lld, %lld, %lld, %lld] leave rotated pair %d unset", gguf_path(L->f),
+                             (long long)sec[0], (long long)sec[1], (long long)sec[2], (long long)sec[3], i);
                 return -1;
             }
         }
@@ -234,9 +230,9 @@ static int glm4moe_hparams(loader *L, model_hparams *hp) {
     hp->n_rot = get_u32(L, "rope.dimension_count", 0, (uint32_t)hp->head_dim);
     const int nextn = get_u32(L, "nextn_predict_layers", 0, 0);
     if (L->failed) return -1;
-    if ((gating != 1 && gating != 2) || groups > 1 || nextn < 0 || nextn >= hp->n_layer ||
-        hp->n_dense_lead < 0 || hp->n_dense_lead > hp->n_layer - nextn || n_shared < 0 ||
-        (hp->n_dense_lead > 0 && hp->n_ff <= 0) || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
+    if ((gating != 1 && gating != 2) || groups > 1 || nextn < 0 || nextn >= hp->n_layer || hp->n_dense_lead < 0 ||
+        hp->n_dense_lead > hp->n_layer - nextn || n_shared < 0 || (hp->n_dense_lead > 0 && hp->n_ff <= 0) ||
+        hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2) {
         st_error_set("%s: unsupported glm4moe hyper-parameters (gating %d, expert groups %d, nextn %d of %d "
                      "layers, dense lead %d, shared %d, ff %d, rope dims %d)",
                      gguf_path(L->f), gating, groups, nextn, hp->n_layer, hp->n_dense_lead, n_shared, hp->n_ff,
@@ -267,8 +263,8 @@ static int glm4moe_hparams(loader *L, model_hparams *hp) {
  * gpt-oss reference keeps them as they are. The divisors are m's (m->owned)
  * and become m->rope_freqs; the magnitude factor is each family's business
  * (the attention scale). */
-static void yarn_divisors(model *m, int n_dims, int orig_ctx, float factor, float beta_fast, float beta_slow,
-                          float ext, int round_out) {
+static void yarn_divisors(model *m, int n_dims, int orig_ctx, float factor, float beta_fast, float beta_slow, float ext,
+                          int round_out) {
     const double lb = 2.0 * log((double)m->hp.rope_theta);
     double lo = n_dims * log(orig_ctx / (beta_fast * 2.0 * M_PI)) / lb;
     double hi = n_dims * log(orig_ctx / (beta_slow * 2.0 * M_PI)) / lb;
@@ -326,23 +322,23 @@ static int deepseek2_hparams(loader *L, model_hparams *hp) {
         hp->n_dense_lead > hp->n_layer - nextn || n_shared < 0 || (hp->n_dense_lead > 0 && hp->n_ff <= 0) ||
         hp->kv_lora <= 0 || hp->q_lora < 0 || hp->n_rot <= 0 || hp->n_rot % 2 || nope < 1 || hp->v_head_mla <= 0 ||
         hp->n_head_kv != 1 || hp->head_dim != hp->kv_lora + hp->n_rot || vlen != hp->kv_lora ||
-        (hp->n_group > 1 && (hp->n_expert % hp->n_group || hp->n_group_used < 1 ||
-                             hp->n_group_used >= hp->n_group ||
+        (hp->n_group > 1 && (hp->n_expert % hp->n_group || hp->n_group_used < 1 || hp->n_group_used >= hp->n_group ||
                              hp->n_expert_used > hp->n_group_used * (hp->n_expert / hp->n_group))) ||
         hp->n_group < 0 || hp->n_group > 64) { /* cpu_route_groups' limit; V3 has 8 */
         st_error_set("%s: unsupported deepseek2 hyper-parameters (gating %d, nextn %d of %d layers, dense lead %d, "
                      "shared %d, kv heads %d, key/value length %d/%d for kv_lora_rank %d + rope %d, mla heads %d/%d, "
                      "expert groups %d/%d of %d experts)",
                      gguf_path(L->f), gating, nextn, hp->n_layer, hp->n_dense_lead, n_shared, hp->n_head_kv,
-                     hp->head_dim, vlen, hp->kv_lora, hp->n_rot, hp->head_dim_mla, hp->v_head_mla,
-                     hp->n_group_used, hp->n_group, hp->n_expert);
+                     hp->head_dim, vlen, hp->kv_lora, hp->n_rot, hp->head_dim_mla, hp->v_head_mla, hp->n_group_used,
+                     hp->n_group, hp->n_expert);
         return -1;
     }
     if (hp->n_group <= 1) hp->n_group = hp->n_group_used = 0;
     hp->n_layer -= nextn;
     if (gguf_find_tensor(L->f, "blk.0." DEEPSEEK2_T_ATTN_KV_B)) {
         st_error_set("%s: deepseek2 with an unsplit attn_kv_b (a GGUF from before llama.cpp's MLA split); "
-                     "convert it again with a current convert_hf_to_gguf.py", gguf_path(L->f));
+                     "convert it again with a current convert_hf_to_gguf.py",
+                     gguf_path(L->f));
         return -1;
     }
     /* the selection bias is optional per file (V3 has it, V2 not); all MoE layers alike */
@@ -440,8 +436,7 @@ static int yarn_hparams(loader *L, model *m) {
     const float log_mul = get_f32(L, "rope.scaling.yarn_log_multiplier", 0.0f);
     if (!(factor >= 1.0f) || orig <= 0 || log_mul != 0.0f || m->rope_freqs) {
         st_error_set("%s: unsupported YaRN parameters (factor %g, original context %d, log multiplier %g%s)",
-                     gguf_path(L->f), (double)factor, orig, (double)log_mul,
-                     m->rope_freqs ? ", with rope_freqs" : "");
+                     gguf_path(L->f), (double)factor, orig, (double)log_mul, m->rope_freqs ? ", with rope_freqs" : "");
         return -1;
     }
     const int d = hp->n_rot > 0 ? hp->n_rot : hp->head_dim;
@@ -459,7 +454,7 @@ typedef struct {
     const char *name; /* general.architecture, as llama.cpp writes it */
     int rope_neox;    /* rotate pairs (i, i + d/2), else adjacent pairs */
     int qkv_bias, qk_norm, post_norms;
-    int moe;          /* routed experts in every layer (moe_hparams) */
+    int moe; /* routed experts in every layer (moe_hparams) */
     st_act act;
     int (*extra)(loader *L, model_hparams *hp);
 } arch_def;
@@ -472,8 +467,8 @@ static const arch_def ARCHS[ARCH_COUNT] = {
     [ARCH_GEMMA3] = {"gemma3", 1, 0, 1, 1, 0, ST_ACT_GELU, gemma3_hparams},
     [ARCH_QWEN3NEXT] = {"qwen3next", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
     [ARCH_QWEN35MOE] = {"qwen35moe", 1, 0, 1, 0, 1, ST_ACT_SILU, hybrid_hparams},
-    [ARCH_QWEN35] = {"qwen35", 1, 0, 1, 0, 0, ST_ACT_SILU, hybrid_hparams}, /* qwen35moe with a dense FFN */
-    [ARCH_GLM4MOE] = {"glm4moe", 1, 0, 0, 0, 1, ST_ACT_SILU, glm4moe_hparams}, /* biases, norms: by the file */
+    [ARCH_QWEN35] = {"qwen35", 1, 0, 1, 0, 0, ST_ACT_SILU, hybrid_hparams},          /* qwen35moe with a dense FFN */
+    [ARCH_GLM4MOE] = {"glm4moe", 1, 0, 0, 0, 1, ST_ACT_SILU, glm4moe_hparams},       /* biases, norms: by the file */
     [ARCH_DEEPSEEK2] = {"deepseek2", 0, 0, 0, 0, 1, ST_ACT_SILU, deepseek2_hparams}, /* adjacent-pair rope */
     [ARCH_GPT_OSS] = {"gpt-oss", 1, 1, 0, 0, 1, ST_ACT_SWIGLU_OAI, gpt_oss_hparams},
 };
@@ -495,8 +490,8 @@ static int load_hparams(loader *L, model_hparams *hp) {
     if (L->failed) return -1;
     if (hp->n_layer <= 0 || hp->n_layer > 4096 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
         hp->n_head % hp->n_head_kv != 0 || hp->n_ctx_train <= 0) {
-        st_error_set("%s: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, ctx %d)",
-                     gguf_path(L->f), hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ctx_train);
+        st_error_set("%s: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, ctx %d)", gguf_path(L->f),
+                     hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ctx_train);
         return -1;
     }
     hp->head_dim = get_u32(L, "attention.key_length", 0, (uint32_t)(hp->n_embd / hp->n_head));

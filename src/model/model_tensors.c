@@ -12,11 +12,15 @@
 
 #include "model/model.h"
 
-#define W(name, field, in, out, mat, when, cls) {name, offsetof(model_layer, field), 0, in, out, mat, when, cls}
-#define V(name, field, n, when) {name, offsetof(model_layer, field), 1, n, MD_ONE, MD_ONE, when, MT_DENSE}
-#define V2(name, field, in, out, when) {name, offsetof(model_layer, field), 1, in, out, MD_ONE, when, MT_DENSE}
+#define W(name, field, in, out, mat, when, cls)                                                                        \
+    { name, offsetof(model_layer, field), 0, in, out, mat, when, cls }
+#define V(name, field, n, when)                                                                                        \
+    { name, offsetof(model_layer, field), 1, n, MD_ONE, MD_ONE, when, MT_DENSE }
+#define V2(name, field, in, out, when)                                                                                 \
+    { name, offsetof(model_layer, field), 1, in, out, MD_ONE, when, MT_DENSE }
 /* the bias of the weight at field (st_weight.bias), after the weight's row: it travels with its experts */
-#define WB(name, field, in, out, when) {name, offsetof(model_layer, field), 2, in, out, MD_ONE, when, MT_DENSE}
+#define WB(name, field, in, out, when)                                                                                 \
+    { name, offsetof(model_layer, field), 2, in, out, MD_ONE, when, MT_DENSE }
 
 const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     V("attn_norm.weight", attn_norm, MD_EMBD, MW_ALWAYS),

@@ -34,107 +34,342 @@
 #include "model/synth_internal.h"
 #include "quant/quant.h"
 
-#define WEIGHT_STD 0.02f
-#define POOL_MIN (1 << 22)      /* tensors with more weights than this come from the pool */
-#define POOL_CHUNKS 4096        /* chunks per pool (a power of two: index by mask) */
-#define ZIPF_MEAN 16.0f         /* m: the hidden state's shared component, in noise stds */
-#define ZIPF_CAP 0.95           /* most often any one expert may be picked */
+#define WEIGHT_STD  0.02f
+#define POOL_MIN    (1 << 22) /* tensors with more weights than this come from the pool */
+#define POOL_CHUNKS 4096      /* chunks per pool (a power of two: index by mask) */
+#define ZIPF_MEAN   16.0f     /* m: the hidden state's shared component, in noise stds */
+#define ZIPF_CAP    0.95      /* most often any one expert may be picked */
 
 /* ---- presets ---- */
 
 static const synth_hparams PRESETS[] = {
     /* Small enough for unit tests, with every row width a multiple of 256 so
      * K-quant types are valid everywhere. */
-    {.preset = "tiny", .arch = "qwen3moe", .n_layer = 2, .n_embd = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_expert = 8,
-     .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512, .n_ctx = 4096, .rope_theta = 1e6f,
+    {.preset = "tiny",
+     .arch = "qwen3moe",
+     .n_layer = 2,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .n_ff = 512,
+     .n_vocab = 512,
+     .n_ctx = 4096,
+     .rope_theta = 1e6f,
      .rms_eps = 1e-6f},
     /* Qwen/Qwen3-30B-A3B config.json */
-    {.preset = "qwen3-30b-a3b", .arch = "qwen3moe", .n_layer = 48, .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
-     .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768, .n_ff = 6144, .n_vocab = 151936, .n_ctx = 40960,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    {.preset = "qwen3-30b-a3b",
+     .arch = "qwen3moe",
+     .n_layer = 48,
+     .n_embd = 2048,
+     .n_head = 32,
+     .n_head_kv = 4,
+     .head_dim = 128,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 768,
+     .n_ff = 6144,
+     .n_vocab = 151936,
+     .n_ctx = 40960,
+     .rope_theta = 1e6f,
+     .rms_eps = 1e-6f},
     /* Qwen/Qwen3-235B-A22B config.json */
-    {.preset = "qwen3-235b-a22b", .arch = "qwen3moe", .n_layer = 94, .n_embd = 4096, .n_head = 64, .n_head_kv = 4, .head_dim = 128,
-     .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1536, .n_ff = 12288, .n_vocab = 151936, .n_ctx = 40960,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    {.preset = "qwen3-235b-a22b",
+     .arch = "qwen3moe",
+     .n_layer = 94,
+     .n_embd = 4096,
+     .n_head = 64,
+     .n_head_kv = 4,
+     .head_dim = 128,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 1536,
+     .n_ff = 12288,
+     .n_vocab = 151936,
+     .n_ctx = 40960,
+     .rope_theta = 1e6f,
+     .rms_eps = 1e-6f},
     /* The 2-core benchmark of issue 16 (~1.5 GiB): 24 layers of 1024, 64 experts of 512 top-8;
      * attention and vocab as Qwen3-0.6B (16/8 heads of 128, vocab 151936) */
-    {.preset = "moe-1.5g", .arch = "qwen3moe", .n_layer = 24, .n_embd = 1024, .n_head = 16, .n_head_kv = 8, .head_dim = 128,
-     .n_expert = 64, .n_expert_used = 8, .n_ff_exp = 512, .n_ff = 3072, .n_vocab = 151936, .n_ctx = 40960,
-     .rope_theta = 1e6f, .rms_eps = 1e-6f},
+    {.preset = "moe-1.5g",
+     .arch = "qwen3moe",
+     .n_layer = 24,
+     .n_embd = 1024,
+     .n_head = 16,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_expert = 64,
+     .n_expert_used = 8,
+     .n_ff_exp = 512,
+     .n_ff = 3072,
+     .n_vocab = 151936,
+     .n_ctx = 40960,
+     .rope_theta = 1e6f,
+     .rms_eps = 1e-6f},
     /* The hybrids. tiny: 3 DeltaNet layers then a gated attention layer,
      * 16 of 64 head values rotated, 2 key and 4 value DeltaNet heads of 64 */
-    {.preset = "tiny", .arch = "qwen35moe", .n_layer = 4, .n_embd = 256, .n_head = 4, .n_head_kv = 2,
-     .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512,
-     .n_ctx = 4096, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4, .n_rot = 16,
-     .rope_sections = {3, 3, 2, 0}, .ssm_d_conv = 4, .ssm_n_k_head = 2, .ssm_n_v_head = 4, .ssm_head_dim = 64,
+    {.preset = "tiny",
+     .arch = "qwen35moe",
+     .n_layer = 4,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .n_ff = 512,
+     .n_vocab = 512,
+     .n_ctx = 4096,
+     .rope_theta = 1e7f,
+     .rms_eps = 1e-6f,
+     .full_attn_interval = 4,
+     .n_rot = 16,
+     .rope_sections = {3, 3, 2, 0},
+     .ssm_d_conv = 4,
+     .ssm_n_k_head = 2,
+     .ssm_n_v_head = 4,
+     .ssm_head_dim = 64,
      .n_ff_shexp = 256},
-    {.preset = "tiny", .arch = "qwen3next", .n_layer = 4, .n_embd = 256, .n_head = 4, .n_head_kv = 2,
-     .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512,
-     .n_ctx = 4096, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4, .n_rot = 16,
-     .ssm_d_conv = 4, .ssm_n_k_head = 2, .ssm_n_v_head = 4, .ssm_head_dim = 64, .n_ff_shexp = 256},
+    {.preset = "tiny",
+     .arch = "qwen3next",
+     .n_layer = 4,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .n_ff = 512,
+     .n_vocab = 512,
+     .n_ctx = 4096,
+     .rope_theta = 1e7f,
+     .rms_eps = 1e-6f,
+     .full_attn_interval = 4,
+     .n_rot = 16,
+     .ssm_d_conv = 4,
+     .ssm_n_k_head = 2,
+     .ssm_n_v_head = 4,
+     .ssm_head_dim = 64,
+     .n_ff_shexp = 256},
     /* Qwen3.5-35B-A3B (40 layers: llama.cpp's LLM_TYPE_35B_A3B): 256 experts top-8 + a shared
      * one, rotary 25% of 256 with base 1e7 and M-RoPE sections [11, 11, 10], vocab 248320 */
-    {.preset = "qwen3.5-35b-a3b", .arch = "qwen35moe", .n_layer = 40, .n_embd = 2048, .n_head = 16,
-     .n_head_kv = 2, .head_dim = 256, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512, .n_ff = 512,
-     .n_vocab = 248320, .n_ctx = 262144, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4,
-     .n_rot = 64, .rope_sections = {11, 11, 10, 0}, .ssm_d_conv = 4, .ssm_n_k_head = 16, .ssm_n_v_head = 32,
-     .ssm_head_dim = 128, .n_ff_shexp = 512},
+    {.preset = "qwen3.5-35b-a3b",
+     .arch = "qwen35moe",
+     .n_layer = 40,
+     .n_embd = 2048,
+     .n_head = 16,
+     .n_head_kv = 2,
+     .head_dim = 256,
+     .n_expert = 256,
+     .n_expert_used = 8,
+     .n_ff_exp = 512,
+     .n_ff = 512,
+     .n_vocab = 248320,
+     .n_ctx = 262144,
+     .rope_theta = 1e7f,
+     .rms_eps = 1e-6f,
+     .full_attn_interval = 4,
+     .n_rot = 64,
+     .rope_sections = {11, 11, 10, 0},
+     .ssm_d_conv = 4,
+     .ssm_n_k_head = 16,
+     .ssm_n_v_head = 32,
+     .ssm_head_dim = 128,
+     .n_ff_shexp = 512},
     /* Qwen/Qwen3-Next-80B-A3B config.json: 512 experts top-10 + a shared one */
-    {.preset = "qwen3-next-80b-a3b", .arch = "qwen3next", .n_layer = 48, .n_embd = 2048, .n_head = 16,
-     .n_head_kv = 2, .head_dim = 256, .n_expert = 512, .n_expert_used = 10, .n_ff_exp = 512, .n_ff = 5120,
-     .n_vocab = 151936, .n_ctx = 262144, .rope_theta = 1e7f, .rms_eps = 1e-6f, .full_attn_interval = 4,
-     .n_rot = 64, .ssm_d_conv = 4, .ssm_n_k_head = 16, .ssm_n_v_head = 32, .ssm_head_dim = 128,
+    {.preset = "qwen3-next-80b-a3b",
+     .arch = "qwen3next",
+     .n_layer = 48,
+     .n_embd = 2048,
+     .n_head = 16,
+     .n_head_kv = 2,
+     .head_dim = 256,
+     .n_expert = 512,
+     .n_expert_used = 10,
+     .n_ff_exp = 512,
+     .n_ff = 5120,
+     .n_vocab = 151936,
+     .n_ctx = 262144,
+     .rope_theta = 1e7f,
+     .rms_eps = 1e-6f,
+     .full_attn_interval = 4,
+     .n_rot = 64,
+     .ssm_d_conv = 4,
+     .ssm_n_k_head = 16,
+     .ssm_n_v_head = 32,
+     .ssm_head_dim = 128,
      .n_ff_shexp = 512},
     /* glm4moe. tiny: a dense layer then two MoE layers (sigmoid routing, a
      * selection bias, GLM-4.5's scale 2.5), q width 512 over d_model 256,
      * half of each head rotated, one shared expert */
-    {.preset = "tiny", .arch = "glm4moe", .n_layer = 3, .n_embd = 256, .n_head = 8, .n_head_kv = 2,
-     .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512,
-     .n_ctx = 4096, .rope_theta = 1e6f, .rms_eps = 1e-5f, .n_rot = 32, .n_dense_lead = 1, .n_shared = 1,
+    {.preset = "tiny",
+     .arch = "glm4moe",
+     .n_layer = 3,
+     .n_embd = 256,
+     .n_head = 8,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .n_ff = 512,
+     .n_vocab = 512,
+     .n_ctx = 4096,
+     .rope_theta = 1e6f,
+     .rms_eps = 1e-5f,
+     .n_rot = 32,
+     .n_dense_lead = 1,
+     .n_shared = 1,
      .expert_scale = 2.5f},
     /* GLM-4.5-Air (zai-org/GLM-4.5-Air; llama.cpp's LLM_TYPE_106B_A12B is 46 layers): 1 dense + 45 MoE
      * layers, d_model 4096, 96 q / 8 kv heads of 128 (64 rotated), dense ffn 10944, 128 experts top-8 of
      * 1408 + 1 shared, sigmoid routing with a bias, scale 1, vocab 151552, rope base 1e6. Its MTP layer
      * (nextn) is left out. */
-    {.preset = "glm-4.5-air", .arch = "glm4moe", .n_layer = 46, .n_embd = 4096, .n_head = 96, .n_head_kv = 8,
-     .head_dim = 128, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1408, .n_ff = 10944, .n_vocab = 151552,
-     .n_ctx = 131072, .rope_theta = 1e6f, .rms_eps = 1e-5f, .n_rot = 64, .n_dense_lead = 1, .n_shared = 1,
+    {.preset = "glm-4.5-air",
+     .arch = "glm4moe",
+     .n_layer = 46,
+     .n_embd = 4096,
+     .n_head = 96,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 1408,
+     .n_ff = 10944,
+     .n_vocab = 151552,
+     .n_ctx = 131072,
+     .rope_theta = 1e6f,
+     .rms_eps = 1e-5f,
+     .n_rot = 64,
+     .n_dense_lead = 1,
+     .n_shared = 1,
      .expert_scale = 1.0f},
     /* deepseek2. tiny: a dense layer then two MoE layers; latent attention
      * with q_lora 256, kv_lora 256, heads of 64 nope + 32 rope dims and 64
      * values; 8 experts in 2 groups (1 kept), top-2, sigmoid with a bias,
      * scale 2.5, a shared expert; YaRN x4 from 256 positions, mscale_all_dim 1 */
-    {.preset = "tiny", .arch = DEEPSEEK2_ARCH, .n_layer = 3, .n_embd = 256, .n_head = 4, .n_head_kv = 1,
-     .head_dim = 96, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512, .n_vocab = 512,
-     .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .n_rot = 32, .n_dense_lead = 1, .n_shared = 1,
-     .expert_scale = 2.5f, .q_lora = 256, .kv_lora = 256, .v_head_dim = 64, .n_group = 2, .n_group_used = 1,
-     .yarn_factor = 4.0f, .yarn_mscale_all_dim = 1.0f, .yarn_orig_ctx = 256},
+    {.preset = "tiny",
+     .arch = DEEPSEEK2_ARCH,
+     .n_layer = 3,
+     .n_embd = 256,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .head_dim = 96,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .n_ff = 512,
+     .n_vocab = 512,
+     .n_ctx = 4096,
+     .rope_theta = 10000.0f,
+     .rms_eps = 1e-6f,
+     .n_rot = 32,
+     .n_dense_lead = 1,
+     .n_shared = 1,
+     .expert_scale = 2.5f,
+     .q_lora = 256,
+     .kv_lora = 256,
+     .v_head_dim = 64,
+     .n_group = 2,
+     .n_group_used = 1,
+     .yarn_factor = 4.0f,
+     .yarn_mscale_all_dim = 1.0f,
+     .yarn_orig_ctx = 256},
     /* deepseek-ai/DeepSeek-V3 config.json (671B-A37B; R1 has the same shapes): 61 layers, the first 3
      * dense (ffn 18432), 256 experts of 2048 top-8 in 8 groups (4 kept) + 1 shared, sigmoid with a bias,
      * scale 2.5, normalised; 128 heads, q_lora 1536, kv_lora 512, 128 nope + 64 rope, values 128;
      * YaRN x40 from 4096, mscale_all_dim 1; vocab 129280. Its MTP layer is left out. */
-    {.preset = "deepseek-v3", .arch = DEEPSEEK2_ARCH, .n_layer = 61, .n_embd = 7168, .n_head = 128,
-     .n_head_kv = 1, .head_dim = 192, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 2048, .n_ff = 18432,
-     .n_vocab = 129280, .n_ctx = 163840, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .n_rot = 64,
-     .n_dense_lead = 3, .n_shared = 1, .expert_scale = 2.5f, .q_lora = 1536, .kv_lora = 512, .v_head_dim = 128,
-     .n_group = 8, .n_group_used = 4, .yarn_factor = 40.0f, .yarn_mscale_all_dim = 1.0f, .yarn_orig_ctx = 4096},
+    {.preset = "deepseek-v3",
+     .arch = DEEPSEEK2_ARCH,
+     .n_layer = 61,
+     .n_embd = 7168,
+     .n_head = 128,
+     .n_head_kv = 1,
+     .head_dim = 192,
+     .n_expert = 256,
+     .n_expert_used = 8,
+     .n_ff_exp = 2048,
+     .n_ff = 18432,
+     .n_vocab = 129280,
+     .n_ctx = 163840,
+     .rope_theta = 10000.0f,
+     .rms_eps = 1e-6f,
+     .n_rot = 64,
+     .n_dense_lead = 3,
+     .n_shared = 1,
+     .expert_scale = 2.5f,
+     .q_lora = 1536,
+     .kv_lora = 512,
+     .v_head_dim = 128,
+     .n_group = 8,
+     .n_group_used = 4,
+     .yarn_factor = 40.0f,
+     .yarn_mscale_all_dim = 1.0f,
+     .yarn_orig_ctx = 4096},
     /* gpt-oss. tiny: 4 layers (sliding window 8 on layers 0 and 2), 8 heads of 64 over d_model 256,
      * top-4 of 8 experts of 256, YaRN as published (factor 32 over 4096, base 150000) */
-    {.preset = "tiny", .arch = "gpt-oss", .n_layer = 4, .n_embd = 256, .n_head = 8, .n_head_kv = 2,
-     .head_dim = 64, .n_expert = 8, .n_expert_used = 4, .n_ff_exp = 256, .n_ff = 256, .n_vocab = 512,
-     .n_ctx = 4096, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .n_swa = 8, .yarn_orig_ctx = 4096,
+    {.preset = "tiny",
+     .arch = "gpt-oss",
+     .n_layer = 4,
+     .n_embd = 256,
+     .n_head = 8,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_expert = 8,
+     .n_expert_used = 4,
+     .n_ff_exp = 256,
+     .n_ff = 256,
+     .n_vocab = 512,
+     .n_ctx = 4096,
+     .rope_theta = 150000.0f,
+     .rms_eps = 1e-5f,
+     .n_swa = 8,
+     .yarn_orig_ctx = 4096,
      .yarn_factor = 32.0f},
     /* openai/gpt-oss-20b config.json: 24 layers, d_model 2880, 64 q / 8 kv heads of 64, 32 experts
      * top-4 of 2880, sliding window 128 on every other layer, YaRN factor 32 over 4096, base
      * 150000, vocab 201088 (o200k_harmony), context 131072 */
-    {.preset = "gpt-oss-20b", .arch = "gpt-oss", .n_layer = 24, .n_embd = 2880, .n_head = 64, .n_head_kv = 8,
-     .head_dim = 64, .n_expert = 32, .n_expert_used = 4, .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088,
-     .n_ctx = 131072, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .n_swa = 128, .yarn_orig_ctx = 4096,
+    {.preset = "gpt-oss-20b",
+     .arch = "gpt-oss",
+     .n_layer = 24,
+     .n_embd = 2880,
+     .n_head = 64,
+     .n_head_kv = 8,
+     .head_dim = 64,
+     .n_expert = 32,
+     .n_expert_used = 4,
+     .n_ff_exp = 2880,
+     .n_ff = 2880,
+     .n_vocab = 201088,
+     .n_ctx = 131072,
+     .rope_theta = 150000.0f,
+     .rms_eps = 1e-5f,
+     .n_swa = 128,
+     .yarn_orig_ctx = 4096,
      .yarn_factor = 32.0f},
     /* openai/gpt-oss-120b config.json: as the 20b with 36 layers and 128 experts */
-    {.preset = "gpt-oss-120b", .arch = "gpt-oss", .n_layer = 36, .n_embd = 2880, .n_head = 64, .n_head_kv = 8,
-     .head_dim = 64, .n_expert = 128, .n_expert_used = 4, .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088,
-     .n_ctx = 131072, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .n_swa = 128, .yarn_orig_ctx = 4096,
+    {.preset = "gpt-oss-120b",
+     .arch = "gpt-oss",
+     .n_layer = 36,
+     .n_embd = 2880,
+     .n_head = 64,
+     .n_head_kv = 8,
+     .head_dim = 64,
+     .n_expert = 128,
+     .n_expert_used = 4,
+     .n_ff_exp = 2880,
+     .n_ff = 2880,
+     .n_vocab = 201088,
+     .n_ctx = 131072,
+     .rope_theta = 150000.0f,
+     .rms_eps = 1e-5f,
+     .n_swa = 128,
+     .yarn_orig_ctx = 4096,
      .yarn_factor = 32.0f},
 };
 #define N_PRESETS (sizeof PRESETS / sizeof PRESETS[0])
@@ -155,7 +390,9 @@ int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
             return 0;
         }
     }
-    if (!known) st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next, glm4moe, deepseek2, gpt-oss)", arch);
+    if (!known)
+        st_error_set("unknown architecture '%s' (known: qwen3moe, qwen35moe, qwen3next, glm4moe, deepseek2, gpt-oss)",
+                     arch);
     else st_error_set("unknown preset '%s' for %s (known: %s)", preset, arch, synth_preset_list());
     return -1;
 }
@@ -171,13 +408,55 @@ void synth_opts_init(synth_opts *o, const synth_hparams *hp) {
 /* ---- classes ---- */
 
 static const char *const CLASS_NAMES[SYN_CLASS_COUNT] = {
-    "token_embd", "output_norm", "output", "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-    "attn_q_norm", "attn_k_norm", "ffn_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
-    "post_attention_norm", "attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_ba", "ssm_conv1d", "ssm_dt",
-    "ssm_a", "ssm_norm", "ssm_out", "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
-    "attn_q.bias", "attn_k.bias", "attn_v.bias", "exp_probs_b.bias", "ffn_gate", "ffn_up", "ffn_down",
-    "attn_q_a", "attn_q_a_norm", "attn_q_b", "attn_kv_a_mqa", "attn_kv_a_norm", "attn_k_b", "attn_v_b",
-    "attn_output.bias", "attn_sinks", "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias",
+    "token_embd",
+    "output_norm",
+    "output",
+    "attn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_q_norm",
+    "attn_k_norm",
+    "ffn_norm",
+    "ffn_gate_inp",
+    "ffn_gate_exps",
+    "ffn_up_exps",
+    "ffn_down_exps",
+    "post_attention_norm",
+    "attn_qkv",
+    "attn_gate",
+    "ssm_beta",
+    "ssm_alpha",
+    "ssm_ba",
+    "ssm_conv1d",
+    "ssm_dt",
+    "ssm_a",
+    "ssm_norm",
+    "ssm_out",
+    "ffn_gate_inp_shexp",
+    "ffn_gate_shexp",
+    "ffn_up_shexp",
+    "ffn_down_shexp",
+    "attn_q.bias",
+    "attn_k.bias",
+    "attn_v.bias",
+    "exp_probs_b.bias",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "attn_q_a",
+    "attn_q_a_norm",
+    "attn_q_b",
+    "attn_kv_a_mqa",
+    "attn_kv_a_norm",
+    "attn_k_b",
+    "attn_v_b",
+    "attn_output.bias",
+    "attn_sinks",
+    "ffn_gate_inp.bias",
+    "ffn_gate_exps.bias",
+    "ffn_up_exps.bias",
     "ffn_down_exps.bias",
 };
 
@@ -236,9 +515,7 @@ static const char *const CLASS_TENSOR[SYN_CLASS_COUNT] = {
     [SYN_FFN_DOWN_EXPS_BIAS] = GPT_OSS_T_DOWN_EXPS_BIAS,
 };
 
-const char *synth_class_name(synth_class c) {
-    return (unsigned)c < SYN_CLASS_COUNT ? CLASS_NAMES[c] : NULL;
-}
+const char *synth_class_name(synth_class c) { return (unsigned)c < SYN_CLASS_COUNT ? CLASS_NAMES[c] : NULL; }
 
 int synth_class_from_name(const char *name) {
     for (int c = 0; c < SYN_CLASS_COUNT; c++)
@@ -261,8 +538,8 @@ static int class_is_vector(synth_class c) {
 static int class_is_ssm_param(synth_class c) {
     return c == SYN_SSM_CONV1D || c == SYN_SSM_DT || c == SYN_SSM_A || c == SYN_FFN_GATE_INP_SHEXP ||
            c == SYN_ATTN_Q_BIAS || c == SYN_ATTN_K_BIAS || c == SYN_ATTN_V_BIAS || c == SYN_EXP_PROBS_B ||
-           c == SYN_ATTN_OUT_BIAS || c == SYN_ATTN_SINKS || c == SYN_FFN_GATE_INP_BIAS ||
-           c == SYN_FFN_GATE_EXPS_BIAS || c == SYN_FFN_UP_EXPS_BIAS || c == SYN_FFN_DOWN_EXPS_BIAS; /* gpt-oss's */
+           c == SYN_ATTN_OUT_BIAS || c == SYN_ATTN_SINKS || c == SYN_FFN_GATE_INP_BIAS || c == SYN_FFN_GATE_EXPS_BIAS ||
+           c == SYN_FFN_UP_EXPS_BIAS || c == SYN_FFN_DOWN_EXPS_BIAS; /* gpt-oss's */
 }
 
 int synth_class_type(const synth_opts *o, synth_class c) {
@@ -301,7 +578,7 @@ void synth_tensor_class(const char *name, char *out, size_t n) {
 typedef struct {
     char name[64];
     synth_class cls;
-    int layer;          /* -1 for global tensors */
+    int layer; /* -1 for global tensors */
     int n_dims;
     int64_t ne[3];
     int type;
@@ -310,20 +587,20 @@ typedef struct {
 
 typedef struct {
     int type;
-    int chunk_w;        /* weights per chunk */
+    int chunk_w; /* weights per chunk */
     size_t chunk_bytes;
-    uint8_t *data;      /* POOL_CHUNKS chunks */
+    uint8_t *data; /* POOL_CHUNKS chunks */
 } syn_pool;
 
 typedef struct {
     const synth_opts *o;
     syn_tensor *t;
     int n;
-    float *u;           /* [n_embd] zipf direction, or NULL */
-    double *beta;       /* [n_expert] zipf biases by popularity rank, in noise stds */
+    float *u;     /* [n_embd] zipf direction, or NULL */
+    double *beta; /* [n_expert] zipf biases by popularity rank, in noise stds */
     syn_pool pools[8];
     int n_pools;
-    float *row;         /* scratch row of floats */
+    float *row; /* scratch row of floats */
     uint64_t bytes_total, bytes_done;
     double t0, t_last;
 } syn_ctx;
@@ -335,7 +612,8 @@ static int fallback_type(int type, int64_t width) {
     if (width % tr->blck == 0) return type;
     int alt;
     switch (type) {
-    case QT_Q6_K: case QT_Q8_K: alt = QT_Q8_0; break;
+    case QT_Q6_K:
+    case QT_Q8_K: alt = QT_Q8_0; break;
     case QT_Q5_K: alt = QT_Q5_0; break;
     case QT_IQ4_XS: alt = QT_IQ4_NL; break;
     default: alt = QT_Q4_0; break;
@@ -418,8 +696,8 @@ static void plan_add(syn_ctx *c, synth_class cls, int layer, int n_dims, int64_t
     int want = synth_class_type(c->o, cls);
     t->type = fallback_type(want, ne0);
     if (t->type != want)
-        fprintf(stderr, "synth: note: %s has rows of %lld weights, not a multiple of %s's block: using %s\n",
-                t->name, (long long)ne0, qt_get((qt_type)want)->name, qt_get((qt_type)t->type)->name);
+        fprintf(stderr, "synth: note: %s has rows of %lld weights, not a multiple of %s's block: using %s\n", t->name,
+                (long long)ne0, qt_get((qt_type)want)->name, qt_get((qt_type)t->type)->name);
     t->bytes = (uint64_t)qt_row_size((qt_type)t->type, ne0) * (uint64_t)(ne1 * ne2);
     c->bytes_total += t->bytes;
 }
@@ -505,7 +783,7 @@ static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, co
         for (int64_t j = 0; j < w; j++) x[j] = 1.0f + WEIGHT_STD * syn_normal(r);
         return;
     }
-    switch (t->cls) { /* the DeltaNet's parameters, at the scale real checkpoints have them */
+    switch (t->cls) {    /* the DeltaNet's parameters, at the scale real checkpoints have them */
     case SYN_SSM_CONV1D: /* a short filter per channel */
         for (int64_t j = 0; j < w; j++) x[j] = 0.3f * syn_normal(r);
         return;
@@ -518,7 +796,9 @@ static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, co
     case SYN_FFN_GATE_INP_SHEXP:
         for (int64_t j = 0; j < w; j++) x[j] = syn_normal(r) / sqrtf((float)w);
         return;
-    case SYN_ATTN_Q_BIAS: case SYN_ATTN_K_BIAS: case SYN_ATTN_V_BIAS:
+    case SYN_ATTN_Q_BIAS:
+    case SYN_ATTN_K_BIAS:
+    case SYN_ATTN_V_BIAS:
         for (int64_t j = 0; j < w; j++) x[j] = WEIGHT_STD * syn_normal(r);
         return;
     case SYN_EXP_PROBS_B: /* sigmoid scores differ by a few hundredths: a bias that moves some choices */
@@ -533,7 +813,8 @@ static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, co
     case SYN_FFN_GATE_INP_BIAS: /* moves some choices; none under --zipf, whose router it would skew */
         for (int64_t j = 0; j < w; j++) x[j] = (c->u ? 0.0f : 0.1f) * syn_normal(r);
         return;
-    case SYN_FFN_GATE_EXPS_BIAS: case SYN_FFN_UP_EXPS_BIAS: /* wide enough that some values pass the +-7 clamp */
+    case SYN_FFN_GATE_EXPS_BIAS:
+    case SYN_FFN_UP_EXPS_BIAS: /* wide enough that some values pass the +-7 clamp */
         for (int64_t j = 0; j < w; j++) x[j] = 3.0f * syn_normal(r);
         return;
     case SYN_FFN_DOWN_EXPS_BIAS:
@@ -705,12 +986,11 @@ static int check_opts(const synth_opts *o) {
     if (h->n_layer < 1 || h->n_embd < 1 || h->n_head < 1 || h->n_head_kv < 1 || h->n_head % h->n_head_kv ||
         h->head_dim < 2 || h->n_expert < 1 || h->n_expert_used < 1 || h->n_expert_used > h->n_expert ||
         h->n_ff_exp < 1 || h->n_ctx < 1 || !h->arch ||
-        (h->full_attn_interval && (h->n_rot < 2 || h->n_rot > h->head_dim || h->ssm_d_conv < 1 ||
-                                   h->ssm_n_k_head < 1 || h->ssm_n_v_head % h->ssm_n_k_head || h->ssm_head_dim < 1 ||
-                                   h->n_ff_shexp < 1)) ||
-        (!strcmp(h->arch, GLM4MOE_ARCH) && (h->n_rot < 2 || h->n_rot > h->head_dim || h->n_rot % 2 ||
-                                            h->n_dense_lead < 0 || h->n_shared < 0 ||
-                                            (h->n_dense_lead > 0 && h->n_ff < 1))) ||
+        (h->full_attn_interval && (h->n_rot < 2 || h->n_rot > h->head_dim || h->ssm_d_conv < 1 || h->ssm_n_k_head < 1 ||
+                                   h->ssm_n_v_head % h->ssm_n_k_head || h->ssm_head_dim < 1 || h->n_ff_shexp < 1)) ||
+        (!strcmp(h->arch, GLM4MOE_ARCH) &&
+         (h->n_rot < 2 || h->n_rot > h->head_dim || h->n_rot % 2 || h->n_dense_lead < 0 || h->n_shared < 0 ||
+          (h->n_dense_lead > 0 && h->n_ff < 1))) ||
         (!strcmp(h->arch, DEEPSEEK2_ARCH) &&
          (h->n_rot < 2 || h->n_rot % 2 || h->n_rot >= h->head_dim || h->kv_lora < 1 || h->q_lora < 0 ||
           h->v_head_dim < 1 || h->n_head_kv != 1 || h->n_dense_lead < 0 || h->n_shared < 1 ||
@@ -783,9 +1063,9 @@ static int synth_file_type(const synth_opts *o) {
     case QT_Q5_0: return 8;
     case QT_Q5_1: return 9;
     case QT_Q2_K: return 10;
-    case QT_Q3_K: return 12;  /* MOSTLY_Q3_K_M */
-    case QT_Q4_K: return 14;  /* MOSTLY_Q4_K_S: Q4_K everywhere */
-    case QT_Q5_K: return 16;  /* MOSTLY_Q5_K_S */
+    case QT_Q3_K: return 12; /* MOSTLY_Q3_K_M */
+    case QT_Q4_K: return 14; /* MOSTLY_Q4_K_S: Q4_K everywhere */
+    case QT_Q5_K: return 16; /* MOSTLY_Q5_K_S */
     case QT_Q6_K: return 18;
     case QT_IQ2_XXS: return 19;
     case QT_IQ2_XS: return 20;

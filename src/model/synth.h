@@ -23,23 +23,23 @@
 /* Hyper-parameters of a synthetic model (qwen3moe, or the hybrid qwen35moe /
  * qwen3next when full_attn_interval > 0). */
 typedef struct {
-    const char *preset;   /* preset name it came from */
-    const char *arch;     /* general.architecture: "qwen3moe", "qwen35moe", "qwen3next" */
+    const char *preset; /* preset name it came from */
+    const char *arch;   /* general.architecture: "qwen3moe", "qwen35moe", "qwen3next" */
     int n_layer;
-    int n_embd;           /* d_model */
+    int n_embd; /* d_model */
     int n_head, n_head_kv, head_dim;
     int n_expert, n_expert_used;
-    int n_ff_exp;         /* width of one expert's FFN */
-    int n_ff;             /* the dense-equivalent FFN width the HF config states (metadata only) */
+    int n_ff_exp; /* width of one expert's FFN */
+    int n_ff;     /* the dense-equivalent FFN width the HF config states (metadata only) */
     int n_vocab;
     int n_ctx;
     float rope_theta, rms_eps;
     /* hybrids: DeltaNet layers, a gated attention layer every full_attn_interval-th */
-    int full_attn_interval;  /* 0: not hybrid */
-    int n_rot;               /* rotated values per attention head */
-    int rope_sections[4];    /* qwen35moe's M-RoPE sections (metadata) */
+    int full_attn_interval; /* 0: not hybrid */
+    int n_rot;              /* rotated values per attention head */
+    int rope_sections[4];   /* qwen35moe's M-RoPE sections (metadata) */
     int ssm_d_conv, ssm_n_k_head, ssm_n_v_head, ssm_head_dim;
-    int n_ff_shexp;          /* shared expert width (the hybrids) */
+    int n_ff_shexp; /* shared expert width (the hybrids) */
     /* glm4moe: the first n_dense_lead layers have a dense FFN of n_ff; the
      * others sigmoid-routed experts with a selection bias, scaled by
      * expert_scale, plus n_shared ungated shared experts of n_ff_exp each;
@@ -62,32 +62,71 @@ typedef struct {
 /* The tensor classes (--type's names), one per GGUF tensor name; which of
  * them a layer has, and in what order, is the model's tensor table's. */
 typedef enum {
-    SYN_TOKEN_EMBD, SYN_OUTPUT_NORM, SYN_OUTPUT,
-    SYN_ATTN_NORM, SYN_ATTN_Q, SYN_ATTN_K, SYN_ATTN_V, SYN_ATTN_OUT, SYN_ATTN_Q_NORM, SYN_ATTN_K_NORM,
-    SYN_FFN_NORM, SYN_FFN_GATE_INP, SYN_FFN_GATE_EXPS, SYN_FFN_UP_EXPS, SYN_FFN_DOWN_EXPS,
+    SYN_TOKEN_EMBD,
+    SYN_OUTPUT_NORM,
+    SYN_OUTPUT,
+    SYN_ATTN_NORM,
+    SYN_ATTN_Q,
+    SYN_ATTN_K,
+    SYN_ATTN_V,
+    SYN_ATTN_OUT,
+    SYN_ATTN_Q_NORM,
+    SYN_ATTN_K_NORM,
+    SYN_FFN_NORM,
+    SYN_FFN_GATE_INP,
+    SYN_FFN_GATE_EXPS,
+    SYN_FFN_UP_EXPS,
+    SYN_FFN_DOWN_EXPS,
     /* the hybrids' (qwen35moe, qwen3next) */
-    SYN_POST_ATTN_NORM, SYN_ATTN_QKV, SYN_ATTN_GATE, SYN_SSM_BETA, SYN_SSM_ALPHA, SYN_SSM_BA, SYN_SSM_CONV1D,
-    SYN_SSM_DT, SYN_SSM_A, SYN_SSM_NORM, SYN_SSM_OUT, SYN_FFN_GATE_INP_SHEXP, SYN_FFN_GATE_SHEXP,
-    SYN_FFN_UP_SHEXP, SYN_FFN_DOWN_SHEXP,
+    SYN_POST_ATTN_NORM,
+    SYN_ATTN_QKV,
+    SYN_ATTN_GATE,
+    SYN_SSM_BETA,
+    SYN_SSM_ALPHA,
+    SYN_SSM_BA,
+    SYN_SSM_CONV1D,
+    SYN_SSM_DT,
+    SYN_SSM_A,
+    SYN_SSM_NORM,
+    SYN_SSM_OUT,
+    SYN_FFN_GATE_INP_SHEXP,
+    SYN_FFN_GATE_SHEXP,
+    SYN_FFN_UP_SHEXP,
+    SYN_FFN_DOWN_SHEXP,
     /* glm4moe's */
-    SYN_ATTN_Q_BIAS, SYN_ATTN_K_BIAS, SYN_ATTN_V_BIAS, SYN_EXP_PROBS_B, SYN_FFN_GATE, SYN_FFN_UP, SYN_FFN_DOWN,
+    SYN_ATTN_Q_BIAS,
+    SYN_ATTN_K_BIAS,
+    SYN_ATTN_V_BIAS,
+    SYN_EXP_PROBS_B,
+    SYN_FFN_GATE,
+    SYN_FFN_UP,
+    SYN_FFN_DOWN,
     /* deepseek2's */
-    SYN_ATTN_Q_A, SYN_ATTN_Q_A_NORM, SYN_ATTN_Q_B, SYN_ATTN_KV_A_MQA, SYN_ATTN_KV_A_NORM, SYN_ATTN_K_B,
+    SYN_ATTN_Q_A,
+    SYN_ATTN_Q_A_NORM,
+    SYN_ATTN_Q_B,
+    SYN_ATTN_KV_A_MQA,
+    SYN_ATTN_KV_A_NORM,
+    SYN_ATTN_K_B,
     SYN_ATTN_V_B,
     /* gpt-oss's */
-    SYN_ATTN_OUT_BIAS, SYN_ATTN_SINKS, SYN_FFN_GATE_INP_BIAS, SYN_FFN_GATE_EXPS_BIAS, SYN_FFN_UP_EXPS_BIAS,
+    SYN_ATTN_OUT_BIAS,
+    SYN_ATTN_SINKS,
+    SYN_FFN_GATE_INP_BIAS,
+    SYN_FFN_GATE_EXPS_BIAS,
+    SYN_FFN_UP_EXPS_BIAS,
     SYN_FFN_DOWN_EXPS_BIAS,
     SYN_CLASS_COUNT
 } synth_class;
 
 typedef struct {
     synth_hparams hp;
-    int type_default;               /* qt_type for every weight matrix not overridden; -1: the Q4_K_M-like mix */
+    int type_default;                /* qt_type for every weight matrix not overridden; -1: the Q4_K_M-like mix */
     int class_type[SYN_CLASS_COUNT]; /* qt_type per class, -1: not overridden */
-    double zipf_s;                  /* > 0: Zipf-skewed router; 0: plain Gaussian router */
+    double zipf_s;                   /* > 0: Zipf-skewed router; 0: plain Gaussian router */
     uint64_t seed;
-    int exact;                      /* quantize every tensor from Gaussians (slow on big presets) */
-    int progress;                   /* progress line on stderr */
+    int exact;    /* quantize every tensor from Gaussians (slow on big presets) */
+    int progress; /* progress line on stderr */
 } synth_opts;
 
 /* "tiny|qwen3-30b-a3b|..." for usage lines: every preset of every architecture. */

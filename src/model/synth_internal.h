@@ -15,7 +15,7 @@
 
 typedef struct {
     uint64_t s[4];
-    int has_spare;   /* Box-Muller makes two normals at a time */
+    int has_spare; /* Box-Muller makes two normals at a time */
     float spare;
 } syn_rng;
 
@@ -48,7 +48,9 @@ static inline uint64_t syn_next(syn_rng *r) {
 }
 
 /* Uniform in (0, 1): never 0, so log() below is safe. */
-static inline double syn_uniform(syn_rng *r) { return ((double)(syn_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static inline double syn_uniform(syn_rng *r) {
+    return ((double)(syn_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
 
 static inline float syn_normal(syn_rng *r) {
     if (r->has_spare) {

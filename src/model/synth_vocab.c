@@ -26,7 +26,7 @@
 
 #define N_SPECIAL 3
 static const char *const SPECIALS[N_SPECIAL] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-#define LETTERS "abcdefghijklmnopqrstuvwxyz"
+#define LETTERS   "abcdefghijklmnopqrstuvwxyz"
 #define N_LETTERS 26
 
 /* GGUF token types (llama.cpp's llama_token_type). */

@@ -42,7 +42,7 @@ void synth_zipf_targets(int n, int k, double s, double cap, double *t) {
     for (int r = 0; r < n; r++) t[r] = fmin(cap, hi * pow(r + 1, -s));
 }
 
-#define NZ 80          /* quadrature points for expert e's own noise */
+#define NZ   80 /* quadrature points for expert e's own noise */
 #define ZMAX 7.0
 
 /* p[e] = P(e in top-k of beta + N(0, I)). */

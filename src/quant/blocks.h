@@ -20,14 +20,14 @@
 #define QT_STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
-#define QK_K 256
-#define QK4_0 32
-#define QK4_1 32
-#define QK5_0 32
-#define QK5_1 32
-#define QK8_0 32
-#define QK8_1 32
-#define QK4_NL 32
+#define QK_K     256
+#define QK4_0    32
+#define QK4_1    32
+#define QK5_0    32
+#define QK5_1    32
+#define QK8_0    32
+#define QK8_1    32
+#define QK4_NL   32
 #define QK_MXFP4 32
 
 /* GGUF / ggml type ids. Gaps are ids GGUF defines that Strata does not read. */
@@ -73,7 +73,7 @@ typedef struct {
 QT_STATIC_ASSERT(sizeof(block_q4_0) == 18, "block_q4_0");
 
 typedef struct {
-    uint16_t d, m;         /* f16 scale and min; w = d*q + m */
+    uint16_t d, m; /* f16 scale and min; w = d*q + m */
     uint8_t qs[QK4_1 / 2];
 } block_q4_1;
 QT_STATIC_ASSERT(sizeof(block_q4_1) == 20, "block_q4_1");
@@ -99,8 +99,8 @@ typedef struct {
 QT_STATIC_ASSERT(sizeof(block_q8_0) == 34, "block_q8_0");
 
 typedef struct {
-    uint16_t d;            /* f16 scale */
-    uint16_t s;            /* f16 of d * sum(qs): lets Q4_1/Q5_1 dots add the min term at once */
+    uint16_t d; /* f16 scale */
+    uint16_t s; /* f16 of d * sum(qs): lets Q4_1/Q5_1 dots add the min term at once */
     int8_t qs[QK8_1];
 } block_q8_1;
 QT_STATIC_ASSERT(sizeof(block_q8_1) == 36, "block_q8_1");
@@ -138,9 +138,9 @@ typedef struct {
 QT_STATIC_ASSERT(sizeof(block_q5_K) == 176, "block_q5_K");
 
 typedef struct {
-    uint8_t ql[QK_K / 2];      /* low 4 bits */
-    uint8_t qh[QK_K / 4];      /* high 2 bits */
-    int8_t scales[QK_K / 16];  /* 8-bit scales per 16 weights */
+    uint8_t ql[QK_K / 2];     /* low 4 bits */
+    uint8_t qh[QK_K / 4];     /* high 2 bits */
+    int8_t scales[QK_K / 16]; /* 8-bit scales per 16 weights */
     uint16_t d;
 } block_q6_K;
 QT_STATIC_ASSERT(sizeof(block_q6_K) == 210, "block_q6_K");
@@ -170,8 +170,8 @@ QT_STATIC_ASSERT(sizeof(block_iq2_xs) == 74, "block_iq2_xs");
 
 typedef struct {
     uint16_t d;
-    uint8_t qs[QK_K / 4];      /* first half: low 8 bits of grid index; second half: signs */
-    uint8_t qh[QK_K / 32];     /* high 2 bits of the grid indices */
+    uint8_t qs[QK_K / 4];  /* first half: low 8 bits of grid index; second half: signs */
+    uint8_t qh[QK_K / 32]; /* high 2 bits of the grid indices */
     uint8_t scales[QK_K / 32];
 } block_iq2_s;
 QT_STATIC_ASSERT(sizeof(block_iq2_s) == 82, "block_iq2_s");
@@ -213,7 +213,7 @@ QT_STATIC_ASSERT(sizeof(block_iq4_nl) == 18, "block_iq4_nl");
 
 typedef struct {
     uint16_t d;
-    uint16_t scales_h;        /* high 2 bits of the 8 6-bit scales */
+    uint16_t scales_h; /* high 2 bits of the 8 6-bit scales */
     uint8_t scales_l[QK_K / 64];
     uint8_t qs[QK_K / 2];
 } block_iq4_xs;

@@ -26,12 +26,12 @@ typedef void (*qt_quant_fn)(const float *src, void *dst, int64_t n);
 typedef enum { QT_ISA_SCALAR = 0, QT_ISA_AVX2 = 1, QT_ISA_AVX512 = 2, QT_ISA_COUNT = 3 } qt_isa;
 
 typedef struct {
-    const char *name;        /* GGUF's name: "Q4_K", "IQ2_XXS", ... */
-    int blck;                /* weights per block */
-    int type_size;           /* bytes per block */
-    qt_type vec_dot_type;    /* activation format of its dot product */
-    qt_dequant_fn dequant;   /* reference dequantizer */
-    qt_quant_fn quantize;    /* reference quantizer from f32 (NULL: not a weight format here) */
+    const char *name;      /* GGUF's name: "Q4_K", "IQ2_XXS", ... */
+    int blck;              /* weights per block */
+    int type_size;         /* bytes per block */
+    qt_type vec_dot_type;  /* activation format of its dot product */
+    qt_dequant_fn dequant; /* reference dequantizer */
+    qt_quant_fn quantize;  /* reference quantizer from f32 (NULL: not a weight format here) */
 } qt_traits;
 
 /* The entry for t, or NULL if Strata does not know t (never crashes on a bad id). */

@@ -118,10 +118,8 @@ int qt_isa_supported(qt_isa isa) {
 
 /* ---- dispatch ---- */
 
-static const qt_vec_dot_fn *const g_main[QT_ISA_COUNT] = {qt_dots_main_scalar, qt_dots_main_avx2,
-                                                           qt_dots_main_avx512};
-static const qt_vec_dot_fn *const g_iq[QT_ISA_COUNT] = {qt_dots_iq_scalar, qt_dots_iq_avx2,
-                                                         qt_dots_iq_avx512};
+static const qt_vec_dot_fn *const g_main[QT_ISA_COUNT] = {qt_dots_main_scalar, qt_dots_main_avx2, qt_dots_main_avx512};
+static const qt_vec_dot_fn *const g_iq[QT_ISA_COUNT] = {qt_dots_iq_scalar, qt_dots_iq_avx2, qt_dots_iq_avx512};
 
 qt_vec_dot_fn qt_vec_dot(qt_type t, qt_isa isa) {
     if ((int)t < 0 || t >= QT_COUNT) return NULL;

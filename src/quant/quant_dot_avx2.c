@@ -33,9 +33,7 @@ static inline __m256i dot_us(__m256i u, __m256i s) {
 }
 
 /* 32 signed x 32 signed bytes -> 8 int32 sums of 4 (the sign trick) */
-static inline __m256i dot_ss(__m256i x, __m256i y) {
-    return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-}
+static inline __m256i dot_ss(__m256i x, __m256i y) { return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
 
 /* 16 packed nibbles -> 32 bytes: low nibbles first (weights 0..15), then high.
  * vbroadcasti128 from memory is a plain load and vpsrlvq shifts only the upper
@@ -52,8 +50,8 @@ static inline __m256i bits_to_bytes(const uint8_t *p) {
     uint32_t bits;
     memcpy(&bits, p, 4);
     __m256i v = _mm256_set1_epi32((int)bits);
-    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                           0x0101010101010101, 0x0000000000000000);
+    const __m256i pick =
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000);
     v = _mm256_shuffle_epi8(v, pick);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
@@ -71,38 +69,35 @@ static void dot_f32(int n, float *s, const void *w, const void *a) {
         acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
         acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
     }
-    for (; i + 8 <= n; i += 8)
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
     float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
     for (; i < n; i++) sum += x[i] * y[i];
     *s = sum;
 }
 
-static inline __m256 load_f16x8(const uint16_t *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
+static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 static inline __m256 load_bf16x8(const uint16_t *p) {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
-#define DOT_HALF(name, load, scalar_cvt)                                                          \
-    static void name(int n, float *s, const void *w, const void *a) {                           \
-        const uint16_t *x = w;                                                                   \
-        const float *y = a;                                                                      \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                \
-        int i = 0;                                                                               \
-        for (; i + 32 <= n; i += 32) {                                                           \
-            acc0 = _mm256_fmadd_ps(load(x + i), _mm256_loadu_ps(y + i), acc0);                   \
-            acc1 = _mm256_fmadd_ps(load(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);           \
-            acc2 = _mm256_fmadd_ps(load(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);         \
-            acc3 = _mm256_fmadd_ps(load(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);         \
-        }                                                                                        \
-        for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load(x + i), _mm256_loadu_ps(y + i), acc0); \
-        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))); \
-        for (; i < n; i++) sum += scalar_cvt(x[i]) * y[i];                                       \
-        *s = sum;                                                                                \
+#define DOT_HALF(name, load, scalar_cvt)                                                                               \
+    static void name(int n, float *s, const void *w, const void *a) {                                                  \
+        const uint16_t *x = w;                                                                                         \
+        const float *y = a;                                                                                            \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                                      \
+        int i = 0;                                                                                                     \
+        for (; i + 32 <= n; i += 32) {                                                                                 \
+            acc0 = _mm256_fmadd_ps(load(x + i), _mm256_loadu_ps(y + i), acc0);                                         \
+            acc1 = _mm256_fmadd_ps(load(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);                                 \
+            acc2 = _mm256_fmadd_ps(load(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);                               \
+            acc3 = _mm256_fmadd_ps(load(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);                               \
+        }                                                                                                              \
+        for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load(x + i), _mm256_loadu_ps(y + i), acc0);                  \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));                      \
+        for (; i < n; i++) sum += scalar_cvt(x[i]) * y[i];                                                             \
+        *s = sum;                                                                                                      \
     }
 
 DOT_HALF(dot_f16, load_f16x8, st_f16_to_f32)
@@ -143,9 +138,7 @@ static inline __m256i qd_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
     return dot_us(_mm256_or_si256(nibbles32(x->qs), hi), load32(y->qs));
 }
 
-static inline __m256i qd_q8_0(const block_q8_0 *x, const block_q8_0 *y) {
-    return dot_ss(load32(x->qs), load32(y->qs));
-}
+static inline __m256i qd_q8_0(const block_q8_0 *x, const block_q8_0 *y) { return dot_ss(load32(x->qs), load32(y->qs)); }
 
 static inline __m256i qd_iq4_nl(const block_iq4_nl *x, const block_q8_0 *y) {
     return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_iq4nl), nibbles32(x->qs)), load32(y->qs));
@@ -156,11 +149,11 @@ static inline __m256i qd_mxfp4(const block_mxfp4 *x, const block_q8_0 *y) {
 }
 
 /* the f16 field F of 8 consecutive blocks, as 8 floats */
-#define F16X8(fn, BT, F)                                                                          \
-    static inline __m256 fn(const BT *b) {                                                       \
-        uint16_t h[8];                                                                           \
-        for (int k = 0; k < 8; k++) h[k] = b[k].F;                                               \
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));                             \
+#define F16X8(fn, BT, F)                                                                                               \
+    static inline __m256 fn(const BT *b) {                                                                             \
+        uint16_t h[8];                                                                                                 \
+        for (int k = 0; k < 8; k++) h[k] = b[k].F;                                                                     \
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));                                                   \
     }
 F16X8(d8_q4_0, block_q4_0, d)
 F16X8(d8_q4_1, block_q4_1, d)
@@ -188,25 +181,25 @@ static inline __m256 d8_mxfp4(const block_mxfp4 *b) {
 #define XD1_D(b) f16((b)->d)
 #define XD1_E(b) qdot_e8m0_half((b)->e)
 
-#define LEGACY_DOT(name, BT, YT, qd, xd8, yd8, xd1)                                              \
-    static float name(int n, const BT *x, const YT *y) {                                         \
-        const int nb = n / 32;                                                                   \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                           \
-        int ib = 0;                                                                              \
-        for (; ib + 8 <= nb; ib += 8) {                                                          \
-            float dd[8] __attribute__((aligned(32)));                                            \
-            _mm256_store_ps(dd, _mm256_mul_ps(xd8(x + ib), yd8(y + ib)));                        \
-            for (int k = 0; k < 8; k += 2) {                                                     \
-                acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k),                              \
-                                       _mm256_cvtepi32_ps(qd(&x[ib + k], &y[ib + k])), acc0);    \
-                acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),                          \
-                                       _mm256_cvtepi32_ps(qd(&x[ib + k + 1], &y[ib + k + 1])), acc1); \
-            }                                                                                    \
-        }                                                                                        \
-        for (; ib < nb; ib++)                                                                    \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd1(&x[ib]) * f16(y[ib].d)),                   \
-                                   _mm256_cvtepi32_ps(qd(&x[ib], &y[ib])), acc0);                \
-        return hsum_ps(_mm256_add_ps(acc0, acc1));                                               \
+#define LEGACY_DOT(name, BT, YT, qd, xd8, yd8, xd1)                                                                    \
+    static float name(int n, const BT *x, const YT *y) {                                                               \
+        const int nb = n / 32;                                                                                         \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                                 \
+        int ib = 0;                                                                                                    \
+        for (; ib + 8 <= nb; ib += 8) {                                                                                \
+            float dd[8] __attribute__((aligned(32)));                                                                  \
+            _mm256_store_ps(dd, _mm256_mul_ps(xd8(x + ib), yd8(y + ib)));                                              \
+            for (int k = 0; k < 8; k += 2) {                                                                           \
+                acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd(&x[ib + k], &y[ib + k])),    \
+                                       acc0);                                                                          \
+                acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),                                                \
+                                       _mm256_cvtepi32_ps(qd(&x[ib + k + 1], &y[ib + k + 1])), acc1);                  \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (; ib < nb; ib++)                                                                                          \
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd1(&x[ib]) * f16(y[ib].d)), _mm256_cvtepi32_ps(qd(&x[ib], &y[ib])), \
+                                   acc0);                                                                              \
+        return hsum_ps(_mm256_add_ps(acc0, acc1));                                                                     \
     }
 
 LEGACY_DOT(sum_q4_0, block_q4_0, block_q8_0, qd_q4_0, d8_q4_0, d8_q8_0, XD1_D)
@@ -218,15 +211,15 @@ LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, 
 LEGACY_DOT(sum_mxfp4, block_mxfp4, block_q8_0, qd_mxfp4, d8_mxfp4, d8_q8_0, XD1_E)
 
 /* Q4_1/Q5_1 min term: sum over blocks of m * s, 8 blocks per vector */
-#define MIN_TERM(name, BT, m8, mfield)                                                            \
-    static float name(int n, const BT *x, const block_q8_1 *y) {                                 \
-        const int nb = n / 32;                                                                   \
-        __m256 acc = _mm256_setzero_ps();                                                        \
-        int ib = 0;                                                                              \
-        for (; ib + 8 <= nb; ib += 8) acc = _mm256_fmadd_ps(m8(x + ib), s8_q8_1(y + ib), acc);   \
-        float sum = hsum_ps(acc);                                                                \
-        for (; ib < nb; ib++) sum += f16(x[ib].mfield) * f16(y[ib].s);                           \
-        return sum;                                                                              \
+#define MIN_TERM(name, BT, m8, mfield)                                                                                 \
+    static float name(int n, const BT *x, const block_q8_1 *y) {                                                       \
+        const int nb = n / 32;                                                                                         \
+        __m256 acc = _mm256_setzero_ps();                                                                              \
+        int ib = 0;                                                                                                    \
+        for (; ib + 8 <= nb; ib += 8) acc = _mm256_fmadd_ps(m8(x + ib), s8_q8_1(y + ib), acc);                         \
+        float sum = hsum_ps(acc);                                                                                      \
+        for (; ib < nb; ib++) sum += f16(x[ib].mfield) * f16(y[ib].s);                                                 \
+        return sum;                                                                                                    \
     }
 MIN_TERM(min_q4_1, block_q4_1, m8_q4_1, m)
 MIN_TERM(min_q5_1, block_q5_1, m8_q5_1, m)
@@ -249,7 +242,7 @@ static inline __m256i scale_pair(__m256i lo, __m256i hi, int i) {
     static const int8_t idx[4][32] = {
         {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
         {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
-        {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,
+        {8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,
          10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
         {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
          14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
@@ -324,7 +317,6 @@ static void dot_q3_k(int n, float *s, const void *w, const void *a) {
     *s = hsum_ps(acc);
 }
 
-
 /* Q4_K / Q5_K (q5: the 5th bit from qh). One 32-weight sub-block per ymm
  * against contiguous activations; the sub-block's scale is broadcast from a
  * dword (scale in both int16 halves) stored once per block, a load rather
@@ -386,8 +378,7 @@ static void dot_q6_k(int n, float *s, const void *w, const void *a) {
         __m256i sclo = bcast8_i16(_mm_cvtepi8_epi16(sc8));
         __m256i schi = bcast8_i16(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
         /* we dot q (unsigned 0..63); the -32 comes back as -32 * sum_g sc_g * bsum_g */
-        __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
-                                         _mm256_loadu_si256((const __m256i *)y[ib].bsums));
+        __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)y[ib].bsums));
         __m256i isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[ib].ql + 64 * h));
@@ -450,12 +441,10 @@ static void dot_iq4_xs(int n, float *s, const void *w, const void *a) {
 }
 
 const qt_vec_dot_fn qt_dots_main_avx2[QT_COUNT] = {
-    [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,
-    [QT_Q4_0] = dot_q4_0,     [QT_Q4_1] = dot_q4_1,     [QT_Q5_0] = dot_q5_0,
-    [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,     [QT_IQ4_NL] = dot_iq4_nl,
-    [QT_MXFP4] = dot_mxfp4,   [QT_Q2_K] = dot_q2_k,     [QT_Q3_K] = dot_q3_k,
-    [QT_Q4_K] = dot_q4_k,     [QT_Q5_K] = dot_q5_k,     [QT_Q6_K] = dot_q6_k,
-    [QT_IQ4_XS] = dot_iq4_xs,
+    [QT_F32] = dot_f32,       [QT_F16] = dot_f16,     [QT_BF16] = dot_bf16, [QT_Q4_0] = dot_q4_0,
+    [QT_Q4_1] = dot_q4_1,     [QT_Q5_0] = dot_q5_0,   [QT_Q5_1] = dot_q5_1, [QT_Q8_0] = dot_q8_0,
+    [QT_IQ4_NL] = dot_iq4_nl, [QT_MXFP4] = dot_mxfp4, [QT_Q2_K] = dot_q2_k, [QT_Q3_K] = dot_q3_k,
+    [QT_Q4_K] = dot_q4_k,     [QT_Q5_K] = dot_q5_k,   [QT_Q6_K] = dot_q6_k, [QT_IQ4_XS] = dot_iq4_xs,
 };
 
 /* ---- activation quantizers (called by qt_quantize_act when AVX2 runs) ----

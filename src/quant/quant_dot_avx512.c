@@ -40,8 +40,7 @@ static void dot_f32(int n, float *s, const void *w, const void *a) {
         acc2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), acc2);
         acc3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), acc3);
     }
-    for (; i + 16 <= n; i += 16)
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc0);
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc0);
     if (i < n) { /* masked tail: no scalar loop, no read past the row */
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), acc1);
@@ -54,26 +53,25 @@ static inline __m512 cvt_bf16x16(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-#define DOT_HALF(name, cvt)                                                                       \
-    static void name(int n, float *s, const void *w, const void *a) {                           \
-        const uint16_t *x = w;                                                                   \
-        const float *y = a;                                                                      \
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                \
-        int i = 0;                                                                               \
-        for (; i + 64 <= n; i += 64) {                                                           \
-            acc0 = _mm512_fmadd_ps(cvt(load32(x + i)), _mm512_loadu_ps(y + i), acc0);            \
-            acc1 = _mm512_fmadd_ps(cvt(load32(x + i + 16)), _mm512_loadu_ps(y + i + 16), acc1);  \
-            acc2 = _mm512_fmadd_ps(cvt(load32(x + i + 32)), _mm512_loadu_ps(y + i + 32), acc2);  \
-            acc3 = _mm512_fmadd_ps(cvt(load32(x + i + 48)), _mm512_loadu_ps(y + i + 48), acc3);  \
-        }                                                                                        \
-        for (; i + 16 <= n; i += 16)                                                             \
-            acc0 = _mm512_fmadd_ps(cvt(load32(x + i)), _mm512_loadu_ps(y + i), acc0);            \
-        if (i < n) {                                                                             \
-            __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                                      \
-            __m256i h = _mm256_maskz_loadu_epi16(m, x + i);                                      \
-            acc1 = _mm512_fmadd_ps(cvt(h), _mm512_maskz_loadu_ps(m, y + i), acc1);              \
-        }                                                                                        \
-        *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3))); \
+#define DOT_HALF(name, cvt)                                                                                            \
+    static void name(int n, float *s, const void *w, const void *a) {                                                  \
+        const uint16_t *x = w;                                                                                         \
+        const float *y = a;                                                                                            \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                                      \
+        int i = 0;                                                                                                     \
+        for (; i + 64 <= n; i += 64) {                                                                                 \
+            acc0 = _mm512_fmadd_ps(cvt(load32(x + i)), _mm512_loadu_ps(y + i), acc0);                                  \
+            acc1 = _mm512_fmadd_ps(cvt(load32(x + i + 16)), _mm512_loadu_ps(y + i + 16), acc1);                        \
+            acc2 = _mm512_fmadd_ps(cvt(load32(x + i + 32)), _mm512_loadu_ps(y + i + 32), acc2);                        \
+            acc3 = _mm512_fmadd_ps(cvt(load32(x + i + 48)), _mm512_loadu_ps(y + i + 48), acc3);                        \
+        }                                                                                                              \
+        for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(cvt(load32(x + i)), _mm512_loadu_ps(y + i), acc0);         \
+        if (i < n) {                                                                                                   \
+            __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                                                            \
+            __m256i h = _mm256_maskz_loadu_epi16(m, x + i);                                                            \
+            acc1 = _mm512_fmadd_ps(cvt(h), _mm512_maskz_loadu_ps(m, y + i), acc1);                                     \
+        }                                                                                                              \
+        *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));                \
     }
 
 DOT_HALF(dot_f16, cvt_f16x16)
@@ -116,7 +114,8 @@ static void dot_q8_0(int n, float *s, const void *w, const void *a) {
         float dd[8] __attribute__((aligned(32)));
         _mm256_store_ps(dd, _mm256_mul_ps(d8_q8_0(x + ib), d8_q8_0(y + ib)));
         for (int k = 0; k < 8; k += 2) {
-            acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd_q8_0(&x[ib + k], &y[ib + k])), acc0);
+            acc0 =
+                _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd_q8_0(&x[ib + k], &y[ib + k])), acc0);
             acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),
                                    _mm256_cvtepi32_ps(qd_q8_0(&x[ib + k + 1], &y[ib + k + 1])), acc1);
         }
@@ -170,7 +169,7 @@ static inline __attribute__((always_inline)) void dot_k4(int n, float *s, const 
         const __m512i rot = _mm512_setr_epi64(4, 4, 4, 4, 3, 3, 3, 3);
         __m512i hb = q5 ? _mm512_rolv_epi64(_mm512_broadcast_i64x4(load32(x + 16)), rot) : _mm512_setzero_si512();
         __m512i isum = _mm512_setzero_si512();
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const __m512i q = _mm512_broadcast_i64x4(load32(qs + 32 * c));
             __m512i w8 = _mm512_and_si512(_mm512_srlv_epi64(q, sh), m4);
@@ -186,13 +185,9 @@ static inline __attribute__((always_inline)) void dot_k4(int n, float *s, const 
     *s = _mm512_reduce_add_ps(acc) - hsum256(accm);
 }
 
-static void dot_q4_k(int n, float *s, const void *w, const void *a) {
-    dot_k4(n, s, w, sizeof(block_q4_K), a, 0);
-}
+static void dot_q4_k(int n, float *s, const void *w, const void *a) { dot_k4(n, s, w, sizeof(block_q4_K), a, 0); }
 
-static void dot_q5_k(int n, float *s, const void *w, const void *a) {
-    dot_k4(n, s, w, sizeof(block_q5_K), a, 1);
-}
+static void dot_q5_k(int n, float *s, const void *w, const void *a) { dot_k4(n, s, w, sizeof(block_q5_K), a, 1); }
 
 /* Q6_K in zmm: per 128 weights, ql (64 bytes: chunk k holds weights 32k+l
  * in its low nibbles and 64+32k+l in its high ones) and qh (32 bytes: bits
@@ -221,7 +216,7 @@ static void dot_q6_k(int n, float *s, const void *w, const void *a) {
         const __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load32(y[ib].bsums));
         __m512i isum = _mm512_setzero_si512();
         const __m512i scv = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), lo16); /* (scale, 0) */
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int hf = 0; hf < 2; hf++) {
             const __m512i ql = load64(x[ib].ql + 64 * hf);
             const __m512i h = _mm512_srlv_epi64(_mm512_broadcast_i64x4(load32(x[ib].qh + 32 * hf)), sh);
@@ -258,8 +253,8 @@ static void dot_iq4_xs(int n, float *s, const void *w, const void *a) {
         uint64_t ls8 = _pdep_u64(sl, 0x0f0f0f0f0f0f0f0full) | _pdep_u64(x[ib].scales_h, 0x3030303030303030ull);
         __m128i ls = _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)ls8)), _mm_set1_epi16(32));
         /* correction: 128 * sum_j ls_j * (bsum_2j + bsum_2j+1) */
-        __m256i ls_dup = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)ls8),
-                                                                _mm_cvtsi64_si128((long long)ls8)));
+        __m256i ls_dup = _mm256_cvtepu8_epi16(
+            _mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)ls8), _mm_cvtsi64_si128((long long)ls8)));
         ls_dup = _mm256_sub_epi16(ls_dup, _mm256_set1_epi16(32));
         __m256i corr = _mm256_madd_epi16(ls_dup, load32(y[ib].bsums));
         __m512i isum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 7)));
@@ -308,8 +303,8 @@ static inline __m256 d8_mxfp4(const block_mxfp4 *b) { /* qdot_e8m0_half of 8 blo
 static inline __m512i qd_mxfp4_pair(const block_mxfp4 *x, const block_q8_0 *y, __m512i lut, __m512i sh) {
     const __m256i q2 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x[0].qs)),
                                                _mm_loadu_si128((const __m128i *)x[1].qs), 1);
-    const __m512i q = _mm512_shuffle_i64x2(_mm512_castsi256_si512(q2), _mm512_castsi256_si512(q2),
-                                           _MM_SHUFFLE(1, 1, 0, 0));
+    const __m512i q =
+        _mm512_shuffle_i64x2(_mm512_castsi256_si512(q2), _mm512_castsi256_si512(q2), _MM_SHUFFLE(1, 1, 0, 0));
     const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(q, sh), _mm512_set1_epi8(0x0f));
     const __m512i yv = _mm512_inserti64x4(_mm512_castsi256_si512(load32(y[0].qs)), load32(y[1].qs), 1);
     const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi8(lut, codes), yv);
@@ -336,8 +331,8 @@ static void dot_mxfp4(int n, float *s, const void *w, const void *a) {
             const __m512 s0 = _mm512_permutexvar_ps(_mm512_add_epi32(pair_idx, _mm512_set1_epi32(k)), dd);
             const __m512 s1 = _mm512_permutexvar_ps(_mm512_add_epi32(pair_idx, _mm512_set1_epi32(k + 2)), dd);
             acc0 = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(qd_mxfp4_pair(x + ib + k, y + ib + k, lut, sh)), acc0);
-            acc1 = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(qd_mxfp4_pair(x + ib + k + 2, y + ib + k + 2, lut, sh)),
-                                   acc1);
+            acc1 =
+                _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(qd_mxfp4_pair(x + ib + k + 2, y + ib + k + 2, lut, sh)), acc1);
         }
     }
     for (; ib + 2 <= nb; ib += 2) {
@@ -356,7 +351,6 @@ static void dot_mxfp4(int n, float *s, const void *w, const void *a) {
 }
 
 const qt_vec_dot_fn qt_dots_main_avx512[QT_COUNT] = {
-    [QT_F32] = dot_f32,   [QT_F16] = dot_f16,   [QT_BF16] = dot_bf16,   [QT_Q8_0] = dot_q8_0,
-    [QT_Q4_K] = dot_q4_k, [QT_Q5_K] = dot_q5_k, [QT_Q6_K] = dot_q6_k,   [QT_IQ4_XS] = dot_iq4_xs,
-    [QT_MXFP4] = dot_mxfp4,
+    [QT_F32] = dot_f32,   [QT_F16] = dot_f16,   [QT_BF16] = dot_bf16,     [QT_Q8_0] = dot_q8_0,   [QT_Q4_K] = dot_q4_k,
+    [QT_Q5_K] = dot_q5_k, [QT_Q6_K] = dot_q6_k, [QT_IQ4_XS] = dot_iq4_xs, [QT_MXFP4] = dot_mxfp4,
 };

@@ -54,7 +54,7 @@ static inline uint64_t ksigns8(uint64_t packed) {
  * 32*half + k of the 64 sign bits is set; sv holds those bits in every qword
  * (one broadcast serves both sub-blocks of the pair). */
 static inline __m256i apply_signs(__m256i q, __m256i sv, int half) {
-    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     __m256i v = _mm256_shuffle_epi8(sv, _mm256_add_epi8(shuf, _mm256_set1_epi8((char)(4 * half))));
@@ -126,7 +126,7 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
         __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t aux0 = load_u32(qs + 4 * ib);
             const uint32_t aux1 = load_u32(qs + 4 * ib + 2);
@@ -154,7 +154,7 @@ static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
         __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             /* four uint16: 9-bit grid index | 7-bit sign index << 9 */
             const uint64_t v = load_u64(x[i].qs + 4 * ib);
@@ -185,7 +185,7 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
         __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = x[i].qh[ib];
             const __m256i g = rows4_idx(iq2s_grid, idx4(qs + 4 * ib, _pdep_u64(qh, 0x0300030003000300ULL)));
@@ -210,7 +210,7 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
         __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t aux = load_u32(gas + 4 * ib);
             const uint8_t *ix = qs + 8 * ib;
@@ -239,7 +239,7 @@ static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
         __m256i sv = _mm256_setzero_si256(); /* sign bits of the current pair of sub-blocks */
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             /* 9-bit indices: 8 low bits in qs, bit k of qh[ib] is index k's 9th */
             const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 8 * ib)));
@@ -277,11 +277,12 @@ static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
          * g+1: sum (8g + delta) q = 8 sum (g+1) q + (delta - 8) sum q, the last
          * sum from bsums; corr collects ls * (delta - 8) * sum q. */
         int32_t corr = 0;
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = x[i].qh[ib];
             const __m256i g = rows4_idx(iq1s_grid, idx4(qs + 4 * ib, _pdep_u64(qh & 0xfff, 0x0700070007000700ULL)));
-            const __m256i p = _mm256_maddubs_epi16(_mm256_add_epi8(g, one), _mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)));
+            const __m256i p =
+                _mm256_maddubs_epi16(_mm256_add_epi8(g, one), _mm256_loadu_si256((const __m256i *)(q8 + 32 * ib)));
             const int ls = 2 * ((qh >> 12) & 7) + 1;
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(8 * ls))));
             corr += ls * (qh & 0x8000 ? -9 : -7) * (y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1]);
@@ -296,18 +297,18 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
     const block_iq1_m *x = w;
     const block_q8_K *y = a;
     /* byte k of a 32-weight step reads qh byte k/16, bit 3 (k%16 < 8) or 7 */
-    const __m256i dshuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+    const __m256i dshuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, //
                                            1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m256i dbit = _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, (char)0x80, (char)0x80, (char)0x80, (char)0x80,
-                                          (char)0x80, (char)0x80, (char)0x80, (char)0x80,  //
+                                          (char)0x80, (char)0x80, (char)0x80, (char)0x80, //
                                           8, 8, 8, 8, 8, 8, 8, 8, (char)0x80, (char)0x80, (char)0x80, (char)0x80,
                                           (char)0x80, (char)0x80, (char)0x80, (char)0x80);
     const __m256i two = _mm256_set1_epi8(2);
     __m256 accf = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const uint64_t sc64 = load_u64(x[i].scales);
-        const uint16_t d16 = (uint16_t)(((sc64 >> 12) & 0x000f) | ((sc64 >> 24) & 0x00f0) |
-                                        ((sc64 >> 36) & 0x0f00) | ((sc64 >> 48) & 0xf000));
+        const uint16_t d16 = (uint16_t)(((sc64 >> 12) & 0x000f) | ((sc64 >> 24) & 0x00f0) | ((sc64 >> 36) & 0x0f00) |
+                                        ((sc64 >> 48) & 0xf000));
         const float d = _cvtsh_ss(d16) * y[i].d;
         /* 16 3-bit scales (12 low bits of each word) -> bytes 2s+1 */
         const uint64_t f = _pext_u64(sc64, 0x0fff0fff0fff0fffULL);
@@ -320,10 +321,11 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i acc = _mm256_setzero_si256();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int ib = 0; ib < QK_K / 32; ib++) {
             const uint32_t qh = load_u32(x[i].qh + 2 * ib) & 0xffff; /* 4 nibbles: 3 index bits + delta sign */
-            const __m256i g = rows4_idx(iq1s_grid, idx4(qs + 4 * ib, _pdep_u64(_pext_u32(qh, 0x7777u), 0x0700070007000700ULL)));
+            const __m256i g =
+                rows4_idx(iq1s_grid, idx4(qs + 4 * ib, _pdep_u64(_pext_u32(qh, 0x7777u), 0x0700070007000700ULL)));
             const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi16((short)qh), dshuf);
             const __m256i dp = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, dbit), dbit), two);
             const __m256i wq = iq1_weights(g, dp);
@@ -336,7 +338,6 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
 }
 
 const qt_vec_dot_fn qt_dots_iq_avx2[QT_COUNT] = {
-    [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s,
-    [QT_IQ3_XXS] = dot_iq3_xxs, [QT_IQ3_S] = dot_iq3_s,   [QT_IQ1_S] = dot_iq1_s,
-    [QT_IQ1_M] = dot_iq1_m,
+    [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s, [QT_IQ3_XXS] = dot_iq3_xxs,
+    [QT_IQ3_S] = dot_iq3_s,     [QT_IQ1_S] = dot_iq1_s,   [QT_IQ1_M] = dot_iq1_m,
 };

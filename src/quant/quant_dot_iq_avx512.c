@@ -152,7 +152,7 @@ static inline __attribute__((always_inline)) void iq2_xxs_impl(int n, float *s, 
         _mm256_storeu_si256((__m256i *)sg, ksigns32(aux));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const uint8_t *ix = qb + 16 * k; /* sub-blocks 2k, 2k+1: index bytes at 0..3 and 8..11 */
             const __m512i g = gather ? rows8_gather(iq2xxs_grid, ix, ix + 8) : rows8_loads(iq2xxs_grid, ix, ix + 8);
@@ -181,7 +181,7 @@ static void dot_iq2_xs(int n, float *s, const void *w, const void *a) {
         const __m512i sc = odd_scales_nib16(load_u64(x[i].scales));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             /* eight uint16: 9-bit grid index | 7-bit sign index << 9 */
             const __m128i v = _mm_loadu_si128((const __m128i *)(x[i].qs + 8 * k));
@@ -212,7 +212,7 @@ static void dot_iq2_s(int n, float *s, const void *w, const void *a) {
         const uint8_t *signs = x[i].qs + QK_K / 8;
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             /* 10-bit indices: low bytes in qs, 2 high bits each from qh[2k], qh[2k+1] */
             const uint64_t hb = _pdep_u64(load_u32(x[i].qh + 2 * k) & 0xffff, 0x0303030303030303ULL);
@@ -245,7 +245,7 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
         _mm256_storeu_si256((__m256i *)sg, ksigns32(aux));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16 * k)));
             const __m512i g = _mm512_i32gather_epi32(idx, (const void *)iq3xxs_grid, 4);
@@ -258,12 +258,11 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
     *s = 0.25f * _mm512_reduce_add_ps(accf);
 }
 
-
 static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
     const block_iq3_s *x = w;
     const block_q8_K *y = a;
     const scale_perm sp = perm_per16(); /* scales are spread per 32 below: lanes 2ib, 2ib+1 */
-    __m512i pidx[4]; /* hoisted: the step loops are unrolled, so these stay in registers */
+    __m512i pidx[4];                    /* hoisted: the step loops are unrolled, so these stay in registers */
     for (int k = 0; k < 4; k++) pidx[k] = perm_at(sp, k);
     const __m512i bit8 = _mm512_set1_epi32(256);
     __m512 accf = _mm512_setzero_ps();
@@ -272,12 +271,12 @@ static void dot_iq3_s(int n, float *s, const void *w, const void *a) {
         /* 8 nibbles -> 2s+1, each duplicated so that the per-16 permutation applies */
         const uint64_t nib = load_u32(x[i].scales);
         const uint64_t dup = _pdep_u64(nib, 0x0f0f0f0f0f0f0f0fULL);
-        const __m256i s8 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)dup),
-                                                                  _mm_cvtsi64_si128((long long)dup)));
+        const __m256i s8 = _mm256_cvtepu8_epi16(
+            _mm_unpacklo_epi8(_mm_cvtsi64_si128((long long)dup), _mm_cvtsi64_si128((long long)dup)));
         const __m512i sc = _mm512_zextsi256_si512(_mm256_add_epi16(_mm256_add_epi16(s8, s8), _mm256_set1_epi16(1)));
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             /* 9-bit indices: bit j of qh[2k..2k+1] is index j's 9th bit */
             const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + 16 * k)));
@@ -321,12 +320,13 @@ static void dot_iq1_s(int n, float *s, const void *w, const void *a) {
         const __m256i c2 = _mm256_cvtepu16_epi32(_mm_mullo_epi16(ls, dm8));
         /* duplicated into both int16 halves: one value per 16 weights */
         const __m512i sc = _mm512_zextsi256_si512(_mm256_or_si256(ls2, _mm256_slli_epi32(ls2, 16)));
-        const __m256i coef = _mm256_or_si256(_mm256_and_si256(c2, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(c2, 16));
+        const __m256i coef =
+            _mm256_or_si256(_mm256_and_si256(c2, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(c2, 16));
         const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), coef);
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_zextsi256_si512(corr);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             const uint32_t h = load_u32(x[i].qh + 2 * k); /* qh of ib 2k | of ib 2k+1 << 16 */
             const uint64_t hb = _pdep_u64((h & 0xfff) | ((h >> 4) & 0xfff000), 0x0707070707070707ULL);
@@ -348,8 +348,8 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
     __m512 accf = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const uint64_t sc64 = load_u64(x[i].scales);
-        const uint16_t d16 = (uint16_t)(((sc64 >> 12) & 0x000f) | ((sc64 >> 24) & 0x00f0) |
-                                        ((sc64 >> 36) & 0x0f00) | ((sc64 >> 48) & 0xf000));
+        const uint16_t d16 = (uint16_t)(((sc64 >> 12) & 0x000f) | ((sc64 >> 24) & 0x00f0) | ((sc64 >> 36) & 0x0f00) |
+                                        ((sc64 >> 48) & 0xf000));
         const float d = _cvtsh_ss(d16) * y[i].d;
         /* 16 3-bit scales (12 low bits of each word) -> int16 2s+1 */
         const uint64_t f = _pext_u64(sc64, 0x0fff0fff0fff0fffULL);
@@ -362,7 +362,7 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
             /* 8 nibbles, one per 8 weights: 3 high index bits | delta sign << 3 */
             const uint32_t h = load_u32(x[i].qh + 4 * k);
@@ -384,7 +384,6 @@ const qt_vec_dot_fn qt_dots_iq_avx512_loads[QT_COUNT] = {
 };
 
 const qt_vec_dot_fn qt_dots_iq_avx512[QT_COUNT] = {
-    [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s,
-    [QT_IQ3_XXS] = dot_iq3_xxs, [QT_IQ3_S] = dot_iq3_s,   [QT_IQ1_S] = dot_iq1_s,
-    [QT_IQ1_M] = dot_iq1_m,
+    [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s, [QT_IQ3_XXS] = dot_iq3_xxs,
+    [QT_IQ3_S] = dot_iq3_s,     [QT_IQ1_S] = dot_iq1_s,   [QT_IQ1_M] = dot_iq1_m,
 };

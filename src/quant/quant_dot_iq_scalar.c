@@ -27,8 +27,8 @@
 #include "quant/dot_impl.h"
 #include "quant/iq_tables.h"
 
-#define LO7 0x7f7f7f7f7f7f7f7fULL
-#define HI1 0x8080808080808080ULL
+#define LO7  0x7f7f7f7f7f7f7f7fULL
+#define HI1  0x8080808080808080ULL
 #define ONES 0x0101010101010101ULL
 
 static inline uint32_t load_u32(const void *p) {
@@ -51,9 +51,7 @@ static inline uint64_t signed_row(uint64_t g, uint8_t s) {
 }
 
 /* Byte-wise a + b mod 256 without carries between bytes. */
-static inline uint64_t add_bytes(uint64_t a, uint64_t b) {
-    return ((a & LO7) + (b & LO7)) ^ ((a ^ b) & HI1);
-}
+static inline uint64_t add_bytes(uint64_t a, uint64_t b) { return ((a & LO7) + (b & LO7)) ^ ((a ^ b) & HI1); }
 
 /* IQ1 weights 8*g + delta per byte, g in {-1,0,1} (0xff, 0, 1), delta = +-1:
  * the 64-bit shift moves each byte's top bits into the next byte, which the
@@ -62,9 +60,7 @@ static inline uint64_t iq1_row(uint64_t g, int neg) {
     return add_bytes((g << 3) & 0xf8f8f8f8f8f8f8f8ULL, neg ? 0xffffffffffffffffULL : ONES);
 }
 
-static inline void put_row(int8_t *dst, uint64_t v) {
-    memcpy(dst, &v, 8);
-}
+static inline void put_row(int8_t *dst, uint64_t v) { memcpy(dst, &v, 8); }
 
 /* sum_j w[j] * q[j] over n (16 or 32) int8 pairs. */
 static inline int32_t dot_i8(const int8_t *w, const int8_t *q, int n) {
@@ -87,8 +83,8 @@ static void dot_iq2_xxs(int n, float *s, const void *w, const void *a) {
             const uint32_t aux1 = load_u32(x[i].qs + 4 * ib + 2);
             int8_t wv[32];
             for (int l = 0; l < 4; l++)
-                put_row(wv + 8 * l, signed_row(iq2xxs_grid[(aux0 >> (8 * l)) & 255],
-                                               ksigns_iq2xs[(aux1 >> (7 * l)) & 127]));
+                put_row(wv + 8 * l,
+                        signed_row(iq2xxs_grid[(aux0 >> (8 * l)) & 255], ksigns_iq2xs[(aux1 >> (7 * l)) & 127]));
             bsum += dot_i8(wv, q8 + 32 * ib, 32) * (int32_t)(2 * (aux1 >> 28) + 1);
         }
         /* d*(0.5+s)/4 == d*(2s+1)/8 */
@@ -161,7 +157,8 @@ static void dot_iq3_xxs(int n, float *s, const void *w, const void *a) {
             const uint32_t aux = load_u32(gas + 4 * ib);
             int8_t wv[32];
             for (int l = 0; l < 4; l++) {
-                const uint64_t g = iq3xxs_grid[qs[8 * ib + 2 * l]] | (uint64_t)iq3xxs_grid[qs[8 * ib + 2 * l + 1]] << 32;
+                const uint64_t g = iq3xxs_grid[qs[8 * ib + 2 * l]] | (uint64_t)iq3xxs_grid[qs[8 * ib + 2 * l + 1]]
+                                                                         << 32;
                 put_row(wv + 8 * l, signed_row(g, ksigns_iq2xs[(aux >> (7 * l)) & 127]));
             }
             bsum += dot_i8(wv, q8 + 32 * ib, 32) * (int32_t)(2 * (aux >> 28) + 1);
@@ -229,8 +226,8 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
         uint16_t sc[4];
         memcpy(sc, x[i].scales, 8);
         /* the f16 super-scale is the top nibbles of the four scale words */
-        const uint16_t d16 = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
-                                        ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+        const uint16_t d16 =
+            (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
         const float d = st_f16_to_f32(d16) * y[i].d;
         const int8_t *q8 = y[i].qs;
         int32_t bsum = 0;
@@ -254,7 +251,6 @@ static void dot_iq1_m(int n, float *s, const void *w, const void *a) {
 }
 
 const qt_vec_dot_fn qt_dots_iq_scalar[QT_COUNT] = {
-    [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s,
-    [QT_IQ3_XXS] = dot_iq3_xxs, [QT_IQ3_S] = dot_iq3_s,   [QT_IQ1_S] = dot_iq1_s,
-    [QT_IQ1_M] = dot_iq1_m,
+    [QT_IQ2_XXS] = dot_iq2_xxs, [QT_IQ2_XS] = dot_iq2_xs, [QT_IQ2_S] = dot_iq2_s, [QT_IQ3_XXS] = dot_iq3_xxs,
+    [QT_IQ3_S] = dot_iq3_s,     [QT_IQ1_S] = dot_iq1_s,   [QT_IQ1_M] = dot_iq1_m,
 };

@@ -317,10 +317,8 @@ static void dot_iq4_xs(int n, float *s, const void *w, const void *a) {
 }
 
 const qt_vec_dot_fn qt_dots_main_scalar[QT_COUNT] = {
-    [QT_F32] = dot_f32,       [QT_F16] = dot_f16,       [QT_BF16] = dot_bf16,
-    [QT_Q4_0] = dot_q4_0,     [QT_Q4_1] = dot_q4_1,     [QT_Q5_0] = dot_q5_0,
-    [QT_Q5_1] = dot_q5_1,     [QT_Q8_0] = dot_q8_0,     [QT_IQ4_NL] = dot_iq4_nl,
-    [QT_MXFP4] = dot_mxfp4,   [QT_Q2_K] = dot_q2_k,     [QT_Q3_K] = dot_q3_k,
-    [QT_Q4_K] = dot_q4_k,     [QT_Q5_K] = dot_q5_k,     [QT_Q6_K] = dot_q6_k,
-    [QT_IQ4_XS] = dot_iq4_xs,
+    [QT_F32] = dot_f32,       [QT_F16] = dot_f16,     [QT_BF16] = dot_bf16, [QT_Q4_0] = dot_q4_0,
+    [QT_Q4_1] = dot_q4_1,     [QT_Q5_0] = dot_q5_0,   [QT_Q5_1] = dot_q5_1, [QT_Q8_0] = dot_q8_0,
+    [QT_IQ4_NL] = dot_iq4_nl, [QT_MXFP4] = dot_mxfp4, [QT_Q2_K] = dot_q2_k, [QT_Q3_K] = dot_q3_k,
+    [QT_Q4_K] = dot_q4_k,     [QT_Q5_K] = dot_q5_k,   [QT_Q6_K] = dot_q6_k, [QT_IQ4_XS] = dot_iq4_xs,
 };

@@ -21,8 +21,8 @@ qt_gemm_fn qt_gemm(qt_type t, qt_isa isa) {
     }
 }
 
-void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride,
-                    const void *const *act, float *y, size_t ldy) {
+void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act,
+                    float *y, size_t ldy) {
     const unsigned char *wr = w;
     for (int r = 0; r < nr; r++, wr += w_stride)
         for (int c = 0; c < nc; c++) dot(n, &y[(size_t)c * ldy + (size_t)r], wr, act[c]);

@@ -39,8 +39,8 @@
  * w: first weight row, rows w_stride bytes apart; act[c]: activation row c,
  * quantized in the format's vec_dot_type (qt_quantize_act); nr >= 1 any,
  * 1 <= nc <= QT_GEMM_MAX_TOK. */
-typedef void (*qt_gemm_fn)(int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act,
-                           float *y, size_t ldy);
+typedef void (*qt_gemm_fn)(int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act, float *y,
+                           size_t ldy);
 
 /* The gemm kernel of weight type t on the given ISA path (clamped to what
  * the CPU runs, as qt_vec_dot); NULL if t has none there. */
@@ -48,7 +48,7 @@ qt_gemm_fn qt_gemm(qt_type t, qt_isa isa);
 
 /* The generic fallback with qt_gemm_fn's arguments: one dot call per (row,
  * token) pair with `dot` (a qt_vec_dot of the weight type). */
-void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride,
-                    const void *const *act, float *y, size_t ldy);
+void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act,
+                    float *y, size_t ldy);
 
 #endif

@@ -4,8 +4,8 @@
  * for decoded weights and temporaries). Called only after cpuid says AVX2
  * runs (quant_gemm.c via qt_isa_supported).
  */
-#define QG_VNNI 0
-#define QG_R 2
-#define QG_C 4
+#define QG_VNNI  0
+#define QG_R     2
+#define QG_C     4
 #define QG_TABLE qt_gemms_avx2
 #include "quant/quant_gemm_body.h"

@@ -48,7 +48,7 @@
 #include "quant/quant_gemm_impl.h"
 
 #define QG_INLINE static inline __attribute__((always_inline))
-#define QG_ALIGN __attribute__((aligned(32)))
+#define QG_ALIGN  __attribute__((aligned(32)))
 
 enum { QG_Q4_0, QG_Q4_1, QG_Q5_0, QG_Q5_1, QG_Q8_0, QG_IQ4_NL, QG_Q4_K, QG_Q5_K, QG_IQ4_XS };
 
@@ -91,9 +91,9 @@ QG_INLINE __m256i qg_nibbles(const uint8_t *p) {
 QG_INLINE __m256i qg_bits(const uint8_t *p) {
     uint32_t bits;
     memcpy(&bits, p, 4);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
-                                    _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                                      0x0101010101010101, 0x0000000000000000));
+    __m256i v =
+        _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                            0x0101010101010101, 0x0000000000000000));
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
@@ -107,7 +107,7 @@ QG_INLINE __m256i qg_iq4(__m256i nib) {
 /* Units per chunk: the row length is cut into chunks of 1024 weights so
  * that the decoded rows and the prepared tokens of one chunk live on the
  * stack and in L1/L2; partial sums are added into y between chunks. */
-#define QG_CHUNK 32
+#define QG_CHUNK  32
 #define QG_GROUPS (QG_CHUNK / 8)
 
 /* Prepared activations, tokens per 32-byte slot group: on VNNI two tokens'
@@ -132,13 +132,13 @@ QG_INLINE int qg_sign_path(int f) { return !QG_VNNI && qg_wide(f); }
 
 /* One weight row's decoded chunk. */
 typedef struct {
-    int8_t q[QG_CHUNK][32] QG_ALIGN;  /* signed weights of each unit */
-    int32_t z[QG_CHUNK][8] QG_ALIGN;  /* -128 * sum of the unit's weights, spread over 8 lanes */
+    int8_t q[QG_CHUNK][32] QG_ALIGN; /* signed weights of each unit */
+    int32_t z[QG_CHUNK][8] QG_ALIGN; /* -128 * sum of the unit's weights, spread over 8 lanes */
 #if !QG_VNNI
     uint8_t qa[QG_CHUNK][32] QG_ALIGN; /* |q| (sign path only) */
 #endif
-    float dw[QG_GROUPS][8] QG_ALIGN;   /* unit scale; 0 past the row's units */
-    float mw[QG_GROUPS][8] QG_ALIGN;   /* min coefficient (qg_has_min); 0 past the units */
+    float dw[QG_GROUPS][8] QG_ALIGN; /* unit scale; 0 past the row's units */
+    float mw[QG_GROUPS][8] QG_ALIGN; /* min coefficient (qg_has_min); 0 past the units */
 #if QG_VNNI
     /* Q4_K/Q5_K integer scales (qg_kint): */
     int32_t zs[QG_GROUPS][8] QG_ALIGN; /* sum_j sc_j * z_j: the super-block's offset, scaled */
@@ -204,8 +204,9 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
             case QG_Q4_0: v = _mm256_sub_epi8(qg_nibbles(((const block_q4_0 *)b)->qs), _mm256_set1_epi8(8)); break;
             case QG_Q4_1: v = qg_nibbles(((const block_q4_1 *)b)->qs); break;
             case QG_Q5_0: /* q - 16 in one step: a clear 5th bit makes the byte nibble | 0xf0 */
-                v = _mm256_or_si256(qg_nibbles(((const block_q5_0 *)b)->qs),
-                                    _mm256_andnot_si256(qg_bits(((const block_q5_0 *)b)->qh), _mm256_set1_epi8((char)0xf0)));
+                v = _mm256_or_si256(
+                    qg_nibbles(((const block_q5_0 *)b)->qs),
+                    _mm256_andnot_si256(qg_bits(((const block_q5_0 *)b)->qh), _mm256_set1_epi8((char)0xf0)));
                 break;
             case QG_Q5_1:
                 v = _mm256_or_si256(qg_nibbles(((const block_q5_1 *)b)->qs),
@@ -257,8 +258,8 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
         __m256i zs = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             o->sc2[k0 + j] = (uint32_t)sc[j] * 0x10001u;
-            zs = _mm256_add_epi32(zs, _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)o->z[k0 + j]),
-                                                         _mm256_set1_epi32(sc[j])));
+            zs = _mm256_add_epi32(
+                zs, _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)o->z[k0 + j]), _mm256_set1_epi32(sc[j])));
         }
         _mm256_store_si256((__m256i *)o->zs[gi], zs);
         o->dk[gi] = d;
@@ -319,16 +320,16 @@ QG_INLINE float qg_hsum(__m256 v) {
 
 /* One tile over one chunk: R decoded rows x C prepared tokens; y = (first) or += the sums. */
 QG_INLINE void qg_micro(const int f, const int R, const int C, int u0, int cu, const qg_wrow *wr,
-                        qg_tgrp (*tp)[QG_GROUPS], uint8_t *apb, int c0, const uint8_t *const *act, float *y,
-                        size_t ldy, int first) {
+                        qg_tgrp (*tp)[QG_GROUPS], uint8_t *apb, int c0, const uint8_t *const *act, float *y, size_t ldy,
+                        int first) {
     float dd[QG_R][QG_C][8] QG_ALIGN;
     __m256 acc[QG_R][QG_C];
     (void)u0; /* u0 and act: read by the sign path only; apb and c0 by the others */
     (void)act;
     (void)apb;
     (void)c0;
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[r][c] =
+        _mm256_setzero_ps();
     for (int gi = 0; gi * 8 < cu; gi++) {
         const int g = cu - 8 * gi < 8 ? cu - 8 * gi : 8;
         _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
@@ -348,7 +349,8 @@ QG_INLINE void qg_micro(const int f, const int R, const int C, int u0, int cu, c
                     if (qg_sign_path(f)) {
 #if !QG_VNNI
                         __m256i av = qg_load(qg_act(f, act[c], u0 + uk));
-                        p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)wr[r].qa[uk]), _mm256_sign_epi8(av, q));
+                        p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)wr[r].qa[uk]),
+                                                 _mm256_sign_epi8(av, q));
                         p = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 #else
                         p = _mm256_setzero_si256(); /* not reached: VNNI has no sign path */
@@ -367,11 +369,10 @@ QG_INLINE void qg_micro(const int f, const int R, const int C, int u0, int cu, c
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
-            float *o = &y[(size_t)c * ldy + (size_t)r];
-            *o = first ? qg_hsum(acc[r][c]) : *o + qg_hsum(acc[r][c]);
-        }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+        float *o = &y[(size_t)c * ldy + (size_t)r];
+        *o = first ? qg_hsum(acc[r][c]) : *o + qg_hsum(acc[r][c]);
+    }
 }
 
 #if QG_VNNI
@@ -386,8 +387,8 @@ QG_INLINE void qg_micro(const int f, const int R, const int C, int u0, int cu, c
 QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const qg_wrow *wr, qg_tgrp (*tp)[QG_GROUPS],
                            uint8_t *apb, int c0, int ct, float *y, size_t ldy, int first) {
     __m512 acc[QG_R][4];
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) acc[r][p] =
+        _mm512_setzero_ps();
     const __m512i half = _mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int gi = 0; gi * 8 < cu; gi++) {
         const int g = cu - 8 * gi < 8 ? cu - 8 * gi : 8;
@@ -398,8 +399,8 @@ QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const
             if (qg_has_min(f)) {
                 __m512 sap = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(tp[2 * p][gi].sa)),
                                                 _mm256_load_ps(tp[2 * p + 1][gi].sa), 1);
-                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-                    acc[r][p] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_load_ps(wr[r].mw[gi])), sap, acc[r][p]);
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[r][p] =
+                    _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_load_ps(wr[r].mw[gi])), sap, acc[r][p]);
             }
         }
         if (qg_kint(f)) {
@@ -418,9 +419,8 @@ QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const
                         isum[p] = _mm512_dpwssd_epi32(isum[p], _mm512_maddubs_epi16(a2, q2), sc);
                     }
                 }
-                _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++)
-                    acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[p]),
-                                                _mm512_mul_ps(dap[p], _mm512_set1_ps(wr[r].dk[gi])), acc[r][p]);
+                _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) acc[r][p] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(isum[p]), _mm512_mul_ps(dap[p], _mm512_set1_ps(wr[r].dk[gi])), acc[r][p]);
             }
             continue;
         }
@@ -428,8 +428,8 @@ QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const
             const int uk = 8 * gi + k;
             const __m512i idx = _mm512_add_epi32(half, _mm512_set1_epi32(k));
             __m512i q2[QG_R];
-            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-                q2[r] = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)wr[r].q[uk]));
+            _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) q2[r] =
+                _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)wr[r].q[uk]));
             _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {
                 const __m512 dax = _mm512_permutexvar_ps(idx, dap[p]);
                 const __m512i a2 = _mm512_loadu_si512(qg_ap(apb, c0 + 2 * p, uk));
@@ -442,16 +442,15 @@ QG_INLINE void qg_micro512(const int f, const int R, const int NP, int cu, const
             }
         }
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {
-            for (int h = 0; h < 2; h++) {
-                const int c = 2 * p + h;
-                if (c >= ct) break;
-                __m256 v = h ? _mm512_extractf32x8_ps(acc[r][p], 1) : _mm512_castps512_ps256(acc[r][p]);
-                float *o = &y[(size_t)c * ldy + (size_t)r];
-                *o = first ? qg_hsum(v) : *o + qg_hsum(v);
-            }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _Pragma("GCC unroll 8") for (int p = 0; p < NP; p++) {
+        for (int h = 0; h < 2; h++) {
+            const int c = 2 * p + h;
+            if (c >= ct) break;
+            __m256 v = h ? _mm512_extractf32x8_ps(acc[r][p], 1) : _mm512_castps512_ps256(acc[r][p]);
+            float *o = &y[(size_t)c * ldy + (size_t)r];
+            *o = first ? qg_hsum(v) : *o + qg_hsum(v);
         }
+    }
 }
 #endif
 
@@ -500,8 +499,8 @@ QG_INLINE void qg_micro16(const int f, const int CT, int u0, int cu, const qg_wb
                 memcpy(&a4, a + 4 * j, 4);
                 isum = _mm512_dpbusd_epi32(isum, wv[j], _mm512_set1_epi32(a4));
             }
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(t->da[c0 + c][k])),
-                                     acc[c]);
+            acc[c] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(t->da[c0 + c][k])), acc[c]);
             if (qg_has_min(f))
                 acc[c] = _mm512_fmadd_ps(_mm512_load_ps(b->mw[k]), _mm512_set1_ps(t->sa[c0 + c][k]), acc[c]);
         }
@@ -545,7 +544,8 @@ QG_INLINE void qg_run16(const int f, int n, int nr, int nc, const void *wv, size
                                             _mm256_permute2x128_si256(lo, hi, 0x31));
                 }
                 int32_t zt[8];
-                _mm256_storeu_si256((__m256i *)zt, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7)));
+                _mm256_storeu_si256((__m256i *)zt,
+                                    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7)));
                 for (int k = 0; k < g; k++) {
                     t.zt[c][8 * gi + k] = zt[k];
                     t.da[c][8 * gi + k] = tg.da[k];
@@ -578,8 +578,8 @@ QG_INLINE void qg_run16(const int f, int n, int nr, int nc, const void *wv, size
 }
 #endif
 
-QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv,
-                      float *y, size_t ldy) {
+QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv, float *y,
+                      size_t ldy) {
     const uint8_t *const *act = (const uint8_t *const *)actv;
     qg_wrow wr[QG_R];
     qg_tgrp tp[QT_GEMM_MAX_TOK][QG_GROUPS];
@@ -687,8 +687,8 @@ QG_INLINE __m256i qg_dpwssd(__m256i acc, __m256i p, __m256i s) {
 QG_INLINE void qg_q6_micro(const int R, const int C, int sb0, int nsb, qg_q6sb (*wr)[QG_Q6_CHUNK],
                            const uint8_t *const *act, float *y, size_t ldy, int first) {
     __m256 acc[QG_R][QG_C];
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[r][c] =
+        _mm256_setzero_ps();
     for (int s = 0; s < nsb; s++) {
         const block_q8_K *ya[QG_C];
         _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) ya[c] = (const block_q8_K *)act[c] + sb0 + s;
@@ -700,22 +700,20 @@ QG_INLINE void qg_q6_micro(const int R, const int C, int sb0, int nsb, qg_q6sb (
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
                 __m256i q = _mm256_load_si256((const __m256i *)x->q[k]);
                 __m256i sc = _mm256_load_si256((const __m256i *)x->sc[k]);
-                _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
-                    isum[c] = qg_dpwssd(isum[c], _mm256_maddubs_epi16(q, qg_load(ya[c]->qs + 32 * k)), sc);
+                _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) isum[c] =
+                    qg_dpwssd(isum[c], _mm256_maddubs_epi16(q, qg_load(ya[c]->qs + 32 * k)), sc);
             }
-            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(x->d * ya[c]->d), acc[r][c]);
+            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) acc[r][c] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(x->d * ya[c]->d), acc[r][c]);
         }
     }
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
-            float *o = &y[(size_t)c * ldy + (size_t)r];
-            *o = first ? qg_hsum(acc[r][c]) : *o + qg_hsum(acc[r][c]);
-        }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+        float *o = &y[(size_t)c * ldy + (size_t)r];
+        *o = first ? qg_hsum(acc[r][c]) : *o + qg_hsum(acc[r][c]);
+    }
 }
 
-static void gemm_q6_k(int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv, float *y,
-                      size_t ldy) {
+static void gemm_q6_k(int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv, float *y, size_t ldy) {
     const uint8_t *const *act = (const uint8_t *const *)actv;
     qg_q6sb wr[QG_R][QG_Q6_CHUNK];
     const int n_sb = n / QK_K;
@@ -725,7 +723,8 @@ static void gemm_q6_k(int n, int nr, int nc, const void *wv, size_t ws, const vo
         for (int r = 0; r < nr; r += QG_R, w += (size_t)QG_R * ws) {
             const int rt = nr - r < QG_R ? nr - r : QG_R;
             for (int i = 0; i < rt; i++)
-                for (int s = 0; s < nsb; s++) qg_q6_decode((const block_q6_K *)(w + (size_t)i * ws) + sb0 + s, &wr[i][s]);
+                for (int s = 0; s < nsb; s++)
+                    qg_q6_decode((const block_q6_K *)(w + (size_t)i * ws) + sb0 + s, &wr[i][s]);
             for (int c = 0; c < nc; c += QG_C) {
                 const int ct = nc - c < QG_C ? nc - c : QG_C;
                 float *yt = y + (size_t)c * ldy + (size_t)r;
@@ -751,20 +750,19 @@ static void gemm_q6_k(int n, int nr, int nc, const void *wv, size_t ws, const vo
 #if QG_VNNI
 /* Q4_K/Q5_K keep qg_micro512's integer sub-block scales (faster than a
  * float scale per unit here); Q6_K has its own kernel */
-#define QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy) \
-    if ((nr) % QG_RB == 0 && !qg_kint(f)) {     \
-        qg_run16(f, n, nr, nc, w, ws, act, y, ldy); \
-        return;                                  \
+#define QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy)                                                                     \
+    if ((nr) % QG_RB == 0 && !qg_kint(f)) {                                                                            \
+        qg_run16(f, n, nr, nc, w, ws, act, y, ldy);                                                                    \
+        return;                                                                                                        \
     }
 #else
 #define QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy)
 #endif
 
-#define QG_ENTRY(name, f)                                                                          \
-    static void name(int n, int nr, int nc, const void *w, size_t ws, const void *const *act, float *y, \
-                     size_t ldy) {                                                                 \
-        QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy)                                                 \
-        qg_run(f, n, nr, nc, w, ws, act, y, ldy);                                                  \
+#define QG_ENTRY(name, f)                                                                                              \
+    static void name(int n, int nr, int nc, const void *w, size_t ws, const void *const *act, float *y, size_t ldy) {  \
+        QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy)                                                                     \
+        qg_run(f, n, nr, nc, w, ws, act, y, ldy);                                                                      \
     }
 
 QG_ENTRY(gemm_q4_0, QG_Q4_0)
@@ -778,7 +776,7 @@ QG_ENTRY(gemm_q5_k, QG_Q5_K)
 QG_ENTRY(gemm_iq4_xs, QG_IQ4_XS)
 
 const qt_gemm_fn QG_TABLE[QT_COUNT] = {
-    [QT_Q4_0] = gemm_q4_0, [QT_Q4_1] = gemm_q4_1, [QT_Q5_0] = gemm_q5_0,     [QT_Q5_1] = gemm_q5_1,
+    [QT_Q4_0] = gemm_q4_0, [QT_Q4_1] = gemm_q4_1,     [QT_Q5_0] = gemm_q5_0, [QT_Q5_1] = gemm_q5_1,
     [QT_Q8_0] = gemm_q8_0, [QT_IQ4_NL] = gemm_iq4_nl, [QT_Q4_K] = gemm_q4_k, [QT_Q5_K] = gemm_q5_k,
     [QT_Q6_K] = gemm_q6_k, [QT_IQ4_XS] = gemm_iq4_xs,
 };

@@ -65,8 +65,7 @@ static void build_all(void) {
     build(&grids[QQ_GRID_IQ2XXS], 256, 8, iq2xxs_grid, NULL, 0, lev2, 3, val_iq2xxs, norm_iq2xxs, pat_iq2xxs, 6561);
     build(&grids[QQ_GRID_IQ2XS], 512, 8, iq2xs_grid, NULL, 0, lev2, 3, val_iq2xs, norm_iq2xs, pat_iq2xs, 6561);
     build(&grids[QQ_GRID_IQ2S], 1024, 8, iq2s_grid, NULL, 0, lev2, 3, val_iq2s, norm_iq2s, pat_iq2s, 6561);
-    build(&grids[QQ_GRID_IQ3XXS], 256, 4, NULL, iq3xxs_grid, 0, lev3xxs, 8, val_iq3xxs, norm_iq3xxs, pat_iq3xxs,
-          4096);
+    build(&grids[QQ_GRID_IQ3XXS], 256, 4, NULL, iq3xxs_grid, 0, lev3xxs, 8, val_iq3xxs, norm_iq3xxs, pat_iq3xxs, 4096);
     build(&grids[QQ_GRID_IQ3S], 512, 4, NULL, iq3s_grid, 0, lev3s, 8, val_iq3s, norm_iq3s, pat_iq3s, 4096);
     build(&grids[QQ_GRID_IQ1S], 2048, 8, iq1s_grid, NULL, 1, lev1, 3, val_iq1s, norm_iq1s, pat_iq1s, 6561);
 }

@@ -18,16 +18,24 @@
 #include <stdint.h>
 
 typedef struct {
-    int G;               /* values per row (8 or 4) */
-    int N;               /* rows */
-    int L;               /* lattice levels */
-    float lev[8];        /* level values, ascending */
-    const float *val;    /* (N, G) row values */
-    const float *norm;   /* (N) sum of squares of each row */
-    const int16_t *pat;  /* (L^G) row index of a level pattern, -1 if not a row */
+    int G;              /* values per row (8 or 4) */
+    int N;              /* rows */
+    int L;              /* lattice levels */
+    float lev[8];       /* level values, ascending */
+    const float *val;   /* (N, G) row values */
+    const float *norm;  /* (N) sum of squares of each row */
+    const int16_t *pat; /* (L^G) row index of a level pattern, -1 if not a row */
 } qq_grid;
 
-typedef enum { QQ_GRID_IQ2XXS, QQ_GRID_IQ2XS, QQ_GRID_IQ2S, QQ_GRID_IQ3XXS, QQ_GRID_IQ3S, QQ_GRID_IQ1S, QQ_GRID_COUNT } qq_grid_id;
+typedef enum {
+    QQ_GRID_IQ2XXS,
+    QQ_GRID_IQ2XS,
+    QQ_GRID_IQ2S,
+    QQ_GRID_IQ3XXS,
+    QQ_GRID_IQ3S,
+    QQ_GRID_IQ1S,
+    QQ_GRID_COUNT
+} qq_grid_id;
 
 /* The float form of a grid, built once (thread-safe) on first use. */
 const qq_grid *qq_grid_get(qq_grid_id id);

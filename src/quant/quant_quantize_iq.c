@@ -29,9 +29,9 @@
 
 typedef struct {
     qq_grid_id grid;
-    int sub;        /* weights per sub-block scale */
-    float sa, sb;   /* decoded sub-block scale = d * (sa + sb * ls) */
-    int even;       /* 7 stored sign bits per 8 weights, even parity */
+    int sub;      /* weights per sub-block scale */
+    float sa, sb; /* decoded sub-block scale = d * (sa + sb * ls) */
+    int even;     /* 7 stored sign bits per 8 weights, even parity */
 } mag_fmt;
 
 #define MAX_GROUPS (QK_K / 4)
@@ -57,9 +57,9 @@ static uint8_t group_signs(const float *x, float *a, int even) {
 }
 
 typedef struct {
-    float err;   /* squared error at the given scale */
-    float efit;  /* squared error at the refit scale (same rows) */
-    float sfit;  /* least-squares scale for these rows (<= 0: none) */
+    float err;  /* squared error at the given scale */
+    float efit; /* squared error at the refit scale (same rows) */
+    float sfit; /* least-squares scale for these rows (<= 0: none) */
 } fit_result;
 
 /* Best rows for n magnitudes at scale s; rows[] gets one index per group. */
@@ -225,7 +225,8 @@ void qt_quantize_iq2_s(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* ---- IQ3_XXS: 64 grid bytes (groups of 4), then per 32 weights 4 x 7 sign bits + 4-bit scale; db = d*(0.5+ls)/2 ---- */
+/* ---- IQ3_XXS: 64 grid bytes (groups of 4), then per 32 weights 4 x 7 sign bits + 4-bit scale; db = d*(0.5+ls)/2 ----
+ */
 void qt_quantize_iq3_xxs(const float *src, void *dst, int64_t n) {
     static const mag_fmt fm = {QQ_GRID_IQ3XXS, 32, 0.25f, 0.5f, 1};
     block_iq3_xxs *y = dst;

@@ -66,8 +66,8 @@ static float fit_scale_min(const float *x, int n, int nmax, int ncand, float ste
             s = sqx / (float)sqq;
         }
         if (!(s > 0.0f)) continue;
-        const float err = sxx - 2.0f * s * sqx - 2.0f * b * sx + s * s * (float)sqq + 2.0f * s * b * (float)sq +
-                          (float)n * b * b;
+        const float err =
+            sxx - 2.0f * s * sqx - 2.0f * b * sx + s * s * (float)sqq + 2.0f * s * b * (float)sq + (float)n * b * b;
         if (err < best_err) {
             best_err = err;
             best_s = s;

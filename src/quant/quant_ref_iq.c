@@ -151,8 +151,8 @@ void qt_dequant_iq1_m(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++, b++) {
         uint16_t sc[4];
         memcpy(sc, b->scales, 8);
-        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+        const uint16_t dbits =
+            (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
         const float d = st_f16_to_f32(dbits);
         for (int g = 0; g < QK_K / 8; g++, dst += 8) {
             const int t = g / 2; /* 16-weight sub-block */

@@ -20,9 +20,7 @@
 
 /* ---- plain element types (block size 1) ---- */
 
-void qt_dequant_f32(const void *src, float *dst, int64_t n) {
-    memcpy(dst, src, (size_t)n * sizeof(float));
-}
+void qt_dequant_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
 
 void qt_dequant_f16(const void *src, float *dst, int64_t n) {
     const uint16_t *x = src;

@@ -18,13 +18,21 @@
 #include "quant/quant_impl.h"
 
 /* One entry: type id, GGUF name, weights per block, block struct, dot activation type, lower name. */
-#define QT_ENTRY(id, nm, blk, blktype, dot, lower)                                                   \
-    [id] = {.name = nm, .blck = blk, .type_size = (int)sizeof(blktype), .vec_dot_type = dot,         \
-            .dequant = qt_dequant_##lower, .quantize = qt_quantize_##lower}
+#define QT_ENTRY(id, nm, blk, blktype, dot, lower)                                                                     \
+    [id] = {.name = nm,                                                                                                \
+            .blck = blk,                                                                                               \
+            .type_size = (int)sizeof(blktype),                                                                         \
+            .vec_dot_type = dot,                                                                                       \
+            .dequant = qt_dequant_##lower,                                                                             \
+            .quantize = qt_quantize_##lower}
 /* Non-weight element types: no quantizer, no dot product. */
-#define QT_PLAIN(id, nm, ctype, lower)                                                                \
-    [id] = {.name = nm, .blck = 1, .type_size = (int)sizeof(ctype), .vec_dot_type = QT_F32,          \
-            .dequant = qt_dequant_##lower, .quantize = NULL}
+#define QT_PLAIN(id, nm, ctype, lower)                                                                                 \
+    [id] = {.name = nm,                                                                                                \
+            .blck = 1,                                                                                                 \
+            .type_size = (int)sizeof(ctype),                                                                           \
+            .vec_dot_type = QT_F32,                                                                                    \
+            .dequant = qt_dequant_##lower,                                                                             \
+            .quantize = NULL}
 
 static const qt_traits qt_table[QT_COUNT] = {
     QT_ENTRY(QT_F32, "F32", 1, float, QT_F32, f32),
@@ -90,8 +98,8 @@ size_t qt_row_size(qt_type t, int64_t n) {
         return 0;
     }
     if (n < 0 || n % tr->blck != 0) {
-        st_error_set("qt_row_size: %lld weights is not a whole number of %s blocks of %d",
-                     (long long)n, tr->name, tr->blck);
+        st_error_set("qt_row_size: %lld weights is not a whole number of %s blocks of %d", (long long)n, tr->name,
+                     tr->blck);
         return 0;
     }
     return (size_t)(n / tr->blck) * (size_t)tr->type_size;

@@ -11,15 +11,15 @@
 #include "engine/engine.h"
 
 typedef struct {
-    engine_params ep;      /* every slot opens its own engine with these */
-    const char *host;      /* "127.0.0.1" by default; an address with ':' is IPv6 */
-    int port;              /* 0: any free port (the log names it) */
+    engine_params ep; /* every slot opens its own engine with these */
+    const char *host; /* "127.0.0.1" by default; an address with ':' is IPv6 */
+    int port;         /* 0: any free port (the log names it) */
     int n_slots;
-    int max_queue;         /* requests waiting for a slot before 503 */
-    const char *api_key;   /* NULL: no authentication */
-    size_t max_body;       /* bytes; a bigger body gets 413 */
-    int read_timeout_s;    /* a request not read whole this long after its request line is cut off; 0: never */
-    size_t max_inflight;   /* bytes of request bodies held at once; a request past it gets 503 */
+    int max_queue;             /* requests waiting for a slot before 503 */
+    const char *api_key;       /* NULL: no authentication */
+    size_t max_body;           /* bytes; a bigger body gets 413 */
+    int read_timeout_s;        /* a request not read whole this long after its request line is cut off; 0: never */
+    size_t max_inflight;       /* bytes of request bodies held at once; a request past it gets 503 */
     const char *allowed_hosts; /* comma-separated names the Host header may give ("*": any); NULL: the default */
     const char *cors_origin;   /* comma-separated web origins allowed cross-site ("*": any); NULL: none */
     int shutdown_timeout_s;    /* SIGTERM: requests in flight get this long to end before they are cut short */

@@ -18,24 +18,24 @@
 #include "server/srv_tools.h"
 
 /* temperature, top_p and top_k are gone from the newest API but older clients send them */
-static const char *const MESSAGE_KEYS[] = {
-    "model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k",
-    "metadata", "tools", "tool_choice", "thinking", "service_tier", "cache_control", "container", "diagnostics",
-    "inference_geo", "output_config", "speed", "user_profile_id", "workspace_id",
-    /* extensions */
-    "min_p", "seed", "repeat_penalty", NULL};
-static const char *const COUNT_KEYS[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
-                                         "cache_control", "output_config", "speed", "user_profile_id",
-                                         "workspace_id", NULL};
+static const char *const MESSAGE_KEYS[] = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream",
+                                           "temperature", "top_p", "top_k", "metadata", "tools", "tool_choice",
+                                           "thinking", "service_tier", "cache_control", "container", "diagnostics",
+                                           "inference_geo", "output_config", "speed", "user_profile_id", "workspace_id",
+                                           /* extensions */
+                                           "min_p", "seed", "repeat_penalty", NULL};
+static const char *const COUNT_KEYS[] = {"model",       "messages",        "system",        "tools",
+                                         "tool_choice", "thinking",        "cache_control", "output_config",
+                                         "speed",       "user_profile_id", "workspace_id",  NULL};
 
 /* Known fields with no effect here (caching hints, routing, ids): type-checked, ignored. */
 static const struct {
     const char *key;
     json_type type;
 } IGNORED[] = {
-    {"metadata", JSON_OBJECT}, {"service_tier", JSON_STRING}, {"cache_control", JSON_OBJECT},
-    {"diagnostics", JSON_OBJECT}, {"inference_geo", JSON_STRING}, {"speed", JSON_STRING},
-    {"user_profile_id", JSON_STRING}, {"workspace_id", JSON_STRING}, {"container", JSON_NULL},
+    {"metadata", JSON_OBJECT},        {"service_tier", JSON_STRING},  {"cache_control", JSON_OBJECT},
+    {"diagnostics", JSON_OBJECT},     {"inference_geo", JSON_STRING}, {"speed", JSON_STRING},
+    {"user_profile_id", JSON_STRING}, {"workspace_id", JSON_STRING},  {"container", JSON_NULL},
 };
 
 static int unsupported(srv_err *e, const char *key, const char *why) {
@@ -90,7 +90,8 @@ static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err
         else if (!strcmp(type, "tool"))
             return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice: type 'tool' needs the tool's 'name'");
         else if (strcmp(type, "auto"))
-            return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice.type: must be auto, any, tool or none");
+            return srv_fail(e, 400, "tool_choice", "invalid_value",
+                            "tool_choice.type: must be auto, any, tool or none");
         if (*force && !*tools) return srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice: requires tools");
         if (*force && **force) {
             int found = 0;
@@ -113,7 +114,9 @@ static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err
  * it) and a model. */
 static int check_required(struct MHD_Connection *c, json_t *body, srv_err *e) {
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version");
-    if (!v || !*v) return srv_fail(e, 400, "anthropic-version", "missing_required_header", "anthropic-version: header is required");
+    if (!v || !*v)
+        return srv_fail(e, 400, "anthropic-version", "missing_required_header",
+                        "anthropic-version: header is required");
     const char *s;
     int rc = jf_string(body, "model", &s, e);
     if (rc < 0) return -1;
@@ -146,7 +149,8 @@ static int check_common(json_t *body, srv_err *e) {
     }
     v = json_object_get(body, "output_config");
     if (v && !json_is_null(v)) {
-        if (!json_is_object(v)) return srv_fail(e, 400, "output_config", "invalid_type", "output_config: must be an object");
+        if (!json_is_object(v))
+            return srv_fail(e, 400, "output_config", "invalid_type", "output_config: must be an object");
         json_t *f = json_object_get(v, "format");
         if (f && !json_is_null(f)) { /* structured outputs: enforced by a grammar (anth_messages) */
             const char *t = json_string_value(json_object_get(f, "type"));
@@ -216,9 +220,11 @@ static int convert_blocks(json_t *out, const char *role, json_t *content, const 
                 break;
             }
         } else if (!strcmp(type, "tool_use") && !strcmp(role, "assistant")) {
-            json_t *id = json_object_get(blk, "id"), *name = json_object_get(blk, "name"), *in = json_object_get(blk, "input");
+            json_t *id = json_object_get(blk, "id"), *name = json_object_get(blk, "name"),
+                   *in = json_object_get(blk, "input");
             if (!json_is_string(id) || !json_is_string(name) || !json_is_object(in)) {
-                rc = srv_fail(e, 400, bp, "invalid_type", "%s: tool_use needs a string id and name and an object input", bp);
+                rc = srv_fail(e, 400, bp, "invalid_type", "%s: tool_use needs a string id and name and an object input",
+                              bp);
                 break;
             }
             char *args = json_dumps(in, JSON_COMPACT);
@@ -239,13 +245,12 @@ static int convert_blocks(json_t *out, const char *role, json_t *content, const 
             json_array_append_new(out, json_pack("{s:s, s:O, s:s}", "role", "tool", "tool_call_id", id, "content", rt));
             st_free(rt);
         } else {
-            rc = srv_fail(e, 400, bp, "unsupported_content", "%s: content of type '%s' is not supported in a %s message",
-                          bp, type, role);
+            rc = srv_fail(e, 400, bp, "unsupported_content",
+                          "%s: content of type '%s' is not supported in a %s message", bp, type, role);
             break;
         }
     }
-    if (rc == 0 && (text.len || json_array_size(calls) || !json_array_size(content) ||
-                    strcmp(role, "user"))) {
+    if (rc == 0 && (text.len || json_array_size(calls) || !json_array_size(content) || strcmp(role, "user"))) {
         json_t *m = json_pack("{s:s, s:s}", "role", role, "content", text.s);
         if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
         if (thinking.len) json_object_set_new(m, "reasoning_content", json_stringn_nocheck(thinking.s, thinking.len));
@@ -295,13 +300,11 @@ static json_t *parse_messages(json_t *body, srv_err *e) {
         }
         char cparam[80];
         snprintf(cparam, sizeof cparam, "%s.content", param);
-        if (json_is_string(content))
-            json_array_append_new(out, json_pack("{s:s, s:O}", "role", r, "content", content));
+        if (json_is_string(content)) json_array_append_new(out, json_pack("{s:s, s:O}", "role", r, "content", content));
         else if (!json_is_array(content)) {
             srv_fail(e, 400, cparam, "invalid_type", "%s: must be a string or an array of content blocks", cparam);
             goto fail;
-        } else if (convert_blocks(out, r, content, cparam, e) < 0)
-            goto fail;
+        } else if (convert_blocks(out, r, content, cparam, e) < 0) goto fail;
     }
     return out;
 fail:
@@ -335,7 +338,7 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
         j->call_opening = opening;
         job_set_grammar(j, g); /* a forced call: its input follows the tool's input_schema */
         if (tools && !force) srv_job_lazy_tools(j, tools, API_ANTHROPIC); /* auto: a call it starts is whole */
-        srv_job_reasoning(j, s->p.reasoning, think_open); /* thinking blocks apart from the text */
+        srv_job_reasoning(j, s->p.reasoning, think_open);                 /* thinking blocks apart from the text */
         long long budget = s->p.reasoning_budget; /* budget_tokens (checked by check_common), else --reasoning-budget */
         if (tt && !strcmp(tt, "enabled"))
             jf_int(json_object_get(body, "thinking"), "budget_tokens", 1024, INT32_MAX, &budget, e);
@@ -364,8 +367,8 @@ enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body
     const char *stops[17];
     int n_stop = 0;
     srv_sampling_rules rules = {"max_tokens", 1.0};
-    if (check_required(c, body, &e) < 0 || jf_known_keys(body, MESSAGE_KEYS, &e) < 0 ||
-        check_common(body, &e) < 0 || jf_bool(body, "stream", &j->stream, &e) < 0 ||
+    if (check_required(c, body, &e) < 0 || jf_known_keys(body, MESSAGE_KEYS, &e) < 0 || check_common(body, &e) < 0 ||
+        jf_bool(body, "stream", &j->stream, &e) < 0 ||
         srv_parse_sampling(s, body, &rules, &j->req.sp, &j->req.max_tokens, &e) < 0 ||
         jf_stops(body, "stop_sequences", stops, &n_stop, &e) < 0)
         goto fail;
@@ -455,8 +458,9 @@ static json_t *usage(const srv_job *j) {
 static void block_close(srv_job *j) {
     if (!j->blk_open) return;
     if (j->blk_open == 3) /* a thinking block ends with its signature: none here, as llama-server sends it */
-        put_event(j, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index",
-                                                      j->blk_n, "delta", "type", "signature_delta", "signature", ""));
+        put_event(j, "content_block_delta",
+                  json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index", j->blk_n, "delta",
+                            "type", "signature_delta", "signature", ""));
     put_event(j, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", j->blk_n));
     j->blk_n++;
     j->blk_open = 0;
@@ -466,12 +470,14 @@ static void ts_content(void *ctx, const char *t, size_t n) {
     srv_job *j = ctx;
     if (j->blk_open != 1) {
         block_close(j);
-        put_event(j, "content_block_start", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index",
-                                                      j->blk_n, "content_block", "type", "text", "text", ""));
+        put_event(j, "content_block_start",
+                  json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", j->blk_n,
+                            "content_block", "type", "text", "text", ""));
         j->blk_open = 1;
     }
-    put_event(j, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
-                                                  j->blk_n, "delta", "type", "text_delta", "text", srv_json_text(t, n)));
+    put_event(j, "content_block_delta",
+              json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", j->blk_n, "delta", "type",
+                        "text_delta", "text", srv_json_text(t, n)));
 }
 
 static void ts_begin(void *ctx, int i, const char *id, const char *name) {
@@ -487,9 +493,9 @@ static void ts_begin(void *ctx, int i, const char *id, const char *name) {
 static void ts_args(void *ctx, int i, const char *t, size_t n) {
     srv_job *j = ctx;
     (void)i;
-    put_event(j, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
-                                                  j->blk_n, "delta", "type", "input_json_delta", "partial_json",
-                                                  srv_json_text(t, n)));
+    put_event(j, "content_block_delta",
+              json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", j->blk_n, "delta", "type",
+                        "input_json_delta", "partial_json", srv_json_text(t, n)));
 }
 
 static void ts_end(void *ctx, int i) {
@@ -505,9 +511,9 @@ void anth_stream_reasoning(srv_job *j, const char *text, size_t len) {
                             "content_block", "type", "thinking", "thinking", "", "signature", ""));
         j->blk_open = 3;
     }
-    put_event(j, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
-                                                  j->blk_n, "delta", "type", "thinking_delta", "thinking",
-                                                  srv_json_text(text, len)));
+    put_event(j, "content_block_delta",
+              json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", j->blk_n, "delta", "type",
+                        "thinking_delta", "thinking", srv_json_text(text, len)));
 }
 
 void anth_stream_begin(srv_job *j) {
@@ -526,8 +532,8 @@ void anth_stream_begin(srv_job *j) {
     }
     if (j->rs) return; /* blocks as the thinking and the text come */
     put_event(j, "content_block_start",
-              json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block",
-                        "type", "text", "text", ""));
+              json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start", "index", 0, "content_block", "type",
+                        "text", "text", ""));
 }
 
 void anth_stream_text(srv_job *j, const char *text, size_t len) {
@@ -552,9 +558,9 @@ static json_t *tool_blocks(srv_job *j) {
     json_array_foreach(calls, i, call) {
         json_t *fn = json_object_get(call, "function");
         json_t *in = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
-        json_array_append_new(blocks, json_pack("{s:s, s:O, s:O, s:o}", "type", "tool_use", "id",
-                                                json_object_get(call, "id"), "name", json_object_get(fn, "name"),
-                                                "input", in ? in : json_object()));
+        json_array_append_new(blocks,
+                              json_pack("{s:s, s:O, s:O, s:o}", "type", "tool_use", "id", json_object_get(call, "id"),
+                                        "name", json_object_get(fn, "name"), "input", in ? in : json_object()));
     }
     json_decref(calls);
     sbuf_free(&content);
@@ -583,14 +589,16 @@ json_t *anth_response(srv_job *j) {
     json_t *blocks;
     if (j->tools) blocks = tool_blocks(j);
     else
-        blocks = json_pack("[{s:s, s:o}]", "type", "text", "text", srv_json_text(j->text.s ? j->text.s : "", j->text.len));
+        blocks =
+            json_pack("[{s:s, s:o}]", "type", "text", "text", srv_json_text(j->text.s ? j->text.s : "", j->text.len));
     json_t *first = json_array_get(blocks, 0);
     if (j->reasoning.len && !strcmp(json_string_value(json_object_get(first, "type")), "text") &&
         !json_string_length(json_object_get(first, "text")))
         json_array_remove(blocks, 0); /* all of it was thinking: no empty text block (as the stream sends) */
-    if (j->reasoning.len) /* the thinking block first, as Anthropic's extended thinking answers */
-        json_array_insert_new(blocks, 0, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
-                                                   srv_json_text(j->reasoning.s, j->reasoning.len), "signature", ""));
+    if (j->reasoning.len)             /* the thinking block first, as Anthropic's extended thinking answers */
+        json_array_insert_new(blocks, 0,
+                              json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                                        srv_json_text(j->reasoning.s, j->reasoning.len), "signature", ""));
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", j->id, "type", "message", "role", "assistant",
                      "model", j->srv->model_name, "content", blocks, "stop_reason", stop_reason(j), "stop_sequence",
                      stop_sequence(j), "usage", usage(j));

@@ -43,8 +43,8 @@ int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e) {
         const char *type = json_string_value(json_object_get(t, "type"));
         if (api == API_OPENAI && type && !strcmp(type, "custom")) /* OpenAI's free-form tools: a valid shape */
             return srv_fail(e, 400, param, "unsupported_parameter",
-                            "'%s[%zu]': tools of type 'custom' are not supported by this server: use 'function'",
-                            param, i);
+                            "'%s[%zu]': tools of type 'custom' are not supported by this server: use 'function'", param,
+                            i);
         if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn))
             return srv_fail(e, 400, param, api == API_OPENAI ? "invalid_type" : "invalid_value",
                             "'%s[%zu]' must be {\"type\": \"function\", \"function\": {...}}", param, i);
@@ -58,8 +58,9 @@ int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e) {
         if (p && !json_is_null(p) && !json_is_object(p))
             return srv_fail(e, 400, param, "invalid_type", "'%s[%zu].function.parameters' must be an object", param, i);
         for (size_t k = 0; k < i; k++)
-            if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(tools, k), "function"), "name")),
-                        name))
+            if (!strcmp(
+                    json_string_value(json_object_get(json_object_get(json_array_get(tools, k), "function"), "name")),
+                    name))
                 return srv_fail(e, 400, param, "invalid_value", "'%s': the function name '%s' is given twice", param,
                                 name);
     }
@@ -159,8 +160,7 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
             sbuf_printf(&b, "%s\n\n%s", sys, desc);
             json_array_set_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", b.s));
             sbuf_free(&b);
-        } else
-            json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", desc));
+        } else json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", desc));
         st_free(desc);
     }
     int32_t *ids = NULL;
@@ -180,8 +180,7 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
     if (prefill) {
         open = reason_prefill_open(open, prefill, strlen(prefill)); /* the answer's start, given */
         sbuf_puts(&b, prefill);
-    }
-    else if (force && have_tools) {
+    } else if (force && have_tools) {
         *opening = call_opening(s, force);
         sbuf_puts(&b, *opening);
     }
@@ -267,35 +266,35 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api ap
         if (harmony) /* the header's rest, then the arguments as the message */
             sbuf_printf(&alts, "%s%s %s", n_alt++ ? " | " : "", lt, name);
         else
-            sbuf_printf(&alts, "%s%s json-ws \",\" json-ws \"\\\"%s\\\"\" json-ws \":\" json-ws %s", n_alt++ ? " | " : "",
-                        lt, llama ? "parameters" : "arguments", name);
+            sbuf_printf(&alts, "%s%s json-ws \",\" json-ws \"\\\"%s\\\"\" json-ws \":\" json-ws %s",
+                        n_alt++ ? " | " : "", lt, llama ? "parameters" : "arguments", name);
         st_free(lt);
     }
     sbuf_puts(&alts, "\n");
     gschema_put(c, alts.s);
     sbuf_free(&alts);
     if (lazy) /* after the model's own <tool_call> (the trigger): one or more whole calls */
-        gschema_put(c, "root ::= call ( json-ws \"<tool_call>\" call )*\n"
-                       "call ::= json-ws \"{\" json-ws \"\\\"name\\\"\" json-ws \":\" json-ws \"\\\"\" call-rest json-ws \"}\" "
-                       "json-ws \"</tool_call>\"\n");
+        gschema_put(
+            c, "root ::= call ( json-ws \"<tool_call>\" call )*\n"
+               "call ::= json-ws \"{\" json-ws \"\\\"name\\\"\" json-ws \":\" json-ws \"\\\"\" call-rest json-ws \"}\" "
+               "json-ws \"</tool_call>\"\n");
     else if (harmony) { /* the opening ends before the name (any) or at the message (named): the arguments end it */
         char r[160];
         size_t k;
         snprintf(r, sizeof r, "root ::= call-rest\n");
         if (*force)
-            json_array_foreach(tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"),
-                                                                                          "name")), force))
-                snprintf(r, sizeof r, "root ::= tool%zu\n", k);
+            json_array_foreach(
+                tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")),
+                                         force)) snprintf(r, sizeof r, "root ::= tool%zu\n", k);
         gschema_put(c, r);
     } else if (!*force) /* the opening ends at the name's quote */
         gschema_put(c, llama ? "root ::= call-rest json-ws \"}\"\n"
                              : "root ::= call-rest json-ws \"}\" json-ws \"</tool_call>\"\n");
-    else { /* the opening ends after the arguments key */
-        char r[160];
+    else { /* the opening ends after the arguments key */ char r[160];
         snprintf(r, sizeof r, "root ::= json-ws tool%zu json-ws \"}\"%s\n", (size_t)0, "");
         size_t k;
-        json_array_foreach(tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"),
-                                                                                      "name")), force))
+        json_array_foreach(
+            tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), force))
             snprintf(r, sizeof r, "root ::= json-ws tool%zu json-ws \"}\"%s\n", k,
                      llama ? "" : " json-ws \"</tool_call>\"");
         gschema_put(c, r);
@@ -327,8 +326,9 @@ int srv_parse_reasoning_format(srv_ctx *s, json_t *body, int *on, srv_err *e) {
     if (!strcmp(v, "none")) *on = 0;
     else if (!strcmp(v, "auto") || !strcmp(v, "deepseek")) *on = 1;
     else if (!strcmp(v, "deepseek-legacy")) /* llama-server's: reasoning in content too, when streaming */
-        return srv_fail(e, 400, "reasoning_format", "unsupported_parameter",
-                        "'reasoning_format' deepseek-legacy is not supported by this server: use auto, deepseek or none");
+        return srv_fail(
+            e, 400, "reasoning_format", "unsupported_parameter",
+            "'reasoning_format' deepseek-legacy is not supported by this server: use auto, deepseek or none");
     else
         return srv_fail(e, 400, "reasoning_format", "invalid_value",
                         "'reasoning_format' must be 'none', 'auto' or 'deepseek', not '%s'", v);

@@ -41,12 +41,10 @@ static void host_name(const char *h, char *out, size_t cap) {
 /* 1 when name is in the comma-separated list (case-insensitive); "*" matches all. */
 static int in_list(const char *list, const char *name) {
     for (const char *p = list; p && *p;) {
-        while (*p == ' ' || *p == ',')
-            p++;
+        while (*p == ' ' || *p == ',') p++;
         size_t n = strcspn(p, ",");
         size_t m = n;
-        while (m && p[m - 1] == ' ')
-            m--;
+        while (m && p[m - 1] == ' ') m--;
         if ((m == 1 && *p == '*') || (m && m == strlen(name) && !strncasecmp(p, name, m))) return 1;
         p += n;
     }
@@ -60,8 +58,7 @@ int srv_host_allowed(srv_ctx *s, const char *host) {
     if (s->p.allowed_hosts) return in_list(s->p.allowed_hosts, name);
     if (!s->loopback) return 1; /* open to the network: its names are not known here */
     struct in_addr a4;
-    if (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127)
-        return 1; /* 127.0.0.0/8 */
+    if (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) return 1; /* 127.0.0.0/8 */
     return in_list("localhost,::1", name) || !strcasecmp(name, s->p.host);
 }
 
@@ -88,27 +85,23 @@ const char *srv_cors_origin(srv_ctx *s, struct MHD_Connection *c) {
 /* The media type of Content-Type is application/json (parameters such as charset aside). */
 int srv_is_json_type(const char *ct) {
     if (!ct) return 0;
-    while (*ct == ' ')
-        ct++;
+    while (*ct == ' ') ct++;
     size_t n = strcspn(ct, "; ");
     return n == 16 && !strncasecmp(ct, "application/json", 16);
 }
 
 /* RFC 9110 5.6.2: a field name is a token. */
-static int is_tchar(unsigned char ch) {
-    return isalnum(ch) || (ch && strchr("!#$%&'*+-.^_`|~", ch));
-}
+static int is_tchar(unsigned char ch) { return isalnum(ch) || (ch && strchr("!#$%&'*+-.^_`|~", ch)); }
 
-static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                      size_t key_size, const char *value, size_t value_size) {
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                      const char *value, size_t value_size) {
     (void)kind;
     srv_headers *f = cls;
     if (!f->bad[0]) {
         /* libmicrohttpd keeps a space before the colon in the name ("Transfer-Encoding " is then no
          * Transfer-Encoding to it, where a lenient proxy reads chunked: request smuggling) */
         size_t i = 0;
-        while (i < key_size && is_tchar((unsigned char)key[i]))
-            i++;
+        while (i < key_size && is_tchar((unsigned char)key[i])) i++;
         if (!key_size || i < key_size)
             snprintf(f->bad, sizeof f->bad,
                      "the header name '%.40s' is not a token (RFC 9110 5.6.2: no spaces, "
@@ -130,8 +123,7 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
         for (size_t k = 0; value && k < value_size && !f->bad[0]; k++) {
             unsigned char ch = (unsigned char)value[k];
             if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-                snprintf(f->bad, sizeof f->bad,
-                         "the value of header '%.40s' holds a control character", key);
+                snprintf(f->bad, sizeof f->bad, "the value of header '%.40s' holds a control character", key);
         }
         if (value && !f->bad[0] && strlen(value) != value_size)
             snprintf(f->bad, sizeof f->bad, "the value of header '%.40s' holds a NUL byte", key);
@@ -175,8 +167,7 @@ int srv_is_loopback(const struct addrinfo *ai, const char *host) {
     if (!strcasecmp(host, "localhost")) return 1;
     if (ai->ai_family == AF_INET)
         return (ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127;
-    if (ai->ai_family == AF_INET6)
-        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
+    if (ai->ai_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
     return 0;
 }
 

@@ -26,13 +26,13 @@
 #include "core/log.h"
 #include "server/srv_internal.h"
 
-#define EMBED_MAX_INPUTS 2048        /* OpenAI's own limit */
-#define EMBED_MAX_TOKENS 300000      /* OpenAI's own limit per request */
-#define EMBED_MAX_FLOATS (1u << 21)  /* numbers in one answer: 8 MB of floats, ~25 MB of JSON text */
+#define EMBED_MAX_INPUTS 2048       /* OpenAI's own limit */
+#define EMBED_MAX_TOKENS 300000     /* OpenAI's own limit per request */
+#define EMBED_MAX_FLOATS (1u << 21) /* numbers in one answer: 8 MB of floats, ~25 MB of JSON text */
 
 static const char *const OAI_KEYS[] = {"input", "model", "encoding_format", "dimensions", "user", NULL};
-static const char *const LLAMA_KEYS[] = {"input", "content", "model", "encoding_format", "embd_normalize", "pooling",
-                                         NULL};
+static const char *const LLAMA_KEYS[] = {"input",          "content", "model", "encoding_format",
+                                         "embd_normalize", "pooling", NULL};
 
 typedef struct {
     int n;           /* inputs */
@@ -59,8 +59,10 @@ static int read_one(srv_ctx *s, json_t *v, const char *param, int32_t **ids, int
                         "'%s' must be a non-empty string or a non-empty array of token ids", param);
     size_t len = json_array_size(v), i;
     if (len >= (size_t)s->n_ctx)
-        return srv_fail(e, 400, param, "context_length_exceeded", "'%s' has %zu tokens; this model's context holds "
-                        "%d (at most %d for one input)", param, len, s->n_ctx, s->n_ctx - 1);
+        return srv_fail(e, 400, param, "context_length_exceeded",
+                        "'%s' has %zu tokens; this model's context holds "
+                        "%d (at most %d for one input)",
+                        param, len, s->n_ctx, s->n_ctx - 1);
     int32_t *out = st_malloc(len * sizeof(int32_t));
     json_t *t;
     json_array_foreach(v, i, t) {
@@ -100,15 +102,19 @@ static int read_inputs(srv_ctx *s, json_t *input, const char *key, inputs *in, s
         }
         in->n = (int)i + 1;
         if (in->n_ids[i] >= s->n_ctx) {
-            srv_fail(e, 400, param, "context_length_exceeded", "'%s' has %d tokens; this model's context holds %d "
-                     "(at most %d for one input)", param, in->n_ids[i], s->n_ctx, s->n_ctx - 1);
+            srv_fail(e, 400, param, "context_length_exceeded",
+                     "'%s' has %d tokens; this model's context holds %d "
+                     "(at most %d for one input)",
+                     param, in->n_ids[i], s->n_ctx, s->n_ctx - 1);
             inputs_free(in);
             return -1;
         }
         in->total += in->n_ids[i];
         if (in->total > EMBED_MAX_TOKENS) {
-            srv_fail(e, 400, key, "invalid_value", "'%s' holds more than %d tokens in all: at most that many per "
-                     "request", key, EMBED_MAX_TOKENS);
+            srv_fail(e, 400, key, "invalid_value",
+                     "'%s' holds more than %d tokens in all: at most that many per "
+                     "request",
+                     key, EMBED_MAX_TOKENS);
             inputs_free(in);
             return -1;
         }
@@ -177,8 +183,10 @@ static int run_inputs(srv_ctx *s, struct MHD_Connection *c, const inputs *in, in
             j->req.max_tokens = 1;
             j->req.sp = sampler_defaults();
             if (job_submit(j) != 0) {
-                rc = srv_fail(e, 503, NULL, "overloaded", "all %d slots are busy and %d requests are queued; "
-                              "retry later", s->p.n_slots, s->p.max_queue);
+                rc = srv_fail(e, 503, NULL, "overloaded",
+                              "all %d slots are busy and %d requests are queued; "
+                              "retry later",
+                              s->p.n_slots, s->p.max_queue);
                 break;
             }
             sent++;
@@ -186,9 +194,8 @@ static int run_inputs(srv_ctx *s, struct MHD_Connection *c, const inputs *in, in
         if (rc) break;
         srv_job *j = jobs[i];
         if (job_wait(j) != 0) {
-            rc = atomic_load(&s->stopping)
-                     ? srv_fail(e, 503, NULL, "shutting_down", "the server is shutting down")
-                     : -2; /* the client left */
+            rc = atomic_load(&s->stopping) ? srv_fail(e, 503, NULL, "shutting_down", "the server is shutting down")
+                                           : -2; /* the client left */
             break;
         }
         if (j->failed) {
@@ -219,7 +226,8 @@ static int model_pool(srv_ctx *s, const char *want, srv_err *e) {
     case 2: return ENGINE_POOL_FIRST;
     case 3: return ENGINE_POOL_LAST;
     case 4:
-        return srv_fail(e, 400, NULL, "unsupported_model", "this model is a reranker (pooling_type rank in its GGUF): "
+        return srv_fail(e, 400, NULL, "unsupported_model",
+                        "this model is a reranker (pooling_type rank in its GGUF): "
                         "it gives scores, not embeddings");
     default: return ENGINE_POOL_MEAN; /* the model's mean, or a decoder without a pooling type: see above */
     }
@@ -250,12 +258,16 @@ static enum MHD_Result embeddings(srv_ctx *s, struct MHD_Connection *c, json_t *
         srv_fail(&e, 400, "dimensions", "unsupported_parameter", "'dimensions' can only be %d, this model's width", d);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
-    if ((pool = model_pool(s, pooling, &e)) < 0) return srv_send_error(s, c, API_OPENAI, &e); /* never NONE on OpenAI's */
+    if ((pool = model_pool(s, pooling, &e)) < 0)
+        return srv_send_error(s, c, API_OPENAI, &e); /* never NONE on OpenAI's */
     if (read_inputs(s, input, key, &in, &e) < 0) return srv_send_error(s, c, API_OPENAI, &e);
-    unsigned long long floats = pool == ENGINE_POOL_NONE ? (unsigned long long)in.total * d : (unsigned long long)in.n * d;
+    unsigned long long floats =
+        pool == ENGINE_POOL_NONE ? (unsigned long long)in.total * d : (unsigned long long)in.n * d;
     if (floats > EMBED_MAX_FLOATS) {
-        srv_fail(&e, 400, key, "invalid_value", "the answer would hold %llu numbers (%d inputs%s of %d): at most %u "
-                 "per request", floats, in.n, pool == ENGINE_POOL_NONE ? "' tokens" : "", d, EMBED_MAX_FLOATS);
+        srv_fail(&e, 400, key, "invalid_value",
+                 "the answer would hold %llu numbers (%d inputs%s of %d): at most %u "
+                 "per request",
+                 floats, in.n, pool == ENGINE_POOL_NONE ? "' tokens" : "", d, EMBED_MAX_FLOATS);
         inputs_free(&in);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
@@ -270,11 +282,12 @@ static enum MHD_Result embeddings(srv_ctx *s, struct MHD_Connection *c, json_t *
             json_t *name = json_string(model ? model : s->model_name);
             char *nm = json_dumps(name, JSON_ENCODE_ANY);
             json_decref(name);
-            sbuf_printf(&b, "{\"object\":\"list\",\"model\":%s,\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld},"
-                        "\"data\":[", nm, in.total, in.total);
+            sbuf_printf(&b,
+                        "{\"object\":\"list\",\"model\":%s,\"usage\":{\"prompt_tokens\":%lld,\"total_tokens\":%lld},"
+                        "\"data\":[",
+                        nm, in.total, in.total);
             free(nm);
-        } else
-            sbuf_puts(&b, "[");
+        } else sbuf_puts(&b, "[");
         for (int i = 0; i < in.n; i++) {
             srv_job *j = jobs[i];
             size_t rows = pool == ENGINE_POOL_NONE ? j->n_embd / d : 1;
@@ -285,8 +298,7 @@ static enum MHD_Result embeddings(srv_ctx *s, struct MHD_Connection *c, json_t *
                     sbuf_puts(&b, "\"");
                     put_base64(&b, j->embd, (size_t)d);
                     sbuf_puts(&b, "\"");
-                } else
-                    put_floats(&b, j->embd, (size_t)d);
+                } else put_floats(&b, j->embd, (size_t)d);
                 sbuf_puts(&b, "}");
             } else { /* llama-server's: one row when pooled, one per token when not */
                 sbuf_printf(&b, "%s{\"index\":%d,\"embedding\":[", i ? "," : "", i);

@@ -45,7 +45,7 @@ struct gmatch {
     struct hc_ent {
         uint32_t pos;
         int32_t parent, id; /* id -1: empty */
-    } *hc;                  /* return nodes by content, so that equal stacks are one (hash-consing) */
+    } * hc;                 /* return nodes by content, so that equal stacks are one (hash-consing) */
     uint32_t hc_cap, hc_used;
     int work, over, acc; /* the step being built */
     uint64_t pass_work;  /* expansion steps of the current vocabulary walk */
@@ -101,8 +101,7 @@ static int32_t get_node(gmatch *m, uint32_t pos, int32_t parent) {
         struct hc_ent *e = &m->hc[h];
         if (!hc_live(m, e)) {
             if (reuse < 0) reuse = h;
-        } else if (e->pos == pos && e->parent == parent)
-            return e->id;
+        } else if (e->pos == pos && e->parent == parent) return e->id;
     }
     if (reuse >= 0) h = (uint32_t)reuse;
     else m->hc_used++;

@@ -30,7 +30,7 @@ typedef struct {
 } grule;
 
 #define NAME_HASH 16384 /* > 2 x GRAMMAR_MAX_RULES */
-#define SET_HASH 16384
+#define SET_HASH  16384
 
 typedef struct {
     const char *p, *end;
@@ -159,8 +159,7 @@ static void skip_space(gparser *P, int newline_ok) {
         else if (c == '\n' && newline_ok) {
             P->p++;
             P->line++;
-        } else
-            break;
+        } else break;
     }
 }
 
@@ -169,7 +168,10 @@ static int is_name_char(char c) {
 }
 
 static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* One character of a literal or class: UTF-8 decoded, escapes resolved. -1 on error. */
@@ -195,7 +197,14 @@ static int32_t parse_char(gparser *P) {
         case 'n': return '\n';
         case 'r': return '\r';
         case 't': return '\t';
-        case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '\'': return e;
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+        case '\'': return e;
         default: return fail(P, "unknown escape \\%c", e);
         }
     }
@@ -214,14 +223,25 @@ static int32_t parse_char(gparser *P) {
 }
 
 static int utf8_encode(int32_t c, uint8_t *o) {
-    if (c < 0x80) { o[0] = (uint8_t)c; return 1; }
-    if (c < 0x800) { o[0] = (uint8_t)(0xC0 | (c >> 6)); o[1] = (uint8_t)(0x80 | (c & 0x3F)); return 2; }
+    if (c < 0x80) {
+        o[0] = (uint8_t)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        o[0] = (uint8_t)(0xC0 | (c >> 6));
+        o[1] = (uint8_t)(0x80 | (c & 0x3F));
+        return 2;
+    }
     if (c < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | (c >> 12)); o[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F)); o[2] = (uint8_t)(0x80 | (c & 0x3F));
+        o[0] = (uint8_t)(0xE0 | (c >> 12));
+        o[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+        o[2] = (uint8_t)(0x80 | (c & 0x3F));
         return 3;
     }
-    o[0] = (uint8_t)(0xF0 | (c >> 18)); o[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F)); o[3] = (uint8_t)(0x80 | (c & 0x3F));
+    o[0] = (uint8_t)(0xF0 | (c >> 18));
+    o[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
+    o[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+    o[3] = (uint8_t)(0x80 | (c & 0x3F));
     return 4;
 }
 
@@ -275,8 +295,7 @@ static int push_class(gparser *P, int cur_rule, gseq *s, cprange *rg, int n, int
     for (int i = 0; i < n; i++) {
         if (m && rg[i].lo <= rg[m - 1].hi + 1) {
             if (rg[i].hi > rg[m - 1].hi) rg[m - 1].hi = rg[i].hi;
-        } else
-            rg[m++] = rg[i];
+        } else rg[m++] = rg[i];
     }
     cprange out[260];
     int k = 0;
@@ -318,8 +337,7 @@ static int push_class(gparser *P, int cur_rule, gseq *s, cprange *rg, int n, int
         if (lo <= 0xDFFF && hi >= 0xD800) {
             if (utf8_ranges(P, r, lo, 0xD7FF) < 0 || utf8_ranges(P, r, 0xE000, hi) < 0) return -1;
             if (lo > 0xD7FF && utf8_ranges(P, r, 0, -1) < 0) return -1;
-        } else if (utf8_ranges(P, r, lo, hi) < 0)
-            return -1;
+        } else if (utf8_ranges(P, r, lo, hi) < 0) return -1;
     }
     return push_el(P, s, GE_REF, (uint32_t)r);
 }
@@ -448,8 +466,7 @@ static int parse_seq(gparser *P, int r, gseq *s, int nested) {
             if (q + 2 < P->end && !memcmp(q, "::=", 3)) return fail(P, "a rule definition inside another rule");
             int R = rule_by_name(P, n0, (size_t)(P->p - n0));
             if (R < 0 || push_el(P, s, GE_REF, (uint32_t)R) < 0) return -1;
-        } else
-            return fail(P, "unexpected '%c'", c);
+        } else return fail(P, "unexpected '%c'", c);
         /* postfix operators apply to the item just read */
         for (;;) {
             if (P->p >= P->end) break;
@@ -469,8 +486,7 @@ static int parse_seq(gparser *P, int r, gseq *s, int nested) {
                 }
                 if (P->p >= P->end || *P->p != '}') return fail(P, "{m,n} is not closed with }");
                 if (mx >= 0 && mx < mn) return fail(P, "{%d,%d}: the maximum is below the minimum", mn, mx);
-            } else
-                break;
+            } else break;
             P->p++;
             if (s->n == start) return fail(P, "'%c' follows nothing", o);
             if (repeat(P, r, s, start, mn, mx) < 0) return -1;
@@ -548,8 +564,10 @@ static int check_rules(gparser *P) {
                 }
                 if (color[t] == 1) {
                     P->line = P->rules[t].line;
-                    rc = fail(P, "left recursion: rule '%s' can begin with itself (by way of '%s') without reading "
-                              "anything, which would never end", P->rules[t].name, P->rules[f->r].name);
+                    rc = fail(P,
+                              "left recursion: rule '%s' can begin with itself (by way of '%s') without reading "
+                              "anything, which would never end",
+                              P->rules[t].name, P->rules[f->r].name);
                 } else if (!color[t]) {
                     color[t] = 1;
                     stk[sp++] = (struct cursor){t, 0, 0};

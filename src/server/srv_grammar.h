@@ -35,14 +35,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GRAMMAR_MAX_TEXT ((size_t)256 << 10) /* bytes of grammar text */
-#define GRAMMAR_MAX_RULES 8192               /* rules, generated ones (groups, repetitions) included */
-#define GRAMMAR_MAX_ELEMS 65536              /* elements after repetitions are unrolled */
-#define GRAMMAR_MAX_NEST 64                  /* nesting of ( ) */
-#define GRAMMAR_MAX_REPEAT 2048              /* m and n of {m,n} */
-#define GRAMMAR_MAX_STACKS 256               /* parse stacks alive at once */
-#define GRAMMAR_MAX_EXPAND 8192              /* expansion steps for one byte */
-#define GRAMMAR_MAX_PASS_WORK 24000000       /* steps of one walk over the vocabulary (~50 ms) */
+#define GRAMMAR_MAX_TEXT      ((size_t)256 << 10) /* bytes of grammar text */
+#define GRAMMAR_MAX_RULES     8192                /* rules, generated ones (groups, repetitions) included */
+#define GRAMMAR_MAX_ELEMS     65536               /* elements after repetitions are unrolled */
+#define GRAMMAR_MAX_NEST      64                  /* nesting of ( ) */
+#define GRAMMAR_MAX_REPEAT    2048                /* m and n of {m,n} */
+#define GRAMMAR_MAX_STACKS    256                 /* parse stacks alive at once */
+#define GRAMMAR_MAX_EXPAND    8192                /* expansion steps for one byte */
+#define GRAMMAR_MAX_PASS_WORK 24000000            /* steps of one walk over the vocabulary (~50 ms) */
 
 typedef struct grammar grammar;
 
@@ -70,11 +70,11 @@ int gmatch_finished(const gmatch *m);
  * pieces sharing a prefix share its matching, and a refused prefix skips
  * every piece that begins with it. */
 typedef struct {
-    int n;                /* pieces that are not empty */
-    const int32_t *ids;   /* (n) token ids in byte order of their pieces */
-    const uint32_t *lcp;  /* (n) bytes piece i shares with piece i-1 (lcp[0] = 0) */
-    const char *text;     /* piece of token t: text[off[t]..off[t+1]) */
-    const uint32_t *off;  /* (n_vocab + 1) */
+    int n;               /* pieces that are not empty */
+    const int32_t *ids;  /* (n) token ids in byte order of their pieces */
+    const uint32_t *lcp; /* (n) bytes piece i shares with piece i-1 (lcp[0] = 0) */
+    const char *text;    /* piece of token t: text[off[t]..off[t+1]) */
+    const uint32_t *off; /* (n_vocab + 1) */
 } gmatch_vocab;
 /* allowed[t] = 1 for each token whose piece may follow now (others 0; empty pieces 0). Returns how many,
  * or -1 when the walk would take more than GRAMMAR_MAX_PASS_WORK steps (a hostile grammar that keeps

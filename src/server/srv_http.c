@@ -35,7 +35,7 @@
 /* Connections MHD serves at once; past CONN_SOFT a new connection closes the oldest one that holds
  * no request being answered (CONN_LIMIT - CONN_SOFT stay free for clients that send a whole request). */
 #define CONN_LIMIT 256u
-#define CONN_SOFT 192
+#define CONN_SOFT  192
 /* The request line and headers must come within this (or --read-timeout, if shorter). */
 #define HEADER_TIMEOUT_MS 10000
 /* A declared or received body beyond this is not read to its end: 413 at once, then close. */
@@ -46,7 +46,7 @@ const int SRV_STATUS_CODES[SRV_N_STATUS] = {200, 204, 400, 401, 403, 404, 405, 4
 typedef struct {
     sbuf body;
     uint64_t received;
-    size_t reserved;           /* bytes of the --max-inflight budget this request holds */
+    size_t reserved; /* bytes of the --max-inflight budget this request holds */
     int too_big, over_budget, answered;
 } conn_state;
 
@@ -92,25 +92,25 @@ static void budget_give(srv_ctx *s, size_t n) { atomic_fetch_sub(&s->inflight, n
  * closed and the kernel may have reused. */
 typedef struct conn_guard {
     int fd;
-    int64_t deadline_ms;       /* CLOCK_MONOTONIC */
-    int64_t armed_ms;          /* when it was armed: it waits for a request since then */
+    int64_t deadline_ms; /* CLOCK_MONOTONIC */
+    int64_t armed_ms;    /* when it was armed: it waits for a request since then */
     int armed;
-    int in_request;            /* a request line is in: a cut-off is a request's, answered 408, logged and counted */
-    srv_api api;               /* the request's API (its error shape), from the request line */
+    int in_request; /* a request line is in: a cut-off is a request's, answered 408, logged and counted */
+    srv_api api;    /* the request's API (its error shape), from the request line */
     struct conn_guard *prev, *next;
 } conn_guard;
 
 typedef struct read_guard {
     pthread_mutex_t mu;
-    pthread_cond_t cv;         /* on CLOCK_MONOTONIC */
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
     conn_guard *head;
     int64_t timeout_ms;
-    int n_conns;               /* connections open (armed or not) */
+    int n_conns; /* connections open (armed or not) */
     uint64_t evicted;
     int stop;
     pthread_t thread;
     srv_ctx *srv;
-    sbuf resp[API_N];          /* the 408 answer per API (srv_api), raw HTTP */
+    sbuf resp[API_N]; /* the 408 answer per API (srv_api), raw HTTP */
 } read_guard;
 
 static int64_t now_ms(void) {
@@ -167,7 +167,8 @@ static void guard_count_in(read_guard *g, const conn_guard *fresh) {
             guard_unlink_locked(g, old);
             if (g->evicted++ % 100 == 0)
                 ST_INFO("http: %d connections open: closing the oldest that holds no request being answered "
-                        "(%llu so far)", g->n_conns, (unsigned long long)g->evicted + 1);
+                        "(%llu so far)",
+                        g->n_conns, (unsigned long long)g->evicted + 1);
         }
     }
     pthread_mutex_unlock(&g->mu);
@@ -319,7 +320,8 @@ static size_t unescape_url(void *cls, struct MHD_Connection *c, char *str) {
     else if (a) strcpy(str, "/"); /* "http://host": the root; only shorter, as the contract wants */
     char *w = str;
     for (const char *r = str; *r;) {
-        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2]) && !(r[1] == '0' && r[2] == '0')) {
+        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2]) &&
+            !(r[1] == '0' && r[2] == '0')) {
             const char h[3] = {r[1], r[2], 0};
             *w++ = (char)strtol(h, NULL, 16);
             r += 3;
@@ -509,8 +511,8 @@ static const struct {
 };
 #define N_POST (sizeof POST_ROUTES / sizeof POST_ROUTES[0])
 
-static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *url, const char *method,
-                             srv_api api, conn_state *cs) {
+static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *url, const char *method, srv_api api,
+                             conn_state *cs) {
     if (cs->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->p.max_body);
@@ -530,8 +532,7 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
     const srv_web_asset *page = get ? srv_web_find(url) : NULL; /* the page loads while the model does */
     if (page) return srv_web_send(s, c, page);
     if (!atomic_load(&s->ready)) { /* the socket is bound before the engines load, to fail fast */
-        if (!strcmp(url, "/health"))
-            return srv_send_json(s, c, 503, json_pack("{s:s}", "status", "loading"));
+        if (!strcmp(url, "/health")) return srv_send_json(s, c, 503, json_pack("{s:s}", "status", "loading"));
         return send_fail(s, c, api, 503, "loading", "the model is still loading; retry shortly");
     }
     if (!strcmp(url, "/health")) {
@@ -545,7 +546,8 @@ static enum MHD_Result route(srv_ctx *s, struct MHD_Connection *c, const char *u
                                        "engine_restarts", (json_int_t)m.engine_restarts));
     }
     if (!authorized(s, c))
-        return send_fail(s, c, api, 401, "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY or x-api-key: KEY)");
+        return send_fail(s, c, api, 401, "invalid_api_key",
+                         "missing or wrong API key (Authorization: Bearer KEY or x-api-key: KEY)");
     if (!strcmp(url, "/metrics/gpu")) /* the web monitor's GPU numbers (NVML, srv_web.c) */
         return get ? srv_web_gpu_metrics(s, c) : send_405(s, c, api, 0);
     for (size_t i = 0; i < N_POST; i++) {
@@ -605,8 +607,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (bad) { /* answered now, and the connection closed: where its body ends is not agreed */
             cs->answered = 1;
             return send_fail_ex(s, c, api, status,
-                                status == 501 ? "unsupported_transfer_encoding"
-                                : f.bad[0] || f.n_host != 1 ? "invalid_header" : "invalid_framing",
+                                status == 501               ? "unsupported_transfer_encoding"
+                                : f.bad[0] || f.n_host != 1 ? "invalid_header"
+                                                            : "invalid_framing",
                                 bad, NULL, 1);
         }
         if (!srv_host_allowed(s, f.host)) {
@@ -651,8 +654,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                     sbuf_free(&cs->body);
                 }
             }
-            if (!cs->too_big && !cs->over_budget && after <= s->p.max_body)
-                sbuf_put(&cs->body, upload, *upload_size);
+            if (!cs->too_big && !cs->over_budget && after <= s->p.max_body) sbuf_put(&cs->body, upload, *upload_size);
             else if (!cs->too_big && after > s->p.max_body) {
                 cs->too_big = 1; /* drop what we have; keep reading so the client hears the 413 */
                 sbuf_free(&cs->body);
@@ -802,8 +804,8 @@ int server_run(const server_params *p) {
     struct MHD_Daemon *d = NULL;
     MHD_socket listen_fd = MHD_INVALID_SOCKET;
     struct addrinfo *ai = NULL;
-    sched_supervision sv = {.heartbeat_timeout_s = p->engine_timeout_s, .once = split_launched_size() > 1,
-                            .ranks = p->ranks};
+    sched_supervision sv = {
+        .heartbeat_timeout_s = p->engine_timeout_s, .once = split_launched_size() > 1, .ranks = p->ranks};
     if (open_front(s, &sv.model) != 0) goto done;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     char port[16];
@@ -818,12 +820,10 @@ int server_run(const server_params *p) {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
-                         on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
-                         MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, s,
-                         MHD_OPTION_CONNECTION_LIMIT, CONN_LIMIT,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-                         MHD_OPTION_END);
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                         MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s, MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, s,
+                         MHD_OPTION_CONNECTION_LIMIT, CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!d) {
         st_error_set("cannot listen on %s port %d (in use, or not an address of this machine?)", p->host, p->port);
         goto done;
@@ -836,8 +836,8 @@ int server_run(const server_params *p) {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int bound = di ? di->port : p->port;
     ST_INFO("serve: listening on http://%s%s%s:%d (model %s, %d slot%s, context %d, %s chat format%s)",
-            ai->ai_family == AF_INET6 ? "[" : "", p->host, ai->ai_family == AF_INET6 ? "]" : "", bound,
-            s->model_name, p->n_slots, p->n_slots == 1 ? "" : "s", s->n_ctx, chat_format_name(s->fmt),
+            ai->ai_family == AF_INET6 ? "[" : "", p->host, ai->ai_family == AF_INET6 ? "]" : "", bound, s->model_name,
+            p->n_slots, p->n_slots == 1 ? "" : "s", s->n_ctx, chat_format_name(s->fmt),
             p->api_key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -845,7 +845,7 @@ int server_run(const server_params *p) {
     rc = 0;
 done:
     atomic_store(&s->stopping, 1);
-    if (d) MHD_stop_daemon(d); /* waits for the connection threads, which see `stopping` */
+    if (d) MHD_stop_daemon(d);                             /* waits for the connection threads, which see `stopping` */
     if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd); /* quiesced: ours to close, after the stop */
     guard_stop(s->guard);
     if (ai) freeaddrinfo(ai);

@@ -29,44 +29,44 @@ extern const int SRV_STATUS_CODES[SRV_N_STATUS];
 /* What the front end knows of a slot (srv_slots.c). */
 typedef struct {
     int processing;
-    int n_prompt;          /* tokens of its current or last request's prompt */
-    int n_decoded;         /* tokens its last finished request generated */
-    int n_cached;          /* tokens its KV cache held when its last request ended */
-    char id_task[64];      /* the id of its current or last request */
+    int n_prompt;     /* tokens of its current or last request's prompt */
+    int n_decoded;    /* tokens its last finished request generated */
+    int n_cached;     /* tokens its KV cache held when its last request ended */
+    char id_task[64]; /* the id of its current or last request */
 } srv_slot_info;
 
 typedef struct {
     server_params p;
     srv_sched *sched;
-    tokenizer *tok;            /* the front end's own copy: counting, chat prompts, /tokenize */
-    gguf_file *gf;             /* kept open for the server's life: its chat template renders every prompt */
-    int tmpl_tools;            /* the template renders `tools` itself (else a system message describes them) */
-    int tools_fam;             /* tools_family (srv_tools.h): how this model writes a call */
-    int reason;                /* reason_kind (srv_reason.h): how this model marks its reasoning */
-    int pooling;               /* the GGUF's <arch>.pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last, 4 rank); 0 none */
-    int harmony;               /* the template speaks harmony (gpt-oss): forced calls open its way, and the engine
-                                  writes the control tokens that mark its messages */
+    tokenizer *tok; /* the front end's own copy: counting, chat prompts, /tokenize */
+    gguf_file *gf;  /* kept open for the server's life: its chat template renders every prompt */
+    int tmpl_tools; /* the template renders `tools` itself (else a system message describes them) */
+    int tools_fam;  /* tools_family (srv_tools.h): how this model writes a call */
+    int reason;     /* reason_kind (srv_reason.h): how this model marks its reasoning */
+    int pooling;    /* the GGUF's <arch>.pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last, 4 rank); 0 none */
+    int harmony;    /* the template speaks harmony (gpt-oss): forced calls open its way, and the engine
+                       writes the control tokens that mark its messages */
     chat_format fmt;
-    const char *eot;           /* end-of-turn text of the chat format (a stop string) */
-    char model_name[256];      /* the file name without .gguf: what /v1/models lists */
+    const char *eot;      /* end-of-turn text of the chat format (a stop string) */
+    char model_name[256]; /* the file name without .gguf: what /v1/models lists */
     int n_ctx;
-    int n_embd;                /* the model's width: an embedding's length */
-    size_t max_piece;          /* bytes of text the longest token stands for (control tokens included) */
-    size_t prompt_max_bytes;   /* n_ctx * max_piece: a longer text cannot fit the context, never tokenized */
+    int n_embd;                  /* the model's width: an embedding's length */
+    size_t max_piece;            /* bytes of text the longest token stands for (control tokens included) */
+    size_t prompt_max_bytes;     /* n_ctx * max_piece: a longer text cannot fit the context, never tokenized */
     pthread_mutex_t big_text_mu; /* one tokenization of a text over SRV_BIG_TEXT bytes at a time */
-    long started;              /* unix time */
-    atomic_int ready;          /* set once sched and n_ctx are: until then every path answers 503 */
-    pthread_mutex_t slots_mu;  /* slot_info, slots_restarts */
-    srv_slot_info *slot_info;  /* (p.n_slots) */
-    uint64_t slots_restarts;   /* engine restarts already applied to slot_info (a restart empties the caches) */
-    atomic_int stopping;       /* requests still in flight are ended now */
-    atomic_int draining;       /* SIGTERM: no new requests; those in flight may end (--shutdown-timeout) */
-    atomic_int active;         /* requests from their headers to their end */
-    int loopback;              /* bound to a loopback address: the Host check's default names apply */
-    atomic_size_t inflight;    /* bytes of request bodies held now (--max-inflight) */
+    long started;                /* unix time */
+    atomic_int ready;            /* set once sched and n_ctx are: until then every path answers 503 */
+    pthread_mutex_t slots_mu;    /* slot_info, slots_restarts */
+    srv_slot_info *slot_info;    /* (p.n_slots) */
+    uint64_t slots_restarts;     /* engine restarts already applied to slot_info (a restart empties the caches) */
+    atomic_int stopping;         /* requests still in flight are ended now */
+    atomic_int draining;         /* SIGTERM: no new requests; those in flight may end (--shutdown-timeout) */
+    atomic_int active;           /* requests from their headers to their end */
+    int loopback;                /* bound to a loopback address: the Host check's default names apply */
+    atomic_size_t inflight;      /* bytes of request bodies held now (--max-inflight) */
     atomic_uint_fast64_t by_status[SRV_N_STATUS];
     atomic_uint_fast64_t id_counter;
-    struct read_guard *guard;  /* the read deadline's watchdog (srv_http.c), NULL when --read-timeout is 0 */
+    struct read_guard *guard;           /* the read deadline's watchdog (srv_http.c), NULL when --read-timeout is 0 */
     atomic_uint_fast64_t read_timeouts; /* requests cut off by the read deadline */
 } srv_ctx;
 
@@ -75,7 +75,7 @@ typedef struct {
     int status;
     char msg[512];
     char param[128];
-    const char *code;          /* OpenAI's error.code; NULL -> null */
+    const char *code; /* OpenAI's error.code; NULL -> null */
 } srv_err;
 
 /* How each API answers an error: one row per srv_api (srv_util.c), as job_api is for answers. */
@@ -111,8 +111,8 @@ int srv_content_text(json_t *content, const char *param, const char *sep, char *
 /* Sampling and length settings common to both APIs (temperature, top_p, top_k,
  * min_p, seed, penalties, max_tokens under the given key). */
 typedef struct {
-    const char *max_key;       /* "max_tokens" or "max_completion_tokens" */
-    double temp_max;           /* 2 for OpenAI, 1 for Anthropic */
+    const char *max_key; /* "max_tokens" or "max_completion_tokens" */
+    double temp_max;     /* 2 for OpenAI, 1 for Anthropic */
 } srv_sampling_rules;
 /* Reads them into sp (API defaults: temperature 1, top_p 1, no top-k/min-p,
  * a random seed) and *max_tokens (0 when absent). */
@@ -174,31 +174,31 @@ struct srv_job;
  * with the job's mutex held; a NULL writer is never called for that kind
  * (an embedding job neither streams nor answers through the job). */
 typedef struct {
-    srv_api errors;            /* the shape of its errors (srv_error_json) */
-    const char *id_prefix;     /* the answer's id: "chatcmpl-", "msg_", ... */
-    const char *call_prefix;   /* its tool calls' ids: "call_", "toolu_" */
+    srv_api errors;          /* the shape of its errors (srv_error_json) */
+    const char *id_prefix;   /* the answer's id: "chatcmpl-", "msg_", ... */
+    const char *call_prefix; /* its tool calls' ids: "call_", "toolu_" */
     void (*stream_begin)(struct srv_job *j);
     void (*stream_text)(struct srv_job *j, const char *text, size_t len);
     void (*stream_reasoning)(struct srv_job *j, const char *text, size_t len);
     void (*stream_end)(struct srv_job *j); /* the last event(s): the end, or the error of a failed job */
     void (*token)(struct srv_job *j, const srv_event *ev); /* a generated token's log probabilities (TOKEN) */
-    json_t *(*response)(struct srv_job *j);  /* the whole answer of a job that does not stream */
+    json_t *(*response)(struct srv_job *j);                /* the whole answer of a job that does not stream */
 } job_api;
 
 typedef struct srv_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int refs;                  /* the connection's and the scheduler's */
+    int refs; /* the connection's and the scheduler's */
     int cancelled, done, started;
-    int failed;                /* 1: the engine failed it (500), 2: the engine process died (503), 3: shutdown (503) */
-    int aborted;               /* the answer was ended early (shutdown): later events are dropped */
+    int failed;  /* 1: the engine failed it (500), 2: the engine process died (503), 3: shutdown (503) */
+    int aborted; /* the answer was ended early (shutdown): later events are dropped */
     srv_ctx *srv;
     job_kind kind;
-    const job_api *api;        /* the kind's row: how its answers are written */
+    const job_api *api; /* the kind's row: how its answers are written */
     int stream, include_usage;
-    int fd;                    /* the client's socket, watched for a hang-up */
-    int http10;                /* an HTTP/1.0 request: no interim (1xx) answer may be sent */
-    int probed;                /* the client shut its side: a 103 was sent to tell a half-close from a hang-up */
+    int fd;     /* the client's socket, watched for a hang-up */
+    int http10; /* an HTTP/1.0 request: no interim (1xx) answer may be sent */
+    int probed; /* the client shut its side: a 103 was sent to tell a half-close from a hang-up */
     char id[64];
     long created;
     /* the request, owned */
@@ -206,30 +206,30 @@ typedef struct srv_job {
     int32_t *prompt;
     const char *stops[17];
     char *stop_store[17];
-    int32_t *bias_ids;         /* req.sp's logit bias */
+    int32_t *bias_ids; /* req.sp's logit bias */
     float *bias_vals;
     char *dry_breakers[SRV_MAX_BREAKERS]; /* req's */
-    int n_user_stop;           /* stops[n_user_stop..] are the format's end of turn */
+    int n_user_stop;                      /* stops[n_user_stop..] are the format's end of turn */
     /* results */
-    json_t *tools;             /* tools the answer may call (parsed at the end), or NULL */
-    json_t *lp;                /* logprobs requests: token entries not yet sent (OpenAI chat shape) */
-    int lp_top;                /* the alternatives the client asked for in them */
-    json_t *probs;             /* n_probs (llama-server's): every token's entry with ids, or NULL */
+    json_t *tools; /* tools the answer may call (parsed at the end), or NULL */
+    json_t *lp;    /* logprobs requests: token entries not yet sent (OpenAI chat shape) */
+    int lp_top;    /* the alternatives the client asked for in them */
+    json_t *probs; /* n_probs (llama-server's): every token's entry with ids, or NULL */
     int n_probs;
-    size_t lp_offset;          /* bytes of text the sent entries cover (the legacy text_offset) */
-    char *call_opening;        /* a forced call's opening, written into the prompt */
-    char *grammar;             /* the grammar the answer follows (req.grammar), or NULL */
-    struct tools_stream *ts;   /* a stream with tools: calls parsed as they come (srv_tools.h) */
-    struct reason_stream *rs;  /* the reasoning told apart from the content (srv_reason.h), or NULL */
-    sbuf reasoning;            /* the whole reasoning (non-streaming) */
-    int think_open;            /* the prompt ends inside <think>: the answer starts in its reasoning */
-    int ts_calls;              /* calls it sent, once it ended */
-    int blk_n, blk_open;       /* Anthropic stream: content blocks started; 1 text / 2 tool_use / 3 thinking open */
-    sbuf text;                 /* the whole answer (non-streaming, or streaming with tools) */
-    sbuf out;                  /* bytes ready for the client (streaming) */
+    size_t lp_offset;         /* bytes of text the sent entries cover (the legacy text_offset) */
+    char *call_opening;       /* a forced call's opening, written into the prompt */
+    char *grammar;            /* the grammar the answer follows (req.grammar), or NULL */
+    struct tools_stream *ts;  /* a stream with tools: calls parsed as they come (srv_tools.h) */
+    struct reason_stream *rs; /* the reasoning told apart from the content (srv_reason.h), or NULL */
+    sbuf reasoning;           /* the whole reasoning (non-streaming) */
+    int think_open;           /* the prompt ends inside <think>: the answer starts in its reasoning */
+    int ts_calls;             /* calls it sent, once it ended */
+    int blk_n, blk_open;      /* Anthropic stream: content blocks started; 1 text / 2 tool_use / 3 thinking open */
+    sbuf text;                /* the whole answer (non-streaming, or streaming with tools) */
+    sbuf out;                 /* bytes ready for the client (streaming) */
     size_t out_sent;
     gen_stats st;
-    float *embd;               /* an embedding request's vectors (EMBED event), or NULL */
+    float *embd; /* an embedding request's vectors (EMBED event), or NULL */
     size_t n_embd;
     char err[512];
 } srv_job;
@@ -281,7 +281,7 @@ json_t *srv_job_tool_calls(srv_job *j, sbuf *content);
 typedef struct {
     const char *cl, *te, *host;
     int n_te, n_host, cl_differ;
-    char bad[160];             /* the first header that breaks RFC 9110/9112 syntax, described */
+    char bad[160]; /* the first header that breaks RFC 9110/9112 syntax, described */
 } srv_headers;
 void srv_headers_read(struct MHD_Connection *c, srv_headers *h);
 /* What makes the request's end ambiguous or its headers invalid, or NULL; *status 400 or 501. */

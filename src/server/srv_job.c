@@ -167,9 +167,7 @@ static int on_event(void *ctx, const srv_event *ev) {
         return 1;
     }
     switch (ev->kind) {
-    case SRV_EV_START:
-        j->started = 1;
-        break;
+    case SRV_EV_START: j->started = 1; break;
     case SRV_EV_TOKEN:
         if (j->api->token) j->api->token(j, ev);
         break;
@@ -221,8 +219,10 @@ static int wait_step(srv_job *j) {
          * ([DONE]), so that a client sees why instead of a cut connection */
         j->cancelled = j->aborted = 1;
         j->failed = 3;
-        snprintf(j->err, sizeof j->err, "the server is shutting down; the answer was cut short after %d s "
-                 "(--shutdown-timeout)", j->srv->p.shutdown_timeout_s);
+        snprintf(j->err, sizeof j->err,
+                 "the server is shutting down; the answer was cut short after %d s "
+                 "(--shutdown-timeout)",
+                 j->srv->p.shutdown_timeout_s);
         j->api->stream_end(j);
         j->done = 1;
         return 0;
@@ -305,8 +305,8 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
         return r;
     }
     if (j->stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, j,
-                                                                      stream_free);
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, j, stream_free);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         return srv_queue(s, c, 200, resp);
@@ -319,8 +319,10 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
     enum MHD_Result r;
     if (!done && atomic_load(&s->stopping)) { /* --shutdown-timeout passed before the answer */
         srv_err e;
-        srv_fail(&e, 503, NULL, "shutting_down", "the server is shutting down; the request was stopped after %d s "
-                 "(--shutdown-timeout)", s->p.shutdown_timeout_s);
+        srv_fail(&e, 503, NULL, "shutting_down",
+                 "the server is shutting down; the request was stopped after %d s "
+                 "(--shutdown-timeout)",
+                 s->p.shutdown_timeout_s);
         job_release(j);
         return srv_send_error(s, c, api, &e);
     }
@@ -333,8 +335,7 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
         if (failed == 2) srv_fail(&e, 503, NULL, "engine_stopped", "%s", j->err);
         else srv_fail(&e, 500, NULL, "engine_error", "%s", j->err);
         r = srv_send_error(s, c, api, &e);
-    } else
-        r = srv_send_json(s, c, 200, j->api->response(j));
+    } else r = srv_send_json(s, c, 200, j->api->response(j));
     job_release(j);
     return r;
 }

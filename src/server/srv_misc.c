@@ -18,8 +18,8 @@ static json_t *model_object(srv_ctx *s, int anthropic) {
         struct tm tm;
         gmtime_r(&t, &tm);
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        return json_pack("{s:s, s:s, s:s, s:s}", "type", "model", "id", s->model_name, "display_name",
-                         s->model_name, "created_at", date);
+        return json_pack("{s:s, s:s, s:s, s:s}", "type", "model", "id", s->model_name, "display_name", s->model_name,
+                         "created_at", date);
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", s->model_name, "object", "model", "created",
                      (json_int_t)s->started, "owned_by", "strata", "context_length", s->n_ctx);
@@ -30,16 +30,16 @@ enum MHD_Result srv_models(srv_ctx *s, struct MHD_Connection *c, const char *id)
     if (id) {
         if (strcmp(id, s->model_name)) {
             srv_err e;
-            srv_fail(&e, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server has '%s'",
-                     id, s->model_name);
+            srv_fail(&e, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server has '%s'", id,
+                     s->model_name);
             return srv_send_error(s, c, anthropic ? API_ANTHROPIC : API_OPENAI, &e);
         }
         return srv_send_json(s, c, 200, model_object(s, anthropic));
     }
     if (anthropic)
         return srv_send_json(s, c, 200,
-                             json_pack("{s:[o], s:b, s:s, s:s}", "data", model_object(s, 1), "has_more", 0,
-                                       "first_id", s->model_name, "last_id", s->model_name));
+                             json_pack("{s:[o], s:b, s:s, s:s}", "data", model_object(s, 1), "has_more", 0, "first_id",
+                                       s->model_name, "last_id", s->model_name));
     return srv_send_json(s, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s, 0)));
 }
 
@@ -50,8 +50,8 @@ enum MHD_Result srv_props(srv_ctx *s, struct MHD_Connection *c) {
     uint64_t len = 0;
     if (gguf_get_str(s->gf, "tokenizer.chat_template", &tmpl, &len) != 0) tmpl = NULL;
     return srv_send_json(s, c, 200,
-                         json_pack("{s:s, s:i, s:i, s:{s:i}, s:o, s:s}", "model_alias", s->model_name, "n_ctx", s->n_ctx,
-                                   "total_slots", m.n_slots, "default_generation_settings", "n_ctx", s->n_ctx,
+                         json_pack("{s:s, s:i, s:i, s:{s:i}, s:o, s:s}", "model_alias", s->model_name, "n_ctx",
+                                   s->n_ctx, "total_slots", m.n_slots, "default_generation_settings", "n_ctx", s->n_ctx,
                                    "chat_template", tmpl ? json_stringn(tmpl, (size_t)len) : json_null(), "build_info",
                                    "strata"));
 }
@@ -89,8 +89,9 @@ enum MHD_Result srv_metrics(srv_ctx *s, struct MHD_Connection *c) {
                   "# TYPE strata_http_requests_total counter\n");
     for (int i = 0; i < SRV_N_STATUS; i++) {
         uint64_t n = atomic_load(&s->by_status[i]);
-        if (SRV_STATUS_CODES[i]) sbuf_printf(&b, "strata_http_requests_total{code=\"%d\"} %llu\n", SRV_STATUS_CODES[i],
-                                             (unsigned long long)n);
+        if (SRV_STATUS_CODES[i])
+            sbuf_printf(&b, "strata_http_requests_total{code=\"%d\"} %llu\n", SRV_STATUS_CODES[i],
+                        (unsigned long long)n);
         else sbuf_printf(&b, "strata_http_requests_total{code=\"other\"} %llu\n", (unsigned long long)n);
     }
     metric(&b, "http_read_timeouts_total", "counter",
@@ -176,8 +177,8 @@ enum MHD_Result srv_tokenize_ep(srv_ctx *s, struct MHD_Connection *c, json_t *bo
         char piece[256];
         int64_t len = tokenizer_token_to_piece(s->tok, ids[i], 1, piece, sizeof piece);
         if (len > (int64_t)sizeof piece) len = sizeof piece;
-        json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece",
-                                             srv_json_text(piece, len > 0 ? (size_t)len : 0)));
+        json_array_append_new(
+            arr, json_pack("{s:i, s:o}", "id", ids[i], "piece", srv_json_text(piece, len > 0 ? (size_t)len : 0)));
     }
     st_free(ids);
     return srv_send_json(s, c, 200, json_pack("{s:o}", "tokens", arr));

@@ -16,26 +16,47 @@
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
-#define LLAMA_SAMPLING_KEYS                                                                                    \
-    "typical_p", "repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",    \
+#define LLAMA_SAMPLING_KEYS                                                                                            \
+    "typical_p", "repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",            \
         "dry_sequence_breakers", "samplers", "id_slot", "n_probs", "chat_template_kwargs", "n_keep"
 
 static const char *const CHAT_KEYS[] = {
-    "model", "messages", "stream", "stream_options", "temperature", "top_p", "max_tokens",
-    "max_completion_tokens", "stop", "seed", "presence_penalty", "frequency_penalty", "n", "logprobs",
-    "top_logprobs", "tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias",
-    "parallel_tool_calls", "user", "metadata", "store", "service_tier", "modalities", "audio", "prediction",
-    "reasoning_effort", "web_search_options", "prompt_cache_key", "safety_identifier", "verbosity", "moderation",
-    "prompt_cache_options", "prompt_cache_retention",
+    "model", "messages", "stream", "stream_options", "temperature", "top_p", "max_tokens", "max_completion_tokens",
+    "stop", "seed", "presence_penalty", "frequency_penalty", "n", "logprobs", "top_logprobs", "tools", "tool_choice",
+    "functions", "function_call", "response_format", "logit_bias", "parallel_tool_calls", "user", "metadata", "store",
+    "service_tier", "modalities", "audio", "prediction", "reasoning_effort", "web_search_options", "prompt_cache_key",
+    "safety_identifier", "verbosity", "moderation", "prompt_cache_options", "prompt_cache_retention",
     /* extensions (llama.cpp spells them the same) */
     "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", "reasoning_format",
     "reasoning_budget_tokens", "thinking_budget_tokens", LLAMA_SAMPLING_KEYS, NULL};
 
-static const char *const COMPLETION_KEYS[] = {
-    "model", "prompt", "stream", "stream_options", "temperature", "top_p", "max_tokens", "stop", "seed",
-    "presence_penalty", "frequency_penalty", "n", "logprobs", "echo", "best_of", "logit_bias", "suffix", "user",
-    "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", LLAMA_SAMPLING_KEYS,
-    NULL};
+static const char *const COMPLETION_KEYS[] = {"model",
+                                              "prompt",
+                                              "stream",
+                                              "stream_options",
+                                              "temperature",
+                                              "top_p",
+                                              "max_tokens",
+                                              "stop",
+                                              "seed",
+                                              "presence_penalty",
+                                              "frequency_penalty",
+                                              "n",
+                                              "logprobs",
+                                              "echo",
+                                              "best_of",
+                                              "logit_bias",
+                                              "suffix",
+                                              "user",
+                                              "top_k",
+                                              "min_p",
+                                              "repeat_penalty",
+                                              "n_predict",
+                                              "ignore_eos",
+                                              "cache_prompt",
+                                              "grammar",
+                                              LLAMA_SAMPLING_KEYS,
+                                              NULL};
 
 /* Known parameters with no effect on the output: checked for type (JSON_NULL:
  * any type), ignored. */
@@ -43,10 +64,19 @@ static const struct {
     const char *key;
     json_type type;
 } IGNORED[] = {
-    {"user", JSON_STRING}, {"metadata", JSON_OBJECT}, {"store", JSON_TRUE}, {"service_tier", JSON_STRING},
-    {"parallel_tool_calls", JSON_TRUE}, {"reasoning_effort", JSON_STRING}, {"prompt_cache_key", JSON_STRING},
-    {"safety_identifier", JSON_STRING}, {"verbosity", JSON_STRING}, {"model", JSON_STRING},
-    {"prompt_cache_options", JSON_OBJECT}, {"prompt_cache_retention", JSON_STRING}, {"moderation", JSON_NULL},
+    {"user", JSON_STRING},
+    {"metadata", JSON_OBJECT},
+    {"store", JSON_TRUE},
+    {"service_tier", JSON_STRING},
+    {"parallel_tool_calls", JSON_TRUE},
+    {"reasoning_effort", JSON_STRING},
+    {"prompt_cache_key", JSON_STRING},
+    {"safety_identifier", JSON_STRING},
+    {"verbosity", JSON_STRING},
+    {"model", JSON_STRING},
+    {"prompt_cache_options", JSON_OBJECT},
+    {"prompt_cache_retention", JSON_STRING},
+    {"moderation", JSON_NULL},
 };
 
 static int check_ignored(json_t *body, srv_err *e) {
@@ -55,8 +85,9 @@ static int check_ignored(json_t *body, srv_err *e) {
         if (!v || json_is_null(v) || IGNORED[i].type == JSON_NULL) continue;
         int ok = IGNORED[i].type == JSON_TRUE ? json_is_boolean(v) : json_typeof(v) == IGNORED[i].type;
         if (!ok) {
-            const char *want = IGNORED[i].type == JSON_STRING ? "a string"
-                               : IGNORED[i].type == JSON_OBJECT ? "an object" : "a boolean";
+            const char *want = IGNORED[i].type == JSON_STRING   ? "a string"
+                               : IGNORED[i].type == JSON_OBJECT ? "an object"
+                                                                : "a boolean";
             return srv_fail(e, 400, IGNORED[i].key, "invalid_type", "'%s' must be %s", IGNORED[i].key, want);
         }
     }
@@ -105,7 +136,8 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
     if (v && !json_is_null(v)) {
         json_t *t = json_object_get(v, "type");
         if (!json_is_object(v) || !json_is_string(t))
-            return srv_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
+            return srv_fail(e, 400, "response_format", "invalid_type",
+                            "'response_format' must be an object with a 'type'");
         const char *type = json_string_value(t);
         if (!strcmp(type, "json_schema")) { /* the schema is enforced in finish_request (grammar_from_schema) */
             static const char *const keys[] = {"type", "json_schema", NULL};
@@ -127,7 +159,8 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
                 return srv_fail(e, 400, "response_format.json_schema.name", "missing_required_parameter",
                                 "'response_format.json_schema.name' is required");
             size_t n = strlen(name);
-            if (n == 0 || n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
+            if (n == 0 || n > 64 ||
+                strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
                 return srv_fail(e, 400, "response_format.json_schema.name", "invalid_value",
                                 "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -");
             json_t *schema = json_object_get(js, "schema");
@@ -143,8 +176,8 @@ static int check_unsupported(json_t *body, int chat, srv_err *e) {
         if (!json_is_array(v)) return srv_fail(e, 400, "modalities", "invalid_type", "'modalities' must be an array");
         size_t i;
         json_t *m;
-        json_array_foreach(v, i, m) if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
-            return unsupported(e, "modalities", "text only");
+        json_array_foreach(v, i, m) if (!json_is_string(m) || strcmp(json_string_value(m), "text")) return unsupported(
+            e, "modalities", "text only");
     }
     static const char *const absent[] = {"audio", "prediction", "web_search_options"};
     for (int i = 0; i < 3; i++) {
@@ -182,7 +215,8 @@ static json_t *check_call(json_t *call, const char *param, srv_err *e) {
         !(json_is_string(args) || json_is_object(args))) {
         srv_fail(e, 400, param, "invalid_type",
                  "'%s' must be {\"id\": string, \"type\": \"function\", \"function\": {\"name\": string, "
-                 "\"arguments\": string}}", param);
+                 "\"arguments\": string}}",
+                 param);
         return NULL;
     }
     json_t *a = json_is_string(args) ? json_incref(args) : json_string_nocheck("");
@@ -191,8 +225,8 @@ static json_t *check_call(json_t *call, const char *param, srv_err *e) {
         json_string_set(a, t);
         free(t);
     }
-    return json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", id, "type", "function", "function", "name", name,
-                     "arguments", a);
+    return json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", id, "type", "function", "function", "name", name, "arguments",
+                     a);
 }
 
 /* messages -> OpenAI-shaped JSON for the template: system/developer/user/
@@ -221,8 +255,8 @@ static json_t *parse_messages(json_t *body, srv_err *e) {
         if (!strcmp(r, "developer")) r = "system";
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
             srv_fail(e, 400, param, strcmp(r, "function") ? "invalid_value" : "unsupported_parameter",
-                     "'%s.role' is '%s'; this server takes system, developer, user, assistant and tool messages",
-                     param, r);
+                     "'%s.role' is '%s'; this server takes system, developer, user, assistant and tool messages", param,
+                     r);
             goto fail;
         }
         json_t *o = json_pack("{s:s}", "role", r);
@@ -256,8 +290,10 @@ static json_t *parse_messages(json_t *body, srv_err *e) {
         json_t *rc = json_object_get(m, "reasoning_content"); /* llama-server's: an earlier answer's reasoning */
         if (rc && !json_is_null(rc)) {
             if (strcmp(r, "assistant") || !json_is_string(rc)) {
-                srv_fail(e, 400, param, "invalid_value", "'%s.reasoning_content' must be a string in an assistant "
-                         "message", param);
+                srv_fail(e, 400, param, "invalid_value",
+                         "'%s.reasoning_content' must be a string in an assistant "
+                         "message",
+                         param);
                 goto fail;
             }
             json_object_set(o, "reasoning_content", rc);
@@ -317,21 +353,20 @@ static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err
         if (type && (!strcmp(type, "allowed_tools") || !strcmp(type, "custom"))) /* valid in OpenAI's API */
             return srv_fail(e, 400, "tool_choice", "unsupported_parameter",
                             "'tool_choice' of type '%s' is not supported by this server: use 'none', 'auto', "
-                            "'required' or a function", type);
+                            "'required' or a function",
+                            type);
         if (!type || strcmp(type, "function") || !name)
             return srv_fail(e, 400, "tool_choice", "invalid_value",
                             "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
         *force = name;
-    } else
-        return srv_fail(e, 400, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
-    if (*force && !*tools)
-        return srv_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' requires 'tools'");
+    } else return srv_fail(e, 400, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
+    if (*force && !*tools) return srv_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' requires 'tools'");
     if (*force && **force) {
         size_t i;
         json_t *x;
         int found = 0;
-        json_array_foreach(*tools, i, x) found |= !strcmp(
-            json_string_value(json_object_get(json_object_get(x, "function"), "name")), *force);
+        json_array_foreach(*tools, i, x) found |=
+            !strcmp(json_string_value(json_object_get(json_object_get(x, "function"), "name")), *force);
         if (!found)
             return srv_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' names '%s', which is not in 'tools'",
                             *force);
@@ -344,8 +379,8 @@ static int parse_tools(json_t *body, json_t **tools, const char **force, srv_err
  * theirs before (oai_chat); a grammar beside tools is refused. */
 static int answer_grammar(json_t *body, srv_job *j, int chat, srv_err *e) {
     json_t *rf = json_object_get(body, "response_format"), *gr = json_object_get(body, "grammar");
-    const char *rft = chat && json_is_string(json_object_get(rf, "type")) ? json_string_value(json_object_get(rf, "type"))
-                                                                          : "text";
+    const char *rft =
+        chat && json_is_string(json_object_get(rf, "type")) ? json_string_value(json_object_get(rf, "type")) : "text";
     int want_json = !strcmp(rft, "json_object") || !strcmp(rft, "json_schema");
     if (gr && !json_is_null(gr) && !json_is_string(gr))
         return srv_fail(e, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
@@ -364,8 +399,7 @@ static int answer_grammar(json_t *body, srv_job *j, int chat, srv_err *e) {
         text = st_strdup(json_string_value(gr));
     } else if (want_json) {
         json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
-        if (!strcmp(rft, "json_object") || !schema || json_is_null(schema))
-            text = st_strdup(grammar_json_object());
+        if (!strcmp(rft, "json_object") || !schema || json_is_null(schema)) text = st_strdup(grammar_json_object());
         else {
             char err[512];
             if (!(text = grammar_from_schema(schema, &len, err, sizeof err)))
@@ -382,15 +416,15 @@ static int answer_grammar(json_t *body, srv_job *j, int chat, srv_err *e) {
 }
 
 /* Common tail of both endpoints: sampling, stops, context check, run. */
-static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json_t *body, srv_job *j,
-                                      int32_t *ids, int n, const char *max_key, int chat) {
+static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json_t *body, srv_job *j, int32_t *ids,
+                                      int n, const char *max_key, int chat) {
     srv_err e;
     srv_sampling_rules rules = {max_key, 2.0};
     const char *stops[17];
     int n_stop = 0;
     if (srv_parse_sampling(s, body, &rules, &j->req.sp, &j->req.max_tokens, &e) < 0 ||
-        srv_parse_llama_sampling(s, body, j, &e) < 0 ||
-        jf_stops(body, "stop", stops, &n_stop, &e) < 0 || srv_check_context(s, n, API_OPENAI, chat ? "messages" : "prompt", &e) < 0) {
+        srv_parse_llama_sampling(s, body, j, &e) < 0 || jf_stops(body, "stop", stops, &n_stop, &e) < 0 ||
+        srv_check_context(s, n, API_OPENAI, chat ? "messages" : "prompt", &e) < 0) {
         st_free(ids);
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
@@ -411,7 +445,8 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
     long long id_slot = -1, n_keep;
     /* n_keep: the prompt tokens llama-server keeps when it shifts a full context; there is no shift here
      * (a full context ends the answer, finish "length"), so it changes nothing: range-checked, ignored */
-    if (jf_int(body, "n_keep", -1, INT32_MAX, &n_keep, &e) < 0 || jf_int(body, "id_slot", -1, INT32_MAX, &id_slot, &e) < 0 ||
+    if (jf_int(body, "n_keep", -1, INT32_MAX, &n_keep, &e) < 0 ||
+        jf_int(body, "id_slot", -1, INT32_MAX, &id_slot, &e) < 0 ||
         (id_slot >= s->p.n_slots && srv_fail(&e, 400, "id_slot", "invalid_value",
                                              "'id_slot' %lld is not a slot: this server has %d (0 to %d; -1: any)",
                                              id_slot, s->p.n_slots, s->p.n_slots - 1) < 0)) {
@@ -465,9 +500,9 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     json_t *msgs = NULL, *tools = NULL;
     const char *force = NULL;
     int reason = 0, think_open = 0;
-    if (jf_known_keys(body, CHAT_KEYS, &e) < 0 || check_unsupported(body, 1, &e) < 0 ||
-        parse_stream(body, j, &e) < 0 || parse_tools(body, &tools, &force, &e) < 0 ||
-        srv_parse_reasoning_format(s, body, &reason, &e) < 0 || !(msgs = parse_messages(body, &e))) {
+    if (jf_known_keys(body, CHAT_KEYS, &e) < 0 || check_unsupported(body, 1, &e) < 0 || parse_stream(body, j, &e) < 0 ||
+        parse_tools(body, &tools, &force, &e) < 0 || srv_parse_reasoning_format(s, body, &reason, &e) < 0 ||
+        !(msgs = parse_messages(body, &e))) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
@@ -491,8 +526,7 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
         if (!strcmp(effort, "none")) {
             json_object_del(kw, "reasoning_effort");
             json_object_set_new(kw, "enable_thinking", json_false());
-        } else
-            json_object_set_new(kw, "reasoning_effort", json_string(effort));
+        } else json_object_set_new(kw, "reasoning_effort", json_string(effort));
     }
     int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kw, &j->call_opening, &think_open, &n, &e);
     json_decref(kw);
@@ -536,8 +570,7 @@ static int32_t *completion_prompt(srv_ctx *s, json_t *body, int *n, srv_err *e) 
         return NULL;
     }
     int32_t *ids = NULL;
-    if (json_is_string(p))
-        ids = srv_tokenize(s, json_string_value(p), json_string_length(p), 1, 1, "prompt", n, e);
+    if (json_is_string(p)) ids = srv_tokenize(s, json_string_value(p), json_string_length(p), 1, 1, "prompt", n, e);
     else if (json_is_array(p) && json_is_integer(json_array_get(p, 0))) { /* not empty: refused above */
         size_t len = json_array_size(p), i;
         if (len > (size_t)s->n_ctx) {
@@ -637,8 +670,8 @@ static json_t *logprobs_json(srv_job *j, json_t *entries, size_t text_offset) {
         off += json_array_size(json_object_get(e, "bytes"));
     }
     json_decref(entries);
-    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
-                     "text_offset", offs);
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
+                     offs);
 }
 
 /* The entries not yet sent, as a logprobs object (null when not asked). */
@@ -653,9 +686,7 @@ static json_t *take_logprobs(srv_job *j) {
     return logprobs_json(j, e, off);
 }
 
-static const char *finish_reason(const srv_job *j) {
-    return !strcmp(j->st.finish, "length") ? "length" : "stop";
-}
+static const char *finish_reason(const srv_job *j) { return !strcmp(j->st.finish, "length") ? "length" : "stop"; }
 
 static json_t *usage(const srv_job *j) {
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->st.n_prompt, "completion_tokens", j->st.n_gen,
@@ -670,8 +701,8 @@ static json_t *timings(const srv_job *j) {
     return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "cache_n", st->n_reused, "prompt_n", st->n_read,
                      "prompt_ms", st->prompt_ms, "prompt_per_token_ms", st->n_read ? st->prompt_ms / st->n_read : 0.0,
                      "prompt_per_second", st->prompt_ms > 0 ? 1e3 * st->n_read / st->prompt_ms : 0.0, "predicted_n",
-                     st->n_gen, "predicted_ms", st->gen_ms,
-                     "predicted_per_token_ms", st->n_gen ? st->gen_ms / st->n_gen : 0.0, "predicted_per_second",
+                     st->n_gen, "predicted_ms", st->gen_ms, "predicted_per_token_ms",
+                     st->n_gen ? st->gen_ms / st->n_gen : 0.0, "predicted_per_second",
                      st->gen_ms > 0 ? 1e3 * st->n_gen / st->gen_ms : 0.0);
 }
 
@@ -713,14 +744,22 @@ static void ts_content(void *ctx, const char *t, size_t n) {
 
 static void ts_begin(void *ctx, int i, const char *id, const char *name) {
     srv_job *j = ctx;
-    put_chunk(j, choice(j, json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", i, "id", id, "type",
-                                     "function", "function", "name", name, "arguments", ""), NULL), NULL);
+    put_chunk(j,
+              choice(j,
+                     json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", i, "id", id, "type",
+                               "function", "function", "name", name, "arguments", ""),
+                     NULL),
+              NULL);
 }
 
 static void ts_args(void *ctx, int i, const char *t, size_t n) {
     srv_job *j = ctx;
-    put_chunk(j, choice(j, json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", i, "function", "arguments",
-                                     srv_json_text(t, n)), NULL), NULL);
+    put_chunk(j,
+              choice(j,
+                     json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", i, "function", "arguments",
+                               srv_json_text(t, n)),
+                     NULL),
+              NULL);
 }
 
 static void ts_end(void *ctx, int i) {
@@ -763,10 +802,12 @@ void oai_stream_end(srv_job *j) {
     } else {
         if (j->ts) {
             j->ts_calls = tools_stream_end(j->ts);
-            put_chunk(j, choice(j, json_object(), j->ts_calls && strcmp(j->st.finish, "length") ? "tool_calls"
-                                                                                                 : finish_reason(j)),
+            put_chunk(j,
+                      choice(j, json_object(),
+                             j->ts_calls && strcmp(j->st.finish, "length") ? "tool_calls" : finish_reason(j)),
                       NULL);
-        } else put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
+        } else
+            put_chunk(j, choice(j, j->kind == JOB_OAI_CHAT ? json_object() : json_string(""), finish_reason(j)), NULL);
         if (j->include_usage) put_chunk(j, NULL, usage(j));
     }
     sbuf_puts(&j->out, "data: [DONE]\n\n");
@@ -786,12 +827,12 @@ json_t *oai_response(srv_job *j) {
     if (j->kind == JOB_OAI_CHAT && j->tools) {
         sbuf content = {0};
         json_t *calls = srv_job_tool_calls(j, &content);
-        json_t *msg = json_pack("{s:s, s:o, s:n}", "role", "assistant", "content",
-                                content.len || !calls ? srv_json_text(content.s ? content.s : "", content.len)
-                                                      : json_null(),
-                                "refusal");
+        json_t *msg = json_pack(
+            "{s:s, s:o, s:n}", "role", "assistant", "content",
+            content.len || !calls ? srv_json_text(content.s ? content.s : "", content.len) : json_null(), "refusal");
         if (calls) json_object_set_new(msg, "tool_calls", calls);
-        if (j->reasoning.len) json_object_set_new(msg, "reasoning_content", srv_json_text(j->reasoning.s, j->reasoning.len));
+        if (j->reasoning.len)
+            json_object_set_new(msg, "reasoning_content", srv_json_text(j->reasoning.s, j->reasoning.len));
         ch = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", take_logprobs(j),
                        "finish_reason", calls ? "tool_calls" : finish_reason(j));
         sbuf_free(&content);

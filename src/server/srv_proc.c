@@ -45,35 +45,35 @@ typedef struct {
     uint64_t id;
     srv_event_fn fn;
     void *ctx;
-    sbuf frame;        /* the encoded REQUEST while it waits for READY */
+    sbuf frame; /* the encoded REQUEST while it waits for READY */
     int sent, started;
-    int cancel_sent;   /* touched by the reader thread only */
+    int cancel_sent; /* touched by the reader thread only */
 } pentry;
 
 typedef enum { ENG_DOWN, ENG_STARTING, ENG_READY } eng_state;
 
 /* The supervised role of the scheduler (srv_proto.h): a proxy of the engine process. */
 typedef struct {
-    srv_sched base;         /* first: the sched_* functions' view */
+    srv_sched base; /* first: the sched_* functions' view */
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* state changes, readers ending */
+    pthread_cond_t cv; /* state changes, readers ending */
     pthread_mutex_t wmu;
     engine_params ep;
     char *model_path;
     int n_slots, max_queue;
     eng_state state;
     int ever_ready, stopping, n_readers;
-    int gen;                /* engine processes started so far */
-    pid_t pid;              /* the current one, 0 when down */
-    double t_spawn;         /* when it was spawned (monotonic seconds) */
-    int wfd, wgen;          /* the live socket and its process's gen (under wmu) */
+    int gen;        /* engine processes started so far */
+    pid_t pid;      /* the current one, 0 when down */
+    double t_spawn; /* when it was spawned (monotonic seconds) */
+    int wfd, wgen;  /* the live socket and its process's gen (under wmu) */
     uint64_t next_id;
-    pentry **ents;          /* (n_ents) requests in flight, oldest first */
+    pentry **ents; /* (n_ents) requests in flight, oldest first */
     int n_ents, cap_ents;
     sched_metrics m;
-    sched_map map; /* the engine's expert cache as of its last finished request (under mu) */
-    char why_down[512];     /* why the last process ended (proc_create's error) */
-    sched_supervision sv;   /* the heartbeat deadline and the model file's identity */
+    sched_map map;                 /* the engine's expert cache as of its last finished request (under mu) */
+    char why_down[512];            /* why the last process ended (proc_create's error) */
+    sched_supervision sv;          /* the heartbeat deadline and the model file's identity */
     _Atomic int64_t last_frame_ms; /* when the live child last sent anything (monotonic) */
 } srv_proc;
 
@@ -280,8 +280,8 @@ started:
     }
     pthread_detach(t);
     p->n_readers++;
-    if (p->gen > 1) ST_INFO("engine: restarting (process %d, restart %llu)", (int)pid,
-                            (unsigned long long)p->m.engine_restarts);
+    if (p->gen > 1)
+        ST_INFO("engine: restarting (process %d, restart %llu)", (int)pid, (unsigned long long)p->m.engine_restarts);
     return 0;
 }
 
@@ -354,9 +354,7 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
     uint32_t n;
     const char *s;
     switch (f->type) {
-    case PROTO_START:
-        ev.kind = SRV_EV_START;
-        break;
+    case PROTO_START: ev.kind = SRV_EV_START; break;
     case PROTO_TEXT:
         ev.kind = SRV_EV_TEXT;
         ev.text = (const char *)c.p;
@@ -383,8 +381,7 @@ static void on_event_frame(srv_proc *p, const reader_arg *ra, const proto_frame 
             memcpy(embd, c.p, (size_t)n * sizeof(float));
             ev.embd = embd;
             ev.n_embd = n;
-        } else
-            c.bad = 1;
+        } else c.bad = 1;
         break;
     case PROTO_DONE:
         ev.kind = SRV_EV_DONE;
@@ -466,8 +463,7 @@ static void *reader(void *arg) {
             const char *s = proto_get_str(&c, &n);
             snprintf(fail, sizeof fail, "%.*s", (int)n, s);
             strip_path(fail, p->model_path);
-        } else if ((f.type >= PROTO_START && f.type <= PROTO_TOKEN) || f.type == PROTO_EMBED)
-            on_event_frame(p, ra, &f);
+        } else if ((f.type >= PROTO_START && f.type <= PROTO_TOKEN) || f.type == PROTO_EMBED) on_event_frame(p, ra, &f);
         else {
             r = -1;
             break;
@@ -502,12 +498,17 @@ static void *reader(void *arg) {
     if (stopping) snprintf(msg, sizeof msg, "the server is shutting down");
     else if (fail[0]) snprintf(msg, sizeof msg, "the engine could not start: %s; the next request retries", fail);
     else if (stalled)
-        snprintf(msg, sizeof msg, "the engine stopped responding (nothing from it for %d s, --engine-timeout) and was "
-                 "killed; the next request restarts it", p->sv.heartbeat_timeout_s);
+        snprintf(msg, sizeof msg,
+                 "the engine stopped responding (nothing from it for %d s, --engine-timeout) and was "
+                 "killed; the next request restarts it",
+                 p->sv.heartbeat_timeout_s);
     else if (p->sv.once)
-        snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); it ran in an MPI job, which "
-                 "cannot restart it: the server is stopping", code);
-    else snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); the next request restarts it", code);
+        snprintf(msg, sizeof msg,
+                 "the engine stopped unexpectedly (exit code %d); it ran in an MPI job, which "
+                 "cannot restart it: the server is stopping",
+                 code);
+    else
+        snprintf(msg, sizeof msg, "the engine stopped unexpectedly (exit code %d); the next request restarts it", code);
     if (fail[0]) snprintf(p->why_down, sizeof p->why_down, "%s", fail);
     else snprintf(p->why_down, sizeof p->why_down, "the engine process %s%s", how, loading ? " while loading" : "");
     pthread_cond_broadcast(&p->cv);
@@ -662,7 +663,9 @@ static void proc_metrics_get(srv_sched *b, sched_metrics *m) {
      * killed at --engine-timeout) */
     const int64_t quiet = now_ms() - atomic_load(&p->last_frame_ms);
     if (p->state == ENG_READY && p->sv.heartbeat_timeout_s > 0 &&
-        quiet > (p->sv.heartbeat_timeout_s >= 6 ? 3000 : p->sv.heartbeat_timeout_s >= 2 ? p->sv.heartbeat_timeout_s * 500 : 1000))
+        quiet > (p->sv.heartbeat_timeout_s >= 6   ? 3000
+                 : p->sv.heartbeat_timeout_s >= 2 ? p->sv.heartbeat_timeout_s * 500
+                                                  : 1000))
         m->engine_state = "unresponsive";
     m->engine_pid = (int)p->pid;
     pthread_mutex_unlock(&p->mu);

@@ -347,8 +347,8 @@ void proto_put_stats(sbuf *b, const gen_stats *st) {
     proto_put_str(b, fin, strlen(fin));
     proto_put_i32(b, st->stop_index);
     proto_put_i32(b, st->lanes);
-    const uint64_t pairs[9] = {st->pairs_dev, st->pairs_cpu, st->pairs_pcie, st->total_dev, st->total_cpu,
-                               st->total_pcie, st->bytes_ssd, st->ns_ssd, st->total_ssd};
+    const uint64_t pairs[9] = {st->pairs_dev,  st->pairs_cpu, st->pairs_pcie, st->total_dev, st->total_cpu,
+                               st->total_pcie, st->bytes_ssd, st->ns_ssd,     st->total_ssd};
     for (int i = 0; i < 9; i++) proto_put_u64(b, pairs[i]);
     const int has_map = st->expert_map && st->map_layers > 0 && st->map_experts > 0;
     proto_put_i32(b, has_map ? st->map_layers : 0);
@@ -374,8 +374,8 @@ void proto_get_stats(proto_cur *c, gen_stats *st) {
         if (s && strlen(known[i]) == n && !memcmp(known[i], s, n)) st->finish = known[i];
     st->stop_index = proto_get_i32(c);
     st->lanes = proto_get_i32(c);
-    uint64_t *pairs[9] = {&st->pairs_dev, &st->pairs_cpu, &st->pairs_pcie, &st->total_dev, &st->total_cpu,
-                          &st->total_pcie, &st->bytes_ssd, &st->ns_ssd, &st->total_ssd};
+    uint64_t *pairs[9] = {&st->pairs_dev,  &st->pairs_cpu, &st->pairs_pcie, &st->total_dev, &st->total_cpu,
+                          &st->total_pcie, &st->bytes_ssd, &st->ns_ssd,     &st->total_ssd};
     for (int i = 0; i < 9; i++) *pairs[i] = proto_get_u64(c);
     const int nl = proto_get_i32(c), nx = proto_get_i32(c);
     const char *map = proto_get_str(c, &n); /* points into the frame: sched_map_keep copies it */
@@ -483,12 +483,14 @@ int model_ident_of(const char *path, model_ident *id) {
 
 const char *model_ident_mismatch(const char *path, const model_ident *want, const model_ident *now) {
     static _Thread_local char why[400];
-    const char *what = now->size != want->size               ? "its size changed"
-                       : now->head_hash != want->head_hash   ? "its header changed"
-                       : now->mtime_ns != want->mtime_ns     ? "it was modified"
-                                                             : NULL;
+    const char *what = now->size != want->size             ? "its size changed"
+                       : now->head_hash != want->head_hash ? "its header changed"
+                       : now->mtime_ns != want->mtime_ns   ? "it was modified"
+                                                           : NULL;
     if (!what) return NULL;
-    snprintf(why, sizeof why, "the model file %s is not the one this server started with (%s): the front end's "
-             "tokenizer and the engine would disagree; restart strata serve to serve it", base_name(path), what);
+    snprintf(why, sizeof why,
+             "the model file %s is not the one this server started with (%s): the front end's "
+             "tokenizer and the engine would disagree; restart strata serve to serve it",
+             base_name(path), what);
     return why;
 }

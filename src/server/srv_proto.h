@@ -79,21 +79,21 @@ typedef struct {
     int max_tokens;          /* <= 0: until the context is full */
     const char *const *stop; /* (n_stop) stop strings, withheld from the text */
     int n_stop;
-    int logprobs;     /* report each generated token's log probability (TOKEN events) */
-    int top_logprobs; /* and the n (<= 20) most likely alternatives */
+    int logprobs;        /* report each generated token's log probability (TOKEN events) */
+    int top_logprobs;    /* and the n (<= 20) most likely alternatives */
     const char *grammar; /* GBNF text (srv_grammar.h) the answer must follow, or NULL */
     size_t grammar_len;
     const char *grammar_trigger; /* the grammar holds only what follows this text, once the answer has it
                                     (a tool call's opening, tool_choice auto); NULL: all of the answer */
-    int ignore_eos;   /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
-    int no_cache;     /* read the whole prompt, reusing nothing of the slot's cache (cache_prompt: false) */
+    int ignore_eos;              /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
+    int no_cache;                /* read the whole prompt, reusing nothing of the slot's cache (cache_prompt: false) */
     const char *const *dry_breakers; /* (n_dry_breakers) DRY's sequence breakers: a token whose piece holds one
                                         is a breaker (sp.dry_breaker is made from them when the slot starts) */
     int n_dry_breakers;
-    int pin_slot;     /* 1 + the slot it must run in (it waits for that one), 0: any (llama-server's id_slot) */
-    int render_special; /* control tokens are written as their text (harmony's <|channel|>, ...) */
-    int embed;        /* 0: generate; 1 + engine_pool: the prompt's final hidden states, pooled (an EMBED event
-                         then DONE; nothing is generated) */
+    int pin_slot;            /* 1 + the slot it must run in (it waits for that one), 0: any (llama-server's id_slot) */
+    int render_special;      /* control tokens are written as their text (harmony's <|channel|>, ...) */
+    int embed;               /* 0: generate; 1 + engine_pool: the prompt's final hidden states, pooled (an EMBED event
+                                then DONE; nothing is generated) */
     const char *think_start; /* a reasoning block's opening ("<think>"); with think_end: the reasoning budget */
     const char *think_close; /* what ends it when the model writes it ("</think>"; harmony's "<|end|>") */
     const char *think_end;   /* what the engine writes to end it once it has spent think_budget tokens
@@ -140,16 +140,16 @@ typedef struct {
     int n_slots, busy, queued, max_queue, n_ctx;
     uint64_t done, failed, cancelled; /* requests finished by outcome */
     uint64_t prompt_tokens, reused_tokens, read_tokens, gen_tokens;
-    double prompt_s, gen_s;               /* summed over requests */
-    double last_prompt_tps, last_gen_tps; /* of the last finished request */
+    double prompt_s, gen_s;                 /* summed over requests */
+    double last_prompt_tps, last_gen_tps;   /* of the last finished request */
     uint64_t drafts_accepted, drafts_total; /* speculative decoding: drafted tokens accepted, drafted */
-    const char *engine_state;             /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
-    int engine_pid;                       /* the process running the engines (this one when in-process) */
-    uint64_t engine_restarts;             /* engine processes started after the first */
-    int lanes;                            /* a MoE model's experts live in several places: */
+    const char *engine_state;               /* "ok", "loading" (first start), "restarting" (after the engine stopped) */
+    int engine_pid;                         /* the process running the engines (this one when in-process) */
+    uint64_t engine_restarts;               /* engine processes started after the first */
+    int lanes;                              /* a MoE model's experts live in several places: */
     uint64_t pairs_dev, pairs_cpu, pairs_pcie; /* (token, expert) pairs by lane (moe_lanes.h), the engine's
                                                   totals as of its last finished request */
-    uint64_t bytes_ssd;                   /* bytes the SSD tier read from the model file, the same way */
+    uint64_t bytes_ssd;                        /* bytes the SSD tier read from the model file, the same way */
 } sched_metrics;
 
 typedef struct srv_sched srv_sched;
@@ -169,19 +169,19 @@ int sched_map_copy(const sched_map *m, char **cells, int *n_layer, int *n_expert
 typedef struct {
     uint64_t size;
     int64_t mtime_ns;
-    uint64_t head_hash;                   /* FNV-1a of the first MiB (the GGUF header and metadata) */
+    uint64_t head_hash; /* FNV-1a of the first MiB (the GGUF header and metadata) */
 } model_ident;
 /* The identity of the file at path now; -1 with st_error when it cannot be read. */
 int model_ident_of(const char *path, model_ident *id);
 
 /* What the front end asks of its engine process (sched_create_supervised). */
 typedef struct {
-    int heartbeat_timeout_s;              /* a child that sends nothing this long is killed; 0: never */
-    model_ident model;                    /* a child finding another file there refuses to serve it */
-    int once; /* the engine cannot restart: it joined an MPI job as its rank 0 (docs/multi.md), and
-                 the job's other ranks cannot take a new one; when it ends, the server stops */
-    int ranks; /* > 1: the engine is an MPI job of this many ranks the server launches itself
-                  (serve --ranks, STRATA_MPIRUN); a rank that dies ends the job, which restarts whole */
+    int heartbeat_timeout_s; /* a child that sends nothing this long is killed; 0: never */
+    model_ident model;       /* a child finding another file there refuses to serve it */
+    int once;                /* the engine cannot restart: it joined an MPI job as its rank 0 (docs/multi.md), and
+                                the job's other ranks cannot take a new one; when it ends, the server stops */
+    int ranks;               /* > 1: the engine is an MPI job of this many ranks the server launches itself
+                                (serve --ranks, STRATA_MPIRUN); a rank that dies ends the job, which restarts whole */
 } sched_supervision;
 
 /* The scheduler has two roles behind one face: the engine's thread in this
@@ -222,7 +222,7 @@ int sched_n_ctx(srv_sched *s);
 
 /* ---- the wire ---- */
 #define PROTO_MAX_PAYLOAD ((uint32_t)256 << 20) /* a 16M-token context of prompt ids fits */
-#define PROTO_CHILD_FD 3                        /* the socket's number in the child */
+#define PROTO_CHILD_FD    3                     /* the socket's number in the child */
 
 enum {
     PROTO_CONFIG = 1,

@@ -22,13 +22,13 @@ static const char *const H_ENDS[] = {"<|end|>", "<|call|>", "<|return|>", H_STAR
 #define N_H_ENDS 4
 
 typedef enum {
-    S_LEAD,       /* think: space before a possible <think> */
-    S_RLEAD,      /* think: inside the block, space before its text */
-    S_REASON,     /* think: inside the block */
-    S_AFTER,      /* think: space after </think> */
-    S_CONTENT,    /* plain content to the end */
-    S_HEAD,       /* harmony: a message header up to <|message|> */
-    S_BODY,       /* harmony: a message's text */
+    S_LEAD,    /* think: space before a possible <think> */
+    S_RLEAD,   /* think: inside the block, space before its text */
+    S_REASON,  /* think: inside the block */
+    S_AFTER,   /* think: space after </think> */
+    S_CONTENT, /* plain content to the end */
+    S_HEAD,    /* harmony: a message header up to <|message|> */
+    S_BODY,    /* harmony: a message's text */
 } rs_state;
 
 typedef enum { B_REASON, B_CONTENT, B_CALL, B_DROP } body_kind;
@@ -40,14 +40,12 @@ struct reason_stream {
     void *ctx;
     rs_state st;
     body_kind body;
-    int body_lead;     /* the harmony body has sent nothing yet: its leading space is dropped (reasoning) */
-    char *buf;         /* (cap) text not yet decided */
+    int body_lead; /* the harmony body has sent nothing yet: its leading space is dropped (reasoning) */
+    char *buf;     /* (cap) text not yet decided */
     size_t len, cap;
 };
 
-static int is_space(char c) {
-    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
+static int is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 static const char *find(const char *s, size_t n, const char *needle) {
     size_t m = strlen(needle);
@@ -177,8 +175,7 @@ static int step_think(reason_stream *rs, int end) {
         consume(rs, sent);
         return 0;
     }
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -263,8 +260,7 @@ static int step_harmony(reason_stream *rs, int end) {
         sent = lead + put_reasoning(rs, s + lead, avail - lead, hit || end);
         if (hit || end) sent = avail;
         if (sent > lead) rs->body_lead = 0;
-    } else if (avail && rs->body != B_DROP)
-        rs->cb.content(rs->ctx, s, avail);
+    } else if (avail && rs->body != B_DROP) rs->cb.content(rs->ctx, s, avail);
     if (hit || end) {
         if (rs->body == B_CALL) rs->cb.content(rs->ctx, "}\n</tool_call>", 14);
         /* <|start|> opens the next header itself: left in place for it */

@@ -30,8 +30,9 @@ static int bias_value(json_t *v, const char *where, float *out, srv_err *e) {
 
 static int bias_add(srv_ctx *s, srv_job *j, int *cap, long long tok, float b, srv_err *e) {
     if (tok < 0 || tok >= tokenizer_n_vocab(s->tok))
-        return srv_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias': token %lld is not in the vocabulary (0 to %d)",
-                        tok, tokenizer_n_vocab(s->tok) - 1);
+        return srv_fail(e, 400, "logit_bias", "invalid_value",
+                        "'logit_bias': token %lld is not in the vocabulary (0 to %d)", tok,
+                        tokenizer_n_vocab(s->tok) - 1);
     if (j->req.sp.n_bias == MAX_BIAS)
         return srv_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias' sets more than %d tokens", MAX_BIAS);
     if (j->req.sp.n_bias == *cap) {
@@ -110,8 +111,8 @@ static int parse_bias(srv_ctx *s, json_t *body, srv_job *j, srv_err *e) {
 /* llama-server's one-letter spelling of a sampler (its command line's --sampling-seq), or NULL. */
 static const char *name_of_letter(char c) {
     static const char LETTERS[] = "dkypsmtxiea";
-    static const char *const NAMES[] = {"dry", "top_k", "typ_p", "top_p", "top_n_sigma", "min_p",
-                                        "temperature", "xtc", "infill", "penalties", "adaptive_p"};
+    static const char *const NAMES[] = {"dry",         "top_k", "typ_p",  "top_p",     "top_n_sigma", "min_p",
+                                        "temperature", "xtc",   "infill", "penalties", "adaptive_p"};
     const char *at = c ? strchr(LETTERS, c) : NULL;
     return at ? NAMES[at - LETTERS] : NULL;
 }

@@ -26,11 +26,11 @@
 struct gschema {
     char *s;
     size_t len, cap;
-    int over;            /* the text passed GRAMMAR_MAX_TEXT: nothing more is written */
-    const json_t *root;  /* of the schema being added: where $refs point */
-    const char *name;    /* its rule prefix */
-    int n;               /* rules made under that prefix */
-    json_t *refs;        /* "$ref" text -> rule number, per schema */
+    int over;           /* the text passed GRAMMAR_MAX_TEXT: nothing more is written */
+    const json_t *root; /* of the schema being added: where $refs point */
+    const char *name;   /* its rule prefix */
+    int n;              /* rules made under that prefix */
+    json_t *refs;       /* "$ref" text -> rule number, per schema */
     char *err;
     size_t errcap;
     int failed;
@@ -77,8 +77,7 @@ void gschema_put_literal(gschema *c, const char *s, size_t n) {
         } else if (ch < 0x20 || ch == 0x7F) {
             snprintf(buf, sizeof buf, "\\x%02X", ch);
             put(c, buf, 4);
-        } else
-            put(c, (const char *)&s[i], 1);
+        } else put(c, (const char *)&s[i], 1);
     }
     put(c, "\"", 1);
 }
@@ -110,13 +109,22 @@ void gschema_free(gschema *c) {
 }
 
 /* ---- types ---- */
-enum { T_OBJ = 1, T_ARR = 2, T_STR = 4, T_NUM = 8 /* not integral */, T_INT = 16, T_BOOL = 32, T_NULL = 64, T_ALL = 127 };
+enum {
+    T_OBJ = 1,
+    T_ARR = 2,
+    T_STR = 4,
+    T_NUM = 8 /* not integral */,
+    T_INT = 16,
+    T_BOOL = 32,
+    T_NULL = 64,
+    T_ALL = 127
+};
 
 static int type_bit(const char *t) {
     static const struct {
         const char *n;
         int b;
-    } T[] = {{"object", T_OBJ}, {"array", T_ARR}, {"string", T_STR}, {"number", T_NUM | T_INT},
+    } T[] = {{"object", T_OBJ},  {"array", T_ARR},    {"string", T_STR}, {"number", T_NUM | T_INT},
              {"integer", T_INT}, {"boolean", T_BOOL}, {"null", T_NULL}};
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
         if (!strcmp(t, T[i].n)) return T[i].b;
@@ -139,11 +147,13 @@ static int value_bit(const json_t *v) {
     }
 }
 
-static const char *const ANNOTATIONS[] = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                                          "deprecated", "readOnly", "writeOnly", "$defs", "definitions", NULL};
-static const char *const KNOWN[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
-                                    "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "allOf",
-                                    "$ref", NULL};
+static const char *const ANNOTATIONS[] = {"title", "description", "default",    "examples", "$schema",
+                                          "$id",   "$comment",    "deprecated", "readOnly", "writeOnly",
+                                          "$defs", "definitions", NULL};
+static const char *const KNOWN[] = {"type",      "properties", "required", "additionalProperties",
+                                    "items",     "minItems",   "maxItems", "minLength",
+                                    "maxLength", "enum",       "const",    "anyOf",
+                                    "oneOf",     "allOf",      "$ref",     NULL};
 
 static int in_list(const char *k, const char *const *l) {
     for (; *l; l++)
@@ -153,7 +163,8 @@ static int in_list(const char *k, const char *const *l) {
 
 static int conv(gschema *c, const json_t *s, const char *path, int depth);
 
-static void sub_path(char *out, size_t cap, const char *path, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void sub_path(char *out, size_t cap, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static void sub_path(char *out, size_t cap, const char *path, const char *fmt, ...) {
     int k = snprintf(out, cap, "%s%s", path, *path ? "." : "");
     va_list ap;
@@ -200,8 +211,10 @@ static int conv_object(gschema *c, const json_t *s, const char *path, int depth)
     json_array_foreach(req, i, r) {
         if (!json_is_string(r)) return sfail(c, path, "'required' must be an array of names");
         if (!json_object_get(props, json_string_value(r)))
-            return sfail(c, path, "'required' names '%s', which is not among the 'properties' (this server "
-                         "generates only listed properties)", json_string_value(r));
+            return sfail(c, path,
+                         "'required' names '%s', which is not among the 'properties' (this server "
+                         "generates only listed properties)",
+                         json_string_value(r));
     }
     if (!props || json_object_size(props) == 0) {
         if (addl && json_is_false(addl)) {
@@ -214,8 +227,10 @@ static int conv_object(gschema *c, const json_t *s, const char *path, int depth)
             int v = conv(c, addl, p2, depth + 1);
             if (v < 0) return -1;
             int n = rule_begin(c);
-            putf(c, "\"{\" json-ws ( json-string json-ws \":\" json-ws %s-%d json-ws ( \",\" json-ws json-string "
-                 "json-ws \":\" json-ws %s-%d json-ws )* )? \"}\"\n", c->name, v, c->name, v);
+            putf(c,
+                 "\"{\" json-ws ( json-string json-ws \":\" json-ws %s-%d json-ws ( \",\" json-ws json-string "
+                 "json-ws \":\" json-ws %s-%d json-ws )* )? \"}\"\n",
+                 c->name, v, c->name, v);
             return n;
         }
         int n = rule_begin(c);
@@ -288,8 +303,7 @@ static int conv_array(gschema *c, const json_t *s, const char *path, int depth) 
     } else if (items && json_is_object(items)) {
         sub_path(p2, sizeof p2, path, "items");
         if ((v = conv(c, items, p2, depth + 1)) < 0) return -1;
-    } else
-        v = -1;
+    } else v = -1;
     int n = rule_begin(c);
     if (items && json_is_false(items)) {
         puts_(c, "\"[\" json-ws \"]\"\n");
@@ -333,8 +347,10 @@ static int conv_type(gschema *c, const json_t *s, int bit, const char *path, int
     default: break;
     }
     int n = rule_begin(c);
-    puts_(c, bit == (T_NUM | T_INT) ? "json-number\n" : bit == T_INT ? "json-integer\n"
-             : bit == T_BOOL ? "( \"true\" | \"false\" )\n" : "\"null\"\n");
+    puts_(c, bit == (T_NUM | T_INT) ? "json-number\n"
+             : bit == T_INT         ? "json-integer\n"
+             : bit == T_BOOL        ? "( \"true\" | \"false\" )\n"
+                                    : "\"null\"\n");
     return n;
 }
 
@@ -466,8 +482,10 @@ static int conv(gschema *c, const json_t *s, const char *path, int depth) {
     json_object_foreach((json_t *)s, key, v) {
         if (in_list(key, ANNOTATIONS)) continue;
         if (!in_list(key, KNOWN))
-            return sfail(c, path, "the JSON Schema keyword '%s' is not supported by this server's constrained "
-                         "decoding", key);
+            return sfail(c, path,
+                         "the JSON Schema keyword '%s' is not supported by this server's constrained "
+                         "decoding",
+                         key);
         if (strcmp(key, "type")) n_valid++;
     }
     char p2[512];
@@ -494,8 +512,10 @@ static int conv(gschema *c, const json_t *s, const char *path, int depth) {
                 types |= b;
             }
         }
-        if (!types) return sfail(c, path, "'type' must be one of object, array, string, number, integer, boolean, "
-                                 "null, or a list of them");
+        if (!types)
+            return sfail(c, path,
+                         "'type' must be one of object, array, string, number, integer, boolean, "
+                         "null, or a list of them");
     }
     if (comb_kw) {
         int enum_like = !strcmp(comb_kw, "enum") || !strcmp(comb_kw, "const");
@@ -509,7 +529,8 @@ static int conv(gschema *c, const json_t *s, const char *path, int depth) {
             return n;
         }
         if (!strcmp(comb_kw, "enum")) {
-            if (!json_is_array(comb) || !json_array_size(comb)) return sfail(c, path, "'enum' must be a non-empty array");
+            if (!json_is_array(comb) || !json_array_size(comb))
+                return sfail(c, path, "'enum' must be a non-empty array");
             return conv_values(c, comb, types ? types : T_ALL, "enum", path);
         }
         if (ref) {
@@ -523,8 +544,10 @@ static int conv(gschema *c, const json_t *s, const char *path, int depth) {
             }
             const json_t *target = resolve_ref(c, rs);
             if (!target)
-                return sfail(c, path, "'$ref' '%s' is not supported: only #, #/$defs/NAME and #/definitions/NAME of "
-                             "the same schema", rs);
+                return sfail(c, path,
+                             "'$ref' '%s' is not supported: only #, #/$defs/NAME and #/definitions/NAME of "
+                             "the same schema",
+                             rs);
             int n = c->n++; /* reserved first, so that a recursive reference finds it */
             json_object_set_new(c->refs, rs, json_integer(n));
             sub_path(p2, sizeof p2, path, "$ref");
@@ -536,8 +559,7 @@ static int conv(gschema *c, const json_t *s, const char *path, int depth) {
         if (!json_is_array(comb) || !json_array_size(comb))
             return sfail(c, path, "'%s' must be a non-empty array of schemas", comb_kw);
         if (!strcmp(comb_kw, "allOf")) {
-            if (json_array_size(comb) != 1)
-                return sfail(c, path, "'allOf' with more than one schema is not supported");
+            if (json_array_size(comb) != 1) return sfail(c, path, "'allOf' with more than one schema is not supported");
             sub_path(p2, sizeof p2, path, "allOf.0");
             return conv(c, json_array_get(comb, 0), p2, depth + 1);
         }
@@ -548,8 +570,10 @@ static int conv(gschema *c, const json_t *s, const char *path, int depth) {
             json_array_foreach(comb, i, b) {
                 int t = schema_types(c, b, depth + 1);
                 if (t & seen)
-                    return sfail(c, path, "'oneOf' whose branches can match the same value is not supported "
-                                 "(branch %zu overlaps an earlier one; use anyOf)", i);
+                    return sfail(c, path,
+                                 "'oneOf' whose branches can match the same value is not supported "
+                                 "(branch %zu overlaps an earlier one; use anyOf)",
+                                 i);
                 seen |= t;
             }
         }
@@ -573,8 +597,7 @@ static int conv(gschema *c, const json_t *s, const char *path, int depth) {
             types = T_OBJ;
         else if (json_object_get(s, "items") || json_object_get(s, "minItems") || json_object_get(s, "maxItems"))
             types = T_ARR;
-        else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
-            types = T_STR;
+        else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength")) types = T_STR;
         else {
             int n = rule_begin(c);
             puts_(c, "json-value\n");
@@ -615,15 +638,15 @@ int gschema_add(gschema *c, const json_t *schema, const char *name, char *err, s
     return 0;
 }
 
-#define JSON_RULES \
-    "json-ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n" \
-    "json-value ::= json-object | json-array | json-string | json-number | \"true\" | \"false\" | \"null\"\n" \
-    "json-object ::= \"{\" json-ws ( json-member ( \",\" json-ws json-member )* )? \"}\"\n" \
-    "json-member ::= json-string json-ws \":\" json-ws json-value json-ws\n" \
-    "json-array ::= \"[\" json-ws ( json-value json-ws ( \",\" json-ws json-value json-ws )* )? \"]\"\n" \
-    "json-string ::= \"\\\"\" json-char* \"\\\"\"\n" \
-    "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n" \
-    "json-number ::= json-integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n" \
+#define JSON_RULES                                                                                                     \
+    "json-ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n"                                                                  \
+    "json-value ::= json-object | json-array | json-string | json-number | \"true\" | \"false\" | \"null\"\n"          \
+    "json-object ::= \"{\" json-ws ( json-member ( \",\" json-ws json-member )* )? \"}\"\n"                            \
+    "json-member ::= json-string json-ws \":\" json-ws json-value json-ws\n"                                           \
+    "json-array ::= \"[\" json-ws ( json-value json-ws ( \",\" json-ws json-value json-ws )* )? \"]\"\n"               \
+    "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"                                                                   \
+    "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n"                                                   \
+    "json-number ::= json-integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"                                 \
     "json-integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
 
 char *gschema_finish(gschema *c, size_t *len) {

@@ -46,8 +46,7 @@ void srv_slots_event(srv_ctx *s, const srv_job *j, const srv_event *ev) {
         si->processing = 0;
         si->n_cached = ev->n_cached;
         break;
-    default:
-        break;
+    default: break;
     }
     pthread_mutex_unlock(&s->slots_mu);
 }

@@ -26,13 +26,9 @@ tools_family tools_family_of(const char *tmpl, size_t len) {
     return TOOLS_TAGGED;
 }
 
-int tools_template_handles(const char *tmpl, size_t len) {
-    return tmpl && find(tmpl, len, "tools") != NULL;
-}
+int tools_template_handles(const char *tmpl, size_t len) { return tmpl && find(tmpl, len, "tools") != NULL; }
 
-static int is_space(char c) {
-    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
+static int is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 /* The function named name among tools, or NULL. */
 static const json_t *tool_named(const json_t *tools, const char *name) {
@@ -65,8 +61,8 @@ static int add_call(json_t *calls, const json_t *obj, const json_t *tools, const
     if (!text) return -1;
     char id[96];
     snprintf(id, sizeof id, "%s%zu", id_prefix, json_array_size(calls));
-    json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
-                                           "name", name, "arguments", text));
+    json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
+                                           name, "arguments", text));
     free(text);
     return 0;
 }
@@ -142,8 +138,7 @@ static json_t *parse_bare(const char *text, size_t len, const json_t *tools, con
         size_t i;
         json_t *o;
         json_array_foreach(v, i, o) bad |= add_call(calls, o, tools, id_prefix) != 0;
-    } else
-        bad = add_call(calls, v, tools, id_prefix) != 0;
+    } else bad = add_call(calls, v, tools, id_prefix) != 0;
     json_decref(v);
     if (bad || json_array_size(calls) == 0) { /* any non-call in it: it is an answer, not calls */
         json_decref(calls);
@@ -200,12 +195,12 @@ struct tools_stream {
     tools_stream_cb cb;
     void *ctx;
     int state, n_calls;
-    char *all;         /* every byte fed (for the decision at the end) */
+    char *all; /* every byte fed (for the decision at the end) */
     size_t all_len, all_cap;
-    size_t pos;        /* all[0..pos) is decided: sent, or dropped */
-    size_t opaque_at;  /* TS_OPAQUE: where the undecided text begins */
-    int content_sent;  /* content went out (a bare answer can no longer be a call) */
-    size_t sent_to;    /* content went out up to here (it is all[0..sent_to) less what was dropped) */
+    size_t pos;       /* all[0..pos) is decided: sent, or dropped */
+    size_t opaque_at; /* TS_OPAQUE: where the undecided text begins */
+    int content_sent; /* content went out (a bare answer can no longer be a call) */
+    size_t sent_to;   /* content went out up to here (it is all[0..sent_to) less what was dropped) */
     /* TS_ARGS: the JSON value being read */
     int depth, in_str, esc, started;
 };
@@ -241,7 +236,8 @@ static void send_content(tools_stream *ts, size_t a, size_t b) {
  * tokens. 1 with the name and the bytes it took, 0 when more text is needed, -1 when it is not one. */
 static int match_head(const char *s, size_t n, char *name, size_t cap, size_t *used) {
     size_t i = 0;
-#define WS() while (i < n && is_space(s[i])) i++
+#define WS()                                                                                                           \
+    while (i < n && is_space(s[i])) i++
 #define NEED(lit)                                                                                                      \
     do {                                                                                                               \
         size_t L_ = strlen(lit);                                                                                       \
@@ -395,8 +391,7 @@ static void step(tools_stream *ts) {
             ts->state = TS_HEAD;
             continue;
         }
-        default: /* TS_OPAQUE: held to the end */
-            return;
+        default: /* TS_OPAQUE: held to the end */ return;
         }
     }
 }

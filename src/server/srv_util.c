@@ -47,7 +47,7 @@ static json_t *openai_error(const srv_err *e) {
     const char *type = e->status == 401   ? "authentication_error" /* 404: invalid_request_error, as OpenAI's */
                        : e->status == 429 ? "rate_limit_error"
                        : e->status >= 500 && e->status != 501 ? "server_error" /* 501: the client's coding */
-                                          : "invalid_request_error";
+                                                              : "invalid_request_error";
     return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", srv_json_text(e->msg, strlen(e->msg)), "type",
                      type, "param", e->param[0] ? srv_json_text(e->param, strlen(e->param)) : json_null(), "code",
                      e->code ? json_string(e->code) : json_null());
@@ -150,7 +150,7 @@ int jf_int(json_t *o, const char *key, long long lo, long long hi, long long *ou
     if (json_is_integer(v)) {
         n = json_integer_value(v);
     } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) { /* 16.0 is an integer too */
-        const double d = json_real_value(v); /* range first: a cast of 1e19 to long long is undefined */
+        const double d = json_real_value(v);            /* range first: a cast of 1e19 to long long is undefined */
         if (!(d >= (double)lo && d < (double)hi + 1.0)) /* hi + 1: LLONG_MAX rounds up to 2^63 */
             return srv_fail(e, 400, key, "invalid_value", "'%s' is %g, outside [%lld, %lld]", key, d, lo, hi);
         n = (long long)d;
@@ -236,8 +236,8 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
 
 int srv_check_context(srv_ctx *s, int n_prompt, srv_api api, const char *param, srv_err *e) {
     if (n_prompt <= 0) /* e.g. a lone empty assistant message (prefill) of a model without BOS */
-        return srv_fail(e, 400, param, "invalid_value", "'%s' renders to an empty prompt (0 tokens): nothing to continue",
-                        param);
+        return srv_fail(e, 400, param, "invalid_value",
+                        "'%s' renders to an empty prompt (0 tokens): nothing to continue", param);
     if (n_prompt < s->n_ctx) return 0;
     return SRV_APIS[api].context_exceeded(s, n_prompt, param, e);
 }

@@ -22,8 +22,7 @@ const srv_web_asset *srv_web_find(const char *url) {
 }
 
 enum MHD_Result srv_web_send(srv_ctx *s, struct MHD_Connection *c, const srv_web_asset *a) {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
     MHD_add_response_header(r, "Content-Type", a->type);
     /* 'self' only: the page, its script and its style come from here, and it talks only to this server */
     MHD_add_response_header(r, "Content-Security-Policy",
@@ -107,8 +106,9 @@ void srv_web_gpu_metrics_text(sbuf *out) {
     sbuf b = {0};
     unsigned int n = 0;
     if (g_nvml.ok && g_nvml.device_get_count(&n) != 0) n = 0;
-    sbuf_printf(&b, "# HELP strata_gpu_count GPUs NVML reports (0 without NVML: %s).\n# TYPE strata_gpu_count gauge\n"
-                    "strata_gpu_count %u\n",
+    sbuf_printf(&b,
+                "# HELP strata_gpu_count GPUs NVML reports (0 without NVML: %s).\n# TYPE strata_gpu_count gauge\n"
+                "strata_gpu_count %u\n",
                 g_nvml.ok ? "it is present" : g_nvml.why, n);
     for (unsigned i = 0; i < n; i++) {
         nvml_device d;

@@ -11,7 +11,7 @@
 typedef enum { CHAT_CHATML, CHAT_GEMMA, CHAT_LLAMA3 } chat_format;
 
 typedef struct {
-    const char *role;    /* "system", "user", "assistant" */
+    const char *role; /* "system", "user", "assistant" */
     const char *content;
 } chat_msg;
 

@@ -26,10 +26,10 @@ struct json_t; /* jansson */
 typedef struct jinja_tmpl jinja_tmpl;
 
 typedef struct {
-    size_t max_output;   /* bytes of rendered text */
-    size_t max_memory;   /* bytes of values a render may build */
-    uint64_t max_steps;  /* loop iterations, all loops together (and range() sizes) */
-    int max_depth;       /* macro calls / nested evaluation */
+    size_t max_output;  /* bytes of rendered text */
+    size_t max_memory;  /* bytes of values a render may build */
+    uint64_t max_steps; /* loop iterations, all loops together (and range() sizes) */
+    int max_depth;      /* macro calls / nested evaluation */
 } jinja_limits;
 
 /* Defaults: 16 MiB output, 256 MiB memory, 4M iterations, depth 64. */
@@ -46,7 +46,6 @@ void jinja_free(jinja_tmpl *t);
  * runtime error names the line; raise_exception('msg') gives "msg". */
 char *jinja_render_json(const jinja_tmpl *t, const struct json_t *ctx);
 /* Same with explicit limits (NULL = defaults); *out_len gets the length. */
-char *jinja_render_json_ex(const jinja_tmpl *t, const struct json_t *ctx, const jinja_limits *lim,
-                           size_t *out_len);
+char *jinja_render_json_ex(const jinja_tmpl *t, const struct json_t *ctx, const jinja_limits *lim, size_t *out_len);
 
 #endif

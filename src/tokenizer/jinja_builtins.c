@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-
 #include "tokenizer/jinja_internal.h"
 
 /* ---- arguments ---- */
@@ -80,7 +79,9 @@ static jv *strip(jctx *c, const jv *s, const jv *chars, int which) {
 
 static char up(char ch) { return ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch; }
 static char lo(char ch) { return ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch; }
-static int is_letter(char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (unsigned char)ch >= 0x80; }
+static int is_letter(char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (unsigned char)ch >= 0x80;
+}
 
 /* mode 0 upper, 1 lower, 2 capitalize, 3 str.title(), 4 Jinja's title filter */
 static jv *recase(jctx *c, const jv *s, int mode) {
@@ -213,8 +214,9 @@ static jv *join(jctx *c, const jv *seq, const jv *sep, const char *attr);
 static jv *to_list(jctx *c, jv *v);
 
 /* ---- methods ---- */
-static const char *const str_methods[] = {"strip", "lstrip", "rstrip", "split", "startswith", "endswith", "upper",
-                                          "lower", "replace", "title", "capitalize", "find", "count", "join", NULL};
+static const char *const str_methods[] = {"strip",      "lstrip", "rstrip", "split",   "startswith",
+                                          "endswith",   "upper",  "lower",  "replace", "title",
+                                          "capitalize", "find",   "count",  "join",    NULL};
 static const char *const dict_methods[] = {"items", "keys", "values", "get", NULL};
 
 int jx_is_method(const jv *obj, const char *name) {
@@ -242,7 +244,8 @@ jv *jx_method(jctx *c, jv *self, const char *name, jv **args, const char **kw, s
         if (!strcmp(name, "items")) return dict_items(c, self);
         if (!strcmp(name, "keys") || !strcmp(name, "values")) {
             jv *l = jv_list(c, self->u.dict.n);
-            for (size_t i = 0; i < self->u.dict.n; i++) l->u.list.v[i] = name[0] == 'k' ? self->u.dict.k[i] : self->u.dict.v[i];
+            for (size_t i = 0; i < self->u.dict.n; i++)
+                l->u.list.v[i] = name[0] == 'k' ? self->u.dict.k[i] : self->u.dict.v[i];
             return l;
         }
         if (!strcmp(name, "get")) {
@@ -336,7 +339,8 @@ jv *jx_builtin(jctx *c, const char *name, jv **args, const char **kw, size_t n) 
             if (np == 3) stp = need_int(c, args[2], "range");
         }
         if (!stp) jx_fail(c, "range() arg 3 must not be zero");
-        double cnt_d = stp > 0 ? ((double)stop - (double)start) / (double)stp : ((double)start - (double)stop) / (double)-stp;
+        double cnt_d =
+            stp > 0 ? ((double)stop - (double)start) / (double)stp : ((double)start - (double)stop) / (double)-stp;
         uint64_t cnt = cnt_d <= 0 ? 0 : (uint64_t)(cnt_d + 0.999999999);
         if (cnt > c->lim.max_steps || c->steps + cnt > c->lim.max_steps)
             jx_fail(c, "range of %llu items is past the iteration limit", (unsigned long long)cnt);
@@ -402,9 +406,11 @@ int jx_test(jctx *c, const char *name, jv *v, jv **args, size_t n) {
     if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "==")) return jv_equal(v, a);
     if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !jv_equal(v, a);
     if (!strcmp(name, "sameas"))
-        return v == a || (v->t == a->t && (v->t == JV_NONE || v->t == JV_UNDEF || (v->t == JV_BOOL && v->u.b == a->u.b)));
+        return v == a ||
+               (v->t == a->t && (v->t == JV_NONE || v->t == JV_UNDEF || (v->t == JV_BOOL && v->u.b == a->u.b)));
     if (!strcmp(name, "in")) {
-        if (a->t == JV_STR && v->t == JV_STR) return find_sub(a->u.str.s, a->u.str.len, v->u.str.s, v->u.str.len) != NULL;
+        if (a->t == JV_STR && v->t == JV_STR)
+            return find_sub(a->u.str.s, a->u.str.len, v->u.str.s, v->u.str.len) != NULL;
         if (a->t == JV_LIST) {
             for (size_t i = 0; i < a->u.list.n; i++)
                 if (jv_equal(v, a->u.list.v[i])) return 1;
@@ -413,8 +419,8 @@ int jx_test(jctx *c, const char *name, jv *v, jv **args, size_t n) {
         if (a->t == JV_DICT) return jv_dict_getv(a, v) != NULL;
         jx_fail(c, "'in' test on a %s", jv_type_name(a));
     }
-    static const char *const ords[][2] = {{"lt", "<"}, {"le", "<="}, {"gt", ">"}, {"ge", ">="},
-                                          {"lessthan", "<"}, {"greaterthan", ">"}};
+    static const char *const ords[][2] = {{"lt", "<"},  {"le", "<="},      {"gt", ">"},
+                                          {"ge", ">="}, {"lessthan", "<"}, {"greaterthan", ">"}};
     for (size_t k = 0; k < sizeof ords / sizeof *ords; k++)
         if (!strcmp(name, ords[k][0]) || !strcmp(name, ords[k][1])) {
             int is_n = (v->t == JV_INT || v->t == JV_FLOAT) && (a->t == JV_INT || a->t == JV_FLOAT);
@@ -486,7 +492,8 @@ static int sort_cmp(jctx *c, jv *a, jv *b, int case_sensitive) {
         }
         return (a->u.str.len > b->u.str.len) - (a->u.str.len < b->u.str.len);
     }
-    int is_n = (a->t == JV_INT || a->t == JV_FLOAT || a->t == JV_BOOL) && (b->t == JV_INT || b->t == JV_FLOAT || b->t == JV_BOOL);
+    int is_n = (a->t == JV_INT || a->t == JV_FLOAT || a->t == JV_BOOL) &&
+               (b->t == JV_INT || b->t == JV_FLOAT || b->t == JV_BOOL);
     if (is_n) {
         double x = a->t == JV_FLOAT ? a->u.f : a->t == JV_INT ? (double)a->u.i : a->u.b;
         double y = b->t == JV_FLOAT ? b->u.f : b->t == JV_INT ? (double)b->u.i : b->u.b;
@@ -590,7 +597,8 @@ jv *jx_filter(jctx *c, const char *name, jv *v, jv **args, const char **kw, size
         for (size_t i = 0; i < seq->u.list.n; i++) {
             int seen = 0;
             c->steps += out->u.list.n; /* quadratic: the comparisons count against the iteration limit */
-            if (c->steps > c->lim.max_steps) jx_fail(c, "unique: more than %llu comparisons", (unsigned long long)c->lim.max_steps);
+            if (c->steps > c->lim.max_steps)
+                jx_fail(c, "unique: more than %llu comparisons", (unsigned long long)c->lim.max_steps);
             for (size_t k = 0; k < out->u.list.n && !seen; k++) seen = jv_equal(out->u.list.v[k], seq->u.list.v[i]);
             if (!seen) list_push(c, out, &cap, seq->u.list.v[i]);
         }
@@ -706,21 +714,28 @@ jv *jx_filter(jctx *c, const char *name, jv *v, jv **args, const char **kw, size
     if (!strcmp(name, "title")) return recase(c, s, 4);
     if (!strcmp(name, "replace")) {
         jv *cnt = arg(args, kw, n, 2, "count");
-        return replace(c, s, jv_to_str(c, a0 ? a0 : JV_UNDEFINED), jv_to_str(c, arg(args, kw, n, 1, NULL) ? arg(args, kw, n, 1, NULL) : JV_UNDEFINED),
+        return replace(c, s, jv_to_str(c, a0 ? a0 : JV_UNDEFINED),
+                       jv_to_str(c, arg(args, kw, n, 1, NULL) ? arg(args, kw, n, 1, NULL) : JV_UNDEFINED),
                        cnt && cnt->t != JV_NONE ? need_int(c, cnt, "replace") : -1);
     }
     if (!strcmp(name, "escape") || !strcmp(name, "e")) {
         jbuf b = {0};
         for (size_t i = 0; i < s->u.str.len; i++) {
             char ch = s->u.str.s[i];
-            const char *r = ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&#34;" : ch == '\'' ? "&#39;" : NULL;
+            const char *r = ch == '&'    ? "&amp;"
+                            : ch == '<'  ? "&lt;"
+                            : ch == '>'  ? "&gt;"
+                            : ch == '"'  ? "&#34;"
+                            : ch == '\'' ? "&#39;"
+                                         : NULL;
             if (r) jb_puts(c, &b, r);
             else jb_put(c, &b, &ch, 1);
         }
         return jv_strn(c, b.s ? b.s : "", b.len);
     }
     if (!strcmp(name, "indent")) {
-        jv *w = arg(args, kw, n, 0, "width"), *first = arg(args, kw, n, 1, "first"), *blank = arg(args, kw, n, 2, "blank");
+        jv *w = arg(args, kw, n, 0, "width"), *first = arg(args, kw, n, 1, "first"),
+           *blank = arg(args, kw, n, 2, "blank");
         jv *pad = w && w->t == JV_STR ? w : NULL;
         int64_t width = w && !pad ? need_int(c, w, "indent") : 4;
         if (width < 0 || width > 1024) jx_fail(c, "indent: width out of range");

@@ -520,7 +520,8 @@ static void bind_targets(jctx *c, const jnode *s, jv *item) {
 }
 
 static void step(jctx *c) {
-    if (++c->steps > c->lim.max_steps) jx_fail(c, "more than %llu loop iterations", (unsigned long long)c->lim.max_steps);
+    if (++c->steps > c->lim.max_steps)
+        jx_fail(c, "more than %llu loop iterations", (unsigned long long)c->lim.max_steps);
 }
 
 static void exec_for(jctx *c, const jnode *s) {

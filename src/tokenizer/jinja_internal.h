@@ -69,8 +69,17 @@ struct jv {
 
 /* ---- tokens ---- */
 typedef enum {
-    TK_TEXT, TK_VAR_BEGIN, TK_VAR_END, TK_BLOCK_BEGIN, TK_BLOCK_END,
-    TK_NAME, TK_STR, TK_INT, TK_FLOAT, TK_OP, TK_EOF
+    TK_TEXT,
+    TK_VAR_BEGIN,
+    TK_VAR_END,
+    TK_BLOCK_BEGIN,
+    TK_BLOCK_END,
+    TK_NAME,
+    TK_STR,
+    TK_INT,
+    TK_FLOAT,
+    TK_OP,
+    TK_EOF
 } jtok_type;
 
 typedef struct {
@@ -85,25 +94,51 @@ typedef struct {
 /* ---- syntax tree ---- */
 typedef enum {
     /* expressions */
-    N_LIT, N_NAME, N_LIST, N_TUPLE, N_DICT, N_ATTR, N_ITEM, N_SLICE, N_CALL, N_FILTER, N_TEST,
-    N_NEG, N_POS, N_NOT, N_AND, N_OR, N_BIN, N_CMP, N_COND,
+    N_LIT,
+    N_NAME,
+    N_LIST,
+    N_TUPLE,
+    N_DICT,
+    N_ATTR,
+    N_ITEM,
+    N_SLICE,
+    N_CALL,
+    N_FILTER,
+    N_TEST,
+    N_NEG,
+    N_POS,
+    N_NOT,
+    N_AND,
+    N_OR,
+    N_BIN,
+    N_CMP,
+    N_COND,
     /* statements */
-    S_BODY, S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_SETBLOCK, S_MACRO, S_BREAK, S_CONTINUE
+    S_BODY,
+    S_TEXT,
+    S_OUT,
+    S_IF,
+    S_FOR,
+    S_SET,
+    S_SETBLOCK,
+    S_MACRO,
+    S_BREAK,
+    S_CONTINUE
 } jnode_kind;
 
 typedef struct jnode jnode;
 struct jnode {
     jnode_kind k;
     int line, col;
-    const char *op;    /* N_BIN/N_CMP operator; N_ATTR attribute; S_SET attribute of a namespace */
-    const char *name;  /* N_NAME, N_FILTER/N_TEST/N_CALL-by-name, S_SET/S_MACRO target */
-    jv *lit;           /* N_LIT */
-    const char *text;  /* S_TEXT */
+    const char *op;   /* N_BIN/N_CMP operator; N_ATTR attribute; S_SET attribute of a namespace */
+    const char *name; /* N_NAME, N_FILTER/N_TEST/N_CALL-by-name, S_SET/S_MACRO target */
+    jv *lit;          /* N_LIT */
+    const char *text; /* S_TEXT */
     size_t text_len;
-    int negate;        /* N_TEST: `is not` */
+    int negate; /* N_TEST: `is not` */
     jnode *a, *b, *c, *d;
-    jnode **args;      /* list items, dict k/v pairs, call args, body statements, macro defaults */
-    const char **kw;   /* parallel to args for calls: keyword name or NULL; macro parameter names */
+    jnode **args;    /* list items, dict k/v pairs, call args, body statements, macro defaults */
+    const char **kw; /* parallel to args for calls: keyword name or NULL; macro parameter names */
     size_t n;
     const char **names; /* S_FOR / S_SET targets (more than one = unpacking) */
     size_t n_names;
@@ -131,14 +166,14 @@ typedef struct {
 typedef struct {
     jarena arena;
     jinja_limits lim;
-    jframe *root;    /* the context's variables */
-    jframe *frame;   /* innermost scope */
-    jbuf *out;       /* where output goes now (macros render into their own) */
-    uint64_t steps;  /* loop iterations so far */
-    int depth;       /* macro/expression nesting */
-    int loop_ctl;    /* 1 break, 2 continue */
-    int line;        /* line being evaluated, for messages */
-    int raised;      /* err holds a raise_exception() message */
+    jframe *root;   /* the context's variables */
+    jframe *frame;  /* innermost scope */
+    jbuf *out;      /* where output goes now (macros render into their own) */
+    uint64_t steps; /* loop iterations so far */
+    int depth;      /* macro/expression nesting */
+    int loop_ctl;   /* 1 break, 2 continue */
+    int line;       /* line being evaluated, for messages */
+    int raised;     /* err holds a raise_exception() message */
     jmp_buf jmp;
     char err[512];
 } jctx;
@@ -150,7 +185,7 @@ _Noreturn void jx_fail(jctx *c, const char *fmt, ...) __attribute__((format(prin
 void *jx_alloc(jctx *c, size_t n); /* fails the render when over the memory limit */
 extern jv jv_undef_v, jv_none_v, jv_true_v, jv_false_v;
 #define JV_UNDEFINED (&jv_undef_v)
-#define JV_NONEV (&jv_none_v)
+#define JV_NONEV     (&jv_none_v)
 jv *jv_bool(int b);
 jv *jv_int(jctx *c, int64_t i);
 jv *jv_float(jctx *c, double f);
@@ -172,8 +207,8 @@ void jv_write_str(jctx *c, jbuf *b, const jv *v);  /* Python str() */
 void jv_write_repr(jctx *c, jbuf *b, const jv *v); /* Python repr() */
 /* json.dumps(v, ensure_ascii=False, indent=indent (<0: None), sort_keys, separators=(item_sep, key_sep));
  * NULL separators: Python's defaults for the indent */
-void jv_write_json(jctx *c, jbuf *b, const jv *v, int indent, int sort_keys, const char *item_sep,
-                   const char *key_sep, int level);
+void jv_write_json(jctx *c, jbuf *b, const jv *v, int indent, int sort_keys, const char *item_sep, const char *key_sep,
+                   int level);
 jv *jv_to_str(jctx *c, const jv *v);
 void jfmt_float(char *buf, size_t cap, double f); /* Python repr of a float */
 /* UTF-8 helpers: code points in s[0..n), and the byte offset of code point k */

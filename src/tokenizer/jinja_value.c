@@ -243,8 +243,8 @@ static int equal_d(const jv *a, const jv *b, int depth) {
 }
 
 const char *jv_type_name(const jv *v) {
-    static const char *names[] = {"undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "function",
-                                  "LoopContext"};
+    static const char *names[] = {"undefined", "NoneType", "bool", "int",      "float",
+                                  "str",       "list",     "dict", "function", "LoopContext"};
     if (v->t == JV_LIST && v->is_tuple) return "tuple";
     if (v->t == JV_DICT && v->is_ns) return "Namespace";
     return names[v->t];
@@ -332,12 +332,12 @@ void jfmt_float(char *buf, size_t cap, double f) {
     digits[nd] = 0;
     char *o = buf;
     size_t left = cap;
-#define EMIT(...)                                        \
-    do {                                                 \
-        int w_ = snprintf(o, left, __VA_ARGS__);         \
-        if (w_ < 0 || (size_t)w_ >= left) return;        \
-        o += w_;                                         \
-        left -= (size_t)w_;                              \
+#define EMIT(...)                                                                                                      \
+    do {                                                                                                               \
+        int w_ = snprintf(o, left, __VA_ARGS__);                                                                       \
+        if (w_ < 0 || (size_t)w_ >= left) return;                                                                      \
+        o += w_;                                                                                                       \
+        left -= (size_t)w_;                                                                                            \
     } while (0)
     if (neg) EMIT("-");
     if (exp >= -4 && exp < 16) {
@@ -429,8 +429,14 @@ void jv_write_str(jctx *c, jbuf *b, const jv *v) {
     case JV_UNDEF: return;
     case JV_NONE: jb_puts(c, b, "None"); return;
     case JV_BOOL: jb_puts(c, b, v->u.b ? "True" : "False"); return;
-    case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); jb_puts(c, b, tmp); return;
-    case JV_FLOAT: jfmt_float(tmp, sizeof tmp, v->u.f); jb_puts(c, b, tmp); return;
+    case JV_INT:
+        snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i);
+        jb_puts(c, b, tmp);
+        return;
+    case JV_FLOAT:
+        jfmt_float(tmp, sizeof tmp, v->u.f);
+        jb_puts(c, b, tmp);
+        return;
     case JV_STR: jb_put(c, b, v->u.str.s, v->u.str.len); return;
     case JV_FUNC:
         if (v->u.fn.kind == JF_MACRO) snprintf(tmp, sizeof tmp, "<Macro '%.40s'>", v->u.fn.name);
@@ -497,8 +503,8 @@ static int cmp_keys(const void *x, const void *y) {
     return r ? r : (a->u.str.len > b->u.str.len) - (a->u.str.len < b->u.str.len);
 }
 
-void jv_write_json(jctx *c, jbuf *b, const jv *v, int indent, int sort_keys, const char *item_sep,
-                   const char *key_sep, int level) {
+void jv_write_json(jctx *c, jbuf *b, const jv *v, int indent, int sort_keys, const char *item_sep, const char *key_sep,
+                   int level) {
     char tmp[64];
     if (level > MAX_VALUE_DEPTH) jx_fail(c, "tojson: nesting deeper than %d levels", MAX_VALUE_DEPTH);
     if (!item_sep) item_sep = indent >= 0 ? "," : ", ";
@@ -506,7 +512,10 @@ void jv_write_json(jctx *c, jbuf *b, const jv *v, int indent, int sort_keys, con
     switch (v->t) {
     case JV_NONE: jb_puts(c, b, "null"); return;
     case JV_BOOL: jb_puts(c, b, v->u.b ? "true" : "false"); return;
-    case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); jb_puts(c, b, tmp); return;
+    case JV_INT:
+        snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i);
+        jb_puts(c, b, tmp);
+        return;
     case JV_FLOAT:
         if (isnan(v->u.f)) jb_puts(c, b, "NaN");
         else if (isinf(v->u.f)) jb_puts(c, b, v->u.f < 0 ? "-Infinity" : "Infinity");

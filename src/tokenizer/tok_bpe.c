@@ -24,29 +24,30 @@
 /* ---- pre-tokenizer regexes (as in the models' tokenizer.json files) ---- */
 
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
-#define RE_LLAMA3                                                                                  \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"                      \
+#define RE_LLAMA3                                                                                                      \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"                                          \
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2                                                                                   \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"                           \
+#define RE_QWEN2                                                                                                       \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"                                               \
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_GPT4O                                                                                   \
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"     \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                                                               \
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"     \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                                                               \
+#define RE_GPT4O                                                                                                       \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"                        \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                                                                                   \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"                        \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                                                                                   \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 typedef struct {
-    const char *names;          /* '|'-separated tokenizer.ggml.pre values */
-    int ignore_merges;          /* a word that is a whole token is not merged (Llama 3) */
+    const char *names; /* '|'-separated tokenizer.ggml.pre values */
+    int ignore_merges; /* a word that is a whole token is not merged (Llama 3) */
     const char *re[TOK_MAX_REGEX];
 } pretok_def;
 
 static const pretok_def k_pretoks[] = {
     {"gpt-2|gpt2|phi-2|roberta-bpe|jina-es|jina-de|jina-v1-en|jina-v2-es|jina-v2-de|jina-v2-code|"
      "gigachat|mpt|olmo|jais",
-     0, {RE_GPT2}},
+     0,
+     {RE_GPT2}},
     {"llama3|llama-v3|llama-bpe|falcon3|dbrx|smaug-bpe|pixtral", 1, {RE_LLAMA3}},
     {"qwen2|stablelm2|megrez|deepseek-r1-qwen", 0, {RE_QWEN2}},
     {"smollm|starcoder|refact|command-r|codeshell|exaone|minerva-7b", 0, {"\\p{N}", RE_GPT2}},
@@ -57,9 +58,7 @@ static const pretok_def k_pretoks[] = {
       "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     {"gpt-4o|llama4", 0, {RE_GPT4O}},
     /* llama.cpp's choice for files that name no pre-tokenizer */
-    {"default",
-     0,
-     {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
 };
 
 static int name_in(const char *name, const char *list) {
@@ -67,10 +66,8 @@ static int name_in(const char *name, const char *list) {
     for (const char *p = list;;) {
         const char *bar = strchr(p, '|');
         size_t l = bar ? (size_t)(bar - p) : strlen(p);
-        if (l == n && memcmp(p, name, n) == 0)
-            return 1;
-        if (!bar)
-            return 0;
+        if (l == n && memcmp(p, name, n) == 0) return 1;
+        if (!bar) return 0;
         p = bar + 1;
     }
 }
@@ -79,12 +76,10 @@ static int name_in(const char *name, const char *list) {
 
 /* The code point GPT-2 uses to spell byte b. */
 static uint32_t byte_to_cp(int b) {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
-        return (uint32_t)b;
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return (uint32_t)b;
     int k = 0; /* rank of b among the bytes that are not printable */
     for (int i = 0; i < b; i++)
-        if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255)))
-            k++;
+        if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255))) k++;
     return 256u + (uint32_t)k;
 }
 
@@ -94,18 +89,13 @@ static int64_t decode_byte_level(const int16_t *cp_to_byte, const char *s, size_
     size_t i = 0, o = 0;
     while (i < n) {
         int l = tok_utf8_char((const uint8_t *)s + i, n - i);
-        if (l <= 0)
-            return -1;
+        if (l <= 0) return -1;
         uint32_t cp;
         const uint8_t *p = (const uint8_t *)s + i;
-        if (l == 1)
-            cp = p[0];
-        else if (l == 2)
-            cp = (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F);
-        else
-            return -1; /* the alphabet ends at U+0143 */
-        if (cp >= 324 || cp_to_byte[cp] < 0)
-            return -1;
+        if (l == 1) cp = p[0];
+        else if (l == 2) cp = (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F);
+        else return -1; /* the alphabet ends at U+0143 */
+        if (cp >= 324 || cp_to_byte[cp] < 0) return -1;
         out[o++] = (char)cp_to_byte[cp];
         i += (size_t)l;
     }
@@ -114,10 +104,8 @@ static int64_t decode_byte_level(const int16_t *cp_to_byte, const char *s, size_
 
 int tok_bpe_init(tokenizer *t) {
     int16_t cp_to_byte[324];
-    for (int i = 0; i < 324; i++)
-        cp_to_byte[i] = -1;
-    for (int b = 0; b < 256; b++)
-        cp_to_byte[byte_to_cp(b)] = (int16_t)b;
+    for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) cp_to_byte[byte_to_cp(b)] = (int16_t)b;
 
     /* Pieces: decoded bytes for byte-level tokens, the text itself otherwise. */
     t->piece_blob = st_malloc(t->text_off[t->n_vocab] + 1);
@@ -141,12 +129,10 @@ int tok_bpe_init(tokenizer *t) {
 
     tok_strmap_init(&t->piece_map, (uint64_t)t->n_vocab);
     for (int32_t id = 0; id < t->n_vocab; id++) {
-        if (t->types[id] != TOK_TYPE_NORMAL)
-            continue;
+        if (t->types[id] != TOK_TYPE_NORMAL) continue;
         size_t n;
         const char *p = tok_piece(t, id, &n);
-        if (n)
-            tok_strmap_put(&t->piece_map, p, (uint32_t)n, id);
+        if (n) tok_strmap_put(&t->piece_map, p, (uint32_t)n, id);
     }
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
@@ -155,8 +141,7 @@ int tok_bpe_init(tokenizer *t) {
 
     const pretok_def *def = NULL;
     for (size_t k = 0; k < sizeof(k_pretoks) / sizeof(k_pretoks[0]); k++)
-        if (name_in(t->pre, k_pretoks[k].names))
-            def = &k_pretoks[k];
+        if (name_in(t->pre, k_pretoks[k].names)) def = &k_pretoks[k];
     if (!def) {
         st_error_set("tokenizer_load: pre-tokenizer '%s' is not supported", t->pre);
         return -1;
@@ -165,13 +150,13 @@ int tok_bpe_init(tokenizer *t) {
     for (int k = 0; k < TOK_MAX_REGEX && def->re[k]; k++) {
         int err;
         PCRE2_SIZE eoff;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)def->re[k], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
+        pcre2_code *re =
+            pcre2_compile((PCRE2_SPTR)def->re[k], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
         if (!re) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof(msg));
-            st_error_set("tokenizer_load: regex %d of pre-tokenizer '%s' does not compile at %zu: %s",
-                         k, t->pre, (size_t)eoff, (const char *)msg);
+            st_error_set("tokenizer_load: regex %d of pre-tokenizer '%s' does not compile at %zu: %s", k, t->pre,
+                         (size_t)eoff, (const char *)msg);
             return -1;
         }
         /* JIT is an optimisation: without it (no JIT support) matching still works */
@@ -182,12 +167,10 @@ int tok_bpe_init(tokenizer *t) {
 }
 
 void tok_bpe_free(tokenizer *t) {
-    for (int k = 0; k < t->n_re; k++)
-        pcre2_code_free((pcre2_code *)t->re[k]);
+    for (int k = 0; k < t->n_re; k++) pcre2_code_free((pcre2_code *)t->re[k]);
     t->n_re = 0;
     tok_strmap_free(&t->piece_map);
-    if (t->merges.slots)
-        tok_pairmap_free(&t->merges);
+    if (t->merges.slots) tok_pairmap_free(&t->merges);
 }
 
 /* ---- splitting ---- */
@@ -207,8 +190,8 @@ static void spans_push(spans *s, size_t start, size_t len) {
 }
 
 /* Split every span of `in` with re: matches and the gaps between them become spans of `out`. */
-static int split_spans(const pcre2_code *re, const char *text, const spans *in, spans *out,
-                       pcre2_match_data *md, pcre2_match_context *mc) {
+static int split_spans(const pcre2_code *re, const char *text, const spans *in, spans *out, pcre2_match_data *md,
+                       pcre2_match_context *mc) {
     out->n = 0;
     for (size_t k = 0; k < in->n; k += 2) {
         size_t base = in->v[k], len = in->v[k + 1];
@@ -216,8 +199,7 @@ static int split_spans(const pcre2_code *re, const char *text, const spans *in, 
         size_t last = 0, at = 0;
         while (at < len) {
             int rc = pcre2_match(re, subj, len, at, PCRE2_NO_UTF_CHECK, md, mc);
-            if (rc == PCRE2_ERROR_NOMATCH)
-                break;
+            if (rc == PCRE2_ERROR_NOMATCH) break;
             if (rc < 0) {
                 PCRE2_UCHAR msg[256];
                 pcre2_get_error_message(rc, msg, sizeof(msg));
@@ -231,13 +213,11 @@ static int split_spans(const pcre2_code *re, const char *text, const spans *in, 
                 at = ms + (size_t)(l > 0 ? l : 1);
                 continue;
             }
-            if (ms > last)
-                spans_push(out, base + last, ms - last);
+            if (ms > last) spans_push(out, base + last, ms - last);
             spans_push(out, base + ms, me - ms);
             last = at = me;
         }
-        if (last < len)
-            spans_push(out, base + last, len - last);
+        if (last < len) spans_push(out, base + last, len - last);
     }
     return 0;
 }
@@ -266,8 +246,7 @@ static void heap_push(bpe_cand **h, size_t *n, size_t *cap, bpe_cand c) {
     size_t i = (*n)++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!cand_less(&c, &(*h)[p]))
-            break;
+        if (!cand_less(&c, &(*h)[p])) break;
         (*h)[i] = (*h)[p];
         i = p;
     }
@@ -284,15 +263,12 @@ static bpe_cand heap_pop(bpe_cand *h, size_t *n) {
             m = l;
             best = &h[l];
         }
-        if (r < *n && cand_less(&h[r], best))
-            m = r;
-        if (m == i)
-            break;
+        if (r < *n && cand_less(&h[r], best)) m = r;
+        if (m == i) break;
         h[i] = h[m];
         i = m;
     }
-    if (*n > 0)
-        h[i] = last;
+    if (*n > 0) h[i] = last;
     return top;
 }
 
@@ -304,11 +280,9 @@ typedef struct {
 } bpe_scratch;
 
 static void try_pair(const tokenizer *t, bpe_scratch *w, int32_t l, int32_t r) {
-    if (l < 0 || r < 0 || w->sym[l].id < 0 || w->sym[r].id < 0)
-        return;
+    if (l < 0 || r < 0 || w->sym[l].id < 0 || w->sym[r].id < 0) return;
     int32_t rank, merged;
-    if (tok_pairmap_get(&t->merges, w->sym[l].id, w->sym[r].id, &rank, &merged) != 0)
-        return;
+    if (tok_pairmap_get(&t->merges, w->sym[l].id, w->sym[r].id, &rank, &merged) != 0) return;
     bpe_cand c = {rank, l, r, w->sym[l].id, w->sym[r].id, merged};
     heap_push(&w->heap, &w->heap_n, &w->heap_cap, c);
 }
@@ -332,27 +306,22 @@ static void bpe_word(const tokenizer *t, const char *s, size_t n, bpe_scratch *w
         w->sym[i].alive = 1;
     }
     w->heap_n = 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        try_pair(t, w, (int32_t)i, (int32_t)i + 1);
+    for (size_t i = 0; i + 1 < n; i++) try_pair(t, w, (int32_t)i, (int32_t)i + 1);
     while (w->heap_n > 0) {
         bpe_cand c = heap_pop(w->heap, &w->heap_n);
         bpe_sym *L = &w->sym[c.left], *R = &w->sym[c.right];
         /* stale: one side was merged away or changed since this pair was queued */
-        if (!L->alive || !R->alive || L->next != c.right || L->id != c.lid || R->id != c.rid)
-            continue;
+        if (!L->alive || !R->alive || L->next != c.right || L->id != c.lid || R->id != c.rid) continue;
         L->id = c.merged;
         L->next = R->next;
-        if (R->next >= 0)
-            w->sym[R->next].prev = c.left;
+        if (R->next >= 0) w->sym[R->next].prev = c.left;
         R->alive = 0;
         try_pair(t, w, L->prev, c.left);
         try_pair(t, w, c.left, L->next);
     }
     for (int32_t i = 0; i >= 0; i = w->sym[i].next) {
-        if (w->sym[i].id >= 0)
-            tok_ids_push(out, w->sym[i].id);
-        else if (t->unk >= 0)
-            tok_ids_push(out, t->unk); /* a byte the vocabulary cannot spell */
+        if (w->sym[i].id >= 0) tok_ids_push(out, w->sym[i].id);
+        else if (t->unk >= 0) tok_ids_push(out, t->unk); /* a byte the vocabulary cannot spell */
     }
 }
 
@@ -372,8 +341,7 @@ int tok_bpe_encode(const tokenizer *t, const char *s, size_t n, tok_ids *out) {
     }
     if (rc == 0) {
         bpe_scratch w = {0};
-        for (size_t k = 0; k < a.n; k += 2)
-            bpe_word(t, s + a.v[k], a.v[k + 1], &w, out);
+        for (size_t k = 0; k < a.n; k += 2) bpe_word(t, s + a.v[k], a.v[k + 1], &w, out);
         st_free(w.sym);
         st_free(w.heap);
     }

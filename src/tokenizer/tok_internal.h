@@ -16,12 +16,12 @@
 typedef struct {
     const char *key;
     uint32_t len;
-    int32_t val;        /* -1 marks an empty slot */
+    int32_t val; /* -1 marks an empty slot */
 } tok_strmap_slot;
 
 typedef struct {
     tok_strmap_slot *slots;
-    uint64_t mask;      /* capacity - 1, capacity a power of two */
+    uint64_t mask; /* capacity - 1, capacity a power of two */
 } tok_strmap;
 
 void tok_strmap_init(tok_strmap *m, uint64_t n_keys);
@@ -32,7 +32,7 @@ int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len); /* -1 
 
 /* ---- (left id, right id) -> (rank, merged id) map for BPE merges ---- */
 typedef struct {
-    uint64_t key;       /* left << 32 | right; UINT64_MAX marks an empty slot */
+    uint64_t key; /* left << 32 | right; UINT64_MAX marks an empty slot */
     int32_t rank;
     int32_t merged;
 } tok_pairmap_slot;
@@ -46,12 +46,11 @@ void tok_pairmap_init(tok_pairmap *m, uint64_t n_keys);
 void tok_pairmap_free(tok_pairmap *m);
 void tok_pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t merged);
 /* 0 and fills rank/merged, or -1 if the pair is not a merge. */
-int tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right, int32_t *rank,
-                    int32_t *merged);
+int tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right, int32_t *rank, int32_t *merged);
 
 /* ---- the tokenizer ---- */
 #define TOK_MAX_REGEX 4
-#define TOK_MAX_EOG 16
+#define TOK_MAX_EOG   16
 
 struct tokenizer {
     tok_model model;
@@ -60,18 +59,18 @@ struct tokenizer {
 
     /* vocabulary text as stored in the file */
     char *text_blob;
-    uint64_t *text_off;          /* (n_vocab + 1) */
+    uint64_t *text_off; /* (n_vocab + 1) */
     /* the bytes each token stands for in output text (byte-level decoded for
      * BPE, U+2581 -> ' ' and <0xXX> -> byte for SentencePiece) */
     char *piece_blob;
-    uint64_t *piece_off;         /* (n_vocab + 1) */
-    float *scores;               /* (n_vocab) SentencePiece scores; 0 when absent */
-    uint8_t *types;              /* (n_vocab) tok_type */
+    uint64_t *piece_off; /* (n_vocab + 1) */
+    float *scores;       /* (n_vocab) SentencePiece scores; 0 when absent */
+    uint8_t *types;      /* (n_vocab) tok_type */
 
-    tok_strmap text_map;         /* stored text -> id, every token */
-    tok_strmap piece_map;        /* BPE: decoded bytes -> id, normal tokens */
-    tok_pairmap merges;          /* BPE: pair -> rank, merged id */
-    int32_t byte_tok[256];       /* BPE: single-byte token; SPM: <0xXX>; -1 if none */
+    tok_strmap text_map;   /* stored text -> id, every token */
+    tok_strmap piece_map;  /* BPE: decoded bytes -> id, normal tokens */
+    tok_pairmap merges;    /* BPE: pair -> rank, merged id */
+    int32_t byte_tok[256]; /* BPE: single-byte token; SPM: <0xXX>; -1 if none */
 
     /* control / user-defined / unknown tokens matched in raw text, grouped by
      * first byte and longest first inside a group */
@@ -85,7 +84,7 @@ struct tokenizer {
 
     /* pre-tokenizer: regexes applied in turn, each splitting the pieces the
      * previous left (matches and the gaps between them both become pieces) */
-    void *re[TOK_MAX_REGEX];     /* pcre2_code_8 * */
+    void *re[TOK_MAX_REGEX]; /* pcre2_code_8 * */
     int n_re;
 };
 
@@ -108,7 +107,7 @@ typedef struct {
 void tok_ids_push(tok_ids *a, int32_t id);
 
 /* Per-file entry points. */
-int tok_bpe_init(tokenizer *t);   /* byte map, piece map, merges, regexes; -1 + st_error */
+int tok_bpe_init(tokenizer *t); /* byte map, piece map, merges, regexes; -1 + st_error */
 void tok_bpe_free(tokenizer *t);
 /* Encode a fragment of raw text (no special tokens in it). -1 + st_error on a regex failure. */
 int tok_bpe_encode(const tokenizer *t, const char *s, size_t n, tok_ids *out);

@@ -19,18 +19,14 @@
 #include "tok_internal.h"
 
 static int hexval(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     return -1;
 }
 
 int tok_spm_init(tokenizer *t) {
-    for (int b = 0; b < 256; b++)
-        t->byte_tok[b] = -1;
+    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
     /* Pieces never grow: "▁" (3 bytes) becomes ' ', "<0xXX>" (6) one byte. */
     t->piece_blob = st_malloc(t->text_off[t->n_vocab] + 1);
     t->piece_off = st_malloc(((size_t)t->n_vocab + 1) * sizeof(uint64_t));
@@ -39,12 +35,11 @@ int tok_spm_init(tokenizer *t) {
         size_t n;
         const char *s = tok_text(t, id, &n);
         t->piece_off[id] = off;
-        if (t->types[id] == TOK_TYPE_BYTE && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
-            hexval(s[3]) >= 0 && hexval(s[4]) >= 0) {
+        if (t->types[id] == TOK_TYPE_BYTE && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hexval(s[3]) >= 0 &&
+            hexval(s[4]) >= 0) {
             int b = hexval(s[3]) * 16 + hexval(s[4]);
             t->piece_blob[off++] = (char)b;
-            if (t->byte_tok[b] < 0)
-                t->byte_tok[b] = id;
+            if (t->byte_tok[b] < 0) t->byte_tok[b] = id;
             continue;
         }
         if (t->types[id] == TOK_TYPE_CONTROL) {
@@ -93,8 +88,7 @@ static void heap_push(spm_heap *h, spm_cand c) {
     size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!cand_better(&c, &h->v[p]))
-            break;
+        if (!cand_better(&c, &h->v[p])) break;
         h->v[i] = h->v[p];
         i = p;
     }
@@ -111,26 +105,20 @@ static spm_cand heap_pop(spm_heap *h) {
             m = l;
             best = &h->v[l];
         }
-        if (r < h->n && cand_better(&h->v[r], best))
-            m = r;
-        if (m == i)
-            break;
+        if (r < h->n && cand_better(&h->v[r], best)) m = r;
+        if (m == i) break;
         h->v[i] = h->v[m];
         i = m;
     }
-    if (h->n > 0)
-        h->v[i] = last;
+    if (h->n > 0) h->v[i] = last;
     return top;
 }
 
-static void try_pair(const tokenizer *t, const char *text, const spm_sym *sym, int32_t l,
-                     int32_t r, spm_heap *h) {
-    if (l < 0 || r < 0)
-        return;
+static void try_pair(const tokenizer *t, const char *text, const spm_sym *sym, int32_t l, int32_t r, spm_heap *h) {
+    if (l < 0 || r < 0) return;
     uint32_t size = sym[l].len + sym[r].len;
     int32_t id = tok_strmap_get(&t->text_map, text + sym[l].start, size);
-    if (id < 0 || t->types[id] != TOK_TYPE_NORMAL)
-        return;
+    if (id < 0 || t->types[id] != TOK_TYPE_NORMAL) return;
     spm_cand c = {t->scores[id], l, r, size};
     heap_push(h, c);
 }
@@ -138,8 +126,7 @@ static void try_pair(const tokenizer *t, const char *text, const spm_sym *sym, i
 int tok_spm_encode(const tokenizer *t, const char *s, size_t n, int space_prefix, tok_ids *out) {
     /* rewrite: ' ' -> U+2581, optional leading one */
     size_t spaces = 0;
-    for (size_t i = 0; i < n; i++)
-        spaces += s[i] == ' ';
+    for (size_t i = 0; i < n; i++) spaces += s[i] == ' ';
     size_t tn = (space_prefix ? 3 : 0) + n + 2 * spaces; /* ' ' (1 byte) -> U+2581 (3) */
     char *text = st_malloc(tn + 1);
     size_t o = 0;
@@ -171,19 +158,16 @@ int tok_spm_encode(const tokenizer *t, const char *s, size_t n, int space_prefix
     }
 
     spm_heap h = {0};
-    for (int32_t i = 0; i + 1 < ns; i++)
-        try_pair(t, text, sym, i, i + 1, &h);
+    for (int32_t i = 0; i + 1 < ns; i++) try_pair(t, text, sym, i, i + 1, &h);
     while (h.n > 0) {
         spm_cand c = heap_pop(&h);
         spm_sym *L = &sym[c.left], *R = &sym[c.right];
         /* stale: a side was merged away (len 0) or grew since this pair was queued */
-        if (L->len == 0 || R->len == 0 || L->next != c.right || L->len + R->len != c.size)
-            continue;
+        if (L->len == 0 || R->len == 0 || L->next != c.right || L->len + R->len != c.size) continue;
         L->len += R->len;
         R->len = 0;
         L->next = R->next;
-        if (R->next >= 0)
-            sym[R->next].prev = c.left;
+        if (R->next >= 0) sym[R->next].prev = c.left;
         try_pair(t, text, sym, L->prev, c.left, &h);
         try_pair(t, text, sym, c.left, L->next, &h);
     }
@@ -196,10 +180,8 @@ int tok_spm_encode(const tokenizer *t, const char *s, size_t n, int space_prefix
         }
         for (uint32_t k = 0; k < sym[i].len; k++) {
             int32_t b = t->byte_tok[(uint8_t)text[sym[i].start + k]];
-            if (b >= 0)
-                tok_ids_push(out, b);
-            else if (t->unk >= 0)
-                tok_ids_push(out, t->unk);
+            if (b >= 0) tok_ids_push(out, b);
+            else if (t->unk >= 0) tok_ids_push(out, t->unk);
         }
     }
     st_free(h.v);

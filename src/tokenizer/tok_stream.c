@@ -17,10 +17,10 @@
 struct tok_stream {
     const tokenizer *t;
     int render_special;
-    int strip;          /* SentencePiece space prefix: drop the first text's leading space */
-    uint8_t held[4];    /* bytes of an unfinished character */
+    int strip;       /* SentencePiece space prefix: drop the first text's leading space */
+    uint8_t held[4]; /* bytes of an unfinished character */
     size_t n_held;
-    char *buf;          /* held bytes + the new piece, rewritten in place */
+    char *buf; /* held bytes + the new piece, rewritten in place */
     size_t cap;
 };
 
@@ -33,8 +33,7 @@ tok_stream *tok_stream_new(const tokenizer *t, int render_special) {
 }
 
 void tok_stream_free(tok_stream *s) {
-    if (!s)
-        return;
+    if (!s) return;
     st_free(s->buf);
     st_free(s);
 }
@@ -72,8 +71,7 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *len) {
         memmove(in + s->n_held, in + s->n_held + 1, (size_t)pl - 1);
         in_n--;
     }
-    if (is_text)
-        s->strip = 0;
+    if (is_text) s->strip = 0;
     s->n_held = 0;
 
     const uint8_t *p = (const uint8_t *)in;
@@ -92,8 +90,7 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *len) {
         } else {
             /* broken: the longest prefix that was still a valid start is one error */
             size_t k = 1;
-            while (k < 4 && i + k < in_n && tok_utf8_char(p + i, k + 1) < 0)
-                k++;
+            while (k < 4 && i + k < in_n && tok_utf8_char(p + i, k + 1) < 0) k++;
             memcpy(s->buf + o, "\xef\xbf\xbd", 3);
             o += 3;
             i += k;
@@ -107,8 +104,7 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *len) {
 void tok_stream_flush(tok_stream *s, const char **out, size_t *len) {
     *out = "";
     *len = 0;
-    if (s->n_held == 0)
-        return;
+    if (s->n_held == 0) return;
     reserve(s, 4);
     memcpy(s->buf, "\xef\xbf\xbd", 3);
     s->n_held = 0;

@@ -20,10 +20,8 @@
 /* Fetch an array-valued key. 0 and *v, or -1 when absent or not an array of elem. */
 static int get_array(const gguf_file *f, const char *key, gguf_vtype elem, gguf_value *v) {
     int64_t i = gguf_find_key(f, key);
-    if (i < 0 || gguf_get_value(f, i, v) != 0)
-        return -1;
-    if (v->type != GGUF_T_ARRAY || v->elem_type != elem)
-        return -1;
+    if (i < 0 || gguf_get_value(f, i, v) != 0) return -1;
+    if (v->type != GGUF_T_ARRAY || v->elem_type != elem) return -1;
     return 0;
 }
 
@@ -31,8 +29,7 @@ static int get_array(const gguf_file *f, const char *key, gguf_vtype elem, gguf_
  * as llama.cpp does, because some converters write junk ids). */
 static int32_t get_id(const gguf_file *f, const char *key, int32_t n_vocab) {
     uint32_t v;
-    if (gguf_get_u32(f, key, &v) != 0)
-        return -1;
+    if (gguf_get_u32(f, key, &v) != 0) return -1;
     if (v >= (uint32_t)n_vocab) {
         ST_WARN("tokenizer: %s = %u is past the vocabulary (%d tokens); ignored", key, v, n_vocab);
         return -1;
@@ -49,10 +46,8 @@ static int cmp_special(const void *a, const void *b) {
     int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
     size_t la, lb;
     const char *sa = tok_text(t, ia, &la), *sb = tok_text(t, ib, &lb);
-    if ((uint8_t)sa[0] != (uint8_t)sb[0])
-        return (uint8_t)sa[0] < (uint8_t)sb[0] ? -1 : 1;
-    if (la != lb)
-        return la > lb ? -1 : 1;
+    if ((uint8_t)sa[0] != (uint8_t)sb[0]) return (uint8_t)sa[0] < (uint8_t)sb[0] ? -1 : 1;
+    if (la != lb) return la > lb ? -1 : 1;
     return ia < ib ? -1 : ia > ib;
 }
 
@@ -78,27 +73,28 @@ static void build_specials(tokenizer *t) {
     qsort(t->special_ids, (size_t)n, sizeof(int32_t), cmp_special);
     g_sort_tok = NULL;
     uint32_t counts[256] = {0};
-    for (int32_t k = 0; k < n; k++)
-        counts[(uint8_t)t->text_blob[t->text_off[t->special_ids[k]]]]++;
+    for (int32_t k = 0; k < n; k++) counts[(uint8_t)t->text_blob[t->text_off[t->special_ids[k]]]]++;
     t->special_start[0] = 0;
-    for (int c = 0; c < 256; c++)
-        t->special_start[c + 1] = t->special_start[c] + counts[c];
+    for (int c = 0; c < 256; c++) t->special_start[c + 1] = t->special_start[c] + counts[c];
 }
 
 /* End-of-turn strings that llama.cpp recognises by text when the file has no eot id. */
 static const char *const k_eot_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"), /* DeepSeek; parenthesised: clang -Wstring-concatenation */
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<EOT>",
+    ("<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"), /* DeepSeek; parenthesised: clang -Wstring-concatenation */
 };
 
 static void add_eog(tokenizer *t, int32_t id) {
-    if (id < 0)
-        return;
+    if (id < 0) return;
     for (int i = 0; i < t->n_eog; i++)
-        if (t->eog[i] == id)
-            return;
-    if (t->n_eog < TOK_MAX_EOG)
-        t->eog[t->n_eog++] = id;
+        if (t->eog[i] == id) return;
+    if (t->n_eog < TOK_MAX_EOG) t->eog[t->n_eog++] = id;
 }
 
 static void set_special_ids(tokenizer *t, const gguf_file *f) {
@@ -118,26 +114,20 @@ static void set_special_ids(tokenizer *t, const gguf_file *f) {
         !strcmp(t->pre, "falcon3"))
         t->add_bos = 1;
     int b;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) == 0)
-        t->add_bos = b;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b) == 0)
-        t->add_eos = b;
-    if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b) == 0)
-        t->add_space_prefix = b;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) == 0) t->add_bos = b;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b) == 0) t->add_eos = b;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b) == 0) t->add_space_prefix = b;
 
     /* End of generation: EOS, EOT, EOM and every end-of-turn string present as
      * a control token (a chat model may stop on either <|im_end|> or <|endoftext|>). */
     for (size_t k = 0; k < sizeof(k_eot_texts) / sizeof(k_eot_texts[0]); k++) {
         int32_t id = tok_strmap_get(&t->text_map, k_eot_texts[k], strlen(k_eot_texts[k]));
-        if (id < 0 || t->types[id] != TOK_TYPE_CONTROL)
-            continue;
-        if (t->eot < 0)
-            t->eot = id;
+        if (id < 0 || t->types[id] != TOK_TYPE_CONTROL) continue;
+        if (t->eot < 0) t->eot = id;
         add_eog(t, id);
     }
     int32_t id = tok_strmap_get(&t->text_map, "<|eom_id|>", 10);
-    if (t->eom < 0 && id >= 0 && t->types[id] == TOK_TYPE_CONTROL)
-        t->eom = id;
+    if (t->eom < 0 && id >= 0 && t->types[id] == TOK_TYPE_CONTROL) t->eom = id;
     add_eog(t, t->eos);
     add_eog(t, t->eot);
     add_eog(t, t->eom);
@@ -151,21 +141,17 @@ tokenizer *tokenizer_load(const gguf_file *f) {
         return NULL;
     }
     tok_model model;
-    if (slen == 4 && !memcmp(s, "gpt2", 4))
-        model = TOK_MODEL_BPE;
-    else if (slen == 5 && !memcmp(s, "llama", 5))
-        model = TOK_MODEL_SPM;
+    if (slen == 4 && !memcmp(s, "gpt2", 4)) model = TOK_MODEL_BPE;
+    else if (slen == 5 && !memcmp(s, "llama", 5)) model = TOK_MODEL_SPM;
     else {
-        st_error_set("tokenizer_load: %s: tokenizer model '%.*s' is not supported (gpt2, llama)",
-                     gguf_path(f), (int)(slen > 64 ? 64 : slen), s);
+        st_error_set("tokenizer_load: %s: tokenizer model '%.*s' is not supported (gpt2, llama)", gguf_path(f),
+                     (int)(slen > 64 ? 64 : slen), s);
         return NULL;
     }
 
     gguf_value toks;
-    if (get_array(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &toks) != 0 || toks.n == 0 ||
-        toks.n > INT32_MAX / 2) {
-        st_error_set("tokenizer_load: %s: tokenizer.ggml.tokens is missing or not a string array",
-                     gguf_path(f));
+    if (get_array(f, "tokenizer.ggml.tokens", GGUF_T_STRING, &toks) != 0 || toks.n == 0 || toks.n > INT32_MAX / 2) {
+        st_error_set("tokenizer_load: %s: tokenizer.ggml.tokens is missing or not a string array", gguf_path(f));
         return NULL;
     }
 
@@ -178,8 +164,7 @@ tokenizer *tokenizer_load(const gguf_file *f) {
         pre = s;
         pre_len = (size_t)slen;
     }
-    if (pre_len >= sizeof(t->pre))
-        pre_len = sizeof(t->pre) - 1;
+    if (pre_len >= sizeof(t->pre)) pre_len = sizeof(t->pre) - 1;
     memcpy(t->pre, pre, pre_len);
     t->pre[pre_len] = '\0';
 
@@ -187,8 +172,7 @@ tokenizer *tokenizer_load(const gguf_file *f) {
     uint64_t total = 0;
     for (uint64_t j = 0; j < toks.n; j++) {
         if (gguf_arr_get_str(&toks, j, &s, &slen) != 0 || slen > (1u << 20)) {
-            st_error_set("tokenizer_load: %s: token %llu is unreadable", gguf_path(f),
-                         (unsigned long long)j);
+            st_error_set("tokenizer_load: %s: token %llu is unreadable", gguf_path(f), (unsigned long long)j);
             tokenizer_free(t);
             return NULL;
         }
@@ -237,24 +221,21 @@ tokenizer *tokenizer_load(const gguf_file *f) {
          * because only this file sees the gguf handle */
         gguf_value m;
         if (get_array(f, "tokenizer.ggml.merges", GGUF_T_STRING, &m) != 0) {
-            st_error_set("tokenizer_load: %s: BPE vocabulary without tokenizer.ggml.merges",
-                         gguf_path(f));
+            st_error_set("tokenizer_load: %s: BPE vocabulary without tokenizer.ggml.merges", gguf_path(f));
             rc = -1;
         } else {
             tok_pairmap_init(&t->merges, m.n);
             char tmp[512];
             for (uint64_t j = 0; j < m.n && rc == 0; j++) {
                 if (gguf_arr_get_str(&m, j, &s, &slen) != 0) {
-                    st_error_set("tokenizer_load: %s: merge %llu is unreadable", gguf_path(f),
-                                 (unsigned long long)j);
+                    st_error_set("tokenizer_load: %s: merge %llu is unreadable", gguf_path(f), (unsigned long long)j);
                     rc = -1;
                     break;
                 }
                 /* "left right": split at the first space after the first
                  * character (a byte-level token never contains a plain space). */
                 const char *sp = slen > 1 ? memchr(s + 1, ' ', slen - 1) : NULL;
-                if (!sp || slen >= sizeof(tmp))
-                    continue;
+                if (!sp || slen >= sizeof(tmp)) continue;
                 size_t ll = (size_t)(sp - s), rl = (size_t)slen - ll - 1;
                 int32_t l = tok_strmap_get(&t->text_map, s, ll);
                 int32_t r = tok_strmap_get(&t->text_map, sp + 1, rl);
@@ -277,10 +258,8 @@ tokenizer *tokenizer_load(const gguf_file *f) {
 }
 
 void tokenizer_free(tokenizer *t) {
-    if (!t)
-        return;
-    if (t->model == TOK_MODEL_BPE)
-        tok_bpe_free(t);
+    if (!t) return;
+    if (t->model == TOK_MODEL_BPE) tok_bpe_free(t);
     tok_strmap_free(&t->text_map);
     st_free(t->text_blob);
     st_free(t->text_off);
@@ -304,8 +283,7 @@ int tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
 
 int tokenizer_is_eog(const tokenizer *t, int32_t id) {
     for (int i = 0; i < t->n_eog; i++)
-        if (t->eog[i] == id)
-            return 1;
+        if (t->eog[i] == id) return 1;
     return 0;
 }
 
@@ -314,37 +292,31 @@ int32_t tokenizer_find(const tokenizer *t, const char *text, size_t len) {
 }
 
 const char *tokenizer_token_text(const tokenizer *t, int32_t id, size_t *len) {
-    if (id < 0 || id >= t->n_vocab)
-        return NULL;
+    if (id < 0 || id >= t->n_vocab) return NULL;
     return tok_text(t, id, len);
 }
 
 tok_type tokenizer_token_type(const tokenizer *t, int32_t id) {
-    if (id < 0 || id >= t->n_vocab)
-        return TOK_TYPE_UNKNOWN;
+    if (id < 0 || id >= t->n_vocab) return TOK_TYPE_UNKNOWN;
     return (tok_type)t->types[id];
 }
 
 /* ---- encoding ---- */
 
-static int encode_fragment(const tokenizer *t, const char *s, size_t n, int prev_special,
-                           tok_ids *out) {
-    if (n == 0)
-        return 0;
-    if (t->model == TOK_MODEL_BPE)
-        return tok_bpe_encode(t, s, n, out);
+static int encode_fragment(const tokenizer *t, const char *s, size_t n, int prev_special, tok_ids *out) {
+    if (n == 0) return 0;
+    if (t->model == TOK_MODEL_BPE) return tok_bpe_encode(t, s, n, out);
     return tok_spm_encode(t, s, n, t->add_space_prefix && prev_special, out);
 }
 
-int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_special,
-                         int parse_special, int32_t *out_ids, int64_t max) {
+int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
+                         int32_t *out_ids, int64_t max) {
     if (!tok_utf8_valid(text, len)) {
         st_error_set("tokenizer_encode: the text is not valid UTF-8");
         return -1;
     }
     tok_ids ids = {0};
-    if (add_special && t->add_bos && t->bos >= 0)
-        tok_ids_push(&ids, t->bos);
+    if (add_special && t->add_bos && t->bos >= 0) tok_ids_push(&ids, t->bos);
 
     size_t frag = 0, pos = 0;
     int prev_special = 1, rc = 0;
@@ -354,8 +326,7 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, int a
         size_t flen = 0;
         for (uint32_t k = t->special_start[c]; k < t->special_start[c + 1]; k++) {
             int32_t id = t->special_ids[k];
-            if (!parse_special && t->types[id] != TOK_TYPE_USER_DEFINED)
-                continue;
+            if (!parse_special && t->types[id] != TOK_TYPE_USER_DEFINED) continue;
             size_t tl;
             const char *ts = tok_text(t, id, &tl);
             if (tl <= len - pos && memcmp(ts, text + pos, tl) == 0) {
@@ -374,56 +345,46 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, int a
         pos += flen;
         frag = pos;
     }
-    if (rc == 0)
-        rc = encode_fragment(t, text + frag, len - frag, prev_special, &ids);
-    if (rc == 0 && add_special && t->add_eos && t->eos >= 0)
-        tok_ids_push(&ids, t->eos);
+    if (rc == 0) rc = encode_fragment(t, text + frag, len - frag, prev_special, &ids);
+    if (rc == 0 && add_special && t->add_eos && t->eos >= 0) tok_ids_push(&ids, t->eos);
 
     int64_t n = rc == 0 ? ids.n : -1;
-    if (n > 0 && out_ids)
-        memcpy(out_ids, ids.v, (size_t)(n < max ? n : max) * sizeof(int32_t));
+    if (n > 0 && out_ids) memcpy(out_ids, ids.v, (size_t)(n < max ? n : max) * sizeof(int32_t));
     st_free(ids.v);
     return n;
 }
 
 /* ---- decoding ---- */
 
-int64_t tokenizer_token_to_piece(const tokenizer *t, int32_t id, int render_special, char *buf,
-                                 size_t cap) {
-    if (id < 0 || id >= t->n_vocab)
-        return -1;
+int64_t tokenizer_token_to_piece(const tokenizer *t, int32_t id, int render_special, char *buf, size_t cap) {
+    if (id < 0 || id >= t->n_vocab) return -1;
     size_t n;
     const char *p;
     uint8_t ty = t->types[id];
     if (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN || ty == TOK_TYPE_UNUSED) {
-        if (!render_special)
-            return 0;
+        if (!render_special) return 0;
         p = tok_text(t, id, &n);
     } else {
         p = tok_piece(t, id, &n);
     }
-    if (buf && cap)
-        memcpy(buf, p, n < cap ? n : cap);
+    if (buf && cap) memcpy(buf, p, n < cap ? n : cap);
     return (int64_t)n;
 }
 
-int64_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, int render_special,
-                         char *out, size_t cap) {
+int64_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, int render_special, char *out, size_t cap) {
     size_t len = 0;
     int strip = t->model == TOK_MODEL_SPM && t->add_space_prefix;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->n_vocab) {
-            st_error_set("tokenizer_decode: token id %d is out of range (%d tokens)", id,
-                         t->n_vocab);
+            st_error_set("tokenizer_decode: token id %d is out of range (%d tokens)", id, t->n_vocab);
             return -1;
         }
         const char *p;
         size_t pn;
         uint8_t ty = t->types[id];
         if (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN || ty == TOK_TYPE_UNUSED) {
-            if (!render_special)
-                continue;
+            if (!render_special) continue;
             p = tok_text(t, id, &pn);
         } else {
             p = tok_piece(t, id, &pn);
@@ -434,11 +395,9 @@ int64_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, int r
             }
             strip = 0;
         }
-        if (out && len < cap)
-            memcpy(out + len, p, pn < cap - len ? pn : cap - len);
+        if (out && len < cap) memcpy(out + len, p, pn < cap - len ? pn : cap - len);
         len += pn;
     }
-    if (out && len < cap)
-        out[len] = '\0';
+    if (out && len < cap) out[len] = '\0';
     return (int64_t)len;
 }

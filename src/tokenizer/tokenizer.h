@@ -43,7 +43,7 @@ tokenizer *tokenizer_load(const gguf_file *f);
 void tokenizer_free(tokenizer *t);
 
 tok_model tokenizer_model(const tokenizer *t);
-const char *tokenizer_pre(const tokenizer *t);    /* pre-tokenizer name ("smollm", "default", ...) */
+const char *tokenizer_pre(const tokenizer *t); /* pre-tokenizer name ("smollm", "default", ...) */
 int32_t tokenizer_n_vocab(const tokenizer *t);
 
 /* Text to ids. add_special: put BOS/EOS around the text where the model's
@@ -52,8 +52,8 @@ int32_t tokenizer_n_vocab(const tokenizer *t);
  * always recognised. Writes at most max ids and returns how many the text
  * needs (call again with a bigger buffer if that is > max), or -1 with
  * st_error_get() on invalid UTF-8 in the text. */
-int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_special,
-                         int parse_special, int32_t *out_ids, int64_t max);
+int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
+                         int32_t *out_ids, int64_t max);
 
 /* The token's vocabulary string as stored (byte-level alphabet for BPE, U+2581
  * for spaces in SentencePiece). NULL for an id out of range. */
@@ -64,20 +64,18 @@ tok_type tokenizer_token_type(const tokenizer *t, int32_t id);
  * text when render_special, nothing otherwise. A piece may be part of a UTF-8
  * character (byte tokens, byte-level BPE). Returns the piece length and
  * copies min(len, cap) bytes; -1 for an id out of range. */
-int64_t tokenizer_token_to_piece(const tokenizer *t, int32_t id, int render_special, char *buf,
-                                 size_t cap);
+int64_t tokenizer_token_to_piece(const tokenizer *t, int32_t id, int render_special, char *buf, size_t cap);
 
 /* Ids to text: the pieces concatenated (SentencePiece models with a space
  * prefix drop the first leading space). Returns the text length and copies
  * min(len, cap) bytes, NUL-terminated when there is room; -1 for a bad id.
  * The result can hold invalid UTF-8 when the ids do; see tok_stream. */
-int64_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, int render_special,
-                         char *out, size_t cap);
+int64_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, int render_special, char *out, size_t cap);
 
 /* Special ids: -1 when the model has none. */
 int32_t tokenizer_bos(const tokenizer *t);
 int32_t tokenizer_eos(const tokenizer *t);
-int32_t tokenizer_eot(const tokenizer *t);   /* end of turn: <|im_end|>, <end_of_turn>, ... */
+int32_t tokenizer_eot(const tokenizer *t); /* end of turn: <|im_end|>, <end_of_turn>, ... */
 int tokenizer_add_bos(const tokenizer *t);
 /* End of generation: EOS, EOT, or another end token the vocabulary has. */
 int tokenizer_is_eog(const tokenizer *t, int32_t id);

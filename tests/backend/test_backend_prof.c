@@ -27,7 +27,7 @@ static int count_of(const char *table, const char *op) {
 static void run(st_backend *be, const model *m, const int32_t *toks, int n, float *logits) {
     model_ctx *c = model_ctx_create(m, be, 8);
     kv_cache *kv = kv_cache_create(be, &m->hp, 32, ST_KV_F16);
-    model_forward(c, kv->layers, toks, n, 0, logits, 0);           /* one chunk of n */
+    model_forward(c, kv->layers, toks, n, 0, logits, 0);                 /* one chunk of n */
     model_forward(c, kv->layers, toks, 1, n, logits + m->hp.n_vocab, 0); /* one decode step */
     kv_cache_free(kv);
     model_ctx_free(c);
@@ -67,9 +67,12 @@ int main(void) {
         printf("ok: logits of a %d-token chunk and a decode step bit-equal with and without the wrapper\n", n);
     }
     /* two forward calls (the chunk and the step): per call L layers + the output head */
-    struct { const char *op; int want; } want[] = {
-        {"qkv_prep", 2 * L}, {"attention", 2 * L}, {"moe_ffn", 2 * L}, {"rmsnorm", 2 * (L + 1)},
-        {"matmul", 2}, {"matmul_multi", 2 * L}, {"matmul_res_norm", 2 * L}, {"add", 2}, {"get_rows", 2}};
+    struct {
+        const char *op;
+        int want;
+    } want[] = {{"qkv_prep", 2 * L},        {"attention", 2 * L}, {"moe_ffn", 2 * L},
+                {"rmsnorm", 2 * (L + 1)},   {"matmul", 2},        {"matmul_multi", 2 * L},
+                {"matmul_res_norm", 2 * L}, {"add", 2},           {"get_rows", 2}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         int got = count_of(table, want[i].op);
         printf("%s %s: %d calls (expected %d)\n", got == want[i].want ? "ok:" : "FAIL:", want[i].op, got, want[i].want);

@@ -23,7 +23,6 @@
 
 static double worst_ratio[QT_COUNT]; /* max |err| / (sum|w*a|) seen per type */
 
-
 static uint64_t rng_state = 12345;
 static float frand(void) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -34,9 +33,9 @@ static float frand(void) {
 typedef struct {
     qt_type type;
     int64_t n_rows, n_cols;
-    size_t stride;  /* row stride in bytes (>= row size: tests padding) */
-    uint8_t *W;     /* (n_rows, stride bytes) */
-    double *Wd;     /* (n_rows, n_cols) dequantized */
+    size_t stride; /* row stride in bytes (>= row size: tests padding) */
+    uint8_t *W;    /* (n_rows, stride bytes) */
+    double *Wd;    /* (n_rows, n_cols) dequantized */
 } weights;
 
 static int make_weights(weights *w, qt_type type, int64_t n_rows, int64_t n_cols, size_t pad, uint64_t seed) {
@@ -101,9 +100,11 @@ static void check_output(const weights *w, const double *Ad, const int32_t *tok,
             double ratio = mag > 0 ? err / mag : err;
             if (ratio > worst_ratio[w->type] || !isfinite(y)) worst_ratio[w->type] = isfinite(y) ? ratio : INFINITY;
             if (!(err <= tol * mag + 1e-30)) {
-                CHECK(0, "%s %s rows=%lld cols=%lld threads=%d out %lld row %lld: got %.7g want %.7g (|err|/sum|wa| = %.3g)",
-                      name, what, (long long)w->n_rows, (long long)w->n_cols, n_threads, (long long)i, (long long)r, y,
-                      ref, ratio);
+                CHECK(
+                    0,
+                    "%s %s rows=%lld cols=%lld threads=%d out %lld row %lld: got %.7g want %.7g (|err|/sum|wa| = %.3g)",
+                    name, what, (long long)w->n_rows, (long long)w->n_cols, n_threads, (long long)i, (long long)r, y,
+                    ref, ratio);
                 return; /* one message per case is enough */
             }
         }
@@ -223,9 +224,9 @@ int main(void) {
                     memset(Y, 0xff, sizeof(float) * (size_t)(n_tok * n_rows)); /* NaN: catches unwritten outputs */
                     /* every other case with tiny token blocks, so that tiles split the tokens too */
                     cpu_set_act_block_bytes(combo % 2 ? 4096 : 256 * 1024);
-                    int rc = n_tok == 1 ? cpu_matvec(pool, &scratch, w.W, w.stride, (qt_type)t, n_rows, n_cols, X, Y)
-                                        : cpu_matmul(pool, &scratch, w.W, w.stride, (qt_type)t, n_rows, n_cols, n_tok,
-                                                     X, Y);
+                    int rc = n_tok == 1
+                                 ? cpu_matvec(pool, &scratch, w.W, w.stride, (qt_type)t, n_rows, n_cols, X, Y)
+                                 : cpu_matmul(pool, &scratch, w.W, w.stride, (qt_type)t, n_rows, n_cols, n_tok, X, Y);
                     CHECK(rc == 0, "%s: cpu_matmul failed: %s", tr->name, st_error_get());
                     check_output(&w, Ad, ids, n_tok, Y, n_rows, tol, n_tok == 1 ? "matvec" : "matmul", nt);
                     n_cases++;
@@ -262,7 +263,8 @@ int main(void) {
     printf("types with a dot product (%d): %s\n", n_types, tested);
     CHECK(n_types >= 6, "only %d types have a dot product", n_types);
     for (int t = 0; t < QT_COUNT; t++)
-        if (worst_ratio[t] > 0) printf("  %-8s max |y - ref| / sum|w*a| = %.2e\n", qt_get((qt_type)t)->name, worst_ratio[t]);
+        if (worst_ratio[t] > 0)
+            printf("  %-8s max |y - ref| / sum|w*a| = %.2e\n", qt_get((qt_type)t)->name, worst_ratio[t]);
 
     check_batch(pools[5]);
 
@@ -271,7 +273,8 @@ int main(void) {
     uint8_t wbuf[4 * 256 * 4];
     CHECK(cpu_matvec(pools[2], &scratch, wbuf, 0, (qt_type)5, 4, 256, x, y) == -1, "type 5 (unused id) accepted");
     CHECK(cpu_matvec(pools[2], &scratch, wbuf, 0, QT_Q4_K, 4, 100, x, y) == -1, "Q4_K with 100 columns accepted");
-    CHECK(cpu_matmul_q(pools[2], wbuf, 10, QT_F32, 4, 256, 1, x, NULL, y, 0) == -1, "row stride below row size accepted");
+    CHECK(cpu_matmul_q(pools[2], wbuf, 10, QT_F32, 4, 256, 1, x, NULL, y, 0) == -1,
+          "row stride below row size accepted");
     printf("bad input (unknown type, partial block, short stride) rejected: %s\n", st_error_get());
 
     printf("%d cases checked over %d types\n", n_cases, n_types);

@@ -10,15 +10,15 @@
 
 static int check_count, check_fails;
 
-#define CHECK(cond, ...)                                                                                   \
-    do {                                                                                                   \
-        check_count++;                                                                                     \
-        if (!(cond)) {                                                                                     \
-            check_fails++;                                                                                 \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                         \
-            printf(__VA_ARGS__);                                                                           \
-            printf("\n");                                                                                  \
-        }                                                                                                  \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        check_count++;                                                                                                 \
+        if (!(cond)) {                                                                                                 \
+            check_fails++;                                                                                             \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                     \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+        }                                                                                                              \
     } while (0)
 
 /* A failure found outside CHECK (e.g. a loop that prints its own detail). */

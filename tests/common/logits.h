@@ -15,8 +15,7 @@ static inline int32_t logits_argmax(const float *l, int n, float *gap) {
         if (l[i] > l[b]) {
             s = b;
             b = i;
-        } else if (s < 0 || l[i] > l[s])
-            s = i;
+        } else if (s < 0 || l[i] > l[s]) s = i;
     }
     if (gap) *gap = l[b] - l[s];
     return b;

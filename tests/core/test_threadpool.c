@@ -21,13 +21,12 @@
 
 #include "../common/check.h"
 
-
 typedef struct {
     _Atomic int *hits;          /* (n_tasks) times each task ran */
     _Atomic int bad_thread;     /* task ran with a thread index out of range */
     _Atomic int64_t thread_use; /* bit per thread index that ran a task */
     int n_threads;
-    int spin_work;              /* busy loop per task, to let others catch up */
+    int spin_work; /* busy loop per task, to let others catch up */
 } count_ctx;
 
 static void count_task(void *p, int64_t task, int thread) {
@@ -68,9 +67,7 @@ static void check_rounds(st_pool *pool, int64_t n_tasks, int rounds, int spin_wo
     st_free(c.hits);
 }
 
-static void noop_task(void *ctx, int64_t task, int thread) {
-    (void)ctx, (void)task, (void)thread;
-}
+static void noop_task(void *ctx, int64_t task, int thread) { (void)ctx, (void)task, (void)thread; }
 
 /* Median of the wall time of one st_pool_run of n_threads tiny tasks, back to back. */
 static double dispatch_us(st_pool *pool, int reps) {
@@ -133,12 +130,12 @@ int main(void) {
 
     /* the default pool uses every core; use it to report dispatch latency */
     st_pool *pool = st_pool_init(0);
-    CHECK(st_pool_n_threads(pool) == st_cpu_count(), "default pool has %d threads, %d cores",
-          st_pool_n_threads(pool), st_cpu_count());
+    CHECK(st_pool_n_threads(pool) == st_cpu_count(), "default pool has %d threads, %d cores", st_pool_n_threads(pool),
+          st_cpu_count());
     check_rounds(pool, 4096, 50, 0);
     double us = dispatch_us(pool, 5000);
-    printf("default pool: %d threads; dispatch+join of %d empty tasks, median %.2f us\n",
-           st_pool_n_threads(pool), st_pool_n_threads(pool), us);
+    printf("default pool: %d threads; dispatch+join of %d empty tasks, median %.2f us\n", st_pool_n_threads(pool),
+           st_pool_n_threads(pool), us);
     st_pool_free(pool);
 
     /* six threads on one core: most calls find the workers off the core, so

@@ -33,7 +33,7 @@
 
 #include "../common/logits.h"
 
-#define N_GEN 40
+#define N_GEN       40
 #define NEAR_TIE_SD 0.01 /* top-2 gap / standard deviation of the logits */
 /* The int8-KV runs' bound is this times the model's: each side rounds its
  * own (slightly different) K/V rows to 8 bits, so values near a rounding
@@ -157,8 +157,8 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
         if (worst > bound) { /* where and how: the logits' mean and spread on both sides at that step */
             const float *c = lc + (size_t)iw * nv, *g = lg + (size_t)iw * nv;
             const double mc = mean(c, nv), mg = mean(g, nv);
-            printf("    worst at step %d: CPU mean %.4f sd %.4f, GPU mean %.4f sd %.4f; per step:", iw, mc, stddev(c, nv),
-                   mg, stddev(g, nv));
+            printf("    worst at step %d: CPU mean %.4f sd %.4f, GPU mean %.4f sd %.4f; per step:", iw, mc,
+                   stddev(c, nv), mg, stddev(g, nv));
             for (int i = 0; i < steps; i++) printf(" %.1e", e[i]);
             printf("\n");
         }
@@ -175,7 +175,8 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
             int tie = gc[same] < NEAR_TIE_SD * sd || gc[same] < 4 * rms;
             ok = ok && tie;
             printf("    then CPU %d vs GPU %d: CPU top-2 gap %.4f (%.4f sd; RMS logit difference %.4f, NMSE %.1e): "
-                   "%s\n", tc[same], tg[same], gc[same], gc[same] / sd, rms, nmse(g, c, nv), tie ? "near-tie" : "DIFFERENT");
+                   "%s\n",
+                   tc[same], tg[same], gc[same], gc[same] / sd, rms, nmse(g, c, nv), tie ? "near-tie" : "DIFFERENT");
         }
         if (!ok) diagnose(cpu, gpu, ids, (int)n);
         fails += !ok;

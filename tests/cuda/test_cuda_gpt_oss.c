@@ -36,7 +36,7 @@
 #include "../common/logits.h"
 
 #define N_PROMPT 20
-#define N_GEN 24
+#define N_GEN    24
 
 static double centred_nmse(const float *a, const float *ref, int n) {
     double ma = 0, mr = 0;

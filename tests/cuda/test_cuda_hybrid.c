@@ -297,8 +297,8 @@ int main(int argc, char **argv) {
     for (int a = 0; a < 2; a++) {
         for (int f32 = 1; f32 >= 0; f32--) {
             char path[512];
-            snprintf(path, sizeof path, "%s/strata-test-cuda-hybrid-%s-%s-%d.gguf", dir, archs[a],
-                     f32 ? "f32" : "q8", (int)getpid());
+            snprintf(path, sizeof path, "%s/strata-test-cuda-hybrid-%s-%s-%d.gguf", dir, archs[a], f32 ? "f32" : "q8",
+                     (int)getpid());
             (void)family_tiny(archs[a], f32 ? QT_F32 : QT_Q8_0, path);
             const double bound = f32 ? 1e-6 : 1e-1;
             check_decode(archs[a], path, bound, 0);

@@ -32,7 +32,6 @@
 #include "quant/quant.h"
 #include "ck.h"
 
-
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
     g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
@@ -51,12 +50,14 @@ static void put_f16(uint8_t *p, float v) {
 
 /* Overwrite the scale fields of one block with f16 values in [1e-3, 1e-2). */
 static void sanitize_block(qt_type t, uint8_t *b) {
-    static const struct { qt_type t; int off[2]; } tab[] = {
-        {QT_Q4_0, {0, -1}},    {QT_Q4_1, {0, 2}},     {QT_Q5_0, {0, -1}},   {QT_Q5_1, {0, 2}},
-        {QT_Q8_0, {0, -1}},    {QT_Q2_K, {80, 82}},   {QT_Q3_K, {108, -1}}, {QT_Q4_K, {0, 2}},
-        {QT_Q5_K, {0, 2}},     {QT_Q6_K, {208, -1}},  {QT_IQ2_XXS, {0, -1}}, {QT_IQ2_XS, {0, -1}},
-        {QT_IQ2_S, {0, -1}},   {QT_IQ3_XXS, {0, -1}}, {QT_IQ3_S, {0, -1}},  {QT_IQ1_S, {0, -1}},
-        {QT_IQ4_NL, {0, -1}},  {QT_IQ4_XS, {0, -1}},
+    static const struct {
+        qt_type t;
+        int off[2];
+    } tab[] = {
+        {QT_Q4_0, {0, -1}},    {QT_Q4_1, {0, 2}},    {QT_Q5_0, {0, -1}},   {QT_Q5_1, {0, 2}},     {QT_Q8_0, {0, -1}},
+        {QT_Q2_K, {80, 82}},   {QT_Q3_K, {108, -1}}, {QT_Q4_K, {0, 2}},    {QT_Q5_K, {0, 2}},     {QT_Q6_K, {208, -1}},
+        {QT_IQ2_XXS, {0, -1}}, {QT_IQ2_XS, {0, -1}}, {QT_IQ2_S, {0, -1}},  {QT_IQ3_XXS, {0, -1}}, {QT_IQ3_S, {0, -1}},
+        {QT_IQ1_S, {0, -1}},   {QT_IQ4_NL, {0, -1}}, {QT_IQ4_XS, {0, -1}},
     };
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         if (tab[i].t != t) continue;
@@ -95,7 +96,8 @@ static uint8_t *make_weights(qt_type t, int64_t n_in, int64_t rows) {
 }
 
 /* ref[t][r] = sum_k dequant(W)[r][k] x[t][k] in double. */
-static void reference(qt_type t, const uint8_t *w, int64_t n_in, int64_t n_out, const float *x, int n_tok, double *ref) {
+static void reference(qt_type t, const uint8_t *w, int64_t n_in, int64_t n_out, const float *x, int n_tok,
+                      double *ref) {
     float *row = malloc(sizeof(float) * (size_t)n_in);
     const size_t rb = qt_row_size(t, n_in);
     for (int64_t r = 0; r < n_out; r++) {
@@ -390,11 +392,15 @@ static void time_moe_layer(void) {
         float ms[3] = {0, 0, 0};
         for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up (scratch, first launches) */
             for (int m = 0; m < 3; m++) {
-                st_weight sw = {.data = dw[m], .type = tt[m], .n_in = nin[m], .n_out = nout[m], .n_mat = n_mat,
+                st_weight sw = {.data = dw[m],
+                                .type = tt[m],
+                                .n_in = nin[m],
+                                .n_out = nout[m],
+                                .n_mat = n_mat,
                                 .row_bytes = qt_row_size(tt[m], nin[m])};
                 CK(cudaEventRecord(ev[0], 0));
-                const int rc = cuda_moe_matmul(&sw, NULL, dids, m < 2 ? dxrow : NULL, np, dx, m < 2 ? n_tok : np,
-                                               dy, 0, NULL, 0);
+                const int rc =
+                    cuda_moe_matmul(&sw, NULL, dids, m < 2 ? dxrow : NULL, np, dx, m < 2 ? n_tok : np, dy, 0, NULL, 0);
                 CK(cudaEventRecord(ev[1], 0));
                 CK(cudaEventSynchronize(ev[1]));
                 float t = 0;
@@ -425,10 +431,10 @@ int main(void) {
         printf("SKIPPED: no CUDA device\n");
         return 0;
     }
-    static const qt_type types[] = {QT_F32,    QT_F16,     QT_BF16,   QT_Q4_0,   QT_Q4_1,    QT_Q5_0,
-                                    QT_Q5_1,   QT_Q8_0,    QT_Q2_K,   QT_Q3_K,   QT_Q4_K,    QT_Q5_K,
-                                    QT_Q6_K,   QT_IQ4_NL,  QT_IQ4_XS, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S,
-                                    QT_IQ3_XXS, QT_IQ3_S,  QT_IQ1_S,  QT_IQ1_M,  QT_MXFP4};
+    static const qt_type types[] = {QT_F32,     QT_F16,    QT_BF16,   QT_Q4_0,    QT_Q4_1,   QT_Q5_0,
+                                    QT_Q5_1,    QT_Q8_0,   QT_Q2_K,   QT_Q3_K,    QT_Q4_K,   QT_Q5_K,
+                                    QT_Q6_K,    QT_IQ4_NL, QT_IQ4_XS, QT_IQ2_XXS, QT_IQ2_XS, QT_IQ2_S,
+                                    QT_IQ3_XXS, QT_IQ3_S,  QT_IQ1_S,  QT_IQ1_M,   QT_MXFP4};
     const int nt = (int)(sizeof(types) / sizeof(types[0]));
     printf("path   format    rows x cols   tokens  NMSE vs double reference\n");
     for (int i = 0; i < nt; i++) {
@@ -442,9 +448,9 @@ int main(void) {
         check_dense(t, 1024, 131, 1, 0);
         check_dense(t, 2048, 67, 3, 0);
         check_dense(t, 512, 1, 8, 0);
-        check_dense(t, 768, 129, 13, 1);  /* matrix-vector in groups of 8 */
-        check_dense(t, 1024, 131, 13, 0); /* GEMM */
-        check_dense(t, 256, 77, 2, 2);    /* GEMM forced at few tokens */
+        check_dense(t, 768, 129, 13, 1);             /* matrix-vector in groups of 8 */
+        check_dense(t, 1024, 131, 13, 0);            /* GEMM */
+        check_dense(t, 256, 77, 2, 2);               /* GEMM forced at few tokens */
         if (blk == 32) check_dense(t, 96, 33, 5, 0); /* rows of 3 blocks: fewer units than lanes */
         if (blk == 1) {
             check_dense(t, 100, 45, 2, 0); /* unaligned rows: the scalar float kernel */

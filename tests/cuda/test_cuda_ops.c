@@ -20,12 +20,13 @@ static int n_checks;
 static void show(void *ctx, const bcheck_result *r) {
     (void)ctx;
     n_checks++;
-    printf("%-4s %-10s nmse %.2e (bound %.0e) %7.2f ms  %s\n", r->pass ? "ok" : "FAIL", r->op, r->nmse, r->bound,
-           r->ms, r->what);
+    printf("%-4s %-10s nmse %.2e (bound %.0e) %7.2f ms  %s\n", r->pass ? "ok" : "FAIL", r->op, r->nmse, r->bound, r->ms,
+           r->what);
 }
 
 int main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0); /* each check's line as it is made: a run cut short by a timeout still shows them */
+    setvbuf(stdout, NULL, _IOLBF,
+            0); /* each check's line as it is made: a run cut short by a timeout still shows them */
     int n = gpu_device_count();
     if (n == 0) {
         printf("SKIPPED: no CUDA device\n");

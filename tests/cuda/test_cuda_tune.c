@@ -37,7 +37,6 @@
 #include "../common/check.h"
 #include "ck.h"
 
-
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 static float rnd(void) {
     g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
@@ -116,10 +115,13 @@ static void check_products(const tune_table *t) {
                 const long runs = cuda_tune_lt_runs();
                 const double e = nmse(got, ref, n);
                 const tune_entry *te = tune_table_find(t, n_out, n_in, n_tok);
-                const int chunks = types[ti] == QT_BF16 ? 1 : (int)((n_out + mm_chunk_rows(n_in, n_out) - 1) /
-                                                                    mm_chunk_rows(n_in, n_out));
-                const int want = te && te->path == TUNE_PATH_LT &&
-                                 (types[ti] != QT_BF16 || mm_chunk_rows(n_in, n_out) == n_out) ? chunks : 0;
+                const int chunks = types[ti] == QT_BF16
+                                       ? 1
+                                       : (int)((n_out + mm_chunk_rows(n_in, n_out) - 1) / mm_chunk_rows(n_in, n_out));
+                const int want =
+                    te && te->path == TUNE_PATH_LT && (types[ti] != QT_BF16 || mm_chunk_rows(n_in, n_out) == n_out)
+                        ? chunks
+                        : 0;
                 printf("%-5s %5d x %5d x %3d  cuBLASLt products %ld (want %d)  NMSE vs cublasGemmEx %.2e\n",
                        qt_get(types[ti])->name, n_out, n_in, n_tok, runs, want, e);
                 CHECK(runs == want, "%d x %d x %d: %ld cuBLASLt products, want %d", n_out, n_in, n_tok, runs, want);

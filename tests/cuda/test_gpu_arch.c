@@ -74,8 +74,9 @@ static void fixed_cases(void) {
            "GPU 0 'odd card' (gfx1100) runs 16-lane waves; Strata's kernels need waves of 32 or 64 lanes");
     gpu_card_props small = amd("small card", "gfx1030", 32);
     small.smem_per_block = 32 * 1024;
-    expect(1, LIST8, small, "GPU 0 'small card' (gfx1030) has 32 KiB of shared memory per block; Strata's kernels "
-                            "need 48 KiB");
+    expect(1, LIST8, small,
+           "GPU 0 'small card' (gfx1030) has 32 KiB of shared memory per block; Strata's kernels "
+           "need 48 KiB");
 
     /* CUDA: the rules device.cu had before the move. */
     expect(0, "90,86", nv("NVIDIA H200", 9, 0), NULL);
@@ -119,7 +120,8 @@ int main(int argc, char **argv) {
             int rc = gpu_arch_verdict(1, list, &c, msg, sizeof msg);
             snprintf(want, sizeof want,
                      "GPU 0 'fake card' is %s; this build has code only for %s: rebuild with "
-                     "-DCMAKE_HIP_ARCHITECTURES including it", absent[i], list);
+                     "-DCMAKE_HIP_ARCHITECTURES including it",
+                     absent[i], list);
             CHECK(rc == -1 && !strcmp(msg, want), "%s: got '%s'", absent[i], msg);
             printf("  %-8s not bundled, refused: %s\n", absent[i], msg);
         }

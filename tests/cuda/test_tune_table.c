@@ -20,7 +20,6 @@
 
 #include "../common/check.h"
 
-
 static char g_dir[256];
 
 static tune_table sample(int arch, uint64_t ver) {
@@ -120,12 +119,14 @@ static void test_key(void) {
     char want[1024];
     snprintf(want, sizeof want,
              "tune table %s is for sm_86 / cuBLASLt 130000, GPU 0 is sm_90 / cuBLASLt 130000: ignored; run strata "
-             "tune --gpu 0", path);
+             "tune --gpu 0",
+             path);
     CHECK(!strcmp(why, want), "arch message:\n  got  %s\n  want %s", why, want);
     CHECK(tune_table_check(&t, path, 1, 86, 130100, why, sizeof why) != 0, "another cuBLASLt version is taken");
     snprintf(want, sizeof want,
              "tune table %s is for sm_86 / cuBLASLt 130000, GPU 1 is sm_86 / cuBLASLt 130100: ignored; run strata "
-             "tune --gpu 1", path);
+             "tune --gpu 1",
+             path);
     CHECK(!strcmp(why, want), "version message:\n  got  %s\n  want %s", why, want);
 
     /* as the engine loads it: one line when ignored, naming why */
@@ -182,8 +183,9 @@ static void bad(const char *what, const char *text, const char *w1, const char *
 }
 
 #define HDR "strata-tune v1\tarch=sm_90\tcublaslt=130100\tgpu=G\n"
-#define W8 "\t0000000000000001\t0000000000000002\t0000000000000003\t0000000000000004\t0000000000000005" \
-           "\t0000000000000006\t0000000000000007\t0000000000000008"
+#define W8                                                                                                             \
+    "\t0000000000000001\t0000000000000002\t0000000000000003\t0000000000000004\t0000000000000005"                       \
+    "\t0000000000000006\t0000000000000007\t0000000000000008"
 #define GOOD "4096\t2048\t512\tlt\t10.5\t12.25\t0" W8 "\n"
 
 static void test_malformed(void) {
@@ -197,14 +199,15 @@ static void test_malformed(void) {
     CHECK(tune_table_parse(&t,
                            "strata-tune v1\tarch=sm_90\tcublaslt=130100\tgpu=G\r\n"
                            "4096\t2048\t512\tlt\t10.5\t12.25\t0" W8,
-                           "t.tsv") == 0 && t.n == 1,
+                           "t.tsv") == 0 &&
+              t.n == 1,
           "CRLF / no final newline: %s", st_error_get());
     tune_table_free(&t);
 
     bad("empty file", "", "t.tsv", "empty");
     bad("not a table", "hello\n", "t.tsv:1:", "not a Strata tune table");
-    bad("other format version", "strata-tune v2\tarch=sm_90\tcublaslt=1\tgpu=G\n", "t.tsv:1:",
-        "not a Strata tune table");
+    bad("other format version", "strata-tune v2\tarch=sm_90\tcublaslt=1\tgpu=G\n",
+        "t.tsv:1:", "not a Strata tune table");
     bad("header without version", "strata-tune v1\tarch=sm_90\tgpu=G\n", "t.tsv:1:", "cublaslt=VERSION");
     bad("header with bad arch", "strata-tune v1\tarch=90\tcublaslt=1\tgpu=G\n", "t.tsv:1:", "arch=sm_NN");
     bad("too few fields", HDR GOOD "4096\t2048\t512\n", "t.tsv:3:", "found 3");
@@ -215,8 +218,8 @@ static void test_malformed(void) {
     bad("bad time", HDR "4096\t2048\t512\tlt\tnan\t12.25\t0" W8 "\n", "t.tsv:2:", "lt_us 'nan'");
     bad("negative time", HDR "4096\t2048\t512\tlt\t1\t-2\t0" W8 "\n", "t.tsv:2:", "gemmex_us '-2'");
     bad("bad workspace", HDR "4096\t2048\t512\tlt\t1\t2\t-1" W8 "\n", "t.tsv:2:", "workspace '-1'");
-    bad("short algorithm word", HDR "4096\t2048\t512\tlt\t1\t2\t0\t1\t2\t3\t4\t5\t6\t7\t8\n", "t.tsv:2:",
-        "algorithm word 0 '1'");
+    bad("short algorithm word", HDR "4096\t2048\t512\tlt\t1\t2\t0\t1\t2\t3\t4\t5\t6\t7\t8\n",
+        "t.tsv:2:", "algorithm word 0 '1'");
     bad("non-hex algorithm word",
         HDR "4096\t2048\t512\tlt\t1\t2\t0\t0000000000000001\t000000000000000g\t0000000000000003\t0000000000000004"
             "\t0000000000000005\t0000000000000006\t0000000000000007\t0000000000000008\n",

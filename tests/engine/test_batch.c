@@ -81,8 +81,7 @@ static void run_alone(engine *e, ref_run *r, int n_gen) {
 
 static float max_diff(const float *a, const float *b, int n) {
     float d = 0;
-    for (int i = 0; i < n; i++)
-        d = fmaxf(d, fabsf(a[i] - b[i]));
+    for (int i = 0; i < n; i++) d = fmaxf(d, fabsf(a[i] - b[i]));
     return d;
 }
 
@@ -113,16 +112,11 @@ int main(int argc, char **argv) {
     int precise = 0, staggered = 0, gpu = -1;
     float tol = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--precise"))
-            precise = 1;
-        else if (!strcmp(argv[i], "--staggered"))
-            staggered = 1;
-        else if (!strcmp(argv[i], "--tol") && i + 1 < argc)
-            tol = (float)atof(argv[++i]);
-        else if (!strcmp(argv[i], "--gpu") && i + 1 < argc)
-            gpu = atoi(argv[++i]);
-        else
-            path = argv[i];
+        if (!strcmp(argv[i], "--precise")) precise = 1;
+        else if (!strcmp(argv[i], "--staggered")) staggered = 1;
+        else if (!strcmp(argv[i], "--tol") && i + 1 < argc) tol = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--gpu") && i + 1 < argc) gpu = atoi(argv[++i]);
+        else path = argv[i];
     }
     if (!path) {
         fprintf(stderr, "usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N]\n");
@@ -162,8 +156,7 @@ int main(int argc, char **argv) {
     if (!precise) { /* the tolerance: the single-sequence path's own chunk-vs-step difference, x1.5
                      */
         float d = 0;
-        for (int p = 0; p < n_runs; p++)
-            d = fmaxf(d, chunk_vs_steps(e, &ref[p], N_GEN));
+        for (int p = 0; p < n_runs; p++) d = fmaxf(d, chunk_vs_steps(e, &ref[p], N_GEN));
         printf("measured: one chunk vs one-token steps of the same sequences differ by up to %.4f "
                "in a logit; "
                "tolerance %.4f\n",

@@ -39,9 +39,7 @@
 #define N   12
 #define TOL 1e-4 /* max |a - b| of logits of std ~1: float summation order only */
 
-static double sigm(double x) {
-    return 1.0 / (1.0 + exp(-x));
-}
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 static void check_route(void) {
     st_backend *be = backend_cpu_create(1);
@@ -54,8 +52,7 @@ static void check_route(void) {
     st_moe_gating gt = {ST_GATE_SIGMOID, 1, NULL, 2.5f, 2, 1};
     be->moe_route(be, lg, 1, 8, 2, &gt, sel, w);
     CHECK(sel[0] == 0 && sel[1] == 1, "groups: chose %d, %d, expected 0, 1", sel[0], sel[1]);
-    CHECK(fabs(w[0] - 1.25) < 1e-6 && fabs(w[1] - 1.25) < 1e-6,
-          "group weights %g %g, expected 1.25", w[0], w[1]);
+    CHECK(fabs(w[0] - 1.25) < 1e-6 && fabs(w[1] - 1.25) < 1e-6, "group weights %g %g, expected 1.25", w[0], w[1]);
     /* without groups the best two overall: 4, then 0 */
     gt.n_group = gt.n_group_used = 0;
     be->moe_route(be, lg, 1, 8, 2, &gt, sel, w);
@@ -73,8 +70,8 @@ static void check_route(void) {
      * 0.10; groups 0 and 2 -> experts 4, 0, 1 */
     gt = (st_moe_gating){ST_GATE_SIGMOID, 0, NULL, 1.0f, 4, 2};
     be->moe_route(be, lg, 1, 8, 3, &gt, sel, w);
-    CHECK(sel[0] == 4 && sel[1] == 0 && sel[2] == 1 && fabs(w[0] - s3) < 1e-6,
-          "4 groups, 2 kept: chose %d %d %d", sel[0], sel[1], sel[2]);
+    CHECK(sel[0] == 4 && sel[1] == 0 && sel[2] == 1 && fabs(w[0] - s3) < 1e-6, "4 groups, 2 kept: chose %d %d %d",
+          sel[0], sel[1], sel[2]);
     be->destroy(be);
 }
 
@@ -118,10 +115,9 @@ static void check_model(const char *dir) {
     const model_hparams *h = &e->m->hp;
     /* mscale = 1 + 0.1 * 1 * ln 4; scale = mscale^2 / sqrt(96) */
     const double ms = 1.0 + 0.1 * log(4.0);
-    CHECK(h->n_dense_lead == 1 && h->gate_fn == ST_GATE_SIGMOID && h->n_rot == 32 &&
-              h->kv_lora == 256 && h->q_lora == 256 && h->head_dim == 288 &&
-              h->head_dim_mla == 96 && h->v_head_mla == 64 && h->n_head_kv == 1 &&
-              h->n_group == 2 && h->n_group_used == 1 && h->exp_bias && h->norm_topk &&
+    CHECK(h->n_dense_lead == 1 && h->gate_fn == ST_GATE_SIGMOID && h->n_rot == 32 && h->kv_lora == 256 &&
+              h->q_lora == 256 && h->head_dim == 288 && h->head_dim_mla == 96 && h->v_head_mla == 64 &&
+              h->n_head_kv == 1 && h->n_group == 2 && h->n_group_used == 1 && h->exp_bias && h->norm_topk &&
               h->expert_scale == 2.5f && h->yarn_orig_ctx == 256 && h->rope_freq_scale == 1.0f &&
               fabs(h->attn_scale - ms * ms / sqrt(96.0)) < 1e-6,
           "deepseek2 hyper-parameters as written (attention scale %g)", h->attn_scale);
@@ -134,8 +130,8 @@ static void check_model(const char *dir) {
               fabs(dv[3] - 1.0 / (3.0 / 7.0 / 4.0 + 4.0 / 7.0)) < 1e-6,
           "YaRN divisors %g %g %g %g", dv ? dv[0] : -1, dv ? dv[3] : -1, dv ? dv[7] : -1, dv ? dv[15] : -1);
     /* the compressed cache: one row of kv_lora + rope values per layer and position, f16 */
-    CHECK(kv_cache_bytes(h, 64, ST_KV_F16) == (size_t)3 * 64 * 288 * 2,
-          "cache %zu bytes for 64 positions", kv_cache_bytes(h, 64, ST_KV_F16));
+    CHECK(kv_cache_bytes(h, 64, ST_KV_F16) == (size_t)3 * 64 * 288 * 2, "cache %zu bytes for 64 positions",
+          kv_cache_bytes(h, 64, ST_KV_F16));
     const int nv = h->n_vocab;
     float *want = st_malloc((size_t)nv * sizeof(float));
     int32_t a[N + 1], b[N + 1];
@@ -153,18 +149,17 @@ static void check_model(const char *dir) {
     b[N] = next[1];
     for (int q = 0; q < 2; q++) {
         family_fresh(e, q ? b : a, N + 1, want);
-        CHECK(family_maxdiff(pair[q]->logits, want, nv) < TOL,
-              "batched step, sequence %d: %.3g from fresh", q, family_maxdiff(pair[q]->logits, want, nv));
+        CHECK(family_maxdiff(pair[q]->logits, want, nv) < TOL, "batched step, sequence %d: %.3g from fresh", q,
+              family_maxdiff(pair[q]->logits, want, nv));
     }
     engine_seq_free(e, s2);
     engine_seq_free(e, s1);
     size_t routed = 0, file = 0;
     const size_t dense = engine_weight_bytes(e->m, &routed);
-    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++)
-        file += gguf_tensor_at(e->m->file, i)->size;
+    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++) file += gguf_tensor_at(e->m->file, i)->size;
     /* the tensor rows cover the file, plus YaRN's divisors made at load (n_rot / 2 floats) */
-    CHECK(dense + routed == file + (size_t)h->n_rot / 2 * sizeof(float), "tensor list %zu + %zu bytes, file tensors %zu",
-          dense, routed, file);
+    CHECK(dense + routed == file + (size_t)h->n_rot / 2 * sizeof(float),
+          "tensor list %zu + %zu bytes, file tensors %zu", dense, routed, file);
     /* a backend without copy_2d (the CUDA one's before mla.cu) is refused, naming both; so is softmax-only
      * routing */
     st_backend no_mla = *e->be, softmax_only = *e->be;

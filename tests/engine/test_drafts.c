@@ -38,8 +38,7 @@
 
 static double maxdiff(const float *a, const float *b, int n) {
     double m = 0;
-    for (int i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - b[i]));
+    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
     return m;
 }
 
@@ -48,8 +47,7 @@ static int same_state(const kv_cache *a, const kv_cache *b) {
     for (int il = 0; il < a->n_layer; il++) {
         const st_kv_layer *x = &a->layers[il], *y = &b->layers[il];
         if (!x->ssm) continue;
-        if (memcmp(x->conv, y->conv, a->conv_bytes) || memcmp(x->ssm, y->ssm, a->ssm_bytes))
-            return 0;
+        if (memcmp(x->conv, y->conv, a->conv_bytes) || memcmp(x->ssm, y->ssm, a->ssm_bytes)) return 0;
     }
     return 1;
 }
@@ -64,19 +62,16 @@ static engine_seq *read_new(engine *e, const int32_t *prompt, int n) {
 static void check_cuts(engine *e, const char *arch, const int32_t *prompt, int n_prompt) {
     const int nv = e->m->hp.n_vocab, n = 6;
     const int32_t toks[6] = {11, 12, 13, 14, 15, 16}, next = 21;
-    float *all = st_malloc((size_t)n * nv * sizeof(float)),
-          *want = st_malloc((size_t)nv * sizeof(float));
+    float *all = st_malloc((size_t)n * nv * sizeof(float)), *want = st_malloc((size_t)nv * sizeof(float));
     for (int keep = 1; keep <= n; keep++) {
         engine_seq *a = read_new(e, prompt, n_prompt), *b = read_new(e, prompt, n_prompt);
         const int base = a->n_past;
         ST_ASSERT(engine_seq_eval_all(e, a, toks, n, all) == 0);
         engine_seq_truncate(a, base + keep);
-        for (int i = 0; i < keep; i++)
-            ST_ASSERT(engine_seq_eval(e, b, &toks[i], 1) == 0);
-        CHECK(a->n_past == b->n_past, "%s: cut to %d: n_past %d, want %d", arch, keep, a->n_past,
-              b->n_past);
-        CHECK(same_state(a->kv, b->kv),
-              "%s: cut to %d of %d: the recurrent state differs from the plain one", arch, keep, n);
+        for (int i = 0; i < keep; i++) ST_ASSERT(engine_seq_eval(e, b, &toks[i], 1) == 0);
+        CHECK(a->n_past == b->n_past, "%s: cut to %d: n_past %d, want %d", arch, keep, a->n_past, b->n_past);
+        CHECK(same_state(a->kv, b->kv), "%s: cut to %d of %d: the recurrent state differs from the plain one", arch,
+              keep, n);
         /* the pass's own logits at the kept positions: the plain decoder's last ones */
         const double dl = maxdiff(all + (size_t)(keep - 1) * nv, b->logits, nv);
         CHECK(dl == 0, "%s: cut to %d: the pass's logits differ by %g", arch, keep, dl);
@@ -94,8 +89,7 @@ static void check_cuts(engine *e, const char *arch, const int32_t *prompt, int n
     ST_ASSERT(engine_seq_eval(e, b, toks, n) == 0);
     ST_ASSERT(engine_seq_eval(e, b, &next, 1) == 0);
     memcpy(want, b->logits, (size_t)nv * sizeof(float));
-    CHECK(maxdiff(a->logits, want, nv) == 0 && same_state(a->kv, b->kv),
-          "%s: an uncut pass is not kept whole", arch);
+    CHECK(maxdiff(a->logits, want, nv) == 0 && same_state(a->kv, b->kv), "%s: an uncut pass is not kept whole", arch);
     engine_seq_free(e, a);
     engine_seq_free(e, b);
     st_free(all);
@@ -139,8 +133,8 @@ static sampler *new_sampler(engine *e, float temp) {
 
 /* N_GEN tokens after prompt on a fresh sequence, as engine_generate decodes
  * (draft_n 0: one token per step); returns how many, stats in st. */
-static int generate(engine *e, const int32_t *prompt, int n_prompt, float temp, int draft_n,
-                    int32_t *out, gen_stats *st) {
+static int generate(engine *e, const int32_t *prompt, int n_prompt, float temp, int draft_n, int32_t *out,
+                    gen_stats *st) {
     engine_seq *s = read_new(e, prompt, n_prompt);
     sampler *smp = new_sampler(e, temp);
     collected c = {out, 0};
@@ -198,8 +192,7 @@ static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][18
         ST_ASSERT(engine_step_drafts(e, NULL, NULL, 0, step_seq, toks, ntok, n, &logits) == 0);
         for (int k = 0, r = 0; k < n; r += ntok[k], k++) {
             const int i = map[k];
-            live[i] = gen_verify(g[i], &next[i], toks + r, ntok[k],
-                                 logits + (size_t)r * e->m->hp.n_vocab) == 0;
+            live[i] = gen_verify(g[i], &next[i], toks + r, ntok[k], logits + (size_t)r * e->m->hp.n_vocab) == 0;
         }
     }
     for (int i = 0; i < N_SEQ; i++) {
@@ -208,8 +201,7 @@ static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][18
         *acc += st.drafts_accepted;
         *rej += st.drafts_total - st.drafts_accepted;
         CHECK(c[i].n == N_GEN && !memcmp(got[i], want[i], sizeof got[i]),
-              "%s temp %.1f: sequence %d of a drafted batch: other tokens than its plain run", arch,
-              temp, i);
+              "%s temp %.1f: sequence %d of a drafted batch: other tokens than its plain run", arch, temp, i);
         sampler_free(smp[i]);
         engine_seq_free(e, seq[i]);
     }
@@ -230,8 +222,7 @@ static void check_model(const char *arch, const char *dir) {
     engine *e = engine_open(&p);
     CHECK(e != NULL, "%s: %s", arch, st_error_get());
     if (!e) return;
-    CHECK(e->kv->recurrent && engine_drafts_ok(e), "%s: a recurrent cache that can roll back",
-          arch);
+    CHECK(e->kv->recurrent && engine_drafts_ok(e), "%s: a recurrent cache that can roll back", arch);
     int32_t prompt[160];
     for (int i = 0; i < 18; i++) /* a phrase of 6 tokens, 3 times */
         prompt[i] = 30 + 7 * (i % 6);
@@ -246,13 +237,11 @@ static void check_model(const char *arch, const char *dir) {
         int first = -1; /* the first position where they differ */
         for (int i = 0; i < n0 && i < n1 && first < 0; i++)
             if (plain[i] != drafted[i]) first = i;
-        CHECK(n0 == N_GEN && n1 == n0 && first < 0,
-              "%s temp %.1f: %d and %d tokens, first difference at %d", arch, temps[k], n0, n1,
-              first);
+        CHECK(n0 == N_GEN && n1 == n0 && first < 0, "%s temp %.1f: %d and %d tokens, first difference at %d", arch,
+              temps[k], n0, n1, first);
         CHECK(st0.drafts_total == 0, "%s: drafts without drafting", arch);
         const int acc = st1.drafts_accepted, rej = st1.drafts_total - st1.drafts_accepted;
-        CHECK(acc > 0 && rej > 0, "%s temp %.1f: %d drafted tokens accepted, %d rejected", arch,
-              temps[k], acc, rej);
+        CHECK(acc > 0 && rej > 0, "%s temp %.1f: %d drafted tokens accepted, %d rejected", arch, temps[k], acc, rej);
         printf("%s temp %.1f: %d tokens, the plain ones with drafts; %d drafted tokens accepted, "
                "%d rejected\n",
                arch, temps[k], n1, acc, rej);
@@ -261,18 +250,15 @@ static void check_model(const char *arch, const char *dir) {
     int32_t prompts[N_SEQ][18], want[N_SEQ][N_GEN];
     for (int k = 0; k < 2; k++) {
         for (int q = 0; q < N_SEQ; q++) {
-            for (int i = 0; i < 18; i++)
-                prompts[q][i] = 30 + 7 * (i % 6) + q;
+            for (int i = 0; i < 18; i++) prompts[q][i] = 30 + 7 * (i % 6) + q;
             ST_ASSERT(generate(e, prompts[q], 18, temps[k], 0, want[q], &st0) == N_GEN);
         }
         int acc = 0, rej = 0;
         check_batched(e, arch, prompts, temps[k], want, &acc, &rej);
-        CHECK(acc > 0 && rej > 0, "%s temp %.1f batched: %d accepted, %d rejected", arch, temps[k],
-              acc, rej);
-        printf(
-            "%s temp %.1f: %d sequences drafting in shared steps, their plain tokens; %d drafted "
-            "tokens accepted, %d rejected\n",
-            arch, temps[k], N_SEQ, acc, rej);
+        CHECK(acc > 0 && rej > 0, "%s temp %.1f batched: %d accepted, %d rejected", arch, temps[k], acc, rej);
+        printf("%s temp %.1f: %d sequences drafting in shared steps, their plain tokens; %d drafted "
+               "tokens accepted, %d rejected\n",
+               arch, temps[k], N_SEQ, acc, rej);
     }
     engine_close(e);
     unlink(path);

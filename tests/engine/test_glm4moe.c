@@ -90,8 +90,7 @@ static void check_model(const char *dir) {
     engine_seq_free(e, s1);
     size_t routed = 0, file = 0;
     const size_t dense = engine_weight_bytes(e->m, &routed);
-    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++)
-        file += gguf_tensor_at(e->m->file, i)->size;
+    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++) file += gguf_tensor_at(e->m->file, i)->size;
     CHECK(dense + routed == file, "tensor list %zu + %zu bytes, file tensors %zu", dense, routed, file);
     /* softmax-only routing (the CUDA backend's before route.cuh took every rule) is refused, naming both */
     st_backend softmax_only = *e->be;

@@ -161,12 +161,11 @@ static void check_model(const char *dir) {
     engine_seq_free(e, s1);
     size_t routed = 0, file = 0;
     const size_t dense = engine_weight_bytes(e->m, &routed);
-    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++)
-        file += gguf_tensor_at(e->m->file, i)->size;
+    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++) file += gguf_tensor_at(e->m->file, i)->size;
     /* the list also holds the YaRN divisors computed at load (rope_freqs, head_dim / 2 floats), not in the file */
     const size_t yarn = gguf_find_tensor(e->m->file, "rope_freqs.weight") ? 0 : (size_t)mh->head_dim / 2 * 4;
-    CHECK(dense + routed == file + yarn, "tensor list %zu + %zu bytes, file tensors %zu + YaRN table %zu", dense, routed,
-          file, yarn);
+    CHECK(dense + routed == file + yarn, "tensor list %zu + %zu bytes, file tensors %zu + YaRN table %zu", dense,
+          routed, file, yarn);
     /* no sinks, or no biased experts (a backend that lacks them): refused, naming both */
     st_backend nosinks = *e->be, nobias = *e->be;
     nosinks.attention_sinks = NULL;

@@ -44,8 +44,7 @@
 
 static double maxdiff(const float *a, const float *b, int n) {
     double m = 0;
-    for (int i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - b[i]));
+    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
     return m;
 }
 
@@ -78,8 +77,7 @@ static void check_model(const char *arch, const char *dir) {
     const int nv = e->m->hp.n_vocab;
     float *want = st_malloc((size_t)nv * sizeof(float));
     int32_t a[N + 4], b[N];
-    for (int i = 0; i < N + 4; i++)
-        a[i] = (int32_t)((i * 7919 + 13) % nv);
+    for (int i = 0; i < N + 4; i++) a[i] = (int32_t)((i * 7919 + 13) % nv);
     memcpy(b, a, sizeof b);
     b[N / 2] = (b[N / 2] + 1) % nv; /* diverges at N/2 */
 
@@ -97,27 +95,23 @@ static void check_model(const char *arch, const char *dir) {
         const int32_t *t;
         int n, reuse;
         const char *what;
-    } cases[] = {
-        {b, N, 0, "diverging"}, {a, N / 2, 0, "shorter"}, {a, N / 2, N / 2 - 1, "the same"}};
+    } cases[] = {{b, N, 0, "diverging"}, {a, N / 2, 0, "shorter"}, {a, N / 2, N / 2 - 1, "the same"}};
     for (int c = 0; c < 3; c++) {
         r = engine_seq_read_prompt(e, s, cases[c].t, cases[c].n);
         fresh(e, cases[c].t, cases[c].n, want);
-        CHECK(r == cases[c].reuse, "%s: %s prompt reuses %d, expected %d", arch, cases[c].what, r,
-              cases[c].reuse);
-        CHECK(maxdiff(s->logits, want, nv) < TOL, "%s: %s prompt %.3g from fresh", arch,
-              cases[c].what, maxdiff(s->logits, want, nv));
+        CHECK(r == cases[c].reuse, "%s: %s prompt reuses %d, expected %d", arch, cases[c].what, r, cases[c].reuse);
+        CHECK(maxdiff(s->logits, want, nv) < TOL, "%s: %s prompt %.3g from fresh", arch, cases[c].what,
+              maxdiff(s->logits, want, nv));
     }
     /* a chat's next turn: the answer decoded token by token, then a prompt that
      * repeats the first prompt but not the answer: restarts at the saved state */
     {
         engine_seq *t = engine_seq_new(e);
         ST_ASSERT(engine_seq_read_prompt(e, t, a, N) == 0);
-        for (int32_t g = 5; g < 8; g++)
-            ST_ASSERT(engine_seq_eval(e, t, &g, 1) == 0);
+        for (int32_t g = 5; g < 8; g++) ST_ASSERT(engine_seq_eval(e, t, &g, 1) == 0);
         int32_t c2[N + 4];
         memcpy(c2, a, N * sizeof(int32_t));
-        for (int i = 0; i < 4; i++)
-            c2[N + i] = 9 + i;
+        for (int i = 0; i < 4; i++) c2[N + i] = 9 + i;
         r = engine_seq_read_prompt(e, t, c2, N + 4);
         fresh(e, c2, N + 4, want);
         CHECK(r == N - 1, "%s: next chat turn reuses %d, expected %d", arch, r, N - 1);
@@ -137,8 +131,7 @@ static void check_model(const char *arch, const char *dir) {
         const int n = q ? N : N / 2;
         t[n] = next[q];
         fresh(e, t, n + 1, want);
-        CHECK(maxdiff(pair[q]->logits, want, nv) < TOL,
-              "%s: batched step, sequence %d: %.3g from fresh", arch, q,
+        CHECK(maxdiff(pair[q]->logits, want, nv) < TOL, "%s: batched step, sequence %d: %.3g from fresh", arch, q,
               maxdiff(pair[q]->logits, want, nv));
     }
     engine_seq_free(e, s2);
@@ -146,10 +139,8 @@ static void check_model(const char *arch, const char *dir) {
     /* every tensor byte is in the list that placement and the memory plan walk */
     size_t routed = 0, file = 0;
     const size_t dense = engine_weight_bytes(e->m, &routed);
-    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++)
-        file += gguf_tensor_at(e->m->file, i)->size;
-    CHECK(dense + routed == file, "%s: tensor list %zu + %zu bytes, file tensors %zu", arch, dense,
-          routed, file);
+    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++) file += gguf_tensor_at(e->m->file, i)->size;
+    CHECK(dense + routed == file, "%s: tensor list %zu + %zu bytes, file tensors %zu", arch, dense, routed, file);
     /* the same prompt with the experts split between a cache and the CPU lane */
     fresh(e, a, N, want);
     p.expert_cache = 4;

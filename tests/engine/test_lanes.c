@@ -39,8 +39,8 @@
 #include "../common/logits.h"
 
 #define N_PROMPT 12
-#define N_GEN 16
-#define BOUND 1e-4 /* of the largest |logit|: float summation order only */
+#define N_GEN    16
+#define BOUND    1e-4 /* of the largest |logit|: float summation order only */
 
 static int g_gpu = -1; /* --gpu N: the device is that GPU */
 
@@ -74,8 +74,9 @@ static int run(const char *path, long cache, double pcie_frac, const char *profi
     if (nv < 0) return -1;
     if (stats) *stats = o->stats;
     if (g_gpu < 0) CHECK((cache >= 0) == o->lanes, "cache %ld: lanes %s", cache, o->lanes ? "on" : "off");
-    else CHECK((cache >= 0 && cache < o->n_layer * o->n_expert) == o->lanes, "cache %ld: lanes %s", cache,
-               o->lanes ? "on" : "off");
+    else
+        CHECK((cache >= 0 && cache < o->n_layer * o->n_expert) == o->lanes, "cache %ld: lanes %s", cache,
+              o->lanes ? "on" : "off");
     return nv;
 }
 
@@ -142,8 +143,14 @@ static void collect_line(void *ctx, const char *line) {
 
 static void test_plan(void) {
     const size_t G = 1ull << 30, M = 1ull << 20;
-    expert_plan_in in = {.budget = 10 * G, .dense = 2 * G, .kv = G, .scratch = G, .expert = 50 * M,
-                         .n_layer = 4, .n_expert = 32, .cache = -1};
+    expert_plan_in in = {.budget = 10 * G,
+                         .dense = 2 * G,
+                         .kv = G,
+                         .scratch = G,
+                         .expert = 50 * M,
+                         .n_layer = 4,
+                         .n_expert = 32,
+                         .cache = -1};
     expert_plan p;
     /* 4 GiB + 128 x 50 MiB = 10.25 GiB: not everything fits */
     CHECK(expert_plan_make(&in, NULL, &p) == 0, "%s", st_error_get());
@@ -162,15 +169,15 @@ static void test_plan(void) {
     /* the plan in words, as the start log, launch --plan and device --selftest print it */
     plan_text t = {0};
     expert_plan_describe(&p, &in, collect_line, &t);
-    CHECK(t.n == 2 && strstr(t.text[0], "budget 10.00 GiB = dense weights 2.00 + KV 1.00 + scratch 1.00 + "
-                                        "streaming buffer 1.56 + expert cache 4.39 (90 of 128 experts, 70.3%") &&
+    CHECK(t.n == 2 &&
+              strstr(t.text[0], "budget 10.00 GiB = dense weights 2.00 + KV 1.00 + scratch 1.00 + "
+                                "streaming buffer 1.56 + expert cache 4.39 (90 of 128 experts, 70.3%") &&
               strstr(t.text[1], "38 experts (1.86 GiB) in host RAM"),
           "plan text: %d lines: %s / %s", t.n, t.text[0], t.text[1]);
     expert_plan_free(&p);
     /* a budget that holds all of it: no lanes, no staging */
     in.budget = 50 * G;
-    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.all_resident && p.staging == 0 && p.slots == 128,
-          "all resident");
+    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.all_resident && p.staging == 0 && p.slots == 128, "all resident");
     expert_plan_free(&p);
     /* too small for the dense part and the streaming buffer: an error naming the numbers */
     in.budget = 5 * G;
@@ -179,8 +186,7 @@ static void test_plan(void) {
     /* more slots asked for than fit */
     in.budget = 6 * G;
     in.cache = 100;
-    CHECK(expert_plan_make(&in, NULL, &p) == -1 && strstr(st_error_get(), "--expert-cache 100"), "%s",
-          st_error_get());
+    CHECK(expert_plan_make(&in, NULL, &p) == -1 && strstr(st_error_get(), "--expert-cache 100"), "%s", st_error_get());
     /* a profile: the hottest experts over all layers, whatever their layer */
     in.budget = 50 * G;
     in.cache = 3;
@@ -222,8 +228,8 @@ static void test_cost_model(void) {
     const double t = lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
     n = n_sent(to_pcie);
     const double t_cpu = 8 * (3e6 / 100e9 + 1e7 / 1e12), t_pcie = 8 * (20e-6 + 3e6 / 50e9);
-    CHECK(n > 0 && n < 8 && t < t_cpu && t < t_pcie, "balanced: %d sent, %.1f us vs CPU %.1f / PCIe %.1f", n,
-          t * 1e6, t_cpu * 1e6, t_pcie * 1e6);
+    CHECK(n > 0 && n < 8 && t < t_cpu && t < t_pcie, "balanced: %d sent, %.1f us vs CPU %.1f / PCIe %.1f", n, t * 1e6,
+          t_cpu * 1e6, t_pcie * 1e6);
     /* many tokens make an expert compute-bound on the CPU: it goes over PCIe first */
     ntok[3] = 500;
     lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
@@ -314,13 +320,15 @@ static void test_prefill_chunk(const char *path) {
     engine_params p = engine_defaults();
     p.expert_cache = -1;
     const size_t roomy = (size_t)1 << 40;
-    CHECK(engine_prefill_chunk(&p, m, 8192, roomy) == 512, "all resident: %d", engine_prefill_chunk(&p, m, 8192, roomy));
+    CHECK(engine_prefill_chunk(&p, m, 8192, roomy) == 512, "all resident: %d",
+          engine_prefill_chunk(&p, m, 8192, roomy));
     /* a budget that holds the dense part and three quarters of the experts (a layer of them the streaming buffer) */
     expert_plan_in in;
     engine_plan_input(&p, m, 8192, 512, 0, &in);
     const size_t base = engine_scratch_bytes(&m->hp, 512);
     const size_t tight = in.dense + in.kv + base + (size_t)m->hp.n_layer * (size_t)m->hp.n_expert * in.expert * 3 / 4;
-    const size_t extra4k = engine_scratch_bytes(&m->hp, 4096) - base, extra2k = engine_scratch_bytes(&m->hp, 2048) - base;
+    const size_t extra4k = engine_scratch_bytes(&m->hp, 4096) - base,
+                 extra2k = engine_scratch_bytes(&m->hp, 2048) - base;
     const int want = extra4k <= tight / 8 ? 4096 : extra2k <= tight / 8 ? 2048 : 1024;
     const int got = engine_prefill_chunk(&p, m, 8192, tight);
     CHECK(got == want && got > 512, "streamed: chunk %d, expected %d (budget %zu, extra scratch %zu / %zu)", got, want,
@@ -376,8 +384,8 @@ static void gpu_case(const char *path, double bound, const lanes_run_out *ref, i
         double ss = 0;
         for (int i = 0; i < nv; i++) ss += (double)(r[i] - g[i]) * (r[i] - g[i]);
         const double rms = sqrt(ss / nv);
-        CHECK(gap < 4 * rms, "%s cache %ld frac %g: token %d differs at a gap of %.3g (rms diff %.3g)", path,
-              cache, frac, t, gap, rms);
+        CHECK(gap < 4 * rms, "%s cache %ld frac %g: token %d differs at a gap of %.3g (rms diff %.3g)", path, cache,
+              frac, t, gap, rms);
         verdict = gap < 4 * rms ? "first difference at a near-tie" : "DIFFERENT";
     }
     CHECK(worst <= bound, "%s cache %ld frac %g: NMSE %.3g over %.3g", path, cache, frac, worst, bound);
@@ -452,8 +460,8 @@ int main(int argc, char **argv) {
         double frac;
         int profile;
     } cases[] = {
-        {0, 0, 0},         {0, 1, 0},          {0, -1, 0},         {total / 4, 0, 0}, {total / 4, 0.5, 0},
-        {total / 2, -1, 0}, {total - 1, 0, 0}, {total / 4, 0, 1},  {total / 2, 1, 1},
+        {0, 0, 0},          {0, 1, 0},         {0, -1, 0},        {total / 4, 0, 0}, {total / 4, 0.5, 0},
+        {total / 2, -1, 0}, {total - 1, 0, 0}, {total / 4, 0, 1}, {total / 2, 1, 1},
     };
     /* a profile: the routing counts of the plain prompt and decode, as strata profile records them */
     {
@@ -488,7 +496,8 @@ int main(int argc, char **argv) {
         CHECK(s.pairs_dev + s.pairs_cpu + s.pairs_pcie == pairs, "%s: %llu + %llu + %llu pairs, expected %llu", what,
               (unsigned long long)s.pairs_dev, (unsigned long long)s.pairs_cpu, (unsigned long long)s.pairs_pcie,
               (unsigned long long)pairs);
-        if (cases[c].cache == 0) CHECK(s.pairs_dev == 0, "%s: %llu cached pairs", what, (unsigned long long)s.pairs_dev);
+        if (cases[c].cache == 0)
+            CHECK(s.pairs_dev == 0, "%s: %llu cached pairs", what, (unsigned long long)s.pairs_dev);
         if (cases[c].frac == 0) CHECK(s.pairs_pcie == 0, "%s: %llu PCIe pairs", what, (unsigned long long)s.pairs_pcie);
         if (cases[c].frac == 1) CHECK(s.pairs_cpu == 0, "%s: %llu CPU pairs", what, (unsigned long long)s.pairs_cpu);
         st_free(got.logits);
@@ -498,7 +507,10 @@ int main(int argc, char **argv) {
     {
         int nvb;
         float *plain = run_batch(path, -1, -1, &nvb);
-        const struct { long cache; double frac; } bc[] = {{0, 0}, {total / 4, 1}, {total / 2, 0.5}};
+        const struct {
+            long cache;
+            double frac;
+        } bc[] = {{0, 0}, {total / 4, 1}, {total / 2, 0.5}};
         for (size_t c = 0; c < sizeof bc / sizeof bc[0]; c++) {
             float *lanes = run_batch(path, bc[c].cache, bc[c].frac, &nvb);
             double mx = 0, diff = 0;

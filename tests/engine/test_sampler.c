@@ -185,8 +185,8 @@ static void test_seed_and_reset(void) {
     int seen[V] = {0}, distinct = 0;
     for (int i = 0; i < N; i++) distinct += !seen[a[i]]++;
     CHECK(distinct > 20, "only %d distinct tokens in %d draws from 50 near-uniform ones", distinct, N);
-    printf("seed: same seed same %d draws; seed+1 agrees on %d of %d; reset replays; %d distinct tokens\n", N,
-           same_ac, N, distinct);
+    printf("seed: same seed same %d draws; seed+1 agrees on %d of %d; reset replays; %d distinct tokens\n", N, same_ac,
+           N, distinct);
 
     /* reset also forgets the penalty history: a penalised sampler after reset
      * draws exactly what a fresh one draws */
@@ -551,8 +551,8 @@ static void test_candidates(void) {
     const int h = sampler_top_k(l, 100, 40, got);
     int has_nan = 0;
     for (int j = 0; j < h; j++) has_nan |= isnan(l[got[j]]);
-    CHECK(h == 40 && !has_nan && got[0] == 98, "top-k with NaNs: %d candidates, NaN among them %d, first %d", h, has_nan,
-          got[0]);
+    CHECK(h == 40 && !has_nan && got[0] == 98, "top-k with NaNs: %d candidates, NaN among them %d, first %d", h,
+          has_nan, got[0]);
     for (int i = 0; i < 100; i++) l[i] = NAN;
     sampler_params q = plain(5);
     q.top_k = 40;
@@ -681,7 +681,8 @@ static void test_checked(void) {
     double want = (1 - z) * total;
     CHECK(fabs(masks - want) < 5 * sqrt(want * z) + 10, "%d masks for %.0f expected", masks, want);
     printf("checked sampling: 40k temperature draws match the masked softmax (chi-square %.1f, %d df); masked "
-           "%d times (1 - Z = %.2f)\n", chi, df, masks, 1 - z);
+           "%d times (1 - Z = %.2f)\n",
+           chi, df, masks, 1 - z);
 }
 
 /* ---- llama-server's samplers: logit bias, typical, DRY, the order ---- */
@@ -759,7 +760,8 @@ static void test_logit_bias(void) {
     CHECK(cnt[ids[0]] == 0 && chi < chi_bound(df), "bias draws: banned drawn %d times, chi-square %.1f (bound %.1f)",
           cnt[ids[0]], chi, chi_bound(df));
     printf("logit bias: greedy = argmax(l + bias) on 200 cases; 20k draws follow softmax(l + bias) (chi2 %.1f, df %d), "
-           "the banned token never\n", chi, df);
+           "the banned token never\n",
+           chi, df);
 }
 
 /* typical's kept set from the definition, in double */
@@ -854,7 +856,8 @@ static void test_dry(void) {
           l[2], want);
     sampler_free(s);
     printf("DRY: 400 random windows (breakers, bases 1 and 1.75, allowed 0-4) equal the O(n^2) reference (%d "
-           "logits penalised); a loop of 9 penalises its next token by %.2f\n", penalised, -want);
+           "logits penalised); a loop of 9 penalises its next token by %.2f\n",
+           penalised, -want);
 }
 
 static void test_order(void) {
@@ -926,7 +929,8 @@ static void test_order(void) {
               sampler_kind_from_name("bogus") == -1 && sampler_kind_from_name("top-_k") == -1,
           "sampler names");
     printf("order: the default spelled out is the same; top_p before temperature cuts on softmax(l); no "
-           "temperature step draws at 1 (chi2 %.1f); names and aliases\n", chi);
+           "temperature step draws at 1 (chi2 %.1f); names and aliases\n",
+           chi);
 }
 
 /* the constrained sampler with the new samplers: the same token as masking first */

@@ -79,8 +79,7 @@ static int on_event(void *ctx, const srv_event *ev) {
         snprintf(a->err, sizeof a->err, "%s", ev->error);
         n_finished++;
         break;
-    default:
-        break;
+    default: break;
     }
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
@@ -165,8 +164,7 @@ int main(int argc, char **argv) {
         ST_ASSERT(sched_submit(sch, &req[i], on_event, (void *)(intptr_t)i) == 0);
     }
     pthread_mutex_lock(&mu);
-    while (n_finished < N_REQ)
-        pthread_cond_wait(&cv, &mu);
+    while (n_finished < N_REQ) pthread_cond_wait(&cv, &mu);
     pthread_mutex_unlock(&mu);
 
     int fails = 0;
@@ -214,8 +212,7 @@ int main(int argc, char **argv) {
            (unsigned long long)gen_sum);
     fails += !ok;
     sched_free(sch);
-    for (int i = 0; i < N_REQ; i++)
-        st_free(prompt[i]);
+    for (int i = 0; i < N_REQ; i++) st_free(prompt[i]);
     printf("%s\n", fails ? "FAILED" : "OK");
     return fails ? 1 : 0;
 }

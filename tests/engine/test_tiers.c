@@ -43,8 +43,8 @@
 #include "../common/lanes_run.h"
 
 #define N_PROMPT 12
-#define N_GEN 12
-#define BOUND 1e-4 /* of the largest |logit|: float summation order only (test_lanes's bound) */
+#define N_GEN    12
+#define BOUND    1e-4 /* of the largest |logit|: float summation order only (test_lanes's bound) */
 
 typedef struct {
     long cache;
@@ -123,8 +123,10 @@ static void ssd_ranges_of(const char *path, const config *c, ssd_ranges *r) {
     /* the host RAM the tiers take: the RAM tier's arena and the staging the
      * SSD tier reads into (a slot per expert of a layer, and a spare) */
     const double per = (double)expert_store_expert_bytes(m), host = (double)(plan.ram_experts + X + 1) * per;
-    CHECK(host <= c->ram_gib * (double)(1ull << 30), "RAM tier %ld + staging %d slots = %.0f bytes, beyond the "
-          "budget of %.0f", plan.ram_experts, X + 1, host, c->ram_gib * (double)(1ull << 30));
+    CHECK(host <= c->ram_gib * (double)(1ull << 30),
+          "RAM tier %ld + staging %d slots = %.0f bytes, beyond the "
+          "budget of %.0f",
+          plan.ram_experts, X + 1, host, c->ram_gib * (double)(1ull << 30));
     r->n = 0;
     r->size = gguf_file_size(m->file);
     for (int il = 0; il < m->hp.n_layer; il++)
@@ -178,8 +180,15 @@ static void test_plan(void) {
     enum { L = 16, X = 32, LX = L * X };
     /* the staging as expert_store_staging_bytes makes it: a slot per expert of a layer and a spare */
     const size_t staging = (X + 1) * 51 * M;
-    expert_plan_in in = {.budget = 10 * G, .dense = 2 * G, .kv = G, .scratch = G, .expert = 50 * M,
-                         .n_layer = L, .n_expert = X, .cache = -1, .host_expert = 51 * M,
+    expert_plan_in in = {.budget = 10 * G,
+                         .dense = 2 * G,
+                         .kv = G,
+                         .scratch = G,
+                         .expert = 50 * M,
+                         .n_layer = L,
+                         .n_expert = X,
+                         .cache = -1,
+                         .host_expert = 51 * M,
                          .host_staging = staging};
     expert_plan p;
     in.ram_budget = 24 * G; /* 422 host experts x 50 MiB = 20.6 GiB: they fit, nothing changes */
@@ -230,8 +239,8 @@ static void test_plan(void) {
     expert_plan_free(&p);
     /* the staging and less than one expert besides: everything from the file */
     in.ram_budget = staging + 10 * M;
-    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.ram_experts == 0 && p.ssd_experts == LX - 8,
-          "all on SSD: %ld", p.ssd_experts);
+    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.ram_experts == 0 && p.ssd_experts == LX - 8, "all on SSD: %ld",
+          p.ssd_experts);
     expert_plan_free(&p);
     /* less than the staging: refused, naming it */
     in.ram_budget = G;
@@ -274,12 +283,15 @@ static void test_store_bytes(const char *path) {
         const expert_store_stats *st = expert_store_stats_get(s);
         CHECK(!bad, "%s (%s): %d matrices differ from the file", pass == 1 ? "RAM tier" : "SSD tier",
               expert_store_mode(s), bad);
-        if (pass == 1) CHECK(st->bytes == 0 && st->ram > 0, "all in RAM: %llu bytes read", (unsigned long long)st->bytes);
-        else CHECK(st->bytes > 0 && st->matrices == (uint64_t)(L * (X / 2) * 3 + L * 3), "SSD: %llu matrices read",
-                   (unsigned long long)st->matrices);
+        if (pass == 1)
+            CHECK(st->bytes == 0 && st->ram > 0, "all in RAM: %llu bytes read", (unsigned long long)st->bytes);
+        else
+            CHECK(st->bytes > 0 && st->matrices == (uint64_t)(L * (X / 2) * 3 + L * 3), "SSD: %llu matrices read",
+                  (unsigned long long)st->matrices);
         if (pass >= 2)
-            CHECK(strcmp(expert_store_mode(s), pass == 2 ? "pread, O_DIRECT" : pass == 3 ? "io_uring, buffered"
-                                                                                           : "pread, buffered") == 0,
+            CHECK(strcmp(expert_store_mode(s), pass == 2   ? "pread, O_DIRECT"
+                                               : pass == 3 ? "io_uring, buffered"
+                                                           : "pread, buffered") == 0,
                   "STRATA_SSD_IO=%s: mode %s", modes[pass - 1], expert_store_mode(s));
         printf("  store (%s), %s: every matrix equal to the file's\n", expert_store_mode(s),
                pass == 1 ? "all in the RAM tier" : "all read from the file");
@@ -297,8 +309,7 @@ static void test_bad_flag(const char *strata, const char *path) {
         char cmd[1200], out[1024] = {0};
         if (i < sizeof bad / sizeof bad[0])
             snprintf(cmd, sizeof cmd, "%s run -m %s -p x -n 1 --ram-budget %s 2>&1", strata, path, bad[i]);
-        else
-            snprintf(cmd, sizeof cmd, "%s run -m %s -p x -n 1 --ram-budget 2>&1", strata, path);
+        else snprintf(cmd, sizeof cmd, "%s run -m %s -p x -n 1 --ram-budget 2>&1", strata, path);
         FILE *f = popen(cmd, "r");
         ST_ASSERT(f);
         const size_t n = fread(out, 1, sizeof out - 1, f);
@@ -334,7 +345,7 @@ int main(int argc, char **argv) {
     const double per = (double)expert_store_expert_bytes(m), gib = (double)(1ull << 30);
     const double ram6 = (hp.n_expert + 1 + 6) * per / gib, ram0 = (hp.n_expert + 1.5) * per / gib;
     model_free(m);
-    {   /* less than the staging: the engine does not open, and says why */
+    { /* less than the staging: the engine does not open, and says why */
         config c = {0, 0, 0, NULL, hp.n_expert * per / gib};
         engine_params p = params(path, &c);
         engine *e = engine_open(&p);
@@ -353,20 +364,19 @@ int main(int argc, char **argv) {
         engine_close(e);
     }
     const config cases[] = {
-        {0, 0, 0, NULL, ram6},         /* every miss on the CPU lane */
-        {0, 1, 0, NULL, ram6},         /* every miss over "PCIe", from the staging */
+        {0, 0, 0, NULL, ram6},           /* every miss on the CPU lane */
+        {0, 1, 0, NULL, ram6},           /* every miss over "PCIe", from the staging */
         {total / 4, 0.5, 1, NULL, ram6}, /* split, and the cache learning from SSD-tier experts */
-        {total / 4, 0, 0, NULL, ram6}, /* profile below */
-        {0, 0, 0, NULL, ram0},         /* the staging and half an expert: all from the file */
-        {-1, -1, 0, NULL, ram6},       /* the CPU alone (no --expert-cache): the lanes come for the tiers */
+        {total / 4, 0, 0, NULL, ram6},   /* profile below */
+        {0, 0, 0, NULL, ram0},           /* the staging and half an expert: all from the file */
+        {-1, -1, 0, NULL, ram6},         /* the CPU alone (no --expert-cache): the lanes come for the tiers */
     };
     int checked_cache = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         config c = cases[i];
         if (i == 3) c.profile = prof_path;
         char what[160];
-        if (c.cache < 0)
-            snprintf(what, sizeof what, "the CPU alone, RAM budget %.4f MiB", c.ram_gib * 1024);
+        if (c.cache < 0) snprintf(what, sizeof what, "the CPU alone, RAM budget %.4f MiB", c.ram_gib * 1024);
         else
             snprintf(what, sizeof what, "cache %ld of %d, pcie-frac %g%s%s, RAM budget %.4f MiB", c.cache, total,
                      c.frac, c.adapt ? ", learning" : "", c.profile ? ", profile" : "", c.ram_gib * 1024);
@@ -398,11 +408,11 @@ int main(int argc, char **argv) {
         int finite = 1;
         for (size_t q = 0; q < (size_t)(N_GEN + 1) * nv; q++) finite &= isfinite(tier.logits[q]);
         if (c.frac == 1) CHECK(bits, "%s: logits differ (largest difference %.3g of %.3g)", what, diff, mx);
-        CHECK(finite && diff <= BOUND * mx && same_tok, "%s: logits differ by %.3g of %.3g, tokens %s", what, diff,
-              mx, same_tok ? "equal" : "differ");
+        CHECK(finite && diff <= BOUND * mx && same_tok, "%s: logits differ by %.3g of %.3g, tokens %s", what, diff, mx,
+              same_tok ? "equal" : "differ");
         const moe_lane_stats *s = &tier.stats;
-        CHECK(s->bytes_ssd > 0 && s->ns_ssd > 0 && all.stats.bytes_ssd == 0, "%s: %llu SSD bytes (%llu without)",
-              what, (unsigned long long)s->bytes_ssd, (unsigned long long)all.stats.bytes_ssd);
+        CHECK(s->bytes_ssd > 0 && s->ns_ssd > 0 && all.stats.bytes_ssd == 0, "%s: %llu SSD bytes (%llu without)", what,
+              (unsigned long long)s->bytes_ssd, (unsigned long long)all.stats.bytes_ssd);
         if (c.cache >= 0)
             CHECK(s->pairs_dev + s->pairs_cpu + s->pairs_pcie ==
                       all.stats.pairs_dev + all.stats.pairs_cpu + all.stats.pairs_pcie,
@@ -416,9 +426,13 @@ int main(int argc, char **argv) {
             checked_cache++;
             CHECK(cached == 0, "%s: %ld of the SSD tier's %ld pages came into the page cache", what, cached, n_pages);
         }
-        printf("  %-72s logits %s (%.1e), %.1f KB/token from the file at %.2f GB/s; SSD pages cached %ld of %ld\n", what,
-               bits ? "bit-equal" : diff <= BOUND * mx ? "within rounding" : "DIFFER", diff, (double)s->bytes_ssd / (N_PROMPT + N_GEN) / 1e3,
-               (double)s->bytes_ssd / (double)s->ns_ssd, cached, n_pages);
+        printf("  %-72s logits %s (%.1e), %.1f KB/token from the file at %.2f GB/s; SSD pages cached %ld of %ld\n",
+               what,
+               bits                 ? "bit-equal"
+               : diff <= BOUND * mx ? "within rounding"
+                                    : "DIFFER",
+               diff, (double)s->bytes_ssd / (N_PROMPT + N_GEN) / 1e3, (double)s->bytes_ssd / (double)s->ns_ssd, cached,
+               n_pages);
         st_free(tier.logits);
         st_free(all.logits);
     }

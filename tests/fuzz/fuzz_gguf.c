@@ -14,9 +14,9 @@
 #include "core/log.h"
 #include "gguf/gguf.h"
 
-#define REQUIRE(c) \
-    do {           \
-        if (!(c)) __builtin_trap(); \
+#define REQUIRE(c)                                                                                                     \
+    do {                                                                                                               \
+        if (!(c)) __builtin_trap();                                                                                    \
     } while (0)
 
 static volatile uint64_t g_sink; /* keeps the walks from being optimised away */

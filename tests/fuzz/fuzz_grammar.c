@@ -16,13 +16,13 @@
 
 #include "server/srv_grammar.h"
 
-#define REQUIRE(c)                  \
-    do {                            \
-        if (!(c)) __builtin_trap(); \
+#define REQUIRE(c)                                                                                                     \
+    do {                                                                                                               \
+        if (!(c)) __builtin_trap();                                                                                    \
     } while (0)
 
-static const char *const PIECES[] = {"{", "\"", "a", "ab", "abc", " ", "\n", "}", "1", "12", "-", ",", ":", "[",
-                                     "]", "x", "\xc3", "\xa9", "\xc3\xa9", "\\", "true", "<", "b"};
+static const char *const PIECES[] = {"{", "\"", "a", "ab", "abc",  " ",    "\n",       "}",  "1",    "12", "-", ",",
+                                     ":", "[",  "]", "x",  "\xc3", "\xa9", "\xc3\xa9", "\\", "true", "<",  "b"};
 enum { NP = sizeof PIECES / sizeof PIECES[0] };
 
 static void walk(const grammar *g, const uint8_t *text, size_t n) {

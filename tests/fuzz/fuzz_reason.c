@@ -54,13 +54,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     run(k, open, calls, t, n, step, &parts);
     if (whole.nr != parts.nr || whole.nc != parts.nc || (whole.nr && memcmp(whole.r, parts.r, whole.nr)) ||
         (whole.nc && memcmp(whole.c, parts.c, whole.nc)))
-        abort(); /* pieces must not change the answer */
+        abort();                                               /* pieces must not change the answer */
     if (k == REASON_THINK && whole.nr + whole.nc > n) abort(); /* think tags only remove */
     /* a text whose first byte starts no marker (after space, for think tags) is content, untouched */
     size_t lead = 0;
     while (lead < n && memchr(" \n\t\r", t[lead], 4)) lead++;
-    int plain = k == REASON_THINK ? !open && lead < n && t[lead] != '<'
-                                  : n > 0 && t[0] != '<' && t[0] != ' ';
+    int plain = k == REASON_THINK ? !open && lead < n && t[lead] != '<' : n > 0 && t[0] != '<' && t[0] != ' ';
     if (plain && (whole.nr || whole.nc != n || memcmp(whole.c, t, n))) abort();
     free(whole.r), free(whole.c), free(parts.r), free(parts.c);
     return 0;

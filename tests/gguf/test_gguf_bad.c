@@ -22,9 +22,16 @@ static void good_file(bb *b) {
     bb_kv_u32(b, "general.alignment", 32);
     bb_kv_str(b, "general.name", "tiny");
     bb_key(b, "tok", V_ARR);
-    bb_u32(b, V_STR); bb_u64(b, 2); bb_str(b, "a"); bb_str(b, "bc");
+    bb_u32(b, V_STR);
+    bb_u64(b, 2);
+    bb_str(b, "a");
+    bb_str(b, "bc");
     bb_key(b, "nest", V_ARR);
-    bb_u32(b, V_ARR); bb_u64(b, 1); bb_u32(b, V_U8); bb_u64(b, 1); bb_u8(b, 7);
+    bb_u32(b, V_ARR);
+    bb_u64(b, 1);
+    bb_u32(b, V_U8);
+    bb_u64(b, 1);
+    bb_u8(b, 7);
     uint64_t ne_a[1] = {8}, ne_b[2] = {32, 2};
     bb_tinfo(b, "a", 1, ne_a, T_F32, 0);
     bb_tinfo(b, "b", 2, ne_b, T_Q4_0, 32);
@@ -52,57 +59,218 @@ static void two_tensors(bb *b, const char *n1, uint64_t off1, const char *n2, ui
 }
 
 static void nested(bb *b, int levels) {
-    if (levels == 1) { bb_u32(b, V_U8); bb_u64(b, 1); bb_u8(b, 1); return; }
-    bb_u32(b, V_ARR); bb_u64(b, 1);
+    if (levels == 1) {
+        bb_u32(b, V_U8);
+        bb_u64(b, 1);
+        bb_u8(b, 1);
+        return;
+    }
+    bb_u32(b, V_ARR);
+    bb_u64(b, 1);
     nested(b, levels - 1);
 }
 
 /* ---- the cases ---- */
-static void c_trunc_header(bb *b) { bb_put(b, "GGUF", 4); bb_u32(b, 3); bb_u32(b, 0); }
+static void c_trunc_header(bb *b) {
+    bb_put(b, "GGUF", 4);
+    bb_u32(b, 3);
+    bb_u32(b, 0);
+}
 static void c_empty(bb *b) { (void)b; }
-static void c_magic(bb *b) { good_file(b); b->p[3] = 'X'; }
-static void c_v1(bb *b) { good_file(b); b->p[4] = 1; }
-static void c_v99(bb *b) { good_file(b); b->p[4] = 99; }
-static void c_bigendian(bb *b) { good_file(b); b->p[4] = 0; b->p[7] = 3; }
-static void c_huge_nkv(bb *b) { bb_header(b, 3, 0, 1ull << 60); bb_kv_u32(b, "k", 1); }
-static void c_huge_ntensors(bb *b) { bb_header(b, 3, 1ull << 60, 0); bb_fill(b, 64, 0); }
-static void c_huge_ntensors_after_kv(bb *b) { bb_header(b, 3, 3, 1); bb_kv_str(b, "k", "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"); }
-static void c_huge_key_len(bb *b) { bb_header(b, 3, 0, 1); bb_u64(b, 1ull << 40); bb_fill(b, 16, 0); }
-static void c_huge_str(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "s", V_STR); bb_u64(b, 1ull << 62); bb_put(b, "abc", 3); }
-static void c_huge_arr(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "a", V_ARR); bb_u32(b, V_U32); bb_u64(b, 1ull << 61); bb_fill(b, 16, 0); }
-static void c_huge_arr_str(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "a", V_ARR); bb_u32(b, V_STR); bb_u64(b, 1000); bb_fill(b, 64, 0); }
-static void c_offset_past_end(bb *b) { uint64_t ne[1] = {8}; one_tensor(b, "w", 1, ne, T_F32, 4096, 32); }
-static void c_size_past_end(bb *b) { uint64_t ne[1] = {16}; one_tensor(b, "w", 1, ne, T_F32, 0, 32); }
-static void c_no_data(bb *b) { uint64_t ne[1] = {8}; bb_header(b, 3, 1, 0); bb_tinfo(b, "w", 1, ne, T_F32, 0); }
-static void c_misaligned(bb *b) { uint64_t ne[1] = {8}; one_tensor(b, "w", 1, ne, T_F32, 8, 64); }
-static void c_align3(bb *b) { bb_header(b, 3, 0, 1); bb_kv_u32(b, "general.alignment", 48); }
-static void c_align0(bb *b) { bb_header(b, 3, 0, 1); bb_kv_u32(b, "general.alignment", 0); }
-static void c_align_type(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "general.alignment", V_I32); bb_u32(b, 32); }
-static void c_dup_key(bb *b) { bb_header(b, 3, 0, 3); bb_kv_u32(b, "x", 1); bb_kv_u32(b, "y", 1); bb_kv_str(b, "x", "z"); }
+static void c_magic(bb *b) {
+    good_file(b);
+    b->p[3] = 'X';
+}
+static void c_v1(bb *b) {
+    good_file(b);
+    b->p[4] = 1;
+}
+static void c_v99(bb *b) {
+    good_file(b);
+    b->p[4] = 99;
+}
+static void c_bigendian(bb *b) {
+    good_file(b);
+    b->p[4] = 0;
+    b->p[7] = 3;
+}
+static void c_huge_nkv(bb *b) {
+    bb_header(b, 3, 0, 1ull << 60);
+    bb_kv_u32(b, "k", 1);
+}
+static void c_huge_ntensors(bb *b) {
+    bb_header(b, 3, 1ull << 60, 0);
+    bb_fill(b, 64, 0);
+}
+static void c_huge_ntensors_after_kv(bb *b) {
+    bb_header(b, 3, 3, 1);
+    bb_kv_str(b, "k",
+              "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789");
+}
+static void c_huge_key_len(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_u64(b, 1ull << 40);
+    bb_fill(b, 16, 0);
+}
+static void c_huge_str(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "s", V_STR);
+    bb_u64(b, 1ull << 62);
+    bb_put(b, "abc", 3);
+}
+static void c_huge_arr(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "a", V_ARR);
+    bb_u32(b, V_U32);
+    bb_u64(b, 1ull << 61);
+    bb_fill(b, 16, 0);
+}
+static void c_huge_arr_str(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "a", V_ARR);
+    bb_u32(b, V_STR);
+    bb_u64(b, 1000);
+    bb_fill(b, 64, 0);
+}
+static void c_offset_past_end(bb *b) {
+    uint64_t ne[1] = {8};
+    one_tensor(b, "w", 1, ne, T_F32, 4096, 32);
+}
+static void c_size_past_end(bb *b) {
+    uint64_t ne[1] = {16};
+    one_tensor(b, "w", 1, ne, T_F32, 0, 32);
+}
+static void c_no_data(bb *b) {
+    uint64_t ne[1] = {8};
+    bb_header(b, 3, 1, 0);
+    bb_tinfo(b, "w", 1, ne, T_F32, 0);
+}
+static void c_misaligned(bb *b) {
+    uint64_t ne[1] = {8};
+    one_tensor(b, "w", 1, ne, T_F32, 8, 64);
+}
+static void c_align3(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_kv_u32(b, "general.alignment", 48);
+}
+static void c_align0(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_kv_u32(b, "general.alignment", 0);
+}
+static void c_align_type(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "general.alignment", V_I32);
+    bb_u32(b, 32);
+}
+static void c_dup_key(bb *b) {
+    bb_header(b, 3, 0, 3);
+    bb_kv_u32(b, "x", 1);
+    bb_kv_u32(b, "y", 1);
+    bb_kv_str(b, "x", "z");
+}
 static void c_dup_tensor(bb *b) { two_tensors(b, "w", 0, "w", 32); }
 static void c_overlap(bb *b) { two_tensors(b, "w1", 32, "w2", 32); }
-static void c_unknown_ttype(bb *b) { uint64_t ne[1] = {8}; one_tensor(b, "w", 1, ne, 5, 0, 32); }
-static void c_unknown_ttype_big(bb *b) { uint64_t ne[1] = {8}; one_tensor(b, "w", 1, ne, 0xffffffffu, 0, 32); }
-static void c_unknown_vtype(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "k", 13); bb_u32(b, 0); }
-static void c_unknown_elem_type(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "k", V_ARR); bb_u32(b, 99); bb_u64(b, 0); }
-static void c_key_utf8(bb *b) { bb_header(b, 3, 0, 1); bb_kv_u32(b, "ab\xff", 1); }
-static void c_key_overlong(bb *b) { bb_header(b, 3, 0, 1); bb_kv_u32(b, "\xc0\xaf", 1); }
-static void c_key_surrogate(bb *b) { bb_header(b, 3, 0, 1); bb_kv_u32(b, "\xed\xa0\x80", 1); }
-static void c_key_cut_utf8(bb *b) { bb_header(b, 3, 0, 1); bb_kv_u32(b, "x\xe2\x9c", 1); }
-static void c_key_nul(bb *b) { bb_header(b, 3, 0, 1); bb_strn(b, "a\0b", 3); bb_u32(b, V_U32); bb_u32(b, 1); }
-static void c_key_empty(bb *b) { bb_header(b, 3, 0, 1); bb_kv_u32(b, "", 1); }
-static void c_tname_utf8(bb *b) { uint64_t ne[1] = {8}; one_tensor(b, "w\x80", 1, ne, T_F32, 0, 32); }
-static void c_ndims0(bb *b) { uint64_t ne[1] = {8}; one_tensor(b, "w", 0, ne, T_F32, 0, 32); }
-static void c_ndims5(bb *b) { uint64_t ne[5] = {8, 1, 1, 1, 1}; one_tensor(b, "w", 5, ne, T_F32, 0, 32); }
-static void c_ne0(bb *b) { uint64_t ne[2] = {8, 0}; one_tensor(b, "w", 2, ne, T_F32, 0, 32); }
-static void c_ne_neg(bb *b) { uint64_t ne[2] = {8, 1ull << 63}; one_tensor(b, "w", 2, ne, T_F32, 0, 32); }
-static void c_ne_overflow(bb *b) { uint64_t ne[2] = {1ull << 32, 1ull << 32}; one_tensor(b, "w", 2, ne, T_F32, 0, 32); }
-static void c_size_overflow(bb *b) { uint64_t ne[1] = {1ull << 62}; one_tensor(b, "w", 1, ne, T_F64, 0, 32); }
-static void c_ne_block(bb *b) { uint64_t ne[2] = {33, 2}; one_tensor(b, "w", 2, ne, T_Q4_0, 0, 64); }
-static void c_deep(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "d", V_ARR); nested(b, 9); }
-static void c_bool(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "b", V_BOOL); bb_u8(b, 2); }
-static void c_bool_arr(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "b", V_ARR); bb_u32(b, V_BOOL); bb_u64(b, 3); bb_u8(b, 1); bb_u8(b, 0); bb_u8(b, 3); }
-static void c_trunc_value(bb *b) { bb_header(b, 3, 0, 1); bb_key(b, "k", V_U32); bb_u8(b, 1); }
+static void c_unknown_ttype(bb *b) {
+    uint64_t ne[1] = {8};
+    one_tensor(b, "w", 1, ne, 5, 0, 32);
+}
+static void c_unknown_ttype_big(bb *b) {
+    uint64_t ne[1] = {8};
+    one_tensor(b, "w", 1, ne, 0xffffffffu, 0, 32);
+}
+static void c_unknown_vtype(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "k", 13);
+    bb_u32(b, 0);
+}
+static void c_unknown_elem_type(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "k", V_ARR);
+    bb_u32(b, 99);
+    bb_u64(b, 0);
+}
+static void c_key_utf8(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_kv_u32(b, "ab\xff", 1);
+}
+static void c_key_overlong(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_kv_u32(b, "\xc0\xaf", 1);
+}
+static void c_key_surrogate(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_kv_u32(b, "\xed\xa0\x80", 1);
+}
+static void c_key_cut_utf8(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_kv_u32(b, "x\xe2\x9c", 1);
+}
+static void c_key_nul(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_strn(b, "a\0b", 3);
+    bb_u32(b, V_U32);
+    bb_u32(b, 1);
+}
+static void c_key_empty(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_kv_u32(b, "", 1);
+}
+static void c_tname_utf8(bb *b) {
+    uint64_t ne[1] = {8};
+    one_tensor(b, "w\x80", 1, ne, T_F32, 0, 32);
+}
+static void c_ndims0(bb *b) {
+    uint64_t ne[1] = {8};
+    one_tensor(b, "w", 0, ne, T_F32, 0, 32);
+}
+static void c_ndims5(bb *b) {
+    uint64_t ne[5] = {8, 1, 1, 1, 1};
+    one_tensor(b, "w", 5, ne, T_F32, 0, 32);
+}
+static void c_ne0(bb *b) {
+    uint64_t ne[2] = {8, 0};
+    one_tensor(b, "w", 2, ne, T_F32, 0, 32);
+}
+static void c_ne_neg(bb *b) {
+    uint64_t ne[2] = {8, 1ull << 63};
+    one_tensor(b, "w", 2, ne, T_F32, 0, 32);
+}
+static void c_ne_overflow(bb *b) {
+    uint64_t ne[2] = {1ull << 32, 1ull << 32};
+    one_tensor(b, "w", 2, ne, T_F32, 0, 32);
+}
+static void c_size_overflow(bb *b) {
+    uint64_t ne[1] = {1ull << 62};
+    one_tensor(b, "w", 1, ne, T_F64, 0, 32);
+}
+static void c_ne_block(bb *b) {
+    uint64_t ne[2] = {33, 2};
+    one_tensor(b, "w", 2, ne, T_Q4_0, 0, 64);
+}
+static void c_deep(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "d", V_ARR);
+    nested(b, 9);
+}
+static void c_bool(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "b", V_BOOL);
+    bb_u8(b, 2);
+}
+static void c_bool_arr(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "b", V_ARR);
+    bb_u32(b, V_BOOL);
+    bb_u64(b, 3);
+    bb_u8(b, 1);
+    bb_u8(b, 0);
+    bb_u8(b, 3);
+}
+static void c_trunc_value(bb *b) {
+    bb_header(b, 3, 0, 1);
+    bb_key(b, "k", V_U32);
+    bb_u8(b, 1);
+}
 
 typedef struct {
     const char *name;
@@ -164,14 +332,18 @@ static int expect_fail(const char *label, const uint8_t *p, size_t n, const char
     char path[1024];
     snprintf(path, sizeof path, "%s/bad.gguf", g_dir);
     int ok = 1;
-    if (write_file(path, p, n)) { fprintf(stderr, "cannot write %s\n", path); return 0; }
+    if (write_file(path, p, n)) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return 0;
+    }
     st_error_clear();
     gguf_file *f = gguf_open(path);
     const char *msg = st_error_get();
     char prefix[1100];
     snprintf(prefix, sizeof prefix, "%s: ", path);
     if (f || !strstr(msg, phrase) || strncmp(msg, prefix, strlen(prefix))) {
-        fprintf(stderr, "FAIL %s (file): %s; message '%s', wanted '%s'\n", label, f ? "opened" : "refused", msg, phrase);
+        fprintf(stderr, "FAIL %s (file): %s; message '%s', wanted '%s'\n", label, f ? "opened" : "refused", msg,
+                phrase);
         ok = 0;
     }
     if (f) gguf_close(f);

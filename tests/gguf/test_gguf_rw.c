@@ -69,8 +69,12 @@ static void write_all_types(const char *path, uint32_t align) {
     gguf_w_bool(w, "t.true", 1);
     gguf_w_bool(w, "t.false", 0);
     gguf_w_str(w, "t.str", "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93");
-    uint8_t u8 = 200; int8_t i8 = -7; uint16_t u16 = 65000; int16_t i16 = -30000;
-    int64_t i64 = -9000000000000000000ll; double f64 = 2.718281828459045;
+    uint8_t u8 = 200;
+    int8_t i8 = -7;
+    uint16_t u16 = 65000;
+    int16_t i16 = -30000;
+    int64_t i64 = -9000000000000000000ll;
+    double f64 = 2.718281828459045;
     gguf_w_raw(w, "t.u8", GGUF_T_UINT8, &u8, 1);
     gguf_w_raw(w, "t.i8", GGUF_T_INT8, &i8, 1);
     gguf_w_raw(w, "t.u16", GGUF_T_UINT16, &u16, 2);
@@ -102,9 +106,17 @@ static void write_all_types(const char *path, uint32_t align) {
     bb a = {0};
     bb_u32(&a, 9);
     bb_u64(&a, 3);
-    bb_u32(&a, 5); bb_u64(&a, 3); bb_u32(&a, 10); bb_u32(&a, 20); bb_u32(&a, 30);
-    bb_u32(&a, 8); bb_u64(&a, 2); bb_str(&a, "x"); bb_str(&a, "yz");
-    bb_u32(&a, 0); bb_u64(&a, 0);
+    bb_u32(&a, 5);
+    bb_u64(&a, 3);
+    bb_u32(&a, 10);
+    bb_u32(&a, 20);
+    bb_u32(&a, 30);
+    bb_u32(&a, 8);
+    bb_u64(&a, 2);
+    bb_str(&a, "x");
+    bb_str(&a, "yz");
+    bb_u32(&a, 0);
+    bb_u64(&a, 0);
     gguf_w_raw(w, "a.nested", GGUF_T_ARRAY, a.p, a.n);
     bb_free(&a);
     raw_nested(&a, 8); /* the deepest nesting the reader accepts */
@@ -118,7 +130,8 @@ static void write_all_types(const char *path, uint32_t align) {
     gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)vocab, N_VOCAB);
     for (int i = 0; i < N_VOCAB; i++) free(vocab[i]);
     free(vocab);
-    for (int i = 0; i < N_T; i++) gguf_w_tensor(w, k_tensors[i].name, k_tensors[i].type, k_tensors[i].n_dims, k_tensors[i].ne);
+    for (int i = 0; i < N_T; i++)
+        gguf_w_tensor(w, k_tensors[i].name, k_tensors[i].type, k_tensors[i].n_dims, k_tensors[i].ne);
     int rc = gguf_writer_write(w, path, fill_pattern, NULL);
     if (rc) fprintf(stderr, "write: %s\n", st_error_get());
     CHECK(rc == 0);
@@ -132,7 +145,13 @@ static double now_s(void) {
 }
 
 static void check_scalars(const gguf_file *f) {
-    uint32_t u32; int64_t i64; float f32; int b; const char *s; uint64_t len; double d;
+    uint32_t u32;
+    int64_t i64;
+    float f32;
+    int b;
+    const char *s;
+    uint64_t len;
+    double d;
     CHECK(gguf_get_u32(f, "t.u32", &u32) == 0 && u32 == 0xDEADBEEFu);
     CHECK(gguf_get_i64(f, "t.i32", &i64) == 0 && i64 == -123456);
     CHECK(gguf_get_u32(f, "t.i32", &u32) == -1); /* negative does not fit */
@@ -143,7 +162,8 @@ static void check_scalars(const gguf_file *f) {
     CHECK(gguf_get_bool(f, "t.true", &b) == 0 && b == 1);
     CHECK(gguf_get_bool(f, "t.false", &b) == 0 && b == 0);
     CHECK(gguf_get_bool(f, "t.u8", &b) == -1);
-    CHECK(gguf_get_str(f, "t.str", &s, &len) == 0 && len == 17 && !memcmp(s, "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93", 17));
+    CHECK(gguf_get_str(f, "t.str", &s, &len) == 0 && len == 17 &&
+          !memcmp(s, "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93", 17));
     CHECK(gguf_get_str(f, "t.str_nul", &s, &len) == 0 && len == 3 && !memcmp(s, "a\0b", 3));
     CHECK(gguf_get_str(f, "t.u32", &s, &len) == -1);
     CHECK(gguf_get_u32(f, "t.u8", &u32) == 0 && u32 == 200);
@@ -162,8 +182,12 @@ static void check_scalars(const gguf_file *f) {
 
 static void check_arrays(const gguf_file *f) {
     gguf_value v, e, e2;
-    int64_t i; double d; const char *s; uint64_t len;
-    CHECK(gguf_get_value(f, gguf_find_key(f, "a.u8"), &v) == 0 && v.type == GGUF_T_ARRAY && v.elem_type == GGUF_T_UINT8 && v.n == 3);
+    int64_t i;
+    double d;
+    const char *s;
+    uint64_t len;
+    CHECK(gguf_get_value(f, gguf_find_key(f, "a.u8"), &v) == 0 && v.type == GGUF_T_ARRAY &&
+          v.elem_type == GGUF_T_UINT8 && v.n == 3);
     CHECK(gguf_arr_get_i64(&v, 2, &i) == 0 && i == 255 && gguf_arr_get_i64(&v, 3, &i) == -1);
     CHECK(gguf_get_value(f, gguf_find_key(f, "a.i32"), &v) == 0 && v.elem_type == GGUF_T_INT32 && v.n == 3);
     CHECK(gguf_arr_get_i64(&v, 0, &i) == 0 && i == -1 && gguf_arr_get_i64(&v, 2, &i) == 0 && i == 7);
@@ -196,7 +220,8 @@ static void check_arrays(const gguf_file *f) {
     /* the same elements through the walk path (no index), as a hand-made value would have */
     gguf_value w = v;
     w.elem_off = NULL;
-    CHECK(gguf_arr_get_value(&w, 1, &e) == 0 && e.n == 2 && gguf_arr_get_str(&e, 0, &s, &len) == 0 && len == 1 && s[0] == 'x');
+    CHECK(gguf_arr_get_value(&w, 1, &e) == 0 && e.n == 2 && gguf_arr_get_str(&e, 0, &s, &len) == 0 && len == 1 &&
+          s[0] == 'x');
     CHECK(gguf_arr_get_value(&w, 2, &e) == 0 && e.elem_type == GGUF_T_UINT8 && e.n == 0);
     /* eight levels deep */
     CHECK(gguf_get_value(f, gguf_find_key(f, "a.deep"), &v) == 0);
@@ -208,8 +233,10 @@ static void check_arrays(const gguf_file *f) {
 
 static void check_vocab(const gguf_file *f) {
     gguf_value v;
-    const char *s; uint64_t len;
-    CHECK(gguf_get_value(f, gguf_find_key(f, "tokenizer.ggml.tokens"), &v) == 0 && v.n == N_VOCAB && v.elem_off != NULL);
+    const char *s;
+    uint64_t len;
+    CHECK(gguf_get_value(f, gguf_find_key(f, "tokenizer.ggml.tokens"), &v) == 0 && v.n == N_VOCAB &&
+          v.elem_off != NULL);
     double t0 = now_s();
     int bad = 0;
     char want[16];
@@ -260,7 +287,9 @@ static void check_file(const gguf_file *f, uint32_t align, uint32_t version) {
 }
 
 static int fill_fail(void *ctx, int64_t i, void *buf, size_t size) {
-    (void)ctx; (void)buf; (void)size;
+    (void)ctx;
+    (void)buf;
+    (void)size;
     return i == 1 ? -1 : 0;
 }
 
@@ -307,7 +336,8 @@ static void check_writer_errors(const char *path) {
     w = gguf_writer_new();
     gguf_w_tensor(w, "a", 0, 1, ne);
     gguf_w_tensor(w, "b", 0, 1, ne);
-    CHECK(gguf_writer_write(w, path, fill_fail, NULL) == -1 && strstr(st_error_get(), "fill callback failed for tensor 'b'"));
+    CHECK(gguf_writer_write(w, path, fill_fail, NULL) == -1 &&
+          strstr(st_error_get(), "fill callback failed for tensor 'b'"));
     CHECK(fopen(path, "rb") == NULL);
     gguf_writer_free(w);
     printf("  writer refuses: duplicate key, bad block multiple, duplicate tensor, unknown type, bad alignment, "
@@ -342,7 +372,10 @@ static void check_many_tensors(const char *path) {
         snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", i);
         const gguf_tensor *t = gguf_find_tensor(f, name);
         int64_t id;
-        if (!t) { bad++; continue; }
+        if (!t) {
+            bad++;
+            continue;
+        }
         memcpy(&id, t->data, 8);
         bad += id != i || t != gguf_tensor_at(f, i);
     }

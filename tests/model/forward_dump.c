@@ -101,8 +101,7 @@ int main(int argc, char **argv) {
             if (parse_int(argv[++i], &n_ctx) || n_ctx < 1) return usage();
         } else if (!strcmp(a, "--threads") && has_val) {
             if (parse_int(argv[++i], &n_threads)) return usage();
-        } else
-            return usage();
+        } else return usage();
     }
     if (!tok_arg || (split && last_only)) return usage();
     int32_t *tokens = st_malloc(MAX_TOKENS * sizeof(int32_t));
@@ -153,9 +152,9 @@ int main(int argc, char **argv) {
         /* prompt: the first half in one call; decode: the rest one at a time */
         int first = n_tok / 2;
         model_forward(ctx, kv->layers, tokens, first, 0, logits, 1);
-        for (int t = first; t < n_tok; t++) model_forward(ctx, kv->layers, tokens + t, 1, t, logits + (size_t)t * nv, 1);
-    } else
-        model_forward(ctx, kv->layers, tokens, n_tok, 0, logits, !last_only);
+        for (int t = first; t < n_tok; t++)
+            model_forward(ctx, kv->layers, tokens + t, 1, t, logits + (size_t)t * nv, 1);
+    } else model_forward(ctx, kv->layers, tokens, n_tok, 0, logits, !last_only);
     size_t n_out = last_only ? nv : (size_t)n_tok * nv;
 
     if (router_file && fclose(router_file) != 0) {
@@ -169,7 +168,10 @@ int main(int argc, char **argv) {
     }
     printf("forward_dump: %s arch %s, %d tokens, vocab %d, kv %s, ubatch %d%s -> %s\n", model_path,
            model_arch_name(hp->arch), n_tok, hp->n_vocab, kv_arg, ubatch,
-           split ? ", split" : last_only ? ", last only" : "", out_path);
+           split       ? ", split"
+           : last_only ? ", last only"
+                       : "",
+           out_path);
 
     st_free(logits);
     kv_cache_free(kv);

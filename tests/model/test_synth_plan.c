@@ -56,7 +56,8 @@ static void check_case(const char *dir, const char *arch, const char *what, synt
                        model_has_tensor(&mine, il, (model_when)w), model_has_tensor(&m->hp, il, (model_when)w));
                 bad_when++;
             }
-        for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) rows += model_has_tensor(&m->hp, il, MODEL_LAYER_TENSORS[t].when);
+        for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++)
+            rows += model_has_tensor(&m->hp, il, MODEL_LAYER_TENSORS[t].when);
     }
     CHECK(!bad_dim && !bad_when, "%s %s: %d dimensions and %d layer conditions differ from the loader's", arch, what,
           bad_dim, bad_when);

@@ -89,8 +89,7 @@ static inline void qtt_fill_blocks(qt_type t, void *dst, int64_t nb, qtt_rng *r)
             /* the f16 super-scale's 4 nibbles sit in bits 12..15 of the 4 scale words */
             uint16_t d = qtt_scale_f16(r), sc[4];
             memcpy(sc, p + offsetof(block_iq1_m, scales), 8);
-            for (int k = 0; k < 4; k++)
-                sc[k] = (uint16_t)((sc[k] & 0x0fff) | (((d >> (4 * k)) & 0xf) << 12));
+            for (int k = 0; k < 4; k++) sc[k] = (uint16_t)((sc[k] & 0x0fff) | (((d >> (4 * k)) & 0xf) << 12));
             memcpy(p + offsetof(block_iq1_m, scales), sc, 8);
             break;
         }

@@ -32,7 +32,6 @@
 
 #include "../common/check.h"
 
-
 /* Relative bound vs sum|w_i*a_i| for each weight type.
  * - Integer paths (quants x int8 summed exactly in int32) differ from the
  *   reference only by float rounding of the per-block scale products and the
@@ -104,8 +103,7 @@ static void test_quantize_act(qtt_rng *r) {
                 int sum = 0;
                 for (int i = 0; i < QK8_1; i++) sum += y[b].qs[i];
                 double want = st_f16_to_f32(y[b].d) * sum, got = st_f16_to_f32(y[b].s);
-                CHECK(fabs(got - want) <= 2e-3 * fabs(want) + 1e-6, "Q8_1 block %d: s %g vs d*sum %g", b,
-                      got, want);
+                CHECK(fabs(got - want) <= 2e-3 * fabs(want) + 1e-6, "Q8_1 block %d: s %g vs d*sum %g", b, got, want);
             }
         }
         if (t == QT_Q8_K) {
@@ -188,7 +186,7 @@ static void test_quantize_act_paths(qtt_rng *r) {
 /* ---- dot products vs the double reference ---- */
 
 typedef struct {
-    double max_err[QT_ISA_COUNT];    /* vs the double reference */
+    double max_err[QT_ISA_COUNT]; /* vs the double reference */
     double max_vs_scalar[QT_ISA_COUNT];
 } type_result;
 
@@ -205,8 +203,7 @@ static void test_type(qt_type t, qtt_rng *r, type_result *res) {
         const int trials = n >= 1024 ? 6 : 40;
         void *w = xmalloc(qt_row_size(t, n));
         void *act = xmalloc(qt_row_size(vt, n));
-        float *x = xmalloc(n * sizeof(float)), *wf = xmalloc(n * sizeof(float)),
-              *af = xmalloc(n * sizeof(float));
+        float *x = xmalloc(n * sizeof(float)), *wf = xmalloc(n * sizeof(float)), *af = xmalloc(n * sizeof(float));
         for (int trial = 0; trial < trials; trial++) {
             qtt_fill_blocks(t, w, n / blck, r);
             for (int i = 0; i < n; i++) x[i] = qtt_gauss(r);
@@ -350,7 +347,7 @@ static void test_dispatch(void) {
         if (qt_isa_supported((qt_isa)i)) hw = i;
     CHECK(top == qt_vec_dot(QT_Q8_0, (qt_isa)hw), "avx512 request not lowered to the CPU's best");
     printf("dispatch: bad ids -> NULL, best hardware ISA %s, qt_cpu_isa() %s\n", qt_isa_name((qt_isa)hw),
-          qt_isa_name(qt_cpu_isa()));
+           qt_isa_name(qt_cpu_isa()));
 }
 
 /* --isa-env: STRATA_ISA is set by CTest; qt_cpu_isa() must be min(request, hardware),
@@ -364,8 +361,8 @@ static int run_isa_env(void) {
     for (int i = 0; i < QT_ISA_COUNT; i++)
         if (env && strcmp(env, qt_isa_name((qt_isa)i)) == 0) want = i < hw ? i : hw;
     qt_isa got = qt_cpu_isa();
-    printf("STRATA_ISA=%s: hardware %s, qt_cpu_isa() %s, expected %s\n", env ? env : "(unset)",
-           qt_isa_name((qt_isa)hw), qt_isa_name(got), qt_isa_name((qt_isa)want));
+    printf("STRATA_ISA=%s: hardware %s, qt_cpu_isa() %s, expected %s\n", env ? env : "(unset)", qt_isa_name((qt_isa)hw),
+           qt_isa_name(got), qt_isa_name((qt_isa)want));
     CHECK((int)got == want, "qt_cpu_isa() %s, expected %s", qt_isa_name(got), qt_isa_name((qt_isa)want));
     CHECK(qt_cpu_isa() == got, "qt_cpu_isa() not stable");
     return check_report("isa-env");
@@ -397,14 +394,14 @@ int main(int argc, char **argv) {
         double bound = bound_of(t);
         for (int isa = 0; isa < QT_ISA_COUNT; isa++) {
             if (!qt_isa_supported((qt_isa)isa)) {
-                printf("%-8s %-7s %12s %12s %9.1e  skipped: CPU lacks %s\n", qt_get(t)->name,
-                       qt_isa_name((qt_isa)isa), "-", "-", bound, qt_isa_name((qt_isa)isa));
+                printf("%-8s %-7s %12s %12s %9.1e  skipped: CPU lacks %s\n", qt_get(t)->name, qt_isa_name((qt_isa)isa),
+                       "-", "-", bound, qt_isa_name((qt_isa)isa));
                 continue;
             }
             int ok = res.max_err[isa] <= bound && res.max_vs_scalar[isa] <= bound;
             if (!ok) check_fail();
-            printf("%-8s %-7s %12.3e %12.3e %9.1e  %s\n", qt_get(t)->name, qt_isa_name((qt_isa)isa),
-                   res.max_err[isa], res.max_vs_scalar[isa], bound, ok ? "PASS" : "FAIL");
+            printf("%-8s %-7s %12.3e %12.3e %9.1e  %s\n", qt_get(t)->name, qt_isa_name((qt_isa)isa), res.max_err[isa],
+                   res.max_vs_scalar[isa], bound, ok ? "PASS" : "FAIL");
         }
     }
     printf("checked %d weight types with a dot product\n", ntypes);
@@ -432,8 +429,7 @@ speed:
             for (int ti = 0; ti < QT_COUNT; ti++)
                 if (qt_dots_iq_avx512_loads[ti])
                     printf("%-8s avx512 grid rows gathered %.2f, loaded one by one %.2f GB/s\n",
-                           qt_get((qt_type)ti)->name,
-                           speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512[ti], &r),
+                           qt_get((qt_type)ti)->name, speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512[ti], &r),
                            speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512_loads[ti], &r));
     }
     printf("\n");

@@ -39,10 +39,9 @@
 
 #include "../common/check.h"
 
-
 #define REL_BOUND 1e-6
-#define MAX_ROWS 48
-#define SENTINEL -12345.0f
+#define MAX_ROWS  48
+#define SENTINEL  -12345.0f
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -59,8 +58,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static const qt_type FORMATS[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_IQ4_NL,
-                                  QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS};
+static const qt_type FORMATS[] = {QT_Q4_0,   QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0,
+                                  QT_IQ4_NL, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS};
 #define N_FORMATS (int)(sizeof FORMATS / sizeof FORMATS[0])
 
 /* One format, one ISA, one row length: returns the largest relative difference. */
@@ -161,8 +160,8 @@ static void test_formats(qtt_rng *rng) {
                 double w = check_case(t, (qt_isa)isa, blocks[b] * tr->blck, rng, &checked);
                 if (!(w <= worst)) worst = w;
             }
-            printf("gemm %-7s %-6s: %5d outputs vs qt_vec_dot, max |diff| / sum|w*a| = %.2e (bound %.0e)\n",
-                   tr->name, qt_isa_name((qt_isa)isa), checked, worst, REL_BOUND);
+            printf("gemm %-7s %-6s: %5d outputs vs qt_vec_dot, max |diff| / sum|w*a| = %.2e (bound %.0e)\n", tr->name,
+                   qt_isa_name((qt_isa)isa), checked, worst, REL_BOUND);
         }
     }
 }

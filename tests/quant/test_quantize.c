@@ -23,10 +23,10 @@
 
 typedef struct {
     qt_type t;
-    double gauss_bound;    /* NMSE bound on Gaussian rows */
-    double outlier_bound;  /* NMSE bound on the row with outliers */
-    double const_bound;    /* NMSE bound on constant rows */
-    int idempotent;        /* method guarantees Q(D(Q(x))) == Q(x) */
+    double gauss_bound;   /* NMSE bound on Gaussian rows */
+    double outlier_bound; /* NMSE bound on the row with outliers */
+    double const_bound;   /* NMSE bound on constant rows */
+    int idempotent;       /* method guarantees Q(D(Q(x))) == Q(x) */
 } fmt_case;
 
 /* Bounds: see docs/quant-accuracy.md for the measured values they sit above. */
@@ -72,8 +72,8 @@ static float rng_gauss(void) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-#define ROW 4096   /* weights per row: a multiple of every block size */
-#define NGAUSS 16  /* Gaussian rows */
+#define ROW    4096 /* weights per row: a multiple of every block size */
+#define NGAUSS 16   /* Gaussian rows */
 
 static int failures = 0;
 

@@ -30,7 +30,7 @@
 
 #include "../common/logits.h"
 
-#define NEAR_TIE 0.5   /* logits: a reference gap below this is a near-tie */
+#define NEAR_TIE  0.5 /* logits: a reference gap below this is a near-tie */
 #define MIN_MATCH 20
 
 static int32_t *ids_of(json_t *arr, size_t *n) {
@@ -106,8 +106,7 @@ int main(int argc, char **argv) {
             printf("prompt %zu: %d/%zu equal, diverged at %d (reference gap %.3f, ours %.3f): %s\n", p, match, ng,
                    diverged, ref_gap, our_gap, verdict);
             failures += !ok;
-        } else
-            printf("prompt %zu: %d/%zu equal: %s\n", p, match, ng, verdict);
+        } else printf("prompt %zu: %d/%zu equal: %s\n", p, match, ng, verdict);
         st_free(ids);
         st_free(want);
     }

@@ -22,8 +22,7 @@ int main(int argc, char **argv) {
     }
     int n_gen = atoi(argv[3]), n = 0;
     llama_token toks[4096];
-    for (char *p = strtok(argv[4], ","); p && n < 4000; p = strtok(NULL, ","))
-        toks[n++] = atoi(p);
+    for (char *p = strtok(argv[4], ","); p && n < 4000; p = strtok(NULL, ",")) toks[n++] = atoi(p);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *m = llama_model_load_from_file(argv[1], mp);

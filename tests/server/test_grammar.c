@@ -67,12 +67,36 @@ static void test_parser(void) {
     CHECK(!matches(g, ""), "empty");
     grammar_free(g);
     g = compile("root ::= [^\"\\\\]{2,4} \"\\x41\" \"\\u00e9\" .\n");
-    CHECK(matches(g, "ab" "A" "\xc3\xa9" "z"), "two chars");
-    CHECK(matches(g, "\xe2\x82\xac\xf0\x9f\x98\x80" "A" "\xc3\xa9" "\xe4\xb8\xad"), "multibyte in negated class and .");
-    CHECK(!matches(g, "a\"" "A" "\xc3\xa9" "z"), "a quote is not in [^\"\\\\]");
-    CHECK(!matches(g, "abcde" "A" "\xc3\xa9" "z"), "five is more than {2,4}");
-    CHECK(!matches(g, "ab" "A" "\xc3\xa9" "\xed\xa0\x80"), "a surrogate is not a character");
-    CHECK(!matches(g, "ab" "A" "\xc3\xa9" "\xc0\x80"), "an overlong encoding is not a character");
+    CHECK(matches(g, "ab"
+                     "A"
+                     "\xc3\xa9"
+                     "z"),
+          "two chars");
+    CHECK(matches(g, "\xe2\x82\xac\xf0\x9f\x98\x80"
+                     "A"
+                     "\xc3\xa9"
+                     "\xe4\xb8\xad"),
+          "multibyte in negated class and .");
+    CHECK(!matches(g, "a\""
+                      "A"
+                      "\xc3\xa9"
+                      "z"),
+          "a quote is not in [^\"\\\\]");
+    CHECK(!matches(g, "abcde"
+                      "A"
+                      "\xc3\xa9"
+                      "z"),
+          "five is more than {2,4}");
+    CHECK(!matches(g, "ab"
+                      "A"
+                      "\xc3\xa9"
+                      "\xed\xa0\x80"),
+          "a surrogate is not a character");
+    CHECK(!matches(g, "ab"
+                      "A"
+                      "\xc3\xa9"
+                      "\xc0\x80"),
+          "an overlong encoding is not a character");
     grammar_free(g);
     g = compile("root ::= [α-ω]+ [\\U0001F600-\\U0001F64F]\n");
     CHECK(matches(g, "\xce\xb1\xce\xb2\xf0\x9f\x98\x80"), "greek then emoji");
@@ -128,8 +152,10 @@ static void test_hostile(void) {
     expect_error(huge, "rules");
     expect_error("root ::= (\"abcdefghijklmnop\"{2000}) (\"abcdefghijklmnop\"{2000}) (\"abcdefghijklmnop\"{2000})\n",
                  "too large");
-    expect_error("root ::= [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} "
-                 "[a-z]{0,1000} [a-z]{0,1000}\n", "rules");
+    expect_error(
+        "root ::= [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} [a-z]{0,1000} "
+        "[a-z]{0,1000} [a-z]{0,1000}\n",
+        "rules");
     free(huge);
     free(deep);
     /* an ambiguous grammar: stacks stay bounded (one per distinct position) and a byte costs little */
@@ -157,8 +183,8 @@ static void test_hostile(void) {
         for (int i = 0; i < 40; i++) n += gmatch_feed(m, "a", 1) == 0;
         gmatch_free(m);
         double dt = now_s() - t0;
-        printf("ok: exploding grammar: %d of 40 bytes taken in %.1f ms (then the stacks would pass %d)\n", n,
-               dt * 1e3, GRAMMAR_MAX_STACKS);
+        printf("ok: exploding grammar: %d of 40 bytes taken in %.1f ms (then the stacks would pass %d)\n", n, dt * 1e3,
+               GRAMMAR_MAX_STACKS);
         CHECK(n >= 5 && n < 12, "%d bytes taken", n);
         CHECK(dt < 2.0, "the exploding grammar took %.2f s", dt);
         grammar_free(g);
@@ -167,10 +193,10 @@ static void test_hostile(void) {
 
 /* A token vocabulary for the walk: each piece checked alone must agree with the walk's verdict. */
 static void test_vocab_walk(void) {
-    static const char *const pieces[] = {"{", "\"", "\":", "a", "ab", "abc", "abd", "b", "}", " ", "  ", "\n", "\"a",
-                                         "\"b\"", "1", "12", "123", "true", "tr", "null", ",", ", \"", "\xc3", "\xa9",
-                                         "\xc3\xa9", "{\"", "\"}", "x", "-", "-1", "0", "00", "[", "]", "\\", "\\n",
-                                         "\\u", "e"};
+    static const char *const pieces[] = {"{",  "\"",   "\":",  "a",     "ab",       "abc", "abd", "b",    "}",  " ",
+                                         "  ", "\n",   "\"a",  "\"b\"", "1",        "12",  "123", "true", "tr", "null",
+                                         ",",  ", \"", "\xc3", "\xa9",  "\xc3\xa9", "{\"", "\"}", "x",    "-",  "-1",
+                                         "0",  "00",   "[",    "]",     "\\",       "\\n", "\\u", "e"};
     int n = (int)(sizeof pieces / sizeof pieces[0]);
     /* the vocabulary table as srv_gen builds it: sorted pieces and common prefixes */
     uint32_t *off = malloc((size_t)(n + 1) * sizeof(uint32_t));
@@ -292,8 +318,10 @@ static void test_schema(void) {
     size_t i;
     int bad = 0, with_opt = 0;
     json_array_foreach(all, i, v) {
-        json_t *city = json_object_get(v, "city"), *unit = json_object_get(v, "unit"), *tags = json_object_get(v, "tags");
-        json_t *days = json_object_get(v, "days"), *rain = json_object_get(v, "rain"), *note = json_object_get(v, "note");
+        json_t *city = json_object_get(v, "city"), *unit = json_object_get(v, "unit"),
+               *tags = json_object_get(v, "tags");
+        json_t *days = json_object_get(v, "days"), *rain = json_object_get(v, "rain"),
+               *note = json_object_get(v, "note");
         int ok = json_is_object(v) && json_is_string(city) && json_is_string(unit) &&
                  (!strcmp(json_string_value(unit), "C") || !strcmp(json_string_value(unit), "F")) &&
                  (!days || json_is_integer(days)) && (!rain || json_is_boolean(rain)) &&
@@ -311,17 +339,18 @@ static void test_schema(void) {
             bad++;
         }
     }
-    CHECK(json_array_size(all) > 150 && with_opt > 10, "%zu samples, %d with optional properties",
-          json_array_size(all), with_opt);
+    CHECK(json_array_size(all) > 150 && with_opt > 10, "%zu samples, %d with optional properties", json_array_size(all),
+          with_opt);
     printf("ok: %zu random texts of the weather schema parse and fit it (%d with optional properties)\n",
            json_array_size(all), with_opt);
     json_decref(all);
 
     /* anyOf, $defs recursion, const, oneOf of distinct types, additionalProperties schema */
-    const char *tree = "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"const\":1},\"kids\":{"
-                       "\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"},\"maxItems\":2}},\"required\":[\"v\"]}},"
-                       "\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"oneOf\":[{\"type\":\"null\"},{\"type\":\"number\"}]},"
-                       "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"boolean\"}}]}";
+    const char *tree =
+        "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"const\":1},\"kids\":{"
+        "\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"},\"maxItems\":2}},\"required\":[\"v\"]}},"
+        "\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"oneOf\":[{\"type\":\"null\"},{\"type\":\"number\"}]},"
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"boolean\"}}]}";
     all = schema_sample(tree, 3, 100, NULL);
     int objs = 0;
     json_array_foreach(all, i, v) objs += json_is_object(v);
@@ -341,8 +370,9 @@ static void test_schema(void) {
         all = schema_sample(big, 11, 300, &one);
         int in_set = 0;
         json_array_foreach(all, i, v) {
-            int ok = json_is_null(v) || (json_is_integer(v) && (json_integer_value(v) == 1 ||
-                     json_integer_value(v) == 12 || json_integer_value(v) == 123));
+            int ok = json_is_null(v) ||
+                     (json_is_integer(v) &&
+                      (json_integer_value(v) == 1 || json_integer_value(v) == 12 || json_integer_value(v) == 123));
             if (json_is_string(v)) {
                 int a, b;
                 ok = !strcmp(json_string_value(v), "Region1") ||

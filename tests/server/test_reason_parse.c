@@ -19,12 +19,8 @@ typedef struct {
     char reasoning[2048], content[2048];
 } out_t;
 
-static void o_reasoning(void *ctx, const char *t, size_t n) {
-    strncat(((out_t *)ctx)->reasoning, t, n);
-}
-static void o_content(void *ctx, const char *t, size_t n) {
-    strncat(((out_t *)ctx)->content, t, n);
-}
+static void o_reasoning(void *ctx, const char *t, size_t n) { strncat(((out_t *)ctx)->reasoning, t, n); }
+static void o_content(void *ctx, const char *t, size_t n) { strncat(((out_t *)ctx)->content, t, n); }
 
 static void run(reason_kind k, int open, int calls, const char *text, size_t step, out_t *o) {
     static const reason_cb cb = {o_reasoning, o_content};
@@ -45,7 +41,10 @@ static void check(const char *what, reason_kind k, int open, int calls, const ch
         int ok = !strcmp(o.reasoning, want_r) && !strcmp(o.content, want_c);
         if (!ok || s == 0)
             printf("%s: %s (%s): reasoning [%s] content [%s]\n", ok ? "ok" : "FAIL", what,
-                   s == 0 ? "whole" : s == 1 ? "bytes" : "7 bytes", o.reasoning, o.content);
+                   s == 0   ? "whole"
+                   : s == 1 ? "bytes"
+                            : "7 bytes",
+                   o.reasoning, o.content);
         g_fail += !ok;
     }
 }
@@ -54,7 +53,8 @@ static void check(const char *what, reason_kind k, int open, int calls, const ch
 static void check_call(const char *what, const char *text, const char *want_r, const char *want_name,
                        const char *want_args) {
     json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{}}},"
-                               "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]", 0, NULL);
+                               "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]",
+                               0, NULL);
     out_t o;
     run(REASON_HARMONY, 0, 1, text, 3, &o);
     size_t clen = 0;
@@ -73,8 +73,9 @@ static void check_call(const char *what, const char *text, const char *want_r, c
 
 int main(void) {
     /* think tags */
-    check("qwen3 think then answer", REASON_THINK, 0, 0, "<think>\nThe user greets me.\n</think>\n\nHello! How can I help?",
-          "The user greets me.", "Hello! How can I help?");
+    check("qwen3 think then answer", REASON_THINK, 0, 0,
+          "<think>\nThe user greets me.\n</think>\n\nHello! How can I help?", "The user greets me.",
+          "Hello! How can I help?");
     check("deepseek r1, block opened by the prompt", REASON_THINK, 1, 0,
           "Okay, 2+2 is 4.\n</think>\n\nThe answer is 4.", "Okay, 2+2 is 4.", "The answer is 4.");
     check("space before <think>", REASON_THINK, 0, 0, "\n <think>a < b</think>b", "a < b", "b");
@@ -95,8 +96,8 @@ int main(void) {
           "<|channel|>analysis<|message|>User says hi. Respond.<|end|><|start|>assistant<|channel|>final<|message|>"
           "Hello there!",
           "User says hi. Respond.", "Hello there!");
-    check("harmony final ended by <|return|>", REASON_HARMONY, 0, 0,
-          "<|channel|>final<|message|>Just this.<|return|>", "", "Just this.");
+    check("harmony final ended by <|return|>", REASON_HARMONY, 0, 0, "<|channel|>final<|message|>Just this.<|return|>",
+          "", "Just this.");
     check("harmony stray commentary and a preamble", REASON_HARMONY, 0, 0,
           "<|channel|>commentary<|message|>Checking. <|end|><|start|>assistant<|channel|>analysis<|message|>x<|end|>"
           "<|start|>assistant<|channel|>final<|message|>Done.",
@@ -109,8 +110,8 @@ int main(void) {
           "<|channel|>analysis to=browser.search code<|message|>{\"query\":\"x\"}<|call|>", "", "");
     check("not harmony at all", REASON_HARMONY, 0, 0, "Hello world <|end|>", "", "Hello world <|end|>");
     /* found by fuzz_reason: a header that only looks like one is content however it is cut */
-    check("no header before <|message|>", REASON_HARMONY, 0, 1, "<|channel|ncs>en|>cnn<|message|>{\"a\":1}<|chan|>",
-          "", "<|channel|ncs>en|>cnn<|message|>{\"a\":1}<|chan|>");
+    check("no header before <|message|>", REASON_HARMONY, 0, 1, "<|channel|ncs>en|>cnn<|message|>{\"a\":1}<|chan|>", "",
+          "<|channel|ncs>en|>cnn<|message|>{\"a\":1}<|chan|>");
     check("a marker's start after a header's start", REASON_HARMONY, 0, 0,
           "<|channel|>analysis<|message|>x<|end|><|<|message|>y<|end|><", "x", "y");
     check("nothing at all", REASON_HARMONY, 0, 0, "", "", "");

@@ -73,7 +73,8 @@ static void s_end(void *ctx, int i) {
  * and the content its content (the whole text when there is no call). */
 static void check_stream(const char *what, const char *text, tools_family fam, size_t step, int min_frags) {
     json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
-                               "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]", 0, NULL);
+                               "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]",
+                               0, NULL);
     static const tools_stream_cb cb = {s_content, s_begin, s_args, s_end};
     stream_out o = {.order_ok = 1};
     tools_stream *ts = tools_stream_new(tools, fam, "call_x_", &cb, &o);
@@ -87,15 +88,16 @@ static void check_stream(const char *what, const char *text, tools_family fam, s
     int ok = n == want && o.n_begin == n && o.n_end == n && o.order_ok && o.n_frag >= min_frags;
     for (int i = 0; ok && i < n && i < 4; i++) {
         json_t *c = json_array_get(calls, (size_t)i), *fn = json_object_get(c, "function");
-        json_t *a = json_loads(o.args[i], 0, NULL), *b = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+        json_t *a = json_loads(o.args[i], 0, NULL),
+               *b = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
         ok = a && json_equal(a, b) && !strcmp(o.names[i], json_string_value(json_object_get(fn, "name"))) &&
              !strcmp(o.ids[i], json_string_value(json_object_get(c, "id")));
         json_decref(a);
         json_decref(b);
     }
     if (ok) ok = strlen(o.content) == (n ? clen : len) && !memcmp(o.content, text, strlen(o.content));
-    printf("%s: stream (%zu-byte pieces): %s: %d call(s) (want %d), %d fragments, content '%.30s'\n", ok ? "ok" : "FAIL",
-           step, what, n, want, o.n_frag, o.content);
+    printf("%s: stream (%zu-byte pieces): %s: %d call(s) (want %d), %d fragments, content '%.30s'\n",
+           ok ? "ok" : "FAIL", step, what, n, want, o.n_frag, o.content);
     g_fail += !ok;
     json_decref(calls);
     json_decref(tools);
@@ -103,34 +105,39 @@ static void check_stream(const char *what, const char *text, tools_family fam, s
 
 int main(void) {
     /* recorded from SmolLM2-135M-Instruct Q4_1 (tool_choice get_weather; the server wrote the opening) */
-    check("smollm2 forced, closed", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \n{\"city\": \"Paris\"}}\n",
-          1, "get_weather", "{\"city\":\"Paris\"}", "");
+    check("smollm2 forced, closed",
+          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \n{\"city\": \"Paris\"}}\n", 1, "get_weather",
+          "{\"city\":\"Paris\"}", "");
     check("smollm2 forced, outer brace dropped",
           "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \n{\"type\":\"object\",\"properties\":{\"city\":"
           "{\"type\":\"string\"}},\"required\":[\"city\"]}\n",
-          1, "get_weather", "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}",
-          "");
+          1, "get_weather",
+          "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}", "");
     check("smollm2 required, wrong name (a city)",
           "<tool_call>\n{\"name\": \"Paris\", \"arguments\": {\"type\":\"object\"}}\n", 0, NULL, NULL, NULL);
     check("smollm2 cut by max_tokens inside the arguments",
-          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \n{\"city\": \"Paris\", \"temperature\": 25, \"temp", 0,
-          NULL, NULL, NULL);
+          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \n{\"city\": \"Paris\", \"temperature\": 25, \"temp",
+          0, NULL, NULL, NULL);
     /* Qwen2.5 / Qwen3 format: text, then one or more tagged calls */
     check("qwen two calls after text",
           "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
           "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
           2, "get_weather", "{\"city\":\"Oslo\"}", "Let me check.");
-    check("qwen3 after think", "<think>\nneed weather\n</think>\n\n<tool_call>\n{\"name\": \"add\", \"arguments\": "
-          "{\"a\": 2, \"b\": 3}}\n</tool_call>", 1, "add", "{\"a\":2,\"b\":3}", "<think>\nneed weather\n</think>");
-    check("arguments as a JSON string",
-          "<tool_call>{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 5}\"}</tool_call>", 1, "add", "{\"a\":5}", "");
+    check("qwen3 after think",
+          "<think>\nneed weather\n</think>\n\n<tool_call>\n{\"name\": \"add\", \"arguments\": "
+          "{\"a\": 2, \"b\": 3}}\n</tool_call>",
+          1, "add", "{\"a\":2,\"b\":3}", "<think>\nneed weather\n</think>");
+    check("arguments as a JSON string", "<tool_call>{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 5}\"}</tool_call>",
+          1, "add", "{\"a\":5}", "");
     /* Llama 3.x JSON */
     check("llama3 parameters", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", 1, "get_weather",
           "{\"city\":\"Rome\"}", "");
-    check("llama3 python_tag", "<|python_tag|>{\"type\": \"function\", \"name\": \"add\", \"parameters\": {\"a\": 1}}", 1,
-          "add", "{\"a\":1}", "");
-    check("generic fenced array", "```json\n[{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"get_weather\", "
-          "\"arguments\": {\"city\": \"Lima\"}}]\n```", 2, "add", "{}", "");
+    check("llama3 python_tag", "<|python_tag|>{\"type\": \"function\", \"name\": \"add\", \"parameters\": {\"a\": 1}}",
+          1, "add", "{\"a\":1}", "");
+    check("generic fenced array",
+          "```json\n[{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"get_weather\", "
+          "\"arguments\": {\"city\": \"Lima\"}}]\n```",
+          2, "add", "{}", "");
     /* not calls */
     check("prose", "The weather in Paris is sunny.", 0, NULL, NULL, NULL);
     check("json answer that is not a call", "{\"answer\": 42}", 0, NULL, NULL, NULL);
@@ -144,11 +151,15 @@ int main(void) {
         tools_family fam;
         int frags; /* at least, a byte at a time */
     } streams[] = {
-        {"forced, opening included", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-         "</tool_call>", TOOLS_TAGGED, 10},
-        {"text then two calls", "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+        {"forced, opening included",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+         "</tool_call>",
+         TOOLS_TAGGED, 10},
+        {"text then two calls",
+         "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
          "\"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": [2, \"}\"]}}\n"
-         "</tool_call>", TOOLS_TAGGED, 10},
+         "</tool_call>",
+         TOOLS_TAGGED, 10},
         {"prose", "The weather in Paris is <sunny> today.", TOOLS_TAGGED, 0},
         {"a tag cut off at the end", "Some text <tool_c", TOOLS_TAGGED, 0},
         {"an unknown function", "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>", TOOLS_TAGGED, 0},
@@ -168,8 +179,9 @@ int main(void) {
     /* families from template text */
     const char *qwen = "{%- if tools %}<tools>{{ tool | tojson }}</tools><tool_call>{% endif %}";
     const char *llama = "{{- '\"parameters\": dictionary' }}{%- if message.role == 'ipython' %}{% endif %}{{ tools }}";
-    int fam_ok = tools_family_of(qwen, strlen(qwen)) == TOOLS_TAGGED && tools_family_of(llama, strlen(llama)) == TOOLS_LLAMA3 &&
-                 tools_template_handles(qwen, strlen(qwen)) && !tools_template_handles("{{ messages }}", 14);
+    int fam_ok = tools_family_of(qwen, strlen(qwen)) == TOOLS_TAGGED &&
+                 tools_family_of(llama, strlen(llama)) == TOOLS_LLAMA3 && tools_template_handles(qwen, strlen(qwen)) &&
+                 !tools_template_handles("{{ messages }}", 14);
     printf("%s: template families (qwen tagged, llama3 json, tools handled or not)\n", fam_ok ? "ok" : "FAIL");
     g_fail += !fam_ok;
     printf("%s: %d failure(s)\n", g_fail ? "FAIL" : "PASS", g_fail);

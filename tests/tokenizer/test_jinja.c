@@ -153,7 +153,9 @@ static void run_fixtures(const char *dir) {
             rows[r].bytes += out_len;
         } else if (json_is_string(err)) {
             ok = !out && !strcmp(st_error_get(), json_string_value(err));
-            if (!ok) printf("FAIL %s: want error \"%s\", got %s\n", name, json_string_value(err), out ? "output" : st_error_get());
+            if (!ok)
+                printf("FAIL %s: want error \"%s\", got %s\n", name, json_string_value(err),
+                       out ? "output" : st_error_get());
         } else {
             ok = !out;
             if (!ok) printf("FAIL %s: jinja2 failed here but we rendered \"%.80s\"\n", name, out);
@@ -253,8 +255,9 @@ static void hostile(void) {
     free(s);
     free(deep);
     expect_refused("range(10^12)", "{% for i in range(1000000000000) %}x{% endfor %}", NULL, "iteration limit");
-    expect_refused("nested 5000x5000 loop", "{% for a in range(5000) %}{% for b in range(5000) %}{% endfor %}{% endfor %}",
-                   NULL, "loop iterations");
+    expect_refused("nested 5000x5000 loop",
+                   "{% for a in range(5000) %}{% for b in range(5000) %}{% endfor %}{% endfor %}", NULL,
+                   "loop iterations");
     jinja_limits small = lim;
     small.max_output = 1 << 20;
     expect_refused("output bomb (1 MiB limit)", "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}", &small,
@@ -267,17 +270,23 @@ static void hostile(void) {
     expect_refused("'x' * 10^15", "{{ 'x' * 1000000000000000 }}", NULL, "repetition too large");
     expect_refused("runaway macro recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL,
                    "nested deeper");
-    expect_refused("value nested 100k deep",
-                   "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
-                   NULL, "nested deeper");
-    expect_refused("tojson of it", "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}{{ ns.x | tojson }}",
+    expect_refused(
+        "value nested 100k deep",
+        "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}", NULL,
+        "nested deeper");
+    expect_refused("tojson of it",
+                   "{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor "
+                   "%}{{ ns.x | tojson }}",
                    NULL, "nesting deeper");
-    expect_fast("sort 1M reversed ints", "{% set l = range(1000000, 0, -1) | sort %}{{ l[0] }} {{ l[-1] }} {{ l | length }}",
+    expect_fast("sort 1M reversed ints",
+                "{% set l = range(1000000, 0, -1) | sort %}{{ l[0] }} {{ l[-1] }} {{ l | length }}",
                 "1 1000000 1000000");
     expect_fast("sort 1M, reverse=true", "{{ (range(1000000) | sort(reverse=true))[:3] }}", "[999999, 999998, 999997]");
-    expect_fast("4 MB search, miss", "{% set s = 'ab' * 2000000 %}{{ s.find('abb') }} {{ 'aab' in s }} {{ s.count('ba') }}",
+    expect_fast("4 MB search, miss",
+                "{% set s = 'ab' * 2000000 %}{{ s.find('abb') }} {{ 'aab' in s }} {{ s.count('ba') }}",
                 "-1 False 1999999");
-    expect_fast("4 MB replace and split", "{% set s = 'ab' * 2000000 %}{{ s.replace('ba', '') | length }} {{ s.split('b') | length }}",
+    expect_fast("4 MB replace and split",
+                "{% set s = 'ab' * 2000000 %}{{ s.replace('ba', '') | length }} {{ s.split('b') | length }}",
                 "2 2000001"); /* values from Python */
     expect_refused("unique of 100k distinct", "{{ range(100000) | unique | list | length }}", NULL, "comparisons");
     expect_refused("raise_exception", "{{ raise_exception('Only user and assistant roles are supported!') }}", NULL,
@@ -290,7 +299,8 @@ static json_t *g_cases;
 static json_t *find_case(const char *name) {
     size_t i;
     json_t *cs;
-    json_array_foreach(json_object_get(g_cases, "cases"), i, cs) if (!strcmp(json_string_value(json_object_get(cs, "name")), name)) return cs;
+    json_array_foreach(json_object_get(g_cases, "cases"), i,
+                       cs) if (!strcmp(json_string_value(json_object_get(cs, "name")), name)) return cs;
     return NULL;
 }
 
@@ -364,7 +374,8 @@ static void chat_files(const char *data_dir, const char *models) {
         json_t *cs = find_case("llama33/tool_call_dict_args/gen");
         json_t *msgs = json_deep_copy(json_object_get(json_object_get(cs, "context"), "messages"));
         /* as an OpenAI client sends it: arguments as a JSON string, content null */
-        json_t *fn = json_object_get(json_array_get(json_object_get(json_array_get(msgs, 2), "tool_calls"), 0), "function");
+        json_t *fn =
+            json_object_get(json_array_get(json_object_get(json_array_get(msgs, 2), "tool_calls"), 0), "function");
         json_t *args = json_object_get(fn, "arguments");
         char *js = json_dumps(args, JSON_COMPACT);
         json_object_set_new(fn, "arguments", json_string(js));

@@ -45,15 +45,13 @@ static const struct {
 
 static const char *known_divergence(const char *model, const char *text) {
     for (size_t i = 0; i < sizeof(k_known) / sizeof(k_known[0]); i++)
-        if (!strcmp(model, k_known[i].model) && !strcmp(text, k_known[i].text))
-            return k_known[i].why;
+        if (!strcmp(model, k_known[i].model) && !strcmp(text, k_known[i].text)) return k_known[i].why;
     return NULL;
 }
 
 static void show_ids(const char *what, const int32_t *v, int64_t n) {
     fprintf(stderr, "    %s (%lld):", what, (long long)n);
-    for (int64_t i = 0; i < n && i < 40; i++)
-        fprintf(stderr, " %d", v[i]);
+    for (int64_t i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", v[i]);
     fprintf(stderr, n > 40 ? " ...\n" : "\n");
 }
 
@@ -61,12 +59,9 @@ static void show_text(const char *what, const char *s, size_t n) {
     fprintf(stderr, "    %s: \"", what);
     for (size_t i = 0; i < n && i < 120; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\n')
-            fputs("\\n", stderr);
-        else if (c < 0x20)
-            fprintf(stderr, "\\x%02x", c);
-        else
-            fputc(c, stderr);
+        if (c == '\n') fputs("\\n", stderr);
+        else if (c < 0x20) fprintf(stderr, "\\x%02x", c);
+        else fputc(c, stderr);
     }
     fputs("\"\n", stderr);
 }
@@ -74,8 +69,7 @@ static void show_text(const char *what, const char *s, size_t n) {
 /* json array of ints -> v; returns the count */
 static int64_t json_ids(const json_t *a, int32_t *v) {
     size_t n = json_array_size(a);
-    for (size_t i = 0; i < n && i < MAX_IDS; i++)
-        v[i] = (int32_t)json_integer_value(json_array_get(a, i));
+    for (size_t i = 0; i < n && i < MAX_IDS; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
     return (int64_t)n;
 }
 
@@ -87,17 +81,17 @@ static int same_ids(const int32_t *a, int64_t na, const int32_t *b, int64_t nb) 
  * stream fed a character cut in two or broken off. Returns failures. */
 static int check_api(const tokenizer *tok, int *passed) {
     int fails = 0, n = 0;
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        n++;                                                                                       \
-        if (!(cond)) {                                                                             \
-            fails++;                                                                               \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                       \
-        }                                                                                          \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        n++;                                                                                                           \
+        if (!(cond)) {                                                                                                 \
+            fails++;                                                                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                                            \
+        }                                                                                                              \
     } while (0)
     int32_t ids[64];
-    CHECK(tokenizer_encode(tok, "ab\xff", 3, 0, 0, ids, 64) == -1); /* invalid UTF-8 */
-    CHECK(tokenizer_encode(tok, "\xe2\x82", 2, 0, 0, ids, 64) == -1); /* cut short */
+    CHECK(tokenizer_encode(tok, "ab\xff", 3, 0, 0, ids, 64) == -1);       /* invalid UTF-8 */
+    CHECK(tokenizer_encode(tok, "\xe2\x82", 2, 0, 0, ids, 64) == -1);     /* cut short */
     CHECK(tokenizer_encode(tok, "\xed\xa0\x80", 3, 0, 0, ids, 64) == -1); /* surrogate */
     CHECK(tokenizer_encode(tok, "", 0, 0, 0, ids, 64) == 0);
     /* too small a buffer: the count needed comes back, the prefix is written */
@@ -159,7 +153,11 @@ static int check_api(const tokenizer *tok, int *passed) {
     tok_stream_flush(st, &out, &ol);
     memcpy(acc + total, out, ol);
     total += ol;
-    CHECK(ne > 1 && total == 4 && !memcmp(acc, "\xef\xbf\xbd" "A", 4));
+    CHECK(ne > 1 && total == 4 &&
+          !memcmp(acc,
+                  "\xef\xbf\xbd"
+                  "A",
+                  4));
     /* cut at the end of the stream: flush gives U+FFFD */
     tok_stream_reset(st);
     tok_stream_push(st, ids[0], &out, &ol);
@@ -206,9 +204,8 @@ int main(int argc, char **argv) {
     gguf_close(f); /* the tokenizer must not need the file any more */
     printf("%s: %s tokenizer, pre '%s', %d tokens, bos %d eos %d eot %d add_bos %d, loaded in %.0f ms\n",
            json_string_value(json_object_get(doc, "model")),
-           tokenizer_model(tok) == TOK_MODEL_BPE ? "byte-level BPE" : "SentencePiece",
-           tokenizer_pre(tok), tokenizer_n_vocab(tok), tokenizer_bos(tok), tokenizer_eos(tok),
-           tokenizer_eot(tok), tokenizer_add_bos(tok),
+           tokenizer_model(tok) == TOK_MODEL_BPE ? "byte-level BPE" : "SentencePiece", tokenizer_pre(tok),
+           tokenizer_n_vocab(tok), tokenizer_bos(tok), tokenizer_eos(tok), tokenizer_eot(tok), tokenizer_add_bos(tok),
            (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
 
     const char *model = json_string_value(json_object_get(doc, "model"));
@@ -218,8 +215,7 @@ int main(int argc, char **argv) {
     int32_t *want = malloc(MAX_IDS * sizeof(int32_t)), *got = malloc(MAX_IDS * sizeof(int32_t));
     char *dec = malloc(1 << 20), *streamed = malloc(1 << 20);
     int pass[5] = {0}, fail[5] = {0}, n_rt = 0;
-    const char *names[5] = {"encode (special)", "encode (plain)", "decode", "round-trip",
-                            "stream"};
+    const char *names[5] = {"encode (special)", "encode (plain)", "decode", "round-trip", "stream"};
     double enc_s = 0;
     size_t enc_bytes = 0;
     tok_stream *ts = tok_stream_new(tok, 1);
@@ -289,19 +285,16 @@ int main(int argc, char **argv) {
             const char *piece;
             size_t pl;
             if (i < nw) {
-                if (tok_stream_push(ts, want[i], &piece, &pl) != 0)
-                    ok = 0;
+                if (tok_stream_push(ts, want[i], &piece, &pl) != 0) ok = 0;
             } else {
                 tok_stream_flush(ts, &piece, &pl);
             }
-            if (!tok_utf8_valid(piece, pl))
-                ok = 0;
+            if (!tok_utf8_valid(piece, pl)) ok = 0;
             memcpy(streamed + sl, piece, pl);
             sl += pl;
         }
         /* equal to decode whenever decode is whole UTF-8 (always, for valid input text) */
-        if (tok_utf8_valid(dec, (size_t)dl) && (sl != (size_t)dl || memcmp(streamed, dec, sl) != 0))
-            ok = 0;
+        if (tok_utf8_valid(dec, (size_t)dl) && (sl != (size_t)dl || memcmp(streamed, dec, sl) != 0)) ok = 0;
         ok ? pass[4]++ : fail[4]++;
         if (!ok && n_shown++ < 25) {
             fprintf(stderr, "MISMATCH stream, case %zu:\n", c);
@@ -317,8 +310,8 @@ int main(int argc, char **argv) {
         total_fail += fail[k];
         total_pass += pass[k];
     }
-    printf("  %zu strings (%d known divergences), %d lossless; encode speed %.1f MB/s over %zu bytes\n",
-           n_cases, n_known, n_rt, enc_bytes / enc_s / 1e6, enc_bytes);
+    printf("  %zu strings (%d known divergences), %d lossless; encode speed %.1f MB/s over %zu bytes\n", n_cases,
+           n_known, n_rt, enc_bytes / enc_s / 1e6, enc_bytes);
     printf("%d passed, %d failed\n", total_pass, total_fail);
 
     tok_stream_free(ts);

@@ -22,7 +22,6 @@
 
 #include "../common/check.h"
 
-
 /* GPT-2's spelling of byte b as UTF-8 (bytes_to_unicode). */
 static void byte_spelling(int b, char *out) {
     int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
@@ -30,8 +29,7 @@ static void byte_spelling(int b, char *out) {
     if (!printable) {
         int k = 0;
         for (int i = 0; i < b; i++)
-            if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255)))
-                k++;
+            if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255))) k++;
         cp = 256u + (unsigned)k;
     }
     if (cp < 0x80) {
@@ -50,8 +48,7 @@ static char g_path[64];
 static tokenizer *load_written(gguf_writer *w) {
     strcpy(g_path, "/tmp/strata-tok-XXXXXX");
     int fd = mkstemp(g_path);
-    if (fd < 0)
-        return NULL;
+    if (fd < 0) return NULL;
     close(fd);
     tokenizer *t = NULL;
     if (gguf_writer_write(w, g_path, NULL, NULL) == 0) {
@@ -84,8 +81,7 @@ static tokenizer *bpe_vocab(const char *pre) {
     const char *merges[] = {"1 2", "12 3"};
     gguf_writer *w = gguf_writer_new();
     gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-    if (pre)
-        gguf_w_str(w, "tokenizer.ggml.pre", pre);
+    if (pre) gguf_w_str(w, "tokenizer.ggml.pre", pre);
     gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
     gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, 260);
     gguf_w_arr_str(w, "tokenizer.ggml.merges", merges, 2);
@@ -97,34 +93,29 @@ static void check_bpe(void) {
     static const struct {
         const char *pre;
         int digits_alone;
-    } pres[] = {{"gpt-2", 0}, {"llama-bpe", 0}, {"qwen2", 1},  {"smollm", 1},
-                {"deepseek-v3", 0}, {"gpt-4o", 0}, {"default", 0}, {NULL, 0}};
+    } pres[] = {{"gpt-2", 0},       {"llama-bpe", 0}, {"qwen2", 1},   {"smollm", 1},
+                {"deepseek-v3", 0}, {"gpt-4o", 0},    {"default", 0}, {NULL, 0}};
     const char *text = "Hello, world! 123 日本語 مرحبا 😀\n\n  x";
     for (size_t k = 0; k < sizeof(pres) / sizeof(pres[0]); k++) {
         const char *name = pres[k].pre ? pres[k].pre : "(absent)";
         tokenizer *t = bpe_vocab(pres[k].pre);
         CHECK(t != NULL, "pre %s: %s", name, st_error_get());
-        if (!t)
-            continue;
+        if (!t) continue;
         int32_t ids[256];
         int64_t n = tokenizer_encode(t, "123", 3, 0, 0, ids, 256);
-        CHECK(n == (pres[k].digits_alone ? 3 : 1), "pre %s: \"123\" gave %lld ids", name,
-              (long long)n);
+        CHECK(n == (pres[k].digits_alone ? 3 : 1), "pre %s: \"123\" gave %lld ids", name, (long long)n);
         n = tokenizer_encode(t, text, strlen(text), 0, 0, ids, 256);
         char buf[256];
         int64_t dl = tokenizer_decode(t, ids, (size_t)n, 1, buf, sizeof buf);
-        CHECK(dl == (int64_t)strlen(text) && !memcmp(buf, text, (size_t)dl), "pre %s: round trip",
-              name);
+        CHECK(dl == (int64_t)strlen(text) && !memcmp(buf, text, (size_t)dl), "pre %s: round trip", name);
         n = tokenizer_encode(t, "a<|im_end|>b", 12, 0, 1, ids, 256);
-        CHECK(n == 3 && ids[1] == 258, "pre %s: control token parsed (%lld ids)", name,
-              (long long)n);
+        CHECK(n == 3 && ids[1] == 258, "pre %s: control token parsed (%lld ids)", name, (long long)n);
         CHECK(tokenizer_is_eog(t, 258) && tokenizer_is_eog(t, 259) && !tokenizer_is_eog(t, 256),
               "pre %s: end-of-generation set", name);
         tokenizer_free(t);
     }
     tokenizer *t = bpe_vocab("no-such-pre");
-    CHECK(t == NULL && strstr(st_error_get(), "no-such-pre"), "unknown pre-tokenizer: %s",
-          st_error_get());
+    CHECK(t == NULL && strstr(st_error_get(), "no-such-pre"), "unknown pre-tokenizer: %s", st_error_get());
     tokenizer_free(t);
 }
 
@@ -146,7 +137,14 @@ static void check_spm(void) {
         types[3 + b] = TOK_TYPE_BYTE;
         scores[3 + b] = 0;
     }
-    const char *pieces[] = {"\xe2\x96\x81", "a", "b", "c", ("\xe2\x96\x81" "a"), "ab", "bc"};
+    const char *pieces[] = {"\xe2\x96\x81",
+                            "a",
+                            "b",
+                            "c",
+                            ("\xe2\x96\x81"
+                             "a"),
+                            "ab",
+                            "bc"};
     /* "bc" outscores "ab": "abc" must become a + bc; "▁a" outscores "ab" */
     const float ps[] = {-1, -2, -3, -4, -5, -7, -6};
     for (int i = 0; i < 7; i++) {
@@ -163,13 +161,11 @@ static void check_spm(void) {
     gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
     tokenizer *t = load_written(w);
     CHECK(t != NULL, "spm load: %s", st_error_get());
-    if (!t)
-        return;
+    if (!t) return;
     int32_t ids[64];
     /* defaults with no flags in the file: BOS added, space prefix added */
     int64_t n = tokenizer_encode(t, "abc", 3, 1, 0, ids, 64);
-    CHECK(n == 3 && ids[0] == 1 && ids[1] == 263 && ids[2] == 265,
-          "\"abc\" -> <s> ▁a bc? got %lld ids", (long long)n);
+    CHECK(n == 3 && ids[0] == 1 && ids[1] == 263 && ids[2] == 265, "\"abc\" -> <s> ▁a bc? got %lld ids", (long long)n);
     /* the higher score wins: "bc" (-6) before "ab" (-7); 'x' has no piece */
     n = tokenizer_encode(t, "xabc", 4, 0, 0, ids, 64);
     CHECK(n == 4 && ids[0] == 259 && ids[1] == 3 + 'x' && ids[2] == 260 && ids[3] == 265,
@@ -177,13 +173,13 @@ static void check_spm(void) {
     n = tokenizer_encode(t, "bc", 2, 0, 0, ids, 64);
     CHECK(n == 2 && ids[0] == 259 && ids[1] == 265, "\"bc\" -> ▁ bc? got %lld ids", (long long)n);
     n = tokenizer_encode(t, "\xc3\xa9", 2, 0, 0, ids, 64);
-    CHECK(n == 3 && ids[0] == 259 && ids[1] == 3 + 0xC3 && ids[2] == 3 + 0xA9,
-          "\"é\" -> ▁ <0xC3> <0xA9>? got %lld ids", (long long)n);
+    CHECK(n == 3 && ids[0] == 259 && ids[1] == 3 + 0xC3 && ids[2] == 3 + 0xA9, "\"é\" -> ▁ <0xC3> <0xA9>? got %lld ids",
+          (long long)n);
     char buf[64];
     n = tokenizer_encode(t, "ab c\xc3\xa9", 6, 1, 0, ids, 64);
     int64_t dl = tokenizer_decode(t, ids, (size_t)n, 0, buf, sizeof buf);
-    CHECK(dl == 6 && !memcmp(buf, "ab c\xc3\xa9", 6), "decode drops the prefix space: '%.*s'",
-          (int)(dl > 0 ? dl : 0), buf);
+    CHECK(dl == 6 && !memcmp(buf, "ab c\xc3\xa9", 6), "decode drops the prefix space: '%.*s'", (int)(dl > 0 ? dl : 0),
+          buf);
     tokenizer_free(t);
 }
 

@@ -14,8 +14,8 @@
 void cpu_attn_scores_f16_avx512(const float *q, int G, int hd, const uint16_t *k, size_t row, int p0, int p1,
                                 float scale, float *sc, size_t nc);
 /* acc[g*hd + i] = sum over p0 <= p <= p1 of w[g*nc + p] * v_p[i] (acc overwritten). */
-void cpu_attn_values_f16_avx512(const float *w, size_t nc, int G, int hd, const uint16_t *v, size_t row, int p0,
-                                int p1, float *acc);
+void cpu_attn_values_f16_avx512(const float *w, size_t nc, int G, int hd, const uint16_t *v, size_t row, int p0, int p1,
+                                float *acc);
 /* s[0..n) = softmax of s with one more logit `sink` that has no value
  * (-INFINITY: none), in place; e^x by a polynomial within a float ulp of expf. */
 void cpu_attn_softmax_avx512(float *s, int n, float sink);

@@ -29,8 +29,8 @@ static inline __m512 load_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256
 
 /* Scores of NG (1..4) heads over positions p0..p1. */
 static inline __attribute__((always_inline)) void scores_ng(const float *q, int NG, int hd, const uint16_t *k,
-                                                              size_t row, int p0, int p1, float scale, float *sc,
-                                                              size_t nc) {
+                                                            size_t row, int p0, int p1, float scale, float *sc,
+                                                            size_t nc) {
     for (int p = p0; p <= p1; p++) {
         const uint16_t *kr = k + (size_t)p * row;
         if (p + PF_ROWS <= p1) prefetch_row(kr + PF_ROWS * row, hd);
@@ -66,8 +66,8 @@ void cpu_attn_scores_f16_avx512(const float *q, int G, int hd, const uint16_t *k
 /* acc[g][d0 .. d0 + 16*ND) of NG heads over positions p0..p1, held in
  * NG*ND zmm registers (ND, NG <= 4). */
 static inline __attribute__((always_inline)) void values_block(const float *w, size_t nc, int NG, int ND, int hd,
-                                                                 int d0, const uint16_t *v, size_t row, int p0, int p1,
-                                                                 float *acc) {
+                                                               int d0, const uint16_t *v, size_t row, int p0, int p1,
+                                                               float *acc) {
     __m512 a[4][4];
     for (int g = 0; g < NG; g++)
         for (int d = 0; d < ND; d++) a[g][d] = _mm512_setzero_ps();
@@ -85,8 +85,8 @@ static inline __attribute__((always_inline)) void values_block(const float *w, s
         for (int d = 0; d < ND; d++) _mm512_storeu_ps(acc + (size_t)g * hd + d0 + 16 * d, a[g][d]);
 }
 
-void cpu_attn_values_f16_avx512(const float *w, size_t nc, int G, int hd, const uint16_t *v, size_t row, int p0,
-                                int p1, float *acc) {
+void cpu_attn_values_f16_avx512(const float *w, size_t nc, int G, int hd, const uint16_t *v, size_t row, int p0, int p1,
+                                float *acc) {
     for (int g = 0; g < G; g += 4) {
         const int ng = G - g < 4 ? G - g : 4;
         const float *wg = w + (size_t)g * nc;

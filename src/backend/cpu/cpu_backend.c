@@ -31,16 +31,16 @@ typedef struct {
 typedef struct {
     st_pool *pool;
     int n_threads;
-    cpu_scratch act;  /* quantized activations of matmul */
-    cpu_scratch moe;  /* MoE routing and per-expert buffers */
-    cpu_scratch moeq; /* MoE quantized activations */
+    cpu_scratch act;   /* quantized activations of matmul */
+    cpu_scratch moe;   /* MoE routing and per-expert buffers */
+    cpu_scratch moeq;  /* MoE quantized activations */
     cpu_scratch route; /* moe_ffn's routing (sel, wsel) */
     cpu_scratch moep;  /* routing probabilities of one token */
-    int precise;      /* f32 activations in matrix products (STRATA_PRECISE=1) */
-    cpu_scratch rows; /* precise mode: one dequantized weight row per thread */
-    cpu_scratch gath; /* precise mode: an expert's gathered input rows */
-    cpu_scratch attn; /* attention scores and accumulators, per thread */
-    cpu_scratch gdn;  /* gated DeltaNet's per-chunk buffers */
+    int precise;       /* f32 activations in matrix products (STRATA_PRECISE=1) */
+    cpu_scratch rows;  /* precise mode: one dequantized weight row per thread */
+    cpu_scratch gath;  /* precise mode: an expert's gathered input rows */
+    cpu_scratch attn;  /* attention scores and accumulators, per thread */
+    cpu_scratch gdn;   /* gated DeltaNet's per-chunk buffers */
     /* rope angles (cos, sin per pair and position) of the last two (positions,
      * theta, scale, head size) seen: every layer of a step rotates the same
      * positions, and Gemma alternates two bases */
@@ -95,7 +95,8 @@ static void precise_task(void *ctx, int64_t task, int thread) {
     float *row = j->rows + (size_t)thread * (size_t)n;
     for (int64_t r = task * 16; r < (task + 1) * 16 && r < j->w->n_out; r++) {
         qt_dequantize(j->w->type, j->base + (size_t)r * j->w->row_bytes, row, n);
-        for (int t = 0; t < j->n_tok; t++) j->dot((int)n, &j->y[(size_t)t * j->w->n_out + r], row, j->x + (size_t)t * n);
+        for (int t = 0; t < j->n_tok; t++)
+            j->dot((int)n, &j->y[(size_t)t * j->w->n_out + r], row, j->x + (size_t)t * n);
     }
 }
 
@@ -116,10 +117,10 @@ static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
         return;
     }
     /* types were checked at model load: a failure here is a bug */
-    int rc = n_tok == 1 ? cpu_matvec(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out,
-                                     w->n_in, x, y)
-                        : cpu_matmul(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out,
-                                     w->n_in, n_tok, x, y);
+    int rc = n_tok == 1
+                 ? cpu_matvec(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out, w->n_in, x, y)
+                 : cpu_matmul(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out, w->n_in, n_tok,
+                              x, y);
     ST_ASSERT(rc == 0);
 }
 
@@ -228,10 +229,8 @@ static void kv_store_rows(st_backend *be, st_kv_layer *kv, const float *k, const
             g_f16_row((uint16_t *)kv->k + p * row, kr, row);
             g_f16_row((uint16_t *)kv->v + p * row, vr, row);
         } else {
-            store_row_int8(kr, (int8_t *)kv->k + p * row, kv->k_scale + p * kv->n_head_kv, kv->n_head_kv,
-                           kv->head_dim);
-            store_row_int8(vr, (int8_t *)kv->v + p * row, kv->v_scale + p * kv->n_head_kv, kv->n_head_kv,
-                           kv->head_dim);
+            store_row_int8(kr, (int8_t *)kv->k + p * row, kv->k_scale + p * kv->n_head_kv, kv->n_head_kv, kv->head_dim);
+            store_row_int8(vr, (int8_t *)kv->v + p * row, kv->v_scale + p * kv->n_head_kv, kv->n_head_kv, kv->head_dim);
         }
     }
 }
@@ -256,7 +255,7 @@ typedef struct {
     const float *q;
     const st_kv_layer *kv;
     int n_tok, pos0, n_head, window;
-    int n_part;     /* tasks per (token, KV head): its query heads split in this many parts */
+    int n_part; /* tasks per (token, KV head): its query heads split in this many parts */
     float scale;
     const float *sinks; /* (n_head) or NULL */
     float *out;
@@ -353,16 +352,15 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     const size_t esz = f16 ? 2 : 1, rb = (size_t)hd * esz;
     const int wide = f16 && g_attn_avx512 && hd % 16 == 0; /* cpu_attn_avx512.c */
     if (wide)
-        cpu_attn_scores_f16_avx512(q, G, hd, (const uint16_t *)kv->k + (size_t)hkv * hd, row, first, pos, j->scale,
-                                   sc, nc);
+        cpu_attn_scores_f16_avx512(q, G, hd, (const uint16_t *)kv->k + (size_t)hkv * hd, row, first, pos, j->scale, sc,
+                                   nc);
     for (int p = first; p <= pos && !wide; p++) {
         size_t off = (size_t)p * row + (size_t)hkv * hd;
         if (p + ATTN_PF <= pos) attn_prefetch((const uint8_t *)kv->k + (off + ATTN_PF * row) * esz, rb);
         for (int g = 0; g < G; g++)
-            sc[(size_t)g * nc + p] =
-                j->scale * (f16 ? g_dot_f16(q + (size_t)g * hd, (const uint16_t *)kv->k + off, hd)
-                                : kv->k_scale[(size_t)p * kv->n_head_kv + hkv] *
-                                      dot_i8(q + (size_t)g * hd, (const int8_t *)kv->k + off, hd));
+            sc[(size_t)g * nc + p] = j->scale * (f16 ? g_dot_f16(q + (size_t)g * hd, (const uint16_t *)kv->k + off, hd)
+                                                     : kv->k_scale[(size_t)p * kv->n_head_kv + hkv] *
+                                                           dot_i8(q + (size_t)g * hd, (const int8_t *)kv->k + off, hd));
     }
     for (int g = 0; g < G; g++) {
         float *s = sc + (size_t)g * nc, mx = -INFINITY;
@@ -395,15 +393,15 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     memcpy(j->out + ((size_t)t * j->n_head + (size_t)hkv * G_all + g0) * hd, acc, (size_t)G * hd * sizeof(float));
 }
 
-static void cpu_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0,
-                                int n_head, float scale, int window, const float *sinks, float *out) {
+static void cpu_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
+                                float scale, int window, const float *sinks, float *out) {
     cpu_ctx *c = CTX(be);
     int G = n_head / kv->n_head_kv;
     const int64_t pairs = (int64_t)n_tok * kv->n_head_kv;
     int n_part = pairs >= c->n_threads ? 1 : (int)((c->n_threads + pairs - 1) / pairs);
     if (n_part > G) n_part = G;
-    attn_job j = {q, kv, n_tok, pos0, n_head, window, n_part, scale, sinks, out, NULL,
-                  (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
+    attn_job j = {q,      kv,    n_tok, pos0, n_head, window,
+                  n_part, scale, sinks, out,  NULL,   (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
     j.scratch = cpu_scratch_reserve(&c->attn, j.scratch_stride * (size_t)c->n_threads * sizeof(float));
     st_pool_run(c->pool, pairs * n_part, attn_task, &j);
 }
@@ -503,8 +501,8 @@ static void route_tokens(const float *logits, int n_tok, int n_expert, int k, co
     }
 }
 
-static void cpu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
-                          const st_moe_gating *gt, int32_t *sel, float *wsel) {
+static void cpu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, const st_moe_gating *gt,
+                          int32_t *sel, float *wsel) {
     float *p = cpu_scratch_reserve(&CTX(be)->moep, 2 * (size_t)n_expert * sizeof(float));
     route_tokens(logits, n_tok, n_expert, k, gt, sel, wsel, p, p + n_expert);
 }
@@ -520,8 +518,7 @@ static void add_expert_bias(const float *bias, int e, int n, int64_t w, float *y
 /* Every expert's biases over its pairs' rows (off: the pairs of expert e are off[e]..off[e+1]). */
 static void add_experts_bias(const float *bias, const int32_t *off, int n_expert, int64_t w, float *y) {
     if (!bias) return;
-    for (int e = 0; e < n_expert; e++)
-        add_expert_bias(bias, e, off[e + 1] - off[e], w, y + (size_t)off[e] * w);
+    for (int e = 0; e < n_expert; e++) add_expert_bias(bias, e, off[e + 1] - off[e], w, y + (size_t)off[e] * w);
 }
 
 /* The given pairs' experts (backend.h). Pairs are sorted by expert (tokens
@@ -592,10 +589,10 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
             const int n = off[e + 1] - off[e];
             if (!n) continue;
             const int64_t m = emap ? emap[e] : e;
-            mm[n_mm++] = (cpu_mm){st_weight_mat(gate, m), gate->row_bytes, gate->type, F, E, n, hq_g, tok + off[e],
-                                  ge + (size_t)off[e] * F, 0};
-            mm[n_mm++] = (cpu_mm){st_weight_mat(up, m), up->row_bytes, up->type, F, E, n, hq_u, tok + off[e],
-                                  ue + (size_t)off[e] * F, 0};
+            mm[n_mm++] = (cpu_mm){st_weight_mat(gate, m), gate->row_bytes,         gate->type, F, E, n, hq_g,
+                                  tok + off[e],           ge + (size_t)off[e] * F, 0};
+            mm[n_mm++] = (cpu_mm){st_weight_mat(up, m), up->row_bytes,           up->type, F, E, n, hq_u,
+                                  tok + off[e],         ue + (size_t)off[e] * F, 0};
         }
         ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
         add_experts_bias(gate->bias, off, n_expert, F, ge);
@@ -606,8 +603,16 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
         for (int e = 0; e < n_expert; e++) {
             const int n = off[e + 1] - off[e];
             if (!n) continue;
-            mm[n_mm++] = (cpu_mm){st_weight_mat(down, emap ? emap[e] : e), down->row_bytes, down->type, E, F, n,
-                                  gq + (size_t)off[e] * rd, NULL, ye + (size_t)off[e] * E, 0};
+            mm[n_mm++] = (cpu_mm){st_weight_mat(down, emap ? emap[e] : e),
+                                  down->row_bytes,
+                                  down->type,
+                                  E,
+                                  F,
+                                  n,
+                                  gq + (size_t)off[e] * rd,
+                                  NULL,
+                                  ye + (size_t)off[e] * E,
+                                  0};
         }
         ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
         add_experts_bias(down->bias, off, n_expert, E, ye);

@@ -31,15 +31,9 @@
 #include "core/log.h"
 #include "quant/quant.h"
 
-static float silu(float x) {
-    return x / (1.0f + expf(-x));
-}
-static float sigmoid(float x) {
-    return 1.0f / (1.0f + expf(-x));
-}
-static float softplus(float x) {
-    return x > 20.0f ? x : log1pf(expf(x));
-}
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 typedef struct {
     const st_gdn *g;
@@ -61,17 +55,14 @@ typedef struct {
  * inputs before the chunk, then come the chunk's own. */
 static const float *conv_in(const gdn_job *j, int t, int i) {
     const int back = j->g->d_conv - 1, p = t + i; /* index in [state | chunk] */
-    return p < back ? j->st->conv + (size_t)p * j->conv_dim
-                    : j->qkv + (size_t)(p - back) * j->conv_dim;
+    return p < back ? j->st->conv + (size_t)p * j->conv_dim : j->qkv + (size_t)(p - back) * j->conv_dim;
 }
 
 static void l2norm(float *x, int n, float eps, float scale) {
     double s = 0;
-    for (int i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
     const float f = scale / sqrtf((float)s + eps);
-    for (int i = 0; i < n; i++)
-        x[i] *= f;
+    for (int i = 0; i < n; i++) x[i] *= f;
 }
 
 /* Pass 1, one token: convolution, SiLU, L2 norms; decay and beta per head. */
@@ -84,8 +75,7 @@ static void conv_task(void *ctx, int64_t task, int thread) {
     for (int ch = 0; ch < j->conv_dim; ch++) {
         const float *w = g->conv_w + (size_t)ch * K;
         float s = 0;
-        for (int i = 0; i < K; i++)
-            s += w[i] * conv_in(j, t, i)[ch];
+        for (int i = 0; i < K; i++) s += w[i] * conv_in(j, t, i)[ch];
         c[ch] = silu(s);
     }
     const float qs = 1.0f / sqrtf((float)hd);
@@ -109,24 +99,21 @@ static void conv_task(void *ctx, int64_t task, int thread) {
         float *r = j->rec + (size_t)t * j->rec_row;
         memcpy(r, j->qkv + (size_t)t * j->conv_dim, (size_t)j->conv_dim * sizeof(float));
         memcpy(r + j->conv_dim, c, (size_t)j->conv_dim * sizeof(float));
-        memcpy(r + 2 * (size_t)j->conv_dim, j->gb + (size_t)t * nv * 2,
-               (size_t)nv * 2 * sizeof(float));
+        memcpy(r + 2 * (size_t)j->conv_dim, j->gb + (size_t)t * nv * 2, (size_t)nv * 2 * sizeof(float));
     }
 }
 
 /* One token's delta rule on one head's state S (hd rows of hd): per row jv,
  * decay it, then add beta (v[jv] - row.k) k, and o[jv] = row.q. */
-static void delta_step(float *S, const float *q, const float *k, const float *v, float decay,
-                       float beta, float *o, int hd) {
+static void delta_step(float *S, const float *q, const float *k, const float *v, float decay, float beta, float *o,
+                       int hd) {
     for (int jv = 0; jv < hd; jv++) {
         float *row = S + (size_t)jv * hd;
         float sk = 0;
-        for (int i = 0; i < hd; i++)
-            sk += (row[i] *= decay) * k[i];
+        for (int i = 0; i < hd; i++) sk += (row[i] *= decay) * k[i];
         const float d = beta * (v[jv] - sk);
         float oq = 0;
-        for (int i = 0; i < hd; i++)
-            oq += (row[i] += d * k[i]) * q[i];
+        for (int i = 0; i < hd; i++) oq += (row[i] += d * k[i]) * q[i];
         o[jv] = oq;
     }
 }
@@ -141,10 +128,8 @@ __attribute__((target("avx2,fma"))) static inline float hsum8(__m256 a) {
 }
 
 /* The same, 8 lanes at a time (hd a multiple of 8; the callers check). */
-__attribute__((target("avx2,fma"))) static void delta_step_avx2(float *S, const float *q,
-                                                                const float *k, const float *v,
-                                                                float decay, float beta, float *o,
-                                                                int hd) {
+__attribute__((target("avx2,fma"))) static void
+delta_step_avx2(float *S, const float *q, const float *k, const float *v, float decay, float beta, float *o, int hd) {
     const __m256 dv = _mm256_set1_ps(decay);
     for (int jv = 0; jv < hd; jv++) {
         float *row = S + (size_t)jv * hd;
@@ -166,8 +151,7 @@ __attribute__((target("avx2,fma"))) static void delta_step_avx2(float *S, const 
 }
 #endif
 
-typedef void (*delta_step_fn)(float *, const float *, const float *, const float *, float, float,
-                              float *, int);
+typedef void (*delta_step_fn)(float *, const float *, const float *, const float *, float, float, float *, int);
 
 static delta_step_fn pick_step(int hd) {
 #if defined(__x86_64__)
@@ -178,9 +162,7 @@ static delta_step_fn pick_step(int hd) {
 }
 
 /* The key/query head that value head h reads. */
-static int key_head(const st_gdn *g, int h) {
-    return g->k_grouped ? h / (g->n_v_head / g->n_k_head) : h % g->n_k_head;
-}
+static int key_head(const st_gdn *g, int h) { return g->k_grouped ? h / (g->n_v_head / g->n_k_head) : h % g->n_k_head; }
 
 /* Pass 2, one value head over the chunk's tokens in order: the delta rule. */
 static void rec_task(void *ctx, int64_t task, int thread) {
@@ -211,17 +193,14 @@ static void norm_task(void *ctx, int64_t task, int thread) {
         const size_t off = ((size_t)t * nv + h) * hd;
         const float *o = j->o + off, *z = j->z + off;
         double s = 0;
-        for (int i = 0; i < hd; i++)
-            s += (double)o[i] * o[i];
+        for (int i = 0; i < hd; i++) s += (double)o[i] * o[i];
         const float f = 1.0f / sqrtf((float)(s / hd) + g->eps);
-        for (int i = 0; i < hd; i++)
-            j->out[off + i] = o[i] * f * g->norm[i] * silu(z[i]);
+        for (int i = 0; i < hd; i++) j->out[off + i] = o[i] * f * g->norm[i] * silu(z[i]);
     }
 }
 
-void cpu_gated_delta_net(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv_layer *st,
-                         int n_tok, int pos0, const float *qkv, const float *z, const float *beta,
-                         const float *alpha, float *out) {
+void cpu_gated_delta_net(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0,
+                         const float *qkv, const float *z, const float *beta, const float *alpha, float *out) {
     const int hd = g->head_dim, nk = g->n_k_head, nv = g->n_v_head, back = g->d_conv - 1;
     ST_ASSERT(n_tok > 0 && nv % nk == 0 && st->conv && st->ssm);
     const int conv_dim = 2 * nk * hd + nv * hd;
@@ -229,11 +208,9 @@ void cpu_gated_delta_net(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv
         memset(st->conv, 0, (size_t)back * conv_dim * sizeof(float));
         memset(st->ssm, 0, (size_t)nv * hd * hd * sizeof(float));
     }
-    const size_t nc = (size_t)n_tok * conv_dim, ng = (size_t)n_tok * nv * 2,
-                 no = (size_t)n_tok * nv * hd;
+    const size_t nc = (size_t)n_tok * conv_dim, ng = (size_t)n_tok * nv * 2, no = (size_t)n_tok * nv * hd;
     float *buf = cpu_scratch_reserve(scr, (nc + ng + no) * sizeof(float));
-    gdn_job j = {g,   st,       n_tok,         conv_dim, qkv,  z,    beta, alpha,
-                 buf, buf + nc, buf + nc + ng, out,      NULL, NULL, 0};
+    gdn_job j = {g, st, n_tok, conv_dim, qkv, z, beta, alpha, buf, buf + nc, buf + nc + ng, out, NULL, NULL, 0};
     if (st->undo_cap > 0) { /* a verify pass: record how to undo it (gated_delta_net_keep) */
         ST_ASSERT(st->undo && st->undo_n + n_tok <= st->undo_cap);
         const size_t ns = (size_t)nv * hd * hd, ncv = (size_t)back * conv_dim;
@@ -251,8 +228,7 @@ void cpu_gated_delta_net(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv
     /* the convolution's state: the last d_conv-1 inputs of [state | chunk] */
     for (int i = 0; i < back; i++) {
         const int p = n_tok + i; /* index in [state | chunk] of the i-th kept input */
-        const float *src =
-            p < back ? st->conv + (size_t)p * conv_dim : qkv + (size_t)(p - back) * conv_dim;
+        const float *src = p < back ? st->conv + (size_t)p * conv_dim : qkv + (size_t)(p - back) * conv_dim;
         if (src != st->conv + (size_t)i * conv_dim)
             memmove(st->conv + (size_t)i * conv_dim, src, conv_dim * sizeof(float));
     }
@@ -271,8 +247,7 @@ static void replay_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const keep_job *j = ctx;
     const st_gdn *g = j->g;
-    const int h = (int)task, hd = g->head_dim, nk = g->n_k_head, nv = g->n_v_head,
-              kh = key_head(g, h);
+    const int h = (int)task, hd = g->head_dim, nk = g->n_k_head, nv = g->n_v_head, kh = key_head(g, h);
     const size_t ns = (size_t)nv * hd * hd, row = 2 * (size_t)j->conv_dim + 2 * (size_t)nv;
     const float *rec = j->st->undo + ns + (size_t)(g->d_conv - 1) * j->conv_dim;
     float *S = j->st->ssm + (size_t)h * hd * hd;
@@ -280,27 +255,24 @@ static void replay_task(void *ctx, int64_t task, int thread) {
     const delta_step_fn step = pick_step(hd);
     for (int t = 0; t < j->n_keep; t++) {
         const float *c = rec + (size_t)t * row + j->conv_dim, *gb = c + j->conv_dim;
-        step(S, c + (size_t)kh * hd, c + (size_t)(nk + kh) * hd, c + (size_t)(2 * nk + h) * hd,
-             gb[2 * h], gb[2 * h + 1], j->o + (size_t)h * hd, hd);
+        step(S, c + (size_t)kh * hd, c + (size_t)(nk + kh) * hd, c + (size_t)(2 * nk + h) * hd, gb[2 * h],
+             gb[2 * h + 1], j->o + (size_t)h * hd, hd);
     }
 }
 
-void cpu_gated_delta_net_keep(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv_layer *st,
-                              int n_keep) {
+void cpu_gated_delta_net_keep(st_pool *pool, cpu_scratch *scr, const st_gdn *g, st_kv_layer *st, int n_keep) {
     ST_ASSERT(st->undo_cap > 0 && n_keep >= 0 && n_keep <= st->undo_n);
     if (n_keep < st->undo_n) {
         const int hd = g->head_dim, nv = g->n_v_head, back = g->d_conv - 1;
         const int conv_dim = (2 * g->n_k_head + nv) * hd;
-        keep_job j = {g, st, n_keep, conv_dim,
-                      cpu_scratch_reserve(scr, (size_t)nv * hd * sizeof(float))};
+        keep_job j = {g, st, n_keep, conv_dim, cpu_scratch_reserve(scr, (size_t)nv * hd * sizeof(float))};
         st_pool_run(pool, nv, replay_task, &j);
         /* the window: the last d_conv-1 inputs of [saved window | the kept tokens' inputs] */
         const size_t ns = (size_t)nv * hd * hd, row = 2 * (size_t)conv_dim + 2 * (size_t)nv;
         const float *win = st->undo + ns, *rec = win + (size_t)back * conv_dim;
         for (int i = 0; i < back; i++) {
             const int p = n_keep + i;
-            const float *src =
-                p < back ? win + (size_t)p * conv_dim : rec + (size_t)(p - back) * row;
+            const float *src = p < back ? win + (size_t)p * conv_dim : rec + (size_t)(p - back) * row;
             memcpy(st->conv + (size_t)i * conv_dim, src, (size_t)conv_dim * sizeof(float));
         }
     }
@@ -320,11 +292,9 @@ void cpu_sigmoid_mul(float *x, const float *g, int dim, int g_dim, int n_rows) {
         float *xr = x + r * dim;
         if (g_dim == 1) {
             const float s = sigmoid(g[r]);
-            for (int i = 0; i < dim; i++)
-                xr[i] *= s;
+            for (int i = 0; i < dim; i++) xr[i] *= s;
         } else {
-            for (int i = 0; i < dim; i++)
-                xr[i] *= sigmoid(g[r * dim + i]);
+            for (int i = 0; i < dim; i++) xr[i] *= sigmoid(g[r * dim + i]);
         }
     }
 }

@@ -15,8 +15,8 @@
 #include "core/alloc.h"
 #include "core/log.h"
 
-void cpu_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const float *src,
-                 int64_t src_stride, int64_t width, int n_rows) {
+void cpu_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
+                 int n_rows) {
     (void)be;
     for (int r = 0; r < n_rows; r++)
         memcpy(dst + (size_t)r * (size_t)dst_stride, src + (size_t)r * (size_t)src_stride,
@@ -38,8 +38,7 @@ void cpu_matmul_all(st_backend *be, const st_weight *w, const float *x, float *y
 
 void cpu_route_groups(float *s, int n_expert, int n_group, int n_used) {
     enum { MAX_GROUPS = 64 };
-    ST_ASSERT(n_group > 1 && n_group <= MAX_GROUPS && n_expert % n_group == 0 && n_used >= 1 &&
-              n_used < n_group);
+    ST_ASSERT(n_group > 1 && n_group <= MAX_GROUPS && n_expert % n_group == 0 && n_used >= 1 && n_used < n_group);
     const int per = n_expert / n_group;
     float score[MAX_GROUPS];
     int keep[MAX_GROUPS];
@@ -49,10 +48,8 @@ void cpu_route_groups(float *s, int n_expert, int n_group, int n_used) {
         for (int e = g * per; e < (g + 1) * per; e++) {
             const float v = s[e];
             if (!(v > -INFINITY)) continue;
-            if (v > a)
-                b = a, a = v;
-            else if (v > b)
-                b = v;
+            if (v > a) b = a, a = v;
+            else if (v > b) b = v;
         }
         score[g] = per > 1 ? a + b : a;
         keep[g] = 0;
@@ -60,12 +57,10 @@ void cpu_route_groups(float *s, int n_expert, int n_group, int n_used) {
     for (int j = 0; j < n_used; j++) { /* the best groups, ties to the lower id */
         int best = -1;
         for (int g = 0; g < n_group; g++)
-            if (!keep[g] && (best < 0 || score[g] > score[best]))
-                best = g; /* scores are never NaN */
+            if (!keep[g] && (best < 0 || score[g] > score[best])) best = g; /* scores are never NaN */
         keep[best] = 1;
     }
     for (int g = 0; g < n_group; g++)
         if (!keep[g])
-            for (int e = g * per; e < (g + 1) * per; e++)
-                s[e] = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++) s[e] = -INFINITY;
 }

@@ -12,8 +12,8 @@
 /* matmul with ST_MAT_ALL (backend.h): each matrix's rows gathered, multiplied
  * by be->matmul, scattered back; the same arithmetic as one call per matrix. */
 void cpu_matmul_all(st_backend *be, const st_weight *w, const float *x, float *y, int n_tok);
-void cpu_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const float *src,
-                 int64_t src_stride, int64_t width, int n_rows);
+void cpu_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
+                 int n_rows);
 /* Scores s[n_expert] of one token: every expert outside the n_used best of
  * n_group groups (a group's score: the sum of its two best s) set to -inf.
  * n_group at most 64 (the loader refuses more). */

@@ -272,8 +272,8 @@ static void single_task(void *p, int64_t task, int thread) {
     run_task(p, task);
 }
 
-int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
-                 int64_t n_cols, int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy) {
+int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows, int64_t n_cols,
+                 int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy) {
     cpu_mm m = {W, row_stride, type, n_rows, n_cols, n_tok, Xq, x_ids, Y, ldy};
     mm_job j;
     int64_t n_tasks = setup_job(&j, &m, st_pool_n_threads(pool));
@@ -335,13 +335,13 @@ static const void *prepare_act(st_pool *pool, cpu_scratch *scratch, qt_type type
     return Xq;
 }
 
-int cpu_matvec(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type,
-               int64_t n_rows, int64_t n_cols, const float *x, float *y) {
+int cpu_matvec(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
+               int64_t n_cols, const float *x, float *y) {
     return cpu_matmul(pool, scratch, W, row_stride, type, n_rows, n_cols, 1, x, y);
 }
 
-int cpu_matmul(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type,
-               int64_t n_rows, int64_t n_cols, int64_t n_tok, const float *X, float *Y) {
+int cpu_matmul(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
+               int64_t n_cols, int64_t n_tok, const float *X, float *Y) {
     if (!check_type("cpu_matmul", type, n_cols)) return -1;
     if (n_tok <= 0) return n_tok == 0 ? 0 : (st_error_set("cpu_matmul: %lld tokens", (long long)n_tok), -1);
     const void *Xq = prepare_act(pool, scratch, type, n_cols, n_tok, X);

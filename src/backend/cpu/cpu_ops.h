@@ -50,26 +50,26 @@ size_t cpu_act_row_size(qt_type type, int64_t n_cols);
 int cpu_quantize_act(st_pool *pool, qt_type type, int64_t n_cols, int64_t n_tok, const float *X, void *Xq);
 
 /* y = W x. row_stride 0 means qt_row_size(type, n_cols). Returns 0 or -1. */
-int cpu_matvec(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type,
-               int64_t n_rows, int64_t n_cols, const float *x, float *y);
+int cpu_matvec(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
+               int64_t n_cols, const float *x, float *y);
 
 /* Y = X W^T for n_tok tokens (the prompt path). Weight rows are tiled so that
  * each block of rows is read from memory once per block of tokens and reused
  * from cache across those tokens. Returns 0 or -1. */
-int cpu_matmul(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type,
-               int64_t n_rows, int64_t n_cols, int64_t n_tok, const float *X, float *Y);
+int cpu_matmul(st_pool *pool, cpu_scratch *scratch, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
+               int64_t n_cols, int64_t n_tok, const float *X, float *Y);
 
 /* The product on activations already quantized by cpu_quantize_act(): output
  * row i (i < n_tok) is W times quantized activation row x_ids[i] (x_ids NULL:
  * row i), written to Y + i*ldy (ldy 0 means n_rows). The gather lets an
  * expert run over just the tokens routed to it. Returns 0 or -1. */
-int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows,
-                 int64_t n_cols, int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy);
+int cpu_matmul_q(st_pool *pool, const void *W, size_t row_stride, qt_type type, int64_t n_rows, int64_t n_cols,
+                 int64_t n_tok, const void *Xq, const int32_t *x_ids, float *Y, int64_t ldy);
 
 /* One product of a batch: the arguments of cpu_matmul_q(). */
 typedef struct {
-    const void *W;        /* first row */
-    size_t row_stride;    /* bytes between rows; 0: qt_row_size(type, n_cols) */
+    const void *W;     /* first row */
+    size_t row_stride; /* bytes between rows; 0: qt_row_size(type, n_cols) */
     qt_type type;
     int64_t n_rows, n_cols;
     int64_t n_tok;        /* outputs (tokens); 0: nothing to do */

@@ -64,21 +64,46 @@ int cpu_fill_random_blocks(qt_type type, void *dst, int64_t n_blocks, uint64_t s
     int off_d = 0, off_m = -1;
     float base = 1.0f / 64;
     switch (type) {
-    case QT_Q4_0: case QT_Q5_0: case QT_IQ4_NL: base = 1.0f / 64; break;
+    case QT_Q4_0:
+    case QT_Q5_0:
+    case QT_IQ4_NL: base = 1.0f / 64; break;
     case QT_Q8_0: base = 1.0f / 512; break;
-    case QT_Q4_1: case QT_Q5_1: off_m = 2; base = 1.0f / 64; break;
-    case QT_Q2_K: off_d = offsetof(block_q2_K, d); off_m = offsetof(block_q2_K, dmin); base = 1.0f / 256; break;
-    case QT_Q3_K: off_d = offsetof(block_q3_K, d); base = 1.0f / 1024; break;
-    case QT_Q4_K: case QT_Q5_K: off_m = 2; base = 1.0f / 2048; break;
-    case QT_Q6_K: off_d = offsetof(block_q6_K, d); base = 1.0f / 8192; break;
-    case QT_IQ2_XXS: case QT_IQ2_XS: case QT_IQ2_S: case QT_IQ3_XXS: case QT_IQ3_S: base = 1.0f / 256; break;
+    case QT_Q4_1:
+    case QT_Q5_1:
+        off_m = 2;
+        base = 1.0f / 64;
+        break;
+    case QT_Q2_K:
+        off_d = offsetof(block_q2_K, d);
+        off_m = offsetof(block_q2_K, dmin);
+        base = 1.0f / 256;
+        break;
+    case QT_Q3_K:
+        off_d = offsetof(block_q3_K, d);
+        base = 1.0f / 1024;
+        break;
+    case QT_Q4_K:
+    case QT_Q5_K:
+        off_m = 2;
+        base = 1.0f / 2048;
+        break;
+    case QT_Q6_K:
+        off_d = offsetof(block_q6_K, d);
+        base = 1.0f / 8192;
+        break;
+    case QT_IQ2_XXS:
+    case QT_IQ2_XS:
+    case QT_IQ2_S:
+    case QT_IQ3_XXS:
+    case QT_IQ3_S: base = 1.0f / 256; break;
     case QT_IQ1_S: base = 1.0f / 64; break;
     case QT_IQ4_XS: base = 1.0f / 4096; break;
-    case QT_IQ1_M: off_d = -1; base = 1.0f / 64; break;
+    case QT_IQ1_M:
+        off_d = -1;
+        base = 1.0f / 64;
+        break;
     case QT_MXFP4: off_d = -1; break;
-    default:
-        st_error_set("cpu_fill_random_blocks: cannot fill type %s", tr->name);
-        return -1;
+    default: st_error_set("cpu_fill_random_blocks: cannot fill type %s", tr->name); return -1;
     }
 
     /* random bits everywhere, 8 bytes at a time */

@@ -29,9 +29,9 @@
 #include "backend/cuda/ops.h"
 
 #define ATT_THREADS 128
-#define ATT_TILE 64
-#define ATT_MAX_HD 640 /* multi-head latent attention's 576 (per-head kernel) */
-#define ATT_ACC (ATT_MAX_HD / ATT_THREADS)
+#define ATT_TILE    64
+#define ATT_MAX_HD  640 /* multi-head latent attention's 576 (per-head kernel) */
+#define ATT_ACC     (ATT_MAX_HD / ATT_THREADS)
 
 static __device__ __forceinline__ float kv_load(int type, const void *base, const float *scales, size_t idx,
                                                 size_t srow) {
@@ -90,7 +90,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
         float tmax = -INFINITY;
         for (int j = 0; j < nt; j++) tmax = fmaxf(tmax, sc[j]);
         const float mn = fmaxf(m, tmax), f = expf(m - mn); /* f = 0 on the first tile (m = -inf) */
-        __syncthreads(); /* everyone has read the raw scores */
+        __syncthreads();                                   /* everyone has read the raw scores */
         if (tid < nt) sc[tid] = expf(sc[tid] - mn);
         __syncthreads();
         float tsum = 0.0f;
@@ -137,7 +137,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
  *    summed through shared memory at the end.
  * Slices are whole tiles; the partial layout and the combine are those of
  * attn_split_kernel. GM: the most heads per KV head the instance holds. */
-#define GQA_TILE 128
+#define GQA_TILE    128
 #define GQA_THREADS 128
 
 /* The dot products of one K row (8 values per 16-byte f16 or 8-byte int8
@@ -187,7 +187,7 @@ template <int GM, int HD>
 static __global__ void __launch_bounds__(GQA_THREADS)
     attn_gqa_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
                     int window, int n_split, float *part) {
-    pdl_enter(); /* first: see st_launch (common.cuh) */
+    pdl_enter();                  /* first: see st_launch (common.cuh) */
     extern __shared__ float sm[]; /* qs [G][hd], sc [G][2 * GQA_TILE] (the end's sums need 2x), red [2][4][G] */
     const int split = blockIdx.x, hkv = blockIdx.y, t = blockIdx.z;
     constexpr int hd = HD;
@@ -341,8 +341,8 @@ template <int HD>
 static void gqa_launch_hd(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv,
                           int pos0, const int *dpos, int n_tok, int n_head, float scale, int window, int n_split,
                           float *part) {
-#define GQA_L(GM)                                                                                                  \
-    st_launch(attn_gqa_kernel<GM, HD>, grid, dim3(GQA_THREADS), smem, s, q, *kv, pos0, dpos, n_tok, n_head, scale,  \
+#define GQA_L(GM)                                                                                                      \
+    st_launch(attn_gqa_kernel<GM, HD>, grid, dim3(GQA_THREADS), smem, s, q, *kv, pos0, dpos, n_tok, n_head, scale,     \
               window, n_split, part)
     if (G <= 1) GQA_L(1);
     else if (G <= 2) GQA_L(2);
@@ -354,8 +354,10 @@ static void gqa_launch_hd(int G, dim3 grid, size_t smem, cudaStream_t s, const f
 
 static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const float *q, const st_kv_layer *kv, int pos0,
                        const int *dpos, int n_tok, int n_head, float scale, int window, int n_split, float *part) {
-    if (kv->head_dim == 64) gqa_launch_hd<64>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
-    else if (kv->head_dim == 128) gqa_launch_hd<128>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    if (kv->head_dim == 64)
+        gqa_launch_hd<64>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+    else if (kv->head_dim == 128)
+        gqa_launch_hd<128>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     else gqa_launch_hd<256>(G, grid, smem, s, q, kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
 }
 
@@ -370,7 +372,7 @@ static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const floa
  * (weight 0: a recorded step's slices past the position) is skipped. */
 static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, const float *sinks,
                                            float *out, int8_t *aq, float2 *ad) {
-    pdl_enter(); /* first: see st_launch (common.cuh) */
+    pdl_enter();                   /* first: see st_launch (common.cuh) */
     extern __shared__ float wsl[]; /* [n_split] */
     __shared__ float red[ST_WARP];
     const int h = blockIdx.x, t = blockIdx.y;
@@ -387,7 +389,7 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
         wsl[s] = ws;
         L += ws * pp[s * st + 1];
     }
-    L = block_sum(L, red); /* synchronises: wsl is written */
+    L = block_sum(L, red);          /* synchronises: wsl is written */
     if (sinks) L += expf(sink - M); /* the sink's share of the softmax, with no value */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float v = 0.0f;
@@ -421,7 +423,8 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
      * cache 8 us per layer faster per head, over 16K 185 us slower; the
      * difference grows ~12 us per 1K positions, so they cross near 1.3K. */
     const int G = n_head / kv->n_head_kv;
-    const int gqa = gqa_fits(G, kv->head_dim) && (mode == CUDA_ATT_GQA || (mode == CUDA_ATT_TC && span > CUDA_ATT_SHORT_SPAN));
+    const int gqa =
+        gqa_fits(G, kv->head_dim) && (mode == CUDA_ATT_GQA || (mode == CUDA_ATT_TC && span > CUDA_ATT_SHORT_SPAN));
     /* a latent row (deepseek2's 576, mla.cu): its own kernel for every span, but with the per-head one forced */
     const int lat = !gqa && mode != CUDA_ATT_HEAD && cuda_attn_latent_fits(n_head, kv);
     const int tile = gqa ? GQA_TILE : lat ? cuda_attn_latent_tile() : ATT_TILE;
@@ -445,17 +448,17 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
     } else if (lat) {
         cuda_attn_latent(q, kv, n_tok, pos0, dpos, n_head, scale, window, n_split, part, s);
     } else {
-        st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0, s,
-                  q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+        st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0,
+                  s, q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     }
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
-    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), (size_t)n_split * sizeof(float), s,
-              (const float *)part, n_head, kv->head_dim, n_split, sinks, out, aq, ad);
+    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), (size_t)n_split * sizeof(float),
+              s, (const float *)part, n_head, kv->head_dim, n_split, sinks, out, aq, ad);
 }
 
-void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
-                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
-                    int n_sm, int cc_major, int mode, cudaStream_t s) {
+void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan, int n_head,
+                    float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch, int n_sm,
+                    int cc_major, int mode, cudaStream_t s) {
     cuda_attention_sinks(q, kv, n_tok, pos0, dpos, dspan, n_head, scale, window, NULL, out, aq, ad, scratch, n_sm,
                          cc_major, mode, s);
 }

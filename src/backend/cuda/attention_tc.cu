@@ -33,15 +33,14 @@
 #if !defined(STRATA_HIP) /* mma.sync is PTX: the whole kernel is CUDA only */
 #include "backend/cuda/mm/mma.cuh"
 
-#define TC_ROWS 64  /* query rows per block (4 warps x 16) */
-#define TC_KEYS 64  /* keys per tile */
-#define TC_PAD 8    /* halves of padding per shared row (bank spread) */
+#define TC_ROWS 64 /* query rows per block (4 warps x 16) */
+#define TC_KEYS 64 /* keys per tile */
+#define TC_PAD  8  /* halves of padding per shared row (bank spread) */
 
 static __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
     return *(const uint32_t *)&h;
 }
-
 
 template <int HD>
 static __global__ void __launch_bounds__(128)
@@ -225,8 +224,7 @@ int cuda_attention_tc_sinks(const float *q, const st_kv_layer *kv, int n_tok, in
     const dim3 grid(st_div_up((size_t)rows, TC_ROWS), (unsigned)kv->n_head_kv);
     if (kv->head_dim == 64)
         attn_tc_kernel<64><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
-    else
-        attn_tc_kernel<128><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
+    else attn_tc_kernel<128><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
     CUDA_LAUNCH_CHECK();
     return 0;
 #endif

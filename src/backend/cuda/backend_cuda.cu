@@ -64,43 +64,43 @@ extern "C" {
 
 /* The fusions, each its own bit of STRATA_CUDA_FUSE (default all) so that
  * each can be measured alone; a bit off runs that op as its composition. */
-#define FUSE_JOBS 1  /* matmul_multi: products of one input in one launch */
+#define FUSE_JOBS  1 /* matmul_multi: products of one input in one launch */
 #define FUSE_ROUTE 2 /* routing in the MoE kernel */
-#define FUSE_NORM 4  /* matmul_res_norm: the residual add in the product, the norm in the float product after it */
-#define FUSE_ALL 7
+#define FUSE_NORM  4 /* matmul_res_norm: the residual add in the product, the norm in the float product after it */
+#define FUSE_ALL   7
 
 typedef struct {
     int dev, n_sm, cc_major;
     cudaStream_t s;
     /* decode graphs */
-    int graphs;            /* 1: record and replay one-token steps */
-    int *d_pos;            /* the step's position, on the device */
-    const int *step_pos;   /* d_pos while a step runs under run_step's graph mode, else NULL */
-    int step_short;        /* that step is for positions below CUDA_ATT_SHORT_SPAN (attention sized for them) */
+    int graphs;                 /* 1: record and replay one-token steps */
+    int *d_pos;                 /* the step's position, on the device */
+    const int *step_pos;        /* d_pos while a step runs under run_step's graph mode, else NULL */
+    int step_short;             /* that step is for positions below CUDA_ATT_SHORT_SPAN (attention sized for them) */
     int capturing, capture_bad; /* recording; an op met that cannot be recorded */
-    int seg_probe;         /* a live segmented step, between a begin or resume and a cut (what a recording would hold) */
-    int seg_unrecordable;  /* ... met an op that cannot be recorded: seg_key says so */
+    int seg_probe;        /* a live segmented step, between a begin or resume and a cut (what a recording would hold) */
+    int seg_unrecordable; /* ... met an op that cannot be recorded: seg_key says so */
     cudaGraphExec_t exec;
-    void *key;             /* the step arguments the graph was recorded with */
+    void *key; /* the step arguments the graph was recorded with */
     size_t key_size;
     unsigned long long key_gen;
-    int key_short;         /* the step_short the graph was recorded with */
+    int key_short; /* the step_short the graph was recorded with */
     /* activation reuse */
     const float *act_x;
-    int64_t act_n;         /* values of x it holds (rows x n_in; blocks of 32 never cross rows) */
+    int64_t act_n; /* values of x it holds (rows x n_in; blocks of 32 never cross rows) */
     int act_valid;
-    int act_reuse;         /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
-    int moe_fused;         /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
+    int act_reuse; /* 0: never reuse (STRATA_CUDA_ACT_REUSE=0) */
+    int moe_fused; /* decode MoE in the two fused kernels (STRATA_CUDA_MOE_FUSED, default 1) */
     /* this backend's choices, read once at creation (so two cards may differ) and changed only by be->variant */
-    int fuse;              /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL) */
-    int attn_mode;         /* CUDA_ATT_* (STRATA_CUDA_ATTN: head, gqa, tc; default tc) */
-    int moe_path;          /* 0 fused decode / grouped, 1 the per-expert loop, 2 grouped only */
-    cuda_scratch att;  /* attention slice partials */
-    cuda_scratch moe;  /* routing results, token lists, expert activations */
-    cuda_scratch topk; /* top-k candidates */
-    cuda_scratch gdn;  /* the DeltaNet's per-token rows (deltanet.cu) */
+    int fuse;           /* FUSE_* bits (STRATA_CUDA_FUSE, default FUSE_ALL) */
+    int attn_mode;      /* CUDA_ATT_* (STRATA_CUDA_ATTN: head, gqa, tc; default tc) */
+    int moe_path;       /* 0 fused decode / grouped, 1 the per-expert loop, 2 grouped only */
+    cuda_scratch att;   /* attention slice partials */
+    cuda_scratch moe;   /* routing results, token lists, expert activations */
+    cuda_scratch topk;  /* top-k candidates */
+    cuda_scratch gdn;   /* the DeltaNet's per-token rows (deltanet.cu) */
     cuda_scratch heads; /* matmul's ST_MAT_ALL: pair ids, per-matrix rows */
-    void *pin;         /* pinned host staging (routing read-back, get_rows fallback) */
+    void *pin;          /* pinned host staging (routing read-back, get_rows fallback) */
     size_t pin_bytes;
 } cuda_ctx;
 
@@ -247,9 +247,7 @@ static int act_ready(const cuda_ctx *c, const float *x, int64_t n_in, int n_rows
     return c->act_reuse && c->act_valid && c->act_x == x && c->act_n == n_in * n_rows;
 }
 
-static void act_hold(cuda_ctx *c, const float *x, int64_t n) {
-    c->act_x = x, c->act_n = n, c->act_valid = 1;
-}
+static void act_hold(cuda_ctx *c, const float *x, int64_t n) { c->act_x = x, c->act_n = n, c->act_valid = 1; }
 
 /* Scratch for a producer op to quantize its output of n values into (n a
  * multiple of 32), or NULL: reuse off, or n not a multiple of 32. */
@@ -281,7 +279,7 @@ static int quantizes(const st_weight *w, int n_tok) {
 static void matmul_tracked(cuda_ctx *c, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
     const int q = quantizes(w, n_tok);
     int rc = cuda_matmul(w, mat, x, y, n_tok, q && act_ready(c, x, w->n_in, n_tok), c->s);
-    ST_ASSERT(rc == 0); /* types were checked at model load: a failure here is a bug */
+    ST_ASSERT(rc == 0);                        /* types were checked at model load: a failure here is a bug */
     if (n_tok > MM_MMV_MAX_TOK) act_forget(c); /* the GEMM path leaves the scratch as it was: forget, to be plain */
     else act_after(c, w, x, n_tok, y, (size_t)n_tok * w->n_out * 4, q);
 }
@@ -356,7 +354,7 @@ static void jobs_launch(cuda_ctx *c, const st_weight *const *w, float *const *y,
                 done[j] = 1;
             }
         const int rc = cuda_matmul_jobs(jobs, k, x, n_tok, act_ready(c, x, w[i]->n_in, n_tok), c->s);
-        ST_ASSERT(rc == 0); /* jobs_fit checked the types and shapes */
+        ST_ASSERT(rc == 0);                 /* jobs_fit checked the types and shapes */
         act_hold(c, x, w[i]->n_in * n_tok); /* it quantized x (outputs lie apart from it) */
     }
 }
@@ -490,8 +488,8 @@ static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, cons
  * its count on the host, so it is never recorded (verify passes are
  * several tokens anyway). Decode-sized outputs are also written as the
  * int8 input of the product that follows (ssm_out, attn_output). */
-static void cu_gated_delta_net(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0,
-                               const float *qkv, const float *z, const float *beta, const float *alpha, float *out) {
+static void cu_gated_delta_net(st_backend *be, const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const float *qkv,
+                               const float *z, const float *beta, const float *alpha, float *out) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
     if (n_tok <= 0 || (st->undo_cap > 0 && cannot_record(c))) return;
@@ -517,9 +515,8 @@ static void cu_sigmoid_mul(st_backend *be, float *x, const float *g, int dim, in
     cuda_ctx *c = CTX(be);
     op_begin(c);
     float2 *ad = NULL;
-    int8_t *aq = n_rows <= MM_MMV_MAX_TOK && g_dim == dim && dim % 32 == 0
-                     ? act_target(c, (int64_t)n_rows * dim, &ad)
-                     : NULL;
+    int8_t *aq =
+        n_rows <= MM_MMV_MAX_TOK && g_dim == dim && dim % 32 == 0 ? act_target(c, (int64_t)n_rows * dim, &ad) : NULL;
     cuda_sigmoid_mul(x, g, dim, g_dim, n_rows, aq, ad, c->s);
     if (aq) act_hold(c, x, (int64_t)n_rows * dim);
 }
@@ -604,8 +601,9 @@ static int experts_grouped(cuda_ctx *c, const float *h, int n_tok, int k, const 
     /* gate and up read h quantized once (by the router product when that is quantized) */
     const int qg = quantizes(gate, MM_MMV_MAX_TOK) && c->act_reuse;
     int gq = 0; /* whether the gate product left h quantized (not so on tensor cores) */
-    int ok = cuda_moe_matmul(gate, NULL, ids, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), &gq, c->s) == 0 &&
-             cuda_moe_matmul(up, NULL, ids, xrow, nk, h, n_tok, ue, qg && gq, NULL, c->s) == 0;
+    int ok =
+        cuda_moe_matmul(gate, NULL, ids, xrow, nk, h, n_tok, ge, qg && act_ready(c, h, E, n_tok), &gq, c->s) == 0 &&
+        cuda_moe_matmul(up, NULL, ids, xrow, nk, h, n_tok, ue, qg && gq, NULL, c->s) == 0;
     act_forget(c);
     if (!ok) return -1;
     cuda_moe_bias_add(ge, gate->bias, eid, ids, nk, F, c->s); /* nothing without biases */
@@ -613,7 +611,8 @@ static int experts_grouped(cuda_ctx *c, const float *h, int n_tok, int k, const 
     /* ge quantized as it is written, for the down products; only the
      * matrix-vector path (decode-sized pair counts) reads int8 input */
     float2 *ad = NULL;
-    int8_t *aq = nk <= MM_MOE_DEVICE_MAX && quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad) : NULL;
+    int8_t *aq =
+        nk <= MM_MOE_DEVICE_MAX && quantizes(down, MM_MMV_MAX_TOK) ? act_target(c, (int64_t)nk * F, &ad) : NULL;
     cuda_act_mul(act, ge, ue, ge, (int64_t)nk * F, aq, ad, c->s);
     if (cuda_moe_matmul(down, NULL, ids, NULL, nk, ge, nk, ye, aq != NULL, NULL, c->s) != 0) return -1;
     cuda_moe_bias_add(ye, down->bias, eid, ids, nk, E, c->s);
@@ -687,8 +686,8 @@ static void cu_moe_ffn(st_backend *be, const float *h, const float *logits, int 
     moe_grouped(c, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
 }
 
-static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k,
-                         const st_moe_gating *gt, int32_t *sel, float *wsel) {
+static void cu_moe_route(st_backend *be, const float *logits, int n_tok, int n_expert, int k, const st_moe_gating *gt,
+                         int32_t *sel, float *wsel) {
     cuda_ctx *c = CTX(be);
     /* writes only sel and wsel: the quantized h of the router product stays valid for the experts */
     cuda_moe_route(logits, n_tok, n_expert, k, gt, sel, wsel, NULL, c->s);
@@ -801,9 +800,9 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     if (g) CUDA_CHECK(cudaGraphDestroy(g));
     if (!c->exec) {
         (void)cudaGetLastError();
-        ST_WARN("decode steps run without a CUDA graph: %s",
-                err != cudaSuccess ? cudaGetErrorString(err) : c->capture_bad ? "an op needs the host mid-step"
-                                                                              : "scratch grew while recording");
+        ST_WARN("decode steps run without a CUDA graph: %s", err != cudaSuccess ? cudaGetErrorString(err)
+                                                             : c->capture_bad   ? "an op needs the host mid-step"
+                                                                                : "scratch grew while recording");
         c->graphs = 0;
         return;
     }
@@ -922,8 +921,10 @@ static void cu_destroy(st_backend *be) {
  * step holds the old choice, so it is recorded again. */
 static int cu_variant(st_backend *be, st_variant kind, int value) {
     cuda_ctx *c = CTX(be);
-    int *v = kind == ST_VARIANT_ATTN ? &c->attn_mode : kind == ST_VARIANT_MOE_PATH ? &c->moe_path
-             : kind == ST_VARIANT_FUSE ? &c->fuse : NULL;
+    int *v = kind == ST_VARIANT_ATTN       ? &c->attn_mode
+             : kind == ST_VARIANT_MOE_PATH ? &c->moe_path
+             : kind == ST_VARIANT_FUSE     ? &c->fuse
+                                           : NULL;
     if (kind == ST_VARIANT_NO_BLAS) {
         CUDA_CHECK(cudaSetDevice(c->dev)); /* the GEMM library's state is per device */
         const int old = cuda_mm_set_blas_refused(1);

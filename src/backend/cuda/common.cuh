@@ -22,27 +22,26 @@ extern "C" {
 #include "core/log.h"
 }
 
-#define CUDA_CHECK(call)                                                                                    \
-    do {                                                                                                    \
-        cudaError_t err_ = (call);                                                                          \
-        if (err_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "CUDA error %s: %s at %s:%d\n", #call, cudaGetErrorString(err_), __FILE__,      \
-                    __LINE__);                                                                              \
-            abort();                                                                                        \
-        }                                                                                                   \
+#define CUDA_CHECK(call)                                                                                               \
+    do {                                                                                                               \
+        cudaError_t err_ = (call);                                                                                     \
+        if (err_ != cudaSuccess) {                                                                                     \
+            fprintf(stderr, "CUDA error %s: %s at %s:%d\n", #call, cudaGetErrorString(err_), __FILE__, __LINE__);      \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 /* After a launch: configuration errors (no kernel image, too many threads,
  * too much shared memory) surface here, not at the next synchronisation. */
 #define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-#define CUBLAS_CHECK(call)                                                                                  \
-    do {                                                                                                    \
-        cublasStatus_t st_ = (call);                                                                        \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                                 \
-            fprintf(stderr, "cuBLAS error %d in %s at %s:%d\n", (int)st_, #call, __FILE__, __LINE__);     \
-            abort();                                                                                        \
-        }                                                                                                   \
+#define CUBLAS_CHECK(call)                                                                                             \
+    do {                                                                                                               \
+        cublasStatus_t st_ = (call);                                                                                   \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                                            \
+            fprintf(stderr, "cuBLAS error %d in %s at %s:%d\n", (int)st_, #call, __FILE__, __LINE__);                  \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 /* Device scratch of the backend grows on demand (ops.h cuda_scratch, the
@@ -71,8 +70,7 @@ static __device__ __forceinline__ float warp_max(float v) {
 /* Sum and max over a block (x and y dimensions; whole warps); every thread
  * gets the result. red: ST_WARP floats of shared memory (reusable right
  * after the call). */
-template <typename Op>
-static __device__ __forceinline__ float block_reduce(float v, float *red, Op op, float id) {
+template <typename Op> static __device__ __forceinline__ float block_reduce(float v, float *red, Op op, float id) {
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nth = blockDim.x * blockDim.y;
     const int lane = tid % ST_WARP, w = tid / ST_WARP, nw = (nth + ST_WARP - 1) / ST_WARP;
 #pragma unroll
@@ -92,7 +90,9 @@ struct op_max {
     __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 static __device__ __forceinline__ float block_sum(float v, float *red) { return block_reduce(v, red, op_add(), 0.0f); }
-static __device__ __forceinline__ float block_max(float v, float *red) { return block_reduce(v, red, op_max(), -INFINITY); }
+static __device__ __forceinline__ float block_max(float v, float *red) {
+    return block_reduce(v, red, op_max(), -INFINITY);
+}
 
 /* RMSNorm's scale from the sum of squares ss of n values: a float root,
  * a few float ulps from the CPU's double one and cheaper on the decode

@@ -21,7 +21,7 @@
 #ifndef STRATA_BACKEND_CUDA_COMPAT_H
 #define STRATA_BACKEND_CUDA_COMPAT_H
 
-#define ST_WARP 32
+#define ST_WARP      32
 #define ST_FULL_MASK 0xffffffffu
 #if defined(__HIP_DEVICE_COMPILE__) && defined(__AMDGCN_WAVEFRONT_SIZE)
 #define ST_WAVE __AMDGCN_WAVEFRONT_SIZE
@@ -42,63 +42,63 @@
 #endif
 
 /* ---- runtime API (C and C++) ---- */
-#define cudaError_t hipError_t
-#define cudaSuccess hipSuccess
-#define cudaErrorNoDevice hipErrorNoDevice
-#define cudaErrorInsufficientDriver hipErrorInsufficientDriver
-#define cudaGetErrorString hipGetErrorString
-#define cudaGetLastError hipGetLastError
-#define cudaGetDeviceCount hipGetDeviceCount
-#define cudaGetDeviceProperties hipGetDeviceProperties
-#define cudaDeviceProp hipDeviceProp_t
-#define cudaSetDevice hipSetDevice
-#define cudaGetDevice hipGetDevice
-#define cudaDeviceSynchronize hipDeviceSynchronize
-#define cudaMemGetInfo hipMemGetInfo
-#define cudaMalloc hipMalloc
-#define cudaFree hipFree
-#define cudaMallocHost hipHostMalloc
-#define cudaFreeHost hipHostFree
-#define cudaHostRegister hipHostRegister
-#define cudaHostUnregister hipHostUnregister
-#define cudaHostRegisterPortable hipHostRegisterPortable
-#define cudaHostRegisterMapped hipHostRegisterMapped
-#define cudaErrorNotSupported hipErrorNotSupported
-#define cudaMemcpy hipMemcpy
-#define cudaMemcpyAsync hipMemcpyAsync
-#define cudaMemset hipMemset
-#define cudaMemsetAsync hipMemsetAsync
-#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
-#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
-#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
-#define cudaStream_t hipStream_t
-#define cudaStreamCreate hipStreamCreate
-#define cudaStreamDestroy hipStreamDestroy
-#define cudaStreamSynchronize hipStreamSynchronize
-#define cudaStreamIsCapturing hipStreamIsCapturing
-#define cudaStreamCaptureStatus hipStreamCaptureStatus
-#define cudaStreamCaptureStatusNone hipStreamCaptureStatusNone
-#define cudaStreamBeginCapture hipStreamBeginCapture
-#define cudaStreamEndCapture hipStreamEndCapture
-#define cudaStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
-#define cudaGraph_t hipGraph_t
-#define cudaGraphExec_t hipGraphExec_t
-#define cudaGraphInstantiate(exec, graph, flags) hipGraphInstantiate(exec, graph, nullptr, nullptr, 0)
-#define cudaGraphLaunch hipGraphLaunch
-#define cudaGraphDestroy hipGraphDestroy
-#define cudaGraphExecDestroy hipGraphExecDestroy
-#define cudaEvent_t hipEvent_t
-#define cudaEventCreate hipEventCreate
-#define cudaEventDestroy hipEventDestroy
-#define cudaEventRecord hipEventRecord
-#define cudaEventSynchronize hipEventSynchronize
-#define cudaEventElapsedTime hipEventElapsedTime
-#define cudaFuncSetAttribute hipFuncSetAttribute
+#define cudaError_t                                 hipError_t
+#define cudaSuccess                                 hipSuccess
+#define cudaErrorNoDevice                           hipErrorNoDevice
+#define cudaErrorInsufficientDriver                 hipErrorInsufficientDriver
+#define cudaGetErrorString                          hipGetErrorString
+#define cudaGetLastError                            hipGetLastError
+#define cudaGetDeviceCount                          hipGetDeviceCount
+#define cudaGetDeviceProperties                     hipGetDeviceProperties
+#define cudaDeviceProp                              hipDeviceProp_t
+#define cudaSetDevice                               hipSetDevice
+#define cudaGetDevice                               hipGetDevice
+#define cudaDeviceSynchronize                       hipDeviceSynchronize
+#define cudaMemGetInfo                              hipMemGetInfo
+#define cudaMalloc                                  hipMalloc
+#define cudaFree                                    hipFree
+#define cudaMallocHost                              hipHostMalloc
+#define cudaFreeHost                                hipHostFree
+#define cudaHostRegister                            hipHostRegister
+#define cudaHostUnregister                          hipHostUnregister
+#define cudaHostRegisterPortable                    hipHostRegisterPortable
+#define cudaHostRegisterMapped                      hipHostRegisterMapped
+#define cudaErrorNotSupported                       hipErrorNotSupported
+#define cudaMemcpy                                  hipMemcpy
+#define cudaMemcpyAsync                             hipMemcpyAsync
+#define cudaMemset                                  hipMemset
+#define cudaMemsetAsync                             hipMemsetAsync
+#define cudaMemcpyHostToDevice                      hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost                      hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice                    hipMemcpyDeviceToDevice
+#define cudaStream_t                                hipStream_t
+#define cudaStreamCreate                            hipStreamCreate
+#define cudaStreamDestroy                           hipStreamDestroy
+#define cudaStreamSynchronize                       hipStreamSynchronize
+#define cudaStreamIsCapturing                       hipStreamIsCapturing
+#define cudaStreamCaptureStatus                     hipStreamCaptureStatus
+#define cudaStreamCaptureStatusNone                 hipStreamCaptureStatusNone
+#define cudaStreamBeginCapture                      hipStreamBeginCapture
+#define cudaStreamEndCapture                        hipStreamEndCapture
+#define cudaStreamCaptureModeThreadLocal            hipStreamCaptureModeThreadLocal
+#define cudaGraph_t                                 hipGraph_t
+#define cudaGraphExec_t                             hipGraphExec_t
+#define cudaGraphInstantiate(exec, graph, flags)    hipGraphInstantiate(exec, graph, nullptr, nullptr, 0)
+#define cudaGraphLaunch                             hipGraphLaunch
+#define cudaGraphDestroy                            hipGraphDestroy
+#define cudaGraphExecDestroy                        hipGraphExecDestroy
+#define cudaEvent_t                                 hipEvent_t
+#define cudaEventCreate                             hipEventCreate
+#define cudaEventDestroy                            hipEventDestroy
+#define cudaEventRecord                             hipEventRecord
+#define cudaEventSynchronize                        hipEventSynchronize
+#define cudaEventElapsedTime                        hipEventElapsedTime
+#define cudaFuncSetAttribute                        hipFuncSetAttribute
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
-#define cudaDriverGetVersion hipDriverGetVersion
-#define cudaDeviceGetAttribute hipDeviceGetAttribute
-#define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
-#define cudaRuntimeGetVersion hipRuntimeGetVersion
+#define cudaDriverGetVersion                        hipDriverGetVersion
+#define cudaDeviceGetAttribute                      hipDeviceGetAttribute
+#define cudaDevAttrMultiProcessorCount              hipDeviceAttributeMultiprocessorCount
+#define cudaRuntimeGetVersion                       hipRuntimeGetVersion
 
 /* hipBLAS is optional: Debian (bookworm, ROCm 5.2) packages hipcc and the
  * HIP runtime but neither hipBLAS nor rocBLAS. Without it the bf16 GEMM
@@ -132,23 +132,23 @@
  * hipblasDatatype_t for both. Not compiled here (no hipBLAS in Debian). */
 #define HIPBLAS_V2
 #include <hipblas/hipblas.h>
-#define cublasHandle_t hipblasHandle_t
-#define cublasStatus_t hipblasStatus_t
+#define cublasHandle_t        hipblasHandle_t
+#define cublasStatus_t        hipblasStatus_t
 #define CUBLAS_STATUS_SUCCESS HIPBLAS_STATUS_SUCCESS
-#define cublasCreate hipblasCreate
-#define cublasDestroy hipblasDestroy
-#define cublasSetStream hipblasSetStream
-#define cublasGemmEx hipblasGemmEx
-#define CUBLAS_OP_T HIPBLAS_OP_T
-#define CUBLAS_OP_N HIPBLAS_OP_N
-#define CUBLAS_GEMM_DEFAULT HIPBLAS_GEMM_DEFAULT
+#define cublasCreate          hipblasCreate
+#define cublasDestroy         hipblasDestroy
+#define cublasSetStream       hipblasSetStream
+#define cublasGemmEx          hipblasGemmEx
+#define CUBLAS_OP_T           HIPBLAS_OP_T
+#define CUBLAS_OP_N           HIPBLAS_OP_N
+#define CUBLAS_GEMM_DEFAULT   HIPBLAS_GEMM_DEFAULT
 #if defined(hipblasVersionMajor) && hipblasVersionMajor >= 2
-#define CUDA_R_32F HIP_R_32F
-#define CUDA_R_16BF HIP_R_16BF
+#define CUDA_R_32F         HIP_R_32F
+#define CUDA_R_16BF        HIP_R_16BF
 #define CUBLAS_COMPUTE_32F HIPBLAS_COMPUTE_32F
 #else
-#define CUDA_R_32F HIPBLAS_R_32F
-#define CUDA_R_16BF HIPBLAS_R_16B
+#define CUDA_R_32F         HIPBLAS_R_32F
+#define CUDA_R_16BF        HIPBLAS_R_16B
 #define CUBLAS_COMPUTE_32F HIPBLAS_R_32F
 #endif
 #else
@@ -173,7 +173,7 @@ static __host__ __device__ inline st_bf16 st_float2bf16_rn(float f) {
     __builtin_memcpy(&u, &f, 4);
     st_bf16 r;
     if ((u & 0x7fffffffu) > 0x7f800000u) r.x = (uint16_t)((u >> 16) | 0x40); /* NaN stays a quiet NaN */
-    else r.x = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);       /* ties to even */
+    else r.x = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);           /* ties to even */
     return r;
 }
 static __host__ __device__ inline st_bf162 st_floats2bf162_rn(float a, float b) {
@@ -182,9 +182,9 @@ static __host__ __device__ inline st_bf162 st_floats2bf162_rn(float a, float b) 
     r.y = st_float2bf16_rn(b);
     return r;
 }
-#define __nv_bfloat16 st_bf16
-#define __nv_bfloat162 st_bf162
-#define __float2bfloat16_rn st_float2bf16_rn
+#define __nv_bfloat16         st_bf16
+#define __nv_bfloat162        st_bf162
+#define __float2bfloat16_rn   st_float2bf16_rn
 #define __floats2bfloat162_rn st_floats2bf162_rn
 
 /* dp4a: signed 4 x int8 dot product plus an accumulator, per architecture
@@ -196,11 +196,11 @@ static __host__ __device__ inline st_bf162 st_floats2bf162_rn(float a, float b) 
  *    marked signed, __builtin_amdgcn_sudot4;
  *  - other targets (and the host pass) add the four products. */
 static __device__ __forceinline__ int st_dp4a(int a, int b, int c) {
-#if defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__) || \
+#if defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1102__) || defined(__gfx1103__) ||                    \
     defined(__gfx1150__) || defined(__gfx1151__) || defined(__gfx1200__) || defined(__gfx1201__)
     return __builtin_amdgcn_sudot4(true, a, true, b, c, false);
-#elif defined(__gfx1030__) || defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1033__) || \
-    defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__) || defined(__gfx906__) ||    \
+#elif defined(__gfx1030__) || defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1033__) ||                  \
+    defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__) || defined(__gfx906__) ||                     \
     defined(__gfx908__) || defined(__gfx90a__)
     return __builtin_amdgcn_sdot4(a, b, c, false);
 #else
@@ -244,14 +244,14 @@ template <typename T> static __device__ __forceinline__ T st_shfl_down(T v, unsi
 template <typename T> static __device__ __forceinline__ T st_shfl_up(T v, unsigned int d, int width = ST_WARP) {
     return __shfl_up(v, d, width);
 }
-#define __shfl_xor_sync(mask, ...) st_shfl_xor(__VA_ARGS__)
-#define __shfl_sync(mask, ...) st_shfl(__VA_ARGS__)
+#define __shfl_xor_sync(mask, ...)  st_shfl_xor(__VA_ARGS__)
+#define __shfl_sync(mask, ...)      st_shfl(__VA_ARGS__)
 #define __shfl_down_sync(mask, ...) st_shfl_down(__VA_ARGS__)
-#define __shfl_up_sync(mask, ...) st_shfl_up(__VA_ARGS__)
+#define __shfl_up_sync(mask, ...)   st_shfl_up(__VA_ARGS__)
 #endif /* __cplusplus */
 
 #else /* CUDA */
-#define ST_GPU_IS_HIP 0
+#define ST_GPU_IS_HIP    0
 #define ST_GPU_HAVE_BLAS 1
 #ifdef __cplusplus
 #include <cublas_v2.h>

@@ -43,9 +43,9 @@
 #include "backend/cuda/deltanet.h"
 
 #define CONV_THREADS 128
-#define GDN_WARPS 4
-#define GDN_ROWS 4 /* state rows per warp */
-#define NORM_WARPS 4
+#define GDN_WARPS    4
+#define GDN_ROWS     4 /* state rows per warp */
+#define NORM_WARPS   4
 
 static __device__ __forceinline__ float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
 static __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -160,9 +160,7 @@ static __global__ void gdn_keep_window_kernel(float *conv, const float *win, con
 }
 
 /* One token's inputs of the scan, as a warp holds them. */
-template <int NPL> struct scan_in {
-    float q[NPL], k[NPL], v[GDN_ROWS], decay, beta;
-};
+template <int NPL> struct scan_in { float q[NPL], k[NPL], v[GDN_ROWS], decay, beta; };
 
 template <int NPL>
 static __device__ __forceinline__ void scan_load(scan_in<NPL> &in, const float *ct, const float *gt, int qo, int ko,
@@ -214,8 +212,8 @@ static __global__ void __launch_bounds__(GDN_WARPS * 32)
     if (n_tok > 1) scan_load<NPL>(nx1, c + c_stride, gb + gb_stride, qo, ko, vo, row0, h, hd, lane);
     for (int t = 0; t < n_tok; t++) {
         if (t + 2 < n_tok)
-            scan_load<NPL>(nx2, c + (size_t)(t + 2) * c_stride, gb + (size_t)(t + 2) * gb_stride, qo, ko, vo, row0,
-                           h, hd, lane);
+            scan_load<NPL>(nx2, c + (size_t)(t + 2) * c_stride, gb + (size_t)(t + 2) * gb_stride, qo, ko, vo, row0, h,
+                           hd, lane);
         float sk[GDN_ROWS], oq[GDN_ROWS];
 #pragma unroll
         for (int r = 0; r < GDN_ROWS; r++) {
@@ -323,8 +321,8 @@ static void scan_launch(const st_gdn *g, const float *s_in, float *s_out, float 
                         cudaStream_t s) {
     const int hd = g->head_dim;
     const dim3 grid(g->n_v_head, st_div_up(hd, GDN_WARPS * GDN_ROWS)), block(GDN_WARPS * 32);
-#define SCAN(NPL)                                                                                                    \
-    st_launch(gdn_scan_kernel<NPL>, grid, block, 0, s, s_in, s_out, snap, c, c_stride, gb, gb_stride, o, n_tok,     \
+#define SCAN(NPL)                                                                                                      \
+    st_launch(gdn_scan_kernel<NPL>, grid, block, 0, s, s_in, s_out, snap, c, c_stride, gb, gb_stride, o, n_tok,        \
               g->n_k_head, g->n_v_head, hd, g->k_grouped, pos0, dpos)
     if (hd <= 32) SCAN(1);
     else if (hd <= 64) SCAN(2);
@@ -334,8 +332,8 @@ static void scan_launch(const st_gdn *g, const float *s_in, float *s_out, float 
 }
 
 void cuda_gated_delta_net(const st_gdn *g, st_kv_layer *st, int n_tok, int pos0, const int *dpos, const float *qkv,
-                          const float *z, const float *beta, const float *alpha, float *out, float *scratch,
-                          int8_t *aq, float2 *ad, cudaStream_t s) {
+                          const float *z, const float *beta, const float *alpha, float *out, float *scratch, int8_t *aq,
+                          float2 *ad, cudaStream_t s) {
     const int hd = g->head_dim, nk = g->n_k_head, nv = g->n_v_head, back = g->d_conv - 1;
     ST_ASSERT(n_tok > 0 && nv % nk == 0 && st->conv && st->ssm && hd <= CUDA_GDN_MAX_HD && g->d_conv >= 1 &&
               g->d_conv <= CUDA_GDN_MAX_CONV && (!aq || hd % 32 == 0));
@@ -360,9 +358,12 @@ void cuda_gated_delta_net(const st_gdn *g, st_kv_layer *st, int n_tok, int pos0,
     scan_launch(g, st->ssm, st->ssm, snap, c, c_stride, gb, gb_stride, o, n_tok, pos0, dpos, s);
     const int n_rows = n_tok * nv;
     const dim3 ng(st_div_up(n_rows, NORM_WARPS)), nb(NORM_WARPS * 32);
-    if (hd <= 32) st_launch(gdn_norm_kernel<1>, ng, nb, 0, s, (const float *)o, z, g->norm, out, n_rows, hd, g->eps, aq, ad);
-    else if (hd <= 64) st_launch(gdn_norm_kernel<2>, ng, nb, 0, s, (const float *)o, z, g->norm, out, n_rows, hd, g->eps, aq, ad);
-    else if (hd <= 128) st_launch(gdn_norm_kernel<4>, ng, nb, 0, s, (const float *)o, z, g->norm, out, n_rows, hd, g->eps, aq, ad);
+    if (hd <= 32)
+        st_launch(gdn_norm_kernel<1>, ng, nb, 0, s, (const float *)o, z, g->norm, out, n_rows, hd, g->eps, aq, ad);
+    else if (hd <= 64)
+        st_launch(gdn_norm_kernel<2>, ng, nb, 0, s, (const float *)o, z, g->norm, out, n_rows, hd, g->eps, aq, ad);
+    else if (hd <= 128)
+        st_launch(gdn_norm_kernel<4>, ng, nb, 0, s, (const float *)o, z, g->norm, out, n_rows, hd, g->eps, aq, ad);
     else st_launch(gdn_norm_kernel<8>, ng, nb, 0, s, (const float *)o, z, g->norm, out, n_rows, hd, g->eps, aq, ad);
 }
 

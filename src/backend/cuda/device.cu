@@ -134,10 +134,8 @@ extern "C" int gpu_measure_bandwidth(int dev, size_t bytes, int reps, double *h2
     for (int dir = 0; dir < 2; dir++) {
         for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
             CUDA_CHECK(cudaEventRecord(e0, s));
-            if (dir == 0)
-                CUDA_CHECK(cudaMemcpyAsync(devp, host, bytes, cudaMemcpyHostToDevice, s));
-            else
-                CUDA_CHECK(cudaMemcpyAsync(host, devp, bytes, cudaMemcpyDeviceToHost, s));
+            if (dir == 0) CUDA_CHECK(cudaMemcpyAsync(devp, host, bytes, cudaMemcpyHostToDevice, s));
+            else CUDA_CHECK(cudaMemcpyAsync(host, devp, bytes, cudaMemcpyDeviceToHost, s));
             CUDA_CHECK(cudaEventRecord(e1, s));
             CUDA_CHECK(cudaEventSynchronize(e1));
             if (r >= 0) CUDA_CHECK(cudaEventElapsedTime(&ms[dir][r], e0, e1));

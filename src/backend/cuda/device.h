@@ -24,13 +24,13 @@ typedef enum {
 typedef struct {
     int index;
     char name[256];
-    char arch[32];        /* "sm_90", "gfx1100" */
+    char arch[32]; /* "sm_90", "gfx1100" */
     int cc_major, cc_minor;
     size_t vram_total, vram_free;
     int n_sm;
     int warp_size;
     int pci_bus;
-    gpu_code_kind code;   /* what this build holds for the card */
+    gpu_code_kind code; /* what this build holds for the card */
 } gpu_device_info;
 
 /* Number of usable devices; 0 if there is no driver or no card. */

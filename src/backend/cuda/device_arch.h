@@ -19,8 +19,8 @@ extern "C" {
 /* What the check looks at, as the runtime gives it. */
 typedef struct {
     int index;
-    const char *name;      /* "AMD Radeon RX 7900 XTX", "NVIDIA H200" */
-    const char *arch_raw;  /* HIP: gcnArchName ("gfx90a:sramecc+:xnack-"); CUDA: unused */
+    const char *name;       /* "AMD Radeon RX 7900 XTX", "NVIDIA H200" */
+    const char *arch_raw;   /* HIP: gcnArchName ("gfx90a:sramecc+:xnack-"); CUDA: unused */
     int cc_major, cc_minor; /* CUDA compute capability */
     int warp_size;          /* HIP: 32 or 64 */
     size_t smem_per_block;  /* bytes of shared memory (LDS) a block may use without opting in */

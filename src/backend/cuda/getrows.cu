@@ -99,8 +99,19 @@ static __device__ float dequant_one(qt_type t, const uint8_t *row, int64_t e) {
 
 extern "C" int cuda_get_rows_supported(qt_type t) {
     switch (t) {
-    case QT_F32: case QT_F16: case QT_BF16: case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0:
-    case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return 1;
+    case QT_F32:
+    case QT_F16:
+    case QT_BF16:
+    case QT_Q4_0:
+    case QT_Q4_1:
+    case QT_Q5_0:
+    case QT_Q5_1:
+    case QT_Q8_0:
+    case QT_Q2_K:
+    case QT_Q3_K:
+    case QT_Q4_K:
+    case QT_Q5_K:
+    case QT_Q6_K: return 1;
     default: return 0;
     }
 }
@@ -126,6 +137,6 @@ void cuda_get_rows(const st_weight *w, const int32_t *ids, int n, float *out, cu
     if (bx > 64) bx = 64;
     unsigned by = n < 65535 ? (unsigned)n : 65535;
     get_rows_kernel<<<dim3(bx, by), 256, 0, s>>>(w->type, (const uint8_t *)w->data, w->row_bytes, w->n_in, w->n_out,
-                                                  ids, n, out);
+                                                 ids, n, out);
     CUDA_LAUNCH_CHECK();
 }

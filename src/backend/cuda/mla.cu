@@ -72,10 +72,10 @@ void cuda_heads_ids(int32_t *ids, int n, int n_mat, cudaStream_t s) {
  *    position of the tile, LAT_GH accumulators each.
  * Output: the partials (m, l, acc[hd]) per (token, head, slice) that
  * attention.cu's combine kernel merges, in its layout. */
-#define LAT_GH CUDA_ATT_LATENT_HEADS
-#define LAT_TILE 64
+#define LAT_GH      CUDA_ATT_LATENT_HEADS
+#define LAT_TILE    64
 #define LAT_THREADS 128
-#define LAT_PAIRS 3 /* dimension pairs per thread: heads up to 2 * 3 * 128 = 768 wide */
+#define LAT_PAIRS   3 /* dimension pairs per thread: heads up to 2 * 3 * 128 = 768 wide */
 
 static __device__ __forceinline__ void lat_f16x8(const uint4 &w, float (&f)[8]) {
     const uint32_t u[4] = {w.x, w.y, w.z, w.w};
@@ -89,7 +89,7 @@ static __device__ __forceinline__ void lat_f16x8(const uint4 &w, float (&f)[8]) 
 static __global__ void __launch_bounds__(LAT_THREADS)
     attn_latent_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
                        int window, int n_split, float *part) {
-    pdl_enter(); /* first: see st_launch (common.cuh) */
+    pdl_enter();                  /* first: see st_launch (common.cuh) */
     extern __shared__ float sm[]; /* qs [LAT_GH][hd], sc [LAT_GH][LAT_TILE], m, l, f [LAT_GH] */
     const int hd = kv.head_dim, split = blockIdx.x, h0 = blockIdx.y * LAT_GH, t = blockIdx.z, tid = threadIdx.x;
     float *qs = sm, *sc = qs + LAT_GH * hd, *mrow = sc + LAT_GH * LAT_TILE;

@@ -9,8 +9,8 @@
 #include "backend/cuda/ops.h"
 
 /* A thread per value; a skipped pair's row stays as the product left it (zeros). */
-static __global__ void moe_bias_kernel(float *y, const float *bias, const int32_t *eid, const int32_t *live, int64_t dim,
-                                       int64_t n) {
+static __global__ void moe_bias_kernel(float *y, const float *bias, const int32_t *eid, const int32_t *live,
+                                       int64_t dim, int64_t n) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;

@@ -25,8 +25,8 @@ void cuda_get_rows(const st_weight *w, const int32_t *ids, int n, float *out, cu
  * matrix-vector products read (aq [rows][dim], ad [rows][dim/32], from
  * cuda_mm_act_scratch), so that the next product skips its quantization;
  * aq NULL: only the f32 output. */
-void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq, float2 *ad,
-                  cudaStream_t s);
+void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim, int n_rows, float eps, int8_t *aq,
+                  float2 *ad, cudaStream_t s);
 /* qkv_prep (backend.h) in one kernel; the position is *dpos when dpos is
  * given (a recorded decode step), else pos0. */
 void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
@@ -55,9 +55,9 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s);
  * head; the query heads of a KV head together (GQA) past the short span; or
  * that and tensor cores for prompt chunks (the default). */
 enum { CUDA_ATT_HEAD = 0, CUDA_ATT_GQA = 1, CUDA_ATT_TC = 2 };
-void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
-                    int n_head, float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
-                    int n_sm, int cc_major, int mode, cudaStream_t s);
+void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan, int n_head,
+                    float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch, int n_sm,
+                    int cc_major, int mode, cudaStream_t s);
 /* The same with a sink per head (gpt-oss; backend.h attention_sinks):
  * sinks (n_head logits, device memory, or NULL: none) count in each
  * head's softmax denominator and give no value. */

@@ -78,8 +78,8 @@ void cuda_pdl_probe(cudaStream_t s) {
     (void)cudaFree(x);
     if (e != cudaSuccess || got != 20) {
         (void)cudaGetLastError();
-        ST_WARN("GPU %d: programmatic dependent launch does not work here (%s): kernels launch one after another",
-                dev, e != cudaSuccess ? cudaGetErrorString(e) : "wrong result");
+        ST_WARN("GPU %d: programmatic dependent launch does not work here (%s): kernels launch one after another", dev,
+                e != cudaSuccess ? cudaGetErrorString(e) : "wrong result");
         g_pdl[dev] = -1;
     }
 #else
@@ -235,9 +235,15 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
     const int r = blockIdx.x * PREP_WARPS + threadIdx.x / 32;
     if (r >= n_tok * per_tok) return; /* whole warp */
     const int t = r / per_tok, j = r % per_tok;
-    const int kind = j < n_head ? 0 : j < n_head + nkv ? 1 : 2, h = kind == 0 ? j : kind == 1 ? j - n_head : j - n_head - nkv;
+    const int kind = j < n_head         ? 0
+                     : j < n_head + nkv ? 1
+                                        : 2,
+              h = kind == 0   ? j
+                  : kind == 1 ? j - n_head
+                              : j - n_head - nkv;
     const int pos = (dpos ? *dpos : pos0) + t;
-    float *src = kind == 0 ? q + ((size_t)t * n_head + h) * hd : (kind == 1 ? k : (float *)v) + ((size_t)t * nkv + h) * hd;
+    float *src =
+        kind == 0 ? q + ((size_t)t * n_head + h) * hd : (kind == 1 ? k : (float *)v) + ((size_t)t * nkv + h) * hd;
     const float *nw = kind == 0 ? qn : kind == 1 ? kn : NULL;
     float v0[PP], v1[PP], w0[PP], w1[PP];
 #pragma unroll
@@ -356,7 +362,8 @@ __global__ void k_gather(const gather_args a) {
     const int i = blockIdx.y;
     const uint8_t *src = a.src[i];
     uint8_t *dst = a.dst[i];
-    const size_t n = a.bytes[i], step = (size_t)gridDim.x * blockDim.x, t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t n = a.bytes[i], step = (size_t)gridDim.x * blockDim.x,
+                 t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t done = 0;
     if ((((uintptr_t)src | (uintptr_t)dst) & 15) == 0) {
         const uint4 *s4 = (const uint4 *)src;
@@ -399,7 +406,7 @@ void cuda_scale(float *x, float sc, int64_t n, cudaStream_t s) {
 /* One block per token (route.cuh). */
 static __global__ void moe_route_kernel(const float *logits, int n_expert, int k, st_moe_gating gt, int32_t *sel,
                                         float *wsel, int32_t *xrow) {
-    pdl_enter(); /* first: see st_launch (common.cuh) */
+    pdl_enter();                     /* first: see st_launch (common.cuh) */
     extern __shared__ float probs[]; /* [n_expert] probabilities, then [n_expert] scores */
     __shared__ float red[ST_WARP];
     const int t = blockIdx.x;
@@ -431,8 +438,8 @@ void cuda_gather_rows(float *dst, const float *src, const int32_t *tok, int n, i
 
 /* Rows of one expert go to distinct tokens (a token picks an expert once),
  * so plain read-modify-write needs no atomics within one launch. */
-static __global__ void scatter_add_kernel(float *out, const float *y, const int32_t *tok, const float *tw,
-                                          int64_t dim, int64_t n) {
+static __global__ void scatter_add_kernel(float *out, const float *y, const int32_t *tok, const float *tw, int64_t dim,
+                                          int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     int64_t r = i / dim;

@@ -16,11 +16,11 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
-#define TOPK_THREADS 256
-#define TOPK_PER 16      /* values per thread: slices of 4096 */
+#define TOPK_THREADS    256
+#define TOPK_PER        16 /* values per thread: slices of 4096 */
 #define TOPK_BLOCKS_MAX 128
-#define TOPK2_THREADS 1024
-#define TOPK2_PER 8      /* stage 2 holds up to 8192 candidates */
+#define TOPK2_THREADS   1024
+#define TOPK2_PER       8 /* stage 2 holds up to 8192 candidates */
 
 struct topk_vi {
     float v;
@@ -82,8 +82,8 @@ static __device__ void topk_rounds(const float (&v)[PER], const int (&id)[PER], 
 }
 
 /* Stage 1: block b takes x[b * slice, (b + 1) * slice). */
-static __global__ void __launch_bounds__(TOPK_THREADS) topk_stage1(const float *x, int n, int slice, int k, float *cv,
-                                                                   int *ci) {
+static __global__ void __launch_bounds__(TOPK_THREADS)
+    topk_stage1(const float *x, int n, int slice, int k, float *cv, int *ci) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     float v[TOPK_PER];
     int id[TOPK_PER];
@@ -99,8 +99,8 @@ static __global__ void __launch_bounds__(TOPK_THREADS) topk_stage1(const float *
 }
 
 /* Stage 2: the n_cand candidates of stage 1 (ids are the array's). */
-static __global__ void __launch_bounds__(TOPK2_THREADS) topk_stage2(const float *cv, const int *ci, int n_cand, int k,
-                                                                    float *ov, int *oi) {
+static __global__ void __launch_bounds__(TOPK2_THREADS)
+    topk_stage2(const float *cv, const int *ci, int n_cand, int k, float *ov, int *oi) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     float v[TOPK2_PER];
     int id[TOPK2_PER];

@@ -40,13 +40,13 @@ typedef struct creq {
 
 static struct {
     int fd;
-    pthread_mutex_t wmu;        /* one frame at a time on the socket */
-    pthread_mutex_t mu;         /* the request list */
+    pthread_mutex_t wmu; /* one frame at a time on the socket */
+    pthread_mutex_t mu;  /* the request list */
     creq *reqs;
-    srv_sched *_Atomic sched;   /* set by the loader once the engines are open */
+    srv_sched *_Atomic sched; /* set by the loader once the engines are open */
     engine_params ep;
     int n_slots, max_queue;
-    model_ident model;          /* the front end's file: anything else is refused */
+    model_ident model; /* the front end's file: anything else is refused */
 } E = {.fd = -1, .wmu = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Send a frame; if the front end is gone there is nobody to work for. */
@@ -76,9 +76,7 @@ static int on_event(void *ctx, const srv_event *ev) {
     proto_put_i32(&b, ev->slot);
     uint32_t type = 0;
     switch (ev->kind) {
-    case SRV_EV_START:
-        type = PROTO_START;
-        break;
+    case SRV_EV_START: type = PROTO_START; break;
     case SRV_EV_TEXT:
         type = PROTO_TEXT;
         sbuf_put(&b, ev->text, ev->len);
@@ -271,10 +269,8 @@ int server_engine_main(int argc, char **argv) {
             pthread_detach(t);
             if (pthread_create(&t, NULL, loader, NULL) != 0) _exit(3);
             pthread_detach(t);
-        } else if (f.type == PROTO_REQUEST)
-            on_request(&f);
-        else if (f.type == PROTO_CANCEL)
-            on_cancel(f.id);
+        } else if (f.type == PROTO_REQUEST) on_request(&f);
+        else if (f.type == PROTO_CANCEL) on_cancel(f.id);
         else {
             ST_WARN("engine: unexpected frame type %u from the server; exiting", f.type);
             _exit(3);

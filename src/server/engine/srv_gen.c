@@ -43,11 +43,11 @@
 /* ---- the vocabulary as the grammar walks it ---- */
 struct srv_vocab {
     gmatch_vocab v;
-    char *text;     /* every token's output bytes: piece t is text[off[t]..off[t+1]) (control tokens: empty) */
-    uint32_t *off;  /* (n_vocab + 1) */
-    int32_t *ids;   /* (n) tokens with a piece, in byte order of their pieces */
-    uint32_t *lcp;  /* (n) */
-    uint8_t *eog;   /* (n_vocab) end-of-generation tokens */
+    char *text;    /* every token's output bytes: piece t is text[off[t]..off[t+1]) (control tokens: empty) */
+    uint32_t *off; /* (n_vocab + 1) */
+    int32_t *ids;  /* (n) tokens with a piece, in byte order of their pieces */
+    uint32_t *lcp; /* (n) */
+    uint8_t *eog;  /* (n_vocab) end-of-generation tokens */
     int n_vocab;
 };
 
@@ -74,7 +74,9 @@ static srv_vocab *vocab_build(const engine *e) {
     for (int i = 0; i < nv; i++) {
         v->off[i] = (uint32_t)len;
         v->eog[i] = (uint8_t)tokenizer_is_eog(e->tok, i);
-        int64_t k = tokenizer_token_type(e->tok, i) == TOK_TYPE_CONTROL ? 0 : tokenizer_token_to_piece(e->tok, i, 0, buf, sizeof buf);
+        int64_t k = tokenizer_token_type(e->tok, i) == TOK_TYPE_CONTROL
+                        ? 0
+                        : tokenizer_token_to_piece(e->tok, i, 0, buf, sizeof buf);
         if (k < 0 || k > (int64_t)sizeof buf) k = 0; /* a piece over 256 bytes is never allowed: fine */
         if (len + (size_t)k > cap) {
             cap = (len + (size_t)k) * 2;
@@ -96,7 +98,8 @@ static srv_vocab *vocab_build(const engine *e) {
         uint32_t k = 0;
         if (i) {
             const char *a = v->text + v->off[v->ids[i - 1]], *b = v->text + v->off[v->ids[i]];
-            uint32_t la = v->off[v->ids[i - 1] + 1] - v->off[v->ids[i - 1]], lb = v->off[v->ids[i] + 1] - v->off[v->ids[i]];
+            uint32_t la = v->off[v->ids[i - 1] + 1] - v->off[v->ids[i - 1]],
+                     lb = v->off[v->ids[i] + 1] - v->off[v->ids[i]];
             while (k < la && k < lb && a[k] == b[k]) k++;
         }
         v->lcp[i] = k;
@@ -155,26 +158,26 @@ struct srv_gen_extra {
     grammar *g; /* the answer's grammar, or NULL */
     gmatch *m;
     const srv_vocab *voc;
-    uint8_t *allowed;        /* (n_vocab) scratch of the full mask */
-    int n_tok, n_mask;       /* tokens generated, full vocabulary passes */
-    int waiting;             /* a trigger has not been seen yet (or the grammar was dropped): nothing is constrained */
-    int dropped;             /* the piece with the trigger ran on against the grammar: free to the end */
-    char win[128];           /* the answer's last bytes, where the trigger is looked for */
+    uint8_t *allowed;  /* (n_vocab) scratch of the full mask */
+    int n_tok, n_mask; /* tokens generated, full vocabulary passes */
+    int waiting;       /* a trigger has not been seen yet (or the grammar was dropped): nothing is constrained */
+    int dropped;       /* the piece with the trigger ran on against the grammar: free to the end */
+    char win[128];     /* the answer's last bytes, where the trigger is looked for */
     size_t wn;
     int64_t mask_ns;
     int32_t top_ids[20];
     float top_lp[20];
     /* the reasoning budget (r->think_end set) */
     const tokenizer *tok;
-    int th;                  /* TH_*: where the answer is with respect to a reasoning block */
-    int budget;              /* tokens a block may spend (the request's think_budget) */
-    int th_left;             /* tokens the current block may still spend */
-    int32_t *forced;         /* (n_forced) the tokens of r->think_end */
-    int n_forced, th_pos;    /* TH_FORCE: the next of them to force */
-    int utf8_need;           /* continuation bytes the answer's last character still lacks */
-    char th_win[96];         /* the answer's last bytes, where the opening and end texts are looked for */
+    int th;               /* TH_*: where the answer is with respect to a reasoning block */
+    int budget;           /* tokens a block may spend (the request's think_budget) */
+    int th_left;          /* tokens the current block may still spend */
+    int32_t *forced;      /* (n_forced) the tokens of r->think_end */
+    int n_forced, th_pos; /* TH_FORCE: the next of them to force */
+    int utf8_need;        /* continuation bytes the answer's last character still lacks */
+    char th_win[96];      /* the answer's last bytes, where the opening and end texts are looked for */
     size_t th_wn;
-    int n_think, n_cut;      /* tokens spent in reasoning blocks; blocks the budget ended */
+    int n_think, n_cut; /* tokens spent in reasoning blocks; blocks the budget ended */
 };
 
 enum {
@@ -342,8 +345,13 @@ static int on_token(void *arg, int32_t t, const float *raw) {
     if (r->logprobs) {
         int n_top = r->top_logprobs < 20 ? r->top_logprobs : 20;
         float lp = log_prob(raw, x->n_vocab, t, n_top, x->top_ids, x->top_lp);
-        srv_event ev = {.kind = SRV_EV_TOKEN, .slot = x->slot, .token = t, .logprob = lp, .n_top = n_top,
-                        .top_ids = x->top_ids, .top_lp = x->top_lp};
+        srv_event ev = {.kind = SRV_EV_TOKEN,
+                        .slot = x->slot,
+                        .token = t,
+                        .logprob = lp,
+                        .n_top = n_top,
+                        .top_ids = x->top_ids,
+                        .top_lp = x->top_lp};
         if (x->fn(x->ctx, &ev) != 0) rc = GEN_CANCEL;
     }
     if (x->forced) th_token(x, t);
@@ -420,10 +428,8 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
             if (r->grammar) {
                 hk->allow = hook_allow;
                 hk->filter = hook_mask;
-            } else
-                hk->filter = hook_filter;
-        } else
-            ST_WARN("slot %d: the reasoning's end text does not tokenize into 1..64 tokens: no budget", slot);
+            } else hk->filter = hook_filter;
+        } else ST_WARN("slot %d: the reasoning's end text does not tokenize into 1..64 tokens: no budget", slot);
     }
     hk->token = on_token;
     hk->ctx = x;

@@ -59,10 +59,10 @@ typedef struct {
     int q_head, q_len, max_queue;
     uint64_t tick;
     sched_metrics m;
-    int draft_n;       /* speculative decoding: tokens each generating slot drafts per step (engine_params.draft_n,
-                          0: off) */
-    sched_map map;     /* the expert cache as of the last finished request (under mu) */
-    char *map_cells;   /* the engine thread's buffer that moe_lanes_cache_map fills */
+    int draft_n;     /* speculative decoding: tokens each generating slot drafts per step (engine_params.draft_n,
+                        0: off) */
+    sched_map map;   /* the expert cache as of the last finished request (under mu) */
+    char *map_cells; /* the engine thread's buffer that moe_lanes_cache_map fills */
     int map_cap;
     /* the engine thread's own: the batched step's sequences and tokens */
     engine_seq **step_seqs;
@@ -120,16 +120,12 @@ static void slot_release(local_sched *s, slot *sl, int outcome) {
     pthread_mutex_lock(&s->mu);
     sched_metrics *m = &s->m;
     if (outcome == OUT_DONE || (outcome == OUT_CANCELLED && st->n_prompt > 0)) {
-        if (outcome == OUT_DONE)
-            m->done++;
-        else
-            m->cancelled++;
+        if (outcome == OUT_DONE) m->done++;
+        else m->cancelled++;
         sched_metrics_add(m, st);
         sched_map_keep(&s->map, st);
-    } else if (outcome == OUT_FAILED)
-        m->failed++;
-    else
-        m->cancelled++; /* dropped before it started */
+    } else if (outcome == OUT_FAILED) m->failed++;
+    else m->cancelled++; /* dropped before it started */
     sl->job.req = NULL;
     sl->state = SL_FREE;
     m->busy--;
@@ -271,8 +267,11 @@ static int gen_start(local_sched *s, slot *sl) {
     sp.dry_breaker = brk;
     sl->smp = sampler_create(&sp, s->e->m->hp.n_vocab);
     st_free(brk);
-    gen_params gp = {.max_tokens = r->max_tokens, .stop = r->stop, .n_stop = r->n_stop, .ignore_eos = r->ignore_eos,
-                    .render_special = r->render_special};
+    gen_params gp = {.max_tokens = r->max_tokens,
+                     .stop = r->stop,
+                     .n_stop = r->n_stop,
+                     .ignore_eos = r->ignore_eos,
+                     .render_special = r->render_special};
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
     return 0;
 }
@@ -311,8 +310,7 @@ static void step_drafts(local_sched *s, slot *rd, int n) {
                            &logits) != 0) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_error_get());
-        for (int i = 0; i < n; i++)
-            slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
+        for (int i = 0; i < n; i++) slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
         if (rd) slot_fail(s, rd, msg, OUT_FAILED);
         return;
     }
@@ -382,8 +380,7 @@ static void step(local_sched *s) {
         /* every token was checked at admission or when sampled: a bug, but fail the requests, not the process */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_error_get());
-        for (int i = 0; i < n; i++)
-            slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
+        for (int i = 0; i < n; i++) slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
         if (rd) slot_fail(s, rd, msg, OUT_FAILED);
         return;
     }
@@ -403,10 +400,8 @@ static void sample_all(local_sched *s) {
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->state != SL_SAMPLE) continue;
-        if (gen_next(sl->gen, &sl->next) == 0)
-            sl->state = SL_DECODE;
-        else
-            slot_finish(s, sl);
+        if (gen_next(sl->gen, &sl->next) == 0) sl->state = SL_DECODE;
+        else slot_finish(s, sl);
     }
 }
 
@@ -415,10 +410,8 @@ static void stop_all(local_sched *s) {
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->state == SL_FREE) continue;
-        if (sl->gen)
-            slot_finish(s, sl);
-        else
-            slot_fail(s, sl, "the server is shutting down", OUT_CANCELLED);
+        if (sl->gen) slot_finish(s, sl);
+        else slot_fail(s, sl, "the server is shutting down", OUT_CANCELLED);
     }
 }
 
@@ -426,8 +419,7 @@ static void *engine_thread(void *arg) {
     local_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->stopping && !s->q_len && !s->m.busy)
-            pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->stopping && !s->q_len && !s->m.busy) pthread_cond_wait(&s->cv, &s->mu);
         int stopping = s->stopping;
         if (!stopping) admit_locked(s);
         pthread_mutex_unlock(&s->mu);
@@ -498,8 +490,7 @@ static void local_destroy(srv_sched *b) {
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->thread_started) pthread_join(s->thread, NULL);
-    for (int i = 1; i < s->n_slots; i++)
-        engine_seq_free(s->e, s->slots[i].seq);
+    for (int i = 1; i < s->n_slots; i++) engine_seq_free(s->e, s->slots[i].seq);
     engine_close(s->e);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
@@ -549,5 +540,5 @@ static int local_n_ctx(srv_sched *b) { return ((local_sched *)b)->m.n_ctx; }
 
 static void local_wake(srv_sched *b) { (void)b; /* the engine is in this process: always up */ }
 
-static const sched_ops LOCAL_OPS = {local_submit, local_metrics, local_expert_map, local_n_ctx, local_wake,
-                                    local_destroy};
+static const sched_ops LOCAL_OPS = {local_submit, local_metrics, local_expert_map,
+                                    local_n_ctx,  local_wake,    local_destroy};

@@ -54,7 +54,7 @@ int mm_dequant_bf16(qt_type t, const void *w, size_t row_bytes, int n_in, int64_
     if (t == QT_F16) {
         const int64_t n = n_rows * n_in;
         mm_f16_to_bf16_kernel<<<st_div_up((size_t)n, 256), 256, 0, s>>>((const __half *)base, row_bytes / 2, n_in, n,
-                                                                         (__nv_bfloat16 *)dst);
+                                                                        (__nv_bfloat16 *)dst);
         CUDA_LAUNCH_CHECK();
         return 0;
     }
@@ -62,15 +62,11 @@ int mm_dequant_bf16(qt_type t, const void *w, size_t row_bytes, int n_in, int64_
     const int64_t n = n_rows * n_units;
     const unsigned blocks = st_div_up((size_t)n, 128);
     switch ((int)t) {
-#define MM_CASE(T)                                                                                           \
-    case T:                                                                                                  \
-        mm_dequant_kernel<T><<<blocks, 128, 0, s>>>(base, row_bytes, n_units, n, (uint4 *)dst);              \
-        break;
+#define MM_CASE(T)                                                                                                     \
+    case T: mm_dequant_kernel<T><<<blocks, 128, 0, s>>>(base, row_bytes, n_units, n, (uint4 *)dst); break;
         MM_QUANT_TYPES(MM_CASE)
 #undef MM_CASE
-    default:
-        st_error_set("cuda_matmul: weight type %d cannot be dequantized on the GPU", (int)t);
-        return -1;
+    default: st_error_set("cuda_matmul: weight type %d cannot be dequantized on the GPU", (int)t); return -1;
     }
     CUDA_LAUNCH_CHECK();
     return 0;
@@ -134,14 +130,15 @@ static int blas_ran(mm_scratch *sc, cublasStatus_t st, int m, int n, int k) {
     (void)cudaGetDevice(&dev);
     if (!sc->blas_refused)
         ST_WARN("GPU %d: cuBLAS refused a %d x %d x %d product (status %d); Strata's own matrix-vector kernels do "
-                "the prompt products on this GPU from now on (slower)", dev, m, n, k, (int)st);
+                "the prompt products on this GPU from now on (slower)",
+                dev, m, n, k, (int)st);
     sc->blas_refused = 1;
     return 0;
 }
 #endif
 
-int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok,
-            float *y, cudaStream_t s) {
+int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok, float *y,
+            cudaStream_t s) {
 #if !ST_GPU_HAVE_BLAS
     /* HIP without hipBLAS (compat.h): gemm_dispatch.cu never routes here. */
     (void)sc, (void)wdata, (void)xb, (void)xf, (void)n_tok, (void)y, (void)s;

@@ -43,13 +43,14 @@ static int force_path(void) { return g_force_path[cur_dev()]; }
 
 int cuda_mm_supports(qt_type t) {
     switch ((int)t) {
-    case QT_F32: case QT_F16: case QT_BF16:
+    case QT_F32:
+    case QT_F16:
+    case QT_BF16:
 #define MM_CASE(T) case T:
         MM_QUANT_TYPES(MM_CASE)
 #undef MM_CASE
         return 1;
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -57,8 +58,8 @@ int cuda_mm_supports(qt_type t) {
 static int mm_grow(void **p, size_t *have, size_t need, int capturing) {
     if (need <= *have) return 0;
     if (capturing) {
-        st_error_set("cuda_matmul: scratch must grow to %zu bytes while a graph is captured; call cuda_mm_reserve first",
-                     need);
+        st_error_set(
+            "cuda_matmul: scratch must grow to %zu bytes while a graph is captured; call cuda_mm_reserve first", need);
         return -1;
     }
     const size_t sz = ((need + need / 4) | ((1u << 20) - 1)) + 1;
@@ -95,7 +96,8 @@ mm_scratch *mm_scratch_get(cudaStream_t s, size_t aq, size_t ad, size_t wb, size
         const cublasStatus_t st = cublasCreate(&sc->blas);
         if (st != CUBLAS_STATUS_SUCCESS) { /* e.g. a card this cuBLAS has no code for */
             ST_WARN("GPU %d: cuBLAS does not start (status %d); Strata's own matrix-vector kernels do the prompt "
-                    "products on this GPU (slower)", dev, (int)st);
+                    "products on this GPU (slower)",
+                    dev, (int)st);
             sc->blas = NULL;
             sc->blas_refused = 1;
         }
@@ -255,8 +257,8 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
     for (int i = 0; i < n_jobs; i++) {
         const st_weight *w = ord[i]->w;
         if (mm_check_weight("cuda_matmul_jobs", w) != 0) return -1;
-        if (w->n_in != w0->n_in || ord[i]->mat < 0 || ord[i]->mat >= w->n_mat || (!w->data && !w->mat) ||
-            !ord[i]->y || ((uintptr_t)st_weight_mat(w, ord[i]->mat) | (uintptr_t)ord[i]->y) % 16 != 0) {
+        if (w->n_in != w0->n_in || ord[i]->mat < 0 || ord[i]->mat >= w->n_mat || (!w->data && !w->mat) || !ord[i]->y ||
+            ((uintptr_t)st_weight_mat(w, ord[i]->mat) | (uintptr_t)ord[i]->y) % 16 != 0) {
             st_error_set("cuda_matmul_jobs: job %d does not fit one decode launch", i);
             return -1;
         }
@@ -280,7 +282,6 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
     }
     return mm_mmv_launch(&a, s);
 }
-
 
 int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, int act_ready, cudaStream_t s) {
     if (mm_check_weight("cuda_matmul", w) != 0) return -1;
@@ -309,7 +310,8 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
     }
 
     const size_t nq = (size_t)n_tok * n_in;
-    mm_scratch *sc = isf ? mm_scratch_get(s, 0, 0, 0, 0, 0, 0) : mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
+    mm_scratch *sc =
+        isf ? mm_scratch_get(s, 0, 0, 0, 0, 0, 0) : mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
     if (!sc) return -1;
     if (!isf && !act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
     for (int t0 = 0; t0 < n_tok; t0 += MM_NT_MAX) {
@@ -343,7 +345,8 @@ static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const in
     for (int p = 0; p < n_pairs; p++) {
         if (!d_xrow) xrow[p] = p;
         if (ids[p] >= n_mat || xrow[p] < 0 || xrow[p] >= n_x) {
-            st_error_set("cuda_moe_matmul: pair %d has expert %d of %d, x row %d of %d", p, ids[p], n_mat, xrow[p], n_x);
+            st_error_set("cuda_moe_matmul: pair %d has expert %d of %d, x row %d of %d", p, ids[p], n_mat, xrow[p],
+                         n_x);
             goto done;
         }
         cnt[ids[p] < 0 ? n_mat : ids[p]]++; /* slot n_mat: pairs handled elsewhere (zeros) */
@@ -373,7 +376,10 @@ static int mm_moe_grouped(const st_weight *w, const void *const *d_mat, const in
         sc = sc2;
         /* fill: for each expert, walk its pairs in order */
         size_t ri = 0, li = n_rec * MM_REC;
-        struct gemm_job { int e, n; size_t xoff, poff; };
+        struct gemm_job {
+            int e, n;
+            size_t xoff, poff;
+        };
         struct gemm_job *jobs = (struct gemm_job *)malloc(sizeof(struct gemm_job) * ((size_t)n_mat + 1));
         int n_jobs = 0;
         if (!jobs) {
@@ -440,8 +446,7 @@ done:
 }
 
 int cuda_moe_matmul(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
-                    int n_pairs, const float *x, int n_x, float *y, int act_ready, int *x_quantized,
-                    cudaStream_t s) {
+                    int n_pairs, const float *x, int n_x, float *y, int act_ready, int *x_quantized, cudaStream_t s) {
     if (x_quantized) *x_quantized = 0;
     if (mm_check_weight("cuda_moe_matmul", w) != 0) return -1;
     if (n_pairs < 0 || n_x < 0 || !d_ids || !x || !y || (!d_mat && !w->data) || w->n_mat < 1) {

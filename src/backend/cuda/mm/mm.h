@@ -70,8 +70,8 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
  * write h and, with aq, its int8 blocks (as a norm writes them for the
  * next product), a block of 32 per warp. h apart from x. 0, or 1 when the
  * product does not take it. */
-int cuda_matmul_norm(const st_weight *w, const float *x, const float *nw, float eps, float *h, int8_t *aq,
-                     float2 *ad, float *y, cudaStream_t s);
+int cuda_matmul_norm(const st_weight *w, const float *x, const float *nw, float eps, float *h, int8_t *aq, float2 *ad,
+                     float *y, cudaStream_t s);
 
 /* Grouped expert product (MoE), for each pair p < n_pairs:
  *

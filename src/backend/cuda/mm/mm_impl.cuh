@@ -11,10 +11,12 @@
 #define MMV_WARPS 4 /* warps per block of the matrix-vector kernels (mmv_kernel.cuh) */
 
 /* The unit formats of quant_cuda.cuh, for the launchers' switches: X(T) per type. */
-#define MM_QUANT_TYPES(X)                                                                                    \
-    X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) X(QT_Q8_0) X(QT_Q2_K) X(QT_Q3_K) X(QT_Q4_K) X(QT_Q5_K)      \
-        X(QT_Q6_K) X(QT_IQ2_XXS) X(QT_IQ2_XS) X(QT_IQ2_S) X(QT_IQ3_XXS) X(QT_IQ3_S) X(QT_IQ1_S) X(QT_IQ1_M) \
-            X(QT_IQ4_NL) X(QT_IQ4_XS) X(QT_MXFP4)
+/* clang-format off */
+#define MM_QUANT_TYPES(X)                                                                               \
+    X(QT_Q4_0) X(QT_Q4_1) X(QT_Q5_0) X(QT_Q5_1) X(QT_Q8_0) X(QT_Q2_K) X(QT_Q3_K) X(QT_Q4_K) X(QT_Q5_K) \
+    X(QT_Q6_K) X(QT_IQ2_XXS) X(QT_IQ2_XS) X(QT_IQ2_S) X(QT_IQ3_XXS) X(QT_IQ3_S) X(QT_IQ1_S)            \
+    X(QT_IQ1_M) X(QT_IQ4_NL) X(QT_IQ4_XS) X(QT_MXFP4)
+/* clang-format on */
 
 /* Most tokens one matrix-vector launch serves per pass over the weights. */
 #define MM_NT_MAX 8
@@ -35,11 +37,11 @@ struct mm_mmv_args {
     const void *const *w_tab; /* device table expert -> matrix, or NULL */
     size_t row_bytes;
     int n_in, n_out;
-    const int8_t *aq;         /* quantized activations [rows][n_in] (quant formats) */
-    const float2 *ad;         /* their (scale, scale*sum) per 32 [rows][n_in/32] */
-    const float *x;           /* f32 activations [rows][n_in] (float formats) */
-    float *y;                 /* [rows][n_out] */
-    float *y_add;             /* or NULL: y also added into it (matrix 0; more[i].y_add for the others) */
+    const int8_t *aq; /* quantized activations [rows][n_in] (quant formats) */
+    const float2 *ad; /* their (scale, scale*sum) per 32 [rows][n_in/32] */
+    const float *x;   /* f32 activations [rows][n_in] (float formats) */
+    float *y;         /* [rows][n_out] */
+    float *y_add;     /* or NULL: y also added into it (matrix 0; more[i].y_add for the others) */
     /* nx (or NULL): x = RMSNorm(nx) with weights nw, computed by every block
      * (the split float kernel, one token); the grid writes it to ny and,
      * with naq, its int8 blocks to naq / nad */
@@ -49,9 +51,9 @@ struct mm_mmv_args {
     int8_t *naq;
     float2 *nad;
     mm_groups groups;
-    int mat, n_tok;           /* DENSE */
+    int mat, n_tok;            /* DENSE */
     const int32_t *ids, *xrow; /* PAIRS */
-    const int32_t *rec;       /* REC */
+    const int32_t *rec;        /* REC */
     int n_groups;
     /* DENSE only: more matrices of the same input in this launch
      * (cuda_matmul_jobs): blocks from more[i].blk0 on take matrix i + 1, of
@@ -82,14 +84,20 @@ static inline cublasStatus_t mm_chunk_gemm(cublasHandle_t h, int m, int n_tok, i
 
 /* Per-device scratch (gemm_dispatch.cu). */
 struct mm_scratch {
-    int8_t *aq;    size_t aq_bytes;   /* quantized activations */
-    float2 *ad;    size_t ad_bytes;
-    void *wb;      size_t wb_bytes;   /* dequantized bf16 weight chunk */
-    void *xb;      size_t xb_bytes;   /* bf16 activations (gathered for MoE) */
-    float *yb;     size_t yb_bytes;   /* f32 GEMM output (MoE, before scatter) */
-    int32_t *rec;  size_t rec_bytes;  /* token group records / gather lists */
+    int8_t *aq;
+    size_t aq_bytes; /* quantized activations */
+    float2 *ad;
+    size_t ad_bytes;
+    void *wb;
+    size_t wb_bytes; /* dequantized bf16 weight chunk */
+    void *xb;
+    size_t xb_bytes; /* bf16 activations (gathered for MoE) */
+    float *yb;
+    size_t yb_bytes; /* f32 GEMM output (MoE, before scatter) */
+    int32_t *rec;
+    size_t rec_bytes; /* token group records / gather lists */
     cublasHandle_t blas;
-    int blas_refused;                 /* cuBLAS refused a call (or the card): own kernels only, said once */
+    int blas_refused; /* cuBLAS refused a call (or the card): own kernels only, said once */
 };
 
 /* The current device's scratch with each buffer at least the given size
@@ -126,8 +134,8 @@ size_t mm_gemm_scratch_bytes(qt_type t, int64_t n_in, int64_t n_out);
  * (xb, [n_tok][n_in]) unless the weights are F32, in which case xf is used.
  * 0, -1 with st_error, or 1 when cuBLAS refused the call: then sc->blas_refused
  * is set (with one warning) and the caller uses its own kernels instead. */
-int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok,
-            float *y, cudaStream_t s);
+int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok, float *y,
+            cudaStream_t s);
 
 /* moe_mma.cu: the MoE product of prompt chunks on tensor cores, grouped on
  * the device (no host synchronisation): y[p] = W[ids[p]] x[xrow[p]] for
@@ -137,9 +145,9 @@ int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *x
  * multiple of its stage of 128 or 256 weights, too little shared memory per
  * block): the caller's host-grouped path runs then. Pairs are grouped in
  * chunks of MM_MOE_MMA_MAX_PAIRS (16-bit offsets in the grouping block). */
-#define MM_MOE_MMA_MAX_MAT 512
+#define MM_MOE_MMA_MAX_MAT   512
 #define MM_MOE_MMA_MAX_PAIRS 65535
-int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
-               int n_pairs, const float *x, int n_x, float *y, cudaStream_t s);
+int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow, int n_pairs,
+               const float *x, int n_x, float *y, cudaStream_t s);
 
 #endif

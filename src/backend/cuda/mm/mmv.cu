@@ -45,7 +45,8 @@ static __global__ void mm_quantize_act_kernel(const float4 *__restrict__ x, int6
 void mm_quantize_act(const float *x, int n_in, int n_rows, int8_t *aq, float2 *ad, cudaStream_t s) {
     const int64_t n4 = (int64_t)n_in * n_rows / 4;
     if (n4 == 0) return;
-    st_launch(mm_quantize_act_kernel, dim3(st_div_up((size_t)n4, 256)), dim3(256), 0, s, (const float4 *)x, n4, (int *)aq, ad);
+    st_launch(mm_quantize_act_kernel, dim3(st_div_up((size_t)n4, 256)), dim3(256), 0, s, (const float4 *)x, n4,
+              (int *)aq, ad);
 }
 
 /* ---- dispatch ---- */

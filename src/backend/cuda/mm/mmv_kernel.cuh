@@ -18,14 +18,12 @@
 #include "backend/cuda/mm/mm_impl.cuh"
 #include "backend/cuda/mm/quant_cuda.cuh"
 
-template <int NT>
-struct mm_group {
+template <int NT> struct mm_group {
     int e, n;
     int arow[NT], orow[NT];
 };
 
-template <int NT>
-static __device__ __forceinline__ mm_group<NT> mm_group_get(const mm_mmv_args &p) {
+template <int NT> static __device__ __forceinline__ mm_group<NT> mm_group_get(const mm_mmv_args &p) {
     mm_group<NT> g;
     const int gi = blockIdx.y;
     if (p.groups == MM_GROUPS_PAIRS) {
@@ -66,8 +64,8 @@ static __device__ __forceinline__ mm_mat mm_mat_of(const mm_mmv_args &p) {
     mm_mat m = {p.w, p.y, p.y_add, p.row_bytes, p.n_out, (int)blockIdx.x};
     for (int i = 0; i < p.n_more; i++)
         if (blockIdx.x >= p.more[i].blk0)
-            m = {p.more[i].w, p.more[i].y, p.more[i].y_add, p.more[i].row_bytes, p.more[i].n_out,
-                 (int)(blockIdx.x - p.more[i].blk0)};
+            m = {p.more[i].w,         p.more[i].y,     p.more[i].y_add,
+                 p.more[i].row_bytes, p.more[i].n_out, (int)(blockIdx.x - p.more[i].blk0)};
     return m;
 }
 
@@ -199,7 +197,8 @@ static __device__ __forceinline__ void mm_load8(const uint16_t *w, float *o) { /
     const uint4 v = *(const uint4 *)w;
     const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++) o[2 * i] = __uint_as_float(u[i] << 16), o[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
+    for (int i = 0; i < 4; i++)
+        o[2 * i] = __uint_as_float(u[i] << 16), o[2 * i + 1] = __uint_as_float(u[i] & 0xFFFF0000u);
 }
 static __device__ __forceinline__ float mm_load1(const float *w) { return *w; }
 static __device__ __forceinline__ float mm_load1(const __half *w) { return __half2float(*w); }
@@ -207,7 +206,7 @@ static __device__ __forceinline__ float mm_load1(const uint16_t *w) { return __u
 
 template <typename WT, int V, int NT, int R>
 static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_kernel(const mm_mmv_args p) {
-    pdl_enter(); /* first: see st_launch (common.cuh) */
+    pdl_enter();                   /* first: see st_launch (common.cuh) */
     const mm_mat m = mm_mat_of(p); /* the launch's own matrix: float products take no jobs */
     const int row0 = (blockIdx.x * MMV_WARPS + threadIdx.y) * R;
     if (row0 >= p.n_out) return;
@@ -326,23 +325,20 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
 
 /* fn(std::integral_constant<int, NT>) for the launch's tokens per pass:
  * NT = 1, 2, 4 or 8, the least that holds nt (mm_mmv_launch rounds nt so). */
-template <typename Fn>
-static inline void mm_nt_dispatch(int nt, Fn &&fn) {
+template <typename Fn> static inline void mm_nt_dispatch(int nt, Fn &&fn) {
     if (nt <= 1) fn(std::integral_constant<int, 1>());
     else if (nt <= 2) fn(std::integral_constant<int, 2>());
     else if (nt <= 4) fn(std::integral_constant<int, 4>());
     else fn(std::integral_constant<int, 8>());
 }
 
-template <int NT, int R>
-static inline dim3 mmv_grid(const mm_mmv_args *a) {
+template <int NT, int R> static inline dim3 mmv_grid(const mm_mmv_args *a) {
     return dim3(st_div_up((size_t)a->n_out, (size_t)MMV_WARPS * R), (unsigned)a->n_groups);
 }
 
 /* A launch of several matrices: the blocks of each in turn, at R rows per
  * warp; T2 != T: the jobs from more[a->t2] on are of type T2. */
-template <int T, int T2, int NT, int R>
-static void mmv_q_go(const mm_mmv_args *a, cudaStream_t s) {
+template <int T, int T2, int NT, int R> static void mmv_q_go(const mm_mmv_args *a, cudaStream_t s) {
     const dim3 block(32, MMV_WARPS);
     if (!a->n_more) {
         st_launch(mmv_q_kernel<T, NT, R>, mmv_grid<NT, R>(a), block, 0, s, *a);
@@ -359,8 +355,7 @@ static void mmv_q_go(const mm_mmv_args *a, cudaStream_t s) {
 }
 
 /* R > 1 only for NT <= 2: more would cost registers (R x NT sums, NT x 8 words). */
-template <int T, int T2, int NT>
-static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
+template <int T, int T2, int NT> static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
     if constexpr (NT <= 2) {
         if (r >= 4) {
             mmv_q_go<T, T2, NT, 4>(a, s);
@@ -374,8 +369,7 @@ static void mmv_q_launch_nt(const mm_mmv_args *a, int r, cudaStream_t s) {
     mmv_q_go<T, T2, NT, 1>(a, s);
 }
 
-template <int T, int T2 = T>
-static void mmv_q_launch(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
+template <int T, int T2 = T> static void mmv_q_launch(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
     mm_nt_dispatch(nt, [&](auto NT) { mmv_q_launch_nt<T, T2, decltype(NT)::value>(a, r, s); });
 }
 

@@ -22,18 +22,18 @@
 #include "backend/cuda/mm/quant_cuda.cuh"
 #include "backend/cuda/route.cuh"
 
-#define GLU_ROWS 32  /* rows per glu block: one quantization block of h */
-#define GLU_RPW 2    /* rows per glu warp: 512-thread blocks, two per multiprocessor (one of 1024 left a second wave) */
+#define GLU_ROWS   32 /* rows per glu block: one quantization block of h */
+#define GLU_RPW    2 /* rows per glu warp: 512-thread blocks, two per multiprocessor (one of 1024 left a second wave) */
 #define DOWN_WARPS 4 /* warps (rows) per down block */
 
 struct moe_dec_args {
-    const uint8_t *g, *u, *d;  /* expert 0 of gate, up, down */
+    const uint8_t *g, *u, *d;   /* expert 0 of gate, up, down */
     size_t gu_stride, d_stride; /* bytes between experts */
     size_t gu_row, d_row;       /* row bytes */
     int n_in, n_ff, n_out;      /* x width, intermediate width, output width */
     const float *logits;        /* router logits [n_tok][n_expert]: glu routes (ids, wsel written); NULL: given */
     int n_expert;
-    st_moe_gating gt;           /* the routing rule (route.cuh) */
+    st_moe_gating gt; /* the routing rule (route.cuh) */
     int32_t *ids;
     float *wsel;
     int k, act;
@@ -112,8 +112,7 @@ static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel
  * compiler can hoist all of them; a loop with a `continue` per skipped pair
  * left each slot waiting for the one before. */
 #define DOWN_SLOTS 8
-template <int T>
-static __global__ void __launch_bounds__(DOWN_WARPS * 32, 4) moe_down_kernel(const moe_dec_args p) {
+template <int T> static __global__ void __launch_bounds__(DOWN_WARPS * 32, 4) moe_down_kernel(const moe_dec_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.y;
@@ -150,37 +149,31 @@ static __global__ void __launch_bounds__(DOWN_WARPS * 32, 4) moe_down_kernel(con
 static int moe_dec_down(const moe_dec_args &a, qt_type td, int n_tok, cudaStream_t s) {
     const dim3 grid(st_div_up((size_t)a.n_out, DOWN_WARPS), (unsigned)n_tok);
     switch ((int)td) {
-#define DOWN_CASE(T)                                                   \
-    case T:                                                            \
-        st_launch(moe_down_kernel<T>, grid, dim3(DOWN_WARPS * 32), 0, s, a); \
-        return 0;
+#define DOWN_CASE(T)                                                                                                   \
+    case T: st_launch(moe_down_kernel<T>, grid, dim3(DOWN_WARPS * 32), 0, s, a); return 0;
         MM_QUANT_TYPES(DOWN_CASE)
 #undef DOWN_CASE
-    default:
-        return 1;
+    default: return 1;
     }
 }
 
 static int moe_dec_glu(const moe_dec_args &a, qt_type tg, int n_pairs, cudaStream_t s) {
     const dim3 grid((unsigned)(a.n_ff / GLU_ROWS), (unsigned)n_pairs);
     switch ((int)tg) {
-#define GLU_CASE(T)                                            \
-    case T:                                                    \
-        st_launch(moe_glu_kernel<T>, dim3(grid), dim3(GLU_ROWS / GLU_RPW * 32), 0, s, a); \
-        return 0;
+#define GLU_CASE(T)                                                                                                    \
+    case T: st_launch(moe_glu_kernel<T>, dim3(grid), dim3(GLU_ROWS / GLU_RPW * 32), 0, s, a); return 0;
         MM_QUANT_TYPES(GLU_CASE)
 #undef GLU_CASE
-    default:
-        return 1;
+    default: return 1;
     }
 }
 static int quantized(qt_type t) { return cuda_mm_supports(t) && !mm_is_float(t); }
 
 int cuda_moe_decode_fits(const st_weight *gate, const st_weight *up, const st_weight *down) {
     return quantized(gate->type) && quantized(down->type) && gate->type == up->type && gate->data && up->data &&
-           down->data && !gate->mat && !up->mat && !down->mat && gate->n_in == up->n_in &&
-           gate->n_out == up->n_out && gate->n_out == down->n_in && gate->n_out % GLU_ROWS == 0 &&
-           gate->n_in % 32 == 0 && gate->row_bytes == up->row_bytes;
+           down->data && !gate->mat && !up->mat && !down->mat && gate->n_in == up->n_in && gate->n_out == up->n_out &&
+           gate->n_out == down->n_in && gate->n_out % GLU_ROWS == 0 && gate->n_in % 32 == 0 &&
+           gate->row_bytes == up->row_bytes;
 }
 
 int cuda_moe_decode_eid(const st_weight *gate, const st_weight *up, const st_weight *down,

@@ -9,17 +9,18 @@
 #define MMV_PAIRS(X) X(QT_Q4_K, QT_Q6_K) X(QT_Q5_K, QT_Q6_K)
 
 int mmv_pair_supported(qt_type a, qt_type b) {
-#define PAIR_IS(A, B) if (a == A && b == B) return 1;
+#define PAIR_IS(A, B)                                                                                                  \
+    if (a == A && b == B) return 1;
     MMV_PAIRS(PAIR_IS)
 #undef PAIR_IS
     return 0;
 }
 
 int mmv_launch_pair(const mm_mmv_args *a, int nt, int r, cudaStream_t s) {
-#define PAIR_GO(A, B)                             \
-    if (a->type == A && a->type2 == B) {          \
-        mmv_q_launch<A, B>(a, nt, r, s);          \
-        return 0;                                 \
+#define PAIR_GO(A, B)                                                                                                  \
+    if (a->type == A && a->type2 == B) {                                                                               \
+        mmv_q_launch<A, B>(a, nt, r, s);                                                                               \
+        return 0;                                                                                                      \
     }
     MMV_PAIRS(PAIR_GO)
 #undef PAIR_GO

@@ -65,12 +65,12 @@
 #if !defined(STRATA_HIP) /* mma.sync, ldmatrix, cp.async are PTX: CUDA only */
 #include "backend/cuda/mm/mma.cuh"
 
-#define MQ_TM 64       /* tokens (pairs) per tile */
-#define MQ_TN 128      /* output rows per block */
-#define MQ_HK 64       /* weight columns decoded per phase */
+#define MQ_TM      64  /* tokens (pairs) per tile */
+#define MQ_TN      128 /* output rows per block */
+#define MQ_HK      64  /* weight columns decoded per phase */
 #define MQ_THREADS 128 /* 4 warps */
-#define MQ_SEG 32      /* segments (warps) of the grouping block */
-#define MQ_GT (MQ_SEG * 32)
+#define MQ_SEG     32  /* segments (warps) of the grouping block */
+#define MQ_GT      (MQ_SEG * 32)
 #define MQ_MAX_DEV 16
 /* Weights are decoded times 2^MQ_WLOG2 (undone with the activations' power
  * of two on the output): f16's subnormal range then starts at 2.4e-7 instead
@@ -106,8 +106,7 @@ static __device__ __forceinline__ void mq_commit() {
 }
 
 /* Wait until at most N of this thread's most recent groups are pending. */
-template <int N>
-static __device__ __forceinline__ void mq_wait() {
+template <int N> static __device__ __forceinline__ void mq_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
@@ -126,30 +125,27 @@ static __device__ __forceinline__ void mq_ldsm4(uint32_t (&r)[4], const void *p)
 #endif
 }
 
-
 /* ---- per-format geometry ---- */
 
 /* SKX: weights per stage other than the format's own (0: its own): rows
  * whose width the own stage does not divide. MXFP4 at gpt-oss's 2880 (not a
  * multiple of 256 or 128) takes stages of 192 (6 blocks of 32, 15 of them). */
 #define MQ_SK_ALT 192
-template <int T, int SKX = 0>
-struct mq_cfg {
+template <int T, int SKX = 0> struct mq_cfg {
     using F = mmf<T>;
     /* weights per raw stage: a super-block, or 8 small blocks unless that
      * exceeds 224 bytes (Q8_0: 4 blocks) */
     static constexpr int SK = SKX ? SKX : (F::QK == 256 || F::BYTES * 8 <= 224) ? 256 : 128;
-    static constexpr int SB = SK / F::QK * F::BYTES;      /* raw bytes of a row per stage */
-    static constexpr int R16 = (SB + 15) / 16 + 1;        /* 16-byte chunks covering any alignment */
-    static constexpr int RAWB = 16 * (R16 | 1);           /* row stride: odd multiple of 16 (banks) */
+    static constexpr int SB = SK / F::QK * F::BYTES; /* raw bytes of a row per stage */
+    static constexpr int R16 = (SB + 15) / 16 + 1;   /* 16-byte chunks covering any alignment */
+    static constexpr int RAWB = 16 * (R16 | 1);      /* row stride: odd multiple of 16 (banks) */
     static constexpr int NCH = RAWB / 16;
-    static constexpr size_t SMEM = (size_t)2 * MQ_TN * RAWB + (size_t)MQ_TM * SK * 2 + (size_t)MQ_TN * MQ_HK * 2 +
-                                   (size_t)MQ_TM * 12;
+    static constexpr size_t SMEM =
+        (size_t)2 * MQ_TN * RAWB + (size_t)MQ_TM * SK * 2 + (size_t)MQ_TN * MQ_HK * 2 + (size_t)MQ_TM * 12;
 };
 
 /* Decoded unit -> 32 f16 weights in order (16 words). */
-template <class F>
-static __device__ __forceinline__ void mq_unit_f16(const mm_unit &u, uint32_t (&o)[16]) {
+template <class F> static __device__ __forceinline__ void mq_unit_f16(const mm_unit &u, uint32_t (&o)[16]) {
     const __half2 k1152 = __float2half2_rn(1152.0f);
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -204,8 +200,8 @@ static __device__ __forceinline__ void mq_act_row(const float *__restrict__ x, i
 /* Buckets of pairs p, p+32, .. (MQ_RB rounds of a warp; -1 from p_hi on),
  * all loads issued before any is used. */
 #define MQ_RB 4
-static __device__ __forceinline__ void mq_buckets(int (&bk)[MQ_RB], const int32_t *ids, const int32_t *xrow,
-                                                  int x_off, int p, int p_hi, int n_mat, int n_x) {
+static __device__ __forceinline__ void mq_buckets(int (&bk)[MQ_RB], const int32_t *ids, const int32_t *xrow, int x_off,
+                                                  int p, int p_hi, int n_mat, int n_x) {
     int e[MQ_RB], r[MQ_RB];
 #pragma unroll
     for (int u = 0; u < MQ_RB; u++) {
@@ -337,8 +333,8 @@ struct mq_args {
     const void *const *w_tab; /* device table expert -> matrix, or NULL */
     size_t row_bytes;
     int n_in, n_out;
-    const __half *xh;   /* [n_x][n_in] f16, scaled per row */
-    const float *xinv;  /* [n_x] the scale's inverse */
+    const __half *xh;    /* [n_x][n_in] f16, scaled per row */
+    const float *xinv;   /* [n_x] the scale's inverse */
     const int32_t *xrow; /* or NULL: row x_off + p */
     int x_off;
     const int32_t *rec; /* mq_group's output */
@@ -346,16 +342,15 @@ struct mq_args {
     float *y; /* [n_pairs][n_out] */
 };
 
-template <int T, int SKX = 0>
-static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args a) {
+template <int T, int SKX = 0> static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args a) {
     using F = mmf<T>;
     using C = mq_cfg<T, SKX>;
     constexpr int SK = C::SK, RAWB = C::RAWB, NCH = C::NCH;
     extern __shared__ __align__(16) uint8_t smem[];
-    uint8_t *raw = smem;                                              /* [2][TN][RAWB] */
-    __half *xs = (__half *)(smem + 2 * MQ_TN * RAWB);                 /* [TM][SK], chunks swizzled */
-    __half *wh = xs + MQ_TM * SK;                                     /* [TN][HK], chunks swizzled */
-    int *tp = (int *)(wh + MQ_TN * MQ_HK), *tx = tp + MQ_TM;          /* pair and x row per token */
+    uint8_t *raw = smem;                                     /* [2][TN][RAWB] */
+    __half *xs = (__half *)(smem + 2 * MQ_TN * RAWB);        /* [TM][SK], chunks swizzled */
+    __half *wh = xs + MQ_TM * SK;                            /* [TN][HK], chunks swizzled */
+    int *tp = (int *)(wh + MQ_TN * MQ_HK), *tx = tp + MQ_TM; /* pair and x row per token */
     float *tinv = (float *)(tx + MQ_TM);
 
     if ((int)blockIdx.x >= a.rec[0]) return; /* past the real tile count */
@@ -502,13 +497,11 @@ static __global__ void __launch_bounds__(MQ_THREADS, 2) mq_kernel(const mq_args 
 /* ---- host side ---- */
 
 /* Type T's kernel, which mq_fits said the shape and card take. */
-template <int T, int SKX = 0>
-static void mq_launch(const mq_args &a, int dev, dim3 grid, cudaStream_t s) {
+template <int T, int SKX = 0> static void mq_launch(const mq_args &a, int dev, dim3 grid, cudaStream_t s) {
     using C = mq_cfg<T, SKX>;
     static int ready[MQ_MAX_DEV]; /* the shared-memory attribute, set once per device */
     if (!ready[dev]) {
-        CUDA_CHECK(
-            cudaFuncSetAttribute(mq_kernel<T, SKX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
+        CUDA_CHECK(cudaFuncSetAttribute(mq_kernel<T, SKX>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
         CUDA_CHECK(cudaFuncSetAttribute(mq_kernel<T, SKX>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         (int)cudaSharedmemCarveoutMaxShared));
         ready[dev] = 1;
@@ -521,13 +514,11 @@ static void mq_launch(const mq_args &a, int dev, dim3 grid, cudaStream_t s) {
  * much opt-in shared memory per block. */
 static int mq_fits(qt_type t, int n_in, int smem_optin) {
     switch ((int)t) {
-#define MQ_CASE(T)                                                                                         \
-    case T:                                                                                                \
-        return n_in % mq_cfg<T>::SK == 0 && (size_t)smem_optin >= mq_cfg<T>::SMEM;
+#define MQ_CASE(T)                                                                                                     \
+    case T: return n_in % mq_cfg<T>::SK == 0 && (size_t)smem_optin >= mq_cfg<T>::SMEM;
         MM_QUANT_TYPES(MQ_CASE)
 #undef MQ_CASE
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -544,8 +535,8 @@ static int mq_max_tiles(int np, int n_mat) {
     return np < b ? np : b;
 }
 
-int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
-               int n_pairs, const float *x, int n_x, float *y, cudaStream_t s) {
+int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow, int n_pairs,
+               const float *x, int n_x, float *y, cudaStream_t s) {
     static int cc[MQ_MAX_DEV], optin[MQ_MAX_DEV]; /* per device: compute capability major, shared memory */
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -580,8 +571,8 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
         const int np = n_pairs - p0 < chunk ? n_pairs - p0 : chunk;
         const int mt = mq_max_tiles(np, n_mat);
         const size_t gsm = (size_t)MQ_SEG * (n_mat + 1) * sizeof(uint16_t);
-        const mq_prep_args pa = {d_ids + p0, d_xrow ? d_xrow + p0 : NULL, p0, np, n_mat, n_x, mt, rec,
-                                 x, n_in, xh, xinv};
+        const mq_prep_args pa = {d_ids + p0, d_xrow ? d_xrow + p0 : NULL, p0, np, n_mat, n_x, mt, rec, x, n_in, xh,
+                                 xinv};
         const unsigned conv = p0 == 0 ? st_div_up((size_t)n_x, MQ_SEG) : 0; /* x is converted once */
         mq_prep_kernel<<<1 + conv, MQ_GT, gsm, s>>>(pa);
         CUDA_LAUNCH_CHECK();
@@ -595,14 +586,11 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
             continue;
         }
         switch ((int)w->type) {
-#define MQ_CASE(T)                                                                                         \
-    case T:                                                                                                \
-        mq_launch<T>(a, dev, grid, s);                                                                     \
-        break;
+#define MQ_CASE(T)                                                                                                     \
+    case T: mq_launch<T>(a, dev, grid, s); break;
             MM_QUANT_TYPES(MQ_CASE)
 #undef MQ_CASE
-        default:
-            ST_ASSERT(!"a type mq_fits took has a kernel");
+        default: ST_ASSERT(!"a type mq_fits took has a kernel");
         }
     }
     return 0;
@@ -610,8 +598,8 @@ int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_id
 
 #else /* STRATA_HIP: no tensor-core path; the host-grouped one runs */
 
-int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow,
-               int n_pairs, const float *x, int n_x, float *y, cudaStream_t s) {
+int mm_moe_mma(const st_weight *w, const void *const *d_mat, const int32_t *d_ids, const int32_t *d_xrow, int n_pairs,
+               const float *x, int n_x, float *y, cudaStream_t s) {
     (void)w, (void)d_mat, (void)d_ids, (void)d_xrow, (void)n_pairs, (void)x, (void)n_x, (void)y, (void)s;
     return 1;
 }

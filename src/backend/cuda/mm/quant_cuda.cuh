@@ -50,8 +50,7 @@ struct mm_unit {
 static __device__ __forceinline__ float mm_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 /* 32-bit little-endian load from p, which is known to be A-byte aligned. */
-template <int A>
-static __device__ __forceinline__ uint32_t ld_u32(const uint8_t *p) {
+template <int A> static __device__ __forceinline__ uint32_t ld_u32(const uint8_t *p) {
     if constexpr (A >= 4) {
         return *(const uint32_t *)p;
     } else if constexpr (A == 2) {
@@ -112,7 +111,8 @@ static __host__ __device__ constexpr uint32_t pack4(int a, int b, int c, int d) 
 }
 /* kvalues_iq4nl and kvalues_mxfp4 (iq_tables.h) as packed words; the tests
  * check every format against the reference, which reads the tables. */
-#define MM_IQ4NL_LUT pack4(-127, -104, -83, -65), pack4(-49, -35, -22, -10), pack4(1, 13, 25, 38), pack4(53, 69, 89, 113)
+#define MM_IQ4NL_LUT                                                                                                   \
+    pack4(-127, -104, -83, -65), pack4(-49, -35, -22, -10), pack4(1, 13, 25, 38), pack4(53, 69, 89, 113)
 #define MM_MXFP4_LUT pack4(0, 1, 2, 3), pack4(4, 6, 8, 12), pack4(0, -1, -2, -3), pack4(-4, -6, -8, -12)
 
 /* Q4_K/Q5_K: 6-bit scale and min of sub-block j from the 12 packed bytes. */
@@ -129,11 +129,9 @@ static __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int
 /* ---- the formats ----
  * Each mmf<T> has QK (weights per block), BYTES, UPB (units per block),
  * SCALE16, MIN, and unit(block, u, out) decoding unit u of the block. */
-template <int T>
-struct mmf;
+template <int T> struct mmf;
 
-template <>
-struct mmf<QT_Q4_0> {
+template <> struct mmf<QT_Q4_0> {
     static constexpr int QK = 32, BYTES = 18, UPB = 1, SCALE16 = 0, MIN = 1;
     static __device__ __forceinline__ void unit(const uint8_t *b, int, mm_unit &o) {
         const float d = mm_f16(ld_u16(b));
@@ -148,8 +146,7 @@ struct mmf<QT_Q4_0> {
     }
 };
 
-template <>
-struct mmf<QT_Q4_1> {
+template <> struct mmf<QT_Q4_1> {
     static constexpr int QK = 32, BYTES = 20, UPB = 1, SCALE16 = 0, MIN = 1;
     static __device__ __forceinline__ void unit(const uint8_t *b, int, mm_unit &o) {
         o.d[0] = mm_f16(ld_u16(b));
@@ -163,8 +160,7 @@ struct mmf<QT_Q4_1> {
     }
 };
 
-template <>
-struct mmf<QT_Q5_0> {
+template <> struct mmf<QT_Q5_0> {
     static constexpr int QK = 32, BYTES = 22, UPB = 1, SCALE16 = 0, MIN = 1;
     static __device__ __forceinline__ void unit(const uint8_t *b, int, mm_unit &o) {
         const float d = mm_f16(ld_u16(b));
@@ -180,8 +176,7 @@ struct mmf<QT_Q5_0> {
     }
 };
 
-template <>
-struct mmf<QT_Q5_1> {
+template <> struct mmf<QT_Q5_1> {
     static constexpr int QK = 32, BYTES = 24, UPB = 1, SCALE16 = 0, MIN = 1;
     static __device__ __forceinline__ void unit(const uint8_t *b, int, mm_unit &o) {
         o.d[0] = mm_f16(ld_u16(b));
@@ -196,8 +191,7 @@ struct mmf<QT_Q5_1> {
     }
 };
 
-template <>
-struct mmf<QT_Q8_0> {
+template <> struct mmf<QT_Q8_0> {
     static constexpr int QK = 32, BYTES = 34, UPB = 1, SCALE16 = 0, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int, mm_unit &o) {
         o.d[0] = mm_f16(ld_u16(b));
@@ -207,8 +201,7 @@ struct mmf<QT_Q8_0> {
 };
 
 /* Q2_K: unit u = weights 128h + 32k + l, 2-bit field k of qs[32h + l]. */
-template <>
-struct mmf<QT_Q2_K> {
+template <> struct mmf<QT_Q2_K> {
     static constexpr int QK = 256, BYTES = 84, UPB = 8, SCALE16 = 1, MIN = 2;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const int h = u >> 2, k = u & 3;
@@ -225,8 +218,7 @@ struct mmf<QT_Q2_K> {
 
 /* Q3_K: 2 low bits as Q2_K; a clear hmask bit means "minus 4", i.e. the
  * byte becomes ql | 0xFC (ql - 4 in two's complement). */
-template <>
-struct mmf<QT_Q3_K> {
+template <> struct mmf<QT_Q3_K> {
     static constexpr int QK = 256, BYTES = 110, UPB = 8, SCALE16 = 1, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const int h = u >> 2, k = u & 3;
@@ -251,8 +243,7 @@ struct mmf<QT_Q3_K> {
     }
 };
 
-template <>
-struct mmf<QT_Q4_K> {
+template <> struct mmf<QT_Q4_K> {
     static constexpr int QK = 256, BYTES = 144, UPB = 8, SCALE16 = 0, MIN = 1;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const uint4 *qp = (const uint4 *)(b + 16 + 32 * (u >> 1));
@@ -268,8 +259,7 @@ struct mmf<QT_Q4_K> {
     }
 };
 
-template <>
-struct mmf<QT_Q5_K> {
+template <> struct mmf<QT_Q5_K> {
     static constexpr int QK = 256, BYTES = 176, UPB = 8, SCALE16 = 0, MIN = 1;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const uint4 *qp = (const uint4 *)(b + 48 + 32 * (u >> 1));
@@ -279,8 +269,7 @@ struct mmf<QT_Q5_K> {
         const uint32_t hh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
         const int sh = 4 * (u & 1);
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-            o.q[i] = (int)(((w[i] >> sh) & 0x0F0F0F0Fu) | (((hh[i] >> u) & 0x01010101u) << 4));
+        for (int i = 0; i < 8; i++) o.q[i] = (int)(((w[i] >> sh) & 0x0F0F0F0Fu) | (((hh[i] >> u) & 0x01010101u) << 4));
         int sc, m;
         scale_min_k4(u, b + 4, sc, m);
         o.d[0] = mm_f16(ld_u16(b)) * (float)sc;
@@ -289,8 +278,7 @@ struct mmf<QT_Q5_K> {
 };
 
 /* Q6_K: 6-bit x, value x - 32: flip bit 5 and sign-extend it into bits 6, 7. */
-template <>
-struct mmf<QT_Q6_K> {
+template <> struct mmf<QT_Q6_K> {
     static constexpr int QK = 256, BYTES = 210, UPB = 8, SCALE16 = 1, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const int h = u >> 2, c = u & 3;
@@ -313,8 +301,7 @@ struct mmf<QT_Q6_K> {
     }
 };
 
-template <>
-struct mmf<QT_IQ2_XXS> {
+template <> struct mmf<QT_IQ2_XXS> {
     static constexpr int QK = 256, BYTES = 66, UPB = 8, SCALE16 = 0, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const uint32_t a0 = ld_u32<2>(b + 2 + 8 * u), a1 = ld_u32<2>(b + 6 + 8 * u);
@@ -329,8 +316,7 @@ struct mmf<QT_IQ2_XXS> {
     }
 };
 
-template <>
-struct mmf<QT_IQ2_XS> {
+template <> struct mmf<QT_IQ2_XS> {
     static constexpr int QK = 256, BYTES = 74, UPB = 8, SCALE16 = 1, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const float d = mm_f16(ld_u16(b));
@@ -348,8 +334,7 @@ struct mmf<QT_IQ2_XS> {
     }
 };
 
-template <>
-struct mmf<QT_IQ2_S> {
+template <> struct mmf<QT_IQ2_S> {
     static constexpr int QK = 256, BYTES = 82, UPB = 8, SCALE16 = 1, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const float d = mm_f16(ld_u16(b));
@@ -368,8 +353,7 @@ struct mmf<QT_IQ2_S> {
     }
 };
 
-template <>
-struct mmf<QT_IQ3_XXS> {
+template <> struct mmf<QT_IQ3_XXS> {
     static constexpr int QK = 256, BYTES = 98, UPB = 8, SCALE16 = 0, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const uint32_t i0 = ld_u32<2>(b + 2 + 8 * u), i1 = ld_u32<2>(b + 6 + 8 * u);
@@ -385,8 +369,7 @@ struct mmf<QT_IQ3_XXS> {
     }
 };
 
-template <>
-struct mmf<QT_IQ3_S> {
+template <> struct mmf<QT_IQ3_S> {
     static constexpr int QK = 256, BYTES = 110, UPB = 8, SCALE16 = 0, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const uint32_t i0 = ld_u32<2>(b + 2 + 8 * u), i1 = ld_u32<2>(b + 6 + 8 * u);
@@ -408,8 +391,7 @@ struct mmf<QT_IQ3_S> {
 };
 
 /* IQ1_S: w = dl * (g + delta), g in {-1, 0, 1}: the delta is a min term. */
-template <>
-struct mmf<QT_IQ1_S> {
+template <> struct mmf<QT_IQ1_S> {
     static constexpr int QK = 256, BYTES = 50, UPB = 8, SCALE16 = 0, MIN = 1;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const uint32_t qh = ld_u16(b + 34 + 2 * u);
@@ -427,8 +409,7 @@ struct mmf<QT_IQ1_S> {
 };
 
 /* IQ1_M: scale per 16 weights, delta sign per 8 (MIN 3). */
-template <>
-struct mmf<QT_IQ1_M> {
+template <> struct mmf<QT_IQ1_M> {
     static constexpr int QK = 256, BYTES = 56, UPB = 8, SCALE16 = 1, MIN = 3;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const uint32_t s01 = ld_u32<8>(b + 48), s23 = ld_u32<8>(b + 52);
@@ -457,8 +438,7 @@ struct mmf<QT_IQ1_M> {
     }
 };
 
-template <>
-struct mmf<QT_IQ4_NL> {
+template <> struct mmf<QT_IQ4_NL> {
     static constexpr int QK = 32, BYTES = 18, UPB = 1, SCALE16 = 0, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int, mm_unit &o) {
         o.d[0] = mm_f16(ld_u16(b));
@@ -471,8 +451,7 @@ struct mmf<QT_IQ4_NL> {
     }
 };
 
-template <>
-struct mmf<QT_IQ4_XS> {
+template <> struct mmf<QT_IQ4_XS> {
     static constexpr int QK = 256, BYTES = 136, UPB = 8, SCALE16 = 0, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int u, mm_unit &o) {
         const int lo = (b[4 + (u >> 1)] >> (4 * (u & 1))) & 0xF;
@@ -491,8 +470,7 @@ struct mmf<QT_IQ4_XS> {
 
 /* MXFP4: 17-byte blocks, so only byte alignment; E8M0 -> 2^(e-128) because
  * the table holds doubled E2M1 values (quant_impl.h's qt_e8m0_to_f32_half). */
-template <>
-struct mmf<QT_MXFP4> {
+template <> struct mmf<QT_MXFP4> {
     static constexpr int QK = 32, BYTES = 17, UPB = 1, SCALE16 = 0, MIN = 0;
     static __device__ __forceinline__ void unit(const uint8_t *b, int, mm_unit &o) {
         const uint32_t e = b[0];
@@ -509,8 +487,7 @@ struct mmf<QT_MXFP4> {
 /* ---- using a unit ---- */
 
 /* Dot of a unit with 32 int8 activations a (scale ds.x, ds.y = ds.x * sum). */
-template <class F>
-static __device__ __forceinline__ float mm_unit_dot(const mm_unit &w, const int a[8], float2 ds) {
+template <class F> static __device__ __forceinline__ float mm_unit_dot(const mm_unit &w, const int a[8], float2 ds) {
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) s0 = __dp4a(w.q[i], a[i], s0);
@@ -528,7 +505,8 @@ static __device__ __forceinline__ float mm_unit_dot(const mm_unit &w, const int 
         return (r + w.m[0] * (float)t0 + w.m[1] * (float)t1) * ds.x;
     } else if constexpr (F::MIN == 3) {
 #pragma unroll
-        for (int l = 0; l < 4; l++) r += w.m[l] * (float)__dp4a(a[2 * l + 1], 0x01010101, __dp4a(a[2 * l], 0x01010101, 0));
+        for (int l = 0; l < 4; l++)
+            r += w.m[l] * (float)__dp4a(a[2 * l + 1], 0x01010101, __dp4a(a[2 * l], 0x01010101, 0));
         return r * ds.x;
     } else {
         return r * ds.x;
@@ -536,8 +514,7 @@ static __device__ __forceinline__ float mm_unit_dot(const mm_unit &w, const int 
 }
 
 /* Weight i (0..31) of a decoded unit as a float. */
-template <class F>
-static __device__ __forceinline__ float mm_unit_weight(const mm_unit &w, int i) {
+template <class F> static __device__ __forceinline__ float mm_unit_weight(const mm_unit &w, int i) {
     const float q = (float)(int8_t)(w.q[i >> 2] >> (8 * (i & 3)));
     const float d = F::SCALE16 ? w.d[i >> 4] : w.d[0];
     float m = 0.0f;

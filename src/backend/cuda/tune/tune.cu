@@ -46,25 +46,25 @@ int cuda_tune_gemm(int n_out, int n_in, int n_tok, int m, const void *a, const v
 
 /* Descriptors of one tuned shape at one row count, made on first use. */
 typedef struct {
-    int m;                     /* 0: unused (a refused algorithm refuses the whole entry: tune_rt) */
+    int m; /* 0: unused (a refused algorithm refuses the whole entry: tune_rt) */
     cublasLtMatrixLayout_t a, c;
 } tune_rows;
 
 typedef struct {
-    cublasLtMatrixLayout_t b;  /* NULL until first use */
-    tune_rows rows[2];         /* the full chunk and the last, shorter one */
+    cublasLtMatrixLayout_t b; /* NULL until first use */
+    tune_rows rows[2];        /* the full chunk and the last, shorter one */
     int refused;
 } tune_rt;
 
 typedef struct {
-    int loaded;                /* the table was looked for (found or not) */
+    int loaded; /* the table was looked for (found or not) */
     tune_table t;
-    tune_rt *rt;               /* (t.n) */
+    tune_rt *rt; /* (t.n) */
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t op;
     void *ws;
     size_t ws_bytes;
-    int warned;                /* a refusal or a failure was logged */
+    int warned; /* a refusal or a failure was logged */
     long runs, refusals;
 } tune_dev;
 
@@ -114,7 +114,8 @@ static int tune_dev_set(tune_dev *d, int dev, tune_table *t) {
     }
     if (ws > TUNE_WS_MAX) {
         ST_WARN("GPU %d: the tune table asks for %zu MiB of cuBLASLt workspace (at most %zu): ignored; run strata "
-                "tune --gpu %d", dev, ws >> 20, TUNE_WS_MAX >> 20, dev);
+                "tune --gpu %d",
+                dev, ws >> 20, TUNE_WS_MAX >> 20, dev);
         tune_table_free(t);
         return -1;
     }
@@ -123,7 +124,8 @@ static int tune_dev_set(tune_dev *d, int dev, tune_table *t) {
     if (st == CUBLAS_STATUS_SUCCESS && !d->op && (st = tune_lt_op(&d->op)) != CUBLAS_STATUS_SUCCESS) d->op = NULL;
     if (st != CUBLAS_STATUS_SUCCESS) {
         ST_WARN("GPU %d: cuBLASLt does not start (status %d): the tune table is not used, prompt products run "
-                "through cublasGemmEx", dev, (int)st);
+                "through cublasGemmEx",
+                dev, (int)st);
         tune_table_free(t);
         return -1;
     }

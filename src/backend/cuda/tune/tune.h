@@ -31,15 +31,15 @@ extern "C" {
 #endif
 
 typedef struct {
-    int dev;             /* the GPU to measure */
-    const int *shapes;   /* n_shapes pairs (n_out, n_in) */
+    int dev;           /* the GPU to measure */
+    const int *shapes; /* n_shapes pairs (n_out, n_in) */
     int n_shapes;
-    const int *n_toks;   /* token counts per shape (prompt chunk sizes) */
+    const int *n_toks; /* token counts per shape (prompt chunk sizes) */
     int n_n_toks;
-    int max_algos;       /* heuristic candidates per shape (1..32; 0: 8) */
-    int reps;            /* timed samples per candidate, the median kept (0: 7) */
-    int keep_lt;         /* tests: store the best cuBLASLt algorithm as path "lt" even when slower */
-    FILE *progress;      /* one line per shape, or NULL */
+    int max_algos;  /* heuristic candidates per shape (1..32; 0: 8) */
+    int reps;       /* timed samples per candidate, the median kept (0: 7) */
+    int keep_lt;    /* tests: store the best cuBLASLt algorithm as path "lt" even when slower */
+    FILE *progress; /* one line per shape, or NULL */
 } cuda_tune_params;
 
 /* Key of a device: architecture (major*10+minor), cuBLASLt version, name.

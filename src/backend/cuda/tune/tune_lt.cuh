@@ -23,7 +23,7 @@
 #if !ST_GPU_IS_HIP
 #include <cublasLt.h>
 
-#define TUNE_WS_MAX ((size_t)32 << 20) /* workspace a candidate may ask for (NVIDIA's advice for Hopper) */
+#define TUNE_WS_MAX   ((size_t)32 << 20) /* workspace a candidate may ask for (NVIDIA's advice for Hopper) */
 #define TUNE_AB_ALIGN 16u
 
 /* Byte alignment the outputs of every chunk of this matrix keep. */

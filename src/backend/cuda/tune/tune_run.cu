@@ -30,9 +30,9 @@ int cuda_tune_run(const cuda_tune_params *p, tune_table *t) {
 
 #else
 
-#define TUNE_NMSE_MAX 1e-6
+#define TUNE_NMSE_MAX  1e-6
 #define TUNE_MAX_ALGOS 32
-#define TUNE_BATCH_MS 0.5f
+#define TUNE_BATCH_MS  0.5f
 
 /* Deterministic values in [-1, 1), exact in bf16. */
 static __global__ void tune_fill_kernel(__nv_bfloat16 *p, size_t n, uint32_t seed) {
@@ -96,9 +96,10 @@ static int job_run(const tune_job *j, float *c) {
         const int last = r0 + j->chunk >= j->n_out;
         const int m = (int)(last ? j->n_out - r0 : j->chunk);
         const cublasLtMatrixLayout_t la = last ? j->la_last : j->la, lc = last ? j->lc_last : j->lc;
-        const int st = j->algo ? (int)tune_lt_matmul(j->lt, j->op, j->algo, j->bf->a, la, j->bf->b, j->lb, c + r0, lc,
-                                                     j->bf->ws, TUNE_WS_MAX, j->s)
-                               : (int)mm_chunk_gemm(j->blas, m, j->n_tok, j->n_in, j->bf->a, j->bf->b, c + r0, j->n_out);
+        const int st = j->algo
+                           ? (int)tune_lt_matmul(j->lt, j->op, j->algo, j->bf->a, la, j->bf->b, j->lb, c + r0, lc,
+                                                 j->bf->ws, TUNE_WS_MAX, j->s)
+                           : (int)mm_chunk_gemm(j->blas, m, j->n_tok, j->n_in, j->bf->a, j->bf->b, c + r0, j->n_out);
         if (st != 0) return st;
     }
     return 0;
@@ -230,8 +231,8 @@ static int tune_one(const cuda_tune_params *p, tune_job *j, tune_table *t) {
                  CUBLAS_STATUS_SUCCESS ||
              chk.workspaceSize > TUNE_WS_MAX))
             continue;
-        const uint64_t need = j->last != j->chunk && chk.workspaceSize > res[k].workspaceSize ? chk.workspaceSize
-                                                                                                : res[k].workspaceSize;
+        const uint64_t need =
+            j->last != j->chunk && chk.workspaceSize > res[k].workspaceSize ? chk.workspaceSize : res[k].workspaceSize;
         j->algo = &res[k].algo;
         const double nmse = job_nmse(j);
         if (!(nmse <= TUNE_NMSE_MAX)) {

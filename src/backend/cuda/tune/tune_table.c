@@ -20,8 +20,8 @@
 #include "core/alloc.h"
 #include "core/log.h"
 
-#define TUNE_MAGIC "strata-tune v1"
-#define TUNE_FIELDS (7 + TUNE_ALGO_WORDS)
+#define TUNE_MAGIC    "strata-tune v1"
+#define TUNE_FIELDS   (7 + TUNE_ALGO_WORDS)
 #define TUNE_MAX_FILE ((size_t)64 << 20) /* a table of every shape of every model is a few KB */
 
 void tune_table_init(tune_table *t, int arch, uint64_t lt_version, const char *gpu) {
@@ -320,10 +320,11 @@ int tune_table_write(const tune_table *t, const char *path) {
     for (char *c = gpu; *c; c++)
         if (*c == '\t' || *c == '\n' || *c == '\r') *c = ' ';
     fprintf(fp, TUNE_MAGIC "\tarch=sm_%d\tcublaslt=%" PRIu64 "\tgpu=%s\n", t->arch, t->lt_version, gpu);
-    fprintf(fp, "# written by strata tune; one line per product: W is n_out x n_in, n_tok tokens per prompt chunk\n"
-                "# path: lt = cublasLtMatmul with the algorithm below, gemmex = cublasGemmEx (it was as fast)\n"
-                "# times: median microseconds of the whole product; algorithm: cublasLtMatmulAlgo_t as %d words\n"
-                "# n_out\tn_in\tn_tok\tpath\tlt_us\tgemmex_us\tworkspace\talgorithm\n",
+    fprintf(fp,
+            "# written by strata tune; one line per product: W is n_out x n_in, n_tok tokens per prompt chunk\n"
+            "# path: lt = cublasLtMatmul with the algorithm below, gemmex = cublasGemmEx (it was as fast)\n"
+            "# times: median microseconds of the whole product; algorithm: cublasLtMatmulAlgo_t as %d words\n"
+            "# n_out\tn_in\tn_tok\tpath\tlt_us\tgemmex_us\tworkspace\talgorithm\n",
             TUNE_ALGO_WORDS);
     for (int i = 0; i < t->n; i++) {
         const tune_entry *e = &t->e[i];

@@ -47,7 +47,7 @@ typedef struct {
     uint64_t lt_version; /* cublasLtGetVersion() of the run that measured it */
     char gpu[128];       /* the card's name (informative: not part of the key) */
     int n, cap;
-    tune_entry *e;       /* (n) distinct (n_out, n_in, n_tok) */
+    tune_entry *e; /* (n) distinct (n_out, n_in, n_tok) */
 } tune_table;
 
 /* An empty table for this key. */
