@@ -29,7 +29,7 @@
 
 /* A quantized weight (n_out x n_in) on a backend, from Gaussians (the same
  * bytes on both sides: quantized once on the host). */
-static void *make_weight(chk *c, qt_type t, int64_t n_in, int64_t n_out, void **dut_copy) {
+static void *make_matrix(chk *c, qt_type t, int64_t n_in, int64_t n_out, void **dut_copy) {
     const size_t rb = qt_row_size(t, n_in), bytes = rb * (size_t)n_out;
     float *f = rand_host(c, (size_t)(n_in * n_out), 0.5f);
     void *q = st_malloc(bytes);
@@ -135,7 +135,7 @@ static void check_gdn(chk *c, int nk, int nv, int hd, int grouped, int n_prompt)
     /* a product of the output (ssm_out's place): reads the int8 blocks the GPU's DeltaNet wrote (F16
      * where the output is no whole number of blocks) */
     const qt_type wt = vd % 32 ? QT_F16 : QT_Q8_0;
-    void *wd_, *wr_ = make_weight(c, wt, (int64_t)vd, 64, &wd_);
+    void *wd_, *wr_ = make_matrix(c, wt, (int64_t)vd, 64, &wd_);
     const st_weight wr = {wr_, NULL, wt, (int64_t)vd, 64, 1, qt_row_size(wt, (int64_t)vd), NULL};
     st_weight wdw = wr;
     wdw.data = wd_;
@@ -249,7 +249,7 @@ static void check_gates(chk *c, int n_rows, int n_group, int w) {
     c->dut->split_halves(c->dut, sdp, ad, bd, n_rows, n_group, w);
     report(c, "split_halves", fmax(cmp_bufs(c, ar, ad, n), cmp_bufs(c, br, bd, n)), 0, now_ms() - t0,
            "%d rows of %d pairs of %d", n_rows, n_group, w);
-    void *wd_, *wr_ = make_weight(c, QT_Q4_K, (int64_t)dim, 64, &wd_);
+    void *wd_, *wr_ = make_matrix(c, QT_Q4_K, (int64_t)dim, 64, &wd_);
     const st_weight wr = {wr_, NULL, QT_Q4_K, (int64_t)dim, 64, 1, qt_row_size(QT_Q4_K, (int64_t)dim), NULL};
     st_weight wdw = wr;
     wdw.data = wd_;
