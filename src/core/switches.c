@@ -25,6 +25,10 @@ static const st_switch_def TABLE[] = {
      "caps the CPU kernels' instruction set (scalar | avx2 | avx512); never raises it above the CPU's", 0},
     {"STRATA_PRECISE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: CPU matrix products take f32 activations instead of 8-bit (slower, closer to the reference)", 0},
+    {"STRATA_CPU_EXPERT_TASKS", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
+     "a one-token MoE step on the CPU: 1 computes each routed expert whole in one pool task, 0 splits every "
+     "expert's rows across the threads; auto: experts as tasks when there are at least two per thread",
+     0},
     {"STRATA_YARN_TRUNCATE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: YaRN's correction range rounded outwards to whole rotary pairs, as llama.cpp b11434 does (gpt-oss, "
      "transformers and OpenAI's reference do not round)",

@@ -37,6 +37,7 @@ typedef struct {
     cpu_scratch route; /* moe_ffn's routing (sel, wsel) */
     cpu_scratch moep;  /* routing probabilities of one token */
     int precise;       /* f32 activations in matrix products (STRATA_PRECISE=1) */
+    int expert_tasks;  /* decode experts one per task: -1 auto, 0 never, 1 always (STRATA_CPU_EXPERT_TASKS) */
     cpu_scratch rows;  /* precise mode: one dequantized weight row per thread */
     cpu_scratch gath;  /* precise mode: an expert's gathered input rows */
     cpu_scratch attn;  /* attention scores and accumulators, per thread */
@@ -122,6 +123,44 @@ static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
                  : cpu_matmul(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out, w->n_in, n_tok,
                               x, y);
     ST_ASSERT(rc == 0);
+}
+
+/* One input, several weights (a layer's q, k, v): the input quantized once
+ * per activation format and every product in one pool dispatch, where a
+ * matmul per weight quantizes and dispatches for each. Each output is the
+ * bits that weight's matmul gives (same quantization, same kernel). */
+#define MULTI_MAX 8
+static void cpu_matmul_multi(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y,
+                             int n_tok) {
+    cpu_ctx *c = CTX(be);
+    if (c->precise || n > MULTI_MAX) {
+        backend_compose_matmul_multi(be, n, w, x, y, n_tok);
+        return;
+    }
+    const int64_t K = w[0]->n_in;
+    size_t at[MULTI_MAX], bytes = 0; /* each weight's activations: offset in the scratch, or SIZE_MAX for x */
+    for (int i = 0; i < n; i++) {
+        ST_ASSERT(w[i]->n_in == K);
+        const qt_type vt = qt_get(w[i]->type)->vec_dot_type;
+        at[i] = SIZE_MAX;
+        if (vt == QT_F32) continue;
+        for (int j = 0; j < i && at[i] == SIZE_MAX; j++)
+            if (at[j] != SIZE_MAX && qt_get(w[j]->type)->vec_dot_type == vt) at[i] = at[j];
+        if (at[i] == SIZE_MAX) {
+            at[i] = bytes;
+            bytes += (size_t)n_tok * qt_row_size(vt, K);
+        }
+    }
+    uint8_t *q = bytes ? cpu_scratch_reserve(&c->act, bytes) : NULL;
+    cpu_mm mm[MULTI_MAX];
+    for (int i = 0; i < n; i++) {
+        int first = 1; /* the first weight of its activation format quantizes */
+        for (int j = 0; j < i; j++) first &= at[j] != at[i];
+        if (at[i] != SIZE_MAX && first) ST_ASSERT(cpu_quantize_act(c->pool, w[i]->type, K, n_tok, x, q + at[i]) == 0);
+        const void *xq = at[i] == SIZE_MAX ? (const void *)x : q + at[i];
+        mm[i] = (cpu_mm){st_weight_mat(w[i], 0), w[i]->row_bytes, w[i]->type, w[i]->n_out, K, n_tok, xq, NULL, y[i], 0};
+    }
+    ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n) == 0);
 }
 
 static void cpu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
@@ -521,6 +560,51 @@ static void add_experts_bias(const float *bias, const int32_t *off, int n_expert
     for (int e = 0; e < n_expert; e++) add_expert_bias(bias, e, off[e + 1] - off[e], w, y + (size_t)off[e] * w);
 }
 
+/* One token's routed experts, one expert per pool task: gate and up, the
+ * activation, its quantization and down, all on the task's thread, so a
+ * decode step's experts cost one dispatch instead of three (gate/up, the
+ * down input's quantization, down) and no thread waits at the barriers
+ * between them. Each product is the one the row split computes, row for
+ * row with the same kernel, so the outputs are the same bits. */
+typedef struct {
+    const st_weight *gate, *up, *down;
+    st_act act;
+    const int32_t *eid, *mat; /* per pair: expert id (biases), matrix index */
+    const uint8_t *hq_g, *hq_u;
+    uint8_t *gq; /* per pair: the down product's quantized input */
+    size_t rd;
+    float *ge, *ue, *ye;
+} expert_job;
+
+static void expert_task(void *p, int64_t i, int thread) {
+    (void)thread;
+    const expert_job *j = p;
+    const st_weight *gate = j->gate, *up = j->up, *down = j->down;
+    const int64_t E = gate->n_in, F = gate->n_out, m = j->mat[i];
+    float *g = j->ge + i * F, *u = j->ue + i * F, *y = j->ye + i * E;
+    const cpu_mm pg = {st_weight_mat(gate, m), gate->row_bytes, gate->type, F, E, 1, j->hq_g, NULL, g, 0};
+    const cpu_mm pu = {st_weight_mat(up, m), up->row_bytes, up->type, F, E, 1, j->hq_u, NULL, u, 0};
+    ST_ASSERT(cpu_matmul_q_here(&pg) == 0 && cpu_matmul_q_here(&pu) == 0);
+    add_expert_bias(gate->bias, j->eid[i], 1, F, g);
+    add_expert_bias(up->bias, j->eid[i], 1, F, u);
+    const act_job aj = {j->act, g, u, g, F};
+    for (int64_t t = 0; t * ACT_CHUNK < F; t++) act_task((void *)&aj, t, 0);
+    uint8_t *q = j->gq + (size_t)i * j->rd;
+    ST_ASSERT(cpu_quantize_act(NULL, down->type, F, 1, g, q) == 0); /* one row: no pool */
+    const cpu_mm pd = {st_weight_mat(down, m), down->row_bytes, down->type, E, F, 1, q, NULL, y, 0};
+    ST_ASSERT(cpu_matmul_q_here(&pd) == 0);
+    add_expert_bias(down->bias, j->eid[i], 1, E, y);
+}
+
+/* Whether a step of np pairs for n_tok tokens runs one expert per task:
+ * one token (each pair its own expert) and at least two experts a thread,
+ * so that equal tasks balance (the 2-core decode step's 8 of 64 experts);
+ * with more threads than that the row split keeps them all busy. */
+static int use_expert_tasks(const cpu_ctx *c, int n_tok, int np) {
+    if (n_tok != 1 || c->expert_tasks == 0) return 0;
+    return c->expert_tasks == 1 || np >= 2 * c->n_threads;
+}
+
 /* The given pairs' experts (backend.h). Pairs are sorted by expert (tokens
  * in order within one), so that each expert's weights are read once per call
  * however many tokens share it (prompt chunks); all experts' gate and up
@@ -584,38 +668,46 @@ static void cpu_moe_experts(st_backend *be, const float *h, int n_tok, int n_exp
         uint8_t *gq = hq_u + (size_t)n_tok * (same ? rg : ru); /* after the input rows, never over them */
         ST_ASSERT(cpu_quantize_act(c->pool, gate->type, E, n_tok, h, hq_g) == 0);
         if (!same) ST_ASSERT(cpu_quantize_act(c->pool, up->type, E, n_tok, h, hq_u) == 0);
-        int n_mm = 0;
-        for (int e = 0; e < n_expert; e++) {
-            const int n = off[e + 1] - off[e];
-            if (!n) continue;
-            const int64_t m = emap ? emap[e] : e;
-            mm[n_mm++] = (cpu_mm){st_weight_mat(gate, m), gate->row_bytes,         gate->type, F, E, n, hq_g,
-                                  tok + off[e],           ge + (size_t)off[e] * F, 0};
-            mm[n_mm++] = (cpu_mm){st_weight_mat(up, m), up->row_bytes,           up->type, F, E, n, hq_u,
-                                  tok + off[e],         ue + (size_t)off[e] * F, 0};
+        if (use_expert_tasks(c, n_tok, np)) {
+            int32_t *eid = (int32_t *)mm, *mat = eid + np; /* the descriptors' room, unused here */
+            for (int e = 0, i = 0; e < n_expert; e++)
+                if (off[e + 1] > off[e]) eid[i] = e, mat[i++] = emap ? emap[e] : e;
+            expert_job ej = {gate, up, down, act, eid, mat, hq_g, hq_u, gq, rd, ge, ue, ye};
+            st_pool_run(c->pool, np, expert_task, &ej);
+        } else {
+            int n_mm = 0;
+            for (int e = 0; e < n_expert; e++) {
+                const int n = off[e + 1] - off[e];
+                if (!n) continue;
+                const int64_t m = emap ? emap[e] : e;
+                mm[n_mm++] = (cpu_mm){st_weight_mat(gate, m), gate->row_bytes,         gate->type, F, E, n, hq_g,
+                                      tok + off[e],           ge + (size_t)off[e] * F, 0};
+                mm[n_mm++] = (cpu_mm){st_weight_mat(up, m), up->row_bytes,           up->type, F, E, n, hq_u,
+                                      tok + off[e],         ue + (size_t)off[e] * F, 0};
+            }
+            ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
+            add_experts_bias(gate->bias, off, n_expert, F, ge);
+            add_experts_bias(up->bias, off, n_expert, F, ue);
+            cpu_act_mul(be, act, ge, ue, ge, (int64_t)np * F);
+            ST_ASSERT(cpu_quantize_act(c->pool, down->type, F, np, ge, gq) == 0);
+            n_mm = 0;
+            for (int e = 0; e < n_expert; e++) {
+                const int n = off[e + 1] - off[e];
+                if (!n) continue;
+                mm[n_mm++] = (cpu_mm){st_weight_mat(down, emap ? emap[e] : e),
+                                      down->row_bytes,
+                                      down->type,
+                                      E,
+                                      F,
+                                      n,
+                                      gq + (size_t)off[e] * rd,
+                                      NULL,
+                                      ye + (size_t)off[e] * E,
+                                      0};
+            }
+            ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
+            add_experts_bias(down->bias, off, n_expert, E, ye);
         }
-        ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
-        add_experts_bias(gate->bias, off, n_expert, F, ge);
-        add_experts_bias(up->bias, off, n_expert, F, ue);
-        cpu_act_mul(be, act, ge, ue, ge, (int64_t)np * F);
-        ST_ASSERT(cpu_quantize_act(c->pool, down->type, F, np, ge, gq) == 0);
-        n_mm = 0;
-        for (int e = 0; e < n_expert; e++) {
-            const int n = off[e + 1] - off[e];
-            if (!n) continue;
-            mm[n_mm++] = (cpu_mm){st_weight_mat(down, emap ? emap[e] : e),
-                                  down->row_bytes,
-                                  down->type,
-                                  E,
-                                  F,
-                                  n,
-                                  gq + (size_t)off[e] * rd,
-                                  NULL,
-                                  ye + (size_t)off[e] * E,
-                                  0};
-        }
-        ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n_mm) == 0);
-        add_experts_bias(down->bias, off, n_expert, E, ye);
     }
     for (int i = 0; i < np; i++) {
         float *o = out + (size_t)tok[i] * E;
@@ -694,6 +786,8 @@ st_backend *backend_cpu_create(int n_threads) {
     const char *p = st_switch_get("STRATA_PRECISE");
     c->precise = p && !strcmp(p, "1");
     if (c->precise) ST_INFO("STRATA_PRECISE=1: matrix products use f32 activations (slower)");
+    const char *et = st_switch_get("STRATA_CPU_EXPERT_TASKS");
+    c->expert_tasks = et && !strcmp(et, "0") ? 0 : et && !strcmp(et, "1") ? 1 : -1;
     *be = (st_backend){
         .name = "cpu",
         .ctx = c,
@@ -702,7 +796,7 @@ st_backend *backend_cpu_create(int n_threads) {
         .destroy = cpu_destroy,
         .get_rows = cpu_get_rows,
         .matmul = cb_matmul,
-        .matmul_multi = backend_compose_matmul_multi,
+        .matmul_multi = cpu_matmul_multi,
         .matmul_res_norm = backend_compose_matmul_res_norm,
         .rmsnorm = cpu_rmsnorm,
         .qkv_prep = cpu_qkv_prep,

@@ -323,6 +323,22 @@ int cpu_matmul_q_batch(st_pool *pool, const cpu_mm *mm, int n) {
     return 0;
 }
 
+/* The whole product on the calling thread, its rows in one run (a matvec's
+ * prefetch then streams across task boundaries): for a caller whose pool
+ * task is already one unit of a larger split, such as one routed expert of
+ * a decode step. */
+int cpu_matmul_q_here(const cpu_mm *m) {
+    mm_job j;
+    int64_t n_tasks = setup_job(&j, m, 1);
+    if (n_tasks < 0) return -1;
+    if (j.n_tok == 1 && n_tasks) {
+        j.rows_per_task = j.n_rows;
+        n_tasks = 1;
+    }
+    for (int64_t t = 0; t < n_tasks; t++) run_task(&j, t);
+    return 0;
+}
+
 /* Quantized activations for n_tok rows of X: X itself when the activation
  * format is F32 (no copy), else a scratch buffer. NULL on bad input. */
 static const void *prepare_act(st_pool *pool, cpu_scratch *scratch, qt_type type, int64_t n_cols, int64_t n_tok,

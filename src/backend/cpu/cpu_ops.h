@@ -85,6 +85,10 @@ typedef struct {
  * returns 0 or -1 (nothing written). */
 int cpu_matmul_q_batch(st_pool *pool, const cpu_mm *mm, int n);
 
+/* One product of cpu_matmul_q_batch()'s kind, wholly on the calling thread
+ * (for use inside a pool task). Returns 0 or -1 (nothing written). */
+int cpu_matmul_q_here(const cpu_mm *m);
+
 /* Bytes of quantized activations that one task of cpu_matmul keeps in cache
  * (the token block; default 256 KiB, about a quarter of a server core's L2).
  * Not thread-safe: set it at start. 0 only reads it. Returns the old value. */
