@@ -294,21 +294,22 @@ def test_engine_exits_when_server_is_killed():
 # ---- SIGTERM drains (issue 17, item 4) ----
 
 def test_sigterm_drains_then_ends_streams_cleanly():
-    # --shutdown-timeout 3: after SIGTERM new clients are refused at once, a short request in flight
+    # --shutdown-timeout 6: after SIGTERM new clients are refused at once, a short request in flight
     # finishes, and a long stream ends with the API's error event (the SDK raises it as an APIError,
-    # not a connection error); the server exits 0
+    # not a connection error); the server exits 0. The short request is 4 tokens and the timeout 6 s:
+    # 12 tokens beside the stream outlasted 3 s under ASan on a loaded 2-core CI machine
     import openai
-    s = Server("--slots", "2", "--shutdown-timeout", "3")
+    s = Server("--slots", "2", "--shutdown-timeout", "6")
     oai = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
     got = {}
 
     def short():
         got["short"] = httpx.post(s.url + "/v1/chat/completions", timeout=60, json={
-            "messages": LONG, "max_tokens": 12, "temperature": 0})
+            "messages": LONG, "max_tokens": 4, "temperature": 0})
 
     try:
         # ignore_eos: the stream must still be running when the shutdown timeout ends it (a sampled end of text
-        # within those 3 s ended it cleanly once, on a quiet CI machine, and the test saw no error event)
+        # within the timeout ended it cleanly once, on a quiet CI machine, and the test saw no error event)
         stream = oai.chat.completions.create(model="m", messages=LONG, max_tokens=1000, temperature=0.7, stream=True,
                                              extra_body={"ignore_eos": True})
         it = iter(stream)
@@ -329,16 +330,16 @@ def test_sigterm_drains_then_ends_streams_cleanly():
         ended = time.time() - t0
         assert "shutting down" in str(ei.value) and "--shutdown-timeout" in str(ei.value), ei.value
         assert not isinstance(ei.value, openai.APIConnectionError), ei.value
-        assert 2.5 <= ended <= 6, ended
+        assert 5.5 <= ended <= 10, ended
         t.join(30)
-        assert got["short"].status_code == 200 and got["short"].json()["usage"]["completion_tokens"] == 12, \
+        assert got["short"].status_code == 200 and got["short"].json()["usage"]["completion_tokens"] == 4, \
             got["short"].text
         s.proc.wait(30)
     finally:
         rc = s.stop()
     assert rc == 0, s.log()[-2000:]
     print(f"checked: SIGTERM -> new connections refused ({refused:.1f} s), the short request in flight -> 200 with "
-          f"12 tokens, the stream ran {n} more chunks and ended {ended:.1f} s after the signal with the SDK's "
+          f"4 tokens, the stream ran {n} more chunks and ended {ended:.1f} s after the signal with the SDK's "
           f"APIError {str(ei.value)[:90]!r}; exit code 0")
 
 
