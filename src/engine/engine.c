@@ -44,6 +44,16 @@ static void seq_init(engine *e, engine_seq *s) {
     s->n_past = 0;
     s->hist = st_malloc((size_t)e->n_ctx * sizeof(int32_t));
     s->logits = st_malloc((size_t)m->hp.n_vocab * sizeof(float));
+    if (e->mtp) { /* the MTP block's cache rows, and the hidden states it reads (engine_mtp.c) */
+        kv_cache_add_mtp_layer(s->kv, &m->hp);
+        s->mtp_hbuf = st_calloc((size_t)(e->n_ctx + 1) * m->hp.n_embd, sizeof(float));
+    }
+}
+
+/* Positions from n_past on are forgotten: so are their hidden states and MTP rows. */
+static void seq_mtp_clamp(engine_seq *s) {
+    if (s->h_pos > s->n_past) s->h_pos = s->n_past;
+    if (s->mtp_pos > s->n_past) s->mtp_pos = s->n_past;
 }
 
 static void seq_fini(engine_seq *s) {
@@ -51,6 +61,7 @@ static void seq_fini(engine_seq *s) {
     kv_cache_free(s->kv);
     st_free(s->hist);
     st_free(s->logits);
+    st_free(s->mtp_hbuf);
 }
 
 static int split_engine(engine *e, const engine_params *p);
@@ -149,6 +160,24 @@ engine *engine_open(const engine_params *p) {
     } else if (p->gpu >= 0) {
         e->placed = engine_place_model(m, be, 1);
     }
+    if (p->draft_mtp && (!m->mtp || p->gpu >= 0 || e->lanes || e->placed)) {
+        if (!m->mtp)
+            st_error_set("%s has no multi-token prediction block (blk.%d.nextn.* tensors): --draft mtp needs one "
+                         "(--draft ngram drafts without)",
+                         p->model_path, m->hp.n_layer);
+        else st_error_set("--draft mtp runs on the CPU backend only (without --gpu, --expert-cache or --ram-budget)");
+        if (e->placed) engine_place_free(e->placed);
+        be->destroy(be);
+        tokenizer_free(tok);
+        model_free(m);
+        st_free(e);
+        return NULL;
+    }
+    e->mtp = p->draft_mtp;
+    if (e->mtp) {
+        e->mtp_h = st_malloc((size_t)m->hp.n_embd * sizeof(float));
+        e->mtp_logits = st_malloc((size_t)m->hp.n_vocab * sizeof(float));
+    }
     e->be = be;
     e->mc = model_ctx_create(m, e->be, e->n_ubatch);
     e->n_ctx = n_ctx;
@@ -212,6 +241,8 @@ void engine_close(engine *e) {
     st_free(e->batch_ids);
     st_free(e->batch_tok);
     st_free(e->batch_logits);
+    st_free(e->mtp_h);
+    st_free(e->mtp_logits);
     st_free(e);
 }
 
@@ -265,9 +296,14 @@ static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, flo
     seq_settle(s);
     if (all && n > 1) kv_cache_spec_begin(s->kv, s->n_past, n); /* the first token is always kept */
     split_send_forward(s->id, s->n_past, n);
+    /* --draft mtp: the rows' final hidden states, for the MTP block (while those before them are kept too) */
+    float *hid = s->mtp_hbuf && s->h_pos == s->n_past ? s->mtp_hbuf + (size_t)(s->n_past + 1) * e->m->hp.n_embd : NULL;
+    model_ctx_capture_hidden(e->mc, hid);
     model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, all);
+    model_ctx_capture_hidden(e->mc, NULL);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
+    if (hid) s->h_pos = s->n_past;
     if (!all) seq_chunk_done(s, n);
     return 0;
 }
@@ -332,6 +368,7 @@ void engine_seq_truncate(engine_seq *s, int n_past) {
         kv_cache_spec_keep(s->kv, n_past - s->kv->spec_pos);
     }
     s->n_past = n_past; /* the rows beyond are written again before attention reads them */
+    seq_mtp_clamp(s);
 }
 
 int engine_drafts_ok(const engine *e) { return !e->seq.kv->recurrent || e->be->gated_delta_net_keep != NULL; }
@@ -357,6 +394,7 @@ int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n) {
      * K/V rows before it are still those tokens', k covering it); else none */
     if (s->kv->recurrent && k != s->n_past) k = kv_cache_restore(s->kv, toks, n, k);
     s->n_past = k; /* positions past k are overwritten by the next eval */
+    seq_mtp_clamp(s);
     return k;
 }
 
