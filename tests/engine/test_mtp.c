@@ -75,8 +75,8 @@ static engine_seq *read_new(engine *e, const int32_t *prompt, int n) {
 
 /* N_GEN tokens after prompt on a fresh sequence, plain (mtp 0) or with MTP drafts of up to 6 tokens;
  * returns the sequence (the caller frees it), tokens in out, stats in st. */
-static engine_seq *generate(engine *e, const int32_t *prompt, int n_prompt, float temp, int lift, int mtp,
-                            int32_t *out, gen_stats *st) {
+static engine_seq *generate(engine *e, const int32_t *prompt, int n_prompt, float temp, int lift, int mtp, int32_t *out,
+                            gen_stats *st) {
     engine_seq *s = read_new(e, prompt, n_prompt);
     sampler *smp = new_sampler(e, temp, lift);
     collected c = {out, 0};
@@ -113,10 +113,9 @@ static void check_consistent(engine *e, const char *what, engine_seq *a) {
         if (memcmp((const char *)x->k + p * row, (const char *)y->k + p * row, row) ||
             memcmp((const char *)x->v + p * row, (const char *)y->v + p * row, row))
             bad = p;
-    CHECK(bad < 0, "%s: the MTP block's cache row of position %d differs from a fresh sequence's (%d positions)",
-          what, bad, n);
-    CHECK(!memcmp(la, lb, (size_t)nv * sizeof(float)), "%s: the MTP block's logits at position %d differ", what,
-          n - 1);
+    CHECK(bad < 0, "%s: the MTP block's cache row of position %d differs from a fresh sequence's (%d positions)", what,
+          bad, n);
+    CHECK(!memcmp(la, lb, (size_t)nv * sizeof(float)), "%s: the MTP block's logits at position %d differ", what, n - 1);
     engine_seq_free(e, b);
     st_free(la);
     st_free(lb);
@@ -145,15 +144,16 @@ static void check_model(const char *arch, const char *dir) {
 
     /* a file without the block: runs plain, refuses --draft mtp */
     engine *e = open_engine(bare, 1);
-    CHECK(!e && strstr(st_error_get(), "no multi-token prediction block"), "%s: --draft mtp on a file without "
-                                                                           "the block: %s",
+    CHECK(!e && strstr(st_error_get(), "no multi-token prediction block"),
+          "%s: --draft mtp on a file without "
+          "the block: %s",
           arch, e ? "opened" : st_error_get());
     if (e) engine_close(e);
     int32_t prompts[3][20], plain[N_GEN], drafted[N_GEN], plain0[N_GEN];
     for (int i = 0; i < 20; i++) {
-        prompts[0][i] = 30 + 7 * (i % 6);  /* a phrase of 6 tokens, repeated */
+        prompts[0][i] = 30 + 7 * (i % 6);    /* a phrase of 6 tokens, repeated */
         prompts[1][i] = (i * 37 + 11) % 500; /* no repetition */
-        prompts[2][i] = 40 + (i * i) % 4;  /* the lifted tokens */
+        prompts[2][i] = 40 + (i * i) % 4;    /* the lifted tokens */
     }
     gen_stats st0, st1;
     e = open_engine(bare, 0);
@@ -210,8 +210,8 @@ static void check_model(const char *arch, const char *dir) {
     engine_seq *s = generate(e, prompts[1], 20, 0.0f, 0, 1, drafted, &st1);
     CHECK(!memcmp(plain, drafted, sizeof plain), "%s greedy, no bias: MTP drafts changed the tokens", arch);
     check_consistent(e, "no bias", s);
-    printf("%s greedy without a bias: the plain tokens; %d of %d drafted tokens accepted\n", arch,
-           st1.drafts_accepted, st1.drafts_total);
+    printf("%s greedy without a bias: the plain tokens; %d of %d drafted tokens accepted\n", arch, st1.drafts_accepted,
+           st1.drafts_total);
     engine_seq_free(e, s);
     engine_close(e);
     engine_close(e0);
