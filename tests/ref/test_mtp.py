@@ -17,7 +17,12 @@ Checked:
     reference's top two differ by more than the bound;
   - mutations of the reference (hnorm and enorm swapped, the halves of
     eh_proj's input swapped, h of the same position instead of the one
-    before, no attention, no shared expert) each exceed the bound.
+    before, no attention, no shared expert) each exceed the bound;
+  - the block's optional tensors: a copy of the file without
+    nextn.shared_head_norm (the output norm serves) and with a
+    nextn.embed_tokens and nextn.shared_head_head of its own, as other
+    converters may write them, within the same bound of the reference, and
+    its logits far from the original file's (the tensors are used).
 """
 import os
 import subprocess
@@ -95,3 +100,50 @@ def test_mtp_vs_reference(model):
         e_mu = float(np.abs(s - ref_mtp.logits(m, TOKS, h_ref, mutate=mu)).max() / sd)
         print(f"  mutation {mu}: {e_mu:.1e}")
         assert e_mu > bound, f"mutation {mu} not caught ({e_mu:.1e} <= {bound:.1e})"
+
+
+def variant(src, dst, arch):
+    """src without the block's nextn.shared_head_norm and with random nextn.embed_tokens and
+    nextn.shared_head_head of its own."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    r = GGUFReader(src)
+    w = GGUFWriter(dst, arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+        w.add_key_value(name, f.contents(), f.types[0], sub_type=sub)
+    nx = f"blk.{int(r.fields[arch + '.block_count'].contents()) - 1}.nextn."
+    for t in r.tensors:
+        if t.name != nx + "shared_head_norm.weight":
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    emb = next(t for t in r.tensors if t.name == "token_embd.weight")
+    n_embd, n_vocab = int(emb.shape[0]), int(emb.shape[1])
+    rng = np.random.default_rng(11)
+    for name in ("embed_tokens.weight", "shared_head_head.weight"):
+        w.add_tensor(nx + name, (0.02 * rng.standard_normal((n_vocab, n_embd))).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_mtp_optional_tensors(model):
+    arch, d, path, m = model
+    vpath = os.path.join(d, "variant.gguf")
+    variant(path, vpath, arch)
+    mv = ref_forward.RefModel(vpath)
+    assert mv.has(f"blk.{mv.n_layer}.nextn.embed_tokens.weight")
+    assert not mv.has(f"blk.{mv.n_layer}.nextn.shared_head_norm.weight")
+    s, _ = dump(d, vpath, TOKS)
+    s0, _ = dump(d, path, TOKS)
+    h_ref, h_emu = ref_mtp.hidden(mv, TOKS), ref_mtp.hidden(mv, TOKS, kv="f16")
+    ref = ref_mtp.logits(mv, TOKS, h_ref)
+    emu = ref_mtp.logits(mv, TOKS, h_emu, kv="f16")
+    sd = float(ref.std())
+    e_ref, e_q, e_0 = (float(np.abs(a - b).max() / sd) for a, b in ((s, ref), (emu, ref), (s0, s)))
+    bound = Q_FACTOR * e_q + FLOOR
+    print(f"\n{arch} block with its own embedding and head, the output norm: err vs ref {e_ref:.1e} "
+          f"(bound {bound:.1e}); vs the original file's block {e_0:.1e}")
+    assert e_ref <= bound
+    assert e_0 > 100 * bound
