@@ -162,9 +162,10 @@ engine *engine_open(const engine_params *p) {
     }
     if (p->draft_mtp && (!m->mtp || p->gpu >= 0 || e->lanes || e->placed)) {
         if (!m->mtp)
-            st_error_set("%s has no multi-token prediction block (blk.%d.nextn.* tensors): --draft mtp needs one "
-                         "(--draft ngram drafts without)",
-                         p->model_path, m->hp.n_layer);
+            st_error_set(
+                "%s has no usable multi-token prediction block (blk.%d.nextn.* tensors): --draft mtp needs one "
+                "(--draft ngram drafts without)",
+                p->model_path, m->hp.n_layer);
         else st_error_set("--draft mtp runs on the CPU backend only (without --gpu, --expert-cache or --ram-budget)");
         if (e->placed) engine_place_free(e->placed);
         be->destroy(be);

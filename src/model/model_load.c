@@ -557,8 +557,11 @@ static void bind_layer(loader *L, model *m, int il) {
  * nextn.eh_proj, enorm, hnorm (required once eh_proj is there), the optional
  * nextn.shared_head_norm, shared_head_head and embed_tokens (else the
  * model's own). A file without nextn.eh_proj (converted without the MTP
- * head) loads as before, with m->mtp NULL. */
-static void bind_mtp(loader *L, model *m) {
+ * head) loads as before, with m->mtp NULL; so does one whose block is
+ * incomplete or misshapen, with a warning naming the tensor (the main pass
+ * never reads the block, as llama.cpp skips it unless asked to draft). */
+static void bind_mtp(loader *L0, model *m) {
+    loader sub = *L0, *L = &sub; /* a failure here leaves the model's loader as it was */
     const model_hparams *hp = &m->hp;
     const int il = hp->n_layer;
     const int64_t E = hp->n_embd;
@@ -583,6 +586,8 @@ static void bind_mtp(loader *L, model *m) {
     bind_layer(L, m, il);
     mt->layer = m->layers[il];
     if (L->failed) {
+        ST_WARN("%s; the multi-token prediction block is not usable (--draft mtp)", st_error_get());
+        memset(&m->layers[il], 0, sizeof m->layers[il]);
         st_free(mt);
         return;
     }

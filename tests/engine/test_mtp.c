@@ -144,7 +144,7 @@ static void check_model(const char *arch, const char *dir) {
 
     /* a file without the block: runs plain, refuses --draft mtp */
     engine *e = open_engine(bare, 1);
-    CHECK(!e && strstr(st_error_get(), "no multi-token prediction block"),
+    CHECK(!e && strstr(st_error_get(), "no usable multi-token prediction block"),
           "%s: --draft mtp on a file without "
           "the block: %s",
           arch, e ? "opened" : st_error_get());

@@ -22,7 +22,11 @@ Checked:
     nextn.shared_head_norm (the output norm serves) and with a
     nextn.embed_tokens and nextn.shared_head_head of its own, as other
     converters may write them, within the same bound of the reference, and
-    its logits far from the original file's (the tensors are used).
+    its logits far from the original file's (the tensors are used);
+  - a file that counts the block but lacks its tensors, or lacks one of
+    them (nextn.hnorm), gives the same main-model logits as the file with
+    it (forward_dump) and refuses --draft mtp (the second with a warning
+    naming the tensor).
 """
 import os
 import subprocess
@@ -37,6 +41,7 @@ import ref_forward  # noqa: E402
 import ref_mtp  # noqa: E402
 
 DUMP = os.environ.get("STRATA_MTP_DUMP")
+FWD = os.environ.get("STRATA_FORWARD_DUMP")
 STRATA = os.environ.get("STRATA_BIN")
 N_TOK = 24
 N_DRAFT = 4
@@ -102,9 +107,9 @@ def test_mtp_vs_reference(model):
         assert e_mu > bound, f"mutation {mu} not caught ({e_mu:.1e} <= {bound:.1e})"
 
 
-def variant(src, dst, arch):
-    """src without the block's nextn.shared_head_norm and with random nextn.embed_tokens and
-    nextn.shared_head_head of its own."""
+def variant(src, dst, arch, drop=("nextn.shared_head_norm.weight",), own=True):
+    """src without the block's tensors named in drop (after "blk.{n_layer}."; "*": all of them) and, with own,
+    random nextn.embed_tokens and nextn.shared_head_head of its own."""
     from gguf import GGUFReader, GGUFValueType, GGUFWriter
     r = GGUFReader(src)
     w = GGUFWriter(dst, arch)
@@ -113,14 +118,15 @@ def variant(src, dst, arch):
             continue
         sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
         w.add_key_value(name, f.contents(), f.types[0], sub_type=sub)
-    nx = f"blk.{int(r.fields[arch + '.block_count'].contents()) - 1}.nextn."
+    blk = f"blk.{int(r.fields[arch + '.block_count'].contents()) - 1}."
+    nx = blk + "nextn."
     for t in r.tensors:
-        if t.name != nx + "shared_head_norm.weight":
+        if not (t.name.startswith(blk) and ("*" in drop or t.name[len(blk):] in drop)):
             w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
     emb = next(t for t in r.tensors if t.name == "token_embd.weight")
     n_embd, n_vocab = int(emb.shape[0]), int(emb.shape[1])
     rng = np.random.default_rng(11)
-    for name in ("embed_tokens.weight", "shared_head_head.weight"):
+    for name in ("embed_tokens.weight", "shared_head_head.weight") if own else ():
         w.add_tensor(nx + name, (0.02 * rng.standard_normal((n_vocab, n_embd))).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -147,3 +153,29 @@ def test_mtp_optional_tensors(model):
           f"(bound {bound:.1e}); vs the original file's block {e_0:.1e}")
     assert e_ref <= bound
     assert e_0 > 100 * bound
+
+
+def test_mtp_block_absent_or_broken(model):
+    """A file that counts the block in block_count but lacks its tensors (converted without the MTP head),
+    or whose block lacks a required tensor, runs as before (the same logits) and refuses --draft mtp; the
+    broken one with a warning naming the tensor."""
+    arch, d, path, m = model
+    if not FWD:
+        pytest.skip("STRATA_FORWARD_DUMP must name forward_dump")
+    absent, broken = os.path.join(d, "absent.gguf"), os.path.join(d, "broken.gguf")
+    variant(path, absent, arch, drop=("*",), own=False)
+    variant(path, broken, arch, drop=("nextn.hnorm.weight",), own=False)
+    logits = []
+    for f in (path, absent, broken):
+        out = os.path.join(d, "fwd.bin")
+        r = subprocess.run([FWD, f, out, "--tokens", ",".join(map(str, TOKS)), "--threads", "2"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        logits.append(np.fromfile(out, dtype=np.float32))
+    assert np.array_equal(logits[0], logits[1]) and np.array_equal(logits[0], logits[2])
+    r = subprocess.run([DUMP, absent, os.path.join(d, "x.bin"), "--tokens", "1,2,3"], capture_output=True, text=True)
+    assert r.returncode == 1 and "no usable multi-token prediction block" in r.stderr, r.stderr
+    r = subprocess.run([DUMP, broken, os.path.join(d, "x.bin"), "--tokens", "1,2,3"], capture_output=True, text=True)
+    assert r.returncode == 1 and "nextn.hnorm.weight" in r.stderr and "no usable multi-token" in r.stderr, r.stderr
+    print(f"\n{arch}: without the block's tensors, or without nextn.hnorm, the same logits; --draft mtp "
+          f"refused: {r.stderr.strip()}")
