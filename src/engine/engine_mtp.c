@@ -47,7 +47,8 @@ static int32_t argmax(const float *x, int n) {
 
 int engine_seq_draft_mtp(engine *e, engine_seq *s, int32_t t, int k, const sampler *bias, int32_t *out) {
     const int base = s->n_past, nv = e->m->hp.n_vocab;
-    if (!e->mtp || k <= 0 || base + k > e->n_ctx || catch_up(e, s, base) != 0) return 0;
+    /* the first step reads the hidden state of base - 1: kept only if every evaluation up to base kept its own */
+    if (!e->mtp || k <= 0 || base + k > e->n_ctx || s->h_pos < base || catch_up(e, s, base) != 0) return 0;
     const float *h = s->mtp_hbuf + (size_t)base * e->m->hp.n_embd; /* position base - 1's */
     int32_t tok = t;
     for (int i = 0; i < k; i++) {

@@ -13,6 +13,8 @@
  *     case), the block's K/V rows of every position and its logits at the
  *     last one are byte-equal to those of a fresh sequence fed the same
  *     tokens as a prompt;
+ *   - after an evaluation that keeps no hidden state (the top-k decode step)
+ *     the sequence drafts nothing (rather than from a stale row);
  *   - the main model ignores the block: the plain tokens of an engine opened
  *     without --draft mtp are the same; a file without the block loads and
  *     runs, and --draft mtp on it is refused with a message.
@@ -205,6 +207,14 @@ static void check_model(const char *arch, const char *dir) {
                "rejected\n",
                arch, temps[k], acc, rej);
     }
+    /* a path that keeps no hidden state (the top-k decode step): the sequence drafts nothing after it */
+    engine_seq *u = read_new(e, prompts[0], 20);
+    int32_t ids[4], d[4];
+    float vals[4];
+    CHECK(engine_seq_draft_mtp(e, u, 50, 4, NULL, d) == 4, "%s: drafts after a prompt", arch);
+    ST_ASSERT(engine_seq_eval_top_k(e, u, 50, 4, ids, vals) >= 0);
+    CHECK(engine_seq_draft_mtp(e, u, 51, 4, NULL, d) == 0, "%s: drafts from a hidden state that was not kept", arch);
+    engine_seq_free(e, u);
     /* greedy without the bias: the random block seldom guesses right, the tokens are the same */
     engine_seq_free(e, generate(e, prompts[1], 20, 0.0f, 0, 0, plain, &st0));
     engine_seq *s = generate(e, prompts[1], 20, 0.0f, 0, 1, drafted, &st1);
