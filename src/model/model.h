@@ -160,7 +160,7 @@ typedef struct {
  * shared + routed experts), head_norm and the head: the logits of position
  * p + 1, and the normed x as the next step's h. */
 typedef struct {
-    model_layer layer;      /* the block: as the hybrids' attention layers (m->layers[n_layer] is the same) */
+    /* its decoder layer is m->layers[n_layer]: a hybrid attention layer's tensors with experts */
     st_weight eh_proj;      /* (2*n_embd -> n_embd) */
     const float *enorm;     /* (n_embd) of the token's embedding */
     const float *hnorm;     /* (n_embd) of the hidden state */

@@ -584,7 +584,6 @@ static void bind_mtp(loader *L0, model *m) {
     mt->embed = get_weight(L, name, E, hp->n_vocab, 1, 0);
     if (!mt->embed.data) mt->embed = m->tok_embd;
     bind_layer(L, m, il);
-    mt->layer = m->layers[il];
     if (L->failed) {
         ST_WARN("%s; the multi-token prediction block is not usable (--draft mtp)", st_error_get());
         memset(&m->layers[il], 0, sizeof m->layers[il]);
