@@ -175,7 +175,7 @@ def attn_layer(m, hp, h, p, lin, pos, kv, mutate):
 
 def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=None, recurrent=False, hidden=False):
     """Logits (n_tok, n_vocab) of a qwen35moe / qwen3next file, float64; with hidden, the final hidden
-    states instead (after the output norm: what the MTP block reads, ref_mtp.py)."""
+    states instead (after the output norm: what the MTP block reads, ref_mtp.py; "pre": before it)."""
     hp = HybridParams(m)
     tokens = np.asarray(tokens)
     n = len(tokens)
@@ -209,6 +209,6 @@ def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=
             sh = sh * sigmoid(h @ m.vec(p + "ffn_gate_inp_shexp.weight"))[:, None]
         x = x + f + sh
     if hidden:
-        return norm(x, "output_norm.weight")
+        return x if hidden == "pre" else norm(x, "output_norm.weight")
     out = "output.weight" if m.has("output.weight") else "token_embd.weight"
     return lin(norm(x, "output_norm.weight"), out)

@@ -68,9 +68,9 @@ def block(m, toks, hin, pos, kv=None, mutate=None):
     return o, lin(o, head)
 
 
-def hidden(m, toks, kv=None):
-    """The main model's final hidden states (after the output norm), (n, n_embd)."""
-    return rh.forward(m, toks, kv=kv, hidden=True)
+def hidden(m, toks, kv=None, pre=False):
+    """The main model's final hidden states (after the output norm; before it with pre), (n, n_embd)."""
+    return rh.forward(m, toks, kv=kv, hidden="pre" if pre else True)
 
 
 def logits(m, toks, h_main, kv=None, mutate=None):

@@ -17,7 +17,8 @@ Checked:
     reference's top two differ by more than the bound;
   - mutations of the reference (hnorm and enorm swapped, the halves of
     eh_proj's input swapped, h of the same position instead of the one
-    before, no attention, no shared expert) each exceed the bound;
+    before, no attention, no shared expert, the hidden state from before
+    the output norm) each exceed the bound;
   - the block's optional tensors: a copy of the file without
     nextn.shared_head_norm (the output norm serves) and with a
     nextn.embed_tokens and nextn.shared_head_head of its own, as other
@@ -105,6 +106,10 @@ def test_mtp_vs_reference(model):
         e_mu = float(np.abs(s - ref_mtp.logits(m, TOKS, h_ref, mutate=mu)).max() / sd)
         print(f"  mutation {mu}: {e_mu:.1e}")
         assert e_mu > bound, f"mutation {mu} not caught ({e_mu:.1e} <= {bound:.1e})"
+    # the hidden state from before the output norm instead of after it
+    e_pre = float(np.abs(s - ref_mtp.logits(m, TOKS, ref_mtp.hidden(m, TOKS, pre=True))).max() / sd)
+    print(f"  h before the output norm: {e_pre:.1e}")
+    assert e_pre > bound, f"h before the output norm not told apart ({e_pre:.1e} <= {bound:.1e})"
 
 
 def variant(src, dst, arch, drop=("nextn.shared_head_norm.weight",), own=True):
