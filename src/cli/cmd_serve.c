@@ -110,11 +110,6 @@ int cmd_serve(int argc, char **argv) {
         } else return args_unknown(&a);
     }
     if (p.api_key && !p.api_key[0]) p.api_key = NULL;
-    if (p.ep.draft_mtp) /* the scheduler's batched steps keep no hidden states for the MTP block (docs/speculative.md)
-                         */
-        return cli_usage_error(a.cmd, a.usage,
-                               "--draft mtp: strata run and strata chat only for now; the server "
-                               "drafts with --draft ngram");
     if (split_rank() > 0) {
         /* under mpirun, a rank other than 0 serves no HTTP: it follows rank 0's engine
          * (engine_open does not return here) until that engine stops (docs/multi.md) */

@@ -50,6 +50,15 @@ static void seq_init(engine *e, engine_seq *s) {
     }
 }
 
+/* A batched step's rows of s (m of them, from s->n_past, before n_past moves): their final hidden
+ * states into s's record, if the record holds every position before them. */
+static void seq_keep_hidden(engine *e, engine_seq *s, const float *rows, int m) {
+    if (!s->mtp_hbuf || s->h_pos != s->n_past) return;
+    const size_t E = (size_t)e->m->hp.n_embd;
+    memcpy(s->mtp_hbuf + (size_t)(s->n_past + 1) * E, rows, (size_t)m * E * sizeof(float));
+    s->h_pos = s->n_past + m;
+}
+
 /* Positions from n_past on are forgotten: so are their hidden states and MTP rows. */
 static void seq_mtp_clamp(engine_seq *s) {
     if (s->h_pos > s->n_past) s->h_pos = s->n_past;
@@ -242,6 +251,7 @@ void engine_close(engine *e) {
     st_free(e->batch_ids);
     st_free(e->batch_tok);
     st_free(e->batch_logits);
+    st_free(e->batch_hid);
     st_free(e->mtp_h);
     st_free(e->mtp_logits);
     st_free(e);
@@ -459,6 +469,7 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         e->tok_cap = n_all;
         e->batch_tok = st_realloc(e->batch_tok, (size_t)n_all * sizeof *e->batch_tok);
         e->batch_logits = st_realloc(e->batch_logits, (size_t)n_all * nv * sizeof(float));
+        if (e->mtp) e->batch_hid = st_realloc(e->batch_hid, (size_t)n_all * e->m->hp.n_embd * sizeof(float));
     }
     int k = 0;
     if (reading) { /* the chunk first: the logits rows of the others follow its own */
@@ -479,8 +490,18 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
     memcpy(e->batch_tok + n_chunk, toks, (size_t)rows * sizeof(int32_t));
     int skip = reading && !chunk_logits;
     split_send_batch(n_seq, e->batch_ids, e->batch_pos, reading || n_tok ? e->batch_n : NULL, skip, n_tok != NULL);
+    model_ctx_capture_hidden(e->mc, e->mtp ? e->batch_hid : NULL); /* --draft mtp: every row's hidden state */
     model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading || n_tok ? e->batch_n : NULL, n_seq,
                         skip, n_tok != NULL, e->batch_logits);
+    model_ctx_capture_hidden(e->mc, NULL);
+    if (e->mtp) { /* each sequence's rows into its own record, where the rows before them are kept */
+        for (int i = 0, r = 0; i < n_seq; i++) {
+            engine_seq *q = reading ? (i ? seqs[i - 1] : reading) : seqs[i];
+            const int m = e->batch_n[i];
+            seq_keep_hidden(e, q, e->batch_hid + (size_t)r * e->m->hp.n_embd, m);
+            r += m;
+        }
+    }
     const float *out = e->batch_logits;
     if (reading) {
         if (chunk_logits) {

@@ -84,6 +84,7 @@ typedef struct engine {
     int *batch_pos, *batch_n, *batch_ids;
     int32_t *batch_tok;
     float *batch_logits; /* [tok_cap][n_vocab] */
+    float *batch_hid;    /* [tok_cap][n_embd]: the rows' final hidden states (--draft mtp), or NULL */
     /* The engine's own sequence, by either name: `seq` for the sequence
      * functions, or its fields directly (e->n_past, e->logits, e->kv) as the
      * single-sequence callers have always used them. Same members, same order. */

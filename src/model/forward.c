@@ -422,6 +422,7 @@ typedef struct {
     const int *n_tok;       /* (n_seq), or NULL: one token each */
     int n_seq, rows, skip;  /* logits of the last token of sequences [skip, n_seq) */
     int all;                /* ... or of every token of them */
+    int hid;                /* every row's final hidden state into c->o too (model_ctx_capture_hidden) */
 } batch_args;
 
 static void batch_body(void *arg, int pos0) {
@@ -434,6 +435,7 @@ static void batch_body(void *arg, int pos0) {
 
     layers(c, a->kv, a->pos, a->n_tok, a->n_seq, a->rows);
     if (!has_ends(c)) return;
+    if (a->hid) be->rmsnorm(be, c->x, NULL, m->output_norm, c->o, hp->n_embd, a->rows, hp->rms_eps);
     /* each wanted sequence's last row (or all its rows), normed into consecutive rows of h, then one product */
     int r = 0, k = 0;
     for (int s = 0; s < a->n_seq; s++) {
@@ -460,10 +462,11 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
     if (n_tok && rows > n_seq) {
         /* a prompt chunk among them: all in one step, within the activation rows */
         ST_ASSERT(rows <= c->n_ubatch);
-        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip, all};
+        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip, all, c->hid_dst != NULL};
         st_backend *be = c->be;
         if (has_ends(c)) be->to_device(be, c->ids, tok, (size_t)rows * sizeof(int32_t));
         be->run_step(be, rows, pos[0], batch_body, &a, sizeof a);
+        if (a.hid && has_ends(c)) be->to_host(be, c->hid_dst, c->o, (size_t)rows * c->m->hp.n_embd * sizeof(float));
         int out_rows = 0;
         for (int s = skip; s < n_seq; s++) out_rows += all ? n_tok[s] : 1;
         if (out_rows && has_ends(c)) be->to_host(be, logits, c->logits, (size_t)out_rows * nv * sizeof(float));
@@ -474,16 +477,18 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         int n = n_seq - done < c->n_ubatch ? n_seq - done : c->n_ubatch;
         int sk = skip > done ? (skip - done < n ? skip - done : n) : 0; /* of these, without logits */
         float *out = logits ? logits + (size_t)(done + sk - skip) * nv : NULL;
+        float *hid = c->hid_dst ? c->hid_dst + (size_t)done * c->m->hp.n_embd : NULL;
         if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
-            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, NULL);
+            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, hid);
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */
-            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk, 0};
+            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk, 0, hid != NULL};
             st_backend *be = c->be;
             if (has_ends(c)) be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
             be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
             if (sk < n && has_ends(c)) be->to_host(be, out, c->logits, (size_t)(n - sk) * nv * sizeof(float));
+            if (hid && has_ends(c)) be->to_host(be, hid, c->o, (size_t)n * c->m->hp.n_embd * sizeof(float));
         }
         done += n;
     }

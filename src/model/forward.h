@@ -38,9 +38,10 @@ void model_ctx_set_split(model_ctx *c, const model_split *s);
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
                    int all_logits);
 
-/* While dst (host) is set, model_forward also writes every token's final
- * hidden state (after the output norm), [n_tok][n_embd], to dst: the MTP
- * block's input (--draft mtp). NULL stops it. */
+/* While dst (host) is set, model_forward (and model_forward_batch, rows in
+ * its order) also writes every token's final hidden state (after the
+ * output norm), [n_tok][n_embd], to dst: the MTP block's input (--draft
+ * mtp). NULL stops it. */
 void model_ctx_capture_hidden(model_ctx *c, float *dst);
 
 /* The multi-token prediction block (model.h model_mtp) over n (<= n_ubatch)

@@ -13,6 +13,10 @@
  *     case), the block's K/V rows of every position and its logits at the
  *     last one are byte-equal to those of a fresh sequence fed the same
  *     tokens as a prompt;
+ *   - three sequences drafting in shared batched steps (engine_step_drafts,
+ *     gen_verify each: the server's way), one's prompt read as a step's
+ *     chunk beside the others' drafts: their plain tokens, and block caches
+ *     equal to fresh sequences';
  *   - after an evaluation that keeps no hidden state (the top-k decode step)
  *     the sequence drafts nothing (rather than from a stale row);
  *   - the main model ignores the block: the plain tokens of an engine opened
@@ -123,6 +127,74 @@ static void check_consistent(engine *e, const char *what, engine_seq *a) {
     st_free(lb);
 }
 
+/* Three sequences drafting in shared batched steps, as the server's scheduler runs its slots
+ * (engine_step_drafts, gen_verify each), the third one's prompt read as the chunk of the first step:
+ * each gives its plain tokens (want[i]) and keeps a block cache equal to a fresh sequence's. */
+#define N_SEQ 3
+static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][20], int32_t want[N_SEQ][N_GEN], int *acc,
+                          int *rej) {
+    engine_seq *seq[N_SEQ];
+    sampler *smp[N_SEQ];
+    gen_state *g[N_SEQ] = {0};
+    int32_t got[N_SEQ][N_GEN], next[N_SEQ], toks[N_SEQ * 7];
+    collected c[N_SEQ];
+    int live[N_SEQ], ntok[N_SEQ];
+    const gen_params gp = {.max_tokens = N_GEN, .ignore_eos = 1, .draft_mtp = 1};
+    for (int i = 0; i < N_SEQ; i++) {
+        seq[i] = i < N_SEQ - 1 ? read_new(e, prompts[i], 20) : engine_seq_new(e);
+        smp[i] = new_sampler(e, 0.0f, 1);
+        c[i] = (collected){got[i], 0};
+    }
+    for (int i = 0; i < N_SEQ; i++) {
+        const gen_hooks hk = {.token = on_token, .ctx = &c[i]};
+        if (i == N_SEQ - 1) { /* its prompt but the last token: the chunk of a step in which the others draft */
+            int rows = 0;
+            for (int k = 0; k < N_SEQ - 1; k++) {
+                ntok[k] = gen_draft(g[k], next[k], 6, toks + rows);
+                rows += ntok[k];
+            }
+            const float *logits;
+            ST_ASSERT(engine_step_drafts(e, seq[i], prompts[i], 19, seq, toks, ntok, N_SEQ - 1, &logits) == 0);
+            for (int k = 0, r = 0; k < N_SEQ - 1; r += ntok[k], k++)
+                live[k] = gen_verify(g[k], &next[k], toks + r, ntok[k], logits + (size_t)r * e->m->hp.n_vocab) == 0;
+            ST_ASSERT(engine_seq_eval(e, seq[i], &prompts[i][19], 1) == 0);
+        }
+        g[i] = gen_begin(e, seq[i], smp[i], prompts[i], 20, &gp, &hk, on_text, NULL);
+        live[i] = gen_next(g[i], &next[i]) == 0;
+    }
+    for (;;) {
+        engine_seq *step_seq[N_SEQ];
+        int map[N_SEQ], n = 0, rows = 0;
+        for (int i = 0; i < N_SEQ; i++) {
+            if (!live[i]) continue;
+            step_seq[n] = seq[i];
+            map[n] = i;
+            ntok[n] = gen_draft(g[i], next[i], 6, toks + rows);
+            rows += ntok[n++];
+        }
+        if (!n) break;
+        const float *logits;
+        ST_ASSERT(engine_step_drafts(e, NULL, NULL, 0, step_seq, toks, ntok, n, &logits) == 0);
+        for (int k = 0, r = 0; k < n; r += ntok[k], k++) {
+            const int i = map[k];
+            live[i] = gen_verify(g[i], &next[i], toks + r, ntok[k], logits + (size_t)r * e->m->hp.n_vocab) == 0;
+        }
+    }
+    for (int i = 0; i < N_SEQ; i++) {
+        gen_stats st;
+        gen_end(g[i], &st);
+        *acc += st.drafts_accepted;
+        *rej += st.drafts_total - st.drafts_accepted;
+        CHECK(c[i].n == N_GEN && !memcmp(got[i], want[i], sizeof got[i]),
+              "%s: sequence %d of a drafted batch: other tokens than its plain run", arch, i);
+        char what[64];
+        snprintf(what, sizeof what, "%s batched, sequence %d", arch, i);
+        check_consistent(e, what, seq[i]);
+        sampler_free(smp[i]);
+        engine_seq_free(e, seq[i]);
+    }
+}
+
 static engine *open_engine(const char *path, int mtp) {
     engine_params p = engine_defaults();
     p.model_path = path;
@@ -215,6 +287,17 @@ static void check_model(const char *arch, const char *dir) {
     ST_ASSERT(engine_seq_eval_top_k(e, u, 50, 4, ids, vals) >= 0);
     CHECK(engine_seq_draft_mtp(e, u, 51, 4, NULL, d) == 0, "%s: drafts from a hidden state that was not kept", arch);
     engine_seq_free(e, u);
+    /* three sequences drafting in shared steps (the server's way), one's prompt read in a step */
+    {
+        int32_t want[N_SEQ][N_GEN];
+        int acc = 0, rej = 0;
+        for (int q = 0; q < N_SEQ; q++) engine_seq_free(e, generate(e, prompts[q], 20, 0.0f, 1, 0, want[q], &st0));
+        check_batched(e, arch, prompts, want, &acc, &rej);
+        CHECK(acc > 0 && rej > 0, "%s batched: %d drafted tokens accepted, %d rejected", arch, acc, rej);
+        printf("%s: %d sequences drafting in shared steps, their plain tokens; %d drafted tokens accepted, %d "
+               "rejected\n",
+               arch, N_SEQ, acc, rej);
+    }
     /* greedy without the bias: the random block seldom guesses right, the tokens are the same */
     engine_seq_free(e, generate(e, prompts[1], 20, 0.0f, 0, 0, plain, &st0));
     engine_seq *s = generate(e, prompts[1], 20, 0.0f, 0, 1, drafted, &st1);
