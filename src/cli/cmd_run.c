@@ -169,6 +169,7 @@ int cmd_run(int argc, char **argv) {
     gen_stats st;
     fputs(o.prompt, stdout);
     o.gp.draft_n = o.ep.draft_n;
+    o.gp.draft_mtp = o.ep.draft_mtp;
     rc = engine_generate(e, s, ids, n, &o.gp, write_out, NULL, &st);
     printf("\n");
     if (rc != 0) fprintf(stderr, "strata run: %s\n", st_error_get());
@@ -223,6 +224,7 @@ int cmd_chat(int argc, char **argv) {
         ans.buf[0] = 0;
         gen_stats st;
         o.gp.draft_n = o.ep.draft_n;
+        o.gp.draft_mtp = o.ep.draft_mtp;
         rc = engine_generate(e, s, ids, n, &o.gp, collect, &ans, &st);
         st_free(ids);
         printf("\n");

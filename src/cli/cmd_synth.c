@@ -17,7 +17,7 @@ static const char USAGE[] =
     "strata synth [--arch qwen3moe|qwen35moe|qwen3next|glm4moe|deepseek2|gpt-oss] --preset P -o FILE [--type-default "
     "TYPE] "
     "[--type CLASS=TYPE ...] [--zipf S] [--seed N] [--ctx N] [--layers N] [--experts N] [--experts-used K] "
-    "[--expert-ff N] [--exact] [--quiet]";
+    "[--expert-ff N] [--mtp] [--exact] [--quiet]";
 
 static void help(void) {
     printf("usage: %s\n\n", USAGE);
@@ -38,6 +38,8 @@ static void help(void) {
            "  --layers N, --experts N, --experts-used K, --expert-ff N   change the preset's shape\n"
            "                      (a row width that is not a whole number of blocks of the\n"
            "                      chosen type falls back to a 32-weight type, with a note)\n"
+           "  --mtp               qwen35moe, qwen3next: add the multi-token prediction block (nextn tensors)\n"
+           "                      after the layers, as llama.cpp's converter writes Qwen3.5's (--draft mtp)\n"
            "  --exact             quantize every tensor from fresh Gaussians (slow on big presets)\n"
            "  --quiet             no progress line\n",
            synth_preset_list());
@@ -72,7 +74,7 @@ int cmd_synth(int argc, char **argv) {
     args_t a = {.cmd = "synth", .usage = USAGE, .argc = argc, .argv = argv, .i = 1};
     const char *arch = "qwen3moe", *preset = NULL, *out = NULL, *tdef = NULL, *v;
     const char *types[64];
-    int n_types = 0, exact = 0, quiet = 0;
+    int n_types = 0, exact = 0, quiet = 0, mtp = 0;
     long long seed = 1, ctx = 0, layers = 0, experts = 0, used = 0, eff = 0;
     double zipf = 0;
     while (a.i < argc) {
@@ -103,6 +105,9 @@ int cmd_synth(int argc, char **argv) {
             if (r > 0) args_int(&a, "--experts-used", v, 1, 4096, &used);
         } else if (OPT("--expert-ff", v)) {
             if (r > 0) args_int(&a, "--expert-ff", v, 1, 1 << 20, &eff);
+        } else if (!strcmp(argv[a.i], "--mtp")) {
+            mtp = 1;
+            a.i++;
         } else if (!strcmp(argv[a.i], "--exact")) {
             exact = 1;
             a.i++;
@@ -127,6 +132,9 @@ int cmd_synth(int argc, char **argv) {
     if (eff) hp.n_ff_exp = (int)eff;
     /* a cut to fewer layers than the dense lead keeps one MoE layer (deepseek-v3 has 3 dense ones) */
     if (layers && hp.n_dense_lead >= hp.n_layer) hp.n_dense_lead = hp.n_layer - 1;
+    if (mtp && !hp.full_attn_interval)
+        return cli_usage_error(a.cmd, USAGE, "--mtp: only the hybrids with experts (qwen35moe, qwen3next) have it");
+    hp.n_nextn = mtp;
     if (hp.n_expert_used > hp.n_expert)
         return cli_usage_error(a.cmd, USAGE, "--experts-used %d exceeds the %d experts", hp.n_expert_used, hp.n_expert);
     synth_opts o;

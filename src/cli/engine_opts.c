@@ -106,16 +106,17 @@ int engine_opts_parse(args_t *a, engine_params *p) {
     }
     if ((r = args_value(a, "--draft", &v))) {
         if (r < 0) return -1;
-        if (strcmp(v, "ngram") && strcmp(v, "none")) {
-            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --draft (ngram or none)", v);
+        if (strcmp(v, "ngram") && strcmp(v, "mtp") && strcmp(v, "none")) {
+            a->err = cli_usage_error(a->cmd, a->usage, "invalid value '%s' for --draft (ngram, mtp or none)", v);
             return -1;
         }
-        p->draft_n = strcmp(v, "ngram") ? 0 : p->draft_n > 0 ? p->draft_n : ENGINE_DRAFT_N_DEFAULT;
+        p->draft_mtp = !strcmp(v, "mtp"); /* the model's multi-token prediction block (engine_mtp.c) */
+        p->draft_n = !strcmp(v, "none") ? 0 : p->draft_n > 0 ? p->draft_n : ENGINE_DRAFT_N_DEFAULT;
         return 1;
     }
     if ((r = args_value(a, "--draft-n", &v))) {
         if (r < 0 || args_int(a, "--draft-n", v, 1, 64, &n)) return -1;
-        p->draft_n = (int)n; /* implies --draft ngram */
+        p->draft_n = (int)n; /* implies --draft ngram unless --draft mtp says */
         return 1;
     }
     if ((r = args_value(a, "--layer-split", &v))) {

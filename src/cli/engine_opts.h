@@ -14,9 +14,9 @@
     "[--vram-reserve MiB] [--expert-cache N|auto] [--expert-profile FILE] [--pcie-frac F] [--pin-experts 0|1] "        \
     "[--mmap-experts] "                                                                                                \
     "[--ram-budget GiB] [--adapt-every N] "                                                                            \
-    "[--draft ngram|none] [--draft-n N] [--layer-split N,M,...]"
+    "[--draft ngram|mtp|none] [--draft-n N] [--layer-split N,M,...]"
 
-/* tokens drafted per step by --draft ngram unless --draft-n says (docs/speculative.md) */
+/* tokens drafted per step by --draft ngram or mtp unless --draft-n says (docs/speculative.md) */
 #define ENGINE_DRAFT_N_DEFAULT 8
 
 /* If argv[a->i] is one of the engine options, consume it into p and return 1;

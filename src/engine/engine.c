@@ -44,6 +44,25 @@ static void seq_init(engine *e, engine_seq *s) {
     s->n_past = 0;
     s->hist = st_malloc((size_t)e->n_ctx * sizeof(int32_t));
     s->logits = st_malloc((size_t)m->hp.n_vocab * sizeof(float));
+    if (e->mtp) { /* the MTP block's cache rows, and the hidden states it reads (engine_mtp.c) */
+        kv_cache_add_mtp_layer(s->kv, &m->hp);
+        s->mtp_hbuf = st_calloc((size_t)(e->n_ctx + 1) * m->hp.n_embd, sizeof(float));
+    }
+}
+
+/* A batched step's rows of s (m of them, from s->n_past, before n_past moves): their final hidden
+ * states into s's record, if the record holds every position before them. */
+static void seq_keep_hidden(engine *e, engine_seq *s, const float *rows, int m) {
+    if (!s->mtp_hbuf || s->h_pos != s->n_past) return;
+    const size_t E = (size_t)e->m->hp.n_embd;
+    memcpy(s->mtp_hbuf + (size_t)(s->n_past + 1) * E, rows, (size_t)m * E * sizeof(float));
+    s->h_pos = s->n_past + m;
+}
+
+/* Positions from n_past on are forgotten: so are their hidden states and MTP rows. */
+static void seq_mtp_clamp(engine_seq *s) {
+    if (s->h_pos > s->n_past) s->h_pos = s->n_past;
+    if (s->mtp_pos > s->n_past) s->mtp_pos = s->n_past;
 }
 
 static void seq_fini(engine_seq *s) {
@@ -51,6 +70,7 @@ static void seq_fini(engine_seq *s) {
     kv_cache_free(s->kv);
     st_free(s->hist);
     st_free(s->logits);
+    st_free(s->mtp_hbuf);
 }
 
 static int split_engine(engine *e, const engine_params *p);
@@ -149,6 +169,25 @@ engine *engine_open(const engine_params *p) {
     } else if (p->gpu >= 0) {
         e->placed = engine_place_model(m, be, 1);
     }
+    if (p->draft_mtp && (!m->mtp || p->gpu >= 0 || e->lanes || e->placed)) {
+        if (!m->mtp)
+            st_error_set(
+                "%s has no usable multi-token prediction block (blk.%d.nextn.* tensors): --draft mtp needs one "
+                "(--draft ngram drafts without)",
+                p->model_path, m->hp.n_layer);
+        else st_error_set("--draft mtp runs on the CPU backend only (without --gpu, --expert-cache or --ram-budget)");
+        if (e->placed) engine_place_free(e->placed);
+        be->destroy(be);
+        tokenizer_free(tok);
+        model_free(m);
+        st_free(e);
+        return NULL;
+    }
+    e->mtp = p->draft_mtp;
+    if (e->mtp) {
+        e->mtp_h = st_malloc((size_t)m->hp.n_embd * sizeof(float));
+        e->mtp_logits = st_malloc((size_t)m->hp.n_vocab * sizeof(float));
+    }
     e->be = be;
     e->mc = model_ctx_create(m, e->be, e->n_ubatch);
     e->n_ctx = n_ctx;
@@ -212,6 +251,9 @@ void engine_close(engine *e) {
     st_free(e->batch_ids);
     st_free(e->batch_tok);
     st_free(e->batch_logits);
+    st_free(e->batch_hid);
+    st_free(e->mtp_h);
+    st_free(e->mtp_logits);
     st_free(e);
 }
 
@@ -265,9 +307,14 @@ static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, flo
     seq_settle(s);
     if (all && n > 1) kv_cache_spec_begin(s->kv, s->n_past, n); /* the first token is always kept */
     split_send_forward(s->id, s->n_past, n);
+    /* --draft mtp: the rows' final hidden states, for the MTP block (while those before them are kept too) */
+    float *hid = s->mtp_hbuf && s->h_pos == s->n_past ? s->mtp_hbuf + (size_t)(s->n_past + 1) * e->m->hp.n_embd : NULL;
+    model_ctx_capture_hidden(e->mc, hid);
     model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, all);
+    model_ctx_capture_hidden(e->mc, NULL);
     memcpy(s->hist + s->n_past, toks, (size_t)n * sizeof(int32_t));
     s->n_past += n;
+    if (hid) s->h_pos = s->n_past;
     if (!all) seq_chunk_done(s, n);
     return 0;
 }
@@ -332,6 +379,7 @@ void engine_seq_truncate(engine_seq *s, int n_past) {
         kv_cache_spec_keep(s->kv, n_past - s->kv->spec_pos);
     }
     s->n_past = n_past; /* the rows beyond are written again before attention reads them */
+    seq_mtp_clamp(s);
 }
 
 int engine_drafts_ok(const engine *e) { return !e->seq.kv->recurrent || e->be->gated_delta_net_keep != NULL; }
@@ -357,6 +405,7 @@ int engine_seq_reuse_prefix(engine_seq *s, const int32_t *toks, int n) {
      * K/V rows before it are still those tokens', k covering it); else none */
     if (s->kv->recurrent && k != s->n_past) k = kv_cache_restore(s->kv, toks, n, k);
     s->n_past = k; /* positions past k are overwritten by the next eval */
+    seq_mtp_clamp(s);
     return k;
 }
 
@@ -420,6 +469,7 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         e->tok_cap = n_all;
         e->batch_tok = st_realloc(e->batch_tok, (size_t)n_all * sizeof *e->batch_tok);
         e->batch_logits = st_realloc(e->batch_logits, (size_t)n_all * nv * sizeof(float));
+        if (e->mtp) e->batch_hid = st_realloc(e->batch_hid, (size_t)n_all * e->m->hp.n_embd * sizeof(float));
     }
     int k = 0;
     if (reading) { /* the chunk first: the logits rows of the others follow its own */
@@ -440,8 +490,18 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
     memcpy(e->batch_tok + n_chunk, toks, (size_t)rows * sizeof(int32_t));
     int skip = reading && !chunk_logits;
     split_send_batch(n_seq, e->batch_ids, e->batch_pos, reading || n_tok ? e->batch_n : NULL, skip, n_tok != NULL);
+    model_ctx_capture_hidden(e->mc, e->mtp ? e->batch_hid : NULL); /* --draft mtp: every row's hidden state */
     model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading || n_tok ? e->batch_n : NULL, n_seq,
                         skip, n_tok != NULL, e->batch_logits);
+    model_ctx_capture_hidden(e->mc, NULL);
+    if (e->mtp) { /* each sequence's rows into its own record, where the rows before them are kept */
+        for (int i = 0, r = 0; i < n_seq; i++) {
+            engine_seq *q = reading ? (i ? seqs[i - 1] : reading) : seqs[i];
+            const int m = e->batch_n[i];
+            seq_keep_hidden(e, q, e->batch_hid + (size_t)r * e->m->hp.n_embd, m);
+            r += m;
+        }
+    }
     const float *out = e->batch_logits;
     if (reading) {
         if (chunk_logits) {

@@ -42,6 +42,9 @@ typedef struct {
                       */
     int draft_n;     /* speculative decoding, tokens drafted per step (--draft ngram, --draft-n): what the CLI
                         puts in gen_params.draft_n and the server's scheduler uses; 0 (default): off */
+    int draft_mtp;   /* --draft mtp: the drafts come from the model's multi-token prediction block
+                        (engine_seq_draft_mtp); engine_open refuses a model without one, and any backend
+                        but the CPU's */
     const char *layer_split; /* under mpirun (engine/split.h): layers per rank, "N,M,..."; NULL: even by bytes */
 } engine_params;
 
@@ -54,6 +57,11 @@ typedef struct engine_seq {
     int32_t *hist; /* (n_ctx) the tokens at those positions */
     float *logits; /* (n_vocab) of the last evaluated token */
     int id;        /* names it in a layer split's commands (split.h) */
+    /* --draft mtp (engine_mtp.c): every position's final hidden state (after
+     * the output norm) and the MTP block's cache rows, kv->layers[n_layer] */
+    float *mtp_hbuf; /* (1 + n_ctx) x n_embd: a zero row, then row p + 1 holds position p's; or NULL */
+    int h_pos;       /* the rows of positions [0, h_pos) are the present tokens' */
+    int mtp_pos;     /* the block's cache rows of positions [0, mtp_pos) are the present tokens' */
 } engine_seq;
 
 typedef struct engine {
@@ -67,6 +75,8 @@ typedef struct engine {
     struct engine_placed *placed; /* device copies of the weights (GPU backend), else NULL */
     int lanes;                    /* be is the expert lanes backend (moe_lanes.h): experts in several places */
     int il0, il1;                 /* the layers this process runs (all but under a layer split, split.h) */
+    int mtp;                      /* --draft mtp: sequences carry the MTP block's state (engine_mtp.c) */
+    float *mtp_h, *mtp_logits;    /* a draft step's output row (n_embd) and logits (n_vocab) */
     int next_seq_id;
     /* engine_step's gathered inputs and outputs, (batch_cap) sequences / tokens */
     int batch_cap, tok_cap;
@@ -74,6 +84,7 @@ typedef struct engine {
     int *batch_pos, *batch_n, *batch_ids;
     int32_t *batch_tok;
     float *batch_logits; /* [tok_cap][n_vocab] */
+    float *batch_hid;    /* [tok_cap][n_embd]: the rows' final hidden states (--draft mtp), or NULL */
     /* The engine's own sequence, by either name: `seq` for the sequence
      * functions, or its fields directly (e->n_past, e->logits, e->kv) as the
      * single-sequence callers have always used them. Same members, same order. */
@@ -123,6 +134,22 @@ int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engin
  * A recurrent state goes back only into the last engine_seq_eval_all (it
  * replays the kept part of that pass: kv_cache_spec_keep). */
 void engine_seq_truncate(engine_seq *s, int n_past);
+/* Up to k drafted tokens after t, the pending token of position s->n_past,
+ * from the model's multi-token prediction block (engine_mtp.c; the engine
+ * opened with draft_mtp): first the block reads the positions evaluated
+ * since it last ran (its cache rows follow the sequence's tokens, rejected
+ * drafts included: engine_seq_truncate cuts both), then it chains: t with
+ * the final hidden state of position n_past - 1 gives the first guess, each
+ * guess with the block's own output the next. Each guess is the block's
+ * most likely token after bias's logit bias (NULL: none). Into out; returns
+ * how many (0: no MTP, or an evaluation that kept no hidden states). */
+int engine_seq_draft_mtp(engine *e, engine_seq *s, int32_t t, int k, const sampler *bias, int32_t *out);
+/* The MTP block's logits of n positions from pos0 of s, as the drafts see
+ * them ([n][n_vocab]): row i from the token at pos0 + i and the hidden state
+ * of the position before it; the block's cache rows are brought up to
+ * pos0 + n. For tests against a reference. -1 with st_error when the
+ * sequence's hidden states do not cover them. */
+int engine_seq_mtp_logits(engine *e, engine_seq *s, int pos0, int n, float *logits);
 /* 1 when the engine's sequences can verify drafts: no recurrent state, or a
  * backend that can roll one back (gated_delta_net_keep). */
 int engine_drafts_ok(const engine *e);
@@ -170,6 +197,7 @@ typedef struct {
     int render_special; /* control tokens are written as their text (the server's harmony parser reads them) */
     int draft_n;        /* speculative decoding (engine_generate): up to this many tokens drafted by prompt lookup
                            (draft.h) and verified in one batched pass; 0: off (and where !engine_drafts_ok) */
+    int draft_mtp;      /* ... drafted by the MTP block instead (engine_seq_draft_mtp; the engine's draft_mtp) */
 } gen_params;
 
 typedef struct {

@@ -224,7 +224,7 @@ static void draft_adapt(gen_state *g, int nd, int kept) {
     }
 }
 
-/* Speculative decoding with prompt-lookup drafts (engine.h gen_next_drafted,
+/* Speculative decoding with prompt-lookup or MTP drafts (engine.h gen_next_drafted,
  * and its two halves gen_draft, gen_verify around a batched step).
  * One call evaluates the pending token t and up to draft_n drafted tokens
  * after it in one batched pass with every position's logits, then samples
@@ -250,7 +250,9 @@ int gen_draft(gen_state *g, int32_t t, int draft_n, int32_t *toks) {
     const int room = e->n_ctx - base - 1, left = g->max - g->n_gen - 1;
     int nd = g->draft_lim < room ? g->draft_lim : room;
     if (nd > left) nd = left;
-    nd = nd > 0 ? draft_lookup(s->hist, base + 1, nd, toks + 1) : 0;
+    if (nd <= 0) nd = 0;
+    else if (g->gp.draft_mtp) nd = engine_seq_draft_mtp(e, s, t, nd, g->smp, toks + 1);
+    else nd = draft_lookup(s->hist, base + 1, nd, toks + 1);
     return nd + 1;
 }
 

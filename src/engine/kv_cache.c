@@ -87,6 +87,25 @@ kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_c
     return kv;
 }
 
+void kv_cache_add_mtp_layer(kv_cache *kv, const model_hparams *hp) {
+    ST_ASSERT(kv->n_layer == hp->n_layer);
+    kv->layers = st_realloc(kv->layers, (size_t)(kv->n_layer + 1) * sizeof(st_kv_layer));
+    st_kv_layer *l = &kv->layers[kv->n_layer++];
+    memset(l, 0, sizeof *l);
+    l->type = kv->type;
+    l->n_ctx = kv->n_ctx;
+    l->n_head_kv = hp->n_head_kv;
+    l->head_dim = hp->head_dim;
+    st_backend *be = kv->be;
+    const size_t rows = row_elems(hp) * (kv->type == ST_KV_F16 ? 2 : 1) * (size_t)kv->n_ctx;
+    l->k = be->alloc(be, rows);
+    l->v = be->alloc(be, rows);
+    if (kv->type == ST_KV_INT8) {
+        l->k_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)kv->n_ctx);
+        l->v_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)kv->n_ctx);
+    }
+}
+
 void kv_cache_free(kv_cache *kv) {
     if (!kv) return;
     for (int il = 0; il < kv->n_layer; il++) {

@@ -42,6 +42,9 @@ kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st
  * engine/split.h): the others keep their shape fields and no memory. */
 kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type, int il0, int il1);
 void kv_cache_free(kv_cache *kv);
+/* One more attention layer after the model's, layers[n_layer] (n_layer then
+ * counts it): the rows of the multi-token prediction block (--draft mtp). */
+void kv_cache_add_mtp_layer(kv_cache *kv, const model_hparams *hp);
 /* Save the recurrent state as that of tokens[0..pos) (a no-op without recurrent layers). */
 void kv_cache_checkpoint(kv_cache *kv, const int32_t *tokens, int pos);
 /* If the saved state describes a prefix of toks[0..n) of at most max_pos

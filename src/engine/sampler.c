@@ -306,6 +306,12 @@ static void apply_dry(sampler *s, float *logits) {
     }
 }
 
+void sampler_add_bias(const sampler *s, float *logits) {
+    if (s->bias)
+        for (int i = 0; i < s->n_vocab; i++)
+            if (s->bias[i] != 0.0f) logits[i] += s->bias[i];
+}
+
 /* Logit bias, then the penalties and DRY in their order, on the whole
  * vocabulary: when they come before every cut, or for a greedy draw (all),
  * whose argmax they change wherever they stand. */

@@ -73,6 +73,10 @@ sampler *sampler_create(const sampler_params *p, int n_vocab);
 void sampler_free(sampler *s);
 /* Choose the next token from logits (modified in place). */
 int32_t sampler_sample(sampler *s, float *logits);
+/* The request's logit bias alone added to logits (n_vocab): what a draft
+ * (engine_seq_draft_mtp) sees of the sampler, so that it never drafts a
+ * banned token and follows a lifted one. */
+void sampler_add_bias(const sampler *s, float *logits);
 /* Sampling from candidates (a GPU computes them without copying every
  * logit to the host, backend.h top_k): how many a draw needs, 1 for greedy
  * or top_k, when they suffice, with at most max_k; 0 when the draw needs

@@ -17,6 +17,13 @@
  *   post_attention_norm        {n_embd}               (the pre-FFN norm)
  *   ffn_gate_inp_shexp         {n_embd}
  *   ffn_gate_shexp, ffn_up_shexp {n_embd, n_ff_shexp};  ffn_down_shexp {n_ff_shexp, n_embd}
+ * The multi-token prediction (MTP) block, blk.{n_layer} (block_count counts it,
+ * nextn_predict_layers says how many): a gated attention layer's tensors with
+ * experts, and
+ *   nextn.eh_proj              {2 * n_embd, n_embd}   (input: [enorm(embedding) ; hnorm(hidden)])
+ *   nextn.enorm, nextn.hnorm   {n_embd}
+ *   nextn.shared_head_norm     {n_embd}               (optional: else output_norm)
+ *   nextn.shared_head_head, nextn.embed_tokens {n_embd, n_vocab} (optional: else output, token_embd)
  */
 #ifndef STRATA_MODEL_ARCH_HYBRID_NAMES_H
 #define STRATA_MODEL_ARCH_HYBRID_NAMES_H
@@ -46,5 +53,13 @@
 #define HYBRID_T_FFN_GATE_SHEXP     "ffn_gate_shexp.weight"
 #define HYBRID_T_FFN_UP_SHEXP       "ffn_up_shexp.weight"
 #define HYBRID_T_FFN_DOWN_SHEXP     "ffn_down_shexp.weight"
+
+#define HYBRID_KV_NEXTN                 "nextn_predict_layers"
+#define HYBRID_T_NEXTN_EH_PROJ          "nextn.eh_proj.weight"
+#define HYBRID_T_NEXTN_ENORM            "nextn.enorm.weight"
+#define HYBRID_T_NEXTN_HNORM            "nextn.hnorm.weight"
+#define HYBRID_T_NEXTN_SHARED_HEAD_NORM "nextn.shared_head_norm.weight"
+#define HYBRID_T_NEXTN_SHARED_HEAD_HEAD "nextn.shared_head_head.weight"
+#define HYBRID_T_NEXTN_EMBED_TOKENS     "nextn.embed_tokens.weight"
 
 #endif

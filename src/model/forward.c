@@ -19,6 +19,10 @@
  * (products of one input: matmul_multi; a block's output product, the
  * residual add, the next norm and the router: matmul_res_norm), they are
  * called, so that a backend may run each as one kernel.
+ * The hybrids' multi-token prediction block (model_forward_mtp, --draft
+ * mtp) is one more gated attention + MoE layer, n_layer, run on its own
+ * after eh_proj has joined a token's embedding and a final hidden state;
+ * model_forward hands those hidden states out (model_ctx_capture_hidden).
  */
 #include "model/forward.h"
 
@@ -45,6 +49,8 @@ struct model_ctx {
     mla_bufs *mla;                   /* deepseek2's latent attention (forward_mla.c), or NULL */
     model_split split;               /* the layers this process runs (forward.h); il1 0: no split */
     float *hop;                      /* host copy of x for the ring, [n_ubatch][n_embd], split only */
+    float *cat;                      /* the MTP block's [enorm(e) ; hnorm(h)] rows, [n_ubatch][2 n_embd], or NULL */
+    float *hid_dst;                  /* model_forward also writes every row's final hidden state here (host), or NULL */
 };
 
 /* Whether this process embeds and applies the output head (all but a split's followers). */
@@ -90,14 +96,15 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     c->logits = balloc(be, B * hp->n_vocab);
     c->ids = be->alloc(be, B * sizeof(int32_t));
     if (model_layer_mla(hp)) c->mla = mla_bufs_create(m, be, n_ubatch);
+    if (m->mtp) c->cat = balloc(be, B * 2 * hp->n_embd);
     return c;
 }
 
 void model_ctx_free(model_ctx *c) {
     if (!c) return;
     st_backend *be = c->be;
-    void *bufs[] = {c->x,    c->h,  c->o,  c->q,  c->att, c->k,   c->v,   c->g,   c->u,      c->router, c->qg, c->gate,
-                    c->sqkv, c->sz, c->sb, c->sa, c->so,  c->shg, c->shu, c->sho, c->shgate, c->logits, c->ids};
+    void *bufs[] = {c->x,    c->h,  c->o,  c->q,  c->att, c->k,   c->v,   c->g,   c->u,      c->router, c->qg,  c->gate,
+                    c->sqkv, c->sz, c->sb, c->sa, c->so,  c->shg, c->shu, c->sho, c->shgate, c->logits, c->ids, c->cat};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     mla_bufs_free(c->mla, be);
@@ -290,6 +297,7 @@ typedef struct {
     st_kv_layer *kv;
     int n, first, rows; /* tokens; logits rows [first, first+rows), rows 0: none */
     int hidden;         /* stop at the output norm: c->h holds the rows' final hidden states (embeddings) */
+    int all_hidden;     /* every row through the output norm into c->h, the logits rows' product from there */
 } step_args;
 
 /* Embedding and layers of the token ids in c->ids: n_seq sequences stacked
@@ -332,6 +340,11 @@ static void step_body(void *arg, int pos0) {
     st_kv_layer *kv = a->kv;
 
     layers(c, &kv, &pos0, &a->n, 1, a->n);
+    if (a->all_hidden && has_ends(c)) { /* the MTP block reads every row's final hidden state */
+        be->rmsnorm(be, c->x, NULL, m->output_norm, c->h, hp->n_embd, a->n, hp->rms_eps);
+        if (a->rows) be->matmul(be, &m->output, 0, c->h + (size_t)a->first * hp->n_embd, c->logits, a->rows);
+        return;
+    }
     if (!a->rows || !has_ends(c)) return; /* an intermediate prompt chunk: only its KV is needed */
     /* only the rows whose logits are wanted go through the output matrix */
     be->rmsnorm(be, c->x + (size_t)a->first * hp->n_embd, NULL, m->output_norm, c->h, hp->n_embd, a->rows, hp->rms_eps);
@@ -342,7 +355,7 @@ static void step_body(void *arg, int pos0) {
 /* One step of n tokens from pos0 whose logits rows [first, first + rows)
  * are left in c->logits (on the backend). */
 static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, int first, int rows,
-                      int hidden) {
+                      int hidden, float *hid) {
     st_backend *be = c->be;
     step_args a;
     memset(&a, 0, sizeof a); /* the bytes are the graph's key: no stray padding */
@@ -352,14 +365,16 @@ static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int 
     a.first = first;
     a.rows = rows;
     a.hidden = hidden;
+    a.all_hidden = hid != NULL;
     if (has_ends(c)) be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->run_step(be, n, pos0, step_body, &a, sizeof a);
+    if (hid && has_ends(c)) be->to_host(be, hid, c->h, (size_t)n * c->m->hp.n_embd * sizeof(float));
 }
 
 static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
-                          int all_logits) {
+                          int all_logits, float *hid) {
     const int rows = !logits ? 0 : all_logits ? n : 1;
-    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0);
+    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0, hid);
     if (logits && has_ends(c))
         c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
 }
@@ -368,7 +383,8 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
                         float *logits) {
     ST_ASSERT(pos + 1 <= kv[0].n_ctx);
     st_backend *be = c->be;
-    run_chunk(c, kv, &token, 1, pos, 0, 1, 0); /* as a one-token forward_chunk with logits: the same recorded graph */
+    run_chunk(c, kv, &token, 1, pos, 0, 1, 0,
+              NULL); /* as a one-token forward_chunk with logits: the same recorded graph */
     const int nv = c->m->hp.n_vocab;
     if (be->top_k && be->top_k(be, c->logits, nv, k, ids, vals) == 0) return 0;
     be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));
@@ -378,7 +394,7 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
 void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden) {
     ST_ASSERT(n_tok > 0 && n_tok <= c->n_ubatch);
     ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);
-    run_chunk(c, kv, tokens, n_tok, pos0, 0, n_tok, 1);
+    run_chunk(c, kv, tokens, n_tok, pos0, 0, n_tok, 1, NULL);
     c->be->to_host(c->be, hidden, c->h, (size_t)n_tok * c->m->hp.n_embd * sizeof(float));
 }
 
@@ -392,7 +408,8 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
         int last = done + n == n_tok;
         /* intermediate chunks produce no logits unless every position's are wanted */
         float *out = all_logits ? logits + (size_t)done * nv : last ? logits : NULL;
-        forward_chunk(c, kv, tokens ? tokens + done : NULL, n, pos0 + done, out, all_logits);
+        float *hid = c->hid_dst ? c->hid_dst + (size_t)done * c->m->hp.n_embd : NULL;
+        forward_chunk(c, kv, tokens ? tokens + done : NULL, n, pos0 + done, out, all_logits, hid);
         done += n;
     }
 }
@@ -405,6 +422,7 @@ typedef struct {
     const int *n_tok;       /* (n_seq), or NULL: one token each */
     int n_seq, rows, skip;  /* logits of the last token of sequences [skip, n_seq) */
     int all;                /* ... or of every token of them */
+    int hid;                /* every row's final hidden state into c->o too (model_ctx_capture_hidden) */
 } batch_args;
 
 static void batch_body(void *arg, int pos0) {
@@ -417,6 +435,7 @@ static void batch_body(void *arg, int pos0) {
 
     layers(c, a->kv, a->pos, a->n_tok, a->n_seq, a->rows);
     if (!has_ends(c)) return;
+    if (a->hid) be->rmsnorm(be, c->x, NULL, m->output_norm, c->o, hp->n_embd, a->rows, hp->rms_eps);
     /* each wanted sequence's last row (or all its rows), normed into consecutive rows of h, then one product */
     int r = 0, k = 0;
     for (int s = 0; s < a->n_seq; s++) {
@@ -443,10 +462,11 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
     if (n_tok && rows > n_seq) {
         /* a prompt chunk among them: all in one step, within the activation rows */
         ST_ASSERT(rows <= c->n_ubatch);
-        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip, all};
+        batch_args a = {c, kv, pos, n_tok, n_seq, rows, skip, all, c->hid_dst != NULL};
         st_backend *be = c->be;
         if (has_ends(c)) be->to_device(be, c->ids, tok, (size_t)rows * sizeof(int32_t));
         be->run_step(be, rows, pos[0], batch_body, &a, sizeof a);
+        if (a.hid && has_ends(c)) be->to_host(be, c->hid_dst, c->o, (size_t)rows * c->m->hp.n_embd * sizeof(float));
         int out_rows = 0;
         for (int s = skip; s < n_seq; s++) out_rows += all ? n_tok[s] : 1;
         if (out_rows && has_ends(c)) be->to_host(be, logits, c->logits, (size_t)out_rows * nv * sizeof(float));
@@ -457,17 +477,71 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         int n = n_seq - done < c->n_ubatch ? n_seq - done : c->n_ubatch;
         int sk = skip > done ? (skip - done < n ? skip - done : n) : 0; /* of these, without logits */
         float *out = logits ? logits + (size_t)(done + sk - skip) * nv : NULL;
+        float *hid = c->hid_dst ? c->hid_dst + (size_t)done * c->m->hp.n_embd : NULL;
         if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
-            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0);
+            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, hid);
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */
-            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk, 0};
+            batch_args a = {c, kv + done, pos + done, NULL, n, n, sk, 0, hid != NULL};
             st_backend *be = c->be;
             if (has_ends(c)) be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
             be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
             if (sk < n && has_ends(c)) be->to_host(be, out, c->logits, (size_t)(n - sk) * nv * sizeof(float));
+            if (hid && has_ends(c)) be->to_host(be, hid, c->o, (size_t)n * c->m->hp.n_embd * sizeof(float));
         }
         done += n;
     }
+}
+
+void model_ctx_capture_hidden(model_ctx *c, float *dst) { c->hid_dst = dst; }
+
+/* The MTP block's step (model_forward_mtp). */
+typedef struct {
+    model_ctx *c;
+    st_kv_layer *kv;
+    int n, head;
+} mtp_args;
+
+static void mtp_body(void *arg, int pos0) {
+    const mtp_args *a = arg;
+    model_ctx *c = a->c;
+    const model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const model_mtp *mt = m->mtp;
+    st_backend *be = c->be;
+    const int E = hp->n_embd, n = a->n, il = hp->n_layer;
+    st_kv_layer *kv = a->kv;
+    /* x = eh_proj [enorm(embed(t)) ; hnorm(h)]: each norm into its half of the rows of c->cat (h is in c->h) */
+    be->get_rows(be, &mt->embed, c->ids, n, c->x);
+    be->rmsnorm(be, c->x, NULL, mt->enorm, c->o, E, n, hp->rms_eps);
+    be->copy_2d(be, c->cat, 2 * (int64_t)E, c->o, E, E, n);
+    be->rmsnorm(be, c->h, NULL, mt->hnorm, c->o, E, n, hp->rms_eps);
+    be->copy_2d(be, c->cat + E, 2 * (int64_t)E, c->o, E, E, n);
+    be->matmul(be, &mt->eh_proj, 0, c->cat, c->x, n);
+    /* one decoder block, layer n_layer: gated attention over its own rows of the cache, then the experts */
+    be->rmsnorm(be, c->x, NULL, m->layers[il].attn_norm, c->h, E, n, hp->rms_eps);
+    attention_block(c, il, &kv, &pos0, &n, 1, n);
+    ffn_block(c, il, n, il + 1);
+    be->rmsnorm(be, c->x, NULL, mt->head_norm, c->h, E, n, hp->rms_eps);
+    if (a->head) be->matmul(be, &mt->head, 0, c->h, c->logits, n);
+}
+
+void model_forward_mtp(model_ctx *c, st_kv_layer *kv, const int32_t *toks, const float *h_in, int n, int pos0,
+                       float *h_out, float *logits) {
+    const model *m = c->m;
+    ST_ASSERT(m->mtp && c->cat && !c->split.il1 && n > 0 && n <= c->n_ubatch && pos0 + n <= kv[0].n_ctx);
+    st_backend *be = c->be;
+    const size_t E = (size_t)m->hp.n_embd;
+    mtp_args a;
+    memset(&a, 0, sizeof a);
+    a.c = c;
+    a.kv = kv;
+    a.n = n;
+    a.head = logits != NULL;
+    be->to_device(be, c->ids, toks, (size_t)n * sizeof(int32_t));
+    be->to_device(be, c->h, h_in, (size_t)n * E * sizeof(float));
+    be->run_step(be, n, pos0, mtp_body, &a, sizeof a);
+    if (h_out) be->to_host(be, h_out, c->h, (size_t)n * E * sizeof(float));
+    if (logits) be->to_host(be, logits, c->logits, (size_t)n * m->hp.n_vocab * sizeof(float));
 }

@@ -38,6 +38,23 @@ void model_ctx_set_split(model_ctx *c, const model_split *s);
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
                    int all_logits);
 
+/* While dst (host) is set, model_forward (and model_forward_batch, rows in
+ * its order) also writes every token's final hidden state (after the
+ * output norm), [n_tok][n_embd], to dst: the MTP block's input (--draft
+ * mtp). NULL stops it. */
+void model_ctx_capture_hidden(model_ctx *c, float *dst);
+
+/* The multi-token prediction block (model.h model_mtp) over n (<= n_ubatch)
+ * rows: row i pairs token toks[i] at position pos0 + i with h_in[i] (host,
+ * [n][n_embd]: the final hidden state of the position before it), and
+ * writes its K/V at pos0 + i into the block's cache layer, kv[n_layer]
+ * (the row array needs n_layer + 1 layers). h_out (host, or NULL) receives
+ * each row's output after the head norm (the next step's h), logits (host,
+ * or NULL: no head product) each row's logits ([n][n_vocab]), a guess at the
+ * token of position pos0 + i + 1. */
+void model_forward_mtp(model_ctx *c, st_kv_layer *kv, const int32_t *toks, const float *h_in, int n, int pos0,
+                       float *h_out, float *logits);
+
 /* n_tok (<= n_ubatch) tokens at positions pos0.. as model_forward, stopping at the output norm:
  * hidden (host) receives every token's final hidden state, [n_tok][n_embd] (embeddings). */
 void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden);

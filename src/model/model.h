@@ -90,6 +90,9 @@ typedef struct {
      * per-expert biases on gate/up/down (exps_bias); sliding-window layers rotate as the others
      * (swa_rope_global: YaRN everywhere, where gemma3 gives them their own unscaled base) */
     int attn_sinks, exps_bias, swa_rope_global;
+    /* multi-token prediction blocks after the decoder's layers (<arch>.nextn_predict_layers; block_count counts
+       them, n_layer does not); model.mtp binds the first, if the file has its tensors */
+    int n_nextn;
 } model_hparams;
 
 /* Whether layer il's FFN is the routed experts (else a dense FFN). */
@@ -102,7 +105,8 @@ static inline int model_layer_moe(const model_hparams *hp, int il) {
 static inline int model_layer_mla(const model_hparams *hp) { return hp->kv_lora > 0; }
 
 static inline int model_layer_recurrent(const model_hparams *hp, int il) {
-    return hp->full_attn_interval > 0 && (il + 1) % hp->full_attn_interval != 0;
+    /* past the decoder's layers: a nextn (MTP) block, a gated attention layer */
+    return hp->full_attn_interval > 0 && il < hp->n_layer && (il + 1) % hp->full_attn_interval != 0;
 }
 
 typedef struct {
@@ -148,6 +152,23 @@ typedef struct {
     st_weight ssm_out;             /* (value_dim -> n_embd) */
 } model_layer;
 
+/* The multi-token prediction block of the hybrids (Qwen3.5's MTP head, GGUF
+ * blk.{n_layer}.nextn.*): from the final hidden state h of position p - 1
+ * (after the output norm) and the token t at p,
+ *   x = eh_proj [enorm(embed(t)) ; hnorm(h)],
+ * then one decoder block (gated attention over the block's own KV rows,
+ * shared + routed experts), head_norm and the head: the logits of position
+ * p + 1, and the normed x as the next step's h. */
+typedef struct {
+    /* its decoder layer is m->layers[n_layer]: a hybrid attention layer's tensors with experts */
+    st_weight eh_proj;      /* (2*n_embd -> n_embd) */
+    const float *enorm;     /* (n_embd) of the token's embedding */
+    const float *hnorm;     /* (n_embd) of the hidden state */
+    const float *head_norm; /* (n_embd) nextn.shared_head_norm, else output_norm */
+    st_weight head;         /* nextn.shared_head_head, else output */
+    st_weight embed;        /* nextn.embed_tokens, else token_embd */
+} model_mtp;
+
 typedef struct model {
     model_hparams hp;
     gguf_file *file;
@@ -156,7 +177,8 @@ typedef struct model {
     st_weight output;         /* (n_embd -> n_vocab); tok_embd when tied */
     const float *rope_freqs;  /* (n_rot/2) rotary frequency divisors (Llama 3.1+ rope_freqs.weight; YaRN's, made at
                                  load), or NULL */
-    model_layer *layers;      /* (n_layer) */
+    model_layer *layers;      /* (n_layer, + 1 with mtp: its block) */
+    model_mtp *mtp;           /* the first nextn block, or NULL (none in the file) */
     float **owned;            /* f32 copies of non-f32 norm vectors, freed with the model */
     int n_owned;
 } model;

@@ -12,6 +12,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "model/arch_deepseek2_names.h"
+#include "model/arch_hybrid_names.h"
 #include "core/switches.h"
 #include "quant/quant.h"
 
@@ -155,8 +156,10 @@ static int hybrid_hparams(loader *L, model_hparams *hp) {
     hp->shexp_gated = 1;
     hp->ffn_norm_post = 1;
     /* block_count counts the multi-token-prediction layers after the decoder's
-     * (nextn_predict_layers, Qwen3.5's MTP head); Strata does not run them yet */
-    const int nextn = get_u32(L, "nextn_predict_layers", 0, 0);
+     * (nextn_predict_layers, Qwen3.5's MTP head): bound by bind_mtp, run only
+     * by --draft mtp (forward.c model_forward_mtp) */
+    const int nextn = get_u32(L, HYBRID_KV_NEXTN, 0, 0);
+    hp->n_nextn = nextn;
     if (L->failed) return -1;
     if (nextn < 0 || nextn >= hp->n_layer) {
         st_error_set("%s: %d of %d layers are prediction (nextn) layers", gguf_path(L->f), nextn, hp->n_layer);
@@ -529,6 +532,67 @@ static int load_hparams(loader *L, model_hparams *hp) {
     return L->failed ? -1 : 0;
 }
 
+/* Layer il's rows of the tensor table (model_tensors.c) that the family has, into m->layers[il]. */
+static void bind_layer(loader *L, model *m, int il) {
+    const model_hparams *hp = &m->hp;
+    char name[96];
+    for (int t = 0; t < MODEL_N_LAYER_TENSORS && !L->failed; t++) {
+        const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
+        if (!model_has_tensor(hp, il, lt->when)) continue;
+        snprintf(name, sizeof name, "blk.%d.%s", il, lt->name);
+        char *field = (char *)&m->layers[il] + lt->offset;
+        if (lt->vec == 2) /* the bias of the weight bound by an earlier row */
+            ((st_weight *)field)->bias =
+                get_vec(L, m, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out), 1);
+        else if (lt->vec)
+            *(const float **)field = get_vec(L, m, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out), 1);
+        else
+            *(st_weight *)field = get_weight(L, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out),
+                                             model_dim_size(hp, lt->mat), 1);
+    }
+}
+
+/* The first nextn (MTP) block, layer n_layer, as llama.cpp names its
+ * tensors: the table's rows of a hybrid attention layer with experts, and
+ * nextn.eh_proj, enorm, hnorm (required once eh_proj is there), the optional
+ * nextn.shared_head_norm, shared_head_head and embed_tokens (else the
+ * model's own). A file without nextn.eh_proj (converted without the MTP
+ * head) loads as before, with m->mtp NULL; so does one whose block is
+ * incomplete or misshapen, with a warning naming the tensor (the main pass
+ * never reads the block, as llama.cpp skips it unless asked to draft). */
+static void bind_mtp(loader *L0, model *m) {
+    loader sub = *L0, *L = &sub; /* a failure here leaves the model's loader as it was */
+    const model_hparams *hp = &m->hp;
+    const int il = hp->n_layer;
+    const int64_t E = hp->n_embd;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_EH_PROJ, il);
+    if (hp->n_nextn < 1 || !hp->full_attn_interval || !hp->n_expert || !gguf_find_tensor(L->f, name)) return;
+    model_mtp *mt = st_calloc(1, sizeof *mt);
+    mt->eh_proj = get_weight(L, name, 2 * E, E, 1, 1);
+    snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_ENORM, il);
+    mt->enorm = get_vec(L, m, name, E, 1, 1);
+    snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_HNORM, il);
+    mt->hnorm = get_vec(L, m, name, E, 1, 1);
+    snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_SHARED_HEAD_NORM, il);
+    mt->head_norm = get_vec(L, m, name, E, 1, 0);
+    if (!mt->head_norm) mt->head_norm = m->output_norm;
+    snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_SHARED_HEAD_HEAD, il);
+    mt->head = get_weight(L, name, E, hp->n_vocab, 1, 0);
+    if (!mt->head.data) mt->head = m->output;
+    snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_EMBED_TOKENS, il);
+    mt->embed = get_weight(L, name, E, hp->n_vocab, 1, 0);
+    if (!mt->embed.data) mt->embed = m->tok_embd;
+    bind_layer(L, m, il);
+    if (L->failed) {
+        ST_WARN("%s; the multi-token prediction block is not usable (--draft mtp)", st_error_get());
+        memset(&m->layers[il], 0, sizeof m->layers[il]);
+        st_free(mt);
+        return;
+    }
+    m->mtp = mt;
+}
+
 model *model_load(const char *path) {
     gguf_file *f = gguf_open(path);
     if (!f) return NULL;
@@ -581,23 +645,9 @@ model *model_load(const char *path) {
         hp->rope_freq_scale = 1.0f;
     }
 
-    m->layers = st_calloc((size_t)hp->n_layer, sizeof(model_layer));
-    for (int il = 0; il < hp->n_layer && !L.failed; il++)
-        for (int t = 0; t < MODEL_N_LAYER_TENSORS && !L.failed; t++) {
-            const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
-            if (!model_has_tensor(hp, il, lt->when)) continue;
-            snprintf(name, sizeof name, "blk.%d.%s", il, lt->name);
-            char *field = (char *)&m->layers[il] + lt->offset;
-            if (lt->vec == 2) /* the bias of the weight bound by an earlier row */
-                ((st_weight *)field)->bias =
-                    get_vec(&L, m, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out), 1);
-            else if (lt->vec)
-                *(const float **)field =
-                    get_vec(&L, m, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out), 1);
-            else
-                *(st_weight *)field = get_weight(&L, name, model_dim_size(hp, lt->in), model_dim_size(hp, lt->out),
-                                                 model_dim_size(hp, lt->mat), 1);
-        }
+    m->layers = st_calloc((size_t)hp->n_layer + 1, sizeof(model_layer)); /* + the MTP block's */
+    for (int il = 0; il < hp->n_layer && !L.failed; il++) bind_layer(&L, m, il);
+    if (!L.failed) bind_mtp(&L, m);
     if (L.failed) goto fail;
     return m;
 fail:
@@ -618,6 +668,7 @@ void model_free(model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_owned; i++) st_free(m->owned[i]);
     st_free(m->owned);
+    st_free(m->mtp);
     st_free(m->layers);
     gguf_close(m->file);
     st_free(m);

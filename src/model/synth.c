@@ -225,6 +225,10 @@ static const char *const CLASS_NAMES[SYN_CLASS_COUNT] = {
     "ffn_gate_exps.bias",
     "ffn_up_exps.bias",
     "ffn_down_exps.bias",
+    "nextn.eh_proj",
+    "nextn.enorm",
+    "nextn.hnorm",
+    "nextn.shared_head_norm",
 };
 
 /* Each class's GGUF name: the whole name of the three global tensors, the
@@ -280,6 +284,10 @@ static const char *const CLASS_TENSOR[SYN_CLASS_COUNT] = {
     [SYN_FFN_GATE_EXPS_BIAS] = GPT_OSS_T_GATE_EXPS_BIAS,
     [SYN_FFN_UP_EXPS_BIAS] = GPT_OSS_T_UP_EXPS_BIAS,
     [SYN_FFN_DOWN_EXPS_BIAS] = GPT_OSS_T_DOWN_EXPS_BIAS,
+    [SYN_NEXTN_EH_PROJ] = HYBRID_T_NEXTN_EH_PROJ,
+    [SYN_NEXTN_ENORM] = HYBRID_T_NEXTN_ENORM,
+    [SYN_NEXTN_HNORM] = HYBRID_T_NEXTN_HNORM,
+    [SYN_NEXTN_SHARED_HEAD_NORM] = HYBRID_T_NEXTN_SHARED_HEAD_NORM,
 };
 
 const char *synth_class_name(synth_class c) { return (unsigned)c < SYN_CLASS_COUNT ? CLASS_NAMES[c] : NULL; }
@@ -298,7 +306,7 @@ int synth_class_from_name(const char *name) {
 static int class_is_vector(synth_class c) {
     return c == SYN_OUTPUT_NORM || c == SYN_ATTN_NORM || c == SYN_ATTN_Q_NORM || c == SYN_ATTN_K_NORM ||
            c == SYN_FFN_NORM || c == SYN_POST_ATTN_NORM || c == SYN_SSM_NORM || c == SYN_ATTN_Q_A_NORM ||
-           c == SYN_ATTN_KV_A_NORM;
+           c == SYN_ATTN_KV_A_NORM || c == SYN_NEXTN_ENORM || c == SYN_NEXTN_HNORM || c == SYN_NEXTN_SHARED_HEAD_NORM;
 }
 
 /* The DeltaNet's small tensors and glm4moe's biases: f32 in every file, each with its own values. */
@@ -419,6 +427,7 @@ void synth_model_hparams(const synth_hparams *h, model_hparams *m) {
         m->n_ff_shexp = h->n_ff_shexp;
         m->shexp_gated = 1;
         m->ffn_norm_post = 1;
+        m->n_nextn = h->n_nextn;
         break;
     case ARCH_GLM4MOE: /* synth writes the q/k/v biases and no q/k norms (GLM-4.5-Air's) */
         m->qkv_bias = 1;
@@ -486,9 +495,10 @@ static int plan_build(syn_ctx *c) {
     const synth_hparams *h = &c->o->hp;
     model_hparams mh;
     synth_model_hparams(h, &mh);
-    c->t = st_calloc((size_t)3 + (size_t)MODEL_N_LAYER_TENSORS * (size_t)h->n_layer, sizeof *c->t);
+    const int n_blk = h->n_layer + (h->n_nextn ? 1 : 0);
+    c->t = st_calloc((size_t)7 + (size_t)MODEL_N_LAYER_TENSORS * (size_t)n_blk, sizeof *c->t);
     plan_add(c, SYN_TOKEN_EMBD, -1, 2, h->n_embd, h->n_vocab, 1);
-    for (int il = 0; il < h->n_layer; il++)
+    for (int il = 0; il < n_blk; il++) /* the MTP block (il = n_layer): an attention layer's rows */
         for (int r = 0; r < MODEL_N_LAYER_TENSORS; r++) {
             const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[r];
             if (!model_has_tensor(&mh, il, lt->when)) continue;
@@ -499,6 +509,12 @@ static int plan_build(syn_ctx *c) {
             plan_add(c, cls, il, n_dims, model_dim_size(&mh, lt->in), model_dim_size(&mh, lt->out),
                      model_dim_size(&mh, lt->mat));
         }
+    if (h->n_nextn) { /* the MTP block's own: no embed_tokens or shared_head_head (Qwen3.5 shares the model's) */
+        plan_add(c, SYN_NEXTN_EH_PROJ, h->n_layer, 2, 2 * (int64_t)h->n_embd, h->n_embd, 1);
+        plan_add(c, SYN_NEXTN_ENORM, h->n_layer, 1, h->n_embd, 1, 1);
+        plan_add(c, SYN_NEXTN_HNORM, h->n_layer, 1, h->n_embd, 1, 1);
+        plan_add(c, SYN_NEXTN_SHARED_HEAD_NORM, h->n_layer, 1, h->n_embd, 1, 1);
+    }
     plan_add(c, SYN_OUTPUT_NORM, -1, 1, h->n_embd, 1, 1);
     plan_add(c, SYN_OUTPUT, -1, 2, h->n_embd, h->n_vocab, 1);
     return 0;
@@ -668,7 +684,7 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
     char key[96];
 #define KV_U32(k, v) (snprintf(key, sizeof key, "%s.%s", h->arch, k), gguf_w_u32(w, key, (uint32_t)(v)))
 #define KV_F32(k, v) (snprintf(key, sizeof key, "%s.%s", h->arch, k), gguf_w_f32(w, key, (v)))
-    KV_U32(QWEN3MOE_KV_BLOCK_COUNT, h->n_layer);
+    KV_U32(QWEN3MOE_KV_BLOCK_COUNT, h->n_layer + h->n_nextn);
     KV_U32(QWEN3MOE_KV_CONTEXT_LENGTH, h->n_ctx);
     KV_U32(QWEN3MOE_KV_EMBEDDING_LENGTH, h->n_embd);
     KV_U32(QWEN3MOE_KV_FEED_FORWARD_LENGTH, h->n_ff);
@@ -692,6 +708,7 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
         KV_U32(HYBRID_KV_SSM_TIME_STEP_RANK, h->ssm_n_v_head);
         KV_U32(HYBRID_KV_SSM_GROUP_COUNT, h->ssm_n_k_head);
         KV_U32(HYBRID_KV_SHEXP_FF_LENGTH, h->n_ff_shexp);
+        if (h->n_nextn) KV_U32(HYBRID_KV_NEXTN, h->n_nextn);
         if (!strcmp(h->arch, "qwen35moe")) { /* its loader requires the M-RoPE sections */
             int32_t sec[4] = {h->rope_sections[0], h->rope_sections[1], h->rope_sections[2], h->rope_sections[3]};
             snprintf(key, sizeof key, "%s.%s", h->arch, HYBRID_KV_ROPE_SECTIONS);
@@ -764,7 +781,8 @@ static int check_opts(const synth_opts *o) {
           (h->n_dense_lead > 0 && h->n_ff < 1) || h->n_group < 0 ||
           (h->n_group > 1 && (h->n_expert % h->n_group || h->n_group_used < 1 || h->n_group_used >= h->n_group ||
                               h->n_expert_used > h->n_group_used * (h->n_expert / h->n_group))))) ||
-        (!strcmp(h->arch, GPT_OSS_ARCH) && (h->n_swa < 1 || h->yarn_factor < 1.0f || h->yarn_orig_ctx < 1))) {
+        (!strcmp(h->arch, GPT_OSS_ARCH) && (h->n_swa < 1 || h->yarn_factor < 1.0f || h->yarn_orig_ctx < 1)) ||
+        h->n_nextn < 0 || h->n_nextn > 1 || (h->n_nextn && !h->full_attn_interval)) {
         st_error_set("synth: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, experts %d used %d)",
                      h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->n_expert, h->n_expert_used);
         return -1;

@@ -57,6 +57,10 @@ typedef struct {
     /* gpt-oss: a sliding window of n_swa on every other layer (YaRN by yarn_factor over
      * yarn_orig_ctx positions, as above), sinks, q/k/v/o biases, a router bias and per-expert biases */
     int n_swa;
+    /* the hybrids with experts: 1 writes a multi-token prediction block after the layers (block_count
+     * n_layer + 1, nextn_predict_layers 1, blk.{n_layer}.* with nextn.eh_proj, enorm, hnorm and
+     * shared_head_norm, as llama.cpp's converter writes Qwen3.5's MTP head); 0: none */
+    int n_nextn;
 } synth_hparams;
 
 /* The tensor classes (--type's names), one per GGUF tensor name; which of
@@ -116,6 +120,11 @@ typedef enum {
     SYN_FFN_GATE_EXPS_BIAS,
     SYN_FFN_UP_EXPS_BIAS,
     SYN_FFN_DOWN_EXPS_BIAS,
+    /* the multi-token prediction block's own (n_nextn) */
+    SYN_NEXTN_EH_PROJ,
+    SYN_NEXTN_ENORM,
+    SYN_NEXTN_HNORM,
+    SYN_NEXTN_SHARED_HEAD_NORM,
     SYN_CLASS_COUNT
 } synth_class;
 

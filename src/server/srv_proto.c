@@ -403,6 +403,7 @@ void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_que
     proto_put_f64(b, ep->ram_budget);
     proto_put_i32(b, ep->adapt_every);
     proto_put_i32(b, ep->draft_n);
+    proto_put_i32(b, ep->draft_mtp);
     proto_put_str(b, ep->layer_split ? ep->layer_split : "", ep->layer_split ? strlen(ep->layer_split) : 0);
     proto_put_i32(b, n_slots);
     proto_put_i32(b, max_queue);
@@ -430,6 +431,7 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     ep->ram_budget = proto_get_f64(c);
     ep->adapt_every = proto_get_i32(c);
     ep->draft_n = proto_get_i32(c);
+    ep->draft_mtp = proto_get_i32(c);
     uint32_t slen;
     const char *split = proto_get_str(c, &slen);
     *n_slots = proto_get_i32(c);

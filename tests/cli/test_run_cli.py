@@ -242,6 +242,35 @@ def test_drafts_give_the_plain_tokens(arch, tmp_path):
     print(f"checked: {arch}: greedy text equal with drafts, {acc} of {tot} drafted tokens accepted")
 
 
+def test_mtp_drafts_give_the_plain_tokens(tmp_path):
+    """--draft mtp (the model's multi-token prediction block drafts, one
+    batched pass verifies): on a tiny qwen35moe written with the block (synth
+    --mtp), STRATA_PRECISE=1, the greedy text of several prompts is the plain
+    decoder's byte for byte, and the speed line counts the drafts (a random
+    block seldom guesses right: tests/engine/test_mtp.c has accepted ones).
+    A file without the block refuses --draft mtp (tests/server/test_drafts.py
+    has the server's MTP drafts)."""
+    model, bare = tmp_path / "mtp.gguf", tmp_path / "bare.gguf"
+    for path, extra in ((model, ["--mtp"]), (bare, [])):
+        r = subprocess.run([BIN, "synth", "--arch", "qwen35moe", "--preset", "tiny", "-o", path, "--quiet", *extra],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    env = dict(os.environ, STRATA_PRECISE="1")
+    total = 0
+    for prompt in ("one two three four one two three four", "The quick brown fox", "x"):
+        plain, a0, t0 = drafted_run(model, "-p", prompt, "-n", 32, "--temp", 0, env=env)
+        drafted, acc, tot = drafted_run(model, "-p", prompt, "-n", 32, "--temp", 0, "--draft", "mtp", env=env)
+        assert (a0, t0) == (0, 0)
+        assert drafted == plain, f"MTP drafts changed the greedy text of {prompt!r}"
+        assert 0 <= acc <= tot
+        total += tot
+    assert total > 0
+    r = subprocess.run([BIN, "run", "-m", str(bare), "-p", "hi", "-n", "4", "--draft", "mtp"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "no usable multi-token prediction block" in r.stderr, r.stderr
+    print(f"checked: qwen35moe --mtp: greedy text equal with MTP drafts, {total} drafted tokens")
+
+
 LONG = " ".join(["word"] * 60)
 # (case, args after "run", expected exit code, text the error message must contain)
 BAD = [

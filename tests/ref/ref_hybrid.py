@@ -173,8 +173,9 @@ def attn_layer(m, hp, h, p, lin, pos, kv, mutate):
     return lin(att, p + "attn_output.weight")
 
 
-def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=None, recurrent=False):
-    """Logits (n_tok, n_vocab) of a qwen35moe / qwen3next file, float64."""
+def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=None, recurrent=False, hidden=False):
+    """Logits (n_tok, n_vocab) of a qwen35moe / qwen3next file, float64; with hidden, the final hidden
+    states instead (after the output norm: what the MTP block reads, ref_mtp.py; "pre": before it)."""
     hp = HybridParams(m)
     tokens = np.asarray(tokens)
     n = len(tokens)
@@ -207,5 +208,7 @@ def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=
         if mutate != "no_shexp_gate":
             sh = sh * sigmoid(h @ m.vec(p + "ffn_gate_inp_shexp.weight"))[:, None]
         x = x + f + sh
+    if hidden:
+        return x if hidden == "pre" else norm(x, "output_norm.weight")
     out = "output.weight" if m.has("output.weight") else "token_embd.weight"
     return lin(norm(x, "output_norm.weight"), out)

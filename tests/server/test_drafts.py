@@ -5,7 +5,9 @@ activations (STRATA_PRECISE=1, so that a batched product rounds as a
 one-token one) the answers are the plain server's byte for byte, greedy and
 seeded, alone or three at once; the slot's speed line and /metrics count
 the drafts. The same on a hybrid (qwen35moe: the DeltaNet state is rolled
-back to the accepted tokens). Random weights seldom repeat themselves, so
+back to the accepted tokens), and on a hybrid with the MTP block drafting
+(--draft mtp: every step's rows keep their hidden states for the block,
+which reads them before each slot's draft). Random weights seldom repeat themselves, so
 the requests carry a logit bias that lifts four tokens above the rest: the
 text is then a sequence over those four, and drafts are both accepted and
 rejected."""
@@ -25,8 +27,12 @@ BIAS = {"40": 8, "41": 8, "42": 8, "43": 8}  # repetition (tests/engine/test_dra
 
 
 def servers(tmp_path_factory, arch):
+    """A plain server and a drafting one on a tiny synth file; "qwen35moe-mtp": the file has the MTP block
+    (synth --mtp) and the drafts come from it (--draft mtp; they add the request's logit bias too)."""
     path = tmp_path_factory.mktemp("drafts") / f"{arch}.gguf"
-    args = ["--arch", arch] if arch != "qwen3moe" else []
+    mtp = arch.endswith("-mtp")
+    args = ["--arch", arch.removesuffix("-mtp")] if arch != "qwen3moe" else []
+    args += ["--mtp"] if mtp else []
     r = subprocess.run([BIN, "synth", *args, "--preset", "tiny", "-o", str(path), "--quiet"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -34,7 +40,7 @@ def servers(tmp_path_factory, arch):
     os.environ["STRATA_PRECISE"] = "1"
     try:
         plain = Server("-m", str(path), "-t", "2")
-        drafted = Server("-m", str(path), "-t", "2", "--draft", "ngram", "--slots", "3")
+        drafted = Server("-m", str(path), "-t", "2", "--draft", "mtp" if mtp else "ngram", "--slots", "3")
     finally:
         if old is None:
             del os.environ["STRATA_PRECISE"]
@@ -43,7 +49,7 @@ def servers(tmp_path_factory, arch):
     return plain, drafted
 
 
-@pytest.fixture(scope="module", params=["qwen3moe", "qwen35moe"])
+@pytest.fixture(scope="module", params=["qwen3moe", "qwen35moe", "qwen35moe-mtp"])
 def pair(request, tmp_path_factory):
     plain, drafted = servers(tmp_path_factory, request.param)
     yield request.param, plain, drafted

@@ -271,7 +271,8 @@ static int gen_start(local_sched *s, slot *sl) {
                      .stop = r->stop,
                      .n_stop = r->n_stop,
                      .ignore_eos = r->ignore_eos,
-                     .render_special = r->render_special};
+                     .render_special = r->render_special,
+                     .draft_mtp = s->e->mtp}; /* --draft mtp: the slots' drafts come from the MTP block */
     sl->gen = gen_begin(s->e, sl->seq, sl->smp, r->prompt, r->n_prompt, &gp, &hk, on_text, sl);
     return 0;
 }
