@@ -528,14 +528,16 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
             json_object_set_new(kw, "enable_thinking", json_false());
         } else json_object_set_new(kw, "reasoning_effort", json_string(effort));
     }
-    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kw, &j->call_opening, &think_open, &n, &e);
+    char *lead = NULL; /* a forced call's opening the model writes after its reasoning */
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kw, reason, &j->call_opening, &lead, &think_open, &n, &e);
     json_decref(kw);
     json_decref(msgs);
     char *g = NULL;
-    if (ids && j->call_opening && !(g = srv_tools_grammar(s, tools, force, API_OPENAI, &e))) {
+    if (ids && (j->call_opening || lead) && !(g = srv_tools_grammar(s, tools, force, lead, API_OPENAI, &e))) {
         st_free(ids);
         ids = NULL;
     }
+    st_free(lead);
     job_set_grammar(j, g); /* a forced call: its arguments follow the function's schema */
     if (ids && tools && !force) srv_job_lazy_tools(j, tools, API_OPENAI); /* auto: a call it starts is whole */
     if (!ids) {

@@ -193,6 +193,7 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_i32(b, r->top_logprobs);
     proto_put_str(b, r->grammar ? r->grammar : "", r->grammar ? r->grammar_len : 0);
     proto_put_str(b, r->grammar_trigger ? r->grammar_trigger : "", r->grammar_trigger ? strlen(r->grammar_trigger) : 0);
+    proto_put_str(b, r->grammar_think ? r->grammar_think : "", r->grammar_think ? strlen(r->grammar_think) : 0);
     proto_put_i32(b, r->ignore_eos);
     proto_put_i32(b, r->no_cache);
     proto_put_i32(b, r->pin_slot);
@@ -291,6 +292,11 @@ int proto_get_request(proto_cur *c, srv_request *r) {
         if (tlen > 64) c->bad = 1;
         else r->grammar_trigger = dup_str(trig, tlen);
     }
+    const char *think = proto_get_str(c, &tlen);
+    if (!c->bad && tlen) {
+        if (tlen > 64 || !r->grammar_trigger) c->bad = 1;
+        else r->grammar_think = dup_str(think, tlen);
+    }
     r->ignore_eos = proto_get_i32(c);
     r->no_cache = proto_get_i32(c);
     r->pin_slot = proto_get_i32(c);
@@ -324,6 +330,7 @@ void proto_request_free(srv_request *r) {
     st_free((void *)r->prompt);
     st_free((void *)r->grammar);
     st_free((void *)r->grammar_trigger);
+    st_free((void *)r->grammar_think);
     st_free((void *)r->think_start);
     st_free((void *)r->think_close);
     st_free((void *)r->think_end);

@@ -30,7 +30,8 @@
  *            frequency_penalty, i32 penalty_last_n, u64 seed, i32 max_tokens,
  *            u32 n_prompt, i32 token[n_prompt], u32 n_stop, str stop[n_stop], i32 logprobs,
  *            top_logprobs, str grammar (GBNF text, empty: none; compiled in the child), str trigger
- *            (the grammar starts after it; empty: at once), i32 ignore_eos, no_cache, pin_slot,
+ *            (the grammar starts after it; empty: at once), str think (the answer may open a reasoning
+ *            block with it, then the grammar waits for the trigger; empty: no), i32 ignore_eos, no_cache, pin_slot,
  *            render_special, embed, str think_start, think_close, think_end (empty: no reasoning budget),
  *            i32 think_budget, think_open
  *            (sent only after READY; the parent holds requests that come earlier)
@@ -85,6 +86,9 @@ typedef struct {
     size_t grammar_len;
     const char *grammar_trigger; /* the grammar holds only what follows this text, once the answer has it
                                     (a tool call's opening, tool_choice auto); NULL: all of the answer */
+    const char *grammar_think;   /* with grammar_trigger ("</think>"): the answer may open with this text
+                                    ("<think>": a model that opens its reasoning itself); if it does, the
+                                    grammar waits for the trigger, else it holds all of the answer */
     int ignore_eos;              /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
     int no_cache;                /* read the whole prompt, reusing nothing of the slot's cache (cache_prompt: false) */
     const char *const *dry_breakers; /* (n_dry_breakers) DRY's sequence breakers: a token whose piece holds one

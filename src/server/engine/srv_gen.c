@@ -15,6 +15,15 @@
  * sentence is whole. max_tokens can still cut the answer short (finish
  * "length"): the text is then a prefix of a sentence.
  *
+ * A grammar may wait: for a trigger (r->grammar_trigger: a tool call's
+ * opening, or `</think>` when the prompt opened a reasoning block), the text
+ * before it free; and, with r->grammar_think (a model that opens `<think>`
+ * itself), the answer's first bytes decide: while they are a prefix of that
+ * opening and of a sentence of the grammar, both ways stay open (a token is
+ * allowed when either takes it); once the opening is whole the block is free
+ * reasoning and the grammar holds what follows the trigger, else the grammar
+ * holds the whole answer, as without the option.
+ *
  * Log probabilities are the model's own distribution (log-softmax of the raw
  * logits, before temperature, penalties and truncation), as OpenAI reports.
  *
@@ -160,9 +169,13 @@ struct srv_gen_extra {
     const srv_vocab *voc;
     uint8_t *allowed;  /* (n_vocab) scratch of the full mask */
     int n_tok, n_mask; /* tokens generated, full vocabulary passes */
-    int waiting;       /* a trigger has not been seen yet (or the grammar was dropped): nothing is constrained */
-    int dropped;       /* the piece with the trigger ran on against the grammar: free to the end */
-    char win[128];     /* the answer's last bytes, where the trigger is looked for */
+    gmatch *m0;        /* r->grammar_think: a matcher fed nothing, the grammar's after a reasoning block */
+    int deciding;      /* r->grammar_think: the answer so far is a prefix of the opening (dn bytes of it) */
+    size_t dn;         /* and of a sentence when g_alive: the next token decides */
+    int g_alive;
+    int waiting;   /* a trigger has not been seen yet (or the grammar was dropped): nothing is constrained */
+    int dropped;   /* the piece with the trigger ran on against the grammar: free to the end */
+    char win[128]; /* the answer's last bytes, where the trigger is looked for */
     size_t wn;
     int64_t mask_ns;
     int32_t top_ids[20];
@@ -200,10 +213,45 @@ static long trigger_end(const srv_gen_extra *x, const char *p, size_t n) {
     return hit ? (long)(hit - buf) + (long)L - (long)keep : -1;
 }
 
+/* Deciding: how piece p[0..n) goes on with the opening r->grammar_think: -1 it does not, 0 it is still a
+ * prefix of the opening's rest, k > 0 its first k bytes complete the opening. */
+static long open_take(const srv_gen_extra *x, const char *p, size_t n) {
+    const char *o = x->r->grammar_think + x->dn;
+    size_t L = strlen(o);
+    if (n == 0) return -1;
+    if (n < L) return memcmp(p, o, n) ? -1 : 0;
+    return memcmp(p, o, L) ? -1 : (long)L;
+}
+
+/* Deciding: may piece p[0..n) come next on the way of a reasoning block? (the bytes after the opening are
+ * reasoning, free, unless they complete the trigger too: then what follows it must start a sentence) */
+static int open_allow(srv_gen_extra *x, const char *p, size_t n) {
+    long k = open_take(x, p, n);
+    if (k <= 0 || (size_t)k == n) return k >= 0;
+    long e = trigger_end(x, p, n); /* the window holds the opening's earlier bytes */
+    return e < 0 || gmatch_try(x->m0, p + e, n - (size_t)e);
+}
+
+/* The window keeps the answer's last bytes. */
+static void win_push(srv_gen_extra *x, const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (x->wn == sizeof x->win) {
+            memmove(x->win, x->win + sizeof x->win / 2, sizeof x->win / 2);
+            x->wn = sizeof x->win / 2;
+        }
+        x->win[x->wn++] = p[i];
+    }
+}
+
 /* May t come next? (a single token: its bytes through the matcher, undone) */
 static int grammar_allow(void *arg, int32_t t) {
     srv_gen_extra *x = arg;
     const srv_vocab *v = x->voc;
+    if (x->deciding) { /* the way of the grammar or that of a reasoning block */
+        uint32_t a = v->off[t], b = v->off[t + 1];
+        if (v->eog[t]) return x->g_alive && gmatch_accepting(x->m);
+        return open_allow(x, v->text + a, b - a) || (x->g_alive && a < b && gmatch_try(x->m, v->text + a, b - a));
+    }
     if (x->waiting) { /* free text, but a piece that completes the trigger must go on as the grammar says */
         if (x->dropped || v->eog[t]) return 1;
         uint32_t a = v->off[t], b = v->off[t + 1];
@@ -228,13 +276,22 @@ static int grammar_mask(void *arg, float *logits, int nv) {
         return n;
     }
     int64_t t0 = st_now_ns();
-    int n = gmatch_allowed(x->m, &x->voc->v, x->allowed, nv);
+    int n = x->deciding && !x->g_alive ? (memset(x->allowed, 0, (size_t)nv), 0)
+                                       : gmatch_allowed(x->m, &x->voc->v, x->allowed, nv);
+    if (n >= 0 && x->deciding) /* and the pieces on the way of a reasoning block */
+        for (int v = 0; v < nv; v++) {
+            const srv_vocab *voc = x->voc;
+            if (!x->allowed[v] && open_allow(x, voc->text + voc->off[v], voc->off[v + 1] - voc->off[v])) {
+                x->allowed[v] = 1;
+                n++;
+            }
+        }
     if (n < 0) { /* bounded: a grammar this costly ends the answer here, rather than slow every slot */
         ST_WARN("slot %d: the grammar needs more than %d steps to check the vocabulary once: the answer ends here",
                 x->slot, GRAMMAR_MAX_PASS_WORK);
         return 0;
     }
-    if (gmatch_accepting(x->m)) /* the sentence is whole: it may end here */
+    if ((!x->deciding || x->g_alive) && gmatch_accepting(x->m)) /* the sentence is whole: it may end here */
         for (int v = 0; v < nv; v++)
             if (x->voc->eog[v] && !x->allowed[v]) {
                 x->allowed[v] = 1;
@@ -355,6 +412,31 @@ static int on_token(void *arg, int32_t t, const float *raw) {
         if (x->fn(x->ctx, &ev) != 0) rc = GEN_CANCEL;
     }
     if (x->forced) th_token(x, t);
+    if (x->g && x->deciding && !x->voc->eog[t]) { /* this token takes one way, or keeps both open */
+        const srv_vocab *v = x->voc;
+        const char *p = v->text + v->off[t];
+        size_t n = v->off[t + 1] - v->off[t];
+        long k = open_take(x, p, n);
+        if (k == 0) { /* still a prefix of the opening */
+            x->dn += n;
+            if (x->g_alive) x->g_alive = gmatch_feed(x->m, p, n) == 0;
+            win_push(x, p, n);
+            return rc;
+        }
+        x->deciding = 0;
+        if (k > 0) { /* a reasoning block: free until the trigger, the grammar (fed nothing) after it */
+            gmatch_free(x->m);
+            x->m = x->m0;
+            x->m0 = NULL;
+            x->waiting = 1;
+        } else if (!x->g_alive) { /* neither way took it (never: grammar_allow refused it) */
+            x->waiting = x->dropped = 1;
+            ST_WARN("slot %d: the answer left both its grammar and the reasoning's opening: left unconstrained",
+                    x->slot);
+            return rc;
+        } /* else the grammar holds the whole answer: below */
+    }
+    x->deciding = 0;          /* an end of generation decides too (as the grammar's) */
     if (x->g && x->waiting) { /* free text until the trigger; what follows it in the piece is the grammar's */
         const srv_vocab *v = x->voc;
         const char *p = v->text + v->off[t];
@@ -371,13 +453,7 @@ static int on_token(void *arg, int32_t t, const float *raw) {
             }
             return rc;
         }
-        for (size_t i = 0; i < n; i++) { /* the window keeps the answer's last bytes */
-            if (x->wn == sizeof x->win) {
-                memmove(x->win, x->win + sizeof x->win / 2, sizeof x->win / 2);
-                x->wn = sizeof x->win / 2;
-            }
-            x->win[x->wn++] = p[i];
-        }
+        win_push(x, p, n);
         return rc;
     }
     if (x->g) {
@@ -412,6 +488,11 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
         x->m = gmatch_new(x->g);
         x->allowed = st_malloc((size_t)x->n_vocab);
         x->waiting = r->grammar_trigger != NULL;
+        if (r->grammar_think && r->grammar_trigger) { /* a model that may open a reasoning block itself */
+            x->waiting = 0;
+            x->deciding = x->g_alive = 1;
+            x->m0 = gmatch_new(x->g);
+        }
         hk->allow = grammar_allow;
         hk->filter = grammar_mask;
         hk->eog_ok = 1; /* the grammar decides when the answer may end */
@@ -445,6 +526,7 @@ void srv_gen_extra_free(srv_gen_extra *x) {
         ST_INFO("slot %d: reasoning budget %d: %d tokens of reasoning, %d block(s) ended by the budget", x->slot,
                 x->budget, x->n_think, x->n_cut);
     gmatch_free(x->m);
+    gmatch_free(x->m0);
     grammar_free(x->g);
     st_free(x->forced);
     st_free(x->allowed);
