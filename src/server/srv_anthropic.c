@@ -343,7 +343,7 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
         long long budget = s->p.reasoning_budget; /* budget_tokens (checked by check_common), else --reasoning-budget */
         if (tt && !strcmp(tt, "enabled"))
             jf_int(json_object_get(body, "thinking"), "budget_tokens", 1024, INT32_MAX, &budget, e);
-        srv_job_think_budget(j, (int)budget, think_open);
+        srv_job_think_budget(j, (int)budget, think_open, NULL); /* --reasoning-budget-message */
     } else {
         json_decref(tools);
         st_free(opening);

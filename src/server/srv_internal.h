@@ -149,8 +149,9 @@ struct srv_job;
 void srv_job_reasoning(struct srv_job *j, int on, int think_open);
 /* A reasoning budget (Anthropic's thinking.budget_tokens, llama-server's reasoning_budget_tokens): a
  * reasoning block of the answer spends at most budget tokens, then the engine ends it (engine/srv_gen.c);
- * budget < 0: none. think_open: the prompt opened the block. */
-void srv_job_think_budget(struct srv_job *j, int budget, int think_open);
+ * budget < 0: none. think_open: the prompt opened the block. message (llama-server's
+ * reasoning_budget_message; NULL: the server's --reasoning-budget-message): text written before the end. */
+void srv_job_think_budget(struct srv_job *j, int budget, int think_open, const char *message);
 /* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
 int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
 /* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's
@@ -225,6 +226,7 @@ typedef struct srv_job {
     int n_probs;
     size_t lp_offset;         /* bytes of text the sent entries cover (the legacy text_offset) */
     char *call_opening;       /* a forced call's opening, written into the prompt */
+    char *think_message;      /* req.think_message (owned) */
     char *grammar;            /* the grammar the answer follows (req.grammar), or NULL */
     struct tools_stream *ts;  /* a stream with tools: calls parsed as they come (srv_tools.h) */
     struct reason_stream *rs; /* the reasoning told apart from the content (srv_reason.h), or NULL */

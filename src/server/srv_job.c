@@ -83,6 +83,7 @@ void job_release(srv_job *j) {
     json_decref(j->lp);
     json_decref(j->probs);
     st_free(j->call_opening);
+    st_free(j->think_message);
     st_free(j->grammar);
     tools_stream_free(j->ts);
     reason_stream_free(j->rs);
@@ -129,9 +130,11 @@ static void job_content(void *ctx, const char *t, size_t n) {
     else sbuf_put(&j->text, t, n);
 }
 
-void srv_job_think_budget(srv_job *j, int budget, int think_open) {
+void srv_job_think_budget(srv_job *j, int budget, int think_open, const char *message) {
     const reason_kind kind = (reason_kind)j->srv->reason;
     if (budget < 0 || !reason_end_text(kind)) return;
+    if (!message) message = j->srv->p.reasoning_budget_message;
+    if (message && *message) j->req.think_message = j->think_message = st_strdup(message);
     j->req.think_start = reason_open_text(kind);
     j->req.think_close = reason_close_text(kind);
     j->req.think_end = reason_end_text(kind);

@@ -202,6 +202,7 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_str(b, r->think_start ? r->think_start : "", r->think_start ? strlen(r->think_start) : 0);
     proto_put_str(b, r->think_close ? r->think_close : "", r->think_close ? strlen(r->think_close) : 0);
     proto_put_str(b, r->think_end ? r->think_end : "", r->think_end ? strlen(r->think_end) : 0);
+    proto_put_str(b, r->think_message ? r->think_message : "", r->think_message ? strlen(r->think_message) : 0);
     proto_put_i32(b, r->think_budget);
     proto_put_i32(b, r->think_open);
 }
@@ -311,6 +312,12 @@ int proto_get_request(proto_cur *c, srv_request *r) {
             else *texts[i] = dup_str(t, len);
         }
     }
+    uint32_t mlen;
+    const char *msg = proto_get_str(c, &mlen);
+    if (!c->bad && mlen) {
+        if (mlen > 4096) c->bad = 1; /* SRV_BUDGET_MESSAGE_MAX */
+        else r->think_message = dup_str(msg, mlen);
+    }
     r->think_budget = proto_get_i32(c);
     r->think_open = proto_get_i32(c);
     if (r->think_end && (!r->think_start || !r->think_close || r->think_budget < 0)) c->bad = 1;
@@ -334,6 +341,7 @@ void proto_request_free(srv_request *r) {
     st_free((void *)r->think_start);
     st_free((void *)r->think_close);
     st_free((void *)r->think_end);
+    st_free((void *)r->think_message);
     for (int i = 0; i < r->n_stop; i++) st_free((void *)r->stop[i]);
     st_free((void *)r->stop);
     memset(r, 0, sizeof *r);

@@ -33,7 +33,7 @@
  *            (the grammar starts after it; empty: at once), str think (the answer may open a reasoning
  *            block with it, then the grammar waits for the trigger; empty: no), i32 ignore_eos, no_cache, pin_slot,
  *            render_special, embed, str think_start, think_close, think_end (empty: no reasoning budget),
- *            i32 think_budget, think_open
+ *            think_message (empty: none), i32 think_budget, think_open
  *            (sent only after READY; the parent holds requests that come earlier)
  *   CANCEL   (no payload) the client went away: stop at the next token
  * child -> parent
@@ -102,8 +102,10 @@ typedef struct {
     const char *think_close; /* what ends it when the model writes it ("</think>"; harmony's "<|end|>") */
     const char *think_end;   /* what the engine writes to end it once it has spent think_budget tokens
                                 ("</think>"; harmony's end and the final message's opening); NULL: no budget */
-    int think_budget;        /* tokens a reasoning block may spend (>= 0, 0: it is ended at once) */
-    int think_open;          /* the prompt opened a block: the answer starts inside it */
+    const char *think_message; /* written before think_end when the budget ends a block (llama-server's
+                                  reasoning_budget_message); NULL: none */
+    int think_budget;          /* tokens a reasoning block may spend (>= 0, 0: it is ended at once) */
+    int think_open;            /* the prompt opened a block: the answer starts inside it */
 } srv_request;
 
 #define SRV_MAX_BREAKERS 16

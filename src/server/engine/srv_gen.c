@@ -32,7 +32,7 @@
  * reasoning block are counted from its opening text (r->think_start, or the
  * start when the prompt opened the block) to its closing text (think_close,
  * when the model ends it); when the count reaches the budget, the tokens of
- * r->think_end are forced, one per step
+ * r->think_message (if any) and r->think_end are forced, one per step
  * (every other logit to -inf), and the answer follows as the model goes on.
  * A character split over tokens at that point is finished first (up to three
  * more tokens), so that the reasoning's text stays whole UTF-8, as
@@ -185,7 +185,7 @@ struct srv_gen_extra {
     int th;               /* TH_*: where the answer is with respect to a reasoning block */
     int budget;           /* tokens a block may spend (the request's think_budget) */
     int th_left;          /* tokens the current block may still spend */
-    int32_t *forced;      /* (n_forced) the tokens of r->think_end */
+    int32_t *forced;      /* (n_forced) the tokens of r->think_message and r->think_end */
     int n_forced, th_pos; /* TH_FORCE: the next of them to force */
     int utf8_need;        /* continuation bytes the answer's last character still lacks */
     char th_win[96];      /* the answer's last bytes, where the opening and end texts are looked for */
@@ -498,11 +498,16 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
         hk->eog_ok = 1; /* the grammar decides when the answer may end */
     }
     if (r->think_end && r->think_start && r->think_close && r->think_budget >= 0) {
-        const size_t len = strlen(r->think_end);
-        int64_t n = tokenizer_encode(e->tok, r->think_end, len, 0, 1, NULL, 0); /* its control tokens as such */
-        if (n > 0 && n <= 64) {
-            x->forced = st_malloc((size_t)n * sizeof(int32_t));
-            x->n_forced = (int)tokenizer_encode(e->tok, r->think_end, len, 0, 1, x->forced, n);
+        /* the message (llama-server's reasoning_budget_message) and the end, each tokenized on its own as
+         * llama.cpp does, their control tokens as such */
+        const char *msg = r->think_message ? r->think_message : "";
+        const size_t len = strlen(r->think_end), mlen = strlen(msg);
+        int64_t n = tokenizer_encode(e->tok, r->think_end, len, 0, 1, NULL, 0);
+        int64_t nm = mlen ? tokenizer_encode(e->tok, msg, mlen, 0, 1, NULL, 0) : 0;
+        if (n > 0 && n <= 64 && nm >= 0 && nm <= 4096) {
+            x->forced = st_malloc((size_t)(nm + n) * sizeof(int32_t));
+            x->n_forced = nm ? (int)tokenizer_encode(e->tok, msg, mlen, 0, 1, x->forced, nm) : 0;
+            x->n_forced += (int)tokenizer_encode(e->tok, r->think_end, len, 0, 1, x->forced + x->n_forced, n);
             x->tok = e->tok;
             x->budget = r->think_budget;
             if (r->think_open) th_enter(x); /* the prompt opened the block: the answer starts inside it */
@@ -510,7 +515,10 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
                 hk->allow = hook_allow;
                 hk->filter = hook_mask;
             } else hk->filter = hook_filter;
-        } else ST_WARN("slot %d: the reasoning's end text does not tokenize into 1..64 tokens: no budget", slot);
+        } else
+            ST_WARN("slot %d: the reasoning's end text (or its message) does not tokenize into 1..64 tokens (4096): "
+                    "no budget",
+                    slot);
     }
     hk->token = on_token;
     hk->ctx = x;
