@@ -288,6 +288,22 @@ def test_reasoning_budget_message(open_think):
           "--reasoning-budget-message is the default of both APIs")
 
 
+def test_budget_ends_a_started_end(open_think):
+    """A budget that runs out while the model is writing a several-token end text ("</" then "think>") writes
+    only the rest of it: the end once, no "</" left in the reasoning. The logit bias makes the model's one
+    token of reasoning "</" (a budget of 1)."""
+    ids = httpx.post(open_think.url + "/tokenize", json={"content": "</think>"}, timeout=60).json()["tokens"]
+    first = httpx.post(open_think.url + "/detokenize", json={"tokens": ids[:1]}, timeout=60).json()["content"]
+    assert len(ids) > 1 and "</think>".startswith(first) and first != "</think>", (ids, first)
+    body = {"max_tokens": 12, "reasoning_budget_tokens": 1, "logit_bias": {str(ids[0]): 100}}
+    raw = chat(open_think, reasoning_format="none", **body)["choices"][0]["message"]["content"]
+    assert raw.startswith(first) and raw.startswith("</think>") and not raw.startswith(first + "</think>"), raw
+    m = chat(open_think, **body)["choices"][0]["message"]
+    assert not m.get("reasoning_content") and m["content"] == raw[len("</think>"):].strip(), (m, raw)
+    print(f"checked: the budget ran out after {first!r}: the engine wrote the rest ({raw[:20]!r}...), "
+          "the reasoning is empty")
+
+
 def test_thinking_budget_anthropic(open_think):
     """Anthropic's thinking.budget_tokens through the official SDK: the thinking block stops at 1024 tokens and the
     generation goes on past it (without the budget the reasoning of this prompt runs to max_tokens)."""

@@ -182,13 +182,16 @@ struct srv_gen_extra {
     float top_lp[20];
     /* the reasoning budget (r->think_end set) */
     const tokenizer *tok;
-    int th;               /* TH_*: where the answer is with respect to a reasoning block */
-    int budget;           /* tokens a block may spend (the request's think_budget) */
-    int th_left;          /* tokens the current block may still spend */
-    int32_t *forced;      /* (n_forced) the tokens of r->think_message and r->think_end */
-    int n_forced, th_pos; /* TH_FORCE: the next of them to force */
-    int utf8_need;        /* continuation bytes the answer's last character still lacks */
-    char th_win[96];      /* the answer's last bytes, where the opening and end texts are looked for */
+    int th;          /* TH_*: where the answer is with respect to a reasoning block */
+    int budget;      /* tokens a block may spend (the request's think_budget) */
+    int th_left;     /* tokens the current block may still spend */
+    int32_t *forced; /* (n_forced) the tokens of r->think_message and r->think_end */
+    int n_forced;
+    const int32_t *fq; /* TH_FORCE: what is being forced (forced, or rest), NULL until planned */
+    int nfq, th_pos;   /* its length, and the next of them to force */
+    int32_t rest[64];  /* the end text's rest, when the answer already ends with its first bytes */
+    int utf8_need;     /* continuation bytes the answer's last character still lacks */
+    char th_win[96];   /* the answer's last bytes, where the opening and end texts are looked for */
     size_t th_wn;
     int n_think, n_cut; /* tokens spent in reasoning blocks; blocks the budget ended */
 };
@@ -323,6 +326,26 @@ static void th_enter(srv_gen_extra *x) {
     if (x->th == TH_FORCE) x->n_cut++;
 }
 
+/* What forcing writes: the message and the end text; or, when the answer already ends with the end text's
+ * first bytes (the model was writing an end text of several tokens, "</" "think" ">", when the budget ran
+ * out), only the rest of it, so that the end is written once. Two bytes at least: a lone "<" ending the
+ * reasoning ("a <") is more likely its text than the end's start. */
+static void th_plan(srv_gen_extra *x) {
+    const char *end = x->r->think_end;
+    size_t L = strlen(end), k = L - 1 < x->th_wn ? L - 1 : x->th_wn;
+    while (k && memcmp(x->th_win + x->th_wn - k, end, k)) k--;
+    x->fq = x->forced;
+    x->nfq = x->n_forced;
+    x->th_pos = 0;
+    if (k >= 2) {
+        int64_t n = tokenizer_encode(x->tok, end + k, L - k, 0, 1, x->rest, 64);
+        if (n > 0 && n <= 64) {
+            x->fq = x->rest;
+            x->nfq = (int)n;
+        }
+    }
+}
+
 /* A sampled token (forced ones included) moves the budget's state. */
 static void th_token(srv_gen_extra *x, int32_t t) {
     const srv_request *r = x->r;
@@ -343,7 +366,10 @@ static void th_token(srv_gen_extra *x, int32_t t) {
         if (x->th == TH_COUNT) x->th_left--;
         break;
     case TH_FORCE:
-        if (++x->th_pos == x->n_forced) x->th = TH_OUT; /* a new opening re-arms it */
+        if (++x->th_pos >= x->nfq) { /* a new opening re-arms it */
+            x->th = TH_OUT;
+            x->fq = NULL;
+        }
         break;
     }
     for (size_t i = 0; i < n; i++) { /* the answer's last character: whole or not */
@@ -363,13 +389,14 @@ static void th_token(srv_gen_extra *x, int32_t t) {
         }
         x->th_win[x->th_wn++] = p[i];
     }
+    if (x->th == TH_FORCE && !x->fq) th_plan(x); /* (with this token in the window) */
 }
 
-static int th_forcing(const srv_gen_extra *x) { return x->forced && x->th == TH_FORCE && x->th_pos < x->n_forced; }
+static int th_forcing(const srv_gen_extra *x) { return x->fq && x->th == TH_FORCE && x->th_pos < x->nfq; }
 
 /* Forcing: every logit but the forced token's to -inf. */
 static void th_mask(const srv_gen_extra *x, float *logits, int nv) {
-    const int32_t f = x->forced[x->th_pos];
+    const int32_t f = x->fq[x->th_pos];
     for (int v = 0; v < nv; v++)
         if (v != f) logits[v] = -INFINITY;
 }
@@ -377,7 +404,7 @@ static void th_mask(const srv_gen_extra *x, float *logits, int nv) {
 /* The hooks of a request with a grammar (allow + mask, sampler_sample_checked) and of one without (filter). */
 static int hook_allow(void *arg, int32_t t) {
     srv_gen_extra *x = arg;
-    if (th_forcing(x)) return t == x->forced[x->th_pos];
+    if (th_forcing(x)) return t == x->fq[x->th_pos];
     return grammar_allow(x, t);
 }
 
@@ -511,6 +538,7 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
             x->tok = e->tok;
             x->budget = r->think_budget;
             if (r->think_open) th_enter(x); /* the prompt opened the block: the answer starts inside it */
+            if (x->th == TH_FORCE) th_plan(x);
             if (r->grammar) {
                 hk->allow = hook_allow;
                 hk->filter = hook_mask;
