@@ -13,7 +13,9 @@
  * system message, asking for the `<tool_call>` format. tool_choice "required"
  * or a named function writes the opening of a call at the start of the answer
  * (after the generation prompt), so the model can only continue it; the
- * opening is put back in front of the answer before parsing. */
+ * opening is put back in front of the answer before parsing. A model that
+ * may reason first (a think template, the reasoning parsed) is not given the
+ * opening: the call's grammar starts with it, after the reasoning. */
 #include <string.h>
 
 #include "core/alloc.h"
