@@ -171,6 +171,9 @@ def test_reasons_then_forced_call(think_self, open_prompt_model):
                                extra_body={"temperature": 0})
     assert [b.type for b in msg.content] == ["thinking", "tool_use"] and msg.stop_reason == "tool_use", msg
     assert msg.content[0].thinking == reasoning and msg.content[1].name == "get_weather", msg
+    count = anth.messages.count_tokens(model="m", messages=amsgs, tools=atool, tool_choice={"type": "any"})
+    read = msg.usage.input_tokens + (msg.usage.cache_read_input_tokens or 0)
+    assert count.input_tokens == read, (count, msg.usage)  # the same prompt, no opening in it
     # a prompt that opens the block: the reasoning first (ended here by the budget), then the call
     po, _ = clients(open_prompt_model)
     c2 = po.chat.completions.create(model="m", messages=[{"role": "user", "content": "Weather in Paris?"}],
