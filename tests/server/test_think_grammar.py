@@ -122,17 +122,18 @@ def test_budget_hands_over_to_grammar(think_self):
     </think>: the reasoning is the first N tokens of the free one."""
     oai, _ = clients(think_self)
     full = ask(oai, response_format=RF).message.reasoning_content
+    cut = {}
     for budget in (5, 2):
         c = ask(oai, response_format=RF, extra_body={"reasoning_budget_tokens": budget})
-        r = c.message.reasoning_content
+        r = cut[budget] = c.message.reasoning_content
         assert r and full.startswith(r) and len(r) < len(full) and n_tokens(think_self, r) <= budget, (budget, c)
         assert c.finish_reason == "stop", c
         jsonschema.validate(json.loads(c.message.content), SCHEMA)
     zero = ask(oai, response_format=RF, extra_body={"reasoning_budget_tokens": 0})
     assert getattr(zero.message, "reasoning_content", None) is None and zero.finish_reason == "stop", zero
     jsonschema.validate(json.loads(zero.message.content), SCHEMA)
-    print(f"checked: budget 5 ends the reasoning at {r!r} (of {full!r}), then {c.message.content!r}; budget 0: "
-          f"{zero.message.content!r}")
+    print(f"checked: budgets 5 and 2 end the reasoning at {cut[5]!r} and {cut[2]!r} (of {full!r}), then "
+          f"{c.message.content!r}; budget 0: {zero.message.content!r}")
 
 
 def test_reasons_then_forced_call(think_self, open_prompt_model):
