@@ -368,7 +368,8 @@ int cmd_launch(int argc, char **argv) {
     /* the serve command line: every flag the table holds a value for */
     char ctx_txt[16];
     snprintf(ctx_txt, sizeof ctx_txt, "%d", n_ctx);
-    const char *sargv[64];
+    const char *sargv[160]; /* "serve", 4 planned flags and every table flag, each with its value, and NULL */
+    ST_ASSERT(2 * n_table + 12 <= (int)(sizeof sargv / sizeof sargv[0]));
     int sargc = 0;
     sargv[sargc++] = "serve";
     sargv[sargc++] = "-m", sargv[sargc++] = path;

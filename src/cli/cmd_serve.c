@@ -16,6 +16,7 @@
     "strata serve " ENGINE_OPTS_USAGE " [--host ADDR] [--port N] [--slots N] [--queue N] [--api-key KEY] "             \
     "[--max-body MB] [--read-timeout S] [--max-inflight MB] [--allowed-hosts LIST] [--cors-origin LIST] "              \
     "[--shutdown-timeout S] [--engine-timeout S] [--reasoning-format auto|deepseek|none] [--reasoning-budget N] "      \
+    "[--reasoning-budget-message TEXT] "                                                                               \
     "[--ranks N]"
 
 int cmd_serve(int argc, char **argv) {
@@ -47,7 +48,8 @@ int cmd_serve(int argc, char **argv) {
                    "deepseek: the same; none: off) sets whether a thinking model's reasoning comes apart\n"
                    "from its answer (reasoning_content, Anthropic thinking blocks); requests may say.\n"
                    "--reasoning-budget N (default -1: none): a reasoning block ends after N tokens (0: at\n"
-                   "once) unless a request sets its own (reasoning_budget_tokens, Anthropic budget_tokens).\n"
+                   "once) unless a request sets its own (reasoning_budget_tokens, Anthropic budget_tokens);\n"
+                   "--reasoning-budget-message TEXT is written before its end (requests: reasoning_budget_message).\n"
                    "Defaults: model %s, --host 127.0.0.1 --port 8080 --max-body 8 (MB).\n"
                    "See docs/server.md.\n",
                    STRATA_DEFAULT_MODEL);
@@ -104,6 +106,14 @@ int cmd_serve(int argc, char **argv) {
         } else if ((r = args_value(&a, "--reasoning-budget", &v))) {
             if (r < 0 || args_int(&a, "--reasoning-budget", v, -1, 2147483647, &n)) return a.err;
             p.reasoning_budget = (int)n;
+        } else if ((r = args_value(&a, "--reasoning-budget-message", &v))) {
+            if (r < 0) return a.err;
+            if (strlen(v) > SRV_BUDGET_MESSAGE_MAX) {
+                fprintf(stderr, "strata serve: --reasoning-budget-message is longer than %d bytes\n",
+                        SRV_BUDGET_MESSAGE_MAX);
+                return 2;
+            }
+            p.reasoning_budget_message = v;
         } else if ((r = args_value(&a, "--api-key", &v))) {
             if (r < 0) return a.err;
             p.api_key = v;

@@ -148,6 +148,8 @@ static const st_switch_def TABLE[] = {
      "a thinking model's reasoning apart from its answer (auto, deepseek: the same) or in it (none)", 0},
     {"--reasoning-budget", ST_SW_KIND_FLAG, NULL, NULL, -1, 2147483647, "-1", "-1",
      "tokens a reasoning block may spend before the engine ends it, unless a request says (-1: no limit)", 0},
+    {"--reasoning-budget-message", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "none",
+     "text the engine writes before a reasoning block's end when the budget ends it, unless a request says", 0},
 };
 #define N_TABLE ((int)(sizeof TABLE / sizeof TABLE[0]))
 

@@ -27,8 +27,12 @@ typedef struct {
     int reasoning;             /* --reasoning-format: 1 auto (reasoning apart from the answer), 0 none */
     int reasoning_budget;      /* --reasoning-budget: tokens a reasoning block may spend when a request does not
                                   say (llama-server's); -1: no limit */
-    int ranks;                 /* > 1: the engine runs as an MPI job of this many ranks (--ranks, docs/multi.md) */
+    const char *reasoning_budget_message; /* --reasoning-budget-message: text the engine writes before a block's
+                                             end when the budget ends it, when a request does not say; NULL: none */
+    int ranks; /* > 1: the engine runs as an MPI job of this many ranks (--ranks, docs/multi.md) */
 } server_params;
+
+#define SRV_BUDGET_MESSAGE_MAX 4096 /* bytes of a reasoning_budget_message (the request's or the flag's) */
 
 server_params server_defaults(void);
 /* Serve until SIGINT or SIGTERM. 0 after a clean stop, -1 with st_error_get()

@@ -316,7 +316,7 @@ fail:
 static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv_err *e) {
     json_t *tools = NULL, *msgs = NULL, *kwargs = NULL;
     const char *force = NULL;
-    char *opening = NULL;
+    char *opening = NULL, *lead = NULL;
     int think_open = 0;
     if (parse_tools(body, &tools, &force, e) < 0 || !(msgs = parse_messages(body, e))) {
         json_decref(tools);
@@ -325,14 +325,15 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
     /* thinking on or off reaches a template that reads enable_thinking (Qwen3's), as llama-server passes it */
     const char *tt = json_string_value(json_object_get(json_object_get(body, "thinking"), "type"));
     if (tt) kwargs = json_pack("{s:b}", "enable_thinking", strcmp(tt, "disabled") != 0);
-    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kwargs, &opening, &think_open, n, e);
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kwargs, s->p.reasoning, &opening, &lead, &think_open, n, e);
     json_decref(kwargs);
     json_decref(msgs);
     char *g = NULL;
-    if (j && ids && opening && !(g = srv_tools_grammar(s, tools, force, API_ANTHROPIC, e))) {
+    if (j && ids && (opening || lead) && !(g = srv_tools_grammar(s, tools, force, lead, API_ANTHROPIC, e))) {
         st_free(ids);
         ids = NULL;
     }
+    st_free(lead);
     if (j && ids) {
         j->tools = tools;
         j->call_opening = opening;
@@ -342,7 +343,7 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
         long long budget = s->p.reasoning_budget; /* budget_tokens (checked by check_common), else --reasoning-budget */
         if (tt && !strcmp(tt, "enabled"))
             jf_int(json_object_get(body, "thinking"), "budget_tokens", 1024, INT32_MAX, &budget, e);
-        srv_job_think_budget(j, (int)budget, think_open);
+        srv_job_think_budget(j, (int)budget, think_open, NULL); /* --reasoning-budget-message */
     } else {
         json_decref(tools);
         st_free(opening);

@@ -13,7 +13,9 @@
  * system message, asking for the `<tool_call>` format. tool_choice "required"
  * or a named function writes the opening of a call at the start of the answer
  * (after the generation prompt), so the model can only continue it; the
- * opening is put back in front of the answer before parsing. */
+ * opening is put back in front of the answer before parsing. A model that
+ * may reason first (a think template, the reasoning parsed) is not given the
+ * opening: the call's grammar starts with it, after the reasoning. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -112,9 +114,9 @@ static void plain_history(json_t *msgs) {
     }
 }
 
-int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, json_t *kwargs, char **opening,
-                         int *think_open, int *n_tok, srv_err *e) {
-    *opening = NULL;
+int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, json_t *kwargs, int reason,
+                         char **opening, char **lead, int *think_open, int *n_tok, srv_err *e) {
+    *opening = *lead = NULL;
     if (think_open) *think_open = 0;
     /* the rendered prompt holds every message's text: when that alone cannot fit the context, refuse
      * before the template copies it (a rendered 8 MB message cost ~100 MB of copies) */
@@ -177,14 +179,21 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
     sbuf_puts(&b, text);
     st_free(text);
     int open = reason_prompt_open(b.s, b.len); /* the generation prompt opened <think> */
+    /* the model may reason before its answer: the prompt opened the block, or the template knows <think>
+     * and the model opens it itself (a grammar then waits for the block to close: srv_job.c) */
+    int may = reason && s->reason == REASON_THINK && !prefill && !open && s->tmpl_think;
     if (prefill) {
         open = reason_prefill_open(open, prefill, strlen(prefill)); /* the answer's start, given */
         sbuf_puts(&b, prefill);
     } else if (force && have_tools) {
-        *opening = call_opening(s, force);
-        sbuf_puts(&b, *opening);
+        char *o = call_opening(s, force);
+        if (reason && s->reason == REASON_THINK && (open || may)) *lead = o; /* written after the reasoning */
+        else {
+            *opening = o;
+            sbuf_puts(&b, o);
+        }
     }
-    if (think_open) *think_open = *opening ? 0 : open; /* a forced call's opening is no reasoning */
+    if (think_open) *think_open = may ? SRV_THINK_MAY : *opening ? 0 : open; /* a forced opening is no reasoning */
     ids = srv_tokenize(s, b.s, b.len, 1, 1, "messages", n_tok, e);
     sbuf_free(&b);
 out:
@@ -226,7 +235,17 @@ int srv_grammar_check(const char *text, size_t len, const char *param, const cha
     return 0;
 }
 
-char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e) {
+/* The root rule: body, after lead (the call's opening, which the model writes itself) when there is one. */
+static void put_root(gschema *c, const char *lead, const char *body) {
+    gschema_put(c, "root ::= ");
+    if (lead) {
+        gschema_put_literal(c, lead, strlen(lead));
+        gschema_put(c, " ");
+    }
+    gschema_put(c, body);
+}
+
+char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char *lead, srv_api api, srv_err *e) {
     int llama = s->tools_fam == TOOLS_LLAMA3, lazy = !force, harmony = s->harmony;
     if (lazy && (llama || harmony)) return NULL; /* Llama 3: the whole answer is the call; harmony: not yet */
     gschema *c = gschema_new();
@@ -281,23 +300,21 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api ap
     else if (harmony) { /* the opening ends before the name (any) or at the message (named): the arguments end it */
         char r[160];
         size_t k;
-        snprintf(r, sizeof r, "root ::= call-rest\n");
+        snprintf(r, sizeof r, "call-rest\n");
         if (*force)
             json_array_foreach(
                 tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")),
-                                         force)) snprintf(r, sizeof r, "root ::= tool%zu\n", k);
-        gschema_put(c, r);
+                                         force)) snprintf(r, sizeof r, "tool%zu\n", k);
+        put_root(c, lead, r);
     } else if (!*force) /* the opening ends at the name's quote */
-        gschema_put(c, llama ? "root ::= call-rest json-ws \"}\"\n"
-                             : "root ::= call-rest json-ws \"}\" json-ws \"</tool_call>\"\n");
+        put_root(c, lead, llama ? "call-rest json-ws \"}\"\n" : "call-rest json-ws \"}\" json-ws \"</tool_call>\"\n");
     else { /* the opening ends after the arguments key */ char r[160];
-        snprintf(r, sizeof r, "root ::= json-ws tool%zu json-ws \"}\"%s\n", (size_t)0, "");
+        snprintf(r, sizeof r, "json-ws tool%zu json-ws \"}\"%s\n", (size_t)0, "");
         size_t k;
         json_array_foreach(
             tools, k, t) if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), force))
-            snprintf(r, sizeof r, "root ::= json-ws tool%zu json-ws \"}\"%s\n", k,
-                     llama ? "" : " json-ws \"</tool_call>\"");
-        gschema_put(c, r);
+            snprintf(r, sizeof r, "json-ws tool%zu json-ws \"}\"%s\n", k, llama ? "" : " json-ws \"</tool_call>\"");
+        put_root(c, lead, r);
     }
     size_t len;
     char *text = gschema_finish(c, &len);
@@ -310,7 +327,7 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api ap
 
 void srv_job_lazy_tools(srv_job *j, json_t *tools, srv_api api) {
     srv_err scratch; /* a schema the engine cannot enforce leaves auto calls free, as before: no error */
-    char *g = j->srv->tools_fam == TOOLS_TAGGED ? srv_tools_grammar(j->srv, tools, NULL, api, &scratch) : NULL;
+    char *g = j->srv->tools_fam == TOOLS_TAGGED ? srv_tools_grammar(j->srv, tools, NULL, NULL, api, &scratch) : NULL;
     if (!g) return;
     job_set_grammar(j, g);
     j->req.grammar_trigger = "<tool_call>";

@@ -728,6 +728,9 @@ static int open_front(srv_ctx *s, model_ident *id) {
     s->tools_fam = (int)tools_family_of(tmpl, (size_t)tlen);
     s->reason = (int)reason_kind_of(tmpl, (size_t)tlen);
     s->harmony = s->reason == REASON_HARMONY;
+    /* a template that knows think blocks (Qwen3's, DeepSeek R1's and QwQ's write or strip them) is a model
+     * that may open one itself */
+    s->tmpl_think = tmpl && (memmem(tmpl, (size_t)tlen, "<think>", 7) || memmem(tmpl, (size_t)tlen, "</think>", 8));
     const char *arch = NULL;
     uint64_t alen = 0;
     uint32_t pool = 0;

@@ -43,6 +43,7 @@ typedef struct {
     int tmpl_tools; /* the template renders `tools` itself (else a system message describes them) */
     int tools_fam;  /* tools_family (srv_tools.h): how this model writes a call */
     int reason;     /* reason_kind (srv_reason.h): how this model marks its reasoning */
+    int tmpl_think; /* the template writes <think>: the model may open a reasoning block itself */
     int pooling;    /* the GGUF's <arch>.pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last, 4 rank); 0 none */
     int harmony;    /* the template speaks harmony (gpt-oss): forced calls open its way, and the engine
                        writes the control tokens that mark its messages */
@@ -131,9 +132,14 @@ int32_t *srv_tokenize(srv_ctx *s, const char *text, size_t len, int add_special,
  * force: NULL, "" (tool_choice required) or the function to call, whose
  * opening is written after the generation prompt (*opening, st_malloc'd).
  * kwargs: more variables for the template (chat_template_kwargs), or NULL. */
-/* *think_open (may be NULL): the prompt ends inside an open think block. */
-int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, json_t *kwargs, char **opening,
-                         int *think_open, int *n_tok, srv_err *e);
+/* reason: the reasoning is told apart (reasoning_format). *think_open (may be NULL): the prompt ends
+ * inside an open think block (1; 2 in the middle of its text, reason_prefill_open), or SRV_THINK_MAY:
+ * the answer starts outside one, and the model, whose template knows <think>, may open it itself
+ * (reason on and no prefill). When the model may reason first (the block open, or SRV_THINK_MAY), a
+ * forced call's opening is not written: *lead gets it (st_malloc'd), for the grammar to start with. */
+#define SRV_THINK_MAY (-1)
+int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char *force, json_t *kwargs, int reason,
+                         char **opening, char **lead, int *think_open, int *n_tok, srv_err *e);
 /* reasoning_format (llama-server's): "none", "auto" or "deepseek" from body (absent: the server's
  * --reasoning-format) into *on; 400 otherwise. */
 int srv_parse_reasoning_format(srv_ctx *s, json_t *body, int *on, srv_err *e);
@@ -143,14 +149,16 @@ struct srv_job;
 void srv_job_reasoning(struct srv_job *j, int on, int think_open);
 /* A reasoning budget (Anthropic's thinking.budget_tokens, llama-server's reasoning_budget_tokens): a
  * reasoning block of the answer spends at most budget tokens, then the engine ends it (engine/srv_gen.c);
- * budget < 0: none. think_open: the prompt opened the block. */
-void srv_job_think_budget(struct srv_job *j, int budget, int think_open);
+ * budget < 0: none. think_open: the prompt opened the block. message (llama-server's
+ * reasoning_budget_message; NULL: the server's --reasoning-budget-message): text written before the end. */
+void srv_job_think_budget(struct srv_job *j, int budget, int think_open, const char *message);
 /* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
 int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
 /* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's
- * format, continuing the opening srv_chat_prompt wrote; NULL with 400 when a tool's schema cannot be
- * enforced. st_malloc'd. */
-char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, srv_api api, srv_err *e);
+ * format, continuing the opening srv_chat_prompt wrote, or starting with lead (the opening the model
+ * writes itself, after its reasoning); NULL with 400 when a tool's schema cannot be enforced.
+ * st_malloc'd. */
+char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char *lead, srv_api api, srv_err *e);
 /* tool_choice auto: once the answer writes a call's opening (`<tool_call>`), the rest is held to whole
  * calls of the tools (a grammar with a trigger). Nothing when a schema cannot be enforced or the format
  * has no opening (Llama 3). */
@@ -218,11 +226,13 @@ typedef struct srv_job {
     int n_probs;
     size_t lp_offset;         /* bytes of text the sent entries cover (the legacy text_offset) */
     char *call_opening;       /* a forced call's opening, written into the prompt */
+    char *think_message;      /* req.think_message (owned) */
     char *grammar;            /* the grammar the answer follows (req.grammar), or NULL */
     struct tools_stream *ts;  /* a stream with tools: calls parsed as they come (srv_tools.h) */
     struct reason_stream *rs; /* the reasoning told apart from the content (srv_reason.h), or NULL */
     sbuf reasoning;           /* the whole reasoning (non-streaming) */
     int think_open;           /* the prompt ends inside <think>: the answer starts in its reasoning */
+    int think_may;            /* the answer may open <think> itself (SRV_THINK_MAY): a grammar waits for it */
     int ts_calls;             /* calls it sent, once it ended */
     int blk_n, blk_open;      /* Anthropic stream: content blocks started; 1 text / 2 tool_use / 3 thinking open */
     sbuf text;                /* the whole answer (non-streaming, or streaming with tools) */

@@ -83,6 +83,7 @@ void job_release(srv_job *j) {
     json_decref(j->lp);
     json_decref(j->probs);
     st_free(j->call_opening);
+    st_free(j->think_message);
     st_free(j->grammar);
     tools_stream_free(j->ts);
     reason_stream_free(j->rs);
@@ -129,14 +130,16 @@ static void job_content(void *ctx, const char *t, size_t n) {
     else sbuf_put(&j->text, t, n);
 }
 
-void srv_job_think_budget(srv_job *j, int budget, int think_open) {
+void srv_job_think_budget(srv_job *j, int budget, int think_open, const char *message) {
     const reason_kind kind = (reason_kind)j->srv->reason;
     if (budget < 0 || !reason_end_text(kind)) return;
+    if (!message) message = j->srv->p.reasoning_budget_message;
+    if (message && *message) j->req.think_message = j->think_message = st_strdup(message);
     j->req.think_start = reason_open_text(kind);
     j->req.think_close = reason_close_text(kind);
     j->req.think_end = reason_end_text(kind);
     j->req.think_budget = budget;
-    j->req.think_open = think_open != 0;
+    j->req.think_open = think_open > 0; /* SRV_THINK_MAY: outside a block, which the model may open */
 }
 
 static void job_reasoning(void *ctx, const char *t, size_t n) {
@@ -150,8 +153,9 @@ void srv_job_reasoning(srv_job *j, int on, int think_open) {
     j->req.render_special = s->harmony; /* its messages are marked by control tokens */
     if (!on || s->reason == REASON_OFF) return;
     static const reason_cb cb = {job_reasoning, job_content};
-    j->rs = reason_stream_new((reason_kind)s->reason, think_open, j->tools != NULL, &cb, j);
-    j->think_open = think_open;
+    j->rs = reason_stream_new((reason_kind)s->reason, think_open > 0 ? think_open : 0, j->tools != NULL, &cb, j);
+    j->think_open = think_open > 0 ? think_open : 0;
+    j->think_may = think_open == SRV_THINK_MAY;
 }
 
 /* Scheduler events (srv_proto.h), on the engine thread (or the child's frame reader). */
@@ -286,9 +290,12 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
     srv_ctx *s = j->srv;
     srv_api api = j->api->errors;
     if (j->stream) j->api->stream_begin(j);
-    /* a constrained answer after reasoning the prompt opened: the grammar holds what follows </think>
-     * (the reasoning itself is free, as llama.cpp lets it be) */
-    if (j->rs && j->think_open && j->grammar && !j->req.grammar_trigger) j->req.grammar_trigger = "</think>";
+    /* a constrained answer after reasoning the prompt opened, or that the model opens itself: the grammar
+     * holds what follows </think> (the reasoning itself is free, as llama.cpp lets it be) */
+    if (j->rs && (j->think_open || j->think_may) && j->grammar && !j->req.grammar_trigger) {
+        j->req.grammar_trigger = reason_close_text(REASON_THINK);
+        if (j->think_may) j->req.grammar_think = reason_open_text(REASON_THINK); /* if the answer opens it */
+    }
     if (j->rs && j->call_opening) { /* the forced call's opening goes through the reasoning parser, once */
         reason_stream_feed(j->rs, j->call_opening, strlen(j->call_opening));
         st_free(j->call_opening);

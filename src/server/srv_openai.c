@@ -28,7 +28,7 @@ static const char *const CHAT_KEYS[] = {
     "safety_identifier", "verbosity", "moderation", "prompt_cache_options", "prompt_cache_retention",
     /* extensions (llama.cpp spells them the same) */
     "top_k", "min_p", "repeat_penalty", "n_predict", "ignore_eos", "cache_prompt", "grammar", "reasoning_format",
-    "reasoning_budget_tokens", "thinking_budget_tokens", LLAMA_SAMPLING_KEYS, NULL};
+    "reasoning_budget_tokens", "thinking_budget_tokens", "reasoning_budget_message", LLAMA_SAMPLING_KEYS, NULL};
 
 static const char *const COMPLETION_KEYS[] = {"model",
                                               "prompt",
@@ -528,14 +528,16 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
             json_object_set_new(kw, "enable_thinking", json_false());
         } else json_object_set_new(kw, "reasoning_effort", json_string(effort));
     }
-    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kw, &j->call_opening, &think_open, &n, &e);
+    char *lead = NULL; /* a forced call's opening the model writes after its reasoning */
+    int32_t *ids = srv_chat_prompt(s, msgs, tools, force, kw, reason, &j->call_opening, &lead, &think_open, &n, &e);
     json_decref(kw);
     json_decref(msgs);
     char *g = NULL;
-    if (ids && j->call_opening && !(g = srv_tools_grammar(s, tools, force, API_OPENAI, &e))) {
+    if (ids && (j->call_opening || lead) && !(g = srv_tools_grammar(s, tools, force, lead, API_OPENAI, &e))) {
         st_free(ids);
         ids = NULL;
     }
+    st_free(lead);
     job_set_grammar(j, g); /* a forced call: its arguments follow the function's schema */
     if (ids && tools && !force) srv_job_lazy_tools(j, tools, API_OPENAI); /* auto: a call it starts is whole */
     if (!ids) {
@@ -551,7 +553,17 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
         job_release(j);
         return srv_send_error(s, c, API_OPENAI, &e);
     }
-    srv_job_think_budget(j, budget == -1 ? s->p.reasoning_budget : (int)budget, think_open); /* -1: the server's */
+    /* and llama-server's reasoning_budget_message: text written before the end (absent: the server's) */
+    const char *msg = NULL;
+    if (jf_string(body, "reasoning_budget_message", &msg, &e) < 0 ||
+        (msg && strlen(msg) > SRV_BUDGET_MESSAGE_MAX &&
+         srv_fail(&e, 400, "reasoning_budget_message", "invalid_value",
+                  "'reasoning_budget_message' is longer than %d bytes", SRV_BUDGET_MESSAGE_MAX) < 0)) {
+        st_free(ids);
+        job_release(j);
+        return srv_send_error(s, c, API_OPENAI, &e);
+    }
+    srv_job_think_budget(j, budget == -1 ? s->p.reasoning_budget : (int)budget, think_open, msg); /* -1: the server's */
     return finish_request(s, c, body, j, ids, n, "max_completion_tokens", 1);
 }
 

@@ -193,6 +193,7 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_i32(b, r->top_logprobs);
     proto_put_str(b, r->grammar ? r->grammar : "", r->grammar ? r->grammar_len : 0);
     proto_put_str(b, r->grammar_trigger ? r->grammar_trigger : "", r->grammar_trigger ? strlen(r->grammar_trigger) : 0);
+    proto_put_str(b, r->grammar_think ? r->grammar_think : "", r->grammar_think ? strlen(r->grammar_think) : 0);
     proto_put_i32(b, r->ignore_eos);
     proto_put_i32(b, r->no_cache);
     proto_put_i32(b, r->pin_slot);
@@ -201,6 +202,7 @@ void proto_put_request(sbuf *b, const srv_request *r) {
     proto_put_str(b, r->think_start ? r->think_start : "", r->think_start ? strlen(r->think_start) : 0);
     proto_put_str(b, r->think_close ? r->think_close : "", r->think_close ? strlen(r->think_close) : 0);
     proto_put_str(b, r->think_end ? r->think_end : "", r->think_end ? strlen(r->think_end) : 0);
+    proto_put_str(b, r->think_message ? r->think_message : "", r->think_message ? strlen(r->think_message) : 0);
     proto_put_i32(b, r->think_budget);
     proto_put_i32(b, r->think_open);
 }
@@ -291,6 +293,11 @@ int proto_get_request(proto_cur *c, srv_request *r) {
         if (tlen > 64) c->bad = 1;
         else r->grammar_trigger = dup_str(trig, tlen);
     }
+    const char *think = proto_get_str(c, &tlen);
+    if (!c->bad && tlen) {
+        if (tlen > 64 || !r->grammar_trigger) c->bad = 1;
+        else r->grammar_think = dup_str(think, tlen);
+    }
     r->ignore_eos = proto_get_i32(c);
     r->no_cache = proto_get_i32(c);
     r->pin_slot = proto_get_i32(c);
@@ -304,6 +311,12 @@ int proto_get_request(proto_cur *c, srv_request *r) {
             if (len > 64) c->bad = 1;
             else *texts[i] = dup_str(t, len);
         }
+    }
+    uint32_t mlen;
+    const char *msg = proto_get_str(c, &mlen);
+    if (!c->bad && mlen) {
+        if (mlen > 4096) c->bad = 1; /* SRV_BUDGET_MESSAGE_MAX */
+        else r->think_message = dup_str(msg, mlen);
     }
     r->think_budget = proto_get_i32(c);
     r->think_open = proto_get_i32(c);
@@ -324,9 +337,11 @@ void proto_request_free(srv_request *r) {
     st_free((void *)r->prompt);
     st_free((void *)r->grammar);
     st_free((void *)r->grammar_trigger);
+    st_free((void *)r->grammar_think);
     st_free((void *)r->think_start);
     st_free((void *)r->think_close);
     st_free((void *)r->think_end);
+    st_free((void *)r->think_message);
     for (int i = 0; i < r->n_stop; i++) st_free((void *)r->stop[i]);
     st_free((void *)r->stop);
     memset(r, 0, sizeof *r);

@@ -30,9 +30,10 @@
  *            frequency_penalty, i32 penalty_last_n, u64 seed, i32 max_tokens,
  *            u32 n_prompt, i32 token[n_prompt], u32 n_stop, str stop[n_stop], i32 logprobs,
  *            top_logprobs, str grammar (GBNF text, empty: none; compiled in the child), str trigger
- *            (the grammar starts after it; empty: at once), i32 ignore_eos, no_cache, pin_slot,
+ *            (the grammar starts after it; empty: at once), str think (the answer may open a reasoning
+ *            block with it, then the grammar waits for the trigger; empty: no), i32 ignore_eos, no_cache, pin_slot,
  *            render_special, embed, str think_start, think_close, think_end (empty: no reasoning budget),
- *            i32 think_budget, think_open
+ *            think_message (empty: none), i32 think_budget, think_open
  *            (sent only after READY; the parent holds requests that come earlier)
  *   CANCEL   (no payload) the client went away: stop at the next token
  * child -> parent
@@ -85,6 +86,9 @@ typedef struct {
     size_t grammar_len;
     const char *grammar_trigger; /* the grammar holds only what follows this text, once the answer has it
                                     (a tool call's opening, tool_choice auto); NULL: all of the answer */
+    const char *grammar_think;   /* with grammar_trigger ("</think>"): the answer may open with this text
+                                    ("<think>": a model that opens its reasoning itself); if it does, the
+                                    grammar waits for the trigger, else it holds all of the answer */
     int ignore_eos;              /* end-of-generation tokens do not end it (llama-server's ignore_eos) */
     int no_cache;                /* read the whole prompt, reusing nothing of the slot's cache (cache_prompt: false) */
     const char *const *dry_breakers; /* (n_dry_breakers) DRY's sequence breakers: a token whose piece holds one
@@ -98,8 +102,10 @@ typedef struct {
     const char *think_close; /* what ends it when the model writes it ("</think>"; harmony's "<|end|>") */
     const char *think_end;   /* what the engine writes to end it once it has spent think_budget tokens
                                 ("</think>"; harmony's end and the final message's opening); NULL: no budget */
-    int think_budget;        /* tokens a reasoning block may spend (>= 0, 0: it is ended at once) */
-    int think_open;          /* the prompt opened a block: the answer starts inside it */
+    const char *think_message; /* written before think_end when the budget ends a block (llama-server's
+                                  reasoning_budget_message); NULL: none */
+    int think_budget;          /* tokens a reasoning block may spend (>= 0, 0: it is ended at once) */
+    int think_open;            /* the prompt opened a block: the answer starts inside it */
 } srv_request;
 
 #define SRV_MAX_BREAKERS 16

@@ -247,6 +247,63 @@ def test_reasoning_budget(open_think):
           "--reasoning-budget 16 is the default of both APIs")
 
 
+
+def test_reasoning_budget_message(open_think):
+    """llama-server's reasoning_budget_message (and --reasoning-budget-message): the text the engine writes before
+    </think> when the budget ends the block, inside the reasoning. Greedy, the raw text is the first 16 tokens,
+    the message, then </think>."""
+    import anthropic
+    import openai
+    oai = openai.OpenAI(base_url=open_think.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    msg = " Time is up, answer now."
+    head = chat(open_think, max_tokens=16, reasoning_format="none")["choices"][0]["message"]["content"]
+    raw = chat(open_think, max_tokens=60, reasoning_format="none", reasoning_budget_tokens=16,
+               reasoning_budget_message=msg)
+    assert raw["choices"][0]["message"]["content"].startswith(head + msg + "</think>"), raw
+    assert raw["usage"]["completion_tokens"] >= 16 + n_tokens(open_think, msg) + n_tokens(open_think, "</think>")
+    m = oai.chat.completions.create(model="m", messages=HI, max_tokens=60, temperature=0, extra_body={
+        "reasoning_budget_tokens": 16, "reasoning_budget_message": msg}).choices[0].message
+    assert m.reasoning_content == (head + msg).strip(), m
+    plain = chat(open_think, max_tokens=60, reasoning_budget_tokens=16, reasoning_budget_message="")
+    assert plain["choices"][0]["message"]["reasoning_content"] == head.strip(), plain  # "": none
+    for bad, code in ((5, "invalid_type"), ("x" * 4097, "invalid_value")):
+        r = httpx.post(open_think.url + "/v1/chat/completions", timeout=60, json={
+            "messages": HI, "max_tokens": 4, "reasoning_budget_tokens": 4, "reasoning_budget_message": bad})
+        assert r.status_code == 400 and r.json()["error"]["code"] == code, r.text
+        assert r.json()["error"]["param"] == "reasoning_budget_message", r.text
+    # the server's default, for both APIs; a request's own ("" included) wins
+    s = Server("--slots", "1", "--reasoning-budget", "16", "--reasoning-budget-message", msg,
+               "-m", open_think.args[open_think.args.index("-m") + 1])
+    try:
+        d = chat(s, max_tokens=60)["choices"][0]["message"]
+        assert d["reasoning_content"] == m.reasoning_content, d
+        own = chat(s, max_tokens=60, reasoning_budget_message="")["choices"][0]["message"]
+        assert own["reasoning_content"] == head.strip(), own
+        anth = anthropic.Anthropic(base_url=s.url, api_key="x", max_retries=0, timeout=120)
+        a = anth.messages.create(model="m", max_tokens=60, extra_body={"temperature": 0}, messages=HI)
+        assert a.content[0].type == "thinking" and a.content[0].thinking == m.reasoning_content, a.content
+    finally:
+        assert s.stop() == 0
+    print(f"checked: reasoning_budget_message {msg!r}: reasoning {m.reasoning_content!r}, then {m.content!r}; "
+          "--reasoning-budget-message is the default of both APIs")
+
+
+def test_budget_ends_a_started_end(open_think):
+    """A budget that runs out while the model is writing a several-token end text ("</" then "think>") writes
+    only the rest of it: the end once, no "</" left in the reasoning. The logit bias makes the model's one
+    token of reasoning "</" (a budget of 1)."""
+    ids = httpx.post(open_think.url + "/tokenize", json={"content": "</think>"}, timeout=60).json()["tokens"]
+    first = httpx.post(open_think.url + "/detokenize", json={"tokens": ids[:1]}, timeout=60).json()["content"]
+    assert len(ids) > 1 and "</think>".startswith(first) and first != "</think>", (ids, first)
+    body = {"max_tokens": 12, "reasoning_budget_tokens": 1, "logit_bias": {str(ids[0]): 100}}
+    raw = chat(open_think, reasoning_format="none", **body)["choices"][0]["message"]["content"]
+    assert raw.startswith(first) and raw.startswith("</think>") and not raw.startswith(first + "</think>"), raw
+    m = chat(open_think, **body)["choices"][0]["message"]
+    assert not m.get("reasoning_content") and m["content"] == raw[len("</think>"):].strip(), (m, raw)
+    print(f"checked: the budget ran out after {first!r}: the engine wrote the rest ({raw[:20]!r}...), "
+          "the reasoning is empty")
+
+
 def test_thinking_budget_anthropic(open_think):
     """Anthropic's thinking.budget_tokens through the official SDK: the thinking block stops at 1024 tokens and the
     generation goes on past it (without the budget the reasoning of this prompt runs to max_tokens)."""

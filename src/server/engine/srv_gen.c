@@ -15,6 +15,15 @@
  * sentence is whole. max_tokens can still cut the answer short (finish
  * "length"): the text is then a prefix of a sentence.
  *
+ * A grammar may wait: for a trigger (r->grammar_trigger: a tool call's
+ * opening, or `</think>` when the prompt opened a reasoning block), the text
+ * before it free; and, with r->grammar_think (a model that opens `<think>`
+ * itself), the answer's first bytes decide: while they are a prefix of that
+ * opening and of a sentence of the grammar, both ways stay open (a token is
+ * allowed when either takes it); once the opening is whole the block is free
+ * reasoning and the grammar holds what follows the trigger, else the grammar
+ * holds the whole answer, as without the option.
+ *
  * Log probabilities are the model's own distribution (log-softmax of the raw
  * logits, before temperature, penalties and truncation), as OpenAI reports.
  *
@@ -23,7 +32,7 @@
  * reasoning block are counted from its opening text (r->think_start, or the
  * start when the prompt opened the block) to its closing text (think_close,
  * when the model ends it); when the count reaches the budget, the tokens of
- * r->think_end are forced, one per step
+ * r->think_message (if any) and r->think_end are forced, one per step
  * (every other logit to -inf), and the answer follows as the model goes on.
  * A character split over tokens at that point is finished first (up to three
  * more tokens), so that the reasoning's text stays whole UTF-8, as
@@ -160,22 +169,29 @@ struct srv_gen_extra {
     const srv_vocab *voc;
     uint8_t *allowed;  /* (n_vocab) scratch of the full mask */
     int n_tok, n_mask; /* tokens generated, full vocabulary passes */
-    int waiting;       /* a trigger has not been seen yet (or the grammar was dropped): nothing is constrained */
-    int dropped;       /* the piece with the trigger ran on against the grammar: free to the end */
-    char win[128];     /* the answer's last bytes, where the trigger is looked for */
+    gmatch *m0;        /* r->grammar_think: a matcher fed nothing, the grammar's after a reasoning block */
+    int deciding;      /* r->grammar_think: the answer so far is a prefix of the opening (dn bytes of it) */
+    size_t dn;         /* and of a sentence when g_alive: the next token decides */
+    int g_alive;
+    int waiting;   /* a trigger has not been seen yet (or the grammar was dropped): nothing is constrained */
+    int dropped;   /* the piece with the trigger ran on against the grammar: free to the end */
+    char win[128]; /* the answer's last bytes, where the trigger is looked for */
     size_t wn;
     int64_t mask_ns;
     int32_t top_ids[20];
     float top_lp[20];
     /* the reasoning budget (r->think_end set) */
     const tokenizer *tok;
-    int th;               /* TH_*: where the answer is with respect to a reasoning block */
-    int budget;           /* tokens a block may spend (the request's think_budget) */
-    int th_left;          /* tokens the current block may still spend */
-    int32_t *forced;      /* (n_forced) the tokens of r->think_end */
-    int n_forced, th_pos; /* TH_FORCE: the next of them to force */
-    int utf8_need;        /* continuation bytes the answer's last character still lacks */
-    char th_win[96];      /* the answer's last bytes, where the opening and end texts are looked for */
+    int th;          /* TH_*: where the answer is with respect to a reasoning block */
+    int budget;      /* tokens a block may spend (the request's think_budget) */
+    int th_left;     /* tokens the current block may still spend */
+    int32_t *forced; /* (n_forced) the tokens of r->think_message and r->think_end */
+    int n_forced;
+    const int32_t *fq; /* TH_FORCE: what is being forced (forced, or rest), NULL until planned */
+    int nfq, th_pos;   /* its length, and the next of them to force */
+    int32_t rest[64];  /* the end text's rest, when the answer already ends with its first bytes */
+    int utf8_need;     /* continuation bytes the answer's last character still lacks */
+    char th_win[96];   /* the answer's last bytes, where the opening and end texts are looked for */
     size_t th_wn;
     int n_think, n_cut; /* tokens spent in reasoning blocks; blocks the budget ended */
 };
@@ -200,10 +216,45 @@ static long trigger_end(const srv_gen_extra *x, const char *p, size_t n) {
     return hit ? (long)(hit - buf) + (long)L - (long)keep : -1;
 }
 
+/* Deciding: how piece p[0..n) goes on with the opening r->grammar_think: -1 it does not, 0 it is still a
+ * prefix of the opening's rest, k > 0 its first k bytes complete the opening. */
+static long open_take(const srv_gen_extra *x, const char *p, size_t n) {
+    const char *o = x->r->grammar_think + x->dn;
+    size_t L = strlen(o);
+    if (n == 0) return -1;
+    if (n < L) return memcmp(p, o, n) ? -1 : 0;
+    return memcmp(p, o, L) ? -1 : (long)L;
+}
+
+/* Deciding: may piece p[0..n) come next on the way of a reasoning block? (the bytes after the opening are
+ * reasoning, free, unless they complete the trigger too: then what follows it must start a sentence) */
+static int open_allow(srv_gen_extra *x, const char *p, size_t n) {
+    long k = open_take(x, p, n);
+    if (k <= 0 || (size_t)k == n) return k >= 0;
+    long e = trigger_end(x, p, n); /* the window holds the opening's earlier bytes */
+    return e < 0 || gmatch_try(x->m0, p + e, n - (size_t)e);
+}
+
+/* The window keeps the answer's last bytes. */
+static void win_push(srv_gen_extra *x, const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (x->wn == sizeof x->win) {
+            memmove(x->win, x->win + sizeof x->win / 2, sizeof x->win / 2);
+            x->wn = sizeof x->win / 2;
+        }
+        x->win[x->wn++] = p[i];
+    }
+}
+
 /* May t come next? (a single token: its bytes through the matcher, undone) */
 static int grammar_allow(void *arg, int32_t t) {
     srv_gen_extra *x = arg;
     const srv_vocab *v = x->voc;
+    if (x->deciding) { /* the way of the grammar or that of a reasoning block */
+        uint32_t a = v->off[t], b = v->off[t + 1];
+        if (v->eog[t]) return x->g_alive && gmatch_accepting(x->m);
+        return open_allow(x, v->text + a, b - a) || (x->g_alive && a < b && gmatch_try(x->m, v->text + a, b - a));
+    }
     if (x->waiting) { /* free text, but a piece that completes the trigger must go on as the grammar says */
         if (x->dropped || v->eog[t]) return 1;
         uint32_t a = v->off[t], b = v->off[t + 1];
@@ -228,13 +279,22 @@ static int grammar_mask(void *arg, float *logits, int nv) {
         return n;
     }
     int64_t t0 = st_now_ns();
-    int n = gmatch_allowed(x->m, &x->voc->v, x->allowed, nv);
+    int n = x->deciding && !x->g_alive ? (memset(x->allowed, 0, (size_t)nv), 0)
+                                       : gmatch_allowed(x->m, &x->voc->v, x->allowed, nv);
+    if (n >= 0 && x->deciding) /* and the pieces on the way of a reasoning block */
+        for (int v = 0; v < nv; v++) {
+            const srv_vocab *voc = x->voc;
+            if (!x->allowed[v] && open_allow(x, voc->text + voc->off[v], voc->off[v + 1] - voc->off[v])) {
+                x->allowed[v] = 1;
+                n++;
+            }
+        }
     if (n < 0) { /* bounded: a grammar this costly ends the answer here, rather than slow every slot */
         ST_WARN("slot %d: the grammar needs more than %d steps to check the vocabulary once: the answer ends here",
                 x->slot, GRAMMAR_MAX_PASS_WORK);
         return 0;
     }
-    if (gmatch_accepting(x->m)) /* the sentence is whole: it may end here */
+    if ((!x->deciding || x->g_alive) && gmatch_accepting(x->m)) /* the sentence is whole: it may end here */
         for (int v = 0; v < nv; v++)
             if (x->voc->eog[v] && !x->allowed[v]) {
                 x->allowed[v] = 1;
@@ -266,6 +326,26 @@ static void th_enter(srv_gen_extra *x) {
     if (x->th == TH_FORCE) x->n_cut++;
 }
 
+/* What forcing writes: the message and the end text; or, when the answer already ends with the end text's
+ * first bytes (the model was writing an end text of several tokens, "</" "think" ">", when the budget ran
+ * out), only the rest of it, so that the end is written once. Two bytes at least: a lone "<" ending the
+ * reasoning ("a <") is more likely its text than the end's start. */
+static void th_plan(srv_gen_extra *x) {
+    const char *end = x->r->think_end;
+    size_t L = strlen(end), k = L - 1 < x->th_wn ? L - 1 : x->th_wn;
+    while (k && memcmp(x->th_win + x->th_wn - k, end, k)) k--;
+    x->fq = x->forced;
+    x->nfq = x->n_forced;
+    x->th_pos = 0;
+    if (k >= 2) {
+        int64_t n = tokenizer_encode(x->tok, end + k, L - k, 0, 1, x->rest, 64);
+        if (n > 0 && n <= 64) {
+            x->fq = x->rest;
+            x->nfq = (int)n;
+        }
+    }
+}
+
 /* A sampled token (forced ones included) moves the budget's state. */
 static void th_token(srv_gen_extra *x, int32_t t) {
     const srv_request *r = x->r;
@@ -286,7 +366,10 @@ static void th_token(srv_gen_extra *x, int32_t t) {
         if (x->th == TH_COUNT) x->th_left--;
         break;
     case TH_FORCE:
-        if (++x->th_pos == x->n_forced) x->th = TH_OUT; /* a new opening re-arms it */
+        if (++x->th_pos >= x->nfq) { /* a new opening re-arms it */
+            x->th = TH_OUT;
+            x->fq = NULL;
+        }
         break;
     }
     for (size_t i = 0; i < n; i++) { /* the answer's last character: whole or not */
@@ -306,13 +389,14 @@ static void th_token(srv_gen_extra *x, int32_t t) {
         }
         x->th_win[x->th_wn++] = p[i];
     }
+    if (x->th == TH_FORCE && !x->fq) th_plan(x); /* (with this token in the window) */
 }
 
-static int th_forcing(const srv_gen_extra *x) { return x->forced && x->th == TH_FORCE && x->th_pos < x->n_forced; }
+static int th_forcing(const srv_gen_extra *x) { return x->fq && x->th == TH_FORCE && x->th_pos < x->nfq; }
 
 /* Forcing: every logit but the forced token's to -inf. */
 static void th_mask(const srv_gen_extra *x, float *logits, int nv) {
-    const int32_t f = x->forced[x->th_pos];
+    const int32_t f = x->fq[x->th_pos];
     for (int v = 0; v < nv; v++)
         if (v != f) logits[v] = -INFINITY;
 }
@@ -320,7 +404,7 @@ static void th_mask(const srv_gen_extra *x, float *logits, int nv) {
 /* The hooks of a request with a grammar (allow + mask, sampler_sample_checked) and of one without (filter). */
 static int hook_allow(void *arg, int32_t t) {
     srv_gen_extra *x = arg;
-    if (th_forcing(x)) return t == x->forced[x->th_pos];
+    if (th_forcing(x)) return t == x->fq[x->th_pos];
     return grammar_allow(x, t);
 }
 
@@ -355,6 +439,31 @@ static int on_token(void *arg, int32_t t, const float *raw) {
         if (x->fn(x->ctx, &ev) != 0) rc = GEN_CANCEL;
     }
     if (x->forced) th_token(x, t);
+    if (x->g && x->deciding && !x->voc->eog[t]) { /* this token takes one way, or keeps both open */
+        const srv_vocab *v = x->voc;
+        const char *p = v->text + v->off[t];
+        size_t n = v->off[t + 1] - v->off[t];
+        long k = open_take(x, p, n);
+        if (k == 0) { /* still a prefix of the opening */
+            x->dn += n;
+            if (x->g_alive) x->g_alive = gmatch_feed(x->m, p, n) == 0;
+            win_push(x, p, n);
+            return rc;
+        }
+        x->deciding = 0;
+        if (k > 0) { /* a reasoning block: free until the trigger, the grammar (fed nothing) after it */
+            gmatch_free(x->m);
+            x->m = x->m0;
+            x->m0 = NULL;
+            x->waiting = 1;
+        } else if (!x->g_alive) { /* neither way took it (never: grammar_allow refused it) */
+            x->waiting = x->dropped = 1;
+            ST_WARN("slot %d: the answer left both its grammar and the reasoning's opening: left unconstrained",
+                    x->slot);
+            return rc;
+        } /* else the grammar holds the whole answer: below */
+    }
+    x->deciding = 0;          /* an end of generation decides too (as the grammar's) */
     if (x->g && x->waiting) { /* free text until the trigger; what follows it in the piece is the grammar's */
         const srv_vocab *v = x->voc;
         const char *p = v->text + v->off[t];
@@ -371,13 +480,7 @@ static int on_token(void *arg, int32_t t, const float *raw) {
             }
             return rc;
         }
-        for (size_t i = 0; i < n; i++) { /* the window keeps the answer's last bytes */
-            if (x->wn == sizeof x->win) {
-                memmove(x->win, x->win + sizeof x->win / 2, sizeof x->win / 2);
-                x->wn = sizeof x->win / 2;
-            }
-            x->win[x->wn++] = p[i];
-        }
+        win_push(x, p, n);
         return rc;
     }
     if (x->g) {
@@ -412,24 +515,38 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
         x->m = gmatch_new(x->g);
         x->allowed = st_malloc((size_t)x->n_vocab);
         x->waiting = r->grammar_trigger != NULL;
+        if (r->grammar_think && r->grammar_trigger) { /* a model that may open a reasoning block itself */
+            x->waiting = 0;
+            x->deciding = x->g_alive = 1;
+            x->m0 = gmatch_new(x->g);
+        }
         hk->allow = grammar_allow;
         hk->filter = grammar_mask;
         hk->eog_ok = 1; /* the grammar decides when the answer may end */
     }
     if (r->think_end && r->think_start && r->think_close && r->think_budget >= 0) {
-        const size_t len = strlen(r->think_end);
-        int64_t n = tokenizer_encode(e->tok, r->think_end, len, 0, 1, NULL, 0); /* its control tokens as such */
-        if (n > 0 && n <= 64) {
-            x->forced = st_malloc((size_t)n * sizeof(int32_t));
-            x->n_forced = (int)tokenizer_encode(e->tok, r->think_end, len, 0, 1, x->forced, n);
+        /* the message (llama-server's reasoning_budget_message) and the end, each tokenized on its own as
+         * llama.cpp does, their control tokens as such */
+        const char *msg = r->think_message ? r->think_message : "";
+        const size_t len = strlen(r->think_end), mlen = strlen(msg);
+        int64_t n = tokenizer_encode(e->tok, r->think_end, len, 0, 1, NULL, 0);
+        int64_t nm = mlen ? tokenizer_encode(e->tok, msg, mlen, 0, 1, NULL, 0) : 0;
+        if (n > 0 && n <= 64 && nm >= 0 && nm <= 4096) {
+            x->forced = st_malloc((size_t)(nm + n) * sizeof(int32_t));
+            x->n_forced = nm ? (int)tokenizer_encode(e->tok, msg, mlen, 0, 1, x->forced, nm) : 0;
+            x->n_forced += (int)tokenizer_encode(e->tok, r->think_end, len, 0, 1, x->forced + x->n_forced, n);
             x->tok = e->tok;
             x->budget = r->think_budget;
             if (r->think_open) th_enter(x); /* the prompt opened the block: the answer starts inside it */
+            if (x->th == TH_FORCE) th_plan(x);
             if (r->grammar) {
                 hk->allow = hook_allow;
                 hk->filter = hook_mask;
             } else hk->filter = hook_filter;
-        } else ST_WARN("slot %d: the reasoning's end text does not tokenize into 1..64 tokens: no budget", slot);
+        } else
+            ST_WARN("slot %d: the reasoning's end text (or its message) does not tokenize into 1..64 tokens (4096): "
+                    "no budget",
+                    slot);
     }
     hk->token = on_token;
     hk->ctx = x;
@@ -445,6 +562,7 @@ void srv_gen_extra_free(srv_gen_extra *x) {
         ST_INFO("slot %d: reasoning budget %d: %d tokens of reasoning, %d block(s) ended by the budget", x->slot,
                 x->budget, x->n_think, x->n_cut);
     gmatch_free(x->m);
+    gmatch_free(x->m0);
     grammar_free(x->g);
     st_free(x->forced);
     st_free(x->allowed);
