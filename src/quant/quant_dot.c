@@ -77,13 +77,22 @@ static int detect_amd(void) {
     return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "Auth" "enti" "cAMD" */
 }
 
+/* VBMI (vpermb, vpmultishiftqb), for the grid-in-registers i-quant kernels;
+ * asked only where the AVX-512 path runs (the zmm state is saved). */
+static int detect_vbmi(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (c >> 1) & 1;
+}
+
 static qt_isa g_hw_isa, g_isa;
-static int g_amd;
+static int g_amd, g_vbmi;
 static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 
 static void isa_init(void) {
     g_hw_isa = detect_hw_isa();
     g_amd = detect_amd();
+    g_vbmi = g_hw_isa == QT_ISA_AVX512 && detect_vbmi();
     g_isa = g_hw_isa;
     const char *env = st_switch_get("STRATA_ISA");
     if (!env || !*env) return;
@@ -111,6 +120,11 @@ const char *qt_isa_name(qt_isa isa) {
     }
 }
 
+int qt_cpu_has_vbmi(void) {
+    pthread_once(&g_isa_once, isa_init);
+    return g_vbmi;
+}
+
 int qt_isa_supported(qt_isa isa) {
     pthread_once(&g_isa_once, isa_init);
     return isa >= QT_ISA_SCALAR && isa <= g_hw_isa;
@@ -131,6 +145,7 @@ qt_vec_dot_fn qt_vec_dot(qt_type t, qt_isa isa) {
             if (qt_dots_iq_avx512_loads[t]) return qt_dots_iq_avx512_loads[t];
             if (t == QT_IQ2_XS || t == QT_IQ2_S || t == QT_IQ3_XXS) continue; /* to AVX2 */
         }
+        if (i == QT_ISA_AVX512 && !g_amd && g_vbmi && qt_dots_iq_avx512_regs[t]) return qt_dots_iq_avx512_regs[t];
         if (g_main[i][t]) return g_main[i][t];
         if (g_iq[i][t]) return g_iq[i][t];
     }

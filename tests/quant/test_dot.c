@@ -237,26 +237,31 @@ static void test_type(qt_type t, qtt_rng *r, type_result *res) {
     }
 }
 
-/* ---- AVX-512 i-quant kernels: grid rows gathered vs loaded one by one ----
- * qt_vec_dot hands out, by CPU vendor, the gather kernel, the one loading
- * grid rows one by one, or the AVX2 one (quant_dot.c), so some would go
- * untested on a given machine: every AVX-512 i-quant kernel runs here. Each
- * must be within the format's bound of the scalar dot; a loads variant does
- * the gather kernel's integer and float operations in the same order, so the
- * two must agree bit for bit. Returns the number of formats checked. */
+/* ---- AVX-512 i-quant kernels: grid rows gathered, loaded one by one, or
+ * looked up in registers ----
+ * qt_vec_dot hands out, by CPU vendor and VBMI, the gather kernel, the one
+ * loading grid rows one by one, the one holding the grid in registers or the
+ * AVX2 one (quant_dot.c), so some would go untested on a given machine: every
+ * AVX-512 i-quant kernel runs here (the register ones where the CPU has
+ * VBMI). Each must be within the format's bound of the scalar dot; a loads or
+ * registers variant does the gather kernel's integer and float operations in
+ * the same order, so each must agree with it bit for bit. Returns the number
+ * of formats checked. */
 static int test_iq_avx512_tables(qtt_rng *r) {
     if (!qt_isa_supported(QT_ISA_AVX512)) return 0;
     int n_types = 0;
     for (int ti = 0; ti < QT_COUNT; ti++) {
         const qt_type t = (qt_type)ti;
         const qt_vec_dot_fn loads = qt_dots_iq_avx512_loads[t], gather = qt_dots_iq_avx512[t];
+        const qt_vec_dot_fn regs = qt_cpu_has_vbmi() ? qt_dots_iq_avx512_regs[t] : NULL;
         CHECK(!loads || gather, "%s: a loads variant but no gather kernel", qt_get(t)->name);
+        CHECK(!qt_dots_iq_avx512_regs[t] || gather, "%s: a registers variant but no gather kernel", qt_get(t)->name);
         if (!gather) continue;
         n_types++;
         const qt_traits *tr = qt_get(t);
         const int ns[3] = {tr->blck, 13 * tr->blck, 4096};
         double worst = 0;
-        int same = 1;
+        int same = 1, same_regs = 1;
         for (int k = 0; k < 3; k++)
             for (int trial = 0; trial < 8; trial++) {
                 const int n = ns[k];
@@ -270,13 +275,17 @@ static int test_iq_avx512_tables(qtt_rng *r) {
                 qt_dequantize(tr->vec_dot_type, act, af, n);
                 double mag = 0;
                 for (int i = 0; i < n; i++) mag += fabs((double)wf[i] * af[i]);
-                float ref, a = NAN, b = NAN;
+                float ref, a = NAN, b = NAN, c = NAN;
                 qt_vec_dot(t, QT_ISA_SCALAR)(n, &ref, w, act);
                 gather(n, &a, w, act);
                 if (loads) loads(n, &b, w, act);
                 else b = a;
+                if (regs) regs(n, &c, w, act);
+                else c = a;
                 same &= memcmp(&a, &b, sizeof a) == 0;
-                const double e = fmax(fabs((double)a - ref), fabs((double)b - ref)) / (mag > 0 ? mag : 1e-30);
+                same_regs &= memcmp(&a, &c, sizeof a) == 0;
+                const double e = fmax(fmax(fabs((double)a - ref), fabs((double)b - ref)), fabs((double)c - ref)) /
+                                 (mag > 0 ? mag : 1e-30);
                 if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
                 free(w);
                 free(act);
@@ -285,10 +294,13 @@ static int test_iq_avx512_tables(qtt_rng *r) {
                 free(af);
             }
         CHECK(same, "%s: gather and loads variants differ", tr->name);
-        CHECK(worst <= bound_of(t), "%s: gather/loads variant %.3e from scalar > %.1e", tr->name, worst, bound_of(t));
-        printf("%-8s avx512 gather kernel%s: %.3e vs scalar (bound %.1e)\n", tr->name,
-               loads ? (same ? " and loads variant (bit-equal)" : " and loads variant (NOT bit-equal)") : "", worst,
-               bound_of(t));
+        CHECK(same_regs, "%s: gather and registers variants differ", tr->name);
+        CHECK(worst <= bound_of(t), "%s: avx512 variant %.3e from scalar > %.1e", tr->name, worst, bound_of(t));
+        printf("%-8s avx512 gather kernel%s%s: %.3e vs scalar (bound %.1e)\n", tr->name,
+               loads ? (same ? " and loads variant (bit-equal)" : " and loads variant (NOT bit-equal)") : "",
+               regs ? (same_regs ? " and registers variant (bit-equal)" : " and registers variant (NOT bit-equal)")
+                    : "",
+               worst, bound_of(t));
     }
     return n_types;
 }
@@ -431,6 +443,12 @@ speed:
                     printf("%-8s avx512 grid rows gathered %.2f, loaded one by one %.2f GB/s\n",
                            qt_get((qt_type)ti)->name, speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512[ti], &r),
                            speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512_loads[ti], &r));
+        if (qt_cpu_has_vbmi())
+            for (int ti = 0; ti < QT_COUNT; ti++)
+                if (qt_dots_iq_avx512_regs[ti])
+                    printf("%-8s avx512 grid rows gathered %.2f, grid in registers %.2f GB/s\n",
+                           qt_get((qt_type)ti)->name, speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512[ti], &r),
+                           speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512_regs[ti], &r));
     }
     printf("\n");
     return check_report("test_dot");
