@@ -34,16 +34,16 @@
 typedef struct {
     /* IQ2: per row, bit j of the low byte = [level of byte j >= 1], of the high byte [>= 2] */
     uint16_t c2xxs[256], c2xs[512];
-    uint8_t l2xxs[3], l2xs[3];  /* the 3 levels, ascending */
+    uint8_t l2xxs[3], l2xs[3]; /* the 3 levels, ascending */
     /* IQ3: per row, level numbers of bytes 0..3 at bits 3j.. of a 12-bit
      * code, kept as its low bytes (lo) and high bytes (hi) for vpermt2b */
     uint8_t lo3xxs[256], hi3xxs[256], lo3s[512], hi3s[512];
-    uint8_t v3xxs[64], v3s[64];    /* vpermb: level number (low 3 bits) -> value */
-    uint8_t place3[4][64]; /* vpermt2b over (lo, hi), IQ3 step k: qword j <- codes of rows 16k+2j, +1 */
-    uint8_t shift3[64];     /* byte j <- bits 3j.. (j < 4), 16 + 3(j-4).. (j >= 4) */
-    uint8_t ixxs[64];       /* vpermb: IQ2_XXS grid byte of group r (byte 8(r/4) + r%4) -> word lane r */
-    uint8_t planes[64];     /* vpermb: IQ2 codes -> the 32 low bytes, then the 32 high bytes */
-    uint8_t sgn7[32];       /* vpmultishiftqb: 7-bit sign index l of aux dword m (bits 7l..) -> byte 4m+l */
+    uint8_t v3xxs[64], v3s[64]; /* vpermb: level number (low 3 bits) -> value */
+    uint8_t place3[4][64];      /* vpermt2b over (lo, hi), IQ3 step k: qword j <- codes of rows 16k+2j, +1 */
+    uint8_t shift3[64];         /* byte j <- bits 3j.. (j < 4), 16 + 3(j-4).. (j >= 4) */
+    uint8_t ixxs[64];           /* vpermb: IQ2_XXS grid byte of group r (byte 8(r/4) + r%4) -> word lane r */
+    uint8_t planes[64];         /* vpermb: IQ2 codes -> the 32 low bytes, then the 32 high bytes */
+    uint8_t sgn7[32];           /* vpmultishiftqb: 7-bit sign index l of aux dword m (bits 7l..) -> byte 4m+l */
 } reg_tables;
 
 static reg_tables g_t __attribute__((aligned(64)));

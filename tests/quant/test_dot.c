@@ -18,6 +18,7 @@
  * Finally it prints the speed of each path on 4096-wide rows held in cache
  * (GB/s of weight bytes on one core); speed is reported, not asserted.
  */
+#include <cpuid.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -380,8 +381,34 @@ static int run_isa_env(void) {
     return check_report("isa-env");
 }
 
+/* --iq-grid-env: STRATA_IQ_GRID is set by CTest (unset: auto). On an Intel
+ * CPU with VBMI, gather must hand out no grid-in-registers kernel, regs every
+ * one there is, auto exactly those of quant_dot.c's regs_wins (IQ3_XXS); on
+ * AMD or without VBMI never one. */
+static int run_iq_grid_env(void) {
+    const char *env = getenv("STRATA_IQ_GRID");
+    const char *mode = env && *env ? env : "auto";
+    unsigned a, b, c, d;
+    const int amd = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u; /* "Auth" */
+    const int can = qt_cpu_has_vbmi() && !amd;
+    int n_regs = 0;
+    for (int ti = 0; ti < QT_COUNT; ti++) {
+        const qt_vec_dot_fn regs = qt_dots_iq_avx512_regs[ti];
+        if (!regs) continue;
+        const int got = qt_vec_dot((qt_type)ti, QT_ISA_AVX512) == regs;
+        const int want = can && (strcmp(mode, "regs") == 0 || (strcmp(mode, "auto") == 0 && ti == QT_IQ3_XXS));
+        n_regs += got;
+        CHECK(got == want, "STRATA_IQ_GRID=%s: %s %s the registers kernel", mode, qt_get((qt_type)ti)->name,
+              got ? "got" : "did not get");
+    }
+    printf("STRATA_IQ_GRID=%s: VBMI %d, AMD %d: %d formats dispatch to the grid-in-registers kernel\n", mode,
+           qt_cpu_has_vbmi(), amd, n_regs);
+    return check_report("iq-grid-env");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--isa-env") == 0) return run_isa_env();
+    if (argc > 1 && strcmp(argv[1], "--iq-grid-env") == 0) return run_iq_grid_env();
     int do_speed = !(argc > 1 && strcmp(argv[1], "--no-speed") == 0);
     int speed_only = argc > 1 && strcmp(argv[1], "--speed-only") == 0;
     qtt_rng r = {0x243f6a8885a308d3ULL};
