@@ -1,21 +1,26 @@
 /* Dot products of IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S with Q8_K activations,
  * the grid held in registers: the AVX-512 path plus VBMI (vpermb,
  * vpmultishiftqb), built with -mavx512vbmi (cmake/isa.cmake) and handed out
- * by quant_dot.c only where cpuid reports VBMI.
+ * by quant_dot.c only where cpuid reports VBMI, on Intel, for the formats
+ * where they beat the gathers (regs_wins; STRATA_IQ_GRID overrides).
  *
  * A grid row is 8 (IQ2) or 4 (IQ3) bytes drawn from 3 (IQ2) or 8 (IQ3)
- * levels, so it packs into a 16-bit code of 2- or 3-bit level numbers: the
- * 256-row grids are 512 bytes = 8 zmm, the 512-row ones 16 zmm, loaded once
- * per call. Per 32 grid indices (one int16 lane each):
- *   - vpermi2w over register pairs looks up 64 rows at a time (index bits
+ * levels, so it packs into 16 bits: the 256-row grids are 512 bytes = 8 zmm,
+ * the 512-row ones 16 zmm, loaded once per call. Per block:
+ *   - IQ2: vpermt2w over register pairs looks up 64 rows of 16-bit codes at a
+ *     time for the block's 32 indices (one int16 lane each; index bits
  *     0..5); masked blends on bits 6, 7 (and 8) pick the pair: 4 permutes +
- *     3 blends for 256 rows, 8 + 7 for 512, no gather and no memory;
- *   - per 64 weights a code word is spread to the qword of its 8 weights
- *     (vpermw), each byte takes its level number from its bit offset
- *     (vpmultishiftqb: byte j of a qword reads bits off_j..off_j+7), and
- *     vpermb maps it to the level's value (64-entry table: index bits 0..5,
- *     so the neighbouring code bits above need no mask when the entry
- *     repeats every 4 or 8).
+ *     3 blends for 256 rows, 8 + 7 for 512. A code is two bit planes per row
+ *     ([level >= 1], [level >= 2] for each byte), read back as byte masks:
+ *     the weights of a step are two masked moves between the level values;
+ *   - IQ3: the 64 indices as bytes; the code's low and high bytes each from
+ *     a 256-byte table in 4 zmm (2 vpermt2b + a blend on bit 7); per step
+ *     vpermt2b puts a row pair's code in the qword of its 8 weights,
+ *     vpmultishiftqb aligns each byte's 3-bit field (byte j of a qword reads
+ *     bits off_j..off_j+7), and vpermb maps it to the level's value (a
+ *     64-entry table repeating every 8: the bits above need no mask);
+ *   - IQ2_XXS/IQ3_XXS signs: the 7-bit sign indices to bytes by
+ *     vpmultishiftqb, then ksigns_iq2xs by one vpermt2b (signs32).
  * Signs, scales and accumulation are those of quant_dot_iq_avx512.c, in the
  * same lane order and the same float operations, so the results are bit for
  * bit those of the gather kernels (tests/quant/test_dot.c checks it).
