@@ -86,10 +86,11 @@ static int detect_vbmi(void) {
     return (c >> 1) & 1;
 }
 
-/* Formats whose grid-in-registers kernel (quant_dot_iq_avx512vbmi.c) beat
- * the gather on one Intel core (test_dot speed table, in cache; see
- * docs/cpu-kernels.md): the others keep the gather under STRATA_IQ_GRID=auto. */
-static int regs_wins(qt_type t) { return t == QT_IQ3_XXS; }
+/* Formats whose grid-in-registers kernel (quant_dot_iq_avx512vbmi.c) was
+ * not slower than the gather on one Intel core and faster under contention
+ * (test_dot speed table, in cache; docs/cpu-kernels.md): IQ2_XXS and IQ2_XS
+ * keep the gather under STRATA_IQ_GRID=auto. */
+static int regs_wins(qt_type t) { return t == QT_IQ3_XXS || t == QT_IQ3_S; }
 
 static qt_isa g_hw_isa, g_isa;
 static int g_amd, g_vbmi;

@@ -14,8 +14,9 @@
  *     ([level >= 1], [level >= 2] for each byte), read back as byte masks:
  *     the weights of a step are two masked moves between the level values;
  *   - IQ3: the 64 indices as bytes; the code's low and high bytes each from
- *     a 256-byte table in 4 zmm (2 vpermt2b + a blend on bit 7); per step
- *     vpermt2b puts a row pair's code in the qword of its 8 weights,
+ *     a 256-byte table in 4 zmm (2 vpermt2b + a blend on bit 7), unpacked
+ *     into words; per step vpermt2d puts a row pair's codes in the qword of
+ *     its 8 weights,
  *     vpmultishiftqb aligns each byte's 3-bit field (byte j of a qword reads
  *     bits off_j..off_j+7), and vpermb maps it to the level's value (a
  *     64-entry table repeating every 8: the bits above need no mask);
@@ -44,7 +45,7 @@ typedef struct {
      * code, kept as its low bytes (lo) and high bytes (hi) for vpermt2b */
     uint8_t lo3xxs[256], hi3xxs[256], lo3s[512], hi3s[512];
     uint8_t v3xxs[64], v3s[64]; /* vpermb: level number (low 3 bits) -> value */
-    uint8_t place3[4][64];      /* vpermt2b over (lo, hi), IQ3 step k: qword j <- codes of rows 16k+2j, +1 */
+    uint32_t place3[4][16];     /* vpermt2d over (w0, w1), IQ3 step k: qword j <- codes of rows 16k+2j, +1 */
     uint8_t shift3[64];         /* byte j <- bits 3j.. (j < 4), 16 + 3(j-4).. (j >= 4) */
     uint8_t ixxs[64];           /* vpermb: IQ2_XXS grid byte of group r (byte 8(r/4) + r%4) -> word lane r */
     uint8_t planes[64];         /* vpermb: IQ2 codes -> the 32 low bytes, then the 32 high bytes */
@@ -116,10 +117,12 @@ static void build_tables(void) {
     build_iq2(iq2xs_grid, 512, g_t.c2xs, g_t.l2xs);
     build_iq3(iq3xxs_grid, 256, g_t.lo3xxs, g_t.hi3xxs, g_t.v3xxs);
     build_iq3(iq3s_grid, 512, g_t.lo3s, g_t.hi3s, g_t.v3s);
-    /* byte 8j + 2e + h of step k: row 16k + 2j + e, low (h = 0) or high (h = 1, index + 64) code byte */
+    /* unpacking (lo, hi) makes 128-bit lane k of w0 the codes of rows 16k..16k+7 and
+     * of w1 rows 16k+8..: qword j of step k takes dword 4k+j of w0 (j < 4) or
+     * 4k+j-4 of w1 (index + 16); its high dword is not read */
     for (int k = 0; k < 4; k++)
-        for (int i = 0; i < 64; i++)
-            g_t.place3[k][i] = (i & 7) < 4 ? (uint8_t)(16 * k + 2 * (i / 8) + ((i >> 1) & 1) + 64 * (i & 1)) : 0;
+        for (int j = 0; j < 8; j++)
+            g_t.place3[k][2 * j] = g_t.place3[k][2 * j + 1] = (uint32_t)(j < 4 ? 4 * k + j : 16 + 4 * k + j - 4);
     for (int i = 0; i < 64; i++) {
         const int j = i & 7;
         g_t.shift3[i] = (uint8_t)(j < 4 ? 3 * j : 16 + 3 * (j - 4));
@@ -153,11 +156,12 @@ static inline __m512i lookup256b(const __m512i *tab, __m512i idx, __mmask64 b7) 
                                   _mm512_permutex2var_epi8(tab[2], idx, tab[3]));
 }
 
-/* 64 IQ3 weight values of step k from the code bytes of the block's 64 rows:
- * vpermt2b places each row pair's code in a qword, multishift aligns the
- * 3-bit fields, vpermb maps them to values. */
-static inline __m512i iq3_expand(__m512i lo, __m512i hi, __m512i place, __m512i shift, __m512i vtab) {
-    return _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(shift, _mm512_permutex2var_epi8(lo, place, hi)), vtab);
+/* 64 IQ3 weight values of step k from the block's codes (w0, w1: the low and
+ * high code bytes unpacked into words): vpermt2d places each row pair's codes
+ * in a qword (one operation; vpermt2b measured twice its cost here),
+ * multishift aligns the 3-bit fields, vpermb maps them to values. */
+static inline __m512i iq3_expand(__m512i w0, __m512i w1, __m512i place, __m512i shift, __m512i vtab) {
+    return _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(shift, _mm512_permutex2var_epi32(w0, place, w1)), vtab);
 }
 
 /* IQ2's 32 codes -> pl[k] = the [level >= 1] bits of step k's 64 weights,
@@ -283,11 +287,12 @@ static void dot_iq3_xxs_regs(int n, float *s, const void *w, const void *a) {
         const __m512i idx = _mm512_loadu_si512(x[i].qs);
         const __mmask64 b7 = _mm512_movepi8_mask(idx);
         const __m512i lo = lookup256b(tlo, idx, b7), hi = lookup256b(thi, idx, b7);
+        const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
-            const __m512i g = iq3_expand(lo, hi, place[k], shift, vtab);
+            const __m512i g = iq3_expand(w0, w1, place[k], shift, vtab);
             const __m512i q = load_signed(q8 + 64 * k, sg[k]);
             const __m512i p = _mm512_maddubs_epi16(g, q);
             acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));
@@ -324,11 +329,12 @@ static void dot_iq3_s_regs(int n, float *s, const void *w, const void *a) {
         const __mmask64 b7 = _mm512_movepi8_mask(idx), b8 = (__mmask64)load_u64(x[i].qh);
         const __m512i lo = _mm512_mask_blend_epi8(b8, lookup256b(tlo, idx, b7), lookup256b(tlo + 4, idx, b7));
         const __m512i hi = _mm512_mask_blend_epi8(b8, lookup256b(thi, idx, b7), lookup256b(thi + 4, idx, b7));
+        const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
         const int8_t *q8 = y[i].qs;
         __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int k = 0; k < 4; k++) {
-            const __m512i g = iq3_expand(lo, hi, place[k], shift, vtab);
+            const __m512i g = iq3_expand(w0, w1, place[k], shift, vtab);
             const __m512i q = load_signed(q8 + 64 * k, load_u64(x[i].signs + 8 * k));
             const __m512i p = _mm512_maddubs_epi16(g, q);
             acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pidx[k], sc));

@@ -383,7 +383,7 @@ static int run_isa_env(void) {
 
 /* --iq-grid-env: STRATA_IQ_GRID is set by CTest (unset: auto). On an Intel
  * CPU with VBMI, gather must hand out no grid-in-registers kernel, regs every
- * one there is, auto exactly those of quant_dot.c's regs_wins (IQ3_XXS); on
+ * one there is, auto exactly those of quant_dot.c's regs_wins (IQ3_XXS, IQ3_S); on
  * AMD or without VBMI never one. */
 static int run_iq_grid_env(void) {
     const char *env = getenv("STRATA_IQ_GRID");
@@ -396,7 +396,8 @@ static int run_iq_grid_env(void) {
         const qt_vec_dot_fn regs = qt_dots_iq_avx512_regs[ti];
         if (!regs) continue;
         const int got = qt_vec_dot((qt_type)ti, QT_ISA_AVX512) == regs;
-        const int want = can && (strcmp(mode, "regs") == 0 || (strcmp(mode, "auto") == 0 && ti == QT_IQ3_XXS));
+        const int want =
+            can && (strcmp(mode, "regs") == 0 || (strcmp(mode, "auto") == 0 && (ti == QT_IQ3_XXS || ti == QT_IQ3_S)));
         n_regs += got;
         CHECK(got == want, "STRATA_IQ_GRID=%s: %s %s the registers kernel", mode, qt_get((qt_type)ti)->name,
               got ? "got" : "did not get");
