@@ -13,8 +13,11 @@
  *
  * Also checked: the activation quantizers (error per element within half a
  * step, |q| <= 127, Q8_1's s and Q8_K's bsums consistent with the quants, a
- * zero row quantizes to zeros), and the dispatcher (unknown types give NULL,
- * STRATA_ISA lowers qt_cpu_isa() but never raises it: run with --isa-env).
+ * zero row quantizes to zeros), the dispatcher (unknown types give NULL,
+ * STRATA_ISA lowers qt_cpu_isa() but never raises it: run with --isa-env),
+ * every AVX-512 i-quant variant directly (gather, loads, grid in registers:
+ * bit-equal to the gather kernel), and which of them STRATA_IQ_GRID hands
+ * out (run with --iq-grid-env).
  * Finally it prints the speed of each path on 4096-wide rows held in cache
  * (GB/s of weight bytes on one core); speed is reported, not asserted.
  */
