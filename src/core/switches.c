@@ -23,6 +23,10 @@ static const st_switch_def TABLE[] = {
     {"STRATA_ISA", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL,
      "auto: x86-64 the best of avx512 | avx2 | scalar the CPU has; other CPUs scalar",
      "caps the CPU kernels' instruction set (scalar | avx2 | avx512); never raises it above the CPU's", 0},
+    {"STRATA_IQ_GRID", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
+     "AVX-512 i-quant dots on Intel with VBMI: auto (per format, what measured fastest), gather (grid rows "
+     "gathered from memory), regs (the grid held in registers wherever a format has that kernel)",
+     0},
     {"STRATA_PRECISE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: CPU matrix products take f32 activations instead of 8-bit (slower, closer to the reference)", 0},
     {"STRATA_CPU_EXPERT_TASKS", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",

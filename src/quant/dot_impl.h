@@ -20,5 +20,9 @@ extern const qt_vec_dot_fn qt_dots_iq_avx512[QT_COUNT];
 /* AVX-512 i-quant kernels that load grid rows one by one rather than with
  * vpgatherqq (slow on AMD); NULL where a format has none. */
 extern const qt_vec_dot_fn qt_dots_iq_avx512_loads[QT_COUNT];
+/* AVX-512 i-quant kernels holding the grid in registers (quant_dot_iq_avx512vbmi.c):
+ * they also need VBMI (qt_cpu_has_vbmi); NULL where a format has none. */
+extern const qt_vec_dot_fn qt_dots_iq_avx512_regs[QT_COUNT];
+int qt_cpu_has_vbmi(void);
 
 #endif

@@ -69,21 +69,44 @@ static qt_isa detect_hw_isa(void) {
  * the AVX-512 kernel that loads grid rows one by one (IQ2_XXS: 8.9 GB/s;
  * gather 5.6, AVX2 6.2), else the AVX2 kernel where it beat the gathers
  * (IQ2_XS 6.8 vs 6.2, IQ2_S 9.4 vs 7.5, IQ3_XXS 7.4 vs 6.2; IQ3_S and IQ1_S
- * keep AVX-512). Intel keeps the gathers (one instruction where the loads
- * are ~27; not measured against them on its cores). */
+ * keep AVX-512). Intel keeps the gathers over the loads (one Xeon core with
+ * AVX-512 VBMI: IQ2_XXS 4.0-4.7 GB/s gathered, 3.3-4.0 loaded), and with VBMI
+ * takes the grid-in-registers kernels where they won (regs_wins). */
 static int detect_amd(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
     return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "Auth" "enti" "cAMD" */
 }
 
+/* VBMI (vpermb, vpmultishiftqb), for the grid-in-registers i-quant kernels;
+ * asked only where the AVX-512 path runs (the zmm state is saved). */
+static int detect_vbmi(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (c >> 1) & 1;
+}
+
+/* Formats whose grid-in-registers kernel (quant_dot_iq_avx512vbmi.c) was
+ * not slower than the gather on one Intel core and faster under contention
+ * (test_dot speed table, in cache; docs/cpu-kernels.md): IQ2_XXS and IQ2_XS
+ * keep the gather under STRATA_IQ_GRID=auto. */
+static int regs_wins(qt_type t) { return t == QT_IQ3_XXS || t == QT_IQ3_S; }
+
 static qt_isa g_hw_isa, g_isa;
-static int g_amd;
+static int g_amd, g_vbmi;
+static int g_iq_grid; /* STRATA_IQ_GRID: 0 auto, 1 gather, 2 regs */
 static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 
 static void isa_init(void) {
     g_hw_isa = detect_hw_isa();
     g_amd = detect_amd();
+    g_vbmi = g_hw_isa == QT_ISA_AVX512 && detect_vbmi();
+    const char *grid = st_switch_get("STRATA_IQ_GRID");
+    if (grid && *grid && strcmp(grid, "auto") != 0) {
+        if (strcmp(grid, "gather") == 0) g_iq_grid = 1;
+        else if (strcmp(grid, "regs") == 0) g_iq_grid = 2;
+        else st_log(ST_LOG_ERROR, "STRATA_IQ_GRID=%s is not one of auto|gather|regs; ignored", grid);
+    }
     g_isa = g_hw_isa;
     const char *env = st_switch_get("STRATA_ISA");
     if (!env || !*env) return;
@@ -111,6 +134,11 @@ const char *qt_isa_name(qt_isa isa) {
     }
 }
 
+int qt_cpu_has_vbmi(void) {
+    pthread_once(&g_isa_once, isa_init);
+    return g_vbmi;
+}
+
 int qt_isa_supported(qt_isa isa) {
     pthread_once(&g_isa_once, isa_init);
     return isa >= QT_ISA_SCALAR && isa <= g_hw_isa;
@@ -131,6 +159,9 @@ qt_vec_dot_fn qt_vec_dot(qt_type t, qt_isa isa) {
             if (qt_dots_iq_avx512_loads[t]) return qt_dots_iq_avx512_loads[t];
             if (t == QT_IQ2_XS || t == QT_IQ2_S || t == QT_IQ3_XXS) continue; /* to AVX2 */
         }
+        if (i == QT_ISA_AVX512 && !g_amd && g_vbmi && qt_dots_iq_avx512_regs[t] &&
+            (g_iq_grid == 2 || (g_iq_grid == 0 && regs_wins(t))))
+            return qt_dots_iq_avx512_regs[t];
         if (g_main[i][t]) return g_main[i][t];
         if (g_iq[i][t]) return g_iq[i][t];
     }

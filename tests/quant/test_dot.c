@@ -13,11 +13,15 @@
  *
  * Also checked: the activation quantizers (error per element within half a
  * step, |q| <= 127, Q8_1's s and Q8_K's bsums consistent with the quants, a
- * zero row quantizes to zeros), and the dispatcher (unknown types give NULL,
- * STRATA_ISA lowers qt_cpu_isa() but never raises it: run with --isa-env).
+ * zero row quantizes to zeros), the dispatcher (unknown types give NULL,
+ * STRATA_ISA lowers qt_cpu_isa() but never raises it: run with --isa-env),
+ * every AVX-512 i-quant variant directly (gather, loads, grid in registers:
+ * bit-equal to the gather kernel), and which of them STRATA_IQ_GRID hands
+ * out (run with --iq-grid-env).
  * Finally it prints the speed of each path on 4096-wide rows held in cache
  * (GB/s of weight bytes on one core); speed is reported, not asserted.
  */
+#include <cpuid.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -237,26 +241,31 @@ static void test_type(qt_type t, qtt_rng *r, type_result *res) {
     }
 }
 
-/* ---- AVX-512 i-quant kernels: grid rows gathered vs loaded one by one ----
- * qt_vec_dot hands out, by CPU vendor, the gather kernel, the one loading
- * grid rows one by one, or the AVX2 one (quant_dot.c), so some would go
- * untested on a given machine: every AVX-512 i-quant kernel runs here. Each
- * must be within the format's bound of the scalar dot; a loads variant does
- * the gather kernel's integer and float operations in the same order, so the
- * two must agree bit for bit. Returns the number of formats checked. */
+/* ---- AVX-512 i-quant kernels: grid rows gathered, loaded one by one, or
+ * looked up in registers ----
+ * qt_vec_dot hands out, by CPU vendor and VBMI, the gather kernel, the one
+ * loading grid rows one by one, the one holding the grid in registers or the
+ * AVX2 one (quant_dot.c), so some would go untested on a given machine: every
+ * AVX-512 i-quant kernel runs here (the register ones where the CPU has
+ * VBMI). Each must be within the format's bound of the scalar dot; a loads or
+ * registers variant does the gather kernel's integer and float operations in
+ * the same order, so each must agree with it bit for bit. Returns the number
+ * of formats checked. */
 static int test_iq_avx512_tables(qtt_rng *r) {
     if (!qt_isa_supported(QT_ISA_AVX512)) return 0;
     int n_types = 0;
     for (int ti = 0; ti < QT_COUNT; ti++) {
         const qt_type t = (qt_type)ti;
         const qt_vec_dot_fn loads = qt_dots_iq_avx512_loads[t], gather = qt_dots_iq_avx512[t];
+        const qt_vec_dot_fn regs = qt_cpu_has_vbmi() ? qt_dots_iq_avx512_regs[t] : NULL;
         CHECK(!loads || gather, "%s: a loads variant but no gather kernel", qt_get(t)->name);
+        CHECK(!qt_dots_iq_avx512_regs[t] || gather, "%s: a registers variant but no gather kernel", qt_get(t)->name);
         if (!gather) continue;
         n_types++;
         const qt_traits *tr = qt_get(t);
         const int ns[3] = {tr->blck, 13 * tr->blck, 4096};
         double worst = 0;
-        int same = 1;
+        int same = 1, same_regs = 1;
         for (int k = 0; k < 3; k++)
             for (int trial = 0; trial < 8; trial++) {
                 const int n = ns[k];
@@ -270,13 +279,17 @@ static int test_iq_avx512_tables(qtt_rng *r) {
                 qt_dequantize(tr->vec_dot_type, act, af, n);
                 double mag = 0;
                 for (int i = 0; i < n; i++) mag += fabs((double)wf[i] * af[i]);
-                float ref, a = NAN, b = NAN;
+                float ref, a = NAN, b = NAN, c = NAN;
                 qt_vec_dot(t, QT_ISA_SCALAR)(n, &ref, w, act);
                 gather(n, &a, w, act);
                 if (loads) loads(n, &b, w, act);
                 else b = a;
+                if (regs) regs(n, &c, w, act);
+                else c = a;
                 same &= memcmp(&a, &b, sizeof a) == 0;
-                const double e = fmax(fabs((double)a - ref), fabs((double)b - ref)) / (mag > 0 ? mag : 1e-30);
+                same_regs &= memcmp(&a, &c, sizeof a) == 0;
+                const double e = fmax(fmax(fabs((double)a - ref), fabs((double)b - ref)), fabs((double)c - ref)) /
+                                 (mag > 0 ? mag : 1e-30);
                 if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
                 free(w);
                 free(act);
@@ -285,10 +298,13 @@ static int test_iq_avx512_tables(qtt_rng *r) {
                 free(af);
             }
         CHECK(same, "%s: gather and loads variants differ", tr->name);
-        CHECK(worst <= bound_of(t), "%s: gather/loads variant %.3e from scalar > %.1e", tr->name, worst, bound_of(t));
-        printf("%-8s avx512 gather kernel%s: %.3e vs scalar (bound %.1e)\n", tr->name,
-               loads ? (same ? " and loads variant (bit-equal)" : " and loads variant (NOT bit-equal)") : "", worst,
-               bound_of(t));
+        CHECK(same_regs, "%s: gather and registers variants differ", tr->name);
+        CHECK(worst <= bound_of(t), "%s: avx512 variant %.3e from scalar > %.1e", tr->name, worst, bound_of(t));
+        printf("%-8s avx512 gather kernel%s%s: %.3e vs scalar (bound %.1e)\n", tr->name,
+               loads ? (same ? " and loads variant (bit-equal)" : " and loads variant (NOT bit-equal)") : "",
+               regs ? (same_regs ? " and registers variant (bit-equal)" : " and registers variant (NOT bit-equal)")
+                    : "",
+               worst, bound_of(t));
     }
     return n_types;
 }
@@ -368,8 +384,35 @@ static int run_isa_env(void) {
     return check_report("isa-env");
 }
 
+/* --iq-grid-env: STRATA_IQ_GRID is set by CTest (unset: auto). On an Intel
+ * CPU with VBMI, gather must hand out no grid-in-registers kernel, regs every
+ * one there is, auto exactly those of quant_dot.c's regs_wins (IQ3_XXS, IQ3_S); on
+ * AMD or without VBMI never one. */
+static int run_iq_grid_env(void) {
+    const char *env = getenv("STRATA_IQ_GRID");
+    const char *mode = env && *env ? env : "auto";
+    unsigned a, b, c, d;
+    const int amd = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u; /* "Auth" */
+    const int can = qt_cpu_has_vbmi() && !amd;
+    int n_regs = 0;
+    for (int ti = 0; ti < QT_COUNT; ti++) {
+        const qt_vec_dot_fn regs = qt_dots_iq_avx512_regs[ti];
+        if (!regs) continue;
+        const int got = qt_vec_dot((qt_type)ti, QT_ISA_AVX512) == regs;
+        const int want =
+            can && (strcmp(mode, "regs") == 0 || (strcmp(mode, "auto") == 0 && (ti == QT_IQ3_XXS || ti == QT_IQ3_S)));
+        n_regs += got;
+        CHECK(got == want, "STRATA_IQ_GRID=%s: %s %s the registers kernel", mode, qt_get((qt_type)ti)->name,
+              got ? "got" : "did not get");
+    }
+    printf("STRATA_IQ_GRID=%s: VBMI %d, AMD %d: %d formats dispatch to the grid-in-registers kernel\n", mode,
+           qt_cpu_has_vbmi(), amd, n_regs);
+    return check_report("iq-grid-env");
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--isa-env") == 0) return run_isa_env();
+    if (argc > 1 && strcmp(argv[1], "--iq-grid-env") == 0) return run_iq_grid_env();
     int do_speed = !(argc > 1 && strcmp(argv[1], "--no-speed") == 0);
     int speed_only = argc > 1 && strcmp(argv[1], "--speed-only") == 0;
     qtt_rng r = {0x243f6a8885a308d3ULL};
@@ -431,6 +474,12 @@ speed:
                     printf("%-8s avx512 grid rows gathered %.2f, loaded one by one %.2f GB/s\n",
                            qt_get((qt_type)ti)->name, speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512[ti], &r),
                            speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512_loads[ti], &r));
+        if (qt_cpu_has_vbmi())
+            for (int ti = 0; ti < QT_COUNT; ti++)
+                if (qt_dots_iq_avx512_regs[ti])
+                    printf("%-8s avx512 grid rows gathered %.2f, grid in registers %.2f GB/s\n",
+                           qt_get((qt_type)ti)->name, speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512[ti], &r),
+                           speed_fn_gbs((qt_type)ti, qt_dots_iq_avx512_regs[ti], &r));
     }
     printf("\n");
     return check_report("test_dot");
