@@ -15,6 +15,7 @@
  *   PF_ROWS positions ahead.
  */
 #include "backend/cpu/cpu_attn.h"
+#include "backend/cpu/cpu_exp_avx512.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -113,27 +114,6 @@ void cpu_attn_values_f16_avx512(const float *w, size_t nc, int G, int hd, const 
     }
 }
 
-/* e^x for x <= 0 (the shifted scores), 16 at a time: x = n ln2 + r with
- * |r| <= ln2/2, e^r by its Taylor series to r^7 (truncation below 1e-8
- * relative, under a float ulp), times 2^n by vscalefps, which also takes
- * very negative x to 0 without overflowing the exponent. */
-static inline __m512 exp_neg(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f)); /* e^-104 is below float's smallest: -inf gives 0, not NaN */
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x); /* ln2 in two parts: exact n*hi */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606820309417e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 void cpu_attn_softmax_avx512(float *s, int n, float sink) {
     __m512 vm = _mm512_set1_ps(sink);
     int i = 0;
@@ -143,16 +123,16 @@ void cpu_attn_softmax_avx512(float *s, int n, float sink) {
     const __m512 m = _mm512_set1_ps(mx);
     /* the sum in double, as the scalar loop did: thousands of terms */
     __m512d sd = _mm512_setzero_pd();
-    double sum = sink > -INFINITY ? (double)_mm512_cvtss_f32(exp_neg(_mm512_set1_ps(sink - mx))) : 0.0;
+    double sum = sink > -INFINITY ? (double)_mm512_cvtss_f32(exp_avx512(_mm512_set1_ps(sink - mx))) : 0.0;
     for (i = 0; i + 16 <= n; i += 16) {
-        const __m512 e = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(s + i), m));
+        const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + i), m));
         _mm512_storeu_ps(s + i, e);
         sd = _mm512_add_pd(sd, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         sd = _mm512_add_pd(sd, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
     if (i < n) { /* the tail through a mask: lanes past n read as -inf, give 0 */
         const __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
-        const __m512 e = exp_neg(_mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + i), m));
+        const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + i), m));
         _mm512_mask_storeu_ps(s + i, k, e);
         sd = _mm512_add_pd(sd, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         sd = _mm512_add_pd(sd, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));

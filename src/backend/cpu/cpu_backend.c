@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_compose.h"
+#include "backend/cpu/cpu_act.h"
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_hybrid.h"
 #include "backend/cpu/cpu_mla.h"
@@ -462,13 +463,16 @@ typedef struct {
     int64_t n;
 } act_job;
 
+static int g_act_avx512; /* cpu_act_avx512.c's SiLU */
+
 #define ACT_CHUNK 512 /* values per task: a few microseconds of expf/tanhf */
 
 static void act_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const act_job *j = ctx;
     const int64_t i0 = task * ACT_CHUNK, i1 = i0 + ACT_CHUNK < j->n ? i0 + ACT_CHUNK : j->n;
-    if (j->act == ST_ACT_SILU)
+    if (j->act == ST_ACT_SILU && g_act_avx512) cpu_silu_mul_avx512(j->g + i0, j->u + i0, j->out + i0, i1 - i0);
+    else if (j->act == ST_ACT_SILU)
         for (int64_t i = i0; i < i1; i++) j->out[i] = j->g[i] / (1.0f + expf(-j->g[i])) * j->u[i];
     else if (j->act == ST_ACT_SWIGLU_OAI) /* gpt-oss: gate clamped above, up both ways, up + 1 */
         for (int64_t i = i0; i < i1; i++) {
@@ -781,7 +785,7 @@ st_backend *backend_cpu_create(int n_threads) {
         g_axpy_f16 = axpy_f16_avx2;
         g_f16_row = f16_row_avx2;
     }
-    g_attn_avx512 = qt_cpu_isa() >= QT_ISA_AVX512;
+    g_attn_avx512 = g_act_avx512 = qt_cpu_isa() >= QT_ISA_AVX512;
 #endif
     const char *p = st_switch_get("STRATA_PRECISE");
     c->precise = p && !strcmp(p, "1");
