@@ -28,27 +28,7 @@
 
 #include "quant/dot_impl.h"
 #include "quant/iq_tables.h"
-
-static inline uint32_t load_u32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline uint64_t load_u64(const void *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-/* Eight 7-bit sign indices (bits 0..55) -> 64 sign bits: two sub-blocks at once. */
-static inline uint64_t ksigns8(uint64_t packed) {
-    uint64_t x = _pdep_u64(packed, 0x7f7f7f7f7f7f7f7fULL);
-    uint64_t p = x ^ (x >> 4);
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return x | ((p & 0x0101010101010101ULL) << 7);
-}
+#include "quant/quant_dot_iq_bits.h"
 
 /* q8 of sub-block `half` (0/1) of a pair, with byte k negated where bit
  * 32*half + k of the 64 sign bits is set; sv holds those bits in every qword

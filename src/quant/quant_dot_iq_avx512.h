@@ -9,26 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t load_u32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline uint64_t load_u64(const void *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-/* Eight 7-bit sign indices (bits 0..55) -> 64 sign bits, byte l = ksigns_iq2xs[index l]. */
-static inline uint64_t ksigns8(uint64_t packed) {
-    uint64_t x = _pdep_u64(packed, 0x7f7f7f7f7f7f7f7fULL);
-    uint64_t p = x ^ (x >> 4);
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return x | ((p & 0x0101010101010101ULL) << 7);
-}
+#include "quant/quant_dot_iq_bits.h"
 
 /* The 64 activations of step k, negated where the sign bit is set. */
 static inline __m512i load_signed(const int8_t *q8, uint64_t signs) {
