@@ -359,6 +359,23 @@ static double route_margin(const float *r, int n_tok, int n_expert, int k) {
     return least;
 }
 
+/* Whether the two sides' router logits pick a different set of top-k
+ * experts for some token (ra, rb: [n_tok][n_expert]). */
+static int route_sets_differ(const float *ra, const float *rb, int n_tok, int n_expert, int k) {
+    for (int t = 0; t < n_tok; t++) {
+        const float *a = ra + (size_t)t * n_expert, *b = rb + (size_t)t * n_expert;
+        for (int e = 0; e < n_expert; e++) { /* rank of e on each side: in or out of the top k */
+            int above_a = 0, above_b = 0;
+            for (int f = 0; f < n_expert; f++) {
+                above_a += a[f] > a[e] || (a[f] == a[e] && f < e);
+                above_b += b[f] > b[e] || (b[f] == b[e] && f < e);
+            }
+            if ((above_a < k) != (above_b < k)) return 1;
+        }
+    }
+    return 0;
+}
+
 /* One decode layer's products and norms as the forward pass calls them,
  * fused ops where a GPU backend fuses (the CUDA backend):
  *   o = Wo a; x += o, h = norm(x); r = Wr h   (matmul_res_norm: FUSE bit 4)
@@ -369,9 +386,10 @@ static double route_margin(const float *r, int n_tok, int n_expert, int k) {
  * fuse >= 0: a backend with the ST_VARIANT_FUSE variant runs it with those bits (0: each
  * fused op as its composition).
  * The inputs are drawn again while the reference's routing has a near-tie
- * (route_margin below 0.1): there the two sides may rightly choose
- * different experts, which is not the error this check measures (check_moe
- * checks the routing). */
+ * (route_margin below 0.1), or when the two sides' router logits pick
+ * different experts: a rounding difference in h flips a choice (seen on an
+ * H200 at margin 0.11: moe NMSE 2.4e-2, one of 8 experts swapped), which is
+ * not the error this check measures (check_moe checks the routing). */
 static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int64_t qw, int64_t kvw, int n_expert,
                                int k, int64_t F, int n_tok, int fuse) {
     wpair wo = make_weight(c, tq, qw, dim, 1), wq = make_weight(c, tq, dim, qw, 1),
@@ -391,7 +409,7 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
     double t0 = now_ms();
     const int set_fuse = fuse >= 0 && set_variant(c, ST_VARIANT_FUSE, -1) >= 0;
     double margin = 0;
-    int tries = 1;
+    int tries = 1, flipped = 0;
     for (int side = 0; side < 2; side++) {
         st_backend *be = side ? c->dut : c->ref;
         const int old_fuse = side && set_fuse ? set_variant(c, ST_VARIANT_FUSE, fuse) : -1;
@@ -407,12 +425,18 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
         be->matmul_multi(be, 3, W + 1, B(A), qkv, n_tok);
         if (old_fuse >= 0) set_variant(c, ST_VARIANT_FUSE, old_fuse);
 #undef B
-        if (side == 0) {
+        if (side == 1) { /* the sides' logits chose other experts: a flip, not a kernel's error */
+            float *ra = get(c->ref, b[R][0], nr), *rb = get(c->dut, b[R][1], nr);
+            flipped = route_sets_differ(ra, rb, n_tok, n_expert, k);
+            st_free(ra), st_free(rb);
+        }
+        if (side == 0 || flipped) {
             float *r = get(c->ref, b[R][0], nr);
             margin = route_margin(r, n_tok, n_expert, k);
             st_free(r);
-            if (margin < 0.1 &&
+            if ((margin < 0.1 || flipped) &&
                 tries++ < 20) { /* a near-tie: other x and a, on both sides, and run the reference again */
+                flipped = 0;
                 st_free(hx), st_free(ha);
                 hx = rand_host(c, nx, 2.0f), ha = rand_host(c, nq, 1.0f);
                 for (int sd = 0; sd < 2; sd++) {
@@ -449,7 +473,7 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
     report(c, "decode layer", e, 6e-3, ms,
            "%s/%s, %lld wide, %d tokens, top-%d of %d%s (worst: %s; next: %s %.2g; routing margin %.2f%s)",
            qt_get(tq)->name, qt_get(tv)->name, (long long)dim, n_tok, k, n_expert, fz, worst, next, e2, margin,
-           margin < 0.1 ? ", a near-tie kept after 20 draws" : "");
+           margin < 0.1 || flipped ? ", a near-tie kept after 20 draws" : "");
     for (int i = 0; i < 11; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
     st_free(hx), st_free(ha), st_free(hn), st_free(hn2);
     wpair *all[] = {&wo, &wq, &wk, &wv, &wr, &g, &u, &d};

@@ -373,7 +373,8 @@ static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const floa
 static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, const float *sinks,
                                            float *out, int8_t *aq, float2 *ad) {
     pdl_enter();                   /* first: see st_launch (common.cuh) */
-    extern __shared__ float wsl[]; /* [n_split] */
+    extern __shared__ float wsl[]; /* [n_split + 8], the 8 past the slices 0: the unrolled loop below
+                                      loads ahead (compute-sanitizer saw 12-byte reads past n_split) */
     __shared__ float red[ST_WARP];
     const int h = blockIdx.x, t = blockIdx.y;
     const size_t st = (size_t)hd + 2;
@@ -389,6 +390,7 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
         wsl[s] = ws;
         L += ws * pp[s * st + 1];
     }
+    if (threadIdx.x < 8) wsl[n_split + threadIdx.x] = 0.0f;
     L = block_sum(L, red);          /* synchronises: wsl is written */
     if (sinks) L += expf(sink - M); /* the sink's share of the softmax, with no value */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -452,8 +454,9 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
                   s, q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     }
     int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
-    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th), (size_t)n_split * sizeof(float),
-              s, (const float *)part, n_head, kv->head_dim, n_split, sinks, out, aq, ad);
+    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th),
+              (size_t)(n_split + 8) * sizeof(float), s, (const float *)part, n_head, kv->head_dim, n_split, sinks, out,
+              aq, ad);
 }
 
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan, int n_head,
