@@ -39,6 +39,9 @@ int backend_check_hybrid(st_backend *ref, st_backend *dut, int size, uint64_t se
  * copy_2d, matmul over a whole stack, partial rotary, the latent attention),
  * which backend_check_ops runs too. */
 int backend_check_mla_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
+/* Only the decode-layer checks (fused ops, routing, experts, norms in a
+ * layer's order), which backend_check_ops runs too. */
+int backend_check_layer_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

@@ -21,4 +21,25 @@ static inline int32_t logits_argmax(const float *l, int n, float *gap) {
     return b;
 }
 
+/* Whether per-step logit NMSEs e[0..n) that exceed bound are one MoE
+ * routing flip and nothing else: a single step over the bound (below 1)
+ * while the median step is within a tenth of it. A near-tie between a
+ * layer's k-th and (k+1)-th expert that the two sides' rounding decides
+ * differently swaps one of the token's experts for that step only (seen on
+ * an H200 with the gpt-oss synth, top-4 of 8: one step at 5e-2 to 8e-2
+ * among steps at 2e-5 to 2e-4, unchanged with the fused or the grouped
+ * expert kernels, every fusion off, and activation reuse off); a wrong
+ * kernel shows at many steps. e is reordered. */
+static inline int logits_one_flip(double *e, int n, double bound) {
+    int over = 0;
+    double worst = 0;
+    for (int i = 0; i < n; i++) over += e[i] > bound, worst = e[i] > worst ? e[i] : worst;
+    for (int i = 1; i < n; i++) /* insertion sort: n is a few dozen steps */
+        for (int j = i; j > 0 && e[j] < e[j - 1]; j--) {
+            const double t = e[j];
+            e[j] = e[j - 1], e[j - 1] = t;
+        }
+    return n > 2 && over == 1 && worst < 1.0 && e[n / 2] <= bound / 10;
+}
+
 #endif

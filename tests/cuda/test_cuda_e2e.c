@@ -16,7 +16,9 @@
  *    CPU's (both centred: a constant shift changes no probability) stays
  *    below the model's bound at every step (argument
  *    FILE[:BOUND], default 1e-2); the differing step's NMSE is printed (a
- *    MoE routing near-tie can flip an expert there).
+ *    MoE routing near-tie can flip an expert there). A MoE model may have
+ *    one step of a prompt over the bound: a routing flip
+ *    (logits_one_flip in tests/common/logits.h says what is allowed).
  * Models that are absent are skipped with a message; no GPU: SKIPPED, exit 0.
  */
 #include <math.h>
@@ -162,11 +164,15 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
             for (int i = 0; i < steps; i++) printf(" %.1e", e[i]);
             printf("\n");
         }
+        const int flip = cpu->m->hp.n_expert > 0 && logits_one_flip(e, steps, bound); /* sorts e */
         qsort(e, (size_t)steps, sizeof e[0], cmp_double);
-        int ok = worst <= bound;
+        int ok = worst <= bound || flip;
         printf("  prompt %zu (%lld tokens): %d/%d greedy tokens equal; logits NMSE after the prompt %.1e, median "
                "%.1e, worst %.1e (bound %.0e)%s\n",
-               pi, (long long)n, same, N_GEN, first, e[steps / 2], worst, bound, ok ? "" : " OVER THE BOUND");
+               pi, (long long)n, same, N_GEN, first, e[steps / 2], worst, bound,
+               worst <= bound ? ""
+               : flip         ? " (one step over: a routing flip)"
+                              : " OVER THE BOUND");
         if (same < N_GEN) {
             const float *c = lc + (size_t)same * nv, *g = lg + (size_t)same * nv;
             double sd = stddev(c, nv), rms, d2 = 0, mg = mean(g, nv), mc = mean(c, nv);

@@ -370,11 +370,16 @@ static void gpu_case(const char *path, double bound, const lanes_run_out *ref, i
         check_fail();
         return;
     }
-    double worst = 0;
+    double worst = 0, e[N_GEN];
     int t = 0;
     for (; t < N_GEN; t++) {
-        worst = fmax(worst, nmse(got.logits + (size_t)t * nv, ref->logits + (size_t)t * nv, nv));
+        worst = fmax(worst, e[t] = nmse(got.logits + (size_t)t * nv, ref->logits + (size_t)t * nv, nv));
         if (got.tok[t] != ref->tok[t]) break;
+    }
+    if (worst > bound) { /* where: one step or all of them */
+        printf("  %s cache %ld frac %g: NMSE per step:", path, cache, frac);
+        for (int i = 0; i < t + (t < N_GEN); i++) printf(" %.1e", e[i]);
+        printf("\n");
     }
     const char *verdict = "tokens equal";
     if (t < N_GEN) {
@@ -388,7 +393,8 @@ static void gpu_case(const char *path, double bound, const lanes_run_out *ref, i
               frac, t, gap, rms);
         verdict = gap < 4 * rms ? "first difference at a near-tie" : "DIFFERENT";
     }
-    CHECK(worst <= bound, "%s cache %ld frac %g: NMSE %.3g over %.3g", path, cache, frac, worst, bound);
+    const int flip = logits_one_flip(e, t + (t < N_GEN), bound); /* a routing flip (tests/common/logits.h) */
+    CHECK(worst <= bound || flip, "%s cache %ld frac %g: NMSE %.3g over %.3g", path, cache, frac, worst, bound);
     const double pairs = (double)(s.pairs_dev + s.pairs_cpu + s.pairs_pcie);
     printf("  %s cache %ld/%d pcie-frac %g%s: NMSE <= %.2e (bound %.0e), %s; pairs %.0f%% GPU cache, %.0f%% "
            "CPU, %.0f%% PCIe\n",
