@@ -45,6 +45,7 @@
 
 #include "../common/check.h"
 #include "../common/family.h"
+#include "../common/gen_run.h"
 
 #define N_PROMPT 20
 #define N_GEN    32
@@ -135,12 +136,6 @@ static void check_decode(const char *arch, const char *path, double bound, int n
     engine_close(cpu);
 }
 
-static engine_seq *read_new(engine *e, const int32_t *prompt, int n) {
-    engine_seq *s = engine_seq_new(e);
-    ST_ASSERT(engine_seq_read_prompt(e, s, prompt, n) == 0);
-    return s;
-}
-
 /* NMSE of a's recurrent state (every layer's window and S) against b's. */
 static double state_nmse(engine *e, const kv_cache *a, const kv_cache *b) {
     const size_t nc = a->conv_bytes / 4, ns = a->ssm_bytes / 4;
@@ -176,7 +171,7 @@ static void check_cuts(engine *e, const char *arch, const int32_t *prompt, int n
     float *all = st_malloc((size_t)n * nv * sizeof(float));
     double worst_l = 0, worst_s = 0;
     for (int keep = 1; keep <= n; keep++) {
-        engine_seq *a = read_new(e, prompt, n_prompt), *b = read_new(e, prompt, n_prompt);
+        engine_seq *a = gen_read_new(e, prompt, n_prompt), *b = gen_read_new(e, prompt, n_prompt);
         const int base = a->n_past;
         ST_ASSERT(engine_seq_eval_all(e, a, toks, n, all) == 0);
         engine_seq_truncate(a, base + keep);
@@ -221,15 +216,10 @@ static int on_token(void *ctx, int32_t t, const float *raw) {
     return GEN_GO;
 }
 
-static int on_text(void *ctx, const char *text, size_t len) {
-    (void)ctx, (void)text, (void)len;
-    return 0;
-}
-
 /* Greedy N_GEN tokens, as test_drafts makes them: a logit bias lifts four
  * tokens so that the text repeats and prompt-lookup drafts are partly right. */
 static void generate(engine *e, const int32_t *prompt, int n_prompt, int draft_n, collected *c, gen_stats *st) {
-    engine_seq *s = read_new(e, prompt, n_prompt);
+    engine_seq *s = gen_read_new(e, prompt, n_prompt);
     sampler_params sp = sampler_defaults();
     sp.temp = 0.0f;
     sp.n_bias = 4;
@@ -239,16 +229,8 @@ static void generate(engine *e, const int32_t *prompt, int n_prompt, int draft_n
     memset(c, 0, sizeof *c);
     const gen_hooks hk = {.token = on_token, .ctx = c};
     const gen_params gp = {.max_tokens = N_GEN, .ignore_eos = 1};
-    gen_state *g = gen_begin(e, s, smp, prompt, n_prompt, &gp, &hk, on_text, NULL);
-    int32_t t;
-    if (gen_next(g, &t) == 0) {
-        if (draft_n > 0)
-            while (gen_next_drafted(g, &t, draft_n) == 0) {
-            }
-        else
-            while (engine_seq_eval(e, s, &t, 1) == 0 && gen_next(g, &t) == 0) {
-            }
-    }
+    gen_state *g = gen_begin(e, s, smp, prompt, n_prompt, &gp, &hk, gen_ignore_text, NULL);
+    gen_run_to_end(e, s, g, draft_n);
     gen_end(g, st);
     sampler_free(smp);
     engine_seq_free(e, s);

@@ -135,28 +135,10 @@ static void check_model(const char *dir) {
     const int nv = h->n_vocab;
     float *want = st_malloc((size_t)nv * sizeof(float));
     int32_t a[N + 1], b[N + 1];
-    for (int i = 0; i < N; i++) {
-        a[i] = (int32_t)((i * 7919 + 13) % nv);
-        b[i] = (int32_t)((i * 104729 + 5) % nv);
-    }
-    engine_seq *s1 = engine_seq_new(e), *s2 = engine_seq_new(e);
-    ST_ASSERT(engine_seq_read_prompt(e, s1, a, N) == 0);
-    ST_ASSERT(engine_seq_read_prompt(e, s2, b, N) == 0);
-    engine_seq *pair[2] = {s1, s2};
-    const int32_t next[2] = {5, 6};
-    ST_ASSERT(engine_decode_batch(e, pair, next, 2) == 0);
-    a[N] = next[0];
-    b[N] = next[1];
-    for (int q = 0; q < 2; q++) {
-        family_fresh(e, q ? b : a, N + 1, want);
-        CHECK(family_maxdiff(pair[q]->logits, want, nv) < TOL, "batched step, sequence %d: %.3g from fresh", q,
-              family_maxdiff(pair[q]->logits, want, nv));
-    }
-    engine_seq_free(e, s2);
-    engine_seq_free(e, s1);
-    size_t routed = 0, file = 0;
-    const size_t dense = engine_weight_bytes(e->m, &routed);
-    for (int64_t i = 0; i < gguf_n_tensors(e->m->file); i++) file += gguf_tensor_at(e->m->file, i)->size;
+    family_prompts(nv, N, a, b);
+    family_check_batched(e, a, b, N, want, TOL);
+    size_t dense, routed;
+    const size_t file = family_file_bytes(e, &dense, &routed);
     /* the tensor rows cover the file, plus YaRN's divisors made at load (n_rot / 2 floats) */
     CHECK(dense + routed == file + (size_t)h->n_rot / 2 * sizeof(float),
           "tensor list %zu + %zu bytes, file tensors %zu", dense, routed, file);

@@ -33,6 +33,7 @@
 #include "model/synth.h"
 
 #include "../common/check.h"
+#include "../common/gen_run.h"
 
 #define N_GEN 48 /* tokens generated per run */
 
@@ -52,19 +53,13 @@ static int same_state(const kv_cache *a, const kv_cache *b) {
     return 1;
 }
 
-static engine_seq *read_new(engine *e, const int32_t *prompt, int n) {
-    engine_seq *s = engine_seq_new(e);
-    ST_ASSERT(engine_seq_read_prompt(e, s, prompt, n) == 0);
-    return s;
-}
-
 /* Every cut of a verify pass against the sequence fed only the kept tokens. */
 static void check_cuts(engine *e, const char *arch, const int32_t *prompt, int n_prompt) {
     const int nv = e->m->hp.n_vocab, n = 6;
     const int32_t toks[6] = {11, 12, 13, 14, 15, 16}, next = 21;
     float *all = st_malloc((size_t)n * nv * sizeof(float)), *want = st_malloc((size_t)nv * sizeof(float));
     for (int keep = 1; keep <= n; keep++) {
-        engine_seq *a = read_new(e, prompt, n_prompt), *b = read_new(e, prompt, n_prompt);
+        engine_seq *a = gen_read_new(e, prompt, n_prompt), *b = gen_read_new(e, prompt, n_prompt);
         const int base = a->n_past;
         ST_ASSERT(engine_seq_eval_all(e, a, toks, n, all) == 0);
         engine_seq_truncate(a, base + keep);
@@ -83,7 +78,7 @@ static void check_cuts(engine *e, const char *arch, const int32_t *prompt, int n
         engine_seq_free(e, b);
     }
     /* a pass left uncut: the next evaluation keeps it whole */
-    engine_seq *a = read_new(e, prompt, n_prompt), *b = read_new(e, prompt, n_prompt);
+    engine_seq *a = gen_read_new(e, prompt, n_prompt), *b = gen_read_new(e, prompt, n_prompt);
     ST_ASSERT(engine_seq_eval_all(e, a, toks, n, all) == 0);
     ST_ASSERT(engine_seq_eval(e, a, &next, 1) == 0);
     ST_ASSERT(engine_seq_eval(e, b, toks, n) == 0);
@@ -94,24 +89,6 @@ static void check_cuts(engine *e, const char *arch, const int32_t *prompt, int n
     engine_seq_free(e, b);
     st_free(all);
     st_free(want);
-}
-
-typedef struct {
-    int32_t *t;
-    int n;
-} collected;
-
-static int on_token(void *ctx, int32_t t, const float *raw) {
-    (void)raw;
-    collected *c = ctx;
-    ST_ASSERT(c->n < N_GEN);
-    c->t[c->n++] = t;
-    return GEN_GO;
-}
-
-static int on_text(void *ctx, const char *text, size_t len) {
-    (void)ctx, (void)text, (void)len;
-    return 0;
 }
 
 /* A random model seldom repeats itself, and prompt lookup drafts only what
@@ -135,21 +112,13 @@ static sampler *new_sampler(engine *e, float temp) {
  * (draft_n 0: one token per step); returns how many, stats in st. */
 static int generate(engine *e, const int32_t *prompt, int n_prompt, float temp, int draft_n, int32_t *out,
                     gen_stats *st) {
-    engine_seq *s = read_new(e, prompt, n_prompt);
+    engine_seq *s = gen_read_new(e, prompt, n_prompt);
     sampler *smp = new_sampler(e, temp);
-    collected c = {out, 0};
-    const gen_hooks hk = {.token = on_token, .ctx = &c};
+    gen_tokens c = {out, 0, N_GEN};
+    const gen_hooks hk = {.token = gen_tokens_on_token, .ctx = &c};
     const gen_params gp = {.max_tokens = N_GEN, .ignore_eos = 1};
-    gen_state *g = gen_begin(e, s, smp, prompt, n_prompt, &gp, &hk, on_text, NULL);
-    int32_t t;
-    if (gen_next(g, &t) == 0) {
-        if (draft_n > 0)
-            while (gen_next_drafted(g, &t, draft_n) == 0) {
-            }
-        else
-            while (engine_seq_eval(e, s, &t, 1) == 0 && gen_next(g, &t) == 0) {
-            }
-    }
+    gen_state *g = gen_begin(e, s, smp, prompt, n_prompt, &gp, &hk, gen_ignore_text, NULL);
+    gen_run_to_end(e, s, g, draft_n);
     gen_end(g, st);
     sampler_free(smp);
     engine_seq_free(e, s);
@@ -166,35 +135,18 @@ static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][18
     sampler *smp[N_SEQ];
     gen_state *g[N_SEQ];
     int32_t got[N_SEQ][N_GEN], next[N_SEQ], toks[N_SEQ * 9];
-    collected c[N_SEQ];
+    gen_tokens c[N_SEQ];
     int live[N_SEQ], ntok[N_SEQ];
     const gen_params gp = {.max_tokens = N_GEN, .ignore_eos = 1};
     for (int i = 0; i < N_SEQ; i++) {
-        seq[i] = read_new(e, prompts[i], 18);
+        seq[i] = gen_read_new(e, prompts[i], 18);
         smp[i] = new_sampler(e, temp);
-        c[i] = (collected){got[i], 0};
-        const gen_hooks hk = {.token = on_token, .ctx = &c[i]};
-        g[i] = gen_begin(e, seq[i], smp[i], prompts[i], 18, &gp, &hk, on_text, NULL);
+        c[i] = (gen_tokens){got[i], 0, N_GEN};
+        const gen_hooks hk = {.token = gen_tokens_on_token, .ctx = &c[i]};
+        g[i] = gen_begin(e, seq[i], smp[i], prompts[i], 18, &gp, &hk, gen_ignore_text, NULL);
         live[i] = gen_next(g[i], &next[i]) == 0;
     }
-    for (;;) {
-        engine_seq *step_seq[N_SEQ];
-        int map[N_SEQ], n = 0, rows = 0;
-        for (int i = 0; i < N_SEQ; i++) {
-            if (!live[i]) continue;
-            step_seq[n] = seq[i];
-            map[n] = i;
-            ntok[n] = gen_draft(g[i], next[i], 8, toks + rows);
-            rows += ntok[n++];
-        }
-        if (!n) break;
-        const float *logits;
-        ST_ASSERT(engine_step_drafts(e, NULL, NULL, 0, step_seq, toks, ntok, n, &logits) == 0);
-        for (int k = 0, r = 0; k < n; r += ntok[k], k++) {
-            const int i = map[k];
-            live[i] = gen_verify(g[i], &next[i], toks + r, ntok[k], logits + (size_t)r * e->m->hp.n_vocab) == 0;
-        }
-    }
+    gen_drafted_steps(e, seq, g, next, live, N_SEQ, 8, toks, ntok);
     for (int i = 0; i < N_SEQ; i++) {
         gen_stats st;
         gen_end(g[i], &st);

@@ -38,26 +38,9 @@
 #include "model/synth.h"
 
 #include "../common/check.h"
+#include "../common/gen_run.h"
 
 #define N_GEN 32 /* tokens generated per run */
-
-typedef struct {
-    int32_t *t;
-    int n;
-} collected;
-
-static int on_token(void *ctx, int32_t t, const float *raw) {
-    (void)raw;
-    collected *c = ctx;
-    ST_ASSERT(c->n < N_GEN);
-    c->t[c->n++] = t;
-    return GEN_GO;
-}
-
-static int on_text(void *ctx, const char *text, size_t len) {
-    (void)ctx, (void)text, (void)len;
-    return 0;
-}
 
 /* With lift, the sampler's logit bias lifts four tokens far above the rest (as tests/engine/test_drafts.c):
  * the text is a sequence over them, and the drafts, which add the same bias, pick among them too. */
@@ -73,31 +56,17 @@ static sampler *new_sampler(engine *e, float temp, int lift) {
     return sampler_create(&sp, e->m->hp.n_vocab);
 }
 
-static engine_seq *read_new(engine *e, const int32_t *prompt, int n) {
-    engine_seq *s = engine_seq_new(e);
-    ST_ASSERT(engine_seq_read_prompt(e, s, prompt, n) == 0);
-    return s;
-}
-
 /* N_GEN tokens after prompt on a fresh sequence, plain (mtp 0) or with MTP drafts of up to 6 tokens;
  * returns the sequence (the caller frees it), tokens in out, stats in st. */
 static engine_seq *generate(engine *e, const int32_t *prompt, int n_prompt, float temp, int lift, int mtp, int32_t *out,
                             gen_stats *st) {
-    engine_seq *s = read_new(e, prompt, n_prompt);
+    engine_seq *s = gen_read_new(e, prompt, n_prompt);
     sampler *smp = new_sampler(e, temp, lift);
-    collected c = {out, 0};
-    const gen_hooks hk = {.token = on_token, .ctx = &c};
+    gen_tokens c = {out, 0, N_GEN};
+    const gen_hooks hk = {.token = gen_tokens_on_token, .ctx = &c};
     const gen_params gp = {.max_tokens = N_GEN, .ignore_eos = 1, .draft_n = mtp ? 6 : 0, .draft_mtp = mtp};
-    gen_state *g = gen_begin(e, s, smp, prompt, n_prompt, &gp, &hk, on_text, NULL);
-    int32_t t;
-    if (gen_next(g, &t) == 0) {
-        if (mtp)
-            while (gen_next_drafted(g, &t, 6) == 0) {
-            }
-        else
-            while (engine_seq_eval(e, s, &t, 1) == 0 && gen_next(g, &t) == 0) {
-            }
-    }
+    gen_state *g = gen_begin(e, s, smp, prompt, n_prompt, &gp, &hk, gen_ignore_text, NULL);
+    gen_run_to_end(e, s, g, mtp ? 6 : 0);
     gen_end(g, st);
     ST_ASSERT(c.n == N_GEN);
     sampler_free(smp);
@@ -109,7 +78,7 @@ static void check_consistent(engine *e, const char *what, engine_seq *a) {
     const model_hparams *hp = &e->m->hp;
     const int n = a->n_past, nv = hp->n_vocab;
     float *la = st_malloc((size_t)nv * sizeof(float)), *lb = st_malloc((size_t)nv * sizeof(float));
-    engine_seq *b = read_new(e, a->hist, n);
+    engine_seq *b = gen_read_new(e, a->hist, n);
     ST_ASSERT(engine_seq_mtp_logits(e, a, n - 1, 1, la) == 0);
     ST_ASSERT(engine_seq_mtp_logits(e, b, n - 1, 1, lb) == 0);
     const st_kv_layer *x = &a->kv->layers[hp->n_layer], *y = &b->kv->layers[hp->n_layer];
@@ -137,16 +106,16 @@ static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][20
     sampler *smp[N_SEQ];
     gen_state *g[N_SEQ] = {0};
     int32_t got[N_SEQ][N_GEN], next[N_SEQ], toks[N_SEQ * 7];
-    collected c[N_SEQ];
+    gen_tokens c[N_SEQ];
     int live[N_SEQ], ntok[N_SEQ];
     const gen_params gp = {.max_tokens = N_GEN, .ignore_eos = 1, .draft_mtp = 1};
     for (int i = 0; i < N_SEQ; i++) {
-        seq[i] = i < N_SEQ - 1 ? read_new(e, prompts[i], 20) : engine_seq_new(e);
+        seq[i] = i < N_SEQ - 1 ? gen_read_new(e, prompts[i], 20) : engine_seq_new(e);
         smp[i] = new_sampler(e, 0.0f, 1);
-        c[i] = (collected){got[i], 0};
+        c[i] = (gen_tokens){got[i], 0, N_GEN};
     }
     for (int i = 0; i < N_SEQ; i++) {
-        const gen_hooks hk = {.token = on_token, .ctx = &c[i]};
+        const gen_hooks hk = {.token = gen_tokens_on_token, .ctx = &c[i]};
         if (i == N_SEQ - 1) { /* its prompt but the last token: the chunk of a step in which the others draft */
             int rows = 0;
             for (int k = 0; k < N_SEQ - 1; k++) {
@@ -159,27 +128,10 @@ static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][20
                 live[k] = gen_verify(g[k], &next[k], toks + r, ntok[k], logits + (size_t)r * e->m->hp.n_vocab) == 0;
             ST_ASSERT(engine_seq_eval(e, seq[i], &prompts[i][19], 1) == 0);
         }
-        g[i] = gen_begin(e, seq[i], smp[i], prompts[i], 20, &gp, &hk, on_text, NULL);
+        g[i] = gen_begin(e, seq[i], smp[i], prompts[i], 20, &gp, &hk, gen_ignore_text, NULL);
         live[i] = gen_next(g[i], &next[i]) == 0;
     }
-    for (;;) {
-        engine_seq *step_seq[N_SEQ];
-        int map[N_SEQ], n = 0, rows = 0;
-        for (int i = 0; i < N_SEQ; i++) {
-            if (!live[i]) continue;
-            step_seq[n] = seq[i];
-            map[n] = i;
-            ntok[n] = gen_draft(g[i], next[i], 6, toks + rows);
-            rows += ntok[n++];
-        }
-        if (!n) break;
-        const float *logits;
-        ST_ASSERT(engine_step_drafts(e, NULL, NULL, 0, step_seq, toks, ntok, n, &logits) == 0);
-        for (int k = 0, r = 0; k < n; r += ntok[k], k++) {
-            const int i = map[k];
-            live[i] = gen_verify(g[i], &next[i], toks + r, ntok[k], logits + (size_t)r * e->m->hp.n_vocab) == 0;
-        }
-    }
+    gen_drafted_steps(e, seq, g, next, live, N_SEQ, 6, toks, ntok);
     for (int i = 0; i < N_SEQ; i++) {
         gen_stats st;
         gen_end(g[i], &st);
@@ -280,7 +232,7 @@ static void check_model(const char *arch, const char *dir) {
                arch, temps[k], acc, rej);
     }
     /* a path that keeps no hidden state (the top-k decode step): the sequence drafts nothing after it */
-    engine_seq *u = read_new(e, prompts[0], 20);
+    engine_seq *u = gen_read_new(e, prompts[0], 20);
     int32_t ids[4], d[4];
     float vals[4];
     CHECK(engine_seq_draft_mtp(e, u, 50, 4, NULL, d) == 4, "%s: drafts after a prompt", arch);
