@@ -1,10 +1,12 @@
 /* Shared by the C tests that compare logit rows (tests/engine, tests/real,
  * tests/cuda): the top token and its margin over the runner-up, the
- * quantity every "near-tie" judgement in those tests rests on. Header-only:
+ * quantity every "near-tie" judgement in those tests rests on; the centred
+ * NMSE of two logit rows; the one-step routing flip rule. Header-only:
  * each test is one executable. */
 #ifndef STRATA_TESTS_COMMON_LOGITS_H
 #define STRATA_TESTS_COMMON_LOGITS_H
 
+#include <math.h>
 #include <stdint.h>
 
 /* The index of the largest of l[0..n) (the first on ties); *gap (if not NULL)
@@ -19,6 +21,25 @@ static inline int32_t logits_argmax(const float *l, int n, float *gap) {
     }
     if (gap) *gap = l[b] - l[s];
     return b;
+}
+
+/* NMSE of a against ref, both centred: softmax is blind to a constant added
+ * to every logit, so such a shift is no difference (the 6-layer SmolLM2 cut
+ * on the GPU shows mean shifts of up to ~3 with equal spreads and rankings,
+ * which an uncentred NMSE reports as 0.8). A non-finite a[i]: INFINITY.
+ * *rms (if not NULL): the RMS of the centred difference. */
+static inline double logits_nmse(const float *a, const float *ref, int n, double *rms) {
+    double ma = 0, mr = 0, num = 0, den = 0;
+    for (int i = 0; i < n; i++) ma += a[i], mr += ref[i];
+    ma /= n, mr /= n;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        const double d = ((double)a[i] - ma) - ((double)ref[i] - mr);
+        num += d * d;
+        den += ((double)ref[i] - mr) * ((double)ref[i] - mr);
+    }
+    if (rms) *rms = sqrt(num / n);
+    return den > 0 ? num / den : num;
 }
 
 /* Whether per-step logit NMSEs e[0..n) that exceed bound are one MoE

@@ -65,22 +65,6 @@ static double stddev(const float *l, int n) {
     return sqrt(v / n);
 }
 
-/* NMSE of the centred logits: softmax is blind to a constant added to every
- * logit, so such a shift is no difference between the backends (the 6-layer
- * SmolLM2 cut shows shifts of the mean of up to ~3 with equal spreads and
- * rankings, which an uncentred NMSE reports as 0.8). */
-static double nmse(const float *a, const float *ref, int n) {
-    const double ma = mean(a, n), mr = mean(ref, n);
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        const double d = ((double)a[i] - ma) - ((double)ref[i] - mr);
-        num += d * d;
-        den += ((double)ref[i] - mr) * ((double)ref[i] - mr);
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* Greedy from the prompt: tokens, and a copy of each step's logits. */
 static void greedy(engine *e, const int32_t *prompt, int n, int32_t *out, float *logits, float *gaps) {
     int nv = e->m->hp.n_vocab;
@@ -107,7 +91,7 @@ static void diagnose(engine *cpu, engine *gpu, const int32_t *ids, int n) {
         model_forward(gpu->mc, gpu->kv->layers, ids, n, 0, lg, 1);
         cuda_mm_force_path(old);
         printf("    per position NMSE (%s):", mode == 0 ? "auto" : mode == 1 ? "mmv forced" : "gemm forced");
-        for (int i = 0; i < n; i++) printf(" %.1e", nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv));
+        for (int i = 0; i < n; i++) printf(" %.1e", logits_nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv, NULL));
         printf("\n");
     }
     printf("    token ids:");
@@ -152,7 +136,7 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
         double e[N_GEN];
         int iw = 0; /* the worst step */
         for (int i = 0; i < steps; i++) {
-            e[i] = nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv);
+            e[i] = logits_nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv, NULL);
             if (e[i] > e[iw]) iw = i;
         }
         const double first = e[0], worst = e[iw];
@@ -182,7 +166,8 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
             ok = ok && tie;
             printf("    then CPU %d vs GPU %d: CPU top-2 gap %.4f (%.4f sd; RMS logit difference %.4f, NMSE %.1e): "
                    "%s\n",
-                   tc[same], tg[same], gc[same], gc[same] / sd, rms, nmse(g, c, nv), tie ? "near-tie" : "DIFFERENT");
+                   tc[same], tg[same], gc[same], gc[same] / sd, rms, logits_nmse(g, c, nv, NULL),
+                   tie ? "near-tie" : "DIFFERENT");
         }
         if (!ok) diagnose(cpu, gpu, ids, (int)n);
         fails += !ok;

@@ -45,20 +45,6 @@
 #define N_GEN       16
 #define NEAR_TIE_SD 0.01
 
-static double centred_nmse(const float *a, const float *ref, int n) {
-    double ma = 0, mr = 0;
-    for (int i = 0; i < n; i++) ma += a[i], mr += ref[i];
-    ma /= n, mr /= n;
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        const double d = ((double)a[i] - ma) - ((double)ref[i] - mr);
-        num += d * d;
-        den += ((double)ref[i] - mr) * ((double)ref[i] - mr);
-    }
-    return den > 0 ? num / den : num;
-}
-
 static double spread(const float *l, int n) {
     double m = 0, v = 0;
     for (int i = 0; i < n; i++) m += l[i];
@@ -93,7 +79,8 @@ static void compare(engine_params p, const char *what, double bound, const int32
     while (same < N_GEN && tc[same] == tg[same]) same++;
     const int steps = same < N_GEN ? same + 1 : N_GEN; /* the differing step came from the same history */
     double worst = 0;
-    for (int i = 0; i < steps; i++) worst = fmax(worst, centred_nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv));
+    for (int i = 0; i < steps; i++)
+        worst = fmax(worst, logits_nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv, NULL));
     /* a near-tie as test_cuda_e2e counts one: the CPU's top-2 gap below NEAR_TIE_SD of its spread, or
      * below 4 times the RMS difference of the two sides' centred logits there (the measured noise) */
     double tie = 0, rms = 0;

@@ -36,20 +36,6 @@
 #define N_PROMPT 20
 #define N_GEN    24
 
-static double centred_nmse(const float *a, const float *ref, int n) {
-    double ma = 0, mr = 0;
-    for (int i = 0; i < n; i++) ma += a[i], mr += ref[i];
-    ma /= n, mr /= n;
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        const double d = ((double)a[i] - ma) - ((double)ref[i] - mr);
-        num += d * d;
-        den += ((double)ref[i] - mr) * ((double)ref[i] - mr);
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* The prompt, then N_GEN greedy tokens: tok, and the logits before each. 0 or -1. */
 static int greedy(const engine_params *p, const int32_t *prompt, int32_t *tok, float *logits, int nv) {
     engine *e = engine_open(p);
@@ -73,7 +59,7 @@ static void compare(const char *what, double bound, const int32_t *tc, const flo
     double worst = 0, e[N_GEN];
     int t = 0;
     for (; t < N_GEN; t++) {
-        worst = fmax(worst, e[t] = centred_nmse(lg + (size_t)t * nv, lc + (size_t)t * nv, nv));
+        worst = fmax(worst, e[t] = logits_nmse(lg + (size_t)t * nv, lc + (size_t)t * nv, nv, NULL));
         if (tc[t] != tg[t]) break;
     }
     if (worst > bound) { /* where: one step (a routing flip) or all of them (a kernel) */

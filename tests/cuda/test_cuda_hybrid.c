@@ -46,34 +46,10 @@
 #include "../common/check.h"
 #include "../common/family.h"
 #include "../common/gen_run.h"
+#include "../common/logits.h"
 
 #define N_PROMPT 20
 #define N_GEN    32
-
-static double centred_nmse(const float *a, const float *ref, int n, double *rms) {
-    double ma = 0, mr = 0, num = 0, den = 0;
-    for (int i = 0; i < n; i++) ma += a[i], mr += ref[i];
-    ma /= n, mr /= n;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        const double d = ((double)a[i] - ma) - ((double)ref[i] - mr);
-        num += d * d;
-        den += ((double)ref[i] - mr) * ((double)ref[i] - mr);
-    }
-    if (rms) *rms = sqrt(num / n);
-    return den > 0 ? num / den : num;
-}
-
-/* The largest logit's index and its gap to the second. */
-static int32_t argmax_gap(const float *l, int n, float *gap) {
-    int b = 0, s = -1;
-    for (int i = 1; i < n; i++) {
-        if (l[i] > l[b]) s = b, b = i;
-        else if (s < 0 || l[i] > l[s]) s = i;
-    }
-    *gap = l[b] - l[s];
-    return b;
-}
 
 /* Greedy from the prompt on a fresh history: tokens, logits per step, top-2 gaps. */
 static void greedy(engine *e, const int32_t *prompt, int32_t *out, float *logits, float *gaps) {
@@ -82,7 +58,7 @@ static void greedy(engine *e, const int32_t *prompt, int32_t *out, float *logits
     ST_ASSERT(engine_eval(e, prompt, N_PROMPT) == 0);
     for (int i = 0; i < N_GEN; i++) {
         memcpy(logits + (size_t)i * nv, e->logits, (size_t)nv * sizeof(float));
-        out[i] = argmax_gap(e->logits, nv, &gaps[i]);
+        out[i] = logits_argmax(e->logits, nv, &gaps[i]);
         ST_ASSERT(engine_eval(e, &out[i], 1) == 0);
     }
 }
@@ -112,13 +88,13 @@ static void check_decode(const char *arch, const char *path, double bound, int n
     double worst = 0, med[N_GEN];
     const int steps = same < N_GEN ? same + 1 : N_GEN; /* the differing step came from equal histories too */
     for (int i = 0; i < steps; i++) {
-        med[i] = centred_nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv, NULL);
+        med[i] = logits_nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv, NULL);
         worst = fmax(worst, i < same || same == N_GEN ? med[i] : 0);
     }
     int tie = 1;
     double rms = 0;
     if (same < N_GEN) {
-        centred_nmse(lg + (size_t)same * nv, lc + (size_t)same * nv, nv, &rms);
+        logits_nmse(lg + (size_t)same * nv, lc + (size_t)same * nv, nv, &rms);
         tie = gc[same] < 4 * rms;
     }
     printf("%s (%s), chunks of %d: %d/%d greedy tokens equal; logits NMSE after the prompt %.1e, worst %.1e "

@@ -339,20 +339,6 @@ static void test_prefill_chunk(const char *path) {
     model_free(m);
 }
 
-/* NMSE of the centred logits (a constant shift changes no probability). */
-static double nmse(const float *a, const float *ref, int n) {
-    double ma = 0, mr = 0;
-    for (int i = 0; i < n; i++) ma += a[i], mr += ref[i];
-    ma /= n, mr /= n;
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        const double d = (a[i] - ma) - (ref[i] - mr);
-        num += d * d;
-        den += (ref[i] - mr) * (ref[i] - mr);
-    }
-    return den > 0 ? num / den : num;
-}
-
 /* On a GPU: every placement against the all-GPU run of the same file. The
  * CPU lane rounds activations its own way (8-bit blocks by format; the GPU:
  * int8 blocks of 32), so per step the centred logits' NMSE is held to the
@@ -373,7 +359,7 @@ static void gpu_case(const char *path, double bound, const lanes_run_out *ref, i
     double worst = 0, e[N_GEN];
     int t = 0;
     for (; t < N_GEN; t++) {
-        worst = fmax(worst, e[t] = nmse(got.logits + (size_t)t * nv, ref->logits + (size_t)t * nv, nv));
+        worst = fmax(worst, e[t] = logits_nmse(got.logits + (size_t)t * nv, ref->logits + (size_t)t * nv, nv, NULL));
         if (got.tok[t] != ref->tok[t]) break;
     }
     if (worst > bound) { /* where: one step or all of them */
