@@ -2,7 +2,7 @@
 # One device call for the GPU backend (issue 4): configure with STRATA_CUDA,
 # build what the gpu-labelled tests need, list the devices, self-test GPU 0,
 # run `ctest -L gpu` (less the matrix products' own test, run by their script), and time decode on a synthetic model. Logs to $OUT
-# (at most 8 files come back): env.log, build.log, selftest.log, ctest.log, bench.log.
+# (at most 8 files come back): env.log, build.log, selftest.log, ctest.log, memcheck.log, bench.log.
 #   usage (device machine, repo root): bash tests/cuda/run_device.sh [REGEX of gpu tests to leave out]
 # If pkg-config or the -dev packages of PCRE2/jansson/libmicrohttpd are
 # missing there, .devdeps/ (carried: headers, .pc files and libraries copied
@@ -49,7 +49,12 @@ if [ -d .e2e/pylib ] && [ -f .e2e/smollm2-6l.gguf ]; then
   PYTHONPATH=.e2e/pylib python3 tools/truncate_model.py .e2e/smollm2-6l.gguf /tmp/smollm2-1l.gguf 0 &&
     $B/tests/cuda/test_cuda_e2e /tmp/smollm2-1l.gguf:1e-2 >> "$OUT/ctest.log" 2>&1
 fi
+# compute-sanitizer memcheck over a short end-to-end GPU test (it found
+# shared-memory reads past attn_combine_kernel's slices, 2026-12-02)
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+[ -n "$CS" ] && (cd $B/tests/cuda && timeout 240 "$CS" --tool memcheck --print-limit 20 ./test_cuda_gpt_oss . \
+  > "$OUT/memcheck.log" 2>&1; echo "memcheck rc $?" >> "$OUT/memcheck.log")
 { for M in /tmp/tiny.gguf $B/tests/cuda/smollm2-6l.gguf; do for g in "" "--gpu 0"; do echo "== bench $M $g"; timeout 60 $S bench -m $M $g -p 128 -n 64 2>&1 | tail -4; done; done; } > "$OUT/bench.log" 2>&1
 cat "$OUT/env.log"; grep -E "FAIL|selftest|pinned|FITS|GPU" "$OUT/selftest.log" | head -20
 grep -E "FAIL|SKIPPED|prompt|then CPU|model\(s\)|gguf,|Test +#|tests passed|ctest rc" "$OUT/ctest.log" | head -70
-grep -c "^ok " "$OUT/ctest.log"; cat "$OUT/bench.log"
+grep -c "^ok " "$OUT/ctest.log"; grep -E "ERROR SUMMARY|memcheck rc" "$OUT/memcheck.log" 2>/dev/null; cat "$OUT/bench.log"
