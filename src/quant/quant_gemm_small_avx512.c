@@ -113,8 +113,8 @@ QS_INLINE float qs_hsum(__m256 v) {
 }
 
 /* nr rows x NC tokens (NC a constant after inlining: the accumulators stay in registers). */
-QS_INLINE void qs_rows(const int f, const int NC, int n, int nr, const uint8_t *w, size_t ws,
-                       const uint8_t *const *act, float *y, size_t ldy) {
+QS_INLINE void qs_rows(const int f, const int NC, int n, int nr, const uint8_t *w, size_t ws, const uint8_t *const *act,
+                       float *y, size_t ldy) {
     const int nb = n / 32;
     const size_t bs = qs_wblock(f), as = qs_ablock(f), ao = qs_aoff(f);
     /* the tokens' block scales (and Q8_1's s) as floats, once for all rows */
@@ -150,7 +150,8 @@ QS_INLINE void qs_rows(const int f, const int NC, int n, int nr, const uint8_t *
                 const __m256i q = qs_decode(f, xb);
                 const __m256i u = qs_unsigned(f) ? q : _mm256_sign_epi8(q, q);
                 _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
-                    const __m256 p = _mm256_cvtepi32_ps(qs_idot(f, u, q, (const int8_t *)(act[c] + (size_t)(ib + k) * as + ao)));
+                    const __m256 p =
+                        _mm256_cvtepi32_ps(qs_idot(f, u, q, (const int8_t *)(act[c] + (size_t)(ib + k) * as + ao)));
                     if (k % 2 == 0) acc0[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[c][k]), p, acc0[c]);
                     else acc1[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[c][k]), p, acc1[c]);
                 }

@@ -26,8 +26,8 @@
  *   --time-steps: no checks; times decode steps of 1, 2, 4 and 8 sequences
  *     (each sequence's prompt read first, then --steps K (24) steps of greedy tokens
  *     per batch size, the median step printed): what a batched step costs
- *     against a one-sequence step. A benchmark, not a test. --only N: that
- *     batch size alone (for a profiler).
+ *     against a one-sequence step. A benchmark, not a test. --only N: steps
+ *     of N (1..8) sequences alone (other sizes; a profiler).
  *
  * usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N] [--time-steps [--only N] [--steps K]]
  * (--gpu: on that GPU, where several sequences run as one step without a
@@ -93,12 +93,11 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 static void time_steps(engine *e, int only, int n_steps) {
-    const int nv = e->m->hp.n_vocab, sizes[] = {1, 2, 4, 8};
+    const int nv = e->m->hp.n_vocab, all[] = {1, 2, 4, 8}, *sizes = only ? &only : all, n_sizes = only ? 1 : 4;
     printf("decode step times (median of %d steps, prompts cycled from the test's list):\n", n_steps);
     double t1 = 0;
-    for (int si = 0; si < 4; si++) {
+    for (int si = 0; si < n_sizes; si++) {
         const int n = sizes[si];
-        if (only && n != only) continue;
         engine_seq *seq[8];
         int32_t tok[8];
         for (int p = 0; p < n; p++) {

@@ -10,7 +10,7 @@
  * line of y. Each row also prefetches the weights 4 KiB ahead (see
  * matvec_rows), which the kernels' sparse loads need to reach the bandwidth.
  *
- * A few tokens (2..qt_gemm_small_max_tok, at most 8: the server's batched
+ * A few tokens (2..qt_gemm_small_max_tok, now 4: the server's batched
  * decode step, MoE experts with few tokens) are split and prefetched like a
  * matvec, and the small-batch kernel (quant_gemm.h, qt_gemm_small) decodes
  * each weight block once for all the tokens; its results are the dot's bit
