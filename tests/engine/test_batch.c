@@ -18,6 +18,10 @@
  *     is measured: 1.5 x how far the same sequences' logits are when read as
  *     one multi-token chunk instead of one-token steps (the same two kernel
  *     families, within one sequence).
+ *   exact (--exact, 8-bit): every batched logit EQUAL to the alone run's and
+ *     every token the same: the CPU's small-batch products (2-4 rows) give
+ *     the one-token kernels' bits; SKIP where a matrix of the model has none
+ *     (no AVX-512, other formats) or on the GPU.
  *   staggered: sequences of different lengths end at different steps and a new
  *     one is admitted mid-way, its whole prompt read as the chunk of the
  *     others' decode step (engine_step); every sequence's tokens still equal
@@ -29,7 +33,8 @@
  *     against a one-sequence step. A benchmark, not a test. --only N: steps
  *     of N (1..8) sequences alone (other sizes; a profiler).
  *
- * usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N] [--time-steps [--only N] [--steps K]]
+ * usage: test_batch MODEL.gguf [--precise] [--exact] [--staggered] [--tol T] [--gpu N] [--time-steps [--only N]
+ * [--steps K]]
  * (--gpu: on that GPU, where several sequences run as one step without a
  * CUDA graph and one as the graph-recorded single step; 8-bit mode without --tol: 1.5 x the
  * measured chunk-vs-step difference)
@@ -43,6 +48,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "quant/quant_gemm.h"
 
 #include "../common/logits.h"
 
@@ -154,12 +160,27 @@ static float chunk_vs_steps(engine *e, const ref_run *r, int n_gen) {
     return d;
 }
 
+/* 1 when every weight matrix a decode step of N_SEQ rows multiplies takes
+ * the small-batch kernel on this CPU (quant_gemm.h: bit-equal to the dot). */
+static int small_batch_exact(const model *m) {
+    const qt_isa isa = qt_cpu_isa();
+    if (qt_gemm_small_max_tok(m->output.type, isa) < N_SEQ) return 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *l = &m->layers[il];
+        const st_weight *w[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down};
+        for (int i = 0; i < 7; i++)
+            if (!w[i]->data || qt_gemm_small_max_tok(w[i]->type, isa) < N_SEQ) return 0;
+    }
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int precise = 0, staggered = 0, gpu = -1, timing = 0, only = 0, t_steps = 24;
+    int precise = 0, staggered = 0, gpu = -1, timing = 0, exact = 0, only = 0, t_steps = 24;
     float tol = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--precise")) precise = 1;
+        else if (!strcmp(argv[i], "--exact")) exact = 1;
         else if (!strcmp(argv[i], "--staggered")) staggered = 1;
         else if (!strcmp(argv[i], "--tol") && i + 1 < argc) tol = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--gpu") && i + 1 < argc) gpu = atoi(argv[++i]);
@@ -169,8 +190,9 @@ int main(int argc, char **argv) {
         else path = argv[i];
     }
     if (!path) {
-        fprintf(stderr, "usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N] [--time-steps "
-                        "[--only N] [--steps K]]\n");
+        fprintf(stderr,
+                "usage: test_batch MODEL.gguf [--precise] [--exact] [--staggered] [--tol T] [--gpu N] [--time-steps "
+                "[--only N] [--steps K]]\n");
         return 2;
     }
     FILE *f = fopen(path, "rb");
@@ -198,6 +220,12 @@ int main(int argc, char **argv) {
         engine_close(e);
         return 0;
     }
+    if (exact && (gpu >= 0 || precise || staggered || !small_batch_exact(e->m))) {
+        printf("SKIP: --exact needs the CPU's small-batch kernels for every matrix of this model (8-bit, "
+               "AVX-512: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL)\n");
+        engine_close(e);
+        return 0;
+    }
     int nv = e->m->hp.n_vocab, fails = 0;
     printf("mode: %s activations%s on %s\n", precise ? "f32 (precise)" : "8-bit", staggered ? ", staggered" : "",
            gpu < 0 ? "the CPU" : "the GPU");
@@ -222,6 +250,10 @@ int main(int argc, char **argv) {
                "tolerance %.4f\n",
                d, 1.5f * d);
         if (tol <= 0) tol = 1.5f * d;
+        if (exact) {
+            tol = 0; /* batched logits must equal the alone run's bit for bit, every token the same */
+            printf("exact: every batched logit must equal the alone run's (small-batch products)\n");
+        }
     }
 
     /* the batched run: seq p decodes n_gen[p] tokens, starting at step start[p] */
@@ -273,7 +305,7 @@ int main(int argc, char **argv) {
                 } else if (out[p][i] != ref[p].tok[i]) {
                     /* a near-tie may flip outside precise mode: allowed when the gap is within the
                      * rounding seen */
-                    if (!precise && ref[p].gap[i] <= 2 * d) {
+                    if (!precise && !exact && ref[p].gap[i] <= 2 * d) {
                         printf("  seq %d step %d: near-tie flip (gap %.4f <= 2 x diff %.4f): not "
                                "compared further\n",
                                p, i, ref[p].gap[i], d);
