@@ -21,6 +21,25 @@ qt_gemm_fn qt_gemm(qt_type t, qt_isa isa) {
     }
 }
 
+qt_gemm_fn qt_gemm_small(qt_type t, qt_isa isa) {
+    if ((int)t < 0 || t >= QT_COUNT) return NULL;
+    while ((int)isa > 0 && !qt_isa_supported(isa)) isa = (qt_isa)((int)isa - 1);
+    return isa == QT_ISA_AVX512 ? qt_gemms_small_avx512[t] : NULL;
+}
+
+/* Up to how many tokens the small-batch kernel is used rather than the gemm.
+ * Its cost grows with every token (the dot's per-block work, once per
+ * token), the gemm's barely between 2 and 8 (its fixed cost is decoding and
+ * interleaving the rows). In cache on one core (`test_gemm --small-speed`)
+ * the small kernel wins to 6 tokens and ties at 8; in SmolLM2-135M Q4_1's
+ * decode step on 2 threads (`test_batch --time-steps --only N`, three
+ * alternated rounds, docs/cpu-kernels.md) it took 12-14.5 / 15-17 / 18 ms at
+ * 2 / 3 / 4 sequences against the gemm's 17-20 / 20-21 / 20-21, tied at 5
+ * and 6 and lost at 8 (28 vs 24-26 ms). So: 2..4 tokens. */
+#define SMALL_MAX_TOK 4
+
+int qt_gemm_small_max_tok(qt_type t, qt_isa isa) { return qt_gemm_small(t, isa) ? SMALL_MAX_TOK : 0; }
+
 void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act,
                     float *y, size_t ldy) {
     const unsigned char *wr = w;

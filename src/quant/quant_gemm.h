@@ -46,6 +46,22 @@ typedef void (*qt_gemm_fn)(int n, int nr, int nc, const void *w, size_t w_stride
  * the CPU runs, as qt_vec_dot); NULL if t has none there. */
 qt_gemm_fn qt_gemm(qt_type t, qt_isa isa);
 
+/* Small batches: at most this many activation rows per call. */
+#define QT_GEMM_SMALL_MAX_TOK 8
+
+/* The small-batch kernel of weight type t on the given ISA path (clamped to
+ * what the CPU runs), or NULL: qt_gemm_fn's arguments with 1 <= nc <=
+ * QT_GEMM_SMALL_MAX_TOK. Each weight block is decoded once and dotted with
+ * every token in registers, in the arithmetic of qt_vec_dot(t, isa): every
+ * output equals that dot's on the same (row, token) pair BIT FOR BIT, so the
+ * caller may mix the two freely (quant_gemm_small_avx512.c says how).
+ * AVX-512 VNNI: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL; none elsewhere. */
+qt_gemm_fn qt_gemm_small(qt_type t, qt_isa isa);
+
+/* Token counts for which cpu_matmul_q uses the small-batch kernel of type t
+ * rather than the gemm (measured crossover, quant_gemm.c): 2..this, 0 if none. */
+int qt_gemm_small_max_tok(qt_type t, qt_isa isa);
+
 /* The generic fallback with qt_gemm_fn's arguments: one dot call per (row,
  * token) pair with `dot` (a qt_vec_dot of the weight type). */
 void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act,

@@ -7,5 +7,6 @@
 
 extern const qt_gemm_fn qt_gemms_avx2[QT_COUNT];
 extern const qt_gemm_fn qt_gemms_avx512[QT_COUNT];
+extern const qt_gemm_fn qt_gemms_small_avx512[QT_COUNT]; /* small batches, bit-equal to the dot */
 
 #endif

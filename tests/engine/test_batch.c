@@ -18,12 +18,23 @@
  *     is measured: 1.5 x how far the same sequences' logits are when read as
  *     one multi-token chunk instead of one-token steps (the same two kernel
  *     families, within one sequence).
+ *   exact (--exact, 8-bit): every batched logit EQUAL to the alone run's and
+ *     every token the same: the CPU's small-batch products (2-4 rows) give
+ *     the one-token kernels' bits; SKIP where a matrix of the model has none
+ *     (no AVX-512, other formats) or on the GPU.
  *   staggered: sequences of different lengths end at different steps and a new
  *     one is admitted mid-way, its whole prompt read as the chunk of the
  *     others' decode step (engine_step); every sequence's tokens still equal
  *     its reference (precise).
  *
- * usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N]
+ *   --time-steps: no checks; times decode steps of 1, 2, 4 and 8 sequences
+ *     (each sequence's prompt read first, then --steps K (24) steps of greedy tokens
+ *     per batch size, the median step printed): what a batched step costs
+ *     against a one-sequence step. A benchmark, not a test. --only N: steps
+ *     of N (1..8) sequences alone (other sizes; a profiler).
+ *
+ * usage: test_batch MODEL.gguf [--precise] [--exact] [--staggered] [--tol T] [--gpu N] [--time-steps [--only N]
+ * [--steps K]]
  * (--gpu: on that GPU, where several sequences run as one step without a
  * CUDA graph and one as the graph-recorded single step; 8-bit mode without --tol: 1.5 x the
  * measured chunk-vs-step difference)
@@ -37,6 +48,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "quant/quant_gemm.h"
 
 #include "../common/logits.h"
 
@@ -79,6 +91,47 @@ static void run_alone(engine *e, ref_run *r, int n_gen) {
     engine_seq_free(e, s);
 }
 
+/* --time-steps: median time of n_steps decode steps of n = 1, 2, 4, 8
+ * sequences, each step feeding every sequence its own greedy token. */
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void time_steps(engine *e, int only, int n_steps) {
+    const int nv = e->m->hp.n_vocab, all[] = {1, 2, 4, 8}, *sizes = only ? &only : all, n_sizes = only ? 1 : 4;
+    printf("decode step times (median of %d steps, prompts cycled from the test's list):\n", n_steps);
+    double t1 = 0;
+    for (int si = 0; si < n_sizes; si++) {
+        const int n = sizes[si];
+        engine_seq *seq[8];
+        int32_t tok[8];
+        for (int p = 0; p < n; p++) {
+            const char *text = PROMPTS[p % (N_SEQ + 1)];
+            int32_t ids[256];
+            int64_t k = tokenizer_encode(e->tok, text, strlen(text), 1, 0, ids, 256);
+            ST_ASSERT(k > 0 && k <= 256);
+            seq[p] = engine_seq_new(e);
+            ST_ASSERT(engine_seq_read_prompt(e, seq[p], ids, (int)k) == 0);
+            tok[p] = logits_argmax(seq[p]->logits, nv, NULL);
+        }
+        int64_t *t = st_malloc((size_t)n_steps * sizeof *t);
+        for (int i = 0; i < n_steps; i++) {
+            int64_t t0 = st_now_ns();
+            ST_ASSERT(engine_decode_batch(e, seq, tok, n) == 0);
+            t[i] = st_now_ns() - t0;
+            for (int p = 0; p < n; p++) tok[p] = logits_argmax(seq[p]->logits, nv, NULL);
+        }
+        qsort(t, (size_t)n_steps, sizeof t[0], cmp_i64);
+        const double ms = t[n_steps / 2] / 1e6;
+        if (n == 1 || !t1) t1 = ms;
+        printf("  %d seq: %.2f ms per step (min %.2f, max %.2f), %.2f x the 1-seq step, %.1f tok/s\n", n, ms,
+               t[0] / 1e6, t[n_steps - 1] / 1e6, ms / t1, n * 1e3 / ms);
+        st_free(t);
+        for (int p = 0; p < n; p++) engine_seq_free(e, seq[p]);
+    }
+}
+
 static float max_diff(const float *a, const float *b, int n) {
     float d = 0;
     for (int i = 0; i < n; i++) d = fmaxf(d, fabsf(a[i] - b[i]));
@@ -107,19 +160,39 @@ static float chunk_vs_steps(engine *e, const ref_run *r, int n_gen) {
     return d;
 }
 
+/* 1 when every weight matrix a decode step of N_SEQ rows multiplies takes
+ * the small-batch kernel on this CPU (quant_gemm.h: bit-equal to the dot). */
+static int small_batch_exact(const model *m) {
+    const qt_isa isa = qt_cpu_isa();
+    if (qt_gemm_small_max_tok(m->output.type, isa) < N_SEQ) return 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *l = &m->layers[il];
+        const st_weight *w[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down};
+        for (int i = 0; i < 7; i++)
+            if (!w[i]->data || qt_gemm_small_max_tok(w[i]->type, isa) < N_SEQ) return 0;
+    }
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int precise = 0, staggered = 0, gpu = -1;
+    int precise = 0, staggered = 0, gpu = -1, timing = 0, exact = 0, only = 0, t_steps = 24;
     float tol = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--precise")) precise = 1;
+        else if (!strcmp(argv[i], "--exact")) exact = 1;
         else if (!strcmp(argv[i], "--staggered")) staggered = 1;
         else if (!strcmp(argv[i], "--tol") && i + 1 < argc) tol = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--gpu") && i + 1 < argc) gpu = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--time-steps")) timing = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) t_steps = atoi(argv[++i]);
         else path = argv[i];
     }
     if (!path) {
-        fprintf(stderr, "usage: test_batch MODEL.gguf [--precise] [--staggered] [--tol T] [--gpu N]\n");
+        fprintf(stderr,
+                "usage: test_batch MODEL.gguf [--precise] [--exact] [--staggered] [--tol T] [--gpu N] [--time-steps "
+                "[--only N] [--steps K]]\n");
         return 2;
     }
     FILE *f = fopen(path, "rb");
@@ -137,6 +210,21 @@ int main(int argc, char **argv) {
     if (!e) {
         fprintf(stderr, "FAIL: %s\n", st_error_get());
         return 1;
+    }
+    if (timing) {
+        if (t_steps < 1 || t_steps > 400 || only < 0 || only > 8) {
+            fprintf(stderr, "test_batch: --steps takes 1..400 and --only 1..8\n");
+            return 2;
+        }
+        time_steps(e, only, t_steps);
+        engine_close(e);
+        return 0;
+    }
+    if (exact && (gpu >= 0 || precise || staggered || !small_batch_exact(e->m))) {
+        printf("SKIP: --exact needs the CPU's small-batch kernels for every matrix of this model (8-bit, "
+               "AVX-512: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL)\n");
+        engine_close(e);
+        return 0;
     }
     int nv = e->m->hp.n_vocab, fails = 0;
     printf("mode: %s activations%s on %s\n", precise ? "f32 (precise)" : "8-bit", staggered ? ", staggered" : "",
@@ -162,6 +250,10 @@ int main(int argc, char **argv) {
                "tolerance %.4f\n",
                d, 1.5f * d);
         if (tol <= 0) tol = 1.5f * d;
+        if (exact) {
+            tol = 0; /* batched logits must equal the alone run's bit for bit, every token the same */
+            printf("exact: every batched logit must equal the alone run's (small-batch products)\n");
+        }
     }
 
     /* the batched run: seq p decodes n_gen[p] tokens, starting at step start[p] */
@@ -213,7 +305,7 @@ int main(int argc, char **argv) {
                 } else if (out[p][i] != ref[p].tok[i]) {
                     /* a near-tie may flip outside precise mode: allowed when the gap is within the
                      * rounding seen */
-                    if (!precise && ref[p].gap[i] <= 2 * d) {
+                    if (!precise && !exact && ref[p].gap[i] <= 2 * d) {
                         printf("  seq %d step %d: near-tie flip (gap %.4f <= 2 x diff %.4f): not "
                                "compared further\n",
                                p, i, ref[p].gap[i], d);

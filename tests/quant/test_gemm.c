@@ -23,8 +23,13 @@
  * Also checked: outputs outside the tile are untouched; qt_gemm gives NULL
  * for the scalar ISA, for types without a kernel and for bad ids; the
  * fallback qt_gemm_by_dot equals the dot bit for bit.
+ * The small-batch kernels (qt_gemm_small: 1-8 tokens, the same weights,
+ * tokens and row counts, legacy rows also of 48 blocks, i.e. no tail) must
+ * equal the dot BIT FOR BIT, and leave everything outside the tile alone.
  * Finally it prints the speed of each kernel vs the dot loop on rows held in
- * cache (one core); speed is reported, not asserted.
+ * cache (one core), and the small kernels vs the gemm and the dot loop at
+ * 1-16 tokens (--small-speed: that table alone); speed is reported, not
+ * asserted.
  */
 #include <math.h>
 #include <stdint.h>
@@ -63,7 +68,7 @@ static const qt_type FORMATS[] = {QT_Q4_0,   QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0,
 #define N_FORMATS (int)(sizeof FORMATS / sizeof FORMATS[0])
 
 /* One format, one ISA, one row length: returns the largest relative difference. */
-static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_checked) {
+static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_checked, int *n_small) {
     const qt_traits *tr = qt_get(t), *at = qt_get(tr->vec_dot_type);
     qt_gemm_fn gemm = qt_gemm(t, isa);
     qt_vec_dot_fn dot = qt_vec_dot(t, isa);
@@ -129,6 +134,34 @@ static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_chec
                 }
         }
     }
+    /* the small-batch kernel: every output bit for bit the dot's */
+    qt_gemm_fn small = qt_gemm_small(t, isa);
+    for (int in = 0; small && in < (int)(sizeof NRS / sizeof NRS[0]); in++) {
+        const int nr = NRS[in];
+        for (int nc = 1; nc <= QT_GEMM_SMALL_MAX_TOK; nc++) {
+            const void *act[QT_GEMM_SMALL_MAX_TOK];
+            for (int c = 0; c < nc; c++) act[c] = A[(c * 5 + nr) % QT_GEMM_MAX_TOK];
+            const size_t ldy = (size_t)nr + 3;
+            float y[QT_GEMM_SMALL_MAX_TOK * (MAX_ROWS + 3)];
+            for (size_t i = 0; i < sizeof y / sizeof y[0]; i++) y[i] = SENTINEL;
+            small(n, nr, nc, W, stride, act, y, ldy);
+            for (int c = 0; c < QT_GEMM_SMALL_MAX_TOK; c++)
+                for (size_t r = 0; r < ldy; r++) {
+                    const float v = y[(size_t)c * ldy + r];
+                    if (c < nc && (int)r < nr) {
+                        float ref;
+                        dot(n, &ref, W + r * stride, act[c]);
+                        (*n_small)++;
+                        CHECK(memcmp(&v, &ref, sizeof v) == 0,
+                              "%s %s n=%d nr=%d nc=%d row %zu tok %d: small %.9g, dot %.9g (must be equal bit for bit)",
+                              tr->name, qt_isa_name(isa), n, nr, nc, r, c, v, ref);
+                    } else {
+                        CHECK(v == SENTINEL, "%s %s n=%d nr=%d nc=%d: small kernel wrote outside at tok %d row %zu",
+                              tr->name, qt_isa_name(isa), n, nr, nc, c, r);
+                    }
+                }
+        }
+    }
     for (int c = 0; c < QT_GEMM_MAX_TOK; c++) free(A[c]);
     free(W);
     free(x);
@@ -148,20 +181,24 @@ static void test_formats(qtt_rng *rng) {
             const qt_traits *tr = qt_get(t);
             CHECK(qt_gemm(t, (qt_isa)isa) != NULL, "%s has no gemm kernel on %s", tr->name, qt_isa_name((qt_isa)isa));
             if (!qt_gemm(t, (qt_isa)isa)) continue;
-            int blocks[3];
+            /* legacy: 48 blocks = whole groups of 8 only (the small kernel's tail empty) */
+            int blocks[4], nbl = 3;
             if (tr->blck == 32) {
-                blocks[0] = 1, blocks[1] = 18, blocks[2] = 131;
+                blocks[0] = 1, blocks[1] = 18, blocks[2] = 131, blocks[3] = 48, nbl = 4;
             } else {
                 blocks[0] = 1, blocks[1] = 6, blocks[2] = 17;
             }
             double worst = 0;
-            int checked = 0;
-            for (int b = 0; b < 3; b++) {
-                double w = check_case(t, (qt_isa)isa, blocks[b] * tr->blck, rng, &checked);
+            int checked = 0, small = 0;
+            for (int b = 0; b < nbl; b++) {
+                double w = check_case(t, (qt_isa)isa, blocks[b] * tr->blck, rng, &checked, &small);
                 if (!(w <= worst)) worst = w;
             }
             printf("gemm %-7s %-6s: %5d outputs vs qt_vec_dot, max |diff| / sum|w*a| = %.2e (bound %.0e)\n", tr->name,
                    qt_isa_name((qt_isa)isa), checked, worst, REL_BOUND);
+            if (small)
+                printf("small %-7s %-6s: %5d outputs (1-%d tokens) equal to qt_vec_dot bit for bit\n", tr->name,
+                       qt_isa_name((qt_isa)isa), small, QT_GEMM_SMALL_MAX_TOK);
         }
     }
 }
@@ -173,6 +210,12 @@ static void test_dispatch(qtt_rng *rng) {
     CHECK(qt_gemm((qt_type)4, qt_cpu_isa()) == NULL, "unknown id 4");
     CHECK(qt_gemm(QT_Q2_K, qt_cpu_isa()) == NULL, "Q2_K has no gemm kernel: the dot fallback is used");
     CHECK(qt_gemm(QT_F32, qt_cpu_isa()) == NULL, "F32 has no gemm kernel");
+    CHECK(qt_gemm_small(QT_Q4_1, QT_ISA_SCALAR) == NULL && qt_gemm_small_max_tok(QT_Q4_1, QT_ISA_SCALAR) == 0,
+          "scalar ISA must have no small-batch kernel");
+    CHECK(qt_gemm_small((qt_type)-1, qt_cpu_isa()) == NULL && qt_gemm_small((qt_type)QT_COUNT, qt_cpu_isa()) == NULL,
+          "small: bad ids");
+    CHECK(qt_gemm_small(QT_Q2_K, qt_cpu_isa()) == NULL && qt_gemm_small_max_tok(QT_Q2_K, qt_cpu_isa()) == 0,
+          "Q2_K has no small-batch kernel");
     /* the fallback is the dot, pair by pair */
     const int n = 512, nr = 3, nc = 3;
     const size_t row = qt_row_size(QT_Q2_K, n), arow = qt_row_size(QT_Q8_K, n);
@@ -248,12 +291,73 @@ static void bench_isa(qtt_rng *rng, qt_isa isa) {
     }
 }
 
+/* Small batches on one core, rows in L2: 64 rows of n weights times nc
+ * tokens, the small-batch kernel against the gemm and the dot loop; best of
+ * 15. This is the crossover qt_gemm_small_max_tok is read from. */
+static void bench_small(qtt_rng *rng, qt_isa isa) {
+    static const qt_type T[] = {QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0, QT_IQ4_NL};
+    static const int NS[] = {576, 4096}, NCS[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    const int nr = 64;
+    for (int i = 0; i < (int)(sizeof T / sizeof T[0]); i++) {
+        const qt_type t = T[i];
+        const qt_traits *tr = qt_get(t);
+        qt_gemm_fn small = qt_gemm_small(t, isa), gemm = qt_gemm(t, isa);
+        if (!small) continue;
+        for (int in = 0; in < 2; in++) {
+            const int n = NS[in];
+            const size_t row = qt_row_size(t, n), arow = qt_row_size(tr->vec_dot_type, n);
+            uint8_t *W = xmalloc(row * nr), *A = xmalloc(arow * 16);
+            qtt_fill_blocks(t, W, (int64_t)nr * n / tr->blck, rng);
+            float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * nr * 16);
+            const void *act[16];
+            for (int c = 0; c < 16; c++) {
+                for (int k = 0; k < n; k++) x[k] = qtt_gauss(rng);
+                qt_quantize_act(tr->vec_dot_type, x, A + c * arow, n);
+                act[c] = A + c * arow;
+            }
+            qt_vec_dot_fn dot = qt_vec_dot(t, isa);
+            printf("small speed %-6s n=%4d %s, GMAC/s small / gemm / dot loop:", tr->name, n, qt_isa_name(isa));
+            for (int ic = 0; ic < (int)(sizeof NCS / sizeof NCS[0]); ic++) {
+                const int nc = NCS[ic];
+                double bs = 1e9, bg = 1e9, bd = 1e9;
+                for (int rep = 0; rep < 15; rep++) {
+                    double t0 = now_s();
+                    for (int c = 0; c < nc; c += QT_GEMM_SMALL_MAX_TOK)
+                        small(n, nr, nc - c < QT_GEMM_SMALL_MAX_TOK ? nc - c : QT_GEMM_SMALL_MAX_TOK, W, row, act + c,
+                              y + c * nr, nr);
+                    double t1 = now_s();
+                    gemm(n, nr, nc, W, row, act, y, nr);
+                    double t2 = now_s();
+                    for (int r = 0; r < nr; r++)
+                        for (int c = 0; c < nc; c++) dot(n, &y[c * nr + r], W + r * row, act[c]);
+                    double t3 = now_s();
+                    if (t1 - t0 < bs) bs = t1 - t0;
+                    if (t2 - t1 < bg) bg = t2 - t1;
+                    if (t3 - t2 < bd) bd = t3 - t2;
+                }
+                const double gmac = (double)n * nr * nc * 1e-9;
+                printf(" %d: %.1f/%.1f/%.1f", nc, gmac / bs, gmac / bg, gmac / bd);
+            }
+            printf("\n");
+            free(W);
+            free(A);
+            free(x);
+            free(y);
+        }
+    }
+}
+
 static void bench(qtt_rng *rng) {
     for (int isa = QT_ISA_AVX2; isa <= (int)qt_cpu_isa(); isa++) bench_isa(rng, (qt_isa)isa);
+    bench_small(rng, qt_cpu_isa());
 }
 
 int main(int argc, char **argv) {
     qtt_rng rng = {0x9e3779b97f4a7c15ULL};
+    if (argc > 1 && strcmp(argv[1], "--small-speed") == 0) { /* the small-batch crossover alone */
+        bench_small(&rng, qt_cpu_isa());
+        return 0;
+    }
     printf("gemm tests on %s (best ISA of this CPU)\n", qt_isa_name(qt_cpu_isa()));
     test_dispatch(&rng);
     test_formats(&rng);

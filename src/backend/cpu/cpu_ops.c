@@ -10,6 +10,12 @@
  * line of y. Each row also prefetches the weights 4 KiB ahead (see
  * matvec_rows), which the kernels' sparse loads need to reach the bandwidth.
  *
+ * A few tokens (2..qt_gemm_small_max_tok, now 4: the server's batched
+ * decode step, MoE experts with few tokens) are split and prefetched like a
+ * matvec, and the small-batch kernel (quant_gemm.h, qt_gemm_small) decodes
+ * each weight block once for all the tokens; its results are the dot's bit
+ * for bit, so a sequence's logits do not depend on how many share its step.
+ *
  * Prompt chunks (many tokens) reuse each weight row across a block of tokens
  * while it is in L1, with the block's quantized activations held in L2; the
  * token block is sized so that they fit (act_block_bytes). Formats with a
@@ -133,7 +139,8 @@ int cpu_quantize_act(st_pool *pool, qt_type type, int64_t n_cols, int64_t n_tok,
 
 typedef struct {
     qt_vec_dot_fn dot;
-    qt_gemm_fn gemm; /* multi-token kernel, or NULL: dot per pair (also always for one token) */
+    qt_gemm_fn gemm;  /* multi-token kernel, or NULL: dot per pair (also always for one token) */
+    qt_gemm_fn small; /* small-batch kernel (2..qt_gemm_small_max_tok tokens), else NULL */
     const uint8_t *W;
     size_t row_stride;
     int64_t n_rows;
@@ -174,6 +181,28 @@ static void matvec_rows(const mm_job *j, int64_t task) {
     }
 }
 
+/* A few tokens (small): a run of rows as the matvec splits and prefetches
+ * them, the small-batch kernel taking SMALL_RUN rows per call with every
+ * token (each weight block decoded once for all of them). */
+#define SMALL_RUN 16
+static void small_rows(const mm_job *j, int64_t task) {
+    int64_t r0 = task * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
+    const void *act[QT_GEMM_SMALL_MAX_TOK];
+    for (int c = 0; c < j->n_tok; c++) act[c] = j->Xq + (size_t)(j->x_ids ? j->x_ids[c] : c) * j->act_row;
+    const uint8_t *end = j->W + (size_t)r1 * j->row_stride, *next = j->W + (size_t)r0 * j->row_stride;
+    const size_t pf = prefetch_bytes;
+    for (int64_t r = r0; r < r1; r += SMALL_RUN) {
+        const int nr = r1 - r < SMALL_RUN ? (int)(r1 - r) : SMALL_RUN;
+        const uint8_t *w = j->W + (size_t)r * j->row_stride;
+        if (pf) { /* as matvec_rows: everything up to prefetch_bytes past this run, into L2 */
+            const uint8_t *stop = w + (size_t)nr * j->row_stride + pf < end ? w + (size_t)nr * j->row_stride + pf : end;
+            for (; next < stop; next += 64) __builtin_prefetch(next, 0, 1);
+        }
+        j->small(j->n_cols, nr, (int)j->n_tok, w, j->row_stride, act, &j->Y[r], (size_t)j->ldy);
+    }
+}
+
 /* Many tokens: a block of rows times a block of tokens, row-outer so that a
  * weight row is loaded once and stays in L1 across the block's tokens. */
 static void matmul_tile(const mm_job *j, int64_t task) {
@@ -206,6 +235,7 @@ static void matmul_tile(const mm_job *j, int64_t task) {
 
 static void run_task(const mm_job *j, int64_t task) {
     if (j->n_tok == 1) matvec_rows(j, task);
+    else if (j->small) small_rows(j, task);
     else matmul_tile(j, task);
 }
 
@@ -232,6 +262,8 @@ static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
     if (m->n_rows == 0 || m->n_tok == 0) return 0;
     j->dot = qt_vec_dot(m->type, qt_cpu_isa());
     j->gemm = m->n_tok >= 2 ? qt_gemm(m->type, qt_cpu_isa()) : NULL;
+    if (m->n_tok >= 2 && m->n_tok <= qt_gemm_small_max_tok(m->type, qt_cpu_isa()))
+        j->small = qt_gemm_small(m->type, qt_cpu_isa());
     j->W = m->W;
     j->row_stride = row_stride;
     j->n_rows = m->n_rows;
@@ -243,7 +275,7 @@ static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
     j->ldy = ldy;
     j->n_tok = m->n_tok;
 
-    if (m->n_tok == 1) {
+    if (m->n_tok == 1 || j->small) {
         /* Rows per task: about TASKS_PER_THREAD tasks per thread, but no task
          * under MIN_TASK_BYTES; multiples of 16 rows keep y's cache lines apart. */
         int64_t min_rows = (int64_t)(MIN_TASK_BYTES / row_stride) + 1;
@@ -331,7 +363,7 @@ int cpu_matmul_q_here(const cpu_mm *m) {
     mm_job j;
     int64_t n_tasks = setup_job(&j, m, 1);
     if (n_tasks < 0) return -1;
-    if (j.n_tok == 1 && n_tasks) {
+    if ((j.n_tok == 1 || j.small) && n_tasks) {
         j.rows_per_task = j.n_rows;
         n_tasks = 1;
     }
