@@ -295,7 +295,8 @@ typedef struct {
     const float *q;
     const st_kv_layer *kv;
     int n_tok, pos0, n_head, window;
-    int n_part; /* tasks per (token, KV head): its query heads split in this many parts */
+    int n_part;       /* tasks per (token, KV head): its query heads split in this many parts */
+    int blk_t, n_blk; /* prompt blocks (attn_block_task): tokens per block, blocks */
     float scale;
     const float *sinks; /* (n_head) or NULL */
     float *out;
@@ -363,7 +364,8 @@ static axpy_f16_fn g_axpy_f16 = axpy_f16;
  * With fewer pairs than threads (decode with one KV head: deepseek2's latent
  * attention, 128 query heads) the heads are split into n_part tasks, each
  * reading the rows for its part; a head's arithmetic is the same either way. */
-#define ATTN_PF 8 /* positions ahead that attn_task prefetches */
+#define ATTN_PF            8 /* positions ahead that attn_task prefetches */
+#define ATTN_BLOCK_MIN_TOK 2 /* query tokens from which a call takes the blocked prompt path */
 
 static void attn_prefetch(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
@@ -433,15 +435,56 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     memcpy(j->out + ((size_t)t * j->n_head + (size_t)hkv * G_all + g0) * hd, acc, (size_t)G * hd * sizeof(float));
 }
 
+/* A prompt chunk on AVX-512 (cpu_attn_tile_avx512.c): a task is blk_t tokens
+ * x the query heads of one KV head (a part of them where they are more than
+ * CPU_ATTN_ROWS); the blocks of the last tokens go first: they see the most
+ * keys, and the short ones fill in at the end. */
+static void attn_block_task(void *ctx, int64_t task, int thread) {
+    const attn_job *j = ctx;
+    const st_kv_layer *kv = j->kv;
+    const int hd = kv->head_dim, G_all = j->n_head / kv->n_head_kv, per = (G_all + j->n_part - 1) / j->n_part;
+    const int g0 = (int)(task % j->n_part) * per;
+    task /= j->n_part;
+    const int hkv = (int)(task % kv->n_head_kv), t0 = (j->n_blk - 1 - (int)(task / kv->n_head_kv)) * j->blk_t;
+    if (g0 >= G_all) return;
+    const size_t ld = (size_t)j->n_head * hd, off = (size_t)t0 * ld + ((size_t)hkv * G_all + g0) * hd;
+    const cpu_attn_block b = {j->q + off,
+                              j->out + off,
+                              ld,
+                              j->n_tok - t0 < j->blk_t ? j->n_tok - t0 : j->blk_t,
+                              G_all - g0 < per ? G_all - g0 : per,
+                              j->pos0 + t0,
+                              j->window,
+                              j->sinks ? j->sinks + (size_t)hkv * G_all + g0 : NULL,
+                              j->scale,
+                              kv,
+                              hkv};
+    cpu_attn_block_avx512(&b, j->scratch + (size_t)thread * j->scratch_stride);
+}
+
 static void cpu_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                                 float scale, int window, const float *sinks, float *out) {
     cpu_ctx *c = CTX(be);
     int G = n_head / kv->n_head_kv;
+    if (g_attn_avx512 && kv->head_dim % 16 == 0 && n_tok >= ATTN_BLOCK_MIN_TOK) {
+        const int n_part = (G + CPU_ATTN_ROWS - 1) / CPU_ATTN_ROWS, per = (G + n_part - 1) / n_part;
+        int blk_t = CPU_ATTN_ROWS / per;
+        /* short chunks: smaller blocks rather than idle threads */
+        const int fill = (int)((int64_t)n_tok * kv->n_head_kv * n_part / c->n_threads);
+        if (blk_t > fill) blk_t = fill > 1 ? fill : 1;
+        const int n_blk = (n_tok + blk_t - 1) / blk_t;
+        attn_job j = {
+            q,     kv,    n_tok, pos0,  n_head, window, n_part,
+            blk_t, n_blk, scale, sinks, out,    NULL,   (cpu_attn_block_scratch(kv->head_dim) + 15) / 16 * 16};
+        j.scratch = cpu_scratch_reserve(&c->attn, j.scratch_stride * (size_t)c->n_threads * sizeof(float));
+        st_pool_run(c->pool, (int64_t)n_blk * kv->n_head_kv * n_part, attn_block_task, &j);
+        return;
+    }
     const int64_t pairs = (int64_t)n_tok * kv->n_head_kv;
     int n_part = pairs >= c->n_threads ? 1 : (int)((c->n_threads + pairs - 1) / pairs);
     if (n_part > G) n_part = G;
-    attn_job j = {q,      kv,    n_tok, pos0, n_head, window,
-                  n_part, scale, sinks, out,  NULL,   (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
+    attn_job j = {q, kv, n_tok, pos0,  n_head, window, n_part,
+                  0, 0,  scale, sinks, out,    NULL,   (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
     j.scratch = cpu_scratch_reserve(&c->attn, j.scratch_stride * (size_t)c->n_threads * sizeof(float));
     st_pool_run(c->pool, pairs * n_part, attn_task, &j);
 }
