@@ -15,6 +15,9 @@
  * token count. Cache rows past the last position hold NaN, so that reading
  * one shows.
  *
+ * Each token of a chunk must give the same bits when it is computed alone
+ * (one-token calls: decode), which speculative decoding and chunked
+ * prompts rely on (test_drafts, test_forward.py's split check).
  * Each output value must be within TOL * sum_p w_p |v_p| of the reference
  * (the rounding of the weights, relative, scales the values' magnitudes).
  * Measured worst ratio on AVX-512 (Xeon, 2026-12-02): see the printed line;
@@ -95,6 +98,18 @@ static void run_case(const attn_case *c) {
     st_backend *be = backend_cpu_create(c->threads);
     if (sinks) be->attention_sinks(be, q, &kv, c->n_tok, c->pos0, c->n_head, scale, c->window, sinks, out);
     else be->attention(be, q, &kv, c->n_tok, c->pos0, c->n_head, scale, c->window, out);
+    /* each token alone (a decode step) gives the same bits as in the chunk */
+    float *one = st_malloc((size_t)c->n_head * hd * sizeof(float));
+    int differ = 0;
+    for (int t = 0; t < c->n_tok && c->n_tok > 1; t++) {
+        const float *qt = q + (size_t)t * c->n_head * hd;
+        if (sinks) be->attention_sinks(be, qt, &kv, 1, c->pos0 + t, c->n_head, scale, c->window, sinks, one);
+        else be->attention(be, qt, &kv, 1, c->pos0 + t, c->n_head, scale, c->window, one);
+        differ += memcmp(one, out + (size_t)t * c->n_head * hd, (size_t)c->n_head * hd * sizeof(float)) != 0;
+    }
+    CHECK(differ == 0, "hd %d, %d/%d heads, %d tokens at %d, window %d: %d tokens alone differ from the chunk's", hd,
+          c->n_head, nkv, c->n_tok, c->pos0, c->window, differ);
+    st_free(one);
     be->destroy(be);
 
     double *s = st_malloc((size_t)n_ctx * sizeof(double)), case_worst = 0;

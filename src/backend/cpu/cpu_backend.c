@@ -355,7 +355,7 @@ static void axpy_i8(float *acc, float w, const int8_t *v, int n) {
 typedef float (*dot_f16_fn)(const float *, const uint16_t *, int);
 typedef void (*axpy_f16_fn)(float *, float, const uint16_t *, int);
 static dot_f16_fn g_dot_f16 = dot_f16;
-static int g_attn_avx512; /* cpu_attn_avx512.c's loops for f16 caches */
+static int g_attn_avx512; /* cpu_attn_tile_avx512.c's blocks */
 static axpy_f16_fn g_axpy_f16 = axpy_f16;
 
 /* One (token, KV head) pair: the query heads that share this KV head (GQA)
@@ -364,8 +364,7 @@ static axpy_f16_fn g_axpy_f16 = axpy_f16;
  * With fewer pairs than threads (decode with one KV head: deepseek2's latent
  * attention, 128 query heads) the heads are split into n_part tasks, each
  * reading the rows for its part; a head's arithmetic is the same either way. */
-#define ATTN_PF            8 /* positions ahead that attn_task prefetches */
-#define ATTN_BLOCK_MIN_TOK 2 /* query tokens from which a call takes the blocked prompt path */
+#define ATTN_PF 8 /* positions ahead that attn_task prefetches */
 
 static void attn_prefetch(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
@@ -392,11 +391,7 @@ static void attn_task(void *ctx, int64_t task, int thread) {
      * waited on memory for every position. Ask for the row ATTN_PF positions
      * ahead (a few cache lines) before each one. */
     const size_t esz = f16 ? 2 : 1, rb = (size_t)hd * esz;
-    const int wide = f16 && g_attn_avx512 && hd % 16 == 0; /* cpu_attn_avx512.c */
-    if (wide)
-        cpu_attn_scores_f16_avx512(q, G, hd, (const uint16_t *)kv->k + (size_t)hkv * hd, row, first, pos, j->scale, sc,
-                                   nc);
-    for (int p = first; p <= pos && !wide; p++) {
+    for (int p = first; p <= pos; p++) {
         size_t off = (size_t)p * row + (size_t)hkv * hd;
         if (p + ATTN_PF <= pos) attn_prefetch((const uint8_t *)kv->k + (off + ATTN_PF * row) * esz, rb);
         for (int g = 0; g < G; g++)
@@ -408,10 +403,6 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         float *s = sc + (size_t)g * nc, mx = -INFINITY;
         /* a sink (gpt-oss) is one more logit in the softmax, with no value */
         const float sink = j->sinks ? j->sinks[hkv * G_all + g0 + g] : -INFINITY;
-        if (wide) {
-            cpu_attn_softmax_avx512(s + first, pos - first + 1, sink);
-            continue;
-        }
         for (int p = first; p <= pos; p++) mx = s[p] > mx ? s[p] : mx; /* fmaxf was a libm call per score */
         mx = fmaxf(mx, sink);
         double sum = j->sinks ? expf(sink - mx) : 0.0;
@@ -419,10 +410,8 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         float inv = (float)(1.0 / sum);
         for (int p = first; p <= pos; p++) s[p] *= inv;
     }
-    if (wide)
-        cpu_attn_values_f16_avx512(sc, nc, G, hd, (const uint16_t *)kv->v + (size_t)hkv * hd, row, first, pos, acc);
-    else memset(acc, 0, (size_t)G * hd * sizeof(float));
-    for (int p = first; p <= pos && !wide; p++) {
+    memset(acc, 0, (size_t)G * hd * sizeof(float));
+    for (int p = first; p <= pos; p++) {
         size_t off = (size_t)p * row + (size_t)hkv * hd;
         if (p + ATTN_PF <= pos) attn_prefetch((const uint8_t *)kv->v + (off + ATTN_PF * row) * esz, rb);
         float vs = f16 ? 1.0f : kv->v_scale[(size_t)p * kv->n_head_kv + hkv];
@@ -435,10 +424,11 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     memcpy(j->out + ((size_t)t * j->n_head + (size_t)hkv * G_all + g0) * hd, acc, (size_t)G * hd * sizeof(float));
 }
 
-/* A prompt chunk on AVX-512 (cpu_attn_tile_avx512.c): a task is blk_t tokens
- * x the query heads of one KV head (a part of them where they are more than
- * CPU_ATTN_ROWS); the blocks of the last tokens go first: they see the most
- * keys, and the short ones fill in at the end. */
+/* On AVX-512 (cpu_attn_tile_avx512.c), prompt chunks and decode alike: a
+ * task is blk_t tokens x the query heads of one KV head, or a part of them
+ * (more than CPU_ATTN_ROWS, or too few tasks for the threads); the blocks of
+ * the last tokens go first: they see the most keys, and the short ones fill
+ * in at the end. A row's result is the same in any block. */
 static void attn_block_task(void *ctx, int64_t task, int thread) {
     const attn_job *j = ctx;
     const st_kv_layer *kv = j->kv;
@@ -466,11 +456,15 @@ static void cpu_attention_sinks(st_backend *be, const float *q, const st_kv_laye
                                 float scale, int window, const float *sinks, float *out) {
     cpu_ctx *c = CTX(be);
     int G = n_head / kv->n_head_kv;
-    if (g_attn_avx512 && kv->head_dim % 16 == 0 && n_tok >= ATTN_BLOCK_MIN_TOK) {
-        const int n_part = (G + CPU_ATTN_ROWS - 1) / CPU_ATTN_ROWS, per = (G + n_part - 1) / n_part;
+    if (g_attn_avx512 && kv->head_dim % 16 == 0) {
+        const int64_t pairs = (int64_t)n_tok * kv->n_head_kv;
+        int n_part = (G + CPU_ATTN_ROWS - 1) / CPU_ATTN_ROWS;
+        if (pairs * n_part < c->n_threads) n_part = (int)((c->n_threads + pairs - 1) / pairs);
+        if (n_part > G) n_part = G;
+        const int per = (G + n_part - 1) / n_part;
         int blk_t = CPU_ATTN_ROWS / per;
         /* short chunks: smaller blocks rather than idle threads */
-        const int fill = (int)((int64_t)n_tok * kv->n_head_kv * n_part / c->n_threads);
+        const int fill = (int)(pairs * n_part / c->n_threads);
         if (blk_t > fill) blk_t = fill > 1 ? fill : 1;
         const int n_blk = (n_tok + blk_t - 1) / blk_t;
         attn_job j = {
