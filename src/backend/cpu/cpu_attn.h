@@ -17,7 +17,7 @@
  * q and out is at t * ld + g * head_dim. A row's result does not depend on
  * the block it is in (the same bits for a token alone or in a prompt). */
 #define CPU_ATTN_ROWS      48
-#define CPU_ATTN_LANES_MIN 16 /* rows from which a block puts rows in lanes, else keys */
+#define CPU_ATTN_LANES_MIN 24 /* rows from which a block puts rows in lanes, else keys */
 typedef struct {
     const float *q;     /* (n_t, ld): the block's first row at q */
     float *out;         /* (n_t, ld), the same layout */

@@ -50,12 +50,14 @@ size_t cpu_attn_block_scratch(int hd) {
 }
 
 /* 16 x 16 floats transposed in registers (unpack, then 128-bit lane shuffles). */
-static inline void transpose16(__m512 r[16]) {
+static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
     __m512 t[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 4) {
         r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
         r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
@@ -63,11 +65,14 @@ static inline void transpose16(__m512 r[16]) {
         r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
     }
     /* r[4a + c] now holds, in 128-bit lane j, column 4j + c of rows 4a..4a+3 */
+#pragma GCC unroll 2
     for (int a = 0; a < 2; a++)
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             t[8 * a + c] = _mm512_shuffle_f32x4(r[8 * a + c], r[8 * a + 4 + c], 0x88);
             t[8 * a + 4 + c] = _mm512_shuffle_f32x4(r[8 * a + c], r[8 * a + 4 + c], 0xdd);
         }
+#pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
         r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
@@ -85,41 +90,69 @@ static void load_queries(const cpu_attn_block *b, int R, int nl, float *qt) {
     for (int r0 = 0; r0 < nl; r0 += 16)
         for (int i0 = 0; i0 < hd; i0 += 16) {
             __m512 x[16];
+#pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
                 x[j] = r0 + j < R ? _mm512_mul_ps(sc, _mm512_loadu_ps(q_row(b, r0 + j) + i0)) : _mm512_setzero_ps();
             transpose16(x);
+#pragma GCC unroll 16
             for (int j = 0; j < 16; j++) _mm512_storeu_ps(qt + (size_t)(i0 + j) * nl + r0, x[j]);
         }
 }
 
-/* 16 f32 values i0..i0+15 of cache row p (keys, or values if is_v) of KV
- * head hkv: f16 converted, int8 times the row's scale. */
-static inline __m512 cache_chunk(const st_kv_layer *kv, int is_v, int hkv, int p, int i0) {
-    const size_t off = ((size_t)p * kv->n_head_kv + (size_t)hkv) * kv->head_dim + (size_t)i0;
-    if (kv->type == ST_KV_F16)
-        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(is_v ? kv->v : kv->k) + off)));
-    const float f = (is_v ? kv->v_scale : kv->k_scale)[(size_t)p * kv->n_head_kv + (size_t)hkv];
-    const __m128i b = _mm_loadu_si128((const __m128i *)((const int8_t *)(is_v ? kv->v : kv->k) + off));
-    return _mm512_mul_ps(_mm512_set1_ps(f), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
+/* One KV head's rows of the keys or the values: row p at base + p *
+ * stride elements (f16 or int8; int8 rows times scale[p * sstride]). */
+typedef struct {
+    const char *base;
+    size_t stride, esz;
+    const float *scale; /* int8: this head's first scale; NULL for f16 */
+    size_t sstride;
+    int n_ctx;
+} head_rows;
+
+static head_rows head_rows_of(const st_kv_layer *kv, int is_v, int hkv) {
+    const int f16 = kv->type == ST_KV_F16;
+    const size_t esz = f16 ? 2 : 1, row = (size_t)kv->n_head_kv * kv->head_dim;
+    return (head_rows){(const char *)(is_v ? kv->v : kv->k) + (size_t)hkv * kv->head_dim * esz,
+                       row,
+                       esz,
+                       f16 ? NULL : (is_v ? kv->v_scale : kv->k_scale) + hkv,
+                       (size_t)kv->n_head_kv,
+                       kv->n_ctx};
+}
+
+static inline const char *row_ptr(const head_rows *h, int p) { return h->base + (size_t)p * h->stride * h->esz; }
+
+/* 16 f32 values at r (a row pointer) + i0: f16 converted, int8 times f. */
+static inline __attribute__((always_inline)) __m512 row_chunk(const head_rows *h, const char *r, __m512 f, int i0) {
+    if (!h->scale) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + 2 * (size_t)i0)));
+    return _mm512_mul_ps(f, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(r + i0)))));
+}
+
+static inline __m512 row_scale(const head_rows *h, int p) {
+    return h->scale ? _mm512_set1_ps(h->scale[(size_t)p * h->sstride]) : _mm512_setzero_ps();
 }
 
 /* A head's rows are hd values every n_head_kv * hd: short strided reads
  * that the hardware prefetcher follows late, so each row read asks for the
- * same row of the next tile. */
-static inline void prefetch_row(const st_kv_layer *kv, int is_v, int hkv, int p) {
-    if (p >= kv->n_ctx) return;
-    const size_t esz = kv->type == ST_KV_F16 ? 2 : 1, hd = (size_t)kv->head_dim;
-    const char *r = (const char *)(is_v ? kv->v : kv->k) + ((size_t)p * kv->n_head_kv + (size_t)hkv) * hd * esz;
-    for (size_t o = 0; o < hd * esz; o += 64) __builtin_prefetch(r + o, 0, 3);
+ * same row of the next tile. Always inlined: GCC 12 finds a function that
+ * only prefetches pure and drops its calls. */
+static inline __attribute__((always_inline)) void prefetch_row(const head_rows *h, int hd, int p) {
+    if (p >= h->n_ctx) return;
+    const char *r = row_ptr(h, p);
+    for (size_t o = 0; o < (size_t)hd * h->esz; o += 64) __builtin_prefetch(r + o, 0, 3);
 }
 
-/* dst[k][0..hd) = cache row p0 + k for k < n, zeros for n <= k < n8. */
-static void load_rows(const st_kv_layer *kv, int is_v, int hkv, int p0, int n, int n8, int tk, float *dst) {
-    const int hd = kv->head_dim;
+/* dst[k][0..hd) = row p0 + k for k < n, zeros for n <= k < n8. */
+static void load_rows(const head_rows *h, int hd, int p0, int n, int n8, int tk, float *dst) {
     for (int k = 0; k < n; k++) {
-        prefetch_row(kv, is_v, hkv, p0 + k + tk);
-        for (int i = 0; i < hd; i += 16)
-            _mm512_storeu_ps(dst + (size_t)k * hd + i, cache_chunk(kv, is_v, hkv, p0 + k, i));
+        prefetch_row(h, hd, p0 + k + tk);
+        const char *r = row_ptr(h, p0 + k);
+        const __m512 f = row_scale(h, p0 + k);
+        float *d = dst + (size_t)k * hd;
+        if (h->scale)
+            for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(d + i, row_chunk(h, r, f, i));
+        else
+            for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(d + i, row_chunk(h, r, f, i));
     }
     for (int k = n; k < n8; k++)
         for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(dst + (size_t)k * hd + i, _mm512_setzero_ps());
@@ -127,17 +160,26 @@ static void load_rows(const st_kv_layer *kv, int is_v, int hkv, int p0, int n, i
 
 /* kt[i][k] = the keys of rows p0 + k (k < n, zeros up to n16), transposed
  * 16 x 16 in registers; kt rows are tk floats. */
-static void load_keys_t(const st_kv_layer *kv, int hkv, int p0, int n, int n16, int tk, float *kt) {
-    const int hd = kv->head_dim;
-    for (int k = 0; k < n; k++) prefetch_row(kv, 0, hkv, p0 + k + tk);
-    for (int c = 0; c < n16; c += 16)
+static void load_keys_t(const head_rows *h, int hd, int p0, int n, int n16, int tk, float *kt) {
+    for (int c = 0; c < n16; c += 16) {
+        const char *r[16];
+        __m512 f[16];
+        for (int j = 0; j < 16; j++) {
+            const int k = c + j < n ? c + j : n - 1; /* rows past n: loaded, then zeroed */
+            if (c + j < n) prefetch_row(h, hd, p0 + k + tk);
+            r[j] = row_ptr(h, p0 + k);
+            f[j] = row_scale(h, p0 + k);
+        }
+        const __mmask16 live = c + 16 <= n ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
         for (int i0 = 0; i0 < hd; i0 += 16) {
             __m512 x[16];
-            for (int j = 0; j < 16; j++)
-                x[j] = c + j < n ? cache_chunk(kv, 0, hkv, p0 + c + j, i0) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) x[j] = (live >> j) & 1 ? row_chunk(h, r[j], f[j], i0) : _mm512_setzero_ps();
             transpose16(x);
+#pragma GCC unroll 16
             for (int j = 0; j < 16; j++) _mm512_storeu_ps(kt + (size_t)(i0 + j) * tk + c, x[j]);
         }
+    }
 }
 
 /* s[k][0..16*NR) = qt^T kf_k for KB keys: per i, NR row vectors times a
@@ -178,13 +220,13 @@ static void scores_tile(const float *qt, int nl, int hd, const float *kf, int n8
     }
 }
 
-/* s[r][c*16 ..] = scores of RB rows of qs (rows hd floats) against NC x 16
- * keys of kt: per i, a broadcast q value times NC key vectors. */
+/* s[r][c*16 ..] = scores of NJ (1..4) rows of qs (rows hd floats) against
+ * NC x 16 keys of kt: per i, a broadcast q value times NC key vectors. */
 static inline __attribute__((always_inline)) void scores_keys_blk(const float *qs, int hd, const float *kt, int tk,
-                                                                  int NC, float *s) {
+                                                                  int NJ, int NC, float *s) {
     __m512 a[RB][4];
 #pragma GCC unroll 8
-    for (int j = 0; j < RB; j++)
+    for (int j = 0; j < NJ; j++)
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) a[j][c] = _mm512_setzero_ps();
     for (int i = 0; i < hd; i++) {
@@ -192,60 +234,88 @@ static inline __attribute__((always_inline)) void scores_keys_blk(const float *q
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) k[c] = _mm512_loadu_ps(kt + (size_t)i * tk + 16 * c);
 #pragma GCC unroll 8
-        for (int j = 0; j < RB; j++) {
+        for (int j = 0; j < NJ; j++) {
             const __m512 q = _mm512_set1_ps(qs[(size_t)j * hd + i]);
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) a[j][c] = _mm512_fmadd_ps(q, k[c], a[j][c]);
         }
     }
 #pragma GCC unroll 8
-    for (int j = 0; j < RB; j++)
+    for (int j = 0; j < NJ; j++)
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) _mm512_storeu_ps(s + (size_t)j * tk + 16 * c, a[j][c]);
 }
 
-/* o[r][d0 .. d0 + 16*DB) of RB rows: o * alpha, then + p[k][r] * vf[k] key
- * by key (p[k][r] at p + k*ks + r*js); RB x DB zmm accumulators. */
-static inline __attribute__((always_inline)) void values_blk(const float *p, size_t ks, size_t js, int DB,
-                                                             const float *vf, int hd, int d0, int nk,
-                                                             const float *alpha, float *o) {
+/* o[r][d0 .. d0 + 16*DB) of NJ (1..4) rows: o * alpha, then + p[k][r] *
+ * v_k key by key (p[k][r] at p + k*ks + r*js); NJ x DB zmm accumulators.
+ * v_k: row k of vf, or with h, cache row p0 + k read directly (a block of
+ * a few rows converts each row chunk once either way; pf: also ask for
+ * the row of the next tile). */
+static inline __attribute__((always_inline)) void values_blk(const float *p, size_t ks, size_t js, int NJ, int DB,
+                                                             const float *vf, const head_rows *h, int p0, int tk,
+                                                             int pf, int hd, int d0, int nk, const float *alpha,
+                                                             float *o) {
     __m512 a[RB][4];
 #pragma GCC unroll 8
-    for (int j = 0; j < RB; j++) {
+    for (int j = 0; j < NJ; j++) {
         const __m512 f = _mm512_set1_ps(alpha[j]);
 #pragma GCC unroll 8
         for (int c = 0; c < DB; c++) a[j][c] = _mm512_mul_ps(f, _mm512_loadu_ps(o + (size_t)j * hd + d0 + 16 * c));
     }
     for (int k = 0; k < nk; k++) {
         __m512 v[4];
+        if (h) {
+            if (pf) prefetch_row(h, hd, p0 + k + tk);
+            const char *r = row_ptr(h, p0 + k);
+            const __m512 f = row_scale(h, p0 + k);
 #pragma GCC unroll 8
-        for (int c = 0; c < DB; c++) v[c] = _mm512_loadu_ps(vf + (size_t)k * hd + d0 + 16 * c);
+            for (int c = 0; c < DB; c++) v[c] = row_chunk(h, r, f, d0 + 16 * c);
+        } else {
 #pragma GCC unroll 8
-        for (int j = 0; j < RB; j++) {
+            for (int c = 0; c < DB; c++) v[c] = _mm512_loadu_ps(vf + (size_t)k * hd + d0 + 16 * c);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < NJ; j++) {
             const __m512 w = _mm512_set1_ps(p[k * ks + j * js]);
 #pragma GCC unroll 8
             for (int c = 0; c < DB; c++) a[j][c] = _mm512_fmadd_ps(w, v[c], a[j][c]);
         }
     }
 #pragma GCC unroll 8
-    for (int j = 0; j < RB; j++)
+    for (int j = 0; j < NJ; j++)
 #pragma GCC unroll 8
         for (int c = 0; c < DB; c++) _mm512_storeu_ps(o + (size_t)j * hd + d0 + 16 * c, a[j][c]);
 }
 
-/* o = o * alpha + P V over the tile's nk keys, for rows 0..Rp (a multiple of RB). */
-static void values_tile(const float *p, size_t ks, size_t js, int Rp, const float *vf, int hd, int nk,
-                        const float *alpha, float *o) {
-    for (int r = 0; r < Rp; r += RB)
+/* o = o * alpha + P V over the tile's nk keys, for rows 0..R, 4 at a time. */
+static inline __attribute__((always_inline)) void values_tile(const float *p, size_t ks, size_t js, int R,
+                                                              const float *vf, const head_rows *h, int p0, int tk,
+                                                              int hd, int nk, const float *alpha, float *o) {
+    for (int r = 0; r < R; r += RB)
         for (int d0 = 0; d0 < hd; d0 += 64) {
-            const float *pr = p + r * js;
+            const float *pr = p + r * js, *al = alpha + r;
             float *orow = o + (size_t)r * hd;
-            switch (hd - d0 >= 64 ? 4 : (hd - d0) / 16) {
-            case 1: values_blk(pr, ks, js, 1, vf, hd, d0, nk, alpha + r, orow); break;
-            case 2: values_blk(pr, ks, js, 2, vf, hd, d0, nk, alpha + r, orow); break;
-            case 3: values_blk(pr, ks, js, 3, vf, hd, d0, nk, alpha + r, orow); break;
-            default: values_blk(pr, ks, js, 4, vf, hd, d0, nk, alpha + r, orow); break;
+            const int pf = r == 0 && d0 == 0, nj = R - r < RB ? R - r : RB, db = hd - d0 >= 64 ? 4 : (hd - d0) / 16;
+#define VB(NJ, DB) values_blk(pr, ks, js, NJ, DB, vf, h, p0, tk, pf, hd, d0, nk, al, orow)
+            switch (4 * nj + db) {
+            case 5: VB(1, 1); break;
+            case 6: VB(1, 2); break;
+            case 7: VB(1, 3); break;
+            case 8: VB(1, 4); break;
+            case 9: VB(2, 1); break;
+            case 10: VB(2, 2); break;
+            case 11: VB(2, 3); break;
+            case 12: VB(2, 4); break;
+            case 13: VB(3, 1); break;
+            case 14: VB(3, 2); break;
+            case 15: VB(3, 3); break;
+            case 16: VB(3, 4); break;
+            case 17: VB(4, 1); break;
+            case 18: VB(4, 2); break;
+            case 19: VB(4, 3); break;
+            default: VB(4, 4); break;
             }
+#undef VB
         }
 }
 
@@ -335,10 +405,11 @@ static void block_lanes(const cpu_attn_block *b, rows_state *st, float *scratch)
         for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(o + (size_t)r * hd + i, _mm512_setzero_ps());
 
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const head_rows hk = head_rows_of(b->kv, 0, b->hkv), hv = head_rows_of(b->kv, 1, b->hkv);
     for (int p0 = st->p_start; p0 <= st->last; p0 += tk) {
         const int nk = st->last - p0 + 1 < tk ? st->last - p0 + 1 : tk, n8 = (nk + KB - 1) / KB * KB;
-        load_rows(b->kv, 0, b->hkv, p0, nk, n8, tk, kf);
-        load_rows(b->kv, 1, b->hkv, p0, nk, nk, tk, vf);
+        load_rows(&hk, hd, p0, nk, n8, tk, kf);
+        load_rows(&hv, hd, p0, nk, nk, tk, vf);
         scores_tile(qt, nl, hd, kf, n8, s);
         const int masked = p0 < all_from || p0 + n8 - 1 > all_to; /* lanes past R: zero queries, never stored */
         for (int n = 0; n < NR; n++) {
@@ -365,7 +436,7 @@ static void block_lanes(const cpu_attn_block *b, rows_state *st, float *scratch)
             m[n] = mn;
             _mm512_storeu_ps(alpha + 16 * n, a);
         }
-        values_tile(s, (size_t)nl, 1, Rp, vf, hd, nk, alpha, o);
+        values_tile(s, (size_t)nl, 1, Rp, vf, NULL, p0, tk, hd, nk, alpha, o);
     }
     for (int n = 0; n < NR; n++) _mm512_storeu_ps(st->l + 16 * n, l[n]);
 }
@@ -373,31 +444,43 @@ static void block_lanes(const cpu_attn_block *b, rows_state *st, float *scratch)
 /* Keys in lanes, a block of up to CPU_ATTN_ROWS rows (decode: the query
  * heads of one KV head). */
 static void block_keys(const cpu_attn_block *b, rows_state *st, float *scratch) {
-    const int hd = st->hd, tk = st->tk, R = st->R, Rp = st->Rp;
+    const int hd = st->hd, tk = st->tk, R = st->R;
     float *qs = scratch, *o = qs + (size_t)hd * CPU_ATTN_ROWS, *kt = o + (size_t)hd * CPU_ATTN_ROWS;
-    float *vf = kt + (size_t)tk * hd, *s = vf + (size_t)tk * hd, *alpha = s + (size_t)tk * CPU_ATTN_ROWS;
+    float *s = kt + 2 * (size_t)tk * hd, *alpha = s + (size_t)tk * CPU_ATTN_ROWS; /* no f32 value tile */
     const __m512 sc = _mm512_set1_ps(b->scale), ninf = _mm512_set1_ps(-INFINITY);
-    for (int r = 0; r < Rp; r++)
+    for (int r = 0; r < R; r++)
         for (int i = 0; i < hd; i += 16) {
-            _mm512_storeu_ps(qs + (size_t)r * hd + i,
-                             r < R ? _mm512_mul_ps(sc, _mm512_loadu_ps(q_row(b, r) + i)) : _mm512_setzero_ps());
+            _mm512_storeu_ps(qs + (size_t)r * hd + i, _mm512_mul_ps(sc, _mm512_loadu_ps(q_row(b, r) + i)));
             _mm512_storeu_ps(o + (size_t)r * hd + i, _mm512_setzero_ps());
         }
-    for (int r = R; r < Rp; r++) alpha[r] = 1.0f; /* rows past R: zero queries, scores 0, never stored */
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const head_rows hk = head_rows_of(b->kv, 0, b->hkv), hv = head_rows_of(b->kv, 1, b->hkv);
     for (int p0 = st->p_start; p0 <= st->last; p0 += tk) {
         const int nk = st->last - p0 + 1 < tk ? st->last - p0 + 1 : tk, NC = (nk + 15) / 16;
-        load_keys_t(b->kv, b->hkv, p0, nk, 16 * NC, tk, kt);
-        load_rows(b->kv, 1, b->hkv, p0, nk, nk, tk, vf);
-        for (int r = 0; r < Rp; r += RB) {
+        load_keys_t(&hk, hd, p0, nk, 16 * NC, tk, kt);
+        for (int r = 0; r < R; r += RB) {
             const float *q = qs + (size_t)r * hd;
             float *sr = s + (size_t)r * tk;
-            switch (NC) {
-            case 1: scores_keys_blk(q, hd, kt, tk, 1, sr); break;
-            case 2: scores_keys_blk(q, hd, kt, tk, 2, sr); break;
-            case 3: scores_keys_blk(q, hd, kt, tk, 3, sr); break;
-            default: scores_keys_blk(q, hd, kt, tk, 4, sr); break;
+#define SK(NJ, NC) scores_keys_blk(q, hd, kt, tk, NJ, NC, sr)
+            switch (4 * (R - r < RB ? R - r : RB) + NC) {
+            case 5: SK(1, 1); break;
+            case 6: SK(1, 2); break;
+            case 7: SK(1, 3); break;
+            case 8: SK(1, 4); break;
+            case 9: SK(2, 1); break;
+            case 10: SK(2, 2); break;
+            case 11: SK(2, 3); break;
+            case 12: SK(2, 4); break;
+            case 13: SK(3, 1); break;
+            case 14: SK(3, 2); break;
+            case 15: SK(3, 3); break;
+            case 16: SK(3, 4); break;
+            case 17: SK(4, 1); break;
+            case 18: SK(4, 2); break;
+            case 19: SK(4, 3); break;
+            default: SK(4, 4); break;
             }
+#undef SK
         }
         for (int r = 0; r < R; r++) {
             float *sr = s + (size_t)r * tk;
@@ -421,7 +504,7 @@ static void block_keys(const cpu_attn_block *b, rows_state *st, float *scratch) 
             st->l[r] = fmaf(st->l[r], alpha[r], keys_tile_sum(u));
             st->m[r] = _mm512_cvtss_f32(mn);
         }
-        values_tile(s, 1, (size_t)tk, Rp, vf, hd, nk, alpha, o);
+        values_tile(s, 1, (size_t)tk, R, NULL, &hv, p0, tk, hd, nk, alpha, o);
     }
 }
 
