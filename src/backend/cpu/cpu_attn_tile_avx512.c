@@ -6,15 +6,15 @@
  * product ending in a horizontal sum and converted every cache row again for
  * every query token: ~10 GMAC/s per core against ~80 for the core's FMAs.
  * Two layouts, one arithmetic:
- * - rows in lanes (prompt blocks of 16-48 rows, 1-3 zmm): Q is transposed
+ * - rows in lanes (prompt blocks of 24-48 rows, 2-3 zmm): Q is transposed
  *   once per block (qt[i][row], times the scale) and each key tile
  *   converted to f32 once per block (kf[key][i]; int8 rows times their
  *   scale); scores for 8 keys at a time over i, qt[i] times a broadcast
  *   kf[key][i] into 8 x NR accumulators; the softmax's max, exp and sums
  *   across a tile's keys are vertical too;
- * - keys in lanes (decode, a few rows): the key tile transposed (kt[i][key],
- *   16 x 16 in registers), scores of 4 rows x 16-64 keys over i, a broadcast
- *   q value times kt[i].
+ * - keys in lanes (fewer rows: decode, drafts): the key tile transposed
+ *   (kt[i][key], 16 x 16 in registers), scores of 1-4 rows x 16-64 keys over
+ *   i, a broadcast q value times kt[i]; value rows read from the cache.
  * Either way a score is one FMA chain over i = 0..hd-1, the softmax runs on
  * the same tiles of the absolute position grid (multiples of tile_keys),
  * per tile the row max m grows to m', the row's sum and output are scaled by
@@ -385,7 +385,7 @@ static inline float keys_tile_sum(__m512 u) {
     return _mm512_cvtss_f32(u);
 }
 
-/* Rows in lanes, a block of 16-48 rows (NR = 1-3 zmm of rows). */
+/* Rows in lanes, a block of CPU_ATTN_LANES_MIN-48 rows (NR zmm of rows). */
 static void block_lanes(const cpu_attn_block *b, rows_state *st, float *scratch) {
     const int hd = st->hd, tk = st->tk, R = st->R, NR = (R + 15) / 16, nl = 16 * NR, Rp = st->Rp;
     float *qt = scratch, *o = qt + (size_t)hd * CPU_ATTN_ROWS, *kf = o + (size_t)hd * CPU_ATTN_ROWS;

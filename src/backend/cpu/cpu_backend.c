@@ -358,9 +358,10 @@ static dot_f16_fn g_dot_f16 = dot_f16;
 static int g_attn_avx512; /* cpu_attn_tile_avx512.c's blocks */
 static axpy_f16_fn g_axpy_f16 = axpy_f16;
 
-/* One (token, KV head) pair: the query heads that share this KV head (GQA)
- * go together, so each cache row is read and converted once for all of
- * them: scores over the visible positions, softmax, weighted sum of V.
+/* Without AVX-512 or with head_dim not a multiple of 16 (attn_block_task
+ * otherwise): one (token, KV head) pair, the query heads that share this
+ * KV head (GQA) together, so each cache row is read and converted once for
+ * all of them: scores over the visible positions, softmax, weighted sum of V.
  * With fewer pairs than threads (decode with one KV head: deepseek2's latent
  * attention, 128 query heads) the heads are split into n_part tasks, each
  * reading the rows for its part; a head's arithmetic is the same either way. */
