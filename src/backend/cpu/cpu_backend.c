@@ -457,6 +457,7 @@ static void cpu_attention_sinks(st_backend *be, const float *q, const st_kv_laye
                                 float scale, int window, const float *sinks, float *out) {
     cpu_ctx *c = CTX(be);
     int G = n_head / kv->n_head_kv;
+    if (n_tok <= 0) return; /* nothing to do (and no tasks to divide the threads among) */
     if (g_attn_avx512 && kv->head_dim % 16 == 0) {
         const int64_t pairs = (int64_t)n_tok * kv->n_head_kv;
         int n_part = (G + CPU_ATTN_ROWS - 1) / CPU_ATTN_ROWS;
