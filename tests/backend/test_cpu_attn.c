@@ -193,6 +193,15 @@ int main(void) {
         run_case(&(attn_case){64, 9, 3, n, 70, 9, n % 2, 2, n % 3 ? F : I, 4});
         run_case(&(attn_case){64, 9, 3, n, 170, 100, n % 2, 2, n % 3 ? I : F, 4}); /* a window past a tile */
     }
+    { /* a call with no tokens does nothing (it divided the threads by zero tasks) */
+        uint16_t kc[64] = {0};
+        st_kv_layer kv = {.type = F, .n_ctx = 1, .n_head_kv = 1, .head_dim = 64, .k = kc, .v = kc};
+        float q[64] = {0}, out[64] = {1};
+        st_backend *be = backend_cpu_create(2);
+        be->attention(be, q, &kv, 0, 0, 1, 1.0f, 0, out);
+        be->destroy(be);
+        CHECK(out[0] == 1, "a call with no tokens wrote its output");
+    }
     printf("worst |error| / sum w|v|: %.3g (bound %.1g)\n", worst, TOL);
     return check_report("test_cpu_attn");
 }
