@@ -296,7 +296,7 @@ typedef struct {
     const st_kv_layer *kv;
     int n_tok, pos0, n_head, window;
     int n_part;       /* tasks per (token, KV head): its query heads split in this many parts */
-    int blk_t, n_blk; /* prompt blocks (attn_block_task): tokens per block, blocks */
+    int blk_t, n_blk; /* AVX-512 blocks (attn_block_task): tokens per block, blocks */
     float scale;
     const float *sinks; /* (n_head) or NULL */
     float *out;
