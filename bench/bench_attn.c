@@ -7,7 +7,9 @@
  * rows each (default 24 layers, so the caches of a step exceed the last-level
  * cache as a real model's do between layers), each layer once per step; the
  * time per layer call is the median step over the layer count. Prompt: N query
- * tokens at positions 0..N-1 over one layer's cache, the median call.
+ * tokens at positions A..A+N-1 (--at A, default 0) over one layer's cache of
+ * A+N rows, the median call. --kv int8 gives int8 caches (random rows and
+ * scales) instead of f16.
  *
  * Heads default to moe-1.5g's (16 query heads, 8 KV heads of 128).
  * --cpu-time 1 times with the process's CPU clock instead of the wall clock:
@@ -15,8 +17,9 @@
  * kernel's own work and not the time slices others took.
  * A benchmark, not a test: it prints times and checks nothing.
  *
- * usage: bench_attn [--threads N] [--depth D] [--layers L] [--prompt N]
+ * usage: bench_attn [--threads N] [--depth D] [--layers L] [--prompt N] [--at A]
  *                   [--heads H] [--kv-heads K] [--head-dim HD] [--reps R] [--cpu-time 0|1]
+ *                   [--kv f16|int8]
  */
 #include "backend/backend.h"
 #include "core/alloc.h"
@@ -54,21 +57,46 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)(rng >> 8) / (float)(1u << 23) - 1.0f;
 }
 
+static int kv_int8;
+
 static void fill_kv(st_kv_layer *kv, int n_ctx, int n_kv, int hd) {
     const size_t n = (size_t)n_ctx * n_kv * hd;
+    *kv = (st_kv_layer){.type = kv_int8 ? ST_KV_INT8 : ST_KV_F16, .n_ctx = n_ctx, .n_head_kv = n_kv, .head_dim = hd};
+    if (kv_int8) {
+        int8_t *k = st_malloc(n), *v = st_malloc(n);
+        float *ks = st_malloc((size_t)n_ctx * n_kv * sizeof(float)),
+              *vs = st_malloc((size_t)n_ctx * n_kv * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            k[i] = (int8_t)(127 * frand());
+            v[i] = (int8_t)(127 * frand());
+        }
+        for (size_t i = 0; i < (size_t)n_ctx * n_kv; i++) ks[i] = vs[i] = 1.0f / 127;
+        kv->k = k, kv->v = v, kv->k_scale = ks, kv->v_scale = vs;
+        return;
+    }
     uint16_t *k = st_malloc(n * 2), *v = st_malloc(n * 2);
     for (size_t i = 0; i < n; i++) {
         k[i] = st_f32_to_f16(frand());
         v[i] = st_f32_to_f16(frand());
     }
-    *kv = (st_kv_layer){.type = ST_KV_F16, .n_ctx = n_ctx, .n_head_kv = n_kv, .head_dim = hd, .k = k, .v = v};
+    kv->k = k, kv->v = v;
+}
+
+static void free_kv(st_kv_layer *kv) {
+    st_free(kv->k);
+    st_free(kv->v);
+    st_free(kv->k_scale);
+    st_free(kv->v_scale);
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, depth = 1024, layers = 24, prompt = 512, heads = 16, kv_heads = 8, hd = 128, reps = 9;
+    int threads = 0, depth = 1024, layers = 24, prompt = 512, at = 0, heads = 16, kv_heads = 8, hd = 128, reps = 9;
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--threads")) threads = v;
+        if (!strcmp(argv[i], "--kv") && (!strcmp(argv[i + 1], "f16") || !strcmp(argv[i + 1], "int8")))
+            kv_int8 = !strcmp(argv[i + 1], "int8");
+        else if (!strcmp(argv[i], "--threads")) threads = v;
+        else if (!strcmp(argv[i], "--at")) at = v;
         else if (!strcmp(argv[i], "--depth")) depth = v;
         else if (!strcmp(argv[i], "--layers")) layers = v;
         else if (!strcmp(argv[i], "--prompt")) prompt = v;
@@ -82,7 +110,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (depth < 0 || layers < 1 || prompt < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || hd < 1 || reps < 1) {
+    if (depth < 0 || layers < 1 || prompt < 0 || at < 0 || heads < 1 || kv_heads < 1 || heads % kv_heads || hd < 1 ||
+        reps < 1) {
         fprintf(stderr, "bench_attn: bad sizes\n");
         return 2;
     }
@@ -106,25 +135,22 @@ int main(int argc, char **argv) {
         double bytes = 2.0 * (depth + 1) * kv_heads * hd * 2;
         printf("decode at depth %d: %.1f us per layer (%d layers), %.2f GB/s of K and V\n", depth, s * 1e6, layers,
                bytes / s * 1e-9);
-        for (int l = 0; l < layers; l++) {
-            st_free(kv[l].k);
-            st_free(kv[l].v);
-        }
+        for (int l = 0; l < layers; l++) free_kv(&kv[l]);
         st_free(kv);
     }
     if (prompt > 0) {
         st_kv_layer kv;
-        fill_kv(&kv, prompt, kv_heads, hd);
+        fill_kv(&kv, at + prompt, kv_heads, hd);
         for (int r = -1; r < reps; r++) {
             double t0 = now_s();
-            be->attention(be, q, &kv, prompt, 0, heads, scale, 0, out);
+            be->attention(be, q, &kv, prompt, at, heads, scale, 0, out);
             if (r >= 0) t[r] = now_s() - t0;
         }
         double s = median(t, reps);
-        double flop = 4.0 * heads * hd * ((double)prompt * (prompt + 1) / 2); /* QK and PV, 2 flops per MAC */
-        printf("prompt of %d tokens: %.2f ms per layer, %.1f GFLOP/s\n", prompt, s * 1e3, flop / s * 1e-9);
-        st_free(kv.k);
-        st_free(kv.v);
+        /* QK and PV, 2 flops per MAC; token t sees at + t + 1 keys */
+        double flop = 4.0 * heads * hd * ((double)prompt * at + (double)prompt * (prompt + 1) / 2);
+        printf("prompt of %d tokens at %d: %.3f ms per layer, %.1f GFLOP/s\n", prompt, at, s * 1e3, flop / s * 1e-9);
+        free_kv(&kv);
     }
     st_free(t);
     st_free(q);

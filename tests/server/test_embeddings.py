@@ -118,9 +118,16 @@ def test_vector_is_the_final_hidden_state(server):
     want = post(server, "/v1/completions", {"prompt": ids, "max_tokens": 1, "temperature": 0, "n_probs": 5}).json()
     top = want["completion_probabilities"][0]["top_logprobs"]
     mine = list(np.argsort(-lp)[:5])
-    assert [t["id"] for t in top] == mine, ([t["id"] for t in top], mine)
+    got = [t["id"] for t in top]
+    # the engine's logits come from 8-bit activations (up to ~0.06 from these f64 ones here), so ids whose
+    # f64 log-probs are closer than that may come in either order (ranks 4 and 5 of this prompt: 0.022
+    # apart since the CPU attention's tiled products): the engine's five must be the f64 top five, in
+    # order, up to such near-ties; a wrong vector (another token's, before the final norm) moves far more
+    tol = 0.1
+    assert all(lp[g] >= lp[mine[4]] - tol for g in got), (got, mine)
+    assert all(lp[got[i]] >= lp[got[j]] - tol for i in range(5) for j in range(i + 1, 5)), (got, mine)
     diff = max(abs(t["logprob"] - lp[t["id"]]) for t in top)
-    assert diff < 0.1, diff
+    assert diff < tol, diff
     # the mean over the per-token vectors (pooling none, llama-server's shape: one row per token) is the
     # pooled vector; the last row is the last token's
     rows = np.array(post(server, "/embedding", {"content": ids, "pooling": "none"}).json()[0]["embedding"])

@@ -295,7 +295,8 @@ typedef struct {
     const float *q;
     const st_kv_layer *kv;
     int n_tok, pos0, n_head, window;
-    int n_part; /* tasks per (token, KV head): its query heads split in this many parts */
+    int n_part;       /* tasks per (token, KV head): its query heads split in this many parts */
+    int blk_t, n_blk; /* AVX-512 blocks (attn_block_task): tokens per block, blocks */
     float scale;
     const float *sinks; /* (n_head) or NULL */
     float *out;
@@ -354,12 +355,13 @@ static void axpy_i8(float *acc, float w, const int8_t *v, int n) {
 typedef float (*dot_f16_fn)(const float *, const uint16_t *, int);
 typedef void (*axpy_f16_fn)(float *, float, const uint16_t *, int);
 static dot_f16_fn g_dot_f16 = dot_f16;
-static int g_attn_avx512; /* cpu_attn_avx512.c's loops for f16 caches */
+static int g_attn_avx512; /* cpu_attn_tile_avx512.c's blocks */
 static axpy_f16_fn g_axpy_f16 = axpy_f16;
 
-/* One (token, KV head) pair: the query heads that share this KV head (GQA)
- * go together, so each cache row is read and converted once for all of
- * them: scores over the visible positions, softmax, weighted sum of V.
+/* Without AVX-512 or with head_dim not a multiple of 16 (attn_block_task
+ * otherwise): one (token, KV head) pair, the query heads that share this
+ * KV head (GQA) together, so each cache row is read and converted once for
+ * all of them: scores over the visible positions, softmax, weighted sum of V.
  * With fewer pairs than threads (decode with one KV head: deepseek2's latent
  * attention, 128 query heads) the heads are split into n_part tasks, each
  * reading the rows for its part; a head's arithmetic is the same either way. */
@@ -390,11 +392,7 @@ static void attn_task(void *ctx, int64_t task, int thread) {
      * waited on memory for every position. Ask for the row ATTN_PF positions
      * ahead (a few cache lines) before each one. */
     const size_t esz = f16 ? 2 : 1, rb = (size_t)hd * esz;
-    const int wide = f16 && g_attn_avx512 && hd % 16 == 0; /* cpu_attn_avx512.c */
-    if (wide)
-        cpu_attn_scores_f16_avx512(q, G, hd, (const uint16_t *)kv->k + (size_t)hkv * hd, row, first, pos, j->scale, sc,
-                                   nc);
-    for (int p = first; p <= pos && !wide; p++) {
+    for (int p = first; p <= pos; p++) {
         size_t off = (size_t)p * row + (size_t)hkv * hd;
         if (p + ATTN_PF <= pos) attn_prefetch((const uint8_t *)kv->k + (off + ATTN_PF * row) * esz, rb);
         for (int g = 0; g < G; g++)
@@ -406,10 +404,6 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         float *s = sc + (size_t)g * nc, mx = -INFINITY;
         /* a sink (gpt-oss) is one more logit in the softmax, with no value */
         const float sink = j->sinks ? j->sinks[hkv * G_all + g0 + g] : -INFINITY;
-        if (wide) {
-            cpu_attn_softmax_avx512(s + first, pos - first + 1, sink);
-            continue;
-        }
         for (int p = first; p <= pos; p++) mx = s[p] > mx ? s[p] : mx; /* fmaxf was a libm call per score */
         mx = fmaxf(mx, sink);
         double sum = j->sinks ? expf(sink - mx) : 0.0;
@@ -417,10 +411,8 @@ static void attn_task(void *ctx, int64_t task, int thread) {
         float inv = (float)(1.0 / sum);
         for (int p = first; p <= pos; p++) s[p] *= inv;
     }
-    if (wide)
-        cpu_attn_values_f16_avx512(sc, nc, G, hd, (const uint16_t *)kv->v + (size_t)hkv * hd, row, first, pos, acc);
-    else memset(acc, 0, (size_t)G * hd * sizeof(float));
-    for (int p = first; p <= pos && !wide; p++) {
+    memset(acc, 0, (size_t)G * hd * sizeof(float));
+    for (int p = first; p <= pos; p++) {
         size_t off = (size_t)p * row + (size_t)hkv * hd;
         if (p + ATTN_PF <= pos) attn_prefetch((const uint8_t *)kv->v + (off + ATTN_PF * row) * esz, rb);
         float vs = f16 ? 1.0f : kv->v_scale[(size_t)p * kv->n_head_kv + hkv];
@@ -433,15 +425,62 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     memcpy(j->out + ((size_t)t * j->n_head + (size_t)hkv * G_all + g0) * hd, acc, (size_t)G * hd * sizeof(float));
 }
 
+/* On AVX-512 (cpu_attn_tile_avx512.c), prompt chunks and decode alike: a
+ * task is blk_t tokens x the query heads of one KV head, or a part of them
+ * (more than CPU_ATTN_ROWS, or too few tasks for the threads); the blocks of
+ * the last tokens go first: they see the most keys, and the short ones fill
+ * in at the end. A row's result is the same in any block. */
+static void attn_block_task(void *ctx, int64_t task, int thread) {
+    const attn_job *j = ctx;
+    const st_kv_layer *kv = j->kv;
+    const int hd = kv->head_dim, G_all = j->n_head / kv->n_head_kv, per = (G_all + j->n_part - 1) / j->n_part;
+    const int g0 = (int)(task % j->n_part) * per;
+    task /= j->n_part;
+    const int hkv = (int)(task % kv->n_head_kv), t0 = (j->n_blk - 1 - (int)(task / kv->n_head_kv)) * j->blk_t;
+    if (g0 >= G_all) return;
+    const size_t ld = (size_t)j->n_head * hd, off = (size_t)t0 * ld + ((size_t)hkv * G_all + g0) * hd;
+    const cpu_attn_block b = {j->q + off,
+                              j->out + off,
+                              ld,
+                              j->n_tok - t0 < j->blk_t ? j->n_tok - t0 : j->blk_t,
+                              G_all - g0 < per ? G_all - g0 : per,
+                              j->pos0 + t0,
+                              j->window,
+                              j->sinks ? j->sinks + (size_t)hkv * G_all + g0 : NULL,
+                              j->scale,
+                              kv,
+                              hkv};
+    cpu_attn_block_avx512(&b, j->scratch + (size_t)thread * j->scratch_stride);
+}
+
 static void cpu_attention_sinks(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                                 float scale, int window, const float *sinks, float *out) {
     cpu_ctx *c = CTX(be);
     int G = n_head / kv->n_head_kv;
+    if (n_tok <= 0) return; /* nothing to do (and no tasks to divide the threads among) */
+    if (g_attn_avx512 && kv->head_dim % 16 == 0) {
+        const int64_t pairs = (int64_t)n_tok * kv->n_head_kv;
+        int n_part = (G + CPU_ATTN_ROWS - 1) / CPU_ATTN_ROWS;
+        if (pairs * n_part < c->n_threads) n_part = (int)((c->n_threads + pairs - 1) / pairs);
+        if (n_part > G) n_part = G;
+        const int per = (G + n_part - 1) / n_part;
+        int blk_t = CPU_ATTN_ROWS / per;
+        /* short chunks: smaller blocks rather than idle threads */
+        const int fill = (int)(pairs * n_part / c->n_threads);
+        if (blk_t > fill) blk_t = fill > 1 ? fill : 1;
+        const int n_blk = (n_tok + blk_t - 1) / blk_t;
+        attn_job j = {
+            q,     kv,    n_tok, pos0,  n_head, window, n_part,
+            blk_t, n_blk, scale, sinks, out,    NULL,   (cpu_attn_block_scratch(kv->head_dim) + 15) / 16 * 16};
+        j.scratch = cpu_scratch_reserve(&c->attn, j.scratch_stride * (size_t)c->n_threads * sizeof(float));
+        st_pool_run(c->pool, (int64_t)n_blk * kv->n_head_kv * n_part, attn_block_task, &j);
+        return;
+    }
     const int64_t pairs = (int64_t)n_tok * kv->n_head_kv;
     int n_part = pairs >= c->n_threads ? 1 : (int)((c->n_threads + pairs - 1) / pairs);
     if (n_part > G) n_part = G;
-    attn_job j = {q,      kv,    n_tok, pos0, n_head, window,
-                  n_part, scale, sinks, out,  NULL,   (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
+    attn_job j = {q, kv, n_tok, pos0,  n_head, window, n_part,
+                  0, 0,  scale, sinks, out,    NULL,   (size_t)G * ((size_t)kv->n_ctx + (size_t)kv->head_dim)};
     j.scratch = cpu_scratch_reserve(&c->attn, j.scratch_stride * (size_t)c->n_threads * sizeof(float));
     st_pool_run(c->pool, pairs * n_part, attn_task, &j);
 }
