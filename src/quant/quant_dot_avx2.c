@@ -17,6 +17,7 @@
 
 #include "quant/dot_impl.h"
 #include "quant/quant_dot_common.h"
+#include "quant/quant_simd_bits.h"
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -34,16 +35,6 @@ static inline __m256i dot_us(__m256i u, __m256i s) {
 
 /* 32 signed x 32 signed bytes -> 8 int32 sums of 4 (the sign trick) */
 static inline __m256i dot_ss(__m256i x, __m256i y) { return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
-
-/* 16 packed nibbles -> 32 bytes: low nibbles first (weights 0..15), then high.
- * vbroadcasti128 from memory is a plain load and vpsrlvq shifts only the upper
- * copy, so no shuffle-port work (the 64-bit shift pulls bits across bytes, the
- * mask drops them). */
-static inline __m256i nibbles32(const uint8_t *p) {
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
 
 /* 32 bits -> 32 bytes, 0xff where the bit is set (byte i <- bit i) */
 static inline __m256i bits_to_bytes(const uint8_t *p) {
@@ -119,33 +110,33 @@ static inline __m256i lut16(const int8_t *table) {
 }
 
 static inline __m256i qd_q4_0(const block_q4_0 *x, const block_q8_0 *y) {
-    return dot_ss(_mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8)), load32(y->qs));
+    return dot_ss(_mm256_sub_epi8(qt_nibbles32(x->qs), _mm256_set1_epi8(8)), load32(y->qs));
 }
 
 /* Q4_1/Q5_1: only the d*q part; the min part m*s is summed separately */
 static inline __m256i qd_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
-    return dot_us(nibbles32(x->qs), load32(y->qs));
+    return dot_us(qt_nibbles32(x->qs), load32(y->qs));
 }
 
 /* Q5_0: q - 16 in one step: a clear 5th bit means q4 - 16 = q4 | 0xf0 as int8 */
 static inline __m256i qd_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
     __m256i hi = _mm256_andnot_si256(bits_to_bytes(x->qh), _mm256_set1_epi8((char)0xf0));
-    return dot_ss(_mm256_or_si256(nibbles32(x->qs), hi), load32(y->qs));
+    return dot_ss(_mm256_or_si256(qt_nibbles32(x->qs), hi), load32(y->qs));
 }
 
 static inline __m256i qd_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
     __m256i hi = _mm256_and_si256(bits_to_bytes(x->qh), _mm256_set1_epi8(0x10));
-    return dot_us(_mm256_or_si256(nibbles32(x->qs), hi), load32(y->qs));
+    return dot_us(_mm256_or_si256(qt_nibbles32(x->qs), hi), load32(y->qs));
 }
 
 static inline __m256i qd_q8_0(const block_q8_0 *x, const block_q8_0 *y) { return dot_ss(load32(x->qs), load32(y->qs)); }
 
 static inline __m256i qd_iq4_nl(const block_iq4_nl *x, const block_q8_0 *y) {
-    return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_iq4nl), nibbles32(x->qs)), load32(y->qs));
+    return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_iq4nl), qt_nibbles32(x->qs)), load32(y->qs));
 }
 
 static inline __m256i qd_mxfp4(const block_mxfp4 *x, const block_q8_0 *y) {
-    return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_mxfp4), nibbles32(x->qs)), load32(y->qs));
+    return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_mxfp4), qt_nibbles32(x->qs)), load32(y->qs));
 }
 
 /* the f16 field F of 8 consecutive blocks, as 8 floats */

@@ -46,6 +46,7 @@
 
 #include "quant/quant_dot_common.h"
 #include "quant/quant_gemm_impl.h"
+#include "quant/quant_simd_bits.h"
 
 #define QG_INLINE static inline __attribute__((always_inline))
 #define QG_ALIGN  __attribute__((aligned(32)))
@@ -79,13 +80,6 @@ QG_INLINE size_t qg_wblock(int f) {
 }
 
 QG_INLINE __m256i qg_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-/* 16 packed nibbles -> 32 bytes: low nibbles (weights 0..15), then high */
-QG_INLINE __m256i qg_nibbles(const uint8_t *p) {
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
 
 /* 32 bits -> 32 bytes, 0xff where bit i of p is set */
 QG_INLINE __m256i qg_bits(const uint8_t *p) {
@@ -201,19 +195,19 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
         for (int k = 0; k < g; k++, b += qg_wblock(f)) {
             __m256i v;
             switch (f) {
-            case QG_Q4_0: v = _mm256_sub_epi8(qg_nibbles(((const block_q4_0 *)b)->qs), _mm256_set1_epi8(8)); break;
-            case QG_Q4_1: v = qg_nibbles(((const block_q4_1 *)b)->qs); break;
+            case QG_Q4_0: v = _mm256_sub_epi8(qt_nibbles32(((const block_q4_0 *)b)->qs), _mm256_set1_epi8(8)); break;
+            case QG_Q4_1: v = qt_nibbles32(((const block_q4_1 *)b)->qs); break;
             case QG_Q5_0: /* q - 16 in one step: a clear 5th bit makes the byte nibble | 0xf0 */
                 v = _mm256_or_si256(
-                    qg_nibbles(((const block_q5_0 *)b)->qs),
+                    qt_nibbles32(((const block_q5_0 *)b)->qs),
                     _mm256_andnot_si256(qg_bits(((const block_q5_0 *)b)->qh), _mm256_set1_epi8((char)0xf0)));
                 break;
             case QG_Q5_1:
-                v = _mm256_or_si256(qg_nibbles(((const block_q5_1 *)b)->qs),
+                v = _mm256_or_si256(qt_nibbles32(((const block_q5_1 *)b)->qs),
                                     _mm256_and_si256(qg_bits(((const block_q5_1 *)b)->qh), _mm256_set1_epi8(0x10)));
                 break;
             case QG_Q8_0: v = qg_load(((const block_q8_0 *)b)->qs); break;
-            default: v = qg_iq4(qg_nibbles(((const block_iq4_nl *)b)->qs)); break;
+            default: v = qg_iq4(qt_nibbles32(((const block_iq4_nl *)b)->qs)); break;
             }
             qg_put_unit(f, o, k0 + k, v);
         }
@@ -271,7 +265,7 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
     const block_iq4_xs *x = (const block_iq4_xs *)w + sb;
     const float d = _cvtsh_ss(x->d);
     for (int j = 0; j < 8; j++) {
-        qg_put_unit(f, o, k0 + j, qg_iq4(qg_nibbles(x->qs + 16 * j)));
+        qg_put_unit(f, o, k0 + j, qg_iq4(qt_nibbles32(x->qs + 16 * j)));
         dw[j] = d * (float)qdot_iq4xs_scale(x, j);
     }
 }

@@ -31,6 +31,7 @@
 #include <immintrin.h>
 
 #include "quant/quant_dot_common.h"
+#include "quant/quant_simd_bits.h"
 #include "quant/quant_gemm_impl.h"
 
 #define QS_INLINE static inline __attribute__((always_inline))
@@ -60,13 +61,6 @@ QS_INLINE size_t qs_aoff(int f) { return qs_has_min(f) ? 4 : 2; }
 
 QS_INLINE __m256i qs_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* 16 packed nibbles -> 32 bytes, low nibbles first (as quant_dot_avx2.c's nibbles32) */
-QS_INLINE __m256i qs_nibbles(const uint8_t *p) {
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
 /* 32 bits -> 32 bytes, 0xff where bit i is set: one mask move */
 QS_INLINE __m256i qs_bits(const uint8_t *p) {
     uint32_t bits;
@@ -77,20 +71,20 @@ QS_INLINE __m256i qs_bits(const uint8_t *p) {
 /* The 32 weights of block b as bytes: unsigned (Q4_1, Q5_1) or signed. */
 QS_INLINE __m256i qs_decode(const int f, const uint8_t *x) {
     switch (f) {
-    case QS_Q4_0: return _mm256_sub_epi8(qs_nibbles(((const block_q4_0 *)x)->qs), _mm256_set1_epi8(8));
-    case QS_Q4_1: return qs_nibbles(((const block_q4_1 *)x)->qs);
+    case QS_Q4_0: return _mm256_sub_epi8(qt_nibbles32(((const block_q4_0 *)x)->qs), _mm256_set1_epi8(8));
+    case QS_Q4_1: return qt_nibbles32(((const block_q4_1 *)x)->qs);
     case QS_Q5_0: {
         const block_q5_0 *b = (const block_q5_0 *)x;
-        return _mm256_or_si256(qs_nibbles(b->qs), _mm256_andnot_si256(qs_bits(b->qh), _mm256_set1_epi8((char)0xf0)));
+        return _mm256_or_si256(qt_nibbles32(b->qs), _mm256_andnot_si256(qs_bits(b->qh), _mm256_set1_epi8((char)0xf0)));
     }
     case QS_Q5_1: {
         const block_q5_1 *b = (const block_q5_1 *)x;
-        return _mm256_or_si256(qs_nibbles(b->qs), _mm256_and_si256(qs_bits(b->qh), _mm256_set1_epi8(0x10)));
+        return _mm256_or_si256(qt_nibbles32(b->qs), _mm256_and_si256(qs_bits(b->qh), _mm256_set1_epi8(0x10)));
     }
     case QS_Q8_0: return qs_load(((const block_q8_0 *)x)->qs);
     default: {
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
-        return _mm256_shuffle_epi8(lut, qs_nibbles(((const block_iq4_nl *)x)->qs));
+        return _mm256_shuffle_epi8(lut, qt_nibbles32(((const block_iq4_nl *)x)->qs));
     }
     }
 }
