@@ -143,6 +143,7 @@ typedef enum {
     ST_VARIANT_MOE_PATH = 1, /* MoE: 0 the default, 1 a per-expert loop (a cross-check), 2 the grouped products only */
     ST_VARIANT_FUSE = 2,     /* bits of the fused ops run fused (0: each as its composition, backend_compose.h) */
     ST_VARIANT_NO_BLAS = 3,  /* 1: the GEMM library counts as refused, as after a failed call (its fallback runs) */
+    ST_VARIANT_PRECISE = 4,  /* 1: matrix products take f32 activations (the CPU's STRATA_PRECISE=1) */
 } st_variant;
 
 typedef struct st_backend st_backend;

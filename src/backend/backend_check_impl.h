@@ -90,6 +90,11 @@ static inline int set_variant(chk *c, st_variant kind, int v) {
     return c->dut->variant ? c->dut->variant(c->dut, kind, v) : -1;
 }
 
+/* The same for the reference. */
+static inline int set_ref_variant(chk *c, st_variant kind, int v) {
+    return c->ref->variant ? c->ref->variant(c->ref, kind, v) : -1;
+}
+
 static inline void report(chk *c, const char *op, double e, double bound, double ms, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 static inline void report(chk *c, const char *op, double e, double bound, double ms, const char *fmt, ...) {

@@ -813,6 +813,15 @@ void backend_cpu_set_spin_us(st_backend *cpu, int us) {
     st_pool_set_spin_us(((cpu_ctx *)cpu->ctx)->pool, us);
 }
 
+/* The one variant (backend.h st_variant) of this backend: f32 activations,
+ * which a comparison takes as the more exact reference. */
+static int cpu_variant(st_backend *be, st_variant kind, int value) {
+    if (kind != ST_VARIANT_PRECISE) return -1;
+    const int old = CTX(be)->precise;
+    if (value >= 0) CTX(be)->precise = value != 0;
+    return old;
+}
+
 st_backend *backend_cpu_create(int n_threads) {
     st_backend *be = st_calloc(1, sizeof *be);
     cpu_ctx *c = st_calloc(1, sizeof *c);
@@ -860,6 +869,7 @@ st_backend *backend_cpu_create(int n_threads) {
         .run_step = cpu_run_step,
         .to_host = cpu_copy,
         .to_device = cpu_copy,
+        .variant = cpu_variant,
     };
     return be;
 }
