@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "engine/split_local.h"
 
 int engine_opts_parse(args_t *a, engine_params *p) {
     const char *v;
@@ -123,11 +124,26 @@ int engine_opts_parse(args_t *a, engine_params *p) {
         if (r < 0) return -1;
         for (const char *c = v; *c; c++)
             if ((*c < '0' || *c > '9') && *c != ',') {
-                a->err = cli_usage_error(
-                    a->cmd, a->usage, "invalid value '%s' for --layer-split (layer counts per MPI rank: N,M,...)", v);
+                a->err = cli_usage_error(a->cmd, a->usage,
+                                         "invalid value '%s' for --layer-split (layer counts per rank: N,M,...)", v);
                 return -1;
             }
         p->layer_split = v; /* checked against the ranks and the layers at load (split_layer_range) */
+        return 1;
+    }
+    if ((r = args_value(a, "--devices", &v))) {
+        if (r < 0) return -1;
+        int devs[SPLIT_MAX_DEVICES];
+        if (split_parse_devices(v, devs, SPLIT_MAX_DEVICES) < 0) {
+            a->err = cli_usage_error(a->cmd, a->usage, "%s", st_error_get());
+            return -1;
+        }
+        p->devices = v; /* one rank per entry, layers split between them (split_local.h) */
+        return 1;
+    }
+    if ((r = args_value(a, "--pipeline-windows", &v))) {
+        if (r < 0 || args_int(a, "--pipeline-windows", v, 1, 64, &n)) return -1;
+        p->pipeline_windows = (int)n; /* under a layer split (forward.h) */
         return 1;
     }
     if ((r = args_value(a, "--kv", &v))) {

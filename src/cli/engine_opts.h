@@ -14,7 +14,7 @@
     "[--vram-reserve MiB] [--expert-cache N|auto] [--expert-profile FILE] [--pcie-frac F] [--pin-experts 0|1] "        \
     "[--mmap-experts] "                                                                                                \
     "[--ram-budget GiB] [--adapt-every N] "                                                                            \
-    "[--draft ngram|mtp|none] [--draft-n N] [--layer-split N,M,...]"
+    "[--draft ngram|mtp|none] [--draft-n N] [--devices cpu,cpu,...] [--layer-split N,M,...] [--pipeline-windows N]"
 
 /* tokens drafted per step by --draft ngram or mtp unless --draft-n says (docs/speculative.md) */
 #define ENGINE_DRAFT_N_DEFAULT 8

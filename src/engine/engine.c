@@ -11,11 +11,13 @@
 #include "backend/backend_prof.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/threadpool.h"
 #include "core/switches.h"
 #include "core/timer.h"
 #include "engine/engine_offload.h"
 #include "engine/engine_place.h"
 #include "engine/split.h"
+#include "engine/split_local.h"
 #ifdef STRATA_HAVE_GPU
 #include "backend/cuda/backend_cuda.h"
 #endif
@@ -65,8 +67,8 @@ static void seq_mtp_clamp(engine_seq *s) {
     if (s->mtp_pos > s->n_past) s->mtp_pos = s->n_past;
 }
 
-static void seq_fini(engine_seq *s) {
-    split_send_free(s->id);
+static void seq_fini(engine *e, engine_seq *s) {
+    split_send_free(e->net, s->id);
     kv_cache_free(s->kv);
     st_free(s->hist);
     st_free(s->logits);
@@ -74,6 +76,7 @@ static void seq_fini(engine_seq *s) {
 }
 
 static int split_engine(engine *e, const engine_params *p);
+static engine *engine_open_rank(const engine_params *p);
 
 int engine_backend_supports(const model *m, const st_backend *be) {
     /* a hybrid family needs the DeltaNet and gate ops, which not every backend has (a wrapper may lack them) */
@@ -111,7 +114,28 @@ int engine_backend_supports(const model *m, const st_backend *be) {
     return 0;
 }
 
+/* --devices LIST: rank 0's device is the list's first, and the CPU ranks
+ * share the cores this process may use unless --threads says. */
 engine *engine_open(const engine_params *p) {
+    if (!p->devices || p->split_net) return engine_open_rank(p);
+    int devs[SPLIT_MAX_DEVICES];
+    const int n = split_parse_devices(p->devices, devs, SPLIT_MAX_DEVICES);
+    if (n < 0) return NULL;
+    if (n > 1 && split_size() > 1) {
+        st_error_set("--devices %s inside an MPI job: split the layers one way (ranks or devices), not both",
+                     p->devices);
+        return NULL;
+    }
+    engine_params q = *p;
+    q.gpu = devs[0];
+    int n_cpu = 0;
+    for (int r = 0; r < n; r++) n_cpu += devs[r] < 0;
+    if (!q.n_threads && n_cpu > 1) q.n_threads = st_cpu_count() / n_cpu > 0 ? st_cpu_count() / n_cpu : 1;
+    if (n == 1) q.devices = NULL;
+    return engine_open_rank(&q);
+}
+
+static engine *engine_open_rank(const engine_params *p) {
     model *m = model_load(p->model_path);
     if (!m) return NULL;
     tokenizer *tok = tokenizer_load(m->file);
@@ -194,52 +218,67 @@ engine *engine_open(const engine_params *p) {
     e->kv_type = p->kv_type;
     e->il0 = 0;
     e->il1 = m->hp.n_layer;
-    if (split_size() > 1 && split_engine(e, p) != 0) {
+    e->net = p->split_net ? p->split_net : split_process_net();
+    if ((e->net || p->devices) && split_engine(e, p) != 0) {
         engine_close(e);
         return NULL;
     }
     seq_init(e, &e->seq);
-    if (split_rank() > 0) {
-        /* a follower: rank 0's steps until it says stop, then this process is done (split.h) */
+    if (e->net && e->net->rank > 0) {
+        /* a follower: rank 0's steps until it says stop; then an MPI rank's process is
+         * done, an in-process rank's thread returns (split.h, split_local.h) */
+        split_local_ready(e->net);
         const int rc = split_follow(e);
-        if (rc != 0) st_log(ST_LOG_ERROR, "rank %d: %s", split_rank(), st_error_get());
+        if (rc != 0) st_log(ST_LOG_ERROR, "rank %d: %s", e->net->rank, st_error_get());
+        const int mpi = e->net == split_process_net();
         engine_close(e);
+        if (!mpi) return NULL;
         split_finish();
         exit(rc != 0);
     }
     return e;
 }
 
-/* Under mpirun: this rank's layers (split.h), its tensors alone bound. The
- * split runs on the CPU backend, whole layers per rank, attention caches
- * only; what it does not cover is refused here, on every rank alike. */
+/* This rank's layers (split.h), its tensors alone bound: under mpirun, or
+ * in-process with --devices (rank 0 starts the others here). Whole layers
+ * per rank on the CPU backend, attention caches only; what it does not
+ * cover is refused here, on every rank alike. */
 static int split_engine(engine *e, const engine_params *p) {
     const model *m = e->m;
+    int devs[SPLIT_MAX_DEVICES];
+    const int n_ranks = e->net ? e->net->size : split_parse_devices(p->devices, devs, SPLIT_MAX_DEVICES);
+    const int rank = e->net ? e->net->rank : 0;
     if (p->gpu >= 0 || e->lanes || e->placed) {
-        st_error_set("a layer split across %d MPI ranks runs on the CPU backend only (without --gpu, "
-                     "--expert-cache or --ram-budget)",
-                     split_size());
+        st_error_set("a layer split across %d ranks runs them on the CPU backend only so far (without --gpu, a GPU in "
+                     "--devices, --expert-cache or --ram-budget)",
+                     n_ranks);
         return -1;
     }
     if (m->hp.full_attn_interval) {
-        st_error_set("a layer split across MPI ranks keeps attention caches only: architecture '%s' has a "
-                     "recurrent state",
+        st_error_set("a layer split keeps attention caches only: architecture '%s' has a recurrent state",
                      model_arch_name(m->hp.arch));
         return -1;
     }
-    if (split_layer_range(m, p->layer_split, split_size(), split_rank(), &e->il0, &e->il1) != 0) return -1;
+    if (split_layer_range(m, p->layer_split, n_ranks, rank, &e->il0, &e->il1) != 0) return -1;
     model_keep_layers(e->m, e->il0, e->il1, e->il0 == 0);
-    const model_split ms = {e->il0, e->il1, e->il0 == 0, split_send_x, split_recv_x, NULL};
+    if (!e->net) { /* rank 0 of an in-process split: the other ranks open now */
+        e->local = split_local_start(p, devs, n_ranks, &e->net);
+        if (!e->local) return -1;
+    }
+    const int window = p->pipeline_windows > 1 ? (e->n_ubatch + p->pipeline_windows - 1) / p->pipeline_windows : 0;
+    const model_split ms = {e->il0, e->il1,       e->il0 == 0,  e->il1 == m->hp.n_layer,
+                            window, split_send_x, split_recv_x, e->net};
     model_ctx_set_split(e->mc, &ms);
-    ST_INFO("rank %d of %d: layers %d..%d of %d%s", split_rank(), split_size(), e->il0, e->il1 - 1, m->hp.n_layer,
-            e->il0 == 0 ? ", embedding and output head" : "");
+    ST_INFO("rank %d of %d%s: layers %d..%d of %d%s", rank, n_ranks, e->local || p->split_net ? " (in-process)" : "",
+            e->il0, e->il1 - 1, m->hp.n_layer, e->il0 == 0 ? ", embedding and output head" : "");
     return 0;
 }
 
 void engine_close(engine *e) {
     if (!e) return;
-    if (e->seq.kv) seq_fini(&e->seq);
-    split_send_stop(); /* rank 0: the followers are done too */
+    if (e->seq.kv) seq_fini(e, &e->seq);
+    split_send_stop(e->net); /* rank 0: the followers are done too */
+    split_local_stop(e->local);
     model_ctx_free(e->mc);
     engine_place_free(e->placed);
     e->be->destroy(e->be);
@@ -266,7 +305,7 @@ engine_seq *engine_seq_new(engine *e) {
 void engine_seq_free(engine *e, engine_seq *s) {
     if (!s) return;
     ST_ASSERT(s != &e->seq);
-    seq_fini(s);
+    seq_fini(e, s);
     st_free(s);
 }
 
@@ -306,9 +345,9 @@ static int seq_eval_to(engine *e, engine_seq *s, const int32_t *toks, int n, flo
     if (seq_check(e, s, toks, n) != 0) return -1;
     seq_settle(s);
     if (all && n > 1) kv_cache_spec_begin(s->kv, s->n_past, n); /* the first token is always kept */
-    split_send_forward(s->id, s->n_past, n);
     /* --draft mtp: the rows' final hidden states, for the MTP block (while those before them are kept too) */
     float *hid = s->mtp_hbuf && s->h_pos == s->n_past ? s->mtp_hbuf + (size_t)(s->n_past + 1) * e->m->hp.n_embd : NULL;
+    split_send_forward(e->net, s->id, s->n_past, n, all || hid);
     model_ctx_capture_hidden(e->mc, hid);
     model_forward(e->mc, s->kv->layers, toks, n, s->n_past, logits, all);
     model_ctx_capture_hidden(e->mc, NULL);
@@ -326,7 +365,7 @@ int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
 int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals) {
     if (seq_check(e, s, &tok, 1) != 0) return -1;
     seq_settle(s);
-    split_send_forward(s->id, s->n_past, 1);
+    split_send_forward(e->net, s->id, s->n_past, 1, 0);
     const int rc = model_forward_top_k(e->mc, s->kv->layers, tok, s->n_past, k, ids, vals, s->logits);
     s->hist[s->n_past++] = tok;
     return rc;
@@ -347,8 +386,8 @@ int engine_seq_embed(engine *e, engine_seq *s, const int32_t *toks, int n, engin
     double *sum = pool == ENGINE_POOL_MEAN ? st_calloc((size_t)d, sizeof(double)) : NULL;
     for (int done = 0; done < n;) {
         int m = n - done < e->n_ubatch ? n - done : e->n_ubatch;
-        float *rows = h ? h : out + (size_t)done * d; /* NONE: straight into place */
-        split_send_forward(s->id, s->n_past, m);      /* a follower's model_forward of m <= n_ubatch: one chunk too */
+        float *rows = h ? h : out + (size_t)done * d;       /* NONE: straight into place */
+        split_send_forward(e->net, s->id, s->n_past, m, 1); /* every window's rows come back (forward.h) */
         model_forward_hidden(e->mc, s->kv->layers, toks + done, m, s->n_past, rows);
         memcpy(s->hist + s->n_past, toks + done, (size_t)m * sizeof(int32_t));
         s->n_past += m;
@@ -489,7 +528,8 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
     }
     memcpy(e->batch_tok + n_chunk, toks, (size_t)rows * sizeof(int32_t));
     int skip = reading && !chunk_logits;
-    split_send_batch(n_seq, e->batch_ids, e->batch_pos, reading || n_tok ? e->batch_n : NULL, skip, n_tok != NULL);
+    split_send_batch(e->net, n_seq, e->batch_ids, e->batch_pos, reading || n_tok ? e->batch_n : NULL, skip,
+                     n_tok != NULL);
     model_ctx_capture_hidden(e->mc, e->mtp ? e->batch_hid : NULL); /* --draft mtp: every row's hidden state */
     model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading || n_tok ? e->batch_n : NULL, n_seq,
                         skip, n_tok != NULL, e->batch_logits);

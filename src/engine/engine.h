@@ -45,7 +45,10 @@ typedef struct {
     int draft_mtp;   /* --draft mtp: the drafts come from the model's multi-token prediction block
                         (engine_seq_draft_mtp); engine_open refuses a model without one, and any backend
                         but the CPU's */
-    const char *layer_split; /* under mpirun (engine/split.h): layers per rank, "N,M,..."; NULL: even by bytes */
+    const char *layer_split;     /* a layer split (engine/split.h): layers per rank, "N,M,..."; NULL: even by bytes */
+    const char *devices;         /* --devices "cpu,cpu", "1,0": one rank per entry in this process (split_local.h) */
+    int pipeline_windows;        /* a layer split reads each prompt chunk in this many windows, pipelined (forward.h) */
+    struct split_net *split_net; /* set by split_local.c for the ranks it starts; NULL otherwise */
 } engine_params;
 
 /* One sequence: its KV cache, the tokens at its filled positions and the
@@ -74,7 +77,9 @@ typedef struct engine {
     st_kv_type kv_type;
     struct engine_placed *placed; /* device copies of the weights (GPU backend), else NULL */
     int lanes;                    /* be is the expert lanes backend (moe_lanes.h): experts in several places */
-    int il0, il1;                 /* the layers this process runs (all but under a layer split, split.h) */
+    int il0, il1;                 /* the layers this engine runs (all but under a layer split, split.h) */
+    struct split_net *net;        /* this rank's transport under a layer split, else NULL */
+    struct split_local *local;    /* rank 0 of an in-process split: the other ranks (split_local.h) */
     int mtp;                      /* --draft mtp: sequences carry the MTP block's state (engine_mtp.c) */
     float *mtp_h, *mtp_logits;    /* a draft step's output row (n_embd) and logits (n_vocab) */
     int next_seq_id;

@@ -13,9 +13,8 @@
 #include "core/log.h"
 #include "engine/engine.h"
 
-static split_net net = {.rank = 0, .size = 1};
-static int joined;  /* MPI_Init was called */
-static int stopped; /* rank 0 sent stop */
+static split_net mpi_net = {.rank = 0, .size = 1};
+static int joined; /* MPI_Init was called */
 
 #ifdef STRATA_HAVE_MPI
 int split_net_mpi(int *argc, char ***argv, split_net *net);
@@ -45,17 +44,17 @@ int split_start(int *argc, char ***argv) {
     const int n = split_launched_size();
     if (n <= 1) return 0;
 #ifdef STRATA_HAVE_MPI
-    if (split_net_mpi(argc, argv, &net) != 0) {
+    if (split_net_mpi(argc, argv, &mpi_net) != 0) {
         fprintf(stderr, "strata: MPI_Init failed in a job of %d ranks\n", n);
         exit(1);
     }
     joined = 1;
     atexit(split_finish);
-    if (net.rank > 0 && !freopen("/dev/null", "w", stdout)) {
-        fprintf(stderr, "strata: rank %d: cannot quiet stdout\n", net.rank);
+    if (mpi_net.rank > 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "strata: rank %d: cannot quiet stdout\n", mpi_net.rank);
         exit(1);
     }
-    return net.rank;
+    return mpi_net.rank;
 #else
     (void)argc;
     (void)argv;
@@ -67,25 +66,27 @@ int split_start(int *argc, char ***argv) {
 #endif
 }
 
-int split_rank(void) { return net.rank; }
-int split_size(void) { return net.size; }
+int split_rank(void) { return mpi_net.rank; }
+int split_size(void) { return mpi_net.size; }
+split_net *split_process_net(void) { return mpi_net.size > 1 ? &mpi_net : NULL; }
 
 void split_finish(void) {
     if (!joined) return;
-    if (net.rank == 0 && !stopped) split_send_stop();
+    split_send_stop(&mpi_net);
     joined = 0;
-    net.finish();
+    mpi_net.finish();
 }
 
 void split_share(char **buf, uint32_t *n) {
-    if (net.size <= 1) return;
-    int32_t len = net.rank == 0 ? (int32_t)*n : 0;
-    net.bcast(&len, 1);
+    split_net *net = &mpi_net;
+    if (net->size <= 1) return;
+    int32_t len = net->rank == 0 ? (int32_t)*n : 0;
+    net->bcast(net, &len, 1);
     const size_t words = ((size_t)len + 3) / 4;
     int32_t *w = st_calloc(words ? words : 1, sizeof(int32_t));
-    if (net.rank == 0) memcpy(w, *buf, (size_t)len);
-    net.bcast(w, words);
-    if (net.rank != 0) {
+    if (net->rank == 0) memcpy(w, *buf, (size_t)len);
+    net->bcast(net, w, words);
+    if (net->rank != 0) {
         *buf = st_malloc((size_t)len + 1);
         memcpy(*buf, w, (size_t)len);
         *n = (uint32_t)len;
@@ -160,15 +161,18 @@ int split_layer_range(const model *m, const char *spec, int n_ranks, int rank, i
     return 0;
 }
 
-void split_send_forward(int id, int pos, int n) {
-    if (net.size <= 1 || net.rank != 0 || stopped) return; /* rank 0 alone commands, until stop */
-    int32_t hdr[4] = {SPLIT_FORWARD, 1, 0, 0}, body[3] = {id, pos, n};
-    net.bcast(hdr, 4);
-    net.bcast(body, 3);
+/* Rank 0 alone commands, until stop. */
+static int commands(const split_net *net) { return net && net->size > 1 && net->rank == 0 && !net->stopped; }
+
+void split_send_forward(split_net *net, int id, int pos, int n, int all) {
+    if (!commands(net)) return;
+    int32_t hdr[4] = {SPLIT_FORWARD, 1, all != 0, 0}, body[3] = {id, pos, n};
+    net->bcast(net, hdr, 4);
+    net->bcast(net, body, 3);
 }
 
-void split_send_batch(int n_seq, const int *ids, const int *pos, const int *n_tok, int skip, int all) {
-    if (net.size <= 1 || net.rank != 0 || stopped) return; /* rank 0 alone commands, until stop */
+void split_send_batch(split_net *net, int n_seq, const int *ids, const int *pos, const int *n_tok, int skip, int all) {
+    if (!commands(net)) return;
     int32_t hdr[4] = {SPLIT_BATCH, n_seq, (n_tok != NULL) | (all ? 2 : 0), skip};
     int32_t *body = st_malloc((size_t)n_seq * 3 * sizeof(int32_t));
     for (int s = 0; s < n_seq; s++) {
@@ -176,32 +180,32 @@ void split_send_batch(int n_seq, const int *ids, const int *pos, const int *n_to
         body[3 * s + 1] = pos[s];
         body[3 * s + 2] = n_tok ? n_tok[s] : 1;
     }
-    net.bcast(hdr, 4);
-    net.bcast(body, (size_t)n_seq * 3);
+    net->bcast(net, hdr, 4);
+    net->bcast(net, body, (size_t)n_seq * 3);
     st_free(body);
 }
 
-void split_send_free(int id) {
-    if (net.size <= 1 || net.rank != 0 || stopped) return; /* rank 0 alone commands, until stop */
+void split_send_free(split_net *net, int id) {
+    if (!commands(net)) return;
     int32_t hdr[4] = {SPLIT_FREE, id, 0, 0};
-    net.bcast(hdr, 4);
+    net->bcast(net, hdr, 4);
 }
 
-void split_send_stop(void) {
-    if (net.size <= 1 || net.rank != 0 || stopped) return; /* rank 0 alone commands, until stop */
+void split_send_stop(split_net *net) {
+    if (!commands(net)) return;
     int32_t hdr[4] = {SPLIT_STOP, 0, 0, 0};
-    net.bcast(hdr, 4);
-    stopped = 1;
+    net->bcast(net, hdr, 4);
+    net->stopped = 1;
 }
 
 void split_send_x(void *ctx, const float *x, size_t n) {
-    (void)ctx;
-    net.send((net.rank + 1) % net.size, x, n);
+    split_net *net = ctx;
+    net->send(net, (net->rank + 1) % net->size, x, n);
 }
 
 void split_recv_x(void *ctx, float *x, size_t n) {
-    (void)ctx;
-    net.recv((net.rank + net.size - 1) % net.size, x, n);
+    split_net *net = ctx;
+    net->recv(net, (net->rank + net->size - 1) % net->size, x, n);
 }
 
 /* A follower's caches, one per sequence id rank 0 has used. */
@@ -220,6 +224,7 @@ static kv_cache *follower_cache(engine *e, fseq **seqs, int *n, int id) {
 }
 
 int split_follow(engine *e) {
+    split_net *net = e->net;
     fseq *seqs = NULL;
     int n_seqs = 0, rc = 0, cap = 0;
     st_kv_layer **kvs = NULL;
@@ -227,7 +232,7 @@ int split_follow(engine *e) {
     int *pos = NULL, *ntok = NULL;
     for (;;) {
         int32_t hdr[4];
-        net.bcast(hdr, 4);
+        net->bcast(net, hdr, 4);
         if (hdr[0] == SPLIT_STOP) break;
         if (hdr[0] == SPLIT_FREE) {
             for (int i = 0; i < n_seqs; i++)
@@ -240,7 +245,7 @@ int split_follow(engine *e) {
         }
         const int n_seq = hdr[1];
         if ((hdr[0] != SPLIT_FORWARD && hdr[0] != SPLIT_BATCH) || n_seq < 1 || n_seq > 1 << 20) {
-            st_error_set("rank %d: a command it does not know (%d, %d sequences)", net.rank, hdr[0], n_seq);
+            st_error_set("rank %d: a command it does not know (%d, %d sequences)", net->rank, hdr[0], n_seq);
             rc = -1;
             break;
         }
@@ -251,13 +256,13 @@ int split_follow(engine *e) {
             pos = st_realloc(pos, (size_t)cap * sizeof *pos);
             ntok = st_realloc(ntok, (size_t)cap * sizeof *ntok);
         }
-        net.bcast(body, (size_t)n_seq * 3);
+        net->bcast(net, body, (size_t)n_seq * 3);
         for (int s = 0; s < n_seq; s++) {
             kvs[s] = follower_cache(e, &seqs, &n_seqs, body[3 * s])->layers;
             pos[s] = body[3 * s + 1];
             ntok[s] = body[3 * s + 2];
         }
-        if (hdr[0] == SPLIT_FORWARD) model_forward(e->mc, kvs[0], NULL, ntok[0], pos[0], NULL, 0);
+        if (hdr[0] == SPLIT_FORWARD) model_forward(e->mc, kvs[0], NULL, ntok[0], pos[0], NULL, hdr[2] & 1);
         else model_forward_batch(e->mc, kvs, NULL, pos, hdr[2] & 1 ? ntok : NULL, n_seq, hdr[3], hdr[2] >> 1 & 1, NULL);
     }
     for (int i = 0; i < n_seqs; i++) kv_cache_free(seqs[i].kv);

@@ -20,14 +20,25 @@
 
 #include "model/model.h"
 
-/* The transport (split_mpi.c): blocking, whole buffers, rank 0 the root. */
-typedef struct {
+/* The transport: blocking, whole buffers, rank 0 the root. Over MPI
+ * (split_mpi.c: one process per rank) or between threads of one process
+ * (split_local.c: one engine per device, `--devices`). An engine holds its
+ * rank's (engine.net). */
+typedef struct split_net split_net;
+enum { SPLIT_MAX_DEVICES = 64 }; /* ranks of an in-process split */
+struct split_net {
     int rank, size;
-    void (*send)(int to, const float *x, size_t n);
-    void (*recv)(int from, float *x, size_t n);
-    void (*bcast)(int32_t *v, size_t n);
+    int stopped; /* rank 0 sent stop */
+    void (*send)(split_net *net, int to, const float *x, size_t n);
+    void (*recv)(split_net *net, int from, float *x, size_t n);
+    void (*bcast)(split_net *net, int32_t *v, size_t n);
     void (*finish)(void);
-} split_net;
+    void *ctx;
+};
+
+/* The process's MPI transport when this process is a rank of a job of
+ * several, else NULL. */
+split_net *split_process_net(void);
 
 /* main(): join the MPI job when started by mpirun with more than one rank
  * (MPI_Init), else nothing. Returns this process's rank (0 alone). A rank
@@ -52,24 +63,28 @@ void split_share(char **buf, uint32_t *n);
  * applies). 0, or -1 with st_error naming the problem. */
 int split_layer_range(const model *m, const char *spec, int n_ranks, int rank, int *il0, int *il1);
 
-/* Commands, rank 0 to the followers, before each forward call (engine.c). */
+/* Commands, rank 0 to the followers, before each forward call (engine.c);
+ * nothing without a split (net NULL) or on a follower. */
 enum { SPLIT_STOP = 0, SPLIT_FORWARD = 1, SPLIT_BATCH = 2, SPLIT_FREE = 3 };
 /* model_forward of n tokens of sequence id from pos (model_forward_top_k is one token,
- * model_forward_hidden one chunk of n). */
-void split_send_forward(int id, int pos, int n);
+ * model_forward_hidden one chunk of n); all: rank 0 wants every window's rows
+ * back (all logits, or the hidden states), not only the last one's (forward.h). */
+void split_send_forward(split_net *net, int id, int pos, int n, int all);
 /* model_forward_batch: n_seq sequences, n_tok NULL for one token each, all: every row's logits. */
-void split_send_batch(int n_seq, const int *ids, const int *pos, const int *n_tok, int skip, int all);
+void split_send_batch(split_net *net, int n_seq, const int *ids, const int *pos, const int *n_tok, int skip, int all);
 /* Sequence id is gone: its followers' caches are freed. */
-void split_send_free(int id);
-void split_send_stop(void);
+void split_send_free(split_net *net, int id);
+void split_send_stop(split_net *net);
 
-/* model_split's hops (forward.h): the residual stream to the next rank and
- * from the previous one, round the ring (the last rank's next is rank 0). */
+/* model_split's hops (forward.h; ctx: the split_net): the residual stream to
+ * the next rank and from the previous one, round the ring (the last rank's
+ * next is rank 0). */
 void split_send_x(void *ctx, const float *x, size_t n);
 void split_recv_x(void *ctx, float *x, size_t n);
 
 struct engine;
-/* A follower's life after engine_open: apply rank 0's commands until stop. 0, or -1 on a bad command. */
+/* A follower's life after engine_open: apply rank 0's commands (e->net)
+ * until stop. 0, or -1 on a bad command. */
 int split_follow(struct engine *e);
 
 #endif

@@ -9,17 +9,20 @@
 #include "core/log.h"
 #include "engine/split.h"
 
-static void mpi_send(int to, const float *x, size_t n) {
+static void mpi_send(split_net *net, int to, const float *x, size_t n) {
+    (void)net;
     ST_ASSERT(n <= INT_MAX);
     MPI_Send(x, (int)n, MPI_FLOAT, to, 0, MPI_COMM_WORLD);
 }
 
-static void mpi_recv(int from, float *x, size_t n) {
+static void mpi_recv(split_net *net, int from, float *x, size_t n) {
+    (void)net;
     ST_ASSERT(n <= INT_MAX);
     MPI_Recv(x, (int)n, MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
-static void mpi_bcast(int32_t *v, size_t n) {
+static void mpi_bcast(split_net *net, int32_t *v, size_t n) {
+    (void)net;
     ST_ASSERT(n <= INT_MAX);
     MPI_Bcast(v, (int)n, MPI_INT32_T, 0, MPI_COMM_WORLD);
 }

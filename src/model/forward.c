@@ -298,13 +298,15 @@ typedef struct {
     int n, first, rows; /* tokens; logits rows [first, first+rows), rows 0: none */
     int hidden;         /* stop at the output norm: c->h holds the rows' final hidden states (embeddings) */
     int all_hidden;     /* every row through the output norm into c->h, the logits rows' product from there */
+    int ret;            /* under a split: the rows come back round the ring (forward.h) */
 } step_args;
 
 /* Embedding and layers of the token ids in c->ids: n_seq sequences stacked
  * as rows (sequence s: n_tok[s] rows from position pos0[s]), rows in all.
  * Under a split, this process's layers between the ring's hops (forward.h):
  * on return x holds the last layer's output wherever the head is applied. */
-static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq, int rows) {
+static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq, int rows,
+                   int ret) {
     const model *m = c->m;
     const model_hparams *hp = &m->hp;
     st_backend *be = c->be;
@@ -327,8 +329,8 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
         ffn_block(c, il, rows, il1);
     }
     if (!split) return;
-    hop_send(c, rows);
-    if (c->split.ends) hop_recv(c, rows); /* back round the ring from the last process */
+    if (ret || !c->split.last) hop_send(c, rows);
+    if (c->split.ends && ret) hop_recv(c, rows); /* back round the ring from the last process */
 }
 
 static void step_body(void *arg, int pos0) {
@@ -339,7 +341,7 @@ static void step_body(void *arg, int pos0) {
     st_backend *be = c->be;
     st_kv_layer *kv = a->kv;
 
-    layers(c, &kv, &pos0, &a->n, 1, a->n);
+    layers(c, &kv, &pos0, &a->n, 1, a->n, a->ret);
     if (a->all_hidden && has_ends(c)) { /* the MTP block reads every row's final hidden state */
         be->rmsnorm(be, c->x, NULL, m->output_norm, c->h, hp->n_embd, a->n, hp->rms_eps);
         if (a->rows) be->matmul(be, &m->output, 0, c->h + (size_t)a->first * hp->n_embd, c->logits, a->rows);
@@ -352,10 +354,15 @@ static void step_body(void *arg, int pos0) {
     be->matmul(be, &m->output, 0, c->h, c->logits, a->rows);
 }
 
+/* Rows per forward_chunk: a split's pipelined window, else n_ubatch (forward.h). */
+static int window_rows(const model_ctx *c) {
+    return c->split.window > 0 && c->split.window < c->n_ubatch ? c->split.window : c->n_ubatch;
+}
+
 /* One step of n tokens from pos0 whose logits rows [first, first + rows)
  * are left in c->logits (on the backend). */
 static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, int first, int rows,
-                      int hidden, float *hid) {
+                      int hidden, float *hid, int ret) {
     st_backend *be = c->be;
     step_args a;
     memset(&a, 0, sizeof a); /* the bytes are the graph's key: no stray padding */
@@ -366,15 +373,16 @@ static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int 
     a.rows = rows;
     a.hidden = hidden;
     a.all_hidden = hid != NULL;
+    a.ret = ret;
     if (has_ends(c)) be->to_device(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->run_step(be, n, pos0, step_body, &a, sizeof a);
     if (hid && has_ends(c)) be->to_host(be, hid, c->h, (size_t)n * c->m->hp.n_embd * sizeof(float));
 }
 
 static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
-                          int all_logits, float *hid) {
+                          int all_logits, float *hid, int ret) {
     const int rows = !logits ? 0 : all_logits ? n : 1;
-    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0, hid);
+    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0, hid, ret);
     if (logits && has_ends(c))
         c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
 }
@@ -383,8 +391,8 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
                         float *logits) {
     ST_ASSERT(pos + 1 <= kv[0].n_ctx);
     st_backend *be = c->be;
-    run_chunk(c, kv, &token, 1, pos, 0, 1, 0,
-              NULL); /* as a one-token forward_chunk with logits: the same recorded graph */
+    run_chunk(c, kv, &token, 1, pos, 0, 1, 0, NULL,
+              1); /* as a one-token forward_chunk with logits: the same recorded graph */
     const int nv = c->m->hp.n_vocab;
     if (be->top_k && be->top_k(be, c->logits, nv, k, ids, vals) == 0) return 0;
     be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));
@@ -394,8 +402,13 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
 void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden) {
     ST_ASSERT(n_tok > 0 && n_tok <= c->n_ubatch);
     ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);
-    run_chunk(c, kv, tokens, n_tok, pos0, 0, n_tok, 1, NULL);
-    c->be->to_host(c->be, hidden, c->h, (size_t)n_tok * c->m->hp.n_embd * sizeof(float));
+    const int step = window_rows(c);
+    for (int done = 0; done < n_tok; done += step) { /* windowed as a follower's model_forward with all_logits */
+        const int n = n_tok - done < step ? n_tok - done : step;
+        run_chunk(c, kv, tokens + done, n, pos0 + done, 0, n, 1, NULL, 1);
+        c->be->to_host(c->be, hidden + (size_t)done * c->m->hp.n_embd, c->h,
+                       (size_t)n * c->m->hp.n_embd * sizeof(float));
+    }
 }
 
 void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *logits,
@@ -403,13 +416,15 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
     ST_ASSERT(n_tok > 0);
     ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);
     size_t nv = (size_t)c->m->hp.n_vocab;
+    const int step = window_rows(c);
     for (int done = 0; done < n_tok;) {
-        int n = n_tok - done < c->n_ubatch ? n_tok - done : c->n_ubatch;
+        int n = n_tok - done < step ? n_tok - done : step;
         int last = done + n == n_tok;
-        /* intermediate chunks produce no logits unless every position's are wanted */
-        float *out = all_logits ? logits + (size_t)done * nv : last ? logits : NULL;
+        /* intermediate chunks produce no logits unless every position's are wanted (a follower wants none) */
+        float *out = !logits ? NULL : all_logits ? logits + (size_t)done * nv : last ? logits : NULL;
         float *hid = c->hid_dst ? c->hid_dst + (size_t)done * c->m->hp.n_embd : NULL;
-        forward_chunk(c, kv, tokens ? tokens + done : NULL, n, pos0 + done, out, all_logits, hid);
+        forward_chunk(c, kv, tokens ? tokens + done : NULL, n, pos0 + done, out, all_logits, hid,
+                      last || all_logits || hid);
         done += n;
     }
 }
@@ -433,7 +448,7 @@ static void batch_body(void *arg, int pos0) {
     const model_hparams *hp = &m->hp;
     st_backend *be = c->be;
 
-    layers(c, a->kv, a->pos, a->n_tok, a->n_seq, a->rows);
+    layers(c, a->kv, a->pos, a->n_tok, a->n_seq, a->rows, 1);
     if (!has_ends(c)) return;
     if (a->hid) be->rmsnorm(be, c->x, NULL, m->output_norm, c->o, hp->n_embd, a->rows, hp->rms_eps);
     /* each wanted sequence's last row (or all its rows), normed into consecutive rows of h, then one product */
@@ -479,7 +494,7 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         float *out = logits ? logits + (size_t)(done + sk - skip) * nv : NULL;
         float *hid = c->hid_dst ? c->hid_dst + (size_t)done * c->m->hp.n_embd : NULL;
         if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
-            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, hid);
+            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, hid, 1);
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */

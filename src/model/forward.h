@@ -26,11 +26,19 @@ void model_ctx_free(model_ctx *c);
 typedef struct {
     int il0, il1;
     int ends;                                          /* embeds and applies the output head */
+    int last;                                          /* the ring's last process: its next is the first */
+    int window;                                        /* rows per pipelined prompt window; 0: n_ubatch */
     void (*send)(void *ctx, const float *x, size_t n); /* to the next process */
     void (*recv)(void *ctx, float *x, size_t n);       /* from the previous one */
     void *ctx;
 } model_split;
 void model_ctx_set_split(model_ctx *c, const model_split *s);
+/* Pipelining: model_forward reads a prompt in windows of split.window rows
+ * (n_ubatch without), and only the rows the first process needs come back
+ * round the ring: the last window's, or every window's with all_logits or a
+ * hidden-state capture. So the first process embeds window w + 1 and runs its
+ * layers while the next works on window w. Every process must make the call
+ * with the same n_tok and all_logits (split.h's commands carry both). */
 
 /* Run n_tok tokens at positions pos0.. through the model, appending their K/V
  * to kv[0..n_layer-1]. logits (host memory) receives n_vocab floats for the

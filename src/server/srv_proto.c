@@ -420,6 +420,8 @@ void proto_put_config(sbuf *b, const engine_params *ep, int n_slots, int max_que
     proto_put_i32(b, ep->draft_n);
     proto_put_i32(b, ep->draft_mtp);
     proto_put_str(b, ep->layer_split ? ep->layer_split : "", ep->layer_split ? strlen(ep->layer_split) : 0);
+    proto_put_str(b, ep->devices ? ep->devices : "", ep->devices ? strlen(ep->devices) : 0);
+    proto_put_i32(b, ep->pipeline_windows);
     proto_put_i32(b, n_slots);
     proto_put_i32(b, max_queue);
     proto_put_u64(b, id->size);
@@ -449,6 +451,9 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     ep->draft_mtp = proto_get_i32(c);
     uint32_t slen;
     const char *split = proto_get_str(c, &slen);
+    uint32_t dlen;
+    const char *devices = proto_get_str(c, &dlen);
+    ep->pipeline_windows = proto_get_i32(c);
     *n_slots = proto_get_i32(c);
     *max_queue = proto_get_i32(c);
     id->size = proto_get_u64(c);
@@ -458,6 +463,7 @@ int proto_get_config(proto_cur *c, engine_params *ep, int *n_slots, int *max_que
     ep->model_path = dup_str(path, len);
     ep->expert_profile = plen ? dup_str(prof, plen) : NULL;
     ep->layer_split = slen ? dup_str(split, slen) : NULL;
+    ep->devices = dlen ? dup_str(devices, dlen) : NULL;
     return 0;
 }
 

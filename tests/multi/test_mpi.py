@@ -6,7 +6,8 @@ ranks on CI's two cores are fine) and checks what the split must keep:
 - greedy tokens equal the one-process run's: a `strata synth --preset tiny`
   file (2 layers, one per rank) and SmolLM2-135M (30 layers; skips without
   models/), with the default split by bytes and an uneven --layer-split, and
-  prompts longer than --prefill so that prompt chunks cross the ranks too;
+  prompts longer than --prefill so that prompt chunks cross the ranks too,
+  and in pipelined windows (--pipeline-windows);
   with --draft ngram (batched verification, rejected rows) as well;
 - a --layer-split that does not fit the job is refused with a message on
   every rank, and the job ends (no rank left waiting);
@@ -114,6 +115,11 @@ def test_smollm2_split_equals_one_process():
     two, err = greedy(SMOL, "--prefill", "8", "--layer-split", "5,25", ranks=2)
     assert ranges(err) == {0: (0, 4), 1: (5, 29)}, err
     assert two == one
+    # pipelined windows (forward.h): 8-token chunks as 2-token windows, only the last one's rows sent back;
+    # the one-process reference reads 2-token chunks (the same rows per product)
+    one2, _ = greedy(SMOL, "--prefill", "2")
+    two, err = greedy(SMOL, "--prefill", "8", "--pipeline-windows", "4", ranks=2)
+    assert two == one2
 
 
 @need_smol

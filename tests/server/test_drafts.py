@@ -65,7 +65,12 @@ def complete(server, arch, prompt=PROMPT, **kw):
 
 
 def drafts_line(server):
-    lines = [ln for ln in server.lines if "drafts accepted" in ln]
+    """The last slot line's draft counts; the engine logs it just after the answer is sent, so it may lag."""
+    for _ in range(200):
+        lines = [ln for ln in server.lines if "drafts accepted" in ln]
+        if lines:
+            break
+        time.sleep(0.05)
     m = re.search(r"drafts accepted (\d+) of (\d+)", lines[-1])
     return int(m.group(1)), int(m.group(2))
 
