@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--requests", type=int, default=50)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="every answer runs to --max-tokens (llama-server's ignore_eos): decode throughput, not prompts")
     a = ap.parse_args()
 
     ttft, lat, fails, gen = [], [], [], [0]
@@ -58,6 +60,8 @@ def main():
                 body = {"messages": [{"role": "user", "content": f"Client {ci} request {ri}: say something short."}],
                         "max_tokens": a.max_tokens, "temperature": 0.7, "seed": ci * 1000 + ri, "stream": True,
                         "stream_options": {"include_usage": True}}
+                if a.ignore_eos:
+                    body["ignore_eos"] = True
                 t0 = time.perf_counter()
                 first, n_tok, ok = None, 0, False
                 try:

@@ -411,24 +411,154 @@ static void sort_cands(sampler *s) {
     s->have_p = 0;
 }
 
+/* ---- the softmax over many candidates, four lanes at a time ----
+ * The server's default draws from the whole vocabulary (OpenAI's top_k 0,
+ * top_p 1): 152k candidates for Qwen3, whose softmax with libm's expf and a
+ * double sum took 1.2 ms a token on the CPU, more than a GPU's decode step.
+ * GCC's vector types (SSE on any x86-64, NEON on arm64) and lane sums that
+ * need no reassociation of one chain keep it a few passes at memory speed. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) v4f load4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* e^x for x <= 0 (a candidate's logit less the largest, scaled): Cody-Waite
+ * reduction by ln 2 and Cephes' degree-6 polynomial, relative error ~2e-7;
+ * below -87.3 (e^x < 1.2e-38) clamped there. */
+static inline __attribute__((always_inline)) v4f exp4(v4f x) {
+    const v4f lo = {-87.3f, -87.3f, -87.3f, -87.3f};
+    const v4i below = (v4i)(x < lo);
+    x = (v4f)(((v4i)x & ~below) | ((v4i)lo & below));
+    const float magic = 12582912.0f; /* 1.5 x 2^23: adding it rounds to an integer in the low bits */
+    const v4f t = x * 1.44269504f + magic, n = t - magic;
+    const v4i ni = (v4i)t - (v4i)(v4f){magic, magic, magic, magic};
+    const v4f r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    v4f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * (v4f)((ni + 127) << 23);
+}
+
+static inline __attribute__((always_inline)) float hmax4(v4f v) {
+    float m = v[0];
+    for (int j = 1; j < 4; j++) m = v[j] > m ? v[j] : m;
+    return m;
+}
+
+static inline __attribute__((always_inline)) double hsum4(v4f v) {
+    double t = 0;
+    for (int j = 0; j < 4; j++) t += v[j];
+    return t;
+}
+
+static inline __attribute__((always_inline)) v4f max4(v4f a, v4f b) {
+    const v4i gt = (v4i)(b > a);
+    return (v4f)(((v4i)b & gt) | ((v4i)a & ~gt));
+}
+
+/* The largest of v[0..n); *nan: whether one is NaN (none among the chain's
+ * candidates: sample_rest leaves them out). Four accumulators: one would
+ * wait for its own compare and blend. */
+static float max_of(const float *v, int n, int *nan) {
+    int i = 0;
+    float m = v[0];
+    v4i bad = {0};
+    if (n >= 16) {
+        v4f a = load4(v), b = load4(v + 4), c = load4(v + 8), d = load4(v + 12);
+        bad = (v4i)(a != a) | (v4i)(b != b) | (v4i)(c != c) | (v4i)(d != d);
+        for (i = 16; i + 16 <= n; i += 16) {
+            const v4f e = load4(v + i), f = load4(v + i + 4), g = load4(v + i + 8), h = load4(v + i + 12);
+            bad |= (v4i)(e != e) | (v4i)(f != f) | (v4i)(g != g) | (v4i)(h != h);
+            a = max4(a, e), b = max4(b, f), c = max4(c, g), d = max4(d, h);
+        }
+        m = hmax4(max4(max4(a, b), max4(c, d)));
+    }
+    int any = bad[0] | bad[1] | bad[2] | bad[3];
+    for (; i < n; i++) {
+        any |= v[i] != v[i];
+        m = v[i] > m ? v[i] : m;
+    }
+    *nan = any != 0;
+    return m;
+}
+
+/* Lane sums, each over every fourth value (two accumulators), then added:
+ * not the one chain's rounding, which nothing depends on (a draw scales by
+ * the mass it finds). */
+static double sum_of(const float *p, int n) {
+    v4f a = {0}, b = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) a += load4(p + i), b += load4(p + i + 4);
+    double t = hsum4(a + b);
+    for (; i < n; i++) t += p[i];
+    return t;
+}
+
+/* p[i] = e^((v[i] - maxl) inv_t); returns their sum. */
+static double exp_of(const float *v, float *p, int n, float maxl, float inv_t) {
+    v4f a = {0}, b = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const v4f e = exp4((load4(v + i) - maxl) * inv_t), f = exp4((load4(v + i + 4) - maxl) * inv_t);
+        memcpy(p + i, &e, sizeof e);
+        memcpy(p + i + 4, &f, sizeof f);
+        a += e, b += f;
+    }
+    double t = hsum4(a + b);
+    for (; i < n; i += 4) { /* the tail through the same arithmetic */
+        float in[4] = {0};
+        const int m = n - i < 4 ? n - i : 4;
+        memcpy(in, v + i, (size_t)m * sizeof(float));
+        const v4f e = exp4((load4(in) - maxl) * inv_t);
+        for (int j = 0; j < m; j++) p[i + j] = e[j], t += e[j];
+    }
+    return t;
+}
+
+/* The first i whose running sum of p[0..i] passes r (n - 1 if none does):
+ * whole blocks of 64 skipped by their sums, then one value at a time. */
+static int walk_to(const float *p, int n, double r) {
+    double cum = 0;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const double b = sum_of(p + i, 64);
+        if (cum + b > r) break;
+        cum += b;
+    }
+    for (; i < n; i++) {
+        cum += p[i];
+        if (r < cum) return i;
+    }
+    return n - 1;
+}
+
+static void scale_by(float *p, int n, float f) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const v4f v = load4(p + i) * f;
+        memcpy(p + i, &v, sizeof v);
+    }
+    for (; i < n; i++) p[i] *= f;
+}
+
 /* The softmax at the temperature in force; normalised again when a cut
  * since left a part of the mass and the step needs a distribution. */
 static void need_p(sampler *s, int normalised) {
     if (!s->have_p) {
-        float maxl = s->val[0];
-        for (int i = 1; i < s->nc; i++) maxl = fmaxf(maxl, s->val[i]);
-        double sum = 0;
-        for (int i = 0; i < s->nc; i++) {
-            s->prob[i] = expf((s->val[i] - maxl) / s->t);
-            sum += s->prob[i];
-        }
-        for (int i = 0; i < s->nc; i++) s->prob[i] = (float)(s->prob[i] / sum);
+        int nan;
+        const double sum = exp_of(s->val, s->prob, s->nc, max_of(s->val, s->nc, &nan), 1.0f / s->t);
+        scale_by(s->prob, s->nc, (float)(1.0 / sum));
         s->have_p = 1;
         s->cut_since_p = 0;
     } else if (normalised && s->cut_since_p) {
-        double sum = 0;
-        for (int i = 0; i < s->nc; i++) sum += s->prob[i];
-        for (int i = 0; i < s->nc; i++) s->prob[i] = (float)(s->prob[i] / sum);
+        scale_by(s->prob, s->nc, (float)(1.0 / sum_of(s->prob, s->nc)));
         s->cut_since_p = 0;
     }
 }
@@ -565,14 +695,36 @@ static int32_t run_chain(sampler *s) {
         }
     }
     need_p(s, 0);
-    double mass = 0;
-    for (int i = 0; i < s->nc; i++) mass += s->prob[i];
-    double r = next_unit(&s->rng) * mass, cum = 0;
-    for (int i = 0; i < s->nc; i++) {
-        cum += s->prob[i];
-        if (r < cum) return s->idx[i];
+    return s->idx[walk_to(s->prob, s->nc, next_unit(&s->rng) * sum_of(s->prob, s->nc))];
+}
+
+/* The temperature the chain would apply (1 when the order has none), or 0
+ * when a step of the chain would do more than scale: a cut, or a penalty
+ * left for the chain (not applied in the prelude). */
+static float only_temperature(const sampler *s) {
+    const sampler_params *p = &s->p;
+    if (!s->mods_first && (pen_on(p) || dry_on(p))) return 0;
+    float t = 1.0f;
+    for (int i = 0; i < s->n_order; i++) {
+        if (is_cut(s, s->order[i])) return 0;
+        if (s->order[i] == SMP_TEMP) t = p->temp;
     }
-    return s->idx[s->nc - 1];
+    return t;
+}
+
+/* The draw over every id when the chain is only a temperature t (the
+ * server's default, OpenAI's top_k 0 and top_p 1): one pass for the
+ * largest logit, one for the exponentials and their sum, a walk to the draw;
+ * none of the chain's copies, sorts or normalisation. The same distribution
+ * as run_chain over the same candidates. -1 when a logit is NaN (run_chain's
+ * path leaves those out). */
+static int32_t draw_all(sampler *s, const float *logits, float t) {
+    const int n = s->n_vocab;
+    int nan;
+    const float m = max_of(logits, n, &nan);
+    if (nan) return -1;
+    const double sum = exp_of(logits, s->prob, n, m, 1.0f / t);
+    return walk_to(s->prob, n, next_unit(&s->rng) * sum);
 }
 
 /* Candidates that are already the top-k of the logits, in order. */
@@ -600,12 +752,17 @@ static int32_t sample_rest(sampler *s, float *logits) {
         for (int i = 0; i < nc; i++) s->val[i] = logits[s->idx[i]];
         return chain_from(s, s->idx, s->val, nc);
     }
+    const float t = only_temperature(s);
+    const int32_t d = t > 0 ? draw_all(s, logits, t) : -1;
+    if (d >= 0) return d;
     int w = 0;
-    for (int i = 0; i < n; i++)
-        if (logits[i] == logits[i]) {
-            s->idx[w] = i;
-            s->val[w++] = logits[i];
-        }
+    int32_t *idx = s->idx;
+    float *val = s->val;
+    for (int i = 0; i < n; i++) { /* every id but a NaN's, without a branch */
+        idx[w] = i;
+        val[w] = logits[i];
+        w += logits[i] == logits[i];
+    }
     if (w == 0) return argmax(logits, n);
     s->nc = w;
     s->sorted = 0;
@@ -634,13 +791,17 @@ int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, samp
      * masking commutes with the temperature, and top-k of the masked logits is the k best allowed */
     const int no_cut = p->top_p >= 1.0f && p->min_p <= 0.0f && !is_cut(s, SMP_TYPICAL) && s->mods_first;
     if (no_cut && (p->top_k <= 0 || p->top_k >= n)) { /* one draw, kept when allowed (see sampler.h) */
-        for (int i = 0; i < n; i++) {
-            s->idx[i] = i;
-            s->val[i] = logits[i];
+        const float temp = only_temperature(s);
+        int32_t t = temp > 0 ? draw_all(s, logits, temp) : -1;
+        if (t < 0) { /* a NaN among the logits, or a chain that is more than a temperature */
+            for (int i = 0; i < n; i++) {
+                s->idx[i] = i;
+                s->val[i] = logits[i];
+            }
+            s->nc = n;
+            s->sorted = 0;
+            t = run_chain(s);
         }
-        s->nc = n;
-        s->sorted = 0;
-        int32_t t = run_chain(s);
         if (ok(ctx, t)) return t;
     } else if (no_cut && p->top_k <= 64) { /* top-k of the masked logits: the k best allowed, in order */
         int want = p->top_k, k = want * 4 > 64 ? want * 4 : 64;

@@ -61,7 +61,8 @@ static int argmax_f(const float *x, int n) {
 
 /* one draw from a copy of logits (the sampler modifies its input) */
 static int draw(sampler *s, const float *logits, int n) {
-    float tmp[256];
+    static float tmp[4096];
+    if (n > 4096) return -1;
     memcpy(tmp, logits, (size_t)n * sizeof(float));
     return sampler_sample(s, tmp);
 }
@@ -379,6 +380,56 @@ static void test_min_p(void) {
     memset(keep, 0, sizeof keep);
     keep[perm[0]] = 1;
     check_support("min-p 2.00 keeps the best", &p, l, KV, keep, 2000);
+}
+
+/* The temperature-only draw over a wide vocabulary (the server's default:
+ * one pass of exponentials, then a walk that skips blocks of 64 by their
+ * sums): frequencies against softmax(l/T) over 3000 ids, a logit range wide
+ * enough that most of the mass sits in a few blocks; then every seventh logit
+ * NaN, which must never be drawn (that path falls back to the chain, which
+ * leaves them out) while the rest keep the softmax of the others. */
+static void test_distribution_wide(void) {
+    enum { V = 3000, N = 60000 };
+    static float l[V];
+    static int cnt[V], keep[V];
+    static double q[V];
+    for (int i = 0; i < V; i++) l[i] = rnd_logit(4), keep[i] = 1;
+    for (int nan = 0; nan < 2; nan++) {
+        if (nan)
+            for (int i = 0; i < V; i += 7) l[i] = NAN, keep[i] = 0;
+        sampler_params p = plain(900 + nan);
+        p.temp = 0.8f;
+        const int oob = sample_counts(&p, l, V, N, cnt);
+        softmax_T(l, V, 0.8, keep, q);
+        int df, drawn_nan = 0;
+        for (int i = 0; i < V; i++) drawn_nan += !keep[i] && cnt[i];
+        const double chi = chi_square(cnt, q, V, N, &df);
+        CHECK(oob == 0 && drawn_nan == 0, "%s: %d draws out of range, %d NaN ids drawn", nan ? "NaNs" : "wide", oob,
+              drawn_nan);
+        CHECK(chi < chi_bound(df), "%s: chi-square %.1f > %.1f (df %d)", nan ? "NaNs" : "wide", chi, chi_bound(df), df);
+        printf("softmax(l/0.8) over %d ids%s: %d draws, chi2 %.1f (df %d, bound %.1f)\n", V,
+               nan ? ", every 7th NaN (never drawn)" : "", N, chi, df, chi_bound(df));
+    }
+}
+
+/* The exponential itself, to a precision no chi-square over many bins
+ * has: two tokens, logits 0 and -x, a million draws each; the share of the
+ * first within 5 standard errors (~0.25%) of 1 / (1 + e^-x). x = 0.35 puts
+ * the reduced argument near the polynomial's edge (|r| ~ ln 2 / 2). */
+static void test_two_token_shares(void) {
+    const float xs[] = {0.35f, 1.0f, 3.0f};
+    for (int a = 0; a < 3; a++) {
+        const float l[2] = {0.0f, -xs[a]};
+        int cnt[2];
+        sampler_params p = plain(950 + a);
+        const int N = 1000000, oob = sample_counts(&p, l, 2, N, cnt);
+        const double want = 1.0 / (1.0 + exp(-(double)xs[a])), got = (double)cnt[0] / N;
+        const double se = sqrt(want * (1 - want) / N);
+        CHECK(oob == 0 && fabs(got - want) < 5 * se, "logits 0 and -%.2f: first token's share %.5f, want %.5f +- %.5f",
+              xs[a], got, want, 5 * se);
+        printf("logits 0 and -%.2f: %d draws, first token's share %.5f (softmax %.5f, 5 se %.5f)\n", xs[a], N, got,
+               want, 5 * se);
+    }
 }
 
 /* the distribution itself: frequencies against softmax(l/T), and against a
@@ -992,6 +1043,8 @@ int main(void) {
     test_top_p();
     test_min_p();
     test_distribution();
+    test_distribution_wide();
+    test_two_token_shares();
     test_penalties();
     test_candidates();
     test_checked();
