@@ -76,6 +76,7 @@ static void seq_fini(engine *e, engine_seq *s) {
 }
 
 static int split_engine(engine *e, const engine_params *p);
+static int split_range(model *m, const engine_params *p, const split_net *net, int *il0, int *il1);
 static engine *engine_open_rank(const engine_params *p);
 
 int engine_backend_supports(const model *m, const st_backend *be) {
@@ -150,6 +151,14 @@ static engine *engine_open_rank(const engine_params *p) {
         model_free(m);
         return NULL;
     }
+    /* a layer split: this rank's layers chosen and the others unbound before anything is placed */
+    split_net *net = p->split_net ? p->split_net : split_process_net();
+    int il0 = 0, il1 = m->hp.n_layer;
+    if ((net || p->devices) && split_range(m, p, net, &il0, &il1) != 0) {
+        tokenizer_free(tok);
+        model_free(m);
+        return NULL;
+    }
     st_backend *be = NULL;
     if (p->gpu < 0) {
         be = backend_cpu_create(p->n_threads);
@@ -216,9 +225,9 @@ static engine *engine_open_rank(const engine_params *p) {
     e->mc = model_ctx_create(m, e->be, e->n_ubatch);
     e->n_ctx = n_ctx;
     e->kv_type = p->kv_type;
-    e->il0 = 0;
-    e->il1 = m->hp.n_layer;
-    e->net = p->split_net ? p->split_net : split_process_net();
+    e->il0 = il0;
+    e->il1 = il1;
+    e->net = net;
     if ((e->net || p->devices) && split_engine(e, p) != 0) {
         engine_close(e);
         return NULL;
@@ -239,18 +248,17 @@ static engine *engine_open_rank(const engine_params *p) {
     return e;
 }
 
-/* This rank's layers (split.h), its tensors alone bound: under mpirun, or
- * in-process with --devices (rank 0 starts the others here). Whole layers
- * per rank on the CPU backend, attention caches only; what it does not
- * cover is refused here, on every rank alike. */
-static int split_engine(engine *e, const engine_params *p) {
-    const model *m = e->m;
+/* This rank's layers of a split (split.h), its tensors alone bound: under
+ * mpirun, or in-process with --devices. Whole layers per rank on the CPU
+ * backend (with the expert lanes too: a CPU playing the device), attention
+ * caches only; what it does not cover is refused here, on every rank
+ * alike, before anything is placed. */
+static int split_range(model *m, const engine_params *p, const split_net *net, int *il0, int *il1) {
     int devs[SPLIT_MAX_DEVICES];
-    const int n_ranks = e->net ? e->net->size : split_parse_devices(p->devices, devs, SPLIT_MAX_DEVICES);
-    const int rank = e->net ? e->net->rank : 0;
-    if (p->gpu >= 0 || e->lanes || e->placed) {
+    const int n_ranks = net ? net->size : split_parse_devices(p->devices, devs, SPLIT_MAX_DEVICES);
+    if (p->gpu >= 0 || p->ram_budget > 0) {
         st_error_set("a layer split across %d ranks runs them on the CPU backend only so far (without --gpu, a GPU in "
-                     "--devices, --expert-cache or --ram-budget)",
+                     "--devices, or --ram-budget)",
                      n_ranks);
         return -1;
     }
@@ -259,18 +267,28 @@ static int split_engine(engine *e, const engine_params *p) {
                      model_arch_name(m->hp.arch));
         return -1;
     }
-    if (split_layer_range(m, p->layer_split, n_ranks, rank, &e->il0, &e->il1) != 0) return -1;
-    model_keep_layers(e->m, e->il0, e->il1, e->il0 == 0);
-    if (!e->net) { /* rank 0 of an in-process split: the other ranks open now */
-        e->local = split_local_start(p, devs, n_ranks, &e->net);
+    if (split_layer_range(m, p->layer_split, n_ranks, net ? net->rank : 0, il0, il1) != 0) return -1;
+    model_keep_layers(m, *il0, *il1, *il0 == 0);
+    return 0;
+}
+
+/* The split's ring for this rank's model context; rank 0 of an in-process
+ * split starts the other ranks here, each opening its own engine. */
+static int split_engine(engine *e, const engine_params *p) {
+    const model *m = e->m;
+    if (!e->net) {
+        int devs[SPLIT_MAX_DEVICES];
+        const int n = split_parse_devices(p->devices, devs, SPLIT_MAX_DEVICES);
+        e->local = split_local_start(p, devs, n, &e->net);
         if (!e->local) return -1;
     }
     const int window = p->pipeline_windows > 1 ? (e->n_ubatch + p->pipeline_windows - 1) / p->pipeline_windows : 0;
     const model_split ms = {e->il0, e->il1,       e->il0 == 0,  e->il1 == m->hp.n_layer,
                             window, split_send_x, split_recv_x, e->net};
     model_ctx_set_split(e->mc, &ms);
-    ST_INFO("rank %d of %d%s: layers %d..%d of %d%s", rank, n_ranks, e->local || p->split_net ? " (in-process)" : "",
-            e->il0, e->il1 - 1, m->hp.n_layer, e->il0 == 0 ? ", embedding and output head" : "");
+    ST_INFO("rank %d of %d%s: layers %d..%d of %d%s", e->net->rank, e->net->size,
+            e->local || p->split_net ? " (in-process)" : "", e->il0, e->il1 - 1, m->hp.n_layer,
+            e->il0 == 0 ? ", embedding and output head" : "");
     return 0;
 }
 

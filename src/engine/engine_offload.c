@@ -108,15 +108,17 @@ static double best_of(double a, double b) { return a < b ? a : b; }
  * file's pages of the SSD tier are never touched. */
 static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, expert_store *store, lane_rates *r) {
     const model_hparams *hp = &m->hp;
-    const model_layer *l = &m->layers[hp->n_dense_lead]; /* the first layer with experts */
+    int first, end;
+    model_routed_layers(m, &first, &end);
+    const model_layer *l = &m->layers[first]; /* the first layer with experts */
     const st_weight *g = &l->ffn_gate_exps, *u = &l->ffn_up_exps, *d = &l->ffn_down_exps;
     const void *big = g->data; /* the layer's gate stack, or as many bytes of the store's staging */
     if (store) {
         int list[32];
         const int n = hp->n_expert < 32 ? hp->n_expert : 32;
         for (int e = 0; e < n; e++) list[e] = e;
-        expert_store_begin(store, hp->n_dense_lead, list, n);
-        expert_store_wait(store, hp->n_dense_lead, &g, &u, &d);
+        expert_store_begin(store, first, list, n);
+        expert_store_wait(store, first, &g, &u, &d);
         size_t cap;
         big = expert_store_scratch(store, &cap);
     }
@@ -213,7 +215,7 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     in->dense = engine_weight_bytes(m, NULL);
     in->n_layer = hp->n_layer;
     in->n_expert = hp->n_expert;
-    in->n_dense_lead = hp->n_dense_lead;
+    model_routed_layers(m, &in->n_dense_lead, &in->routed_end); /* a split's rank: its own layers' */
     /* one expert's bytes: the largest layer's (types may differ between layers,
      * as llama.cpp's Q4_K_M gives some layers' down experts more bits) */
     for (int il = 0; hp->n_expert && il < hp->n_layer; il++) {

@@ -20,9 +20,9 @@ static int cmp_hot(const void *a, const void *b) {
 
 int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_plan *out) {
     memset(out, 0, sizeof *out);
-    const int L = in->n_layer, X = in->n_expert, D = in->n_dense_lead;
-    const long total = (long)(L - D) * X; /* the experts: none in the leading dense layers */
-    if (L <= 0 || X <= 0 || D < 0 || D >= L || in->expert == 0) {
+    const int L = in->n_layer, X = in->n_expert, D = in->n_dense_lead, U = in->routed_end > 0 ? in->routed_end : L;
+    const long total = (long)(U - D) * X; /* the experts: none in the leading dense layers */
+    if (L <= 0 || X <= 0 || D < 0 || D >= U || U > L || in->expert == 0) {
         st_error_set("memory plan: the model has no routed experts");
         return -1;
     }
@@ -84,8 +84,8 @@ int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_p
             for (int e = 0, s = 0; e < X; e++)
                 if (out->slot[(long)l * X + e] >= 0) out->slot[(long)l * X + e] = s++;
     } else {
-        for (int l = D; l < L; l++) {
-            out->layer_slots[l] = (int)(slots / (L - D) + (l - D < slots % (L - D)));
+        for (int l = D; l < U; l++) {
+            out->layer_slots[l] = (int)(slots / (U - D) + (l - D < slots % (U - D)));
             for (int e = 0; e < out->layer_slots[l]; e++) out->slot[(long)l * X + e] = e;
         }
     }
@@ -97,8 +97,8 @@ int expert_plan_make(const expert_plan_in *in, const uint64_t *profile, expert_p
 }
 
 int expert_plan_host_tiers(const expert_plan_in *in, const uint64_t *profile, expert_plan *out) {
-    const int L = in->n_layer, X = in->n_expert, D = in->n_dense_lead;
-    const long total = (long)(L - D) * X, host = out->all_resident ? 0 : total - out->slots;
+    const int L = in->n_layer, X = in->n_expert, D = in->n_dense_lead, U = in->routed_end > 0 ? in->routed_end : L;
+    const long total = (long)(U - D) * X, host = out->all_resident ? 0 : total - out->slots;
     st_free(out->in_ram);
     out->in_ram = NULL;
     out->ram_experts = host, out->ssd_experts = 0;
@@ -141,7 +141,7 @@ void expert_plan_free(expert_plan *p) {
 
 void expert_plan_describe(const expert_plan *p, const expert_plan_in *in, void (*line)(void *ctx, const char *text),
                           void *ctx) {
-    const long total = (long)(in->n_layer - in->n_dense_lead) * in->n_expert;
+    const long total = (long)((in->routed_end > 0 ? in->routed_end : in->n_layer) - in->n_dense_lead) * in->n_expert;
     char t[512];
     snprintf(t, sizeof t,
              "budget %.2f GiB = dense weights %.2f + KV %.2f + scratch %.2f + streaming buffer %.2f + expert cache "

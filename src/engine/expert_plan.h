@@ -27,7 +27,9 @@ typedef struct {
     size_t scratch; /* activations and the ops' scratch (an estimate) */
     size_t expert;  /* one (layer, expert): its gate, up and down matrices */
     int n_layer, n_expert;
-    int n_dense_lead; /* the first layers have a dense FFN (glm4moe): no experts, no slots */
+    int n_dense_lead; /* the first layer with experts: those before have a dense FFN (glm4moe) or belong to
+                         another rank of a layer split; no experts, no slots */
+    int routed_end;   /* one past the last layer with experts (0: n_layer); the rest another rank's */
     long cache;       /* expert cache slots asked for; -1: as many as fit */
     /* the host tiers (expert_store.h) */
     size_t ram_budget;   /* bytes the host experts may hold in RAM (--ram-budget); 0: no limit */

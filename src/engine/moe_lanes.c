@@ -621,7 +621,9 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->n_rows = n_rows;
     L->last = -1;
     st_backend *be = &L->be;
-    const model_layer *l0 = &m->layers[hp->n_dense_lead]; /* the first layer with experts */
+    int first, end;
+    model_routed_layers(m, &first, &end);
+    const model_layer *l0 = &m->layers[first]; /* the first layer with experts */
     L->E = l0->ffn_gate_exps.n_in;
     L->F = l0->ffn_gate_exps.n_out;
     const int X = L->n_expert;

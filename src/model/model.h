@@ -191,6 +191,9 @@ model *model_load(const char *path);
  * engine/split.h): their fields become NULL, so a stray read faults at once
  * instead of paging in another process's weights from the mapping. */
 void model_keep_layers(model *m, int il0, int il1, int ends);
+/* [*first, *end): the layers whose routed experts are bound (n_dense_lead
+ * and n_layer for a whole MoE model; within a split's range for a rank). */
+void model_routed_layers(const model *m, int *first, int *end);
 void model_free(model *m);
 
 /* A layer's tensors as data (model_tensors.c): the loader binds each row a

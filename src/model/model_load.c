@@ -664,6 +664,17 @@ void model_keep_layers(model *m, int il0, int il1, int ends) {
     m->output_norm = NULL;
 }
 
+void model_routed_layers(const model *m, int *first, int *end) {
+    int a = m->hp.n_layer, b = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (m->layers[il].ffn_gate_exps.data) {
+            if (il < a) a = il;
+            b = il + 1;
+        }
+    *first = a < b ? a : m->hp.n_dense_lead;
+    *end = a < b ? b : m->hp.n_layer;
+}
+
 void model_free(model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_owned; i++) st_free(m->owned[i]);

@@ -197,6 +197,21 @@ static void test_plan(void) {
               p.layer_slots[1] == 0 && p.layer_slots[2] == 1,
           "profile placement");
     expert_plan_free(&p);
+    /* a split's rank with layers 1..2 (engine/split.h): its experts alone are planned, counted and cached,
+     * even where the profile's hottest are another rank's */
+    in.n_dense_lead = 1, in.routed_end = 3, in.cache = 10;
+    CHECK(expert_plan_make(&in, prof, &p) == 0, "%s", st_error_get());
+    long other = 0;
+    for (int e = 0; e < 32; e++) other += (p.slot[e] >= 0) + (p.slot[96 + e] >= 0);
+    CHECK(p.slots == 10 && other == 0 && p.layer_slots[0] == 0 && p.layer_slots[3] == 0 && p.slot[71] == 0 &&
+              p.slot[33] >= 0 && p.layer_slots[1] + p.layer_slots[2] == 10,
+          "a rank's layers: %ld slots outside them, layer slots %d %d %d %d", other, p.layer_slots[0], p.layer_slots[1],
+          p.layer_slots[2], p.layer_slots[3]);
+    expert_plan_free(&p);
+    in.cache = -1; /* 64 experts of the rank fit: all resident, not 128 */
+    CHECK(expert_plan_make(&in, NULL, &p) == 0 && p.all_resident && p.slots == 64, "a rank's layers all resident: %ld",
+          p.slots);
+    expert_plan_free(&p);
 }
 
 static int n_sent(const uint8_t *to_pcie) {
