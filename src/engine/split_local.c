@@ -131,7 +131,6 @@ split_local *split_local_start(const engine_params *p, const int *devs, int n, s
         s->p.split_net = &s->net;
     }
     l->r[0].state = 1;
-    *net0 = &l->r[0].net;
     /* the followers open one after the other: each maps the file and binds its own layers */
     int failed = 0;
     for (int r = 1; r < n && !failed; r++) {
@@ -156,6 +155,7 @@ split_local *split_local_start(const engine_params *p, const int *devs, int n, s
         split_local_stop(l);
         return NULL;
     }
+    *net0 = &l->r[0].net; /* only now: a failed start leaves the caller's untouched (it frees l) */
     return l;
 }
 

@@ -19,7 +19,7 @@ int split_parse_devices(const char *spec, int *devs, int max);
 /* Rank 0 (engine_open): starts ranks 1..n-1, each opening p's model on
  * devs[r] with its share of the layers, and waits until each has opened.
  * *net0: rank 0's transport. NULL when one failed (st_error names the rank
- * and why; the others are stopped). */
+ * and why; the others are stopped; *net0 is left as it was). */
 split_local *split_local_start(const engine_params *p, const int *devs, int n, split_net **net0);
 
 /* A follower, its engine open: tells rank 0 (nothing over MPI). */
