@@ -712,13 +712,15 @@ static float only_temperature(const sampler *s) {
     return t;
 }
 
-/* The draw over every id when the chain is only a temperature t (the
+/* The draw over every id when the chain is only a temperature (the
  * server's default, OpenAI's top_k 0 and top_p 1): one pass for the
  * largest logit, one for the exponentials and their sum, a walk to the draw;
  * none of the chain's copies, sorts or normalisation. The same distribution
- * as run_chain over the same candidates. -1 when a logit is NaN (run_chain's
- * path leaves those out). */
-static int32_t draw_all(sampler *s, const float *logits, float t) {
+ * as run_chain over the same candidates. -1 when the chain does more than
+ * that, or a logit is NaN (run_chain's path leaves those out). */
+static int32_t draw_all(sampler *s, const float *logits) {
+    const float t = only_temperature(s);
+    if (t <= 0) return -1;
     const int n = s->n_vocab;
     int nan;
     const float m = max_of(logits, n, &nan);
@@ -752,8 +754,7 @@ static int32_t sample_rest(sampler *s, float *logits) {
         for (int i = 0; i < nc; i++) s->val[i] = logits[s->idx[i]];
         return chain_from(s, s->idx, s->val, nc);
     }
-    const float t = only_temperature(s);
-    const int32_t d = t > 0 ? draw_all(s, logits, t) : -1;
+    const int32_t d = draw_all(s, logits);
     if (d >= 0) return d;
     int w = 0;
     int32_t *idx = s->idx;
@@ -791,8 +792,7 @@ int32_t sampler_sample_checked(sampler *s, float *logits, sampler_ok_fn ok, samp
      * masking commutes with the temperature, and top-k of the masked logits is the k best allowed */
     const int no_cut = p->top_p >= 1.0f && p->min_p <= 0.0f && !is_cut(s, SMP_TYPICAL) && s->mods_first;
     if (no_cut && (p->top_k <= 0 || p->top_k >= n)) { /* one draw, kept when allowed (see sampler.h) */
-        const float temp = only_temperature(s);
-        int32_t t = temp > 0 ? draw_all(s, logits, temp) : -1;
+        int32_t t = draw_all(s, logits);
         if (t < 0) { /* a NaN among the logits, or a chain that is more than a temperature */
             for (int i = 0; i < n; i++) {
                 s->idx[i] = i;

@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/moe_lanes.h"
+#include "engine/split_local.h"
 #include "model/synth.h"
 
 #include "../common/logits.h"
@@ -89,8 +90,8 @@ static void run(engine *e, float *out) {
  * windows, the reference in chunks of the window's size (the same rows per
  * product, so the same bits). */
 static void check_equal(const char *path, const char *devices, const char *split, int windows, long cache) {
-    int n_ranks = 1;
-    for (const char *c = devices; *c; c++) n_ranks += *c == ',';
+    int devs[SPLIT_MAX_DEVICES];
+    const int n_ranks = split_parse_devices(devices, devs, SPLIT_MAX_DEVICES);
     engine *a = open_with(path, NULL, NULL, 16 / windows, 0, cache < 0 ? -1 : cache * n_ranks);
     ST_ASSERT(a);
     const int nv = a->m->hp.n_vocab;
