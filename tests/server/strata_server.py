@@ -42,12 +42,12 @@ SANITIZER_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime erro
 
 
 class Server:
-    def __init__(self, *args, start_timeout=120):
+    def __init__(self, *args, start_timeout=120, ctx=CTX):
         if not os.path.exists(MODEL):
             pytest.skip(f"SKIPPED: {MODEL} is missing (run scripts/fetch-models.sh)")
         env = {k: v for k, v in os.environ.items() if k != "STRATA_API_KEY"}
         self.args = args
-        self.proc = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--ctx", str(CTX), *args],
+        self.proc = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--ctx", str(ctx), *args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                                      errors="replace")
         self.lines = []

@@ -721,7 +721,8 @@ def test_queued_client_hangs_up(guarded):
     # one slot: a stream holds it, a second request waits in the queue and its
     # client leaves; that request must never generate, and the queue must drain
     m0, since = guarded.metrics(), len(guarded.lines)
-    body = {"messages": LONG, "max_tokens": MAX_LONG, "temperature": 0.7, "stream": True}
+    # ignore_eos: the stream must still hold the slot a second later, whatever it draws
+    body = {"messages": LONG, "max_tokens": MAX_LONG, "temperature": 0.7, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", guarded.url + "/v1/chat/completions", json=body, timeout=60) as r:
         assert r.status_code == 200
         it = r.iter_lines()  # kept: a dropped iterator would close the stream

@@ -114,7 +114,7 @@ def kill_in_flight(server, api, sig):
             if api == "openai":
                 c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
                 for ch in c.chat.completions.create(model="m", messages=LONG, max_tokens=600, temperature=0.8,
-                                                    stream=True):
+                                                    stream=True, extra_body={"ignore_eos": True}):
                     if ch.choices and ch.choices[0].delta.content:
                         chunks += 1
                     if chunks >= 3:
@@ -134,7 +134,8 @@ def kill_in_flight(server, api, sig):
 
     def poster(key):
         if api == "openai":
-            url, body = "/v1/chat/completions", {"messages": LONG, "max_tokens": 600, "temperature": 0.8}
+            url, body = "/v1/chat/completions", {"messages": LONG, "max_tokens": 600, "temperature": 0.8,
+                                                 "ignore_eos": True}
         else:
             url, body = "/v1/messages", {"model": "m", "messages": LONG, "max_tokens": 600, "temperature": 0.8}
         got[key] = httpx.post(server.url + url, json=body, headers={"anthropic-version": "2023-06-01"}, timeout=60)
@@ -299,7 +300,9 @@ def test_sigterm_drains_then_ends_streams_cleanly():
     # not a connection error); the server exits 0. The short request is 4 tokens and the timeout 6 s:
     # 12 tokens beside the stream outlasted 3 s under ASan on a loaded 2-core CI machine
     import openai
-    s = Server("--slots", "2", "--shutdown-timeout", "6")
+    # ctx 8192 and 8000 tokens: at 1000 (the shared 1024 context) a fast CI machine finished the stream
+    # inside the 6 s and the test saw no error event
+    s = Server("--slots", "2", "--shutdown-timeout", "6", ctx=8192)
     oai = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=60)
     got = {}
 
@@ -310,7 +313,7 @@ def test_sigterm_drains_then_ends_streams_cleanly():
     try:
         # ignore_eos: the stream must still be running when the shutdown timeout ends it (a sampled end of text
         # within the timeout ended it cleanly once, on a quiet CI machine, and the test saw no error event)
-        stream = oai.chat.completions.create(model="m", messages=LONG, max_tokens=1000, temperature=0.7, stream=True,
+        stream = oai.chat.completions.create(model="m", messages=LONG, max_tokens=8000, temperature=0.7, stream=True,
                                              extra_body={"ignore_eos": True})
         it = iter(stream)
         next(it)  # generating now
