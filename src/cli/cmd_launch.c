@@ -1,7 +1,8 @@
 /* `strata launch`: look at the machine, make a plan, serve with it.
  *
  * The plan picks the device (the GPU with the most free VRAM when this build
- * has a GPU backend and finds one, else the CPU), the model (the default real
+ * has a GPU backend and finds one, else the CPU; with --devices, a layer
+ * split over those, each rank's layers, weights and KV printed), the model (the default real
  * model unless -m names one), the context and the KV type that fit the memory
  * there (weights + KV cache per slot + scratch against MemAvailable or free
  * VRAM), prints it, and without --plan starts `strata serve` with it.
@@ -27,6 +28,8 @@
 #include "engine/engine.h"
 #include "engine/engine_offload.h"
 #include "engine/kv_cache.h"
+#include "engine/split.h"
+#include "engine/split_local.h"
 #include "model/model.h"
 #include "quant/quant.h"
 
@@ -144,8 +147,9 @@ typedef struct {
 } device_pick;
 
 /* need_weights: every weight; need_min: what must be on a GPU at the least
- * (a MoE model: its dense part and one layer of experts; else every weight). */
-static void pick_device(device_pick *p, size_t need_weights, size_t need_min, const engine_params *ep) {
+ * (a MoE model: its dense part and one layer of experts; else every weight).
+ * cpu: the CPU without looking for a GPU (a split of CPU ranks). */
+static void pick_device(device_pick *p, size_t need_weights, size_t need_min, const engine_params *ep, int cpu) {
     size_t avail, total;
     read_meminfo(&avail, &total);
     long cores = st_cpu_count();
@@ -155,6 +159,7 @@ static void pick_device(device_pick *p, size_t need_weights, size_t need_min, co
     snprintf(p->device, sizeof p->device, "CPU (%ld cores, %s kernels)", cores, qt_isa_name(qt_cpu_isa()));
     snprintf(p->budget_note, sizeof p->budget_note, "RAM available %.2f GiB of %.2f GiB (/proc/meminfo)", gib(avail),
              gib(total));
+    if (cpu) return;
 #ifdef STRATA_HAVE_GPU
     const char *want = st_switch_get("--gpu");
     int n = gpu_device_count(), best = -1;
@@ -212,6 +217,32 @@ static void print_plan_line(void *ctx, const char *text) {
 static const char *src_word(const char *name, const char *planned) {
     st_switch_src s = st_switch_source(name);
     return s == ST_SW_DEFAULT ? planned : st_switch_src_name(s);
+}
+
+/* The split's lines: each rank's device, layers, weights and KV (every range checked before). */
+static void print_split(const model *m, const char *devices, const int *devs, int n_ranks, int n_ctx, st_kv_type kv,
+                        int slots) {
+    const char *spec = st_switch_get("--layer-split"), *win = st_switch_get("--pipeline-windows");
+    const char *thr = st_switch_get("--threads");
+    printf("  split     %d ranks in this process (--devices %s, %s), layers %s (%s)\n", n_ranks, devices,
+           st_switch_src_name(st_switch_source("--devices")), spec ? spec : "even by bytes of weights",
+           spec ? st_switch_src_name(st_switch_source("--layer-split")) : "default");
+    for (int r = 0; r < n_ranks; r++) {
+        int il0, il1;
+        ST_ASSERT(split_layer_range(m, spec, n_ranks, r, &il0, &il1) == 0);
+        char dev[16];
+        snprintf(dev, sizeof dev, devs[r] < 0 ? "cpu" : "GPU %d", devs[r]);
+        printf("            rank %d  %-6s layers %d..%d%s: weights %.3f GiB, KV %.3f GiB\n", r, dev, il0, il1 - 1,
+               il0 == 0 ? " (embedding, output head)" : "", gib(split_rank_bytes(m, il0, il1)),
+               gib(kv_cache_range_bytes(&m->hp, n_ctx, kv, il0, il1) * (size_t)slots));
+    }
+    if (thr)
+        printf("            threads: %s per CPU rank (%s)\n", thr, st_switch_src_name(st_switch_source("--threads")));
+    else
+        printf("            threads: %d per CPU rank (the %d cores split evenly)\n",
+               st_cpu_count() / n_ranks > 0 ? st_cpu_count() / n_ranks : 1, st_cpu_count());
+    printf("            pipelined windows: %s per prompt chunk (%s)\n", win ? win : "1",
+           win ? st_switch_src_name(st_switch_source("--pipeline-windows")) : "default");
 }
 
 int cmd_launch(int argc, char **argv) {
@@ -289,8 +320,27 @@ int cmd_launch(int argc, char **argv) {
     engine_plan_input(&ep, m, 1, chunk, 0, &pin);
     const size_t dense = hp->n_expert ? pin.dense + (size_t)hp->n_expert * pin.expert : weights;
 
+    /* --devices: a layer split in this process; what it cannot run is refused here, as the engine would */
+    const char *devices = st_switch_get("--devices");
+    int devs[SPLIT_MAX_DEVICES], n_ranks = 1;
+    if (devices) {
+        int gpu = st_switch_get("--gpu") != NULL;
+        n_ranks = split_parse_devices(devices, devs, SPLIT_MAX_DEVICES);
+        for (int r = 0; r < n_ranks; r++) gpu |= devs[r] >= 0;
+        int il0, il1;
+        if (n_ranks < 0 || split_supported(hp, n_ranks, gpu, ep.ram_budget > 0) != 0 ||
+            split_layer_range(m, st_switch_get("--layer-split"), n_ranks, 0, &il0, &il1) != 0) {
+            if (n_ranks < 0) fprintf(stderr, "strata launch: %s\n", st_error_get()); /* it names the list */
+            else fprintf(stderr, "strata launch: --devices %s: %s\n", devices, st_error_get());
+            model_free(m);
+            json_decref(cfg);
+            return 2;
+        }
+        scratch *= (size_t)n_ranks; /* each rank's engine has its own */
+    }
+
     device_pick dev;
-    pick_device(&dev, weights, dense + scratch, &ep);
+    pick_device(&dev, weights, dense + scratch, &ep, devices != NULL);
     const size_t on_device = dev.offload ? dense : weights; /* the expert cache takes what the KV leaves */
 
     /* context and KV type: the user's values stand; the plan fills the rest,
@@ -341,7 +391,9 @@ int cmd_launch(int argc, char **argv) {
            src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));
     printf("  kv type   %s (%s)\n", kv == ST_KV_F16 ? "f16" : "int8", src_word("--kv", "planned"));
     if (dev.offload) scratch = engine_scratch_bytes(hp, chunk);
-    printf("  scratch   %.3f GiB (prompt chunks of %d tokens, %s)\n", gib(scratch), chunk,
+    char ranks_txt[32] = "";
+    if (n_ranks > 1) snprintf(ranks_txt, sizeof ranks_txt, ", one each for %d ranks", n_ranks);
+    printf("  scratch   %.3f GiB (prompt chunks of %d tokens%s, %s)\n", gib(scratch), chunk, ranks_txt,
            src_word("--prefill", chunk > 512 ? "planned: experts are streamed, a longer chunk streams each once for "
                                                "more tokens"
                                              : "planned"));
@@ -352,6 +404,7 @@ int cmd_launch(int argc, char **argv) {
         printf("  experts   %s\n", st_error_get());
     }
     expert_plan_free(&xplan);
+    if (devices) print_split(m, devices, devs, n_ranks, n_ctx, kv, slots);
     printf("  memory    %.3f GiB planned of %.3f GiB usable; %s -> %s\n", gib(total), gib(dev.budget), dev.budget_note,
            total <= dev.budget && xrc == 0 ? "FITS" : "DOES NOT FIT");
     if (total > dev.budget)

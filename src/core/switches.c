@@ -119,8 +119,12 @@ static const st_switch_def TABLE[] = {
      "serve: the engine as an MPI job of N ranks, layers split across them, launched by the server with "
      "STRATA_MPIRUN and restarted whole when a rank dies (docs/multi.md)",
      0},
+    {"--devices", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "none (one device)",
+     "a layer split in this process: one rank per entry, cpu or a GPU index, e.g. cpu,cpu (docs/multi.md)", 0},
     {"--layer-split", ST_SW_KIND_FLAG, NULL, NULL, 0, 0, NULL, "even by bytes of weights",
-     "under mpirun: layers per MPI rank, N,M,... summing to the layer count (docs/multi.md)", 0},
+     "under --devices or mpirun: layers per rank, N,M,... summing to the layer count (docs/multi.md)", 0},
+    {"--pipeline-windows", ST_SW_KIND_FLAG, NULL, NULL, 1, 64, NULL, "1",
+     "under a layer split: each prompt chunk read as N windows, so the ranks work at once (docs/multi.md)", 0},
     {"--pin-experts", ST_SW_KIND_FLAG, NULL, NULL, 0, 1, "1", "1",
      "0: do not page-lock the host's experts (PCIe copies then go through the driver's staging); run, chat, bench "
      "and serve also take it as --mmap-experts (no value)",

@@ -256,17 +256,7 @@ static engine *engine_open_rank(const engine_params *p) {
 static int split_range(model *m, const engine_params *p, const split_net *net, int *il0, int *il1) {
     int devs[SPLIT_MAX_DEVICES];
     const int n_ranks = net ? net->size : split_parse_devices(p->devices, devs, SPLIT_MAX_DEVICES);
-    if (p->gpu >= 0 || p->ram_budget > 0) {
-        st_error_set("a layer split across %d ranks runs them on the CPU backend only so far (without --gpu, a GPU in "
-                     "--devices, or --ram-budget)",
-                     n_ranks);
-        return -1;
-    }
-    if (m->hp.full_attn_interval) {
-        st_error_set("a layer split keeps attention caches only: architecture '%s' has a recurrent state",
-                     model_arch_name(m->hp.arch));
-        return -1;
-    }
+    if (split_supported(&m->hp, n_ranks, p->gpu >= 0, p->ram_budget > 0) != 0) return -1;
     if (split_layer_range(m, p->layer_split, n_ranks, net ? net->rank : 0, il0, il1) != 0) return -1;
     model_keep_layers(m, *il0, *il1, *il0 == 0);
     return 0;

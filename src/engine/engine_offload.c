@@ -225,7 +225,9 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
                          (size_t)l->ffn_down_exps.n_out * l->ffn_down_exps.row_bytes;
         if (b > in->expert) in->expert = b;
     }
-    in->kv = kv_cache_bytes(hp, n_ctx, p->kv_type) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
+    int il0, il1; /* a split's rank holds its layers' caches only */
+    model_bound_layers(m, &il0, &il1);
+    in->kv = kv_cache_range_bytes(hp, n_ctx, p->kv_type, il0, il1) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
     in->scratch = engine_scratch_bytes(hp, n_ubatch);
     in->cache = p->expert_cache;
     in->ram_budget = p->ram_budget > 0 ? (size_t)(p->ram_budget * (double)(1ull << 30)) : 0;

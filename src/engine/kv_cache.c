@@ -20,9 +20,13 @@ static size_t ssm_elems(const model_hparams *hp) {
 }
 
 size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type) {
+    return kv_cache_range_bytes(hp, n_ctx, type, 0, hp->n_layer);
+}
+
+size_t kv_cache_range_bytes(const model_hparams *hp, int n_ctx, st_kv_type type, int il0, int il1) {
     size_t per = type == ST_KV_F16 ? row_elems(hp) * 2 : row_elems(hp) + (size_t)hp->n_head_kv * sizeof(float);
     size_t b = 0;
-    for (int il = 0; il < hp->n_layer; il++)
+    for (int il = il0; il < il1; il++)
         b += model_layer_recurrent(hp, il) ? (conv_elems(hp) + ssm_elems(hp)) * sizeof(float)
                                            : (model_layer_mla(hp) ? 1 : 2) * per * (size_t)n_ctx;
     return b;

@@ -35,6 +35,8 @@ typedef struct {
 
 /* Bytes a cache of n_ctx positions takes (the recurrent state included). */
 size_t kv_cache_bytes(const model_hparams *hp, int n_ctx, st_kv_type type);
+/* The same for layers [il0, il1) only (a layer split's rank, engine/split.h). */
+size_t kv_cache_range_bytes(const model_hparams *hp, int n_ctx, st_kv_type type, int il0, int il1);
 /* Of those, the recurrent layers' state: the same for any n_ctx (0 for most families). */
 size_t kv_cache_state_bytes(const model_hparams *hp);
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type);

@@ -161,6 +161,31 @@ int split_layer_range(const model *m, const char *spec, int n_ranks, int rank, i
     return 0;
 }
 
+size_t split_rank_bytes(const model *m, int il0, int il1) {
+    double b = 0;
+    for (int il = il0; il < il1; il++) b += layer_bytes(m, il);
+    if (il0 == 0) {
+        b += (double)m->tok_embd.row_bytes * (double)m->tok_embd.n_out;
+        if (m->output.data != m->tok_embd.data) b += (double)m->output.row_bytes * (double)m->output.n_out;
+    }
+    return (size_t)b;
+}
+
+int split_supported(const model_hparams *hp, int n_ranks, int gpu, int ram_budget) {
+    if (gpu || ram_budget) {
+        st_error_set("a layer split across %d ranks runs them on the CPU backend only so far (without --gpu, a GPU in "
+                     "--devices, or --ram-budget)",
+                     n_ranks);
+        return -1;
+    }
+    if (hp->full_attn_interval) {
+        st_error_set("a layer split keeps attention caches only: architecture '%s' has a recurrent state",
+                     model_arch_name(hp->arch));
+        return -1;
+    }
+    return 0;
+}
+
 /* Rank 0 alone commands, until stop. */
 static int commands(const split_net *net) { return net && net->size > 1 && net->rank == 0 && !net->stopped; }
 

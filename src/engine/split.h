@@ -63,6 +63,15 @@ void split_share(char **buf, uint32_t *n);
  * applies). 0, or -1 with st_error naming the problem. */
 int split_layer_range(const model *m, const char *spec, int n_ranks, int rank, int *il0, int *il1);
 
+/* Bytes of the weights a rank of layers [il0, il1) binds (rank 0 the
+ * embedding and output matrix too; every expert of its layers). */
+size_t split_rank_bytes(const model *m, int il0, int il1);
+
+/* What a split can run so far: 0, or -1 with st_error naming what is not
+ * built (gpu: a rank on a GPU; ram_budget: the SSD tier). The engine
+ * refuses with it, and `strata launch` plans with it. */
+int split_supported(const model_hparams *hp, int n_ranks, int gpu, int ram_budget);
+
 /* Commands, rank 0 to the followers, before each forward call (engine.c);
  * nothing without a split (net NULL) or on a follower. */
 enum { SPLIT_STOP = 0, SPLIT_FORWARD = 1, SPLIT_BATCH = 2, SPLIT_FREE = 3 };

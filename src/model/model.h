@@ -194,6 +194,8 @@ void model_keep_layers(model *m, int il0, int il1, int ends);
 /* [*first, *end): the layers whose routed experts are bound (n_dense_lead
  * and n_layer for a whole MoE model; within a split's range for a rank). */
 void model_routed_layers(const model *m, int *first, int *end);
+/* [*first, *end): the layers bound at all (0 and n_layer unless model_keep_layers cut them). */
+void model_bound_layers(const model *m, int *first, int *end);
 void model_free(model *m);
 
 /* A layer's tensors as data (model_tensors.c): the loader binds each row a

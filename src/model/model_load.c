@@ -675,6 +675,17 @@ void model_routed_layers(const model *m, int *first, int *end) {
     *end = a < b ? b : m->hp.n_layer;
 }
 
+void model_bound_layers(const model *m, int *first, int *end) {
+    int a = m->hp.n_layer, b = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (m->layers[il].attn_norm) {
+            if (il < a) a = il;
+            b = il + 1;
+        }
+    *first = a < b ? a : 0;
+    *end = a < b ? b : m->hp.n_layer;
+}
+
 void model_free(model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_owned; i++) st_free(m->owned[i]);

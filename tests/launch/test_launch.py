@@ -210,14 +210,70 @@ def test_bad_flag():
     print("checked: bad flags exit 2 with the flag named")
 
 
-def test_launch_serves_with_config():
-    """Without --plan: serves; the start log names each non-default and who
-    set it; a config switch reaches the engine (STRATA_PRECISE logs there)."""
+def split_facts():
+    """Per layer (and for the embedding and output matrices) the bytes of the
+    file's matrices (the plan's rank weights count no 1-D norm vectors)."""
+    from gguf import GGUFReader
+    r = GGUFReader(MODEL)
+    per_layer, ends = {}, 0
+    for t in r.tensors:
+        if len([d for d in t.shape if d > 1]) < 2:
+            continue
+        m = re.match(r"blk\.(\d+)\.", t.name)
+        if m:
+            per_layer[int(m.group(1))] = per_layer.get(int(m.group(1)), 0) + int(t.n_bytes)
+        elif t.name in ("token_embd.weight", "output.weight"):
+            ends += int(t.n_bytes)
+    return per_layer, ends
+
+
+def test_plan_split():
+    """--devices cpu,cpu,cpu --layer-split 3,20,7: each rank's layers, weights
+    (the file's matrices of its layers, rank 0 the embedding and output too)
+    and KV (its layers' K and V rows at the planned context), and the serve
+    command carries the split."""
     need_model()
+    g = gguf_facts()
+    per_layer, ends = split_facts()
+    out, lines, switches = plan("--devices", "cpu,cpu,cpu", "--layer-split", "3,20,7", "--pipeline-windows", "4")
+    print(out)
+    ctx = int(lines["context"].split()[0])
+    assert lines["split"].startswith("3 ranks in this process (--devices cpu,cpu,cpu, flag), layers 3,20,7 (flag)")
+    ranks = re.findall(r"rank (\d)  cpu\s+layers (\d+)\.\.(\d+)(?: \(embedding, output head\))?: "
+                       r"weights ([\d.]+) GiB, KV ([\d.]+) GiB", out)
+    assert [(int(a), int(b)) for _, a, b, _, _ in ranks] == [(0, 2), (3, 22), (23, 29)], ranks
+    kv_layer_tok = 2 * g["n_head_kv"] * g["head_dim"] * 2
+    for r, a, b, w, kv in ranks:
+        want_w = sum(per_layer[il] for il in range(int(a), int(b) + 1)) + (ends if r == "0" else 0)
+        want_kv = kv_layer_tok * (int(b) - int(a) + 1) * ctx
+        assert abs(float(w) * 2**30 - want_w) <= 0.0005 * 2**30, (r, w, want_w)
+        assert abs(float(kv) * 2**30 - want_kv) <= 0.0005 * 2**30, (r, kv, want_kv)
+    assert "one each for 3 ranks" in lines["scratch"], lines["scratch"]
+    assert "pipelined windows: 4 per prompt chunk (flag)" in out
+    assert "--devices cpu,cpu,cpu --layer-split 3,20,7 --pipeline-windows 4" in lines["command"], lines["command"]
+    assert switches["--devices"] == ("cpu,cpu,cpu", "flag")
+    print(f"checked: 3 ranks' layers, weights and KV at context {ctx} against the file; the command carries them")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--devices", "cpu,0"), "runs them on the CPU backend only so far"),
+    (("--devices", "cpu,cpu", "--layer-split", "3,3"), "--layer-split 3,3: 2 counts summing to 6"),
+    (("--devices", "cpu,gpu"), "--devices cpu,gpu: want a comma-separated list"),
+])
+def test_plan_split_refused(args, needle):
+    """What the engine would refuse, the plan refuses first (exit 2, nothing planned)."""
+    need_model()
+    r = launch(*args)
+    assert r.returncode == 2 and needle in r.stderr, (r.returncode, r.stderr)
+    assert "strata launch plan" not in r.stdout
+    print(f"checked: {' '.join(args)} -> exit 2: {r.stderr.strip()[:120]}")
+
+
+def serve_launch(config, env):
+    """strata launch (no --plan) with this config: (process, stderr lines, port)."""
     path = os.path.join(TMP, "launch_serve.json")
     with open(path, "w") as f:
-        json.dump({"port": 0, "ctx": 512, "STRATA_PRECISE": True, "STRATA_ISA": "scalar"}, f)
-    env = clean_env(STRATA_ISA="avx2")
+        json.dump(config, f)
     p = subprocess.Popen([BIN, "launch", "-m", MODEL, "--config", path], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
     lines, port, ready = [], [None], threading.Event()
@@ -232,9 +288,29 @@ def test_launch_serves_with_config():
         ready.set()
 
     threading.Thread(target=drain, daemon=True).start()
+    if not (ready.wait(60) and port[0]):
+        p.kill()
+        raise AssertionError("launch did not start:\n" + "\n".join(lines))
+    return p, lines, port[0]
+
+
+def stop_launch(p, lines):
+    p.terminate()
     try:
-        assert ready.wait(60) and port[0], "launch did not start:\n" + "\n".join(lines)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port[0]}/v1/models", timeout=10) as r:
+        p.wait(20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    assert p.returncode == 0, "\n".join(lines)
+
+
+def test_launch_serves_with_config():
+    """Without --plan: serves; the start log names each non-default and who
+    set it; a config switch reaches the engine (STRATA_PRECISE logs there)."""
+    need_model()
+    p, lines, port = serve_launch({"port": 0, "ctx": 512, "STRATA_PRECISE": True, "STRATA_ISA": "scalar"},
+                                  clean_env(STRATA_ISA="avx2"))
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
             models = json.load(r)
         assert models["data"][0]["context_length"] == 512, models
         # the engine may run in a child process: give its start lines a moment
@@ -248,11 +324,30 @@ def test_launch_serves_with_config():
         assert "launch: switch --ctx=512 (set by config)" in log
         assert any("STRATA_PRECISE=1" in l and "f32 activations" in l for l in lines), log
     finally:
-        p.terminate()
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    assert p.returncode == 0, "\n".join(lines)
+        stop_launch(p, lines)
     print("checked: launch served context 512 from the config; start log names config/env switches; "
           "STRATA_PRECISE from the config reached the engine")
+
+
+def test_launch_serves_a_split():
+    """--devices from the config: the engine runs two in-process ranks and
+    answers; greedy text equal to the unsplit plan's server."""
+    need_model()
+    body = json.dumps({"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}).encode()
+    texts = {}
+    for name, extra in (("split", {"devices": "cpu,cpu"}), ("whole", {})):
+        p, lines, port = serve_launch({"port": 0, "ctx": 512, **extra}, clean_env())
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                texts[name] = json.load(r)["choices"][0]["text"]
+        finally:
+            stop_launch(p, lines)
+        log = "\n".join(lines)
+        if name == "split":
+            assert "launch: switch --devices=cpu,cpu (set by config)" in log, log
+            assert re.search(r"rank 0 of 2 \(in-process\): layers 0\.\.\d+ of 30", log), log
+    assert texts["split"] == texts["whole"] and texts["split"], texts
+    print(f"checked: launch with devices cpu,cpu in the config served two in-process ranks; greedy text "
+          f"{texts['split']!r} equal to the unsplit server's")
