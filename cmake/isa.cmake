@@ -8,6 +8,9 @@ function(strata_isa_flags)
     elseif(f MATCHES "_avx512vbmi\\.c$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS
         "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512vbmi;-mavx2;-mfma;-mf16c;-mbmi2")
+    elseif(f MATCHES "_amx\\.c$")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS
+        "-mamx-tile;-mamx-int8;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-mbmi2")
     elseif(f MATCHES "_avx512\\.c$")
       set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS
         "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-mbmi2")

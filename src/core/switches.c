@@ -21,8 +21,10 @@ static const st_switch_def TABLE[] = {
     {"STRATA_LOG", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "info", "info", "log level on stderr: debug | info | warn | error",
      0},
     {"STRATA_ISA", ST_SW_KIND_ENV, NULL, NULL, 0, 0, NULL,
-     "auto: x86-64 the best of avx512 | avx2 | scalar the CPU has; other CPUs scalar",
-     "caps the CPU kernels' instruction set (scalar | avx2 | avx512); never raises it above the CPU's", 0},
+     "auto: x86-64 the best of amx | avx512 | avx2 | scalar the CPU (and OS) run; other CPUs scalar",
+     "caps the CPU kernels' instruction set (scalar | avx2 | avx512 | amx: AVX-512 plus the int8 tiles in prompt "
+     "products); never raises it above the CPU's",
+     0},
     {"STRATA_IQ_GRID", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
      "AVX-512 i-quant dots on Intel with VBMI: auto (per format, what measured fastest), gather (grid rows "
      "gathered from memory), regs (the grid held in registers wherever a format has that kernel)",

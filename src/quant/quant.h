@@ -23,7 +23,9 @@ typedef void (*qt_vec_dot_fn)(int n, float *s, const void *w, const void *a);
 typedef void (*qt_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*qt_quant_fn)(const float *src, void *dst, int64_t n);
 
-typedef enum { QT_ISA_SCALAR = 0, QT_ISA_AVX2 = 1, QT_ISA_AVX512 = 2, QT_ISA_COUNT = 3 } qt_isa;
+/* AMX: AVX-512 VNNI plus the int8 tiles (and the OS's leave to use them);
+ * only the gemm kernels use the tiles, every other path is AVX-512's. */
+typedef enum { QT_ISA_SCALAR = 0, QT_ISA_AVX2 = 1, QT_ISA_AVX512 = 2, QT_ISA_AMX = 3, QT_ISA_COUNT = 4 } qt_isa;
 
 typedef struct {
     const char *name;      /* GGUF's name: "Q4_K", "IQ2_XXS", ... */

@@ -7,7 +7,12 @@
  * not run the AVX-512 path. The AVX-512 path is compiled with F/BW/VL/DQ/VNNI
  * (src/quant/CMakeLists.txt), so it needs all five.
  *
- * STRATA_ISA=scalar|avx2|avx512 lowers the choice of qt_cpu_isa() (to test or
+ * AMX (the int8 tiles, for the gemm kernels only) needs three more yeses:
+ * cpuid's AMX-TILE and AMX-INT8, XCR0's tile bits (17, 18), and Linux's
+ * leave to use the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, once per
+ * process; without it the first tile instruction is a SIGILL).
+ *
+ * STRATA_ISA=scalar|avx2|avx512|amx lowers the choice of qt_cpu_isa() (to test or
  * compare paths); it never raises it above what the CPU runs. A bad value is
  * reported once and ignored.
  *
@@ -30,6 +35,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "core/fp16.h"
 #include "core/log.h"
@@ -59,8 +68,13 @@ static qt_isa detect_hw_isa(void) {
     int vnni = (c >> 11) & 1;
     /* bits 5..7: opmask, upper halves of zmm0-15, zmm16-31 */
     int zmm_os = (xcr0 & 0xe0) == 0xe0;
-    if (f && dq && bw && vl && vnni && zmm_os) return QT_ISA_AVX512;
-    return QT_ISA_AVX2;
+    if (!(f && dq && bw && vl && vnni && zmm_os)) return QT_ISA_AVX2;
+    /* edx bits 24, 25: AMX-TILE, AMX-INT8; xcr0 bits 17, 18: tile config and data */
+    if (!((d >> 24) & 1) || !((d >> 25) & 1) || (xcr0 & 0x60000) != 0x60000) return QT_ISA_AVX512;
+#ifdef __linux__
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0) return QT_ISA_AMX;
+#endif
+    return QT_ISA_AVX512;
 }
 
 /* AMD's gathers are slow enough that the AVX-512 i-quant kernels, built on
@@ -100,7 +114,7 @@ static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 static void isa_init(void) {
     g_hw_isa = detect_hw_isa();
     g_amd = detect_amd();
-    g_vbmi = g_hw_isa == QT_ISA_AVX512 && detect_vbmi();
+    g_vbmi = g_hw_isa >= QT_ISA_AVX512 && detect_vbmi();
     const char *grid = st_switch_get("STRATA_IQ_GRID");
     if (grid && *grid && strcmp(grid, "auto") != 0) {
         if (strcmp(grid, "gather") == 0) g_iq_grid = 1;
@@ -114,7 +128,7 @@ static void isa_init(void) {
     for (int i = 0; i < QT_ISA_COUNT; i++)
         if (strcmp(env, qt_isa_name((qt_isa)i)) == 0) want = i;
     if (want < 0) {
-        st_log(ST_LOG_ERROR, "STRATA_ISA=%s is not one of scalar|avx2|avx512; ignored", env);
+        st_log(ST_LOG_ERROR, "STRATA_ISA=%s is not one of scalar|avx2|avx512|amx; ignored", env);
         return;
     }
     if ((qt_isa)want < g_isa) g_isa = (qt_isa)want;
@@ -130,6 +144,7 @@ const char *qt_isa_name(qt_isa isa) {
     case QT_ISA_SCALAR: return "scalar";
     case QT_ISA_AVX2: return "avx2";
     case QT_ISA_AVX512: return "avx512";
+    case QT_ISA_AMX: return "amx";
     default: return "unknown";
     }
 }
@@ -152,8 +167,10 @@ static const qt_vec_dot_fn *const g_iq[QT_ISA_COUNT] = {qt_dots_iq_scalar, qt_do
 qt_vec_dot_fn qt_vec_dot(qt_type t, qt_isa isa) {
     if ((int)t < 0 || t >= QT_COUNT) return NULL;
     pthread_once(&g_isa_once, isa_init);
-    /* a path the CPU cannot run is never handed out, whatever was asked */
+    /* a path the CPU cannot run is never handed out, whatever was asked;
+     * the dots have no tile kernels: AMX's are AVX-512's */
     int top = (int)isa > (int)g_hw_isa ? (int)g_hw_isa : (int)isa;
+    if (top > QT_ISA_AVX512) top = QT_ISA_AVX512;
     for (int i = top; i >= 0; i--) {
         if (i == QT_ISA_AVX512 && g_amd) {
             if (qt_dots_iq_avx512_loads[t]) return qt_dots_iq_avx512_loads[t];

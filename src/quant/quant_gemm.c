@@ -1,5 +1,6 @@
 /* Dispatcher of the gemm kernels (quant_gemm.h): per-ISA tables filled by
- * quant_gemm_avx2.c and quant_gemm_avx512.c, and the generic fallback.
+ * quant_gemm_avx2.c, quant_gemm_avx512.c and quant_gemm_amx.c, and the
+ * generic fallback.
  *
  * Unlike qt_vec_dot, a format without a kernel on the asked ISA does NOT fall
  * back to the lower ISA's kernel: the AVX-512 table covers every format the
@@ -15,16 +16,22 @@ qt_gemm_fn qt_gemm(qt_type t, qt_isa isa) {
     /* a path the CPU cannot run is never handed out, whatever was asked */
     while ((int)isa > 0 && !qt_isa_supported(isa)) isa = (qt_isa)((int)isa - 1);
     switch (isa) {
+    case QT_ISA_AMX: return qt_gemms_amx[t];
     case QT_ISA_AVX512: return qt_gemms_avx512[t];
     case QT_ISA_AVX2: return qt_gemms_avx2[t];
     default: return NULL;
     }
 }
 
+int qt_gemm_max_tok(qt_isa isa) {
+    while ((int)isa > 0 && !qt_isa_supported(isa)) isa = (qt_isa)((int)isa - 1);
+    return isa == QT_ISA_AMX ? QT_GEMM_AMX_MAX_TOK : QT_GEMM_MAX_TOK;
+}
+
 qt_gemm_fn qt_gemm_small(qt_type t, qt_isa isa) {
     if ((int)t < 0 || t >= QT_COUNT) return NULL;
     while ((int)isa > 0 && !qt_isa_supported(isa)) isa = (qt_isa)((int)isa - 1);
-    return isa == QT_ISA_AVX512 ? qt_gemms_small_avx512[t] : NULL;
+    return isa >= QT_ISA_AVX512 ? qt_gemms_small_avx512[t] : NULL;
 }
 
 /* Up to how many tokens the small-batch kernel is used rather than the gemm.

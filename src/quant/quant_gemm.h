@@ -34,17 +34,24 @@
  * prepared chunks on the stack: up to ~150 KiB per call). */
 #define QT_GEMM_MAX_TOK 64
 
+/* The AMX kernels take up to this many (qt_gemm_max_tok): each weight
+ * block decoded once for 256 tokens rather than 64 (the tokens' chunk, 320
+ * KiB on the stack, stays in L2). */
+#define QT_GEMM_AMX_MAX_TOK 256
+
 /* y[c*ldy + r] = dot(weight row r, activation row c) for r < nr, c < nc.
  * n: weights per row (whole blocks of the format, and of its vec_dot_type);
  * w: first weight row, rows w_stride bytes apart; act[c]: activation row c,
  * quantized in the format's vec_dot_type (qt_quantize_act); nr >= 1 any,
- * 1 <= nc <= QT_GEMM_MAX_TOK. */
+ * 1 <= nc <= qt_gemm_max_tok(isa). */
 typedef void (*qt_gemm_fn)(int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act, float *y,
                            size_t ldy);
 
 /* The gemm kernel of weight type t on the given ISA path (clamped to what
  * the CPU runs, as qt_vec_dot); NULL if t has none there. */
 qt_gemm_fn qt_gemm(qt_type t, qt_isa isa);
+/* Most activation rows one call of qt_gemm(t, isa)'s kernels takes. */
+int qt_gemm_max_tok(qt_isa isa);
 
 /* Small batches: at most this many activation rows per call. */
 #define QT_GEMM_SMALL_MAX_TOK 8

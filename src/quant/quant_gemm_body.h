@@ -741,6 +741,12 @@ static void gemm_q6_k(int n, int nr, int nc, const void *wv, size_t ws, const vo
 
 /* ---- entry points ---- */
 
+#ifndef QG_AMX
+#define QG_AMX 0
+#endif
+#if QG_AMX
+#include "quant/quant_gemm_amx.h"
+#endif
 #if QG_VNNI
 /* Q4_K/Q5_K keep qg_micro512's integer sub-block scales (faster than a
  * float scale per unit here); Q6_K has its own kernel */
@@ -757,7 +763,39 @@ static void gemm_q6_k(int n, int nr, int nc, const void *wv, size_t ws, const vo
     static void name(int n, int nr, int nc, const void *w, size_t ws, const void *const *act, float *y, size_t ldy) {  \
         QG_RUN16(f, n, nr, nc, w, ws, act, y, ldy)                                                                     \
         qg_run(f, n, nr, nc, w, ws, act, y, ldy);                                                                      \
+    }                                                                                                                  \
+    QG_ENTRY_AMX(name, f)
+
+#if QG_AMX
+/* Up to QT_GEMM_AMX_MAX_TOK tokens: blocks of 16 rows and enough tokens take
+ * the tile path (every format qg_decode reads); blocks of 16 rows and fewer
+ * tokens take qg_run16, Q4_K and Q5_K too, whose float work per unit is the
+ * tile path's, operation for operation: a (row, token) pair's output is the
+ * same bits whichever of the two computed it, so how a product's tokens
+ * are batched (the expert lanes split them) cannot change a result, nor
+ * flip a near-tied expert choice downstream (tests/quant/test_gemm.c checks
+ * it). Rows past the last whole block of 16: the kernels above,
+ * QT_GEMM_MAX_TOK tokens at a time; the caller's row blocks are multiples of
+ * 16, so which rows those are does not depend on how it cut the product. */
+QG_INLINE void qg_pieces(qt_gemm_fn fn, int n, int nr, int nc, const void *w, size_t ws, const void *const *act,
+                         float *y, size_t ldy) {
+    for (int c = 0; c < nc; c += QT_GEMM_MAX_TOK)
+        fn(n, nr, nc - c < QT_GEMM_MAX_TOK ? nc - c : QT_GEMM_MAX_TOK, w, ws, act + c, y + (size_t)c * ldy, ldy);
+}
+#define QG_ENTRY_AMX(name, f)                                                                                          \
+    static void name##_t(int n, int nr, int nc, const void *w, size_t ws, const void *const *act, float *y,            \
+                         size_t ldy) {                                                                                 \
+        const int nr16 = nr / QG_RB * QG_RB;                                                                           \
+        if (nr16 && nc >= QG_AMX_MIN_TOK) qg_run_amx(f, n, nr16, nc, w, ws, act, y, ldy);                              \
+        else if (nr16) qg_run16(f, n, nr16, nc, w, ws, act, y, ldy);                                                   \
+        if (nr > nr16)                                                                                                 \
+            qg_pieces(name, n, nr - nr16, nc, (const uint8_t *)w + (size_t)nr16 * ws, ws, act, y + nr16, ldy);         \
     }
+#define QG_NAME(name) name##_t
+#else
+#define QG_ENTRY_AMX(name, f)
+#define QG_NAME(name) name
+#endif
 
 QG_ENTRY(gemm_q4_0, QG_Q4_0)
 QG_ENTRY(gemm_q4_1, QG_Q4_1)
@@ -768,11 +806,17 @@ QG_ENTRY(gemm_iq4_nl, QG_IQ4_NL)
 QG_ENTRY(gemm_q4_k, QG_Q4_K)
 QG_ENTRY(gemm_q5_k, QG_Q5_K)
 QG_ENTRY(gemm_iq4_xs, QG_IQ4_XS)
+#if QG_AMX
+static void gemm_q6_k_t(int n, int nr, int nc, const void *w, size_t ws, const void *const *act, float *y, size_t ldy) {
+    qg_pieces(gemm_q6_k, n, nr, nc, w, ws, act, y, ldy); /* no tile path: 16-weight sub-blocks */
+}
+#endif
 
 const qt_gemm_fn QG_TABLE[QT_COUNT] = {
-    [QT_Q4_0] = gemm_q4_0, [QT_Q4_1] = gemm_q4_1,     [QT_Q5_0] = gemm_q5_0, [QT_Q5_1] = gemm_q5_1,
-    [QT_Q8_0] = gemm_q8_0, [QT_IQ4_NL] = gemm_iq4_nl, [QT_Q4_K] = gemm_q4_k, [QT_Q5_K] = gemm_q5_k,
-    [QT_Q6_K] = gemm_q6_k, [QT_IQ4_XS] = gemm_iq4_xs,
+    [QT_Q4_0] = QG_NAME(gemm_q4_0),     [QT_Q4_1] = QG_NAME(gemm_q4_1), [QT_Q5_0] = QG_NAME(gemm_q5_0),
+    [QT_Q5_1] = QG_NAME(gemm_q5_1),     [QT_Q8_0] = QG_NAME(gemm_q8_0), [QT_IQ4_NL] = QG_NAME(gemm_iq4_nl),
+    [QT_Q4_K] = QG_NAME(gemm_q4_k),     [QT_Q5_K] = QG_NAME(gemm_q5_k), [QT_Q6_K] = QG_NAME(gemm_q6_k),
+    [QT_IQ4_XS] = QG_NAME(gemm_iq4_xs),
 };
 
 #endif

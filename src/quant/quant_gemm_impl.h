@@ -7,6 +7,7 @@
 
 extern const qt_gemm_fn qt_gemms_avx2[QT_COUNT];
 extern const qt_gemm_fn qt_gemms_avx512[QT_COUNT];
+extern const qt_gemm_fn qt_gemms_amx[QT_COUNT];          /* AVX-512's with the tile path in front */
 extern const qt_gemm_fn qt_gemms_small_avx512[QT_COUNT]; /* small batches, bit-equal to the dot */
 
 #endif

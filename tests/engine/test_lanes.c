@@ -118,16 +118,25 @@ static float *run_batch(const char *path, long cache, double pcie_frac, int *nv_
 }
 
 static void compare(const char *what, const lanes_run_out *ref, const lanes_run_out *got, int nv) {
-    double mx = 0, diff = 0;
+    double mx = 0, diff = 0, step[N_GEN + 1] = {0};
     for (size_t i = 0; i < (size_t)(N_GEN + 1) * nv; i++) {
         mx = fmax(mx, fabs(ref->logits[i]));
         diff = fmax(diff, fabs(ref->logits[i] - got->logits[i]));
+        step[i / (size_t)nv] = fmax(step[i / (size_t)nv], fabs(ref->logits[i] - got->logits[i]));
     }
+
     int same = 1;
     for (int t = 0; t < N_GEN; t++) same &= ref->tok[t] == got->tok[t];
-    CHECK(diff <= BOUND * mx, "%s: logits differ by %.3g (largest |logit| %.3g)", what, diff, mx);
+    /* one step off and the rest within float order: one routing flip (a
+     * near-tied expert that the other summation order decided the other
+     * way; seen with the AMX kernels' rounding: one step of 17 at 3.3e-3,
+     * the others 0 or 1.8e-7), tests/common/logits.h */
+    for (int t = 0; t <= N_GEN; t++) step[t] /= mx > 0 ? mx : 1;
+    const int flip = diff > BOUND * mx && logits_one_flip(step, N_GEN + 1, BOUND);
+    CHECK(diff <= BOUND * mx || flip, "%s: logits differ by %.3g (largest |logit| %.3g)", what, diff, mx);
     CHECK(same, "%s: greedy tokens differ", what);
-    printf("  %-44s max |logit diff| %.2e of %.2e, tokens %s\n", what, diff, mx, same ? "equal" : "DIFFER");
+    printf("  %-44s max |logit diff| %.2e of %.2e%s, tokens %s\n", what, diff, mx,
+           flip ? " (one step: a routing flip)" : "", same ? "equal" : "DIFFER");
 }
 
 typedef struct {

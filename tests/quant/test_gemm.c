@@ -67,6 +67,9 @@ static const qt_type FORMATS[] = {QT_Q4_0,   QT_Q4_1, QT_Q5_0, QT_Q5_1, QT_Q8_0,
                                   QT_IQ4_NL, QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_IQ4_XS};
 #define N_FORMATS (int)(sizeof FORMATS / sizeof FORMATS[0])
 
+/* the most tokens any ISA's kernels take per call */
+#define MAX_TOK QT_GEMM_AMX_MAX_TOK
+
 /* One format, one ISA, one row length: returns the largest relative difference. */
 static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_checked, int *n_small) {
     const qt_traits *tr = qt_get(t), *at = qt_get(tr->vec_dot_type);
@@ -76,10 +79,10 @@ static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_chec
     const size_t stride = row + 3 * (size_t)tr->type_size; /* padded rows: the kernel must use w_stride */
     uint8_t *W = xmalloc(stride * MAX_ROWS);
     qtt_fill_blocks(t, W, (int64_t)(stride / (size_t)tr->type_size) * MAX_ROWS, rng);
-    /* activations: QT_GEMM_MAX_TOK rows, each in its own allocation (act[] gathers) */
-    void *A[QT_GEMM_MAX_TOK];
+    /* activations: MAX_TOK rows, each in its own allocation (act[] gathers) */
+    void *A[MAX_TOK];
     float *x = xmalloc(sizeof(float) * (size_t)n);
-    for (int c = 0; c < QT_GEMM_MAX_TOK; c++) {
+    for (int c = 0; c < MAX_TOK; c++) {
         /* odd tokens: a large common mean (as after SiLU or in outlier channels);
          * an offset corrected in float instead of in int32 cancels badly there */
         for (int i = 0; i < n; i++) x[i] = (c & 1) ? 4.0f + 0.5f * qtt_gauss(rng) : qtt_gauss(rng);
@@ -87,12 +90,12 @@ static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_chec
         qt_quantize_act(tr->vec_dot_type, x, A[c], n);
     }
     /* sum|w*a| per pair, from reference dequantization */
-    float *wd = xmalloc(sizeof(float) * (size_t)n), *ad = xmalloc(sizeof(float) * (size_t)n * QT_GEMM_MAX_TOK);
-    for (int c = 0; c < QT_GEMM_MAX_TOK; c++) at->dequant(A[c], ad + (size_t)c * n, n);
-    double mag[MAX_ROWS][QT_GEMM_MAX_TOK];
+    float *wd = xmalloc(sizeof(float) * (size_t)n), *ad = xmalloc(sizeof(float) * (size_t)n * MAX_TOK);
+    for (int c = 0; c < MAX_TOK; c++) at->dequant(A[c], ad + (size_t)c * n, n);
+    static double mag[MAX_ROWS][MAX_TOK];
     for (int r = 0; r < MAX_ROWS; r++) {
         tr->dequant(W + (size_t)r * stride, wd, n);
-        for (int c = 0; c < QT_GEMM_MAX_TOK; c++) {
+        for (int c = 0; c < MAX_TOK; c++) {
             double m = 0;
             for (int i = 0; i < n; i++) m += fabs((double)wd[i] * (double)ad[(size_t)c * n + i]);
             mag[r][c] = m;
@@ -102,21 +105,23 @@ static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_chec
     static const int NRS[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 48};
     for (int in = 0; in < (int)(sizeof NRS / sizeof NRS[0]); in++) {
         int nr = NRS[in];
-        static const int NCS[] = {1, 2, 3, 4, 5, 6, 7, 9, 16, QT_GEMM_MAX_TOK};
+        /* past QT_GEMM_MAX_TOK only where the kernels take more (AMX) */
+        static const int NCS[] = {1, 2, 3, 4, 5, 6, 7, 9, 16, QT_GEMM_MAX_TOK, 100, MAX_TOK};
         for (int ic = 0; ic < (int)(sizeof NCS / sizeof NCS[0]); ic++) {
             int nc = NCS[ic];
+            if (nc > qt_gemm_max_tok(isa)) continue;
             /* a rotated token order, so act[c] is not always A[c] (nor in address order) */
-            const void *act[QT_GEMM_MAX_TOK];
-            int which[QT_GEMM_MAX_TOK];
+            const void *act[MAX_TOK];
+            int which[MAX_TOK];
             for (int c = 0; c < nc; c++) {
-                which[c] = (c * 7 + nr) % QT_GEMM_MAX_TOK;
+                which[c] = (c * 7 + nr) % MAX_TOK;
                 act[c] = A[which[c]];
             }
             const size_t ldy = (size_t)nr + 5;
-            float y[QT_GEMM_MAX_TOK * (MAX_ROWS + 5)];
+            static float y[MAX_TOK * (MAX_ROWS + 5)];
             for (size_t i = 0; i < sizeof y / sizeof y[0]; i++) y[i] = SENTINEL;
             gemm(n, nr, nc, W, stride, act, y, ldy);
-            for (int c = 0; c < QT_GEMM_MAX_TOK; c++)
+            for (int c = 0; c < MAX_TOK; c++)
                 for (size_t r = 0; r < ldy; r++) {
                     float v = y[(size_t)c * ldy + r];
                     if (c < nc && (int)r < nr) {
@@ -140,7 +145,7 @@ static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_chec
         const int nr = NRS[in];
         for (int nc = 1; nc <= QT_GEMM_SMALL_MAX_TOK; nc++) {
             const void *act[QT_GEMM_SMALL_MAX_TOK];
-            for (int c = 0; c < nc; c++) act[c] = A[(c * 5 + nr) % QT_GEMM_MAX_TOK];
+            for (int c = 0; c < nc; c++) act[c] = A[(c * 5 + nr) % MAX_TOK];
             const size_t ldy = (size_t)nr + 3;
             float y[QT_GEMM_SMALL_MAX_TOK * (MAX_ROWS + 3)];
             for (size_t i = 0; i < sizeof y / sizeof y[0]; i++) y[i] = SENTINEL;
@@ -162,7 +167,7 @@ static double check_case(qt_type t, qt_isa isa, int n, qtt_rng *rng, int *n_chec
                 }
         }
     }
-    for (int c = 0; c < QT_GEMM_MAX_TOK; c++) free(A[c]);
+    for (int c = 0; c < MAX_TOK; c++) free(A[c]);
     free(W);
     free(x);
     free(wd);
@@ -201,6 +206,52 @@ static void test_formats(qtt_rng *rng) {
                        qt_isa_name((qt_isa)isa), small, QT_GEMM_SMALL_MAX_TOK);
         }
     }
+}
+
+/* AMX: a (row, token) output must be the same bits however the tokens are
+ * batched (quant_gemm_body.h: the tile path for 8+ tokens, qg_run16 below
+ * that, the same float work per unit; rows past the last block of 16 the
+ * same kernel either way), so that the expert lanes' batching cannot move
+ * a result. 37 rows (two blocks and 5 more) x 40 tokens, once in one call
+ * and once 1, 3, 4 and 7 tokens at a time; every format. */
+static void test_amx_batching(qtt_rng *rng) {
+    if (!qt_isa_supported(QT_ISA_AMX)) {
+        printf("gemm batching: amx not run by this CPU (or OS): skipped\n");
+        return;
+    }
+    enum { NR = 37, NC = 40 };
+    static const int PIECES[] = {1, 3, 4, 7};
+    int checked = 0;
+    for (int i = 0; i < N_FORMATS; i++) {
+        const qt_type t = FORMATS[i];
+        const qt_traits *tr = qt_get(t);
+        const int n = tr->blck == 32 ? 131 * 32 : 17 * 256; /* more than one 1024-weight chunk */
+        const size_t row = qt_row_size(t, n), arow = qt_row_size(tr->vec_dot_type, n);
+        uint8_t *W = xmalloc(row * NR), *A = xmalloc(arow * NC);
+        qtt_fill_blocks(t, W, (int64_t)NR * n / tr->blck, rng);
+        float *x = xmalloc(sizeof(float) * (size_t)n);
+        const void *act[NC];
+        for (int c = 0; c < NC; c++) {
+            for (int k = 0; k < n; k++) x[k] = (c & 1) ? 4.0f + 0.5f * qtt_gauss(rng) : qtt_gauss(rng);
+            qt_quantize_act(tr->vec_dot_type, x, A + (size_t)c * arow, n);
+            act[c] = A + (size_t)c * arow;
+        }
+        static float y1[NC * NR], y2[NC * NR];
+        qt_gemm_fn gemm = qt_gemm(t, QT_ISA_AMX);
+        gemm(n, NR, NC, W, row, act, y1, NR);
+        for (int p = 0; p < (int)(sizeof PIECES / sizeof PIECES[0]); p++) {
+            for (int c = 0; c < NC; c += PIECES[p])
+                gemm(n, NR, NC - c < PIECES[p] ? NC - c : PIECES[p], W, row, act + c, y2 + (size_t)c * NR, NR);
+            CHECK(!memcmp(y1, y2, sizeof y1), "%s amx: %d tokens at a time differ from one call of %d", tr->name,
+                  PIECES[p], NC);
+            checked += NC * NR;
+        }
+        free(W);
+        free(A);
+        free(x);
+    }
+    printf("gemm batching: %d amx outputs bit-equal between one call of %d tokens and calls of 1, 3, 4, 7\n", checked,
+           NC);
 }
 
 static void test_dispatch(qtt_rng *rng) {
@@ -252,7 +303,7 @@ static void bench_isa(qtt_rng *rng, qt_isa isa) {
         printf("gemm speed: no gemm kernels on %s\n", qt_isa_name(isa));
         return;
     }
-    const int n = 4096, nr = 16, nt = 64;
+    const int n = 4096, nr = 16, nt = MAX_TOK; /* calls of qt_gemm_max_tok(isa) tokens */
     for (int i = 0; i < N_FORMATS; i++) {
         qt_type t = FORMATS[i];
         const qt_traits *tr = qt_get(t);
@@ -269,10 +320,11 @@ static void bench_isa(qtt_rng *rng, qt_isa isa) {
         double best_g = 1e9, best_d = 1e9;
         for (int rep = 0; rep < 9; rep++) {
             double t0 = now_s();
-            for (int c = 0; c < nt; c += QT_GEMM_MAX_TOK) {
-                const void *act[QT_GEMM_MAX_TOK];
-                for (int k = 0; k < QT_GEMM_MAX_TOK; k++) act[k] = A + (c + k) * arow;
-                gemm(n, nr, QT_GEMM_MAX_TOK, W, row, act, y + c * nr, nr);
+            const int mt = qt_gemm_max_tok(isa);
+            for (int c = 0; c < nt; c += mt) {
+                const void *act[MAX_TOK];
+                for (int k = 0; k < mt; k++) act[k] = A + (c + k) * arow;
+                gemm(n, nr, mt, W, row, act, y + c * nr, nr);
             }
             double t1 = now_s();
             for (int r = 0; r < nr; r++)
@@ -361,6 +413,7 @@ int main(int argc, char **argv) {
     printf("gemm tests on %s (best ISA of this CPU)\n", qt_isa_name(qt_cpu_isa()));
     test_dispatch(&rng);
     test_formats(&rng);
+    test_amx_batching(&rng);
     if (!(argc > 1 && strcmp(argv[1], "--no-bench") == 0)) bench(&rng);
     return check_report("test_gemm");
 }

@@ -151,6 +151,7 @@ typedef struct {
     float *Y;
     int64_t ldy;
     int64_t n_tok;
+    int gemm_max_tok;      /* tokens per gemm call */
     int64_t rows_per_task; /* row block */
     int64_t tok_per_task;  /* token block */
     int64_t n_tok_blocks;
@@ -213,9 +214,9 @@ static void matmul_tile(const mm_job *j, int64_t task) {
     int64_t t1 = t0 + j->tok_per_task < j->n_tok ? t0 + j->tok_per_task : j->n_tok;
     if (j->gemm) {
         const uint8_t *w = j->W + (size_t)r0 * j->row_stride;
-        for (int64_t t = t0; t < t1; t += QT_GEMM_MAX_TOK) {
-            const int nc = t1 - t < QT_GEMM_MAX_TOK ? (int)(t1 - t) : QT_GEMM_MAX_TOK;
-            const void *act[QT_GEMM_MAX_TOK];
+        for (int64_t t = t0; t < t1; t += j->gemm_max_tok) {
+            const int nc = t1 - t < j->gemm_max_tok ? (int)(t1 - t) : j->gemm_max_tok;
+            const void *act[QT_GEMM_AMX_MAX_TOK];
             for (int c = 0; c < nc; c++) {
                 int64_t xi = j->x_ids ? j->x_ids[t + c] : t + c;
                 act[c] = j->Xq + (size_t)xi * j->act_row;
@@ -262,6 +263,7 @@ static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
     if (m->n_rows == 0 || m->n_tok == 0) return 0;
     j->dot = qt_vec_dot(m->type, qt_cpu_isa());
     j->gemm = m->n_tok >= 2 ? qt_gemm(m->type, qt_cpu_isa()) : NULL;
+    j->gemm_max_tok = qt_gemm_max_tok(qt_cpu_isa());
     if (m->n_tok >= 2 && m->n_tok <= qt_gemm_small_max_tok(m->type, qt_cpu_isa()))
         j->small = qt_gemm_small(m->type, qt_cpu_isa());
     j->W = m->W;
@@ -294,7 +296,9 @@ static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
      * 64 rows (multiples of 16, the kernels' row block) while that still
      * leaves at least 4 tasks per thread. */
     int64_t rows = MATMUL_ROW_BLOCK;
-    while (j->gemm && rows < 64 && ceil_div(m->n_rows, 2 * rows) * j->n_tok_blocks >= 4 * (int64_t)n_threads) rows *= 2;
+    while (j->gemm && rows < (j->gemm_max_tok > QT_GEMM_MAX_TOK ? 256 : 64) &&
+           ceil_div(m->n_rows, 2 * rows) * j->n_tok_blocks >= 4 * (int64_t)n_threads)
+        rows *= 2;
     j->rows_per_task = rows;
     return ceil_div(m->n_rows, rows) * j->n_tok_blocks;
 }
