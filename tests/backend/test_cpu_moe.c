@@ -157,8 +157,40 @@ static void check_silu(void) {
     printf("AVX-512 SiLU: worst relative error %.2g against double\n", worst);
 }
 
+/* gelu(g) * u (tanh form) against the double formula: within 1e-6 of |g u|
+ * (the activation's scale: far left of zero the result is a tiny part of
+ * it, whose relative error grows with |z| in any float evaluation). */
+static void check_gelu(void) {
+    if (qt_cpu_isa() < QT_ISA_AVX512) {
+        printf("AVX-512 GELU: not checked (this CPU's path is %s)\n", qt_isa_name(qt_cpu_isa()));
+        return;
+    }
+    float g[40], u[40], out[41];
+    double worst = 0;
+    for (int n = 0; n <= 40; n++)
+        for (int rep = 0; rep < 4; rep++) {
+            for (int i = 0; i < n; i++) {
+                g[i] = rep == 3 ? 120.0f * frand() : (rep + 1) * 3.0f * frand(); /* rep 3: e^-2z past float */
+                u[i] = frand();
+            }
+            out[n] = 12345.0f;
+            cpu_gelu_mul_avx512(g, u, out, n);
+            for (int i = 0; i < n; i++) {
+                const double x = g[i], z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+                const double ref = 0.5 * x * (1.0 + tanh(z)) * u[i], scale = fabs(x * u[i]);
+                const double err = fabs(out[i] - ref) / (scale + 1e-30);
+                if (scale > 1e-30 && err > worst) worst = err;
+                CHECK(isfinite(out[i]) && fabs(out[i] - ref) <= 1e-6 * scale + 1e-37, "gelu(%g) * %g: %g, expected %g",
+                      g[i], u[i], out[i], ref);
+            }
+            CHECK(out[n] == 12345.0f, "gelu over %d values wrote past them", n);
+        }
+    printf("AVX-512 GELU: worst error %.2g of |g u| against double\n", worst);
+}
+
 int main(void) {
     check_silu();
+    check_gelu();
     for (int t = 1; t <= 4; t++) {
         check_experts(QT_Q4_K, QT_Q4_K, QT_Q6_K, 0, ST_ACT_SILU, 8, t);
         check_experts(QT_Q4_K, QT_Q4_K, QT_Q6_K, 0, ST_ACT_SILU, 3, t);

@@ -7,5 +7,7 @@
 
 /* out[i] = silu(g[i]) * u[i] for i < n. */
 void cpu_silu_mul_avx512(const float *g, const float *u, float *out, int64_t n);
+/* out[i] = gelu(g[i]) * u[i] (the tanh form) for i < n. */
+void cpu_gelu_mul_avx512(const float *g, const float *u, float *out, int64_t n);
 
 #endif

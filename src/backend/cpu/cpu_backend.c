@@ -502,7 +502,7 @@ typedef struct {
     int64_t n;
 } act_job;
 
-static int g_act_avx512; /* cpu_act_avx512.c's SiLU */
+static int g_act_avx512; /* cpu_act_avx512.c's SiLU and GELU */
 
 #define ACT_CHUNK 512 /* values per task: a few microseconds of expf/tanhf */
 
@@ -518,6 +518,7 @@ static void act_task(void *ctx, int64_t task, int thread) {
             const float g = fminf(j->g[i], ST_OAI_LIMIT), u = fminf(fmaxf(j->u[i], -ST_OAI_LIMIT), ST_OAI_LIMIT);
             j->out[i] = g / (1.0f + expf(-ST_OAI_ALPHA * g)) * (u + 1.0f);
         }
+    else if (g_act_avx512) cpu_gelu_mul_avx512(j->g + i0, j->u + i0, j->out + i0, i1 - i0);
     else
         for (int64_t i = i0; i < i1; i++) j->out[i] = gelu_tanh(j->g[i]) * j->u[i];
 }
