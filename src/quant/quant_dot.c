@@ -241,21 +241,25 @@ static void quantize_q8_k(const float *x, block_q8_K *y, int64_t nb) {
 void qdot_quantize_act_isa(qt_type vec_dot_type, const float *x, void *dst, int64_t n, qt_isa isa) {
     pthread_once(&g_isa_once, isa_init);
     const int simd = isa >= QT_ISA_AVX2 && g_hw_isa >= QT_ISA_AVX2;
+    const int wide = isa >= QT_ISA_AVX512 && g_hw_isa >= QT_ISA_AVX512;
     switch (vec_dot_type) {
     case QT_F32: memcpy(dst, x, (size_t)n * sizeof(float)); return;
     case QT_Q8_0:
         ST_ASSERT(n % QK8_0 == 0);
-        if (simd) qdot_quantize_q8_0_avx2(x, dst, n / QK8_0);
+        if (wide) qdot_quantize_q8_0_avx512(x, dst, n / QK8_0);
+        else if (simd) qdot_quantize_q8_0_avx2(x, dst, n / QK8_0);
         else quantize_q8_0(x, dst, n / QK8_0);
         return;
     case QT_Q8_1:
         ST_ASSERT(n % QK8_1 == 0);
-        if (simd) qdot_quantize_q8_1_avx2(x, dst, n / QK8_1);
+        if (wide) qdot_quantize_q8_1_avx512(x, dst, n / QK8_1);
+        else if (simd) qdot_quantize_q8_1_avx2(x, dst, n / QK8_1);
         else quantize_q8_1(x, dst, n / QK8_1);
         return;
     case QT_Q8_K:
         ST_ASSERT(n % QK_K == 0);
-        if (simd) qdot_quantize_q8_k_avx2(x, dst, n / QK_K);
+        if (wide) qdot_quantize_q8_k_avx512(x, dst, n / QK_K);
+        else if (simd) qdot_quantize_q8_k_avx2(x, dst, n / QK_K);
         else quantize_q8_k(x, dst, n / QK_K);
         return;
     default: ST_ASSERT(!"qt_quantize_act: not an activation format");

@@ -22,6 +22,10 @@
 void qdot_quantize_q8_0_avx2(const float *x, block_q8_0 *y, int64_t nb);
 void qdot_quantize_q8_1_avx2(const float *x, block_q8_1 *y, int64_t nb);
 void qdot_quantize_q8_k_avx2(const float *x, block_q8_K *y, int64_t nb);
+/* The same 16 lanes wide (quant_dot_avx512.c), the same bytes. */
+void qdot_quantize_q8_0_avx512(const float *x, block_q8_0 *y, int64_t nb);
+void qdot_quantize_q8_1_avx512(const float *x, block_q8_1 *y, int64_t nb);
+void qdot_quantize_q8_k_avx512(const float *x, block_q8_K *y, int64_t nb);
 
 /* qt_quantize_act on a chosen ISA path (clamped to what the CPU runs); the
  * tests use it to check that every path writes the same bytes. */
