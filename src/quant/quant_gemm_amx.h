@@ -95,7 +95,7 @@ typedef struct {
 #define QG_AMX_UNIT(C, A, B, a, b, c)                                                                                  \
     do {                                                                                                               \
         _tile_zero(C);                                                                                                 \
-        _tile_loadd(A, a, 32);                                                                              \
+        _tile_loadd(A, a, 32);                                                                                         \
         _tile_loadd(B, b, 64);                                                                                         \
         _tile_dpbssd(C, A, B);                                                                                         \
         _tile_stored(C, c, 64);                                                                                        \
@@ -147,8 +147,8 @@ QG_INLINE void qg_amx_micro(const int f, int cu, const qg_amx_wblk *b, const qg_
 }
 
 /* nr a multiple of 16, QG_AMX_MIN_TOK <= nc <= QT_GEMM_AMX_MAX_TOK */
-QG_INLINE void qg_run_amx(const int f, int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv, float *y,
-                       size_t ldy) {
+QG_INLINE void qg_run_amx(const int f, int n, int nr, int nc, const void *wv, size_t ws, const void *const *actv,
+                          float *y, size_t ldy) {
     const uint8_t *const *act = (const uint8_t *const *)actv;
     qg_amx_tblk t; /* 320 KiB (L2): pool threads have 8 MiB stacks */
     qg_amx_wblk b;

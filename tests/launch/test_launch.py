@@ -24,7 +24,7 @@ BIN = os.environ.get("STRATA_BIN", os.path.join(ROOT, "build", "bin", "strata"))
 MODEL = os.environ.get("STRATA_MODEL", os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 TMP = os.environ.get("STRATA_TMP", "/tmp")
 SWITCH_VARS = ["STRATA_ISA", "STRATA_LOG", "STRATA_PRECISE", "STRATA_API_KEY", "STRATA_SWITCH_SOURCES"]
-ISAS = ["scalar", "avx2", "avx512"]
+ISAS = ["scalar", "avx2", "avx512", "amx"]
 
 
 def need_model():
