@@ -181,7 +181,7 @@ QG_INLINE void qg_run_amx(const int f, int n, int nr, int nc, const void *wv, si
         for (int r0 = 0; r0 < nr; r0 += 16, w += (size_t)16 * ws) {
             for (int r = 0; r < 16; r++) {
                 for (int gi = 0; gi * 8 < cu; gi++)
-                    qg_decode(f, w + (size_t)r * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &tmp, gi);
+                    qg_decode(f, 0, w + (size_t)r * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &tmp, gi);
                 for (int k = 0; k < cu; k++) {
                     memcpy(rows[k][r], tmp.q[k], 32);
                     b.dw[k][r] = tmp.dw[k / 8][k % 8];

@@ -161,13 +161,15 @@ QG_INLINE __m256i qg_sum128(__m256i w) {
 #endif
 }
 
-QG_INLINE void qg_put_unit(const int f, qg_wrow *o, int k, __m256i v) {
+/* wz: also the offset z (and Q4_K/Q5_K's integer-scale fields), which only
+ * qg_run's kernels read; qg_run16 and the tile path start from the tokens' side */
+QG_INLINE void qg_put_unit(const int f, const int wz, qg_wrow *o, int k, __m256i v) {
     _mm256_store_si256((__m256i *)o->q[k], v);
     if (qg_sign_path(f)) {
 #if !QG_VNNI
         _mm256_store_si256((__m256i *)o->qa[k], _mm256_abs_epi8(v));
 #endif
-    } else {
+    } else if (wz) {
         _mm256_store_si256((__m256i *)o->z[k], _mm256_sub_epi32(_mm256_setzero_si256(), qg_sum128(v)));
     }
 }
@@ -187,7 +189,7 @@ QG_INLINE __m256 qg_f16x8(const uint8_t *p, size_t stride, int g) {
 }
 
 /* Decode units u0..u0+g-1 (group gi of the chunk) of row w. */
-QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *o, int gi) {
+QG_INLINE void qg_decode(const int f, const int wz, const uint8_t *w, int u0, int g, qg_wrow *o, int gi) {
     const int k0 = 8 * gi;
     float *dw = o->dw[gi], *mw = o->mw[gi];
     if (!qg_super(f)) {
@@ -209,7 +211,7 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
             case QG_Q8_0: v = qg_load(((const block_q8_0 *)b)->qs); break;
             default: v = qg_iq4(qt_nibbles32(((const block_iq4_nl *)b)->qs)); break;
             }
-            qg_put_unit(f, o, k0 + k, v);
+            qg_put_unit(f, wz, o, k0 + k, v);
         }
         /* every legacy block starts with its f16 d; Q4_1/Q5_1 follow it with m */
         _mm256_store_ps(dw, qg_f16x8(b0, qg_wblock(f), g));
@@ -245,10 +247,11 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
                 hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
                 hb = _mm256_srli_epi16(hb, 2);
             }
-            qg_put_unit(f, o, k0 + 2 * c, lo);
-            qg_put_unit(f, o, k0 + 2 * c + 1, hi);
+            qg_put_unit(f, wz, o, k0 + 2 * c, lo);
+            qg_put_unit(f, wz, o, k0 + 2 * c + 1, hi);
         }
 #if QG_VNNI
+        if (!wz) return;
         __m256i zs = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             o->sc2[k0 + j] = (uint32_t)sc[j] * 0x10001u;
@@ -265,7 +268,7 @@ QG_INLINE void qg_decode(const int f, const uint8_t *w, int u0, int g, qg_wrow *
     const block_iq4_xs *x = (const block_iq4_xs *)w + sb;
     const float d = _cvtsh_ss(x->d);
     for (int j = 0; j < 8; j++) {
-        qg_put_unit(f, o, k0 + j, qg_iq4(qt_nibbles32(x->qs + 16 * j)));
+        qg_put_unit(f, wz, o, k0 + j, qg_iq4(qt_nibbles32(x->qs + 16 * j)));
         dw[j] = d * (float)qdot_iq4xs_scale(x, j);
     }
 }
@@ -551,7 +554,7 @@ QG_INLINE void qg_run16(const int f, int n, int nr, int nc, const void *wv, size
             /* rows: decoded once per chunk, then interleaved dword by dword */
             for (int r = 0; r < QG_RB; r++) {
                 for (int gi = 0; gi * 8 < cu; gi++)
-                    qg_decode(f, w + (size_t)r * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &tmp, gi);
+                    qg_decode(f, 0, w + (size_t)r * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &tmp, gi);
                 for (int k = 0; k < cu; k++) {
                     uint32_t d[8];
                     _mm256_storeu_si256((__m256i *)d, _mm256_xor_si256(_mm256_load_si256((const __m256i *)tmp.q[k]),
@@ -598,7 +601,7 @@ QG_INLINE void qg_run(const int f, int n, int nr, int nc, const void *wv, size_t
             /* rows: decoded once per chunk, used by every token */
             for (int i = 0; i < rt; i++)
                 for (int gi = 0; gi * 8 < cu; gi++)
-                    qg_decode(f, w + (size_t)i * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &wr[i], gi);
+                    qg_decode(f, 1, w + (size_t)i * ws, u0 + 8 * gi, cu - 8 * gi < 8 ? cu - 8 * gi : 8, &wr[i], gi);
             if (rt < QG_R) { /* leftover rows (rare: models' row counts are multiples of 4) */
                 for (int i = 0; i < rt; i++)
                     for (int c = 0; c < nc; c++)
