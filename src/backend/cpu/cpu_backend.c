@@ -242,11 +242,11 @@ static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, f
 }
 
 /* Heads head_stride values apart; the first head_dim of each rotate (partial rotary when fewer). */
-static void rope_rows_part(st_backend *be, float *x, int n_tok, int n_heads, int head_dim, int head_stride, int pos0,
-                           float theta, float freq_scale, int neox, const float *freq_div) {
+/* Tokens [t0, t1) of x (n_heads heads of head_stride values per token, the
+ * first head_dim of each rotated) by the angles cs (rope_angles). */
+static void rope_rows(float *x, const float *cs, int t0, int t1, int n_heads, int head_dim, int head_stride, int neox) {
     const int half = head_dim / 2;
-    const float *cs = rope_angles(CTX(be), n_tok, head_dim, pos0, theta, freq_scale, freq_div);
-    for (int t = 0; t < n_tok; t++) {
+    for (int t = t0; t < t1; t++) {
         const float *ct = cs + (size_t)t * half * 2;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)t * n_heads + h) * head_stride;
@@ -304,15 +304,42 @@ static void kv_store_rows(st_backend *be, st_kv_layer *kv, const float *k, const
     }
 }
 
+typedef struct {
+    st_backend *be;
+    float *q, *k;
+    const float *v, *cs;
+    st_kv_layer *kv;
+    int n_tok, n_head, nkv, nr, hd, neox, pos0, per_task;
+} prep_job;
+
+/* A few tokens: RoPE on their q and k heads, then their K and V rows into
+ * the cache. */
+static void prep_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const prep_job *j = ctx;
+    const int t0 = (int)task * j->per_task, t1 = t0 + j->per_task < j->n_tok ? t0 + j->per_task : j->n_tok;
+    rope_rows(j->q, j->cs, t0, t1, j->n_head, j->nr, j->hd, j->neox);
+    rope_rows(j->k, j->cs, t0, t1, j->nkv, j->nr, j->hd, j->neox);
+    const size_t row = (size_t)j->nkv * j->hd;
+    kv_store_rows(j->be, j->kv, j->k + (size_t)t0 * row, j->v + (size_t)t0 * row, t1 - t0, j->pos0 + t0);
+}
+
+/* Over the pool in blocks of tokens (on one thread, a prompt's RoPE and
+ * cache stores were 5% of SmolLM2's pp512 while the others waited). */
 static void cpu_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
                          float eps, int n_tok, int n_head, const st_rope *r, st_kv_layer *kv, int pos0) {
     const int hd = kv->head_dim, nkv = kv->n_head_kv;
     if (qn) cpu_rmsnorm(be, q, NULL, qn, q, hd, n_tok * n_head, eps);
     if (kn) cpu_rmsnorm(be, k, NULL, kn, k, hd, n_tok * nkv, eps);
     const int nr = r->n_rot > 0 && r->n_rot < hd ? r->n_rot : hd;
-    rope_rows_part(be, q, n_tok, n_head, nr, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
-    rope_rows_part(be, k, n_tok, nkv, nr, hd, pos0, r->theta, r->freq_scale, r->neox, r->freq_div);
-    kv_store_rows(be, kv, k, v, n_tok, pos0);
+    const float *cs = rope_angles(CTX(be), n_tok, nr, pos0, r->theta, r->freq_scale, r->freq_div);
+    prep_job j = {be, q, k, v, cs, kv, n_tok, n_head, nkv, nr, hd, r->neox, pos0, 8};
+    const int64_t tasks = (n_tok + j.per_task - 1) / j.per_task;
+    if (tasks <= 1) {
+        if (tasks) prep_task(&j, 0, 0);
+        return;
+    }
+    st_pool_run(CTX(be)->pool, tasks, prep_task, &j);
 }
 
 static void cpu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
