@@ -378,6 +378,10 @@ static inline __m512i quant16_avx512(const float *x, __m512 id, int clamp) {
     return round_away_avx512(v);
 }
 
+/* f32 -> f16 by F16C, nearest even: st_f32_to_f16's bits for every finite
+ * value (the scales here are), without its branches */
+static inline uint16_t f16_of(float f) { return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
 static inline void store32_i8(int8_t *q, __m512i a, __m512i b) {
     _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(a));
     _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(b));
@@ -386,7 +390,7 @@ static inline void store32_i8(int8_t *q, __m512i a, __m512i b) {
 void qdot_quantize_q8_0_avx512(const float *x, block_q8_0 *y, int64_t nb) {
     for (int64_t ib = 0; ib < nb; ib++, x += QK8_0) {
         const float d = absmax_avx512(x, QK8_0) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[ib].d = st_f32_to_f16(d);
+        y[ib].d = f16_of(d);
         store32_i8(y[ib].qs, quant16_avx512(x, _mm512_set1_ps(id), 0), quant16_avx512(x + 16, _mm512_set1_ps(id), 0));
     }
 }
@@ -396,8 +400,8 @@ void qdot_quantize_q8_1_avx512(const float *x, block_q8_1 *y, int64_t nb) {
         const float d = absmax_avx512(x, QK8_1) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         const __m512i a = quant16_avx512(x, _mm512_set1_ps(id), 0), b = quant16_avx512(x + 16, _mm512_set1_ps(id), 0);
         store32_i8(y[ib].qs, a, b);
-        y[ib].d = st_f32_to_f16(d);
-        y[ib].s = st_f32_to_f16(d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(a, b)));
+        y[ib].d = f16_of(d);
+        y[ib].s = f16_of(d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(a, b)));
     }
 }
 
