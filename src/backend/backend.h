@@ -144,6 +144,7 @@ typedef enum {
     ST_VARIANT_FUSE = 2,     /* bits of the fused ops run fused (0: each as its composition, backend_compose.h) */
     ST_VARIANT_NO_BLAS = 3,  /* 1: the GEMM library counts as refused, as after a failed call (its fallback runs) */
     ST_VARIANT_PRECISE = 4,  /* 1: matrix products take f32 activations (the CPU's STRATA_PRECISE=1) */
+    ST_VARIANT_GRAPHS = 5,   /* 0: every step runs live, none recorded (a layer split's steps wait on the host) */
 } st_variant;
 
 typedef struct st_backend st_backend;

@@ -328,7 +328,9 @@ int cmd_launch(int argc, char **argv) {
         n_ranks = split_parse_devices(devices, devs, SPLIT_MAX_DEVICES);
         for (int r = 0; r < n_ranks; r++) gpu |= devs[r] >= 0;
         int il0, il1;
-        if (n_ranks < 0 || split_supported(hp, n_ranks, gpu, ep.ram_budget > 0) != 0 ||
+        if (gpu) /* each card's budget and placement: not planned yet */
+            st_error_set("launch --plan plans CPU ranks only so far (serve and run take GPU ranks)");
+        if (n_ranks < 0 || gpu || split_supported(hp, n_ranks, ep.ram_budget > 0) != 0 ||
             split_layer_range(m, st_switch_get("--layer-split"), n_ranks, 0, &il0, &il1) != 0) {
             if (n_ranks < 0) fprintf(stderr, "strata launch: %s\n", st_error_get()); /* it names the list */
             else fprintf(stderr, "strata launch: --devices %s: %s\n", devices, st_error_get());

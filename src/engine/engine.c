@@ -256,7 +256,7 @@ static engine *engine_open_rank(const engine_params *p) {
 static int split_range(model *m, const engine_params *p, const split_net *net, int *il0, int *il1) {
     int devs[SPLIT_MAX_DEVICES];
     const int n_ranks = net ? net->size : split_parse_devices(p->devices, devs, SPLIT_MAX_DEVICES);
-    if (split_supported(&m->hp, n_ranks, p->gpu >= 0, p->ram_budget > 0) != 0) return -1;
+    if (split_supported(&m->hp, n_ranks, p->ram_budget > 0) != 0) return -1;
     if (split_layer_range(m, p->layer_split, n_ranks, net ? net->rank : 0, il0, il1) != 0) return -1;
     model_keep_layers(m, *il0, *il1, *il0 == 0);
     return 0;
@@ -272,6 +272,9 @@ static int split_engine(engine *e, const engine_params *p) {
         e->local = split_local_start(p, devs, n, &e->net);
         if (!e->local) return -1;
     }
+    /* a GPU rank's step waits for the host at each hop (a copy out, a
+     * blocking receive): nothing of it can be recorded as a graph */
+    if (e->be->variant) (void)e->be->variant(e->be, ST_VARIANT_GRAPHS, 0);
     const int window = p->pipeline_windows > 1 ? (e->n_ubatch + p->pipeline_windows - 1) / p->pipeline_windows : 0;
     const model_split ms = {e->il0, e->il1,       e->il0 == 0,  e->il1 == m->hp.n_layer,
                             window, split_send_x, split_recv_x, e->net};

@@ -171,11 +171,9 @@ size_t split_rank_bytes(const model *m, int il0, int il1) {
     return (size_t)b;
 }
 
-int split_supported(const model_hparams *hp, int n_ranks, int gpu, int ram_budget) {
-    if (gpu || ram_budget) {
-        st_error_set("a layer split across %d ranks runs them on the CPU backend only so far (without --gpu, a GPU in "
-                     "--devices, or --ram-budget)",
-                     n_ranks);
+int split_supported(const model_hparams *hp, int n_ranks, int ram_budget) {
+    if (ram_budget) {
+        st_error_set("a layer split across %d ranks does not take --ram-budget (the SSD tier) so far", n_ranks);
         return -1;
     }
     if (hp->full_attn_interval) {

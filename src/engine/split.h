@@ -68,9 +68,9 @@ int split_layer_range(const model *m, const char *spec, int n_ranks, int rank, i
 size_t split_rank_bytes(const model *m, int il0, int il1);
 
 /* What a split can run so far: 0, or -1 with st_error naming what is not
- * built (gpu: a rank on a GPU; ram_budget: the SSD tier). The engine
- * refuses with it, and `strata launch` plans with it. */
-int split_supported(const model_hparams *hp, int n_ranks, int gpu, int ram_budget);
+ * built (ram_budget: the SSD tier; a recurrent family). The engine refuses
+ * with it, and `strata launch` plans with it. */
+int split_supported(const model_hparams *hp, int n_ranks, int ram_budget);
 
 /* Commands, rank 0 to the followers, before each forward call (engine.c);
  * nothing without a split (net NULL) or on a follower. */

@@ -256,7 +256,7 @@ def test_plan_split():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (("--devices", "cpu,0"), "runs them on the CPU backend only so far"),
+    (("--devices", "cpu,0"), "plans CPU ranks only so far"),
     (("--devices", "cpu,cpu", "--layer-split", "3,3"), "--layer-split 3,3: 2 counts summing to 6"),
     (("--devices", "cpu,gpu"), "--devices cpu,gpu: want a comma-separated list"),
 ])

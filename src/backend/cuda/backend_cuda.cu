@@ -925,6 +925,15 @@ static int cu_variant(st_backend *be, st_variant kind, int value) {
              : kind == ST_VARIANT_MOE_PATH ? &c->moe_path
              : kind == ST_VARIANT_FUSE     ? &c->fuse
                                            : NULL;
+    if (kind == ST_VARIANT_GRAPHS) { /* off: run_step calls the body, and no segments are offered */
+        const int old = c->graphs;
+        if (value >= 0) {
+            graph_drop(c);
+            c->graphs = value != 0;
+            be->segments = c->graphs ? &cu_segments : NULL;
+        }
+        return old;
+    }
     if (kind == ST_VARIANT_NO_BLAS) {
         CUDA_CHECK(cudaSetDevice(c->dev)); /* the GEMM library's state is per device */
         const int old = cuda_mm_set_blas_refused(1);
