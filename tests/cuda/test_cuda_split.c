@@ -104,7 +104,7 @@ static void compare(const char *devices, const float *ref, const float *got, int
                 bad += memcmp(a, b, (size_t)nv * sizeof(float)) != 0;
                 continue;
             }
-            double rms;
+            double rms = 0;
             const double e = logits_nmse(a, b, nv, &rms);
             if (e > worst) worst = e;
             float gap;
