@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/moe_lanes.h"
+#include "engine/split_local.h"
 
 #define BENCH_USAGE "strata bench " ENGINE_OPTS_USAGE " [-p N] [-n N] [-d N] [-r REPS]"
 
@@ -116,7 +117,11 @@ int cmd_bench(int argc, char **argv) {
            bytes / 1e6);
     double pp_med = median(pp, (int)reps), tg_med = median(tg, (int)reps);
     if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp_med);
-    if (n_g && ep.gpu < 0) {
+    int on_cpu = ep.gpu < 0; /* every rank of a split too */
+    int devs[SPLIT_MAX_DEVICES];
+    for (int r = 0, n = ep.devices ? split_parse_devices(ep.devices, devs, SPLIT_MAX_DEVICES) : 0; r < n; r++)
+        on_cpu &= devs[r] < 0;
+    if (n_g && on_cpu) {
         /* the roofline of CPU decode: what this machine's threads read per second, measured now */
         st_pool *pool = st_pool_init(ep.n_threads);
         const size_t bw_bytes = (size_t)512 << 20;

@@ -118,10 +118,12 @@ static void compare(const char *devices, const float *ref, const float *got, int
         }
     }
     if (bad) fails++;
-    if (exact) printf("%s --devices %s: %d of %d logit rows differ from the whole model's\n", bad ? "FAIL" : "ok  ",
-                      devices, bad, 2 * N_SEQ * (N_GEN + 1));
-    else printf("%s --devices %s: worst NMSE %.2e (bound 1e-2), %d sequence(s) parted at a near tie, %d bad\n",
-                bad ? "FAIL" : "ok  ", devices, worst, differ, bad);
+    if (exact)
+        printf("%s --devices %s: %d of %d logit rows differ from the whole model's\n", bad ? "FAIL" : "ok  ", devices,
+               bad, 2 * N_SEQ * (N_GEN + 1));
+    else
+        printf("%s --devices %s: worst NMSE %.2e (bound 1e-2), %d sequence(s) parted at a near tie, %d bad\n",
+               bad ? "FAIL" : "ok  ", devices, worst, differ, bad);
 }
 
 int main(int argc, char **argv) {
