@@ -27,15 +27,7 @@
 #include "engine/engine.h"
 
 #include "../common/logits.h"
-
-#define N_GEN 12
-#define N_SEQ 3
-
-static const char *PROMPTS[N_SEQ] = {
-    "The capital of France is",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "Once upon a time, in a small village by the sea, there lived",
-};
+#include "../common/split_run.h"
 
 static int fails;
 
@@ -53,34 +45,6 @@ static engine *open_with(const char *path, int gpu, const char *devices) {
     return e;
 }
 
-/* (2 passes x N_SEQ x (N_GEN + 1)) logit rows: the same greedy schedule as test_split_local */
-static void run(engine *e, float *out) {
-    const int nv = e->m->hp.n_vocab;
-    for (int pass = 0; pass < 2; pass++) {
-        engine_seq *s[N_SEQ];
-        int32_t tok[N_SEQ];
-        for (int q = 0; q < N_SEQ; q++) {
-            s[q] = engine_seq_new(e);
-            int32_t ids[256];
-            const int n = (int)tokenizer_encode(e->tok, PROMPTS[q], strlen(PROMPTS[q]), 1, 0, ids, 256);
-            ST_ASSERT(n > 0 && engine_seq_eval(e, s[q], ids, n) == 0);
-            memcpy(out + ((size_t)(pass * N_SEQ + q) * (N_GEN + 1)) * nv, s[q]->logits, (size_t)nv * sizeof(float));
-            tok[q] = logits_argmax(s[q]->logits, nv, NULL);
-        }
-        for (int i = 1; i <= N_GEN; i++) {
-            if (pass == 0)
-                for (int q = 0; q < N_SEQ; q++) ST_ASSERT(engine_seq_eval(e, s[q], &tok[q], 1) == 0);
-            else ST_ASSERT(engine_decode_batch(e, s, tok, N_SEQ) == 0);
-            for (int q = 0; q < N_SEQ; q++) {
-                memcpy(out + ((size_t)(pass * N_SEQ + q) * (N_GEN + 1) + i) * nv, s[q]->logits,
-                       (size_t)nv * sizeof(float));
-                tok[q] = logits_argmax(s[q]->logits, nv, NULL);
-            }
-        }
-        for (int q = 0; q < N_SEQ; q++) engine_seq_free(e, s[q]);
-    }
-}
-
 static float *run_file(const char *path, int gpu, const char *devices, int *nv) {
     engine *e = open_with(path, gpu, devices);
     if (!e) return NULL;
@@ -88,7 +52,7 @@ static float *run_file(const char *path, int gpu, const char *devices, int *nv) 
         ST_ASSERT(e->be->variant && e->be->variant(e->be, ST_VARIANT_GRAPHS, 0) >= 0);
     *nv = e->m->hp.n_vocab;
     float *out = st_malloc((size_t)2 * N_SEQ * (N_GEN + 1) * *nv * sizeof(float));
-    run(e, out);
+    split_run(e, out);
     engine_close(e);
     return out;
 }

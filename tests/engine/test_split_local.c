@@ -27,15 +27,7 @@
 #include "model/synth.h"
 
 #include "../common/logits.h"
-
-#define N_GEN 12
-#define N_SEQ 3
-
-static const char *PROMPTS[N_SEQ] = {
-    "The capital of France is",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "Once upon a time, in a small village by the sea, there lived",
-};
+#include "../common/split_run.h"
 
 static int fails;
 
@@ -57,35 +49,6 @@ static engine *open_with(const char *path, const char *devices, const char *spli
     return e;
 }
 
-/* Greedy tokens of every prompt, one sequence at a time, then the three
- * batched: each step's logits into out ([2][N_SEQ][N_GEN + 1][n_vocab]). */
-static void run(engine *e, float *out) {
-    const int nv = e->m->hp.n_vocab;
-    for (int pass = 0; pass < 2; pass++) {
-        engine_seq *s[N_SEQ];
-        int32_t tok[N_SEQ];
-        for (int q = 0; q < N_SEQ; q++) {
-            s[q] = engine_seq_new(e);
-            int32_t ids[256];
-            const int n = (int)tokenizer_encode(e->tok, PROMPTS[q], strlen(PROMPTS[q]), 1, 0, ids, 256);
-            ST_ASSERT(n > 0 && engine_seq_eval(e, s[q], ids, n) == 0);
-            memcpy(out + ((size_t)(pass * N_SEQ + q) * (N_GEN + 1)) * nv, s[q]->logits, (size_t)nv * sizeof(float));
-            tok[q] = logits_argmax(s[q]->logits, nv, NULL);
-        }
-        for (int i = 1; i <= N_GEN; i++) {
-            if (pass == 0)
-                for (int q = 0; q < N_SEQ; q++) ST_ASSERT(engine_seq_eval(e, s[q], &tok[q], 1) == 0);
-            else ST_ASSERT(engine_decode_batch(e, s, tok, N_SEQ) == 0);
-            for (int q = 0; q < N_SEQ; q++) {
-                memcpy(out + ((size_t)(pass * N_SEQ + q) * (N_GEN + 1) + i) * nv, s[q]->logits,
-                       (size_t)nv * sizeof(float));
-                tok[q] = logits_argmax(s[q]->logits, nv, NULL);
-            }
-        }
-        for (int q = 0; q < N_SEQ; q++) engine_seq_free(e, s[q]);
-    }
-}
-
 /* windows > 1: the split reads 16-token chunks in that many pipelined
  * windows, the reference in chunks of the window's size (the same rows per
  * product, so the same bits). */
@@ -97,7 +60,7 @@ static void check_equal(const char *path, const char *devices, const char *split
     const int nv = a->m->hp.n_vocab;
     const size_t n = (size_t)2 * N_SEQ * (N_GEN + 1) * nv;
     float *la = st_malloc(n * sizeof(float)), *lb = st_malloc(n * sizeof(float));
-    run(a, la);
+    split_run(a, la);
     engine_close(a);
     engine *b = open_with(path, devices, split, 16, windows, cache);
     if (!b) {
@@ -119,7 +82,7 @@ static void check_equal(const char *path, const char *devices, const char *split
                n_cells > 0 ? (bad ? "slots outside its own layers, or missing" : "its layers only") : "no lanes");
         fails += n_cells <= 0 || bad;
     }
-    run(b, lb);
+    split_run(b, lb);
     engine_close(b);
     size_t diff = 0, first = n;
     for (size_t i = 0; i < n; i++)
