@@ -239,8 +239,8 @@ static void print_split(const model *m, const char *devices, const int *devs, in
     if (thr)
         printf("            threads: %s per CPU rank (%s)\n", thr, st_switch_src_name(st_switch_source("--threads")));
     else
-        printf("            threads: %d per CPU rank (the %d cores split evenly)\n",
-               st_cpu_count() / n_ranks > 0 ? st_cpu_count() / n_ranks : 1, st_cpu_count());
+        printf("            threads: %d per CPU rank (the %d cores split evenly)\n", split_rank_threads(n_ranks),
+               st_cpu_count());
     printf("            pipelined windows: %s per prompt chunk (%s)\n", win ? win : "1",
            win ? st_switch_src_name(st_switch_source("--pipeline-windows")) : "default");
 }

@@ -131,7 +131,7 @@ engine *engine_open(const engine_params *p) {
     q.gpu = devs[0];
     int n_cpu = 0;
     for (int r = 0; r < n; r++) n_cpu += devs[r] < 0;
-    if (!q.n_threads && n_cpu > 1) q.n_threads = st_cpu_count() / n_cpu > 0 ? st_cpu_count() / n_cpu : 1;
+    if (!q.n_threads && n_cpu > 1) q.n_threads = split_rank_threads(n_cpu);
     if (n == 1) q.devices = NULL;
     return engine_open_rank(&q);
 }

@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/threadpool.h"
 
 typedef struct msg {
     struct msg *next;
@@ -114,6 +115,8 @@ static void *rank_main(void *arg) {
     pthread_mutex_unlock(&s->l->mu);
     return NULL;
 }
+
+int split_rank_threads(int n_cpu) { return n_cpu > 0 && st_cpu_count() / n_cpu > 0 ? st_cpu_count() / n_cpu : 1; }
 
 split_local *split_local_start(const engine_params *p, const int *devs, int n, split_net **net0) {
     split_local *l = st_calloc(1, sizeof *l);

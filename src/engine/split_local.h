@@ -16,6 +16,10 @@ typedef struct split_local split_local;
  * (max entries). The count, or -1 with st_error naming the problem. */
 int split_parse_devices(const char *spec, int *devs, int max);
 
+/* Threads of each CPU rank when -t is not given: the cores split evenly
+ * among the n_cpu CPU ranks (at least one each). */
+int split_rank_threads(int n_cpu);
+
 /* Rank 0 (engine_open): starts ranks 1..n-1, each opening p's model on
  * devs[r] with its share of the layers, and waits until each has opened.
  * *net0: rank 0's transport. NULL when one failed (st_error names the rank

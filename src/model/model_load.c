@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -664,26 +665,30 @@ void model_keep_layers(model *m, int il0, int il1, int ends) {
     m->output_norm = NULL;
 }
 
-void model_routed_layers(const model *m, int *first, int *end) {
+/* [*first, *end) of the layers whose pointer at byte `off` of model_layer
+ * is bound; 0 (and nothing set) when no layer's is. */
+static int bound_span(const model *m, size_t off, int *first, int *end) {
     int a = m->hp.n_layer, b = 0;
-    for (int il = 0; il < m->hp.n_layer; il++)
-        if (m->layers[il].ffn_gate_exps.data) {
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const void *p;
+        memcpy(&p, (const char *)&m->layers[il] + off, sizeof p);
+        if (p) {
             if (il < a) a = il;
             b = il + 1;
         }
-    *first = a < b ? a : m->hp.n_dense_lead;
-    *end = a < b ? b : m->hp.n_layer;
+    }
+    if (a >= b) return 0;
+    *first = a, *end = b;
+    return 1;
+}
+
+void model_routed_layers(const model *m, int *first, int *end) {
+    if (!bound_span(m, offsetof(model_layer, ffn_gate_exps) + offsetof(st_weight, data), first, end))
+        *first = m->hp.n_dense_lead, *end = m->hp.n_layer;
 }
 
 void model_bound_layers(const model *m, int *first, int *end) {
-    int a = m->hp.n_layer, b = 0;
-    for (int il = 0; il < m->hp.n_layer; il++)
-        if (m->layers[il].attn_norm) {
-            if (il < a) a = il;
-            b = il + 1;
-        }
-    *first = a < b ? a : 0;
-    *end = a < b ? b : m->hp.n_layer;
+    if (!bound_span(m, offsetof(model_layer, attn_norm), first, end)) *first = 0, *end = m->hp.n_layer;
 }
 
 void model_free(model *m) {

@@ -196,15 +196,11 @@ static void norm_task(void *ctx, int64_t task, int thread) {
 
 static void cpu_rmsnorm(st_backend *be, float *x, const float *res, const float *w, float *y, int dim, int n_rows,
                         float eps) {
-    /* tasks of about 16k values: a decode step's row stays on the caller */
+    /* tasks of about 16k values: a decode step's row is one task, which
+     * st_pool_run runs on the caller */
     const int rows = dim >= 16384 ? 1 : 16384 / dim;
     norm_job j = {x, y, res, w, dim, n_rows, rows, eps};
-    const int64_t tasks = (n_rows + rows - 1) / rows;
-    if (tasks <= 1) {
-        if (tasks) norm_task(&j, 0, 0);
-        return;
-    }
-    st_pool_run(CTX(be)->pool, tasks, norm_task, &j);
+    st_pool_run(CTX(be)->pool, (n_rows + rows - 1) / rows, norm_task, &j);
 }
 
 /* cos and sin of every pair's angle at positions pos0.. (angles in double:
@@ -241,7 +237,6 @@ static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, f
     return r->cs;
 }
 
-/* Heads head_stride values apart; the first head_dim of each rotate (partial rotary when fewer). */
 /* Tokens [t0, t1) of x (n_heads heads of head_stride values per token, the
  * first head_dim of each rotated) by the angles cs (rope_angles). */
 static void rope_rows(float *x, const float *cs, int t0, int t1, int n_heads, int head_dim, int head_stride, int neox) {
@@ -334,12 +329,7 @@ static void cpu_qkv_prep(st_backend *be, float *q, float *k, const float *v, con
     const int nr = r->n_rot > 0 && r->n_rot < hd ? r->n_rot : hd;
     const float *cs = rope_angles(CTX(be), n_tok, nr, pos0, r->theta, r->freq_scale, r->freq_div);
     prep_job j = {be, q, k, v, cs, kv, n_tok, n_head, nkv, nr, hd, r->neox, pos0, 8};
-    const int64_t tasks = (n_tok + j.per_task - 1) / j.per_task;
-    if (tasks <= 1) {
-        if (tasks) prep_task(&j, 0, 0);
-        return;
-    }
-    st_pool_run(CTX(be)->pool, tasks, prep_task, &j);
+    st_pool_run(CTX(be)->pool, (n_tok + j.per_task - 1) / j.per_task, prep_task, &j);
 }
 
 static void cpu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
@@ -581,12 +571,7 @@ static void act_task(void *ctx, int64_t task, int thread) {
 
 static void cpu_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     act_job j = {act, g, u, out, n};
-    const int64_t tasks = (n + ACT_CHUNK - 1) / ACT_CHUNK;
-    if (tasks <= 1) {
-        if (tasks) act_task(&j, 0, 0);
-        return;
-    }
-    st_pool_run(CTX(be)->pool, tasks, act_task, &j);
+    st_pool_run(CTX(be)->pool, (n + ACT_CHUNK - 1) / ACT_CHUNK, act_task, &j); /* one task: on the caller */
 }
 
 static void cpu_add(st_backend *be, float *x, const float *b, int64_t dim, int n_rows) {

@@ -292,11 +292,12 @@ static int64_t setup_job(mm_job *j, const cpu_mm *m, int n_threads) {
     if (tb > m->n_tok) tb = m->n_tok;
     j->tok_per_task = tb;
     j->n_tok_blocks = ceil_div(m->n_tok, tb);
-    /* A gemm call prepares its tokens once for all its rows: give it up to
-     * 64 rows (multiples of 16, the kernels' row block) while that still
-     * leaves at least 4 tasks per thread. */
+    /* A gemm call prepares its tokens once for all its rows: give it as
+     * many rows as it takes tokens (64; 256 on the AMX tiles), in multiples
+     * of 16 (the kernels' row block), while that still leaves at least 4
+     * tasks per thread. */
     int64_t rows = MATMUL_ROW_BLOCK;
-    while (j->gemm && rows < (j->gemm_max_tok > QT_GEMM_MAX_TOK ? 256 : 64) &&
+    while (j->gemm && rows < j->gemm_max_tok &&
            ceil_div(m->n_rows, 2 * rows) * j->n_tok_blocks >= 4 * (int64_t)n_threads)
         rows *= 2;
     j->rows_per_task = rows;
