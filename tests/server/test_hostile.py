@@ -448,7 +448,7 @@ def test_still_healthy_after_hostile(server, oai):
 
 @pytest.fixture(scope="module")
 def keyed():
-    s = Server("--slots", "1", "--queue", "1", "--api-key", "sekrit")
+    s = Server("--slots", "1", "--queue", "1", "--api-key", "sekrit", ctx=8192)  # room for test_queue_full_503's stream
     yield s
     assert s.stop() == 0
 
@@ -477,9 +477,10 @@ def test_api_key(keyed):
 
 def test_queue_full_503(keyed):
     hdr = {"Authorization": "Bearer sekrit"}
-    # long enough to still run while the next requests arrive on a loaded machine (the context is 1024);
+    # long enough to still run while the next requests arrive on a loaded machine: 900 tokens (the shared
+    # 1024 context) ended before the third request once the CPU decoded faster, so this server has 8192;
     # ignore_eos: a random draw that ends the story early freed the slot and the 503 became a 200 (seen once)
-    body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 900, "stream": True,
+    body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 8000, "stream": True,
             "ignore_eos": True}
     queued = {}
     with httpx.stream("POST", keyed.url + "/v1/chat/completions", json=body, headers=hdr, timeout=60) as r:
