@@ -236,7 +236,7 @@ static engine *engine_open_rank(const engine_params *p) {
     if (e->net && e->net->rank > 0) {
         /* a follower: rank 0's steps until it says stop; then an MPI rank's process is
          * done, an in-process rank's thread returns (split.h, split_local.h) */
-        split_local_ready(e->net);
+        split_local_ready(e->net, e->be);
         const int rc = split_follow(e);
         if (rc != 0) st_log(ST_LOG_ERROR, "rank %d: %s", e->net->rank, st_error_get());
         const int mpi = e->net == split_process_net();
@@ -271,6 +271,7 @@ static int split_engine(engine *e, const engine_params *p) {
         const int n = split_parse_devices(p->devices, devs, SPLIT_MAX_DEVICES);
         e->local = split_local_start(p, devs, n, &e->net);
         if (!e->local) return -1;
+        split_local_ready(e->net, e->be); /* rank 0's backend into the table (its state is already 1) */
     }
     /* a GPU rank's step waits for the host at each hop (a copy out, a
      * blocking receive): nothing of it can be recorded as a graph */

@@ -30,8 +30,9 @@ typedef struct {
     engine_params p;
     pthread_t th;
     int started;
-    queue cmd, x; /* what this rank receives: rank 0's commands, the stream from the rank before */
-    int state;    /* 0 opening, 1 following, -1 failed (err) */
+    queue cmd, x;   /* what this rank receives: rank 0's commands, the stream from the rank before */
+    int state;      /* 0 opening, 1 following, -1 failed (err) */
+    st_backend *be; /* this rank's, once following */
     char err[512];
 } rank_slot;
 
@@ -92,10 +93,11 @@ static void local_bcast(split_net *net, int32_t *v, size_t n) {
 
 static void local_finish(void) {}
 
-void split_local_ready(split_net *net) {
+void split_local_ready(split_net *net, st_backend *be) {
     if (!net || net->send != local_send) return; /* MPI ranks start together under mpirun */
     split_local *l = net->ctx;
     pthread_mutex_lock(&l->mu);
+    l->r[net->rank].be = be;
     l->r[net->rank].state = 1;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
@@ -115,6 +117,8 @@ static void *rank_main(void *arg) {
     pthread_mutex_unlock(&s->l->mu);
     return NULL;
 }
+
+st_backend *split_local_backend(const split_local *l, int r) { return l && r >= 0 && r < l->n ? l->r[r].be : NULL; }
 
 int split_rank_threads(int n_cpu) { return n_cpu > 0 && st_cpu_count() / n_cpu > 0 ? st_cpu_count() / n_cpu : 1; }
 

@@ -26,8 +26,12 @@ int split_rank_threads(int n_cpu);
  * and why; the others are stopped; *net0 is left as it was). */
 split_local *split_local_start(const engine_params *p, const int *devs, int n, split_net **net0);
 
-/* A follower, its engine open: tells rank 0 (nothing over MPI). */
-void split_local_ready(split_net *net);
+/* A follower, its engine open on backend be: tells rank 0 (nothing over MPI). */
+void split_local_ready(split_net *net, st_backend *be);
+
+/* Rank r's backend (0 is rank 0's own), for a choice made on one rank from
+ * outside (a variant forced on one device, tests); NULL when r is out of range. */
+st_backend *split_local_backend(const split_local *l, int r);
 
 /* Rank 0's engine closing: stop the followers, wait for them, free. */
 void split_local_stop(split_local *l);

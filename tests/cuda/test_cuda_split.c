@@ -10,6 +10,11 @@
  *    activations differently, test_cuda_e2e's bound) up to the first greedy
  *    difference, which must be a near tie (top-2 gap below 4 x the RMS
  *    difference).
+ *  - "0,0" with rank 1's backend forced to other choices (per-head attention,
+ *    no fusions, as a card of another architecture might need): rank 0's
+ *    backend keeps its own (asked before and after the run), rank 1's keeps
+ *    the forced ones, and the logits match the whole model by the NMSE rule
+ *    (other kernels round differently).
  * One sequence at a time (a prompt read in 16-token chunks, then greedy
  * tokens), then three sequences in batched steps.
  *
@@ -25,6 +30,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/split_local.h"
 
 #include "../common/logits.h"
 #include "../common/split_run.h"
@@ -53,6 +59,29 @@ static float *run_file(const char *path, int gpu, const char *devices, int *nv) 
     *nv = e->m->hp.n_vocab;
     float *out = st_malloc((size_t)2 * N_SEQ * (N_GEN + 1) * *nv * sizeof(float));
     split_run(e, out);
+    engine_close(e);
+    return out;
+}
+
+/* "0,0" with choices forced on rank 1 only; *leaked: a rank's choices were
+ * not its own after the run */
+static float *run_forced(const char *path, int *leaked) {
+    engine *e = open_with(path, -1, "0,0");
+    if (!e) return NULL;
+    st_backend *b0 = split_local_backend(e->local, 0), *b1 = split_local_backend(e->local, 1);
+    ST_ASSERT(b0 == e->be && b1 && b1 != b0 && b0->variant && b1->variant);
+    const int attn0 = b0->variant(b0, ST_VARIANT_ATTN, -1), fuse0 = b0->variant(b0, ST_VARIANT_FUSE, -1);
+    ST_ASSERT(attn0 != 0 && fuse0 != 0); /* the defaults differ from what is forced */
+    (void)b1->variant(b1, ST_VARIANT_ATTN, 0);
+    (void)b1->variant(b1, ST_VARIANT_FUSE, 0);
+    float *out = st_malloc((size_t)2 * N_SEQ * (N_GEN + 1) * e->m->hp.n_vocab * sizeof(float));
+    split_run(e, out);
+    const int a0 = b0->variant(b0, ST_VARIANT_ATTN, -1), f0 = b0->variant(b0, ST_VARIANT_FUSE, -1);
+    const int a1 = b1->variant(b1, ST_VARIANT_ATTN, -1), f1 = b1->variant(b1, ST_VARIANT_FUSE, -1);
+    *leaked = a0 != attn0 || f0 != fuse0 || a1 != 0 || f1 != 0;
+    printf("%s rank choices after the run: rank 0 attention %d fusions %d (its defaults %d, %d), rank 1 %d, %d "
+           "(forced 0, 0)\n",
+           *leaked ? "FAIL" : "ok  ", a0, f0, attn0, fuse0, a1, f1);
     engine_close(e);
     return out;
 }
@@ -108,6 +137,12 @@ int main(int argc, char **argv) {
     float *mixed = run_file(argv[1], -1, "0,cpu", &nv2);
     if (!mixed) return 1;
     compare("0,cpu", ref, mixed, nv, 0);
+    int leaked = 0;
+    float *forced = run_forced(argv[1], &leaked);
+    if (!forced) return 1;
+    fails += leaked;
+    compare("0,0 (rank 1 forced)", ref, forced, nv, 0);
+    st_free(forced);
     st_free(ref);
     st_free(same);
     st_free(mixed);

@@ -1020,5 +1020,11 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->host_unregister = cu_host_unregister;
     be->mem_info = cu_mem_info;
     be->variant = cu_variant;
+    static const char *const attn_names[] = {"per head", "GQA", "GQA + tensor cores"};
+    ST_INFO("GPU %d (%s, sm_%d%d, %d SMs, %.1f GiB): attention %s, MoE %s, fusions 0x%x, decode graphs %s, "
+            "sampling %s, PDL %s",
+            device, p.name, p.major, p.minor, c->n_sm, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024),
+            attn_names[c->attn_mode], c->moe_fused ? "fused decode" : "unfused", c->fuse, c->graphs ? "on" : "off",
+            be->top_k ? "on the device" : "on the host", cuda_pdl_on() ? "on" : "off");
     return be;
 }
