@@ -44,6 +44,7 @@ typedef struct {
     gen_stats st;
     moe_lane_stats lanes0; /* the expert lanes' counters at its start (its speed line's split: the pairs
                               of a batched step count for every slot in it) */
+    int n_top;             /* SL_SAMPLE from the step's top-k candidates (local_sched top_ids/top_vals), else 0 */
 } slot;
 
 /* The in-process role (srv_sched.h): the engine and its thread here. */
@@ -70,6 +71,9 @@ typedef struct {
     int *step_ntok;     /* (n_slots) the tokens of each slot in step_toks */
     slot **step_slots;
     srv_vocab *vocab; /* the vocabulary table grammars walk (srv_gen.c), built on first need */
+    int32_t *top_ids; /* (top_cap) a lone slot's candidates (top_k_step) */
+    float *top_vals;
+    int top_cap;
 } local_sched;
 
 /* The free slot for a prompt (see the routing rule in srv_sched.h); -1 if none is free. */
@@ -331,6 +335,32 @@ static void step_drafts(local_sched *s, slot *rd, int n) {
     }
 }
 
+/* A lone generating slot with nothing else in the step: when its sampler
+ * needs only the k largest logits and no hook reads them all, the backend's
+ * top-k (a GPU copies k pairs, not the vocabulary), as engine_generate does.
+ * 1 when the step ran (or failed the slot) here. */
+static int top_k_step(local_sched *s, slot *sl) {
+    engine *e = s->e;
+    if (!sl->gen || sl->extra || !e->be->top_k) return 0;
+    const int k = sampler_candidates(sl->smp, e->be->top_k_max);
+    if (k <= 0) return 0;
+    if (k > s->top_cap) {
+        s->top_cap = k;
+        s->top_ids = st_realloc(s->top_ids, (size_t)k * sizeof *s->top_ids);
+        s->top_vals = st_realloc(s->top_vals, (size_t)k * sizeof *s->top_vals);
+    }
+    const int rc = engine_seq_eval_top_k(e, sl->seq, sl->next, k, s->top_ids, s->top_vals);
+    if (rc < 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_error_get());
+        slot_fail(s, sl, msg, OUT_FAILED);
+        return 1;
+    }
+    sl->n_top = rc == 0 ? k : 0; /* 1: the logits came whole (sl->seq->logits) */
+    sl->state = SL_SAMPLE;
+    return 1;
+}
+
 /* One batched step: the next prompt chunk of the slot admitted first among
  * those reading one (as many tokens as the step has rows left), and one token
  * of every generating slot (with drafts: step_drafts). The chunk never holds the prompt's last token:
@@ -376,6 +406,7 @@ static void step(local_sched *s) {
         if (gen_next_drafted(sl->gen, &sl->next, s->draft_n) != 0) slot_finish(s, sl);
         return;
     }
+    if (n == 1 && !rd && top_k_step(s, s->step_slots[0])) return;
     const int32_t *chunk = rd ? rd->job.req->prompt + rd->seq->n_past : NULL;
     if (engine_step(s->e, rd ? rd->seq : NULL, chunk, n_chunk, 0, s->step_seqs, s->step_toks, n) != 0) {
         /* every token was checked at admission or when sampled: a bug, but fail the requests, not the process */
@@ -401,7 +432,11 @@ static void sample_all(local_sched *s) {
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->state != SL_SAMPLE) continue;
-        if (gen_next(sl->gen, &sl->next) == 0) sl->state = SL_DECODE;
+        const int n_top = sl->n_top;
+        sl->n_top = 0;
+        if ((n_top ? gen_next_top(sl->gen, s->top_ids, s->top_vals, n_top, &sl->next) : gen_next(sl->gen, &sl->next)) ==
+            0)
+            sl->state = SL_DECODE;
         else slot_finish(s, sl);
     }
 }
@@ -502,6 +537,8 @@ static void local_destroy(srv_sched *b) {
     st_free(s->step_toks);
     st_free(s->step_ntok);
     st_free(s->step_slots);
+    st_free(s->top_ids);
+    st_free(s->top_vals);
     st_free(s->map.cells);
     st_free(s->map_cells);
     st_free(s);
