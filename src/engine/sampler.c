@@ -336,8 +336,9 @@ static void prelude(sampler *s, float *logits, int all) {
 static int32_t argmax(const float *x, int n) {
     int32_t b = 0;
     while (b < n - 1 && x[b] != x[b]) b++;
+    float m = x[b]; /* in a register: reading x[b] again each step waited on the last step's choice */
     for (int i = b + 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
+        if (x[i] > m) m = x[i], b = i;
     return b;
 }
 
@@ -651,6 +652,73 @@ static void step_mod(sampler *s, int kind) {
     s->have_p = 0;
 }
 
+/* top_p over many unsorted candidates without sorting them all: the first
+ * kk of the candidate order (larger logit, then lower id; a heap over
+ * positions, then a sort of those), kk growing until their mass at the
+ * temperature in force reaches top_p. The same prefix and the same cut as
+ * sorting every candidate; the probabilities are normalised by a sum taken
+ * in the candidates' own order (a sort first summed them sorted: the last
+ * bits of the scale may differ). The kept ones become the candidates, in
+ * order. 0 when the prefix would pass a quarter of them (the caller sorts). */
+static _Thread_local const sampler *t_pos_s; /* qsort has no context argument */
+static int pos_before(const sampler *s, int32_t a, int32_t b) {
+    return s->val[a] > s->val[b] || (s->val[a] == s->val[b] && s->idx[a] < s->idx[b]);
+}
+static int by_pos(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return pos_before(t_pos_s, x, y) ? -1 : pos_before(t_pos_s, y, x) ? 1 : 0;
+}
+static int top_p_prefix(sampler *s, double top_p) {
+    const int n = s->nc;
+    need_p(s, 1);
+    int32_t *pos = (int32_t *)s->tmp; /* kk positions, then the kept ones' ids, logits, probabilities */
+    for (int kk = 64; kk <= n / 4; kk *= 4) {
+        int h = 0;
+        for (int i = 0; i < n; i++) { /* the kk first in the order: a heap whose root is the last of them */
+            if (h == kk && !pos_before(s, i, pos[0])) continue;
+            int j;
+            if (h < kk) {
+                j = h++;
+                while (j > 0 && pos_before(s, pos[(j - 1) / 2], i)) {
+                    pos[j] = pos[(j - 1) / 2];
+                    j = (j - 1) / 2;
+                }
+            } else {
+                j = 0;
+                for (;;) {
+                    int c = 2 * j + 1;
+                    if (c >= h) break;
+                    if (c + 1 < h && pos_before(s, pos[c], pos[c + 1])) c++;
+                    if (!pos_before(s, i, pos[c])) break;
+                    pos[j] = pos[c];
+                    j = c;
+                }
+            }
+            pos[j] = i;
+        }
+        t_pos_s = s;
+        qsort(pos, (size_t)h, sizeof(int32_t), by_pos);
+        double cum = 0;
+        for (int k = 0; k < h; k++) {
+            cum += s->prob[pos[k]];
+            if (cum >= top_p) {
+                int32_t *ids = pos + kk;
+                float *vals = (float *)(ids + kk), *probs = vals + kk;
+                for (int q = 0; q <= k; q++)
+                    ids[q] = s->idx[pos[q]], vals[q] = s->val[pos[q]], probs[q] = s->prob[pos[q]];
+                memcpy(s->idx, ids, (size_t)(k + 1) * sizeof(int32_t));
+                memcpy(s->val, vals, (size_t)(k + 1) * sizeof(float));
+                memcpy(s->prob, probs, (size_t)(k + 1) * sizeof(float));
+                s->sorted = 1;
+                s->nc = k + 1;
+                s->cut_since_p = 1;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Every step in order over the candidates set up by the caller, then the draw. */
 static int32_t run_chain(sampler *s) {
     const sampler_params *p = &s->p;
@@ -677,6 +745,7 @@ static int32_t run_chain(sampler *s) {
             break;
         case SMP_TOP_P:
             if (p->top_p < 1.0f) { /* smallest prefix (sorted) whose mass reaches top_p */
+                if (!s->sorted && s->nc > 1024 && top_p_prefix(s, p->top_p)) break;
                 sort_cands(s);
                 need_p(s, 1);
                 double cum = 0;

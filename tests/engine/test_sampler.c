@@ -351,6 +351,80 @@ static void test_top_p(void) {
     check_support("top-p 0.80 at T 0.5", &p, l, KV, keep, 10000);
 }
 
+/* the oracle's order over a large vocabulary: larger logit, then lower id */
+static const float *g_sort_l;
+static int by_logit_then_id(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    if (g_sort_l[x] != g_sort_l[y]) return g_sort_l[x] > g_sort_l[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* top-p over a vocabulary of 20000 (more than 1024 candidates: sampler.c
+ * finds the prefix without sorting them all, in steps of 64 and 256): 200
+ * head ids spread over the vocabulary with falling logits above 19800 low
+ * ones; nuclei of a few dozen to over a hundred ids. The oracle sorts
+ * every id, cuts where the mass of softmax(l/T) reaches top_p, and the
+ * draws must all fall inside that nucleus, reach each of its ids, and
+ * follow its renormalised probabilities (chi-square). */
+static void test_top_p_large(void) {
+    enum { V = 20000, HEAD = 200, DRAWS = 12000 };
+    static float l[V];
+    static int order[V], keep[V];
+    static double q[V];
+    for (int i = 0; i < V; i++) l[i] = -4.0f + 0.5f * (float)rnd_unit();
+    for (int j = 0; j < HEAD; j++) l[(j * 7919 + 13) % V] = 6.0f - 0.012f * (float)j;
+    const double temps[] = {1.0, 0.7, 1.0};
+    const double tops[] = {0.5, 0.9, 0.8};
+    for (int c = 0; c < 3; c++) {
+        softmax_T(l, V, temps[c], NULL, q);
+        for (int i = 0; i < V; i++) order[i] = i;
+        g_sort_l = l;
+        qsort(order, V, sizeof(int), by_logit_then_id);
+        memset(keep, 0, sizeof keep);
+        double cum = 0, margin = 1;
+        int n_keep = 0;
+        for (int k = 0; k < V; k++) {
+            const double before = cum;
+            cum += q[order[k]];
+            keep[order[k]] = 1;
+            n_keep++;
+            margin = fmin(fabs(cum - tops[c]), fabs(before - tops[c]));
+            if (cum >= tops[c]) break;
+        }
+        CHECK(n_keep >= 2 && n_keep <= 256 && margin > 1e-4, "large top-p %.2f at T %.1f: oracle keeps %d (margin %g)",
+              tops[c], temps[c], n_keep, margin);
+        if (n_keep > 256) continue;
+        int pos[V], cnt[256] = {0};
+        double qk[256];
+        for (int k = 0; k < n_keep; k++) pos[order[k]] = k, qk[k] = q[order[k]] / cum;
+        sampler_params p = plain(700 + (uint64_t)c);
+        p.temp = (float)temps[c];
+        p.top_p = (float)tops[c];
+        sampler *s = sampler_create(&p, V);
+        static float tmp[V];
+        int outside = 0;
+        for (int d = 0; d < DRAWS; d++) {
+            memcpy(tmp, l, sizeof tmp);
+            const int t = sampler_sample(s, tmp);
+            if (t < 0 || t >= V || !keep[t]) outside++;
+            else cnt[pos[t]]++;
+        }
+        sampler_free(s);
+        int missing = 0, df;
+        for (int k = 0; k < n_keep; k++) missing += cnt[k] == 0;
+        const double chi = chi_square(cnt, qk, n_keep, DRAWS - outside, &df);
+        CHECK(outside == 0 && missing == 0,
+              "large top-p %.2f at T %.1f: %d draws outside the nucleus of %d, %d never drawn", tops[c], temps[c],
+              outside, n_keep, missing);
+        CHECK(df < 1 || chi < chi_bound(df), "large top-p %.2f: chi-square %.1f > %.1f (df %d)", tops[c], chi,
+              chi_bound(df), df);
+        printf("top-p %.2f at T %.1f over %d ids: %d draws, nucleus of %d (tail ids in it: %s), %d outside, %d never "
+               "drawn, chi2 %.1f (df %d, bound %.1f)\n",
+               tops[c], temps[c], V, DRAWS, n_keep, n_keep > HEAD ? "yes" : "no", outside, missing, chi, df,
+               df >= 1 ? chi_bound(df) : 0.0);
+    }
+}
+
 static void test_min_p(void) {
     float l[KV];
     int perm[KV], keep[KV];
@@ -1041,6 +1115,7 @@ int main(void) {
     test_seed_and_reset();
     test_top_k();
     test_top_p();
+    test_top_p_large();
     test_min_p();
     test_distribution();
     test_distribution_wide();
