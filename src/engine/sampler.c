@@ -357,19 +357,23 @@ static int cand_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* A min-heap of size k (its root the last in the order) over the
- * vocabulary, O(n log k), then a sort of those k. */
-int sampler_top_k(const float *l, int n, int k, int32_t *idx) {
+/* The k first of positions 0..n-1 in an order (before(ctx, a, b): a comes
+ * first; positions whose value in nan_of is NaN left out, when given) into
+ * out, unsorted: a heap whose root is the last of them, O(n log k). Inline,
+ * so that each caller's order is compiled in. Returns how many. */
+static inline __attribute__((always_inline)) int heap_first(int n, int k, int32_t *out,
+                                                            int (*before_fn)(const void *, int32_t, int32_t),
+                                                            const void *ctx, const float *nan_of) {
     int h = 0;
     if (k > n) k = n;
     for (int i = 0; i < n; i++) {
-        if (l[i] != l[i]) continue; /* NaN: never a candidate */
-        if (h == k && !before(l, i, idx[0])) continue;
+        if (nan_of && nan_of[i] != nan_of[i]) continue; /* NaN: never a candidate */
+        if (h == k && !before_fn(ctx, i, out[0])) continue;
         int j;
         if (h < k) { /* sift up */
             j = h++;
-            while (j > 0 && before(l, idx[(j - 1) / 2], i)) {
-                idx[j] = idx[(j - 1) / 2];
+            while (j > 0 && before_fn(ctx, out[(j - 1) / 2], i)) {
+                out[j] = out[(j - 1) / 2];
                 j = (j - 1) / 2;
             }
         } else { /* replace the root, sift down */
@@ -377,14 +381,22 @@ int sampler_top_k(const float *l, int n, int k, int32_t *idx) {
             for (;;) {
                 int c = 2 * j + 1;
                 if (c >= h) break;
-                if (c + 1 < h && before(l, idx[c], idx[c + 1])) c++;
-                if (!before(l, i, idx[c])) break;
-                idx[j] = idx[c];
+                if (c + 1 < h && before_fn(ctx, out[c], out[c + 1])) c++;
+                if (!before_fn(ctx, i, out[c])) break;
+                out[j] = out[c];
                 j = c;
             }
         }
-        idx[j] = i;
+        out[j] = i;
     }
+    return h;
+}
+
+static int logit_before(const void *l, int32_t a, int32_t b) { return before(l, a, b); }
+
+/* The k largest logits' ids (heap_first), then a sort of those k. */
+int sampler_top_k(const float *l, int n, int k, int32_t *idx) {
+    const int h = heap_first(n, k, idx, logit_before, l, l);
     t_sort_logits = l;
     qsort(idx, (size_t)h, sizeof(int32_t), by_logit_desc);
     return h;
@@ -661,7 +673,8 @@ static void step_mod(sampler *s, int kind) {
  * bits of the scale may differ). The kept ones become the candidates, in
  * order. 0 when the prefix would pass a quarter of them (the caller sorts). */
 static _Thread_local const sampler *t_pos_s; /* qsort has no context argument */
-static int pos_before(const sampler *s, int32_t a, int32_t b) {
+static int pos_before(const void *ctx, int32_t a, int32_t b) {
+    const sampler *s = ctx;
     return s->val[a] > s->val[b] || (s->val[a] == s->val[b] && s->idx[a] < s->idx[b]);
 }
 static int by_pos(const void *a, const void *b) {
@@ -673,29 +686,7 @@ static int top_p_prefix(sampler *s, double top_p) {
     need_p(s, 1);
     int32_t *pos = (int32_t *)s->tmp; /* kk positions, then the kept ones' ids, logits, probabilities */
     for (int kk = 64; kk <= n / 4; kk *= 4) {
-        int h = 0;
-        for (int i = 0; i < n; i++) { /* the kk first in the order: a heap whose root is the last of them */
-            if (h == kk && !pos_before(s, i, pos[0])) continue;
-            int j;
-            if (h < kk) {
-                j = h++;
-                while (j > 0 && pos_before(s, pos[(j - 1) / 2], i)) {
-                    pos[j] = pos[(j - 1) / 2];
-                    j = (j - 1) / 2;
-                }
-            } else {
-                j = 0;
-                for (;;) {
-                    int c = 2 * j + 1;
-                    if (c >= h) break;
-                    if (c + 1 < h && pos_before(s, pos[c], pos[c + 1])) c++;
-                    if (!pos_before(s, i, pos[c])) break;
-                    pos[j] = pos[c];
-                    j = c;
-                }
-            }
-            pos[j] = i;
-        }
+        const int h = heap_first(n, kk, pos, pos_before, s, NULL); /* the kk first in the order */
         t_pos_s = s;
         qsort(pos, (size_t)h, sizeof(int32_t), by_pos);
         double cum = 0;
