@@ -414,6 +414,11 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
     if (mode == CUDA_ATT_TC && !dpos && n_tok >= ATT_TC_MIN_TOK && !aq &&
         cuda_attention_tc_sinks(q, kv, n_tok, pos0, n_head, scale, window, sinks, out, cc_major, s) == 0)
         return;
+    /* a latent row's prompt (deepseek2's 576, 128 heads on it): tensor cores through two GEMMs */
+    if (mode == CUDA_ATT_TC && !dpos && n_tok >= ATT_TC_MIN_TOK && !aq && !sinks && window <= 0 &&
+        cuda_attn_latent_fits(n_head, kv) &&
+        cuda_attn_latent_gemm(q, kv, n_tok, pos0, n_head, scale, out, scratch, s) == 0)
+        return;
     /* the longest visible span of any token in the chunk (the last one sees
      * the most); a recorded step: the span it is recorded for (the slices
      * cover any position anyway: they are cut from the position on the device) */

@@ -145,10 +145,12 @@
 #if defined(hipblasVersionMajor) && hipblasVersionMajor >= 2
 #define CUDA_R_32F         HIP_R_32F
 #define CUDA_R_16BF        HIP_R_16BF
+#define CUDA_R_16F         HIP_R_16F
 #define CUBLAS_COMPUTE_32F HIPBLAS_COMPUTE_32F
 #else
 #define CUDA_R_32F         HIPBLAS_R_32F
 #define CUDA_R_16BF        HIPBLAS_R_16B
+#define CUDA_R_16F         HIPBLAS_R_16F
 #define CUBLAS_COMPUTE_32F HIPBLAS_R_32F
 #endif
 #else

@@ -99,6 +99,12 @@ int cuda_attn_latent_fits(int n_head, const st_kv_layer *kv);
 int cuda_attn_latent_tile(void);
 void cuda_attn_latent(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
                       float scale, int window, int n_split, float *part, cudaStream_t s);
+/* A prompt chunk's causal attention over a latent row as two GEMMs on
+ * tensor cores (mla_prompt.cu), no window: out [n_tok][n_head][hd] in full.
+ * 0 done; 1 not taken (no BLAS or cuBLAS refused, a span too long for its
+ * tiles): the caller runs the latent kernel. */
+int cuda_attn_latent_gemm(const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head, float scale,
+                          float *out, cuda_scratch *scratch, cudaStream_t s);
 /* ids[p] = p % n_mat for p < n (mla.cu): matmul's ST_MAT_ALL pairs. */
 void cuda_heads_ids(int32_t *ids, int n, int n_mat, cudaStream_t s);
 /* out[tok[i]] += tw[i] * y[i] for i < n (rows of dim); the token list and

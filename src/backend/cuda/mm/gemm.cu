@@ -137,6 +137,25 @@ static int blas_ran(mm_scratch *sc, cublasStatus_t st, int m, int n, int k) {
 }
 #endif
 
+int cuda_gemm_f16(int trans_a, int m, int n, int k, const void *a, int lda, const void *b, int ldb, float *c, int ldc,
+                  cudaStream_t s) {
+#if !ST_GPU_HAVE_BLAS
+    (void)trans_a, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc, (void)s;
+    return 1;
+#else
+    mm_scratch *sc = mm_scratch_get(s, 0, 0, 0, 0, 0, 0);
+    if (!sc || sc->blas_refused || !blas_ran(sc, cublasSetStream(sc->blas, s), 0, 0, 0)) return 1;
+    const float one = 1.0f, zero = 0.0f;
+    return blas_ran(sc,
+                    cublasGemmEx(sc->blas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a,
+                                 CUDA_R_16F, lda, b, CUDA_R_16F, ldb, &zero, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT),
+                    m, n, k)
+               ? 0
+               : 1;
+#endif
+}
+
 int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok, float *y,
             cudaStream_t s) {
 #if !ST_GPU_HAVE_BLAS

@@ -118,6 +118,13 @@ int cuda_mm_reserve(int64_t n_in, int n_rows);
 /* Free every device's scratch and cuBLAS handle (at backend destroy). */
 void cuda_mm_release(void);
 
+/* C = op(A) B on the current device's cuBLAS, column-major: A f16 (k x m,
+ * read transposed, with trans_a; else m x k), B f16 k x n, C f32 m x n,
+ * f32 accumulation. 0 done; 1 no BLAS in this build or cuBLAS refused on
+ * this device (said once): the caller takes another path. */
+int cuda_gemm_f16(int trans_a, int m, int n, int k, const void *a, int lda, const void *b, int ldb, float *c, int ldc,
+                  cudaStream_t s);
+
 /* Whether type t has a CUDA matrix product (every weight format of blocks.h). */
 int cuda_mm_supports(qt_type t);
 
