@@ -22,8 +22,8 @@
 #include "backend/cuda/mm/mm.h"
 #include "backend/cuda/ops.h"
 
-#define LG_TILE_BYTES ((size_t)64 << 20) /* scores + weights + queries of one tile of rows */
-#define LG_TILE_ROWS  8192               /* query rows of one tile at most */
+#define LG_TILE_BYTES ((size_t)64 << 20)  /* scores + weights + queries of one tile of rows */
+#define LG_TILE_ROWS  8192                /* query rows of one tile at most */
 #define LG_KV_BYTES   ((size_t)160 << 20) /* an int8 cache's rows as f16, at most */
 #define LG_THREADS    256
 
@@ -93,8 +93,7 @@ int cuda_attn_latent_gemm(const float *q, const st_kv_layer *kv, int n_tok, int 
         const int nr = (int)(r0 + mt <= rows ? mt : rows - r0);
         const int keys = pos0 + (int)((r0 + nr - 1) / n_head) + 1; /* the tile's last token sees the most */
         const size_t nq = (size_t)nr * hd;
-        st_launch(lg_q_kernel, dim3(st_div_up(nq, LG_THREADS * 8)), dim3(LG_THREADS), 0, s, q + r0 * hd, qh, nq,
-                  scale);
+        st_launch(lg_q_kernel, dim3(st_div_up(nq, LG_THREADS * 8)), dim3(LG_THREADS), 0, s, q + r0 * hd, qh, nq, scale);
         /* S^T (keys x nr, column-major, ld) = K^T (K: hd x keys) Q (hd x nr) */
         if (cuda_gemm_f16(1, keys, nr, hd, kh, hd, qh, hd, sc, ld, s)) return 1;
         st_launch(lg_softmax_kernel, dim3((unsigned)nr), dim3(LG_THREADS), 0, s, (const float *)sc, p, ld, (int)r0,
