@@ -420,7 +420,7 @@ void check_mla_family(chk *c, int size) {
         check_matmul_all(c, heads_types[i], 512, 128, 16, 5);             /* attn_v_b: latent -> values, 80 pairs */
         if (size) check_matmul_all(c, heads_types[i], 128, 512, 16, 100); /* a prompt chunk */
     }
-    check_matmul_all(c, QT_Q4_K, 512, 128, 128, size ? 70 : 1); /* deepseek-v3's 128 heads (70: tensor cores) */
+    check_matmul_all(c, QT_Q4_K, 512, 128, 128, size ? 70 : 9); /* deepseek-v3's 128 heads (9, 70: one batched GEMM) */
     check_copy_2d(c, 64, 576, 9 * 192, 5, 128);                 /* a head's rope part of q (16-byte path) */
     check_copy_2d(c, 512, 576, 576, 3, 64);                     /* the latent of the cache row */
     check_copy_2d(c, 37, 41, 43, 6, 1);                         /* odd: the scalar path */

@@ -288,14 +288,24 @@ static void matmul_tracked(cuda_ctx *c, const st_weight *w, int64_t mat, const f
  * the (token, matrix) rows as the pairs of one grouped product
  * (cuda_moe_matmul, pair p takes matrix p % n_mat and row p of x): decode
  * sizes in calls of MM_MOE_DEVICE_MAX pairs (the matrix-vector kernel, any
- * format, recordable), prompts of quantized matrices in one call (tensor
- * cores, the pairs grouped by matrix on the device); prompts of float
- * matrices one product per matrix over its rows gathered by copy_2d. */
+ * format, recordable); prompts as one strided batched GEMM of the stack
+ * dequantized to bf16 (cuda_matmul_heads), or where cuBLAS is refused or
+ * absent: quantized matrices in one grouped call, float matrices one
+ * product per matrix over its rows gathered by copy_2d. */
 #define HEADS_DEVICE_CALLS 16 /* most matrix-vector calls of the first form: 8 tokens of 128 heads */
 static void matmul_all(cuda_ctx *c, const st_weight *w, const float *x, float *y, int n_tok) {
     op_begin(c);
     const int64_t H = w->n_mat, ni = w->n_in, no = w->n_out;
     const int n = n_tok * (int)H, isf = w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16;
+    /* a prompt: one strided batched GEMM over every matrix when the library takes it */
+    if (n > HEADS_DEVICE_CALLS * MM_MOE_DEVICE_MAX) {
+        const int rc = cuda_matmul_heads(w, x, y, n_tok, c->s);
+        ST_ASSERT(rc >= 0); /* types were checked at model load */
+        if (rc == 0) {
+            act_forget(c);
+            return;
+        }
+    }
     if (n <= HEADS_DEVICE_CALLS * MM_MOE_DEVICE_MAX || !isf) {
         int32_t *ids = (int32_t *)cuda_scratch_reserve(&c->heads, (size_t)n * sizeof(int32_t));
         cuda_heads_ids(ids, n, (int)H, c->s);

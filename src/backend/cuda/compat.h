@@ -132,16 +132,17 @@
  * hipblasDatatype_t for both. Not compiled here (no hipBLAS in Debian). */
 #define HIPBLAS_V2
 #include <hipblas/hipblas.h>
-#define cublasHandle_t        hipblasHandle_t
-#define cublasStatus_t        hipblasStatus_t
-#define CUBLAS_STATUS_SUCCESS HIPBLAS_STATUS_SUCCESS
-#define cublasCreate          hipblasCreate
-#define cublasDestroy         hipblasDestroy
-#define cublasSetStream       hipblasSetStream
-#define cublasGemmEx          hipblasGemmEx
-#define CUBLAS_OP_T           HIPBLAS_OP_T
-#define CUBLAS_OP_N           HIPBLAS_OP_N
-#define CUBLAS_GEMM_DEFAULT   HIPBLAS_GEMM_DEFAULT
+#define cublasHandle_t             hipblasHandle_t
+#define cublasStatus_t             hipblasStatus_t
+#define CUBLAS_STATUS_SUCCESS      HIPBLAS_STATUS_SUCCESS
+#define cublasCreate               hipblasCreate
+#define cublasDestroy              hipblasDestroy
+#define cublasSetStream            hipblasSetStream
+#define cublasGemmEx               hipblasGemmEx
+#define cublasGemmStridedBatchedEx hipblasGemmStridedBatchedEx
+#define CUBLAS_OP_T                HIPBLAS_OP_T
+#define CUBLAS_OP_N                HIPBLAS_OP_N
+#define CUBLAS_GEMM_DEFAULT        HIPBLAS_GEMM_DEFAULT
 #if defined(hipblasVersionMajor) && hipblasVersionMajor >= 2
 #define CUDA_R_32F         HIP_R_32F
 #define CUDA_R_16BF        HIP_R_16BF

@@ -156,6 +156,34 @@ int cuda_gemm_f16(int trans_a, int m, int n, int k, const void *a, int lda, cons
 #endif
 }
 
+int cuda_matmul_heads(const st_weight *w, const float *x, float *y, int n_tok, cudaStream_t s) {
+#if !ST_GPU_HAVE_BLAS
+    (void)w, (void)x, (void)y, (void)n_tok, (void)s;
+    return 1;
+#else
+    const int64_t H = w->n_mat, ni = w->n_in, no = w->n_out;
+    if (!w->data || w->mat || w->type == QT_F32 || w->type == QT_BF16 || n_tok <= 0) return 1;
+    const size_t nw = (size_t)(H * no * ni), nx = (size_t)n_tok * (size_t)(H * ni);
+    if (nw > MM_HEADS_MAX_ELEMS) return 1;
+    mm_scratch *sc = mm_scratch_get(s, 0, 0, nw * 2, nx * 2, 0, 0);
+    if (!sc) return -1;
+    if (sc->blas_refused || !blas_ran(sc, cublasSetStream(sc->blas, s), 0, 0, 0)) return 1;
+    if (mm_dequant_bf16(w->type, w->data, w->row_bytes, (int)ni, 0, H * no, sc->wb, s) != 0) return -1;
+    mm_act_bf16(x, NULL, n_tok * (int)H, (int)ni, sc->xb, s);
+    /* matrix m, column-major: Y_m (no x n_tok, columns H * no apart) = W_m^T-stored (ni x no) op_T,
+     * times X_m (ni x n_tok, columns H * ni apart) */
+    const float one = 1.0f, zero = 0.0f;
+    return blas_ran(sc,
+                    cublasGemmStridedBatchedEx(sc->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)no, n_tok, (int)ni, &one,
+                                               sc->wb, CUDA_R_16BF, (int)ni, no * ni, sc->xb, CUDA_R_16BF,
+                                               (int)(H * ni), ni, &zero, y, CUDA_R_32F, (int)(H * no), no, (int)H,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    (int)no, n_tok, (int)ni)
+               ? 0
+               : 1;
+#endif
+}
+
 int mm_gemm(mm_scratch *sc, const st_weight *w, const void *wdata, const void *xb, const float *xf, int n_tok, float *y,
             cudaStream_t s) {
 #if !ST_GPU_HAVE_BLAS

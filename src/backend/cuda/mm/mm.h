@@ -125,6 +125,15 @@ void cuda_mm_release(void);
 int cuda_gemm_f16(int trans_a, int m, int n, int k, const void *a, int lda, const void *b, int ldb, float *c, int ldc,
                   cudaStream_t s);
 
+/* y [n_tok][n_mat][n_out] = every matrix m of w times its slice of x
+ * [n_tok][n_mat][n_in] (matmul's ST_MAT_ALL: multi-head latent attention's
+ * per-head products) as one strided batched bf16 GEMM: the stack
+ * dequantized to bf16 once, x to bf16. For prompts. 0 done; 1 not taken (no
+ * BLAS, cuBLAS refused, f32/bf16 or gathered matrices, a stack over
+ * MM_HEADS_MAX_ELEMS); -1 with st_error. */
+#define MM_HEADS_MAX_ELEMS ((size_t)64 << 20)
+int cuda_matmul_heads(const st_weight *w, const float *x, float *y, int n_tok, cudaStream_t s);
+
 /* Whether type t has a CUDA matrix product (every weight format of blocks.h). */
 int cuda_mm_supports(qt_type t);
 
