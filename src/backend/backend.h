@@ -280,6 +280,14 @@ struct st_backend {
      * 0, or -1 with st_error when k or n is beyond what it takes. */
     int (*top_k)(st_backend *be, const float *x, int n, int k, int32_t *ids, float *vals);
     int top_k_max; /* the largest k top_k takes */
+    /* Optional (NULL: none, as on the CPU). The draw of a sampler that is
+     * only a temperature, over every id of x[0..n) (the backend's memory),
+     * without copying x to the host: p[i] = exp((x[i] - max x) * inv_t), the
+     * first i whose running sum of p passes u * sum(p) (engine/sampler.c's
+     * draw_all; a draw within float rounding of a boundary between two ids
+     * may take the neighbour). 0 with *tok; 1 when x holds a NaN or no
+     * finite mass (the caller draws on the host, over the logits). */
+    int (*draw)(st_backend *be, const float *x, int n, float inv_t, double u, int32_t *tok);
     /* Copy between host and device (identity memcpy on the CPU backend). */
     void (*to_host)(st_backend *be, void *dst, const void *src, size_t bytes);
     void (*to_device)(st_backend *be, void *dst, const void *src, size_t bytes);

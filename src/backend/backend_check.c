@@ -516,6 +516,47 @@ static void check_top_k(chk *c, int n, int k, int levels, int nans) {
     st_free(x), st_free(ids), st_free(ref), st_free(vals);
 }
 
+/* draw (a temperature-only draw on the device) against the host's walk in
+ * double: n logits (a run of -inf among them), n_draw draws at spread u.
+ * The error of a draw: how far r = u * sum lies outside the chosen id's
+ * interval of the running sum, as a share of the sum (float sums on the
+ * device: ~1e-7); 1 for an id without mass, a refusal, or a NaN not
+ * refused (one NaN among the logits must give 1: the host draws then). */
+static void check_draw(chk *c, int n, float temp, int n_draw) {
+    if (!c->dut->draw) return;
+    float *x = rand_host(c, (size_t)n, 3.0f);
+    for (int i = n / 3; i < n / 3 + 20 && i < n; i++) x[i] = -INFINITY;
+    void *xd = put(c->dut, x, (size_t)n * 4);
+    double *cum = st_malloc((size_t)(n + 1) * sizeof(double)), m = -INFINITY;
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    cum[0] = 0;
+    for (int i = 0; i < n; i++) cum[i + 1] = cum[i] + exp(((double)x[i] - m) / temp);
+    const double total = cum[n];
+    double worst = 0, ms = 0;
+    for (int k = 0; k < n_draw; k++) {
+        const double u =
+            k == n_draw - 1 ? 1.0 - 1.0 / 9007199254740992.0 : (k + 0.5 * (double)(next_u64(c) % 1000) / 1000) / n_draw;
+        int32_t tok = -1;
+        const double t0 = now_ms();
+        const int rc = c->dut->draw(c->dut, xd, n, 1.0f / temp, u, &tok);
+        ms += now_ms() - t0;
+        double e = 1;
+        if (rc == 0 && tok >= 0 && tok < n && cum[tok + 1] > cum[tok]) {
+            const double r = u * total, lo = cum[tok] - r, hi = r - cum[tok + 1];
+            e = (lo > 0 ? lo : hi > 0 ? hi : 0) / total;
+        }
+        worst = e > worst ? e : worst;
+    }
+    report(c, "draw", worst, 1e-5, ms / n_draw, "%d logits (20 at -inf), temperature %.2f, %d draws", n, temp, n_draw);
+    x[n / 2] = NAN;
+    c->dut->to_device(c->dut, (float *)xd + n / 2, &x[n / 2], 4);
+    int32_t tok = -1;
+    const int rc = c->dut->draw(c->dut, xd, n, 1.0f / temp, 0.5, &tok);
+    report(c, "draw", rc == 1 ? 0 : 1, 0, 0, "a NaN among %d logits: left to the host (rc %d)", n, rc);
+    c->dut->free(c->dut, xd);
+    st_free(x), st_free(cum);
+}
+
 /* upload_many against the bytes given: 40 ranges (past one launch's 32) of
  * odd sizes at odd offsets in page-locked memory, into a poisoned buffer,
  * and the bytes between them untouched. */
@@ -659,6 +700,10 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     check_top_k(&c, 151936, 40, 0, 0);
     check_top_k(&c, 5000, 8, 0, 30);              /* NaNs: never chosen, and they hide nothing */
     if (size) check_top_k(&c, 262144, 64, 20, 0); /* gemma 3's vocabulary, the most candidates, ties */
+    check_draw(&c, 1000, 1.0f, 50);
+    check_draw(&c, 151936, 0.7f, size ? 200 : 20); /* qwen3's vocabulary */
+    check_draw(&c, 151936, 0.05f, 20);             /* a peaked one: a few ids hold the mass */
+    if (size) check_draw(&c, 262144, 1.5f, 100);   /* gemma 3's */
     check_decode_layers(&c, 0, size);
     check_matmul(&c, QT_F32, 2048, 128, 1); /* few float rows (a router): the split kernel */
     check_matmul(&c, QT_F16, 512, 100, 5);

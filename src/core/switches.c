@@ -77,7 +77,7 @@ static const st_switch_def TABLE[] = {
      0},
     {"STRATA_CUDA_SAMPLING", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: GPU decode copies every logit to the host and samples there, instead of taking the greedy or top-k candidates "
-     "from the GPU",
+     "or a temperature-only draw from the GPU",
      0},
     {"STRATA_MPIRUN", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "mpirun", "mpirun",
      "serve --ranks N: the launcher of the engine job and its options (e.g. mpirun --oversubscribe -H a,b), "

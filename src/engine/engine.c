@@ -383,6 +383,15 @@ int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t 
     return rc;
 }
 
+int engine_seq_eval_draw(engine *e, engine_seq *s, int32_t tok, float inv_t, double u, int32_t *out) {
+    if (seq_check(e, s, &tok, 1) != 0) return -1;
+    seq_settle(s);
+    split_send_forward(e->net, s->id, s->n_past, 1, 0);
+    const int rc = model_forward_draw(e->mc, s->kv->layers, tok, s->n_past, inv_t, u, out, s->logits);
+    s->hist[s->n_past++] = tok;
+    return rc;
+}
+
 int engine_seq_eval_all(engine *e, engine_seq *s, const int32_t *toks, int n, float *logits) {
     return seq_eval_to(e, s, toks, n, logits, 1);
 }

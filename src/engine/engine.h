@@ -125,6 +125,11 @@ int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n);
  * s->logits (model_forward_top_k): 0; 1 when s->logits got them all
  * instead (the backend could not); -1 with st_error (a bad token). */
 int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals);
+/* One token, with the backend's draw of a temperature-only sampler (inv_t,
+ * uniform u: sampler_device_temp, sampler_draw_unit) into *out instead of
+ * s->logits (model_forward_draw): 0; 1 when s->logits got them all instead
+ * (no draw on this backend, or a NaN logit); -1 with st_error. */
+int engine_seq_eval_draw(engine *e, engine_seq *s, int32_t tok, float inv_t, double u, int32_t *out);
 /* Evaluate toks into s with every token's logits, [n][n_vocab] into logits
  * (speculative decoding's verification); s->logits is left as it was. -1
  * with st_error as engine_seq_eval. */
@@ -265,6 +270,9 @@ int gen_next(gen_state *g, int32_t *t);
  * instead of s->logits: for samplers that need no more (sampler_candidates)
  * and no hooks. */
 int gen_next_top(gen_state *g, const int32_t *ids, const float *vals, int k, int32_t *t);
+/* The same with the token the backend drew (engine_seq_eval_draw), for
+ * samplers with a device draw (sampler_device_temp) and no hooks. */
+int gen_next_drawn(gen_state *g, int32_t tok, int32_t *t);
 /* Speculative decoding (docs/speculative.md): evaluate *t, the pending
  * token, with up to draft_n tokens drafted by prompt lookup after it, in one
  * batched pass, and sample each position as gen_next would, keeping the

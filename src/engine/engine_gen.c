@@ -170,6 +170,13 @@ int gen_next_top(gen_state *g, const int32_t *ids, const float *vals, int k, int
     return gen_take(g, sampler_sample_top(g->smp, ids, vals, n), NULL, t);
 }
 
+int gen_next_drawn(gen_state *g, int32_t tok, int32_t *t) {
+    ST_ASSERT(!g->hk.filter && !g->hk.token && tok >= 0);
+    if (g->finished) return 1;
+    g->finished = 1;
+    return gen_take(g, tok, NULL, t);
+}
+
 int gen_cancelled(const gen_state *g) { return g->cancelled; }
 
 void gen_end(gen_state *g, gen_stats *st) {
@@ -335,12 +342,21 @@ int engine_generate(engine *e, sampler *s, const int32_t *prompt, int n_prompt, 
     const int k = e->be->top_k ? sampler_candidates(s, e->be->top_k_max) : 0;
     int32_t t, *ids = k ? st_malloc((size_t)k * sizeof(int32_t)) : NULL;
     float *vals = k ? st_malloc((size_t)k * sizeof(float)) : NULL;
-    int top = 0; /* the next draw is from ids/vals (else from the sequence's logits) */
-    while ((top ? gen_next_top(g, ids, vals, k, &t) : gen_next(g, &t)) == 0) {
+    /* or the backend draws from every logit itself (a temperature-only chain: one token copied) */
+    const float dt = !k && e->be->draw ? sampler_device_temp(s) : 0.0f;
+    int top = 0;        /* the next draw is from ids/vals (else from the sequence's logits) */
+    int32_t drawn = -1; /* or it was drawn by the backend */
+    while ((top          ? gen_next_top(g, ids, vals, k, &t)
+            : drawn >= 0 ? gen_next_drawn(g, drawn, &t)
+                         : gen_next(g, &t)) == 0) {
         if (k) {
             const int rc = engine_seq_eval_top_k(e, &e->seq, t, k, ids, vals);
             if (rc < 0) break;
             top = rc == 0;
+        } else if (dt > 0.0f) {
+            const int rc = engine_seq_eval_draw(e, &e->seq, t, 1.0f / dt, sampler_draw_unit(s), &drawn);
+            if (rc < 0) break;
+            if (rc) drawn = -1; /* a NaN logit: the host draws over them (taking a fresh number) */
         } else if (engine_eval(e, &t, 1) != 0) {
             break;
         }

@@ -262,12 +262,12 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 32 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 33 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
- * stubs above when an op is added. gated_delta_net_keep and variant need
- * none: they run between steps, never inside a recorded one; forward.c
- * does not call upload_many (the lanes' host part does, on L->live). */
-_Static_assert(sizeof(st_backend) == 37 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+ * stubs above when an op is added. gated_delta_net_keep, variant, top_k and
+ * draw need none: they run between steps, never inside a recorded one;
+ * forward.c does not call upload_many (the lanes' host part does, on L->live). */
+_Static_assert(sizeof(st_backend) == 38 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */

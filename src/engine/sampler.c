@@ -789,6 +789,14 @@ static int32_t draw_all(sampler *s, const float *logits) {
     return walk_to(s->prob, n, next_unit(&s->rng) * sum);
 }
 
+float sampler_device_temp(const sampler *s) {
+    const sampler_params *p = &s->p;
+    if (p->temp <= 0.0f || pen_on(p) || dry_on(p) || s->bias) return 0;
+    return only_temperature(s);
+}
+
+double sampler_draw_unit(sampler *s) { return next_unit(&s->rng); }
+
 /* Candidates that are already the top-k of the logits, in order. */
 static int32_t chain_from(sampler *s, const int32_t *ids, const float *vals, int k) {
     if (ids != s->idx) memcpy(s->idx, ids, (size_t)k * sizeof(int32_t));

@@ -86,6 +86,16 @@ int sampler_candidates(const sampler *s, int max_k);
  * equal logits by the lower id), as sampler_sample does after its top-k,
  * so both give the same token for the same logits and state. */
 int32_t sampler_sample_top(sampler *s, const int32_t *ids, const float *vals, int k);
+/* A draw the backend makes over every logit (backend.h draw: a GPU copies
+ * one token, not the vocabulary): the temperature when the chain is only a
+ * temperature (no cut) with no bias, penalties or DRY, else 0. Then
+ * sampler_draw_unit gives the uniform number that sampler_sample's draw
+ * would have taken (the generator advances the same), and the backend's
+ * token is the one sampler_sample gives for the same logits and state,
+ * unless the draw falls within float rounding of a boundary between two
+ * ids. */
+float sampler_device_temp(const sampler *s);
+double sampler_draw_unit(sampler *s);
 /* The ids of the k largest of l[0..n) in that order (NaNs left out) into
  * idx; returns how many (k, or fewer when n is). */
 int sampler_top_k(const float *l, int n, int k, int32_t *idx);

@@ -399,6 +399,17 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
     return 1;
 }
 
+int model_forward_draw(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, float inv_t, double u, int32_t *tok,
+                       float *logits) {
+    ST_ASSERT(pos + 1 <= kv[0].n_ctx);
+    st_backend *be = c->be;
+    run_chunk(c, kv, &token, 1, pos, 0, 1, 0, NULL, 1); /* model_forward_top_k's step */
+    const int nv = c->m->hp.n_vocab;
+    if (be->draw && be->draw(be, c->logits, nv, inv_t, u, tok) == 0) return 0;
+    be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));
+    return 1;
+}
+
 void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden) {
     ST_ASSERT(n_tok > 0 && n_tok <= c->n_ubatch);
     ST_ASSERT(pos0 + n_tok <= kv[0].n_ctx);

@@ -74,6 +74,13 @@ void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, 
 int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
                         float *logits);
 
+/* One token at pos; instead of every logit, the draw of a temperature-only
+ * sampler made by the backend (backend.h draw: inv_t, uniform u) into *tok.
+ * 0; or 1 when the backend could not (no draw, a NaN logit): the whole
+ * logits are in `logits` (host) then. */
+int model_forward_draw(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, float inv_t, double u, int32_t *tok,
+                       float *logits);
+
 /* One step of n_seq sequences, stacked as rows so that norms, matrix
  * products and the FFN read the weights once for all of them: sequence s
  * reads n_tok[s] tokens (NULL: one each) from tok (stacked in order) at

@@ -756,6 +756,17 @@ static int cu_top_k(st_backend *be, const float *x, int n, int k, int32_t *ids, 
     return 0;
 }
 
+static int cu_draw(st_backend *be, const float *x, int n, float inv_t, double u, int32_t *tok) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    const int32_t *d = cuda_draw(x, n, inv_t, u, &c->topk, c->s);
+    int32_t *h = (int32_t *)pin_reserve(c, sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(h, d, sizeof(int32_t), cudaMemcpyDeviceToHost, c->s));
+    CUDA_CHECK(cudaStreamSynchronize(c->s));
+    *tok = *h;
+    return *tok >= 0 ? 0 : 1;
+}
+
 static void graph_drop(cuda_ctx *c) {
     if (c->exec) CUDA_CHECK(cudaGraphExecDestroy(c->exec));
     c->exec = NULL;
@@ -1016,7 +1027,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     /* every st_moe_gating (route.cuh), the experts' biases and the clamped SwiGLU (gpt-oss) */
     be->moe_gatings = ST_GATINGS_SOFTMAX | ST_GATINGS_ALL | ST_GATINGS_OAI;
     const char *sm = st_switch_get("STRATA_CUDA_SAMPLING");
-    if (!(sm && !strcmp(sm, "0"))) be->top_k = cu_top_k, be->top_k_max = CUDA_TOPK_MAX;
+    if (!(sm && !strcmp(sm, "0"))) be->top_k = cu_top_k, be->top_k_max = CUDA_TOPK_MAX, be->draw = cu_draw;
     be->to_host = cu_to_host;
     be->to_device = cu_to_device;
     be->upload = cu_upload;

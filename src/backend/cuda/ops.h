@@ -78,6 +78,9 @@ int cuda_attention_tc_sinks(const float *q, const st_kv_layer *kv, int n_tok, in
  * 0, or -1 with st_error (k above CUDA_TOPK_MAX, or n above 524288). */
 #define CUDA_TOPK_MAX 64
 size_t cuda_top_k_scratch_bytes(void); /* the most scratch cuda_top_k asks for */
+/* backend.h's draw (draw.cu): the token (or -1: NaN, no finite mass) in device memory. */
+size_t cuda_draw_scratch_bytes(int n);
+int32_t *cuda_draw(const float *x, int n, float inv_t, double u, cuda_scratch *scratch, cudaStream_t s);
 int cuda_top_k(const float *x, int n, int k, cuda_scratch *scratch, const void **out, cudaStream_t s);
 
 /* MoE routing on the device as gt says (backend.h's st_moe_gating: softmax

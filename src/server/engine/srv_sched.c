@@ -45,6 +45,8 @@ typedef struct {
     moe_lane_stats lanes0; /* the expert lanes' counters at its start (its speed line's split: the pairs
                               of a batched step count for every slot in it) */
     int n_top;             /* SL_SAMPLE from the step's top-k candidates (local_sched top_ids/top_vals), else 0 */
+    int drew;              /* SL_SAMPLE with the token the backend drew (drawn: engine_seq_eval_draw), else 0 */
+    int32_t drawn;
 } slot;
 
 /* The in-process role (srv_sched.h): the engine and its thread here. */
@@ -335,14 +337,28 @@ static void step_drafts(local_sched *s, slot *rd, int n) {
     }
 }
 
-/* A lone generating slot with nothing else in the step: when its sampler
- * needs only the k largest logits and no hook reads them all, the backend's
- * top-k (a GPU copies k pairs, not the vocabulary), as engine_generate does.
- * 1 when the step ran (or failed the slot) here. */
+/* A lone generating slot with nothing else in the step, and no hook that
+ * reads every logit: when its sampler needs only the k largest logits, the
+ * backend's top-k (a GPU copies k pairs, not the vocabulary); when it is
+ * only a temperature, the backend's own draw (one token copied); as
+ * engine_generate does. 1 when the step ran (or failed the slot) here. */
 static int top_k_step(local_sched *s, slot *sl) {
     engine *e = s->e;
-    if (!sl->gen || sl->extra || !e->be->top_k) return 0;
-    const int k = sampler_candidates(sl->smp, e->be->top_k_max);
+    if (!sl->gen || sl->extra) return 0;
+    const int k = e->be->top_k ? sampler_candidates(sl->smp, e->be->top_k_max) : 0;
+    const float dt = k <= 0 && e->be->draw ? sampler_device_temp(sl->smp) : 0.0f;
+    if (dt > 0.0f) {
+        const int rc = engine_seq_eval_draw(e, sl->seq, sl->next, 1.0f / dt, sampler_draw_unit(sl->smp), &sl->drawn);
+        if (rc < 0) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", st_error_get());
+            slot_fail(s, sl, msg, OUT_FAILED);
+            return 1;
+        }
+        sl->drew = rc == 0; /* 1: a NaN logit, the logits came whole and the host draws */
+        sl->state = SL_SAMPLE;
+        return 1;
+    }
     if (k <= 0) return 0;
     if (k > s->top_cap) {
         s->top_cap = k;
@@ -433,9 +449,11 @@ static void sample_all(local_sched *s) {
         slot *sl = &s->slots[i];
         if (sl->state != SL_SAMPLE) continue;
         const int n_top = sl->n_top;
-        sl->n_top = 0;
-        if ((n_top ? gen_next_top(sl->gen, s->top_ids, s->top_vals, n_top, &sl->next) : gen_next(sl->gen, &sl->next)) ==
-            0)
+        const int drew = sl->drew;
+        sl->n_top = 0, sl->drew = 0;
+        if ((n_top  ? gen_next_top(sl->gen, s->top_ids, s->top_vals, n_top, &sl->next)
+             : drew ? gen_next_drawn(sl->gen, sl->drawn, &sl->next)
+                    : gen_next(sl->gen, &sl->next)) == 0)
             sl->state = SL_DECODE;
         else slot_finish(s, sl);
     }
