@@ -64,8 +64,8 @@ static __global__ void __launch_bounds__(DRAW_THREADS)
 /* one block: the walk; *out = the token, or -1 (NaN, or no finite positive sum) */
 #define DRAW_WALK_THREADS 1024
 static __global__ void __launch_bounds__(DRAW_WALK_THREADS)
-    draw_walk_kernel(const float *x, int n, const float *bmax, int n_bmax, const int *nan, const float *bsum,
-                     int n_blk, float inv_t, double u, int32_t *out) {
+    draw_walk_kernel(const float *x, int n, const float *bmax, int n_bmax, const int *nan, const float *bsum, int n_blk,
+                     float inv_t, double u, int32_t *out) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ double part[DRAW_WALK_THREADS];
     __shared__ float red[ST_WARP];
@@ -135,8 +135,8 @@ int32_t *cuda_draw(const float *x, int n, float inv_t, double u, cuda_scratch *s
     float *bmax = (float *)(base + 64), *bsum = bmax + n_bmax;
     CUDA_CHECK(cudaMemsetAsync(nan, 0, sizeof(int32_t), s));
     st_launch(draw_max_kernel, dim3((unsigned)n_bmax), dim3(DRAW_THREADS), 0, s, x, n, bmax, nan);
-    st_launch(draw_sums_kernel, dim3(st_div_up((size_t)n_blk, DRAW_THREADS / ST_WARP)), dim3(DRAW_THREADS), 0, s, x,
-              n, (const float *)bmax, n_bmax, inv_t, bsum, n_blk);
+    st_launch(draw_sums_kernel, dim3(st_div_up((size_t)n_blk, DRAW_THREADS / ST_WARP)), dim3(DRAW_THREADS), 0, s, x, n,
+              (const float *)bmax, n_bmax, inv_t, bsum, n_blk);
     st_launch(draw_walk_kernel, dim3(1), dim3(DRAW_WALK_THREADS), 0, s, x, n, (const float *)bmax, n_bmax,
               (const int *)nan, (const float *)bsum, n_blk, inv_t, u, out);
     return out;

@@ -13,8 +13,9 @@
  *
  * Cost for a chunk of n tokens at position p0 (n_head H, row width D):
  * n H (p0 + n/2) D 4 flops on tensor cores, and per (row, key) 14 bytes of
- * scores and weights through memory (S written and read twice, P written
- * and read): on an H200 the memory part is the larger one. A tile is at
+ * scores and weights through memory (S written and read twice: once for
+ * the running max and sum, once for the weights; P written and read): on
+ * an H200 the memory part is the larger one. A tile is at
  * most LG_TILE_ROWS rows and LG_TILE_BYTES of scratch (about the L2 of an
  * H100/H200 at short spans, so the softmax and the second product read the
  * scores and weights from there). */
@@ -51,12 +52,14 @@ static __global__ void __launch_bounds__(LG_THREADS)
     const int r = blockIdx.x, n_vis = pos0 + (r0 + r) / n_head + 1;
     const float *s = sc + (size_t)r * ld;
     __half *o = p + (size_t)r * ld;
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j < n_vis; j += LG_THREADS) m = fmaxf(m, s[j]);
-    m = block_max(m, red);
-    float l = 0.0f;
-    for (int j = threadIdx.x; j < n_vis; j += LG_THREADS) l += expf(s[j] - m);
-    const float il = 1.0f / block_sum(l, red); /* >= 1 / n_vis: the max's own term is 1 */
+    float mt = -INFINITY, lt = 0.0f; /* this thread's running max and sum (one pass: online softmax) */
+    for (int j = threadIdx.x; j < n_vis; j += LG_THREADS) {
+        const float v = s[j];
+        if (v > mt) lt *= expf(mt - v), mt = v; /* exp(-inf) = 0 on the first */
+        lt += expf(v - mt);
+    }
+    const float m = block_max(mt, red);
+    const float il = 1.0f / block_sum(mt == -INFINITY ? 0.0f : lt * expf(mt - m), red); /* >= 1 / n_vis */
     for (int j = threadIdx.x; j < ld; j += LG_THREADS) o[j] = __float2half_rn(j < n_vis ? expf(s[j] - m) * il : 0.0f);
 }
 
