@@ -1,7 +1,8 @@
 /* AMX gemm kernels: the AVX-512 VNNI template (quant_gemm_avx512.c) with
  * the tile path of quant_gemm_amx.h in front of it for blocks of 16 rows
- * and at least QG_AMX_MIN_TOK tokens; the rest (fewer tokens, leftover rows,
- * Q6_K) runs the VNNI kernels compiled here again. Handed out only as
+ * and at least QG_AMX_MIN_TOK tokens (Q6_K: its own tile path, two half-unit
+ * products); the rest (fewer tokens, leftover rows) runs the VNNI kernels
+ * compiled here again. Handed out only as
  * QT_ISA_AMX, after cpuid, xgetbv and the OS's permission (quant_dot.c).
  */
 #define QG_VNNI  1

@@ -33,7 +33,8 @@
  *     the original activations (|w| <= 128 as unsigned, 2*128*127 fits).
  * AVX-512 adds two paths: blocks of 16 rows with the rows interleaved (lane =
  * row, qg_run16: the fastest, for every format but Q4_K/Q5_K/Q6_K) and, for
- * Q4_K/Q5_K, integer sub-block scales in the zmm tile (qg_kint).
+ * Q4_K/Q5_K, integer sub-block scales in the zmm tile (qg_kint). With AMX,
+ * tiles (quant_gemm_amx.h) for every format here, Q6_K by half units.
  * Q6_K has 16-weight sub-blocks and int8 scales: it keeps the integer scale
  * (vpmaddubsw, then vpdpwssd / vpmaddwd with the scale pair vectors made at
  * decode) and applies d * dy once per super-block; its -32 offset is
@@ -810,8 +811,13 @@ QG_ENTRY(gemm_q4_k, QG_Q4_K)
 QG_ENTRY(gemm_q5_k, QG_Q5_K)
 QG_ENTRY(gemm_iq4_xs, QG_IQ4_XS)
 #if QG_AMX
+/* Q6_K: its own tile path and a companion for fewer tokens (quant_gemm_amx.h) */
 static void gemm_q6_k_t(int n, int nr, int nc, const void *w, size_t ws, const void *const *act, float *y, size_t ldy) {
-    qg_pieces(gemm_q6_k, n, nr, nc, w, ws, act, y, ldy); /* no tile path: 16-weight sub-blocks */
+    const int nr16 = nr / QG_RB * QG_RB;
+    if (nr16 && nc >= QG_AMX_MIN_TOK) qg_run_amx_q6(n, nr16, nc, w, ws, act, y, ldy);
+    else if (nr16) qg_run16_q6(n, nr16, nc, w, ws, act, y, ldy);
+    if (nr > nr16)
+        qg_pieces(gemm_q6_k, n, nr - nr16, nc, (const uint8_t *)w + (size_t)nr16 * ws, ws, act, y + nr16, ldy);
 }
 #endif
 
