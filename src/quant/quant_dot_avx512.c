@@ -22,6 +22,7 @@
 
 #include "quant/dot_impl.h"
 #include "quant/quant_dot_common.h"
+#include "quant/quant_simd_bits.h"
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -77,11 +78,16 @@ static inline __m512 cvt_bf16x16(__m256i h) {
 DOT_HALF(dot_f16, cvt_f16x16)
 DOT_HALF(dot_bf16, cvt_bf16x16)
 
-/* ---- Q8_0 x Q8_0 in ymm ----
+/* ---- Q8_0 and Q5_0 x Q8_0 in ymm ----
  * Two blocks per zmm measured slower here (the per-block scale vectors and
  * 256-bit inserts crowd port 5, and zmm work has two vector ports, ymm three),
  * so this stays 256-bit and gains from VNNI only: vpsignb + vpdpbusd replace
- * vpsignb + vpmaddubsw + vpmaddwd. */
+ * vpsignb + vpmaddubsw + vpmaddwd. Q5_0 also takes its 5th bits as a mask
+ * register (q - 16 where the bit is clear: one masked vpsubb) where AVX2
+ * spreads them to bytes with a shuffle, an and and a compare. Each lane
+ * holds the same four products as the AVX2 kernels' lanes, and the float
+ * work is theirs step for step (LEGACY_DOT), so the bits are the same:
+ * quant_gemm_small_avx512.c's kernels equal these bit for bit. */
 
 static inline float hsum256(__m256 v) {
     __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -90,41 +96,58 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(t);
 }
 
-/* the f16 d of 8 consecutive Q8_0 blocks as 8 floats (one vcvtph2ps) */
-static inline __m256 d8_q8_0(const block_q8_0 *b) {
-    uint16_t h[8];
-    for (int k = 0; k < 8; k++) h[k] = b[k].d;
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+/* the f16 d of 8 consecutive blocks as 8 floats (one vcvtph2ps) */
+#define D8(fn, BT)                                                                                                     \
+    static inline __m256 fn(const BT *b) {                                                                             \
+        uint16_t h[8];                                                                                                 \
+        for (int k = 0; k < 8; k++) h[k] = b[k].d;                                                                     \
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));                                                   \
+    }
+D8(d8_q8_0, block_q8_0)
+D8(d8_q5_0, block_q5_0)
+
+/* signed weights x signed activations: |x| x sign(y, x) */
+static inline __m256i dot_ss_vnni(__m256i xv, __m256i yv) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(xv, xv), _mm256_sign_epi8(yv, xv));
 }
 
 static inline __m256i qd_q8_0(const block_q8_0 *x, const block_q8_0 *y) {
-    __m256i xv = load32(x->qs), yv = load32(y->qs);
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(xv, xv), _mm256_sign_epi8(yv, xv));
+    return dot_ss_vnni(load32(x->qs), load32(y->qs));
+}
+
+static inline __m256i qd_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
+    uint32_t qh;
+    memcpy(&qh, x->qh, 4);
+    const __m256i nib = qt_nibbles32(x->qs);
+    return dot_ss_vnni(_mm256_mask_sub_epi8(nib, (__mmask32)~qh, nib, _mm256_set1_epi8(16)), load32(y->qs));
 }
 
 /* as the AVX2 path: scale products of 8 blocks converted at once and read back
  * with vbroadcastss from memory (no shuffle-port work per block) */
-static void dot_q8_0(int n, float *s, const void *w, const void *a) {
-    const block_q8_0 *x = w;
-    const block_q8_0 *y = a;
-    const int nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int ib = 0;
-    for (; ib + 8 <= nb; ib += 8) {
-        float dd[8] __attribute__((aligned(32)));
-        _mm256_store_ps(dd, _mm256_mul_ps(d8_q8_0(x + ib), d8_q8_0(y + ib)));
-        for (int k = 0; k < 8; k += 2) {
-            acc0 =
-                _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd_q8_0(&x[ib + k], &y[ib + k])), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),
-                                   _mm256_cvtepi32_ps(qd_q8_0(&x[ib + k + 1], &y[ib + k + 1])), acc1);
-        }
+#define LEGACY_VNNI(name, BT, qd, xd8)                                                                                 \
+    static void name(int n, float *s, const void *w, const void *a) {                                                  \
+        const BT *x = w;                                                                                               \
+        const block_q8_0 *y = a;                                                                                       \
+        const int nb = n / QK8_0;                                                                                      \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                                 \
+        int ib = 0;                                                                                                    \
+        for (; ib + 8 <= nb; ib += 8) {                                                                                \
+            float dd[8] __attribute__((aligned(32)));                                                                  \
+            _mm256_store_ps(dd, _mm256_mul_ps(xd8(x + ib), d8_q8_0(y + ib)));                                          \
+            for (int k = 0; k < 8; k += 2) {                                                                           \
+                acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd(&x[ib + k], &y[ib + k])),    \
+                                       acc0);                                                                          \
+                acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),                                                \
+                                       _mm256_cvtepi32_ps(qd(&x[ib + k + 1], &y[ib + k + 1])), acc1);                  \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (; ib < nb; ib++)                                                                                          \
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d)),                                        \
+                                   _mm256_cvtepi32_ps(qd(&x[ib], &y[ib])), acc0);                                      \
+        *s = hsum256(_mm256_add_ps(acc0, acc1));                                                                       \
     }
-    for (; ib < nb; ib++)
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d)), _mm256_cvtepi32_ps(qd_q8_0(&x[ib], &y[ib])),
-                               acc0);
-    *s = hsum256(_mm256_add_ps(acc0, acc1));
-}
+LEGACY_VNNI(dot_q8_0, block_q8_0, qd_q8_0, d8_q8_0)
+LEGACY_VNNI(dot_q5_0, block_q5_0, qd_q5_0, d8_q5_0)
 
 /* ---- K-quants x Q8_K ---- */
 
@@ -425,6 +448,6 @@ void qdot_quantize_q8_k_avx512(const float *x, block_q8_K *y, int64_t nb) {
 }
 
 const qt_vec_dot_fn qt_dots_main_avx512[QT_COUNT] = {
-    [QT_F32] = dot_f32,   [QT_F16] = dot_f16,   [QT_BF16] = dot_bf16,     [QT_Q8_0] = dot_q8_0,   [QT_Q4_K] = dot_q4_k,
-    [QT_Q5_K] = dot_q5_k, [QT_Q6_K] = dot_q6_k, [QT_IQ4_XS] = dot_iq4_xs, [QT_MXFP4] = dot_mxfp4,
+    [QT_F32] = dot_f32,   [QT_F16] = dot_f16,   [QT_BF16] = dot_bf16, [QT_Q8_0] = dot_q8_0,     [QT_Q5_0] = dot_q5_0,
+    [QT_Q4_K] = dot_q4_k, [QT_Q5_K] = dot_q5_k, [QT_Q6_K] = dot_q6_k, [QT_IQ4_XS] = dot_iq4_xs, [QT_MXFP4] = dot_mxfp4,
 };
