@@ -17,16 +17,10 @@
 
 #include "quant/dot_impl.h"
 #include "quant/quant_dot_common.h"
+#include "quant/quant_dot_legacy.h"
 #include "quant/quant_simd_bits.h"
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* 32 unsigned bytes x 32 signed bytes -> 8 int32 sums of 4 */
 static inline __m256i dot_us(__m256i u, __m256i s) {
@@ -61,7 +55,7 @@ static void dot_f32(int n, float *s, const void *w, const void *a) {
         acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
     }
     for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    float sum = qt_hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
     for (; i < n; i++) sum += x[i] * y[i];
     *s = sum;
 }
@@ -86,7 +80,7 @@ static inline __m256 load_bf16x8(const uint16_t *p) {
             acc3 = _mm256_fmadd_ps(load(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);                               \
         }                                                                                                              \
         for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load(x + i), _mm256_loadu_ps(y + i), acc0);                  \
-        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));                      \
+        float sum = qt_hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));                     \
         for (; i < n; i++) sum += scalar_cvt(x[i]) * y[i];                                                             \
         *s = sum;                                                                                                      \
     }
@@ -139,23 +133,16 @@ static inline __m256i qd_mxfp4(const block_mxfp4 *x, const block_q8_0 *y) {
     return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_mxfp4), qt_nibbles32(x->qs)), load32(y->qs));
 }
 
-/* the f16 field F of 8 consecutive blocks, as 8 floats */
-#define F16X8(fn, BT, F)                                                                                               \
-    static inline __m256 fn(const BT *b) {                                                                             \
-        uint16_t h[8];                                                                                                 \
-        for (int k = 0; k < 8; k++) h[k] = b[k].F;                                                                     \
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));                                                   \
-    }
-F16X8(d8_q4_0, block_q4_0, d)
-F16X8(d8_q4_1, block_q4_1, d)
-F16X8(m8_q4_1, block_q4_1, m)
-F16X8(d8_q5_0, block_q5_0, d)
-F16X8(d8_q5_1, block_q5_1, d)
-F16X8(m8_q5_1, block_q5_1, m)
-F16X8(d8_q8_0, block_q8_0, d)
-F16X8(d8_q8_1, block_q8_1, d)
-F16X8(s8_q8_1, block_q8_1, s)
-F16X8(d8_iq4_nl, block_iq4_nl, d)
+QT_F16X8(d8_q4_0, block_q4_0, d)
+QT_F16X8(d8_q4_1, block_q4_1, d)
+QT_F16X8(m8_q4_1, block_q4_1, m)
+QT_F16X8(d8_q5_0, block_q5_0, d)
+QT_F16X8(d8_q5_1, block_q5_1, d)
+QT_F16X8(m8_q5_1, block_q5_1, m)
+QT_F16X8(d8_q8_0, block_q8_0, d)
+QT_F16X8(d8_q8_1, block_q8_1, d)
+QT_F16X8(s8_q8_1, block_q8_1, s)
+QT_F16X8(d8_iq4_nl, block_iq4_nl, d)
 
 /* E8M0 halves of 8 blocks (see qdot_e8m0_half): (e-1) << 23, or for e < 2 the
  * subnormals 0x00200000 << e */
@@ -169,37 +156,15 @@ static inline __m256 d8_mxfp4(const block_mxfp4 *b) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, normal, is_normal));
 }
 
-#define XD1_D(b) f16((b)->d)
 #define XD1_E(b) qdot_e8m0_half((b)->e)
 
-#define LEGACY_DOT(name, BT, YT, qd, xd8, yd8, xd1)                                                                    \
-    static float name(int n, const BT *x, const YT *y) {                                                               \
-        const int nb = n / 32;                                                                                         \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                                 \
-        int ib = 0;                                                                                                    \
-        for (; ib + 8 <= nb; ib += 8) {                                                                                \
-            float dd[8] __attribute__((aligned(32)));                                                                  \
-            _mm256_store_ps(dd, _mm256_mul_ps(xd8(x + ib), yd8(y + ib)));                                              \
-            for (int k = 0; k < 8; k += 2) {                                                                           \
-                acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd(&x[ib + k], &y[ib + k])),    \
-                                       acc0);                                                                          \
-                acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),                                                \
-                                       _mm256_cvtepi32_ps(qd(&x[ib + k + 1], &y[ib + k + 1])), acc1);                  \
-            }                                                                                                          \
-        }                                                                                                              \
-        for (; ib < nb; ib++)                                                                                          \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd1(&x[ib]) * f16(y[ib].d)), _mm256_cvtepi32_ps(qd(&x[ib], &y[ib])), \
-                                   acc0);                                                                              \
-        return hsum_ps(_mm256_add_ps(acc0, acc1));                                                                     \
-    }
-
-LEGACY_DOT(sum_q4_0, block_q4_0, block_q8_0, qd_q4_0, d8_q4_0, d8_q8_0, XD1_D)
-LEGACY_DOT(sum_q4_1, block_q4_1, block_q8_1, qd_q4_1, d8_q4_1, d8_q8_1, XD1_D)
-LEGACY_DOT(sum_q5_0, block_q5_0, block_q8_0, qd_q5_0, d8_q5_0, d8_q8_0, XD1_D)
-LEGACY_DOT(sum_q5_1, block_q5_1, block_q8_1, qd_q5_1, d8_q5_1, d8_q8_1, XD1_D)
-LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, XD1_D)
-LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, XD1_D)
-LEGACY_DOT(sum_mxfp4, block_mxfp4, block_q8_0, qd_mxfp4, d8_mxfp4, d8_q8_0, XD1_E)
+QT_LEGACY_DOT(sum_q4_0, block_q4_0, block_q8_0, qd_q4_0, d8_q4_0, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOT(sum_q4_1, block_q4_1, block_q8_1, qd_q4_1, d8_q4_1, d8_q8_1, QT_XD1_D)
+QT_LEGACY_DOT(sum_q5_0, block_q5_0, block_q8_0, qd_q5_0, d8_q5_0, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOT(sum_q5_1, block_q5_1, block_q8_1, qd_q5_1, d8_q5_1, d8_q8_1, QT_XD1_D)
+QT_LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOT(sum_mxfp4, block_mxfp4, block_q8_0, qd_mxfp4, d8_mxfp4, d8_q8_0, XD1_E)
 
 /* Q4_1/Q5_1 min term: sum over blocks of m * s, 8 blocks per vector */
 #define MIN_TERM(name, BT, m8, mfield)                                                                                 \
@@ -208,7 +173,7 @@ LEGACY_DOT(sum_mxfp4, block_mxfp4, block_q8_0, qd_mxfp4, d8_mxfp4, d8_q8_0, XD1_
         __m256 acc = _mm256_setzero_ps();                                                                              \
         int ib = 0;                                                                                                    \
         for (; ib + 8 <= nb; ib += 8) acc = _mm256_fmadd_ps(m8(x + ib), s8_q8_1(y + ib), acc);                         \
-        float sum = hsum_ps(acc);                                                                                      \
+        float sum = qt_hsum8(acc);                                                                                     \
         for (; ib < nb; ib++) sum += f16(x[ib].mfield) * f16(y[ib].s);                                                 \
         return sum;                                                                                                    \
     }
@@ -271,7 +236,7 @@ static void dot_q2_k(int n, float *s, const void *w, const void *a) {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(-dy * f16(x[ib].dmin)), _mm256_cvtepi32_ps(msum), acc);
     }
-    *s = hsum_ps(acc);
+    *s = qt_hsum8(acc);
 }
 
 static void dot_q3_k(int n, float *s, const void *w, const void *a) {
@@ -305,7 +270,7 @@ static void dot_q3_k(int n, float *s, const void *w, const void *a) {
         isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 2));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ib].d * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
     }
-    *s = hsum_ps(acc);
+    *s = qt_hsum8(acc);
 }
 
 /* Q4_K / Q5_K (q5: the 5th bit from qh). One 32-weight sub-block per ymm
@@ -352,7 +317,7 @@ static inline __attribute__((always_inline)) void dot_k4(int n, float *s, const 
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * f16(dh[0])), _mm256_cvtepi32_ps(isum), acc);
     }
-    *s = hsum_ps(acc) - hsum_ps(accm);
+    *s = qt_hsum8(acc) - qt_hsum8(accm);
 }
 
 static void dot_q4_k(int n, float *s, const void *w, const void *a) { dot_k4(n, s, w, sizeof(block_q4_K), a, 0); }
@@ -391,7 +356,7 @@ static void dot_q6_k(int n, float *s, const void *w, const void *a) {
         isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ib].d * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
     }
-    *s = hsum_ps(acc);
+    *s = qt_hsum8(acc);
 }
 
 /* IQ4_XS: two sub-blocks (64 weights, 32 bytes of nibbles) per step. The low
@@ -428,7 +393,7 @@ static void dot_iq4_xs(int n, float *s, const void *w, const void *a) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[ib].d * f16(x[ib].d)), _mm256_cvtepi32_ps(isum), acc);
     }
-    *s = hsum_ps(acc);
+    *s = qt_hsum8(acc);
 }
 
 const qt_vec_dot_fn qt_dots_main_avx2[QT_COUNT] = {

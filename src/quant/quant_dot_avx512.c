@@ -22,6 +22,7 @@
 
 #include "quant/dot_impl.h"
 #include "quant/quant_dot_common.h"
+#include "quant/quant_dot_legacy.h"
 #include "quant/quant_simd_bits.h"
 
 static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
@@ -86,25 +87,11 @@ DOT_HALF(dot_bf16, cvt_bf16x16)
  * register (q - 16 where the bit is clear: one masked vpsubb) where AVX2
  * spreads them to bytes with a shuffle, an and and a compare. Each lane
  * holds the same four products as the AVX2 kernels' lanes, and the float
- * work is theirs step for step (LEGACY_DOT), so the bits are the same:
+ * work is theirs step for step (QT_LEGACY_DOT), so the bits are the same:
  * quant_gemm_small_avx512.c's kernels equal these bit for bit. */
 
-static inline float hsum256(__m256 v) {
-    __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-    t = _mm_add_ss(t, _mm_movehdup_ps(t));
-    return _mm_cvtss_f32(t);
-}
-
-/* the f16 d of 8 consecutive blocks as 8 floats (one vcvtph2ps) */
-#define D8(fn, BT)                                                                                                     \
-    static inline __m256 fn(const BT *b) {                                                                             \
-        uint16_t h[8];                                                                                                 \
-        for (int k = 0; k < 8; k++) h[k] = b[k].d;                                                                     \
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));                                                   \
-    }
-D8(d8_q8_0, block_q8_0)
-D8(d8_q5_0, block_q5_0)
+QT_F16X8(d8_q8_0, block_q8_0, d)
+QT_F16X8(d8_q5_0, block_q5_0, d)
 
 /* signed weights x signed activations: |x| x sign(y, x) */
 static inline __m256i dot_ss_vnni(__m256i xv, __m256i yv) {
@@ -122,32 +109,10 @@ static inline __m256i qd_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
     return dot_ss_vnni(_mm256_mask_sub_epi8(nib, (__mmask32)~qh, nib, _mm256_set1_epi8(16)), load32(y->qs));
 }
 
-/* as the AVX2 path: scale products of 8 blocks converted at once and read back
- * with vbroadcastss from memory (no shuffle-port work per block) */
-#define LEGACY_VNNI(name, BT, qd, xd8)                                                                                 \
-    static void name(int n, float *s, const void *w, const void *a) {                                                  \
-        const BT *x = w;                                                                                               \
-        const block_q8_0 *y = a;                                                                                       \
-        const int nb = n / QK8_0;                                                                                      \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                                 \
-        int ib = 0;                                                                                                    \
-        for (; ib + 8 <= nb; ib += 8) {                                                                                \
-            float dd[8] __attribute__((aligned(32)));                                                                  \
-            _mm256_store_ps(dd, _mm256_mul_ps(xd8(x + ib), d8_q8_0(y + ib)));                                          \
-            for (int k = 0; k < 8; k += 2) {                                                                           \
-                acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd(&x[ib + k], &y[ib + k])),    \
-                                       acc0);                                                                          \
-                acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),                                                \
-                                       _mm256_cvtepi32_ps(qd(&x[ib + k + 1], &y[ib + k + 1])), acc1);                  \
-            }                                                                                                          \
-        }                                                                                                              \
-        for (; ib < nb; ib++)                                                                                          \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d)),                                        \
-                                   _mm256_cvtepi32_ps(qd(&x[ib], &y[ib])), acc0);                                      \
-        *s = hsum256(_mm256_add_ps(acc0, acc1));                                                                       \
-    }
-LEGACY_VNNI(dot_q8_0, block_q8_0, qd_q8_0, d8_q8_0)
-LEGACY_VNNI(dot_q5_0, block_q5_0, qd_q5_0, d8_q5_0)
+QT_LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOT(sum_q5_0, block_q5_0, block_q8_0, qd_q5_0, d8_q5_0, d8_q8_0, QT_XD1_D)
+static void dot_q8_0(int n, float *s, const void *w, const void *a) { *s = sum_q8_0(n, w, a); }
+static void dot_q5_0(int n, float *s, const void *w, const void *a) { *s = sum_q5_0(n, w, a); }
 
 /* ---- K-quants x Q8_K ---- */
 
@@ -205,7 +170,7 @@ static inline __attribute__((always_inline)) void dot_k4(int n, float *s, const 
         }
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(dd), acc);
     }
-    *s = _mm512_reduce_add_ps(acc) - hsum256(accm);
+    *s = _mm512_reduce_add_ps(acc) - qt_hsum8(accm);
 }
 
 static void dot_q4_k(int n, float *s, const void *w, const void *a) { dot_k4(n, s, w, sizeof(block_q4_K), a, 0); }

@@ -1,0 +1,57 @@
+/* Pieces the AVX2 and AVX-512 dot products of the 32-weight block formats
+ * share (quant_dot_avx2.c, quant_dot_avx512.c), so that both run the same
+ * float work: AVX-512 kernels that only change the integer core (VNNI)
+ * then give the AVX2 kernels' results to the bit, which the small-batch
+ * kernels (quant_gemm_small_avx512.c) rely on. Include only from files
+ * built with at least -mavx2 -mfma -mf16c.
+ */
+#ifndef STRATA_QUANT_QUANT_DOT_LEGACY_H
+#define STRATA_QUANT_QUANT_DOT_LEGACY_H
+
+#include <immintrin.h>
+
+static inline float qt_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* fn(b): the f16 field F of 8 consecutive blocks of type BT, as 8 floats */
+#define QT_F16X8(fn, BT, F)                                                                                            \
+    static inline __m256 fn(const BT *b) {                                                                             \
+        uint16_t h[8];                                                                                                 \
+        for (int k = 0; k < 8; k++) h[k] = b[k].F;                                                                     \
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));                                                   \
+    }
+
+/* A block's scale as a float: the f16 d (most formats) */
+#define QT_XD1_D(b) _cvtsh_ss((b)->d)
+
+/* float name(n, x, y): sum over the 32-weight blocks of x (BT) and y (YT) of
+ * d_x * d_y * qd(x, y), qd giving 8 int32 lane sums. The scale products of
+ * 8 blocks are converted at once (one vcvtph2ps each side), kept in memory
+ * and read back with vbroadcastss (no shuffle per block); two accumulators
+ * hide the FMA latency; blocks past the last 8 use xd1 and the f16 d of y. */
+#define QT_LEGACY_DOT(name, BT, YT, qd, xd8, yd8, xd1)                                                                 \
+    static float name(int n, const BT *x, const YT *y) {                                                               \
+        const int nb = n / 32;                                                                                         \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                                 \
+        int ib = 0;                                                                                                    \
+        for (; ib + 8 <= nb; ib += 8) {                                                                                \
+            float dd[8] __attribute__((aligned(32)));                                                                  \
+            _mm256_store_ps(dd, _mm256_mul_ps(xd8(x + ib), yd8(y + ib)));                                              \
+            for (int k = 0; k < 8; k += 2) {                                                                           \
+                acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k), _mm256_cvtepi32_ps(qd(&x[ib + k], &y[ib + k])),    \
+                                       acc0);                                                                          \
+                acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + k + 1),                                                \
+                                       _mm256_cvtepi32_ps(qd(&x[ib + k + 1], &y[ib + k + 1])), acc1);                  \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (; ib < nb; ib++)                                                                                          \
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(xd1(&x[ib]) * _cvtsh_ss(y[ib].d)),                                   \
+                                   _mm256_cvtepi32_ps(qd(&x[ib], &y[ib])), acc0);                                      \
+        return qt_hsum8(_mm256_add_ps(acc0, acc1));                                                                    \
+    }
+
+#endif
