@@ -166,19 +166,8 @@ QT_LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, QT_XD
 QT_LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, QT_XD1_D)
 QT_LEGACY_DOT(sum_mxfp4, block_mxfp4, block_q8_0, qd_mxfp4, d8_mxfp4, d8_q8_0, XD1_E)
 
-/* Q4_1/Q5_1 min term: sum over blocks of m * s, 8 blocks per vector */
-#define MIN_TERM(name, BT, m8, mfield)                                                                                 \
-    static float name(int n, const BT *x, const block_q8_1 *y) {                                                       \
-        const int nb = n / 32;                                                                                         \
-        __m256 acc = _mm256_setzero_ps();                                                                              \
-        int ib = 0;                                                                                                    \
-        for (; ib + 8 <= nb; ib += 8) acc = _mm256_fmadd_ps(m8(x + ib), s8_q8_1(y + ib), acc);                         \
-        float sum = qt_hsum8(acc);                                                                                     \
-        for (; ib < nb; ib++) sum += f16(x[ib].mfield) * f16(y[ib].s);                                                 \
-        return sum;                                                                                                    \
-    }
-MIN_TERM(min_q4_1, block_q4_1, m8_q4_1, m)
-MIN_TERM(min_q5_1, block_q5_1, m8_q5_1, m)
+QT_MIN_TERM(min_q4_1, block_q4_1, m8_q4_1, s8_q8_1, m)
+QT_MIN_TERM(min_q5_1, block_q5_1, m8_q5_1, s8_q8_1, m)
 
 static void dot_q4_0(int n, float *s, const void *w, const void *a) { *s = sum_q4_0(n, w, a); }
 static void dot_q4_1(int n, float *s, const void *w, const void *a) { *s = sum_q4_1(n, w, a) + min_q4_1(n, w, a); }

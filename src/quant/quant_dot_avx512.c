@@ -79,19 +79,28 @@ static inline __m512 cvt_bf16x16(__m256i h) {
 DOT_HALF(dot_f16, cvt_f16x16)
 DOT_HALF(dot_bf16, cvt_bf16x16)
 
-/* ---- Q8_0 and Q5_0 x Q8_0 in ymm ----
+/* ---- the 32-weight block formats in ymm (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) ----
  * Two blocks per zmm measured slower here (the per-block scale vectors and
  * 256-bit inserts crowd port 5, and zmm work has two vector ports, ymm three),
  * so this stays 256-bit and gains from VNNI only: vpsignb + vpdpbusd replace
- * vpsignb + vpmaddubsw + vpmaddwd. Q5_0 also takes its 5th bits as a mask
- * register (q - 16 where the bit is clear: one masked vpsubb) where AVX2
- * spreads them to bytes with a shuffle, an and and a compare. Each lane
+ * vpsignb + vpmaddubsw + vpmaddwd (Q4_1/Q5_1's unsigned weights: vpdpbusd
+ * alone). Q5_0/Q5_1 also take their 5th bits as a mask register (one
+ * masked vpsubb / vpaddb) where AVX2 spreads them to bytes with a shuffle,
+ * an and and a compare. Each lane
  * holds the same four products as the AVX2 kernels' lanes, and the float
  * work is theirs step for step (QT_LEGACY_DOT), so the bits are the same:
  * quant_gemm_small_avx512.c's kernels equal these bit for bit. */
 
 QT_F16X8(d8_q8_0, block_q8_0, d)
+QT_F16X8(d8_q8_1, block_q8_1, d)
+QT_F16X8(s8_q8_1, block_q8_1, s)
+QT_F16X8(d8_q4_0, block_q4_0, d)
+QT_F16X8(d8_q4_1, block_q4_1, d)
+QT_F16X8(m8_q4_1, block_q4_1, m)
 QT_F16X8(d8_q5_0, block_q5_0, d)
+QT_F16X8(d8_q5_1, block_q5_1, d)
+QT_F16X8(m8_q5_1, block_q5_1, m)
+QT_F16X8(d8_iq4_nl, block_iq4_nl, d)
 
 /* signed weights x signed activations: |x| x sign(y, x) */
 static inline __m256i dot_ss_vnni(__m256i xv, __m256i yv) {
@@ -102,6 +111,28 @@ static inline __m256i qd_q8_0(const block_q8_0 *x, const block_q8_0 *y) {
     return dot_ss_vnni(load32(x->qs), load32(y->qs));
 }
 
+static inline __m256i qd_q4_0(const block_q4_0 *x, const block_q8_0 *y) {
+    return dot_ss_vnni(_mm256_sub_epi8(qt_nibbles32(x->qs), _mm256_set1_epi8(8)), load32(y->qs));
+}
+
+/* Q4_1/Q5_1: unsigned weights straight into vpdpbusd; the min term apart */
+static inline __m256i qd_q4_1(const block_q4_1 *x, const block_q8_1 *y) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), qt_nibbles32(x->qs), load32(y->qs));
+}
+
+static inline __m256i qd_q5_1(const block_q5_1 *x, const block_q8_1 *y) {
+    uint32_t qh;
+    memcpy(&qh, x->qh, 4);
+    const __m256i nib = qt_nibbles32(x->qs);
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                               _mm256_mask_add_epi8(nib, (__mmask32)qh, nib, _mm256_set1_epi8(16)), load32(y->qs));
+}
+
+static inline __m256i qd_iq4_nl(const block_iq4_nl *x, const block_q8_0 *y) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl));
+    return dot_ss_vnni(_mm256_shuffle_epi8(lut, qt_nibbles32(x->qs)), load32(y->qs));
+}
+
 static inline __m256i qd_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
     uint32_t qh;
     memcpy(&qh, x->qh, 4);
@@ -109,10 +140,20 @@ static inline __m256i qd_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
     return dot_ss_vnni(_mm256_mask_sub_epi8(nib, (__mmask32)~qh, nib, _mm256_set1_epi8(16)), load32(y->qs));
 }
 
-QT_LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOT(sum_q4_0, block_q4_0, block_q8_0, qd_q4_0, d8_q4_0, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOT(sum_q4_1, block_q4_1, block_q8_1, qd_q4_1, d8_q4_1, d8_q8_1, QT_XD1_D)
 QT_LEGACY_DOT(sum_q5_0, block_q5_0, block_q8_0, qd_q5_0, d8_q5_0, d8_q8_0, QT_XD1_D)
-static void dot_q8_0(int n, float *s, const void *w, const void *a) { *s = sum_q8_0(n, w, a); }
+QT_LEGACY_DOT(sum_q5_1, block_q5_1, block_q8_1, qd_q5_1, d8_q5_1, d8_q8_1, QT_XD1_D)
+QT_LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, QT_XD1_D)
+QT_MIN_TERM(min_q4_1, block_q4_1, m8_q4_1, s8_q8_1, m)
+QT_MIN_TERM(min_q5_1, block_q5_1, m8_q5_1, s8_q8_1, m)
+static void dot_q4_0(int n, float *s, const void *w, const void *a) { *s = sum_q4_0(n, w, a); }
+static void dot_q4_1(int n, float *s, const void *w, const void *a) { *s = sum_q4_1(n, w, a) + min_q4_1(n, w, a); }
 static void dot_q5_0(int n, float *s, const void *w, const void *a) { *s = sum_q5_0(n, w, a); }
+static void dot_q5_1(int n, float *s, const void *w, const void *a) { *s = sum_q5_1(n, w, a) + min_q5_1(n, w, a); }
+static void dot_q8_0(int n, float *s, const void *w, const void *a) { *s = sum_q8_0(n, w, a); }
+static void dot_iq4_nl(int n, float *s, const void *w, const void *a) { *s = sum_iq4_nl(n, w, a); }
 
 /* ---- K-quants x Q8_K ---- */
 
@@ -413,6 +454,8 @@ void qdot_quantize_q8_k_avx512(const float *x, block_q8_K *y, int64_t nb) {
 }
 
 const qt_vec_dot_fn qt_dots_main_avx512[QT_COUNT] = {
-    [QT_F32] = dot_f32,   [QT_F16] = dot_f16,   [QT_BF16] = dot_bf16, [QT_Q8_0] = dot_q8_0,     [QT_Q5_0] = dot_q5_0,
-    [QT_Q4_K] = dot_q4_k, [QT_Q5_K] = dot_q5_k, [QT_Q6_K] = dot_q6_k, [QT_IQ4_XS] = dot_iq4_xs, [QT_MXFP4] = dot_mxfp4,
+    [QT_F32] = dot_f32,       [QT_F16] = dot_f16,     [QT_BF16] = dot_bf16, [QT_Q4_0] = dot_q4_0,
+    [QT_Q4_1] = dot_q4_1,     [QT_Q5_0] = dot_q5_0,   [QT_Q5_1] = dot_q5_1, [QT_Q8_0] = dot_q8_0,
+    [QT_IQ4_NL] = dot_iq4_nl, [QT_Q4_K] = dot_q4_k,   [QT_Q5_K] = dot_q5_k, [QT_Q6_K] = dot_q6_k,
+    [QT_IQ4_XS] = dot_iq4_xs, [QT_MXFP4] = dot_mxfp4,
 };

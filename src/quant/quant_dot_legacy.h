@@ -54,4 +54,17 @@ static inline float qt_hsum8(__m256 v) {
         return qt_hsum8(_mm256_add_ps(acc0, acc1));                                                                    \
     }
 
+/* float name(n, x, y): the min term of Q4_1/Q5_1, sum over blocks of m * s,
+ * 8 blocks per vector (m8: the m of 8 blocks of BT, s8: the s of 8 Q8_1) */
+#define QT_MIN_TERM(name, BT, m8, s8, mfield)                                                                          \
+    static float name(int n, const BT *x, const block_q8_1 *y) {                                                       \
+        const int nb = n / 32;                                                                                         \
+        __m256 acc = _mm256_setzero_ps();                                                                              \
+        int ib = 0;                                                                                                    \
+        for (; ib + 8 <= nb; ib += 8) acc = _mm256_fmadd_ps(m8(x + ib), s8(y + ib), acc);                              \
+        float sum = qt_hsum8(acc);                                                                                     \
+        for (; ib < nb; ib++) sum += _cvtsh_ss(x[ib].mfield) * _cvtsh_ss(y[ib].s);                                     \
+        return sum;                                                                                                    \
+    }
+
 #endif

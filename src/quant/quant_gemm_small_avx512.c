@@ -10,11 +10,11 @@
  * token right away, so the per-token work is what the single-row dot does
  * per block (an int8 dot, its conversion and one FMA) and nothing else.
  *
- * Bit for bit the single-row dot (qt_vec_dot on AVX-512: quant_dot_avx2.c's
- * LEGACY_DOT for Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL, quant_dot_avx512.c's dot_q8_0):
- * per token the same int32 lanes (VNNI vpdpbusd here, vpmaddubsw + vpmaddwd
- * there: the same 4 products per lane, exact; the signed formats use the
- * same |x| and sign(a, x)), the same scale products d_w * d_a rounded once,
+ * Bit for bit the single-row dot (qt_vec_dot on AVX-512: quant_dot_avx512.c,
+ * through quant_dot_legacy.h's QT_LEGACY_DOT and QT_MIN_TERM, the loops the
+ * AVX2 kernels run too): per token the same int32 lanes (vpdpbusd in both:
+ * the same 4 products per lane, exact; the signed formats use the same |x|
+ * and sign(a, x)), the same scale products d_w * d_a rounded once,
  * the even blocks of each group of 8 in one accumulator and the odd ones in
  * another, tail blocks into the first, the same horizontal sum, and for
  * Q4_1/Q5_1 the same min term (m * s per group of 8 in its own accumulator,
