@@ -133,16 +133,7 @@ static inline __m256i qd_mxfp4(const block_mxfp4 *x, const block_q8_0 *y) {
     return dot_ss(_mm256_shuffle_epi8(lut16(kvalues_mxfp4), qt_nibbles32(x->qs)), load32(y->qs));
 }
 
-QT_F16X8(d8_q4_0, block_q4_0, d)
-QT_F16X8(d8_q4_1, block_q4_1, d)
-QT_F16X8(m8_q4_1, block_q4_1, m)
-QT_F16X8(d8_q5_0, block_q5_0, d)
-QT_F16X8(d8_q5_1, block_q5_1, d)
-QT_F16X8(m8_q5_1, block_q5_1, m)
-QT_F16X8(d8_q8_0, block_q8_0, d)
-QT_F16X8(d8_q8_1, block_q8_1, d)
-QT_F16X8(s8_q8_1, block_q8_1, s)
-QT_F16X8(d8_iq4_nl, block_iq4_nl, d)
+QT_LEGACY_SCALES()
 
 /* E8M0 halves of 8 blocks (see qdot_e8m0_half): (e-1) << 23, or for e < 2 the
  * subnormals 0x00200000 << e */
@@ -158,23 +149,9 @@ static inline __m256 d8_mxfp4(const block_mxfp4 *b) {
 
 #define XD1_E(b) qdot_e8m0_half((b)->e)
 
-QT_LEGACY_DOT(sum_q4_0, block_q4_0, block_q8_0, qd_q4_0, d8_q4_0, d8_q8_0, QT_XD1_D)
-QT_LEGACY_DOT(sum_q4_1, block_q4_1, block_q8_1, qd_q4_1, d8_q4_1, d8_q8_1, QT_XD1_D)
-QT_LEGACY_DOT(sum_q5_0, block_q5_0, block_q8_0, qd_q5_0, d8_q5_0, d8_q8_0, QT_XD1_D)
-QT_LEGACY_DOT(sum_q5_1, block_q5_1, block_q8_1, qd_q5_1, d8_q5_1, d8_q8_1, QT_XD1_D)
-QT_LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, QT_XD1_D)
-QT_LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, QT_XD1_D)
+QT_LEGACY_DOTS()
 QT_LEGACY_DOT(sum_mxfp4, block_mxfp4, block_q8_0, qd_mxfp4, d8_mxfp4, d8_q8_0, XD1_E)
 
-QT_MIN_TERM(min_q4_1, block_q4_1, m8_q4_1, s8_q8_1, m)
-QT_MIN_TERM(min_q5_1, block_q5_1, m8_q5_1, s8_q8_1, m)
-
-static void dot_q4_0(int n, float *s, const void *w, const void *a) { *s = sum_q4_0(n, w, a); }
-static void dot_q4_1(int n, float *s, const void *w, const void *a) { *s = sum_q4_1(n, w, a) + min_q4_1(n, w, a); }
-static void dot_q5_0(int n, float *s, const void *w, const void *a) { *s = sum_q5_0(n, w, a); }
-static void dot_q5_1(int n, float *s, const void *w, const void *a) { *s = sum_q5_1(n, w, a) + min_q5_1(n, w, a); }
-static void dot_q8_0(int n, float *s, const void *w, const void *a) { *s = sum_q8_0(n, w, a); }
-static void dot_iq4_nl(int n, float *s, const void *w, const void *a) { *s = sum_iq4_nl(n, w, a); }
 static void dot_mxfp4(int n, float *s, const void *w, const void *a) { *s = sum_mxfp4(n, w, a); }
 
 /* ---- K-quants x Q8_K ---- */

@@ -91,16 +91,7 @@ DOT_HALF(dot_bf16, cvt_bf16x16)
  * work is theirs step for step (QT_LEGACY_DOT), so the bits are the same:
  * quant_gemm_small_avx512.c's kernels equal these bit for bit. */
 
-QT_F16X8(d8_q8_0, block_q8_0, d)
-QT_F16X8(d8_q8_1, block_q8_1, d)
-QT_F16X8(s8_q8_1, block_q8_1, s)
-QT_F16X8(d8_q4_0, block_q4_0, d)
-QT_F16X8(d8_q4_1, block_q4_1, d)
-QT_F16X8(m8_q4_1, block_q4_1, m)
-QT_F16X8(d8_q5_0, block_q5_0, d)
-QT_F16X8(d8_q5_1, block_q5_1, d)
-QT_F16X8(m8_q5_1, block_q5_1, m)
-QT_F16X8(d8_iq4_nl, block_iq4_nl, d)
+QT_LEGACY_SCALES()
 
 /* signed weights x signed activations: |x| x sign(y, x) */
 static inline __m256i dot_ss_vnni(__m256i xv, __m256i yv) {
@@ -140,20 +131,7 @@ static inline __m256i qd_q5_0(const block_q5_0 *x, const block_q8_0 *y) {
     return dot_ss_vnni(_mm256_mask_sub_epi8(nib, (__mmask32)~qh, nib, _mm256_set1_epi8(16)), load32(y->qs));
 }
 
-QT_LEGACY_DOT(sum_q4_0, block_q4_0, block_q8_0, qd_q4_0, d8_q4_0, d8_q8_0, QT_XD1_D)
-QT_LEGACY_DOT(sum_q4_1, block_q4_1, block_q8_1, qd_q4_1, d8_q4_1, d8_q8_1, QT_XD1_D)
-QT_LEGACY_DOT(sum_q5_0, block_q5_0, block_q8_0, qd_q5_0, d8_q5_0, d8_q8_0, QT_XD1_D)
-QT_LEGACY_DOT(sum_q5_1, block_q5_1, block_q8_1, qd_q5_1, d8_q5_1, d8_q8_1, QT_XD1_D)
-QT_LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, QT_XD1_D)
-QT_LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, QT_XD1_D)
-QT_MIN_TERM(min_q4_1, block_q4_1, m8_q4_1, s8_q8_1, m)
-QT_MIN_TERM(min_q5_1, block_q5_1, m8_q5_1, s8_q8_1, m)
-static void dot_q4_0(int n, float *s, const void *w, const void *a) { *s = sum_q4_0(n, w, a); }
-static void dot_q4_1(int n, float *s, const void *w, const void *a) { *s = sum_q4_1(n, w, a) + min_q4_1(n, w, a); }
-static void dot_q5_0(int n, float *s, const void *w, const void *a) { *s = sum_q5_0(n, w, a); }
-static void dot_q5_1(int n, float *s, const void *w, const void *a) { *s = sum_q5_1(n, w, a) + min_q5_1(n, w, a); }
-static void dot_q8_0(int n, float *s, const void *w, const void *a) { *s = sum_q8_0(n, w, a); }
-static void dot_iq4_nl(int n, float *s, const void *w, const void *a) { *s = sum_iq4_nl(n, w, a); }
+QT_LEGACY_DOTS()
 
 /* ---- K-quants x Q8_K ---- */
 

@@ -67,4 +67,40 @@ static inline float qt_hsum8(__m256 v) {
         return sum;                                                                                                    \
     }
 
+/* The f16 gathers of the six block formats (d8_*, m8_*, s8_q8_1). */
+#define QT_LEGACY_SCALES()                                                                                             \
+    QT_F16X8(d8_q4_0, block_q4_0, d)                                                                                   \
+    QT_F16X8(d8_q4_1, block_q4_1, d)                                                                                   \
+    QT_F16X8(m8_q4_1, block_q4_1, m)                                                                                   \
+    QT_F16X8(d8_q5_0, block_q5_0, d)                                                                                   \
+    QT_F16X8(d8_q5_1, block_q5_1, d)                                                                                   \
+    QT_F16X8(m8_q5_1, block_q5_1, m)                                                                                   \
+    QT_F16X8(d8_q8_0, block_q8_0, d)                                                                                   \
+    QT_F16X8(d8_q8_1, block_q8_1, d)                                                                                   \
+    QT_F16X8(s8_q8_1, block_q8_1, s)                                                                                   \
+    QT_F16X8(d8_iq4_nl, block_iq4_nl, d)
+
+/* dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0, dot_iq4_nl (qt_vec_dot_fn)
+ * from the including file's integer cores qd_<format>(x, y) (8 int32 lane
+ * sums of one block) and QT_LEGACY_SCALES()'s gathers. */
+#define QT_LEGACY_DOTS()                                                                                               \
+    QT_LEGACY_DOT(sum_q4_0, block_q4_0, block_q8_0, qd_q4_0, d8_q4_0, d8_q8_0, QT_XD1_D)                               \
+    QT_LEGACY_DOT(sum_q4_1, block_q4_1, block_q8_1, qd_q4_1, d8_q4_1, d8_q8_1, QT_XD1_D)                               \
+    QT_LEGACY_DOT(sum_q5_0, block_q5_0, block_q8_0, qd_q5_0, d8_q5_0, d8_q8_0, QT_XD1_D)                               \
+    QT_LEGACY_DOT(sum_q5_1, block_q5_1, block_q8_1, qd_q5_1, d8_q5_1, d8_q8_1, QT_XD1_D)                               \
+    QT_LEGACY_DOT(sum_q8_0, block_q8_0, block_q8_0, qd_q8_0, d8_q8_0, d8_q8_0, QT_XD1_D)                               \
+    QT_LEGACY_DOT(sum_iq4_nl, block_iq4_nl, block_q8_0, qd_iq4_nl, d8_iq4_nl, d8_q8_0, QT_XD1_D)                       \
+    QT_MIN_TERM(min_q4_1, block_q4_1, m8_q4_1, s8_q8_1, m)                                                             \
+    QT_MIN_TERM(min_q5_1, block_q5_1, m8_q5_1, s8_q8_1, m)                                                             \
+    static void dot_q4_0(int n, float *s, const void *w, const void *a) { *s = sum_q4_0(n, w, a); }                    \
+    static void dot_q4_1(int n, float *s, const void *w, const void *a) {                                              \
+        *s = sum_q4_1(n, w, a) + min_q4_1(n, w, a);                                                                    \
+    }                                                                                                                  \
+    static void dot_q5_0(int n, float *s, const void *w, const void *a) { *s = sum_q5_0(n, w, a); }                    \
+    static void dot_q5_1(int n, float *s, const void *w, const void *a) {                                              \
+        *s = sum_q5_1(n, w, a) + min_q5_1(n, w, a);                                                                    \
+    }                                                                                                                  \
+    static void dot_q8_0(int n, float *s, const void *w, const void *a) { *s = sum_q8_0(n, w, a); }                    \
+    static void dot_iq4_nl(int n, float *s, const void *w, const void *a) { *s = sum_iq4_nl(n, w, a); }
+
 #endif
