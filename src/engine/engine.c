@@ -374,19 +374,24 @@ int engine_seq_eval(engine *e, engine_seq *s, const int32_t *toks, int n) {
     return seq_eval_to(e, s, toks, n, s->logits, 0);
 }
 
-int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals) {
-    if (seq_check(e, s, &tok, 1) != 0) return -1;
+/* The start of a one-token step that returns something other than s->logits
+ * (engine_seq_eval_top_k, _draw); the caller records tok after its forward. */
+static int seq_one(engine *e, engine_seq *s, int32_t *tok) {
+    if (seq_check(e, s, tok, 1) != 0) return -1;
     seq_settle(s);
     split_send_forward(e->net, s->id, s->n_past, 1, 0);
+    return 0;
+}
+
+int engine_seq_eval_top_k(engine *e, engine_seq *s, int32_t tok, int k, int32_t *ids, float *vals) {
+    if (seq_one(e, s, &tok) != 0) return -1;
     const int rc = model_forward_top_k(e->mc, s->kv->layers, tok, s->n_past, k, ids, vals, s->logits);
     s->hist[s->n_past++] = tok;
     return rc;
 }
 
 int engine_seq_eval_draw(engine *e, engine_seq *s, int32_t tok, float inv_t, double u, int32_t *out) {
-    if (seq_check(e, s, &tok, 1) != 0) return -1;
-    seq_settle(s);
-    split_send_forward(e->net, s->id, s->n_past, 1, 0);
+    if (seq_one(e, s, &tok) != 0) return -1;
     const int rc = model_forward_draw(e->mc, s->kv->layers, tok, s->n_past, inv_t, u, out, s->logits);
     s->hist[s->n_past++] = tok;
     return rc;

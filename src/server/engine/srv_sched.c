@@ -347,32 +347,24 @@ static int top_k_step(local_sched *s, slot *sl) {
     if (!sl->gen || sl->extra) return 0;
     const int k = e->be->top_k ? sampler_candidates(sl->smp, e->be->top_k_max) : 0;
     const float dt = k <= 0 && e->be->draw ? sampler_device_temp(sl->smp) : 0.0f;
-    if (dt > 0.0f) {
-        const int rc = engine_seq_eval_draw(e, sl->seq, sl->next, 1.0f / dt, sampler_draw_unit(sl->smp), &sl->drawn);
-        if (rc < 0) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", st_error_get());
-            slot_fail(s, sl, msg, OUT_FAILED);
-            return 1;
-        }
-        sl->drew = rc == 0; /* 1: a NaN logit, the logits came whole and the host draws */
-        sl->state = SL_SAMPLE;
-        return 1;
-    }
-    if (k <= 0) return 0;
+    if (k <= 0 && dt <= 0.0f) return 0;
     if (k > s->top_cap) {
         s->top_cap = k;
         s->top_ids = st_realloc(s->top_ids, (size_t)k * sizeof *s->top_ids);
         s->top_vals = st_realloc(s->top_vals, (size_t)k * sizeof *s->top_vals);
     }
-    const int rc = engine_seq_eval_top_k(e, sl->seq, sl->next, k, s->top_ids, s->top_vals);
+    const int rc = dt > 0.0f
+                       ? engine_seq_eval_draw(e, sl->seq, sl->next, 1.0f / dt, sampler_draw_unit(sl->smp), &sl->drawn)
+                       : engine_seq_eval_top_k(e, sl->seq, sl->next, k, s->top_ids, s->top_vals);
     if (rc < 0) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_error_get());
         slot_fail(s, sl, msg, OUT_FAILED);
         return 1;
     }
-    sl->n_top = rc == 0 ? k : 0; /* 1: the logits came whole (sl->seq->logits) */
+    /* rc 1: the logits came whole (sl->seq->logits: no top-k here, or a NaN logit) and the host samples */
+    sl->drew = rc == 0 && dt > 0.0f;
+    sl->n_top = rc == 0 && dt <= 0.0f ? k : 0;
     sl->state = SL_SAMPLE;
     return 1;
 }
