@@ -28,8 +28,9 @@ typedef struct {
     int64_t n_mat;     /* experts (ne2), 1 for dense */
     size_t row_bytes;  /* qt_row_size(type, n_in) */
     const float *bias; /* (n_mat x n_out) f32 added to matrix m's products, this backend's memory,
-                          or NULL; indexed by expert id, not by where the matrix is placed.
-                          moe_experts adds it (gpt-oss); dense biases are separate vectors */
+                          or NULL: every matmul form adds row mat of it (ST_MAT_ALL: each
+                          matrix its own), moe_experts adds an expert's row by expert id,
+                          not by where the matrix is placed (gpt-oss) */
 } st_weight;
 
 static inline const void *st_weight_mat(const st_weight *w, int64_t m) {

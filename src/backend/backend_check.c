@@ -384,16 +384,20 @@ static int route_sets_differ(const float *ra, const float *rb, int n_tok, int n_
  *   q, k, v = Wq h2, Wk h2, Wv h2             (matmul_multi: FUSE bit 1)
  * x, h, the router logits, m, h2, q, k and v compared. tq: wo, q, k; tv: v.
  * fuse >= 0: a backend with the ST_VARIANT_FUSE variant runs it with those bits (0: each
- * fused op as its composition).
+ * fused op as its composition). bias: wo, wq, wk, wv and the router carry
+ * biases (st_weight.bias: gpt-oss's five), which every product adds.
  * The inputs are drawn again while the reference's routing has a near-tie
  * (route_margin below 0.1), or when the two sides' router logits pick
  * different experts: a rounding difference in h can flip a choice, which
  * is not the error this check measures (check_moe checks the routing). */
 static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int64_t qw, int64_t kvw, int n_expert,
-                               int k, int64_t F, int n_tok, int fuse) {
+                               int k, int64_t F, int n_tok, int fuse, int bias) {
     wpair wo = make_weight(c, tq, qw, dim, 1), wq = make_weight(c, tq, dim, qw, 1),
           wk = make_weight(c, tq, dim, kvw, 1);
     wpair wv = make_weight(c, tv, dim, kvw, 1), wr = make_weight(c, QT_F32, dim, n_expert, 1);
+    void *bb[5][2] = {{NULL, NULL}};
+    wpair *biased[] = {&wo, &wq, &wk, &wv, &wr};
+    for (int i = 0; i < 5 && bias; i++) give_bias(c, biased[i], 1.0f, bb[i]);
     wpair g = make_weight(c, QT_Q4_K, dim, F, n_expert), u = make_weight(c, QT_Q4_K, dim, F, n_expert);
     wpair d = make_weight(c, QT_Q6_K, F, dim, n_expert);
     const size_t nx = (size_t)n_tok * dim, nq = (size_t)n_tok * qw, nk = (size_t)n_tok * kvw;
@@ -470,13 +474,15 @@ static void check_decode_layer(chk *c, qt_type tq, qt_type tv, int64_t dim, int6
     char fz[16] = "";
     if (set_fuse) snprintf(fz, sizeof fz, ", fuse %d", fuse);
     report(c, "decode layer", e, 6e-3, ms,
-           "%s/%s, %lld wide, %d tokens, top-%d of %d%s, %s CPU (worst: %s; next: %s %.2g; routing margin %.2f%s)",
-           qt_get(tq)->name, qt_get(tv)->name, (long long)dim, n_tok, k, n_expert, fz, ref_8bit >= 0 ? "f32" : "8-bit",
-           worst, next, e2, margin, margin < 0.1 || flipped ? ", a near-tie kept after 20 draws" : "");
+           "%s/%s, %lld wide, %d tokens, top-%d of %d%s%s, %s CPU (worst: %s; next: %s %.2g; routing margin %.2f%s)",
+           qt_get(tq)->name, qt_get(tv)->name, (long long)dim, n_tok, k, n_expert, fz, bias ? ", biased" : "",
+           ref_8bit >= 0 ? "f32" : "8-bit", worst, next, e2, margin,
+           margin < 0.1 || flipped ? ", a near-tie kept after 20 draws" : "");
     for (int i = 0; i < 11; i++) c->ref->free(c->ref, b[i][0]), c->dut->free(c->dut, b[i][1]);
     st_free(hx), st_free(ha), st_free(hn), st_free(hn2);
     wpair *all[] = {&wo, &wq, &wk, &wv, &wr, &g, &u, &d};
     for (int i = 0; i < 8; i++) free_weight(c, all[i]);
+    for (int i = 0; i < 5 && bias; i++) c->ref->free(c->ref, bb[i][0]), c->dut->free(c->dut, bb[i][1]);
 }
 
 /* top_k (the sampler's candidates) on the device under test against a plain
@@ -602,14 +608,18 @@ static void check_upload_many(chk *c) {
  * none: part 0 the small shapes, part 1 qwen3-30b-a3b's (test size only). */
 static void check_decode_layers(chk *c, int part, int size) {
     for (int f = 0; f < 2 && part == 0; f++) {
-        check_decode_layer(c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1, f ? 0 : -1);
-        check_decode_layer(c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3, f ? 0 : -1);
-        check_decode_layer(c, QT_Q5_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 2,
-                           f ? 0 : -1); /* the other pair, 2 tokens */
+        check_decode_layer(c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 1, f ? 0 : -1, 0);
+        check_decode_layer(c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 3, f ? 0 : -1, 0);
+        check_decode_layer(c, QT_Q5_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 2, f ? 0 : -1,
+                           0); /* the other pair, 2 tokens */
+        /* biased products: one token (the fused kernels), three (one launch for q, k, v), nine (the GEMM path) */
+        check_decode_layer(c, QT_Q8_0, QT_Q8_0, 256, 256, 64, 16, 4, 256, 1, f ? 0 : -1, 1);
+        check_decode_layer(c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 3, f ? 0 : -1, 1);
+        check_decode_layer(c, QT_Q4_K, QT_Q6_K, 256, 512, 128, 16, 4, 256, 9, f ? 0 : -1, 1);
     }
     if (size && part == 1)
         for (int f = 0; f < 2; f++)
-            check_decode_layer(c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1, f ? 0 : -1);
+            check_decode_layer(c, QT_Q4_K, QT_Q6_K, 2048, 4096, 512, 128, 8, 768, 1, f ? 0 : -1, 0);
 }
 
 int backend_check_layer_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {

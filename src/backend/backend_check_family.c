@@ -29,17 +29,6 @@ static void check_glu_oai(chk *c, int64_t n) {
     st_free(g), st_free(u);
 }
 
-/* Expert biases (st_weight.bias, n_expert rows of n_out) on both backends:
- * gate and up sd 4 (with products of sd ~8, the clamps act on many values),
- * down sd 1. */
-static void oai_biases(chk *c, wpair *w, float sd, void **bufs) {
-    const size_t n = (size_t)w->r.n_mat * (size_t)w->r.n_out;
-    float *b = rand_host(c, n, sd);
-    bufs[0] = put(c->ref, b, n * 4), bufs[1] = put(c->dut, b, n * 4);
-    w->r.bias = bufs[0], w->d.bias = bufs[1];
-    st_free(b);
-}
-
 /* gpt-oss's MoE FFN: the experts' biases and the clamped SwiGLU, through
  * the path of check_moe's numbering (0: fused decode kernels when n_tok*k
  * <= 64, else the grouped products; 1: the expert loop; 2: grouped only),
@@ -49,8 +38,8 @@ static void check_moe_oai(chk *c, int n_tok, int n_expert, int k, int64_t E, int
     const st_moe_gating gt = {ST_GATE_SOFTMAX, 1, NULL, 1.0f, 0, 0};
     wpair g = make_weight(c, tg, E, F, n_expert), u = make_weight(c, tg, E, F, n_expert);
     wpair d = make_weight(c, td, F, E, n_expert);
-    void *bb[3][2];
-    oai_biases(c, &g, 4.0f, bb[0]), oai_biases(c, &u, 4.0f, bb[1]), oai_biases(c, &d, 1.0f, bb[2]);
+    void *bb[3][2]; /* gate and up sd 4 (with products of sd ~8, the clamps act on many values), down sd 1 */
+    give_bias(c, &g, 4.0f, bb[0]), give_bias(c, &u, 4.0f, bb[1]), give_bias(c, &d, 1.0f, bb[2]);
     float *h = rand_host(c, (size_t)n_tok * E, 1.0f), *l = rand_host(c, (size_t)n_tok * n_expert, 2.0f);
     void *hr = put(c->ref, h, (size_t)n_tok * E * 4), *hd = put(c->dut, h, (size_t)n_tok * E * 4);
     void *lr = put(c->ref, l, (size_t)n_tok * n_expert * 4), *ld = put(c->dut, l, (size_t)n_tok * n_expert * 4);
@@ -86,7 +75,7 @@ static void check_moe_experts_oai(chk *c, int n_tok, int n_expert, int k, int64_
                   make_weight(c, td, F, E, n_expert)};
     void *bb[3][2];
     for (int i = 0; i < 3; i++) {
-        oai_biases(c, &w[i], i < 2 ? 4.0f : 1.0f, bb[i]);
+        give_bias(c, &w[i], i < 2 ? 4.0f : 1.0f, bb[i]);
         /* the device's copy with its matrices in reversed order */
         const size_t mb = (size_t)w[i].r.n_out * w[i].r.row_bytes, all = mb * (size_t)n_expert;
         uint8_t *q = st_malloc(all), *rv = st_malloc(all);

@@ -140,6 +140,16 @@ static inline wpair make_weight(chk *c, qt_type t, int64_t n_in, int64_t n_out, 
     return w;
 }
 
+/* Biases for w (st_weight.bias, n_mat rows of n_out, Gaussian of sd) on
+ * both backends; bufs[0], bufs[1]: the ref's and the dut's, to free. */
+static inline void give_bias(chk *c, wpair *w, float sd, void **bufs) {
+    const size_t n = (size_t)w->r.n_mat * (size_t)w->r.n_out;
+    float *b = rand_host(c, n, sd);
+    bufs[0] = put(c->ref, b, n * 4), bufs[1] = put(c->dut, b, n * 4);
+    w->r.bias = bufs[0], w->d.bias = bufs[1];
+    st_free(b);
+}
+
 static inline void free_weight(chk *c, wpair *w) {
     c->ref->free(c->ref, w->rp);
     c->dut->free(c->dut, w->dp);

@@ -9,9 +9,9 @@
  * expert scaled by sigmoid(w.h) to the routed ones. glm4moe: partial rotary,
  * dense FFNs in the first layers, then sigmoid-routed experts (a selection
  * bias, a scale) plus an ungated shared expert. deepseek2: multi-head latent
- * attention (forward_mla.c) and group-limited routing. gpt-oss: attention sinks, an
- * output bias, a router bias, experts whose biases and clamped SwiGLU travel
- * in their st_weight and st_act through the MoE seam. Every step is a backend
+ * attention (forward_mla.c) and group-limited routing. gpt-oss: attention sinks,
+ * biased q/k/v, output and router products and experts (every bias travels
+ * in its st_weight: the product adds it) and the clamped SwiGLU (st_act). Every step is a backend
  * op, so the same code drives the CPU and the GPU. Each residual add is done
  * with the norm that follows it (rmsnorm's res argument: one pass over x
  * instead of two); the last layer's by a plain add, since the output norm
@@ -136,22 +136,20 @@ static void hop_recv(model_ctx *c, int rows) {
     c->be->to_device(c->be, c->x, c->hop, n * sizeof(float));
 }
 
-/* A block's output projection joins the residual stream: o = W a (+ bias,
- * post-normed where the family says), x += o, then h = ffn_norm(x) and, in a
- * MoE layer, the router's logits of h into c->router. */
-static void block_out(model_ctx *c, int il, const st_weight *w, const float *a, const float *bias,
-                      const float *post_norm, int rows) {
+/* A block's output projection joins the residual stream: o = W a (+ W's
+ * bias, post-normed where the family says), x += o, then h = ffn_norm(x)
+ * and, in a MoE layer, the router's logits of h into c->router. */
+static void block_out(model_ctx *c, int il, const st_weight *w, const float *a, const float *post_norm, int rows) {
     const model_hparams *hp = &c->m->hp;
     const model_layer *l = &c->m->layers[il];
     st_backend *be = c->be;
     const int moe = model_layer_moe(hp, il);
     const st_weight *wr = moe ? &l->ffn_gate_inp : NULL;
-    if (!bias && !post_norm) { /* nothing between the product and the add */
+    if (!post_norm) { /* nothing between the product and the add */
         be->matmul_res_norm(be, w, a, c->o, c->x, l->ffn_norm, hp->rms_eps, c->h, wr, c->router, rows);
         return;
     }
     be->matmul(be, w, 0, a, c->o, rows);
-    if (bias) be->add(be, c->o, bias, hp->n_embd, rows);
     if (post_norm) be->rmsnorm(be, c->o, NULL, post_norm, c->o, hp->n_embd, rows, hp->rms_eps);
     be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
     if (wr) be->matmul(be, wr, 0, c->h, c->router, rows);
@@ -184,11 +182,6 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         float *y[] = {c->q, c->k, c->v};
         be->matmul_multi(be, 3, w, c->h, y, rows);
     }
-    if (l->bq) {
-        be->add(be, c->q, l->bq, qw, rows);
-        be->add(be, c->k, l->bk, kvw, rows);
-        be->add(be, c->v, l->bv, kvw, rows);
-    }
     /* Gemma 3: five sliding-window layers with their own unscaled RoPE base, then one global;
      * gpt-oss: every other layer, rotated as the others (YaRN) */
     int swa = hp->swa_pattern && (il % hp->swa_pattern) < hp->swa_pattern - 1;
@@ -207,7 +200,7 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
         r += n;
     }
     if (gated) be->sigmoid_mul(be, c->att, c->gate, qw, qw, rows);
-    block_out(c, il, &l->wo, c->att, l->bo, l->post_attn_norm, rows);
+    block_out(c, il, &l->wo, c->att, l->post_attn_norm, rows);
 }
 
 /* A hybrid family's gated DeltaNet layer, rows stacked as in attention_block:
@@ -242,7 +235,7 @@ static void recurrent_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
                             c->so + (size_t)r * vd);
         r += n;
     }
-    block_out(c, il, &l->ssm_out, c->so, NULL, NULL, rows);
+    block_out(c, il, &l->ssm_out, c->so, NULL, rows);
 }
 
 /* The FFN (dense or MoE) of n rows, whichever sequences they belong to.
@@ -258,7 +251,6 @@ static void ffn_block(model_ctx *c, int il, int n, int last) {
         /* softmax routing (qwen), or sigmoid with a selection bias and a scale (glm4moe) */
         const st_moe_gating gt = {hp->gate_fn,      hp->norm_topk, l->exp_probs_b,
                                   hp->expert_scale, hp->n_group,   hp->n_group_used};
-        if (l->ffn_gate_inp_b) be->add(be, c->router, l->ffn_gate_inp_b, hp->n_expert, n); /* gpt-oss */
         be->moe_ffn(be, c->h, c->router, n, hp->n_expert, hp->n_expert_used, &gt, hp->act, &l->ffn_gate_exps,
                     &l->ffn_up_exps, &l->ffn_down_exps, c->o);
         if (l->ffn_up_shexp.data) { /* the shared expert (the hybrids': scaled by sigmoid(w.h)) joins the routed ones */
@@ -324,7 +316,7 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
             recurrent_block(c, il, kv, pos0, n_tok, n_seq, rows);
         } else if (c->mla) { /* deepseek2: multi-head latent attention (forward_mla.c) */
             const float *vo = mla_attention(m, be, c->mla, il, c->h, c->q, c->k, c->att, kv, pos0, n_tok, n_seq, rows);
-            block_out(c, il, &m->layers[il].wo, vo, NULL, NULL, rows);
+            block_out(c, il, &m->layers[il].wo, vo, NULL, rows);
         } else attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
         ffn_block(c, il, rows, il1);
     }

@@ -110,15 +110,15 @@ static inline int model_layer_recurrent(const model_hparams *hp, int il) {
 }
 
 typedef struct {
-    const float *attn_norm;       /* (n_embd) */
-    st_weight wq, wk, wv, wo;     /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) x2, (n_head*hd -> n_embd) */
-    const float *bq, *bk, *bv;    /* biases (qwen2) or NULL */
-    const float *q_norm, *k_norm; /* (head_dim), qwen3/gemma3, or NULL */
-    const float *post_attn_norm;  /* (n_embd), gemma3, or NULL */
-    const float *ffn_norm;        /* (n_embd) */
+    const float *attn_norm;               /* (n_embd) */
+    st_weight wq, wk, wv, wo;             /* (n_embd -> n_head*hd), (n_embd -> n_head_kv*hd) x2, (n_head*hd -> n_embd);
+                                             q/k/v biases (qwen2, glm4moe, gpt-oss) and o's (gpt-oss) as their .bias */
+    const float *q_norm, *k_norm;         /* (head_dim), qwen3/gemma3, or NULL */
+    const float *post_attn_norm;          /* (n_embd), gemma3, or NULL */
+    const float *ffn_norm;                /* (n_embd) */
     st_weight ffn_gate, ffn_up, ffn_down; /* dense: (n_embd -> n_ff) x2, (n_ff -> n_embd) */
     const float *post_ffn_norm;           /* (n_embd), gemma3, or NULL */
-    st_weight ffn_gate_inp;               /* router (n_embd -> n_expert) */
+    st_weight ffn_gate_inp;               /* router (n_embd -> n_expert); .bias: gpt-oss's */
     st_weight ffn_gate_exps, ffn_up_exps,
         ffn_down_exps;        /* (n_expert x [n_embd -> n_ff_exp]), down (n_ff_exp -> n_embd) */
     const float *exp_probs_b; /* (n_expert) expert selection bias (glm4moe, deepseek2), or NULL */
@@ -132,9 +132,7 @@ typedef struct {
     st_weight wv_b;         /* (n_head x [kv_lora -> v_head_mla]): a head's latent output to its values */
     /* gpt-oss; the per-expert biases ((n_expert x n_ff_exp) x2, (n_expert x n_embd)) are
      * ffn_{gate,up,down}_exps.bias, so that they travel with their experts */
-    const float *attn_sinks;     /* (n_head) logit of each head's sink in the softmax, or NULL */
-    const float *bo;             /* (n_embd) attn_output bias, or NULL */
-    const float *ffn_gate_inp_b; /* (n_expert) router bias, or NULL */
+    const float *attn_sinks; /* (n_head) logit of each head's sink in the softmax, or NULL */
     /* hybrid families (qwen3next, qwen35moe). Gated attention layers: wq is
      * (n_embd -> n_head*2*hd), per head hd query rows then hd gate rows.
      * ffn_norm is GGUF's post_attention_norm there. */

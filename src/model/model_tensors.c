@@ -18,7 +18,8 @@
     { name, offsetof(model_layer, field), 1, n, MD_ONE, MD_ONE, when, MT_DENSE }
 #define V2(name, field, in, out, when)                                                                                 \
     { name, offsetof(model_layer, field), 1, in, out, MD_ONE, when, MT_DENSE }
-/* the bias of the weight at field (st_weight.bias), after the weight's row: it travels with its experts */
+/* the bias of the weight at field (st_weight.bias), after the weight's row: every product of the
+ * weight adds it (backend.h), and a routed weight's travels with its experts */
 #define WB(name, field, in, out, when)                                                                                 \
     { name, offsetof(model_layer, field), 2, in, out, MD_ONE, when, MT_DENSE }
 
@@ -31,9 +32,9 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     W("attn_k.weight", wk, MD_EMBD, MD_KV, MD_ONE, MW_ATTN, MT_DENSE),
     W("attn_v.weight", wv, MD_EMBD, MD_KV, MD_ONE, MW_ATTN, MT_DENSE),
     W("attn_output.weight", wo, MD_Q, MD_EMBD, MD_ONE, MW_ATTN, MT_DENSE),
-    V("attn_q.bias", bq, MD_Q, MW_QKV_BIAS),
-    V("attn_k.bias", bk, MD_KV, MW_QKV_BIAS),
-    V("attn_v.bias", bv, MD_KV, MW_QKV_BIAS),
+    WB("attn_q.bias", wq, MD_Q, MD_ONE, MW_QKV_BIAS),
+    WB("attn_k.bias", wk, MD_KV, MD_ONE, MW_QKV_BIAS),
+    WB("attn_v.bias", wv, MD_KV, MD_ONE, MW_QKV_BIAS),
     V("attn_q_norm.weight", q_norm, MD_HEAD, MW_QK_NORM),
     V("attn_k_norm.weight", k_norm, MD_HEAD, MW_QK_NORM),
     V("post_attention_norm.weight", post_attn_norm, MD_EMBD, MW_POST_NORMS),
@@ -55,8 +56,8 @@ const model_layer_tensor MODEL_LAYER_TENSORS[] = {
     W("ffn_down_exps.weight", ffn_down_exps, MD_FF_EXP, MD_EMBD, MD_EXPERT, MW_MOE, MT_ROUTED),
     V("exp_probs_b.bias", exp_probs_b, MD_EXPERT, MW_EXP_BIAS),
     V("attn_sinks.weight", attn_sinks, MD_HEADS, MW_SINKS),
-    V("attn_output.bias", bo, MD_EMBD, MW_SINKS),
-    V("ffn_gate_inp.bias", ffn_gate_inp_b, MD_EXPERT, MW_EXPS_BIAS),
+    WB("attn_output.bias", wo, MD_EMBD, MD_ONE, MW_SINKS),
+    WB("ffn_gate_inp.bias", ffn_gate_inp, MD_EXPERT, MD_ONE, MW_EXPS_BIAS),
     WB("ffn_gate_exps.bias", ffn_gate_exps, MD_FF_EXP, MD_EXPERT, MW_EXPS_BIAS),
     WB("ffn_up_exps.bias", ffn_up_exps, MD_FF_EXP, MD_EXPERT, MW_EXPS_BIAS),
     WB("ffn_down_exps.bias", ffn_down_exps, MD_EMBD, MD_EXPERT, MW_EXPS_BIAS),

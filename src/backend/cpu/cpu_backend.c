@@ -108,6 +108,14 @@ static void matmul_precise(cpu_ctx *c, const st_weight *w, int64_t mat, const fl
     st_pool_run(c->pool, (w->n_out + 15) / 16, precise_task, &j);
 }
 
+/* Matrix mat's row of w's bias (backend.h) added to each of n_tok rows of y. */
+static void add_bias(const st_weight *w, int64_t mat, float *y, int n_tok) {
+    if (!w->bias) return;
+    const float *b = w->bias + (size_t)mat * (size_t)w->n_out;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < w->n_out; r++) y[(size_t)t * w->n_out + r] += b[r];
+}
+
 static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const float *x, float *y, int n_tok) {
     cpu_ctx *c = CTX(be);
     if (mat == ST_MAT_ALL) { /* per matrix through this function (cpu_mla.c) */
@@ -116,14 +124,14 @@ static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
     }
     if (c->precise) {
         matmul_precise(c, w, mat, x, y, n_tok);
-        return;
+    } else { /* types were checked at model load: a failure here is a bug */
+        int rc = n_tok == 1 ? cpu_matvec(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out,
+                                         w->n_in, x, y)
+                            : cpu_matmul(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out,
+                                         w->n_in, n_tok, x, y);
+        ST_ASSERT(rc == 0);
     }
-    /* types were checked at model load: a failure here is a bug */
-    int rc = n_tok == 1
-                 ? cpu_matvec(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out, w->n_in, x, y)
-                 : cpu_matmul(c->pool, &c->act, st_weight_mat(w, mat), w->row_bytes, w->type, w->n_out, w->n_in, n_tok,
-                              x, y);
-    ST_ASSERT(rc == 0);
+    add_bias(w, mat, y, n_tok);
 }
 
 /* One input, several weights (a layer's q, k, v): the input quantized once
@@ -134,7 +142,7 @@ static void cb_matmul(st_backend *be, const st_weight *w, int64_t mat, const flo
 static void cpu_matmul_multi(st_backend *be, int n, const st_weight *const *w, const float *x, float *const *y,
                              int n_tok) {
     cpu_ctx *c = CTX(be);
-    if (c->precise || n > MULTI_MAX) {
+    if (c->precise || n > MULTI_MAX || n < 1) {
         backend_compose_matmul_multi(be, n, w, x, y, n_tok);
         return;
     }
@@ -162,6 +170,7 @@ static void cpu_matmul_multi(st_backend *be, int n, const st_weight *const *w, c
         mm[i] = (cpu_mm){st_weight_mat(w[i], 0), w[i]->row_bytes, w[i]->type, w[i]->n_out, K, n_tok, xq, NULL, y[i], 0};
     }
     ST_ASSERT(cpu_matmul_q_batch(c->pool, mm, n) == 0);
+    for (int i = 0; i < n; i++) add_bias(w[i], 0, y[i], n_tok);
 }
 
 typedef struct {

@@ -293,18 +293,14 @@ static void matmul_tracked(cuda_ctx *c, const st_weight *w, int64_t mat, const f
  * absent: quantized matrices in one grouped call, float matrices one
  * product per matrix over its rows gathered by copy_2d. */
 #define HEADS_DEVICE_CALLS 16 /* most matrix-vector calls of the first form: 8 tokens of 128 heads */
-static void matmul_all(cuda_ctx *c, const st_weight *w, const float *x, float *y, int n_tok) {
-    op_begin(c);
+static void stack_products(cuda_ctx *c, const st_weight *w, const float *x, float *y, int n_tok) {
     const int64_t H = w->n_mat, ni = w->n_in, no = w->n_out;
     const int n = n_tok * (int)H, isf = w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16;
     /* a prompt: one strided batched GEMM over every matrix when the library takes it */
     if (n > HEADS_DEVICE_CALLS * MM_MOE_DEVICE_MAX) {
         const int rc = cuda_matmul_heads(w, x, y, n_tok, c->s);
         ST_ASSERT(rc >= 0); /* types were checked at model load */
-        if (rc == 0) {
-            act_forget(c);
-            return;
-        }
+        if (rc == 0) return;
     }
     if (n <= HEADS_DEVICE_CALLS * MM_MOE_DEVICE_MAX || !isf) {
         int32_t *ids = (int32_t *)cuda_scratch_reserve(&c->heads, (size_t)n * sizeof(int32_t));
@@ -326,6 +322,16 @@ static void matmul_all(cuda_ctx *c, const st_weight *w, const float *x, float *y
             cuda_copy_2d(y + m * no, H * no, ys, no, no, n_tok, c->s);
         }
     }
+}
+
+/* The stack's products without its bias (the pairs' products do not add
+ * it), then the bias once: [n_mat][n_out] per token, as y's rows. */
+static void matmul_all(cuda_ctx *c, const st_weight *w, const float *x, float *y, int n_tok) {
+    op_begin(c);
+    st_weight plain = *w;
+    plain.bias = NULL;
+    stack_products(c, &plain, x, y, n_tok);
+    if (w->bias) cuda_add(y, w->bias, w->n_mat * w->n_out, n_tok, c->s);
     act_forget(c);
 }
 
@@ -585,14 +591,11 @@ static void moe_ffn_loop(cuda_ctx *c, const float *h, const float *logits, int n
         if (!n) continue;
         cuda_gather_rows(hx, h, tok + off[e], n, E, c->s);
         act_forget(c);
-        matmul_tracked(c, gate, e, hx, ge, n);
+        matmul_tracked(c, gate, e, hx, ge, n); /* each adds expert e's bias row (gpt-oss) */
         matmul_tracked(c, up, e, hx, ue, n);
-        if (gate->bias) cuda_add(ge, gate->bias + (size_t)e * F, F, n, c->s); /* gpt-oss: by expert id */
-        if (up->bias) cuda_add(ue, up->bias + (size_t)e * F, F, n, c->s);
         cuda_act_mul(act, ge, ue, ge, (int64_t)n * F, NULL, NULL, c->s);
         act_forget(c);
         matmul_tracked(c, down, e, ge, ye, n);
-        if (down->bias) cuda_add(ye, down->bias + (size_t)e * E, E, n, c->s);
         cuda_scatter_add(out, ye, tok + off[e], tw + off[e], n, E, c->s);
     }
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cuda/mm/mm_impl.cuh"
+#include "backend/cuda/ops.h"
 
 extern "C" {
 #include "quant/quant.h"
@@ -191,18 +192,25 @@ static int mm_use_gemm(int n_tok) {
     return n_tok > MM_MMV_MAX_TOK;
 }
 
-/* A dense matrix-vector launch of matrix data wd (of w's shape and type)
- * for tokens [t0, t0 + n) of x into y, reading x's int8 form from sc
+/* Matrix mat's row of w's bias (backend.h: every product of a matrix adds
+ * its row), or NULL. */
+static const float *mm_bias(const st_weight *w, int64_t mat) {
+    return w->bias ? w->bias + (size_t)mat * (size_t)w->n_out : NULL;
+}
+
+/* A dense matrix-vector launch of matrix mat of w for tokens [t0, t0 + n)
+ * of x into y (plus the matrix's bias), reading x's int8 form from sc
  * (quantized weights). */
-static mm_mmv_args mm_dense_args(const st_weight *w, const void *wd, const mm_scratch *sc, const float *x, float *y,
+static mm_mmv_args mm_dense_args(const st_weight *w, int64_t mat, const mm_scratch *sc, const float *x, float *y,
                                  int t0, int n) {
     mm_mmv_args a;
     memset(&a, 0, sizeof(a));
     const int isf = mm_is_float(w->type);
     a.type = w->type;
-    a.w = (const uint8_t *)wd;
+    a.w = (const uint8_t *)st_weight_mat(w, mat);
     a.row_bytes = w->row_bytes;
     a.n_in = (int)w->n_in, a.n_out = (int)w->n_out;
+    a.b = mm_bias(w, mat);
     a.aq = isf ? NULL : sc->aq + (size_t)t0 * a.n_in;
     a.ad = isf ? NULL : sc->ad + (size_t)t0 * (a.n_in / 32);
     a.x = x + (size_t)t0 * a.n_in;
@@ -268,7 +276,7 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
     mm_scratch *sc = mm_scratch_get(s, nq, nq / 32 * sizeof(float2), 0, 0, 0, 0);
     if (!sc) return -1;
     if (!act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
-    mm_mmv_args a = mm_dense_args(w0, st_weight_mat(w0, ord[0]->mat), sc, x, ord[0]->y, 0, n_tok);
+    mm_mmv_args a = mm_dense_args(w0, ord[0]->mat, sc, x, ord[0]->y, 0, n_tok);
     a.y_add = ord[0]->y_add;
     a.n_more = n_jobs - 1;
     a.t2 = tb != ta ? n_a - 1 : a.n_more;
@@ -277,6 +285,7 @@ int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_
         a.more[i - 1].w = (const uint8_t *)st_weight_mat(ord[i]->w, ord[i]->mat);
         a.more[i - 1].y = ord[i]->y;
         a.more[i - 1].y_add = ord[i]->y_add;
+        a.more[i - 1].b = mm_bias(ord[i]->w, ord[i]->mat);
         a.more[i - 1].row_bytes = ord[i]->w->row_bytes;
         a.more[i - 1].n_out = (int)ord[i]->w->n_out;
     }
@@ -305,6 +314,7 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
         if (!sc) return -1;
         if (xb) mm_act_bf16(x, NULL, n_tok, n_in, sc->xb, s);
         const int rc = mm_gemm(sc, w, wd, sc->xb, x, n_tok, y, s);
+        if (rc == 0 && w->bias) cuda_add(y, mm_bias(w, mat), n_out, n_tok, s);
         if (rc != 1) return rc;
         act_ready = 0; /* cuBLAS refused (said once): the matrix-vector kernels below, from scratch */
     }
@@ -315,7 +325,7 @@ int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n
     if (!sc) return -1;
     if (!isf && !act_ready) mm_quantize_act(x, n_in, n_tok, sc->aq, sc->ad, s);
     for (int t0 = 0; t0 < n_tok; t0 += MM_NT_MAX) {
-        const mm_mmv_args a = mm_dense_args(w, wd, sc, x, y, t0, n_tok - t0 < MM_NT_MAX ? n_tok - t0 : MM_NT_MAX);
+        const mm_mmv_args a = mm_dense_args(w, mat, sc, x, y, t0, n_tok - t0 < MM_NT_MAX ? n_tok - t0 : MM_NT_MAX);
         if (mm_mmv_launch(&a, s) != 0) return -1;
     }
     return 0;

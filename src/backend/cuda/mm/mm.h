@@ -37,7 +37,7 @@ extern "C" {
 /* Largest token count that takes the matrix-vector path; above it, GEMM. */
 #define MM_MMV_MAX_TOK 8
 
-/* y[t, 0:n_out] = W[mat] x[t, 0:n_in] for t < n_tok.
+/* y[t, 0:n_out] = W[mat] x[t, 0:n_in] (+ row mat of w->bias) for t < n_tok.
  * w: device data (w->data, or w->mat[mat] when the matrices are placed apart:
  *    w->mat is then a HOST array of device pointers);
  * x: [n_tok][n_in] f32, y: [n_tok][n_out] f32 (y must not alias x).
@@ -48,7 +48,7 @@ extern "C" {
 int cuda_matmul(const st_weight *w, int64_t mat, const float *x, float *y, int n_tok, int act_ready, cudaStream_t s);
 
 /* Up to CUDA_MM_MAX_JOBS decode products of one input in one launch:
- * jobs[i].y = W_i[mat_i] x for n_tok <= MM_NT_MAX tokens, every W_i of one
+ * jobs[i].y = W_i[mat_i] x (+ its bias row) for n_tok <= MM_NT_MAX tokens, every W_i of one
  * quantized type (cuda_matmul_jobs_fit), or of two types that
  * cuda_matmul_jobs_pair takes together. act_ready as for cuda_matmul.
  * 0, or -1 with st_error. */
@@ -63,7 +63,7 @@ int cuda_matmul_jobs_fit(const st_weight *w, int n_tok);
 int cuda_matmul_jobs_pair(qt_type a, qt_type b); /* in either order */
 int cuda_matmul_jobs(const cuda_mm_job *jobs, int n_jobs, const float *x, int n_tok, int act_ready, cudaStream_t s);
 
-/* y = W h for one token, h = RMSNorm(x) with weights nw (the router after
+/* y = W h (+ w->bias) for one token, h = RMSNorm(x) with weights nw (the router after
  * the FFN norm): W of few F32 rows (the split kernel: n_in a multiple of
  * 32, 16-byte aligned rows, at most 1024 rows); every
  * block normalises x itself, so no norm kernel runs before; the blocks also
@@ -87,7 +87,8 @@ int cuda_matmul_norm(const st_weight *w, const float *x, const float *nw, float 
  * d_xrow   DEVICE int32 [n_pairs]: row of x for each pair (e.g. token t of a
  *          top-k pair t*k+j); NULL means row p.
  * x        [n_x][n_in] f32, the rows the pairs read.
- * y        [n_pairs][n_out] f32.
+ * y        [n_pairs][n_out] f32; w->bias is not added (the MoE paths add the
+ *          experts' biases by expert id, which ids may not be).
  *
  * With n_pairs <= MM_MOE_DEVICE_MAX (decode) the matrix-vector kernel takes
  * every pair. With more (prompt chunks), on sm_80+ and quantized experts,

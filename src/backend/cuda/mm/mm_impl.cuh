@@ -42,6 +42,7 @@ struct mm_mmv_args {
     const float *x;   /* f32 activations [rows][n_in] (float formats) */
     float *y;         /* [rows][n_out] */
     float *y_add;     /* or NULL: y also added into it (matrix 0; more[i].y_add for the others) */
+    const float *b;   /* DENSE only, or NULL: [n_out] added to every row of y (matrix 0; more[i].b) */
     /* nx (or NULL): x = RMSNorm(nx) with weights nw, computed by every block
      * (the split float kernel, one token); the grid writes it to ny and,
      * with naq, its int8 blocks to naq / nad */
@@ -64,6 +65,7 @@ struct mm_mmv_args {
     struct {
         const uint8_t *w;
         float *y, *y_add;
+        const float *b;
         size_t row_bytes;
         int n_out;
         unsigned blk0;

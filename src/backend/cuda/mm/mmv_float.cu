@@ -63,6 +63,7 @@ int cuda_matmul_norm(const st_weight *w, const float *x, const float *nw, float 
     a.row_bytes = w->row_bytes;
     a.n_in = (int)w->n_in, a.n_out = (int)w->n_out;
     a.y = y;
+    a.b = w->bias;
     a.nx = x, a.nw = nw, a.neps = eps, a.ny = h, a.naq = aq, a.nad = ad;
     a.groups = MM_GROUPS_DENSE;
     a.n_tok = 1, a.n_groups = 1;

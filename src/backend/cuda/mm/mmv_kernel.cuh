@@ -56,16 +56,22 @@ template <int NT> static __device__ __forceinline__ mm_group<NT> mm_group_get(co
 struct mm_mat {
     const uint8_t *w;
     float *y, *y_add;
+    const float *b;
     size_t row_bytes;
     int n_out, bx;
 };
 
 static __device__ __forceinline__ mm_mat mm_mat_of(const mm_mmv_args &p) {
-    mm_mat m = {p.w, p.y, p.y_add, p.row_bytes, p.n_out, (int)blockIdx.x};
+    mm_mat m = {p.w, p.y, p.y_add, p.b, p.row_bytes, p.n_out, (int)blockIdx.x};
     for (int i = 0; i < p.n_more; i++)
         if (blockIdx.x >= p.more[i].blk0)
-            m = {p.more[i].w,         p.more[i].y,     p.more[i].y_add,
-                 p.more[i].row_bytes, p.more[i].n_out, (int)(blockIdx.x - p.more[i].blk0)};
+            m = {p.more[i].w,
+                 p.more[i].y,
+                 p.more[i].y_add,
+                 p.more[i].b,
+                 p.more[i].row_bytes,
+                 p.more[i].n_out,
+                 (int)(blockIdx.x - p.more[i].blk0)};
     return m;
 }
 
@@ -73,9 +79,9 @@ static __device__ __forceinline__ const uint8_t *mm_matrix(const mm_mmv_args &p,
     return p.w_tab ? (const uint8_t *)p.w_tab[e] : m.w + (size_t)e * p.mat_stride;
 }
 
-/* Writes the warp's sums (lane 0), or zeros for an expert handled elsewhere
- * (acc stays 0 then); adds them into y_add too when given (one lane writes
- * each row: no race). */
+/* Writes the warp's sums (lane 0) plus the row's bias when given, or zeros
+ * for an expert handled elsewhere (acc stays 0 then; pairs carry no bias);
+ * adds them into y_add too when given (one lane writes each row: no race). */
 template <int NT, int R>
 static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_mat &m, const mm_group<NT> &g, int row0,
                                                 float (&acc)[R][NT]) {
@@ -90,8 +96,9 @@ static __device__ __forceinline__ void mm_store(const mm_mmv_args &p, const mm_m
             for (int t = 0; t < NT; t++)
                 if (t < g.n && row0 + r < m.n_out) {
                     const size_t o = (size_t)g.orow[t] * m.n_out + row0 + r;
-                    m.y[o] = acc[r][t];
-                    if (m.y_add) m.y_add[o] += acc[r][t];
+                    const float v = m.b ? acc[r][t] + m.b[row0 + r] : acc[r][t];
+                    m.y[o] = v;
+                    if (m.y_add) m.y_add[o] += v;
                 }
     }
 }
@@ -310,7 +317,7 @@ static __global__ void __launch_bounds__(MMV_WARPS * 32) mmv_f_split_kernel(cons
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < MMV_WARPS; w++) v += part[w][threadIdx.x];
-        p.y[(size_t)g.orow[threadIdx.x] * p.n_out + row] = v;
+        p.y[(size_t)g.orow[threadIdx.x] * p.n_out + row] = p.b ? v + p.b[row] : v;
     }
     if constexpr (NORM) { /* h out, a block of 32 per warp over the whole grid: block 0 alone took 16 rounds */
         for (int qb = blockIdx.x * MMV_WARPS + threadIdx.y; qb < p.n_in / 32; qb += gridDim.x * MMV_WARPS) {
