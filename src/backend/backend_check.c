@@ -629,6 +629,27 @@ int backend_check_layer_ops(st_backend *ref, st_backend *dut, int size, uint64_t
     return c.fails;
 }
 
+/* Attention over caches of both types, every kernel's head shapes. */
+static void check_attentions(chk *c, int size) {
+    for (int t = 0; t < 2; t++) {
+        check_attention(c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);
+        if (size) check_attention(c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */
+        if (size)
+            check_attention(c, (st_kv_type)t, 2100, 32, 4, 128, 16); /* qwen3-30b-a3b: 8 query heads per KV head */
+    }
+    check_attention(c, ST_KV_F16, 300, 12, 1, 64, 5);   /* 12 per KV head: a GQA instance with unused heads */
+    check_attention(c, ST_KV_INT8, 300, 16, 1, 128, 5); /* 16 per KV head (qwen3-235b): the GQA kernel's most */
+    check_attention(c, ST_KV_F16, 300, 20, 1, 64, 5);   /* 20 per KV head: past it, the per-head kernel */
+    if (size)
+        check_attention(c, ST_KV_F16, 300, 4, 2, 96, 5); /* a head size the GQA kernel leaves to the per-head one */
+}
+
+int backend_check_attn_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
+    chk c = {ref, dut, seed * 0x2545f4914f6cdd1dull + 1, fn, ctx, 0};
+    check_attentions(&c, size);
+    return c.fails;
+}
+
 int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
     chk c = {ref, dut, seed * 0x2545f4914f6cdd1dull + 1, fn, ctx, 0};
     static const qt_type rows_types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0, QT_Q5_1,
@@ -680,18 +701,8 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
         check_qkv_prep(&c, (st_kv_type)t, 3, 8, 2, 128, 1, 1, 0); /* qwen3's heads */
         check_qkv_prep(&c, (st_kv_type)t, 3, 6, 2, 96, 0, 0, 0);  /* pairs past a lane's first 32 */
     }
-    for (int t = 0; t < 2; t++) {
-        check_attention(&c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);
-        if (size) check_attention(&c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */
-        if (size)
-            check_attention(&c, (st_kv_type)t, 2100, 32, 4, 128, 16); /* qwen3-30b-a3b: 8 query heads per KV head */
-    }
-    check_attention(&c, ST_KV_F16, 300, 12, 1, 64, 5);   /* 12 per KV head: a GQA instance with unused heads */
-    check_attention(&c, ST_KV_INT8, 300, 16, 1, 128, 5); /* 16 per KV head (qwen3-235b): the GQA kernel's most */
-    check_attention(&c, ST_KV_F16, 300, 20, 1, 64, 5);   /* 20 per KV head: past it, the per-head kernel */
-    if (size)
-        check_attention(&c, ST_KV_F16, 300, 4, 2, 96, 5); /* a head size the GQA kernel leaves to the per-head one */
-    for (int path = 0; path < 3; path++) {                /* default (fused decode), expert loop, grouped only */
+    check_attentions(&c, size);
+    for (int path = 0; path < 3; path++) { /* default (fused decode), expert loop, grouped only */
         check_moe(&c, 1, 8, 2, 256, 256, 1, path, QT_Q4_K, QT_Q6_K, 0);
         check_moe(&c, size ? 19 : 5, 8, 2, 256, 256, path == 1, path, QT_Q4_K, QT_Q6_K, 0);
         if (size) check_moe(&c, 70, 16, 4, 512, 256, 1, path, QT_Q4_K, QT_Q6_K, 0); /* past the device-pairs limit */

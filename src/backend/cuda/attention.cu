@@ -366,17 +366,26 @@ static void gqa_launch(int G, dim3 grid, size_t smem, cudaStream_t s, const floa
 
 /* out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s, M = max m_s, per
  * (token, head); with aq (hd a multiple of 32: whole warps hold each block
- * of 32) also the int8 blocks the next product reads. The slices' m and l
- * are read by the threads together (one round trip, not one per slice) and
- * their weights kept in shared memory (n_split floats); an empty slice
- * (weight 0: a recorded step's slices past the position) is skipped. */
-static __global__ void attn_combine_kernel(const float *part, int n_head, int hd, int n_split, const float *sinks,
-                                           float *out, int8_t *aq, float2 *ad) {
+ * of 32) also the int8 blocks the next product reads. A block takes 32
+ * values of one head (one quantization block; blockIdx.z), so a decode
+ * step has n_head * hd / 32 blocks, not n_head; its CMB_WARPS warps each
+ * sum every CMB_WARPS-th slice (lane = value), then warp 0 adds the warps'
+ * sums in a fixed order. One thread walking all n_split slices in turn was
+ * a chain of dependent-latency loads: at 16K positions (128 slices, 32
+ * blocks) 32-44 us a layer on an H200, as long as the attention itself.
+ * The slices' m and l are read by the threads together and their weights
+ * kept in shared memory (n_split floats); an empty slice (weight 0: a
+ * recorded step's slices past the position) adds nothing, whatever its
+ * (unwritten) values hold. */
+#define CMB_WARPS 8
+static __global__ void __launch_bounds__(CMB_WARPS * 32)
+    attn_combine_kernel(const float *part, int n_head, int hd, int n_split, const float *sinks, float *out, int8_t *aq,
+                        float2 *ad) {
     pdl_enter();                   /* first: see st_launch (common.cuh) */
-    extern __shared__ float wsl[]; /* [n_split + 8], the 8 past the slices 0: the unrolled loop below
-                                      loads ahead (compute-sanitizer saw 12-byte reads past n_split) */
-    __shared__ float red[ST_WARP];
-    const int h = blockIdx.x, t = blockIdx.y;
+    extern __shared__ float wsl[]; /* [n_split] */
+    __shared__ float red[ST_WARP], sums[CMB_WARPS][32];
+    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int d = blockIdx.z * 32 + lane;
     const size_t st = (size_t)hd + 2;
     const float *pp = part + ((size_t)t * n_head + h) * n_split * st;
     float M = -INFINITY;
@@ -390,18 +399,24 @@ static __global__ void attn_combine_kernel(const float *part, int n_head, int hd
         wsl[s] = ws;
         L += ws * pp[s * st + 1];
     }
-    if (threadIdx.x < 8) wsl[n_split + threadIdx.x] = 0.0f;
     L = block_sum(L, red);          /* synchronises: wsl is written */
     if (sinks) L += expf(sink - M); /* the sink's share of the softmax, with no value */
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float v = 0.0f;
+    float v = 0.0f;
+    if (d < hd) {
 #pragma unroll 4
-        for (int s = 0; s < n_split; s++) {
-            const float ws = wsl[s];
-            if (ws != 0.0f) v += ws * pp[s * st + 2 + d];
+        for (int s = warp; s < n_split; s += CMB_WARPS) {
+            const float ws = wsl[s], x = pp[s * st + 2 + d];
+            v += ws != 0.0f ? ws * x : 0.0f;
         }
+    }
+    sums[warp][lane] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < CMB_WARPS; w++) v += sums[w][lane];
         const size_t oi = ((size_t)t * n_head + h) * hd + d;
-        out[oi] = v / L;
+        if (d < hd) out[oi] = v / L;
         if (aq) quant_block_store(v / L, oi, aq, ad);
     }
 }
@@ -458,10 +473,9 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
         st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0,
                   s, q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
     }
-    int th = kv->head_dim >= 256 ? 256 : kv->head_dim >= 128 ? 128 : 64;
-    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok), dim3(th),
-              (size_t)(n_split + 8) * sizeof(float), s, (const float *)part, n_head, kv->head_dim, n_split, sinks, out,
-              aq, ad);
+    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok, (unsigned)st_div_up(kv->head_dim, 32)),
+              dim3(CMB_WARPS * 32), (size_t)n_split * sizeof(float), s, (const float *)part, n_head, kv->head_dim,
+              n_split, sinks, out, aq, ad);
 }
 
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan, int n_head,
