@@ -42,6 +42,8 @@ int backend_check_mla_ops(st_backend *ref, st_backend *dut, int size, uint64_t s
 /* Only the decode-layer checks (fused ops, routing, experts, norms in a
  * layer's order), which backend_check_ops runs too. */
 int backend_check_layer_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
+/* Only backend_check_ops' gpt-oss checks (sinks, the clamped SwiGLU, the experts' biases on every MoE path). */
+int backend_check_oai_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
 /* Only backend_check_ops' attention checks (a quick run after an attention change). */
 int backend_check_attn_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx);
 

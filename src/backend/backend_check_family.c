@@ -430,3 +430,9 @@ int backend_check_mla_ops(st_backend *ref, st_backend *dut, int size, uint64_t s
     check_mla_family(&c, size);
     return c.fails;
 }
+
+int backend_check_oai_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed, bcheck_report_fn fn, void *ctx) {
+    chk c = {ref, dut, seed * 0x2545f4914f6cdd1dull + 1, fn, ctx, 0};
+    check_oai_family(&c, size);
+    return c.fails;
+}

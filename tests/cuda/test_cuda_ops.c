@@ -36,6 +36,7 @@ int main(int argc, char **argv) {
     const int only_mla = argc > 1 && !strcmp(argv[1], "mla");     /* only the glm4moe / deepseek2 checks */
     const int only_layer = argc > 1 && !strcmp(argv[1], "layer"); /* only the decode-layer checks */
     const int only_attn = argc > 1 && !strcmp(argv[1], "attn");   /* only the attention checks */
+    const int only_oai = argc > 1 && !strcmp(argv[1], "oai");     /* only the gpt-oss checks */
     if (backend_cuda_create(n) != NULL || !strstr(st_error_get(), "does not exist")) {
         printf("FAIL: GPU %d (one past the last) was not refused: '%s'\n", n, st_error_get());
         fails++;
@@ -53,6 +54,7 @@ int main(int argc, char **argv) {
         fails += only_mla     ? backend_check_mla_ops(cpu, gpu, seed == 1, seed, show, NULL)
                  : only_layer ? backend_check_layer_ops(cpu, gpu, seed == 1, seed, show, NULL)
                  : only_attn  ? backend_check_attn_ops(cpu, gpu, seed == 1, seed, show, NULL)
+                 : only_oai   ? backend_check_oai_ops(cpu, gpu, seed == 1, seed, show, NULL)
                               : backend_check_ops(cpu, gpu, seed == 1, seed, show, NULL);
     }
     gpu->destroy(gpu);
