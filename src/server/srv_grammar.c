@@ -183,15 +183,15 @@ static int32_t parse_char(gparser *P) {
         char e = *P->p++;
         int nhex = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
         if (nhex) {
-            int32_t v = 0;
+            uint32_t v = 0; /* unsigned: eight digits reach 0xFFFFFFFF */
             for (int i = 0; i < nhex; i++) {
                 int h = P->p < P->end ? hexval(*P->p) : -1;
                 if (h < 0) return fail(P, "\\%c needs %d hex digits", e, nhex);
-                v = v * 16 + h;
+                v = v * 16 + (uint32_t)h;
                 P->p++;
             }
             if (v > 0x10FFFF) return fail(P, "\\%c%X is beyond Unicode", e, (unsigned)v);
-            return v;
+            return (int32_t)v;
         }
         switch (e) {
         case 'n': return '\n';

@@ -118,6 +118,9 @@ static void test_parser(void) {
     expect_error("root ::= \"a\"{100000}\n", "repetition count");
     expect_error("root ::= [z-a]\n", "backwards");
     expect_error("root ::= \"\\q\"\n", "unknown escape");
+    /* eight hex digits past int32 (the fuzzer's find: a signed overflow before the range check) */
+    expect_error("root ::= \"\\U99999999\"\n", "beyond Unicode");
+    expect_error("root ::= \"\\U0011FFFF\"\n", "beyond Unicode");
     expect_error("root ::= * \"a\"\n", "unexpected '*'");
     expect_error("root ::= \"\"*\n", "follows nothing");
 }
