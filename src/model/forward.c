@@ -150,7 +150,7 @@ static void block_out(model_ctx *c, int il, const st_weight *w, const float *a, 
         return;
     }
     be->matmul(be, w, 0, a, c->o, rows);
-    if (post_norm) be->rmsnorm(be, c->o, NULL, post_norm, c->o, hp->n_embd, rows, hp->rms_eps);
+    be->rmsnorm(be, c->o, NULL, post_norm, c->o, hp->n_embd, rows, hp->rms_eps);
     be->rmsnorm(be, c->x, c->o, l->ffn_norm, c->h, hp->n_embd, rows, hp->rms_eps);
     if (wr) be->matmul(be, wr, 0, c->h, c->router, rows);
 }
