@@ -221,11 +221,14 @@ void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int
         if (sinks) c->ref->attention_sinks(c->ref, qr, &kr, nt, pos0, n_head, scale, win, skr, or_);
         else c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
         /* with attention variants (the CUDA backend's) every kernel: per query head, GQA-shared,
-         * tensor cores (prompts of 16+ tokens with 64- or 128-wide heads; its f16 rounding of q and
-         * of the softmax weights adds ~1e-7 of NMSE: bound 5e-6) */
+         * tensor cores (64- or 128-wide heads: prompts of 16+ tokens, and decode over spans past
+         * CUDA_ATT_SHORT_SPAN, 1280, with up to 16 query heads per KV head; their f16 rounding of
+         * q and of the softmax weights adds ~1e-7 of NMSE: bound 5e-6) */
         const int has = set_variant(c, ST_VARIANT_ATTN, -1) >= 0;
+        const int span = win > 0 && pos0 + nt > win ? win : pos0 + nt;
+        const int tc_decode = nt < 16 && span > 1280 && n_head / hkv <= 16;
         for (int mode = 0; mode < (has ? 3 : 1); mode++) {
-            const int tc = mode == 2 && nt >= 16 && (hd == 64 || hd == 128);
+            const int tc = mode == 2 && (nt >= 16 || tc_decode) && (hd == 64 || hd == 128);
             if (mode == 2 && !tc) continue;       /* the same kernels as mode 1 */
             void *od = put(c->dut, NULL, nq * 4); /* NaN again: each kernel must write every value */
             const int old = has ? set_variant(c, ST_VARIANT_ATTN, mode) : -1;
@@ -639,7 +642,11 @@ static void check_attentions(chk *c, int size) {
     }
     check_attention(c, ST_KV_F16, 300, 12, 1, 64, 5);   /* 12 per KV head: a GQA instance with unused heads */
     check_attention(c, ST_KV_INT8, 300, 16, 1, 128, 5); /* 16 per KV head (qwen3-235b): the GQA kernel's most */
-    check_attention(c, ST_KV_F16, 300, 20, 1, 64, 5);   /* 20 per KV head: past it, the per-head kernel */
+    if (size) { /* the same past the short span: the tensor-core decode kernel's most rows, and unused rows */
+        check_attention(c, ST_KV_F16, 2100, 16, 1, 128, 5);
+        check_attention(c, ST_KV_INT8, 2100, 12, 1, 128, 5);
+    }
+    check_attention(c, ST_KV_F16, 300, 20, 1, 64, 5); /* 20 per KV head: past it, the per-head kernel */
     if (size)
         check_attention(c, ST_KV_F16, 300, 4, 2, 96, 5); /* a head size the GQA kernel leaves to the per-head one */
 }

@@ -19,6 +19,10 @@
  *    MoE routing near-tie can flip an expert there). A MoE model may have
  *    one step of a prompt over the bound: a routing flip
  *    (logits_one_flip in tests/common/logits.h says what is allowed).
+ * A third configuration reads one long prompt (the prompts repeated to
+ * LONG_PROMPT tokens) so that the decode steps run past CUDA_ATT_SHORT_SPAN:
+ * the recorded step sized for the whole cache, its attention on the
+ * long-span kernels (tensor cores where they fit), with f16 and int8 KV.
  * Models that are absent are skipped with a message; no GPU: SKIPPED, exit 0.
  */
 #include <math.h>
@@ -43,6 +47,7 @@
  * H200 (Gemma 3 270M, 5 prompts): median NMSE 0.8-2.5e-3 with f16 KV,
  * 1.3-5.7e-3 with int8 KV, and one int8 step at 1.2e-2. */
 #define INT8_KV_FACTOR 2.0
+#define LONG_PROMPT    1400 /* tokens: past CUDA_ATT_SHORT_SPAN (1280) */
 
 static const char *PROMPTS[] = {
     "The capital of France is",
@@ -101,10 +106,22 @@ static void diagnose(engine *cpu, engine *gpu, const int32_t *ids, int n) {
     st_free(lg);
 }
 
-static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch) {
+/* The prompt pi's ids (max: room in ids), or with lng the prompts repeated up to LONG_PROMPT tokens. */
+static int64_t prompt_ids(engine *e, size_t pi, int lng, int32_t *ids, int max) {
+    if (!lng) return tokenizer_encode(e->tok, PROMPTS[pi], strlen(PROMPTS[pi]), 1, 0, ids, max);
+    int64_t n = 0;
+    for (size_t i = 0; n < LONG_PROMPT; i = (i + 1) % (sizeof PROMPTS / sizeof PROMPTS[0])) {
+        const int64_t k = tokenizer_encode(e->tok, PROMPTS[i], strlen(PROMPTS[i]), n == 0, 0, ids + n, max - n);
+        ST_ASSERT(k > 0);
+        n += k;
+    }
+    return n > LONG_PROMPT ? LONG_PROMPT : n;
+}
+
+static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch, int lng) {
     engine_params p = engine_defaults();
     p.model_path = path;
-    p.n_ctx = 256;
+    p.n_ctx = lng ? LONG_PROMPT + 512 : 256;
     p.kv_type = kv;
     p.n_ubatch = n_ubatch;
     engine *cpu = engine_open(&p);
@@ -117,11 +134,13 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
     }
     int nv = cpu->m->hp.n_vocab, fails = 0;
     float *lc = st_malloc((size_t)N_GEN * nv * sizeof(float)), *lg = st_malloc((size_t)N_GEN * nv * sizeof(float));
-    for (size_t pi = 0; pi < sizeof PROMPTS / sizeof PROMPTS[0]; pi++) {
-        int32_t ids[256], tc[N_GEN], tg[N_GEN];
+    const int max_ids = p.n_ctx;
+    int32_t *ids = st_malloc((size_t)max_ids * sizeof(int32_t));
+    for (size_t pi = 0; pi < (lng ? 1 : sizeof PROMPTS / sizeof PROMPTS[0]); pi++) {
+        int32_t tc[N_GEN], tg[N_GEN];
         float gc[N_GEN], gg[N_GEN];
-        int64_t n = tokenizer_encode(cpu->tok, PROMPTS[pi], strlen(PROMPTS[pi]), 1, 0, ids, 256);
-        ST_ASSERT(n > 0 && n <= 256 - N_GEN - 1);
+        int64_t n = prompt_ids(cpu, pi, lng, ids, max_ids);
+        ST_ASSERT(n > 0 && n <= max_ids - N_GEN - 1);
         greedy(cpu, ids, (int)n, tc, lc, gc);
         greedy(gpu, ids, (int)n, tg, lg, gg);
         int same = 0;
@@ -163,9 +182,10 @@ static int run_model(const char *path, double bound, st_kv_type kv, int n_ubatch
                    tc[same], tg[same], gc[same], gc[same] / sd, rms, logits_nmse(g, c, nv, NULL),
                    tie ? "near-tie" : "DIFFERENT");
         }
-        if (!ok) diagnose(cpu, gpu, ids, (int)n);
+        if (!ok && !lng) diagnose(cpu, gpu, ids, (int)n);
         fails += !ok;
     }
+    st_free(ids);
     st_free(lc);
     st_free(lg);
     engine_close(gpu);
@@ -198,9 +218,14 @@ int main(int argc, char **argv) {
         }
         ran++;
         printf("%s, f16 KV cache, default prompt chunk:\n", path);
-        fails += run_model(path, bound, ST_KV_F16, 0);
+        fails += run_model(path, bound, ST_KV_F16, 0, 0);
         printf("%s, int8 KV cache, 4-token prompt chunks:\n", path);
-        fails += run_model(path, INT8_KV_FACTOR * bound, ST_KV_INT8, 4);
+        fails += run_model(path, INT8_KV_FACTOR * bound, ST_KV_INT8, 4, 0);
+        for (int t = 0; t < 2; t++) {
+            printf("%s, %s KV cache, a %d-token prompt (decode past the short span):\n", path, t ? "int8" : "f16",
+                   LONG_PROMPT);
+            fails += run_model(path, t ? INT8_KV_FACTOR * bound : bound, t ? ST_KV_INT8 : ST_KV_F16, 0, 1);
+        }
     }
     printf("%d model(s) compared, %d failure(s)\n", ran, fails);
     return fails ? 1 : 0;

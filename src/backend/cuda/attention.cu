@@ -11,10 +11,11 @@
  *
  * Default kernels (STRATA_CUDA_ATTN=tc): prompt chunks of 16+ tokens on
  * tensor cores (attention_tc.cu); the rest over spans past CUDA_ATT_SHORT_SPAN
- * with attn_gqa_kernel, the query heads of one KV head in one block (K/V
- * read once per KV head), and over shorter spans with attn_split_kernel (a
- * block per query head: more blocks), which also takes the shapes the GQA
- * kernel does not (more than 16 heads per KV head, other head sizes).
+ * with the query heads of one KV head in one block (K/V read once per KV
+ * head): on tensor cores (attention_tc.cu's decode kernel) where it fits,
+ * else attn_gqa_kernel; over shorter spans with attn_split_kernel (a block
+ * per query head: more blocks), which also takes the shapes the grouped
+ * kernels do not (more than 16 heads per KV head, other head sizes).
  * STRATA_CUDA_ATTN=gqa uses the GQA kernel for every span and for prompts,
  * =head the per-head kernel for everything (comparisons); each backend reads
  * it once and passes its choice (mode), so two cards may differ.
@@ -25,6 +26,7 @@
  * and the tensor-core kernel does the same with its row's m and l; the
  * slices themselves are unchanged.
  */
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -37,21 +39,6 @@ static __device__ __forceinline__ float kv_load(int type, const void *base, cons
                                                 size_t srow) {
     if (type == ST_KV_F16) return __half2float(__ushort_as_half(((const uint16_t *)base)[idx]));
     return scales[srow] * (float)((const int8_t *)base)[idx];
-}
-
-/* The positions [c0, c1) that slice `split` of n_split covers for token t of
- * a chunk at pos0: the slices split the chunk's longest span (its last
- * token's) evenly in whole tiles; each token sees up to its own position, the
- * last `window` of them with a window. */
-static __device__ __forceinline__ void att_slice(int pos0, int n_tok, int t, int window, int n_split, int split,
-                                                 int tile, int *c0, int *c1) {
-    int span = pos0 + n_tok;
-    if (window > 0 && span > window) span = window;
-    const int chunk = ((span + n_split - 1) / n_split + tile - 1) / tile * tile;
-    const int pos = pos0 + t;
-    const int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    *c0 = first + split * chunk;
-    *c1 = min(*c0 + chunk, pos + 1);
 }
 
 /* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
@@ -139,9 +126,10 @@ static __global__ void __launch_bounds__(ATT_THREADS)
  * tile is needed. With both (and pairs of dimensions before), on an H200 at
  * 16K positions (30B-A3B synth, 8 heads per KV head): 31.9 -> 30.8 us a
  * layer (f16), 34.3 -> 33.0 us (int8). The kernel is bound by issue, not
- * memory (1.1 TB/s, 42% of cycles with a warp eligible). Slices are whole
- * tiles; the partial layout and the combine are those of attn_split_kernel.
- * GM: the most heads per KV head the instance holds. */
+ * memory (1.1 TB/s, 42% of cycles with a warp eligible): past the short
+ * span the tensor-core decode kernel takes its shapes where it fits. Slices
+ * are whole tiles; the partial layout and the combine are those of
+ * attn_split_kernel. GM: the most heads per KV head the instance holds. */
 #define GQA_TILE    128
 #define GQA_THREADS 128
 /* Shared floats per query head: qs [hd] then sc [GQA_SC - hd] (at least a
@@ -482,15 +470,16 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
      * on an H200, 30B-A3B synth (32/4 heads x 128): decode over a 640-position
      * cache 8 us per layer faster per head, over 16K 185 us slower; the
      * difference grows ~12 us per 1K positions, so they cross near 1.3K. */
-    const int G = n_head / kv->n_head_kv;
-    const int gqa =
-        gqa_fits(G, kv->head_dim) && (mode == CUDA_ATT_GQA || (mode == CUDA_ATT_TC && span > CUDA_ATT_SHORT_SPAN));
+    const int G = n_head / kv->n_head_kv, long_span = span > CUDA_ATT_SHORT_SPAN;
+    /* past the short span, by default: the same grouping on tensor cores (attention_tc.cu) */
+    const int tcd = mode == CUDA_ATT_TC && long_span && cuda_attn_tc_decode_fits(G, kv->head_dim, cc_major);
+    const int gqa = !tcd && gqa_fits(G, kv->head_dim) && (mode == CUDA_ATT_GQA || (mode == CUDA_ATT_TC && long_span));
     /* a latent row (deepseek2's 576, mla.cu): its own kernel for every span, but with the per-head one forced */
-    const int lat = !gqa && mode != CUDA_ATT_HEAD && cuda_attn_latent_fits(n_head, kv);
-    const int tile = gqa ? GQA_TILE : lat ? cuda_attn_latent_tile() : ATT_TILE;
+    const int lat = !tcd && !gqa && mode != CUDA_ATT_HEAD && cuda_attn_latent_fits(n_head, kv);
+    const int tile = tcd ? CUDA_ATT_TCD_TILE : gqa ? GQA_TILE : lat ? cuda_attn_latent_tile() : ATT_TILE;
     /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
     const int lat_blocks = (n_head + CUDA_ATT_LATENT_HEADS - 1) / CUDA_ATT_LATENT_HEADS;
-    const int per_tok = gqa ? kv->n_head_kv : lat ? lat_blocks : n_head;
+    const int per_tok = tcd || gqa ? kv->n_head_kv : lat ? lat_blocks : n_head;
     const int blocks = n_tok * per_tok, want = (4 * n_sm + blocks - 1) / blocks;
     const int max_split = (span + tile - 1) / tile;
     int n_split = want < 1 ? 1 : want > max_split ? max_split : want;
@@ -501,7 +490,9 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
     size_t bytes = (size_t)n_tok * n_head * n_split * (size_t)(kv->head_dim + 2) * sizeof(float);
     float *part = (float *)cuda_scratch_reserve(scratch, bytes);
     ST_ASSERT(!aq || kv->head_dim % 32 == 0); /* whole warps hold each block of 32 */
-    if (gqa) {
+    if (tcd) {
+        cuda_attn_tc_decode(q, kv, n_tok, pos0, dpos, n_head, scale, window, n_split, part, s);
+    } else if (gqa) {
         const size_t smem = (size_t)G * (GQA_SC + 8) * sizeof(float);
         gqa_launch(G, dim3((unsigned)n_split, (unsigned)kv->n_head_kv, (unsigned)n_tok), smem, s, q, kv, pos0, dpos,
                    n_tok, n_head, scale, window, n_split, part);

@@ -12,6 +12,7 @@
  * runs every head's product as the pairs of one grouped MoE product
  * (cuda_moe_matmul: pair p = (token, head) takes matrix p % n_head).
  */
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/ops.h"
 
@@ -94,13 +95,8 @@ static __global__ void __launch_bounds__(LAT_THREADS)
     const int hd = kv.head_dim, split = blockIdx.x, h0 = blockIdx.y * LAT_GH, t = blockIdx.z, tid = threadIdx.x;
     float *qs = sm, *sc = qs + LAT_GH * hd, *mrow = sc + LAT_GH * LAT_TILE;
     float *lrow = mrow + LAT_GH, *frow = lrow + LAT_GH;
-    /* this slice's positions: attention.cu's att_slice */
-    const int base = dpos ? *dpos : pos0;
-    int span = base + n_tok;
-    if (window > 0 && span > window) span = window;
-    const int chunk = ((span + n_split - 1) / n_split + LAT_TILE - 1) / LAT_TILE * LAT_TILE;
-    const int pos = base + t, first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    const int c0 = first + split * chunk, c1 = min(c0 + chunk, pos + 1);
+    int c0, c1; /* this slice's positions */
+    att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, LAT_TILE, &c0, &c1);
     const int n_h = min(LAT_GH, n_head - h0); /* the last block's heads past n_head: zeros, never written */
     for (int i = tid; i < LAT_GH * hd; i += LAT_THREADS)
         qs[i] = i < n_h * hd ? q[((size_t)t * n_head + h0) * hd + i] : 0.0f;
