@@ -56,6 +56,44 @@ static __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
     return *(const uint32_t *)&h;
 }
 
+/* One tile's online-softmax step for a thread's two rows (mma C layout:
+ * sc[j][e] is row e >> 1 of key tile j; masked scores are -inf), given
+ * each row's max over the thread's own scores (tmax): the quad of lanes that
+ * share a row reduce, the running max m and sum l move on, O is rescaled,
+ * and sc becomes the weights exp(s - m) (0 where masked). */
+template <int NJ, int ND>
+static __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&tmax)[2], float (&m)[2],
+                                                       float (&l)[2], float (&o)[ND][4]) {
+    float alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int ri = 0; ri < 2; ri++) {
+        tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 1));
+        tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 2));
+        const float mn = fmaxf(m[ri], tmax[ri]);
+        alpha[ri] = m[ri] == -INFINITY ? 0.0f : expf(m[ri] - mn); /* O and l are 0 while m is -inf */
+        m[ri] = mn;
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            sc[j][e] = sc[j][e] == -INFINITY ? 0.0f : expf(sc[j][e] - m[e >> 1]);
+            rs[e >> 1] += sc[j][e];
+        }
+    }
+#pragma unroll
+    for (int ri = 0; ri < 2; ri++) {
+        rs[ri] += __shfl_xor_sync(ST_FULL_MASK, rs[ri], 1);
+        rs[ri] += __shfl_xor_sync(ST_FULL_MASK, rs[ri], 2);
+        l[ri] = l[ri] * alpha[ri] + rs[ri];
+    }
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) {
+        o[nd][0] *= alpha[0], o[nd][1] *= alpha[0];
+        o[nd][2] *= alpha[1], o[nd][3] *= alpha[1];
+    }
+}
+
 template <int HD>
 static __global__ void __launch_bounds__(128)
     attn_tc_kernel(const float *q, st_kv_layer kv, int pos0, int n_tok, int n_head, float scale, int window,
@@ -161,36 +199,7 @@ static __global__ void __launch_bounds__(128)
                 tmax[ri] = fmaxf(tmax[ri], sc[j][e]);
             }
         }
-        float alpha[2];
-#pragma unroll
-        for (int ri = 0; ri < 2; ri++) {
-            tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 1));
-            tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 2));
-            const float mn = fmaxf(m[ri], tmax[ri]);
-            alpha[ri] = m[ri] == -INFINITY ? 0.0f : expf(m[ri] - mn); /* O and l are 0 while m is -inf */
-            m[ri] = mn;
-        }
-        float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < TC_KEYS / 8; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int ri = e >> 1;
-                sc[j][e] = sc[j][e] == -INFINITY ? 0.0f : expf(sc[j][e] - m[ri]);
-                rs[ri] += sc[j][e];
-            }
-        }
-#pragma unroll
-        for (int ri = 0; ri < 2; ri++) {
-            rs[ri] += __shfl_xor_sync(ST_FULL_MASK, rs[ri], 1);
-            rs[ri] += __shfl_xor_sync(ST_FULL_MASK, rs[ri], 2);
-            l[ri] = l[ri] * alpha[ri] + rs[ri];
-        }
-#pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++) {
-            o[nd][0] *= alpha[0], o[nd][1] *= alpha[0];
-            o[nd][2] *= alpha[1], o[nd][3] *= alpha[1];
-        }
+        tc_softmax_step(sc, tmax, m, l, o);
         /* O += P V: 4 chunks of 16 keys; P's A fragment from S tiles 2kk, 2kk+1 */
 #pragma unroll
         for (int kk = 0; kk < TC_KEYS / 16; kk++) {
@@ -227,22 +236,6 @@ static __global__ void __launch_bounds__(128)
 #define TCD_WARPS 4
 #define TCD_WK    (CUDA_ATT_TCD_TILE / TCD_WARPS) /* keys per warp per tile: one 16-key chunk of P V */
 static_assert(TCD_WK == 16, "a warp's keys are one k-chunk of the P V product");
-
-/* 16 bytes global -> shared without registers; src_bytes 0 zero-fills. */
-static __device__ __forceinline__ void tcd_cp16(void *dst, const void *src, unsigned src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-#else
-    (void)dst, (void)src, (void)src_bytes;
-#endif
-}
-
-static __device__ __forceinline__ void tcd_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-#endif
-}
 
 /* Two values of a cached row in shared memory as an f16 pair: f16 rows
  * hold them as they are, int8 rows as integers (exact in f16; the row's
@@ -307,10 +300,11 @@ static __global__ void __launch_bounds__(TCD_WARPS * 32, 4)
             const int kk = i / cpr, off = (i % cpr) * 16;
             const size_t src = (size_t)(kb + (kk < nk ? kk : 0)) * row + hoff + off;
             const unsigned n = kk < nk ? 16u : 0u; /* keys past the slice: zeros (0 * garbage may be NaN) */
-            tcd_cp16(ks + kk * RS + off, (const char *)kv.k + src, n);
-            tcd_cp16(vs + kk * RS + off, (const char *)kv.v + src, n);
+            mq_cp16n(ks + kk * RS + off, (const char *)kv.k + src, n);
+            mq_cp16n(vs + kk * RS + off, (const char *)kv.v + src, n);
         }
-        tcd_wait_all();
+        mq_commit();
+        mq_wait<0>();
         __syncwarp();
         /* S = Q K^T: 16 rows x 16 keys, two tiles of 8 keys */
         float sc[2][4];
@@ -342,34 +336,7 @@ static __global__ void __launch_bounds__(TCD_WARPS * 32, 4)
                 }
             }
         }
-        float alpha[2], rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int ri = 0; ri < 2; ri++) {
-            tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 1));
-            tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 2));
-            const float mn = fmaxf(m[ri], tmax[ri]);
-            alpha[ri] = m[ri] == -INFINITY ? 0.0f : expf(m[ri] - mn); /* O and l are 0 while m is -inf */
-            m[ri] = mn;
-        }
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                sc[j][e] = sc[j][e] == -INFINITY ? 0.0f : expf(sc[j][e] - m[e >> 1]);
-                rs[e >> 1] += sc[j][e];
-            }
-        }
-#pragma unroll
-        for (int ri = 0; ri < 2; ri++) {
-            rs[ri] += __shfl_xor_sync(ST_FULL_MASK, rs[ri], 1);
-            rs[ri] += __shfl_xor_sync(ST_FULL_MASK, rs[ri], 2);
-            l[ri] = l[ri] * alpha[ri] + rs[ri];
-        }
-#pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++) {
-            o[nd][0] *= alpha[0], o[nd][1] *= alpha[0];
-            o[nd][2] *= alpha[1], o[nd][3] *= alpha[1];
-        }
+        tc_softmax_step(sc, tmax, m, l, o);
         /* O += P V over the 16 keys (an int8 V's scales folded into P) */
         const uint32_t pa[4] = {
             pack_h2(sc[0][0] * vsc[0][0], sc[0][1] * vsc[0][1]), pack_h2(sc[0][2] * vsc[0][0], sc[0][3] * vsc[0][1]),

@@ -79,39 +79,6 @@
 
 /* ---- PTX helpers (sm_80+; never launched below, mm_moe_mma checks) ---- */
 
-static __device__ __forceinline__ void mq_cp16(void *dst, const void *src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-#else
-    (void)dst, (void)src;
-#endif
-}
-
-/* The same with only the first n (0..16) bytes read, the rest zero-filled:
- * the last chunk of a row's span never reads past the span's last byte. */
-static __device__ __forceinline__ void mq_cp16n(void *dst, const void *src, unsigned n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
-#else
-    (void)dst, (void)src, (void)n;
-#endif
-}
-
-static __device__ __forceinline__ void mq_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-/* Wait until at most N of this thread's most recent groups are pending. */
-template <int N> static __device__ __forceinline__ void mq_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
 static __device__ __forceinline__ void mq_ldsm4(uint32_t (&r)[4], const void *p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
