@@ -4,6 +4,8 @@
 #ifndef STRATA_BACKEND_CUDA_ATTENTION_CUH
 #define STRATA_BACKEND_CUDA_ATTENTION_CUH
 
+#include "backend/cuda/common.cuh"
+
 /* The positions [c0, c1) that slice `split` of n_split covers for token t of
  * a chunk at pos0: the slices split the chunk's longest span (its last
  * token's) evenly in whole tiles; each token sees up to its own position, the
