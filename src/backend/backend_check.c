@@ -221,12 +221,12 @@ void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int
         if (sinks) c->ref->attention_sinks(c->ref, qr, &kr, nt, pos0, n_head, scale, win, skr, or_);
         else c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
         /* with attention variants (the CUDA backend's) every kernel: per query head, GQA-shared,
-         * tensor cores (64- or 128-wide heads: prompts of 16+ tokens, and decode over spans past
-         * CUDA_ATT_SHORT_SPAN, 1280, with up to 16 query heads per KV head; their f16 rounding of
+         * tensor cores (64- or 128-wide heads: prompts of 16+ tokens, and decode from an f16 cache
+         * over spans past CUDA_ATT_SHORT_SPAN, 1280, with up to 16 query heads per KV head; their f16 rounding of
          * q and of the softmax weights adds ~1e-7 of NMSE: bound 5e-6) */
         const int has = set_variant(c, ST_VARIANT_ATTN, -1) >= 0;
         const int span = win > 0 && pos0 + nt > win ? win : pos0 + nt;
-        const int tc_decode = nt < 16 && span > 1280 && n_head / hkv <= 16;
+        const int tc_decode = t == ST_KV_F16 && nt < 16 && span > 1280 && n_head / hkv <= 16;
         for (int mode = 0; mode < (has ? 3 : 1); mode++) {
             const int tc = mode == 2 && (nt >= 16 || tc_decode) && (hd == 64 || hd == 128);
             if (mode == 2 && !tc) continue;       /* the same kernels as mode 1 */

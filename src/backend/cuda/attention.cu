@@ -472,7 +472,7 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
      * difference grows ~12 us per 1K positions, so they cross near 1.3K. */
     const int G = n_head / kv->n_head_kv, long_span = span > CUDA_ATT_SHORT_SPAN;
     /* past the short span, by default: the same grouping on tensor cores (attention_tc.cu) */
-    const int tcd = mode == CUDA_ATT_TC && long_span && cuda_attn_tc_decode_fits(G, kv->head_dim, cc_major);
+    const int tcd = mode == CUDA_ATT_TC && long_span && cuda_attn_tc_decode_fits(kv, G, cc_major);
     const int gqa = !tcd && gqa_fits(G, kv->head_dim) && (mode == CUDA_ATT_GQA || (mode == CUDA_ATT_TC && long_span));
     /* a latent row (deepseek2's 576, mla.cu): its own kernel for every span, but with the per-head one forced */
     const int lat = !tcd && !gqa && mode != CUDA_ATT_HEAD && cuda_attn_latent_fits(n_head, kv);

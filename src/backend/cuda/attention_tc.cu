@@ -33,7 +33,10 @@
  * kernels did 1024 FMAs a position with a shared-memory read for every 4,
  * and were bound by issue, not memory: 30 us a layer for 33.5 MB of K and V
  * at 16K positions on an H200 (1.1 TB/s, 4 warps a scheduler eligible 42%
- * of cycles).
+ * of cycles). f16 caches only: an int8 V's row scales folded into the f16
+ * weights P (the first version) put p * s below f16's normal range at long
+ * spans (p ~ 1/16K, s ~ max|v| / 127), so int8 caches stay on the GQA
+ * kernel until V is widened to f16 in shared memory instead.
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, c = lane % 4):
  *   A 16x16: a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..)
@@ -237,20 +240,14 @@ static __global__ void __launch_bounds__(128)
 #define TCD_WK    (CUDA_ATT_TCD_TILE / TCD_WARPS) /* keys per warp per tile: one 16-key chunk of P V */
 static_assert(TCD_WK == 16, "a warp's keys are one k-chunk of the P V product");
 
-/* Two values of a cached row in shared memory as an f16 pair: f16 rows
- * hold them as they are, int8 rows as integers (exact in f16; the row's
- * scale is applied outside the product). */
-static __device__ __forceinline__ uint32_t tcd_pair(const unsigned char *row, int d, int i8) {
-    if (!i8) return *(const uint32_t *)(row + 2 * d);
-    const char2 v = *(const char2 *)(row + d);
-    return pack_h2((float)v.x, (float)v.y);
+/* Two f16 values of one key row in shared memory as a pair (a K fragment
+ * word), or value d of two key rows (a V fragment word: keys in k order). */
+static __device__ __forceinline__ uint32_t tcd_pair(const unsigned char *row, int d) {
+    return *(const uint32_t *)(row + 2 * d);
 }
-static __device__ __forceinline__ uint32_t tcd_pair2(const unsigned char *r0, const unsigned char *r1, int d, int i8) {
-    if (!i8) {
-        const uint32_t lo = *(const uint16_t *)(r0 + 2 * d), hi = *(const uint16_t *)(r1 + 2 * d);
-        return lo | hi << 16;
-    }
-    return pack_h2((float)(int8_t)r0[d], (float)(int8_t)r1[d]);
+static __device__ __forceinline__ uint32_t tcd_pair2(const unsigned char *r0, const unsigned char *r1, int d) {
+    const uint32_t lo = *(const uint16_t *)(r0 + 2 * d), hi = *(const uint16_t *)(r1 + 2 * d);
+    return lo | hi << 16;
 }
 
 /* part: [n_tok][n_head][n_split][2 + HD] (attention.cu's layout). Shared:
@@ -273,8 +270,8 @@ static __global__ void __launch_bounds__(TCD_WARPS * 32, 4)
         if ((int)threadIdx.x < G) pb[threadIdx.x * hstride] = -INFINITY, pb[threadIdx.x * hstride + 1] = 0.0f;
         return;
     }
-    const int i8 = kv.type == ST_KV_INT8, esz = i8 ? 1 : 2, cpr = HD * esz / 16;       /* 16-byte copies a row */
-    const size_t row = (size_t)kv.n_head_kv * HD * esz, hoff = (size_t)hkv * HD * esz; /* bytes */
+    constexpr int cpr = HD * 2 / 16;                                               /* 16-byte copies a row */
+    const size_t row = (size_t)kv.n_head_kv * HD * 2, hoff = (size_t)hkv * HD * 2; /* bytes */
     unsigned char *ks = tsm + (size_t)warp * 2 * TCD_WK * RS, *vs = ks + TCD_WK * RS;
 
     /* Q fragments: rows g and g + 8 are query heads (zeros past G) */
@@ -314,37 +311,27 @@ static __global__ void __launch_bounds__(TCD_WARPS * 32, 4)
             const unsigned char *kr = ks + (j * 8 + g) * RS;
 #pragma unroll
             for (int kc = 0; kc < HD / 16; kc++)
-                mma16816(sc[j], qa[kc], tcd_pair(kr, kc * 16 + 2 * c, i8), tcd_pair(kr, kc * 16 + 2 * c + 8, i8));
+                mma16816(sc[j], qa[kc], tcd_pair(kr, kc * 16 + 2 * c), tcd_pair(kr, kc * 16 + 2 * c + 8));
         }
-        /* scale (int8: times each key's K scale), mask, each row's max */
-        float tmax[2] = {-INFINITY, -INFINITY}, vsc[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
+        /* scale, mask, each row's max */
+        float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int j = 0; j < 2; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int kk = j * 8 + 2 * c + (e & 1);
-                float f = scale;
-                if (i8 && kk < nk) f *= kv.k_scale[(size_t)(kb + kk) * kv.n_head_kv + hkv];
-                sc[j][e] = kk < nk ? sc[j][e] * f : -INFINITY;
+                sc[j][e] = kk < nk ? sc[j][e] * scale : -INFINITY;
                 tmax[e >> 1] = fmaxf(tmax[e >> 1], sc[j][e]);
-            }
-            if (i8) {
-#pragma unroll
-                for (int b = 0; b < 2; b++) {
-                    const int kk = j * 8 + 2 * c + b;
-                    vsc[j][b] = kk < nk ? kv.v_scale[(size_t)(kb + kk) * kv.n_head_kv + hkv] : 0.0f;
-                }
             }
         }
         tc_softmax_step(sc, tmax, m, l, o);
-        /* O += P V over the 16 keys (an int8 V's scales folded into P) */
-        const uint32_t pa[4] = {
-            pack_h2(sc[0][0] * vsc[0][0], sc[0][1] * vsc[0][1]), pack_h2(sc[0][2] * vsc[0][0], sc[0][3] * vsc[0][1]),
-            pack_h2(sc[1][0] * vsc[1][0], sc[1][1] * vsc[1][1]), pack_h2(sc[1][2] * vsc[1][0], sc[1][3] * vsc[1][1])};
+        /* O += P V over the 16 keys */
+        const uint32_t pa[4] = {pack_h2(sc[0][0], sc[0][1]), pack_h2(sc[0][2], sc[0][3]), pack_h2(sc[1][0], sc[1][1]),
+                                pack_h2(sc[1][2], sc[1][3])};
         const unsigned char *v0 = vs + 2 * c * RS, *v1 = v0 + RS, *v8 = v0 + 8 * RS, *v9 = v8 + RS;
 #pragma unroll
         for (int nd = 0; nd < HD / 8; nd++)
-            mma16816(o[nd], pa, tcd_pair2(v0, v1, nd * 8 + g, i8), tcd_pair2(v8, v9, nd * 8 + g, i8));
+            mma16816(o[nd], pa, tcd_pair2(v0, v1, nd * 8 + g), tcd_pair2(v8, v9, nd * 8 + g));
         __syncwarp(); /* the next tile's copies overwrite these rows */
     }
     /* merge the warps: each writes its rows' (m, l, O), then the block combines them per (head, value) */
@@ -380,12 +367,12 @@ static __global__ void __launch_bounds__(TCD_WARPS * 32, 4)
 
 #endif /* !STRATA_HIP */
 
-int cuda_attn_tc_decode_fits(int G, int hd, int cc_major) {
+int cuda_attn_tc_decode_fits(const st_kv_layer *kv, int G, int cc_major) {
 #if defined(STRATA_HIP)
-    (void)G, (void)hd, (void)cc_major;
+    (void)kv, (void)G, (void)cc_major;
     return 0;
 #else
-    return cc_major >= 8 && G >= 1 && G <= 16 && (hd == 64 || hd == 128);
+    return cc_major >= 8 && kv->type == ST_KV_F16 && G >= 1 && G <= 16 && (kv->head_dim == 64 || kv->head_dim == 128);
 #endif
 }
 
