@@ -179,14 +179,16 @@ static void check_rope(chk *c, int n_tok, int heads, int hd, int pos0, float the
  * around the scores' scale with one head's far above them (the sink takes
  * nearly all of that head's weight: the kernels' rescaling must not
  * overflow), and a fourth case, a prompt with a window (gpt-oss's sliding
- * layers read prompts so). */
-void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt, int sinks) {
+ * layers read prompts so). vmag: the values' magnitude (small ones put an
+ * int8 cache's row scales, times the softmax weights, far below 1). */
+void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt, int sinks,
+                       float vmag) {
     const char *tn = t == ST_KV_F16 ? "f16" : "int8";
     st_kv_layer kr = make_kv(c->ref, t, n_ctx, hkv, hd), kd = make_kv(c->dut, t, n_ctx, hkv, hd);
     /* fill positions 0..n_ctx-2 in two writes (the second at an offset), keep the last for decode */
     int fill = n_ctx - 1, first = fill / 3;
     size_t kvw = (size_t)hkv * hd;
-    float *k = rand_host(c, (size_t)fill * kvw, 1.0f), *v = rand_host(c, (size_t)fill * kvw, 1.0f);
+    float *k = rand_host(c, (size_t)fill * kvw, 1.0f), *v = rand_host(c, (size_t)fill * kvw, vmag);
     void *kr_ = put(c->ref, k, (size_t)fill * kvw * 4), *kd_ = put(c->dut, k, (size_t)fill * kvw * 4);
     void *vr_ = put(c->ref, v, (size_t)fill * kvw * 4), *vd_ = put(c->dut, v, (size_t)fill * kvw * 4);
     void *sr = put(c->ref, NULL, (size_t)fill * hd * 4), *sd = put(c->dut, NULL, (size_t)fill * hd * 4);
@@ -221,12 +223,12 @@ void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int
         if (sinks) c->ref->attention_sinks(c->ref, qr, &kr, nt, pos0, n_head, scale, win, skr, or_);
         else c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
         /* with attention variants (the CUDA backend's) every kernel: per query head, GQA-shared,
-         * tensor cores (64- or 128-wide heads: prompts of 16+ tokens, and decode from an f16 cache
-         * over spans past CUDA_ATT_SHORT_SPAN, 1280, with up to 16 query heads per KV head; their f16 rounding of
+         * tensor cores (64- or 128-wide heads: prompts of 16+ tokens, and decode over spans past
+         * CUDA_ATT_SHORT_SPAN, 1280, with up to 16 query heads per KV head; their f16 rounding of
          * q and of the softmax weights adds ~1e-7 of NMSE: bound 5e-6) */
         const int has = set_variant(c, ST_VARIANT_ATTN, -1) >= 0;
         const int span = win > 0 && pos0 + nt > win ? win : pos0 + nt;
-        const int tc_decode = t == ST_KV_F16 && nt < 16 && span > 1280 && n_head / hkv <= 16;
+        const int tc_decode = nt < 16 && span > 1280 && n_head / hkv <= 16;
         for (int mode = 0; mode < (has ? 3 : 1); mode++) {
             const int tc = mode == 2 && (nt >= 16 || tc_decode) && (hd == 64 || hd == 128);
             if (mode == 2 && !tc) continue;       /* the same kernels as mode 1 */
@@ -256,7 +258,7 @@ void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int
 }
 
 static void check_attention(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt) {
-    check_attention_x(c, t, n_ctx, n_head, hkv, hd, n_prompt, 0);
+    check_attention_x(c, t, n_ctx, n_head, hkv, hd, n_prompt, 0, 1.0f);
 }
 
 /* moe_ffn with gate/up of type tg and down of type td. skew: every token's
@@ -645,6 +647,8 @@ static void check_attentions(chk *c, int size) {
     if (size) { /* the same past the short span: the tensor-core decode kernel's most rows, and unused rows */
         check_attention(c, ST_KV_F16, 2100, 16, 1, 128, 5);
         check_attention(c, ST_KV_INT8, 2100, 12, 1, 128, 5);
+        /* values of 0.02: an int8 row scale times a weight of ~1/2100 is below f16's normal range */
+        check_attention_x(c, ST_KV_INT8, 2100, 32, 4, 128, 16, 0, 0.02f);
     }
     check_attention(c, ST_KV_F16, 300, 20, 1, 64, 5); /* 20 per KV head: past it, the per-head kernel */
     if (size)

@@ -122,8 +122,10 @@ void check_oai_family(chk *c, int size) {
      * clamped SwiGLU, and biased experts in every MoE path; MXFP4 as
      * published, and a K-quant pair */
     check_glu_oai(c, size ? 2880 * 9 : 2880);
-    for (int t = 0; t < 2; t++) check_attention_x(c, (st_kv_type)t, size ? 700 : 300, 8, 2, 64, size ? 37 : 17, 1);
-    if (size) check_attention_x(c, ST_KV_F16, 2100, 64, 8, 64, 40, 1); /* gpt-oss's heads: 64 of 64 over 8 KV heads */
+    for (int t = 0; t < 2; t++)
+        check_attention_x(c, (st_kv_type)t, size ? 700 : 300, 8, 2, 64, size ? 37 : 17, 1, 1.0f);
+    if (size)
+        check_attention_x(c, ST_KV_F16, 2100, 64, 8, 64, 40, 1, 1.0f); /* gpt-oss's heads: 64 of 64 over 8 KV heads */
     for (int path = 0; path < 3; path++) {
         check_moe_oai(c, 1, 8, 4, 256, 256, path, QT_MXFP4, QT_MXFP4);
         check_moe_oai(c, size ? 19 : 5, 8, 4, 256, 256, path, QT_MXFP4, QT_MXFP4);

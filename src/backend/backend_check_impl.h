@@ -221,7 +221,8 @@ void check_oai_family(chk *c, int size);
 /* Attention (and attention_sinks when sinks) over a cache of n_ctx
  * positions, every kernel variant of the device under test
  * (backend_check.c). */
-void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt, int sinks);
+void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int hd, int n_prompt, int sinks,
+                       float vmag);
 void check_mla_family(chk *c, int size);
 
 #endif

@@ -33,10 +33,12 @@
  * kernels did 1024 FMAs a position with a shared-memory read for every 4,
  * and were bound by issue, not memory: 30 us a layer for 33.5 MB of K and V
  * at 16K positions on an H200 (1.1 TB/s, 4 warps a scheduler eligible 42%
- * of cycles). f16 caches only: an int8 V's row scales folded into the f16
- * weights P (the first version) put p * s below f16's normal range at long
- * spans (p ~ 1/16K, s ~ max|v| / 127), so int8 caches stay on the GQA
- * kernel until V is widened to f16 in shared memory instead.
+ * of cycles). An int8 cache: K's values enter the product as they are (exact
+ * in f16) and its row scales multiply the scores; V's rows are copied to
+ * the upper half of their shared rows and widened in place to f16 values
+ * times their scales. (Folding V's scales into the f16 weights P instead,
+ * the first version, put p * s below f16's normal range at long spans: p ~
+ * 1/16K, s ~ max|v| / 127.)
  *
  * Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, c = lane % 4):
  *   A 16x16: a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..), a3 (g+8, 2c+8..)
@@ -240,10 +242,14 @@ static __global__ void __launch_bounds__(128)
 #define TCD_WK    (CUDA_ATT_TCD_TILE / TCD_WARPS) /* keys per warp per tile: one 16-key chunk of P V */
 static_assert(TCD_WK == 16, "a warp's keys are one k-chunk of the P V product");
 
-/* Two f16 values of one key row in shared memory as a pair (a K fragment
- * word), or value d of two key rows (a V fragment word: keys in k order). */
-static __device__ __forceinline__ uint32_t tcd_pair(const unsigned char *row, int d) {
-    return *(const uint32_t *)(row + 2 * d);
+/* Values d, d + 1 of one key row in shared memory as an f16 pair (a K
+ * fragment word): f16 rows as they are, int8 rows as integers (exact in
+ * f16; the row's scale multiplies the scores); or value d of two f16 key
+ * rows (a V fragment word: keys in k order). */
+static __device__ __forceinline__ uint32_t tcd_pair(const unsigned char *row, int d, int i8) {
+    if (!i8) return *(const uint32_t *)(row + 2 * d);
+    const char2 v = *(const char2 *)(row + d);
+    return pack_h2((float)v.x, (float)v.y);
 }
 static __device__ __forceinline__ uint32_t tcd_pair2(const unsigned char *r0, const unsigned char *r1, int d) {
     const uint32_t lo = *(const uint16_t *)(r0 + 2 * d), hi = *(const uint16_t *)(r1 + 2 * d);
@@ -270,8 +276,9 @@ static __global__ void __launch_bounds__(TCD_WARPS * 32, 4)
         if ((int)threadIdx.x < G) pb[threadIdx.x * hstride] = -INFINITY, pb[threadIdx.x * hstride + 1] = 0.0f;
         return;
     }
-    constexpr int cpr = HD * 2 / 16;                                               /* 16-byte copies a row */
-    const size_t row = (size_t)kv.n_head_kv * HD * 2, hoff = (size_t)hkv * HD * 2; /* bytes */
+    const int i8 = kv.type == ST_KV_INT8, esz = i8 ? 1 : 2, cpr = HD * esz / 16;       /* 16-byte copies a row */
+    const size_t row = (size_t)kv.n_head_kv * HD * esz, hoff = (size_t)hkv * HD * esz; /* bytes */
+    const int vup = i8 ? HD : 0; /* an int8 V row lands in the upper half of its f16 row, widened after */
     unsigned char *ks = tsm + (size_t)warp * 2 * TCD_WK * RS, *vs = ks + TCD_WK * RS;
 
     /* Q fragments: rows g and g + 8 are query heads (zeros past G) */
@@ -298,11 +305,35 @@ static __global__ void __launch_bounds__(TCD_WARPS * 32, 4)
             const size_t src = (size_t)(kb + (kk < nk ? kk : 0)) * row + hoff + off;
             const unsigned n = kk < nk ? 16u : 0u; /* keys past the slice: zeros (0 * garbage may be NaN) */
             mq_cp16n(ks + kk * RS + off, (const char *)kv.k + src, n);
-            mq_cp16n(vs + kk * RS + off, (const char *)kv.v + src, n);
+            mq_cp16n(vs + kk * RS + vup + off, (const char *)kv.v + src, n);
         }
         mq_commit();
         mq_wait<0>();
         __syncwarp();
+        if (i8) { /* V to f16 times each row's scale: every lane reads its chunks, then all write */
+            constexpr int NC = TCD_WK * HD / 16 / 32; /* 16-value chunks a lane */
+            uint4 raw[NC];
+            float sv[NC];
+#pragma unroll
+            for (int u = 0; u < NC; u++) {
+                const int i = lane + 32 * u, kk = i / (HD / 16);
+                raw[u] = *(const uint4 *)(vs + kk * RS + HD + (i % (HD / 16)) * 16);
+                sv[u] = kk < nk ? kv.v_scale[(size_t)(kb + kk) * kv.n_head_kv + hkv] : 0.0f;
+            }
+            __syncwarp();
+#pragma unroll
+            for (int u = 0; u < NC; u++) {
+                const int i = lane + 32 * u, kk = i / (HD / 16);
+                const int8_t *b = (const int8_t *)&raw[u];
+                uint32_t h[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) h[j] = pack_h2(sv[u] * (float)b[2 * j], sv[u] * (float)b[2 * j + 1]);
+                uint4 *dst = (uint4 *)(vs + kk * RS + (i % (HD / 16)) * 32);
+                dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
+                dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
+            }
+            __syncwarp();
+        }
         /* S = Q K^T: 16 rows x 16 keys, two tiles of 8 keys */
         float sc[2][4];
 #pragma unroll
@@ -311,16 +342,18 @@ static __global__ void __launch_bounds__(TCD_WARPS * 32, 4)
             const unsigned char *kr = ks + (j * 8 + g) * RS;
 #pragma unroll
             for (int kc = 0; kc < HD / 16; kc++)
-                mma16816(sc[j], qa[kc], tcd_pair(kr, kc * 16 + 2 * c), tcd_pair(kr, kc * 16 + 2 * c + 8));
+                mma16816(sc[j], qa[kc], tcd_pair(kr, kc * 16 + 2 * c, i8), tcd_pair(kr, kc * 16 + 2 * c + 8, i8));
         }
-        /* scale, mask, each row's max */
+        /* scale (int8: times each key's K scale), mask, each row's max */
         float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int j = 0; j < 2; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int kk = j * 8 + 2 * c + (e & 1);
-                sc[j][e] = kk < nk ? sc[j][e] * scale : -INFINITY;
+                float f = scale;
+                if (i8 && kk < nk) f *= kv.k_scale[(size_t)(kb + kk) * kv.n_head_kv + hkv];
+                sc[j][e] = kk < nk ? sc[j][e] * f : -INFINITY;
                 tmax[e >> 1] = fmaxf(tmax[e >> 1], sc[j][e]);
             }
         }
@@ -372,7 +405,7 @@ int cuda_attn_tc_decode_fits(const st_kv_layer *kv, int G, int cc_major) {
     (void)kv, (void)G, (void)cc_major;
     return 0;
 #else
-    return cc_major >= 8 && kv->type == ST_KV_F16 && G >= 1 && G <= 16 && (kv->head_dim == 64 || kv->head_dim == 128);
+    return cc_major >= 8 && G >= 1 && G <= 16 && (kv->head_dim == 64 || kv->head_dim == 128);
 #endif
 }
 

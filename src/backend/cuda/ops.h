@@ -75,9 +75,9 @@ int cuda_attention_tc_sinks(const float *q, const st_kv_layer *kv, int n_tok, in
 /* Decode over a long cache on tensor cores (attention_tc.cu): a token's
  * query heads of a KV head as the rows of the products, the slice partials
  * of cuda_attention (part [n_tok][n_head][n_split][2 + hd]) for its combine
- * kernel, slices of whole tiles of CUDA_ATT_TCD_TILE positions. fits: an
- * f16 cache, head sizes 64 and 128, up to 16 query heads per KV head, sm_80
- * and later, not on HIP. */
+ * kernel, slices of whole tiles of CUDA_ATT_TCD_TILE positions. fits: head
+ * sizes 64 and 128, up to 16 query heads per KV head, sm_80 and later, not
+ * on HIP. */
 #define CUDA_ATT_TCD_TILE 64
 int cuda_attn_tc_decode_fits(const st_kv_layer *kv, int G, int cc_major);
 void cuda_attn_tc_decode(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int n_head,
