@@ -25,6 +25,13 @@
 /* f16's smallest normal: the CPU (after llama.cpp) clamps the weights' sum at it before dividing */
 #define ROUTE_MIN_SUM 6.103515625e-5f
 
+/* Whether gt is the plain rule: softmax, no selection bias, no groups,
+ * scale 1 (qwen3moe's, gpt-oss's); route_block<false> routes by it alone,
+ * ranking p itself, without the other rules' code. */
+static inline bool route_plain(const st_moe_gating &gt) {
+    return gt.fn != ST_GATE_SIGMOID && !gt.bias && gt.n_group <= 1 && gt.scale == 1.0f;
+}
+
 /* Every thread of a one-dimensional block calls it (it synchronises the
  * block). l: the token's n_expert logits; p, s: n_expert floats of shared
  * memory each (probabilities, scores); red: ST_WARP floats of shared memory;
@@ -32,12 +39,14 @@
  * score, visible to the block on return. A NaN (or -inf) score is never
  * chosen; a place no expert takes (fewer than k candidates) is left as id
  * -1, weight 0. gt.bias: device memory. */
+template <bool GEN = true>
 static __device__ void route_block(const float *l, int n_expert, int k, const st_moe_gating &gt, float *p, float *s,
                                    float *red, int32_t *sel, float *w) {
+    if constexpr (!GEN) s = p;
     __shared__ float gsc[ROUTE_MAX_GROUP];
     __shared__ int gkeep[ROUTE_MAX_GROUP];
     const int tid = threadIdx.x, nth = blockDim.x;
-    if (gt.fn == ST_GATE_SIGMOID) {
+    if (GEN && gt.fn == ST_GATE_SIGMOID) {
         for (int e = tid; e < n_expert; e += nth) p[e] = 1.0f / (1.0f + expf(-l[e]));
     } else {
         float mx = -INFINITY;
@@ -48,13 +57,14 @@ static __device__ void route_block(const float *l, int n_expert, int k, const st
         sum = block_sum(sum, red);
         for (int e = tid; e < n_expert; e += nth) p[e] /= sum; /* each thread its own experts: no barrier */
     }
-    for (int e = tid; e < n_expert; e += nth) {
-        const float v = gt.bias ? p[e] + gt.bias[e] : p[e];
-        s[e] = v > -INFINITY ? v : -INFINITY; /* NaN: never chosen */
-    }
+    if constexpr (GEN)
+        for (int e = tid; e < n_expert; e += nth) {
+            const float v = gt.bias ? p[e] + gt.bias[e] : p[e];
+            s[e] = v > -INFINITY ? v : -INFINITY; /* NaN: never chosen */
+        }
     if (tid < k) sel[tid] = -1, w[tid] = 0.0f;
     __syncthreads();
-    if (gt.n_group > 1) { /* group-limited: the experts outside the kept groups cannot be chosen */
+    if (GEN && gt.n_group > 1) { /* group-limited: the experts outside the kept groups cannot be chosen */
         const int ng = gt.n_group, per = n_expert / ng;
         for (int g = tid; g < ng; g += nth) {
             float a = -INFINITY, b = -INFINITY; /* the group's two best */
@@ -87,14 +97,14 @@ static __device__ void route_block(const float *l, int n_expert, int k, const st
         if (r < k) sel[r] = e, w[r] = p[e];
     }
     __syncthreads();
-    if (gt.norm_topk || gt.scale != 1.0f) {
+    if (gt.norm_topk || (GEN && gt.scale != 1.0f)) {
         float ws = 0.0f;
         for (int j = 0; j < k; j++) ws += w[j];
         __syncthreads(); /* every thread has read w */
         if (tid < k) {
             float v = w[tid];
             if (gt.norm_topk) v /= fmaxf(ws, ROUTE_MIN_SUM);
-            w[tid] = v * gt.scale;
+            w[tid] = GEN ? v * gt.scale : v;
         }
         __syncthreads();
     }

@@ -46,7 +46,9 @@ struct moe_dec_args {
     float *out;
 };
 
-template <int T>
+/* GEN false: the plain routing rule and no expert biases (moe_dec_glu
+ * picks it when both hold): the instance without the other rules' code. */
+template <int T, bool GEN>
 static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel(const moe_dec_args p) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     using F = mmf<T>;
@@ -58,7 +60,7 @@ static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel
     if (p.logits) { /* every block routes its token (route.cuh): no routing kernel before this one */
         __shared__ float probs[ROUTE_MAX_EXPERT], scores[ROUTE_MAX_EXPERT], rw[ROUTE_MAX_EXPERT], red[ST_WARP];
         __shared__ int32_t rsel[ROUTE_MAX_EXPERT];
-        route_block(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.gt, probs, scores, red, rsel, rw);
+        route_block<GEN>(p.logits + (size_t)t * p.n_expert, p.n_expert, p.k, p.gt, probs, scores, red, rsel, rw);
         const int j = pair - t * p.k;
         e = rsel[j];
         if (blockIdx.x == 0 && threadIdx.x == 0) { /* for the down kernel */
@@ -93,7 +95,7 @@ static __global__ void __launch_bounds__(GLU_ROWS / GLU_RPW * 32) moe_glu_kernel
         for (int r = 0; r < GLU_RPW; r++) g[r] = warp_sum(g[r]), u[r] = warp_sum(u[r]);
     }
     if (lane == 0) {
-        const int be = e < 0 ? -1 : p.eid ? p.eid[pair] : e; /* the bias row: by expert id */
+        const int be = !GEN || e < 0 ? -1 : p.eid ? p.eid[pair] : e; /* the bias row: by expert id */
 #pragma unroll
         for (int r = 0; r < GLU_RPW; r++) {
             if (be >= 0 && p.bg) g[r] += p.bg[(size_t)be * p.n_ff + row + r];
@@ -162,9 +164,13 @@ static int moe_dec_down(const moe_dec_args &a, qt_type td, int n_tok, cudaStream
 
 static int moe_dec_glu(const moe_dec_args &a, qt_type tg, int n_pairs, cudaStream_t s) {
     const dim3 grid((unsigned)(a.n_ff / GLU_ROWS), (unsigned)n_pairs);
+    const bool plain = (!a.logits || route_plain(a.gt)) && !a.bg && !a.bu;
     switch ((int)tg) {
 #define GLU_CASE(T)                                                                                                    \
-    case T: st_launch(moe_glu_kernel<T>, dim3(grid), dim3(GLU_ROWS / GLU_RPW * 32), 0, s, a); return 0;
+    case T:                                                                                                            \
+        if (plain) st_launch(moe_glu_kernel<T, false>, dim3(grid), dim3(GLU_ROWS / GLU_RPW * 32), 0, s, a);            \
+        else st_launch(moe_glu_kernel<T, true>, dim3(grid), dim3(GLU_ROWS / GLU_RPW * 32), 0, s, a);                   \
+        return 0;
         MM_QUANT_TYPES(GLU_CASE)
 #undef GLU_CASE
     default: return 1;
