@@ -551,8 +551,12 @@ static void check_draw(chk *c, int n, float temp, int n_draw) {
         const double t0 = now_ms();
         const int rc = c->dut->draw(c->dut, xd, n, 1.0f / temp, u, &tok);
         ms += now_ms() - t0;
+        /* the distance from r to the token's interval; an id of -inf never.
+         * An id whose share is below double's rounding of the running sum
+         * (at temperature 0.05, most of them) has an interval of width 0:
+         * the device (float p > 0) may take it beside the boundary r is at */
         double e = 1;
-        if (rc == 0 && tok >= 0 && tok < n && cum[tok + 1] > cum[tok]) {
+        if (rc == 0 && tok >= 0 && tok < n && x[tok] > -INFINITY) {
             const double r = u * total, lo = cum[tok] - r, hi = r - cum[tok + 1];
             e = (lo > 0 ? lo : hi > 0 ? hi : 0) / total;
         }
@@ -734,8 +738,12 @@ int backend_check_ops(st_backend *ref, st_backend *dut, int size, uint64_t seed,
     if (size) check_top_k(&c, 262144, 64, 20, 0); /* gemma 3's vocabulary, the most candidates, ties */
     check_draw(&c, 1000, 1.0f, 50);
     check_draw(&c, 151936, 0.7f, size ? 200 : 20); /* qwen3's vocabulary */
-    check_draw(&c, 151936, 0.05f, 20);             /* a peaked one: a few ids hold the mass */
-    if (size) check_draw(&c, 262144, 1.5f, 100);   /* gemma 3's */
+    /* peaked ones: a few ids hold the mass, and the draw of u near 1 walks
+     * past runs of ids whose p underflows (43 x in 100 found no token
+     * before draw.cu skipped runs and blocks without mass, in a NumPy model of
+     * the kernel): six x at test sizes */
+    for (int i = 0; i < (size ? 6 : 1); i++) check_draw(&c, 151936, 0.05f, 20);
+    if (size) check_draw(&c, 262144, 1.5f, 100); /* gemma 3's */
     check_decode_layers(&c, 0, size);
     check_matmul(&c, QT_F32, 2048, 128, 1); /* few float rows (a router): the split kernel */
     check_matmul(&c, QT_F16, 512, 100, 5);

@@ -69,7 +69,7 @@ static __global__ void __launch_bounds__(DRAW_WALK_THREADS)
     pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ double part[DRAW_WALK_THREADS];
     __shared__ float red[ST_WARP];
-    __shared__ int found;
+    __shared__ int found, last;
     const int tid = threadIdx.x;
     float m = -INFINITY;
     for (int i = tid; i < n_bmax; i += DRAW_WALK_THREADS) m = fmaxf(m, bmax[i]);
@@ -79,7 +79,7 @@ static __global__ void __launch_bounds__(DRAW_WALK_THREADS)
     double s = 0;
     for (int b = b0; b < b0 + per && b < n_blk; b++) s += bsum[b];
     part[tid] = s;
-    if (tid == 0) found = -1;
+    if (tid == 0) found = -1, last = -1;
     __syncthreads();
     for (int o = 1; o < DRAW_WALK_THREADS; o <<= 1) { /* inclusive scan (Hillis-Steele) */
         const double v = tid >= o ? part[tid - o] : 0.0;
@@ -94,29 +94,32 @@ static __global__ void __launch_bounds__(DRAW_WALK_THREADS)
     }
     const double r = u * total;
     const double before = tid ? part[tid - 1] : 0.0;
-    /* the run where the running sum passes r (the last one with any mass if rounding leaves none) */
-    if (before <= r && r < part[tid] && per > 0) found = tid;
+    /* the run where the running sum passes r, else the last one with any
+     * mass; only runs with mass qualify: the scan adds in another order at
+     * each place, so a run without any can still read part[tid] > before
+     * (a draw of u near 1 at temperature 0.05 found one, and no token) */
+    if (s > 0.0 && before <= r && r < part[tid]) found = tid;
+    if (s > 0.0) atomicMax(&last, tid);
     __syncthreads();
     if (tid != 0) return;
-    int run = found;
-    if (run < 0)
-        for (run = DRAW_WALK_THREADS - 1; run > 0 && part[run] == part[run - 1]; run--) {
-        }
+    const int run = found >= 0 ? found : last; /* last >= 0: total > 0 */
     double cum = run ? part[run - 1] : 0.0, cb = cum;
-    int sel = -1; /* the block where the sum passes r, else the run's last one with mass */
+    /* the block where the sum passes r, else the run's last one with mass;
+     * blocks and ids without mass are never chosen (the fallback run can
+     * start past r: rounding again) */
+    int sel = -1;
     for (int b = run * per; b < run * per + per && b < n_blk; b++) {
-        if (bsum[b] > 0.0f) sel = b, cb = cum;
-        if (cum + bsum[b] > r) {
-            sel = b, cb = cum;
-            break;
-        }
+        if (!(bsum[b] > 0.0f)) continue;
+        sel = b, cb = cum;
+        if (cum + bsum[b] > r) break;
         cum += bsum[b];
     }
     int32_t tok = -1;
     cum = cb;
     for (int i = sel * DRAW_BLOCK; sel >= 0 && i < n && i < (sel + 1) * DRAW_BLOCK; i++) {
         const float p = expf((x[i] - m) * inv_t);
-        if (p > 0.0f) tok = i;
+        if (!(p > 0.0f)) continue;
+        tok = i;
         cum += p;
         if (r < cum) break;
     }
