@@ -122,9 +122,9 @@ typedef struct {
     void *rp, *dp;
 } wpair;
 
-static inline wpair make_weight(chk *c, qt_type t, int64_t n_in, int64_t n_out, int64_t n_mat) {
+static inline wpair make_weight_sd(chk *c, qt_type t, int64_t n_in, int64_t n_out, int64_t n_mat, float sd) {
     size_t rb = qt_row_size(t, n_in), bytes = rb * (size_t)(n_out * n_mat);
-    float *f = rand_host(c, (size_t)(n_in * n_out * n_mat), 0.5f);
+    float *f = rand_host(c, (size_t)(n_in * n_out * n_mat), sd);
     void *q = st_malloc(bytes);
     for (int64_t r = 0; r < n_out * n_mat; r++) qt_quantize(t, f + r * n_in, (uint8_t *)q + (size_t)r * rb, n_in);
     wpair w;
@@ -138,6 +138,10 @@ static inline wpair make_weight(chk *c, qt_type t, int64_t n_in, int64_t n_out, 
     st_free(f);
     st_free(q);
     return w;
+}
+
+static inline wpair make_weight(chk *c, qt_type t, int64_t n_in, int64_t n_out, int64_t n_mat) {
+    return make_weight_sd(c, t, n_in, n_out, n_mat, 0.5f);
 }
 
 /* Biases for w (st_weight.bias, n_mat rows of n_out, Gaussian of sd) on
