@@ -93,7 +93,12 @@ def test_chat_streams_and_monitor(browser, server):
     assert page.inner_text("#m_queue") == "0"
     assert "SmolLM2" in page.inner_text("#model")
 
-    page.fill("#input", "Name three colours of the rainbow.")
+    # greedy, and a prompt whose answer is long (SmolLM2: 100+ tokens, a second or more):
+    # "Name three colours of the rainbow." at 0.7 once answered in 18 tokens, which
+    # reached the page in one read (CI, 2026-12-03: lengths [0, 89]) while the machine
+    # was busy; a stream of a second cannot arrive whole without a stall that long
+    page.eval_on_selector("#temperature", "e => { e.value = '0'; }")  # in the folded settings
+    page.fill("#input", "Write a short story about a lighthouse keeper and a lost ship.")
     # every change of the answer's text, recorded in the page as it happens (polling from
     # here can miss the steps of a short answer: 20 tokens stream in 0.2 s)
     page.evaluate('''() => {
