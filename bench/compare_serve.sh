@@ -8,7 +8,9 @@
 #   usage: bench/compare_serve.sh STRATA LLAMA_SERVER MODEL.gguf
 #   env: COUNTS ("4 8 16 32"), REQS (requests per client, 2), MAXTOK (256),
 #        CTX (context per slot, 1024), TEMP (0.7), PORT (18300),
-#        STRATA_ARGS ("--gpu 0"), LLAMA_ARGS ("-ngl 99 -fa on")
+#        STRATA_ARGS ("--gpu 0"), LLAMA_ARGS ("-ngl 99 -fa on"),
+#        STRATA_B (a second Strata build, run after the first: an A/B column),
+#        LLAMA=0 (leave llama-server out)
 set -u
 S=$1 L=$2 M=$3
 COUNTS=${COUNTS:-4 8 16 32} REQS=${REQS:-2} MAXTOK=${MAXTOK:-256} CTX=${CTX:-1024} TEMP=${TEMP:-0.7}
@@ -35,11 +37,13 @@ run_one() { # name n command...: start, warm up, load, stop; prints "json {...}"
   kill -TERM $pid; wait $pid 2>/dev/null
 }
 
+NAMES="strata${STRATA_B:+ strata-b}$([ "${LLAMA:-1}" = 0 ] || echo ' llama')"
 declare -A TOK TTFT50 TTFT99
 for n in $COUNTS; do
-  for name in strata llama; do
-    if [ $name = strata ]; then
-      out=$(run_one strata $n "$S" serve -m "$M" $STRATA_ARGS --slots $n --queue $((2 * n)) -c $CTX --port $PORT)
+  for name in $NAMES; do
+    if [ $name != llama ]; then
+      bin=$S; [ $name = strata-b ] && bin=$STRATA_B
+      out=$(run_one $name $n "$bin" serve -m "$M" $STRATA_ARGS --slots $n --queue $((2 * n)) -c $CTX --port $PORT)
     else
       out=$(run_one llama $n "$L" -m "$M" $LLAMA_ARGS -np $n -c $((n * CTX)) --port $PORT --no-warmup)
     fi
@@ -52,10 +56,14 @@ for n in $COUNTS; do
   done
 done
 echo
-echo "| streams | Strata tok/s | llama-server tok/s | ratio | Strata TTFT p50 / p99 ms | llama-server TTFT p50 / p99 ms |"
-echo "|---:|---:|---:|---:|---:|---:|"
+ratio() { [ -n "$1" ] && [ -n "$2" ] && python3 -c "print('%.2fx' % ($1 / $2))" || echo -; }
+head="| streams |"; rule="|---:|"
+for name in $NAMES; do head="$head $name tok/s | $name TTFT p50 / p99 ms |"; rule="$rule---:|---:|"; done
+for name in $NAMES; do [ $name = llama ] || { head="$head $name / llama |"; rule="$rule---:|"; }; done
+echo "$head"; echo "$rule"
 for n in $COUNTS; do
-  a=${TOK[strata$n]:-} b=${TOK[llama$n]:-}
-  r=$([ -n "$a" ] && [ -n "$b" ] && python3 -c "print('%.2fx' % ($a / $b))" || echo -)
-  echo "| $n | ${a:--} | ${b:--} | $r | ${TTFT50[strata$n]:--} / ${TTFT99[strata$n]:--} | ${TTFT50[llama$n]:--} / ${TTFT99[llama$n]:--} |"
+  row="| $n |"
+  for name in $NAMES; do row="$row ${TOK[$name$n]:--} | ${TTFT50[$name$n]:--} / ${TTFT99[$name$n]:--} |"; done
+  for name in $NAMES; do [ $name = llama ] || row="$row $(ratio "${TOK[$name$n]:-}" "${TOK[llama$n]:-}") |"; done
+  echo "$row"
 done
