@@ -300,6 +300,7 @@ void engine_close(engine *e) {
     st_free(e->batch_pos);
     st_free(e->batch_n);
     st_free(e->batch_ids);
+    st_free(e->batch_picks);
     st_free(e->batch_tok);
     st_free(e->batch_logits);
     st_free(e->batch_hid);
@@ -491,9 +492,10 @@ int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int 
 
 /* engine_step and engine_step_drafts: seqs[i] appends n_tok[i] tokens
  * (NULL: one each), stacked in toks; with n_tok its rows' logits are all
- * kept in e->batch_logits (after the chunk's, when chunk_logits). */
+ * kept in e->batch_logits (after the chunk's, when chunk_logits). picks
+ * (one token each only; NULL: none) as engine_step says. */
 static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
-                     engine_seq *const *seqs, const int32_t *toks, const int *n_tok, int n) {
+                     engine_seq *const *seqs, const int32_t *toks, const int *n_tok, int n, model_pick *picks) {
     if (!reading || n_chunk <= 0) {
         reading = NULL;
         n_chunk = 0;
@@ -519,7 +521,7 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
     }
     if (reading) seq_settle(reading);
     for (int i = 0; i < n; i++) seq_settle(seqs[i]);
-    if (!reading && !n_tok && n == 1) return engine_seq_eval(e, seqs[0], toks, 1);
+    if (!reading && !n_tok && n == 1 && !picks) return engine_seq_eval(e, seqs[0], toks, 1);
     size_t nv = (size_t)e->m->hp.n_vocab;
     int n_seq = n + (reading != NULL), n_all = rows + n_chunk;
     /* the step's inputs and outputs, gathered: kept across calls, grown as needed */
@@ -529,6 +531,7 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         e->batch_pos = st_realloc(e->batch_pos, (size_t)n_seq * sizeof *e->batch_pos);
         e->batch_n = st_realloc(e->batch_n, (size_t)n_seq * sizeof *e->batch_n);
         e->batch_ids = st_realloc(e->batch_ids, (size_t)n_seq * sizeof *e->batch_ids);
+        e->batch_picks = st_realloc(e->batch_picks, (size_t)n_seq * sizeof *e->batch_picks);
     }
     if (n_all > e->tok_cap) {
         e->tok_cap = n_all;
@@ -554,11 +557,17 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
     }
     memcpy(e->batch_tok + n_chunk, toks, (size_t)rows * sizeof(int32_t));
     int skip = reading && !chunk_logits;
+    model_pick *pk = NULL; /* one per row of logits: the chunk's (when it has one) picks nothing */
+    if (picks) {
+        pk = e->batch_picks;
+        if (reading && chunk_logits) pk[0] = (model_pick){0};
+        memcpy(pk + (reading && chunk_logits), picks, (size_t)n * sizeof *picks);
+    }
     split_send_batch(e->net, n_seq, e->batch_ids, e->batch_pos, reading || n_tok ? e->batch_n : NULL, skip,
                      n_tok != NULL);
     model_ctx_capture_hidden(e->mc, e->mtp ? e->batch_hid : NULL); /* --draft mtp: every row's hidden state */
     model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading || n_tok ? e->batch_n : NULL, n_seq,
-                        skip, n_tok != NULL, e->batch_logits);
+                        skip, n_tok != NULL, e->batch_logits, pk);
     model_ctx_capture_hidden(e->mc, NULL);
     if (e->mtp) { /* each sequence's rows into its own record, where the rows before them are kept */
         for (int i = 0, r = 0; i < n_seq; i++) {
@@ -581,7 +590,8 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
     for (int i = 0, r = 0; i < n; i++) {
         engine_seq *s = seqs[i];
         const int m = n_tok ? n_tok[i] : 1;
-        memcpy(s->logits, out + (size_t)(r + m - 1) * nv, nv * sizeof(float));
+        if (pk) picks[i].rc = pk[i + (reading && chunk_logits)].rc;
+        if (!pk || picks[i].rc) memcpy(s->logits, out + (size_t)(r + m - 1) * nv, nv * sizeof(float));
         memcpy(s->hist + s->n_past, toks + r, (size_t)m * sizeof(int32_t));
         s->n_past += m;
         r += m;
@@ -590,19 +600,19 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
 }
 
 int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
-                engine_seq *const *seqs, const int32_t *tok, int n) {
-    return step_rows(e, reading, chunk, n_chunk, chunk_logits, seqs, tok, NULL, n);
+                engine_seq *const *seqs, const int32_t *tok, int n, model_pick *picks) {
+    return step_rows(e, reading, chunk, n_chunk, chunk_logits, seqs, tok, NULL, n, picks);
 }
 
 int engine_step_drafts(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, engine_seq *const *seqs,
                        const int32_t *toks, const int *n_tok, int n, const float **logits) {
-    const int rc = step_rows(e, reading, chunk, n_chunk, 0, seqs, toks, n_tok, n);
+    const int rc = step_rows(e, reading, chunk, n_chunk, 0, seqs, toks, n_tok, n, NULL);
     *logits = e->batch_logits;
     return rc;
 }
 
 int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n) {
-    return engine_step(e, NULL, NULL, 0, 0, seqs, tok, n);
+    return engine_step(e, NULL, NULL, 0, 0, seqs, tok, n, NULL);
 }
 
 int engine_eval(engine *e, const int32_t *toks, int n) { return engine_seq_eval(e, &e->seq, toks, n); }

@@ -87,6 +87,7 @@ typedef struct engine {
     int batch_cap, tok_cap;
     st_kv_layer **batch_kv;
     int *batch_pos, *batch_n, *batch_ids;
+    model_pick *batch_picks; /* (batch_cap) engine_step's picks, a row each */
     int32_t *batch_tok;
     float *batch_logits; /* [tok_cap][n_vocab] */
     float *batch_hid;    /* [tok_cap][n_embd]: the rows' final hidden states (--draft mtp), or NULL */
@@ -180,9 +181,13 @@ int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int 
  * model_forward_batch, so the weights are read once for the prompt chunk and
  * the decoding sequences together; with a chunk, n_chunk + n must fit
  * n_ubatch. -1 with st_error (nothing evaluated) if a sequence is full or an
- * id is outside the vocabulary. */
+ * id is outside the vocabulary. picks (NULL: none) holds one model_pick per
+ * sequence of seqs: where the backend picks (its rc 0: the k largest logits,
+ * or a temperature's draw, made on the device) the sequence's logits are not
+ * copied, so that a step of many sequences on a GPU brings back a few pairs
+ * each instead of every vocabulary row; rc 1: s->logits as without. */
 int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
-                engine_seq *const *seqs, const int32_t *tok, int n);
+                engine_seq *const *seqs, const int32_t *tok, int n, model_pick *picks);
 /* engine_step for speculative decoding: seqs[i] appends n_tok[i] tokens (its
  * pending token, then its drafts; toks holds them stacked in order) and
  * *logits points to every one's logits, [sum n_tok][n_vocab] in that order

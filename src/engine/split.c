@@ -286,7 +286,9 @@ int split_follow(engine *e) {
             ntok[s] = body[3 * s + 2];
         }
         if (hdr[0] == SPLIT_FORWARD) model_forward(e->mc, kvs[0], NULL, ntok[0], pos[0], NULL, hdr[2] & 1);
-        else model_forward_batch(e->mc, kvs, NULL, pos, hdr[2] & 1 ? ntok : NULL, n_seq, hdr[3], hdr[2] >> 1 & 1, NULL);
+        else
+            model_forward_batch(e->mc, kvs, NULL, pos, hdr[2] & 1 ? ntok : NULL, n_seq, hdr[3], hdr[2] >> 1 & 1, NULL,
+                                NULL);
     }
     for (int i = 0; i < n_seqs; i++) kv_cache_free(seqs[i].kv);
     st_free(seqs);

@@ -379,27 +379,49 @@ static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, 
         c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
 }
 
-int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
-                        float *logits) {
-    ST_ASSERT(pos + 1 <= kv[0].n_ctx);
+/* Rows [0, n) of c->logits into logits (host), or as picks say (NULL:
+ * every row whole): a picked row stays on the backend; the others are copied
+ * in runs of consecutive rows. */
+static void logits_out(model_ctx *c, float *logits, int n, model_pick *picks) {
     st_backend *be = c->be;
+    const size_t nv = (size_t)c->m->hp.n_vocab;
+    for (int r = 0, run = 0; r <= n; r++) {
+        int whole = r < n;
+        if (r < n && picks) {
+            model_pick *p = &picks[r];
+            const float *x = c->logits + (size_t)r * nv;
+            p->rc = 1;
+            if (p->k > 0 && be->top_k) p->rc = be->top_k(be, x, (int)nv, p->k, p->ids, p->vals) != 0;
+            else if (p->k <= 0 && p->inv_t > 0.0f && be->draw)
+                p->rc = be->draw(be, x, (int)nv, p->inv_t, p->u, p->tok) != 0;
+            whole = p->rc;
+        }
+        if (whole) continue;
+        if (r > run)
+            be->to_host(be, logits + (size_t)run * nv, c->logits + (size_t)run * nv, (r - run) * nv * sizeof(float));
+        run = r + 1;
+    }
+}
+
+/* One token at pos with one pick (model_forward_top_k, model_forward_draw). */
+static int forward_pick(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, model_pick *p, float *logits) {
+    ST_ASSERT(pos + 1 <= kv[0].n_ctx);
     run_chunk(c, kv, &token, 1, pos, 0, 1, 0, NULL,
               1); /* as a one-token forward_chunk with logits: the same recorded graph */
-    const int nv = c->m->hp.n_vocab;
-    if (be->top_k && be->top_k(be, c->logits, nv, k, ids, vals) == 0) return 0;
-    be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));
-    return 1;
+    logits_out(c, logits, 1, p);
+    return p->rc;
+}
+
+int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
+                        float *logits) {
+    model_pick p = {.k = k, .ids = ids, .vals = vals};
+    return forward_pick(c, kv, token, pos, &p, logits);
 }
 
 int model_forward_draw(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, float inv_t, double u, int32_t *tok,
                        float *logits) {
-    ST_ASSERT(pos + 1 <= kv[0].n_ctx);
-    st_backend *be = c->be;
-    run_chunk(c, kv, &token, 1, pos, 0, 1, 0, NULL, 1); /* model_forward_top_k's step */
-    const int nv = c->m->hp.n_vocab;
-    if (be->draw && be->draw(be, c->logits, nv, inv_t, u, tok) == 0) return 0;
-    be->to_host(be, logits, c->logits, (size_t)nv * sizeof(float));
-    return 1;
+    model_pick p = {.inv_t = inv_t, .u = u, .tok = tok};
+    return forward_pick(c, kv, token, pos, &p, logits);
 }
 
 void model_forward_hidden(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_tok, int pos0, float *hidden) {
@@ -468,8 +490,8 @@ static void batch_body(void *arg, int pos0) {
 }
 
 void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, const int *n_tok,
-                         int n_seq, int skip, int all, float *logits) {
-    ST_ASSERT(n_seq > 0 && skip >= 0 && skip <= n_seq);
+                         int n_seq, int skip, int all, float *logits, model_pick *picks) {
+    ST_ASSERT(n_seq > 0 && skip >= 0 && skip <= n_seq && !(picks && all));
     size_t nv = (size_t)c->m->hp.n_vocab;
     int rows = 0;
     for (int s = 0; s < n_seq; s++) {
@@ -487,7 +509,7 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         if (a.hid && has_ends(c)) be->to_host(be, c->hid_dst, c->o, (size_t)rows * c->m->hp.n_embd * sizeof(float));
         int out_rows = 0;
         for (int s = skip; s < n_seq; s++) out_rows += all ? n_tok[s] : 1;
-        if (out_rows && has_ends(c)) be->to_host(be, logits, c->logits, (size_t)out_rows * nv * sizeof(float));
+        if (out_rows && has_ends(c)) logits_out(c, logits, out_rows, picks);
         return;
     }
     /* one token each: steps of up to n_ubatch sequences */
@@ -495,8 +517,12 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         int n = n_seq - done < c->n_ubatch ? n_seq - done : c->n_ubatch;
         int sk = skip > done ? (skip - done < n ? skip - done : n) : 0; /* of these, without logits */
         float *out = logits ? logits + (size_t)(done + sk - skip) * nv : NULL;
+        model_pick *pk = picks ? picks + (done + sk - skip) : NULL;
         float *hid = c->hid_dst ? c->hid_dst + (size_t)done * c->m->hp.n_embd : NULL;
-        if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
+        if (n == 1 && pk && !sk && has_ends(c)) { /* one sequence, picked: model_forward_top_k's step */
+            run_chunk(c, kv[done], tok + done, 1, pos[done], 0, 1, 0, hid, 1);
+            logits_out(c, out, 1, pk);
+        } else if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
             forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, hid, 1);
         } else {
             /* several positions in one step: run_step calls the body directly
@@ -505,7 +531,7 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
             st_backend *be = c->be;
             if (has_ends(c)) be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
             be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
-            if (sk < n && has_ends(c)) be->to_host(be, out, c->logits, (size_t)(n - sk) * nv * sizeof(float));
+            if (sk < n && has_ends(c)) logits_out(c, out, n - sk, pk);
             if (hid && has_ends(c)) be->to_host(be, hid, c->o, (size_t)n * c->m->hp.n_embd * sizeof(float));
         }
         done += n;

@@ -81,6 +81,22 @@ int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, i
 int model_forward_draw(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, float inv_t, double u, int32_t *tok,
                        float *logits);
 
+/* What a step keeps of a row of logits on the backend (model_forward_batch's
+ * picks): with k > 0 the k largest and their ids (backend.h top_k) into ids
+ * and vals, else with inv_t > 0 the backend's draw with uniform u (backend.h
+ * draw) into *tok; rc 0 then, and the row stays on the backend. rc 1 when
+ * the backend could not (no such op, a NaN logit) or nothing was asked: the
+ * row's logits came to the host as they would without picks. */
+typedef struct {
+    int k;
+    float inv_t;
+    double u;
+    int32_t *ids; /* (k) */
+    float *vals;  /* (k) */
+    int32_t *tok;
+    int rc; /* out */
+} model_pick;
+
 /* One step of n_seq sequences, stacked as rows so that norms, matrix
  * products and the FFN read the weights once for all of them: sequence s
  * reads n_tok[s] tokens (NULL: one each) from tok (stacked in order) at
@@ -91,8 +107,10 @@ int model_forward_draw(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, fl
  * logits are not needed), or with all every token's of them, in row order
  * (speculative decoding: a sequence's pending token and its drafts). One
  * token each: more sequences than n_ubatch run in several steps; with longer
- * sequences the rows must fit n_ubatch. */
+ * sequences the rows must fit n_ubatch. picks (NULL: none; not with all)
+ * holds one model_pick per row of logits: a row picked on the backend is
+ * not copied (its place in logits is left as it was). */
 void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *tok, const int *pos, const int *n_tok,
-                         int n_seq, int skip, int all, float *logits);
+                         int n_seq, int skip, int all, float *logits, model_pick *picks);
 
 #endif

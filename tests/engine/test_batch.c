@@ -328,7 +328,8 @@ int main(int argc, char **argv) {
         (void)bp;
         if (!active) break;
         if (reading >= 0) { /* its whole prompt as the step's chunk, with the others' tokens */
-            ST_ASSERT(engine_step(e, seq[reading], ref[reading].prompt, ref[reading].n_prompt, 1, bs, bt, n) == 0);
+            ST_ASSERT(engine_step(e, seq[reading], ref[reading].prompt, ref[reading].n_prompt, 1, bs, bt, n, NULL) ==
+                      0);
         } else if (n) {
             int64_t t0 = st_now_ns();
             ST_ASSERT(engine_decode_batch(e, bs, bt, n) == 0);

@@ -44,9 +44,12 @@ typedef struct {
     gen_stats st;
     moe_lane_stats lanes0; /* the expert lanes' counters at its start (its speed line's split: the pairs
                               of a batched step count for every slot in it) */
-    int n_top;             /* SL_SAMPLE from the step's top-k candidates (local_sched top_ids/top_vals), else 0 */
-    int drew;              /* SL_SAMPLE with the token the backend drew (drawn: engine_seq_eval_draw), else 0 */
+    int n_top;             /* SL_SAMPLE from the step's top-k candidates (top_ids/top_vals), else 0 */
+    int drew;              /* SL_SAMPLE with the token the backend drew (drawn), else 0 */
     int32_t drawn;
+    int32_t *top_ids; /* (top_cap) its candidates from the backend (slot_pick) */
+    float *top_vals;
+    int top_cap;
 } slot;
 
 /* The in-process role (srv_sched.h): the engine and its thread here. */
@@ -72,10 +75,8 @@ typedef struct {
     int32_t *step_toks; /* (n_slots * (draft_n + 1)): one token per slot, or its pending token and drafts */
     int *step_ntok;     /* (n_slots) the tokens of each slot in step_toks */
     slot **step_slots;
-    srv_vocab *vocab; /* the vocabulary table grammars walk (srv_gen.c), built on first need */
-    int32_t *top_ids; /* (top_cap) a lone slot's candidates (top_k_step) */
-    float *top_vals;
-    int top_cap;
+    model_pick *step_picks; /* (n_slots) what the backend keeps of each slot's logits (slot_pick) */
+    srv_vocab *vocab;       /* the vocabulary table grammars walk (srv_gen.c), built on first need */
 } local_sched;
 
 /* The free slot for a prompt (see the routing rule in srv_sched.h); -1 if none is free. */
@@ -337,36 +338,28 @@ static void step_drafts(local_sched *s, slot *rd, int n) {
     }
 }
 
-/* A lone generating slot with nothing else in the step, and no hook that
- * reads every logit: when its sampler needs only the k largest logits, the
- * backend's top-k (a GPU copies k pairs, not the vocabulary); when it is
- * only a temperature, the backend's own draw (one token copied); as
- * engine_generate does. 1 when the step ran (or failed the slot) here. */
-static int top_k_step(local_sched *s, slot *sl) {
+/* What the step keeps of a generating slot's logits on the backend
+ * (engine_step's picks), when no hook reads every logit: the k largest when
+ * its sampler needs only those (a GPU copies k pairs, not the vocabulary),
+ * or the backend's own draw when the sampler is only a temperature (one
+ * token copied), as engine_generate does; else nothing (rc 1: the logits
+ * come whole and the host samples). */
+static void slot_pick(local_sched *s, slot *sl, model_pick *p) {
     engine *e = s->e;
-    if (!sl->gen || sl->extra) return 0;
+    *p = (model_pick){.rc = 1};
+    if (!sl->gen || sl->extra) return;
     const int k = e->be->top_k ? sampler_candidates(sl->smp, e->be->top_k_max) : 0;
     const float dt = k <= 0 && e->be->draw ? sampler_device_temp(sl->smp) : 0.0f;
-    if (k <= 0 && dt <= 0.0f) return 0;
-    if (k > s->top_cap) {
-        s->top_cap = k;
-        s->top_ids = st_realloc(s->top_ids, (size_t)k * sizeof *s->top_ids);
-        s->top_vals = st_realloc(s->top_vals, (size_t)k * sizeof *s->top_vals);
+    if (k > 0) {
+        if (k > sl->top_cap) {
+            sl->top_cap = k;
+            sl->top_ids = st_realloc(sl->top_ids, (size_t)k * sizeof *sl->top_ids);
+            sl->top_vals = st_realloc(sl->top_vals, (size_t)k * sizeof *sl->top_vals);
+        }
+        *p = (model_pick){.k = k, .ids = sl->top_ids, .vals = sl->top_vals, .rc = 1};
+    } else if (dt > 0.0f) {
+        *p = (model_pick){.inv_t = 1.0f / dt, .u = sampler_draw_unit(sl->smp), .tok = &sl->drawn, .rc = 1};
     }
-    const int rc = dt > 0.0f
-                       ? engine_seq_eval_draw(e, sl->seq, sl->next, 1.0f / dt, sampler_draw_unit(sl->smp), &sl->drawn)
-                       : engine_seq_eval_top_k(e, sl->seq, sl->next, k, s->top_ids, s->top_vals);
-    if (rc < 0) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", st_error_get());
-        slot_fail(s, sl, msg, OUT_FAILED);
-        return 1;
-    }
-    /* rc 1: the logits came whole (sl->seq->logits: no top-k here, or a NaN logit) and the host samples */
-    sl->drew = rc == 0 && dt > 0.0f;
-    sl->n_top = rc == 0 && dt <= 0.0f ? k : 0;
-    sl->state = SL_SAMPLE;
-    return 1;
 }
 
 /* One batched step: the next prompt chunk of the slot admitted first among
@@ -414,9 +407,9 @@ static void step(local_sched *s) {
         if (gen_next_drafted(sl->gen, &sl->next, s->draft_n) != 0) slot_finish(s, sl);
         return;
     }
-    if (n == 1 && !rd && top_k_step(s, s->step_slots[0])) return;
+    for (int i = 0; i < n; i++) slot_pick(s, s->step_slots[i], &s->step_picks[i]);
     const int32_t *chunk = rd ? rd->job.req->prompt + rd->seq->n_past : NULL;
-    if (engine_step(s->e, rd ? rd->seq : NULL, chunk, n_chunk, 0, s->step_seqs, s->step_toks, n) != 0) {
+    if (engine_step(s->e, rd ? rd->seq : NULL, chunk, n_chunk, 0, s->step_seqs, s->step_toks, n, s->step_picks) != 0) {
         /* every token was checked at admission or when sampled: a bug, but fail the requests, not the process */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_error_get());
@@ -427,6 +420,9 @@ static void step(local_sched *s) {
     for (int i = 0; i < n; i++) {
         slot *sl = s->step_slots[i];
         if (!sl->gen && gen_start(s, sl) != 0) continue; /* its prompt's last token was this row */
+        const model_pick *p = &s->step_picks[i];
+        sl->n_top = p->rc == 0 && p->k > 0 ? p->k : 0;
+        sl->drew = p->rc == 0 && p->k <= 0;
         sl->state = SL_SAMPLE;
     }
     if (rd && rd->seq->n_past == rd->job.req->n_prompt - 1) { /* read all but the last token */
@@ -443,7 +439,7 @@ static void sample_all(local_sched *s) {
         const int n_top = sl->n_top;
         const int drew = sl->drew;
         sl->n_top = 0, sl->drew = 0;
-        if ((n_top  ? gen_next_top(sl->gen, s->top_ids, s->top_vals, n_top, &sl->next)
+        if ((n_top  ? gen_next_top(sl->gen, sl->top_ids, sl->top_vals, n_top, &sl->next)
              : drew ? gen_next_drawn(sl->gen, sl->drawn, &sl->next)
                     : gen_next(sl->gen, &sl->next)) == 0)
             sl->state = SL_DECODE;
@@ -503,6 +499,7 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     s->step_toks = st_calloc((size_t)n_slots * (size_t)(s->draft_n + 1), sizeof *s->step_toks);
     s->step_ntok = st_calloc((size_t)n_slots, sizeof *s->step_ntok);
     s->step_slots = st_calloc((size_t)n_slots, sizeof *s->step_slots);
+    s->step_picks = st_calloc((size_t)n_slots, sizeof *s->step_picks);
     for (int i = 0; i < n_slots; i++) {
         s->slots[i].id = i;
         s->slots[i].seq = i == 0 ? &e->seq : engine_seq_new(e); /* the engine's own sequence serves slot 0 */
@@ -536,7 +533,11 @@ static void local_destroy(srv_sched *b) {
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->thread_started) pthread_join(s->thread, NULL);
-    for (int i = 1; i < s->n_slots; i++) engine_seq_free(s->e, s->slots[i].seq);
+    for (int i = 0; i < s->n_slots; i++) {
+        if (i) engine_seq_free(s->e, s->slots[i].seq);
+        st_free(s->slots[i].top_ids);
+        st_free(s->slots[i].top_vals);
+    }
     engine_close(s->e);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
@@ -547,8 +548,7 @@ static void local_destroy(srv_sched *b) {
     st_free(s->step_toks);
     st_free(s->step_ntok);
     st_free(s->step_slots);
-    st_free(s->top_ids);
-    st_free(s->top_vals);
+    st_free(s->step_picks);
     st_free(s->map.cells);
     st_free(s->map_cells);
     st_free(s);
