@@ -27,11 +27,11 @@
  *     others' decode step (engine_step); every sequence's tokens still equal
  *     its reference (precise).
  *
- *   --time-steps: no checks; times decode steps of 1, 2, 4 and 8 sequences
+ *   --time-steps: no checks; times decode steps of 1, 2, 4, 8, 16 and 32 sequences
  *     (each sequence's prompt read first, then --steps K (24) steps of greedy tokens
  *     per batch size, the median step printed): what a batched step costs
  *     against a one-sequence step. A benchmark, not a test. --only N: steps
- *     of N (1..8) sequences alone (other sizes; a profiler).
+ *     of N (1..32) sequences alone (other sizes; a profiler).
  *
  * usage: test_batch MODEL.gguf [--precise] [--exact] [--staggered] [--tol T] [--gpu N] [--time-steps [--only N]
  * [--steps K]]
@@ -99,13 +99,13 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 static void time_steps(engine *e, int only, int n_steps) {
-    const int nv = e->m->hp.n_vocab, all[] = {1, 2, 4, 8}, *sizes = only ? &only : all, n_sizes = only ? 1 : 4;
+    const int nv = e->m->hp.n_vocab, all[] = {1, 2, 4, 8, 16, 32}, *sizes = only ? &only : all, n_sizes = only ? 1 : 6;
     printf("decode step times (median of %d steps, prompts cycled from the test's list):\n", n_steps);
     double t1 = 0;
     for (int si = 0; si < n_sizes; si++) {
         const int n = sizes[si];
-        engine_seq *seq[8];
-        int32_t tok[8];
+        engine_seq *seq[32];
+        int32_t tok[32];
         for (int p = 0; p < n; p++) {
             const char *text = PROMPTS[p % (N_SEQ + 1)];
             int32_t ids[256];
@@ -212,8 +212,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (timing) {
-        if (t_steps < 1 || t_steps > 400 || only < 0 || only > 8) {
-            fprintf(stderr, "test_batch: --steps takes 1..400 and --only 1..8\n");
+        if (t_steps < 1 || t_steps > 400 || only < 0 || only > 32) {
+            fprintf(stderr, "test_batch: --steps takes 1..400 and --only 1..32\n");
             return 2;
         }
         time_steps(e, only, t_steps);
