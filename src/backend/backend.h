@@ -200,6 +200,18 @@ struct st_backend {
      * position that absorbs attention and gives no value (gpt-oss). */
     void (*attention_sinks)(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                             float scale, int window, const float *sinks, float *out);
+    /* Optional (NULL: none, as on the CPU). qkv_prep and attention (with
+     * sinks when given, else NULL) for n sequences of one token each in one
+     * call, where a batched decode step would call them per sequence: row
+     * i of q, k, v and out is sequence i's token at position pos[i] of its
+     * own cache kv[i][il] (kv[i]: sequence i's layers; one shape and type).
+     * attention_seqs returns 1, having done nothing, where it has no such
+     * form (the caller runs attention per sequence), else 0. */
+    void (*qkv_prep_seqs)(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
+                          float eps, int n, int n_head, const st_rope *rope, st_kv_layer *const *kv, int il,
+                          const int *pos);
+    int (*attention_seqs)(st_backend *be, const float *q, st_kv_layer *const *kv, int il, int n, const int *pos,
+                          int n_head, float scale, int window, const float *sinks, float *out);
     /* out = act(g) * u, elementwise over n values. */
     void (*act_mul)(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n);
     /* x[r] += b for each of n_rows rows of dim values (b has dim values; bias or residual with n_rows=1). */

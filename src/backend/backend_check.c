@@ -640,8 +640,82 @@ int backend_check_layer_ops(st_backend *ref, st_backend *dut, int size, uint64_t
     return c.fails;
 }
 
+/* A batched decode step's attention (backend.h qkv_prep_seqs and
+ * attention_seqs, where the device under test has them): n sequences of one
+ * token each, each at its own position (10 to n_ctx - 2) of its own cache,
+ * against the reference's qkv_prep and attention run per sequence: the
+ * rotated q rows, every cache row written, the outputs. */
+static void check_seqs(chk *c, st_kv_type t, int n, int n_head, int hkv, int hd, int win, int sinks) {
+    if (!c->dut->attention_seqs) return;
+    const char *tn = t == ST_KV_F16 ? "f16" : "int8";
+    const int n_ctx = 600;
+    const size_t qw = (size_t)n_head * hd, kvw = (size_t)hkv * hd;
+    st_kv_layer *kr = st_calloc((size_t)n, sizeof *kr), *kd = st_calloc((size_t)n, sizeof *kd);
+    st_kv_layer **pr = st_calloc((size_t)n, sizeof *pr), **pd = st_calloc((size_t)n, sizeof *pd);
+    int *pos = st_malloc((size_t)n * sizeof *pos);
+    for (int i = 0; i < n; i++) { /* sequence i: its history 0..pos-1 */
+        kr[i] = make_kv(c->ref, t, n_ctx, hkv, hd), kd[i] = make_kv(c->dut, t, n_ctx, hkv, hd);
+        pr[i] = &kr[i], pd[i] = &kd[i];
+        pos[i] = 10 + (int)((i * 7919u + 31) % (unsigned)(n_ctx - 12));
+        float *k = rand_host(c, (size_t)pos[i] * kvw, 1.0f), *v = rand_host(c, (size_t)pos[i] * kvw, 1.0f);
+        void *a[2] = {put(c->ref, k, (size_t)pos[i] * kvw * 4), put(c->ref, v, (size_t)pos[i] * kvw * 4)};
+        void *b[2] = {put(c->dut, k, (size_t)pos[i] * kvw * 4), put(c->dut, v, (size_t)pos[i] * kvw * 4)};
+        void *sr = put(c->ref, NULL, (size_t)pos[i] * hd * 4), *sd = put(c->dut, NULL, (size_t)pos[i] * hd * 4);
+        kv_fill(c->ref, &kr[i], sr, a[0], a[1], pos[i], 0);
+        kv_fill(c->dut, &kd[i], sd, b[0], b[1], pos[i], 0);
+        c->ref->free(c->ref, sr), c->dut->free(c->dut, sd);
+        for (int j = 0; j < 2; j++) c->ref->free(c->ref, a[j]), c->dut->free(c->dut, b[j]);
+        st_free(k), st_free(v);
+    }
+    const size_t nq = (size_t)n * qw, nk = (size_t)n * kvw;
+    float *q = rand_host(c, nq, 1.0f), *k = rand_host(c, nk, 1.0f), *v = rand_host(c, nk, 1.0f);
+    float *qn = rand_host(c, (size_t)hd, 1.0f), *kn = rand_host(c, (size_t)hd, 1.0f);
+    float *sk = sinks ? rand_host(c, (size_t)n_head, 2.0f) : NULL;
+    void *qr = put(c->ref, q, nq * 4), *qd = put(c->dut, q, nq * 4), *kr_ = put(c->ref, k, nk * 4);
+    void *kd_ = put(c->dut, k, nk * 4), *vr = put(c->ref, v, nk * 4), *vd = put(c->dut, v, nk * 4);
+    void *qnr = put(c->ref, qn, (size_t)hd * 4), *qnd = put(c->dut, qn, (size_t)hd * 4);
+    void *knr = put(c->ref, kn, (size_t)hd * 4), *knd = put(c->dut, kn, (size_t)hd * 4);
+    void *skr = sk ? put(c->ref, sk, (size_t)n_head * 4) : NULL, *skd = sk ? put(c->dut, sk, (size_t)n_head * 4) : NULL;
+    void *or_ = put(c->ref, NULL, nq * 4), *od = put(c->dut, NULL, nq * 4);
+    const st_rope rope = {1e6f, 1.0f, 1, NULL, 0};
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int i = 0; i < n; i++) {
+        float *qi = (float *)qr + i * qw, *oi = (float *)or_ + i * qw;
+        c->ref->qkv_prep(c->ref, qi, (float *)kr_ + i * kvw, (float *)vr + i * kvw, qnr, knr, 1e-6f, 1, n_head, &rope,
+                         &kr[i], pos[i]);
+        if (sinks) c->ref->attention_sinks(c->ref, qi, &kr[i], 1, pos[i], n_head, scale, win, skr, oi);
+        else c->ref->attention(c->ref, qi, &kr[i], 1, pos[i], n_head, scale, win, oi);
+    }
+    double t0 = now_ms();
+    c->dut->qkv_prep_seqs(c->dut, qd, kd_, vd, qnd, knd, 1e-6f, n, n_head, &rope, pd, 0, pos);
+    const int rc = c->dut->attention_seqs(c->dut, qd, pd, 0, n, pos, n_head, scale, win, skd, od);
+    const double ms = now_ms() - t0;
+    double e = rc ? 1.0 : cmp_bufs(c, or_, od, nq), eq = cmp_bufs(c, qr, qd, nq), ec = 0;
+    for (int i = 0; i < n; i++) {
+        const double ek = kv_diff(c, &kr[i], &kd[i], pos[i] + 1, 0), ev = kv_diff(c, &kr[i], &kd[i], pos[i] + 1, 1);
+        ec = ek > ec ? ek : ec;
+        ec = ev > ec ? ev : ec;
+    }
+    report(c, "qkv_prep_seqs", eq > ec ? eq : ec, t == ST_KV_F16 ? 1e-9 : 1e-5, ms,
+           "%s, %d sequences of one token, %d/%d heads x %d, head norms, neox", tn, n, n_head, hkv, hd);
+    report(c, sinks ? "attention_seqs (sinks)" : "attention_seqs", e, t == ST_KV_F16 ? 1e-9 : 1e-6, ms,
+           "%s, %d sequences at positions 10..%d, %d/%d heads x %d, window %d%s", tn, n, n_ctx - 2, n_head, hkv, hd,
+           win, rc ? " (declined: rc 1)" : "");
+    void *bufs[][2] = {{qr, qd}, {kr_, kd_}, {vr, vd}, {qnr, qnd}, {knr, knd}, {or_, od}};
+    for (int i = 0; i < 6; i++) c->ref->free(c->ref, bufs[i][0]), c->dut->free(c->dut, bufs[i][1]);
+    if (sk) c->ref->free(c->ref, skr), c->dut->free(c->dut, skd);
+    for (int i = 0; i < n; i++) free_kv(c->ref, &kr[i]), free_kv(c->dut, &kd[i]);
+    st_free(q), st_free(k), st_free(v), st_free(qn), st_free(kn), st_free(sk);
+    st_free(kr), st_free(kd), st_free(pr), st_free(pd), st_free(pos);
+}
+
 /* Attention over caches of both types, every kernel's head shapes. */
 static void check_attentions(chk *c, int size) {
+    for (int t = 0; t < 2; t++) { /* a batched decode step's: 5 sequences, and 37 (two launches of 32 and 5) */
+        check_seqs(c, (st_kv_type)t, 5, 32, 4, 128, 0, 0);
+        check_seqs(c, (st_kv_type)t, 37, 8, 2, 64, 0, 0);
+    }
+    check_seqs(c, ST_KV_F16, 9, 8, 2, 64, 101, 1); /* gpt-oss: a window and sinks */
     for (int t = 0; t < 2; t++) {
         check_attention(c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);
         if (size) check_attention(c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */

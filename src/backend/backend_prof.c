@@ -129,6 +129,24 @@ static void w_attention_sinks(st_backend *be, const float *q, const st_kv_layer 
     end(p, P_ATTENTION);
 }
 
+static void w_qkv_prep_seqs(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
+                            float eps, int n, int n_head, const st_rope *rope, st_kv_layer *const *kv, int il,
+                            const int *pos) {
+    prof_ctx *p = P(be);
+    begin(p);
+    p->in->qkv_prep_seqs(p->in, q, k, v, qn, kn, eps, n, n_head, rope, kv, il, pos);
+    end(p, P_QKV_PREP);
+}
+
+static int w_attention_seqs(st_backend *be, const float *q, st_kv_layer *const *kv, int il, int n, const int *pos,
+                            int n_head, float scale, int window, const float *sinks, float *out) {
+    prof_ctx *p = P(be);
+    begin(p);
+    const int rc = p->in->attention_seqs(p->in, q, kv, il, n, pos, n_head, scale, window, sinks, out);
+    end(p, P_ATTENTION);
+    return rc;
+}
+
 static void w_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     prof_ctx *p = P(be);
     begin(p);
@@ -299,6 +317,8 @@ st_backend *backend_prof_wrap(st_backend *in) {
         .qkv_prep = w_qkv_prep,
         .attention = w_attention,
         .attention_sinks = in->attention_sinks ? w_attention_sinks : NULL,
+        .qkv_prep_seqs = in->qkv_prep_seqs ? w_qkv_prep_seqs : NULL,
+        .attention_seqs = in->attention_seqs ? w_attention_seqs : NULL,
         .act_mul = w_act_mul,
         .add = w_add,
         .scale = w_scale,

@@ -241,6 +241,18 @@ static void no_attention_sinks(st_backend *be, const float *q, const st_kv_layer
     (void)be, (void)q, (void)kv, (void)n_tok, (void)pos0, (void)n_head, (void)scale, (void)window, (void)sinks,
         (void)out;
 }
+static void no_qkv_prep_seqs(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
+                             float eps, int n, int n_head, const st_rope *rope, st_kv_layer *const *kv, int il,
+                             const int *pos) {
+    (void)be, (void)q, (void)k, (void)v, (void)qn, (void)kn, (void)eps, (void)n, (void)n_head, (void)rope, (void)kv,
+        (void)il, (void)pos;
+}
+static int no_attention_seqs(st_backend *be, const float *q, st_kv_layer *const *kv, int il, int n, const int *pos,
+                             int n_head, float scale, int window, const float *sinks, float *out) {
+    (void)be, (void)q, (void)kv, (void)il, (void)n, (void)pos, (void)n_head, (void)scale, (void)window, (void)sinks,
+        (void)out;
+    return 0; /* "done": the replay did it */
+}
 static void no_act_mul(st_backend *be, st_act act, const float *g, const float *u, float *out, int64_t n) {
     (void)be, (void)act, (void)g, (void)u, (void)out, (void)n;
 }
@@ -262,12 +274,12 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 33 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 35 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
  * stubs above when an op is added. gated_delta_net_keep, variant, top_k and
  * draw need none: they run between steps, never inside a recorded one;
  * forward.c does not call upload_many (the lanes' host part does, on L->live). */
-_Static_assert(sizeof(st_backend) == 38 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+_Static_assert(sizeof(st_backend) == 40 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -282,6 +294,8 @@ static void seg_stub(lanes *L, int on) {
     b->qkv_prep = on ? no_qkv_prep : v->qkv_prep;
     b->attention = on ? no_attention : v->attention;
     b->attention_sinks = on ? (v->attention_sinks ? no_attention_sinks : NULL) : v->attention_sinks;
+    b->qkv_prep_seqs = on ? (v->qkv_prep_seqs ? no_qkv_prep_seqs : NULL) : v->qkv_prep_seqs;
+    b->attention_seqs = on ? (v->attention_seqs ? no_attention_seqs : NULL) : v->attention_seqs;
     b->act_mul = on ? no_act_mul : v->act_mul;
     b->add = on ? no_add : v->add;
     b->scale = on ? no_scale : v->scale;

@@ -188,15 +188,25 @@ static void attention_block(model_ctx *c, int il, st_kv_layer *const *kv, const 
     const int own = swa && !hp->swa_rope_global;
     st_rope rope = {swa ? hp->rope_theta_swa : hp->rope_theta, own ? 1.0f : hp->rope_freq_scale, hp->rope_neox,
                     own ? NULL : c->m->rope_freqs, hp->n_rot};
-    for (int s = 0, r = 0; s < n_seq; s++) {
+    const int window = swa ? hp->n_swa : 0;
+    /* several sequences of one token each (a batched decode step): one call for all where the backend has it */
+    const int seqs = !n_tok && n_seq > 1 && be->qkv_prep_seqs && be->attention_seqs;
+    int done = 0;
+    if (seqs) {
+        be->qkv_prep_seqs(be, c->q, c->k, c->v, l->q_norm, l->k_norm, hp->rms_eps, n_seq, hp->n_head, &rope, kv, il,
+                          pos0);
+        done = be->attention_seqs(be, c->q, kv, il, n_seq, pos0, hp->n_head, hp->attn_scale, window, l->attn_sinks,
+                                  c->att) == 0;
+    }
+    for (int s = 0, r = 0; s < n_seq && !done; s++) {
         const int n = n_tok ? n_tok[s] : 1;
         float *q = c->q + (size_t)r * qw, *att = c->att + (size_t)r * qw;
-        be->qkv_prep(be, q, c->k + (size_t)r * kvw, c->v + (size_t)r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n,
-                     hp->n_head, &rope, &kv[s][il], pos0[s]);
+        if (!seqs)
+            be->qkv_prep(be, q, c->k + (size_t)r * kvw, c->v + (size_t)r * kvw, l->q_norm, l->k_norm, hp->rms_eps, n,
+                         hp->n_head, &rope, &kv[s][il], pos0[s]);
         if (l->attn_sinks)
-            be->attention_sinks(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0,
-                                l->attn_sinks, att);
-        else be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, swa ? hp->n_swa : 0, att);
+            be->attention_sinks(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, window, l->attn_sinks, att);
+        else be->attention(be, q, &kv[s][il], n, pos0[s], hp->n_head, hp->attn_scale, window, att);
         r += n;
     }
     if (gated) be->sigmoid_mul(be, c->att, c->gate, qw, qw, rows);

@@ -41,10 +41,12 @@ static __device__ __forceinline__ float kv_load(int type, const void *base, cons
     return scales[srow] * (float)((const int8_t *)base)[idx];
 }
 
-/* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. */
+/* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. With cuda_seq_rows
+ * each row t is one token of a sequence of its own (cache and position). */
+template <class R>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
-                      int window, int n_split, float *part) {
+                      int window, int n_split, float *part, const __grid_constant__ R rows) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float sc[ATT_TILE];
@@ -52,7 +54,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int hd = kv.head_dim, hkv = h / (n_head / kv.n_head_kv), tid = threadIdx.x;
     const int warp = tid / ST_WARP, lane = tid % ST_WARP, n_warps = ATT_THREADS / ST_WARP;
     int c0, c1;
-    att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, ATT_TILE, &c0, &c1);
+    if (rows.at(t, &kv, &pos0)) att_slice(pos0, 1, 0, window, n_split, split, ATT_TILE, &c0, &c1);
+    else att_slice(dpos ? *dpos : pos0, n_tok, t, window, n_split, split, ATT_TILE, &c0, &c1);
     const size_t row = (size_t)kv.n_head_kv * hd, hoff = (size_t)hkv * hd;
 
     for (int i = tid; i < hd; i += ATT_THREADS) qs[i] = q[((size_t)t * n_head + h) * hd + i];
@@ -499,12 +502,41 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
     } else if (lat) {
         cuda_attn_latent(q, kv, n_tok, pos0, dpos, n_head, scale, window, n_split, part, s);
     } else {
-        st_launch(attn_split_kernel, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok), dim3(ATT_THREADS), 0,
-                  s, q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part);
+        st_launch(attn_split_kernel<cuda_one_seq>, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)n_tok),
+                  dim3(ATT_THREADS), 0, s, q, *kv, pos0, dpos, n_tok, n_head, scale, window, n_split, part,
+                  cuda_one_seq());
     }
     st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n_tok, (unsigned)st_div_up(kv->head_dim, 32)),
               dim3(CMB_WARPS * 32), (size_t)n_split * sizeof(float), s, (const float *)part, n_head, kv->head_dim,
               n_split, sinks, out, aq, ad);
+}
+
+int cuda_attention_seqs(const float *q, st_kv_layer *const *kv, int il, int n, const int *pos, int n_head, float scale,
+                        int window, const float *sinks, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
+                        int n_sm, cudaStream_t s) {
+    const st_kv_layer *k0 = &kv[0][il];
+    if (k0->head_dim > ATT_MAX_HD || n_head % k0->n_head_kv || cuda_attn_latent_fits(n_head, k0)) return 1;
+    int span = 0; /* the longest of the sequences' spans */
+    for (int i = 0; i < n; i++) span = pos[i] + 1 > span ? pos[i] + 1 : span;
+    if (window > 0 && span > window) span = window;
+    /* past the short span a sequence is better served by the grouped kernels, one launch each */
+    if (span > CUDA_ATT_SHORT_SPAN) return 1;
+    const int blocks = n * n_head, want = (4 * n_sm + blocks - 1) / blocks,
+              max_split = (span + ATT_TILE - 1) / ATT_TILE;
+    const int n_split = want < 1 ? 1 : want > max_split ? max_split : want;
+    const size_t hd = (size_t)k0->head_dim, qw = (size_t)n_head * hd, pw = (size_t)n_head * n_split * (hd + 2);
+    float *part = (float *)cuda_scratch_reserve(scratch, (size_t)n * pw * sizeof(float));
+    ST_ASSERT(!aq || hd % 32 == 0);
+    for (int r0 = 0; r0 < n; r0 += CUDA_SEQ_ROWS) { /* a launch for every CUDA_SEQ_ROWS sequences */
+        const int m = n - r0 < CUDA_SEQ_ROWS ? n - r0 : CUDA_SEQ_ROWS;
+        st_launch(attn_split_kernel<cuda_seq_rows>, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)m),
+                  dim3(ATT_THREADS), 0, s, q + r0 * qw, *k0, 0, (const int *)NULL, m, n_head, scale, window, n_split,
+                  part + r0 * pw, cuda_seq_rows_of(kv, il, pos, r0, m));
+    }
+    st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n, (unsigned)st_div_up(k0->head_dim, 32)),
+              dim3(CMB_WARPS * 32), (size_t)n_split * sizeof(float), s, (const float *)part, n_head, k0->head_dim,
+              n_split, sinks, out, aq, ad);
+    return 0;
 }
 
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan, int n_head,

@@ -443,6 +443,22 @@ static void cu_rmsnorm(st_backend *be, float *x, const float *res, const float *
     norm_launch(c, x, res, w, y, dim, n_rows, eps);
 }
 
+/* Several sequences' decode attention in one launch (the per-head kernel;
+ * not when the GQA kernel is forced for a comparison). */
+static int cu_attention_seqs(st_backend *be, const float *q, st_kv_layer *const *kv, int il, int n, const int *pos,
+                             int n_head, float scale, int window, const float *sinks, float *out) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    if (c->attn_mode == CUDA_ATT_GQA || c->step_pos) return 1;
+    const int64_t w = (int64_t)n * n_head * kv[0][il].head_dim;
+    float2 *ad = NULL;
+    int8_t *aq = n <= MM_MMV_MAX_TOK && kv[0][il].head_dim % 32 == 0 ? act_target(c, w, &ad) : NULL;
+    if (cuda_attention_seqs(q, kv, il, n, pos, n_head, scale, window, sinks, out, aq, ad, &c->att, c->n_sm, c->s))
+        return 1;
+    if (aq) act_hold(c, out, w);
+    return 0;
+}
+
 static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, int n_tok, int pos0, int n_head,
                          float scale, int window, float *out) {
     cuda_ctx *c = CTX(be);
@@ -489,6 +505,14 @@ static void cu_add(st_backend *be, float *x, const float *b, int64_t dim, int n_
 static void cu_scale(st_backend *be, float *x, float s, int64_t n) {
     op_begin(CTX(be));
     cuda_scale(x, s, n, CTX(be)->s);
+}
+
+static void cu_qkv_prep_seqs(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
+                             float eps, int n, int n_head, const st_rope *rope, st_kv_layer *const *kv, int il,
+                             const int *pos) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    cuda_qkv_prep_seqs(q, k, v, qn, kn, eps, n, n_head, rope, kv, il, pos, c->s);
 }
 
 static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn, float eps,
@@ -1012,6 +1036,8 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->matmul_res_norm = cu_matmul_res_norm;
     be->rmsnorm = cu_rmsnorm;
     be->qkv_prep = cu_qkv_prep;
+    be->qkv_prep_seqs = cu_qkv_prep_seqs;
+    be->attention_seqs = cu_attention_seqs;
     be->run_step = cu_run_step;
     if (c->graphs) be->segments = &cu_segments;
     be->attention = cu_attention;

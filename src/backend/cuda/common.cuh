@@ -178,6 +178,35 @@ static void st_launch(void (*kern)(K...), dim3 grid, dim3 block, size_t smem, cu
     CUDA_LAUNCH_CHECK();
 }
 
+/* The rows of a decode step of several sequences, one token each, handed
+ * to a kernel by value (__grid_constant__: read where they are, no copy):
+ * row t's cache arrays and position, so that one launch serves every
+ * sequence of the step (qkv_prep, attention). cuda_one_seq: the kernel's
+ * own kv and position hold for all its rows (one sequence). */
+#define CUDA_SEQ_ROWS 32
+struct cuda_one_seq {
+    __device__ bool at(int, st_kv_layer *, int *) const { return false; }
+};
+struct cuda_seq_rows {
+    void *k[CUDA_SEQ_ROWS], *v[CUDA_SEQ_ROWS];
+    float *ks[CUDA_SEQ_ROWS], *vs[CUDA_SEQ_ROWS];
+    int pos[CUDA_SEQ_ROWS];
+    __device__ bool at(int t, st_kv_layer *kv, int *pos0) const {
+        kv->k = k[t], kv->v = v[t], kv->k_scale = ks[t], kv->v_scale = vs[t];
+        *pos0 = pos[t];
+        return true;
+    }
+};
+/* Rows [r0, r0 + n) (n <= CUDA_SEQ_ROWS) of the sequences' layer il. */
+static inline cuda_seq_rows cuda_seq_rows_of(st_kv_layer *const *kv, int il, const int *pos, int r0, int n) {
+    cuda_seq_rows r = {};
+    for (int i = 0; i < n; i++) {
+        const st_kv_layer *l = &kv[r0 + i][il];
+        r.k[i] = l->k, r.v[i] = l->v, r.ks[i] = l->k_scale, r.vs[i] = l->v_scale, r.pos[i] = pos[r0 + i];
+    }
+    return r;
+}
+
 /* act(x) of st_act, as the CPU backend computes it: SiLU x / (1 + e^-x);
  * GELU in its tanh form. */
 static __device__ __forceinline__ float st_act_value(int act, float x) {

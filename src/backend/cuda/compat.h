@@ -30,7 +30,8 @@
 #endif
 
 #ifdef STRATA_HIP
-#define ST_GPU_IS_HIP 1 /* the build's targets are "gfxNNNN" names; a device names its own */
+#define ST_GPU_IS_HIP     1 /* the build's targets are "gfxNNNN" names; a device names its own */
+#define __grid_constant__   /* CUDA's annotation of a kernel argument read in place; HIP copies it */
 
 #ifdef __cplusplus
 #include <stdint.h>

@@ -276,11 +276,11 @@ static __device__ __forceinline__ void prep_store(int type, void *base, float *s
     }
 }
 
-template <int PP>
+template <int PP, class R>
 static __global__ void __launch_bounds__(PREP_WARPS * 32)
     qkv_prep_kernel(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                     int n_head, st_kv_layer kv, int pos0, const int *dpos, float theta, float freq_scale, int neox,
-                    const float *freq_div, int nr) {
+                    const float *freq_div, int nr, const __grid_constant__ R rows) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
     const int hd = kv.head_dim, half = hd / 2, hr = nr / 2, nkv = kv.n_head_kv, lane = threadIdx.x % 32;
     const int same = v == k, per_tok = n_head + (same ? 1 : 2) * nkv;
@@ -293,7 +293,8 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
               h = kind == 0   ? j
                   : kind == 1 ? j - n_head
                               : j - n_head - nkv;
-    const int pos = (dpos ? *dpos : pos0) + t;
+    int pos = (dpos ? *dpos : pos0) + t;
+    if (rows.at(t, &kv, &pos0)) pos = pos0; /* row t: a sequence of its own */
     float *src =
         kind == 0 ? q + ((size_t)t * n_head + h) * hd : (kind == 1 ? k : (float *)v) + ((size_t)t * nkv + h) * hd;
     const float *nw = kind == 0 ? qn : kind == 1 ? kn : NULL;
@@ -346,20 +347,38 @@ static __global__ void __launch_bounds__(PREP_WARPS * 32)
     if (kind == 1 && same && kv.v != kv.k) prep_store<PP>(kv.type, kv.v, vsc, off, v0, v1, half, nr, neox, lane);
 }
 
-void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
-                   int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s) {
-    const int rows = n_tok * (n_head + (v == k ? 1 : 2) * kv->n_head_kv);
-    if (rows <= 0) return;
+template <class R>
+static void prep_launch(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
+                        int n_head, const st_rope *rope, const st_kv_layer *kv, int pos0, const int *dpos,
+                        const R &rows, cudaStream_t s) {
+    const int n_rows = n_tok * (n_head + (v == k ? 1 : 2) * kv->n_head_kv);
+    if (n_rows <= 0) return;
     const int hd = kv->head_dim, nr = rope->n_rot > 0 && rope->n_rot < hd ? rope->n_rot : hd;
     ST_ASSERT(hd <= 640 && hd % 2 == 0 && nr % 2 == 0); /* whole rotary pairs (model_load checks it) */
-    const dim3 g((unsigned)st_div_up((size_t)rows, PREP_WARPS)), b(PREP_WARPS * 32);
+    const dim3 g((unsigned)st_div_up((size_t)n_rows, PREP_WARPS)), b(PREP_WARPS * 32);
 #define PREP_L(PP)                                                                                                     \
-    st_launch(qkv_prep_kernel<PP>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,      \
-              rope->freq_scale, rope->neox, rope->freq_div, nr)
+    st_launch(qkv_prep_kernel<PP, R>, g, b, 0, s, q, k, v, qn, kn, eps, n_tok, n_head, *kv, pos0, dpos, rope->theta,   \
+              rope->freq_scale, rope->neox, rope->freq_div, nr, rows)
     if (hd <= 128) PREP_L(2);
     else if (hd <= 512) PREP_L(8);
     else PREP_L(10); /* multi-head latent attention's 576 */
 #undef PREP_L
+}
+
+void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
+                   int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s) {
+    prep_launch(q, k, v, qn, kn, eps, n_tok, n_head, rope, kv, pos0, dpos, cuda_one_seq(), s);
+}
+
+void cuda_qkv_prep_seqs(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n,
+                        int n_head, const st_rope *rope, st_kv_layer *const *kv, int il, const int *pos,
+                        cudaStream_t s) {
+    const size_t qw = (size_t)n_head * kv[0][il].head_dim, kvw = (size_t)kv[0][il].n_head_kv * kv[0][il].head_dim;
+    for (int r0 = 0; r0 < n; r0 += CUDA_SEQ_ROWS) { /* a launch for every CUDA_SEQ_ROWS sequences */
+        const int m = n - r0 < CUDA_SEQ_ROWS ? n - r0 : CUDA_SEQ_ROWS;
+        prep_launch(q + r0 * qw, k + r0 * kvw, v == k ? k + r0 * kvw : v + r0 * kvw, qn, kn, eps, m, n_head, rope,
+                    &kv[0][il], 0, NULL, cuda_seq_rows_of(kv, il, pos, r0, m), s);
+    }
 }
 
 /* With aq: the output quantized too (n a multiple of 32: a warp's 32
