@@ -32,8 +32,8 @@ run_one() { # name n command...: start, warm up, load, stop; prints "json {...}"
   "$@" > /tmp/serve-$name-$n.log 2>&1 &
   local pid=$!
   if ! wait_up $pid; then echo "$name N=$n: did not come up"; tail -5 /tmp/serve-$name-$n.log; kill $pid 2>/dev/null; return; fi
-  "${LOAD[@]}" --clients "$n" --requests 1 --max-tokens 8 > /dev/null 2>&1 # warm-up: every slot once
-  "${LOAD[@]}" --clients "$n" --requests "$REQS" --json | sed "s/^/  $name N=$n: /"
+  "${LOAD[@]}" --clients "$n" --requests 1 --max-tokens 8 --tag "Warm-up." > /dev/null 2>&1 # every slot once
+  "${LOAD[@]}" --clients "$n" --requests "$REQS" --tag "Measured." --json | sed "s/^/  $name N=$n: /"
   kill -TERM $pid; wait $pid 2>/dev/null
 }
 

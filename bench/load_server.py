@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--ignore-eos", action="store_true",
                     help="every answer runs to --max-tokens (llama-server's ignore_eos): decode throughput, not prompts")
     ap.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    ap.add_argument("--tag", default="", help="words put in every prompt (a warm-up with another tag leaves "
+                    "nothing of the measured prompts in the servers' prefix caches)")
     a = ap.parse_args()
 
     ttft, lat, fails, gen = [], [], [], [0]
@@ -107,7 +109,8 @@ def main():
     def client(ci):
         conn = connect(a.url, 600)
         for ri in range(a.requests):
-            body = {"messages": [{"role": "user", "content": f"Client {ci} request {ri}: say something short."}],
+            text = f"{a.tag} client {ci} request {ri}: say something short.".strip()
+            body = {"messages": [{"role": "user", "content": text}],
                     "max_tokens": a.max_tokens, "temperature": a.temperature, "seed": ci * 1000 + ri,
                     "stream": True, "stream_options": {"include_usage": True}}
             if a.ignore_eos:

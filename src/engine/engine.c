@@ -490,22 +490,25 @@ int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int 
     return reused;
 }
 
-/* engine_step and engine_step_drafts: seqs[i] appends n_tok[i] tokens
- * (NULL: one each), stacked in toks; with n_tok its rows' logits are all
- * kept in e->batch_logits (after the chunk's, when chunk_logits). picks
- * (one token each only; NULL: none) as engine_step says. */
-static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
-                     engine_seq *const *seqs, const int32_t *toks, const int *n_tok, int n, model_pick *picks) {
-    if (!reading || n_chunk <= 0) {
-        reading = NULL;
-        n_chunk = 0;
+/* engine_step and engine_step_drafts: the chunks' sequences read their
+ * tokens (ch[c].n > 0), seqs[i] appends n_tok[i] tokens (NULL: one each),
+ * stacked in toks; with n_tok its rows' logits are all kept in
+ * e->batch_logits (after the chunks', when chunk_logits). picks (one token
+ * each only; NULL: none) as engine_step says. */
+static int step_rows(engine *e, const engine_chunk *ch, int n_ch, int chunk_logits, engine_seq *const *seqs,
+                     const int32_t *toks, const int *n_tok, int n, model_pick *picks) {
+    if (!n && n_ch <= 1)
+        return n_ch ? (chunk_logits ? engine_seq_eval(e, ch[0].seq, ch[0].toks, ch[0].n)
+                                    : seq_eval_nologits(e, ch[0].seq, ch[0].toks, ch[0].n))
+                    : 0;
+    int rows = 0, n_read = 0; /* the decoding sequences' rows, the chunks' */
+    for (int c = 0; c < n_ch; c++) {
+        if (ch[c].n < 1 || seq_check(e, ch[c].seq, ch[c].toks, ch[c].n) != 0) {
+            if (ch[c].n < 1) st_error_set("a prompt chunk of the step has %d tokens", ch[c].n);
+            return -1;
+        }
+        n_read += ch[c].n;
     }
-    if (!n)
-        return reading ? (chunk_logits ? engine_seq_eval(e, reading, chunk, n_chunk)
-                                       : seq_eval_nologits(e, reading, chunk, n_chunk))
-                       : 0;
-    int rows = 0; /* the decoding sequences' */
-    if (reading && seq_check(e, reading, chunk, n_chunk) != 0) return -1;
     for (int i = 0; i < n; i++) {
         const int m = n_tok ? n_tok[i] : 1;
         if (m < 1 || seq_check(e, seqs[i], toks + rows, m) != 0) {
@@ -514,16 +517,16 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         }
         rows += m;
     }
-    if ((reading || rows > n) && n_chunk + rows > e->n_ubatch) { /* one token each may take several steps */
-        st_error_set("a prompt chunk of %d tokens and %d rows of %d sequences exceed the step's %d rows", n_chunk, rows,
+    if ((n_ch || rows > n) && n_read + rows > e->n_ubatch) { /* one token each may take several steps */
+        st_error_set("prompt chunks of %d tokens and %d rows of %d sequences exceed the step's %d rows", n_read, rows,
                      n, e->n_ubatch);
         return -1;
     }
-    if (reading) seq_settle(reading);
+    for (int c = 0; c < n_ch; c++) seq_settle(ch[c].seq);
     for (int i = 0; i < n; i++) seq_settle(seqs[i]);
-    if (!reading && !n_tok && n == 1 && !picks) return engine_seq_eval(e, seqs[0], toks, 1);
+    if (!n_ch && !n_tok && n == 1 && !picks) return engine_seq_eval(e, seqs[0], toks, 1);
     size_t nv = (size_t)e->m->hp.n_vocab;
-    int n_seq = n + (reading != NULL), n_all = rows + n_chunk;
+    int n_seq = n + n_ch, n_all = rows + n_read;
     /* the step's inputs and outputs, gathered: kept across calls, grown as needed */
     if (n_seq > e->batch_cap) {
         e->batch_cap = n_seq;
@@ -539,58 +542,57 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
         e->batch_logits = st_realloc(e->batch_logits, (size_t)n_all * nv * sizeof(float));
         if (e->mtp) e->batch_hid = st_realloc(e->batch_hid, (size_t)n_all * e->m->hp.n_embd * sizeof(float));
     }
-    int k = 0;
-    if (reading) { /* the chunk first: the logits rows of the others follow its own */
-        e->batch_kv[0] = reading->kv->layers;
-        e->batch_pos[0] = reading->n_past;
-        e->batch_n[0] = n_chunk;
-        e->batch_ids[0] = reading->id;
-        memcpy(e->batch_tok, chunk, (size_t)n_chunk * sizeof(int32_t));
-        k = 1;
+    for (int c = 0, r = 0; c < n_ch; r += ch[c].n, c++) { /* the chunks first: the logits rows of the others follow */
+        e->batch_kv[c] = ch[c].seq->kv->layers;
+        e->batch_pos[c] = ch[c].seq->n_past;
+        e->batch_n[c] = ch[c].n;
+        e->batch_ids[c] = ch[c].seq->id;
+        memcpy(e->batch_tok + r, ch[c].toks, (size_t)ch[c].n * sizeof(int32_t));
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, k = n_ch; i < n; i++) {
         e->batch_kv[k + i] = seqs[i]->kv->layers;
         e->batch_pos[k + i] = seqs[i]->n_past;
         e->batch_n[k + i] = n_tok ? n_tok[i] : 1;
         e->batch_ids[k + i] = seqs[i]->id;
         if (e->batch_n[k + i] > 1) kv_cache_spec_begin(seqs[i]->kv, seqs[i]->n_past, e->batch_n[k + i]);
     }
-    memcpy(e->batch_tok + n_chunk, toks, (size_t)rows * sizeof(int32_t));
-    int skip = reading && !chunk_logits;
-    model_pick *pk = NULL; /* one per row of logits: the chunk's (when it has one) picks nothing */
+    memcpy(e->batch_tok + n_read, toks, (size_t)rows * sizeof(int32_t));
+    const int skip = chunk_logits ? 0 : n_ch, lead = chunk_logits ? n_ch : 0; /* the chunks' logits rows */
+    model_pick *pk = NULL; /* one per row of logits: the chunks' (when they have them) pick nothing */
     if (picks) {
         pk = e->batch_picks;
-        if (reading && chunk_logits) pk[0] = (model_pick){0};
-        memcpy(pk + (reading && chunk_logits), picks, (size_t)n * sizeof *picks);
+        for (int c = 0; c < lead; c++) pk[c] = (model_pick){0};
+        memcpy(pk + lead, picks, (size_t)n * sizeof *picks);
     }
-    split_send_batch(e->net, n_seq, e->batch_ids, e->batch_pos, reading || n_tok ? e->batch_n : NULL, skip,
-                     n_tok != NULL);
+    int *ns = n_ch || n_tok ? e->batch_n : NULL;
+    split_send_batch(e->net, n_seq, e->batch_ids, e->batch_pos, ns, skip, n_tok != NULL);
     model_ctx_capture_hidden(e->mc, e->mtp ? e->batch_hid : NULL); /* --draft mtp: every row's hidden state */
-    model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, reading || n_tok ? e->batch_n : NULL, n_seq,
-                        skip, n_tok != NULL, e->batch_logits, pk);
+    model_forward_batch(e->mc, e->batch_kv, e->batch_tok, e->batch_pos, ns, n_seq, skip, n_tok != NULL, e->batch_logits,
+                        pk);
     model_ctx_capture_hidden(e->mc, NULL);
     if (e->mtp) { /* each sequence's rows into its own record, where the rows before them are kept */
         for (int i = 0, r = 0; i < n_seq; i++) {
-            engine_seq *q = reading ? (i ? seqs[i - 1] : reading) : seqs[i];
+            engine_seq *q = i < n_ch ? ch[i].seq : seqs[i - n_ch];
             const int m = e->batch_n[i];
             seq_keep_hidden(e, q, e->batch_hid + (size_t)r * e->m->hp.n_embd, m);
             r += m;
         }
     }
     const float *out = e->batch_logits;
-    if (reading) {
+    for (int c = 0; c < n_ch; c++) {
+        engine_seq *q = ch[c].seq;
         if (chunk_logits) {
-            memcpy(reading->logits, out, nv * sizeof(float));
+            memcpy(q->logits, out, nv * sizeof(float));
             out += nv;
         }
-        memcpy(reading->hist + reading->n_past, chunk, (size_t)n_chunk * sizeof(int32_t));
-        reading->n_past += n_chunk;
-        seq_chunk_done(reading, n_chunk);
+        memcpy(q->hist + q->n_past, ch[c].toks, (size_t)ch[c].n * sizeof(int32_t));
+        q->n_past += ch[c].n;
+        seq_chunk_done(q, ch[c].n);
     }
     for (int i = 0, r = 0; i < n; i++) {
         engine_seq *s = seqs[i];
         const int m = n_tok ? n_tok[i] : 1;
-        if (pk) picks[i].rc = pk[i + (reading && chunk_logits)].rc;
+        if (pk) picks[i].rc = pk[lead + i].rc;
         if (!pk || picks[i].rc) memcpy(s->logits, out + (size_t)(r + m - 1) * nv, nv * sizeof(float));
         memcpy(s->hist + s->n_past, toks + r, (size_t)m * sizeof(int32_t));
         s->n_past += m;
@@ -599,20 +601,20 @@ static int step_rows(engine *e, engine_seq *reading, const int32_t *chunk, int n
     return 0;
 }
 
-int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
-                engine_seq *const *seqs, const int32_t *tok, int n, model_pick *picks) {
-    return step_rows(e, reading, chunk, n_chunk, chunk_logits, seqs, tok, NULL, n, picks);
+int engine_step(engine *e, const engine_chunk *chunks, int n_chunks, int chunk_logits, engine_seq *const *seqs,
+                const int32_t *tok, int n, model_pick *picks) {
+    return step_rows(e, chunks, n_chunks, chunk_logits, seqs, tok, NULL, n, picks);
 }
 
-int engine_step_drafts(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, engine_seq *const *seqs,
+int engine_step_drafts(engine *e, const engine_chunk *chunks, int n_chunks, engine_seq *const *seqs,
                        const int32_t *toks, const int *n_tok, int n, const float **logits) {
-    const int rc = step_rows(e, reading, chunk, n_chunk, 0, seqs, toks, n_tok, n, NULL);
+    const int rc = step_rows(e, chunks, n_chunks, 0, seqs, toks, n_tok, n, NULL);
     *logits = e->batch_logits;
     return rc;
 }
 
 int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n) {
-    return engine_step(e, NULL, NULL, 0, 0, seqs, tok, n, NULL);
+    return engine_step(e, NULL, 0, 0, seqs, tok, n, NULL);
 }
 
 int engine_eval(engine *e, const int32_t *toks, int n) { return engine_seq_eval(e, &e->seq, toks, n); }

@@ -175,27 +175,35 @@ int engine_seq_common_prefix(const engine_seq *s, const int32_t *toks, int n);
  * sampled token's logits the same whether or not the prompt was cached.
  * Returns the reused count, or -1 with st_error. */
 int engine_seq_read_prompt(engine *e, engine_seq *s, const int32_t *prompt, int n);
-/* One batched step: `reading` (NULL: none) appends n_chunk prompt tokens,
- * and gets the logits of the last of them only when chunk_logits is set;
- * seqs[i] appends tok[i], one token each, and gets its logits. All in one
- * model_forward_batch, so the weights are read once for the prompt chunk and
- * the decoding sequences together; with a chunk, n_chunk + n must fit
- * n_ubatch. -1 with st_error (nothing evaluated) if a sequence is full or an
- * id is outside the vocabulary. picks (NULL: none) holds one model_pick per
- * sequence of seqs: where the backend picks (its rc 0: the k largest logits,
- * or a temperature's draw, made on the device) the sequence's logits are not
- * copied, so that a step of many sequences on a GPU brings back a few pairs
- * each instead of every vocabulary row; rc 1: s->logits as without. */
-int engine_step(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, int chunk_logits,
-                engine_seq *const *seqs, const int32_t *tok, int n, model_pick *picks);
+/* A prompt chunk of a batched step: seq reads toks[0..n) (n >= 1). */
+typedef struct {
+    engine_seq *seq;
+    const int32_t *toks;
+    int n;
+} engine_chunk;
+
+/* One batched step: each of the n_chunks chunks (none: NULL, 0) appends its
+ * prompt tokens to its sequence, and gets the logits of its last token only
+ * when chunk_logits is set; seqs[i] appends tok[i], one token each, and
+ * gets its logits. All in one model_forward_batch, so the weights are read
+ * once for the prompt chunks and the decoding sequences together; with
+ * chunks, their tokens and n must fit n_ubatch. -1 with st_error (nothing
+ * evaluated) if a sequence is full or an id is outside the vocabulary.
+ * picks (NULL: none) holds one model_pick per sequence of seqs: where the
+ * backend picks (its rc 0: the k largest logits, or a temperature's draw,
+ * made on the device) the sequence's logits are not copied, so that a step
+ * of many sequences on a GPU brings back a few pairs each instead of every
+ * vocabulary row; rc 1: s->logits as without. */
+int engine_step(engine *e, const engine_chunk *chunks, int n_chunks, int chunk_logits, engine_seq *const *seqs,
+                const int32_t *tok, int n, model_pick *picks);
 /* engine_step for speculative decoding: seqs[i] appends n_tok[i] tokens (its
  * pending token, then its drafts; toks holds them stacked in order) and
  * *logits points to every one's logits, [sum n_tok][n_vocab] in that order
  * (the engine's buffer, valid until the next step); s->logits gets each
- * sequence's last. The chunk gets no logits; the chunk and all rows must fit
+ * sequence's last. The chunks get no logits; the chunks and all rows must fit
  * n_ubatch. A recurrent sequence with drafts can be cut back into them
  * (engine_seq_truncate) until it is evaluated again. */
-int engine_step_drafts(engine *e, engine_seq *reading, const int32_t *chunk, int n_chunk, engine_seq *const *seqs,
+int engine_step_drafts(engine *e, const engine_chunk *chunks, int n_chunks, engine_seq *const *seqs,
                        const int32_t *toks, const int *n_tok, int n, const float **logits);
 /* engine_step without a prompt chunk: one decode step of n sequences. */
 int engine_decode_batch(engine *e, engine_seq *const *seqs, const int32_t *tok, int n);

@@ -73,7 +73,7 @@ static inline void gen_drafted_steps(engine *e, engine_seq *const *seq, gen_stat
         }
         if (!n) return;
         const float *logits;
-        ST_ASSERT(engine_step_drafts(e, NULL, NULL, 0, step_seq, toks, ntok, n, &logits) == 0);
+        ST_ASSERT(engine_step_drafts(e, NULL, 0, step_seq, toks, ntok, n, &logits) == 0);
         for (int k = 0, r = 0; k < n; r += ntok[k], k++) {
             const int i = map[k];
             live[i] = gen_verify(g[i], &next[i], toks + r, ntok[k], logits + (size_t)r * e->m->hp.n_vocab) == 0;

@@ -22,8 +22,8 @@
  *     every token the same: the CPU's small-batch products (2-4 rows) give
  *     the one-token kernels' bits; SKIP where a matrix of the model has none
  *     (no AVX-512, other formats) or on the GPU.
- *   staggered: sequences of different lengths end at different steps and a new
- *     one is admitted mid-way, its whole prompt read as the chunk of the
+ *   staggered: sequences of different lengths end at different steps and two new
+ *     ones are admitted mid-way, their whole prompts read as two chunks of the
  *     others' decode step (engine_step); every sequence's tokens still equal
  *     its reference (precise).
  *
@@ -262,9 +262,10 @@ int main(int argc, char **argv) {
         n_gen[p] = N_GEN;
         start[p] = 0;
     }
-    if (staggered) { /* 1 and 3 end early, 4 joins at step 6 (after 1 has left), its prompt in that step */
+    if (staggered) { /* 1 ends early, 3 and 4 join at step 6 (after 1 has left), both prompts in that step */
         n_gen[1] = 5;
         n_gen[3] = 12;
+        start[3] = 6;
         start[4] = 6;
         n_gen[4] = N_GEN - 7;
     }
@@ -277,14 +278,15 @@ int main(int argc, char **argv) {
     for (int step = 0;; step++) {
         engine_seq *bs[N_SEQ + 1];
         int32_t bt[N_SEQ + 1];
-        int bp[N_SEQ + 1], n = 0, active = 0, reading = -1;
+        int bp[N_SEQ + 1], n = 0, active = 0, n_read = 0;
+        engine_chunk ch[N_SEQ + 1];
         for (int p = 0; p < n_runs; p++) {
             if (step == start[p] && step == 0) { /* the first ones: prompts read alone */
                 seq[p] = engine_seq_new(e);
                 ST_ASSERT(engine_seq_read_prompt(e, seq[p], ref[p].prompt, ref[p].n_prompt) == 0);
             } else if (step == start[p]) { /* admitted mid-way: its prompt read in the others' step */
                 seq[p] = engine_seq_new(e);
-                reading = p;
+                ch[n_read++] = (engine_chunk){seq[p], ref[p].prompt, ref[p].n_prompt};
                 active++;
                 continue;
             }
@@ -327,9 +329,8 @@ int main(int argc, char **argv) {
         }
         (void)bp;
         if (!active) break;
-        if (reading >= 0) { /* its whole prompt as the step's chunk, with the others' tokens */
-            ST_ASSERT(engine_step(e, seq[reading], ref[reading].prompt, ref[reading].n_prompt, 1, bs, bt, n, NULL) ==
-                      0);
+        if (n_read) { /* their whole prompts as the step's chunks, with the others' tokens */
+            ST_ASSERT(engine_step(e, ch, n_read, 1, bs, bt, n, NULL) == 0);
         } else if (n) {
             int64_t t0 = st_now_ns();
             ST_ASSERT(engine_decode_batch(e, bs, bt, n) == 0);

@@ -123,7 +123,8 @@ static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][20
                 rows += ntok[k];
             }
             const float *logits;
-            ST_ASSERT(engine_step_drafts(e, seq[i], prompts[i], 19, seq, toks, ntok, N_SEQ - 1, &logits) == 0);
+            const engine_chunk ch = {seq[i], prompts[i], 19};
+            ST_ASSERT(engine_step_drafts(e, &ch, 1, seq, toks, ntok, N_SEQ - 1, &logits) == 0);
             for (int k = 0, r = 0; k < N_SEQ - 1; r += ntok[k], k++)
                 live[k] = gen_verify(g[k], &next[k], toks + r, ntok[k], logits + (size_t)r * e->m->hp.n_vocab) == 0;
             ST_ASSERT(engine_seq_eval(e, seq[i], &prompts[i][19], 1) == 0);

@@ -156,8 +156,9 @@ int main(int argc, char **argv) {
         const int alone = t == N_STEP - 1; /* the last step: the first sequence alone */
         const int n = alone ? 1 : N_SEQ;
         engine_seq *rd = t == 0 ? rs[N_SEQ] : NULL, *pd = t == 0 ? ps[N_SEQ] : NULL;
-        ST_ASSERT(engine_step(ref, rd, chunk, rd ? 40 : 0, 1, rs, tok, n, NULL) == 0);
-        ST_ASSERT(engine_step(pk, pd, chunk, pd ? 40 : 0, 1, ps, tok, n, picks) == 0);
+        const engine_chunk rc = {rd, chunk, 40}, pc = {pd, chunk, 40};
+        ST_ASSERT(engine_step(ref, rd ? &rc : NULL, rd != NULL, 1, rs, tok, n, NULL) == 0);
+        ST_ASSERT(engine_step(pk, pd ? &pc : NULL, pd != NULL, 1, ps, tok, n, picks) == 0);
         char what[96];
         for (int q = 0; q < n; q++) {
             model_pick *p = &picks[q];

@@ -75,8 +75,10 @@ typedef struct {
     int32_t *step_toks; /* (n_slots * (draft_n + 1)): one token per slot, or its pending token and drafts */
     int *step_ntok;     /* (n_slots) the tokens of each slot in step_toks */
     slot **step_slots;
-    model_pick *step_picks; /* (n_slots) what the backend keeps of each slot's logits (slot_pick) */
-    srv_vocab *vocab;       /* the vocabulary table grammars walk (srv_gen.c), built on first need */
+    model_pick *step_picks;    /* (n_slots) what the backend keeps of each slot's logits (slot_pick) */
+    slot **step_readers;       /* (n_slots) the slots reading a prompt chunk in the step (pick_chunks) */
+    engine_chunk *step_chunks; /* (n_slots) their chunks */
+    srv_vocab *vocab;          /* the vocabulary table grammars walk (srv_gen.c), built on first need */
 } local_sched;
 
 /* The free slot for a prompt (see the routing rule in srv_sched.h); -1 if none is free. */
@@ -284,14 +286,60 @@ static int gen_start(local_sched *s, slot *sl) {
     return 0;
 }
 
+/* The prompt chunks of a step, into step_chunks / step_readers: the slots
+ * reading a prompt, first admitted first, each taking what is left of its
+ * prompt (never its last token: that one is its first decode row, in the
+ * next step) up to the rows the step has left (room). Returns how many. */
+static int pick_chunks(local_sched *s, int room) {
+    int nr = 0;
+    for (int i = 0; i < s->n_slots; i++) { /* the reading slots in admission order (insertion) */
+        slot *c = &s->slots[i];
+        if (c->state != SL_PROMPT) continue;
+        int j = nr++;
+        for (; j > 0 && s->step_readers[j - 1]->last_used > c->last_used; j--)
+            s->step_readers[j] = s->step_readers[j - 1];
+        s->step_readers[j] = c;
+    }
+    int nc = 0;
+    for (int i = 0; i < nr && room > 0; i++) {
+        slot *c = s->step_readers[i];
+        const int left = c->job.req->n_prompt - 1 - c->seq->n_past, m = left < room ? left : room;
+        if (m <= 0) continue;
+        s->step_readers[nc] = c;
+        s->step_chunks[nc++] = (engine_chunk){c->seq, c->job.req->prompt + c->seq->n_past, m};
+        room -= m;
+    }
+    return nc;
+}
+
+/* After a step: a reader that has read all but its prompt's last token decodes next (that token first). */
+static void chunks_done(local_sched *s, int nc) {
+    for (int c = 0; c < nc; c++) {
+        slot *rd = s->step_readers[c];
+        if (rd->seq->n_past == rd->job.req->n_prompt - 1) {
+            rd->next = rd->job.req->prompt[rd->job.req->n_prompt - 1];
+            rd->state = SL_DECODE;
+        }
+    }
+}
+
+/* A failed step fails every slot in it. */
+static void step_failed(local_sched *s, int n, int nc) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", st_error_get());
+    for (int i = 0; i < n; i++) slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
+    for (int c = 0; c < nc; c++) slot_fail(s, s->step_readers[c], msg, OUT_FAILED);
+}
+
 /* Every generating slot's drafts as rows of one step (engine_step_drafts):
  * each puts its pending token and its drafts in (as many as the rows left
- * after one per slot allow, the first slots first), the chunk takes the rest,
- * and each slot then verifies its own rows (gen_verify: it samples them as
- * the plain decoder would, and its cache, attention rows or recurrent state,
- * forgets the rejected ones). A slot whose prompt's last token is in the step
- * has no generation yet: it goes in as one row and samples as usual. */
-static void step_drafts(local_sched *s, slot *rd, int n) {
+ * after one per slot allow, the first slots first), the prompt chunks take
+ * the rest, and each slot then verifies its own rows (gen_verify: it samples
+ * them as the plain decoder would, and its cache, attention rows or
+ * recurrent state, forgets the rejected ones). A slot whose prompt's last
+ * token is in the step has no generation yet: it goes in as one row and
+ * samples as usual. */
+static void step_drafts(local_sched *s, int n) {
     const int ub = s->e->n_ubatch;
     int rows = 0;
     for (int i = 0; i < n; i++) {
@@ -306,20 +354,10 @@ static void step_drafts(local_sched *s, slot *rd, int n) {
         }
         rows += s->step_ntok[i];
     }
-    int n_chunk = 0;
-    if (rd) {
-        const int left = rd->job.req->n_prompt - 1 - rd->seq->n_past, room = ub - rows;
-        n_chunk = left < room ? left : room;
-        if (n_chunk <= 0) rd = NULL;
-    }
-    const int32_t *chunk = rd ? rd->job.req->prompt + rd->seq->n_past : NULL;
+    const int nc = pick_chunks(s, ub - rows);
     const float *logits;
-    if (engine_step_drafts(s->e, rd ? rd->seq : NULL, chunk, n_chunk, s->step_seqs, s->step_toks, s->step_ntok, n,
-                           &logits) != 0) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", st_error_get());
-        for (int i = 0; i < n; i++) slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
-        if (rd) slot_fail(s, rd, msg, OUT_FAILED);
+    if (engine_step_drafts(s->e, s->step_chunks, nc, s->step_seqs, s->step_toks, s->step_ntok, n, &logits) != 0) {
+        step_failed(s, n, nc);
         return;
     }
     const size_t nv = (size_t)s->e->m->hp.n_vocab;
@@ -332,10 +370,7 @@ static void step_drafts(local_sched *s, slot *rd, int n) {
         if (gen_verify(sl->gen, &sl->next, s->step_toks + r, s->step_ntok[i], logits + (size_t)r * nv) != 0)
             slot_finish(s, sl);
     }
-    if (rd && rd->seq->n_past == rd->job.req->n_prompt - 1) {
-        rd->next = rd->job.req->prompt[rd->job.req->n_prompt - 1];
-        rd->state = SL_DECODE;
-    }
+    chunks_done(s, nc);
 }
 
 /* What the step keeps of a generating slot's logits on the backend
@@ -362,24 +397,25 @@ static void slot_pick(local_sched *s, slot *sl, model_pick *p) {
     }
 }
 
-/* One batched step: the next prompt chunk of the slot admitted first among
- * those reading one (as many tokens as the step has rows left), and one token
- * of every generating slot (with drafts: step_drafts). The chunk never holds the prompt's last token:
- * that one goes in the next step as the slot's first decode row, so that
- * when nothing else runs it is a one-token step, as in engine_read_prompt
- * (the first logits then do not depend on how much of the prompt was cached:
- * the same request gives the same answer; multi-token products round
- * differently). */
+/* One batched step: one token of every generating slot (with drafts:
+ * step_drafts) and the next prompt chunks of the slots reading one, first
+ * admitted first, in the rows left (pick_chunks). A chunk never holds the
+ * prompt's last token: that one goes in the next step as the slot's first
+ * decode row, so that when nothing else runs it is a one-token step, as in
+ * engine_read_prompt (the first logits then do not depend on how much of
+ * the prompt was cached: the same request gives the same answer;
+ * multi-token products round differently). */
 static void step(local_sched *s) {
-    slot *rd = NULL;
+    int reading = 0;
     for (int i = 0; i < s->n_slots; i++) {
         slot *c = &s->slots[i];
-        if (c->state == SL_PROMPT && (!rd || c->last_used < rd->last_used)) rd = c;
-    }
-    if (rd && rd->seq->n_past == rd->job.req->n_prompt - 1) { /* all cached but the last token */
-        rd->next = rd->job.req->prompt[rd->seq->n_past];
-        rd->state = SL_DECODE;
-        rd = NULL;
+        if (c->state != SL_PROMPT) continue;
+        if (c->seq->n_past == c->job.req->n_prompt - 1) { /* all cached but the last token: nothing to read */
+            c->next = c->job.req->prompt[c->seq->n_past];
+            c->state = SL_DECODE;
+        } else {
+            reading = 1;
+        }
     }
     int n = 0;
     for (int i = 0; i < s->n_slots; i++) {
@@ -390,31 +426,22 @@ static void step(local_sched *s) {
         s->step_toks[n] = sl->next;
         n++;
     }
-    if (n && s->draft_n > 0 && !(n == 1 && !rd && s->step_slots[0]->gen)) {
-        step_drafts(s, rd, n);
+    if (n && s->draft_n > 0 && !(n == 1 && !reading && s->step_slots[0]->gen)) {
+        step_drafts(s, n);
         return;
     }
-    int n_chunk = 0;
-    if (rd) {
-        int left = rd->job.req->n_prompt - 1 - rd->seq->n_past, room = s->e->n_ubatch - n;
-        n_chunk = left < room ? left : room;
-        if (n_chunk <= 0) rd = NULL; /* no room this step (more generating slots than rows) */
-    }
-    if (!n && !rd) return;
-    if (n == 1 && !rd && s->draft_n > 0 && s->step_slots[0]->gen) {
+    const int nc = pick_chunks(s, s->e->n_ubatch - n); /* none when more generating slots than rows */
+    if (!n && !nc) return;
+    if (n == 1 && !nc && s->draft_n > 0 && s->step_slots[0]->gen) {
         /* one slot generating and no prompt to read: it drafts, and one pass of its own verifies the draft */
         slot *sl = s->step_slots[0];
         if (gen_next_drafted(sl->gen, &sl->next, s->draft_n) != 0) slot_finish(s, sl);
         return;
     }
     for (int i = 0; i < n; i++) slot_pick(s, s->step_slots[i], &s->step_picks[i]);
-    const int32_t *chunk = rd ? rd->job.req->prompt + rd->seq->n_past : NULL;
-    if (engine_step(s->e, rd ? rd->seq : NULL, chunk, n_chunk, 0, s->step_seqs, s->step_toks, n, s->step_picks) != 0) {
+    if (engine_step(s->e, s->step_chunks, nc, 0, s->step_seqs, s->step_toks, n, s->step_picks) != 0) {
         /* every token was checked at admission or when sampled: a bug, but fail the requests, not the process */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", st_error_get());
-        for (int i = 0; i < n; i++) slot_fail(s, s->step_slots[i], msg, OUT_FAILED);
-        if (rd) slot_fail(s, rd, msg, OUT_FAILED);
+        step_failed(s, n, nc);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -425,10 +452,7 @@ static void step(local_sched *s) {
         sl->drew = p->rc == 0 && p->k <= 0;
         sl->state = SL_SAMPLE;
     }
-    if (rd && rd->seq->n_past == rd->job.req->n_prompt - 1) { /* read all but the last token */
-        rd->next = rd->job.req->prompt[rd->job.req->n_prompt - 1];
-        rd->state = SL_DECODE;
-    }
+    chunks_done(s, nc);
 }
 
 /* Sample every slot with fresh logits; a finished or stopped one is freed. */
@@ -500,6 +524,8 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue) {
     s->step_ntok = st_calloc((size_t)n_slots, sizeof *s->step_ntok);
     s->step_slots = st_calloc((size_t)n_slots, sizeof *s->step_slots);
     s->step_picks = st_calloc((size_t)n_slots, sizeof *s->step_picks);
+    s->step_readers = st_calloc((size_t)n_slots, sizeof *s->step_readers);
+    s->step_chunks = st_calloc((size_t)n_slots, sizeof *s->step_chunks);
     for (int i = 0; i < n_slots; i++) {
         s->slots[i].id = i;
         s->slots[i].seq = i == 0 ? &e->seq : engine_seq_new(e); /* the engine's own sequence serves slot 0 */
@@ -549,6 +575,8 @@ static void local_destroy(srv_sched *b) {
     st_free(s->step_ntok);
     st_free(s->step_slots);
     st_free(s->step_picks);
+    st_free(s->step_readers);
+    st_free(s->step_chunks);
     st_free(s->map.cells);
     st_free(s->map_cells);
     st_free(s);
