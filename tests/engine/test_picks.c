@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 
 #include "../common/check.h"
+#include "../common/logits.h"
 
 #ifdef STRATA_HAVE_GPU
 #include "backend/cuda/device.h"
@@ -46,13 +47,6 @@ static engine *open_engine(const char *path, int gpu) {
     engine *e = engine_open(&p);
     if (!e) fprintf(stderr, "test_picks: %s\n", st_error_get());
     return e;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
 }
 
 /* The largest |x| of a row: the scale of the comparisons' tolerance. */
@@ -96,7 +90,7 @@ static void check_draw(const char *what, const model_pick *p, const float *ref, 
     const int t = *p->tok;
     CHECK(t >= 0 && t < nv, "%s: drawn id %d", what, t);
     if (t < 0 || t >= nv) return;
-    const float mx = ref[argmax(ref, nv)];
+    const float mx = ref[logits_argmax(ref, nv, NULL)];
     double sum = 0.0, lo = 0.0, hi = 0.0;
     for (int i = 0; i < nv; i++) {
         if (i == t) lo = sum;
@@ -145,7 +139,7 @@ int main(int argc, char **argv) {
     int32_t tok[N_SEQ], ids1[1], ids40[40], drawn = -1;
     float vals1[1], vals40[40];
     for (int t = 0; t < N_STEP; t++) {
-        for (int q = 0; q < N_SEQ; q++) tok[q] = (int32_t)argmax(rs[q]->logits, nv); /* both continue greedily */
+        for (int q = 0; q < N_SEQ; q++) tok[q] = logits_argmax(rs[q]->logits, nv, NULL); /* both continue greedily */
         const double u = (t + 0.5) / N_STEP;
         model_pick picks[N_SEQ] = {
             {.k = 1, .ids = ids1, .vals = vals1},
