@@ -381,14 +381,6 @@ static void run_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int 
     if (hid && has_ends(c)) be->to_host(be, hid, c->h, (size_t)n * c->m->hp.n_embd * sizeof(float));
 }
 
-static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
-                          int all_logits, float *hid, int ret) {
-    const int rows = !logits ? 0 : all_logits ? n : 1;
-    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0, hid, ret);
-    if (logits && has_ends(c))
-        c->be->to_host(c->be, logits, c->logits, (size_t)rows * c->m->hp.n_vocab * sizeof(float));
-}
-
 /* Rows [0, n) of c->logits into logits (host), or as picks say (NULL:
  * every row whole): a picked row stays on the backend; the others are copied
  * in runs of consecutive rows. */
@@ -413,24 +405,30 @@ static void logits_out(model_ctx *c, float *logits, int n, model_pick *picks) {
     }
 }
 
+/* picks: one per row of logits (NULL: every row whole), as logits_out. */
+static void forward_chunk(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n, int pos0, float *logits,
+                          int all_logits, float *hid, int ret, model_pick *picks) {
+    const int rows = !logits ? 0 : all_logits ? n : 1;
+    run_chunk(c, kv, tokens, n, pos0, all_logits ? 0 : n - 1, rows, 0, hid, ret);
+    if (logits && has_ends(c)) logits_out(c, logits, rows, picks);
+}
+
 /* One token at pos with one pick (model_forward_top_k, model_forward_draw). */
 static int forward_pick(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, model_pick *p, float *logits) {
     ST_ASSERT(pos + 1 <= kv[0].n_ctx);
-    run_chunk(c, kv, &token, 1, pos, 0, 1, 0, NULL,
-              1); /* as a one-token forward_chunk with logits: the same recorded graph */
-    logits_out(c, logits, 1, p);
+    forward_chunk(c, kv, &token, 1, pos, logits, 0, NULL, 1, p);
     return p->rc;
 }
 
 int model_forward_top_k(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, int k, int32_t *ids, float *vals,
                         float *logits) {
-    model_pick p = {.k = k, .ids = ids, .vals = vals};
+    model_pick p = {.k = k, .ids = ids, .vals = vals, .rc = 1};
     return forward_pick(c, kv, token, pos, &p, logits);
 }
 
 int model_forward_draw(model_ctx *c, st_kv_layer *kv, int32_t token, int pos, float inv_t, double u, int32_t *tok,
                        float *logits) {
-    model_pick p = {.inv_t = inv_t, .u = u, .tok = tok};
+    model_pick p = {.inv_t = inv_t, .u = u, .tok = tok, .rc = 1};
     return forward_pick(c, kv, token, pos, &p, logits);
 }
 
@@ -459,7 +457,7 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
         float *out = !logits ? NULL : all_logits ? logits + (size_t)done * nv : last ? logits : NULL;
         float *hid = c->hid_dst ? c->hid_dst + (size_t)done * c->m->hp.n_embd : NULL;
         forward_chunk(c, kv, tokens ? tokens + done : NULL, n, pos0 + done, out, all_logits, hid,
-                      last || all_logits || hid);
+                      last || all_logits || hid, NULL);
         done += n;
     }
 }
@@ -529,11 +527,9 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
         float *out = logits ? logits + (size_t)(done + sk - skip) * nv : NULL;
         model_pick *pk = picks ? picks + (done + sk - skip) : NULL;
         float *hid = c->hid_dst ? c->hid_dst + (size_t)done * c->m->hp.n_embd : NULL;
-        if (n == 1 && pk && !sk && has_ends(c)) { /* one sequence, picked: model_forward_top_k's step */
-            run_chunk(c, kv[done], tok + done, 1, pos[done], 0, 1, 0, hid, 1);
-            logits_out(c, out, 1, pk);
-        } else if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
-            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, hid, 1);
+        if (n == 1) { /* one sequence: the single-sequence step (a CUDA graph on the GPU) */
+            forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, hid, 1,
+                          sk ? NULL : pk);
         } else {
             /* several positions in one step: run_step calls the body directly
              * (graphs are recorded for one-token steps only) */
