@@ -34,6 +34,7 @@
 #define ATT_TILE    64
 #define ATT_MAX_HD  640 /* multi-head latent attention's 576 (per-head kernel) */
 #define ATT_ACC     (ATT_MAX_HD / ATT_THREADS)
+static_assert(ATT_THREADS == 2 * ATT_TILE, "attn_split_kernel: two threads per position of a tile");
 
 static __device__ __forceinline__ float kv_load(int type, const void *base, const float *scales, size_t idx,
                                                 size_t srow) {
@@ -41,10 +42,30 @@ static __device__ __forceinline__ float kv_load(int type, const void *base, cons
     return scales[srow] * (float)((const int8_t *)base)[idx];
 }
 
+/* Dot of 8 cached values (16 bytes of f16 / 8 of int8) with 8 query floats in shared memory. */
+static __device__ __forceinline__ float att_dot8_f16(uint4 w, const float *q) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(*(const __half2 *)&u[i]);
+        s = fmaf(f.x, q[2 * i], fmaf(f.y, q[2 * i + 1], s));
+    }
+    return s;
+}
+
+static __device__ __forceinline__ float att_dot8_i8(uint2 w, const float *q) {
+    const uint32_t u[2] = {w.x, w.y};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s = fmaf((float)(int8_t)(u[i >> 2] >> (8 * (i & 3))), q[i], s);
+    return s;
+}
+
 /* part: [n_tok][n_head][n_split][2 + hd]: m, l, acc[hd]. With cuda_seq_rows
  * each row t is one token of a sequence of its own (cache and position). */
 template <class R>
-static __global__ void __launch_bounds__(ATT_THREADS)
+static __global__ void __launch_bounds__(ATT_THREADS, 8)
     attn_split_kernel(const float *q, st_kv_layer kv, int pos0, const int *dpos, int n_tok, int n_head, float scale,
                       int window, int n_split, float *part, const __grid_constant__ R rows) {
     pdl_enter(); /* first: see st_launch (common.cuh) */
@@ -65,35 +86,67 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int j = 0; j < ATT_ACC; j++) acc[j] = 0.0f;
 
+    /* scores: two threads per position (ATT_THREADS = 2 * ATT_TILE), each
+     * dotting half the head with 8-value loads, all in flight at once;
+     * heads not a multiple of 16 wide: a warp per position */
+    const int pj = tid >> 1, hh = hd / 2, d0 = (tid & 1) * hh, wide = hd % 16 == 0;
     for (int p0 = c0; p0 < c1; p0 += ATT_TILE) {
         const int nt = min(ATT_TILE, c1 - p0);
-        /* scores: a warp per position, lanes across the head dimension */
-        for (int j = warp; j < nt; j += n_warps) {
-            const size_t p = (size_t)(p0 + j);
+        if (wide) {
             float s = 0.0f;
-            for (int i = lane; i < hd; i += ST_WARP)
-                s += qs[i] * kv_load(kv.type, kv.k, kv.k_scale, p * row + hoff + i, p * kv.n_head_kv + hkv);
-            s = warp_sum(s);
-            if (lane == 0) sc[j] = s * scale;
+            if (pj < nt) {
+                const size_t p = (size_t)(p0 + pj), at = p * row + hoff + d0;
+                if (kv.type == ST_KV_F16) {
+                    const uint4 *kp = (const uint4 *)((const uint16_t *)kv.k + at);
+#pragma unroll 4
+                    for (int i = 0; i < hh / 8; i++) s += att_dot8_f16(kp[i], qs + d0 + 8 * i);
+                } else {
+                    const uint2 *kp = (const uint2 *)((const int8_t *)kv.k + at);
+#pragma unroll 4
+                    for (int i = 0; i < hh / 8; i++) s += att_dot8_i8(kp[i], qs + d0 + 8 * i);
+                    s *= kv.k_scale[p * kv.n_head_kv + hkv];
+                }
+            }
+            s += __shfl_xor_sync(ST_FULL_MASK, s, 1);
+            if (!(tid & 1) && pj < nt) sc[pj] = s * scale;
+        } else {
+            for (int j = warp; j < nt; j += n_warps) {
+                const size_t p = (size_t)(p0 + j);
+                float s = 0.0f;
+                for (int i = lane; i < hd; i += ST_WARP)
+                    s += qs[i] * kv_load(kv.type, kv.k, kv.k_scale, p * row + hoff + i, p * kv.n_head_kv + hkv);
+                s = warp_sum(s);
+                if (lane == 0) sc[j] = s * scale;
+            }
         }
         __syncthreads();
+        /* every warp reduces the tile's scores itself: no shared round trip */
         float tmax = -INFINITY;
-        for (int j = 0; j < nt; j++) tmax = fmaxf(tmax, sc[j]);
+        for (int j = lane; j < nt; j += ST_WARP) tmax = fmaxf(tmax, sc[j]);
+        tmax = warp_max(tmax);
         const float mn = fmaxf(m, tmax), f = expf(m - mn); /* f = 0 on the first tile (m = -inf) */
         __syncthreads();                                   /* everyone has read the raw scores */
         if (tid < nt) sc[tid] = expf(sc[tid] - mn);
         __syncthreads();
         float tsum = 0.0f;
-        for (int j = 0; j < nt; j++) tsum += sc[j];
-        l = l * f + tsum;
+        for (int j = lane; j < nt; j += ST_WARP) tsum += sc[j];
+        l = l * f + warp_sum(tsum);
+        /* values: a thread per dimension, the tile's rows in flight 8 at a time */
+        const size_t vs = (size_t)p0 * kv.n_head_kv + hkv;
 #pragma unroll
         for (int a = 0; a < ATT_ACC; a++) {
             const int d = tid + a * ATT_THREADS;
             if (d < hd) {
                 float v = acc[a] * f;
-                for (int j = 0; j < nt; j++) {
-                    const size_t p = (size_t)(p0 + j);
-                    v += sc[j] * kv_load(kv.type, kv.v, kv.v_scale, p * row + hoff + d, p * kv.n_head_kv + hkv);
+                const size_t at = (size_t)p0 * row + hoff + d;
+                if (kv.type == ST_KV_F16) {
+                    const uint16_t *vp = (const uint16_t *)kv.v + at;
+#pragma unroll 8
+                    for (int j = 0; j < nt; j++) v += sc[j] * __half2float(__ushort_as_half(vp[j * row]));
+                } else {
+                    const int8_t *vp = (const int8_t *)kv.v + at;
+#pragma unroll 8
+                    for (int j = 0; j < nt; j++) v += sc[j] * kv.v_scale[vs + j * kv.n_head_kv] * (float)vp[j * row];
                 }
                 acc[a] = v;
             }
