@@ -282,6 +282,15 @@ struct st_backend {
      * the next position needs no new recording. */
     void (*run_step)(st_backend *be, int n_tok, int pos0, void (*body)(void *arg, int pos0), void *arg,
                      size_t arg_size);
+    /* Optional (NULL: run_step): a step of n sequences of one token each,
+     * sequence i at position pos[i]; body(arg, pos[0]) queues its ops. The
+     * GPU records it as a CUDA graph once and replays it while the key_size
+     * bytes at key (the step's shape and every row's cache) stay the same,
+     * its batched ops (qkv_prep_seqs, attention_seqs) reading the positions
+     * from the device; a step whose ops take a position from the host is
+     * run as it comes. */
+    void (*run_step_rows)(st_backend *be, int n, const int *pos, void (*body)(void *arg, int pos0), void *arg,
+                          const void *key, size_t key_size);
     /* Optional (NULL: none): one-token steps recorded in segments around the
      * host's work in the middle (the expert lanes read each layer's routing),
      * so that the ops between two host waits launch as one graph. */

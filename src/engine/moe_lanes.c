@@ -274,12 +274,13 @@ static void no_copy_2d(st_backend *be, float *dst, int64_t dst_stride, const flo
                        int64_t width, int n_rows) {
     (void)be, (void)dst, (void)dst_stride, (void)src, (void)src_stride, (void)width, (void)n_rows;
 }
-/* 35 function pointers, 3 other pointers (name, ctx, segments) and two ints
+/* 36 function pointers, 3 other pointers (name, ctx, segments) and two ints
  * (each padded to a pointer's size on x86-64 and aarch64): update with the
  * stubs above when an op is added. gated_delta_net_keep, variant, top_k and
- * draw need none: they run between steps, never inside a recorded one;
+ * draw need none: they run between steps, never inside a recorded one
+ * (run_step and run_step_rows are the wrapper's own: moe_lanes_wrap);
  * forward.c does not call upload_many (the lanes' host part does, on L->live). */
-_Static_assert(sizeof(st_backend) == 40 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
+_Static_assert(sizeof(st_backend) == 41 * sizeof(void *), "st_backend changed: stub its new step ops in moe_lanes.c");
 
 /* The table forward.c calls: stubs while a recorded step replays (on), the
  * wrapped ops otherwise. */
@@ -617,6 +618,7 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->be.name = dev->name; /* the engine and tests tell backends apart by name: the device's */
     L->be.moe_ffn = l_moe_ffn;
     L->be.run_step = l_run_step;
+    L->be.run_step_rows = NULL; /* a batched step's experts need the host mid-step */
     L->be.destroy = l_destroy;
     L->live = L->be;
     L->dev_orig = dev;

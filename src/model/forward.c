@@ -51,6 +51,8 @@ struct model_ctx {
     float *hop;                      /* host copy of x for the ring, [n_ubatch][n_embd], split only */
     float *cat;                      /* the MTP block's [enorm(e) ; hnorm(h)] rows, [n_ubatch][2 n_embd], or NULL */
     float *hid_dst;                  /* model_forward also writes every row's final hidden state here (host), or NULL */
+    void *rows_key;                  /* a batched step's key (rows_key), host */
+    size_t rows_key_cap;
 };
 
 /* Whether this process embeds and applies the output head (all but a split's followers). */
@@ -109,6 +111,7 @@ void model_ctx_free(model_ctx *c) {
         if (bufs[i]) be->free(be, bufs[i]);
     mla_bufs_free(c->mla, be);
     st_free(c->hop);
+    st_free(c->rows_key);
     st_free(c);
 }
 
@@ -462,6 +465,28 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
     }
 }
 
+/* What a recorded batched step depends on besides its rows' positions
+ * (backend run_step_rows): the context (its buffers), the step's shape and
+ * every row's cache, layer by layer (a sequence freed and another made may
+ * reuse the address of its layer array, not its cache). */
+typedef struct {
+    const model_ctx *c;
+    int n, skip, hid, pad;
+} rows_head;
+
+static const void *rows_key(model_ctx *c, st_kv_layer *const *kv, int n, int skip, int hid, size_t *size) {
+    const size_t row = (size_t)c->m->hp.n_layer * sizeof(st_kv_layer);
+    *size = sizeof(rows_head) + (size_t)n * row;
+    if (*size > c->rows_key_cap) {
+        c->rows_key = st_realloc(c->rows_key, *size);
+        c->rows_key_cap = *size;
+    }
+    const rows_head h = {c, n, skip, hid, 0};
+    memcpy(c->rows_key, &h, sizeof h);
+    for (int s = 0; s < n; s++) memcpy((char *)c->rows_key + sizeof h + s * row, kv[s], row);
+    return c->rows_key;
+}
+
 /* A batched step (forward.h): several sequences, each its own positions. */
 typedef struct {
     model_ctx *c;
@@ -531,12 +556,18 @@ void model_forward_batch(model_ctx *c, st_kv_layer *const *kv, const int32_t *to
             forward_chunk(c, kv[done], tok ? tok + done : NULL, 1, pos[done], sk ? NULL : out, 0, hid, 1,
                           sk ? NULL : pk);
         } else {
-            /* several positions in one step: run_step calls the body directly
-             * (graphs are recorded for one-token steps only) */
+            /* several positions in one step: recorded where the backend
+             * records such steps (not in a split: its ring needs the host) */
             batch_args a = {c, kv + done, pos + done, NULL, n, n, sk, 0, hid != NULL};
             st_backend *be = c->be;
             if (has_ends(c)) be->to_device(be, c->ids, tok + done, (size_t)n * sizeof(int32_t));
-            be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
+            if (be->run_step_rows && !c->split.il1) {
+                size_t ks;
+                const void *key = rows_key(c, kv + done, n, sk, hid != NULL, &ks);
+                be->run_step_rows(be, n, pos + done, batch_body, &a, key, ks);
+            } else {
+                be->run_step(be, n, pos[done], batch_body, &a, sizeof a);
+            }
             if (sk < n && has_ends(c)) logits_out(c, out, n - sk, pk);
             if (hid && has_ends(c)) be->to_host(be, hid, c->o, (size_t)n * c->m->hp.n_embd * sizeof(float));
         }

@@ -564,13 +564,16 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
               n_split, sinks, out, aq, ad);
 }
 
-int cuda_attention_seqs(const float *q, st_kv_layer *const *kv, int il, int n, const int *pos, int n_head, float scale,
-                        int window, const float *sinks, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
-                        int n_sm, cudaStream_t s) {
+int cuda_attention_seqs(const float *q, st_kv_layer *const *kv, int il, int n, const int *pos, const int *dpos,
+                        int n_head, float scale, int window, const float *sinks, float *out, int8_t *aq, float2 *ad,
+                        cuda_scratch *scratch, int n_sm, cudaStream_t s) {
     const st_kv_layer *k0 = &kv[0][il];
     if (k0->head_dim > ATT_MAX_HD || n_head % k0->n_head_kv || cuda_attn_latent_fits(n_head, k0)) return 1;
-    int span = 0; /* the longest of the sequences' spans */
-    for (int i = 0; i < n; i++) span = pos[i] + 1 > span ? pos[i] + 1 : span;
+    /* the longest of the sequences' spans; a recorded step (dpos) is sized
+     * for the short span (its slices are cut from each row's position on
+     * the device, so they cover any position below it) */
+    int span = dpos ? CUDA_ATT_SHORT_SPAN : 0;
+    for (int i = 0; i < n && !dpos; i++) span = pos[i] + 1 > span ? pos[i] + 1 : span;
     if (window > 0 && span > window) span = window;
     /* past the short span a sequence is better served by the grouped kernels, one launch each */
     if (span > CUDA_ATT_SHORT_SPAN) return 1;
@@ -584,7 +587,7 @@ int cuda_attention_seqs(const float *q, st_kv_layer *const *kv, int il, int n, c
         const int m = n - r0 < CUDA_SEQ_ROWS ? n - r0 : CUDA_SEQ_ROWS;
         st_launch(attn_split_kernel<cuda_seq_rows>, dim3((unsigned)n_split, (unsigned)n_head, (unsigned)m),
                   dim3(ATT_THREADS), 0, s, q + r0 * qw, *k0, 0, (const int *)NULL, m, n_head, scale, window, n_split,
-                  part + r0 * pw, cuda_seq_rows_of(kv, il, pos, r0, m));
+                  part + r0 * pw, cuda_seq_rows_of(kv, il, pos, dpos, r0, m));
     }
     st_launch(attn_combine_kernel, dim3((unsigned)n_head, (unsigned)n, (unsigned)st_div_up(k0->head_dim, 32)),
               dim3(CMB_WARPS * 32), (size_t)n_split * sizeof(float), s, (const float *)part, n_head, k0->head_dim,

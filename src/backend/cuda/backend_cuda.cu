@@ -21,6 +21,14 @@
  * cost of each, which at these sizes is as long as the kernels themselves.
  * STRATA_CUDA_GRAPH=0 turns it off (for comparison).
  *
+ * A batched step of several sequences, one token each (run_step_rows), is
+ * recorded the same way, its own graph beside the one-token one: the rows'
+ * positions are copied to d_rows before each launch and read there by the
+ * batched rotary and attention (cuda_seq_rows.dpos); the caller's key holds
+ * every row's cache, so another set of sequences records again. A step
+ * with an op that takes its position from the host (a sequence past the
+ * short span, a latent or recurrent layer) is not recorded (rows_bad).
+ *
  * Activation reuse: consecutive products of one input (q, k, v; an expert's
  * gate and up) quantize it once. act_* remembers the input the quantized
  * scratch holds; every op that writes device memory forgets it (act_forget)
@@ -85,6 +93,14 @@ typedef struct {
     size_t key_size;
     unsigned long long key_gen;
     int key_short; /* the step_short the graph was recorded with */
+    /* batched steps (run_step_rows) */
+    int *d_rows;               /* the rows' positions, on the device */
+    const int *step_rows;      /* d_rows while such a step runs in graph mode, else NULL */
+    cudaGraphExec_t rows_exec; /* the last recorded batched step */
+    void *rows_key;            /* the caller's key it was recorded with */
+    size_t rows_key_size;
+    unsigned long long rows_gen;
+    unsigned long long rows_bad; /* bit n: a step of n rows met an op that cannot be recorded */
     /* activation reuse */
     const float *act_x;
     int64_t act_n; /* values of x it holds (rows x n_in; blocks of 32 never cross rows) */
@@ -124,6 +140,11 @@ static int cannot_record(cuda_ctx *c) {
     c->capture_bad = 1;
     return 1;
 }
+
+/* An op that takes its position from the host, inside a batched step in
+ * graph mode (whose replays must not see the recorded position): as
+ * cannot_record. Outside a recording it runs, with the host's position. */
+static int host_pos(cuda_ctx *c) { return c->step_rows && cannot_record(c); }
 
 static void *pin_reserve(cuda_ctx *c, size_t bytes) {
     if (bytes > c->pin_bytes) {
@@ -453,7 +474,8 @@ static int cu_attention_seqs(st_backend *be, const float *q, st_kv_layer *const 
     const int64_t w = (int64_t)n * n_head * kv[0][il].head_dim;
     float2 *ad = NULL;
     int8_t *aq = n <= MM_MMV_MAX_TOK && kv[0][il].head_dim % 32 == 0 ? act_target(c, w, &ad) : NULL;
-    if (cuda_attention_seqs(q, kv, il, n, pos, n_head, scale, window, sinks, out, aq, ad, &c->att, c->n_sm, c->s))
+    if (cuda_attention_seqs(q, kv, il, n, pos, c->step_rows, n_head, scale, window, sinks, out, aq, ad, &c->att,
+                            c->n_sm, c->s))
         return 1;
     if (aq) act_hold(c, out, w);
     return 0;
@@ -463,6 +485,7 @@ static void cu_attention(st_backend *be, const float *q, const st_kv_layer *kv, 
                          float scale, int window, float *out) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
+    if (host_pos(c)) return;
     /* decode-sized: the output also quantized for the product after it */
     float2 *ad = NULL;
     int8_t *aq = n_tok <= MM_MMV_MAX_TOK && kv->head_dim % 32 == 0
@@ -478,6 +501,7 @@ static void cu_attention_sinks(st_backend *be, const float *q, const st_kv_layer
                                float scale, int window, const float *sinks, float *out) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
+    if (host_pos(c)) return;
     float2 *ad = NULL;
     int8_t *aq = n_tok <= MM_MMV_MAX_TOK && kv->head_dim % 32 == 0
                      ? act_target(c, (int64_t)n_tok * n_head * kv->head_dim, &ad)
@@ -512,13 +536,14 @@ static void cu_qkv_prep_seqs(st_backend *be, float *q, float *k, const float *v,
                              const int *pos) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
-    cuda_qkv_prep_seqs(q, k, v, qn, kn, eps, n, n_head, rope, kv, il, pos, c->s);
+    cuda_qkv_prep_seqs(q, k, v, qn, kn, eps, n, n_head, rope, kv, il, pos, c->step_rows, c->s);
 }
 
 static void cu_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn, float eps,
                         int n_tok, int n_head, const st_rope *rope, st_kv_layer *kv, int pos0) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
+    if (host_pos(c)) return;
     cuda_qkv_prep(q, k, v, qn, kn, eps, n_tok, n_head, rope, kv, pos0, c->step_pos, c->s);
 }
 
@@ -532,7 +557,7 @@ static void cu_gated_delta_net(st_backend *be, const st_gdn *g, st_kv_layer *st,
                                const float *z, const float *beta, const float *alpha, float *out) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
-    if (n_tok <= 0 || (st->undo_cap > 0 && cannot_record(c))) return;
+    if (n_tok <= 0 || (st->undo_cap > 0 && cannot_record(c)) || host_pos(c)) return;
     float *scr = (float *)cuda_scratch_reserve(&c->gdn, cuda_gdn_scratch_floats(g, n_tok) * sizeof(float));
     const int64_t n = (int64_t)n_tok * g->n_v_head * g->head_dim;
     float2 *ad = NULL;
@@ -798,12 +823,22 @@ static int cu_draw(st_backend *be, const float *x, int n, float inv_t, double u,
     return *tok >= 0 ? 0 : 1;
 }
 
+static void rows_drop(cuda_ctx *c) {
+    if (c->rows_exec) CUDA_CHECK(cudaGraphExecDestroy(c->rows_exec));
+    c->rows_exec = NULL;
+    st_free(c->rows_key);
+    c->rows_key = NULL;
+    c->rows_key_size = 0;
+}
+
+/* Both recorded steps (a variant changed, or the backend goes). */
 static void graph_drop(cuda_ctx *c) {
     if (c->exec) CUDA_CHECK(cudaGraphExecDestroy(c->exec));
     c->exec = NULL;
     st_free(c->key);
     c->key = NULL;
     c->key_size = 0;
+    rows_drop(c);
 }
 
 /* One pass of the step's ops, unrecorded, in graph mode (position from d_pos). */
@@ -863,6 +898,65 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     c->key_size = size;
     c->key_gen = gen;
     c->key_short = c->step_short;
+}
+
+/* One pass of a batched step's ops, unrecorded or recorded, in graph mode
+ * (the rows' positions from d_rows). */
+static void rows_pass(cuda_ctx *c, void (*body)(void *, int), void *arg, int pos0) {
+    c->step_rows = c->d_rows;
+    act_forget(c);
+    body(arg, pos0);
+    c->step_rows = NULL;
+    act_forget(c);
+}
+
+static void cu_run_step_rows(st_backend *be, int n, const int *pos, void (*body)(void *, int), void *arg,
+                             const void *key, size_t key_size) {
+    cuda_ctx *c = CTX(be);
+    op_begin(c);
+    int rec = c->graphs && n > 1 && n <= CUDA_SEQ_ROWS && !(c->rows_bad >> n & 1);
+    for (int i = 0; i < n && rec; i++) rec = pos[i] + 1 < CUDA_ATT_SHORT_SPAN; /* the span the attention is sized for */
+    if (!rec) {
+        body(arg, pos[0]);
+        return;
+    }
+    /* from pageable memory: staged before the call returns, so pos may go */
+    CUDA_CHECK(cudaMemcpyAsync(c->d_rows, pos, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, c->s));
+    if (c->rows_exec && c->rows_key_size == key_size && !memcmp(c->rows_key, key, key_size) &&
+        c->rows_gen == cuda_mem_generation(c->dev)) {
+        CUDA_CHECK(cudaGraphLaunch(c->rows_exec, c->s));
+        return;
+    }
+    /* as run_step: the step unrecorded (its result, and every scratch
+     * sized), then recorded for the next ones */
+    rows_drop(c);
+    rows_pass(c, body, arg, pos[0]);
+    const unsigned long long gen = cuda_mem_generation(c->dev);
+    CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
+    c->capturing = 1;
+    c->capture_bad = 0;
+    rows_pass(c, body, arg, pos[0]);
+    c->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t err = cudaStreamEndCapture(c->s, &g);
+    if (err == cudaSuccess && !c->capture_bad && gen == cuda_mem_generation(c->dev)) {
+        err = cudaGraphInstantiate(&c->rows_exec, g, 0);
+        if (err != cudaSuccess) c->rows_exec = NULL;
+    }
+    if (g) CUDA_CHECK(cudaGraphDestroy(g));
+    if (!c->rows_exec) {
+        (void)cudaGetLastError();
+        if (err != cudaSuccess || c->capture_bad) { /* not a grown scratch, which the next step records again */
+            c->rows_bad |= 1ull << n;
+            st_log(ST_LOG_INFO, "batched steps of %d sequences run without a CUDA graph: %s", n,
+                   err != cudaSuccess ? cudaGetErrorString(err) : "an op needs the host mid-step");
+        }
+        return;
+    }
+    c->rows_key = st_malloc(key_size);
+    memcpy(c->rows_key, key, key_size);
+    c->rows_key_size = key_size;
+    c->rows_gen = gen;
 }
 
 /* Steps in segments (st_step_segments): the expert lanes' decode. */
@@ -957,6 +1051,7 @@ static void cu_destroy(st_backend *be) {
     cuda_scratch_free(&c->heads);
     if (c->pin) CUDA_CHECK(cudaFreeHost(c->pin));
     CUDA_CHECK(cudaFree(c->d_pos));
+    CUDA_CHECK(cudaFree(c->d_rows));
     CUDA_CHECK(cudaStreamDestroy(c->s));
     /* The products' scratch, cuBLAS and cuBLASLt state are per device but
      * shared by every backend of the process (and held by their recorded
@@ -1015,6 +1110,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     CUDA_CHECK(cudaStreamCreate(&c->s));
     cuda_pdl_probe(c->s);
     CUDA_CHECK(cudaMalloc(&c->d_pos, sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&c->d_rows, CUDA_SEQ_ROWS * sizeof(int)));
     /* the top-k scratch at its largest now, so that its first use does not
      * count as growth (which would record the decode graph again) */
     (void)cuda_scratch_reserve(&c->topk, cuda_top_k_scratch_bytes());
@@ -1043,6 +1139,7 @@ extern "C" st_backend *backend_cuda_create(int device) {
     be->qkv_prep_seqs = cu_qkv_prep_seqs;
     be->attention_seqs = cu_attention_seqs;
     be->run_step = cu_run_step;
+    be->run_step_rows = cu_run_step_rows;
     if (c->graphs) be->segments = &cu_segments;
     be->attention = cu_attention;
     be->act_mul = cu_act_mul;

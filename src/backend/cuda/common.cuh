@@ -191,19 +191,23 @@ struct cuda_seq_rows {
     void *k[CUDA_SEQ_ROWS], *v[CUDA_SEQ_ROWS];
     float *ks[CUDA_SEQ_ROWS], *vs[CUDA_SEQ_ROWS];
     int pos[CUDA_SEQ_ROWS];
+    const int *dpos; /* the rows' positions on the device (a recorded step), or NULL: pos */
     __device__ bool at(int t, st_kv_layer *kv, int *pos0) const {
         kv->k = k[t], kv->v = v[t], kv->k_scale = ks[t], kv->v_scale = vs[t];
-        *pos0 = pos[t];
+        *pos0 = dpos ? dpos[t] : pos[t];
         return true;
     }
 };
-/* Rows [r0, r0 + n) (n <= CUDA_SEQ_ROWS) of the sequences' layer il. */
-static inline cuda_seq_rows cuda_seq_rows_of(st_kv_layer *const *kv, int il, const int *pos, int r0, int n) {
+/* Rows [r0, r0 + n) (n <= CUDA_SEQ_ROWS) of the sequences' layer il; with
+ * dpos (device), the kernels read the positions from dpos[r0..) instead. */
+static inline cuda_seq_rows cuda_seq_rows_of(st_kv_layer *const *kv, int il, const int *pos, const int *dpos, int r0,
+                                             int n) {
     cuda_seq_rows r = {};
     for (int i = 0; i < n; i++) {
         const st_kv_layer *l = &kv[r0 + i][il];
         r.k[i] = l->k, r.v[i] = l->v, r.ks[i] = l->k_scale, r.vs[i] = l->v_scale, r.pos[i] = pos[r0 + i];
     }
+    r.dpos = dpos ? dpos + r0 : NULL;
     return r;
 }
 

@@ -31,10 +31,11 @@ void cuda_rmsnorm(float *x, const float *res, const float *w, float *y, int dim,
  * given (a recorded decode step), else pos0. */
 void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n_tok,
                    int n_head, const st_rope *rope, st_kv_layer *kv, int pos0, const int *dpos, cudaStream_t s);
-/* The same for n sequences of one token each (backend.h qkv_prep_seqs). */
+/* The same for n sequences of one token each (backend.h qkv_prep_seqs);
+ * dpos: the positions read on the device (a recorded step), or NULL. */
 void cuda_qkv_prep_seqs(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n,
                         int n_head, const st_rope *rope, st_kv_layer *const *kv, int il, const int *pos,
-                        cudaStream_t s);
+                        const int *dpos, cudaStream_t s);
 void cuda_act_mul(st_act act, const float *g, const float *u, float *out, int64_t n, int8_t *aq, float2 *ad,
                   cudaStream_t s);
 void cuda_add(float *x, const float *b, int64_t dim, int n_rows, cudaStream_t s);
@@ -63,9 +64,9 @@ enum { CUDA_ATT_HEAD = 0, CUDA_ATT_GQA = 1, CUDA_ATT_TC = 2 };
  * i of q and out at position pos[i] of kv[i][il], slices of the per-head
  * kernel for all of them in one launch (each CUDA_SEQ_ROWS), one combine.
  * 1 (nothing done) for a latent row or a span past CUDA_ATT_SHORT_SPAN. */
-int cuda_attention_seqs(const float *q, st_kv_layer *const *kv, int il, int n, const int *pos, int n_head, float scale,
-                        int window, const float *sinks, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch,
-                        int n_sm, cudaStream_t s);
+int cuda_attention_seqs(const float *q, st_kv_layer *const *kv, int il, int n, const int *pos, const int *dpos,
+                        int n_head, float scale, int window, const float *sinks, float *out, int8_t *aq, float2 *ad,
+                        cuda_scratch *scratch, int n_sm, cudaStream_t s);
 void cuda_attention(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan, int n_head,
                     float scale, int window, float *out, int8_t *aq, float2 *ad, cuda_scratch *scratch, int n_sm,
                     int cc_major, int mode, cudaStream_t s);

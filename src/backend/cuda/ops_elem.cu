@@ -372,12 +372,12 @@ void cuda_qkv_prep(float *q, float *k, const float *v, const float *qn, const fl
 
 void cuda_qkv_prep_seqs(float *q, float *k, const float *v, const float *qn, const float *kn, float eps, int n,
                         int n_head, const st_rope *rope, st_kv_layer *const *kv, int il, const int *pos,
-                        cudaStream_t s) {
+                        const int *dpos, cudaStream_t s) {
     const size_t qw = (size_t)n_head * kv[0][il].head_dim, kvw = (size_t)kv[0][il].n_head_kv * kv[0][il].head_dim;
     for (int r0 = 0; r0 < n; r0 += CUDA_SEQ_ROWS) { /* a launch for every CUDA_SEQ_ROWS sequences */
         const int m = n - r0 < CUDA_SEQ_ROWS ? n - r0 : CUDA_SEQ_ROWS;
         prep_launch(q + r0 * qw, k + r0 * kvw, v == k ? k + r0 * kvw : v + r0 * kvw, qn, kn, eps, m, n_head, rope,
-                    &kv[0][il], 0, NULL, cuda_seq_rows_of(kv, il, pos, r0, m), s);
+                    &kv[0][il], 0, NULL, cuda_seq_rows_of(kv, il, pos, dpos, r0, m), s);
     }
 }
 
