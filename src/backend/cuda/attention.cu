@@ -503,6 +503,13 @@ static __global__ void __launch_bounds__(CMB_WARPS * 32)
     }
 }
 
+/* Slices per (token, head) block: enough to give the chip ~4 blocks per
+ * multiprocessor, none shorter than a tile of the span. */
+static int att_n_split(int blocks, int n_sm, int span, int tile) {
+    const int want = (4 * n_sm + blocks - 1) / blocks, max_split = (span + tile - 1) / tile;
+    return want < 1 ? 1 : want > max_split ? max_split : want;
+}
+
 void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int pos0, const int *dpos, int dspan,
                           int n_head, float scale, int window, const float *sinks, float *out, int8_t *aq, float2 *ad,
                           cuda_scratch *scratch, int n_sm, int cc_major, int mode, cudaStream_t s) {
@@ -533,12 +540,10 @@ void cuda_attention_sinks(const float *q, const st_kv_layer *kv, int n_tok, int 
     /* a latent row (deepseek2's 576, mla.cu): its own kernel for every span, but with the per-head one forced */
     const int lat = !tcd && !gqa && mode != CUDA_ATT_HEAD && cuda_attn_latent_fits(n_head, kv);
     const int tile = tcd ? CUDA_ATT_TCD_TILE : gqa ? GQA_TILE : lat ? cuda_attn_latent_tile() : ATT_TILE;
-    /* enough slices to give the chip ~4 blocks per multiprocessor, none shorter than a tile */
+    /* blocks per token: the grouped kernels one per KV head, the latent one per CUDA_ATT_LATENT_HEADS heads */
     const int lat_blocks = (n_head + CUDA_ATT_LATENT_HEADS - 1) / CUDA_ATT_LATENT_HEADS;
     const int per_tok = tcd || gqa ? kv->n_head_kv : lat ? lat_blocks : n_head;
-    const int blocks = n_tok * per_tok, want = (4 * n_sm + blocks - 1) / blocks;
-    const int max_split = (span + tile - 1) / tile;
-    int n_split = want < 1 ? 1 : want > max_split ? max_split : want;
+    int n_split = att_n_split(n_tok * per_tok, n_sm, span, tile);
     if (!dpos) { /* no slice left empty */
         const int chunk = ((span + n_split - 1) / n_split + tile - 1) / tile * tile;
         n_split = (span + chunk - 1) / chunk;
@@ -577,9 +582,7 @@ int cuda_attention_seqs(const float *q, st_kv_layer *const *kv, int il, int n, c
     if (window > 0 && span > window) span = window;
     /* past the short span a sequence is better served by the grouped kernels, one launch each */
     if (span > CUDA_ATT_SHORT_SPAN) return 1;
-    const int blocks = n * n_head, want = (4 * n_sm + blocks - 1) / blocks,
-              max_split = (span + ATT_TILE - 1) / ATT_TILE;
-    const int n_split = want < 1 ? 1 : want > max_split ? max_split : want;
+    const int n_split = att_n_split(n * n_head, n_sm, span, ATT_TILE);
     const size_t hd = (size_t)k0->head_dim, qw = (size_t)n_head * hd, pw = (size_t)n_head * n_split * (hd + 2);
     float *part = (float *)cuda_scratch_reserve(scratch, (size_t)n * pw * sizeof(float));
     ST_ASSERT(!aq || hd % 32 == 0);
