@@ -50,6 +50,7 @@
 #include "engine/engine.h"
 #include "quant/quant_gemm.h"
 
+#include "../common/gpu.h"
 #include "../common/logits.h"
 
 #define N_SEQ 4
@@ -201,6 +202,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     fclose(f);
+    if (gpu >= 0 && !gpu_present(gpu)) {
+        printf("SKIPPED: no CUDA device %d\n", gpu);
+        return 0;
+    }
     if (precise) setenv("STRATA_PRECISE", "1", 1);
     engine_params ep = engine_defaults();
     ep.model_path = path;

@@ -36,6 +36,7 @@
 
 #include "../common/check.h"
 #include "../common/lanes_run.h"
+#include "../common/gpu.h"
 #include "../common/logits.h"
 
 #define N_PROMPT 12
@@ -43,13 +44,6 @@
 #define BOUND    1e-4 /* of the largest |logit|: float summation order only */
 
 static int g_gpu = -1; /* --gpu N: the device is that GPU */
-
-#ifdef STRATA_HAVE_GPU
-#include "backend/cuda/device.h"
-static int gpu_present(int g) { return gpu_device_count() > g; }
-#else
-static int gpu_present(int g) { return (void)g, 0; }
-#endif
 
 static int g_adapt; /* --adapt-every of the next run */
 

@@ -25,14 +25,8 @@
 #include "engine/engine.h"
 
 #include "../common/check.h"
+#include "../common/gpu.h"
 #include "../common/logits.h"
-
-#ifdef STRATA_HAVE_GPU
-#include "backend/cuda/device.h"
-static int gpu_present(int g) { return gpu_device_count() > g; }
-#else
-static int gpu_present(int g) { return (void)g, 0; }
-#endif
 
 #define N_SEQ  4 /* decoding together; one more reads a prompt chunk in the first step */
 #define N_STEP 6
