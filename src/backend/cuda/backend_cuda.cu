@@ -21,7 +21,7 @@
  * cost of each, which at these sizes is as long as the kernels themselves.
  * STRATA_CUDA_GRAPH=0 turns it off (for comparison).
  *
- * A batched step of several sequences, one token each (run_step_rows), is
+ * A batched step of 2 to 8 sequences, one token each (run_step_rows), is
  * recorded the same way, its own graph beside the one-token one: the rows'
  * positions are copied to d_rows before each launch and read there by the
  * batched rotary and attention (cuda_seq_rows.dpos); the caller's key holds
@@ -914,7 +914,9 @@ static void cu_run_step_rows(st_backend *be, int n, const int *pos, void (*body)
                              const void *key, size_t key_size) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
-    int rec = c->graphs && n > 1 && n <= CUDA_SEQ_ROWS && !(c->rows_bad >> n & 1);
+    /* up to MM_MMV_MAX_TOK rows: every product a matrix-vector kernel (past
+     * it the GEMM library would be recorded, which no run has checked) */
+    int rec = c->graphs && n > 1 && n <= MM_MMV_MAX_TOK && !(c->rows_bad >> n & 1);
     for (int i = 0; i < n && rec; i++) rec = pos[i] + 1 < CUDA_ATT_SHORT_SPAN; /* the span the attention is sized for */
     if (!rec) {
         body(arg, pos[0]);
