@@ -849,6 +849,35 @@ static void step_pass(cuda_ctx *c, void (*body)(void *, int), void *arg, int pos
     c->step_pos = NULL;
 }
 
+/* A step's passes (step_pass, rows_pass). */
+typedef void (*step_pass_fn)(cuda_ctx *c, void (*body)(void *, int), void *arg, int pos0);
+
+/* The recording both kinds of step share: one pass unrecorded (the step's
+ * result; every scratch sized), then one under a capture. The instantiated
+ * graph, or NULL with *err (a CUDA error, or cudaSuccess) and c->capture_bad
+ * (an op needed the host) saying why; neither: a scratch grew while
+ * recording (*gen: the generation the recording was made under). */
+static cudaGraphExec_t record_step(cuda_ctx *c, step_pass_fn pass, void (*body)(void *, int), void *arg, int pos0,
+                                   unsigned long long *gen, cudaError_t *err) {
+    pass(c, body, arg, pos0);
+    *gen = cuda_mem_generation(c->dev);
+    CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
+    c->capturing = 1;
+    c->capture_bad = 0;
+    pass(c, body, arg, pos0);
+    c->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    *err = cudaStreamEndCapture(c->s, &g);
+    if (*err == cudaSuccess && !c->capture_bad && *gen == cuda_mem_generation(c->dev)) {
+        *err = cudaGraphInstantiate(&exec, g, 0);
+        if (*err != cudaSuccess) exec = NULL;
+    }
+    if (g) CUDA_CHECK(cudaGraphDestroy(g));
+    if (!exec) (void)cudaGetLastError();
+    return exec;
+}
+
 static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
@@ -871,22 +900,10 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     /* New arguments (or moved scratch): run the step unrecorded, which also
      * sizes every scratch buffer for it, then record it for the next ones. */
     graph_drop(c);
-    step_pass(c, body, arg, pos0);
-    const unsigned long long gen = cuda_mem_generation(c->dev);
-    CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
-    c->capturing = 1;
-    c->capture_bad = 0;
-    step_pass(c, body, arg, pos0);
-    c->capturing = 0;
-    cudaGraph_t g = NULL;
-    cudaError_t err = cudaStreamEndCapture(c->s, &g);
-    if (err == cudaSuccess && !c->capture_bad && gen == cuda_mem_generation(c->dev)) {
-        err = cudaGraphInstantiate(&c->exec, g, 0);
-        if (err != cudaSuccess) c->exec = NULL;
-    }
-    if (g) CUDA_CHECK(cudaGraphDestroy(g));
+    unsigned long long gen;
+    cudaError_t err;
+    c->exec = record_step(c, step_pass, body, arg, pos0, &gen, &err);
     if (!c->exec) {
-        (void)cudaGetLastError();
         ST_WARN("decode steps run without a CUDA graph: %s", err != cudaSuccess ? cudaGetErrorString(err)
                                                              : c->capture_bad   ? "an op needs the host mid-step"
                                                                                 : "scratch grew while recording");
@@ -932,22 +949,10 @@ static void cu_run_step_rows(st_backend *be, int n, const int *pos, void (*body)
     /* as run_step: the step unrecorded (its result, and every scratch
      * sized), then recorded for the next ones */
     rows_drop(c);
-    rows_pass(c, body, arg, pos[0]);
-    const unsigned long long gen = cuda_mem_generation(c->dev);
-    CUDA_CHECK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal));
-    c->capturing = 1;
-    c->capture_bad = 0;
-    rows_pass(c, body, arg, pos[0]);
-    c->capturing = 0;
-    cudaGraph_t g = NULL;
-    cudaError_t err = cudaStreamEndCapture(c->s, &g);
-    if (err == cudaSuccess && !c->capture_bad && gen == cuda_mem_generation(c->dev)) {
-        err = cudaGraphInstantiate(&c->rows_exec, g, 0);
-        if (err != cudaSuccess) c->rows_exec = NULL;
-    }
-    if (g) CUDA_CHECK(cudaGraphDestroy(g));
+    unsigned long long gen;
+    cudaError_t err;
+    c->rows_exec = record_step(c, rows_pass, body, arg, pos[0], &gen, &err);
     if (!c->rows_exec) {
-        (void)cudaGetLastError();
         if (err != cudaSuccess || c->capture_bad) { /* not a grown scratch, which the next step records again */
             c->rows_bad |= 1ull << n;
             st_log(ST_LOG_INFO, "batched steps of %d sequences run without a CUDA graph: %s", n,
