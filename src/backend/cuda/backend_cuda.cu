@@ -831,14 +831,21 @@ static void rows_drop(cuda_ctx *c) {
     c->rows_key_size = 0;
 }
 
-/* Both recorded steps (a variant changed, or the backend goes). */
-static void graph_drop(cuda_ctx *c) {
+/* The one-token step's recording (a batched one stays: its own key). */
+static void step_drop(cuda_ctx *c) {
     if (c->exec) CUDA_CHECK(cudaGraphExecDestroy(c->exec));
     c->exec = NULL;
     st_free(c->key);
     c->key = NULL;
     c->key_size = 0;
+}
+
+/* Both recordings, and what was learnt of batched steps (a variant
+ * changed: ops that declined a recording may not now; or the backend goes). */
+static void graph_drop(cuda_ctx *c) {
+    step_drop(c);
     rows_drop(c);
+    c->rows_bad = 0;
 }
 
 /* One pass of the step's ops, unrecorded, in graph mode (position from d_pos). */
@@ -899,7 +906,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     }
     /* New arguments (or moved scratch): run the step unrecorded, which also
      * sizes every scratch buffer for it, then record it for the next ones. */
-    graph_drop(c);
+    step_drop(c);
     unsigned long long gen;
     cudaError_t err;
     c->exec = record_step(c, step_pass, body, arg, pos0, &gen, &err);
