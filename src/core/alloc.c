@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Noreturn void oom(size_t n) {
     fprintf(stderr, "strata: out of memory allocating %zu bytes\n", n);
@@ -22,6 +23,15 @@ void *st_calloc(size_t count, size_t size) {
     if (size && count > SIZE_MAX / size) oom(SIZE_MAX);
     void *p = st_malloc(count * size);
     memset(p, 0, count * size);
+    return p;
+}
+
+void *st_malloc_pages(size_t n) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    if (n > SIZE_MAX - pg) oom(n);
+    const size_t bytes = n ? (n + pg - 1) / pg * pg : pg;
+    void *p = NULL;
+    if (posix_memalign(&p, pg, bytes) != 0) oom(n);
     return p;
 }
 

@@ -8,6 +8,7 @@
 
 void *st_malloc(size_t n);                  /* 64-byte aligned, aborts on failure */
 void *st_calloc(size_t count, size_t size); /* zeroed, 64-byte aligned, overflow-checked */
+void *st_malloc_pages(size_t n);            /* whole pages of its own (page-locking it locks nothing else) */
 void *st_realloc(void *p, size_t n);        /* plain realloc (not aligned), aborts on failure */
 char *st_strdup(const char *s);
 void st_free(void *p);

@@ -85,13 +85,16 @@ typedef struct {
     uint8_t *stage_g, *stage_u, *stage_d;
     int32_t *stage_map, *d_stage_map; /* (n_expert) e where staged for this call, else -1 */
     /* per call */
-    int32_t *d_route;   /* device [sel nk][wsel nk] */
-    float *d_tmp;       /* device [n_rows][E]: a lane's output before the add */
-    int32_t *h_route;   /* host copy of d_route */
-    float *h_x, *h_out; /* host [n_rows][E]: the CPU lane's input and output */
-    int32_t *cpu_map;   /* (n_expert) e for the CPU lane's experts, else -1 */
-    int *cnt;           /* (n_expert) pairs of each expert in this call */
-    int *miss;          /* (n_expert) uncached experts chosen in this call */
+    int32_t *d_route; /* device [sel nk][wsel nk], then room for the hidden rows (a call of few tokens) */
+    float *d_tmp;     /* device [n_rows][E]: a lane's output before the add */
+    int32_t *h_route; /* host copy of d_route */
+    float *h_x;       /* host [n_rows][E]: the CPU lane's input (calls of many tokens: with few, in h_route) */
+    float *h_out;     /* host [n_rows][E]: the CPU lane's output */
+    void *h_blk;      /* the three host buffers: whole pages, host_register'ed when h_locked */
+    int h_locked;     /* the device reads h_out by itself: its copy up need not wait (upload) */
+    int32_t *cpu_map; /* (n_expert) e for the CPU lane's experts, else -1 */
+    int *cnt;         /* (n_expert) pairs of each expert in this call */
+    int *miss;        /* (n_expert) uncached experts chosen in this call */
     double *miss_bytes;
     int *miss_tok;
     uint8_t *to_pcie;
@@ -121,6 +124,10 @@ typedef struct {
 enum { SEG_LIVE, SEG_PROBE, SEG_RECORD, SEG_REPLAY };
 
 static lanes *LN(st_backend *be) { return (lanes *)be; }
+
+/* The largest hidden rows that come to the host with the routing (bytes):
+ * decode steps and batched steps of a few sequences. */
+#define X_ALONG_MAX (64 * 1024)
 
 #define HEAT_DECAY 0.98f /* per step: an expert's heat is its routing count, decayed */
 
@@ -368,7 +375,13 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     int32_t *d_sel = L->d_route;
     float *d_wsel = (float *)(L->d_route + nk);
     d->moe_route(be, logits, n_tok, n_expert, k, gt, d_sel, d_wsel);
-    d->to_host(be, L->h_route, L->d_route, (size_t)nk * 8);
+    /* a few tokens' hidden rows come with the routing (one wait instead of
+     * two; the CPU lane nearly always has pairs then) */
+    const size_t x_bytes = (size_t)n_tok * E * sizeof(float), x_at = ((size_t)nk * 8 + 63) / 64 * 64;
+    const int x_along = d->copy_2d && x_bytes <= X_ALONG_MAX;
+    if (x_along) d->copy_2d(be, (float *)((uint8_t *)L->d_route + x_at), n_tok * E, h, n_tok * E, n_tok * E, 1);
+    d->to_host(be, L->h_route, L->d_route, x_along ? x_at + x_bytes : (size_t)nk * 8);
+    const float *hx = x_along ? (const float *)((const uint8_t *)L->h_route + x_at) : L->h_x;
     const int64_t t1 = st_now_ns();
     L->stats.ns_route += (uint64_t)(t1 - t0);
     const int32_t *sel = L->h_route;
@@ -415,13 +428,13 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         }
     }
     const int64_t thx = st_now_ns();
-    if (cpu_pairs) d->to_host(be, L->h_x, h, (size_t)n_tok * E * sizeof(float));
+    if (cpu_pairs && !x_along) d->to_host(be, L->h_x, h, x_bytes);
     L->stats.ns_hx += (uint64_t)(st_now_ns() - thx);
     /* the CPU lane starts now, on the worker thread, while this one queues
      * the device's part (not with host tiers: its reads pace it, below) */
     const int on_worker = cpu_pairs && L->worker && !L->store;
     if (on_worker) {
-        L->job = (cpu_job){L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out, 0};
+        L->job = (cpu_job){L->cpu, hx, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out, 0};
         st_worker_post(L->worker, cpu_job_run, &L->job);
     }
     /* host tiers: the misses' reads in flight while the cached pairs are
@@ -478,12 +491,13 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         const int64_t t2 = st_now_ns();
         if (on_worker) st_worker_wait(L->worker);
         else if (L->store) /* each expert as soon as its reads are in */
-            expert_store_cpu_lane(L->store, L->cpu, il, L->h_x, n_tok, k, sel, wsel, L->cpu_map, act, E, L->h_out);
-        else
-            L->cpu->moe_experts(L->cpu, L->h_x, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down,
-                                L->h_out);
+            expert_store_cpu_lane(L->store, L->cpu, il, hx, n_tok, k, sel, wsel, L->cpu_map, act, E, L->h_out);
+        else L->cpu->moe_experts(L->cpu, hx, n_tok, n_expert, k, sel, wsel, L->cpu_map, act, gate, up, down, L->h_out);
         const int64_t t3 = st_now_ns();
-        d->to_device(be, wrote ? L->d_tmp : out, L->h_out, (size_t)n_tok * E * sizeof(float));
+        /* page-locked: queued, and h_out is next written after the next
+         * call's routing read, which waits for this copy */
+        if (L->h_locked) d->upload(be, wrote ? L->d_tmp : out, L->h_out, x_bytes);
+        else d->to_device(be, wrote ? L->d_tmp : out, L->h_out, x_bytes);
         if (wrote) d->add(be, out, L->d_tmp, (int64_t)n_tok * E, 1);
         L->stats.ns_cpu += on_worker ? (uint64_t)L->job.ns : (uint64_t)(t3 - t2);
         L->stats.ns_join += (uint64_t)(st_now_ns() - t3);
@@ -494,8 +508,8 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         L->stats.ns_ssd += expert_store_stats_get(L->store)->ns - tier0.ns;
     }
     if (!wrote && !cpu_pairs) { /* every pair routed nowhere (NaN logits): zeros, as moe_experts gives them */
-        memset(L->h_out, 0, (size_t)n_tok * E * sizeof(float));
-        d->to_device(be, out, L->h_out, (size_t)n_tok * E * sizeof(float));
+        memset(L->h_out, 0, x_bytes);
+        d->to_device(be, out, L->h_out, x_bytes);
     }
     L->stats.pairs_dev += (uint64_t)hits;
     L->stats.pairs_cpu += (uint64_t)cpu_pairs;
@@ -586,9 +600,8 @@ static void l_destroy(st_backend *be) {
     be->free(be, L->d_tmp);
     st_free(L->layer);
     st_free(L->stage_map);
-    st_free(L->h_route);
-    st_free(L->h_x);
-    st_free(L->h_out);
+    if (L->h_locked) be->host_unregister(be, L->h_blk);
+    st_free(L->h_blk);
     st_free(L->cpu_map);
     st_free(L->cnt);
     st_free(L->miss);
@@ -692,11 +705,18 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->stage_map = st_malloc((size_t)X * sizeof(int32_t));
     L->d_stage_map = be->alloc(be, (size_t)X * sizeof(int32_t));
     const size_t nk = (size_t)n_rows * L->k;
-    L->d_route = be->alloc(be, nk * 8);
-    L->d_tmp = be->alloc(be, (size_t)n_rows * L->E * sizeof(float));
-    L->h_route = st_malloc(nk * 8);
-    L->h_x = st_malloc((size_t)n_rows * L->E * sizeof(float));
-    L->h_out = st_malloc((size_t)n_rows * L->E * sizeof(float));
+    const size_t rows_bytes = (size_t)n_rows * L->E * sizeof(float);
+    const size_t route_bytes = (nk * 8 + 63) / 64 * 64 + (rows_bytes < X_ALONG_MAX ? rows_bytes : X_ALONG_MAX);
+    L->d_route = be->alloc(be, route_bytes);
+    L->d_tmp = be->alloc(be, rows_bytes);
+    const size_t route_room = (route_bytes + 63) / 64 * 64; /* h_x, h_out on 64-byte lines */
+    L->h_blk = st_malloc_pages(route_room + 2 * rows_bytes);
+    L->h_route = L->h_blk;
+    L->h_x = (float *)((uint8_t *)L->h_blk + route_room);
+    L->h_out = L->h_x + (size_t)n_rows * L->E;
+    /* page-locked, the hand-back is queued instead of waited for */
+    L->h_locked = be->upload && be->host_register && be->host_register(be, L->h_blk, route_room + 2 * rows_bytes) == 0;
+    if (!L->h_locked && be->host_register) ST_WARN("expert lanes: host buffers not page-locked: %s", st_error_get());
     L->cpu_map = st_malloc((size_t)X * sizeof(int32_t));
     L->cnt = st_malloc((size_t)X * sizeof(int));
     L->miss = st_malloc((size_t)X * sizeof(int));
