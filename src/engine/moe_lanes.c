@@ -24,6 +24,7 @@
 #include "engine/moe_lanes.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
@@ -90,8 +91,8 @@ typedef struct {
     int32_t *h_route; /* host copy of d_route */
     float *h_x;       /* host [n_rows][E]: the CPU lane's input (calls of many tokens: with few, in h_route) */
     float *h_out;     /* host [n_rows][E]: the CPU lane's output */
-    void *h_blk;      /* the three host buffers: whole pages, host_register'ed when h_locked */
-    int h_locked;     /* the device reads h_out by itself: its copy up need not wait (upload) */
+    void *h_blk;      /* the three host buffers, on whole pages */
+    int h_locked;     /* h_out host_register'ed: its copy up need not wait (upload) */
     int32_t *cpu_map; /* (n_expert) e for the CPU lane's experts, else -1 */
     int *cnt;         /* (n_expert) pairs of each expert in this call */
     int *miss;        /* (n_expert) uncached experts chosen in this call */
@@ -600,7 +601,7 @@ static void l_destroy(st_backend *be) {
     be->free(be, L->d_tmp);
     st_free(L->layer);
     st_free(L->stage_map);
-    if (L->h_locked) be->host_unregister(be, L->h_blk);
+    if (L->h_locked) be->host_unregister(be, L->h_out);
     st_free(L->h_blk);
     st_free(L->cpu_map);
     st_free(L->cnt);
@@ -709,13 +710,15 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     const size_t route_bytes = (nk * 8 + 63) / 64 * 64 + (rows_bytes < X_ALONG_MAX ? rows_bytes : X_ALONG_MAX);
     L->d_route = be->alloc(be, route_bytes);
     L->d_tmp = be->alloc(be, rows_bytes);
-    const size_t route_room = (route_bytes + 63) / 64 * 64; /* h_x, h_out on 64-byte lines */
-    L->h_blk = st_malloc_pages(route_room + 2 * rows_bytes);
+    /* h_out on pages of its own: page-locked (for the device to read), the
+     * hand-back is queued instead of waited for */
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), route_room = (route_bytes + pg - 1) / pg * pg,
+                 x_room = (rows_bytes + pg - 1) / pg * pg;
+    L->h_blk = st_malloc_pages(route_room + x_room + rows_bytes);
     L->h_route = L->h_blk;
     L->h_x = (float *)((uint8_t *)L->h_blk + route_room);
-    L->h_out = L->h_x + (size_t)n_rows * L->E;
-    /* page-locked, the hand-back is queued instead of waited for */
-    L->h_locked = be->upload && be->host_register && be->host_register(be, L->h_blk, route_room + 2 * rows_bytes) == 0;
+    L->h_out = (float *)((uint8_t *)L->h_x + x_room);
+    L->h_locked = be->upload && be->host_register && be->host_register(be, L->h_out, rows_bytes) == 0;
     if (!L->h_locked && be->host_register) ST_WARN("expert lanes: host buffers not page-locked: %s", st_error_get());
     L->cpu_map = st_malloc((size_t)X * sizeof(int32_t));
     L->cnt = st_malloc((size_t)X * sizeof(int));
