@@ -211,7 +211,8 @@ static void measure_rates(st_backend *dev, st_backend *cpu, const model *m, expe
     st_free(map);
     r->cpu_row = tr / N;
     r->cpu_bw = (double)k * ebytes / t1;
-    const double flops = 2.0 * 3.0 * (double)E * (double)hp->n_ff_exp * k * N;
+    /* the arithmetic beyond each expert's first token (lane_split's cost) */
+    const double flops = 2.0 * 3.0 * (double)E * (double)hp->n_ff_exp * (double)(k * N - spread);
     const double t_read = (double)spread * ebytes / r->cpu_bw;
     r->cpu_flops = flops / (tn > t_read * 1.05 ? tn - t_read : t_read * 0.05);
     /* the PCIe lane's cost per layer that uses it: a second expert pass on

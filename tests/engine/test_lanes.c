@@ -232,9 +232,12 @@ static void test_cost_model(void) {
     /* a slow PCIe lane: everything on the CPU */
     lane_rates slow_pcie = r;
     slow_pcie.pcie_bw = 1e6;
-    lane_split(&slow_pcie, 8, bytes, ntok, 1e7, 1, to_pcie);
+    const double t_alone = lane_split(&slow_pcie, 8, bytes, ntok, 1e7, 1, to_pcie);
     int n = n_sent(to_pcie);
     CHECK(n == 0, "slow PCIe: %d experts sent", n);
+    /* one token's arithmetic is in the CPU's rate (timed on such a step): its bytes alone */
+    CHECK(fabs(t_alone - 8 * 3e6 / 100e9) < 1e-9, "8 one-token experts on the CPU: %.1f us, not %.1f", t_alone * 1e6,
+          8 * 3e6 / 100e9 * 1e6);
     /* a slow CPU: everything over PCIe */
     lane_rates slow_cpu = r;
     slow_cpu.cpu_bw = 1e6;
@@ -245,7 +248,7 @@ static void test_cost_model(void) {
      * split no slower than either alone */
     const double t = lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
     n = n_sent(to_pcie);
-    const double t_cpu = 8 * (3e6 / 100e9 + 1e7 / 1e12), t_pcie = 8 * (20e-6 + 3e6 / 50e9);
+    const double t_cpu = 8 * 3e6 / 100e9, t_pcie = 8 * (20e-6 + 3e6 / 50e9);
     CHECK(n > 0 && n < 8 && t < t_cpu && t < t_pcie, "balanced: %d sent, %.1f us vs CPU %.1f / PCIe %.1f", n, t * 1e6,
           t_cpu * 1e6, t_pcie * 1e6);
     /* many tokens make an expert compute-bound on the CPU: it goes over PCIe first */
