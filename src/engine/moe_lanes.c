@@ -88,10 +88,9 @@ typedef struct {
     /* per call */
     int32_t *d_route; /* device [sel nk][wsel nk], then room for the hidden rows (a call of few tokens) */
     float *d_tmp;     /* device [n_rows][E]: a lane's output before the add */
-    int32_t *h_route; /* host copy of d_route */
+    int32_t *h_route; /* host copy of d_route; the start of the block of h_x and h_out (whole pages) */
     float *h_x;       /* host [n_rows][E]: the CPU lane's input (calls of many tokens: with few, in h_route) */
     float *h_out;     /* host [n_rows][E]: the CPU lane's output */
-    void *h_blk;      /* the three host buffers, on whole pages */
     int h_locked;     /* h_out host_register'ed: its copy up need not wait (upload) */
     int32_t *cpu_map; /* (n_expert) e for the CPU lane's experts, else -1 */
     int *cnt;         /* (n_expert) pairs of each expert in this call */
@@ -602,7 +601,7 @@ static void l_destroy(st_backend *be) {
     st_free(L->layer);
     st_free(L->stage_map);
     if (L->h_locked) be->host_unregister(be, L->h_out);
-    st_free(L->h_blk);
+    st_free(L->h_route);
     st_free(L->cpu_map);
     st_free(L->cnt);
     st_free(L->miss);
@@ -714,12 +713,12 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
      * hand-back is queued instead of waited for */
     const size_t pg = (size_t)sysconf(_SC_PAGESIZE), route_room = (route_bytes + pg - 1) / pg * pg,
                  x_room = (rows_bytes + pg - 1) / pg * pg;
-    L->h_blk = st_malloc_pages(route_room + x_room + rows_bytes);
-    L->h_route = L->h_blk;
-    L->h_x = (float *)((uint8_t *)L->h_blk + route_room);
+    L->h_route = st_malloc_pages(route_room + x_room + rows_bytes);
+    L->h_x = (float *)((uint8_t *)L->h_route + route_room);
     L->h_out = (float *)((uint8_t *)L->h_x + x_room);
     L->h_locked = be->upload && be->host_register && be->host_register(be, L->h_out, rows_bytes) == 0;
-    if (!L->h_locked && be->host_register) ST_WARN("expert lanes: host buffers not page-locked: %s", st_error_get());
+    if (!L->h_locked && be->host_register)
+        ST_WARN("expert lanes: the CPU lane's output buffer not page-locked (its copy up waits): %s", st_error_get());
     L->cpu_map = st_malloc((size_t)X * sizeof(int32_t));
     L->cnt = st_malloc((size_t)X * sizeof(int));
     L->miss = st_malloc((size_t)X * sizeof(int));
