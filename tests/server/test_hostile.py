@@ -475,6 +475,17 @@ def test_api_key(keyed):
     print("checked: 401 without or with a wrong key (both shapes), /health open, both SDKs work with the key")
 
 
+def wait_generating(lines):
+    """Read a chat stream's lines until one carries text: the request holds
+    its slot then. The role chunk comes before that, while the server may
+    still count the request queued: a queue_depth wait right after it can
+    return before the next request is sent (the likely cause of a 30 s read
+    timeout seen once in CI, the third request queued in the second's place)."""
+    while not ((line := next(lines)).startswith("data: {") and
+               json.loads(line[6:])["choices"][0]["delta"].get("content")):
+        pass
+
+
 def test_queue_full_503(keyed):
     hdr = {"Authorization": "Bearer sekrit"}
     # long enough to still run while the next requests arrive on a loaded machine: 900 tokens (the shared
@@ -484,9 +495,8 @@ def test_queue_full_503(keyed):
             "ignore_eos": True}
     queued = {}
     with httpx.stream("POST", keyed.url + "/v1/chat/completions", json=body, headers=hdr, timeout=60) as r:
-        it = r.iter_lines()
-        while not next(it).startswith("data: {"):  # the one slot is generating now
-            pass
+        it = r.iter_lines()  # held: a dropped iterator closes the stream
+        wait_generating(it)
 
         def waiter():
             queued["r"] = httpx.post(keyed.url + "/v1/chat/completions", json=chat(), headers=hdr, timeout=60)
@@ -727,8 +737,7 @@ def test_queued_client_hangs_up(guarded):
     with httpx.stream("POST", guarded.url + "/v1/chat/completions", json=body, timeout=60) as r:
         assert r.status_code == 200
         it = r.iter_lines()  # kept: a dropped iterator would close the stream
-        while not next(it).startswith("data: {"):
-            pass
+        wait_generating(it)
         q = socket.create_connection(("127.0.0.1", guarded.port))
         q.sendall(post_head("/v1/chat/completions", len(BODY)) + BODY)
         guarded.wait_metric("strata_queue_depth", lambda v: v == 1)
