@@ -29,7 +29,7 @@ void *st_calloc(size_t count, size_t size) {
 void *st_malloc_pages(size_t n) {
     const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     if (n > SIZE_MAX - pg) oom(n);
-    const size_t bytes = n ? (n + pg - 1) / pg * pg : pg;
+    const size_t bytes = n ? st_round_up(n, pg) : pg;
     void *p = NULL;
     if (posix_memalign(&p, pg, bytes) != 0) oom(n);
     return p;

@@ -13,4 +13,7 @@ void *st_realloc(void *p, size_t n);        /* plain realloc (not aligned), abor
 char *st_strdup(const char *s);
 void st_free(void *p);
 
+/* x rounded up to a multiple of a (a > 0) */
+static inline size_t st_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
 #endif

@@ -32,8 +32,6 @@
 #define BLK 4096u
 #define QD  64u /* reads in flight: enough to keep an NVMe drive's queues busy */
 
-static size_t up_to(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 /* A read of the model file failed mid-run (an I/O error, the file cut
  * short under us): no expert to compute with, and a wrong answer is worse
  * than stopping; the server's supervisor restarts the engine. */
@@ -213,7 +211,7 @@ static const st_weight *layer_w(const model *m, int il, int k) {
 /* [p, p + len) of the mapping, rounded out to pages (advice) */
 static void page_range(const uint8_t *p, size_t len, void **a, size_t *n) {
     const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t lo = (uintptr_t)p / pg * pg, hi = up_to((uintptr_t)p + len, pg);
+    const uintptr_t lo = (uintptr_t)p / pg * pg, hi = st_round_up((uintptr_t)p + len, pg);
     *a = (void *)lo, *n = hi - lo;
 }
 
@@ -275,7 +273,7 @@ int expert_store_advise(const model *m, const int32_t *slot, int release) {
                 if (drop || run < 0) continue;
                 /* whole pages inside the run only: an edge page may hold a neighbour in use */
                 const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-                const uintptr_t lo = up_to((uintptr_t)st_weight_mat(w, run), pg),
+                const uintptr_t lo = st_round_up((uintptr_t)st_weight_mat(w, run), pg),
                                 hi = ((uintptr_t)st_weight_mat(w, e - 1) + mat) / pg * pg;
                 run = -1;
                 if (hi > lo) drop_pages(fd, map0, (const uint8_t *)lo, hi - lo);
@@ -296,7 +294,7 @@ size_t expert_store_expert_bytes(const model *m) {
             const st_weight *w = layer_w(m, il, k);
             if (w->data && (size_t)w->n_out * w->row_bytes > mx) mx = (size_t)w->n_out * w->row_bytes;
         }
-        b += up_to(mx, BLK) + BLK;
+        b += st_round_up(mx, BLK) + BLK;
     }
     return b;
 }
@@ -406,7 +404,7 @@ static void drain(expert_store *s) {
 static void add_job(expert_store *s, int il, int e, int k, uint8_t *dst) {
     const uint64_t off = s->t_off[il][k] + (uint64_t)e * s->t_mat[il][k], a0 = off & ~(uint64_t)(BLK - 1);
     const size_t need = (size_t)(off - a0) + s->t_mat[il][k];
-    s->jobs[s->n_jobs++] = (job){a0, up_to(need, BLK), need, dst, e};
+    s->jobs[s->n_jobs++] = (job){a0, st_round_up(need, BLK), need, dst, e};
 }
 
 static size_t stage_koff(const expert_store *s, int k) {
@@ -485,7 +483,7 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
             if (s->t_mat[il][k] > max_mat[k]) max_mat[k] = s->t_mat[il][k];
         }
     /* a matrix starts anywhere in its first block: one block more than its size */
-    for (int k = 0; k < 3; k++) s->span[k] = up_to(max_mat[k], BLK) + BLK;
+    for (int k = 0; k < 3; k++) s->span[k] = st_round_up(max_mat[k], BLK) + BLK;
     s->stride = s->span[0] + s->span[1] + s->span[2];
     s->stage_bytes = (size_t)X * s->stride;
     long n_ram = 0;
@@ -663,9 +661,10 @@ void expert_store_expert(expert_store *s, int il, int e, const void *mat[3]) {
     for (int k = 0; k < 3; k++) {
         const uint64_t off = s->t_off[il][k] + (uint64_t)e * s->t_mat[il][k], a0 = off & ~(uint64_t)(BLK - 1);
         const size_t need = (size_t)(off - a0) + s->t_mat[il][k];
-        if (read_sync(s, s->spare + stage_koff(s, k), a0, up_to(need, BLK), need) != 0) read_failed(st_error_get());
+        if (read_sync(s, s->spare + stage_koff(s, k), a0, st_round_up(need, BLK), need) != 0)
+            read_failed(st_error_get());
         mat[k] = in_slot(s, s->spare, il, e, k);
-        s->st.bytes += up_to(need, BLK);
+        s->st.bytes += st_round_up(need, BLK);
         s->st.matrices++;
     }
 }

@@ -377,7 +377,7 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
     d->moe_route(be, logits, n_tok, n_expert, k, gt, d_sel, d_wsel);
     /* a few tokens' hidden rows come with the routing (one wait instead of
      * two; the CPU lane nearly always has pairs then) */
-    const size_t x_bytes = (size_t)n_tok * E * sizeof(float), x_at = ((size_t)nk * 8 + 63) / 64 * 64;
+    const size_t x_bytes = (size_t)n_tok * E * sizeof(float), x_at = st_round_up((size_t)nk * 8, 64);
     const int x_along = d->copy_2d && x_bytes <= X_ALONG_MAX;
     if (x_along) d->copy_2d(be, (float *)((uint8_t *)L->d_route + x_at), n_tok * E, h, n_tok * E, n_tok * E, 1);
     d->to_host(be, L->h_route, L->d_route, x_along ? x_at + x_bytes : (size_t)nk * 8);
@@ -706,13 +706,13 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->d_stage_map = be->alloc(be, (size_t)X * sizeof(int32_t));
     const size_t nk = (size_t)n_rows * L->k;
     const size_t rows_bytes = (size_t)n_rows * L->E * sizeof(float);
-    const size_t route_bytes = (nk * 8 + 63) / 64 * 64 + (rows_bytes < X_ALONG_MAX ? rows_bytes : X_ALONG_MAX);
+    const size_t route_bytes = st_round_up(nk * 8, 64) + (rows_bytes < X_ALONG_MAX ? rows_bytes : X_ALONG_MAX);
     L->d_route = be->alloc(be, route_bytes);
     L->d_tmp = be->alloc(be, rows_bytes);
     /* h_out on pages of its own: page-locked (for the device to read), the
      * hand-back is queued instead of waited for */
-    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), route_room = (route_bytes + pg - 1) / pg * pg,
-                 x_room = (rows_bytes + pg - 1) / pg * pg;
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), route_room = st_round_up(route_bytes, pg),
+                 x_room = st_round_up(rows_bytes, pg);
     L->h_route = st_malloc_pages(route_room + x_room + rows_bytes);
     L->h_x = (float *)((uint8_t *)L->h_route + route_room);
     L->h_out = (float *)((uint8_t *)L->h_x + x_room);
