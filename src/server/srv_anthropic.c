@@ -329,7 +329,8 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
     json_decref(kwargs);
     json_decref(msgs);
     char *g = NULL;
-    if (j && ids && (opening || lead) && !(g = srv_tools_grammar(s, tools, force, lead, API_ANTHROPIC, e))) {
+    if (j && ids && (opening || lead) && !tools_markup((tools_family)s->tools_fam) &&
+        !(g = srv_tools_grammar(s, tools, force, lead, API_ANTHROPIC, e))) {
         st_free(ids);
         ids = NULL;
     }
@@ -413,7 +414,7 @@ enum MHD_Result anth_messages(srv_ctx *s, struct MHD_Connection *c, json_t *body
     }
     j->n_user_stop = n_stop;
     stops[n_stop++] = s->eot;
-    if (j->call_opening && !j->grammar && s->tools_fam == TOOLS_TAGGED && n_stop < 17) stops[n_stop++] = "</tool_call>";
+    if (j->call_opening && !j->grammar && s->tools_fam != TOOLS_LLAMA3 && n_stop < 17) stops[n_stop++] = "</tool_call>";
     job_set_prompt(j, ids, n, stops, n_stop);
     return job_run(j, c);
 fail:

@@ -77,6 +77,16 @@ static char *call_opening(srv_ctx *s, const char *name) {
         if (*name) sbuf_printf(&b, "%s <|constrain|>json<|message|>", name);
         return b.s;
     }
+    if (s->tools_fam == TOOLS_XML) {
+        sbuf_puts(&b, "<tool_call>\n<function=");
+        if (*name) sbuf_printf(&b, "%s>\n", name);
+        return b.s;
+    }
+    if (s->tools_fam == TOOLS_GLM) {
+        sbuf_puts(&b, "<tool_call>");
+        if (*name) sbuf_printf(&b, "%s\n", name);
+        return b.s;
+    }
     int llama = s->tools_fam == TOOLS_LLAMA3;
     sbuf_puts(&b, llama ? "{\"name\": \"" : "<tool_call>\n{\"name\": \"");
     if (*name) sbuf_printf(&b, "%s\", \"%s\": ", name, llama ? "parameters" : "arguments");

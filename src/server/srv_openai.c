@@ -488,7 +488,7 @@ static enum MHD_Result finish_request(srv_ctx *s, struct MHD_Connection *c, json
     }
     j->n_user_stop = n_stop;
     if (chat) stops[n_stop++] = s->eot;
-    if (chat && j->call_opening && !j->grammar && s->tools_fam == TOOLS_TAGGED && n_stop < 17)
+    if (chat && j->call_opening && !j->grammar && s->tools_fam != TOOLS_LLAMA3 && n_stop < 17)
         stops[n_stop++] = "</tool_call>";
     job_set_prompt(j, ids, n, stops, n_stop);
     return job_run(j, c);
@@ -533,7 +533,8 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     json_decref(kw);
     json_decref(msgs);
     char *g = NULL;
-    if (ids && (j->call_opening || lead) && !(g = srv_tools_grammar(s, tools, force, lead, API_OPENAI, &e))) {
+    if (ids && (j->call_opening || lead) && !tools_markup((tools_family)s->tools_fam) &&
+        !(g = srv_tools_grammar(s, tools, force, lead, API_OPENAI, &e))) {
         st_free(ids);
         ids = NULL;
     }

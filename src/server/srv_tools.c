@@ -19,7 +19,10 @@ static const char *find(const char *s, size_t n, const char *needle) {
 }
 
 tools_family tools_family_of(const char *tmpl, size_t len) {
-    if (!tmpl || find(tmpl, len, "<tool_call>")) return TOOLS_TAGGED;
+    if (!tmpl) return TOOLS_TAGGED;
+    if (find(tmpl, len, "<function=") && find(tmpl, len, "<parameter=")) return TOOLS_XML; /* Qwen3.5, Qwen3-Coder */
+    if (find(tmpl, len, "<arg_key>")) return TOOLS_GLM;
+    if (find(tmpl, len, "<tool_call>")) return TOOLS_TAGGED;
     /* Llama 3.x: "parameters" in the instructions, ipython turns for results */
     if (find(tmpl, len, "\"parameters\"") && (find(tmpl, len, "ipython") || find(tmpl, len, "<|python_tag|>")))
         return TOOLS_LLAMA3;
@@ -67,6 +70,119 @@ static int add_call(json_t *calls, const json_t *obj, const json_t *tools, const
     return 0;
 }
 
+/* ---- markup calls (TOOLS_XML, TOOLS_GLM): text values typed by the schema ---- */
+
+/* 1 when the function's schema types key as a string (alone, or beside null). */
+static int typed_string(const json_t *tool, const char *key) {
+    const json_t *fn = json_object_get(tool, "function");
+    const json_t *t =
+        json_object_get(json_object_get(json_object_get(json_object_get(fn, "parameters"), "properties"), key), "type");
+    if (json_is_string(t)) return !strcmp(json_string_value(t), "string");
+    size_t i;
+    json_t *x;
+    int str = 0, other = 0;
+    json_array_foreach((json_t *)t, i, x) {
+        const char *v = json_string_value(x);
+        if (v && !strcmp(v, "string")) str = 1;
+        else if (!v || strcmp(v, "null")) other = 1;
+    }
+    return str && !other;
+}
+
+/* A value's text as the call's JSON: a string where the schema says so, else JSON when it reads as JSON,
+ * else a string. NULL when the text is no UTF-8. */
+static json_t *markup_value(const json_t *tool, const char *key, const char *v, size_t n) {
+    if (!typed_string(tool, key)) {
+        json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+        if (j) return j;
+    }
+    return json_stringn(v, n);
+}
+
+/* Skips space, then lit: 1 and *p past it; 0 when the text differs, -1 when it ends
+ * before it could (space only, or a beginning of lit); *p moves only on 1. */
+static int take(const char **p, const char *end, const char *lit) {
+    const char *q = *p;
+    while (q < end && is_space(*q)) q++;
+    const size_t L = strlen(lit), m = (size_t)(end - q);
+    if (memcmp(q, lit, m < L ? m : L)) return 0;
+    if (m < L) return -1;
+    *p = q + L;
+    return 1;
+}
+
+/* A markup call after `<tool_call>`, in s[0..n): {"name", "arguments"} when
+ * it is a whole call of one of tools, *used then the bytes it took (to
+ * `</function>`, or GLM's last `</arg_value>`), else NULL. *more: the text
+ * ended where more of the call could follow (with a call: a GLM call that
+ * may take more arguments; without one: a call not yet whole). */
+static json_t *parse_markup(const char *s, size_t n, const json_t *tools, size_t *used, int *more) {
+    const char *p = s, *end = s + n, *nb, *ne;
+    *more = 0;
+    const int xml = take(&p, end, "<function=");
+    if (xml < 0) return *more = 1, NULL;
+    if (xml) { /* <function=NAME> */
+        nb = p;
+        if (!(ne = memchr(p, '>', (size_t)(end - p)))) return *more = 1, NULL;
+        p = ne + 1;
+    } else { /* NAME, up to the line's end or the first tag */
+        while (p < end && is_space(*p)) p++;
+        for (nb = ne = p; ne < end && *ne != '\n' && *ne != '<';) ne++;
+        if (ne == end) return *more = 1, NULL;
+        p = ne;
+        while (ne > nb && is_space(ne[-1])) ne--;
+    }
+    char name[128];
+    if (ne == nb || (size_t)(ne - nb) >= sizeof name) return NULL;
+    memcpy(name, nb, (size_t)(ne - nb));
+    name[ne - nb] = 0;
+    const json_t *tool = tool_named(tools, name);
+    if (!tool) return NULL;
+    json_t *args = json_object();
+    for (;;) {
+        const char *kb, *ke, *vb, *ve;
+        int t;
+        if (xml) { /* <parameter=KEY>\nVALUE\n</parameter>, until </function> */
+            if ((t = take(&p, end, "</function>")) > 0) break;
+            if (t < 0 || (t = take(&p, end, "<parameter=")) < 0) goto short_;
+            if (!t) goto bad;
+            if (!(ke = memchr(kb = p, '>', (size_t)(end - p)))) goto short_;
+            vb = ke + 1;
+            if (!(ve = find(vb, (size_t)(end - vb), "</parameter>"))) goto short_;
+            p = ve + strlen("</parameter>");
+            if (vb < ve && *vb == '\n') vb++; /* the template's newlines around the value */
+            if (ve > vb && ve[-1] == '\n') ve--;
+        } else { /* <arg_key>KEY</arg_key> <arg_value>VALUE</arg_value>, while a key follows */
+            if ((t = take(&p, end, "<arg_key>")) <= 0) {
+                *more = t < 0;
+                break;
+            }
+            if (!(ke = find(kb = p, (size_t)(end - p), "</arg_key>"))) goto short_;
+            p = ke + strlen("</arg_key>");
+            if ((t = take(&p, end, "<arg_value>")) <= 0) {
+                if (t < 0) goto short_;
+                goto bad;
+            }
+            if (!(ve = find(vb = p, (size_t)(end - p), "</arg_value>"))) goto short_;
+            p = ve + strlen("</arg_value>");
+        }
+        char key[128];
+        if (ke == kb || (size_t)(ke - kb) >= sizeof key) goto bad;
+        memcpy(key, kb, (size_t)(ke - kb));
+        key[ke - kb] = 0;
+        json_t *v = markup_value(tool, key, vb, (size_t)(ve - vb));
+        if (!v) goto bad;
+        json_object_set_new(args, key, v);
+    }
+    *used = (size_t)(p - s);
+    return json_pack("{s:s, s:o}", "name", name, "arguments", args);
+short_:
+    *more = 1;
+bad:
+    json_decref(args);
+    return NULL;
+}
+
 /* Parse one JSON value at s (leading space skipped); *used = bytes consumed. */
 static json_t *load_prefix(const char *s, size_t n, size_t *used) {
     size_t k = 0;
@@ -85,7 +201,19 @@ static json_t *parse_tagged(const char *text, size_t len, const json_t *tools, c
     size_t first = (size_t)(p - text);
     json_t *calls = json_array();
     while (p) {
-        const char *body = p + strlen(OPEN), *end = text + len;
+        const char *body = p + strlen(OPEN), *end = text + len, *b = body;
+        while (b < end && is_space(*b)) b++;
+        if (b < end && *b != '{') { /* markup: read in order (a value may hold the closing tag) */
+            size_t used = 0;
+            int more;
+            json_t *v = parse_markup(body, (size_t)(end - body), tools, &used, &more);
+            if (v) add_call(calls, v, tools, id_prefix);
+            json_decref(v);
+            const char *after = body + used, *close = find(after, (size_t)(end - after), CLOSE);
+            after = close ? close + strlen(CLOSE) : end;
+            p = find(after, (size_t)(end - after), OPEN);
+            continue;
+        }
         size_t used = 0;
         json_t *v = load_prefix(body, (size_t)(end - body), &used);
         if (!v) { /* small models often drop the outer brace before the closing tag: add it once */
@@ -186,7 +314,7 @@ char *tools_system_prompt(const json_t *tools) {
 
 /* ---- streaming (srv_tools.h tools_stream) ---- */
 
-enum { TS_TEXT, TS_HEAD, TS_ARGS, TS_AFTER, TS_OPAQUE };
+enum { TS_TEXT, TS_HEAD, TS_ARGS, TS_AFTER, TS_BLOCK, TS_OPAQUE };
 
 struct tools_stream {
     const json_t *tools;
@@ -199,6 +327,7 @@ struct tools_stream {
     size_t all_len, all_cap;
     size_t pos;       /* all[0..pos) is decided: sent, or dropped */
     size_t opaque_at; /* TS_OPAQUE: where the undecided text begins */
+    size_t tag_at;    /* where the last <tool_call> tag began */
     int content_sent; /* content went out (a bare answer can no longer be a call) */
     size_t sent_to;   /* content went out up to here (it is all[0..sent_to) less what was dropped) */
     /* TS_ARGS: the JSON value being read */
@@ -296,6 +425,18 @@ static size_t safe_content(const char *s, size_t n) {
     return end;
 }
 
+/* One parsed call (tools_parse's shape) goes out whole. */
+static void send_call(tools_stream *ts, const json_t *call) {
+    const json_t *fn = json_object_get(call, "function");
+    const char *args = json_string_value(json_object_get(fn, "arguments"));
+    char id[128];
+    snprintf(id, sizeof id, "%s%d", ts->prefix, ts->n_calls);
+    ts->cb.call_begin(ts->ctx, ts->n_calls, id, json_string_value(json_object_get(fn, "name")));
+    ts->cb.call_args(ts->ctx, ts->n_calls, args, strlen(args));
+    ts->cb.call_end(ts->ctx, ts->n_calls);
+    ts->n_calls++;
+}
+
 static void step(tools_stream *ts) {
     for (;;) {
         const char *s = ts->all + ts->pos;
@@ -327,21 +468,29 @@ static void step(tools_stream *ts) {
                     continue;
                 }
             }
-            const char *tag = ts->fam == TOOLS_TAGGED ? find(s, n, TAG_OPEN) : NULL;
+            const char *tag = ts->fam != TOOLS_LLAMA3 ? find(s, n, TAG_OPEN) : NULL;
             if (tag) {
                 size_t end = (size_t)(tag - s);
                 while (end > 0 && is_space(s[end - 1])) end--;
                 send_content(ts, ts->pos, ts->pos + end);
+                ts->tag_at = ts->pos + (size_t)(tag - s);
                 ts->pos += (size_t)(tag - s) + strlen(TAG_OPEN);
                 ts->state = TS_HEAD;
                 continue;
             }
-            size_t ok = ts->fam == TOOLS_TAGGED ? safe_content(s, n) : n;
+            size_t ok = ts->fam != TOOLS_LLAMA3 ? safe_content(s, n) : n;
             send_content(ts, ts->pos, ts->pos + ok);
             ts->pos += ok;
             return;
         }
         case TS_HEAD: {
+            size_t k = 0;
+            while (k < n && is_space(s[k])) k++;
+            if (k == n) return;
+            if (s[k] != '{') { /* a markup call: whole at its closing tag */
+                ts->state = TS_BLOCK;
+                continue;
+            }
             char name[80];
             size_t used = 0;
             int r = match_head(s, n, name, sizeof name, &used);
@@ -381,14 +530,36 @@ static void step(tools_stream *ts) {
             continue;
         }
         case TS_AFTER: { /* after a call only further calls count (as tools_parse reads a whole answer) */
-            const char *tag = ts->fam == TOOLS_TAGGED ? find(s, n, TAG_OPEN) : NULL;
+            const char *tag = ts->fam != TOOLS_LLAMA3 ? find(s, n, TAG_OPEN) : NULL;
             if (!tag) {
                 size_t L = strlen(TAG_OPEN), keep = n < L ? n : L - 1;
                 ts->pos += n - keep;
                 return;
             }
+            ts->tag_at = ts->pos + (size_t)(tag - s);
             ts->pos += (size_t)(tag - s) + strlen(TAG_OPEN);
             ts->state = TS_HEAD;
+            continue;
+        }
+        case TS_BLOCK: {
+            size_t used = 0;
+            int more;
+            json_t *v = parse_markup(s, n, ts->tools, &used, &more), *calls = json_array();
+            if (v) add_call(calls, v, ts->tools, "");
+            json_decref(v);
+            if (more) { /* wait for the rest (or the end) */
+                json_decref(calls);
+                return;
+            }
+            if (json_array_size(calls) == 0) { /* not a call: decided at the end with what follows */
+                ts->state = TS_OPAQUE;
+                ts->opaque_at = ts->tag_at;
+            } else {
+                send_call(ts, json_array_get(calls, 0));
+                ts->pos += used;
+                ts->state = TS_AFTER;
+            }
+            json_decref(calls);
             continue;
         }
         default: /* TS_OPAQUE: held to the end */ return;
@@ -409,25 +580,19 @@ void tools_stream_feed(tools_stream *ts, const char *text, size_t len) {
 
 int tools_stream_end(tools_stream *ts) {
     if (ts->state == TS_ARGS) ts->cb.call_end(ts->ctx, ts->n_calls - 1); /* cut short (max_tokens) */
-    else if (ts->state == TS_OPAQUE || ts->state == TS_HEAD) {
+    else if (ts->state == TS_OPAQUE || ts->state == TS_HEAD || ts->state == TS_BLOCK) {
         /* decide the held text as a whole answer would be: calls after those sent, or content */
-        size_t at = ts->n_calls == 0 ? 0 : ts->state == TS_OPAQUE ? ts->opaque_at : ts->pos;
+        size_t at = ts->n_calls == 0         ? 0
+                    : ts->state == TS_OPAQUE ? ts->opaque_at
+                    : ts->state == TS_BLOCK  ? ts->tag_at
+                                             : ts->pos;
         size_t clen = 0;
         json_t *calls = tools_parse(ts->all + at, ts->all_len - at, ts->tools, "", &clen);
         if (calls) {
             if (ts->n_calls == 0) send_content(ts, ts->sent_to, clen > ts->sent_to ? clen : ts->sent_to);
             size_t i;
             json_t *c;
-            json_array_foreach(calls, i, c) {
-                json_t *fn = json_object_get(c, "function");
-                const char *args = json_string_value(json_object_get(fn, "arguments"));
-                char id[128];
-                snprintf(id, sizeof id, "%s%d", ts->prefix, ts->n_calls);
-                ts->cb.call_begin(ts->ctx, ts->n_calls, id, json_string_value(json_object_get(fn, "name")));
-                ts->cb.call_args(ts->ctx, ts->n_calls, args, strlen(args));
-                ts->cb.call_end(ts->ctx, ts->n_calls);
-                ts->n_calls++;
-            }
+            json_array_foreach(calls, i, c) send_call(ts, c);
             json_decref(calls);
         } else if (ts->n_calls == 0)
             send_content(ts, ts->sent_to, ts->all_len); /* no call after all: all of it was text */

@@ -12,13 +12,24 @@
 
 /* How the model writes a call, chosen from its chat template's text:
  * TOOLS_TAGGED  `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`
- *               (Qwen2.5, Qwen3, Hermes; also what the server asks of
+ *               (Qwen2.5, Qwen3, Qwen3-Next, Hermes; also what the server asks of
  *               templates that do not mention tools at all, SmolLM2's among them)
  * TOOLS_LLAMA3  a bare `{"name": ..., "parameters": {...}}` (Llama 3.1-3.3's
- *               JSON tool calling; `<|python_tag|>` before it is skipped) */
-typedef enum { TOOLS_TAGGED, TOOLS_LLAMA3 } tools_family;
+ *               JSON tool calling; `<|python_tag|>` before it is skipped)
+ * TOOLS_XML     `<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
+ *               </function>\n</tool_call>` (Qwen3.5, Qwen3-Coder)
+ * TOOLS_GLM     `<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n
+ *               </tool_call>` (GLM-4.5, GLM-4.6)
+ * In the last two a value is text: a string where the function's schema
+ * types the key as one, else JSON when it reads as JSON (numbers, booleans,
+ * objects, as the templates write them), else the text as a string. */
+typedef enum { TOOLS_TAGGED, TOOLS_LLAMA3, TOOLS_XML, TOOLS_GLM } tools_family;
 
 tools_family tools_family_of(const char *tmpl, size_t len);
+/* 1 for the markup families (TOOLS_XML, TOOLS_GLM): no grammar holds their
+ * calls (a forced call is opened and left to the model, stopped at
+ * `</tool_call>`; an auto call is parsed as written). */
+static inline int tools_markup(tools_family fam) { return fam == TOOLS_XML || fam == TOOLS_GLM; }
 /* 1 when the template renders `tools` itself (else the server describes them
  * in a system message). */
 int tools_template_handles(const char *tmpl, size_t len);
@@ -29,8 +40,9 @@ int tools_template_handles(const char *tmpl, size_t len);
  * NULL when the text holds none; *content_len gets the length of the text
  * before the first call (the answer's content, trailing space trimmed).
  *
- * Recognised, in this order: `<tool_call>` blocks (one or more; a missing
- * closing tag at the end is tolerated: a stop or max_tokens may cut it), then
+ * Recognised, in this order: `<tool_call>` blocks (one or more, each JSON or
+ * either markup above, whatever the family; a missing closing tag at the end
+ * is tolerated: a stop or max_tokens may cut it), then
  * the whole text (after optional `<|python_tag|>` and a ```json fence) as one
  * JSON object {"name", "parameters"|"arguments"} or an array of them.
  * id_prefix: ids are "<id_prefix><n>" so they are unique per response. */
@@ -43,7 +55,9 @@ char *tools_system_prompt(const json_t *tools);
 /* Tool calls as they are generated (streaming): text is fed as it comes and
  * the callbacks get the answer's content, then each call's start (index, id,
  * name) as soon as its name is read, its arguments in fragments as they
- * arrive (the model's own JSON text), and its end. What cannot be told
+ * arrive (the model's own JSON text), and its end; a markup call (TOOLS_XML,
+ * TOOLS_GLM) goes out whole once its closing tag is read, its arguments as
+ * one JSON fragment. What cannot be told
  * apart yet (a possible `<tool_call>` tag at the end of the text, a bare JSON
  * answer that may be a call) is held back; what never takes the expected
  * shape (arguments before the name, an unknown function) is held to the end

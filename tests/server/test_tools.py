@@ -108,3 +108,62 @@ def test_tool_choice_none_ignores_tools(oai):
     b = oai.chat.completions.create(model="any", messages=ASK, max_tokens=1)
     assert a.usage.prompt_tokens == b.usage.prompt_tokens and a.choices[0].message.tool_calls is None
     print(f"checked: tool_choice none renders no tools ({a.usage.prompt_tokens} tokens)")
+
+
+def test_markup_families(tmp_path):
+    """Copies of the model whose template (patched in place, same length)
+    carries the Qwen3.5 `<function=` / `<parameter=` or the GLM `<arg_key>`
+    call markup: the server takes that family (no grammar holds a markup
+    call), a forced call opens in the family's markup and stops at
+    `</tool_call>`, and each answer is a parsed call or that text (the
+    135M model does not know the markup; the parser itself is unit-tested
+    in test_tools_parse.c)."""
+    from conftest import MODEL, Server
+    data = open(MODEL, "rb").read()
+    old = b"You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    assert data.count(old) == 1
+    families = {"xml": (b"tools: <function=NAME><parameter=KEY>V</parameter></function>",
+                        "<tool_call>\n<function=get_weather>\n"),
+                "glm": (b"tools: <tool_call>NAME<arg_key>KEY</arg_key><arg_value>V</arg_value>",
+                        "<tool_call>get_weather\n")}
+    seen = []
+    for fam, (mark, opening) in families.items():
+        assert len(mark) <= len(old)
+        model = tmp_path / f"{fam}.gguf"
+        model.write_bytes(data.replace(old, mark + b" " * (len(old) - len(mark))))
+        s = Server("--slots", "1", "-m", str(model))
+        try:
+            forced = {"type": "function", "function": {"name": "get_weather"}}
+            body = {"messages": ASK, "tools": TOOLS, "tool_choice": forced, "temperature": 0, "max_tokens": 48}
+            r = httpx.post(s.url + "/v1/chat/completions", json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            msg, finish = r.json()["choices"][0]["message"], r.json()["choices"][0]["finish_reason"]
+            if msg.get("tool_calls"):
+                assert finish == "tool_calls" and msg["tool_calls"][0]["function"]["name"] == "get_weather", msg
+                json.loads(msg["tool_calls"][0]["function"]["arguments"])
+            else:
+                assert msg["content"].startswith(opening) and "</tool_call>" not in msg["content"], msg
+            # streamed: the same answer (greedy), as content or tool_calls deltas
+            text, calls = "", 0
+            with httpx.stream("POST", s.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as st:
+                assert st.status_code == 200
+                for line in st.iter_lines():
+                    if line.startswith("data: {"):
+                        d = json.loads(line[6:])["choices"][0]["delta"]
+                        text += d.get("content") or ""
+                        calls += sum(1 for tc in d.get("tool_calls") or [] if tc.get("id"))
+            assert (calls > 0) == bool(msg.get("tool_calls")) and (calls or text == msg["content"]), (text, msg)
+            a = httpx.post(s.url + "/v1/messages", json={"model": "m", "max_tokens": 24, "messages": ASK,
+                                                         "tools": ATOOLS, "temperature": 0,
+                                                         "tool_choice": {"type": "tool", "name": "get_weather"}},
+                           headers={"anthropic-version": "2023-06-01"}, timeout=60)
+            assert a.status_code == 200, a.text
+            blocks = a.json()["content"]
+            assert any(b["type"] == "tool_use" for b in blocks) or blocks[0]["text"].startswith(opening), blocks
+            auto = httpx.post(s.url + "/v1/chat/completions", json={**body, "tool_choice": "auto"}, timeout=60)
+            assert auto.status_code == 200, auto.text
+            seen.append(f"{fam}: " + (msg["tool_calls"][0]["function"]["arguments"] if msg.get("tool_calls")
+                                      else repr(msg["content"])))
+        finally:
+            assert s.stop() == 0
+    print("checked: markup families from the template, forced calls opened in their markup:", seen)

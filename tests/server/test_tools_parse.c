@@ -1,8 +1,10 @@
 /* Unit test of the tool-call parser (src/server/srv_tools.h) on recorded
  * model outputs: SmolLM2-135M's answers from `strata serve` (forced calls,
  * one with the outer brace dropped), and outputs in the Qwen2.5/Qwen3
- * `<tool_call>` and Llama 3 JSON formats as those models write them, plus
- * texts that must NOT be calls (unknown function, prose, a JSON answer). */
+ * `<tool_call>`, Llama 3 JSON, Qwen3.5/Qwen3-Coder `<function=...>` and
+ * GLM-4.5 `<arg_key>` formats as their templates write calls, plus texts
+ * that must NOT be calls (unknown function, prose, a JSON answer, a markup
+ * call cut short or malformed). */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,11 +12,18 @@
 
 static int g_fail;
 
+/* get_weather and write_file type their keys (markup values follow the types); add has no schema */
+static const char TOOLS[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}}}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"add\"}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"write_file\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"path\":{\"type\":\"string\"},\"content\":{\"type\":[\"string\",\"null\"]},"
+    "\"opts\":{\"type\":\"object\"}}}}}]";
+
 static void check(const char *what, const char *text, int want_calls, const char *want_name0, const char *want_args0,
                   const char *want_content) {
-    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{}}},"
-                               "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]",
-                               0, NULL);
+    json_t *tools = json_loads(TOOLS, 0, NULL);
     size_t clen = 0;
     json_t *calls = tools_parse(text, strlen(text), tools, "call_x_", &clen);
     int n = calls ? (int)json_array_size(calls) : 0;
@@ -72,9 +81,7 @@ static void s_end(void *ctx, int i) {
 /* Feed text in pieces of `step` bytes; the calls must be tools_parse's (names, ids, arguments equal as JSON)
  * and the content its content (the whole text when there is no call). */
 static void check_stream(const char *what, const char *text, tools_family fam, size_t step, int min_frags) {
-    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
-                               "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}]",
-                               0, NULL);
+    json_t *tools = json_loads(TOOLS, 0, NULL);
     static const tools_stream_cb cb = {s_content, s_begin, s_args, s_end};
     stream_out o = {.order_ok = 1};
     tools_stream *ts = tools_stream_new(tools, fam, "call_x_", &cb, &o);
@@ -145,6 +152,52 @@ int main(void) {
     check("array with a non-call", "[{\"name\": \"add\", \"arguments\": {}}, {\"x\": 1}]", 0, NULL, NULL, NULL);
     check("arguments not an object", "<tool_call>{\"name\": \"add\", \"arguments\": [1]}</tool_call>", 0, NULL, NULL,
           NULL);
+    /* Qwen3.5 / Qwen3-Coder markup: values typed by the schema, the template's newlines around them dropped */
+    check("xml after text",
+          "I'll check the weather.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n"
+          "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+          1, "get_weather", "{\"city\":\"San Francisco\",\"days\":3}", "I'll check the weather.");
+    check("xml string typed key that reads as a number",
+          "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n<parameter=days>\n7\n"
+          "</parameter>\n</function>\n</tool_call>",
+          1, "get_weather", "{\"city\":\"42\",\"days\":7}", "");
+    check("xml code with < and a trailing newline, an object value",
+          "<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a.py\n</parameter>\n<parameter=content>\n"
+          "def f():\n    return 1 < 2\n\n</parameter>\n<parameter=opts>\n{\"mode\": \"w\"}\n</parameter>\n</function>\n"
+          "</tool_call>",
+          1, "write_file",
+          "{\"path\":\"src/a.py\",\"content\":\"def f():\\n    return 1 < 2\\n\",\"opts\":{\"mode\":\"w\"}}", "");
+    check("xml untyped keys: JSON when it reads as JSON, else text",
+          "<think>\nadd them\n</think>\n\n<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n"
+          "<parameter=note>\nhello world\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=add>\n"
+          "</function>\n</tool_call>",
+          2, "add", "{\"a\":1,\"note\":\"hello world\"}", "<think>\nadd them\n</think>");
+    check("xml value holding the closing tag",
+          "<tool_call>\n<function=write_file>\n<parameter=path>\na.txt\n</parameter>\n<parameter=content>\n"
+          "</tool_call> is a tag\n</parameter>\n</function>\n</tool_call>",
+          1, "write_file", "{\"path\":\"a.txt\",\"content\":\"</tool_call> is a tag\"}", "");
+    check("xml unknown function",
+          "<tool_call>\n<function=rm_rf>\n<parameter=path>\n/\n</parameter>\n</function>\n</tool_call>", 0, NULL, NULL,
+          NULL);
+    check("xml cut before </function>", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", 0, NULL, NULL,
+          NULL);
+    check("xml stray text inside the function",
+          "<tool_call>\n<function=add>\nI think a is 1\n</function>\n</tool_call>", 0, NULL, NULL, NULL);
+    /* GLM-4.5 markup */
+    check("glm after text",
+          "Let me look.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+          "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+          1, "get_weather", "{\"city\":\"Beijing\",\"days\":2}", "Let me look.");
+    check("glm no arguments, then one with JSON values",
+          "<tool_call>add\n</tool_call>\n<tool_call>add\n<arg_key>xs</arg_key>\n<arg_value>[1, 2]</arg_value>\n"
+          "</tool_call>",
+          2, "add", "{}", "");
+    check("glm cut at the stop </tool_call> (a forced call)",
+          "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n", 1, "get_weather",
+          "{\"city\":\"Oslo\"}", "");
+    check("glm key without a value", "<tool_call>add\n<arg_key>a</arg_key>\n</tool_call>", 0, NULL, NULL, NULL);
+    check("glm unknown function", "<tool_call>rm_rf\n<arg_key>path</arg_key><arg_value>/</arg_value></tool_call>", 0,
+          NULL, NULL, NULL);
     /* the streaming parser against tools_parse, fed a byte at a time and in bigger pieces */
     static const struct {
         const char *what, *text;
@@ -170,6 +223,23 @@ int main(void) {
         {"llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", TOOLS_LLAMA3, 10},
         {"llama3 python_tag", "<|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\": 1}}", TOOLS_LLAMA3, 5},
         {"llama3 prose", "It is sunny in Rome.", TOOLS_LLAMA3, 0},
+        {"xml text then two calls",
+         "Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n"
+         "</tool_call>\n<tool_call>\n<function=write_file>\n<parameter=path>\na.txt\n</parameter>\n"
+         "<parameter=content>\n</tool_call> is a tag\n</parameter>\n</function>\n</tool_call>",
+         TOOLS_XML, 2},
+        {"xml prose with tags", "Use <b>bold</b> and <tool_c", TOOLS_XML, 0},
+        {"xml unknown function then a call",
+         "<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>\n<tool_call>\n<function=add>\n</function>\n"
+         "</tool_call>",
+         TOOLS_XML, 0},
+        {"xml cut short", "<tool_call>\n<function=add>\n<parameter=a>\n1\n</param", TOOLS_XML, 0},
+        {"glm after think",
+         "<think>weather first</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>"
+         "\n</tool_call><tool_call>add\n</tool_call>",
+         TOOLS_GLM, 2},
+        {"glm forced, cut at its stop", "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>5</arg_value>\n", TOOLS_GLM,
+         1},
     };
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
         check_stream(streams[i].what, streams[i].text, streams[i].fam, 1, streams[i].frags);
@@ -179,10 +249,17 @@ int main(void) {
     /* families from template text */
     const char *qwen = "{%- if tools %}<tools>{{ tool | tojson }}</tools><tool_call>{% endif %}";
     const char *llama = "{{- '\"parameters\": dictionary' }}{%- if message.role == 'ipython' %}{% endif %}{{ tools }}";
+    const char *xml = "{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+                      "{{- '<parameter=' + args_name + '>\\n' }}";
+    const char *glm =
+        "<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>";
     int fam_ok = tools_family_of(qwen, strlen(qwen)) == TOOLS_TAGGED &&
+                 tools_family_of(xml, strlen(xml)) == TOOLS_XML && tools_family_of(glm, strlen(glm)) == TOOLS_GLM &&
+                 tools_markup(TOOLS_XML) && tools_markup(TOOLS_GLM) && !tools_markup(TOOLS_TAGGED) &&
                  tools_family_of(llama, strlen(llama)) == TOOLS_LLAMA3 && tools_template_handles(qwen, strlen(qwen)) &&
                  !tools_template_handles("{{ messages }}", 14);
-    printf("%s: template families (qwen tagged, llama3 json, tools handled or not)\n", fam_ok ? "ok" : "FAIL");
+    printf("%s: template families (qwen tagged, llama3 json, qwen3.5 xml, glm; tools handled or not)\n",
+           fam_ok ? "ok" : "FAIL");
     g_fail += !fam_ok;
     printf("%s: %d failure(s)\n", g_fail ? "FAIL" : "PASS", g_fail);
     return g_fail != 0;
