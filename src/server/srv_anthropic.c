@@ -329,8 +329,7 @@ static int32_t *request_prompt(srv_ctx *s, json_t *body, srv_job *j, int *n, srv
     json_decref(kwargs);
     json_decref(msgs);
     char *g = NULL;
-    if (j && ids && (opening || lead) && !tools_markup((tools_family)s->tools_fam) &&
-        !(g = srv_tools_grammar(s, tools, force, lead, API_ANTHROPIC, e))) {
+    if (j && ids && (opening || lead) && !(g = srv_tools_grammar(s, tools, force, lead, API_ANTHROPIC, e))) {
         st_free(ids);
         ids = NULL;
     }

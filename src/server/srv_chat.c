@@ -255,7 +255,144 @@ static void put_root(gschema *c, const char *lead, const char *body) {
     gschema_put(c, body);
 }
 
+/* ---- markup calls' grammar (TOOLS_XML, TOOLS_GLM) ---- */
+
+/* Rule `name`: any text without stop in it. stop's first byte must occur in it once and its bytes need no
+ * escapes ("</parameter>", "</arg_value>"): the text is chunks, each a byte other than stop[0], or stop[0]
+ * and a run of stop's next bytes broken by another byte (stop[0] there starts the run again), so the text
+ * cannot end inside such a run either. */
+static void put_text_without(gschema *c, const char *name, const char *stop) {
+    const size_t m = strlen(stop);
+    sbuf b = {0};
+    sbuf_printf(&b, "%s ::= ( [^%c] | \"%c\" %s-1 )*\n", name, stop[0], stop[0], name);
+    for (size_t k = 1; k < m; k++) {
+        sbuf_printf(&b, "%s-%zu ::= [^%c%c] | \"%c\" %s-1", name, k, stop[k], stop[0], stop[0], name);
+        if (k + 1 < m) sbuf_printf(&b, " | \"%c\" %s-%zu", stop[k], name, k + 1);
+        sbuf_puts(&b, "\n");
+    }
+    gschema_put(c, b.s);
+    sbuf_free(&b);
+}
+
+/* Rule `rule`: one value of a markup call, as the parser types it (tools_typed_string): free text (or the
+ * enum's strings) for a key typed as a string, else JSON of the key's schema. 0, or -1 with err. */
+static int put_markup_value(gschema *c, const json_t *prop, const char *rule, const char *text, char *err, size_t cap) {
+    if (!tools_typed_string(prop)) return gschema_add(c, prop, rule, err, cap);
+    sbuf b = {0};
+    sbuf_printf(&b, "%s ::= ", rule);
+    size_t i, n = 0;
+    json_t *v;
+    json_array_foreach(json_object_get(prop, "enum"), i, v) if (json_is_string(v)) {
+        char *l = grammar_literal(json_string_value(v), json_string_length(v));
+        sbuf_printf(&b, "%s%s", n++ ? " | " : "", l);
+        st_free(l);
+    }
+    sbuf_printf(&b, "%s\n", n ? "" : text);
+    gschema_put(c, b.s);
+    sbuf_free(&b);
+    return 0;
+}
+
+/* Rule tool<i>-call: the arguments of tool i in the markup, then the call's end. Keys in the schema's
+ * order, the required ones always and the others optional; any keys with text values when the schema
+ * names no properties. 0, or -1 with err. */
+static int put_markup_call(gschema *c, int xml, const json_t *params, size_t i, char *err, size_t cap) {
+    const char *text = xml ? "xml-text" : "glm-text";
+    const json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    sbuf b = {0};
+    sbuf_printf(&b, "tool%zu-call ::=", i);
+    if (!json_is_object(props))
+        sbuf_printf(&b,
+                    xml ? " ( \"<parameter=\" markup-key \">\\n\" %s \"\\n</parameter>\\n\" )*"
+                        : " ( \"<arg_key>\" markup-key \"</arg_key>\\n<arg_value>\" %s \"</arg_value>\\n\" )*",
+                    text);
+    const char *key;
+    json_t *prop;
+    size_t j = 0;
+    json_object_foreach((json_t *)props, key, prop) {
+        char rule[64];
+        snprintf(rule, sizeof rule, "tool%zu-arg%zu", i, j++);
+        if (put_markup_value(c, prop, rule, text, err, cap) < 0) {
+            sbuf_free(&b);
+            return -1;
+        }
+        int required = 0;
+        size_t k;
+        json_t *r;
+        json_array_foreach((json_t *)req, k, r) required |= json_is_string(r) && !strcmp(json_string_value(r), key);
+        sbuf open = {0};
+        sbuf_printf(&open, xml ? "<parameter=%s>\n" : "<arg_key>%s</arg_key>\n<arg_value>", key);
+        char *lo = grammar_literal(open.s, open.len);
+        sbuf_printf(&b, " %s%s %s %s%s", required ? "" : "( ", lo, rule,
+                    xml ? "\"\\n</parameter>\\n\"" : "\"</arg_value>\\n\"", required ? "" : " )?");
+        st_free(lo);
+        sbuf_free(&open);
+    }
+    sbuf_printf(&b, " %s\n", xml ? "\"</function>\\n</tool_call>\"" : "\"</tool_call>\"");
+    gschema_put(c, b.s);
+    sbuf_free(&b);
+    return 0;
+}
+
+/* srv_tools_grammar for the markup families: the same calls, written as their templates write them. */
+static char *markup_grammar(srv_ctx *s, json_t *tools, const char *force, const char *lead, srv_api api, srv_err *e) {
+    const int xml = s->tools_fam == TOOLS_XML;
+    gschema *c = gschema_new();
+    put_text_without(c, xml ? "xml-text" : "glm-text", xml ? "</parameter>" : "</arg_value>");
+    gschema_put(c, "markup-key ::= [A-Za-z0-9_.]+\n");
+    sbuf alts = {0};
+    sbuf_puts(&alts, "call-rest ::= ");
+    size_t i, n_alt = 0;
+    long named = -1;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function"), *params = json_object_get(fn, "parameters");
+        const char *fname = json_string_value(json_object_get(fn, "name"));
+        if (force && *force && strcmp(fname, force)) continue;
+        char param[96], err[512];
+        if (api == API_ANTHROPIC) snprintf(param, sizeof param, "tools.%zu.input_schema", i);
+        else snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        const char *type = json_string_value(json_object_get(params, "type"));
+        int rc = -1;
+        if (type && strcmp(type, "object"))
+            srv_fail(e, 400, param, "invalid_value", "'%s' must describe an object (type 'object'), not '%s'", param,
+                     type);
+        else if ((rc = put_markup_call(c, xml, params, i, err, sizeof err)) < 0)
+            srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
+        if (rc < 0) {
+            gschema_free(c);
+            sbuf_free(&alts);
+            return NULL;
+        }
+        char head[96];
+        snprintf(head, sizeof head, xml ? "%s>\n" : "%s\n", fname);
+        char *lh = grammar_literal(head, strlen(head));
+        sbuf_printf(&alts, "%s%s tool%zu-call", n_alt++ ? " | " : "", lh, i);
+        st_free(lh);
+        if (force && *force) named = (long)i;
+    }
+    sbuf_puts(&alts, "\n");
+    gschema_put(c, alts.s);
+    sbuf_free(&alts);
+    if (!force) /* after the model's own <tool_call> (the trigger): one or more whole calls */
+        gschema_put(c, xml ? "root ::= xml-call ( [ \\n]* \"<tool_call>\" xml-call )*\n"
+                             "xml-call ::= \"\\n<function=\" call-rest\n"
+                           : "root ::= call-rest ( [ \\n]* \"<tool_call>\" call-rest )*\n");
+    else if (named >= 0) { /* the opening wrote the name */ char r[48];
+        snprintf(r, sizeof r, "tool%ld-call\n", named);
+        put_root(c, lead, r);
+    } else put_root(c, lead, "call-rest\n");
+    size_t len;
+    char *text = gschema_finish(c, &len);
+    if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
+        st_free(text);
+        return NULL;
+    }
+    return text;
+}
+
 char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char *lead, srv_api api, srv_err *e) {
+    if (tools_markup((tools_family)s->tools_fam) && !s->harmony) return markup_grammar(s, tools, force, lead, api, e);
     int llama = s->tools_fam == TOOLS_LLAMA3, lazy = !force, harmony = s->harmony;
     if (lazy && (llama || harmony)) return NULL; /* Llama 3: the whole answer is the call; harmony: not yet */
     gschema *c = gschema_new();
@@ -337,7 +474,7 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char
 
 void srv_job_lazy_tools(srv_job *j, json_t *tools, srv_api api) {
     srv_err scratch; /* a schema the engine cannot enforce leaves auto calls free, as before: no error */
-    char *g = j->srv->tools_fam == TOOLS_TAGGED ? srv_tools_grammar(j->srv, tools, NULL, NULL, api, &scratch) : NULL;
+    char *g = j->srv->tools_fam != TOOLS_LLAMA3 ? srv_tools_grammar(j->srv, tools, NULL, NULL, api, &scratch) : NULL;
     if (!g) return;
     job_set_grammar(j, g);
     j->req.grammar_trigger = "<tool_call>";

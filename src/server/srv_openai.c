@@ -533,8 +533,7 @@ enum MHD_Result oai_chat(srv_ctx *s, struct MHD_Connection *c, json_t *body) {
     json_decref(kw);
     json_decref(msgs);
     char *g = NULL;
-    if (ids && (j->call_opening || lead) && !tools_markup((tools_family)s->tools_fam) &&
-        !(g = srv_tools_grammar(s, tools, force, lead, API_OPENAI, &e))) {
+    if (ids && (j->call_opening || lead) && !(g = srv_tools_grammar(s, tools, force, lead, API_OPENAI, &e))) {
         st_free(ids);
         ids = NULL;
     }

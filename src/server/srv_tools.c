@@ -72,11 +72,8 @@ static int add_call(json_t *calls, const json_t *obj, const json_t *tools, const
 
 /* ---- markup calls (TOOLS_XML, TOOLS_GLM): text values typed by the schema ---- */
 
-/* 1 when the function's schema types key as a string (alone, or beside null). */
-static int typed_string(const json_t *tool, const char *key) {
-    const json_t *fn = json_object_get(tool, "function");
-    const json_t *t =
-        json_object_get(json_object_get(json_object_get(json_object_get(fn, "parameters"), "properties"), key), "type");
+int tools_typed_string(const json_t *prop) {
+    const json_t *t = json_object_get(prop, "type");
     if (json_is_string(t)) return !strcmp(json_string_value(t), "string");
     size_t i;
     json_t *x;
@@ -92,7 +89,8 @@ static int typed_string(const json_t *tool, const char *key) {
 /* A value's text as the call's JSON: a string where the schema says so, else JSON when it reads as JSON,
  * else a string. NULL when the text is no UTF-8. */
 static json_t *markup_value(const json_t *tool, const char *key, const char *v, size_t n) {
-    if (!typed_string(tool, key)) {
+    const json_t *fn = json_object_get(tool, "function");
+    if (!tools_typed_string(json_object_get(json_object_get(json_object_get(fn, "parameters"), "properties"), key))) {
         json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
         if (j) return j;
     }

@@ -26,10 +26,11 @@
 typedef enum { TOOLS_TAGGED, TOOLS_LLAMA3, TOOLS_XML, TOOLS_GLM } tools_family;
 
 tools_family tools_family_of(const char *tmpl, size_t len);
-/* 1 for the markup families (TOOLS_XML, TOOLS_GLM): no grammar holds their
- * calls (a forced call is opened and left to the model, stopped at
- * `</tool_call>`; an auto call is parsed as written). */
+/* 1 for the markup families (TOOLS_XML, TOOLS_GLM). */
 static inline int tools_markup(tools_family fam) { return fam == TOOLS_XML || fam == TOOLS_GLM; }
+/* 1 when a property's schema types it as a string (alone, or beside null):
+ * its markup value is then text, not JSON (the parser and the grammar). */
+int tools_typed_string(const json_t *prop);
 /* 1 when the template renders `tools` itself (else the server describes them
  * in a system message). */
 int tools_template_handles(const char *tmpl, size_t len);

@@ -8,14 +8,19 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/alloc.h"
+#include "server/srv_grammar.h"
+#include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
 static int g_fail;
 
-/* get_weather and write_file type their keys (markup values follow the types); add has no schema */
+/* get_weather (city required) and write_file type their keys (markup values follow the types); add has no
+ * schema */
 static const char TOOLS[] =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
-    "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}}}}},"
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
+    "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\"]}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"add\"}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"write_file\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"path\":{\"type\":\"string\"},\"content\":{\"type\":[\"string\",\"null\"]},"
@@ -107,6 +112,50 @@ static void check_stream(const char *what, const char *text, tools_family fam, s
            ok ? "ok" : "FAIL", step, what, n, want, o.n_frag, o.content);
     g_fail += !ok;
     json_decref(calls);
+    json_decref(tools);
+}
+
+/* ---- the markup families' grammars (srv_tools_grammar): what they let through, and that it parses ---- */
+
+/* 1 when text is a whole sentence of grammar g (and nothing need follow it) */
+static int g_whole(const grammar *g, const char *text) {
+    gmatch *m = gmatch_new(g);
+    int ok = gmatch_feed(m, text, strlen(text)) == 0 && gmatch_accepting(m);
+    gmatch_free(m);
+    return ok;
+}
+
+/* The grammar of a call in family fam (force as srv_tools_grammar takes it: NULL auto, "" any, or a name);
+ * checks it takes text (or refuses it), and that opening + text parses to want_args (JSON) of name. */
+static void check_markup_grammar(const char *what, tools_family fam, const char *force, const char *text,
+                                 const char *opening, int want, const char *name, const char *want_args) {
+    json_t *tools = json_loads(TOOLS, 0, NULL);
+    srv_ctx *s = st_calloc(1, sizeof *s);
+    s->tools_fam = (int)fam;
+    srv_err e;
+    char *gt = srv_tools_grammar(s, tools, force, NULL, API_OPENAI, &e);
+    char err[256] = "";
+    grammar *g = gt ? grammar_parse(gt, strlen(gt), err, sizeof err) : NULL;
+    int took = g && g_whole(g, text), ok = g && took == want;
+    if (ok && want && name) { /* what the grammar lets through is the call the parser reads */
+        char all[2048];
+        snprintf(all, sizeof all, "%s%s", opening, text);
+        size_t clen = 0;
+        json_t *calls = tools_parse(all, strlen(all), tools, "c", &clen);
+        json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+        json_t *a = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL),
+               *b = json_loads(want_args, 0, NULL);
+        ok = calls && !strcmp(json_string_value(json_object_get(fn, "name")), name) && json_equal(a, b);
+        json_decref(a);
+        json_decref(b);
+        json_decref(calls);
+    }
+    printf("%s: grammar %s: %s (want %s)%s%s\n", ok ? "ok" : "FAIL", what, took ? "taken" : "refused",
+           want ? "taken" : "refused", err[0] ? ", " : "", err);
+    g_fail += !ok;
+    grammar_free(g);
+    st_free(gt);
+    st_free(s);
     json_decref(tools);
 }
 
@@ -246,6 +295,58 @@ int main(void) {
         check_stream(streams[i].what, streams[i].text, streams[i].fam, 7, 0);
         check_stream(streams[i].what, streams[i].text, streams[i].fam, 10000, 0);
     }
+    /* the markup grammars: forced (named, any) and auto, both families */
+    const char *xo = "<tool_call>\n<function=get_weather>\n", *go = "<tool_call>get_weather\n";
+    check_markup_grammar("xml named", TOOLS_XML, "get_weather",
+                         "<parameter=city>\nSan Francisco\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+                         "</function>\n</tool_call>",
+                         xo, 1, "get_weather", "{\"city\": \"San Francisco\", \"days\": 3}");
+    check_markup_grammar("xml named, optional key left out", TOOLS_XML, "get_weather",
+                         "<parameter=city>\n<b>42</b>\n</parameter>\n</function>\n</tool_call>", xo, 1, "get_weather",
+                         "{\"city\": \"<b>42</b>\"}");
+    check_markup_grammar("xml named, an enum's string", TOOLS_XML, "get_weather",
+                         "<parameter=city>\nRome\n</parameter>\n<parameter=unit>\nf\n</parameter>\n</function>\n"
+                         "</tool_call>",
+                         xo, 1, "get_weather", "{\"city\": \"Rome\", \"unit\": \"f\"}");
+    check_markup_grammar("xml named, a string outside the enum", TOOLS_XML, "get_weather",
+                         "<parameter=city>\nRome\n</parameter>\n<parameter=unit>\nk\n</parameter>\n</function>\n"
+                         "</tool_call>",
+                         xo, 0, NULL, NULL);
+    check_markup_grammar("xml named, required key missing", TOOLS_XML, "get_weather",
+                         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>", xo, 0, NULL, NULL);
+    check_markup_grammar("xml named, an integer that is not one", TOOLS_XML, "get_weather",
+                         "<parameter=city>\nRome\n</parameter>\n<parameter=days>\nthree\n</parameter>\n</function>\n"
+                         "</tool_call>",
+                         xo, 0, NULL, NULL);
+    check_markup_grammar("xml named, a value holding its closing tag", TOOLS_XML, "get_weather",
+                         "<parameter=city>\nRo</parameter>me\n</parameter>\n</function>\n</tool_call>", xo, 0, NULL,
+                         NULL);
+    check_markup_grammar("xml any tool", TOOLS_XML, "",
+                         "write_file>\n<parameter=path>\na.py\n</parameter>\n<parameter=content>\nx = '<'\n"
+                         "</parameter>\n<parameter=opts>\n{\"mode\": \"w\"}\n</parameter>\n</function>\n</tool_call>",
+                         "<tool_call>\n<function=", 1, "write_file",
+                         "{\"path\": \"a.py\", \"content\": \"x = '<'\", \"opts\": {\"mode\": \"w\"}}");
+    check_markup_grammar("xml auto, two calls (a tool without a schema takes any keys)", TOOLS_XML, NULL,
+                         "\n<function=add>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+                         "<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>",
+                         "<tool_call>", 1, "add", "{\"a\": 1}");
+    check_markup_grammar("xml auto, an unknown function", TOOLS_XML, NULL,
+                         "\n<function=rm_rf>\n</function>\n</tool_call>", "<tool_call>", 0, NULL, NULL);
+    check_markup_grammar("glm named", TOOLS_GLM, "get_weather",
+                         "<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n<arg_key>days</arg_key>\n"
+                         "<arg_value>2</arg_value>\n</tool_call>",
+                         go, 1, "get_weather", "{\"city\": \"Beijing\", \"days\": 2}");
+    check_markup_grammar("glm named, a string typed key written as JSON stays text", TOOLS_GLM, "get_weather",
+                         "<arg_key>city</arg_key>\n<arg_value>\"Oslo\"</arg_value>\n</tool_call>", go, 1, "get_weather",
+                         "{\"city\": \"\\\"Oslo\\\"\"}");
+    check_markup_grammar("glm named, keys out of order", TOOLS_GLM, "get_weather",
+                         "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>city</arg_key>\n"
+                         "<arg_value>Oslo</arg_value>\n</tool_call>",
+                         go, 0, NULL, NULL);
+    check_markup_grammar("glm any tool", TOOLS_GLM, "", "add\n</tool_call>", "<tool_call>", 1, "add", "{}");
+    check_markup_grammar("glm auto", TOOLS_GLM, NULL,
+                         "get_weather\n<arg_key>city</arg_key>\n<arg_value>Lima</arg_value>\n</tool_call>",
+                         "<tool_call>", 1, "get_weather", "{\"city\": \"Lima\"}");
     /* families from template text */
     const char *qwen = "{%- if tools %}<tools>{{ tool | tojson }}</tools><tool_call>{% endif %}";
     const char *llama = "{{- '\"parameters\": dictionary' }}{%- if message.role == 'ipython' %}{% endif %}{{ tools }}";
