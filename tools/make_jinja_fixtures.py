@@ -16,7 +16,7 @@ and must agree.
 Templates (tests/data/jinja/templates/*.jinja) are public data: smollm2 is
 read from models/SmolLM2-135M-Instruct.Q4_1.gguf (the Gemma 3 270M GGUF has
 none); the others are the published templates of Qwen2.5, Qwen3, Llama 3.2,
-Llama 3.3, Gemma 3, DeepSeek-V3 (R1-era revision) and DeepSeek-V3.1, as
+Llama 3.3, Gemma 3, DeepSeek-V3 (R1-era revision), DeepSeek-V3.1 and GLM-4.6, as
 collected in llama.cpp's models/templates and the models' tokenizer_config.json.
 
 Each case: {"name", "template" (file stem) or "source" (inline text),
@@ -159,6 +159,7 @@ FAMILIES = {
     "gemma3": ("<bos>", "<eos>", {}),
     "deepseek_v3": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", {}),
     "deepseek_v31": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", {"thinking": False}),
+    "glm46": ("", "<|endoftext|>", {}),
 }
 
 # ---- single features, each against jinja2 --------------------------------

@@ -55,9 +55,16 @@ static const cache_entry *template_for(const char *src, size_t len) {
     e->len = len;
     e->t = jinja_parse(src, len);
     if (!e->t) ST_WARN("chat template: %s; using the built-in chat format instead", st_error_get());
-    /* Templates that print arguments with tojson expect an object (HF's
-     * convention); those that concatenate them (DeepSeek) expect the string. */
-    e->wants_object_args = contains(src, len, "arguments | tojson") || contains(src, len, "arguments|tojson");
+    /* Templates that print arguments with tojson or walk their items expect
+     * an object (HF's convention: Llama 3.x, Qwen3.5's `arguments|items`,
+     * GLM-4.6's `(arguments or {}).items()`, GLM-4.5's `is mapping`); those
+     * that concatenate them (DeepSeek) expect the string. */
+    static const char *const OBJECT_USES[] = {"arguments | tojson", "arguments|tojson",  "arguments | items",
+                                              "arguments|items",    "arguments.items()", "arguments is mapping",
+                                              "arguments or {}"};
+    e->wants_object_args = 0;
+    for (size_t i = 0; i < sizeof OBJECT_USES / sizeof OBJECT_USES[0]; i++)
+        e->wants_object_args |= contains(src, len, OBJECT_USES[i]);
     pthread_mutex_unlock(&g_lock);
     return e;
 }

@@ -11,9 +11,9 @@
  *    runaway macro recursion -- are refused quickly with a clear message.
  * 4. chat_render_template (chat.h) on GGUF files: SmolLM2's own template,
  *    Gemma 3 270M (no template: the built-in Gemma format must equal what the
- *    Gemma 3 template renders), and a written GGUF carrying the Llama 3.3
- *    template with OpenAI-style string arguments (turned into the object HF
- *    templates expect). Real models are skipped when models/ lacks them.
+ *    Gemma 3 template renders), and written GGUFs carrying the Llama 3.3 and
+ *    GLM-4.6 templates with OpenAI-style string arguments (turned into the
+ *    object HF templates expect). Real models are skipped when models/ lacks them.
  *
  * Usage: test_jinja <tests/data/jinja> [models dir]
  */
@@ -328,6 +328,43 @@ static void check_file(const char *label, const gguf_file *f, const tokenizer *t
     st_free(out);
 }
 
+/* A written GGUF carrying template `stem`, its tool_call_dict_args case fed as an OpenAI client sends it
+ * (the arguments a JSON string, content null): the render must equal the case's (arguments as the object
+ * HF templates expect). drop_prefix: the BOS the template writes that the tokenizer would add instead. */
+static void string_args(const char *data_dir, const char *stem, const char *drop_prefix) {
+    char path[1024], label[96], name[96];
+    size_t len;
+    snprintf(path, sizeof path, "%s/templates/%s.jinja", data_dir, stem);
+    char *tmpl = read_file(path, &len);
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "general.architecture", "llama");
+    gguf_w_str(w, "tokenizer.chat_template", tmpl ? tmpl : "");
+    snprintf(path, sizeof path, "/tmp/strata_test_jinja_%d.gguf", (int)getpid());
+    int wrote = tmpl && gguf_writer_write(w, path, NULL, NULL) == 0;
+    gguf_writer_free(w);
+    gguf_file *f = wrote ? gguf_open(path) : NULL;
+    snprintf(name, sizeof name, "%s/tool_call_dict_args/gen", stem);
+    json_t *cs = f ? find_case(name) : NULL;
+    if (cs) {
+        json_t *msgs = json_deep_copy(json_object_get(json_object_get(cs, "context"), "messages"));
+        json_t *fn =
+            json_object_get(json_array_get(json_object_get(json_array_get(msgs, 2), "tool_calls"), 0), "function");
+        char *js = json_dumps(json_object_get(fn, "arguments"), JSON_COMPACT);
+        json_object_set_new(fn, "arguments", json_string(js));
+        free(js);
+        json_object_set_new(json_array_get(msgs, 2), "content", json_null());
+        snprintf(label, sizeof label, "written GGUF, %s, string args", stem);
+        check_file(label, f, NULL, name, msgs, drop_prefix);
+        json_decref(msgs);
+    } else {
+        printf("FAIL %s: cannot write a GGUF, or no fixture %s: %s\n", stem, name, st_error_get());
+        failures++;
+    }
+    gguf_close(f);
+    remove(path);
+    free(tmpl);
+}
+
 static void chat_files(const char *data_dir, const char *models) {
     char path[1024];
     snprintf(path, sizeof path, "%s/cases.json", data_dir);
@@ -358,39 +395,9 @@ static void chat_files(const char *data_dir, const char *models) {
         tokenizer_free(tok);
         gguf_close(f);
     }
-    /* a written GGUF with the Llama 3.3 template and no tokenizer: bos_token is empty */
-    char *tmpl;
-    size_t len;
-    snprintf(path, sizeof path, "%s/templates/llama33.jinja", data_dir);
-    tmpl = read_file(path, &len);
-    gguf_writer *w = gguf_writer_new();
-    gguf_w_str(w, "general.architecture", "llama");
-    gguf_w_str(w, "tokenizer.chat_template", tmpl);
-    snprintf(path, sizeof path, "/tmp/strata_test_jinja_%d.gguf", (int)getpid());
-    int wrote = gguf_writer_write(w, path, NULL, NULL) == 0;
-    gguf_writer_free(w);
-    gguf_file *f = wrote ? gguf_open(path) : NULL;
-    if (f) {
-        json_t *cs = find_case("llama33/tool_call_dict_args/gen");
-        json_t *msgs = json_deep_copy(json_object_get(json_object_get(cs, "context"), "messages"));
-        /* as an OpenAI client sends it: arguments as a JSON string, content null */
-        json_t *fn =
-            json_object_get(json_array_get(json_object_get(json_array_get(msgs, 2), "tool_calls"), 0), "function");
-        json_t *args = json_object_get(fn, "arguments");
-        char *js = json_dumps(args, JSON_COMPACT);
-        json_object_set_new(fn, "arguments", json_string(js));
-        free(js);
-        json_object_set_new(json_array_get(msgs, 2), "content", json_null());
-        check_file("written GGUF, Llama 3.3, string args", f, NULL, "llama33/tool_call_dict_args/gen", msgs,
-                   "<|begin_of_text|>");
-        json_decref(msgs);
-    } else {
-        printf("FAIL cannot write a GGUF: %s\n", st_error_get());
-        failures++;
-    }
-    gguf_close(f);
-    remove(path);
-    free(tmpl);
+    /* written GGUFs with no tokenizer (bos_token empty), fed tool calls as OpenAI clients send them */
+    string_args(data_dir, "llama33", "<|begin_of_text|>");
+    string_args(data_dir, "glm46", ""); /* iterates arguments.items(): an object, or it fails */
     json_decref(g_cases);
 }
 
