@@ -384,16 +384,16 @@ static int run_isa_env(void) {
     return check_report("isa-env");
 }
 
-/* --iq-grid-env: STRATA_IQ_GRID is set by CTest (unset: auto). On an Intel
- * CPU with VBMI, gather must hand out no grid-in-registers kernel, regs every
- * one there is, auto exactly those of quant_dot.c's regs_wins (IQ3_XXS, IQ3_S); on
- * AMD or without VBMI never one. */
+/* --iq-grid-env: STRATA_IQ_GRID is set by CTest (unset: auto). On a CPU
+ * with VBMI (Intel or AMD), gather must hand out no grid-in-registers kernel,
+ * regs every one there is, auto exactly those of quant_dot.c's regs_wins
+ * (IQ3_XXS, IQ3_S); without VBMI never one. */
 static int run_iq_grid_env(void) {
     const char *env = getenv("STRATA_IQ_GRID");
     const char *mode = env && *env ? env : "auto";
     unsigned a, b, c, d;
     const int amd = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u; /* "Auth" */
-    const int can = qt_cpu_has_vbmi() && !amd;
+    const int can = qt_cpu_has_vbmi();
     int n_regs = 0;
     for (int ti = 0; ti < QT_COUNT; ti++) {
         const qt_vec_dot_fn regs = qt_dots_iq_avx512_regs[ti];
