@@ -35,6 +35,10 @@ static const st_switch_def TABLE[] = {
      "a one-token MoE step on the CPU: 1 computes each routed expert whole in one pool task, 0 splits every "
      "expert's rows across the threads; auto: experts as tasks when there are at least two per thread",
      0},
+    {"STRATA_CPU_PREFETCH", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
+     "bytes a CPU matrix-vector product prefetches ahead of its rows (0: none, the hardware's streams alone); auto: "
+     "4096, or 0 on AMD CPUs (where the software prefetch measured slower)",
+     0},
     {"STRATA_YARN_TRUNCATE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: YaRN's correction range rounded outwards to whole rotary pairs, as llama.cpp b11434 does (gpt-oss, "
      "transformers and OpenAI's reference do not round)",

@@ -55,6 +55,8 @@ qt_isa qt_cpu_isa(void);
 const char *qt_isa_name(qt_isa isa);
 /* Whether this CPU can run a path of that ISA. */
 int qt_isa_supported(qt_isa isa);
+/* 1 on an AMD CPU (cpuid vendor): some choices measured differently there. */
+int qt_cpu_is_amd(void);
 /* Dot product for weight type t on the given ISA path; falls back to the next
  * lower ISA where a path has no special version. NULL if t has no dot product. */
 qt_vec_dot_fn qt_vec_dot(qt_type t, qt_isa isa);

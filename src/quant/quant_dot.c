@@ -152,6 +152,11 @@ const char *qt_isa_name(qt_isa isa) {
     }
 }
 
+int qt_cpu_is_amd(void) {
+    pthread_once(&g_isa_once, isa_init);
+    return g_amd;
+}
+
 int qt_cpu_has_vbmi(void) {
     pthread_once(&g_isa_once, isa_init);
     return g_vbmi;

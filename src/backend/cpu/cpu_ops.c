@@ -28,20 +28,48 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/switches.h"
 #include "quant/quant.h"
 #include "quant/quant_gemm.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Quantized activations of one token block should stay in L2 (>= 1 MiB on
  * the server parts we target, 256 KiB on old desktops: this is a middle).
  * cpu_set_act_block_bytes() changes it (tuning, and tests of the tiling). */
 static size_t act_block_bytes = 256 * 1024;
-/* How far ahead a matvec prefetches its weights (cpu_set_prefetch_bytes).
- * Measured on a 16-core Xeon (docs/benchmarks.md): 4 KiB raised Q6_K, Q8_0
- * and IQ4_XS by 10-20 points, to 70-78% of the read bandwidth; NTA hints
- * were worse than no prefetch, 16 KiB slightly worse than 4. */
-static size_t prefetch_bytes = 4096;
+/* How far ahead a matvec prefetches its weights (cpu_set_prefetch_bytes,
+ * else STRATA_CPU_PREFETCH, else by vendor at first use). Measured on a
+ * 16-core Xeon (docs/benchmarks.md): 4 KiB raised Q6_K, Q8_0 and IQ4_XS by
+ * 10-20 points, to 70-78% of the read bandwidth; NTA hints were worse than
+ * no prefetch, 16 KiB slightly worse than 4. On a Zen 4 EPYC (2 cores) the
+ * hardware streams alone did better: none read Q6_K and Q8_0 at 84-87% of
+ * the bandwidth against 59-69% with 4 KiB, Q4_K 70% against 60-64%. */
+#define PREFETCH_UNSET ((size_t)-2)
+static size_t prefetch_bytes = PREFETCH_UNSET;
+static pthread_once_t prefetch_once = PTHREAD_ONCE_INIT;
+
+static void prefetch_init(void) {
+    if (prefetch_bytes != PREFETCH_UNSET) return; /* set before the first product */
+    const size_t dflt = qt_cpu_is_amd() ? 0 : 4096;
+    const char *v = st_switch_get("STRATA_CPU_PREFETCH");
+    char *end = NULL;
+    if (!v || !*v || !strcmp(v, "auto")) prefetch_bytes = dflt;
+    else {
+        const unsigned long long n = strtoull(v, &end, 10);
+        if (*end || n > (1u << 20) || v[0] == '-') {
+            st_log(ST_LOG_ERROR, "STRATA_CPU_PREFETCH=%s is not auto or a byte count up to 1 MiB; auto used", v);
+            prefetch_bytes = dflt;
+        } else prefetch_bytes = (size_t)n;
+    }
+}
+
+static size_t prefetch(void) {
+    pthread_once(&prefetch_once, prefetch_init);
+    return prefetch_bytes;
+}
 /* Tasks per thread for a matvec: enough to even out uneven cores. */
 #define TASKS_PER_THREAD 4
 /* Smallest task, in weight bytes, for which a dispatch is worth it. */
@@ -56,7 +84,7 @@ size_t cpu_set_act_block_bytes(size_t bytes) {
 }
 
 size_t cpu_set_prefetch_bytes(size_t bytes) {
-    size_t old = prefetch_bytes;
+    size_t old = prefetch();
     if (bytes != (size_t)-1) prefetch_bytes = bytes;
     return old;
 }
@@ -164,7 +192,7 @@ static void matvec_rows(const mm_job *j, int64_t task) {
     const uint8_t *x = j->Xq + (j->x_ids ? (size_t)j->x_ids[0] * j->act_row : 0);
     const uint8_t *w = j->W + (size_t)r0 * j->row_stride;
     const uint8_t *end = j->W + (size_t)r1 * j->row_stride;
-    const size_t pf = prefetch_bytes;
+    const size_t pf = prefetch();
     const uint8_t *next = w; /* first byte not yet prefetched */
     for (int64_t r = r0; r < r1; r++, w += j->row_stride) {
         /* Before each row, ask for everything up to prefetch_bytes past its
@@ -192,7 +220,7 @@ static void small_rows(const mm_job *j, int64_t task) {
     const void *act[QT_GEMM_SMALL_MAX_TOK];
     for (int c = 0; c < j->n_tok; c++) act[c] = j->Xq + (size_t)(j->x_ids ? j->x_ids[c] : c) * j->act_row;
     const uint8_t *end = j->W + (size_t)r1 * j->row_stride, *next = j->W + (size_t)r0 * j->row_stride;
-    const size_t pf = prefetch_bytes;
+    const size_t pf = prefetch();
     for (int64_t r = r0; r < r1; r += SMALL_RUN) {
         const int nr = r1 - r < SMALL_RUN ? (int)(r1 - r) : SMALL_RUN;
         const uint8_t *w = j->W + (size_t)r * j->row_stride;
