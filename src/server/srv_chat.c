@@ -255,6 +255,17 @@ static void put_root(gschema *c, const char *lead, const char *body) {
     gschema_put(c, body);
 }
 
+/* Tool i's schema as the request names it (param), and 0, or 400 when it describes no object. */
+static int tool_params(srv_api api, size_t i, const json_t *params, char *param, size_t cap, srv_err *e) {
+    if (api == API_ANTHROPIC) snprintf(param, cap, "tools.%zu.input_schema", i);
+    else snprintf(param, cap, "tools[%zu].function.parameters", i);
+    const char *type = json_string_value(json_object_get(params, "type"));
+    if (type && strcmp(type, "object"))
+        return srv_fail(e, 400, param, "invalid_value", "'%s' must describe an object (type 'object'), not '%s'", param,
+                        type);
+    return 0;
+}
+
 /* ---- markup calls' grammar (TOOLS_XML, TOOLS_GLM) ---- */
 
 /* Rule `name`: any text without stop in it. stop's first byte must occur in it once and its bytes need no
@@ -350,14 +361,8 @@ static char *markup_grammar(srv_ctx *s, json_t *tools, const char *force, const 
         const char *fname = json_string_value(json_object_get(fn, "name"));
         if (force && *force && strcmp(fname, force)) continue;
         char param[96], err[512];
-        if (api == API_ANTHROPIC) snprintf(param, sizeof param, "tools.%zu.input_schema", i);
-        else snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
-        const char *type = json_string_value(json_object_get(params, "type"));
-        int rc = -1;
-        if (type && strcmp(type, "object"))
-            srv_fail(e, 400, param, "invalid_value", "'%s' must describe an object (type 'object'), not '%s'", param,
-                     type);
-        else if ((rc = put_markup_call(c, xml, params, i, err, sizeof err)) < 0)
+        int rc = tool_params(api, i, params, param, sizeof param, e);
+        if (rc == 0 && (rc = put_markup_call(c, xml, params, i, err, sizeof err)) < 0)
             srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
         if (rc < 0) {
             gschema_free(c);
@@ -405,17 +410,11 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char
         json_t *fn = json_object_get(t, "function");
         const char *fname = json_string_value(json_object_get(fn, "name"));
         if (force && *force && strcmp(fname, force)) continue;
-        if (api == API_ANTHROPIC) snprintf(param, sizeof param, "tools.%zu.input_schema", i);
-        else snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
         json_t *params = json_object_get(fn, "parameters"), *own = NULL;
         if (!params || json_is_null(params)) /* no parameters: the call takes none */
             params = own = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
-        const char *type = json_string_value(json_object_get(params, "type"));
-        int rc = -1;
-        if (type && strcmp(type, "object"))
-            srv_fail(e, 400, param, "invalid_value", "'%s' must describe an object (type 'object'), not '%s'", param,
-                     type);
-        else {
+        int rc = tool_params(api, i, params, param, sizeof param, e);
+        if (rc == 0) {
             snprintf(name, sizeof name, "tool%zu", i);
             if ((rc = gschema_add(c, params, name, err, sizeof err)) < 0)
                 srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
