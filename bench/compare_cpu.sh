@@ -3,7 +3,8 @@
 # (when IK_BENCH names its llama-bench) ik_llama.cpp on one GGUF file,
 # measured back to back in one run so all see the same machine load, printed
 # as a Markdown table with Strata's ratio to each and to the better peer, and
-# the decode limit strata bench measures beside it.
+# the limits strata bench measures beside it (read bandwidth for decode, the
+# cores' int8 multiply-add rate for prompts).
 #
 # usage: bench/compare_cpu.sh STRATA_BIN LLAMA_BENCH_BIN MODEL [THREADS] [REPS]
 #   STRATA_BIN       path to the `strata` binary (runs `strata bench`)
@@ -94,6 +95,10 @@ if any(v for _, v in extra):
 m = re.search(r'^tg%d: .* of weights = ([0-9]+)%% of the ([0-9.]+) GB/s' % tg, s, re.M) if tg else None
 if m:
     print('Strata decode: %s%% of the %s GB/s read bandwidth strata bench measured beside it' % m.groups())
+m = re.search(r"^pp%d: .* = ([0-9]+)%% of the ([0-9.]+) GMAC/s that \d+ threads?' (\w+) int8" % pp, s, re.M) if pp else None
+if m:
+    print('Strata prompt: %s%% of the %s GMAC/s int8 multiply-add rate (%s) strata bench measured beside it'
+          % m.groups())
 print()
 head = '| test | Strata tok/s | ' + ' | '.join('%s tok/s' % n for n, _ in peers) + ' | ' + \
        ' | '.join('Strata/%s' % n for n, _ in peers) + (' | Strata/better |' if len(peers) > 1 else ' |')

@@ -1,7 +1,9 @@
 /* `strata bench`: prompt and decode speed of a model, reported as tokens per
  * second and as GB/s of weights read per decoded token (the decode
  * roofline's numerator: dense weights + the active experts), like
- * llama-bench's pp/tg tests so the two can be compared on one file. */
+ * llama-bench's pp/tg tests so the two can be compared on one file. On the
+ * CPU each figure comes with its roofline, measured beside it: the read
+ * bandwidth for decode, the cores' int8 multiply-add rate for prompts. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +15,7 @@
 #include "core/timer.h"
 #include "engine/moe_lanes.h"
 #include "engine/split_local.h"
+#include "quant/quant.h"
 
 #define BENCH_USAGE "strata bench " ENGINE_OPTS_USAGE " [-p N] [-n N] [-d N] [-r REPS]"
 
@@ -116,26 +119,35 @@ int cmd_bench(int argc, char **argv) {
     printf("model: %s (%s, %.1f MB active weights per token)\n", ep.model_path, model_arch_name(e->m->hp.arch),
            bytes / 1e6);
     double pp_med = median(pp, (int)reps), tg_med = median(tg, (int)reps);
-    if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp_med);
     int on_cpu = ep.gpu < 0; /* every rank of a split too */
     int devs[SPLIT_MAX_DEVICES];
     for (int r = 0, n = ep.devices ? split_parse_devices(ep.devices, devs, SPLIT_MAX_DEVICES) : 0; r < n; r++)
         on_cpu &= devs[r] < 0;
-    if (n_g && on_cpu) {
-        /* the roofline of CPU decode: what this machine's threads read per second, measured now */
-        st_pool *pool = st_pool_init(ep.n_threads);
+    /* on the CPU, each figure beside its roofline, measured now with the same threads */
+    st_pool *pool = on_cpu && (n_p || n_g) ? st_pool_init(ep.n_threads) : NULL;
+    const int nt = pool ? st_pool_n_threads(pool) : 0;
+    if (n_p && pool) {
+        const double rate = cpu_int8_rate(pool), gmacs = pp_med * model_layer_macs_per_token(e->m) / 1e9;
+        printf("pp%lld: %.2f tok/s, %.1f GMAC/s in the layers' weight products", n_p, pp_med, gmacs);
+        if (rate > 0)
+            printf(" = %.0f%% of the %.1f GMAC/s that %d thread%s' %s int8 units do here\n", 100 * gmacs / (rate / 1e9),
+                   rate / 1e9, nt, nt == 1 ? "" : "s", qt_isa_name(qt_cpu_isa()));
+        else printf(" (no SIMD int8 path on this CPU)\n");
+    } else if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp_med);
+    if (n_g && pool) {
+        /* the roofline of CPU decode: what this machine's threads read per second */
         const size_t bw_bytes = (size_t)512 << 20;
         uint8_t *buf = cpu_bw_buffer(pool, bw_bytes);
         const double bw = cpu_read_bandwidth(pool, buf, bw_bytes, 2);
         printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights = %.0f%% of the %.1f GB/s that %d thread%s read here\n", n_g,
-               depth ? " @ depth" : "", tg_med, tg_med * bytes / 1e9, 100 * tg_med * bytes / 1e9 / bw, bw,
-               st_pool_n_threads(pool), st_pool_n_threads(pool) == 1 ? "" : "s");
+               depth ? " @ depth" : "", tg_med, tg_med * bytes / 1e9, 100 * tg_med * bytes / 1e9 / bw, bw, nt,
+               nt == 1 ? "" : "s");
         st_free(buf);
-        st_pool_free(pool);
     } else if (n_g) {
         printf("tg%lld%s: %.2f tok/s, %.2f GB/s of weights\n", n_g, depth ? " @ depth" : "", tg_med,
                tg_med * bytes / 1e9);
     }
+    if (pool) st_pool_free(pool);
     if (ls && n_p && pro.layers) {
         const double pairs = (double)(pro.pairs_dev + pro.pairs_cpu + pro.pairs_pcie);
         printf("experts in the prompt: %.1f distinct per layer and chunk (of %d); %.1f%% of pairs from the GPU cache, "

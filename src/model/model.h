@@ -277,5 +277,9 @@ void model_each_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx)
 
 /* Bytes of weights read per token (dense + active experts): the decode roofline numerator. */
 double model_active_bytes_per_token(const model *m);
+/* Multiply-adds of the layers' weight products per token (dense + active
+ * experts; the output matrix apart, a prompt computes it for its last
+ * token only): the CPU prompt roofline numerator. */
+double model_layer_macs_per_token(const model *m);
 
 #endif

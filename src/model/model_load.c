@@ -701,17 +701,27 @@ void model_free(model *m) {
     st_free(m);
 }
 
-double model_active_bytes_per_token(const model *m) {
+/* Over the layers' matrices one token uses (a routed tensor: the
+ * n_expert_used experts), the sum of their bytes, or of their multiply-adds
+ * (rows x columns). */
+static double layer_weights_per_token(const model *m, int macs) {
     const model_hparams *hp = &m->hp;
-    double b = (double)m->output.row_bytes * (double)m->output.n_out; /* the embedding: one row, not counted */
+    double sum = 0;
     for (int il = 0; il < hp->n_layer; il++)
         for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) {
             const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
             if (lt->vec || !model_has_tensor(hp, il, lt->when)) continue;
             const st_weight *w = (const st_weight *)((const char *)&m->layers[il] + lt->offset);
             if (!w->data) continue;
-            /* a routed tensor: the experts a token uses; else the one matrix */
-            b += (double)w->row_bytes * (double)w->n_out * (lt->cls == MT_ROUTED ? (double)hp->n_expert_used : 1.0);
+            const double per = macs ? (double)w->n_in : (double)w->row_bytes;
+            sum += per * (double)w->n_out * (lt->cls == MT_ROUTED ? (double)hp->n_expert_used : 1.0);
         }
-    return b;
+    return sum;
 }
+
+double model_active_bytes_per_token(const model *m) {
+    /* the output matrix, then the layers; the embedding is one row, not counted */
+    return (double)m->output.row_bytes * (double)m->output.n_out + layer_weights_per_token(m, 0);
+}
+
+double model_layer_macs_per_token(const model *m) { return layer_weights_per_token(m, 1); }

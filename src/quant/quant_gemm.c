@@ -11,6 +11,8 @@
 #include "quant/quant_gemm.h"
 #include "quant/quant_gemm_impl.h"
 
+#include "core/timer.h"
+
 qt_gemm_fn qt_gemm(qt_type t, qt_isa isa) {
     if ((int)t < 0 || t >= QT_COUNT) return NULL;
     /* a path the CPU cannot run is never handed out, whatever was asked */
@@ -46,6 +48,34 @@ qt_gemm_fn qt_gemm_small(qt_type t, qt_isa isa) {
 #define SMALL_MAX_TOK 4
 
 int qt_gemm_small_max_tok(qt_type t, qt_isa isa) { return qt_gemm_small(t, isa) ? SMALL_MAX_TOK : 0; }
+
+/* One ISA's loop, iters rounds: multiply-adds done (quant_gemm_impl.h). */
+static uint64_t peak_round(qt_isa isa, int zmm, int64_t iters) {
+    switch (isa) {
+    case QT_ISA_AMX: return qt_peak_amx(iters);
+    case QT_ISA_AVX512: return qt_peak_avx512(iters, zmm);
+    default: return qt_peak_avx2(iters);
+    }
+}
+
+double qt_int8_rate(qt_isa isa, double seconds) {
+    if (isa == QT_ISA_SCALAR || !qt_isa_supported(isa)) return 0;
+    double best = 0;
+    for (int zmm = 0; zmm <= (isa == QT_ISA_AVX512); zmm++) {
+        /* grow the round until it lasts a tenth of the time, then take the best of what is left */
+        int64_t iters = 1024;
+        double spent = 0;
+        while (spent < seconds) {
+            const int64_t t0 = st_now_ns();
+            const uint64_t macs = peak_round(isa, zmm, iters);
+            const double dt = (double)(st_now_ns() - t0) * 1e-9;
+            spent += dt;
+            if (dt > 0 && (double)macs / dt > best) best = (double)macs / dt;
+            if (dt < seconds / 10) iters *= 2;
+        }
+    }
+    return best;
+}
 
 void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act,
                     float *y, size_t ldy) {

@@ -69,6 +69,15 @@ qt_gemm_fn qt_gemm_small(qt_type t, qt_isa isa);
  * rather than the gemm (measured crossover, quant_gemm.c): 2..this, 0 if none. */
 int qt_gemm_small_max_tok(qt_type t, qt_isa isa);
 
+/* Multiply-adds per second that one core's int8 unit does on the path the
+ * gemm kernels take for isa: vpmaddubsw + vpmaddwd on AVX2, vpdpbusd (the
+ * faster of ymm and zmm) on AVX-512, tdpbssd on tiles of the kernels' shape
+ * on AMX; independent instructions for about `seconds`. A prompt's weight
+ * products can go no faster than weights x tokens over this (times the
+ * threads): the prompt roofline `strata bench` prints. 0 for the scalar
+ * ISA and for one this CPU cannot run. */
+double qt_int8_rate(qt_isa isa, double seconds);
+
 /* The generic fallback with qt_gemm_fn's arguments: one dot call per (row,
  * token) pair with `dot` (a qt_vec_dot of the weight type). */
 void qt_gemm_by_dot(qt_vec_dot_fn dot, int n, int nr, int nc, const void *w, size_t w_stride, const void *const *act,

@@ -356,4 +356,28 @@ QG_INLINE void qg_run16_q6(int n, int nr, int nc, const void *wv, size_t ws, con
     }
 }
 
+/* qt_int8_rate's AMX loop (quant_gemm_impl.h): tdpbssd on the kernels' tile
+ * shapes (tiles 0-2 and 3-5: C, 16 x 16 int32, += A, 16 tokens x 32 quants,
+ * times B), two accumulators, nothing stored until the end: 16 x 16 x 32
+ * multiply-adds per instruction. */
+uint64_t qt_peak_amx(int64_t iters) {
+    static const int8_t zero[16 * 64] __attribute__((aligned(64)));
+    int32_t sink[16 * 16] __attribute__((aligned(64)));
+    qg_amx_config();
+    _tile_zero(0);
+    _tile_zero(3);
+    _tile_loadd(1, zero, 32);
+    _tile_loadd(2, zero, 64);
+    _tile_loadd(4, zero, 32);
+    _tile_loadd(5, zero, 64);
+    for (int64_t i = 0; i < iters; i++) {
+        _tile_dpbssd(0, 1, 2);
+        _tile_dpbssd(3, 4, 5);
+    }
+    _tile_stored(0, sink, 64);
+    _tile_stored(3, sink, 64);
+    QG_AMX_FENCE();
+    return (uint64_t)iters * 2 * 16 * 16 * 32;
+}
+
 #endif

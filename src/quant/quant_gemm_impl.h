@@ -10,4 +10,11 @@ extern const qt_gemm_fn qt_gemms_avx512[QT_COUNT];
 extern const qt_gemm_fn qt_gemms_amx[QT_COUNT];          /* AVX-512's with the tile path in front */
 extern const qt_gemm_fn qt_gemms_small_avx512[QT_COUNT]; /* small batches, bit-equal to the dot */
 
+/* qt_int8_rate's loops: iters rounds of the ISA's integer core; each returns
+ * the multiply-adds it did (quant_peak_avx2.c, quant_peak_avx512.c,
+ * quant_gemm_amx.h) */
+uint64_t qt_peak_avx2(int64_t iters);
+uint64_t qt_peak_avx512(int64_t iters, int zmm);
+uint64_t qt_peak_amx(int64_t iters);
+
 #endif

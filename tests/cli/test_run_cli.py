@@ -181,6 +181,20 @@ def test_bench():
     assert m, out
     gbs, pct, bw = float(m.group(1)), int(m.group(2)), float(m.group(3))
     assert bw > 0 and abs(100 * gbs / bw - pct) <= 1, out
+    # the prompt against the cores' int8 rate: the multiply-adds per token are
+    # the layers' matrices (rows x columns, read here with the gguf package)
+    macs = sum(int(t.shape[0]) * int(t.shape[1]) for t in gguf.GGUFReader(str(SMOL)).tensors
+               if t.name.startswith("blk.") and len(t.shape) == 2)
+    m = re.search(r"^pp32: ([\d.]+) tok/s, ([\d.]+) GMAC/s in the layers' weight products(?: = (\d+)% of the "
+                  r"([\d.]+) GMAC/s that (\d+) threads?' (\w+) int8 units do here| \(no SIMD int8 path on this CPU\))$",
+                  out, re.M)
+    assert m, out
+    tps, gmacs = float(m.group(1)), float(m.group(2))
+    assert abs(gmacs - tps * macs / 1e9) <= 0.05 + 1e-3 * gmacs, (gmacs, tps, macs)
+    if m.group(3):
+        pct, rate = int(m.group(3)), float(m.group(4))
+        assert rate > 0 and abs(100 * gmacs / rate - pct) <= 1, out
+        assert m.group(6) in ("avx2", "avx512", "amx"), out
 
 
 def write_mamba(path):

@@ -1,10 +1,12 @@
-/* The host's read bandwidth (cpu_bw.h). */
+/* The host's read bandwidth and the cores' int8 rate (cpu_bw.h). */
 #include "backend/cpu/cpu_bw.h"
 
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/timer.h"
+#include "quant/quant.h"
+#include "quant/quant_gemm.h"
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -79,4 +81,27 @@ double cpu_read_bandwidth(st_pool *pool, const uint8_t *buf, size_t bytes, int p
         if (gbs > best) best = gbs;
     }
     return best;
+}
+
+typedef struct {
+    qt_isa isa;
+    double rate[256]; /* per task, so that a thread that ran two is not counted once */
+} int8_job;
+
+static void int8_task(void *p, int64_t task, int thread) {
+    (void)thread;
+    int8_job *j = p;
+    j->rate[task] = qt_int8_rate(j->isa, 0.05);
+}
+
+double cpu_int8_rate(st_pool *pool) {
+    static int8_job j; /* 2 KiB: not on the stack */
+    memset(&j, 0, sizeof j);
+    j.isa = qt_cpu_isa();
+    int n = st_pool_n_threads(pool);
+    if (n > 256) n = 256;
+    st_pool_run(pool, n, int8_task, &j);
+    double sum = 0;
+    for (int t = 0; t < n; t++) sum += j.rate[t];
+    return sum;
 }
