@@ -38,8 +38,9 @@ static void help(void) {
            "  --layers N, --experts N, --experts-used K, --expert-ff N   change the preset's shape\n"
            "                      (a row width that is not a whole number of blocks of the\n"
            "                      chosen type falls back to a 32-weight type, with a note)\n"
-           "  --mtp               qwen35moe, qwen3next: add the multi-token prediction block (nextn tensors)\n"
-           "                      after the layers, as llama.cpp's converter writes Qwen3.5's (--draft mtp)\n"
+           "  --mtp               qwen35moe, qwen3next, deepseek2, glm4moe: add the multi-token prediction\n"
+           "                      block (nextn tensors) after the layers, as llama.cpp's converter writes\n"
+           "                      it (--draft mtp)\n"
            "  --exact             quantize every tensor from fresh Gaussians (slow on big presets)\n"
            "  --quiet             no progress line\n",
            synth_preset_list());
@@ -132,8 +133,9 @@ int cmd_synth(int argc, char **argv) {
     if (eff) hp.n_ff_exp = (int)eff;
     /* a cut to fewer layers than the dense lead keeps one MoE layer (deepseek-v3 has 3 dense ones) */
     if (layers && hp.n_dense_lead >= hp.n_layer) hp.n_dense_lead = hp.n_layer - 1;
-    if (mtp && !hp.full_attn_interval)
-        return cli_usage_error(a.cmd, USAGE, "--mtp: only the hybrids with experts (qwen35moe, qwen3next) have it");
+    if (mtp && !synth_has_mtp(&hp))
+        return cli_usage_error(
+            a.cmd, USAGE, "--mtp: only qwen35moe, qwen3next, deepseek2 and glm4moe have the block (not %s)", hp.arch);
     hp.n_nextn = mtp;
     if (hp.n_expert_used > hp.n_expert)
         return cli_usage_error(a.cmd, USAGE, "--experts-used %d exceeds the %d experts", hp.n_expert_used, hp.n_expert);

@@ -39,6 +39,25 @@ size_t kv_cache_state_bytes(const model_hparams *hp) {
     return b;
 }
 
+/* An attention layer's rows (l's type and n_ctx set): K and V, or for
+ * multi-head latent attention one array that serves as both (a row is the
+ * rope key and the normalised latent, which is also what the values are
+ * read from in the absorbed form), with int8's scales. */
+static void alloc_rows(st_backend *be, const model_hparams *hp, st_kv_layer *l) {
+    const size_t elem = l->type == ST_KV_F16 ? 2 : 1, n_ctx = (size_t)l->n_ctx;
+    l->k = be->alloc(be, row_elems(hp) * elem * n_ctx);
+    if (model_layer_mla(hp)) {
+        l->v = l->k;
+        if (l->type == ST_KV_INT8) l->k_scale = l->v_scale = be->alloc(be, sizeof(float) * n_ctx);
+        return;
+    }
+    l->v = be->alloc(be, row_elems(hp) * elem * n_ctx);
+    if (l->type == ST_KV_INT8) {
+        l->k_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * n_ctx);
+        l->v_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * n_ctx);
+    }
+}
+
 kv_cache *kv_cache_create(st_backend *be, const model_hparams *hp, int n_ctx, st_kv_type type) {
     return kv_cache_create_range(be, hp, n_ctx, type, 0, hp->n_layer);
 }
@@ -56,7 +75,6 @@ kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_c
                        .n_v_head = hp->ssm_n_v_head,
                        .head_dim = hp->ssm_head_dim,
                        .k_grouped = hp->ba_fused}; /* as forward.c's recurrent_block sets them */
-    size_t elem = type == ST_KV_F16 ? 2 : 1;
     for (int il = 0; il < hp->n_layer; il++) {
         st_kv_layer *l = &kv->layers[il];
         l->type = type;
@@ -73,20 +91,7 @@ kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_c
             kv->recurrent = 1;
             continue;
         }
-        l->k = be->alloc(be, row_elems(hp) * elem * (size_t)n_ctx);
-        if (model_layer_mla(hp)) {
-            /* multi-head latent attention: a row is the rope key and the
-             * normalised latent, which is also what the values are read from
-             * (the absorbed form): one array serves as both */
-            l->v = l->k;
-            if (type == ST_KV_INT8) l->k_scale = l->v_scale = be->alloc(be, sizeof(float) * (size_t)n_ctx);
-            continue;
-        }
-        l->v = be->alloc(be, row_elems(hp) * elem * (size_t)n_ctx);
-        if (type == ST_KV_INT8) {
-            l->k_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)n_ctx);
-            l->v_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)n_ctx);
-        }
+        alloc_rows(be, hp, l);
     }
     return kv;
 }
@@ -100,14 +105,7 @@ void kv_cache_add_mtp_layer(kv_cache *kv, const model_hparams *hp) {
     l->n_ctx = kv->n_ctx;
     l->n_head_kv = hp->n_head_kv;
     l->head_dim = hp->head_dim;
-    st_backend *be = kv->be;
-    const size_t rows = row_elems(hp) * (kv->type == ST_KV_F16 ? 2 : 1) * (size_t)kv->n_ctx;
-    l->k = be->alloc(be, rows);
-    l->v = be->alloc(be, rows);
-    if (kv->type == ST_KV_INT8) {
-        l->k_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)kv->n_ctx);
-        l->v_scale = be->alloc(be, (size_t)hp->n_head_kv * sizeof(float) * (size_t)kv->n_ctx);
-    }
+    alloc_rows(kv->be, hp, l);
 }
 
 void kv_cache_free(kv_cache *kv) {

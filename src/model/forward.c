@@ -297,6 +297,18 @@ static void ffn_block(model_ctx *c, int il, int n, int last) {
 
 /* One step's ops (backend run_step): what a step touches, and nothing that
  * changes from one decode step to the next but the position. */
+/* Layer il's attention in whichever form the family has (the DeltaNet
+ * layers apart): multi-head latent attention (deepseek2, forward_mla.c) or
+ * attention_block's. */
+static void attention_layer(model_ctx *c, int il, st_kv_layer *const *kv, const int *pos0, const int *n_tok, int n_seq,
+                            int rows) {
+    if (c->mla) {
+        const float *vo =
+            mla_attention(c->m, c->be, c->mla, il, c->h, c->q, c->k, c->att, kv, pos0, n_tok, n_seq, rows);
+        block_out(c, il, &c->m->layers[il].wo, vo, NULL, rows);
+    } else attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
+}
+
 typedef struct {
     model_ctx *c;
     st_kv_layer *kv;
@@ -327,10 +339,7 @@ static void layers(model_ctx *c, st_kv_layer *const *kv, const int *pos0, const 
     for (int il = il0; il < il1; il++) {
         if (model_layer_recurrent(hp, il)) {
             recurrent_block(c, il, kv, pos0, n_tok, n_seq, rows);
-        } else if (c->mla) { /* deepseek2: multi-head latent attention (forward_mla.c) */
-            const float *vo = mla_attention(m, be, c->mla, il, c->h, c->q, c->k, c->att, kv, pos0, n_tok, n_seq, rows);
-            block_out(c, il, &m->layers[il].wo, vo, NULL, rows);
-        } else attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
+        } else attention_layer(c, il, kv, pos0, n_tok, n_seq, rows);
         ffn_block(c, il, rows, il1);
     }
     if (!split) return;
@@ -600,9 +609,9 @@ static void mtp_body(void *arg, int pos0) {
     be->rmsnorm(be, c->h, NULL, mt->hnorm, c->o, E, n, hp->rms_eps);
     be->copy_2d(be, c->cat + E, 2 * (int64_t)E, c->o, E, E, n);
     be->matmul(be, &mt->eh_proj, 0, c->cat, c->x, n);
-    /* one decoder block, layer n_layer: gated attention over its own rows of the cache, then the experts */
+    /* one decoder block, layer n_layer: the family's attention over its own rows of the cache, then the experts */
     be->rmsnorm(be, c->x, NULL, m->layers[il].attn_norm, c->h, E, n, hp->rms_eps);
-    attention_block(c, il, &kv, &pos0, &n, 1, n);
+    attention_layer(c, il, &kv, &pos0, &n, 1, n);
     ffn_block(c, il, n, il + 1);
     be->rmsnorm(be, c->x, NULL, mt->head_norm, c->h, E, n, hp->rms_eps);
     if (a->head) be->matmul(be, &mt->head, 0, c->h, c->logits, n);

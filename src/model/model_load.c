@@ -243,6 +243,7 @@ static int glm4moe_hparams(loader *L, model_hparams *hp) {
                      hp->n_rot);
         return -1;
     }
+    hp->n_nextn = nextn; /* the MTP layer after the decoder's: bind_mtp */
     hp->n_layer -= nextn;
     /* GLM-4.5V's M-RoPE sections: its text positions would need the vision layout; not supported */
     int64_t sec[4] = {0};
@@ -338,6 +339,7 @@ static int deepseek2_hparams(loader *L, model_hparams *hp) {
         return -1;
     }
     if (hp->n_group <= 1) hp->n_group = hp->n_group_used = 0;
+    hp->n_nextn = nextn; /* the MTP layer after the decoder's: bind_mtp */
     hp->n_layer -= nextn;
     if (gguf_find_tensor(L->f, "blk.0." DEEPSEEK2_T_ATTN_KV_B)) {
         st_error_set("%s: deepseek2 with an unsplit attn_kv_b (a GGUF from before llama.cpp's MLA split); "
@@ -554,7 +556,9 @@ static void bind_layer(loader *L, model *m, int il) {
 }
 
 /* The first nextn (MTP) block, layer n_layer, as llama.cpp names its
- * tensors: the table's rows of a hybrid attention layer with experts, and
+ * tensors: the table's rows of the family's attention layer with experts
+ * (the hybrids' gated attention; DeepSeek's latent attention; GLM-4.5's),
+ * and
  * nextn.eh_proj, enorm, hnorm (required once eh_proj is there), the optional
  * nextn.shared_head_norm, shared_head_head and embed_tokens (else the
  * model's own). A file without nextn.eh_proj (converted without the MTP
@@ -568,7 +572,7 @@ static void bind_mtp(loader *L0, model *m) {
     const int64_t E = hp->n_embd;
     char name[96];
     snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_EH_PROJ, il);
-    if (hp->n_nextn < 1 || !hp->full_attn_interval || !hp->n_expert || !gguf_find_tensor(L->f, name)) return;
+    if (hp->n_nextn < 1 || !hp->n_expert || model_layer_recurrent(hp, il) || !gguf_find_tensor(L->f, name)) return;
     model_mtp *mt = st_calloc(1, sizeof *mt);
     mt->eh_proj = get_weight(L, name, 2 * E, E, 1, 1);
     snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_ENORM, il);

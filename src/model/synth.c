@@ -164,6 +164,10 @@ int synth_preset(const char *arch, const char *preset, synth_hparams *hp) {
     return -1;
 }
 
+int synth_has_mtp(const synth_hparams *h) {
+    return h->full_attn_interval > 0 || !strcmp(h->arch, DEEPSEEK2_ARCH) || !strcmp(h->arch, GLM4MOE_ARCH);
+}
+
 void synth_opts_init(synth_opts *o, const synth_hparams *hp) {
     memset(o, 0, sizeof *o);
     o->hp = *hp;
@@ -436,6 +440,7 @@ void synth_model_hparams(const synth_hparams *h, model_hparams *m) {
         m->n_ff_shexp = h->n_shared * h->n_ff_exp;
         m->ffn_norm_post = 1;
         m->exp_bias = 1;
+        m->n_nextn = h->n_nextn;
         break;
     case ARCH_DEEPSEEK2: /* the cache row is the KV head; the query/key heads are synth's head_dim */
         m->head_dim = h->kv_lora + h->n_rot;
@@ -447,6 +452,7 @@ void synth_model_hparams(const synth_hparams *h, model_hparams *m) {
         m->kv_lora = h->kv_lora;
         m->head_dim_mla = h->head_dim;
         m->v_head_mla = h->v_head_dim;
+        m->n_nextn = h->n_nextn;
         break;
     case ARCH_GPT_OSS:
         m->qkv_bias = 1;
@@ -509,7 +515,7 @@ static int plan_build(syn_ctx *c) {
             plan_add(c, cls, il, n_dims, model_dim_size(&mh, lt->in), model_dim_size(&mh, lt->out),
                      model_dim_size(&mh, lt->mat));
         }
-    if (h->n_nextn) { /* the MTP block's own: no embed_tokens or shared_head_head (Qwen3.5 shares the model's) */
+    if (h->n_nextn) { /* the MTP block's own: no embed_tokens or shared_head_head (the model's are shared) */
         plan_add(c, SYN_NEXTN_EH_PROJ, h->n_layer, 2, 2 * (int64_t)h->n_embd, h->n_embd, 1);
         plan_add(c, SYN_NEXTN_ENORM, h->n_layer, 1, h->n_embd, 1, 1);
         plan_add(c, SYN_NEXTN_HNORM, h->n_layer, 1, h->n_embd, 1, 1);
@@ -723,7 +729,7 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
         snprintf(key, sizeof key, "%s.%s", h->arch, GLM4MOE_KV_EXPERT_NORM);
         gguf_w_bool(w, key, 1); /* norm_topk_prob: true in GLM-4.5's configs */
         KV_U32(GLM4MOE_KV_EXPERT_GATING_FUNC, 2);
-        KV_U32(GLM4MOE_KV_NEXTN, 0);
+        KV_U32(GLM4MOE_KV_NEXTN, h->n_nextn);
     }
     if (!strcmp(h->arch, DEEPSEEK2_ARCH)) {
         /* the MLA form of llama.cpp's converter: one KV head whose key is the
@@ -752,7 +758,7 @@ static void write_hparams(gguf_writer *w, const synth_hparams *h) {
             KV_U32(DEEPSEEK2_KV_ROPE_ORIG_CTX, h->yarn_orig_ctx);
             KV_F32(DEEPSEEK2_KV_YARN_LOG_MUL, 0.1f * h->yarn_mscale_all_dim); /* as the converter writes it */
         }
-        KV_U32(GLM4MOE_KV_NEXTN, 0);
+        KV_U32(GLM4MOE_KV_NEXTN, h->n_nextn);
     }
     if (!strcmp(h->arch, GPT_OSS_ARCH)) {
         KV_U32(GPT_OSS_KV_SLIDING_WINDOW, h->n_swa);
@@ -782,7 +788,7 @@ static int check_opts(const synth_opts *o) {
           (h->n_group > 1 && (h->n_expert % h->n_group || h->n_group_used < 1 || h->n_group_used >= h->n_group ||
                               h->n_expert_used > h->n_group_used * (h->n_expert / h->n_group))))) ||
         (!strcmp(h->arch, GPT_OSS_ARCH) && (h->n_swa < 1 || h->yarn_factor < 1.0f || h->yarn_orig_ctx < 1)) ||
-        h->n_nextn < 0 || h->n_nextn > 1 || (h->n_nextn && !h->full_attn_interval)) {
+        h->n_nextn < 0 || h->n_nextn > 1 || (h->n_nextn && !synth_has_mtp(h))) {
         st_error_set("synth: inconsistent hyper-parameters (layers %d, embd %d, heads %d/%d, experts %d used %d)",
                      h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->n_expert, h->n_expert_used);
         return -1;

@@ -57,9 +57,10 @@ typedef struct {
     /* gpt-oss: a sliding window of n_swa on every other layer (YaRN by yarn_factor over
      * yarn_orig_ctx positions, as above), sinks, q/k/v/o biases, a router bias and per-expert biases */
     int n_swa;
-    /* the hybrids with experts: 1 writes a multi-token prediction block after the layers (block_count
-     * n_layer + 1, nextn_predict_layers 1, blk.{n_layer}.* with nextn.eh_proj, enorm, hnorm and
-     * shared_head_norm, as llama.cpp's converter writes Qwen3.5's MTP head); 0: none */
+    /* synth_has_mtp's families: 1 writes a multi-token prediction block after the layers (block_count
+     * n_layer + 1, nextn_predict_layers 1, blk.{n_layer}.*: the family's attention layer with experts,
+     * and nextn.eh_proj, enorm, hnorm and shared_head_norm, as llama.cpp's converter writes Qwen3.5's,
+     * DeepSeek V3's and GLM-4.5's MTP layer); 0: none */
     int n_nextn;
 } synth_hparams;
 
@@ -142,6 +143,9 @@ typedef struct {
 const char *synth_preset_list(void);
 /* Fill *hp for arch/preset; -1 with st_error_set naming the bad value. */
 int synth_preset(const char *arch, const char *preset, synth_hparams *hp);
+/* Whether h's family has a multi-token prediction block (n_nextn): the
+ * hybrids, deepseek2 and glm4moe. */
+int synth_has_mtp(const synth_hparams *h);
 /* Defaults: no overrides, mix types, seed 1, no zipf. */
 void synth_opts_init(synth_opts *o, const synth_hparams *hp);
 

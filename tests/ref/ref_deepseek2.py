@@ -75,80 +75,92 @@ def rotary_hf(x, pos, inv_freq, neox=False):
     return x * cos + rot * sin
 
 
-def forward(m, tokens, kv=None, mutate=None):
-    assert mutate is None or mutate in MUTATIONS + OTHER_MUTATIONS, mutate
+def params(m, mutate=None):
+    """The file's hyper-parameters and rotary tables, as a dict for layer()."""
     g = lambda k, d=None: m.meta.get(f"deepseek2.{k}", d)  # noqa: E731
-    n_dense = int(g("leading_dense_block_count", 0))
-    q_lora = int(g("attention.q_lora_rank", 0))
-    kv_lora = int(g("attention.kv_lora_rank"))
-    qk_head = int(g("attention.key_length_mla"))
-    v_head = int(g("attention.value_length_mla"))
-    rope_dim = int(g("rope.dimension_count"))
-    nope = qk_head - rope_dim
-    H = m.n_head
-    base = m.rope_base
-    gating = int(g("expert_gating_func", 1))
-    renorm = bool(g("expert_weights_norm", False))
-    rscale = float(g("expert_weights_scale", 0.0)) or 1.0
-    n_group = int(g("expert_group_count", 1))
-    topk_group = int(g("expert_group_used_count", n_group))
+    P = dict(n_dense=int(g("leading_dense_block_count", 0)), q_lora=int(g("attention.q_lora_rank", 0)),
+             kv_lora=int(g("attention.kv_lora_rank")), qk_head=int(g("attention.key_length_mla")),
+             v_head=int(g("attention.value_length_mla")), rope_dim=int(g("rope.dimension_count")),
+             gating=int(g("expert_gating_func", 1)), renorm=bool(g("expert_weights_norm", False)),
+             rscale=float(g("expert_weights_scale", 0.0)) or 1.0, n_group=int(g("expert_group_count", 1)))
+    P["topk_group"] = int(g("expert_group_used_count", P["n_group"]))
+    P["nope"] = P["qk_head"] - P["rope_dim"]
     factor = float(g("rope.scaling.factor", 1.0)) if g("rope.scaling.type") == "yarn" else 1.0
     mscale_all = float(g("rope.scaling.yarn_log_multiplier", 0.0)) / 0.1
     orig_ctx = int(g("rope.scaling.original_context_length", 4096))
-
+    rope_dim = P["rope_dim"]
     if factor > 1.0 and mutate != "no_yarn":
-        inv_freq = yarn_inv_freq(rope_dim, base, factor, orig_ctx)
+        P["inv_freq"] = yarn_inv_freq(rope_dim, m.rope_base, factor, orig_ctx)
     else:
-        inv_freq = 1.0 / (base ** (np.arange(0, rope_dim, 2) / rope_dim))
-    softmax_scale = qk_head ** -0.5
+        P["inv_freq"] = 1.0 / (m.rope_base ** (np.arange(0, rope_dim, 2) / rope_dim))
+    P["softmax_scale"] = P["qk_head"] ** -0.5
     if factor > 1.0 and mutate != "no_mscale":
         ms = 0.1 * mscale_all * math.log(factor) + 1.0
-        softmax_scale *= ms * ms
+        P["softmax_scale"] *= ms * ms
+    return P
 
-    tokens = np.asarray(tokens)
-    n = len(tokens)
-    pos = np.arange(n, dtype=np.float64)
-    x = m.W("token_embd.weight").w[tokens].copy()
-    causal = np.triu(np.full((n, n), -np.inf), 1)
-    for il in range(m.n_layer):
-        p = f"blk.{il}."
+
+def layer(m, P, il, x, pos, kv=None, mutate=None):
+    """Layer il (blk.{il}.*, also the MTP layer) on rows x at positions pos, attention causal over these
+    rows: x + attention, then + FFN. mutate "no_attention" leaves the attention out (ref_mtp's check)."""
+    p = f"blk.{il}."
+    n, H = len(x), m.n_head
+    nope, rope_dim, kv_lora = P["nope"], P["rope_dim"], P["kv_lora"]
+    if mutate != "no_attention":
         h = rmsnorm(x, m.vec(p + "attn_norm.weight"), m.eps)
-        if q_lora:
+        if P["q_lora"]:
             cq = rmsnorm(h @ m.W(p + "attn_q_a.weight").w.T, m.vec(p + "attn_q_a_norm.weight"), m.eps)
             q = cq @ m.W(p + "attn_q_b.weight").w.T
         else:
             q = h @ m.W(p + "attn_q.weight").w.T
-        q = q.reshape(n, H, qk_head)
+        q = q.reshape(n, H, P["qk_head"])
         q_nope, q_pe = q[..., :nope], q[..., nope:]
         ckv = h @ m.W(p + "attn_kv_a_mqa.weight").w.T
         c, k_pe = ckv[:, :kv_lora], ckv[:, kv_lora:]
         c = rmsnorm(c, m.vec(p + "attn_kv_a_norm.weight"), m.eps)
-        k_pe = rotary_hf(k_pe, pos, inv_freq, neox=mutate == "neox_rope")
-        q_pe = rotary_hf(q_pe, pos, inv_freq, neox=mutate == "neox_rope")
+        k_pe = rotary_hf(k_pe, pos, P["inv_freq"], neox=mutate == "neox_rope")
+        q_pe = rotary_hf(q_pe, pos, P["inv_freq"], neox=mutate == "neox_rope")
         if kv:  # what the latent cache holds, rounded as stored: one row [k_pe, c_kv] (int8: one scale)
             row = kv_round(np.concatenate([k_pe, c], axis=-1)[:, None, :], kv)[:, 0, :]
             k_pe, c = row[:, :rope_dim], row[:, rope_dim:]
         # kv_b_proj per head: GGUF attn_k_b is (head, kv_lora, nope) = W_k^T, attn_v_b (head, v_head, kv_lora)
         wkb = m.W(p + "attn_k_b.weight").w.reshape(H, kv_lora, nope)
-        wvb = m.W(p + "attn_v_b.weight").w.reshape(H, v_head, kv_lora)
+        wvb = m.W(p + "attn_v_b.weight").w.reshape(H, P["v_head"], kv_lora)
         k_nope = np.einsum("hcn,tc->thn", wkb, c)
         v = np.einsum("hvc,tc->thv", wvb, c)
         key = np.concatenate([k_nope, np.broadcast_to(k_pe[:, None, :], (n, H, rope_dim))], axis=-1)
         qq = np.concatenate([q_nope, q_pe], axis=-1)
-        att = np.einsum("thd,shd->hts", qq, key) * softmax_scale + causal[None]
+        causal = np.where(pos[:, None] >= pos[None, :], 0.0, -np.inf)
+        att = np.einsum("thd,shd->hts", qq, key) * P["softmax_scale"] + causal[None]
         att = np.exp(att - att.max(-1, keepdims=True))
         att /= att.sum(-1, keepdims=True)
-        o = np.einsum("hts,shv->thv", att, v).reshape(n, H * v_head)
+        o = np.einsum("hts,shv->thv", att, v).reshape(n, H * P["v_head"])
         x = x + o @ m.W(p + "attn_output.weight").w.T
 
-        h = rmsnorm(x, m.vec(p + "ffn_norm.weight"), m.eps)
-        if il < n_dense:
-            f = (silu(h @ m.W(p + "ffn_gate.weight").w.T) * (h @ m.W(p + "ffn_up.weight").w.T)) @ \
-                m.W(p + "ffn_down.weight").w.T
-        else:
-            f = moe(m, p, h, gating, renorm, rscale, n_group, topk_group, mutate)
-        x = x + f
+    h = rmsnorm(x, m.vec(p + "ffn_norm.weight"), m.eps)
+    if il < P["n_dense"]:
+        f = (silu(h @ m.W(p + "ffn_gate.weight").w.T) * (h @ m.W(p + "ffn_up.weight").w.T)) @ \
+            m.W(p + "ffn_down.weight").w.T
+    else:
+        f = moe(m, p, h, P["gating"], P["renorm"], P["rscale"], P["n_group"], P["topk_group"], mutate)
+    return x + f
+
+
+def forward(m, tokens, kv=None, mutate=None, hidden=False):
+    """Logits (n_tok, n_vocab); with hidden, the final hidden states (after the output norm; before it
+    with hidden "pre")."""
+    assert mutate is None or mutate in MUTATIONS + OTHER_MUTATIONS, mutate
+    P = params(m, mutate)
+    tokens = np.asarray(tokens)
+    pos = np.arange(len(tokens), dtype=np.float64)
+    x = m.W("token_embd.weight").w[tokens].copy()
+    for il in range(m.n_layer):
+        x = layer(m, P, il, x, pos, kv, mutate)
+    if hidden == "pre":
+        return x
     x = rmsnorm(x, m.vec("output_norm.weight"), m.eps)
+    if hidden:
+        return x
     out = m.W("output.weight").w if m.has("output.weight") else m.W("token_embd.weight").w
     return x @ out.T
 

@@ -50,17 +50,15 @@ def partial_rope(x, pos, base, n_rot):
     return y
 
 
-def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=None):
+def layer(m, il, x, pos, act_quant=False, kv=None, mutate=None, route=None, trace=None):
+    """Layer il (blk.{il}.*, also the MTP layer) on rows x at positions pos, attention causal over these
+    rows: x + attention, then + FFN. mutate "no_attention" leaves the attention out (ref_mtp's check)."""
     g = lambda k, d=None: m.meta.get(f"glm4moe.{k}", d)  # noqa: E731
     n_dense = int(g("leading_dense_block_count", 0))
-    n_rot = int(g("rope.dimension_count", m.head_dim))
-    if mutate == "full_rope":
-        n_rot = m.head_dim
+    n_rot = m.head_dim if mutate == "full_rope" else int(g("rope.dimension_count", m.head_dim))
     scale = float(g("expert_weights_scale", 0.0)) or 1.0
     renorm = bool(g("expert_weights_norm", False))
-    tokens = np.asarray(tokens)
-    n = len(tokens)
-    pos = np.arange(n, dtype=np.float64)
+    n = len(x)
     H, HKV, D = m.n_head, m.n_head_kv, m.head_dim
 
     def lin(x, name):
@@ -74,9 +72,8 @@ def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=
         return lin(silu(lin(h, p + f"ffn_gate{suffix}.weight")) * lin(h, p + f"ffn_up{suffix}.weight"),
                    p + f"ffn_down{suffix}.weight")
 
-    x = m.W("token_embd.weight").w[tokens].copy()
-    for il in range(m.n_layer):
-        p = f"blk.{il}."
+    p = f"blk.{il}."
+    if mutate != "no_attention":
         h = norm(x, p + "attn_norm.weight")
         q, k, v = lin(h, p + "attn_q.weight"), lin(h, p + "attn_k.weight"), lin(h, p + "attn_v.weight")
         if m.has(p + "attn_q.bias") and mutate != "no_bias":
@@ -96,17 +93,32 @@ def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=
             att[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kh, :]
         x = x + lin(att.reshape(n, H * D), p + "attn_output.weight")
 
-        h = norm(x, p + "post_attention_norm.weight")
-        if il < n_dense:
-            f = ffn(h, p)
-        else:
-            mi = il - n_dense  # index among the MoE layers
-            f = moe(m, h, p, act_quant, renorm, scale, mutate, None if route is None else route[mi], trace, mi)
-            if mutate != "no_shexp":
-                f = f + ffn(h, p, "_shexp")
-        x = x + f
-    out = "output.weight" if m.has("output.weight") else "token_embd.weight"
-    return lin(norm(x, "output_norm.weight"), out)
+    h = norm(x, p + "post_attention_norm.weight")
+    if il < n_dense:
+        f = ffn(h, p)
+    else:
+        mi = il - n_dense  # index among the MoE layers
+        f = moe(m, h, p, act_quant, renorm, scale, mutate, None if route is None else route[mi], trace, mi)
+        if mutate != "no_shexp":
+            f = f + ffn(h, p, "_shexp")
+    return x + f
+
+
+def forward(m, tokens, act_quant=False, kv=None, mutate=None, route=None, trace=None, hidden=False):
+    """Logits (n_tok, n_vocab); with hidden, the final hidden states (after the output norm; before it
+    with hidden "pre")."""
+    tokens = np.asarray(tokens)
+    pos = np.arange(len(tokens), dtype=np.float64)
+    x = m.W("token_embd.weight").w[tokens].copy()
+    for il in range(m.n_layer):
+        x = layer(m, il, x, pos, act_quant, kv, mutate, route, trace)
+    if hidden == "pre":
+        return x
+    x = rmsnorm(x, m.vec("output_norm.weight"), m.eps)
+    if hidden:
+        return x
+    out = m.W("output.weight") if m.has("output.weight") else m.W("token_embd.weight")
+    return (quant_act(x, out.type) if act_quant else x) @ out.w.T
 
 
 def moe(m, h, p, act_quant, renorm, scale, mutate, choose, trace, mi):

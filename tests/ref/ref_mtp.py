@@ -18,13 +18,19 @@ each guess d_i is read at position n + i with the block's own o of the
 position before it in place of h.
 
 The attention and the experts are ref_hybrid's gated attention layer and
-ref_forward's MoE, the same equations the main model's layers use.
+ref_forward's MoE, the same equations the main model's layers use. DeepSeek
+V3's and GLM-4.5's MTP layer (deepseek2, glm4moe; the same nextn tensors,
+embedding first in eh_proj's input as vLLM's and SGLang's DeepSeek MTP
+read it) is one layer of the family's own decoder, ref_deepseek2.layer /
+ref_glm4moe.layer.
 `mutate` names a deliberate error (MUTATIONS), used by the test to show that
 its tolerance catches them.
 """
 import numpy as np
 
+import ref_deepseek2 as rd
 import ref_forward as rf
+import ref_glm4moe as rg
 import ref_hybrid as rh
 
 MUTATIONS = ("swap_norms", "concat_order", "h_same_position", "no_attention", "no_shexp")
@@ -38,7 +44,6 @@ def _embed(m, p):
 def block(m, toks, hin, pos, kv=None, mutate=None):
     """The block over rows i (token toks[i] at position pos[i], hidden state hin[i]); attention is causal
     over these rows. Returns (o, logits), one row each."""
-    hp = rh.HybridParams(m)
     p = f"blk.{m.n_layer}."
 
     def lin(x, name):
@@ -51,15 +56,22 @@ def block(m, toks, hin, pos, kv=None, mutate=None):
     en, hn = rf.rmsnorm(e, wen, m.eps), rf.rmsnorm(hin, whn, m.eps)
     cat = np.concatenate([hn, en] if mutate == "concat_order" else [en, hn], axis=1)
     x = lin(cat, p + "nextn.eh_proj.weight")
-    if mutate != "no_attention":
-        x = x + rh.attn_layer(m, hp, rf.rmsnorm(x, m.vec(p + "attn_norm.weight"), m.eps), p, lin, pos, kv, None)
-    h = rf.rmsnorm(x, m.vec(p + "post_attention_norm.weight"), m.eps)
-    f = rf.moe(m, h, p, rf.silu, False)
-    if mutate != "no_shexp":
-        sh = lin(rf.silu(lin(h, p + "ffn_gate_shexp.weight")) * lin(h, p + "ffn_up_shexp.weight"),
-                 p + "ffn_down_shexp.weight")
-        f = f + sh * rh.sigmoid(h @ m.vec(p + "ffn_gate_inp_shexp.weight"))[:, None]
-    x = x + f
+    layer_mutate = mutate if mutate in ("no_attention", "no_shexp") else None
+    if m.arch == "deepseek2":
+        x = rd.layer(m, rd.params(m), m.n_layer, x, np.asarray(pos, dtype=np.float64), kv, layer_mutate)
+    elif m.arch == "glm4moe":
+        x = rg.layer(m, m.n_layer, x, np.asarray(pos, dtype=np.float64), kv=kv, mutate=layer_mutate)
+    else:
+        if mutate != "no_attention":
+            x = x + rh.attn_layer(m, rh.HybridParams(m), rf.rmsnorm(x, m.vec(p + "attn_norm.weight"), m.eps), p,
+                                  lin, pos, kv, None)
+        h = rf.rmsnorm(x, m.vec(p + "post_attention_norm.weight"), m.eps)
+        f = rf.moe(m, h, p, rf.silu, False)
+        if mutate != "no_shexp":
+            sh = lin(rf.silu(lin(h, p + "ffn_gate_shexp.weight")) * lin(h, p + "ffn_up_shexp.weight"),
+                     p + "ffn_down_shexp.weight")
+            f = f + sh * rh.sigmoid(h @ m.vec(p + "ffn_gate_inp_shexp.weight"))[:, None]
+        x = x + f
     hn_name = p + "nextn.shared_head_norm.weight"
     o = rf.rmsnorm(x, m.vec(hn_name if m.has(hn_name) else "output_norm.weight"), m.eps)
     head = p + "nextn.shared_head_head.weight"
@@ -70,7 +82,12 @@ def block(m, toks, hin, pos, kv=None, mutate=None):
 
 def hidden(m, toks, kv=None, pre=False):
     """The main model's final hidden states (after the output norm; before it with pre), (n, n_embd)."""
-    return rh.forward(m, toks, kv=kv, hidden="pre" if pre else True)
+    hidden = "pre" if pre else True
+    if m.arch == "deepseek2":
+        return rd.forward(m, toks, kv=kv, hidden=hidden)
+    if m.arch == "glm4moe":
+        return rg.forward(m, toks, kv=kv, hidden=hidden)
+    return rh.forward(m, toks, kv=kv, hidden=hidden)
 
 
 def logits(m, toks, h_main, kv=None, mutate=None):

@@ -1,5 +1,6 @@
 """The MTP block (--draft mtp) against the NumPy reference (ref_mtp.py), on
-`strata synth --preset tiny --mtp` files of qwen35moe and qwen3next with F32
+`strata synth --preset tiny --mtp` files of qwen35moe, qwen3next, deepseek2
+and glm4moe with F32
 weights, through mtp_dump (the engine's engine_seq_mtp_logits and
 engine_seq_draft_mtp).
 
@@ -50,7 +51,7 @@ FLOOR = 2e-3
 Q_FACTOR = 2.0
 
 
-@pytest.fixture(scope="module", params=["qwen35moe", "qwen3next"])
+@pytest.fixture(scope="module", params=["qwen35moe", "qwen3next", "deepseek2", "glm4moe"])
 def model(request):
     if not DUMP or not STRATA:
         pytest.skip("STRATA_MTP_DUMP and STRATA_BIN must name mtp_dump and strata")
