@@ -95,7 +95,7 @@ if any(v for _, v in extra):
 m = re.search(r'^tg%d: .* of weights = ([0-9]+)%% of the ([0-9.]+) GB/s' % tg, s, re.M) if tg else None
 if m:
     print('Strata decode: %s%% of the %s GB/s read bandwidth strata bench measured beside it' % m.groups())
-m = re.search(r"^pp%d: .* = ([0-9]+)%% of the ([0-9.]+) GMAC/s that \d+ threads?' (\w+) int8" % pp, s, re.M) if pp else None
+m = re.search(r"^pp%d: .* = ([0-9]+)%% of the ([0-9.]+) GMAC/s that \d+ thread(?:'s|s') (\w+) int8" % pp, s, re.M) if pp else None
 if m:
     print('Strata prompt: %s%% of the %s GMAC/s int8 multiply-add rate (%s) strata bench measured beside it'
           % m.groups())

@@ -130,8 +130,8 @@ int cmd_bench(int argc, char **argv) {
         const double rate = cpu_int8_rate(pool), gmacs = pp_med * model_layer_macs_per_token(e->m) / 1e9;
         printf("pp%lld: %.2f tok/s, %.1f GMAC/s in the layers' weight products", n_p, pp_med, gmacs);
         if (rate > 0)
-            printf(" = %.0f%% of the %.1f GMAC/s that %d thread%s' %s int8 units do here\n", 100 * gmacs / (rate / 1e9),
-                   rate / 1e9, nt, nt == 1 ? "" : "s", qt_isa_name(qt_cpu_isa()));
+            printf(" = %.0f%% of the %.1f GMAC/s that %d %s %s int8 units do here\n", 100 * gmacs / (rate / 1e9),
+                   rate / 1e9, nt, nt == 1 ? "thread's" : "threads'", qt_isa_name(qt_cpu_isa()));
         else printf(" (no SIMD int8 path on this CPU)\n");
     } else if (n_p) printf("pp%lld: %.2f tok/s\n", n_p, pp_med);
     if (n_g && pool) {

@@ -186,7 +186,7 @@ def test_bench():
     macs = sum(int(t.shape[0]) * int(t.shape[1]) for t in gguf.GGUFReader(str(SMOL)).tensors
                if t.name.startswith("blk.") and len(t.shape) == 2)
     m = re.search(r"^pp32: ([\d.]+) tok/s, ([\d.]+) GMAC/s in the layers' weight products(?: = (\d+)% of the "
-                  r"([\d.]+) GMAC/s that (\d+) threads?' (\w+) int8 units do here| \(no SIMD int8 path on this CPU\))$",
+                  r"([\d.]+) GMAC/s that (\d+) thread(?:'s|s') (\w+) int8 units do here| \(no SIMD int8 path on this CPU\))$",
                   out, re.M)
     assert m, out
     tps, gmacs = float(m.group(1)), float(m.group(2))
