@@ -158,6 +158,20 @@ void srv_job_reasoning(srv_job *j, int on, int think_open) {
     j->think_may = think_open == SRV_THINK_MAY;
 }
 
+/* --shutdown-timeout passed: a stream ends cleanly, with the API's error
+ * event and its end ([DONE]), so that a client sees why instead of a cut
+ * connection or an answer that looks complete. Caller holds mu. */
+static void end_for_shutdown(srv_job *j) {
+    j->cancelled = j->aborted = 1;
+    j->failed = 3;
+    snprintf(j->err, sizeof j->err,
+             "the server is shutting down; the answer was cut short after %d s "
+             "(--shutdown-timeout)",
+             j->srv->p.shutdown_timeout_s);
+    j->api->stream_end(j);
+    j->done = 1;
+}
+
 /* Scheduler events (srv_proto.h), on the engine thread (or the child's frame reader). */
 static int on_event(void *ctx, const srv_event *ev) {
     srv_job *j = ctx;
@@ -187,6 +201,10 @@ static int on_event(void *ctx, const srv_event *ev) {
         break;
     case SRV_EV_DONE:
     case SRV_EV_ERROR:
+        if (j->shutdown_stop && j->stream) { /* the end this handler asked for at shutdown: cut short, not done */
+            end_for_shutdown(j);
+            break;
+        }
         if (ev->kind == SRV_EV_DONE) {
             j->st = *ev->stats;
             if (j->rs) reason_stream_end(j->rs); /* what it held back is final now */
@@ -200,6 +218,9 @@ static int on_event(void *ctx, const srv_event *ev) {
     }
     if (j->stream || j->done) pthread_cond_broadcast(&j->cv); /* a non-streaming waiter wants the end only */
     int terminal = j->done;
+    /* a stop for the shutdown, not the client: the generation's end that follows is the cut (above),
+     * whichever thread sees it first (wait_step's check may not have run yet) */
+    if (stop && !j->cancelled && !terminal) j->shutdown_stop = 1;
     pthread_mutex_unlock(&j->mu);
     if (terminal) job_release(j); /* the scheduler's reference */
     return stop;
@@ -219,16 +240,7 @@ static int wait_step(srv_job *j) {
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
     if (j->done) return 0;
     if (atomic_load(&j->srv->stopping) && j->stream) {
-        /* --shutdown-timeout passed: the stream ends cleanly, with the API's error event and its end
-         * ([DONE]), so that a client sees why instead of a cut connection */
-        j->cancelled = j->aborted = 1;
-        j->failed = 3;
-        snprintf(j->err, sizeof j->err,
-                 "the server is shutting down; the answer was cut short after %d s "
-                 "(--shutdown-timeout)",
-                 j->srv->p.shutdown_timeout_s);
-        j->api->stream_end(j);
-        j->done = 1;
+        end_for_shutdown(j);
         return 0;
     }
     if (client_gone(j) || atomic_load(&j->srv->stopping)) {
