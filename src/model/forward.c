@@ -19,8 +19,8 @@
  * (products of one input: matmul_multi; a block's output product, the
  * residual add, the next norm and the router: matmul_res_norm), they are
  * called, so that a backend may run each as one kernel.
- * The hybrids' multi-token prediction block (model_forward_mtp, --draft
- * mtp) is one more gated attention + MoE layer, n_layer, run on its own
+ * The multi-token prediction block (model_forward_mtp, --draft mtp) is one
+ * more attention + MoE layer of the family's, n_layer, run on its own
  * after eh_proj has joined a token's embedding and a final hidden state;
  * model_forward hands those hidden states out (model_ctx_capture_hidden).
  */

@@ -150,15 +150,15 @@ typedef struct {
     st_weight ssm_out;             /* (value_dim -> n_embd) */
 } model_layer;
 
-/* The multi-token prediction block of the hybrids (Qwen3.5's MTP head, GGUF
- * blk.{n_layer}.nextn.*): from the final hidden state h of position p - 1
- * (after the output norm) and the token t at p,
+/* The multi-token prediction block (Qwen3.5's MTP head, DeepSeek V3's and
+ * GLM-4.5's MTP layer; GGUF blk.{n_layer}.nextn.*): from the final hidden
+ * state h of position p - 1 (after the output norm) and the token t at p,
  *   x = eh_proj [enorm(embed(t)) ; hnorm(h)],
- * then one decoder block (gated attention over the block's own KV rows,
- * shared + routed experts), head_norm and the head: the logits of position
- * p + 1, and the normed x as the next step's h. */
+ * then one decoder block (the family's attention over the block's own KV
+ * rows, shared + routed experts), head_norm and the head: the logits of
+ * position p + 1, and the normed x as the next step's h. */
 typedef struct {
-    /* its decoder layer is m->layers[n_layer]: a hybrid attention layer's tensors with experts */
+    /* its decoder layer is m->layers[n_layer]: the family's attention layer's tensors with experts */
     st_weight eh_proj;      /* (2*n_embd -> n_embd) */
     const float *enorm;     /* (n_embd) of the token's embedding */
     const float *hnorm;     /* (n_embd) of the hidden state */
