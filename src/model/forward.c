@@ -295,8 +295,6 @@ static void ffn_block(model_ctx *c, int il, int n, int last) {
     else be->add(be, c->x, c->o, (int64_t)n * hp->n_embd, 1);
 }
 
-/* One step's ops (backend run_step): what a step touches, and nothing that
- * changes from one decode step to the next but the position. */
 /* Layer il's attention in whichever form the family has (the DeltaNet
  * layers apart): multi-head latent attention (deepseek2, forward_mla.c) or
  * attention_block's. */
@@ -309,6 +307,8 @@ static void attention_layer(model_ctx *c, int il, st_kv_layer *const *kv, const 
     } else attention_block(c, il, kv, pos0, n_tok, n_seq, rows);
 }
 
+/* One step's ops (backend run_step): what a step touches, and nothing that
+ * changes from one decode step to the next but the position. */
 typedef struct {
     model_ctx *c;
     st_kv_layer *kv;

@@ -557,9 +557,9 @@ static void bind_layer(loader *L, model *m, int il) {
 
 /* The first nextn (MTP) block, layer n_layer, as llama.cpp names its
  * tensors: the table's rows of the family's attention layer with experts
- * (the hybrids' gated attention; DeepSeek's latent attention; GLM-4.5's),
- * and
- * nextn.eh_proj, enorm, hnorm (required once eh_proj is there), the optional
+ * (the hybrids' gated attention, DeepSeek's latent attention, GLM-4.5's;
+ * the loaders of these families alone set n_nextn), and nextn.eh_proj,
+ * enorm, hnorm (required once eh_proj is there), the optional
  * nextn.shared_head_norm, shared_head_head and embed_tokens (else the
  * model's own). A file without nextn.eh_proj (converted without the MTP
  * head) loads as before, with m->mtp NULL; so does one whose block is
@@ -572,7 +572,7 @@ static void bind_mtp(loader *L0, model *m) {
     const int64_t E = hp->n_embd;
     char name[96];
     snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_EH_PROJ, il);
-    if (hp->n_nextn < 1 || !hp->n_expert || model_layer_recurrent(hp, il) || !gguf_find_tensor(L->f, name)) return;
+    if (hp->n_nextn < 1 || !hp->n_expert || !gguf_find_tensor(L->f, name)) return;
     model_mtp *mt = st_calloc(1, sizeof *mt);
     mt->eh_proj = get_weight(L, name, 2 * E, E, 1, 1);
     snprintf(name, sizeof name, "blk.%d." HYBRID_T_NEXTN_ENORM, il);
