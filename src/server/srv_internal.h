@@ -200,7 +200,7 @@ typedef struct srv_job {
     int cancelled, done, started;
     int failed;        /* 1: the engine failed it (500), 2: the engine process died (503), 3: shutdown (503) */
     int aborted;       /* the answer was ended early (shutdown): later events are dropped */
-    int shutdown_stop; /* on_event told the engine to stop for the shutdown: its end is the cut */
+    int shutdown_stop; /* on_event told the engine to stop for the shutdown: its end is the cut (503) */
     srv_ctx *srv;
     job_kind kind;
     const job_api *api; /* the kind's row: how its answers are written */

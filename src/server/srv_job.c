@@ -201,8 +201,9 @@ static int on_event(void *ctx, const srv_event *ev) {
         break;
     case SRV_EV_DONE:
     case SRV_EV_ERROR:
-        if (j->shutdown_stop && j->stream) { /* the end this handler asked for at shutdown: cut short, not done */
-            end_for_shutdown(j);
+        if (j->shutdown_stop) { /* the end this handler asked for at shutdown: cut short, not done */
+            if (j->stream) end_for_shutdown(j);
+            else j->failed = 3, j->done = 1; /* job_run answers 503, not a truncated 200 */
             break;
         }
         if (ev->kind == SRV_EV_DONE) {
@@ -336,7 +337,7 @@ enum MHD_Result job_run(srv_job *j, struct MHD_Connection *c) {
     int done = j->done, failed = j->failed;
     pthread_mutex_unlock(&j->mu);
     enum MHD_Result r;
-    if (!done && atomic_load(&s->stopping)) { /* --shutdown-timeout passed before the answer */
+    if (failed == 3 || (!done && atomic_load(&s->stopping))) { /* --shutdown-timeout passed before the answer */
         srv_err e;
         srv_fail(&e, 503, NULL, "shutting_down",
                  "the server is shutting down; the request was stopped after %d s "

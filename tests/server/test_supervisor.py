@@ -348,6 +348,35 @@ def test_sigterm_drains_then_ends_streams_cleanly():
 
 # ---- a stalled engine (issue 17, item 5) ----
 
+def test_sigterm_cuts_a_non_streaming_answer_with_503():
+    # a non-streaming answer still generating when --shutdown-timeout ends it: 503 shutting_down, never a
+    # 200 whose text was cut (which a client could not tell from a max_tokens end); the server exits 0
+    s = Server("--slots", "1", "--shutdown-timeout", "2")
+    got = {}
+
+    def long():
+        got["r"] = httpx.post(s.url + "/v1/chat/completions", timeout=60, json={
+            "messages": LONG, "max_tokens": 900, "temperature": 0.7, "ignore_eos": True})
+
+    try:
+        t = threading.Thread(target=long)
+        t.start()
+        s.wait_metric("strata_slots_busy", lambda v: v == 1)
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        t.join(30)
+        ended = time.time() - t0
+        r = got["r"]
+        assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down", r.text
+        assert 1.5 <= ended <= 6, ended
+        s.proc.wait(30)
+    finally:
+        rc = s.stop()
+    assert rc == 0, s.log()[-2000:]
+    print(f"checked: SIGTERM with a non-streaming answer generating -> 503 shutting_down {ended:.1f} s after the "
+          f"signal (--shutdown-timeout 2): {r.json()['error']['message'][:80]!r}; exit code 0")
+
+
 def test_stopped_engine_is_killed_and_its_requests_get_503():
     # --engine-timeout 2: SIGSTOP the engine while it generates; /health stops saying ok within about a
     # second, the request gets 503 naming the stall once 2 s pass without a heartbeat, and the next
