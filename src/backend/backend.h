@@ -278,8 +278,10 @@ struct st_backend {
      * n_tok tokens from position pos0. The CPU just calls it. The GPU records
      * a one-token step as a CUDA graph once and replays it while the
      * arg_size bytes at arg (the buffers and cache the step uses) stay the
-     * same; its ops read pos0 from the device inside a step, so a replay at
-     * the next position needs no new recording. */
+     * same (and the body is the same); its ops read pos0 from the device
+     * inside a step, so a replay at the next position needs no new
+     * recording. arg_size 0: never recorded (a step that alternates with
+     * the decoder's, such as the MTP block's, would record anew each time). */
     void (*run_step)(st_backend *be, int n_tok, int pos0, void (*body)(void *arg, int pos0), void *arg,
                      size_t arg_size);
     /* Optional (NULL: run_step): a step of n sequences of one token each,

@@ -200,15 +200,18 @@ static engine *engine_open_rank(const engine_params *p) {
         }
         e->lanes = rc == 1;
     } else if (p->gpu >= 0) {
-        e->placed = engine_place_model(m, be, 1);
+        e->placed = engine_place_model(m, be, 1, p->draft_mtp);
     }
-    if (p->draft_mtp && (!m->mtp || p->gpu >= 0 || e->lanes || e->placed)) {
+    /* --draft mtp: on the CPU, or on a GPU that holds the whole model and the block (placed with it) */
+    if (p->draft_mtp && (!m->mtp || e->lanes || net || p->devices)) {
         if (!m->mtp)
             st_error_set(
                 "%s has no usable multi-token prediction block (blk.%d.nextn.* tensors): --draft mtp needs one "
                 "(--draft ngram drafts without)",
                 p->model_path, m->hp.n_layer);
-        else st_error_set("--draft mtp runs on the CPU backend only (without --gpu, --expert-cache or --ram-budget)");
+        else
+            st_error_set("--draft mtp needs the whole model on one backend: the CPU, or a GPU that holds it "
+                         "(not with experts in host memory, --expert-cache or --ram-budget, nor a layer split)");
         if (e->placed) engine_place_free(e->placed);
         be->destroy(be);
         tokenizer_free(tok);

@@ -229,7 +229,7 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     const model_hparams *hp = &m->hp;
     memset(in, 0, sizeof *in);
     in->budget = budget;
-    in->dense = engine_weight_bytes(m, NULL);
+    in->dense = engine_weight_bytes(m, NULL) + (p->draft_mtp ? engine_mtp_bytes(m) : 0);
     in->n_layer = hp->n_layer;
     in->n_expert = hp->n_expert;
     model_routed_layers(m, &in->n_dense_lead, &in->routed_end); /* a split's rank: its own layers' */
@@ -244,7 +244,10 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     }
     int il0, il1; /* a split's rank holds its layers' caches only */
     model_bound_layers(m, &il0, &il1);
-    in->kv = kv_cache_range_bytes(hp, n_ctx, p->kv_type, il0, il1) * (size_t)(p->n_seq > 0 ? p->n_seq : 1);
+    in->kv = kv_cache_range_bytes(hp, n_ctx, p->kv_type, il0, il1);
+    if (p->draft_mtp && m->mtp) /* the block's attention layer (kv_cache_add_mtp_layer) */
+        in->kv += kv_cache_range_bytes(hp, n_ctx, p->kv_type, hp->n_layer, hp->n_layer + 1);
+    in->kv *= (size_t)(p->n_seq > 0 ? p->n_seq : 1);
     in->scratch = engine_scratch_bytes(hp, n_ubatch);
     in->cache = p->expert_cache;
     in->ram_budget = p->ram_budget > 0 ? (size_t)(p->ram_budget * (double)(1ull << 30)) : 0;
@@ -332,7 +335,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
     if (cpu_tiers) expert_plan_describe(&plan, &in, host_line, NULL); /* no device budget to speak of */
     else expert_plan_log(&plan, &in);
     if (plan.all_resident) {
-        *placed = engine_place_model(m, dev, 1);
+        *placed = engine_place_model(m, dev, 1, p->draft_mtp);
         expert_plan_free(&plan);
         return 0;
     }
@@ -341,7 +344,7 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
         expert_plan_free(&plan);
         return -1;
     }
-    *placed = engine_place_model(m, dev, 0);
+    *placed = engine_place_model(m, dev, 0, 0); /* --draft mtp is refused with the lanes (engine.c) */
     /* The experts' host pages locked in place, so that PCIe copies run at
      * the link's speed and return at once: one range from the first routed
      * tensor to the end of the last (the dense tensors between them too; a

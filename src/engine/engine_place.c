@@ -87,14 +87,20 @@ static void walk_vec(void *ctx, const float **v, int64_t n) {
     *v = place_vec(pw->pl, *v, n);
 }
 
-engine_placed *engine_place_model(model *m, st_backend *be, int routed) {
+engine_placed *engine_place_model(model *m, st_backend *be, int routed, int mtp) {
     engine_placed *pl = st_calloc(1, sizeof *pl);
     pl->be = be;
     place_walk pw = {pl, routed, NULL, 0};
     model_each_tensor(m, walk_weight, walk_vec, &pw);
     st_free(pw.kept);
-    ST_INFO("placed %.1f MiB of weights in %d tensors on the %s backend%s", (double)pl->bytes / (1 << 20), pl->n,
-            be->name, routed ? "" : " (routed experts apart)");
+    const size_t model_bytes = pl->bytes;
+    if (mtp && m->mtp) { /* the whole block, its experts too (the lanes do not serve it) */
+        place_walk pm = {pl, 1, NULL, 0};
+        model_each_mtp_tensor(m, walk_weight, walk_vec, &pm);
+    }
+    ST_INFO("placed %.1f MiB of weights in %d tensors on the %s backend%s%s", (double)pl->bytes / (1 << 20), pl->n,
+            be->name, routed ? "" : " (routed experts apart)",
+            pl->bytes > model_bytes ? ", the multi-token prediction block's among them" : "");
     return pl;
 }
 
@@ -120,6 +126,27 @@ size_t engine_weight_bytes(model *m, size_t *routed) {
     bytes_walk b = {m, 0, 0};
     model_each_tensor(m, count_weight, count_vec, &b);
     if (routed) *routed = b.routed;
+    return b.dense;
+}
+
+/* The block's tensors that are not the model's own (its head and embedding
+ * may be the model's output and token embedding, its head norm the output
+ * norm). */
+static void count_mtp_weight(void *ctx, st_weight *w, model_tensor_class cls) {
+    (void)cls;
+    bytes_walk *b = ctx;
+    if (!w->data || w->data == b->m->output.data || w->data == b->m->tok_embd.data) return;
+    b->dense += (size_t)w->n_mat * (size_t)w->n_out * w->row_bytes;
+}
+
+static void count_mtp_vec(void *ctx, const float **v, int64_t n) {
+    bytes_walk *b = ctx;
+    if (*v && *v != b->m->output_norm) b->dense += (size_t)n * sizeof(float);
+}
+
+size_t engine_mtp_bytes(model *m) {
+    bytes_walk b = {m, 0, 0};
+    model_each_mtp_tensor(m, count_mtp_weight, count_mtp_vec, &b);
     return b.dense;
 }
 

@@ -631,7 +631,9 @@ void model_forward_mtp(model_ctx *c, st_kv_layer *kv, const int32_t *toks, const
     a.head = logits != NULL;
     be->to_device(be, c->ids, toks, (size_t)n * sizeof(int32_t));
     be->to_device(be, c->h, h_in, (size_t)n * E * sizeof(float));
-    be->run_step(be, n, pos0, mtp_body, &a, sizeof a);
+    /* not recorded (arg size 0): its steps alternate with the decoder's verify
+     * passes and between catch-up and drafting, each a new recording */
+    be->run_step(be, n, pos0, mtp_body, &a, 0);
     if (h_out) be->to_host(be, h_out, c->h, (size_t)n * E * sizeof(float));
     if (logits) be->to_host(be, logits, c->logits, (size_t)n * m->hp.n_vocab * sizeof(float));
 }

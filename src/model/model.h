@@ -274,6 +274,10 @@ int model_has_tensor(const model_hparams *hp, int il, model_when w);
 typedef void (*model_weight_fn)(void *ctx, st_weight *w, model_tensor_class cls);
 typedef void (*model_vec_fn)(void *ctx, const float **v, int64_t n);
 void model_each_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx);
+/* The same for the multi-token prediction block (m->mtp: its own tensors,
+ * then layer n_layer's rows); nothing without one. Its head, embedding and
+ * head norm may be the model's own (the same data). */
+void model_each_mtp_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx);
 
 /* Bytes of weights read per token (dense + active experts): the decode roofline numerator. */
 double model_active_bytes_per_token(const model *m);

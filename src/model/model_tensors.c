@@ -140,20 +140,38 @@ int model_has_tensor(const model_hparams *hp, int il, model_when w) {
     return 0;
 }
 
+/* One layer's rows of the table: weights, vectors and biases. */
+static void each_layer_tensor(model *m, int il, model_weight_fn wf, model_vec_fn vf, void *ctx) {
+    const model_hparams *hp = &m->hp;
+    for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) {
+        const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
+        if (!model_has_tensor(hp, il, lt->when)) continue;
+        char *field = (char *)&m->layers[il] + lt->offset;
+        const int64_t n = model_dim_size(hp, lt->in) * model_dim_size(hp, lt->out);
+        if (lt->vec == 2) vf(ctx, &((st_weight *)field)->bias, n);
+        else if (lt->vec) vf(ctx, (const float **)field, n);
+        else wf(ctx, (st_weight *)field, lt->cls);
+    }
+}
+
+void model_each_mtp_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx) {
+    model_mtp *mt = m->mtp;
+    if (!mt) return;
+    const int64_t E = m->hp.n_embd;
+    wf(ctx, &mt->eh_proj, MT_DENSE);
+    wf(ctx, &mt->head, MT_DENSE);  /* the model's output's data when shared */
+    wf(ctx, &mt->embed, MT_DENSE); /* the model's tok_embd's data when shared */
+    vf(ctx, &mt->enorm, E);
+    vf(ctx, &mt->hnorm, E);
+    vf(ctx, &mt->head_norm, E); /* the output norm when shared */
+    each_layer_tensor(m, m->hp.n_layer, wf, vf, ctx);
+}
+
 void model_each_tensor(model *m, model_weight_fn wf, model_vec_fn vf, void *ctx) {
     const model_hparams *hp = &m->hp;
     wf(ctx, &m->tok_embd, MT_DENSE);
     wf(ctx, &m->output, MT_DENSE); /* tok_embd's data again when tied */
     vf(ctx, &m->output_norm, hp->n_embd);
     vf(ctx, &m->rope_freqs, (hp->n_rot > 0 ? hp->n_rot : hp->head_dim) / 2); /* one divisor per rotated pair */
-    for (int il = 0; il < hp->n_layer; il++)
-        for (int t = 0; t < MODEL_N_LAYER_TENSORS; t++) {
-            const model_layer_tensor *lt = &MODEL_LAYER_TENSORS[t];
-            if (!model_has_tensor(hp, il, lt->when)) continue;
-            char *field = (char *)&m->layers[il] + lt->offset;
-            const int64_t n = model_dim_size(hp, lt->in) * model_dim_size(hp, lt->out);
-            if (lt->vec == 2) vf(ctx, &((st_weight *)field)->bias, n);
-            else if (lt->vec) vf(ctx, (const float **)field, n);
-            else wf(ctx, (st_weight *)field, lt->cls);
-        }
+    for (int il = 0; il < hp->n_layer; il++) each_layer_tensor(m, il, wf, vf, ctx);
 }

@@ -91,6 +91,7 @@ typedef struct {
     cudaGraphExec_t exec;
     void *key; /* the step arguments the graph was recorded with */
     size_t key_size;
+    void (*key_body)(void *, int); /* and its body: the decoder's step, or the MTP block's (forward.c) */
     unsigned long long key_gen;
     int key_short; /* the step_short the graph was recorded with */
     /* batched steps (run_step_rows) */
@@ -888,7 +889,7 @@ static cudaGraphExec_t record_step(cuda_ctx *c, step_pass_fn pass, void (*body)(
 static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
     cuda_ctx *c = CTX(be);
     op_begin(c);
-    if (n_tok != 1 || !c->graphs) {
+    if (n_tok != 1 || !c->graphs || !size) { /* size 0: the caller asks for no recording (backend.h) */
         body(arg, pos0);
         return;
     }
@@ -899,8 +900,8 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
      * sized for them (the per-head kernel is faster there); crossing it
      * records the step again, once, for the rest of the cache */
     c->step_short = pos0 + 1 < CUDA_ATT_SHORT_SPAN;
-    if (c->exec && c->key_size == size && !memcmp(c->key, arg, size) && c->key_gen == cuda_mem_generation(c->dev) &&
-        c->key_short == c->step_short) {
+    if (c->exec && c->key_body == body && c->key_size == size && !memcmp(c->key, arg, size) &&
+        c->key_gen == cuda_mem_generation(c->dev) && c->key_short == c->step_short) {
         CUDA_CHECK(cudaGraphLaunch(c->exec, c->s));
         return;
     }
@@ -920,6 +921,7 @@ static void cu_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *
     c->key = st_malloc(size);
     memcpy(c->key, arg, size);
     c->key_size = size;
+    c->key_body = body;
     c->key_gen = gen;
     c->key_short = c->step_short;
 }
