@@ -12,9 +12,11 @@
  *   - greedy generations with MTP drafts give the plain GPU generation's
  *     tokens, or first differ at a near-tie (top-2 gap below 1e-3: a
  *     verify pass's batched products and the one-token ones sum in other
- *     orders), with drafts accepted and rejected (a logit bias lifts two
- *     tokens so that the random block guesses some right, as
- *     tests/engine/test_mtp.c).
+ *     orders), with drafts accepted and rejected (a logit bias lifts a
+ *     few tokens so that the random block guesses some right: the same
+ *     ones as tests/engine/test_mtp.c, 4 from id 40 for the hybrids, 2
+ *     from id 60 for the others; with 2 from 60 the qwen35moe file's
+ *     drafts were all rejected, 0 of 12).
  * The engine refuses --draft mtp with experts in host memory
  * (--expert-cache): checked too.
  *
@@ -41,8 +43,8 @@
 #define N_PROMPT 20
 #define N_GEN    32
 
-static const int32_t LIFTED[2] = {60, 61};
-static const float LIFT[2] = {8, 8};
+static int n_lift, lift0; /* the lifted tokens of the family under test: check_family's */
+static const float LIFT[4] = {8, 8, 8, 8};
 
 static engine *open_engine(const char *path, int gpu, int expert_cache) {
     engine_params p = engine_defaults();
@@ -65,8 +67,8 @@ static int on_token(void *ctx, int32_t t, const float *raw) {
     collected *c = ctx;
     ST_ASSERT(c->n < N_GEN);
     float best = -INFINITY, second = -INFINITY;
-    for (int i = 0; i < 2; i++) {
-        const float v = raw ? raw[LIFTED[i]] + LIFT[i] : 0;
+    for (int i = 0; i < n_lift; i++) {
+        const float v = raw ? raw[lift0 + i] + LIFT[i] : 0;
         if (v > best) second = best, best = v;
         else if (v > second) second = v;
     }
@@ -79,8 +81,9 @@ static void generate(engine *e, const int32_t *prompt, int mtp, collected *c, ge
     engine_seq *s = gen_read_new(e, prompt, N_PROMPT);
     sampler_params sp = sampler_defaults();
     sp.temp = 0.0f;
-    sp.n_bias = 2;
-    sp.bias_ids = LIFTED;
+    const int32_t lifted[4] = {lift0, lift0 + 1, lift0 + 2, lift0 + 3};
+    sp.n_bias = n_lift;
+    sp.bias_ids = lifted;
     sp.bias_vals = LIFT;
     sampler *smp = sampler_create(&sp, e->m->hp.n_vocab);
     memset(c, 0, sizeof *c);
@@ -98,6 +101,9 @@ static void check_family(const char *arch, const char *dir) {
     snprintf(path, sizeof path, "%s/strata-test-cuda-mtp-%s-%d.gguf", dir, arch, (int)getpid());
     synth_hparams hp;
     ST_ASSERT(synth_preset(arch, "tiny", &hp) == 0);
+    const int hybrid = !strncmp(arch, "qwen3", 5);
+    n_lift = hybrid ? 4 : 2;
+    lift0 = hybrid ? 40 : 60;
     hp.n_nextn = 1;
     synth_opts o;
     synth_opts_init(&o, &hp);
@@ -119,7 +125,8 @@ static void check_family(const char *arch, const char *dir) {
     int32_t prompt[N_PROMPT];
     for (int i = 0; i < N_PROMPT; i++) prompt[i] = 30 + 7 * (i % 6); /* a phrase of 6 tokens, repeated */
     const int nv = cpu->m->hp.n_vocab;
-    float *lc = st_malloc((size_t)N_PROMPT * nv * sizeof(float)), *lg = st_malloc((size_t)N_PROMPT * nv * sizeof(float));
+    float *lc = st_malloc((size_t)N_PROMPT * nv * sizeof(float)),
+          *lg = st_malloc((size_t)N_PROMPT * nv * sizeof(float));
     engine_seq *sc = gen_read_new(cpu, prompt, N_PROMPT), *sg = gen_read_new(gpu, prompt, N_PROMPT);
     CHECK(engine_seq_mtp_logits(cpu, sc, 0, N_PROMPT, lc) == 0 && engine_seq_mtp_logits(gpu, sg, 0, N_PROMPT, lg) == 0,
           "%s: the block's logits: %s", arch, st_error_get());
