@@ -202,16 +202,15 @@ static engine *engine_open_rank(const engine_params *p) {
     } else if (p->gpu >= 0) {
         e->placed = engine_place_model(m, be, 1, p->draft_mtp);
     }
-    /* --draft mtp: on the CPU, or on a GPU that holds the whole model and the block (placed with it) */
-    if (p->draft_mtp && (!m->mtp || e->lanes || net || p->devices)) {
+    /* --draft mtp: on one backend, the block whole on it (placed with the
+     * model, its experts too when the model's are in host memory) */
+    if (p->draft_mtp && (!m->mtp || net || p->devices)) {
         if (!m->mtp)
             st_error_set(
                 "%s has no usable multi-token prediction block (blk.%d.nextn.* tensors): --draft mtp needs one "
                 "(--draft ngram drafts without)",
                 p->model_path, m->hp.n_layer);
-        else
-            st_error_set("--draft mtp needs the whole model on one backend: the CPU, or a GPU that holds it "
-                         "(not with experts in host memory, --expert-cache or --ram-budget, nor a layer split)");
+        else st_error_set("--draft mtp needs the model on one backend (not a layer split across devices)");
         if (e->placed) engine_place_free(e->placed);
         be->destroy(be);
         tokenizer_free(tok);

@@ -344,7 +344,9 @@ int engine_offload(const engine_params *p, model *m, int n_ctx, int *n_ubatch_io
         expert_plan_free(&plan);
         return -1;
     }
-    *placed = engine_place_model(m, dev, 0, 0); /* --draft mtp is refused with the lanes (engine.c) */
+    /* --draft mtp: the block whole on the device, its experts too (one
+     * layer's; the lanes pass its MoE straight to the device) */
+    *placed = engine_place_model(m, dev, 0, p->draft_mtp);
     /* The experts' host pages locked in place, so that PCIe copies run at
      * the link's speed and return at once: one range from the first routed
      * tensor to the end of the last (the dense tensors between them too; a

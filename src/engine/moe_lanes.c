@@ -358,6 +358,11 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
                       const st_weight *down, float *out) {
     lanes *L = LN(be);
     st_backend *d = &L->live; /* be's ops do nothing while a recorded step replays */
+    if (L->m->mtp && gate == &L->m->layers[L->n_layer].ffn_gate_exps) {
+        /* the multi-token prediction block's: whole on the device (engine_offload), its steps never recorded */
+        L->dev_orig->moe_ffn(d, h, logits, n_tok, n_expert, k, gt, act, gate, up, down, out);
+        return;
+    }
     const int il = find_layer(L, gate);
     lane_layer *ly = &L->layer[il];
     ST_ASSERT(n_tok <= L->n_rows && k == L->k && n_expert == L->n_expert);
@@ -524,11 +529,12 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
 /* A one-token step: live the first time with its arguments (which sizes
  * the scratch), recorded in segments the second, replayed after that; the
  * layers' host parts run every time (l_moe_ffn: seg_enter, seg_leave).
- * Longer steps (prompt chunks) run live. */
+ * Longer steps (prompt chunks) and steps never to be recorded (size 0: the
+ * MTP block's) run live, the recorded step kept. */
 static void l_run_step(st_backend *be, int n_tok, int pos0, void (*body)(void *, int), void *arg, size_t size) {
     lanes *L = LN(be);
     const st_step_segments *sg = L->live.segments;
-    if (n_tok != 1 || !sg || L->seg_off) {
+    if (n_tok != 1 || !size || !sg || L->seg_off) {
         body(arg, pos0);
         return;
     }

@@ -17,8 +17,9 @@
  *     ones as tests/engine/test_mtp.c, 4 from id 40 for the hybrids, 2
  *     from id 60 for the others; with 2 from 60 the qwen35moe file's
  *     drafts were all rejected, 0 of 12).
- * The engine refuses --draft mtp with experts in host memory
- * (--expert-cache): checked too.
+ * Both with the whole model on the GPU and with the routed experts apart
+ * (--expert-cache: the expert lanes; the block is placed whole on the GPU,
+ * its MoE passed through).
  *
  * No GPU: prints SKIPPED and exits 0.
  * usage: test_cuda_mtp [DIR for the temporary models, default /tmp]
@@ -96,6 +97,46 @@ static void generate(engine *e, const int32_t *prompt, int mtp, collected *c, ge
     engine_seq_free(e, s);
 }
 
+/* On GPU engine g (where: its placement, for the messages): the block's
+ * logits against the CPU engine's, and drafted against plain generation. */
+static void check_gpu(engine *cpu, engine *g, const char *arch, const char *where) {
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 30 + 7 * (i % 6); /* a phrase of 6 tokens, repeated */
+    const int nv = cpu->m->hp.n_vocab;
+    float *lc = st_malloc((size_t)N_PROMPT * nv * sizeof(float)),
+          *lg = st_malloc((size_t)N_PROMPT * nv * sizeof(float));
+    engine_seq *sc = gen_read_new(cpu, prompt, N_PROMPT), *sg = gen_read_new(g, prompt, N_PROMPT);
+    CHECK(engine_seq_mtp_logits(cpu, sc, 0, N_PROMPT, lc) == 0 && engine_seq_mtp_logits(g, sg, 0, N_PROMPT, lg) == 0,
+          "%s, %s: the block's logits: %s", arch, where, st_error_get());
+    double worst = 0, rms;
+    for (int i = 0; i < N_PROMPT; i++)
+        worst = fmax(worst, logits_nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv, &rms));
+    printf("%s, %s: the MTP block's logits at %d positions, NMSE against the CPU at most %.2e (bound 1e-5)\n", arch,
+           where, N_PROMPT, worst);
+    CHECK(worst <= 1e-5, "%s, %s: the block's logits, NMSE %.3g against the CPU's", arch, where, worst);
+    engine_seq_free(cpu, sc);
+    engine_seq_free(g, sg);
+    st_free(lc);
+    st_free(lg);
+
+    collected plain, drafted;
+    gen_stats st0, st1;
+    generate(g, prompt, 0, &plain, &st0);
+    generate(g, prompt, 1, &drafted, &st1);
+    int first = -1;
+    for (int i = 0; i < plain.n && i < drafted.n && first < 0; i++)
+        if (plain.t[i] != drafted.t[i]) first = i;
+    const int tie = first >= 0 && plain.gap[first] < 1e-3f;
+    const int acc = st1.drafts_accepted, rej = st1.drafts_total - st1.drafts_accepted;
+    printf("%s, %s: %d tokens with MTP drafts, %d plain, first difference %d%s; %d drafted tokens accepted, "
+           "%d rejected\n",
+           arch, where, drafted.n, plain.n, first, tie ? " (a near-tie)" : "", acc, rej);
+    CHECK(plain.n == N_GEN && drafted.n == N_GEN && (first < 0 || tie),
+          "%s, %s: the drafted generation differs from the plain one at %d (gap %.3g)", arch, where, first,
+          first >= 0 ? plain.gap[first] : 0.0);
+    CHECK(acc > 0 && rej > 0, "%s, %s: %d drafted tokens accepted, %d rejected", arch, where, acc, rej);
+}
+
 static void check_family(const char *arch, const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/strata-test-cuda-mtp-%s-%d.gguf", dir, arch, (int)getpid());
@@ -110,55 +151,23 @@ static void check_family(const char *arch, const char *dir) {
     o.type_default = QT_F32;
     ST_ASSERT(synth_write(&o, path) == 0);
 
-    engine *cpu = open_engine(path, -1, -1), *gpu = open_engine(path, 0, -1);
-    CHECK(cpu && gpu, "%s: %s", arch, st_error_get());
-    engine *lanes = open_engine(path, 0, 1);
-    CHECK(!lanes && strstr(st_error_get(), "--draft mtp needs the whole model"),
-          "%s: --draft mtp with experts in host memory: %s", arch, lanes ? "opened" : st_error_get());
-    if (lanes) engine_close(lanes);
-    if (!cpu || !gpu) {
-        if (cpu) engine_close(cpu);
-        if (gpu) engine_close(gpu);
-        unlink(path);
-        return;
+    engine *cpu = open_engine(path, -1, -1);
+    CHECK(cpu != NULL, "%s on the CPU: %s", arch, st_error_get());
+    /* the whole model on the GPU; the routed experts apart, a quarter of them cached (the expert lanes) */
+    const struct {
+        int cache;
+        const char *where;
+    } places[] = {{-1, "whole on the GPU"}, {hp.n_layer * hp.n_expert / 4, "a quarter of the experts cached"}};
+    for (size_t i = 0; cpu && i < sizeof places / sizeof places[0]; i++) {
+        engine *g = open_engine(path, 0, places[i].cache);
+        CHECK(g && g->lanes == (places[i].cache >= 0), "%s, %s: %s", arch, places[i].where,
+              g ? "the lanes not as asked" : st_error_get());
+        if (g) {
+            check_gpu(cpu, g, arch, places[i].where);
+            engine_close(g);
+        }
     }
-    int32_t prompt[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 30 + 7 * (i % 6); /* a phrase of 6 tokens, repeated */
-    const int nv = cpu->m->hp.n_vocab;
-    float *lc = st_malloc((size_t)N_PROMPT * nv * sizeof(float)),
-          *lg = st_malloc((size_t)N_PROMPT * nv * sizeof(float));
-    engine_seq *sc = gen_read_new(cpu, prompt, N_PROMPT), *sg = gen_read_new(gpu, prompt, N_PROMPT);
-    CHECK(engine_seq_mtp_logits(cpu, sc, 0, N_PROMPT, lc) == 0 && engine_seq_mtp_logits(gpu, sg, 0, N_PROMPT, lg) == 0,
-          "%s: the block's logits: %s", arch, st_error_get());
-    double worst = 0, rms;
-    for (int i = 0; i < N_PROMPT; i++)
-        worst = fmax(worst, logits_nmse(lg + (size_t)i * nv, lc + (size_t)i * nv, nv, &rms));
-    printf("%s: the MTP block's logits on the GPU at %d positions, NMSE against the CPU at most %.2e (bound 1e-5)\n",
-           arch, N_PROMPT, worst);
-    CHECK(worst <= 1e-5, "%s: the block's logits on the GPU, NMSE %.3g against the CPU's", arch, worst);
-    engine_seq_free(cpu, sc);
-    engine_seq_free(gpu, sg);
-    st_free(lc);
-    st_free(lg);
-
-    collected plain, drafted;
-    gen_stats st0, st1;
-    generate(gpu, prompt, 0, &plain, &st0);
-    generate(gpu, prompt, 1, &drafted, &st1);
-    int first = -1;
-    for (int i = 0; i < plain.n && i < drafted.n && first < 0; i++)
-        if (plain.t[i] != drafted.t[i]) first = i;
-    const int tie = first >= 0 && plain.gap[first] < 1e-3f;
-    const int acc = st1.drafts_accepted, rej = st1.drafts_total - st1.drafts_accepted;
-    printf("%s on the GPU: %d tokens with MTP drafts, %d plain, first difference %d%s; %d drafted tokens accepted, "
-           "%d rejected\n",
-           arch, drafted.n, plain.n, first, tie ? " (a near-tie)" : "", acc, rej);
-    CHECK(plain.n == N_GEN && drafted.n == N_GEN && (first < 0 || tie),
-          "%s: the drafted generation differs from the plain one at %d (gap %.3g)", arch, first,
-          first >= 0 ? plain.gap[first] : 0.0);
-    CHECK(acc > 0 && rej > 0, "%s: %d drafted tokens accepted, %d rejected", arch, acc, rej);
-    engine_close(cpu);
-    engine_close(gpu);
+    if (cpu) engine_close(cpu);
     unlink(path);
 }
 

@@ -19,6 +19,10 @@
  *     equal to fresh sequences';
  *   - after an evaluation that keeps no hidden state (the top-k decode step)
  *     the sequence drafts nothing (rather than from a stale row);
+ *   - with the routed experts apart (--expert-cache: the expert lanes, here
+ *     on two CPU backends, the seam the GPU uses), the block placed whole
+ *     on the "device" and its MoE passed through: the lanes' plain tokens
+ *     with drafts, some accepted;
  *   - the main model ignores the block: the plain tokens of an engine opened
  *     without --draft mtp are the same; a file without the block loads and
  *     runs, and --draft mtp on it is refused with a message.
@@ -149,12 +153,13 @@ static void check_batched(engine *e, const char *arch, int32_t prompts[N_SEQ][20
     }
 }
 
-static engine *open_engine(const char *path, int mtp) {
+static engine *open_engine(const char *path, int mtp, int expert_cache) {
     engine_params p = engine_defaults();
     p.model_path = path;
     p.n_ctx = 256;
     p.n_threads = 2;
     p.draft_mtp = mtp;
+    p.expert_cache = expert_cache;
     return engine_open(&p);
 }
 
@@ -176,7 +181,7 @@ static void check_model(const char *arch, const char *dir) {
     ST_ASSERT(synth_write(&o, path) == 0);
 
     /* a file without the block: runs plain, refuses --draft mtp */
-    engine *e = open_engine(bare, 1);
+    engine *e = open_engine(bare, 1, -1);
     CHECK(!e && strstr(st_error_get(), "no usable multi-token prediction block"),
           "%s: --draft mtp on a file without "
           "the block: %s",
@@ -189,15 +194,15 @@ static void check_model(const char *arch, const char *dir) {
         prompts[2][i] = 40 + (i * i) % 4;    /* the lifted tokens */
     }
     gen_stats st0, st1;
-    e = open_engine(bare, 0);
+    e = open_engine(bare, 0, -1);
     CHECK(e != NULL, "%s: the file without the block: %s", arch, e ? "" : st_error_get());
     if (e) {
         engine_seq_free(e, generate(e, prompts[0], 20, 0.0f, 1, 0, plain, &st0));
         engine_close(e);
     }
 
-    engine *e0 = open_engine(path, 0);
-    e = open_engine(path, 1);
+    engine *e0 = open_engine(path, 0, -1);
+    e = open_engine(path, 1, -1);
     CHECK(e && e0, "%s: %s", arch, st_error_get());
     if (!e || !e0) return;
     CHECK(e->m->mtp && e->kv->n_layer == e->m->hp.n_layer + 1, "%s: the block and its cache layer", arch);
@@ -267,6 +272,21 @@ static void check_model(const char *arch, const char *dir) {
     engine_seq_free(e, s);
     engine_close(e);
     engine_close(e0);
+    /* the experts apart, a quarter of them cached: the block's MoE is not the lanes' */
+    e = open_engine(path, 1, hp.n_layer * hp.n_expert / 4);
+    CHECK(e && e->lanes, "%s: --draft mtp with the expert lanes: %s", arch, e ? "no lanes" : st_error_get());
+    if (e) {
+        engine_seq_free(e, generate(e, prompts[0], 20, 0.0f, 1, 0, plain, &st0));
+        s = generate(e, prompts[0], 20, 0.0f, 1, 1, drafted, &st1);
+        CHECK(!memcmp(plain, drafted, sizeof plain) && st1.drafts_accepted > 0,
+              "%s, expert lanes: MTP drafts changed the tokens, or none was accepted (%d of %d)", arch,
+              st1.drafts_accepted, st1.drafts_total);
+        check_consistent(e, "expert lanes", s);
+        printf("%s with the expert lanes: the plain tokens with MTP drafts; %d of %d drafted tokens accepted\n", arch,
+               st1.drafts_accepted, st1.drafts_total);
+        engine_seq_free(e, s);
+        engine_close(e);
+    }
     unlink(path);
     unlink(bare);
 }
