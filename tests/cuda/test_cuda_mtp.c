@@ -9,14 +9,15 @@
  *     NMSE of the centred logits against the CPU engine's within 1e-5
  *     (the backends sum floats in other orders; test_cuda_family's bound
  *     for F32);
- *   - greedy generations with MTP drafts give the plain GPU generation's
- *     tokens, or first differ at a near-tie (top-2 gap below 1e-3: a
+ *   - greedy generations with MTP drafts (three prompts, test_mtp's) give
+ *     the plain GPU generation's tokens, or first differ at a near-tie (top-2 gap below 1e-3: a
  *     verify pass's batched products and the one-token ones sum in other
  *     orders), with drafts accepted and rejected (a logit bias lifts a
  *     few tokens so that the random block guesses some right: the same
  *     ones as tests/engine/test_mtp.c, 4 from id 40 for the hybrids, 2
  *     from id 60 for the others; with 2 from 60 the qwen35moe file's
- *     drafts were all rejected, 0 of 12).
+ *     drafts were all rejected, 0 of 12, with 4 from 40 one qwen3next
+ *     prompt's, 0 of 12: the counts are summed over the prompts).
  * Both with the whole model on the GPU and with the routed experts apart
  * (--expert-cache: the expert lanes; the block is placed whole on the GPU,
  * its MoE passed through).
@@ -119,21 +120,33 @@ static void check_gpu(engine *cpu, engine *g, const char *arch, const char *wher
     st_free(lc);
     st_free(lg);
 
-    collected plain, drafted;
-    gen_stats st0, st1;
-    generate(g, prompt, 0, &plain, &st0);
-    generate(g, prompt, 1, &drafted, &st1);
-    int first = -1;
-    for (int i = 0; i < plain.n && i < drafted.n && first < 0; i++)
-        if (plain.t[i] != drafted.t[i]) first = i;
-    const int tie = first >= 0 && plain.gap[first] < 1e-3f;
-    const int acc = st1.drafts_accepted, rej = st1.drafts_total - st1.drafts_accepted;
-    printf("%s, %s: %d tokens with MTP drafts, %d plain, first difference %d%s; %d drafted tokens accepted, "
-           "%d rejected\n",
-           arch, where, drafted.n, plain.n, first, tie ? " (a near-tie)" : "", acc, rej);
-    CHECK(plain.n == N_GEN && drafted.n == N_GEN && (first < 0 || tie),
-          "%s, %s: the drafted generation differs from the plain one at %d (gap %.3g)", arch, where, first,
-          first >= 0 ? plain.gap[first] : 0.0);
+    /* three prompts (test_mtp's): drafts accepted and rejected summed over them */
+    int32_t prompts[3][N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) {
+        prompts[0][i] = prompt[i];
+        prompts[1][i] = (i * 37 + 11) % 500;      /* no repetition */
+        prompts[2][i] = lift0 + (i * i) % n_lift; /* the lifted tokens */
+    }
+    int acc = 0, rej = 0;
+    for (int q = 0; q < 3; q++) {
+        collected plain, drafted;
+        gen_stats st0, st1;
+        generate(g, prompts[q], 0, &plain, &st0);
+        generate(g, prompts[q], 1, &drafted, &st1);
+        int first = -1;
+        for (int i = 0; i < plain.n && i < drafted.n && first < 0; i++)
+            if (plain.t[i] != drafted.t[i]) first = i;
+        const int tie = first >= 0 && plain.gap[first] < 1e-3f;
+        acc += st1.drafts_accepted;
+        rej += st1.drafts_total - st1.drafts_accepted;
+        printf("%s, %s, prompt %d: %d tokens with MTP drafts, %d plain, first difference %d%s; %d of %d drafted "
+               "tokens accepted\n",
+               arch, where, q, drafted.n, plain.n, first, tie ? " (a near-tie)" : "", st1.drafts_accepted,
+               st1.drafts_total);
+        CHECK(plain.n == N_GEN && drafted.n == N_GEN && (first < 0 || tie),
+              "%s, %s, prompt %d: the drafted generation differs from the plain one at %d (gap %.3g)", arch, where, q,
+              first, first >= 0 ? plain.gap[first] : 0.0);
+    }
     CHECK(acc > 0 && rej > 0, "%s, %s: %d drafted tokens accepted, %d rejected", arch, where, acc, rej);
 }
 
