@@ -12,7 +12,7 @@
 #                    nothing); without it only Strata's figures are printed
 # env: HBM_GBS (default 4300: device-to-device copy rate measured on the
 #      H200 here, read+write counted) is the roofline's bandwidth; REPS (3);
-#      DEPTH (16384).
+#      DEPTH (16384; 0: only pp512, pp4096 and tg128, on both sides).
 #
 # Both sides use random prompt tokens and llama-bench's conventions: tg from an
 # empty cache (or from the depth), pp timed over the whole prompt. llama.cpp
@@ -42,9 +42,11 @@ declare -A ST LL
 out=$(sb -p 512 -n 128); ST[pp512]=$(echo "$out" | num pp512); ST[tg128]=$(echo "$out" | num tg128)
 GB=$(echo "$out" | gbs)
 ST[pp4096]=$(sb -p 4096 -n 0 | num pp4096)
-ST[tg128_nograph]=$(STRATA_CUDA_GRAPH=0 sb -p 0 -n 128 | num tg128)
-ST[tg64_d_f16]=$(sb -p 0 -n 64 -d "$D" --kv f16 | num tg64)
-ST[tg64_d_int8]=$(sb -p 0 -n 64 -d "$D" --kv int8 | num tg64)
+if [ "$D" != 0 ]; then
+    ST[tg128_nograph]=$(STRATA_CUDA_GRAPH=0 sb -p 0 -n 128 | num tg128)
+    ST[tg64_d_f16]=$(sb -p 0 -n 64 -d "$D" --kv f16 | num tg64)
+    ST[tg64_d_int8]=$(sb -p 0 -n 64 -d "$D" --kv int8 | num tg64)
+fi
 
 if [ -n "$L" ]; then
     # llama-bench csv: the column named avg_ts (quoted or not) is the mean tok/s;
@@ -57,8 +59,10 @@ if [ -n "$L" ]; then
     LL[pp512]=$(lb -p 512 -n 0)
     LL[pp4096]=$(lb -p 4096 -n 0)
     LL[tg128]=$(lb -p 0 -n 128)
-    LL[tg64_d_f16]=$(lb -p 0 -n 64 -d "$D")
-    LL[tg64_d_int8]=$(lb -p 0 -n 64 -d "$D" -ctk q8_0 -ctv q8_0)
+    if [ "$D" != 0 ]; then
+        LL[tg64_d_f16]=$(lb -p 0 -n 64 -d "$D")
+        LL[tg64_d_int8]=$(lb -p 0 -n 64 -d "$D" -ctk q8_0 -ctv q8_0)
+    fi
     "$L" --version 2>&1 | head -2 | sed 's/^/llama.cpp: /'
 fi
 
@@ -71,6 +75,6 @@ for t in pp512 pp4096 tg128 tg128_nograph tg64_d_f16 tg64_d_int8; do
 done
 echo
 [ -n "$GB" ] && awk -v g="$GB" -v h="$HBM" 'BEGIN { printf "tg128 reads %.0f GB/s of weights = %.1f%% of the %d GB/s roofline\n", g, 100 * g / h, h }'
-[ -n "${ST[tg64_d_f16]}" ] && [ -n "${ST[tg64_d_int8]}" ] &&
+[ -n "${ST[tg64_d_f16]:-}" ] && [ -n "${ST[tg64_d_int8]:-}" ] &&
     awk -v a="${ST[tg64_d_int8]}" -v b="${ST[tg64_d_f16]}" -v d="$D" 'BEGIN { printf "decode at depth %d: int8 KV / f16 KV = %.2f\n", d, a / b }'
 exit 0
