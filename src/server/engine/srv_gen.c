@@ -11,9 +11,14 @@
  * that cannot decide is the whole vocabulary masked, walking the pieces in
  * byte order so that pieces sharing a prefix share its matching. The
  * vocabulary table is built once per engine process (srv_vocab) and shared by
- * the slots. End-of-generation tokens are allowed exactly when the grammar's
- * sentence is whole. max_tokens can still cut the answer short (finish
- * "length"): the text is then a prefix of a sentence.
+ * the slots; a request whose answer renders control tokens as text
+ * (r->render_special: harmony's markers) walks a second table where they
+ * have that text, so that a grammar's `<|message|>` is the model's one
+ * token, as llama.cpp's grammars see it (and a trigger written as one is
+ * seen). End-of-generation tokens are
+ * allowed exactly when the grammar's sentence is whole (never by their text).
+ * max_tokens can still cut the answer short (finish "length"): the text is
+ * then a prefix of a sentence.
  *
  * A grammar may wait: for a trigger (r->grammar_trigger: a tool call's
  * opening, or `</think>` when the prompt opened a reasoning block), the text
@@ -52,7 +57,8 @@
 /* ---- the vocabulary as the grammar walks it ---- */
 struct srv_vocab {
     gmatch_vocab v;
-    char *text;    /* every token's output bytes: piece t is text[off[t]..off[t+1]) (control tokens: empty) */
+    char *text;    /* every token's output bytes: piece t is text[off[t]..off[t+1]) (control tokens: empty, or
+                      their text in the table of requests that render them; end-of-generation tokens: empty) */
     uint32_t *off; /* (n_vocab + 1) */
     int32_t *ids;  /* (n) tokens with a piece, in byte order of their pieces */
     uint32_t *lcp; /* (n) */
@@ -70,7 +76,7 @@ static int by_piece(const void *a, const void *b) {
     return c ? c : lx < ly ? -1 : lx > ly ? 1 : x - y;
 }
 
-static srv_vocab *vocab_build(const engine *e) {
+static srv_vocab *vocab_build(const engine *e, int special) {
     srv_vocab *v = st_calloc(1, sizeof *v);
     const int nv = e->m->hp.n_vocab;
     v->n_vocab = nv;
@@ -83,9 +89,10 @@ static srv_vocab *vocab_build(const engine *e) {
     for (int i = 0; i < nv; i++) {
         v->off[i] = (uint32_t)len;
         v->eog[i] = (uint8_t)tokenizer_is_eog(e->tok, i);
-        int64_t k = tokenizer_token_type(e->tok, i) == TOK_TYPE_CONTROL
+        /* an end of generation is allowed by the grammar's state, never by its text */
+        int64_t k = v->eog[i] || (!special && tokenizer_token_type(e->tok, i) == TOK_TYPE_CONTROL)
                         ? 0
-                        : tokenizer_token_to_piece(e->tok, i, 0, buf, sizeof buf);
+                        : tokenizer_token_to_piece(e->tok, i, special, buf, sizeof buf);
         if (k < 0 || k > (int64_t)sizeof buf) k = 0; /* a piece over 256 bytes is never allowed: fine */
         if (len + (size_t)k > cap) {
             cap = (len + (size_t)k) * 2;
@@ -117,10 +124,16 @@ static srv_vocab *vocab_build(const engine *e) {
     return v;
 }
 
+/* The table of r's answer (vocab[1] when it renders control tokens), built on first need. */
+static const srv_vocab *vocab_for(const engine *e, const srv_request *r, srv_vocab **vocab) {
+    srv_vocab **v = &vocab[r->render_special != 0];
+    if (!*v) *v = vocab_build(e, r->render_special != 0);
+    return *v;
+}
+
 uint8_t *srv_dry_breakers(const engine *e, const srv_request *r, srv_vocab **vocab) {
     if (r->n_dry_breakers == 0) return NULL;
-    if (!*vocab) *vocab = vocab_build(e);
-    const srv_vocab *v = *vocab;
+    const srv_vocab *v = vocab_for(e, r, vocab);
     uint8_t *m = st_calloc((size_t)v->n_vocab, 1);
     for (int t = 0; t < v->n_vocab; t++) /* a breaker split over several tokens is not seen (docs/server.md) */
         for (int i = 0; i < r->n_dry_breakers && !m[t]; i++)
@@ -510,8 +523,7 @@ srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_even
             st_free(x);
             return NULL;
         }
-        if (!*vocab) *vocab = vocab_build(e);
-        x->voc = *vocab;
+        x->voc = vocab_for(e, r, vocab);
         x->m = gmatch_new(x->g);
         x->allowed = st_malloc((size_t)x->n_vocab);
         x->waiting = r->grammar_trigger != NULL;

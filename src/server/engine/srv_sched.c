@@ -78,7 +78,7 @@ typedef struct {
     model_pick *step_picks;    /* (n_slots) what the backend keeps of each slot's logits (slot_pick) */
     slot **step_readers;       /* (n_slots) the slots reading a prompt chunk in the step (pick_chunks) */
     engine_chunk *step_chunks; /* (n_slots) their chunks */
-    srv_vocab *vocab;          /* the vocabulary table grammars walk (srv_gen.c), built on first need */
+    srv_vocab *vocab[2];       /* the vocabulary tables grammars walk (srv_gen.c), built on first need */
 } local_sched;
 
 /* The free slot for a prompt (see the routing rule in srv_sched.h); -1 if none is free. */
@@ -264,7 +264,7 @@ static int gen_start(local_sched *s, slot *sl) {
     sl->st.prompt_ms = (double)(st_now_ns() - sl->t0) / 1e6;
     gen_hooks hk;
     char err[512];
-    sl->extra = srv_gen_extra_new(s->e, r, sl->job.fn, sl->job.ctx, sl->id, &hk, &s->vocab, err, sizeof err);
+    sl->extra = srv_gen_extra_new(s->e, r, sl->job.fn, sl->job.ctx, sl->id, &hk, s->vocab, err, sizeof err);
     if (!sl->extra && err[0]) { /* the front end compiled the same grammar: only a bug gets here */
         char msg[600];
         snprintf(msg, sizeof msg, "the grammar does not compile: %s", err);
@@ -272,7 +272,7 @@ static int gen_start(local_sched *s, slot *sl) {
         return -1;
     }
     sampler_params sp = r->sp;
-    uint8_t *brk = sp.dry_multiplier != 0.0f ? srv_dry_breakers(s->e, r, &s->vocab) : NULL;
+    uint8_t *brk = sp.dry_multiplier != 0.0f ? srv_dry_breakers(s->e, r, s->vocab) : NULL;
     sp.dry_breaker = brk;
     sl->smp = sampler_create(&sp, s->e->m->hp.n_vocab);
     st_free(brk);
@@ -568,7 +568,8 @@ static void local_destroy(srv_sched *b) {
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     st_free(s->slots);
-    srv_vocab_free(s->vocab);
+    srv_vocab_free(s->vocab[0]);
+    srv_vocab_free(s->vocab[1]);
     st_free(s->queue);
     st_free(s->step_seqs);
     st_free(s->step_toks);

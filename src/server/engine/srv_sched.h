@@ -39,8 +39,9 @@ srv_sched *sched_create(const engine_params *ep, int n_slots, int max_queue);
 /* A request's additions to generation (engine/srv_gen.c): hk gets the hooks for its
  * log probabilities (TOKEN events to fn with slot), its grammar and its
  * reasoning budget. NULL (hk cleared) when it has none, or when the grammar does not compile (err
- * then says why). *vocab: the vocabulary table the grammar walks, built on
- * first need and kept by the caller for the engine's life (srv_vocab_free). */
+ * then says why). vocab: the caller's two vocabulary tables the grammar walks (vocab[0] for answers
+ * without control tokens' text, vocab[1] for those that render them), each built on first need and kept
+ * by the caller for the engine's life (srv_vocab_free). */
 typedef struct srv_gen_extra srv_gen_extra;
 typedef struct srv_vocab srv_vocab;
 srv_gen_extra *srv_gen_extra_new(const engine *e, const srv_request *r, srv_event_fn fn, void *ctx, int slot,
