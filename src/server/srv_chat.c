@@ -9,8 +9,10 @@
  *
  * Tools reach the model in one of two ways: templates that render `tools`
  * themselves (Qwen, Llama 3.x, ...) get them as the template variable; for
- * templates that ignore tools (SmolLM2's) the server describes them in the
- * system message, asking for the `<tool_call>` format. tool_choice "required"
+ * templates that ignore tools the server describes them in the system
+ * message, asking for the `<tool_call>` format (SmolLM2's) or for DeepSeek's
+ * own (its templates write earlier calls and results themselves, so the
+ * history reaches them as it is). tool_choice "required"
  * or a named function writes the opening of a call at the start of the answer
  * (after the generation prompt), so the model can only continue it; the
  * opening is put back in front of the answer before parsing. A model that
@@ -69,8 +71,7 @@ int srv_check_tools(json_t *tools, srv_api api, const char *param, srv_err *e) {
     return 0;
 }
 
-/* The opening of a forced call in the model's family. */
-static char *call_opening(srv_ctx *s, const char *name) {
+char *srv_call_opening(srv_ctx *s, const char *name) {
     sbuf b = {0};
     if (s->harmony) { /* after the prompt's <|start|>assistant: a commentary message to the function */
         sbuf_puts(&b, "<|channel|>commentary to=functions.");
@@ -85,6 +86,13 @@ static char *call_opening(srv_ctx *s, const char *name) {
     if (s->tools_fam == TOOLS_GLM) {
         sbuf_puts(&b, "<tool_call>");
         if (*name) sbuf_printf(&b, "%s\n", name);
+        return b.s;
+    }
+    if (tools_deepseek((tools_family)s->tools_fam)) { /* to the name (any), or to the arguments (named) */
+        const int v3 = s->tools_fam == TOOLS_DEEPSEEK;
+        sbuf_puts(&b, TOOLS_DS_CALLS_BEGIN TOOLS_DS_CALL_BEGIN);
+        if (v3) sbuf_puts(&b, "function" TOOLS_DS_SEP);
+        if (*name) sbuf_printf(&b, v3 ? "%s\n```json\n" : "%s" TOOLS_DS_SEP, name);
         return b.s;
     }
     int llama = s->tools_fam == TOOLS_LLAMA3;
@@ -153,7 +161,13 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
         json_array_remove(msgs, n - 1);
     }
     int have_tools = json_is_array(tools) && json_array_size(tools) > 0;
-    if (!s->tmpl_tools) plain_history(msgs);
+    if (!s->tmpl_tools && !s->tmpl_calls) plain_history(msgs);
+    else if (!s->tmpl_tools) /* DeepSeek's templates add an assistant's content to its calls: none is "" there */
+        json_array_foreach(msgs, i, m) if (json_object_get(m, "tool_calls") && !json_object_get(m, "content")) {
+            json_t *c = json_copy(m);
+            json_object_set_new(c, "content", json_string(""));
+            json_array_set_new(msgs, i, c);
+        }
     if (s->harmony) /* gpt-oss's template reads an earlier answer's reasoning as `thinking` (llama-server's mapping) */
         json_array_foreach(msgs, i, m) {
             json_t *rc = json_object_get(m, "reasoning_content");
@@ -164,7 +178,7 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
             json_array_set_new(msgs, i, c);
         }
     if (have_tools && !s->tmpl_tools) { /* describe the tools in the system message */
-        char *desc = tools_system_prompt(tools);
+        char *desc = tools_system_prompt(tools, (tools_family)s->tools_fam);
         json_t *first = json_array_get(msgs, 0);
         const char *sys = json_string_value(json_object_get(first, "content"));
         if (first && !strcmp(json_string_value(json_object_get(first, "role")), "system") && sys) {
@@ -196,7 +210,7 @@ int32_t *srv_chat_prompt(srv_ctx *s, json_t *messages, json_t *tools, const char
         open = reason_prefill_open(open, prefill, strlen(prefill)); /* the answer's start, given */
         sbuf_puts(&b, prefill);
     } else if (force && have_tools) {
-        char *o = call_opening(s, force);
+        char *o = srv_call_opening(s, force);
         if (reason && s->reason == REASON_THINK && (open || may)) *lead = o; /* written after the reasoning */
         else {
             *opening = o;
@@ -396,8 +410,78 @@ static char *markup_grammar(srv_ctx *s, json_t *tools, const char *force, const 
     return text;
 }
 
+/* ---- DeepSeek's calls' grammar (TOOLS_DEEPSEEK, TOOLS_DEEPSEEK31) ---- */
+
+/* srv_tools_grammar for DeepSeek's shapes: the calls as its templates write them, the arguments JSON of
+ * the tool's schema. Forced: one call, after the opening (srv_call_opening), then the block's end; auto: after
+ * the model's own <｜tool▁calls▁begin｜> (the trigger), one or more calls (V3's template puts a newline
+ * between them) and the block's end. */
+static char *deepseek_grammar(srv_ctx *s, json_t *tools, const char *force, const char *lead, srv_api api, srv_err *e) {
+    const int v3 = s->tools_fam == TOOLS_DEEPSEEK;
+    gschema *c = gschema_new();
+    sbuf alts = {0}; /* after the call's opening (<｜tool▁call▁begin｜>, V3's `function<｜tool▁sep｜>`) */
+    sbuf_puts(&alts, "call-rest ::= ");
+    size_t i, n_alt = 0;
+    long named = -1;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function"), *params = json_object_get(fn, "parameters"), *own = NULL;
+        const char *fname = json_string_value(json_object_get(fn, "name"));
+        if (force && *force && strcmp(fname, force)) continue;
+        if (!params || json_is_null(params)) /* no parameters: the call takes none */
+            params = own = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
+        char name[32], param[96], err[512];
+        snprintf(name, sizeof name, "tool%zu", i);
+        int rc = tool_params(api, i, params, param, sizeof param, e);
+        if (rc == 0 && (rc = gschema_add(c, params, name, err, sizeof err)) < 0)
+            srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
+        json_decref(own);
+        if (rc < 0) {
+            gschema_free(c);
+            sbuf_free(&alts);
+            return NULL;
+        }
+        char head[96];
+        snprintf(head, sizeof head, v3 ? "%s\n```json\n" : "%s" TOOLS_DS_SEP, fname);
+        char *lh = grammar_literal(head, strlen(head));
+        sbuf_printf(&alts, "%s%s %s call-end", n_alt++ ? " | " : "", lh, name);
+        st_free(lh);
+        if (force && *force) named = (long)i;
+    }
+    sbuf_puts(&alts, "\n");
+    gschema_put(c, alts.s);
+    sbuf_free(&alts);
+    const char *const marks[3][2] = {
+        {"call-open", v3 ? TOOLS_DS_CALL_BEGIN "function" TOOLS_DS_SEP : TOOLS_DS_CALL_BEGIN},
+        {"call-end", v3 ? "\n```" TOOLS_DS_CALL_END : TOOLS_DS_CALL_END},
+        {"calls-end", TOOLS_DS_CALLS_END}};
+    for (int k = 0; k < 3; k++) {
+        char *l = grammar_literal(marks[k][1], strlen(marks[k][1]));
+        sbuf r = {0};
+        sbuf_printf(&r, "%s ::= %s\n", marks[k][0], l);
+        gschema_put(c, r.s);
+        sbuf_free(&r);
+        st_free(l);
+    }
+    if (!force) gschema_put(c, "root ::= call-open call-rest ( \"\\n\"? call-open call-rest )* calls-end\n");
+    else if (named >= 0) {
+        char body[64]; /* the opening wrote the name: the arguments follow */
+        snprintf(body, sizeof body, "tool%ld call-end calls-end\n", named);
+        put_root(c, lead, body);
+    } else put_root(c, lead, "call-rest calls-end\n");
+    size_t len;
+    char *text = gschema_finish(c, &len);
+    if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
+        st_free(text);
+        return NULL;
+    }
+    return text;
+}
+
 char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char *lead, srv_api api, srv_err *e) {
     if (tools_markup((tools_family)s->tools_fam) && !s->harmony) return markup_grammar(s, tools, force, lead, api, e);
+    if (tools_deepseek((tools_family)s->tools_fam) && !s->harmony)
+        return deepseek_grammar(s, tools, force, lead, api, e);
     int llama = s->tools_fam == TOOLS_LLAMA3, lazy = !force, harmony = s->harmony;
     if (lazy && (llama || harmony)) return NULL; /* Llama 3: the whole answer is the call; harmony: not yet */
     gschema *c = gschema_new();
@@ -476,7 +560,7 @@ void srv_job_lazy_tools(srv_job *j, json_t *tools, srv_api api) {
     char *g = j->srv->tools_fam != TOOLS_LLAMA3 ? srv_tools_grammar(j->srv, tools, NULL, NULL, api, &scratch) : NULL;
     if (!g) return;
     job_set_grammar(j, g);
-    j->req.grammar_trigger = "<tool_call>";
+    j->req.grammar_trigger = tools_deepseek((tools_family)j->srv->tools_fam) ? TOOLS_DS_CALLS_BEGIN : "<tool_call>";
 }
 
 /* ---- reasoning (srv_reason.h) ---- */

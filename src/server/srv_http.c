@@ -725,6 +725,7 @@ static int open_front(srv_ctx *s, model_ident *id) {
     uint64_t tlen = 0;
     if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen) != 0) tmpl = NULL;
     s->tmpl_tools = tools_template_handles(tmpl, (size_t)tlen);
+    s->tmpl_calls = tools_template_calls(tmpl, (size_t)tlen);
     s->tools_fam = (int)tools_family_of(tmpl, (size_t)tlen);
     s->reason = (int)reason_kind_of(tmpl, (size_t)tlen);
     s->harmony = s->reason == REASON_HARMONY;

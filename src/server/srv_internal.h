@@ -41,6 +41,7 @@ typedef struct {
     tokenizer *tok; /* the front end's own copy: counting, chat prompts, /tokenize */
     gguf_file *gf;  /* kept open for the server's life: its chat template renders every prompt */
     int tmpl_tools; /* the template renders `tools` itself (else a system message describes them) */
+    int tmpl_calls; /* the template writes earlier calls itself (tools_template_calls) */
     int tools_fam;  /* tools_family (srv_tools.h): how this model writes a call */
     int reason;     /* reason_kind (srv_reason.h): how this model marks its reasoning */
     int tmpl_think; /* the template writes <think>: the model may open a reasoning block itself */
@@ -152,6 +153,9 @@ void srv_job_reasoning(struct srv_job *j, int on, int think_open);
  * budget < 0: none. think_open: the prompt opened the block. message (llama-server's
  * reasoning_budget_message; NULL: the server's --reasoning-budget-message): text written before the end. */
 void srv_job_think_budget(struct srv_job *j, int budget, int think_open, const char *message);
+/* The opening of a forced call in the model's family (name: "" for any of the tools, or a function's),
+ * which srv_chat_prompt writes after the generation prompt. st_malloc'd. */
+char *srv_call_opening(srv_ctx *s, const char *name);
 /* 400 (code) naming param unless text[0..len) compiles as a grammar (srv_grammar.h). */
 int srv_grammar_check(const char *text, size_t len, const char *param, const char *code, srv_err *e);
 /* The grammar of a forced call (force: "" for any of the tools, or a function's name) in the model's

@@ -150,7 +150,9 @@ static void job_reasoning(void *ctx, const char *t, size_t n) {
 
 void srv_job_reasoning(srv_job *j, int on, int think_open) {
     srv_ctx *s = j->srv;
-    j->req.render_special = s->harmony; /* its messages are marked by control tokens */
+    /* harmony's messages are marked by control tokens, and so are DeepSeek's calls (llama.cpp's conversions
+     * make its <｜...｜> tokens control tokens) */
+    j->req.render_special = s->harmony || (j->tools && tools_deepseek((tools_family)s->tools_fam));
     if (!on || s->reason == REASON_OFF) return;
     static const reason_cb cb = {job_reasoning, job_content};
     j->rs = reason_stream_new((reason_kind)s->reason, think_open > 0 ? think_open : 0, j->tools != NULL, &cb, j);

@@ -6,7 +6,11 @@
  * one of the request's functions, the arguments a JSON object) and lenient
  * about *where* (text before the first call is the answer's content; a call
  * cut off before its closing tag still counts once its JSON is whole), since
- * small models often wrap or trail their calls with stray text. */
+ * small models often wrap or trail their calls with stray text.
+ *
+ * DeepSeek's calls are read in their own markers (not converted to the
+ * `<tool_call>` form first): a block that turns out to hold no call is then
+ * the answer's text as the model wrote it, markers and all. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -22,6 +26,9 @@ tools_family tools_family_of(const char *tmpl, size_t len) {
     if (!tmpl) return TOOLS_TAGGED;
     if (find(tmpl, len, "<function=") && find(tmpl, len, "<parameter=")) return TOOLS_XML; /* Qwen3.5, Qwen3-Coder */
     if (find(tmpl, len, "<arg_key>")) return TOOLS_GLM;
+    /* DeepSeek: V3 and R1 write `function<｜tool▁sep｜>NAME` and the arguments in a ```json fence, V3.1
+     * `NAME<｜tool▁sep｜>` and the bare arguments */
+    if (find(tmpl, len, TOOLS_DS_SEP)) return find(tmpl, len, "```json") ? TOOLS_DEEPSEEK : TOOLS_DEEPSEEK31;
     if (find(tmpl, len, "<tool_call>")) return TOOLS_TAGGED;
     /* Llama 3.x: "parameters" in the instructions, ipython turns for results */
     if (find(tmpl, len, "\"parameters\"") && (find(tmpl, len, "ipython") || find(tmpl, len, "<|python_tag|>")))
@@ -30,6 +37,8 @@ tools_family tools_family_of(const char *tmpl, size_t len) {
 }
 
 int tools_template_handles(const char *tmpl, size_t len) { return tmpl && find(tmpl, len, "tools") != NULL; }
+
+int tools_template_calls(const char *tmpl, size_t len) { return tmpl && find(tmpl, len, "tool_calls") != NULL; }
 
 static int is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -241,6 +250,97 @@ static json_t *parse_tagged(const char *text, size_t len, const json_t *tools, c
     return calls;
 }
 
+/* ---- DeepSeek's calls (TOOLS_DEEPSEEK, TOOLS_DEEPSEEK31: either shape, whatever the family) ---- */
+
+#define DS_NAME_MAX 128 /* a head whose name runs longer is no head */
+
+/* A DeepSeek call's head in s[0..n), space first: an optional <｜tool▁call▁begin｜>, then V3's
+ * `TYPE<｜tool▁sep｜>NAME\n` and an optional ```json fence line, or V3.1's `NAME<｜tool▁sep｜>` before a `{`
+ * (the arguments tell the shapes apart). 1 with the name and *used the bytes to the arguments' `{`; 0 when
+ * the text ends before that is known; -1 when it is no head. */
+static int ds_head(const char *s, size_t n, char *name, size_t cap, size_t *used) {
+    const char *p = s, *end = s + n;
+    const size_t L = strlen(TOOLS_DS_SEP);
+    if (take(&p, end, TOOLS_DS_CALL_BEGIN) < 0) return 0;
+    while (p < end && is_space(*p)) p++;
+    const char *x = p, *sep = NULL; /* the text before the separator: V3's type, V3.1's name */
+    for (; p < end && !sep; p++) {
+        const size_t m = (size_t)(end - p);
+        if (*p == '<') {
+            if (memcmp(p, TOOLS_DS_SEP, m < L ? m : L)) return -1; /* another tag */
+            if (m < L) return 0;
+            sep = p;
+        } else if (*p == '\n' || p - x >= DS_NAME_MAX) return -1;
+    }
+    if (!sep) return 0;
+    const char *nb = x, *ne = sep, *q = sep + L;
+    while (q < end && is_space(*q)) q++;
+    if (q == end) return 0;
+    if (*q != '{') { /* V3: the name to the line's end, then perhaps a fence */
+        nb = q;
+        if (!(ne = memchr(q, '\n', (size_t)(end - q)))) return end - q < DS_NAME_MAX ? 0 : -1;
+        for (q = ne + 1; q < end && is_space(*q);) q++;
+        if (q < end && *q == '`') {
+            const size_t m = (size_t)(end - q);
+            if (memcmp(q, "```", m < 3 ? m : 3)) return -1;
+            const char *nl = memchr(q, '\n', m);
+            if (!nl) return m < 32 ? 0 : -1;
+            for (q = nl + 1; q < end && is_space(*q);) q++;
+        }
+        if (q == end) return 0;
+        if (*q != '{') return -1;
+    }
+    while (ne > nb && is_space(ne[-1])) ne--;
+    if (ne == nb || (size_t)(ne - nb) >= cap) return -1;
+    memcpy(name, nb, (size_t)(ne - nb));
+    name[ne - nb] = 0;
+    *used = (size_t)(q - s);
+    return 1;
+}
+
+/* The calls of DeepSeek blocks from p (inside a block: just past <｜tool▁calls▁begin｜> or a call's
+ * <｜tool▁call▁end｜>) to end, appended to calls: each call in turn to the block's end (one that is no call
+ * is skipped to its <｜tool▁call▁end｜>; one cut at the end counts once its JSON is whole), then the next
+ * block's. The streaming parser decides held-back text inside a block with it too. */
+static void ds_calls(const char *p, const char *end, const json_t *tools, const char *id_prefix, json_t *calls) {
+    while (p) {
+        const char *q = p;
+        if (take(&q, end, TOOLS_DS_CALLS_END) > 0) { /* the block's end: only another block may follow */
+            p = find(q, (size_t)(end - q), TOOLS_DS_CALLS_BEGIN);
+            if (p) p += strlen(TOOLS_DS_CALLS_BEGIN);
+            continue;
+        }
+        char name[DS_NAME_MAX];
+        size_t used = 0, u2 = 0;
+        const char *after = p;
+        json_t *args = ds_head(p, (size_t)(end - p), name, sizeof name, &used) == 1
+                           ? load_prefix(p + used, (size_t)(end - p) - used, &u2)
+                           : NULL;
+        if (args) {
+            json_t *call = json_pack("{s:s, s:o}", "name", name, "arguments", args);
+            add_call(calls, call, tools, id_prefix);
+            json_decref(call);
+            after = p + used + u2;
+        }
+        const char *ce = find(after, (size_t)(end - after), TOOLS_DS_CALL_END);
+        p = ce ? ce + strlen(TOOLS_DS_CALL_END) : NULL;
+    }
+}
+
+static json_t *parse_deepseek(const char *text, size_t len, const json_t *tools, const char *id_prefix,
+                              size_t *content_len) {
+    const char *b = find(text, len, TOOLS_DS_CALLS_BEGIN);
+    if (!b) return NULL;
+    json_t *calls = json_array();
+    ds_calls(b + strlen(TOOLS_DS_CALLS_BEGIN), text + len, tools, id_prefix, calls);
+    if (json_array_size(calls) == 0) {
+        json_decref(calls);
+        return NULL;
+    }
+    *content_len = (size_t)(b - text);
+    return calls;
+}
+
 /* The whole answer as one call or an array of calls (Llama 3 JSON, and the
  * generic fallback for models that answer a bare object). */
 static json_t *parse_bare(const char *text, size_t len, const json_t *tools, const char *id_prefix) {
@@ -276,22 +376,42 @@ static json_t *parse_bare(const char *text, size_t len, const json_t *tools, con
 json_t *tools_parse(const char *text, size_t len, const json_t *tools, const char *id_prefix, size_t *content_len) {
     *content_len = len;
     if (!text || !json_is_array(tools) || json_array_size(tools) == 0) return NULL;
-    json_t *calls = parse_tagged(text, len, tools, id_prefix, content_len);
+    /* tagged or DeepSeek blocks, whichever opens first (the other when those hold no call) */
+    const char *t = find(text, len, "<tool_call>"), *d = find(text, len, TOOLS_DS_CALLS_BEGIN);
+    json_t *calls;
+    if (d && (!t || d < t)) {
+        if (!(calls = parse_deepseek(text, len, tools, id_prefix, content_len)))
+            calls = parse_tagged(text, len, tools, id_prefix, content_len);
+    } else if (!(calls = parse_tagged(text, len, tools, id_prefix, content_len)))
+        calls = parse_deepseek(text, len, tools, id_prefix, content_len);
     if (!calls && (calls = parse_bare(text, len, tools, id_prefix))) *content_len = 0;
     if (calls)
         while (*content_len && is_space(text[*content_len - 1])) (*content_len)--;
     return calls;
 }
 
-char *tools_system_prompt(const json_t *tools) {
+char *tools_system_prompt(const json_t *tools, tools_family fam) {
     static const char HEAD[] =
         "You may call one or more functions to answer the user. The functions are listed as JSON "
         "within <tools></tools> tags:\n<tools>";
-    static const char TAIL[] =
+    static const char TAGGED[] =
         "\n</tools>\n\nTo call a function, answer with a JSON object holding its name and arguments within "
         "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
         "</tool_call>";
-    size_t cap = sizeof HEAD + sizeof TAIL, i;
+    /* DeepSeek's own shapes, as its templates write earlier calls */
+    static const char DS_V3[] =
+        "\n</tools>\n\nTo call a function, answer in this format, its arguments a JSON object:\n" TOOLS_DS_CALLS_BEGIN
+            TOOLS_DS_CALL_BEGIN "function" TOOLS_DS_SEP
+        "<function-name>\n```json\n<args-json-object>\n```" TOOLS_DS_CALL_END TOOLS_DS_CALLS_END
+        "\nFor several calls, write one " TOOLS_DS_CALL_BEGIN "..." TOOLS_DS_CALL_END
+        " after another, a newline between them.";
+    static const char DS_V31[] =
+        "\n</tools>\n\nTo call a function, answer in this format, its arguments a JSON "
+        "object:\n" TOOLS_DS_CALLS_BEGIN TOOLS_DS_CALL_BEGIN "<function-name>" TOOLS_DS_SEP
+        "<args-json-object>" TOOLS_DS_CALL_END TOOLS_DS_CALLS_END "\nFor several calls, write one " TOOLS_DS_CALL_BEGIN
+        "..." TOOLS_DS_CALL_END " after another, with nothing between them.";
+    const char *TAIL = fam == TOOLS_DEEPSEEK ? DS_V3 : fam == TOOLS_DEEPSEEK31 ? DS_V31 : TAGGED;
+    size_t cap = sizeof HEAD + strlen(TAIL) + 1, i;
     json_t *t;
     char **parts = st_calloc(json_array_size(tools) + 1, sizeof *parts);
     json_array_foreach((json_t *)tools, i, t) {
@@ -312,7 +432,16 @@ char *tools_system_prompt(const json_t *tools) {
 
 /* ---- streaming (srv_tools.h tools_stream) ---- */
 
-enum { TS_TEXT, TS_HEAD, TS_ARGS, TS_AFTER, TS_BLOCK, TS_OPAQUE };
+enum {
+    TS_TEXT,    /* the answer's content, until a call opens */
+    TS_HEAD,    /* after `<tool_call>`: the call's head */
+    TS_ARGS,    /* a call's JSON arguments, sent as they come */
+    TS_AFTER,   /* after calls: only another block of the same kind counts */
+    TS_BLOCK,   /* a markup call, sent whole once read */
+    TS_DS_HEAD, /* in a DeepSeek block: a call's head, or the block's end */
+    TS_DS_NEXT, /* in a DeepSeek block, after a call's arguments: up to its <｜tool▁call▁end｜> */
+    TS_OPAQUE,  /* held to the end, decided there */
+};
 
 struct tools_stream {
     const json_t *tools;
@@ -325,8 +454,9 @@ struct tools_stream {
     size_t all_len, all_cap;
     size_t pos;       /* all[0..pos) is decided: sent, or dropped */
     size_t opaque_at; /* TS_OPAQUE: where the undecided text begins */
-    size_t tag_at;    /* where the last <tool_call> tag began */
+    size_t tag_at;    /* where the last call opening began (a <tool_call> tag, a DeepSeek block) */
     int content_sent; /* content went out (a bare answer can no longer be a call) */
+    int ds;           /* the calls are in DeepSeek blocks (else in `<tool_call>` tags) */
     size_t sent_to;   /* content went out up to here (it is all[0..sent_to) less what was dropped) */
     /* TS_ARGS: the JSON value being read */
     int depth, in_str, esc, started;
@@ -410,14 +540,19 @@ static int match_head(const char *s, size_t n, char *name, size_t cap, size_t *u
 #undef NEED
 }
 
-/* How much of s[0..n) can go out as content now: all but a tail that may begin the tag or trail space. */
-static size_t safe_content(const char *s, size_t n) {
-    size_t keep = 0, L = strlen(TAG_OPEN);
+/* Length of the longest tail of s[0..n) that is a proper beginning of lit. */
+static size_t partial(const char *s, size_t n, const char *lit) {
+    const size_t L = strlen(lit);
     for (size_t k = n < L - 1 ? n : L - 1; k > 0; k--)
-        if (!memcmp(s + n - k, TAG_OPEN, k)) {
-            keep = k;
-            break;
-        }
+        if (!memcmp(s + n - k, lit, k)) return k;
+    return 0;
+}
+
+/* How much of s[0..n) can go out as content now: all but a tail that may begin a call's opening (the tag,
+ * DeepSeek's block) or trail space. */
+static size_t safe_content(const char *s, size_t n) {
+    size_t keep = partial(s, n, TAG_OPEN), k = partial(s, n, TOOLS_DS_CALLS_BEGIN);
+    if (k > keep) keep = k;
     size_t end = n - keep;
     while (end > 0 && is_space(s[end - 1])) end--; /* space before a call is not content */
     return end;
@@ -466,14 +601,18 @@ static void step(tools_stream *ts) {
                     continue;
                 }
             }
+            /* the first opening of a call: the tag or DeepSeek's block */
             const char *tag = ts->fam != TOOLS_LLAMA3 ? find(s, n, TAG_OPEN) : NULL;
+            const char *dsb = ts->fam != TOOLS_LLAMA3 ? find(s, n, TOOLS_DS_CALLS_BEGIN) : NULL;
+            if (dsb && (!tag || dsb < tag)) tag = dsb;
             if (tag) {
                 size_t end = (size_t)(tag - s);
                 while (end > 0 && is_space(s[end - 1])) end--;
                 send_content(ts, ts->pos, ts->pos + end);
+                ts->ds = tag == dsb;
                 ts->tag_at = ts->pos + (size_t)(tag - s);
-                ts->pos += (size_t)(tag - s) + strlen(TAG_OPEN);
-                ts->state = TS_HEAD;
+                ts->pos += (size_t)(tag - s) + strlen(ts->ds ? TOOLS_DS_CALLS_BEGIN : TAG_OPEN);
+                ts->state = ts->ds ? TS_DS_HEAD : TS_HEAD;
                 continue;
             }
             size_t ok = ts->fam != TOOLS_LLAMA3 ? safe_content(s, n) : n;
@@ -524,19 +663,57 @@ static void step(tools_stream *ts) {
             ts->pos += i;
             if (!done) return;
             ts->cb.call_end(ts->ctx, ts->n_calls - 1);
-            ts->state = TS_AFTER;
+            ts->state = ts->ds ? TS_DS_NEXT : TS_AFTER;
             continue;
         }
         case TS_AFTER: { /* after a call only further calls count (as tools_parse reads a whole answer) */
-            const char *tag = ts->fam != TOOLS_LLAMA3 ? find(s, n, TAG_OPEN) : NULL;
+            const char *open = ts->ds ? TOOLS_DS_CALLS_BEGIN : TAG_OPEN;
+            const char *tag = ts->fam != TOOLS_LLAMA3 ? find(s, n, open) : NULL;
             if (!tag) {
-                size_t L = strlen(TAG_OPEN), keep = n < L ? n : L - 1;
+                size_t L = strlen(open), keep = n < L ? n : L - 1;
                 ts->pos += n - keep;
                 return;
             }
             ts->tag_at = ts->pos + (size_t)(tag - s);
-            ts->pos += (size_t)(tag - s) + strlen(TAG_OPEN);
-            ts->state = TS_HEAD;
+            ts->pos += (size_t)(tag - s) + strlen(open);
+            ts->state = ts->ds ? TS_DS_HEAD : TS_HEAD;
+            continue;
+        }
+        case TS_DS_HEAD: { /* the block's end, or a call (as ds_calls reads it) */
+            const char *q = s;
+            int t = take(&q, s + n, TOOLS_DS_CALLS_END);
+            if (t < 0) return;
+            if (t > 0) {
+                ts->pos += (size_t)(q - s);
+                ts->state = TS_AFTER;
+                continue;
+            }
+            char name[DS_NAME_MAX];
+            size_t used = 0;
+            int r = ds_head(s, n, name, sizeof name, &used);
+            if (r == 0) return;
+            if (r < 0 || !tool_named(ts->tools, name)) { /* not a call: this and what follows decided at the end */
+                ts->state = TS_OPAQUE;
+                ts->opaque_at = ts->pos;
+                continue;
+            }
+            char id[128];
+            snprintf(id, sizeof id, "%s%d", ts->prefix, ts->n_calls);
+            ts->cb.call_begin(ts->ctx, ts->n_calls, id, name);
+            ts->n_calls++;
+            ts->pos += used;
+            ts->state = TS_ARGS;
+            ts->depth = ts->in_str = ts->esc = ts->started = 0;
+            continue;
+        }
+        case TS_DS_NEXT: { /* what follows the arguments (V3's fence) to the call's end is dropped */
+            const char *ce = find(s, n, TOOLS_DS_CALL_END);
+            if (!ce) {
+                ts->pos += n - partial(s, n, TOOLS_DS_CALL_END);
+                return;
+            }
+            ts->pos += (size_t)(ce - s) + strlen(TOOLS_DS_CALL_END);
+            ts->state = TS_DS_HEAD;
             continue;
         }
         case TS_BLOCK: {
@@ -578,14 +755,18 @@ void tools_stream_feed(tools_stream *ts, const char *text, size_t len) {
 
 int tools_stream_end(tools_stream *ts) {
     if (ts->state == TS_ARGS) ts->cb.call_end(ts->ctx, ts->n_calls - 1); /* cut short (max_tokens) */
-    else if (ts->state == TS_OPAQUE || ts->state == TS_HEAD || ts->state == TS_BLOCK) {
+    else if (ts->state == TS_OPAQUE || ts->state == TS_HEAD || ts->state == TS_BLOCK || ts->state == TS_DS_HEAD) {
         /* decide the held text as a whole answer would be: calls after those sent, or content */
         size_t at = ts->n_calls == 0         ? 0
                     : ts->state == TS_OPAQUE ? ts->opaque_at
                     : ts->state == TS_BLOCK  ? ts->tag_at
                                              : ts->pos;
         size_t clen = 0;
-        json_t *calls = tools_parse(ts->all + at, ts->all_len - at, ts->tools, "", &clen);
+        json_t *calls;
+        if (ts->n_calls && ts->ds) { /* inside a DeepSeek block: its further calls */
+            calls = json_array();
+            ds_calls(ts->all + at, ts->all + ts->all_len, ts->tools, "", calls);
+        } else calls = tools_parse(ts->all + at, ts->all_len - at, ts->tools, "", &clen);
         if (calls) {
             if (ts->n_calls == 0) send_content(ts, ts->sent_to, clen > ts->sent_to ? clen : ts->sent_to);
             size_t i;

@@ -1,10 +1,12 @@
 /* Unit test of the tool-call parser (src/server/srv_tools.h) on recorded
  * model outputs: SmolLM2-135M's answers from `strata serve` (forced calls,
  * one with the outer brace dropped), and outputs in the Qwen2.5/Qwen3
- * `<tool_call>`, Llama 3 JSON, Qwen3.5/Qwen3-Coder `<function=...>` and
- * GLM-4.5 `<arg_key>` formats as their templates write calls, plus texts
- * that must NOT be calls (unknown function, prose, a JSON answer, a markup
- * call cut short or malformed). */
+ * `<tool_call>`, Llama 3 JSON, Qwen3.5/Qwen3-Coder `<function=...>`,
+ * GLM-4.5 `<arg_key>` and DeepSeek V3/R1/V3.1 `<｜tool▁calls▁begin｜>`
+ * formats as their templates write calls, plus texts that must NOT be calls
+ * (unknown function, prose, a JSON answer, a markup call cut short or
+ * malformed); the streaming parser against the whole-text one; the call
+ * grammars of the markup and DeepSeek families. */
 #include <stdio.h>
 #include <string.h>
 
@@ -115,7 +117,8 @@ static void check_stream(const char *what, const char *text, tools_family fam, s
     json_decref(tools);
 }
 
-/* ---- the markup families' grammars (srv_tools_grammar): what they let through, and that it parses ---- */
+/* ---- the markup and DeepSeek families' grammars (srv_tools_grammar): what they let through, and that it
+ * parses ---- */
 
 /* 1 when text is a whole sentence of grammar g (and nothing need follow it) */
 static int g_whole(const grammar *g, const char *text) {
@@ -157,6 +160,26 @@ static void check_markup_grammar(const char *what, tools_family fam, const char 
     st_free(gt);
     st_free(s);
     json_decref(tools);
+}
+
+/* DeepSeek's markers (srv_tools.h) */
+#define DS_B   TOOLS_DS_CALLS_BEGIN
+#define DS_CB  TOOLS_DS_CALL_BEGIN
+#define DS_SEP TOOLS_DS_SEP
+#define DS_CE  TOOLS_DS_CALL_END
+#define DS_E   TOOLS_DS_CALLS_END
+#define DS_EOS "<｜end▁of▁sentence｜>"
+
+/* A DeepSeek family's call grammar with the opening the server writes (srv_call_opening; auto: the model's
+ * own block opening, the trigger). */
+static void check_ds_grammar(const char *what, tools_family fam, const char *force, const char *text, int want,
+                             const char *name, const char *want_args) {
+    srv_ctx *s = st_calloc(1, sizeof *s);
+    s->tools_fam = (int)fam;
+    char *opening = force ? srv_call_opening(s, force) : st_strdup(DS_B);
+    check_markup_grammar(what, fam, force, text, opening, want, name, want_args);
+    st_free(opening);
+    st_free(s);
 }
 
 int main(void) {
@@ -247,6 +270,51 @@ int main(void) {
     check("glm key without a value", "<tool_call>add\n<arg_key>a</arg_key>\n</tool_call>", 0, NULL, NULL, NULL);
     check("glm unknown function", "<tool_call>rm_rf\n<arg_key>path</arg_key><arg_value>/</arg_value></tool_call>", 0,
           NULL, NULL, NULL);
+    /* DeepSeek V3 / R1: `function<｜tool▁sep｜>NAME` and fenced JSON, a newline between calls */
+    check("deepseek v3 after text",
+          "I'll look it up.\n\n" DS_B DS_CB "function" DS_SEP
+          "get_weather\n```json\n{\"city\": \"Paris\", \"days\": 3}\n"
+          "```" DS_CE DS_E DS_EOS,
+          1, "get_weather", "{\"city\":\"Paris\",\"days\":3}", "I'll look it up.");
+    check("deepseek v3 two calls",
+          DS_B DS_CB "function" DS_SEP "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" DS_CE "\n" DS_CB
+                     "function" DS_SEP "add\n```json\n{\"a\": 1, \"b\": 2}\n```" DS_CE DS_E,
+          2, "get_weather", "{\"city\":\"Oslo\"}", "");
+    check("deepseek r1 after think",
+          "<think>\nThe user wants the weather.\n</think>\n\n" DS_B DS_CB "function" DS_SEP
+          "get_weather\n```json\n{\"city\": \"Lima\"}\n```" DS_CE DS_E,
+          1, "get_weather", "{\"city\":\"Lima\"}", "<think>\nThe user wants the weather.\n</think>");
+    /* DeepSeek V3.1: `NAME<｜tool▁sep｜>` and the bare JSON, calls chained */
+    check("deepseek v3.1 after text",
+          "Checking.\n" DS_B DS_CB "get_weather" DS_SEP "{\"city\": \"Rome\", \"unit\": \"c\"}" DS_CE DS_E DS_EOS, 1,
+          "get_weather", "{\"city\":\"Rome\",\"unit\":\"c\"}", "Checking.");
+    check("deepseek v3.1 two calls, the second without <｜tool▁call▁begin｜>",
+          DS_B DS_CB "add" DS_SEP "{\"a\": 1}" DS_CE "add" DS_SEP "{}" DS_CE DS_E, 2, "add", "{\"a\":1}", "");
+    check("deepseek shapes mixed in one block (a model drifting)",
+          DS_B DS_CB "add" DS_SEP "{\"a\": 2}" DS_CE DS_CB "function" DS_SEP "get_weather\n```json\n{\"city\": "
+                     "\"Bern\"}\n```" DS_CE DS_E,
+          2, "add", "{\"a\":2}", "");
+    check("deepseek v3.1 a string holding the markers",
+          DS_B DS_CB "write_file" DS_SEP "{\"path\": \"a.txt\", \"content\": \"" DS_CE DS_E " and }\"}" DS_CE DS_E, 1,
+          "write_file", "{\"path\":\"a.txt\",\"content\":\"" DS_CE DS_E " and }\"}", "");
+    check("deepseek unknown function, then a call",
+          "Two steps. " DS_B DS_CB "rm_rf" DS_SEP "{\"path\": \"/\"}" DS_CE DS_CB "add" DS_SEP "{\"a\": 3}" DS_CE DS_E,
+          1, "add", "{\"a\":3}", "Two steps.");
+    check("deepseek v3 cut after its JSON (max_tokens)",
+          DS_B DS_CB "function" DS_SEP "get_weather\n```json\n{\"city\": \"Kyiv\"}\n``", 1, "get_weather",
+          "{\"city\":\"Kyiv\"}", "");
+    check("deepseek v3.1 cut after its JSON", DS_B DS_CB "add" DS_SEP "{\"a\": 4}", 1, "add", "{\"a\":4}", "");
+    /* not calls */
+    check("deepseek unknown function", "Sure. " DS_B DS_CB "rm_rf" DS_SEP "{\"path\": \"/\"}" DS_CE DS_E, 0, NULL, NULL,
+          NULL);
+    check("deepseek cut inside the JSON", DS_B DS_CB "get_weather" DS_SEP "{\"city\": \"Par", 0, NULL, NULL, NULL);
+    check("deepseek v3 cut in the name", DS_B DS_CB "function" DS_SEP "get_wea", 0, NULL, NULL, NULL);
+    check("deepseek arguments not an object", DS_B DS_CB "add" DS_SEP "[1, 2]" DS_CE DS_E, 0, NULL, NULL, NULL);
+    check("deepseek markers in prose", "Write " DS_B " to open calls, then " DS_CE ".", 0, NULL, NULL, NULL);
+    check("a tagged call before a deepseek block: the first kind wins",
+          "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 5}}\n</tool_call>" DS_B DS_CB "get_weather" DS_SEP
+          "{\"city\": \"Oslo\"}" DS_CE DS_E,
+          1, "add", "{\"a\":5}", "");
     /* the streaming parser against tools_parse, fed a byte at a time and in bigger pieces */
     static const struct {
         const char *what, *text;
@@ -289,12 +357,41 @@ int main(void) {
          TOOLS_GLM, 2},
         {"glm forced, cut at its stop", "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>5</arg_value>\n", TOOLS_GLM,
          1},
+        {"deepseek v3 text then two calls",
+         "Let me check.\n" DS_B DS_CB "function" DS_SEP "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" DS_CE
+         "\n" DS_CB "function" DS_SEP "add\n```json\n{\"a\": 1, \"b\": [2, \"}\"]}\n```" DS_CE DS_E DS_EOS,
+         TOOLS_DEEPSEEK, 10},
+        {"deepseek v3.1 text then two calls",
+         "Checking." DS_B DS_CB "get_weather" DS_SEP "{\"city\": \"Rome\"}" DS_CE DS_CB "add" DS_SEP
+         "{\"a\": 1}" DS_CE DS_E,
+         TOOLS_DEEPSEEK31, 10},
+        {"deepseek v3.1 in a v3 server, a call without its <｜tool▁call▁begin｜>",
+         DS_B DS_CB "add" DS_SEP "{\"a\": 1}" DS_CE "add" DS_SEP "{}" DS_CE DS_E, TOOLS_DEEPSEEK, 4},
+        {"deepseek a string holding the markers",
+         DS_B DS_CB "write_file" DS_SEP "{\"path\": \"a.txt\", \"content\": \"" DS_CE DS_E "\"}" DS_CE DS_E,
+         TOOLS_DEEPSEEK31, 10},
+        {"deepseek an unknown function, then a call",
+         "Two steps. " DS_B DS_CB "rm_rf" DS_SEP "{\"path\": \"/\"}" DS_CE DS_CB "add" DS_SEP "{\"a\": 3}" DS_CE DS_E,
+         TOOLS_DEEPSEEK31, 0},
+        {"deepseek a call, then an unknown function, then a call",
+         DS_B DS_CB "add" DS_SEP "{\"a\": 1}" DS_CE DS_CB "rm_rf" DS_SEP "{}" DS_CE DS_CB "function" DS_SEP
+                    "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" DS_CE DS_E,
+         TOOLS_DEEPSEEK31, 4},
+        {"deepseek only an unknown function", "Sure. " DS_B DS_CB "rm_rf" DS_SEP "{}" DS_CE DS_E, TOOLS_DEEPSEEK, 0},
+        {"deepseek cut after its JSON", "Hm. " DS_B DS_CB "function" DS_SEP "add\n```json\n{\"a\": 4}\n`",
+         TOOLS_DEEPSEEK, 4},
+        {"deepseek cut in the name", DS_B DS_CB "function" DS_SEP "get_wea", TOOLS_DEEPSEEK, 0},
+        {"deepseek markers in prose, a marker cut at the end", "Write " DS_B " to open calls. " DS_CB "<｜tool",
+         TOOLS_DEEPSEEK31, 0},
+        {"deepseek a block after a second one's text",
+         DS_B DS_CB "add" DS_SEP "{\"a\": 1}" DS_CE DS_E "\nand then " DS_B DS_CB "add" DS_SEP "{\"a\": 2}" DS_CE DS_E,
+         TOOLS_DEEPSEEK31, 6},
     };
-    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
-        check_stream(streams[i].what, streams[i].text, streams[i].fam, 1, streams[i].frags);
-        check_stream(streams[i].what, streams[i].text, streams[i].fam, 7, 0);
-        check_stream(streams[i].what, streams[i].text, streams[i].fam, 10000, 0);
-    }
+    /* 1-3 bytes: DeepSeek's markers (3-byte characters) split anywhere */
+    static const size_t steps[] = {1, 2, 3, 7, 10000};
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++)
+        for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++)
+            check_stream(streams[i].what, streams[i].text, streams[i].fam, steps[k], k ? 0 : streams[i].frags);
     /* the markup grammars: forced (named, any) and auto, both families */
     const char *xo = "<tool_call>\n<function=get_weather>\n", *go = "<tool_call>get_weather\n";
     check_markup_grammar("xml named", TOOLS_XML, "get_weather",
@@ -347,6 +444,41 @@ int main(void) {
     check_markup_grammar("glm auto", TOOLS_GLM, NULL,
                          "get_weather\n<arg_key>city</arg_key>\n<arg_value>Lima</arg_value>\n</tool_call>",
                          "<tool_call>", 1, "get_weather", "{\"city\": \"Lima\"}");
+    /* the DeepSeek grammars, each after the opening the server writes */
+    check_ds_grammar("deepseek v3 named", TOOLS_DEEPSEEK, "get_weather",
+                     "{\"city\": \"Rome\", \"days\": 2}\n```" DS_CE DS_E, 1, "get_weather",
+                     "{\"city\": \"Rome\", \"days\": 2}");
+    check_ds_grammar("deepseek v3 named, required key missing", TOOLS_DEEPSEEK, "get_weather",
+                     "{\"days\": 2}\n```" DS_CE DS_E, 0, NULL, NULL);
+    check_ds_grammar("deepseek v3 named, the fence left out", TOOLS_DEEPSEEK, "get_weather",
+                     "{\"city\": \"Rome\"}" DS_CE DS_E, 0, NULL, NULL);
+    check_ds_grammar("deepseek v3 named, a second call", TOOLS_DEEPSEEK, "get_weather",
+                     "{\"city\": \"Rome\"}\n```" DS_CE "\n" DS_CB "function" DS_SEP "add\n```json\n{}\n```" DS_CE DS_E,
+                     0, NULL, NULL);
+    check_ds_grammar("deepseek v3 any tool", TOOLS_DEEPSEEK, "", "add\n```json\n{}\n```" DS_CE DS_E, 1, "add", "{}");
+    check_ds_grammar("deepseek v3 auto, two calls", TOOLS_DEEPSEEK, NULL,
+                     DS_CB "function" DS_SEP "get_weather\n```json\n{\"city\": \"Oslo\"}\n```" DS_CE "\n" DS_CB
+                           "function" DS_SEP "add\n```json\n{}\n```" DS_CE DS_E,
+                     1, "get_weather", "{\"city\": \"Oslo\"}");
+    check_ds_grammar("deepseek v3 auto, the v3.1 shape", TOOLS_DEEPSEEK, NULL, DS_CB "add" DS_SEP "{}" DS_CE DS_E, 0,
+                     NULL, NULL);
+    check_ds_grammar("deepseek v3.1 named", TOOLS_DEEPSEEK31, "get_weather",
+                     "{\"city\": \"Oslo\", \"unit\": \"f\"}" DS_CE DS_E, 1, "get_weather",
+                     "{\"city\": \"Oslo\", \"unit\": \"f\"}");
+    check_ds_grammar("deepseek v3.1 named, a string outside the enum", TOOLS_DEEPSEEK31, "get_weather",
+                     "{\"city\": \"Oslo\", \"unit\": \"k\"}" DS_CE DS_E, 0, NULL, NULL);
+    check_ds_grammar("deepseek v3.1 any tool", TOOLS_DEEPSEEK31, "",
+                     "write_file" DS_SEP "{\"path\": \"a.py\", \"opts\": {\"mode\": \"w\"}}" DS_CE DS_E, 1,
+                     "write_file", "{\"path\": \"a.py\", \"opts\": {\"mode\": \"w\"}}");
+    check_ds_grammar("deepseek v3.1 any tool, an unknown one", TOOLS_DEEPSEEK31, "", "rm_rf" DS_SEP "{}" DS_CE DS_E, 0,
+                     NULL, NULL);
+    check_ds_grammar("deepseek v3.1 auto, two calls", TOOLS_DEEPSEEK31, NULL,
+                     DS_CB "add" DS_SEP "{}" DS_CE DS_CB "get_weather" DS_SEP "{\"city\": \"Lima\"}" DS_CE DS_E, 1,
+                     "add", "{}");
+    check_ds_grammar("deepseek v3.1 auto, arguments for a tool that takes none", TOOLS_DEEPSEEK31, NULL,
+                     DS_CB "add" DS_SEP "{\"a\": 1}" DS_CE DS_E, 0, NULL, NULL);
+    check_ds_grammar("deepseek v3.1 auto, the block not ended", TOOLS_DEEPSEEK31, NULL, DS_CB "add" DS_SEP "{}" DS_CE,
+                     0, NULL, NULL);
     /* families from template text */
     const char *qwen = "{%- if tools %}<tools>{{ tool | tojson }}</tools><tool_call>{% endif %}";
     const char *llama = "{{- '\"parameters\": dictionary' }}{%- if message.role == 'ipython' %}{% endif %}{{ tools }}";
@@ -354,14 +486,43 @@ int main(void) {
                       "{{- '<parameter=' + args_name + '>\\n' }}";
     const char *glm =
         "<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>";
+    /* from tests/data/jinja/templates/deepseek_v3.jinja and deepseek_v31.jinja */
+    const char *ds3 = "{%- if message['role'] == 'assistant' and 'tool_calls' in message %}{{'<｜Assistant｜>"
+                      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + "
+                      "tool['function']['name'] + '\\n' + '```json' + '\\n' + tool['function']['arguments']}}";
+    const char *ds31 = "{%- if message['role'] == 'assistant' and message['tool_calls'] is defined %}"
+                       "{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + "
+                       "tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}";
     int fam_ok = tools_family_of(qwen, strlen(qwen)) == TOOLS_TAGGED &&
                  tools_family_of(xml, strlen(xml)) == TOOLS_XML && tools_family_of(glm, strlen(glm)) == TOOLS_GLM &&
                  tools_markup(TOOLS_XML) && tools_markup(TOOLS_GLM) && !tools_markup(TOOLS_TAGGED) &&
                  tools_family_of(llama, strlen(llama)) == TOOLS_LLAMA3 && tools_template_handles(qwen, strlen(qwen)) &&
                  !tools_template_handles("{{ messages }}", 14);
-    printf("%s: template families (qwen tagged, llama3 json, qwen3.5 xml, glm; tools handled or not)\n",
+    /* DeepSeek's templates write calls but not the tools: the server describes them, in DeepSeek's shape */
+    fam_ok &= tools_family_of(ds3, strlen(ds3)) == TOOLS_DEEPSEEK &&
+              tools_family_of(ds31, strlen(ds31)) == TOOLS_DEEPSEEK31 && tools_deepseek(TOOLS_DEEPSEEK) &&
+              tools_deepseek(TOOLS_DEEPSEEK31) && !tools_deepseek(TOOLS_TAGGED) && !tools_markup(TOOLS_DEEPSEEK) &&
+              !tools_template_handles(ds3, strlen(ds3)) && !tools_template_handles(ds31, strlen(ds31)) &&
+              tools_template_calls(ds3, strlen(ds3)) && tools_template_calls(ds31, strlen(ds31)) &&
+              !tools_template_calls("{{ messages }}", 14);
+    printf("%s: template families (qwen tagged, llama3 json, qwen3.5 xml, glm, deepseek v3 and v3.1; tools and "
+           "calls handled or not)\n",
            fam_ok ? "ok" : "FAIL");
     g_fail += !fam_ok;
+    /* the tools described in the family's own shape */
+    json_t *tools = json_loads(TOOLS, 0, NULL);
+    char *p_tag = tools_system_prompt(tools, TOOLS_TAGGED), *p_v3 = tools_system_prompt(tools, TOOLS_DEEPSEEK),
+         *p_v31 = tools_system_prompt(tools, TOOLS_DEEPSEEK31);
+    fam_ok = strstr(p_tag, "<tool_call>\n{\"name\"") && !strstr(p_tag, DS_B) && strstr(p_tag, "\"get_weather\"") &&
+             strstr(p_v3, DS_B DS_CB "function" DS_SEP "<function-name>\n```json\n") && !strstr(p_v3, "<tool_call>") &&
+             strstr(p_v3, "\"write_file\"") &&
+             strstr(p_v31, DS_B DS_CB "<function-name>" DS_SEP "<args-json-object>" DS_CE);
+    printf("%s: the system prompt describing the tools: tagged, deepseek v3, deepseek v3.1\n", fam_ok ? "ok" : "FAIL");
+    g_fail += !fam_ok;
+    st_free(p_tag);
+    st_free(p_v3);
+    st_free(p_v31);
+    json_decref(tools);
     printf("%s: %d failure(s)\n", g_fail ? "FAIL" : "PASS", g_fail);
     return g_fail != 0;
 }

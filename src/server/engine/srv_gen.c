@@ -12,10 +12,10 @@
  * byte order so that pieces sharing a prefix share its matching. The
  * vocabulary table is built once per engine process (srv_vocab) and shared by
  * the slots; a request whose answer renders control tokens as text
- * (r->render_special: harmony's markers) walks a second table where they
- * have that text, so that a grammar's `<|message|>` is the model's one
- * token, as llama.cpp's grammars see it (and a trigger written as one is
- * seen). End-of-generation tokens are
+ * (r->render_special: harmony's markers, DeepSeek's tool-call markers) walks a
+ * second table where they have that text, so that a grammar's `<|message|>`
+ * or `<｜tool▁sep｜>` is the model's one token, as llama.cpp's grammars see
+ * it (and a trigger written as one is seen). End-of-generation tokens are
  * allowed exactly when the grammar's sentence is whole (never by their text).
  * max_tokens can still cut the answer short (finish "length"): the text is
  * then a prefix of a sentence.
