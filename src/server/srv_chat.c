@@ -359,6 +359,17 @@ static int put_markup_call(gschema *c, int xml, const json_t *params, size_t i, 
     return 0;
 }
 
+/* A tools grammar's text, checked as the engine will compile it (NULL and e set when it cannot). */
+static char *tools_grammar_finish(gschema *c, srv_err *e) {
+    size_t len;
+    char *text = gschema_finish(c, &len);
+    if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
+        st_free(text);
+        return NULL;
+    }
+    return text;
+}
+
 /* srv_tools_grammar for the markup families: the same calls, written as their templates write them. */
 static char *markup_grammar(srv_ctx *s, json_t *tools, const char *force, const char *lead, srv_api api, srv_err *e) {
     const int xml = s->tools_fam == TOOLS_XML;
@@ -401,13 +412,7 @@ static char *markup_grammar(srv_ctx *s, json_t *tools, const char *force, const 
         snprintf(r, sizeof r, "tool%ld-call\n", named);
         put_root(c, lead, r);
     } else put_root(c, lead, "call-rest\n");
-    size_t len;
-    char *text = gschema_finish(c, &len);
-    if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
-        st_free(text);
-        return NULL;
-    }
-    return text;
+    return tools_grammar_finish(c, e);
 }
 
 /* ---- DeepSeek's calls' grammar (TOOLS_DEEPSEEK, TOOLS_DEEPSEEK31) ---- */
@@ -469,13 +474,7 @@ static char *deepseek_grammar(srv_ctx *s, json_t *tools, const char *force, cons
         snprintf(body, sizeof body, "tool%ld call-end calls-end\n", named);
         put_root(c, lead, body);
     } else put_root(c, lead, "call-rest calls-end\n");
-    size_t len;
-    char *text = gschema_finish(c, &len);
-    if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
-        st_free(text);
-        return NULL;
-    }
-    return text;
+    return tools_grammar_finish(c, e);
 }
 
 char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char *lead, srv_api api, srv_err *e) {
@@ -546,13 +545,7 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char
             snprintf(r, sizeof r, "json-ws tool%zu json-ws \"}\"%s\n", k, llama ? "" : " json-ws \"</tool_call>\"");
         put_root(c, lead, r);
     }
-    size_t len;
-    char *text = gschema_finish(c, &len);
-    if (srv_grammar_check(text, len, "tools", "unsupported_parameter", e) < 0) {
-        st_free(text);
-        return NULL;
-    }
-    return text;
+    return tools_grammar_finish(c, e);
 }
 
 void srv_job_lazy_tools(srv_job *j, json_t *tools, srv_api api) {

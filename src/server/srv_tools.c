@@ -558,6 +558,17 @@ static size_t safe_content(const char *s, size_t n) {
     return end;
 }
 
+/* A call's head was read (used bytes from ts->pos, naming one of the tools): announce it, its arguments next. */
+static void stream_call_begin(tools_stream *ts, const char *name, size_t used) {
+    char id[128];
+    snprintf(id, sizeof id, "%s%d", ts->prefix, ts->n_calls);
+    ts->cb.call_begin(ts->ctx, ts->n_calls, id, name);
+    ts->n_calls++;
+    ts->pos += used;
+    ts->state = TS_ARGS;
+    ts->depth = ts->in_str = ts->esc = ts->started = 0;
+}
+
 /* One parsed call (tools_parse's shape) goes out whole. */
 static void send_call(tools_stream *ts, const json_t *call) {
     const json_t *fn = json_object_get(call, "function");
@@ -637,13 +648,7 @@ static void step(tools_stream *ts) {
                 ts->opaque_at = ts->pos;
                 continue;
             }
-            char id[128];
-            snprintf(id, sizeof id, "%s%d", ts->prefix, ts->n_calls);
-            ts->cb.call_begin(ts->ctx, ts->n_calls, id, name);
-            ts->n_calls++;
-            ts->pos += used;
-            ts->state = TS_ARGS;
-            ts->depth = ts->in_str = ts->esc = ts->started = 0;
+            stream_call_begin(ts, name, used);
             continue;
         }
         case TS_ARGS: {
@@ -697,13 +702,7 @@ static void step(tools_stream *ts) {
                 ts->opaque_at = ts->pos;
                 continue;
             }
-            char id[128];
-            snprintf(id, sizeof id, "%s%d", ts->prefix, ts->n_calls);
-            ts->cb.call_begin(ts->ctx, ts->n_calls, id, name);
-            ts->n_calls++;
-            ts->pos += used;
-            ts->state = TS_ARGS;
-            ts->depth = ts->in_str = ts->esc = ts->started = 0;
+            stream_call_begin(ts, name, used);
             continue;
         }
         case TS_DS_NEXT: { /* what follows the arguments (V3's fence) to the call's end is dropped */
