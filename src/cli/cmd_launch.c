@@ -203,6 +203,11 @@ static void pick_device(device_pick *p, size_t need_weights, size_t need_min, co
 #endif
 }
 
+/* A slot's KV bytes at context c, with the MTP block's attention layer when it drafts (kv_cache_add_mtp_layer). */
+static size_t plan_kv_bytes(const model_hparams *hp, int c, st_kv_type k, int mtp) {
+    return kv_cache_bytes(hp, c, k) + (mtp ? kv_cache_range_bytes(hp, c, k, hp->n_layer, hp->n_layer + 1) : 0);
+}
+
 static int get_int(const char *name, int fallback) {
     const char *v = st_switch_get(name);
     return v ? atoi(v) : fallback;
@@ -315,6 +320,8 @@ int cmd_launch(int argc, char **argv) {
     if ((sv = st_switch_get("--expert-cache")) && strcmp(sv, "auto")) ep.expert_cache = atol(sv);
     ep.expert_profile = st_switch_get("--expert-profile");
     ep.n_seq = slots; /* as the server's scheduler opens it (slot 0 is the engine's own sequence) */
+    /* --draft mtp: the block's weights and its cache layer are the engine's too (engine_plan_input) */
+    ep.draft_mtp = (sv = st_switch_get("--draft")) && !strcmp(sv, "mtp") && m->mtp;
     /* a MoE model needs on the GPU at the least its dense part and one layer of experts (the streaming buffer) */
     expert_plan_in pin;
     engine_plan_input(&ep, m, 1, chunk, 0, &pin);
@@ -357,12 +364,12 @@ int cmd_launch(int argc, char **argv) {
     for (int c = n_ctx; !fits && c >= (ctx_set ? n_ctx : c_min); c /= 2) {
         for (int t = 0; t < 2 && !fits; t++) {
             st_kv_type k = kv_set ? kv : (t == 0 ? ST_KV_F16 : ST_KV_INT8);
-            if (kv_cache_bytes(hp, c, k) * (size_t)slots <= avail_kv) fits = 1, n_ctx = c, kv = k;
+            if (plan_kv_bytes(hp, c, k, ep.draft_mtp) * (size_t)slots <= avail_kv) fits = 1, n_ctx = c, kv = k;
         }
         if (ctx_set) break;
     }
     if (!fits && !ctx_set) n_ctx = c_min;
-    size_t kv_bytes = kv_cache_bytes(hp, n_ctx, kv) * (size_t)slots;
+    size_t kv_bytes = plan_kv_bytes(hp, n_ctx, kv, ep.draft_mtp) * (size_t)slots;
     size_t total = on_device + kv_bytes + scratch;
     /* experts beyond VRAM: the engine's own plan at this context, printed as it will run */
     expert_plan xplan = {0};
@@ -387,7 +394,7 @@ int cmd_launch(int argc, char **argv) {
     char state_txt[64] = "";
     if (state) snprintf(state_txt, sizeof state_txt, " + %zu bytes of recurrent state", state);
     printf("  KV cache  %s, %zu bytes per token of context%s, x %d context x %d slot%s = %.3f GiB (%zu bytes)\n",
-           kv == ST_KV_F16 ? "f16" : "int8", kv_cache_bytes(hp, 1, kv) - state, state_txt, n_ctx, slots,
+           kv == ST_KV_F16 ? "f16" : "int8", plan_kv_bytes(hp, 1, kv, ep.draft_mtp) - state, state_txt, n_ctx, slots,
            slots == 1 ? "" : "s", gib(kv_bytes), kv_bytes);
     printf("  context   %d (%s)\n", n_ctx,
            src_word("--ctx", "planned: the largest up to min(trained, 8192) that fits"));

@@ -154,7 +154,9 @@ static engine *engine_open_rank(const engine_params *p) {
     /* a layer split: this rank's layers chosen and the others unbound before anything is placed */
     split_net *net = p->split_net ? p->split_net : split_process_net();
     int il0 = 0, il1 = m->hp.n_layer;
-    if ((net || p->devices) && split_range(m, p, net, &il0, &il1) != 0) {
+    if (p->draft_mtp && (net || p->devices)) /* before the plan counts the block and anything is placed */
+        st_error_set("--draft mtp needs the model on one backend (not a layer split across devices)");
+    if ((net || p->devices) && (p->draft_mtp || split_range(m, p, net, &il0, &il1) != 0)) {
         tokenizer_free(tok);
         model_free(m);
         return NULL;
@@ -202,15 +204,12 @@ static engine *engine_open_rank(const engine_params *p) {
     } else if (p->gpu >= 0) {
         e->placed = engine_place_model(m, be, 1, p->draft_mtp);
     }
-    /* --draft mtp: on one backend, the block whole on it (placed with the
-     * model, its experts too when the model's are in host memory) */
-    if (p->draft_mtp && (!m->mtp || net || p->devices)) {
-        if (!m->mtp)
-            st_error_set(
-                "%s has no usable multi-token prediction block (blk.%d.nextn.* tensors): --draft mtp needs one "
-                "(--draft ngram drafts without)",
-                p->model_path, m->hp.n_layer);
-        else st_error_set("--draft mtp needs the model on one backend (not a layer split across devices)");
+    /* --draft mtp: on one backend (a split is refused above), the block whole
+     * on it (placed with the model, its experts too when the model's are in host memory) */
+    if (p->draft_mtp && !m->mtp) {
+        st_error_set("%s has no usable multi-token prediction block (blk.%d.nextn.* tensors): --draft mtp needs one "
+                     "(--draft ngram drafts without)",
+                     p->model_path, m->hp.n_layer);
         if (e->placed) engine_place_free(e->placed);
         be->destroy(be);
         tokenizer_free(tok);
@@ -225,6 +224,7 @@ static engine *engine_open_rank(const engine_params *p) {
     }
     e->be = be;
     e->mc = model_ctx_create(m, e->be, e->n_ubatch);
+    if (e->mtp) model_ctx_add_mtp(e->mc);
     e->n_ctx = n_ctx;
     e->kv_type = p->kv_type;
     e->il0 = il0;

@@ -110,7 +110,8 @@ static int push_text(gen_state *g, int32_t t) {
 
 /* What follows the draw of tok: end of generation, the hooks, the text. */
 static int gen_take(gen_state *g, int32_t tok, const float *raw, int32_t *t) {
-    if (!g->gp.ignore_eos && !g->hk.eog_ok && tokenizer_is_eog(g->e->tok, tok)) {
+    const int eog = !g->gp.ignore_eos && tokenizer_is_eog(g->e->tok, tok);
+    if (eog && !g->hk.eog_ok) {
         g->finish = "stop";
         return 1;
     }
@@ -118,7 +119,9 @@ static int gen_take(gen_state *g, int32_t tok, const float *raw, int32_t *t) {
     g->n_gen++;
     int hook = g->hk.token ? g->hk.token(g->hk.ctx, tok, raw) : GEN_GO;
     if (hook == GEN_CANCEL) g->cancelled = 1;
-    if (push_text(g, tok) || hook == GEN_END) {
+    /* an end of generation the hook ends on adds no text, as without the
+     * hook (with control tokens rendered, its text would end the answer) */
+    if ((eog && hook == GEN_END) || push_text(g, tok) || hook == GEN_END) {
         g->finish = "stop";
         return 1;
     }

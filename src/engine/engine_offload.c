@@ -249,6 +249,8 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
         in->kv += kv_cache_range_bytes(hp, n_ctx, p->kv_type, hp->n_layer, hp->n_layer + 1);
     in->kv *= (size_t)(p->n_seq > 0 ? p->n_seq : 1);
     in->scratch = engine_scratch_bytes(hp, n_ubatch);
+    if (p->draft_mtp && m->mtp) /* the block's input rows (model_forward_mtp's c->cat) */
+        in->scratch += (size_t)n_ubatch * 2 * (size_t)hp->n_embd * sizeof(float);
     in->cache = p->expert_cache;
     in->ram_budget = p->ram_budget > 0 ? (size_t)(p->ram_budget * (double)(1ull << 30)) : 0;
     in->host_expert = hp->n_expert ? expert_store_expert_bytes(m) : 0;

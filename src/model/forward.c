@@ -98,7 +98,6 @@ model_ctx *model_ctx_create(const model *m, st_backend *be, int n_ubatch) {
     c->logits = balloc(be, B * hp->n_vocab);
     c->ids = be->alloc(be, B * sizeof(int32_t));
     if (model_layer_mla(hp)) c->mla = mla_bufs_create(m, be, n_ubatch);
-    if (m->mtp) c->cat = balloc(be, B * 2 * hp->n_embd);
     return c;
 }
 
@@ -615,6 +614,10 @@ static void mtp_body(void *arg, int pos0) {
     ffn_block(c, il, n, il + 1);
     be->rmsnorm(be, c->x, NULL, mt->head_norm, c->h, E, n, hp->rms_eps);
     if (a->head) be->matmul(be, &mt->head, 0, c->h, c->logits, n);
+}
+
+void model_ctx_add_mtp(model_ctx *c) {
+    if (!c->cat) c->cat = balloc(c->be, (size_t)c->n_ubatch * 2 * (size_t)c->m->hp.n_embd);
 }
 
 void model_forward_mtp(model_ctx *c, st_kv_layer *kv, const int32_t *toks, const float *h_in, int n, int pos0,

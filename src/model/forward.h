@@ -52,6 +52,11 @@ void model_forward(model_ctx *c, st_kv_layer *kv, const int32_t *tokens, int n_t
  * mtp). NULL stops it. */
 void model_ctx_capture_hidden(model_ctx *c, float *dst);
 
+/* The buffers model_forward_mtp needs (the block's input rows: n_ubatch x
+ * 2 n_embd floats on c's backend), once; only an engine that drafts with
+ * the block asks for them (engine_plan_input counts them then). */
+void model_ctx_add_mtp(model_ctx *c);
+
 /* The multi-token prediction block (model.h model_mtp) over n (<= n_ubatch)
  * rows: row i pairs token toks[i] at position pos0 + i with h_in[i] (host,
  * [n][n_embd]: the final hidden state of the position before it), and

@@ -725,8 +725,10 @@ static int open_front(srv_ctx *s, model_ident *id) {
     uint64_t tlen = 0;
     if (gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen) != 0) tmpl = NULL;
     s->tmpl_tools = tools_template_handles(tmpl, (size_t)tlen);
-    s->tmpl_calls = tools_template_calls(tmpl, (size_t)tlen);
     s->tools_fam = (int)tools_family_of(tmpl, (size_t)tlen);
+    /* DeepSeek's templates ignore `tools` but write earlier calls themselves (another template that only
+     * names tool_calls, to refuse them say, keeps the plain history) */
+    s->tmpl_calls = tools_deepseek((tools_family)s->tools_fam) && tools_template_calls(tmpl, (size_t)tlen);
     s->reason = (int)reason_kind_of(tmpl, (size_t)tlen);
     s->harmony = s->reason == REASON_HARMONY;
     /* a template that knows think blocks (Qwen3's, DeepSeek R1's and QwQ's write or strip them) is a model

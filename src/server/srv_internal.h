@@ -41,7 +41,7 @@ typedef struct {
     tokenizer *tok; /* the front end's own copy: counting, chat prompts, /tokenize */
     gguf_file *gf;  /* kept open for the server's life: its chat template renders every prompt */
     int tmpl_tools; /* the template renders `tools` itself (else a system message describes them) */
-    int tmpl_calls; /* the template writes earlier calls itself (tools_template_calls) */
+    int tmpl_calls; /* the template writes earlier calls itself (DeepSeek's: tools_template_calls) */
     int tools_fam;  /* tools_family (srv_tools.h): how this model writes a call */
     int reason;     /* reason_kind (srv_reason.h): how this model marks its reasoning */
     int tmpl_think; /* the template writes <think>: the model may open a reasoning block itself */

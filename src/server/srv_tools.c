@@ -688,6 +688,11 @@ static void step(tools_stream *ts) {
             const char *q = s;
             int t = take(&q, s + n, TOOLS_DS_CALLS_END);
             if (t < 0) return;
+            if (t > 0 && !ts->n_calls) { /* a block without calls: the end decides, as tools_parse reads it */
+                ts->state = TS_OPAQUE;
+                ts->opaque_at = ts->tag_at;
+                continue;
+            }
             if (t > 0) {
                 ts->pos += (size_t)(q - s);
                 ts->state = TS_AFTER;

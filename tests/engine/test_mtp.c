@@ -25,7 +25,8 @@
  *     with drafts, some accepted;
  *   - the main model ignores the block: the plain tokens of an engine opened
  *     without --draft mtp are the same; a file without the block loads and
- *     runs, and --draft mtp on it is refused with a message.
+ *     runs, and --draft mtp on it is refused with a message; so is --draft
+ *     mtp with a layer split (--devices cpu,cpu).
  * The block's arithmetic is checked against NumPy in tests/ref/test_mtp.py.
  *
  * usage: test_mtp [DIR for the temporary models, default /tmp]
@@ -187,6 +188,18 @@ static void check_model(const char *arch, const char *dir) {
           "the block: %s",
           arch, e ? "opened" : st_error_get());
     if (e) engine_close(e);
+    { /* a layer split (two CPU ranks): refused, before the plan or any placement */
+        engine_params p = engine_defaults();
+        p.model_path = path;
+        p.n_ctx = 256;
+        p.n_threads = 2;
+        p.draft_mtp = 1;
+        p.devices = "cpu,cpu";
+        engine *es = engine_open(&p);
+        CHECK(!es && strstr(st_error_get(), "not a layer split"), "%s: --draft mtp with a layer split: %s", arch,
+              es ? "opened" : st_error_get());
+        if (es) engine_close(es);
+    }
     int32_t prompts[3][20], plain[N_GEN], drafted[N_GEN], plain0[N_GEN];
     for (int i = 0; i < 20; i++) {
         prompts[0][i] = 30 + 7 * (i % 6);    /* a phrase of 6 tokens, repeated */

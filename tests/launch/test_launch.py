@@ -124,6 +124,30 @@ def test_plan_numbers():
     print(f"checked: weights {g['weights']} bytes, KV {per_tok} bytes/token, context {ctx}, RAM {avail} bytes")
 
 
+def test_plan_mtp_counts_the_block():
+    """--draft mtp: the plan's KV per token grows by the block's attention layer (K and V rows of
+    head_count_kv x key_length f16 values), as the engine's memory plan counts it; a file without the
+    block plans as before (serve refuses it)."""
+    from gguf import GGUFReader
+    path = os.path.join(TMP, f"launch_mtp_{os.getpid()}.gguf")
+    subprocess.run([BIN, "synth", "--arch", "qwen35moe", "--preset", "tiny", "--mtp", "--quiet", "-o", path],
+                   check=True, timeout=60)
+    try:
+        r = GGUFReader(path)
+        n_kv = int(r.fields["qwen35moe.attention.head_count_kv"].parts[-1][0])
+        kl = int(r.fields["qwen35moe.attention.key_length"].parts[-1][0])
+        per = {}
+        for d in ([], ["--draft", "mtp"]):
+            _, lines, _ = plan("-m", path, "--ctx", "1024", *d, model=False)
+            m = re.match(r"f16, (\d+) bytes per token", lines["KV cache"])
+            assert m, lines["KV cache"]
+            per[bool(d)] = int(m.group(1))
+        assert per[True] - per[False] == 2 * n_kv * kl * 2, (per, n_kv, kl)
+        print(f"checked: KV per token {per[False]} -> {per[True]} bytes with --draft mtp")
+    finally:
+        os.unlink(path)
+
+
 def test_plan_user_values_kept():
     """--ctx and --kv given: the plan keeps them and says so."""
     need_model()

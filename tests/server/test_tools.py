@@ -287,6 +287,12 @@ def test_deepseek_family(tmp_path):
         assert finish == "tool_calls" and content == "" and calls and all(
             n == "get_weather" and json.loads(a)["city"] in ("Paris", "Oslo") for n, a in calls.values()), \
             (finish, content, calls)
+        # auto, answered in prose: the end of generation (SmolLM2's <|endoftext|>, id 0, not the chat's stop
+        # string) ends the answer and is not written into it, though control tokens are rendered as text
+        r = post({"messages": ASK, "tools": tools, "temperature": 0, "max_tokens": 8, "logit_bias": {"0": 100}})
+        assert r.status_code == 200, r.text
+        ch = r.json()["choices"][0]
+        assert ch["finish_reason"] == "stop" and "<|endoftext|>" not in (ch["message"]["content"] or ""), ch
         # the reasoning not parsed: the opening is written into the prompt
         r = post({**forced, "tool_choice": "required", "reasoning_format": "none", "logit_bias": {}})
         assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "tool_calls", r.text

@@ -383,6 +383,8 @@ int main(void) {
         {"deepseek cut in the name", DS_B DS_CB "function" DS_SEP "get_wea", TOOLS_DEEPSEEK, 0},
         {"deepseek markers in prose, a marker cut at the end", "Write " DS_B " to open calls. " DS_CB "<｜tool",
          TOOLS_DEEPSEEK31, 0},
+        {"deepseek an empty block, then a tagged call",
+         "Hi " DS_B DS_E "\n<tool_call>\n{\"name\": \"add\", \"arguments\": {}}\n</tool_call>", TOOLS_DEEPSEEK31, 0},
         {"deepseek a block after a second one's text",
          DS_B DS_CB "add" DS_SEP "{\"a\": 1}" DS_CE DS_E "\nand then " DS_B DS_CB "add" DS_SEP "{\"a\": 2}" DS_CE DS_E,
          TOOLS_DEEPSEEK31, 6},
