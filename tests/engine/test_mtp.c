@@ -26,7 +26,11 @@
  *   - the main model ignores the block: the plain tokens of an engine opened
  *     without --draft mtp are the same; a file without the block loads and
  *     runs, and --draft mtp on it is refused with a message; so is --draft
- *     mtp with a layer split (--devices cpu,cpu).
+ *     mtp with a layer split (--devices cpu,cpu);
+ *   - the memory plan (engine_plan_input) with --draft mtp grows by the
+ *     block's own weights (the bytes of the file's blk.{n_layer}.* tensors:
+ *     the head and embedding it shares with the model are not counted
+ *     again), its cache layer for each sequence and its input rows.
  * The block's arithmetic is checked against NumPy in tests/ref/test_mtp.py.
  *
  * usage: test_mtp [DIR for the temporary models, default /tmp]
@@ -39,7 +43,10 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/engine_offload.h"
+#include "engine/engine_place.h"
 #include "engine/kv_cache.h"
+#include "gguf/gguf.h"
 #include "model/synth.h"
 
 #include "../common/check.h"
@@ -199,6 +206,33 @@ static void check_model(const char *arch, const char *dir) {
         CHECK(!es && strstr(st_error_get(), "not a layer split"), "%s: --draft mtp with a layer split: %s", arch,
               es ? "opened" : st_error_get());
         if (es) engine_close(es);
+    }
+    { /* the memory plan with --draft mtp: the block's own weights (not the head or embedding it shares),
+       * its cache layer per sequence, its input rows; nothing without it */
+        model *m = model_load(path);
+        ST_ASSERT(m && m->mtp);
+        engine_params p = engine_defaults();
+        p.n_seq = 3;
+        expert_plan_in a, b;
+        engine_plan_input(&p, m, 256, 64, (size_t)1 << 30, &a);
+        p.draft_mtp = 1;
+        engine_plan_input(&p, m, 256, 64, (size_t)1 << 30, &b);
+        const size_t blk = engine_mtp_bytes(m), hp_e = (size_t)m->hp.n_embd,
+                     layer = kv_cache_range_bytes(&m->hp, 256, p.kv_type, m->hp.n_layer, m->hp.n_layer + 1);
+        /* the block's own tensors as the file has them: blk.{n_layer}.* (its head and embedding are the model's) */
+        size_t own = 0;
+        char pre[32];
+        snprintf(pre, sizeof pre, "blk.%d.", m->hp.n_layer);
+        for (int64_t i = 0; i < gguf_n_tensors(m->file); i++) {
+            const gguf_tensor *t = gguf_tensor_at(m->file, i);
+            if (!strncmp(t->name, pre, strlen(pre))) own += t->size;
+        }
+        CHECK(blk == own && b.dense - a.dense == blk && b.kv - a.kv == 3 * layer &&
+                  b.scratch - a.scratch == 64 * 2 * hp_e * 4,
+              "%s: the plan with --draft mtp: dense +%zu (block %zu, its tensors in the file %zu), kv +%zu (3 x %zu), "
+              "scratch +%zu",
+              arch, b.dense - a.dense, blk, own, b.kv - a.kv, layer, b.scratch - a.scratch);
+        model_free(m);
     }
     int32_t prompts[3][20], plain[N_GEN], drafted[N_GEN], plain0[N_GEN];
     for (int i = 0; i < 20; i++) {
