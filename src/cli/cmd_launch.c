@@ -203,9 +203,9 @@ static void pick_device(device_pick *p, size_t need_weights, size_t need_min, co
 #endif
 }
 
-/* A slot's KV bytes at context c, with the MTP block's attention layer when it drafts (kv_cache_add_mtp_layer). */
+/* A slot's KV bytes at context c, with the MTP block's attention layer when it drafts. */
 static size_t plan_kv_bytes(const model_hparams *hp, int c, st_kv_type k, int mtp) {
-    return kv_cache_bytes(hp, c, k) + (mtp ? kv_cache_range_bytes(hp, c, k, hp->n_layer, hp->n_layer + 1) : 0);
+    return kv_cache_bytes(hp, c, k) + (mtp ? kv_cache_mtp_bytes(hp, c, k) : 0);
 }
 
 static int get_int(const char *name, int fallback) {

@@ -154,12 +154,14 @@ static engine *engine_open_rank(const engine_params *p) {
     /* a layer split: this rank's layers chosen and the others unbound before anything is placed */
     split_net *net = p->split_net ? p->split_net : split_process_net();
     int il0 = 0, il1 = m->hp.n_layer;
-    if (p->draft_mtp && (net || p->devices)) /* before the plan counts the block and anything is placed */
-        st_error_set("--draft mtp needs the model on one backend (not a layer split across devices)");
-    if ((net || p->devices) && (p->draft_mtp || split_range(m, p, net, &il0, &il1) != 0)) {
-        tokenizer_free(tok);
-        model_free(m);
-        return NULL;
+    if (net || p->devices) {
+        /* --draft mtp: refused before the plan counts the block and anything is placed */
+        if (p->draft_mtp) st_error_set("--draft mtp needs the model on one backend (not a layer split across devices)");
+        if (p->draft_mtp || split_range(m, p, net, &il0, &il1) != 0) {
+            tokenizer_free(tok);
+            model_free(m);
+            return NULL;
+        }
     }
     st_backend *be = NULL;
     if (p->gpu < 0) {

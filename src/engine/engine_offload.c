@@ -18,6 +18,7 @@
 #include "engine/expert_store.h"
 #include "engine/kv_cache.h"
 #include "engine/moe_lanes.h"
+#include "model/forward.h"
 
 /* ---- expert profiles: routing counts per (layer, expert) ---- */
 
@@ -229,7 +230,8 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     const model_hparams *hp = &m->hp;
     memset(in, 0, sizeof *in);
     in->budget = budget;
-    in->dense = engine_weight_bytes(m, NULL) + (p->draft_mtp ? engine_mtp_bytes(m) : 0);
+    const int mtp = p->draft_mtp && m->mtp; /* the block's weights, cache layer and input rows too */
+    in->dense = engine_weight_bytes(m, NULL) + (mtp ? engine_mtp_bytes(m) : 0);
     in->n_layer = hp->n_layer;
     in->n_expert = hp->n_expert;
     model_routed_layers(m, &in->n_dense_lead, &in->routed_end); /* a split's rank: its own layers' */
@@ -244,13 +246,10 @@ void engine_plan_input(const engine_params *p, model *m, int n_ctx, int n_ubatch
     }
     int il0, il1; /* a split's rank holds its layers' caches only */
     model_bound_layers(m, &il0, &il1);
-    in->kv = kv_cache_range_bytes(hp, n_ctx, p->kv_type, il0, il1);
-    if (p->draft_mtp && m->mtp) /* the block's attention layer (kv_cache_add_mtp_layer) */
-        in->kv += kv_cache_range_bytes(hp, n_ctx, p->kv_type, hp->n_layer, hp->n_layer + 1);
-    in->kv *= (size_t)(p->n_seq > 0 ? p->n_seq : 1);
-    in->scratch = engine_scratch_bytes(hp, n_ubatch);
-    if (p->draft_mtp && m->mtp) /* the block's input rows (model_forward_mtp's c->cat) */
-        in->scratch += (size_t)n_ubatch * 2 * (size_t)hp->n_embd * sizeof(float);
+    in->kv = (kv_cache_range_bytes(hp, n_ctx, p->kv_type, il0, il1) +
+              (mtp ? kv_cache_mtp_bytes(hp, n_ctx, p->kv_type) : 0)) *
+             (size_t)(p->n_seq > 0 ? p->n_seq : 1);
+    in->scratch = engine_scratch_bytes(hp, n_ubatch) + (mtp ? model_mtp_rows_bytes(hp, n_ubatch) : 0);
     in->cache = p->expert_cache;
     in->ram_budget = p->ram_budget > 0 ? (size_t)(p->ram_budget * (double)(1ull << 30)) : 0;
     in->host_expert = hp->n_expert ? expert_store_expert_bytes(m) : 0;

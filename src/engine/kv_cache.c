@@ -96,6 +96,10 @@ kv_cache *kv_cache_create_range(st_backend *be, const model_hparams *hp, int n_c
     return kv;
 }
 
+size_t kv_cache_mtp_bytes(const model_hparams *hp, int n_ctx, st_kv_type type) {
+    return kv_cache_range_bytes(hp, n_ctx, type, hp->n_layer, hp->n_layer + 1);
+}
+
 void kv_cache_add_mtp_layer(kv_cache *kv, const model_hparams *hp) {
     ST_ASSERT(kv->n_layer == hp->n_layer);
     kv->layers = st_realloc(kv->layers, (size_t)(kv->n_layer + 1) * sizeof(st_kv_layer));

@@ -47,6 +47,8 @@ void kv_cache_free(kv_cache *kv);
 /* One more attention layer after the model's, layers[n_layer] (n_layer then
  * counts it): the rows of the multi-token prediction block (--draft mtp). */
 void kv_cache_add_mtp_layer(kv_cache *kv, const model_hparams *hp);
+/* Bytes that layer takes at n_ctx positions (the memory plan's share of it). */
+size_t kv_cache_mtp_bytes(const model_hparams *hp, int n_ctx, st_kv_type type);
 /* Save the recurrent state as that of tokens[0..pos) (a no-op without recurrent layers). */
 void kv_cache_checkpoint(kv_cache *kv, const int32_t *tokens, int pos);
 /* If the saved state describes a prefix of toks[0..n) of at most max_pos

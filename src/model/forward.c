@@ -616,8 +616,12 @@ static void mtp_body(void *arg, int pos0) {
     if (a->head) be->matmul(be, &mt->head, 0, c->h, c->logits, n);
 }
 
+size_t model_mtp_rows_bytes(const model_hparams *hp, int n_ubatch) {
+    return (size_t)n_ubatch * 2 * (size_t)hp->n_embd * sizeof(float);
+}
+
 void model_ctx_add_mtp(model_ctx *c) {
-    if (!c->cat) c->cat = balloc(c->be, (size_t)c->n_ubatch * 2 * (size_t)c->m->hp.n_embd);
+    if (!c->cat) c->cat = c->be->alloc(c->be, model_mtp_rows_bytes(&c->m->hp, c->n_ubatch));
 }
 
 void model_forward_mtp(model_ctx *c, st_kv_layer *kv, const int32_t *toks, const float *h_in, int n, int pos0,

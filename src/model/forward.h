@@ -56,6 +56,8 @@ void model_ctx_capture_hidden(model_ctx *c, float *dst);
  * 2 n_embd floats on c's backend), once; only an engine that drafts with
  * the block asks for them (engine_plan_input counts them then). */
 void model_ctx_add_mtp(model_ctx *c);
+/* The bytes model_ctx_add_mtp allocates for chunks of n_ubatch rows. */
+size_t model_mtp_rows_bytes(const model_hparams *hp, int n_ubatch);
 
 /* The multi-token prediction block (model.h model_mtp) over n (<= n_ubatch)
  * rows: row i pairs token toks[i] at position pos0 + i with h_in[i] (host,
