@@ -22,6 +22,7 @@
 
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
+#include "core/alloc.h"
 #include "core/log.h"
 #include "core/switches.h"
 #include "core/threadpool.h"
@@ -124,20 +125,6 @@ static json_t *apply_config(const char *path) {
     return root;
 }
 
-/* MemAvailable and MemTotal from /proc/meminfo, bytes; 0 when unreadable. */
-static void read_meminfo(size_t *avail, size_t *total) {
-    *avail = *total = 0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return;
-    char line[256];
-    unsigned long long kb;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = (size_t)kb << 10;
-        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = (size_t)kb << 10;
-    }
-    fclose(f);
-}
-
 typedef struct {
     int gpu;          /* -1: CPU */
     int offload;      /* a MoE model on a GPU too small for all of it: experts in host RAM */
@@ -151,7 +138,7 @@ typedef struct {
  * cpu: the CPU without looking for a GPU (a split of CPU ranks). */
 static void pick_device(device_pick *p, size_t need_weights, size_t need_min, const engine_params *ep, int cpu) {
     size_t avail, total;
-    read_meminfo(&avail, &total);
+    st_meminfo(&avail, &total);
     long cores = st_cpu_count();
     p->gpu = -1;
     p->offload = 0;

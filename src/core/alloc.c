@@ -49,3 +49,16 @@ char *st_strdup(const char *s) {
 }
 
 void st_free(void *p) { free(p); }
+
+void st_meminfo(size_t *avail, size_t *total) {
+    *avail = *total = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return;
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = (size_t)kb << 10;
+        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = (size_t)kb << 10;
+    }
+    fclose(f);
+}

@@ -13,6 +13,9 @@ void *st_realloc(void *p, size_t n);        /* plain realloc (not aligned), abor
 char *st_strdup(const char *s);
 void st_free(void *p);
 
+/* MemAvailable and MemTotal from /proc/meminfo, bytes; 0 when unreadable. */
+void st_meminfo(size_t *avail, size_t *total);
+
 /* x rounded up to a multiple of a (a > 0) */
 static inline size_t st_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 

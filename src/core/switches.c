@@ -45,6 +45,10 @@ static const st_switch_def TABLE[] = {
      0},
     {"STRATA_PROFILE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "0", "0",
      "1: time every backend op (each waited for) and log the table when the engine closes", 0},
+    {"STRATA_POPULATE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
+     "0: the CPU computes from the model file's mapping as pages fault in, instead of mapping them all at start "
+     "(when the pages still to read fit in the RAM available)",
+     0},
     {"STRATA_SSD_IO", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "auto", "auto",
      "how the SSD tier reads (--ram-budget): auto (io_uring and O_DIRECT where the system allows them), or the "
      "fallbacks forced: pread (no io_uring), buffered (no O_DIRECT), pread-buffered (neither)",

@@ -136,6 +136,27 @@ engine *engine_open(const engine_params *p) {
     return engine_open_rank(&q);
 }
 
+/* The CPU computes from the file's mapping: its pages mapped in at start
+ * (gguf_populate) while those still to read fit in the RAM available, less
+ * a margin for the KV cache and scratch. */
+static void populate_mapping(const model *m) {
+    const char *sw = st_switch_get("STRATA_POPULATE");
+    if (sw && !strcmp(sw, "0")) return;
+    size_t avail, total, to_read;
+    st_meminfo(&avail, &total);
+    const size_t margin = (size_t)1 << 30, room = avail > margin ? avail - margin : 0;
+    const double t0 = st_now_s();
+    const int rc = gguf_populate(m->file, room, &to_read);
+    if (rc == 0)
+        ST_INFO("mapped the model file in at start: %.2f GiB (%.2f GiB read from the file) in %.2f s",
+                (double)gguf_file_size(m->file) / (1 << 30), (double)to_read / (1 << 30), st_now_s() - t0);
+    else if (rc == 1)
+        ST_INFO("the model file's pages fault in as they are read: %.2f GiB still to read, %.2f GiB of RAM available",
+                (double)to_read / (1 << 30), (double)avail / (1 << 30));
+    else
+        ST_WARN("%s; pages fault in as they are read", st_error_get());
+}
+
 static engine *engine_open_rank(const engine_params *p) {
     model *m = model_load(p->model_path);
     if (!m) return NULL;
@@ -205,6 +226,8 @@ static engine *engine_open_rank(const engine_params *p) {
         e->lanes = rc == 1;
     } else if (p->gpu >= 0) {
         e->placed = engine_place_model(m, be, 1, p->draft_mtp);
+    } else {
+        populate_mapping(m);
     }
     /* --draft mtp: on one backend (a split is refused above), the block whole
      * on it (placed with the model, its experts too when the model's are in host memory) */

@@ -395,6 +395,30 @@ gguf_file *gguf_open(const char *path) {
     return parse(f);
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+int gguf_populate(const gguf_file *f, size_t max_read, size_t *to_read) {
+    *to_read = 0;
+    if (!f->mapped) return 0;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (f->size + page - 1) / page;
+    unsigned char *vec = st_malloc(n);
+    if (mincore((void *)f->base, f->size, vec) == 0) {
+        for (size_t i = 0; i < n; i++) *to_read += !(vec[i] & 1);
+        *to_read *= page;
+    } else {
+        *to_read = f->size; /* unknown: counted as all to read */
+    }
+    st_free(vec);
+    if (*to_read > max_read) return 1;
+    if (madvise((void *)f->base, f->size, MADV_POPULATE_READ) != 0) {
+        st_error_set("%s: mapping the file's pages in at once: %s", f->path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
     if (f->mapped) munmap((void *)f->base, f->size);

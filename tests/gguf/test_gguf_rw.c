@@ -9,6 +9,7 @@
  * 200k-entry string array and 5000 tensors.
  */
 #include <math.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -385,6 +386,54 @@ static void check_many_tensors(const char *path) {
     gguf_close(f);
 }
 
+static long minor_faults(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
+/* Faults taken reading one byte of every page of tensor t's data. */
+static long faults_reading(const gguf_tensor *t, volatile unsigned *sink) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const long f0 = minor_faults();
+    for (size_t o = 0; o < t->size; o += page) *sink += ((const unsigned char *)t->data)[o];
+    return minor_faults() - f0;
+}
+
+/* gguf_populate maps a file's pages in at once: reading the data after it
+ * takes (nearly) no page faults, where the same read of a fresh mapping
+ * takes one per page or per fault-around group (the check that the count
+ * can tell). Refused (1) when more is to read than max_read allows. */
+static void check_populate(const char *path) {
+    int64_t ne[1] = {(int64_t)16 << 20}; /* 64 MiB of F32 */
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_tensor(w, "big", 0, 1, ne);
+    CHECK(gguf_writer_write(w, path, fill_zero, NULL) == 0);
+    gguf_writer_free(w);
+    volatile unsigned sink = 0;
+    gguf_file *f = gguf_open(path);
+    CHECK(f != NULL);
+    if (!f) return;
+    const gguf_tensor *t = gguf_find_tensor(f, "big");
+    const long plain = faults_reading(t, &sink);
+    gguf_close(f);
+    f = gguf_open(path);
+    t = gguf_find_tensor(f, "big");
+    size_t to_read = 1;
+    const int rc = gguf_populate(f, (size_t)1 << 40, &to_read);
+    if (rc < 0) {
+        printf("  SKIP populate: %s\n", st_error_get());
+        gguf_close(f);
+        return;
+    }
+    const long after = faults_reading(t, &sink);
+    CHECK(rc == 0 && to_read <= gguf_file_size(f));
+    CHECK(plain >= 8); /* at most 8 MiB per fault (4 KiB pages, 64 KiB fault-around, 2 MiB folios) */
+    CHECK(after * 20 <= plain);
+    printf("  64 MiB read page by page: %ld faults from a fresh mapping, %ld after gguf_populate\n", plain, after);
+    gguf_close(f);
+}
+
 /* A 126 GB file with 3000 tensors, as a sparse file (header written, the rest
  * a hole): opening must cost header work only, never a pass over the data. */
 static void check_big_sparse(const char *path) {
@@ -422,6 +471,11 @@ static void check_big_sparse(const char *path) {
     }
     CHECK(dt < 1.0);
     printf("  %.1f GB sparse file with %d tensors opened in %.2f ms\n", total / 1e9, N, dt * 1e3);
+    f = gguf_open(path); /* nothing of it is in memory: populating it would read 126 GB */
+    size_t to_read = 0;
+    CHECK(f && gguf_populate(f, (size_t)1 << 30, &to_read) == 1 && to_read > ((size_t)1 << 30));
+    printf("  populating it refused: %.1f GB to read\n", to_read / 1e9);
+    gguf_close(f);
     remove(path);
 }
 
@@ -459,6 +513,7 @@ int main(int argc, char **argv) {
     }
     check_writer_errors(path2);
     check_many_tensors(path2);
+    check_populate(path2);
     check_big_sparse(path2);
     remove(path2);
     printf("test_gguf_rw: %d checks, %d failed\n", g_checks, g_fail);
