@@ -147,14 +147,15 @@ static void populate_mapping(const model *m) {
     const size_t margin = (size_t)1 << 30, room = avail > margin ? avail - margin : 0;
     const double t0 = st_now_s();
     const int rc = gguf_populate(m->file, room, &to_read);
-    if (rc == 0)
-        ST_INFO("mapped the model file in at start: %.2f GiB (%.2f GiB read from the file) in %.2f s",
-                (double)gguf_file_size(m->file) / (1 << 30), (double)to_read / (1 << 30), st_now_s() - t0);
+    const double dt = st_now_s() - t0;
+    if (rc == 0) /* said when it took a while (a large file); a small one's first line stays its own */
+        st_log(dt >= 0.5 ? ST_LOG_INFO : ST_LOG_DEBUG,
+               "mapped the model file in at start: %.2f GiB (%.2f GiB read from the file) in %.2f s",
+               (double)gguf_file_size(m->file) / (1 << 30), (double)to_read / (1 << 30), dt);
     else if (rc == 1)
         ST_INFO("the model file's pages fault in as they are read: %.2f GiB still to read, %.2f GiB of RAM available",
                 (double)to_read / (1 << 30), (double)avail / (1 << 30));
-    else
-        ST_WARN("%s; pages fault in as they are read", st_error_get());
+    else ST_WARN("%s; pages fault in as they are read", st_error_get());
 }
 
 static engine *engine_open_rank(const engine_params *p) {
