@@ -12,6 +12,9 @@
  * scales) instead of f16.
  *
  * Heads default to moe-1.5g's (16 query heads, 8 KV heads of 128).
+ * --gpu N times the CUDA backend's attention op on GPU N instead (the caches,
+ * queries and output in its memory; each call waited for), and prints the
+ * prompt's rate beside the card's dense f16 tensor-core peak when known.
  * --cpu-time 1 times with the process's CPU clock instead of the wall clock:
  * on a machine shared with other jobs, with --threads 1, that counts the
  * kernel's own work and not the time slices others took.
@@ -19,12 +22,15 @@
  *
  * usage: bench_attn [--threads N] [--depth D] [--layers L] [--prompt N] [--at A]
  *                   [--heads H] [--kv-heads K] [--head-dim HD] [--reps R] [--cpu-time 0|1]
- *                   [--kv f16|int8]
+ *                   [--kv f16|int8] [--gpu N]
  */
 #include "backend/backend.h"
 #include "core/alloc.h"
 #include "core/fp16.h"
 #include "core/timer.h"
+#ifdef STRATA_HAVE_GPU
+#include "backend/cuda/backend_cuda.h"
+#endif
 
 #include <math.h>
 #include <time.h>
@@ -58,6 +64,28 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 
 static int kv_int8;
+static st_backend *be;
+static int on_gpu;
+
+/* host bytes into the backend's memory (a GPU's: copied; the CPU's: as they are) */
+static void *to_be(void *host, size_t bytes) {
+    if (!on_gpu || !host) return host;
+    void *d = be->alloc(be, bytes);
+    be->to_device(be, d, host, bytes);
+    st_free(host);
+    return d;
+}
+
+static void be_free(void *p) {
+    if (on_gpu && p) be->free(be, p);
+    else st_free(p);
+}
+
+/* the device's queue drained (a GPU's; the CPU's ops return done) */
+static void be_wait(const float *x) {
+    float v;
+    if (on_gpu) be->to_host(be, &v, x, sizeof v);
+}
 
 static void fill_kv(st_kv_layer *kv, int n_ctx, int n_kv, int hd) {
     const size_t n = (size_t)n_ctx * n_kv * hd;
@@ -71,7 +99,9 @@ static void fill_kv(st_kv_layer *kv, int n_ctx, int n_kv, int hd) {
             v[i] = (int8_t)(127 * frand());
         }
         for (size_t i = 0; i < (size_t)n_ctx * n_kv; i++) ks[i] = vs[i] = 1.0f / 127;
-        kv->k = k, kv->v = v, kv->k_scale = ks, kv->v_scale = vs;
+        kv->k = to_be(k, n), kv->v = to_be(v, n);
+        kv->k_scale = to_be(ks, (size_t)n_ctx * n_kv * sizeof(float));
+        kv->v_scale = to_be(vs, (size_t)n_ctx * n_kv * sizeof(float));
         return;
     }
     uint16_t *k = st_malloc(n * 2), *v = st_malloc(n * 2);
@@ -79,23 +109,25 @@ static void fill_kv(st_kv_layer *kv, int n_ctx, int n_kv, int hd) {
         k[i] = st_f32_to_f16(frand());
         v[i] = st_f32_to_f16(frand());
     }
-    kv->k = k, kv->v = v;
+    kv->k = to_be(k, n * 2), kv->v = to_be(v, n * 2);
 }
 
 static void free_kv(st_kv_layer *kv) {
-    st_free(kv->k);
-    st_free(kv->v);
-    st_free(kv->k_scale);
-    st_free(kv->v_scale);
+    be_free(kv->k);
+    be_free(kv->v);
+    be_free(kv->k_scale);
+    be_free(kv->v_scale);
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, depth = 1024, layers = 24, prompt = 512, at = 0, heads = 16, kv_heads = 8, hd = 128, reps = 9;
+    int threads = 0, gpu = -1, depth = 1024, layers = 24, prompt = 512, at = 0, heads = 16, kv_heads = 8, hd = 128,
+        reps = 9;
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--kv") && (!strcmp(argv[i + 1], "f16") || !strcmp(argv[i + 1], "int8")))
             kv_int8 = !strcmp(argv[i + 1], "int8");
         else if (!strcmp(argv[i], "--threads")) threads = v;
+        else if (!strcmp(argv[i], "--gpu")) gpu = v;
         else if (!strcmp(argv[i], "--at")) at = v;
         else if (!strcmp(argv[i], "--depth")) depth = v;
         else if (!strcmp(argv[i], "--layers")) layers = v;
@@ -115,12 +147,26 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attn: bad sizes\n");
         return 2;
     }
-    st_backend *be = backend_cpu_create(threads);
+    double peak = 0; /* dense f16 tensor-core TFLOP/s, where known */
+    if (gpu >= 0) {
+#ifdef STRATA_HAVE_GPU
+        be = backend_cuda_create(gpu);
+        on_gpu = 1;
+        peak = 989.0; /* H100/H200 SXM's dense f16 with f32 accumulation (NVIDIA's data sheet) */
+#endif
+        if (!be) {
+            fprintf(stderr, "bench_attn: --gpu %d: no GPU backend here\n", gpu);
+            return 1;
+        }
+    } else {
+        be = backend_cpu_create(threads);
+    }
     const float scale = 1.0f / sqrtf((float)hd);
     int n_q = prompt > 1 ? prompt : 1;
-    float *q = st_malloc((size_t)n_q * heads * hd * sizeof(float));
-    float *out = st_malloc((size_t)n_q * heads * hd * sizeof(float));
+    const size_t nqb = (size_t)n_q * heads * hd * sizeof(float);
+    float *q = st_malloc(nqb), *out = st_malloc(nqb);
     for (size_t i = 0; i < (size_t)n_q * heads * hd; i++) q[i] = frand();
+    q = to_be(q, nqb), out = to_be(out, nqb);
     double *t = st_malloc((size_t)reps * sizeof(double));
 
     if (depth > 0) {
@@ -129,6 +175,7 @@ int main(int argc, char **argv) {
         for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
             double t0 = now_s();
             for (int l = 0; l < layers; l++) be->attention(be, q, &kv[l], 1, depth, heads, scale, 0, out);
+            be_wait(out);
             if (r >= 0) t[r] = (now_s() - t0) / layers;
         }
         double s = median(t, reps);
@@ -144,17 +191,20 @@ int main(int argc, char **argv) {
         for (int r = -1; r < reps; r++) {
             double t0 = now_s();
             be->attention(be, q, &kv, prompt, at, heads, scale, 0, out);
+            be_wait(out);
             if (r >= 0) t[r] = now_s() - t0;
         }
         double s = median(t, reps);
         /* QK and PV, 2 flops per MAC; token t sees at + t + 1 keys */
         double flop = 4.0 * heads * hd * ((double)prompt * at + (double)prompt * (prompt + 1) / 2);
-        printf("prompt of %d tokens at %d: %.3f ms per layer, %.1f GFLOP/s\n", prompt, at, s * 1e3, flop / s * 1e-9);
+        printf("prompt of %d tokens at %d: %.3f ms per layer, %.1f GFLOP/s", prompt, at, s * 1e3, flop / s * 1e-9);
+        if (peak > 0) printf(" (%.1f%% of the %.0f TFLOP/s f16 peak)", flop / s * 1e-10 / peak, peak);
+        printf("\n");
         free_kv(&kv);
     }
     st_free(t);
-    st_free(q);
-    st_free(out);
+    be_free(q);
+    be_free(out);
     be->destroy(be);
     return 0;
 }

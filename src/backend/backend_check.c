@@ -721,6 +721,9 @@ static void check_attentions(chk *c, int size) {
         if (size) check_attention(c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */
         if (size)
             check_attention(c, (st_kv_type)t, 2100, 32, 4, 128, 16); /* qwen3-30b-a3b: 8 query heads per KV head */
+        /* glm-4.5-air: 12 query heads per KV head, so a block's 64 rows end inside a token; 96 tokens: 18
+         * blocks a KV head, each over ~30 key tiles (the prompt kernel's stages, alternating) */
+        if (size) check_attention(c, (st_kv_type)t, 2100, 24, 2, 128, 96);
     }
     check_attention(c, ST_KV_F16, 300, 12, 1, 64, 5);   /* 12 per KV head: a GQA instance with unused heads */
     check_attention(c, ST_KV_INT8, 300, 16, 1, 128, 5); /* 16 per KV head (qwen3-235b): the GQA kernel's most */

@@ -6,21 +6,26 @@
  * A block takes 64 query rows of one KV head: row r is token r / G, query
  * head r % G of the G heads that read this KV head, so each K/V tile loaded
  * into shared memory serves every query head of the group and 64 / G tokens.
- * Each of the 4 warps owns 16 rows. Per tile of 64 keys:
+ * Each of the 4 warps owns 16 rows. K/V tiles of 64 keys travel in two
+ * stages: f16 rows by cp.async, the next tile's copies in flight while this
+ * one is multiplied (int8 rows through registers, widened to f16 times their
+ * scales, without that overlap). Per tile:
  *   S = Q K^T      mma m16n8k16 (f16 in, f32 out): Q as A fragments held in
- *                  registers for the whole kernel, K rows from shared as B;
+ *                  registers for the whole kernel, K's B fragments by
+ *                  ldmatrix from the [key][dim] rows, two 16-dim chunks a load;
  *   mask           causal per row (key <= its position), sliding window;
  *   online softmax per row in f32 (running max m, sum l), the quad of lanes
  *                  that share a row reduce with two shuffles;
  *   O += P V       P re-packed from the S accumulators as A fragments (the
  *                  C layout of two adjacent 8-key tiles is the A layout of
- *                  one 16-key chunk), V from shared, stored transposed so
- *                  that each B fragment word is two adjacent keys.
+ *                  one 16-key chunk), V's B fragments by ldmatrix .trans from
+ *                  the same [key][dim] rows (each word two adjacent keys).
  * A sink (gpt-oss) joins only at the end: out = O / (l + exp(sink - m)),
  * scaled by exp(m - max(m, sink)) above and below so that nothing overflows.
- * K and V come from the cache as f16, or int8 times the row's scale, and are
- * converted to f16 in shared memory; keys past the block's last position are
- * zeros (masked, and 0 * garbage could be NaN).
+ * The first version loaded each tile through registers and stored V
+ * transposed value by value, then multiplied: on an H200, a 512-token chunk
+ * at 3584 over GLM-4.5-Air's 96/8 heads of 128 took 1.63 ms, now 0.61 (157
+ * TFLOP/s, 16% of the f16 peak; gpt-oss's 64/8 of 64: 0.38 -> 0.27 ms).
  *
  * Decode over a long cache (attn_tcd_kernel, the default past
  * CUDA_ATT_SHORT_SPAN): the same products for one token, its G <= 16 query
@@ -52,9 +57,10 @@
 #if !defined(STRATA_HIP) /* mma.sync is PTX: the whole kernel is CUDA only */
 #include "backend/cuda/mm/mma.cuh"
 
-#define TC_ROWS 64 /* query rows per block (4 warps x 16) */
-#define TC_KEYS 64 /* keys per tile */
-#define TC_PAD  8  /* halves of padding per shared row (bank spread) */
+#define TC_ROWS    64 /* query rows per block (4 warps x 16) */
+#define TC_KEYS    64 /* keys per tile */
+#define TC_PAD     8  /* halves of padding per shared row (bank spread) */
+#define TC_MAX_DEV 16
 
 static __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
@@ -99,16 +105,69 @@ static __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float
     }
 }
 
+/* The prompt kernel's shared memory: K and V tiles of TC_KEYS rows, each
+ * [key][dim] with TC_PAD halves of padding (rows 16 bytes apart modulo 128:
+ * ldmatrix's eight row reads of a matrix hit distinct banks), two stages. */
+template <int HD> static constexpr size_t tc_smem() { return (size_t)2 * 2 * TC_KEYS * (HD + TC_PAD) * sizeof(__half); }
+
+/* One K/V tile into a stage: f16 rows by cp.async (nothing held in
+ * registers while the bytes travel, so the tile after this one loads while
+ * this one is multiplied); int8 rows through registers, widened to f16 times
+ * their scales. Keys past p_last are zeros (masked; 0 * garbage may be NaN). */
 template <int HD>
-static __global__ void __launch_bounds__(128)
+static __device__ __forceinline__ void tc_load_tile(__half *ks, __half *vs, const st_kv_layer &kv, int hkv, int k0,
+                                                    int p_last) {
+    constexpr int RS = HD + TC_PAD, CPR = HD / 8; /* 8-value chunks a row */
+    const size_t krow = (size_t)kv.n_head_kv * HD;
+    for (int i = threadIdx.x; i < TC_KEYS * CPR; i += 128) {
+        const int kk = i / CPR, d = (i % CPR) * 8, p = k0 + kk, in = p <= p_last;
+        const size_t idx = (size_t)(in ? p : k0) * krow + (size_t)hkv * HD + d;
+        __half *kd = ks + kk * RS + d, *vd = vs + kk * RS + d;
+        if (kv.type == ST_KV_F16) {
+            mq_cp16n(kd, (const __half *)kv.k + idx, in ? 16u : 0u);
+            mq_cp16n(vd, (const __half *)kv.v + idx, in ? 16u : 0u);
+            continue;
+        }
+        __align__(16) __half kh[8], vh[8];
+        if (in) {
+            const size_t si = (size_t)p * kv.n_head_kv + hkv;
+            const float sk = kv.k_scale[si], sv = kv.v_scale[si];
+            const uint2 kq = *(const uint2 *)((const int8_t *)kv.k + idx);
+            const uint2 vq = *(const uint2 *)((const int8_t *)kv.v + idx);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                kh[j] = __float2half_rn(sk * (float)(int8_t)(kq.x >> (8 * j)));
+                kh[4 + j] = __float2half_rn(sk * (float)(int8_t)(kq.y >> (8 * j)));
+                vh[j] = __float2half_rn(sv * (float)(int8_t)(vq.x >> (8 * j)));
+                vh[4 + j] = __float2half_rn(sv * (float)(int8_t)(vq.y >> (8 * j)));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) kh[j] = vh[j] = __float2half_rn(0.0f);
+        }
+        *(uint4 *)kd = *(const uint4 *)kh;
+        *(uint4 *)vd = *(const uint4 *)vh;
+    }
+}
+
+template <int HD, int MINB>
+static __global__ void __launch_bounds__(128, MINB)
     attn_tc_kernel(const float *q, st_kv_layer kv, int pos0, int n_tok, int n_head, float scale, int window,
                    const float *sinks, float *out) {
-    __shared__ __align__(16) __half ks[TC_KEYS][HD + TC_PAD]; /* K tile, [key][dim]; 16-byte row stores */
-    __shared__ __align__(16) __half vt[HD][TC_KEYS + TC_PAD]; /* V tile transposed, [dim][key] */
+    constexpr int RS = HD + TC_PAD;
+    extern __shared__ __align__(16) unsigned char tsm[];
+    __half *const ks0 = (__half *)tsm, *const vs0 = ks0 + 2 * TC_KEYS * RS; /* stage s at + s * TC_KEYS * RS */
     const int G = n_head / kv.n_head_kv, hkv = blockIdx.y, n_rows = n_tok * G;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int row0 = blockIdx.x * TC_ROWS, wrow = row0 + warp * 16;
-    const size_t krow = (size_t)kv.n_head_kv * HD;
+
+    /* the block's key range: from the first visible key of its first token to its last token's position */
+    const int t_first = row0 / G, t_last = (min(row0 + TC_ROWS, n_rows) - 1) / G;
+    const int p_last = pos0 + t_last;
+    const int k_lo = window > 0 ? max(0, pos0 + t_first - window + 1) : 0;
+    const int n_tiles = (p_last - k_lo) / TC_KEYS + 1;
+    tc_load_tile<HD>(ks0, vs0, kv, hkv, k_lo, p_last); /* the first tile travels while Q is read */
+    mq_commit();
 
     /* this thread's two rows (g, g+8 of the warp's 16): token, position, head */
     int rr[2], pos[2];
@@ -134,62 +193,37 @@ static __global__ void __launch_bounds__(128)
         }
     }
 
-    /* the block's key range: from the first visible key of its first token to its last token's position */
-    const int t_first = row0 / G, t_last = (min(row0 + TC_ROWS, n_rows) - 1) / G;
-    const int p_last = pos0 + t_last;
-    const int k_lo = window > 0 ? max(0, pos0 + t_first - window + 1) : 0;
-
     float o[HD / 8][4];
 #pragma unroll
     for (int nd = 0; nd < HD / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    for (int k0 = k_lo; k0 <= p_last; k0 += TC_KEYS) {
-        __syncthreads(); /* the previous tile is no longer read */
-        /* load: 64 keys x HD values of K and of V, as f16, 8 values per load
-         * (one 16-byte f16 or 8-byte int8 load of each; K stored as loaded,
-         * V transposed value by value) */
-        for (int i = threadIdx.x; i < TC_KEYS * HD / 8; i += 128) {
-            const int kk = i / (HD / 8), d = (i % (HD / 8)) * 8, p = k0 + kk;
-            __align__(16) __half kh[8], vh[8];
-            if (p <= p_last) {
-                const size_t idx = (size_t)p * krow + (size_t)hkv * HD + d;
-                if (kv.type == ST_KV_F16) {
-                    *(uint4 *)kh = *(const uint4 *)((const __half *)kv.k + idx);
-                    *(uint4 *)vh = *(const uint4 *)((const __half *)kv.v + idx);
-                } else {
-                    const size_t si = (size_t)p * kv.n_head_kv + hkv;
-                    const float sk = kv.k_scale[si], sv = kv.v_scale[si];
-                    const uint2 kq = *(const uint2 *)((const int8_t *)kv.k + idx);
-                    const uint2 vq = *(const uint2 *)((const int8_t *)kv.v + idx);
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        kh[j] = __float2half_rn(sk * (float)(int8_t)(kq.x >> (8 * j)));
-                        kh[4 + j] = __float2half_rn(sk * (float)(int8_t)(kq.y >> (8 * j)));
-                        vh[j] = __float2half_rn(sv * (float)(int8_t)(vq.x >> (8 * j)));
-                        vh[4 + j] = __float2half_rn(sv * (float)(int8_t)(vq.y >> (8 * j)));
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++) kh[j] = vh[j] = __float2half_rn(0.0f);
-            }
-            *(uint4 *)&ks[kk][d] = *(const uint4 *)kh;
-#pragma unroll
-            for (int j = 0; j < 8; j++) vt[d + j][kk] = vh[j];
+    for (int t = 0; t < n_tiles; t++) {
+        const int k0 = k_lo + t * TC_KEYS;
+        const __half *ks = ks0 + (t & 1) * TC_KEYS * RS, *vs = vs0 + (t & 1) * TC_KEYS * RS;
+        if (t + 1 < n_tiles) { /* the next tile into the other stage (read last in tile t - 1) */
+            tc_load_tile<HD>(ks0 + ((t + 1) & 1) * TC_KEYS * RS, vs0 + ((t + 1) & 1) * TC_KEYS * RS, kv, hkv,
+                             k0 + TC_KEYS, p_last);
+            mq_commit();
+            mq_wait<1>();
+        } else {
+            mq_wait<0>();
         }
-        __syncthreads();
+        __syncthreads(); /* tile t is in shared memory for every warp */
 
-        /* S = Q K^T for this warp's 16 rows x 64 keys: 8 tiles of 8 keys */
+        /* S = Q K^T for this warp's 16 rows x 64 keys: 8 tiles of 8 keys, the
+         * B fragments of two 16-dim chunks per ldmatrix */
         float sc[TC_KEYS / 8][4];
 #pragma unroll
-        for (int j = 0; j < TC_KEYS / 8; j++) {
-            sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+        for (int j = 0; j < TC_KEYS / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
 #pragma unroll
-            for (int kc = 0; kc < HD / 16; kc++) {
-                const uint32_t b0 = *(const uint32_t *)&ks[j * 8 + g][kc * 16 + 2 * c];
-                const uint32_t b1 = *(const uint32_t *)&ks[j * 8 + g][kc * 16 + 2 * c + 8];
-                mma16816(sc[j], qa[kc], b0, b1);
+        for (int kc2 = 0; kc2 < HD / 32; kc2++) {
+#pragma unroll
+            for (int j = 0; j < TC_KEYS / 8; j++) {
+                uint32_t b[4];
+                mq_ldsm4(b, ks + (j * 8 + (lane & 7)) * RS + kc2 * 32 + (lane >> 3) * 8);
+                mma16816(sc[j], qa[2 * kc2], b[0], b[1]);
+                mma16816(sc[j], qa[2 * kc2 + 1], b[2], b[3]);
             }
         }
         /* scale, mask, and each row's max over the tile */
@@ -205,19 +239,22 @@ static __global__ void __launch_bounds__(128)
             }
         }
         tc_softmax_step(sc, tmax, m, l, o);
-        /* O += P V: 4 chunks of 16 keys; P's A fragment from S tiles 2kk, 2kk+1 */
+        /* O += P V: 4 chunks of 16 keys; P's A fragment from S tiles 2kk, 2kk+1;
+         * V's B fragments transposed by ldmatrix, two 8-value tiles per load */
 #pragma unroll
         for (int kk = 0; kk < TC_KEYS / 16; kk++) {
             const uint32_t pa[4] = {pack_h2(sc[2 * kk][0], sc[2 * kk][1]), pack_h2(sc[2 * kk][2], sc[2 * kk][3]),
                                     pack_h2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                                     pack_h2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
-            for (int nd = 0; nd < HD / 8; nd++) {
-                const uint32_t b0 = *(const uint32_t *)&vt[nd * 8 + g][kk * 16 + 2 * c];
-                const uint32_t b1 = *(const uint32_t *)&vt[nd * 8 + g][kk * 16 + 2 * c + 8];
-                mma16816(o[nd], pa, b0, b1);
+            for (int nd2 = 0; nd2 < HD / 16; nd2++) {
+                uint32_t b[4];
+                mq_ldsm4_t(b, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + nd2 * 16 + (lane >> 4) * 8);
+                mma16816(o[2 * nd2], pa, b[0], b[1]);
+                mma16816(o[2 * nd2 + 1], pa, b[2], b[3]);
             }
         }
+        __syncthreads(); /* every warp is done with this stage before tile t + 2 loads into it */
     }
     /* out = O / l for the thread's two rows */
 #pragma unroll
@@ -437,9 +474,21 @@ int cuda_attention_tc_sinks(const float *q, const st_kv_layer *kv, int n_tok, in
     if (cc_major < 8 || (kv->head_dim != 64 && kv->head_dim != 128)) return 1;
     const int rows = n_tok * (n_head / kv->n_head_kv);
     const dim3 grid(st_div_up((size_t)rows, TC_ROWS), (unsigned)kv->n_head_kv);
+    /* 64-wide heads: 4 blocks an SM (128 registers; 0.27 against 0.42 ms with 3 blocks at 168, a 512-token
+     * chunk at 3584 of 64/8 heads on an H200); 128-wide: 3 (168 registers; 2 at 221: 0.61 against 0.71 ms) */
+    static int ready[TC_MAX_DEV]; /* the 128-wide kernel's shared memory (past 48 KiB), allowed once per device */
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= TC_MAX_DEV || !ready[dev]) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_tc_kernel<128, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)tc_smem<128>()));
+        if (dev < TC_MAX_DEV) ready[dev] = 1;
+    }
     if (kv->head_dim == 64)
-        attn_tc_kernel<64><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
-    else attn_tc_kernel<128><<<grid, 128, 0, s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
+        attn_tc_kernel<64, 4><<<grid, 128, tc_smem<64>(), s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
+    else
+        attn_tc_kernel<128, 3>
+            <<<grid, 128, tc_smem<128>(), s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
     CUDA_LAUNCH_CHECK();
     return 0;
 #endif

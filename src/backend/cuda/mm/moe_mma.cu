@@ -77,21 +77,6 @@
  * of 6.1e-5, so small scales keep their bits; |w| up to 256 stays finite. */
 #define MQ_WLOG2 8
 
-/* ---- PTX helpers (sm_80+; never launched below, mm_moe_mma checks) ---- */
-
-static __device__ __forceinline__ void mq_ldsm4(uint32_t (&r)[4], const void *p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
-#else
-    (void)p;
-    r[0] = r[1] = r[2] = r[3] = 0;
-#endif
-}
-
 /* ---- per-format geometry ---- */
 
 /* SKX: weights per stage other than the format's own (0: its own): rows
