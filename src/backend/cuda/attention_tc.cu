@@ -249,7 +249,7 @@ static __global__ void __launch_bounds__(128, MINB)
 #pragma unroll
             for (int nd2 = 0; nd2 < HD / 16; nd2++) {
                 uint32_t b[4];
-                mq_ldsm4_t(b, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + nd2 * 16 + (lane >> 4) * 8);
+                mq_ldsm4<1>(b, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + nd2 * 16 + (lane >> 4) * 8);
                 mma16816(o[2 * nd2], pa, b[0], b[1]);
                 mma16816(o[2 * nd2 + 1], pa, b[2], b[3]);
             }

@@ -28,28 +28,21 @@ static __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&
 /* Four 8x8 f16 matrices from shared memory (ldmatrix .x4): lanes 8i..8i+7
  * give the 16-byte rows of matrix i; lane l receives in r[i] row l / 4,
  * values 2 (l % 4) and 2 (l % 4) + 1 of matrix i, a mma B (or A) fragment
- * word. The .trans form hands each lane the transpose's: values at rows
+ * word. TRANS = 1 (.trans) hands each lane the transpose's: values at rows
  * 2 (l % 4) and 2 (l % 4) + 1 of column l / 4. */
-static __device__ __forceinline__ void mq_ldsm4(uint32_t (&r)[4], const void *p) {
+template <int TRANS = 0> static __device__ __forceinline__ void mq_ldsm4(uint32_t (&r)[4], const void *p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
-#else
-    (void)p;
-    r[0] = r[1] = r[2] = r[3] = 0;
-#endif
-}
-
-static __device__ __forceinline__ void mq_ldsm4_t(uint32_t (&r)[4], const void *p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a)
-                 : "memory");
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a)
+                     : "memory");
 #else
     (void)p;
     r[0] = r[1] = r[2] = r[3] = 0;
