@@ -513,7 +513,15 @@ expert_store *expert_store_open(const model *m, const uint8_t *in_ram, st_backen
      * slots a layer at a time; the others at their staging positions */
     uint8_t *next = s->arena;
     const int64_t t0ns = st_now_ns();
+    int64_t said = t0ns; /* a slow disk is named while the fill runs, every 10 s */
     for (int il = 0; il < L; il++) {
+        if (st_now_ns() - said > 10 * (int64_t)1000000000 && next > s->arena) {
+            said = st_now_ns();
+            const double gb = (double)(next - s->arena) * 1e-9;
+            ST_INFO("RAM tier: %.2f of %.2f GB read after %.0f s (%.2f GB/s; layer %d of %d)", gb,
+                    (double)s->arena_bytes * 1e-9, (double)(said - t0ns) * 1e-9, gb / ((double)(said - t0ns) * 1e-9),
+                    il, L);
+        }
         if (!layer_w(m, il, 0)->data) continue;
         s->n_jobs = s->n_sent = s->n_done = 0;
         for (int e = 0; e < X; e++) s->pending[e] = 3;
