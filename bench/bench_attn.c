@@ -14,7 +14,8 @@
  * Heads default to moe-1.5g's (16 query heads, 8 KV heads of 128).
  * --gpu N times the CUDA backend's attention op on GPU N instead (the caches,
  * queries and output in its memory; each call waited for), and prints the
- * prompt's rate beside the card's dense f16 tensor-core peak when known.
+ * prompt's rate beside the card's dense f16 tensor-core peak when known
+ * (H100, H200).
  * --cpu-time 1 times with the process's CPU clock instead of the wall clock:
  * on a machine shared with other jobs, with --threads 1, that counts the
  * kernel's own work and not the time slices others took.
@@ -30,6 +31,7 @@
 #include "core/timer.h"
 #ifdef STRATA_HAVE_GPU
 #include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/device.h"
 #endif
 
 #include <math.h>
@@ -152,7 +154,10 @@ int main(int argc, char **argv) {
 #ifdef STRATA_HAVE_GPU
         be = backend_cuda_create(gpu);
         on_gpu = 1;
-        peak = 989.0; /* H100/H200 SXM's dense f16 with f32 accumulation (NVIDIA's data sheet) */
+        gpu_device_info info;
+        /* H100/H200 SXM's dense f16 with f32 accumulation (NVIDIA's data sheet); other cards: not printed */
+        if (gpu_device_info_get(gpu, &info) == 0 && (strstr(info.name, "H100") || strstr(info.name, "H200")))
+            peak = 989.0;
 #endif
         if (!be) {
             fprintf(stderr, "bench_attn: --gpu %d: no GPU backend here\n", gpu);
