@@ -227,9 +227,8 @@ static engine *engine_open_rank(const engine_params *p) {
         e->lanes = rc == 1;
     } else if (p->gpu >= 0) {
         e->placed = engine_place_model(m, be, 1, p->draft_mtp);
-    } else {
-        populate_mapping(m);
     }
+    if (p->gpu < 0 && !e->lanes) populate_mapping(m); /* the CPU reads every weight from the mapping */
     /* --draft mtp: on one backend (a split is refused above), the block whole
      * on it (placed with the model, its experts too when the model's are in host memory) */
     if (p->draft_mtp && !m->mtp) {
