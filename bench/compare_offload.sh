@@ -10,7 +10,9 @@
 # usage: bench/compare_offload.sh STRATA_BIN MODEL [LLAMA_BENCH [IK_LLAMA_BENCH]]
 # env: REPS (3), THREADS (the peers' -t; Strata's default is every core it may
 #      use), HOST_GBS (135: the host read bandwidth bench_matvec measures on the
-#      H200 machine's 16 threads), PCIE_GBS (55: pinned host-to-device).
+#      H200 machine's 16 threads), PCIE_GBS (55: pinned host-to-device),
+#      IK_ARGS (ik_llama.cpp's own flags, default "-fmoe 1"; DeepSeek-class
+#      files: "-fmoe 1 -mla 3"), STRATA_ARGS (added to every strata bench).
 #
 # Half the experts: Strata caches the same number of experts as the peers keep
 # on the GPU (the peers keep whole layers; Strata spreads the slots over every
@@ -18,7 +20,7 @@
 # prints its whole plan.
 set -uo pipefail
 if [ $# -lt 2 ]; then
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 S=$1
@@ -38,7 +40,7 @@ NX=$(echo "$INFO" | grep -oE 'expert_count +u32 +[0-9]+' | grep -oE '[0-9]+$')
 echo "layers $NL, experts $NX per layer"
 
 num() { grep -oE "$1[^:]*: [0-9.]+" | head -1 | grep -oE '[0-9.]+$'; }
-sb() { "$S" bench -m "$M" --gpu 0 -r "$R" "$@" 2>&1 | tee -a /tmp/strata_offload.log; }
+sb() { "$S" bench -m "$M" --gpu 0 -r "$R" ${STRATA_ARGS:-} "$@" 2>&1 | tee -a /tmp/strata_offload.log; }
 lb() {
     local bin=$1
     shift
@@ -66,8 +68,8 @@ for w in all half; do
         P1[${w}_tg64]=$(lb "$L1" -p 0 -n 64 -ncmoe $ncmoe)
     fi
     if [ -n "$L2" ]; then
-        P2[${w}_pp512]=$(lb "$L2" -p 512 -n 0 -ncmoe $ncmoe -fmoe 1)
-        P2[${w}_tg64]=$(lb "$L2" -p 0 -n 64 -ncmoe $ncmoe -fmoe 1)
+        P2[${w}_pp512]=$(lb "$L2" -p 512 -n 0 -ncmoe $ncmoe ${IK_ARGS:--fmoe 1})
+        P2[${w}_tg64]=$(lb "$L2" -p 0 -n 64 -ncmoe $ncmoe ${IK_ARGS:--fmoe 1})
     fi
 done
 [ -n "$L1" ] && "$L1" --version 2>&1 | head -2 | sed 's/^/llama.cpp: /'
