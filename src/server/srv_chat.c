@@ -280,6 +280,28 @@ static int tool_params(srv_api api, size_t i, const json_t *params, char *param,
     return 0;
 }
 
+/* Tool i's arguments as rule "tool<i>" of c, from its JSON schema (none: an object taking nothing): 0, or
+ * -1 with e set (forced: the request cannot be served as asked; auto: the call is left free). */
+static int put_tool_schema(gschema *c, json_t *fn, size_t i, srv_api api, srv_err *e) {
+    json_t *params = json_object_get(fn, "parameters"), *own = NULL;
+    if (!params || json_is_null(params))
+        params = own = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
+    char name[32], param[96], err[512];
+    snprintf(name, sizeof name, "tool%zu", i);
+    int rc = tool_params(api, i, params, param, sizeof param, e);
+    if (rc == 0 && (rc = gschema_add(c, params, name, err, sizeof err)) < 0)
+        srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
+    json_decref(own);
+    return rc < 0 ? -1 : 0;
+}
+
+/* One alternative of a "call-rest" rule: the literal text head, then rest (a rule expression). */
+static void put_call_alt(sbuf *alts, size_t *n_alt, const char *head, const char *rest) {
+    char *lh = grammar_literal(head, strlen(head));
+    sbuf_printf(alts, "%s%s %s", (*n_alt)++ ? " | " : "", lh, rest);
+    st_free(lh);
+}
+
 /* ---- markup calls' grammar (TOOLS_XML, TOOLS_GLM) ---- */
 
 /* Rule `name`: any text without stop in it. stop's first byte must occur in it once and its bytes need no
@@ -394,11 +416,10 @@ static char *markup_grammar(srv_ctx *s, json_t *tools, const char *force, const 
             sbuf_free(&alts);
             return NULL;
         }
-        char head[96];
+        char head[96], rest[32];
         snprintf(head, sizeof head, xml ? "%s>\n" : "%s\n", fname);
-        char *lh = grammar_literal(head, strlen(head));
-        sbuf_printf(&alts, "%s%s tool%zu-call", n_alt++ ? " | " : "", lh, i);
-        st_free(lh);
+        snprintf(rest, sizeof rest, "tool%zu-call", i);
+        put_call_alt(&alts, &n_alt, head, rest);
         if (force && *force) named = (long)i;
     }
     sbuf_puts(&alts, "\n");
@@ -430,27 +451,18 @@ static char *deepseek_grammar(srv_ctx *s, json_t *tools, const char *force, cons
     long named = -1;
     json_t *t;
     json_array_foreach(tools, i, t) {
-        json_t *fn = json_object_get(t, "function"), *params = json_object_get(fn, "parameters"), *own = NULL;
+        json_t *fn = json_object_get(t, "function");
         const char *fname = json_string_value(json_object_get(fn, "name"));
         if (force && *force && strcmp(fname, force)) continue;
-        if (!params || json_is_null(params)) /* no parameters: the call takes none */
-            params = own = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
-        char name[32], param[96], err[512];
-        snprintf(name, sizeof name, "tool%zu", i);
-        int rc = tool_params(api, i, params, param, sizeof param, e);
-        if (rc == 0 && (rc = gschema_add(c, params, name, err, sizeof err)) < 0)
-            srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
-        json_decref(own);
-        if (rc < 0) {
+        if (put_tool_schema(c, fn, i, api, e) < 0) {
             gschema_free(c);
             sbuf_free(&alts);
             return NULL;
         }
-        char head[96];
+        char head[96], rest[48];
         snprintf(head, sizeof head, v3 ? "%s\n```json\n" : "%s" TOOLS_DS_SEP, fname);
-        char *lh = grammar_literal(head, strlen(head));
-        sbuf_printf(&alts, "%s%s %s call-end", n_alt++ ? " | " : "", lh, name);
-        st_free(lh);
+        snprintf(rest, sizeof rest, "tool%zu call-end", i);
+        put_call_alt(&alts, &n_alt, head, rest);
         if (force && *force) named = (long)i;
     }
     sbuf_puts(&alts, "\n");
@@ -486,37 +498,25 @@ char *srv_tools_grammar(srv_ctx *s, json_t *tools, const char *force, const char
     gschema *c = gschema_new();
     size_t i, n_alt = 0;
     json_t *t;
-    char name[32], param[96], err[512];
     sbuf alts = {0}; /* after the name's opening quote: the name, the arguments key and the arguments */
     sbuf_puts(&alts, "call-rest ::= ");
     json_array_foreach(tools, i, t) {
         json_t *fn = json_object_get(t, "function");
         const char *fname = json_string_value(json_object_get(fn, "name"));
         if (force && *force && strcmp(fname, force)) continue;
-        json_t *params = json_object_get(fn, "parameters"), *own = NULL;
-        if (!params || json_is_null(params)) /* no parameters: the call takes none */
-            params = own = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
-        int rc = tool_params(api, i, params, param, sizeof param, e);
-        if (rc == 0) {
-            snprintf(name, sizeof name, "tool%zu", i);
-            if ((rc = gschema_add(c, params, name, err, sizeof err)) < 0)
-                srv_fail(e, 400, param, "unsupported_parameter", "'%s': %s", param, err);
-        }
-        json_decref(own);
-        if (rc < 0) { /* forced: the request cannot be served as asked; auto: the call is left free */
+        if (put_tool_schema(c, fn, i, api, e) < 0) {
             gschema_free(c);
             sbuf_free(&alts);
             return NULL;
         }
-        char lit[96];
-        snprintf(lit, sizeof lit, harmony ? "%s <|constrain|>json<|message|>" : "%s\"", fname);
-        char *lt = grammar_literal(lit, strlen(lit));
+        char head[96], rest[96];
+        snprintf(head, sizeof head, harmony ? "%s <|constrain|>json<|message|>" : "%s\"", fname);
         if (harmony) /* the header's rest, then the arguments as the message */
-            sbuf_printf(&alts, "%s%s %s", n_alt++ ? " | " : "", lt, name);
+            snprintf(rest, sizeof rest, "tool%zu", i);
         else
-            sbuf_printf(&alts, "%s%s json-ws \",\" json-ws \"\\\"%s\\\"\" json-ws \":\" json-ws %s",
-                        n_alt++ ? " | " : "", lt, llama ? "parameters" : "arguments", name);
-        st_free(lt);
+            snprintf(rest, sizeof rest, "json-ws \",\" json-ws \"\\\"%s\\\"\" json-ws \":\" json-ws tool%zu",
+                     llama ? "parameters" : "arguments", i);
+        put_call_alt(&alts, &n_alt, head, rest);
     }
     sbuf_puts(&alts, "\n");
     gschema_put(c, alts.s);
