@@ -23,7 +23,7 @@ static void show(void *ctx, const bcheck_result *r) {
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     setenv("STRATA_PRECISE", "1", 1);
-    st_backend *ref = backend_cpu_create(2);
+    st_backend *ref = backend_cpu_create(1); /* 1 thread: decode's qkv_prep by tokens, not heads */
     setenv("STRATA_PRECISE", "0", 1);
     st_backend *dut = backend_cpu_create(2);
     const int fails = backend_check_ops(ref, dut, 0, 7, show, NULL);

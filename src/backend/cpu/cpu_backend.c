@@ -180,9 +180,20 @@ typedef struct {
     float eps;
 } norm_job;
 
-/* Rows [task * rows_per_task, ...): the sum of squares in double, in four
- * chains (one chain's add latency bound a prompt's norms: 7% of SmolLM2's
- * pp512, on one thread while the others waited). */
+/* y = x / rms(x) * w: the sum of squares in double, in four chains (one
+ * chain's add latency bound a prompt's norms: 7% of SmolLM2's pp512, on one
+ * thread while the others waited). */
+static void norm_row(const float *x, float *y, const float *w, int dim, float eps) {
+    double ss[4] = {0, 0, 0, 0};
+    int i = 0;
+    for (; i + 4 <= dim; i += 4)
+        for (int k = 0; k < 4; k++) ss[k] += (double)x[i + k] * x[i + k];
+    for (; i < dim; i++) ss[0] += (double)x[i] * x[i];
+    const float s = (float)(1.0 / sqrt((ss[0] + ss[1] + ss[2] + ss[3]) / dim + eps));
+    for (i = 0; i < dim; i++) y[i] = x[i] * s * w[i];
+}
+
+/* Rows [task * rows_per_task, ...), the residual added first when given. */
 static void norm_task(void *ctx, int64_t task, int thread) {
     (void)thread;
     const norm_job *j = ctx;
@@ -190,16 +201,10 @@ static void norm_task(void *ctx, int64_t task, int thread) {
               r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
     const int dim = j->dim;
     for (int r = r0; r < r1; r++) {
-        float *xr = j->x + (size_t)r * dim, *yr = j->y + (size_t)r * dim;
+        float *xr = j->x + (size_t)r * dim;
         if (j->res)
             for (int i = 0; i < dim; i++) xr[i] += j->res[(size_t)r * dim + i];
-        double ss[4] = {0, 0, 0, 0};
-        int i = 0;
-        for (; i + 4 <= dim; i += 4)
-            for (int k = 0; k < 4; k++) ss[k] += (double)xr[i + k] * xr[i + k];
-        for (; i < dim; i++) ss[0] += (double)xr[i] * xr[i];
-        const float s = (float)(1.0 / sqrt((ss[0] + ss[1] + ss[2] + ss[3]) / dim + j->eps));
-        for (i = 0; i < dim; i++) yr[i] = xr[i] * s * j->w[i];
+        norm_row(xr, j->y + (size_t)r * dim, j->w, dim, j->eps);
     }
 }
 
@@ -248,20 +253,20 @@ static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, f
 
 /* Tokens [t0, t1) of x (n_heads heads of head_stride values per token, the
  * first head_dim of each rotated) by the angles cs (rope_angles). */
-static void rope_rows(float *x, const float *cs, int t0, int t1, int n_heads, int head_dim, int head_stride, int neox) {
+static void rope_head(float *v, const float *ct, int head_dim, int neox) {
     const int half = head_dim / 2;
-    for (int t = t0; t < t1; t++) {
-        const float *ct = cs + (size_t)t * half * 2;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * head_stride;
-            for (int i = 0; i < half; i++) {
-                int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-                float a = v[i0], b = v[i1], co = ct[2 * i], si = ct[2 * i + 1];
-                v[i0] = a * co - b * si;
-                v[i1] = a * si + b * co;
-            }
-        }
+    for (int i = 0; i < half; i++) {
+        int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        float a = v[i0], b = v[i1], co = ct[2 * i], si = ct[2 * i + 1];
+        v[i0] = a * co - b * si;
+        v[i1] = a * si + b * co;
     }
+}
+
+static void rope_rows(float *x, const float *cs, int t0, int t1, int n_heads, int head_dim, int head_stride, int neox) {
+    for (int t = t0; t < t1; t++)
+        for (int h = 0; h < n_heads; h++)
+            rope_head(x + ((size_t)t * n_heads + h) * head_stride, cs + (size_t)t * (head_dim / 2) * 2, head_dim, neox);
 }
 
 /* int8 rows: one scale per head = absmax / 127 */
@@ -328,16 +333,63 @@ static void prep_task(void *ctx, int64_t task, int thread) {
     kv_store_rows(j->be, j->kv, j->k + (size_t)t0 * row, j->v + (size_t)t0 * row, t1 - t0, j->pos0 + t0);
 }
 
+typedef struct {
+    const prep_job *p;
+    const float *qn, *kn;
+    float eps;
+} head_prep_job;
+
+/* per_task heads of the few tokens' q heads and k heads (n_head + nkv a
+ * token, q first): each normed and rotated; a k head stored in the cache
+ * with its v head. */
+static void head_prep_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const head_prep_job *hj = ctx;
+    const prep_job *j = hj->p;
+    const int per = j->n_head + j->nkv, hd = j->hd;
+    const int64_t g1 = (int64_t)j->n_tok * per, g0 = task * j->per_task;
+    for (int64_t g = g0; g < g0 + j->per_task && g < g1; g++) {
+        const int t = (int)(g / per), h = (int)(g % per), kh = h - j->n_head;
+        float *x = kh < 0 ? j->q + ((size_t)t * j->n_head + h) * hd : j->k + ((size_t)t * j->nkv + kh) * hd;
+        const float *nw = kh < 0 ? hj->qn : hj->kn;
+        if (nw) norm_row(x, x, nw, hd, hj->eps);
+        rope_head(x, j->cs + (size_t)t * (j->nr / 2) * 2, j->nr, j->neox);
+        if (kh < 0) continue;
+        const st_kv_layer *kv = j->kv;
+        const size_t p = (size_t)(j->pos0 + t), at = p * j->nkv * hd + (size_t)kh * hd;
+        const float *vr = j->v + ((size_t)t * j->nkv + kh) * hd;
+        if (kv->type == ST_KV_F16) {
+            g_f16_row((uint16_t *)kv->k + at, x, hd);
+            g_f16_row((uint16_t *)kv->v + at, vr, hd);
+        } else {
+            store_row_int8(x, (int8_t *)kv->k + at, kv->k_scale + p * j->nkv + kh, 1, hd);
+            store_row_int8(vr, (int8_t *)kv->v + at, kv->v_scale + p * j->nkv + kh, 1, hd);
+        }
+    }
+}
+
 /* Over the pool in blocks of tokens (on one thread, a prompt's RoPE and
- * cache stores were 5% of SmolLM2's pp512 while the others waited). */
+ * cache stores were 5% of SmolLM2's pp512 while the others waited). A few
+ * tokens (decode) go by heads instead, norms included, so that every
+ * thread takes a few: on one thread the step read q and k row by row from
+ * the cores whose products wrote them, 18.6 us a layer on the H200 host's
+ * 16 cores for a few us of arithmetic. */
 static void cpu_qkv_prep(st_backend *be, float *q, float *k, const float *v, const float *qn, const float *kn,
                          float eps, int n_tok, int n_head, const st_rope *r, st_kv_layer *kv, int pos0) {
     const int hd = kv->head_dim, nkv = kv->n_head_kv;
-    if (qn) cpu_rmsnorm(be, q, NULL, qn, q, hd, n_tok * n_head, eps);
-    if (kn) cpu_rmsnorm(be, k, NULL, kn, k, hd, n_tok * nkv, eps);
     const int nr = r->n_rot > 0 && r->n_rot < hd ? r->n_rot : hd;
     const float *cs = rope_angles(CTX(be), n_tok, nr, pos0, r->theta, r->freq_scale, r->freq_div);
     prep_job j = {be, q, k, v, cs, kv, n_tok, n_head, nkv, nr, hd, r->neox, pos0, 8};
+    const int threads = st_pool_n_threads(CTX(be)->pool);
+    if (n_tok < j.per_task && threads > 1) {
+        const int64_t heads = (int64_t)n_tok * (n_head + nkv);
+        j.per_task = (int)((heads + threads - 1) / threads);
+        head_prep_job hj = {&j, qn, kn, eps};
+        st_pool_run(CTX(be)->pool, (heads + j.per_task - 1) / j.per_task, head_prep_task, &hj);
+        return;
+    }
+    if (qn) cpu_rmsnorm(be, q, NULL, qn, q, hd, n_tok * n_head, eps);
+    if (kn) cpu_rmsnorm(be, k, NULL, kn, k, hd, n_tok * nkv, eps);
     st_pool_run(CTX(be)->pool, (n_tok + j.per_task - 1) / j.per_task, prep_task, &j);
 }
 
