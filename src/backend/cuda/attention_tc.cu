@@ -15,8 +15,10 @@
  *                  registers for the whole kernel, K's B fragments by
  *                  ldmatrix from the [key][dim] rows, two 16-dim chunks a load;
  *   mask           causal per row (key <= its position), sliding window;
+ *                  skipped for a tile every row of the warp sees whole;
  *   online softmax per row in f32 (running max m, sum l), the quad of lanes
- *                  that share a row reduce with two shuffles;
+ *                  that share a row reduce with two shuffles; in base 2, the
+ *                  scale and log2 e folded into Q when it is converted;
  *   O += P V       P re-packed from the S accumulators as A fragments (the
  *                  C layout of two adjacent 8-key tiles is the A layout of
  *                  one 16-key chunk), V's B fragments by ldmatrix .trans from
@@ -71,8 +73,11 @@ static __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
  * sc[j][e] is row e >> 1 of key tile j; masked scores are -inf), given
  * each row's max over the thread's own scores (tmax): the quad of lanes that
  * share a row reduce, the running max m and sum l move on, O is rescaled,
- * and sc becomes the weights exp(s - m) (0 where masked). */
-template <int NJ, int ND>
+ * and sc becomes the weights exp(s - m) (0 where masked). E2: scores, m and
+ * the weights in base 2 (the scale times log2 e folded into Q beforehand:
+ * exp2 is one instruction, exp a few). */
+template <bool E2> static __device__ __forceinline__ float tc_exp(float x) { return E2 ? exp2f(x) : expf(x); }
+template <int NJ, int ND, bool E2 = false>
 static __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&tmax)[2], float (&m)[2],
                                                        float (&l)[2], float (&o)[ND][4]) {
     float alpha[2], rs[2] = {0.0f, 0.0f};
@@ -81,14 +86,14 @@ static __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float
         tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 1));
         tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 2));
         const float mn = fmaxf(m[ri], tmax[ri]);
-        alpha[ri] = m[ri] == -INFINITY ? 0.0f : expf(m[ri] - mn); /* O and l are 0 while m is -inf */
+        alpha[ri] = m[ri] == -INFINITY ? 0.0f : tc_exp<E2>(m[ri] - mn); /* O and l are 0 while m is -inf */
         m[ri] = mn;
     }
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            sc[j][e] = sc[j][e] == -INFINITY ? 0.0f : expf(sc[j][e] - m[e >> 1]);
+            sc[j][e] = sc[j][e] == -INFINITY ? 0.0f : tc_exp<E2>(sc[j][e] - m[e >> 1]);
             rs[e >> 1] += sc[j][e];
         }
     }
@@ -193,7 +198,10 @@ static __global__ void __launch_bounds__(128, MINB)
         pos[i] = rr[i] < n_rows ? pos0 + rr[i] / G : -1;
     }
     /* Q fragments: HD/16 chunks of 4 words (rows past the last are zeros),
-     * in registers; or (QS) Q's rows as f16 in shared memory, 8 values a store */
+     * in registers; or (QS) Q's rows as f16 in shared memory, 8 values a store.
+     * Q comes times the scale and log2 e: the scores are the softmax's base-2
+     * exponents as they leave the product. */
+    const float qs = scale * 1.44269504f;
     uint32_t qa[QS ? 1 : HD / 16][4];
     if constexpr (QS) {
         for (int i = threadIdx.x; i < TC_ROWS * HD / 8; i += 128) {
@@ -201,7 +209,7 @@ static __global__ void __launch_bounds__(128, MINB)
             __align__(16) __half h[8];
             const float *qr = q + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD + d;
 #pragma unroll
-            for (int j = 0; j < 8; j++) h[j] = __float2half_rn(r < n_rows ? qr[j] : 0.0f);
+            for (int j = 0; j < 8; j++) h[j] = __float2half_rn(r < n_rows ? qr[j] * qs : 0.0f);
             *(uint4 *)(sq + rl * RS + d) = *(const uint4 *)h;
         }
     } else {
@@ -214,8 +222,8 @@ static __global__ void __launch_bounds__(128, MINB)
                 if (pos[ri] >= 0) {
                     const int r = rr[ri];
                     const float *qr = q + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD;
-                    x0 = qr[col];
-                    x1 = qr[col + 1];
+                    x0 = qr[col] * qs;
+                    x1 = qr[col + 1] * qs;
                 }
                 qa[kc][j] = pack_h2(x0, x1);
             }
@@ -267,19 +275,25 @@ static __global__ void __launch_bounds__(128, MINB)
                 }
             }
         }
-        /* scale, mask, and each row's max over the tile */
+        /* mask, and each row's max over the tile: a tile every row of the
+         * warp sees whole (below the causal edge, inside the window) needs no
+         * per-key test (the test is warp-uniform) */
         float tmax[2] = {-INFINITY, -INFINITY};
+        const int wlast = min(wrow + 15, n_rows - 1), p_lo = pos0 + wrow / G, p_hi = pos0 + wlast / G;
+        const bool whole = wrow + 15 < n_rows && k0 + KEYS - 1 <= p_lo && (window <= 0 || k0 > p_hi - window);
 #pragma unroll
         for (int j = 0; j < KEYS / 8; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int ri = e >> 1, key = k0 + j * 8 + 2 * c + (e & 1);
-                const bool ok = pos[ri] >= 0 && key <= pos[ri] && (window <= 0 || key > pos[ri] - window);
-                sc[j][e] = ok ? sc[j][e] * scale : -INFINITY;
+                if (!whole) {
+                    const bool ok = pos[ri] >= 0 && key <= pos[ri] && (window <= 0 || key > pos[ri] - window);
+                    sc[j][e] = ok ? sc[j][e] : -INFINITY;
+                }
                 tmax[ri] = fmaxf(tmax[ri], sc[j][e]);
             }
         }
-        tc_softmax_step(sc, tmax, m, l, o);
+        tc_softmax_step<KEYS / 8, HD / 8, true>(sc, tmax, m, l, o);
         /* O += P V: chunks of 16 keys; P's A fragment from S tiles 2kk, 2kk+1;
          * V's B fragments transposed by ldmatrix, two 8-value tiles per load */
 #pragma unroll
@@ -304,9 +318,9 @@ static __global__ void __launch_bounds__(128, MINB)
         const int r = rr[ri];
         float *orow = out + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD;
         float inv = l[ri] > 0.0f ? 1.0f / l[ri] : 0.0f;
-        if (sinks) { /* the sink's share of the denominator */
-            const float sk = sinks[hkv * G + r % G], mx = fmaxf(m[ri], sk), f = expf(m[ri] - mx);
-            inv = f / (l[ri] * f + expf(sk - mx));
+        if (sinks) { /* the sink's share of the denominator (its logit in base 2, as m) */
+            const float sk = sinks[hkv * G + r % G] * 1.44269504f, mx = fmaxf(m[ri], sk), f = exp2f(m[ri] - mx);
+            inv = f / (l[ri] * f + exp2f(sk - mx));
         }
 #pragma unroll
         for (int nd = 0; nd < HD / 8; nd++) {
