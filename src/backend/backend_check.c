@@ -223,14 +223,16 @@ void check_attention_x(chk *c, st_kv_type t, int n_ctx, int n_head, int hkv, int
         if (sinks) c->ref->attention_sinks(c->ref, qr, &kr, nt, pos0, n_head, scale, win, skr, or_);
         else c->ref->attention(c->ref, qr, &kr, nt, pos0, n_head, scale, win, or_);
         /* with attention variants (the CUDA backend's) every kernel: per query head, GQA-shared,
-         * tensor cores (64- or 128-wide heads: prompts of 16+ tokens, and decode over spans past
-         * CUDA_ATT_SHORT_SPAN, 1280, with up to 16 query heads per KV head; their f16 rounding of
+         * tensor cores (prompts of 16+ tokens with 64-, 128- or 256-wide heads, and decode over spans
+         * past CUDA_ATT_SHORT_SPAN, 1280, with 64- or 128-wide heads and up to 16 query heads per KV
+         * head; their f16 rounding of
          * q and of the softmax weights adds ~1e-7 of NMSE: bound 5e-6) */
         const int has = set_variant(c, ST_VARIANT_ATTN, -1) >= 0;
         const int span = win > 0 && pos0 + nt > win ? win : pos0 + nt;
-        const int tc_decode = nt < 16 && span > 1280 && n_head / hkv <= 16;
+        const int tc_decode = nt < 16 && span > 1280 && n_head / hkv <= 16 && (hd == 64 || hd == 128);
+        const int tc_prompt = nt >= 16 && (hd == 64 || hd == 128 || hd == 256);
         for (int mode = 0; mode < (has ? 3 : 1); mode++) {
-            const int tc = mode == 2 && (nt >= 16 || tc_decode) && (hd == 64 || hd == 128);
+            const int tc = mode == 2 && (tc_prompt || tc_decode);
             if (mode == 2 && !tc) continue;       /* the same kernels as mode 1 */
             void *od = put(c->dut, NULL, nq * 4); /* NaN again: each kernel must write every value */
             const int old = has ? set_variant(c, ST_VARIANT_ATTN, mode) : -1;
@@ -719,6 +721,9 @@ static void check_attentions(chk *c, int size) {
     for (int t = 0; t < 2; t++) {
         check_attention(c, (st_kv_type)t, size ? 2100 : 300, 8, 2, 64, size ? 37 : 7);
         if (size) check_attention(c, (st_kv_type)t, 700, 4, 1, 256, 64); /* gemma3-like head size, MQA */
+        /* qwen3-next / qwen3.5 full attention: 16 query heads of 256 over 2 KV heads, 80 tokens (two and a
+         * half blocks of 64 rows a KV head, each over ~20 tiles of 32 keys) */
+        if (size) check_attention(c, (st_kv_type)t, 700, 16, 2, 256, 80);
         if (size)
             check_attention(c, (st_kv_type)t, 2100, 32, 4, 128, 16); /* qwen3-30b-a3b: 8 query heads per KV head */
         /* glm-4.5-air: 12 query heads per KV head, so a block's 64 rows end inside a token; 96 tokens: 18

@@ -1,12 +1,13 @@
 /* Prompt attention on tensor cores (flash-attention style), for head sizes
- * 64 and 128 on sm_80 and later: the default for prompt chunks of 16 tokens
- * or more (checked against the CPU by the op checks; measured in
- * docs/benchmarks.md).
+ * 64, 128 and 256 on sm_80 and later: the default for prompt chunks of 16
+ * tokens or more (checked against the CPU by the op checks; measured in
+ * docs/benchmarks.md). Decode's kernel below takes 64 and 128.
  *
  * A block takes 64 query rows of one KV head: row r is token r / G, query
  * head r % G of the G heads that read this KV head, so each K/V tile loaded
  * into shared memory serves every query head of the group and 64 / G tokens.
- * Each of the 4 warps owns 16 rows. K/V tiles of 64 keys travel in two
+ * Each of the 4 warps owns 16 rows. K/V tiles of 64 keys (32 for 256-wide
+ * heads, whose Q fragments come from shared memory: tc_cfg) travel in two
  * stages: f16 rows by cp.async, the next tile's copies in flight while this
  * one is multiplied (int8 rows through registers, widened to f16 times their
  * scales, without that overlap). Per tile:
@@ -14,8 +15,10 @@
  *                  registers for the whole kernel, K's B fragments by
  *                  ldmatrix from the [key][dim] rows, two 16-dim chunks a load;
  *   mask           causal per row (key <= its position), sliding window;
+ *                  skipped for a tile every row of the warp sees whole;
  *   online softmax per row in f32 (running max m, sum l), the quad of lanes
- *                  that share a row reduce with two shuffles;
+ *                  that share a row reduce with two shuffles; in base 2, the
+ *                  scale and log2 e folded into Q when it is converted;
  *   O += P V       P re-packed from the S accumulators as A fragments (the
  *                  C layout of two adjacent 8-key tiles is the A layout of
  *                  one 16-key chunk), V's B fragments by ldmatrix .trans from
@@ -58,7 +61,6 @@
 #include "backend/cuda/mm/mma.cuh"
 
 #define TC_ROWS    64 /* query rows per block (4 warps x 16) */
-#define TC_KEYS    64 /* keys per tile */
 #define TC_PAD     8  /* halves of padding per shared row (bank spread) */
 #define TC_MAX_DEV 16
 
@@ -71,8 +73,11 @@ static __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
  * sc[j][e] is row e >> 1 of key tile j; masked scores are -inf), given
  * each row's max over the thread's own scores (tmax): the quad of lanes that
  * share a row reduce, the running max m and sum l move on, O is rescaled,
- * and sc becomes the weights exp(s - m) (0 where masked). */
-template <int NJ, int ND>
+ * and sc becomes the weights exp(s - m) (0 where masked). E2: scores, m and
+ * the weights in base 2 (the scale times log2 e folded into Q beforehand:
+ * exp2 is one instruction, exp a few). */
+template <bool E2> static __device__ __forceinline__ float tc_exp(float x) { return E2 ? exp2f(x) : expf(x); }
+template <int NJ, int ND, bool E2 = false>
 static __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float (&tmax)[2], float (&m)[2],
                                                        float (&l)[2], float (&o)[ND][4]) {
     float alpha[2], rs[2] = {0.0f, 0.0f};
@@ -81,14 +86,14 @@ static __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float
         tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 1));
         tmax[ri] = fmaxf(tmax[ri], __shfl_xor_sync(ST_FULL_MASK, tmax[ri], 2));
         const float mn = fmaxf(m[ri], tmax[ri]);
-        alpha[ri] = m[ri] == -INFINITY ? 0.0f : expf(m[ri] - mn); /* O and l are 0 while m is -inf */
+        alpha[ri] = m[ri] == -INFINITY ? 0.0f : tc_exp<E2>(m[ri] - mn); /* O and l are 0 while m is -inf */
         m[ri] = mn;
     }
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            sc[j][e] = sc[j][e] == -INFINITY ? 0.0f : expf(sc[j][e] - m[e >> 1]);
+            sc[j][e] = sc[j][e] == -INFINITY ? 0.0f : tc_exp<E2>(sc[j][e] - m[e >> 1]);
             rs[e >> 1] += sc[j][e];
         }
     }
@@ -105,10 +110,24 @@ static __device__ __forceinline__ void tc_softmax_step(float (&sc)[NJ][4], float
     }
 }
 
-/* The prompt kernel's shared memory: K and V tiles of TC_KEYS rows, each
- * [key][dim] with TC_PAD halves of padding (rows 16 bytes apart modulo 128:
- * ldmatrix's eight row reads of a matrix hit distinct banks), two stages. */
-template <int HD> static constexpr size_t tc_smem() { return (size_t)2 * 2 * TC_KEYS * (HD + TC_PAD) * sizeof(__half); }
+/* Per head size: keys per tile, and whether Q's fragments live in shared
+ * memory instead of registers. 256-wide heads (Gemma 3, the full-attention
+ * layers of Qwen3-Next and Qwen3.5) hold O in 128 registers a thread; Q's
+ * 64 more would leave no room, so Q is read by ldmatrix from shared memory
+ * at every tile, and tiles are 32 keys (S's accumulators and the stages'
+ * shared memory halved). */
+template <int HD> struct tc_cfg {
+    static constexpr int KEYS = HD > 128 ? 32 : 64;
+    static constexpr bool QS = HD > 128;
+};
+
+/* The prompt kernel's shared memory: Q's rows (256-wide heads), then K and V
+ * tiles of KEYS rows, each [key][dim] with TC_PAD halves of padding (rows 16
+ * bytes apart modulo 128: ldmatrix's eight row reads of a matrix hit
+ * distinct banks), two stages. */
+template <int HD> static constexpr size_t tc_smem() {
+    return ((tc_cfg<HD>::QS ? (size_t)TC_ROWS : 0) + (size_t)2 * 2 * tc_cfg<HD>::KEYS) * (HD + TC_PAD) * sizeof(__half);
+}
 
 /* One K/V tile into a stage: f16 rows by cp.async (nothing held in
  * registers while the bytes travel, so the tile after this one loads while
@@ -119,7 +138,7 @@ static __device__ __forceinline__ void tc_load_tile(__half *ks, __half *vs, cons
                                                     int p_last) {
     constexpr int RS = HD + TC_PAD, CPR = HD / 8; /* 8-value chunks a row */
     const size_t krow = (size_t)kv.n_head_kv * HD;
-    for (int i = threadIdx.x; i < TC_KEYS * CPR; i += 128) {
+    for (int i = threadIdx.x; i < tc_cfg<HD>::KEYS * CPR; i += 128) {
         const int kk = i / CPR, d = (i % CPR) * 8, p = k0 + kk, in = p <= p_last;
         const size_t idx = (size_t)(in ? p : k0) * krow + (size_t)hkv * HD + d;
         __half *kd = ks + kk * RS + d, *vd = vs + kk * RS + d;
@@ -154,9 +173,12 @@ template <int HD, int MINB>
 static __global__ void __launch_bounds__(128, MINB)
     attn_tc_kernel(const float *q, st_kv_layer kv, int pos0, int n_tok, int n_head, float scale, int window,
                    const float *sinks, float *out) {
-    constexpr int RS = HD + TC_PAD;
+    constexpr int RS = HD + TC_PAD, KEYS = tc_cfg<HD>::KEYS;
+    constexpr bool QS = tc_cfg<HD>::QS;
     extern __shared__ __align__(16) unsigned char tsm[];
-    __half *const ks0 = (__half *)tsm, *const vs0 = ks0 + 2 * TC_KEYS * RS; /* stage s at + s * TC_KEYS * RS */
+    __half *const sq = (__half *)tsm;                 /* Q's rows [TC_ROWS][RS] (QS) */
+    __half *const ks0 = sq + (QS ? TC_ROWS * RS : 0); /* stage s at + s * KEYS * RS */
+    __half *const vs0 = ks0 + 2 * KEYS * RS;
     const int G = n_head / kv.n_head_kv, hkv = blockIdx.y, n_rows = n_tok * G;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int row0 = blockIdx.x * TC_ROWS, wrow = row0 + warp * 16;
@@ -165,7 +187,7 @@ static __global__ void __launch_bounds__(128, MINB)
     const int t_first = row0 / G, t_last = (min(row0 + TC_ROWS, n_rows) - 1) / G;
     const int p_last = pos0 + t_last;
     const int k_lo = window > 0 ? max(0, pos0 + t_first - window + 1) : 0;
-    const int n_tiles = (p_last - k_lo) / TC_KEYS + 1;
+    const int n_tiles = (p_last - k_lo) / KEYS + 1;
     tc_load_tile<HD>(ks0, vs0, kv, hkv, k_lo, p_last); /* the first tile travels while Q is read */
     mq_commit();
 
@@ -175,23 +197,40 @@ static __global__ void __launch_bounds__(128, MINB)
         rr[i] = wrow + g + 8 * i;
         pos[i] = rr[i] < n_rows ? pos0 + rr[i] / G : -1;
     }
-    /* Q fragments: HD/16 chunks of 4 words; rows past the last are zeros */
-    uint32_t qa[HD / 16][4];
+    /* Q fragments: HD/16 chunks of 4 words (rows past the last are zeros),
+     * in registers; or (QS) Q's rows as f16 in shared memory, 8 values a store.
+     * Q comes times the scale and log2 e: the scores are the softmax's base-2
+     * exponents as they leave the product. */
+    const float qs = scale * 1.44269504f;
+    uint32_t qa[QS ? 1 : HD / 16][4];
+    if constexpr (QS) {
+        for (int i = threadIdx.x; i < TC_ROWS * HD / 8; i += 128) {
+            const int rl = i / (HD / 8), d = (i % (HD / 8)) * 8, r = row0 + rl;
+            __align__(16) __half h[8];
+            const float *qr = q + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD + d;
 #pragma unroll
-    for (int kc = 0; kc < HD / 16; kc++) {
+            for (int j = 0; j < 8; j++) h[j] = __float2half_rn(r < n_rows ? qr[j] * qs : 0.0f);
+            *(uint4 *)(sq + rl * RS + d) = *(const uint4 *)h;
+        }
+    } else {
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int ri = j & 1, col = kc * 16 + 2 * c + (j >> 1) * 8;
-            float x0 = 0.0f, x1 = 0.0f;
-            if (pos[ri] >= 0) {
-                const int r = rr[ri];
-                const float *qr = q + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD;
-                x0 = qr[col];
-                x1 = qr[col + 1];
+        for (int kc = 0; kc < HD / 16; kc++) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int ri = j & 1, col = kc * 16 + 2 * c + (j >> 1) * 8;
+                float x0 = 0.0f, x1 = 0.0f;
+                if (pos[ri] >= 0) {
+                    const int r = rr[ri];
+                    const float *qr = q + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD;
+                    x0 = qr[col] * qs;
+                    x1 = qr[col + 1] * qs;
+                }
+                qa[kc][j] = pack_h2(x0, x1);
             }
-            qa[kc][j] = pack_h2(x0, x1);
         }
     }
+    /* this warp's A fragments from shared memory (QS): rows warp*16.., by ldmatrix */
+    const __half *const qw = sq + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + (lane >> 4) * 8;
 
     float o[HD / 8][4];
 #pragma unroll
@@ -199,11 +238,11 @@ static __global__ void __launch_bounds__(128, MINB)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     for (int t = 0; t < n_tiles; t++) {
-        const int k0 = k_lo + t * TC_KEYS;
-        const __half *ks = ks0 + (t & 1) * TC_KEYS * RS, *vs = vs0 + (t & 1) * TC_KEYS * RS;
+        const int k0 = k_lo + t * KEYS;
+        const __half *ks = ks0 + (t & 1) * KEYS * RS, *vs = vs0 + (t & 1) * KEYS * RS;
         if (t + 1 < n_tiles) { /* the next tile into the other stage (read last in tile t - 1) */
-            tc_load_tile<HD>(ks0 + ((t + 1) & 1) * TC_KEYS * RS, vs0 + ((t + 1) & 1) * TC_KEYS * RS, kv, hkv,
-                             k0 + TC_KEYS, p_last);
+            tc_load_tile<HD>(ks0 + ((t + 1) & 1) * KEYS * RS, vs0 + ((t + 1) & 1) * KEYS * RS, kv, hkv, k0 + KEYS,
+                             p_last);
             mq_commit();
             mq_wait<1>();
         } else {
@@ -211,38 +250,54 @@ static __global__ void __launch_bounds__(128, MINB)
         }
         __syncthreads(); /* tile t is in shared memory for every warp */
 
-        /* S = Q K^T for this warp's 16 rows x 64 keys: 8 tiles of 8 keys, the
+        /* S = Q K^T for this warp's 16 rows x KEYS keys: tiles of 8 keys, the
          * B fragments of two 16-dim chunks per ldmatrix */
-        float sc[TC_KEYS / 8][4];
+        float sc[KEYS / 8][4];
 #pragma unroll
-        for (int j = 0; j < TC_KEYS / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+        for (int j = 0; j < KEYS / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
 #pragma unroll
         for (int kc2 = 0; kc2 < HD / 32; kc2++) {
+            uint32_t a0[4], a1[4];
+            if constexpr (QS) {
+                mq_ldsm4(a0, qw + kc2 * 32);
+                mq_ldsm4(a1, qw + kc2 * 32 + 16);
+            }
 #pragma unroll
-            for (int j = 0; j < TC_KEYS / 8; j++) {
+            for (int j = 0; j < KEYS / 8; j++) {
                 uint32_t b[4];
                 mq_ldsm4(b, ks + (j * 8 + (lane & 7)) * RS + kc2 * 32 + (lane >> 3) * 8);
-                mma16816(sc[j], qa[2 * kc2], b[0], b[1]);
-                mma16816(sc[j], qa[2 * kc2 + 1], b[2], b[3]);
+                if constexpr (QS) {
+                    mma16816(sc[j], a0, b[0], b[1]);
+                    mma16816(sc[j], a1, b[2], b[3]);
+                } else {
+                    mma16816(sc[j], qa[2 * kc2], b[0], b[1]);
+                    mma16816(sc[j], qa[2 * kc2 + 1], b[2], b[3]);
+                }
             }
         }
-        /* scale, mask, and each row's max over the tile */
+        /* mask, and each row's max over the tile: a tile every row of the
+         * warp sees whole (below the causal edge, inside the window) needs no
+         * per-key test (the test is warp-uniform) */
         float tmax[2] = {-INFINITY, -INFINITY};
+        const int wlast = min(wrow + 15, n_rows - 1), p_lo = pos0 + wrow / G, p_hi = pos0 + wlast / G;
+        const bool whole = wrow + 15 < n_rows && k0 + KEYS - 1 <= p_lo && (window <= 0 || k0 > p_hi - window);
 #pragma unroll
-        for (int j = 0; j < TC_KEYS / 8; j++) {
+        for (int j = 0; j < KEYS / 8; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int ri = e >> 1, key = k0 + j * 8 + 2 * c + (e & 1);
-                const bool ok = pos[ri] >= 0 && key <= pos[ri] && (window <= 0 || key > pos[ri] - window);
-                sc[j][e] = ok ? sc[j][e] * scale : -INFINITY;
+                if (!whole) {
+                    const bool ok = pos[ri] >= 0 && key <= pos[ri] && (window <= 0 || key > pos[ri] - window);
+                    sc[j][e] = ok ? sc[j][e] : -INFINITY;
+                }
                 tmax[ri] = fmaxf(tmax[ri], sc[j][e]);
             }
         }
-        tc_softmax_step(sc, tmax, m, l, o);
-        /* O += P V: 4 chunks of 16 keys; P's A fragment from S tiles 2kk, 2kk+1;
+        tc_softmax_step<KEYS / 8, HD / 8, true>(sc, tmax, m, l, o);
+        /* O += P V: chunks of 16 keys; P's A fragment from S tiles 2kk, 2kk+1;
          * V's B fragments transposed by ldmatrix, two 8-value tiles per load */
 #pragma unroll
-        for (int kk = 0; kk < TC_KEYS / 16; kk++) {
+        for (int kk = 0; kk < KEYS / 16; kk++) {
             const uint32_t pa[4] = {pack_h2(sc[2 * kk][0], sc[2 * kk][1]), pack_h2(sc[2 * kk][2], sc[2 * kk][3]),
                                     pack_h2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                                     pack_h2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
@@ -263,9 +318,9 @@ static __global__ void __launch_bounds__(128, MINB)
         const int r = rr[ri];
         float *orow = out + ((size_t)(r / G) * n_head + (size_t)hkv * G + r % G) * HD;
         float inv = l[ri] > 0.0f ? 1.0f / l[ri] : 0.0f;
-        if (sinks) { /* the sink's share of the denominator */
-            const float sk = sinks[hkv * G + r % G], mx = fmaxf(m[ri], sk), f = expf(m[ri] - mx);
-            inv = f / (l[ri] * f + expf(sk - mx));
+        if (sinks) { /* the sink's share of the denominator (its logit in base 2, as m) */
+            const float sk = sinks[hkv * G + r % G] * 1.44269504f, mx = fmaxf(m[ri], sk), f = exp2f(m[ri] - mx);
+            inv = f / (l[ri] * f + exp2f(sk - mx));
         }
 #pragma unroll
         for (int nd = 0; nd < HD / 8; nd++) {
@@ -471,24 +526,31 @@ int cuda_attention_tc_sinks(const float *q, const st_kv_layer *kv, int n_tok, in
         (void)cc_major, (void)s;
     return 1;
 #else
-    if (cc_major < 8 || (kv->head_dim != 64 && kv->head_dim != 128)) return 1;
+    const int hd = kv->head_dim;
+    if (cc_major < 8 || (hd != 64 && hd != 128 && hd != 256)) return 1;
     const int rows = n_tok * (n_head / kv->n_head_kv);
     const dim3 grid(st_div_up((size_t)rows, TC_ROWS), (unsigned)kv->n_head_kv);
     /* 64-wide heads: 4 blocks an SM (128 registers; 0.27 against 0.42 ms with 3 blocks at 168, a 512-token
-     * chunk at 3584 of 64/8 heads on an H200); 128-wide: 3 (168 registers; 2 at 221: 0.61 against 0.71 ms) */
-    static int ready[TC_MAX_DEV]; /* the 128-wide kernel's shared memory (past 48 KiB), allowed once per device */
+     * chunk at 3584 of 64/8 heads on an H200); 128-wide: 3 (168 registers; 2 at 221: 0.61 against 0.71 ms);
+     * 256-wide: 2 (99 KiB of shared memory each) */
+    static int ready[TC_MAX_DEV]; /* shared memory past 48 KiB, allowed once per device */
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     if (dev >= TC_MAX_DEV || !ready[dev]) {
         CUDA_CHECK(cudaFuncSetAttribute(attn_tc_kernel<128, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)tc_smem<128>()));
+        CUDA_CHECK(cudaFuncSetAttribute(attn_tc_kernel<256, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)tc_smem<256>()));
         if (dev < TC_MAX_DEV) ready[dev] = 1;
     }
-    if (kv->head_dim == 64)
+    if (hd == 64)
         attn_tc_kernel<64, 4><<<grid, 128, tc_smem<64>(), s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
-    else
+    else if (hd == 128)
         attn_tc_kernel<128, 3>
             <<<grid, 128, tc_smem<128>(), s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
+    else
+        attn_tc_kernel<256, 2>
+            <<<grid, 128, tc_smem<256>(), s>>>(q, *kv, pos0, n_tok, n_head, scale, window, sinks, out);
     CUDA_LAUNCH_CHECK();
     return 0;
 #endif
