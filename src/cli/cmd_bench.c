@@ -172,6 +172,8 @@ int cmd_bench(int argc, char **argv) {
             "the host %.0f), CPU lane %.0f, handing its output back %.0f\n",
             dec_s * 1e6 / n, (double)dec.ns_call * us, (double)dec.ns_route * us, (double)dec.ns_queue * us,
             (double)dec.ns_hx * us, (double)dec.ns_cpu * us, (double)dec.ns_join * us);
+        const double tune = moe_lanes_pcie_scale(e->be);
+        if (tune > 0) printf("the split tuned while decoding: the PCIe lane's modelled cost x%.2f\n", tune);
         if (dec.bytes_ssd)
             printf("SSD tier in decode: %.2f MB read per token, %.2f GB/s while reading (%.2f GB/s over the decode "
                    "time); the disk's sequential rate is in the start log\n",

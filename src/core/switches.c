@@ -57,6 +57,10 @@ static const st_switch_def TABLE[] = {
      "0: the expert lanes' CPU products start after the GPU's part of the layer is queued, on the calling thread, "
      "instead of at once on a worker thread (the CPU lane's pool then has one thread less)",
      0},
+    {"STRATA_LANE_TUNE", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
+     "0: the expert lanes split a layer's uncached experts between the CPU and PCIe as the start-up rates model it, "
+     "without tuning the split on the measured decode time (without --pcie-frac)",
+     0},
     {"STRATA_LANE_GATHER", ST_SW_KIND_ENV, NULL, NULL, 0, 0, "1", "1",
      "0: the expert lanes send a layer's experts over PCIe as one copy each (three an expert) instead of one "
      "gathering launch in which the GPU reads them from the page-locked mapping",

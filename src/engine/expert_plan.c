@@ -1,6 +1,7 @@
 /* Memory plan, placement table and lane cost model (expert_plan.h). */
 #include "engine/expert_plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,4 +238,60 @@ double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_
         return one ? all_pcie : all_cpu;
     }
     return split;
+}
+
+void lane_tune_init(lane_tune *t) {
+    *t = (lane_tune){.scale = 1, .center = 1, .best_t = 0, .f = LANE_TUNE_F0, .dir = 0};
+}
+
+static double clamp_scale(double s) {
+    return s < 1 / LANE_TUNE_MAX ? 1 / LANE_TUNE_MAX : s > LANE_TUNE_MAX ? LANE_TUNE_MAX : s;
+}
+
+void lane_tune_step(lane_tune *t, double window_t) {
+    if (t->settled) { /* no probing while the step time stays near the settled one */
+        if (fabs(window_t - t->best_t) <= t->best_t * LANE_TUNE_DRIFT) return;
+        t->settled = 0; /* it moved (the cache, the text, the machine): search again from here */
+        t->f = LANE_TUNE_F0;
+        t->dir = 0;
+    }
+    if (t->dir == 0) { /* the center, measured again (the best time drifts with the cache and the text) */
+        t->best_t = window_t;
+        t->dir = 1;
+        t->flat = 0;
+    } else if (window_t < t->best_t * (1 - LANE_TUNE_EPS)) { /* better: move there, go on the same way */
+        t->center = t->scale;
+        t->best_t = window_t;
+        t->flat = 0;
+    } else if (window_t <= t->best_t * (1 + LANE_TUNE_EPS) && t->flat < LANE_TUNE_FLAT) {
+        /* as good (the split of whole experts may not have changed): move there, go on */
+        t->center = t->scale;
+        t->flat++;
+    } else if (t->dir == 1) { /* not better up: try down */
+        t->dir = -1;
+        t->flat = 0;
+    } else if (t->f <= LANE_TUNE_F_MIN) { /* neither way at the smallest step: settled at the center */
+        t->settled = 1;
+        t->dir = 0;
+        t->scale = t->center;
+        return;
+    } else { /* neither way: a smaller step, from the center measured again */
+        t->f = sqrt(t->f);
+        if (t->f < LANE_TUNE_F_MIN) t->f = LANE_TUNE_F_MIN;
+        t->dir = 0;
+    }
+    const double next = t->dir == 0 ? t->center : t->center * (t->dir > 0 ? t->f : 1 / t->f);
+    t->scale = clamp_scale(next);
+    if (t->dir != 0 && t->scale == t->center) { /* at the bound that way: the other way, or measure the center */
+        if (t->dir == 1) t->dir = -1, t->scale = clamp_scale(t->center / t->f);
+        if (t->scale == t->center) t->dir = 0;
+    }
+}
+
+lane_rates lane_tune_rates(const lane_tune *t, const lane_rates *r) {
+    lane_rates s = *r;
+    s.pcie_bw = r->pcie_bw / t->scale;
+    s.pcie_lat = r->pcie_lat * t->scale;
+    s.pcie_layer = r->pcie_layer * t->scale;
+    return s;
 }

@@ -95,4 +95,41 @@ typedef struct {
 double lane_split(const lane_rates *r, int n, const double *bytes, const int *n_tok, double flops_tok, int n_rows,
                   uint8_t *to_pcie);
 
+/* The split tuned on the measured decode time. The start-up rates are each
+ * lane's alone; decoding, both lanes read host memory at once and share
+ * its bandwidth, so the modelled split can be far from the fastest (the
+ * DeepSeek V3 shape on the H200: 66.8 tok/s as modelled, 85.0 with a
+ * quarter of the misses over PCIe). lane_tune scales the PCIe lane's
+ * modelled cost (its rate divided by `scale`, its fixed costs times it)
+ * by a pattern search in log steps: the mean step time of a window at the
+ * current scale, then one step up, then one down; a better window (by more
+ * than LANE_TUNE_EPS) moves there and goes on the same way, and so does an
+ * as good one, up to LANE_TUNE_FLAT times (a split of whole experts changes
+ * only every few steps of the scale); neither: the step shrinks, and at
+ * LANE_TUNE_F_MIN the search settles (no more probe windows, which cost
+ * when the split is already the best) until a window's time moves from
+ * the settled one by more than LANE_TUNE_DRIFT. scale stays within
+ * [1/LANE_TUNE_MAX, LANE_TUNE_MAX]. */
+#define LANE_TUNE_EPS   0.02
+#define LANE_TUNE_F0    1.5
+#define LANE_TUNE_F_MIN 1.1
+#define LANE_TUNE_MAX   16.0
+#define LANE_TUNE_FLAT  3
+#define LANE_TUNE_DRIFT 0.10
+typedef struct {
+    double scale;  /* the factor to use now */
+    double center; /* the best factor so far, and its window's time */
+    double best_t;
+    double f;    /* the step */
+    int dir;     /* what the window under way measures: 0 the center, 1 one step up, -1 one step down */
+    int flat;    /* steps taken on as-good windows in a row */
+    int settled; /* the search ended at center (best_t its time) */
+} lane_tune;
+
+void lane_tune_init(lane_tune *t);
+/* window_t: the mean decode step time (s) measured at t->scale. */
+void lane_tune_step(lane_tune *t, double window_t);
+/* r with the PCIe lane's cost scaled by t->scale. */
+lane_rates lane_tune_rates(const lane_tune *t, const lane_rates *r);
+
 #endif

@@ -103,6 +103,10 @@ typedef struct {
     float *heat;      /* (n_layer * n_expert) decayed routing counts: what the cache adapts to */
     int adapt_every;  /* steps between admissions, 0: never */
     uint64_t steps;
+    /* the split tuned on decode windows (lane_tune; the model decides, a PCIe lane exists) */
+    int tune_on, tune_n; /* tune_n: decode steps in the window under way, -1: none under way */
+    int64_t tune_t0, tune_last;
+    lane_tune tune;
     /* one-token steps in recorded segments (the device's st_step_segments):
      * the ops between two layers' host work replay as one graph */
     st_backend live; /* the op table as wrapped: what the host's part calls */
@@ -353,6 +357,26 @@ static void seg_leave(lanes *L) {
     if (L->seg_mode != SEG_LIVE) L->live.segments->resume(&L->live, L->seg_mode == SEG_RECORD);
 }
 
+/* A decode step begins (the first routed layer's call of one token): the
+ * window of LANE_TUNE_WINDOW steps under way ends here or goes on. A prompt
+ * chunk, or a gap of more than TUNE_GAP_NS between steps (no request, a
+ * server's idle time), drops the window. */
+#define LANE_TUNE_WINDOW 16
+#define TUNE_GAP_NS      200000000
+static void tune_tick(lanes *L, int n_tok) {
+    const int64_t now = st_now_ns(), last = L->tune_last;
+    L->tune_last = now;
+    if (n_tok != 1 || now - last > TUNE_GAP_NS || L->tune_n < 0) {
+        L->tune_n = n_tok == 1 ? 0 : -1;
+        L->tune_t0 = now;
+        return;
+    }
+    if (++L->tune_n < LANE_TUNE_WINDOW) return;
+    lane_tune_step(&L->tune, (double)(now - L->tune_t0) * 1e-9 / LANE_TUNE_WINDOW);
+    L->tune_n = 0;
+    L->tune_t0 = now;
+}
+
 static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n_tok, int n_expert, int k,
                       const st_moe_gating *gt, st_act act, const st_weight *gate, const st_weight *up,
                       const st_weight *down, float *out) {
@@ -403,7 +427,10 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         L->counts[(size_t)il * n_expert + e] += (uint64_t)L->cnt[e];
         heat[e] = heat[e] * HEAT_DECAY + (float)L->cnt[e];
     }
-    if (il == L->first_routed) L->steps++;
+    if (il == L->first_routed) {
+        L->steps++;
+        if (L->tune_on) tune_tick(L, n_tok);
+    }
     int n_miss = 0, hits = 0;
     for (int e = 0; e < n_expert; e++) {
         L->cpu_map[e] = L->stage_map[e] = -1;
@@ -418,7 +445,9 @@ static void l_moe_ffn(st_backend *be, const float *h, const float *logits, int n
         L->miss_tok[n_miss++] = L->cnt[e];
     }
     const double flops_tok = 2.0 * 3.0 * (double)E * (double)L->F;
-    lane_split(&L->rates, n_miss, L->miss_bytes, L->miss_tok, flops_tok, n_tok, L->to_pcie);
+    /* decode steps: the split as tuned on them (a prompt chunk's: as modelled) */
+    const lane_rates rates = L->tune_on && n_tok == 1 ? lane_tune_rates(&L->tune, &L->rates) : L->rates;
+    lane_split(&rates, n_miss, L->miss_bytes, L->miss_tok, flops_tok, n_tok, L->to_pcie);
     int cpu_pairs = 0, pcie_pairs = 0, n_sent = 0;
     for (int i = 0; i < n_miss; i++) {
         const int e = L->miss[i];
@@ -650,6 +679,11 @@ st_backend *moe_lanes_wrap(st_backend *dev, st_backend *cpu, const model *m, con
     L->g_bytes = st_malloc(3 * (size_t)hp->n_expert * sizeof(size_t));
     L->m = m;
     L->rates = *rates;
+    /* the split tuned while decoding: where the model splits and the device is not the CPU */
+    const char *tune = st_switch_get("STRATA_LANE_TUNE");
+    L->tune_on = rates->pcie_frac < 0 && dev->mem_info && !(tune && !strcmp(tune, "0"));
+    L->tune_n = -1;
+    lane_tune_init(&L->tune);
     L->n_layer = hp->n_layer;
     L->n_expert = hp->n_expert;
     L->k = hp->n_expert_used;
@@ -784,6 +818,11 @@ int moe_lanes_cache_map(const st_backend *be, char *cells, int cap, int *n_layer
         }
     }
     return n;
+}
+
+double moe_lanes_pcie_scale(const st_backend *be) {
+    const lanes *L = be && be->moe_ffn == l_moe_ffn ? (const lanes *)be : NULL;
+    return L && L->tune_on ? L->tune.scale : 0;
 }
 
 void moe_lanes_set_adapt(st_backend *be, int every) {

@@ -71,6 +71,11 @@ struct expert_store;
 void moe_lanes_set_store(st_backend *be, struct expert_store *store);
 /* acc += now - then, counter by counter (what happened between two reads). */
 void moe_lane_stats_add(moe_lane_stats *acc, const moe_lane_stats *now, const moe_lane_stats *then);
+/* The factor the split's tuning puts on the PCIe lane's modelled cost now
+ * (lane_tune; 1 until it has measured); 0 when it does not tune (a fixed
+ * --pcie-frac, the CPU as the device, STRATA_LANE_TUNE=0) or be is not the
+ * lanes backend. */
+double moe_lanes_pcie_scale(const st_backend *be);
 /* The counters so far; NULL when be is not the lanes backend. */
 const moe_lane_stats *moe_lanes_stats(const st_backend *be);
 /* (n_layer * n_expert) routing counts so far of the layers not wholly

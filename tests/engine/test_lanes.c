@@ -281,6 +281,89 @@ static void test_cost_model(void) {
     CHECK(n == 2 && to_pcie[3], "--pcie-frac 0.25: %d of 8", n);
 }
 
+/* The split's tuning (lane_tune) against lanes that run unlike the model:
+ * a layer of 8 one-token misses of 3 MB, modelled at CPU 55 GB/s and PCIe
+ * 55 GB/s + 20 us an expert, while the "true" lanes (both reading host
+ * memory at once) run at CPU 90 and PCIe 35 GB/s + 20 us. A window's time
+ * is the true time of the split the tuned rates choose, with +-1% noise.
+ * After 60 windows the split's true time is within 5% of the best of the
+ * nine possible splits (the modelled one is 50% slower); so with lanes the
+ * other way round (CPU 35, PCIe 80); with true lanes that run as modelled,
+ * the tuning stays within 5% of the best too. By then it has settled (no
+ * probe window in the last 20); when the true lanes then change to another
+ * of the three, it searches again and reaches the new best within 60. */
+static double true_time(const uint8_t *to_pcie, double cpu_bw, double pcie_bw) {
+    const int n = n_sent(to_pcie);
+    const double tc = (8 - n) * 3e6 / cpu_bw, tp = n * (20e-6 + 3e6 / pcie_bw);
+    return tc > tp ? tc : tp;
+}
+
+static void check_tune(double cpu_true, double pcie_true, double cpu_then, double pcie_then) {
+    double bytes[8];
+    int ntok[8];
+    uint8_t to_pcie[8];
+    for (int i = 0; i < 8; i++) bytes[i] = 3e6, ntok[i] = 1;
+    const lane_rates r = {.cpu_bw = 55e9, .cpu_flops = 1e12, .pcie_bw = 55e9, .pcie_lat = 20e-6, .pcie_frac = -1};
+    double best = 1e30;
+    for (int n = 0; n <= 8; n++) { /* the true times of sending the first n */
+        for (int i = 0; i < 8; i++) to_pcie[i] = i < n;
+        const double t = true_time(to_pcie, cpu_true, pcie_true);
+        if (t < best) best = t;
+    }
+    lane_split(&r, 8, bytes, ntok, 1e7, 1, to_pcie);
+    const double untuned = true_time(to_pcie, cpu_true, pcie_true);
+    lane_tune tu;
+    lane_tune_init(&tu);
+    uint32_t seed = 12345;
+    double t = 0;
+    int probes = 0; /* windows of the last 20 at another factor than the one it ends at */
+    double last[20];
+    for (int w = 0; w < 60; w++) {
+        const lane_rates tr = lane_tune_rates(&tu, &r);
+        lane_split(&tr, 8, bytes, ntok, 1e7, 1, to_pcie);
+        t = true_time(to_pcie, cpu_true, pcie_true);
+        if (w >= 40) last[w - 40] = tu.scale;
+        seed = seed * 1664525u + 1013904223u;
+        lane_tune_step(&tu, t * (0.99 + 0.02 * (double)(seed >> 8) / (double)(1u << 24)));
+    }
+    for (int i = 0; i < 20; i++) probes += last[i] != tu.scale;
+    CHECK(tu.settled && probes == 0, "not settled after 60 windows (%d of the last 20 probed)", probes);
+    const lane_rates tr = lane_tune_rates(&tu, &r);
+    lane_split(&tr, 8, bytes, ntok, 1e7, 1, to_pcie);
+    t = true_time(to_pcie, cpu_true, pcie_true);
+    printf("  split tuning, lanes at CPU %.0f / PCIe %.0f GB/s (modelled 55 / 55): the modelled split %.0f us, tuned "
+           "%.0f us (PCIe cost x%.2f, %d of 8 sent), the best %.0f us\n",
+           cpu_true * 1e-9, pcie_true * 1e-9, untuned * 1e6, t * 1e6, tu.scale, n_sent(to_pcie), best * 1e6);
+    CHECK(t <= best * 1.05, "tuned split %.1f us, the best %.1f us", t * 1e6, best * 1e6);
+    CHECK(tu.scale >= 1 / LANE_TUNE_MAX && tu.scale <= LANE_TUNE_MAX, "scale %g out of bounds", tu.scale);
+    /* the lanes change (another text, another machine load): searched again, to the new best */
+    best = 1e30;
+    for (int n = 0; n <= 8; n++) {
+        for (int i = 0; i < 8; i++) to_pcie[i] = i < n;
+        const double tn = true_time(to_pcie, cpu_then, pcie_then);
+        if (tn < best) best = tn;
+    }
+    for (int w = 0; w < 60; w++) {
+        const lane_rates tr = lane_tune_rates(&tu, &r);
+        lane_split(&tr, 8, bytes, ntok, 1e7, 1, to_pcie);
+        t = true_time(to_pcie, cpu_then, pcie_then);
+        seed = seed * 1664525u + 1013904223u;
+        lane_tune_step(&tu, t * (0.99 + 0.02 * (double)(seed >> 8) / (double)(1u << 24)));
+    }
+    const lane_rates tr2 = lane_tune_rates(&tu, &r);
+    lane_split(&tr2, 8, bytes, ntok, 1e7, 1, to_pcie);
+    t = true_time(to_pcie, cpu_then, pcie_then);
+    printf("  then at CPU %.0f / PCIe %.0f GB/s: tuned %.0f us (x%.2f), the best %.0f us\n", cpu_then * 1e-9,
+           pcie_then * 1e-9, t * 1e6, tu.scale, best * 1e6);
+    CHECK(t <= best * 1.05, "after the change: tuned split %.1f us, the best %.1f us", t * 1e6, best * 1e6);
+}
+
+static void test_split_tune(void) {
+    check_tune(90e9, 35e9, 35e9, 80e9);
+    check_tune(35e9, 80e9, 55e9, 55e9);
+    check_tune(55e9, 55e9, 90e9, 35e9);
+}
+
 /* The cache as a picture (the web page's heatmap): one cell per (layer,
  * expert), as many resident as there are slots, and heat where tokens went. */
 static void test_cache_map(const char *path) {
@@ -460,6 +543,7 @@ int main(int argc, char **argv) {
     if (lanes_tiny(path, &hp) != 0) return 1;
     test_plan();
     test_cost_model();
+    test_split_tune();
     test_tensor_list(path);
     test_prefill_chunk(path);
     test_cache_map(path);
