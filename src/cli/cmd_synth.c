@@ -16,7 +16,8 @@
 static const char USAGE[] =
     "strata synth [--arch qwen3moe|qwen35moe|qwen3next|glm4moe|deepseek2|gpt-oss] --preset P -o FILE [--type-default "
     "TYPE] "
-    "[--type CLASS=TYPE ...] [--zipf S] [--seed N] [--ctx N] [--layers N] [--experts N] [--experts-used K] "
+    "[--type CLASS=TYPE ...] [--zipf S] [--attn-out-scale F] [--seed N] [--ctx N] [--layers N] [--experts N] "
+    "[--experts-used K] "
     "[--expert-ff N] [--mtp] [--exact] [--quiet]";
 
 static void help(void) {
@@ -33,6 +34,9 @@ static void help(void) {
            "  --type CLASS=T      type of one class, e.g. ffn_down_exps=Q8_0 (repeatable);\n"
            "                      norms and ffn_gate_inp default to F32\n"
            "  --zipf S            skew the router: expert popularity ~ rank^-S (default 0: uniform)\n"
+           "  --attn-out-scale F  attn_output weights times F (default 1); 0.1 keeps a prompt chunk's\n"
+           "                      routing spread over the experts as a trained model's is (random\n"
+           "                      attention otherwise makes deeper layers' tokens choose alike)\n"
            "  --seed N            random seed (default 1); same seed, same file\n"
            "  --ctx N             context_length to record (default: the preset's)\n"
            "  --layers N, --experts N, --experts-used K, --expert-ff N   change the preset's shape\n"
@@ -77,7 +81,7 @@ int cmd_synth(int argc, char **argv) {
     const char *types[64];
     int n_types = 0, exact = 0, quiet = 0, mtp = 0;
     long long seed = 1, ctx = 0, layers = 0, experts = 0, used = 0, eff = 0;
-    double zipf = 0;
+    double zipf = 0, attn_scale = 1;
     while (a.i < argc) {
         int r; /* 1: matched with a value, -1: matched but the value is missing (error printed) */
 #define OPT(name, var) ((r = args_value(&a, name, &var)) != 0)
@@ -94,6 +98,9 @@ int cmd_synth(int argc, char **argv) {
         } else if (OPT("--zipf", v)) {
             if (r > 0 && args_double(&a, "--zipf", v, &zipf) == 0 && zipf < 0)
                 a.err = cli_usage_error(a.cmd, USAGE, "invalid value '%s' for --zipf (must be >= 0)", v);
+        } else if (OPT("--attn-out-scale", v)) {
+            if (r > 0 && args_double(&a, "--attn-out-scale", v, &attn_scale) == 0 && !(attn_scale > 0))
+                a.err = cli_usage_error(a.cmd, USAGE, "invalid value '%s' for --attn-out-scale (must be > 0)", v);
         } else if (OPT("--seed", v)) {
             if (r > 0) args_int(&a, "--seed", v, 0, (long long)9e18, &seed);
         } else if (OPT("--ctx", v)) {
@@ -143,6 +150,7 @@ int cmd_synth(int argc, char **argv) {
     synth_opts_init(&o, &hp);
     o.seed = (uint64_t)seed;
     o.zipf_s = zipf;
+    o.attn_out_scale = (float)attn_scale;
     o.exact = exact;
     o.progress = !quiet;
     if (tdef) {

@@ -174,6 +174,7 @@ void synth_opts_init(synth_opts *o, const synth_hparams *hp) {
     o->type_default = -1;
     for (int c = 0; c < SYN_CLASS_COUNT; c++) o->class_type[c] = -1;
     o->seed = 1;
+    o->attn_out_scale = 1.0f;
 }
 
 /* ---- classes ---- */
@@ -560,6 +561,7 @@ static int use_pool(const syn_ctx *c, const syn_tensor *t) {
     if (n <= POOL_MIN) return 0;
     /* these carry structure the pool would lose */
     if (t->cls == SYN_FFN_GATE_INP || class_is_vector(t->cls) || class_is_ssm_param(t->cls)) return 0;
+    if (t->cls == SYN_ATTN_OUT && c->o->attn_out_scale != 1.0f) return 0; /* the pool is at one scale */
     if (t->cls == SYN_TOKEN_EMBD && c->u) return 0;
     return 1;
 }
@@ -612,6 +614,14 @@ static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, co
     default: break;
     }
     for (int64_t j = 0; j < w; j++) x[j] = WEIGHT_STD * syn_normal(r);
+    /* Random q and k attend nearly uniformly, so attention adds about the
+     * same vector (the values' running mean) to every position; layer by
+     * layer the hidden states converge and a chunk's tokens choose the
+     * same experts (moe-1.5g, a 512-token chunk: 58 of 64 experts in layer
+     * 0, 14-25 from layer 5 on). A smaller attn_output keeps the tokens
+     * apart as a trained model's are (0.1: 58-64 of 64 in every layer). */
+    if (t->cls == SYN_ATTN_OUT)
+        for (int64_t j = 0; j < w; j++) x[j] *= c->o->attn_out_scale;
     if (!c->u) return;
     if (t->cls == SYN_TOKEN_EMBD) {
         /* every token carries m noise-stds of the shared direction */
@@ -901,6 +911,7 @@ int synth_write(const synth_opts *o, const char *path) {
     gguf_w_str(w, "strata.synth.preset", h->preset ? h->preset : "custom");
     gguf_w_u64(w, "strata.synth.seed", o->seed);
     gguf_w_f32(w, "strata.synth.zipf_s", (float)o->zipf_s);
+    if (o->attn_out_scale != 1.0f) gguf_w_f32(w, "strata.synth.attn_out_scale", o->attn_out_scale);
     if (c.u) {
         gguf_w_f32(w, "strata.synth.router_dir_mean", ZIPF_MEAN);
         gguf_w_arr(w, "strata.synth.router_dir", GGUF_T_FLOAT32, c.u, (uint64_t)h->n_embd);

@@ -134,6 +134,7 @@ typedef struct {
     int type_default;                /* qt_type for every weight matrix not overridden; -1: the Q4_K_M-like mix */
     int class_type[SYN_CLASS_COUNT]; /* qt_type per class, -1: not overridden */
     double zipf_s;                   /* > 0: Zipf-skewed router; 0: plain Gaussian router */
+    float attn_out_scale;            /* attn_output weights times this (1: as every matrix); see synth.c */
     uint64_t seed;
     int exact;    /* quantize every tensor from Gaussians (slow on big presets) */
     int progress; /* progress line on stderr */
@@ -146,7 +147,7 @@ int synth_preset(const char *arch, const char *preset, synth_hparams *hp);
 /* Whether h's family has a multi-token prediction block (n_nextn): the
  * hybrids, deepseek2 and glm4moe. */
 int synth_has_mtp(const synth_hparams *h);
-/* Defaults: no overrides, mix types, seed 1, no zipf. */
+/* Defaults: no overrides, mix types, seed 1, no zipf, attn_out_scale 1. */
 void synth_opts_init(synth_opts *o, const synth_hparams *hp);
 
 /* Class name as used by --type and strata info ("ffn_down_exps"); NULL if out of range. */

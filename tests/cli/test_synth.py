@@ -259,6 +259,7 @@ def test_info_reads_it(tiny):
     (["synth", "--preset", "tiny", "-o", "x", "--type-default", "Q9_K"], 2, "unknown type 'Q9_K'"),
     (["synth", "--preset", "tiny", "-o", "x", "--type", "nope=Q4_K"], 2, "unknown tensor class 'nope'"),
     (["synth", "--preset", "tiny", "-o", "x", "--seed", "12x"], 2, "invalid value '12x' for --seed"),
+    (["synth", "--preset", "tiny", "-o", "x", "--attn-out-scale", "0"], 2, "invalid value '0' for --attn-out-scale"),
     (["synth", "--arch", "llama", "--preset", "tiny", "-o", "x"], 2, "unknown architecture 'llama'"),
     (["info", "/nonexistent/file.gguf"], 1, "strata info: /nonexistent/file.gguf"),
 ])
@@ -273,6 +274,33 @@ def test_cli_errors(args, code, msg):
             assert "\nusage: strata " in r.stderr
         else:
             assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_attn_out_scale_spreads_routing():
+    """Random attention adds the same vector to every position, so deeper
+    layers' tokens choose alike; --attn-out-scale 0.1 keeps a 512-token
+    chunk's choices spread (strata profile's counts of the last of 6 layers
+    of the moe-1.5g shape: 23 of 64 experts by default, 64 scaled)."""
+    text = os.path.join(TMP, "synth_genesis_3k.txt")
+    src = os.path.join(os.path.dirname(__file__), "..", "data", "text", "kjv-genesis.txt")
+    open(text, "w").write(open(src).read()[:3000])
+    distinct = {}
+    for scale in ("1", "0.1"):
+        path = os.path.join(TMP, "synth_attn_%s.gguf" % scale)
+        r = run("synth", "--preset", "moe-1.5g", "--layers", "6", "--attn-out-scale", scale, "-o", path, "--quiet")
+        assert r.returncode == 0, r.stderr
+        keys = gguf.GGUFReader(path).fields
+        assert ("strata.synth.attn_out_scale" in keys) == (scale != "1")
+        prof = path + ".prof"
+        r = run("profile", "-m", path, "-f", text, "-o", prof, "--chunks", "1", "-t", "2")
+        assert r.returncode == 0, r.stderr
+        rows = [[int(x) for x in line.split()] for line in open(prof).read().splitlines()[2:] if line.strip()]
+        assert len(rows) == 6 and all(sum(row) == 512 * 8 for row in rows)
+        distinct[scale] = [sum(1 for x in row if x > 0) for row in rows]
+        os.remove(path)
+        os.remove(prof)
+    print("distinct experts per layer of a 512-token chunk, default / 0.1:", distinct["1"], distinct["0.1"])
+    assert distinct["1"][-1] <= 40 and min(distinct["0.1"]) >= 58
 
 
 def test_info_bad_file(tiny):
