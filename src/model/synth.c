@@ -613,15 +613,14 @@ static void gen_row(syn_ctx *c, const syn_tensor *t, int64_t row, syn_rng *r, co
         return;
     default: break;
     }
-    for (int64_t j = 0; j < w; j++) x[j] = WEIGHT_STD * syn_normal(r);
     /* Random q and k attend nearly uniformly, so attention adds about the
      * same vector (the values' running mean) to every position; layer by
      * layer the hidden states converge and a chunk's tokens choose the
      * same experts (moe-1.5g, a 512-token chunk: 58 of 64 experts in layer
      * 0, 14-25 from layer 5 on). A smaller attn_output keeps the tokens
      * apart as a trained model's are (0.1: 58-64 of 64 in every layer). */
-    if (t->cls == SYN_ATTN_OUT)
-        for (int64_t j = 0; j < w; j++) x[j] *= c->o->attn_out_scale;
+    const float sd = t->cls == SYN_ATTN_OUT ? WEIGHT_STD * c->o->attn_out_scale : WEIGHT_STD;
+    for (int64_t j = 0; j < w; j++) x[j] = sd * syn_normal(r);
     if (!c->u) return;
     if (t->cls == SYN_TOKEN_EMBD) {
         /* every token carries m noise-stds of the shared direction */

@@ -251,8 +251,7 @@ static const float *rope_angles(cpu_ctx *c, int n_tok, int head_dim, int pos0, f
     return r->cs;
 }
 
-/* Tokens [t0, t1) of x (n_heads heads of head_stride values per token, the
- * first head_dim of each rotated) by the angles cs (rope_angles). */
+/* The first head_dim values of one head v by a token's angles ct. */
 static void rope_head(float *v, const float *ct, int head_dim, int neox) {
     const int half = head_dim / 2;
     for (int i = 0; i < half; i++) {
@@ -263,6 +262,8 @@ static void rope_head(float *v, const float *ct, int head_dim, int neox) {
     }
 }
 
+/* Tokens [t0, t1) of x (n_heads heads of head_stride values per token, the
+ * first head_dim of each rotated) by the angles cs (rope_angles). */
 static void rope_rows(float *x, const float *cs, int t0, int t1, int n_heads, int head_dim, int head_stride, int neox) {
     for (int t = t0; t < t1; t++)
         for (int h = 0; h < n_heads; h++)
@@ -297,20 +298,23 @@ __attribute__((target("avx2,f16c"))) static void f16_row_avx2(uint16_t *d, const
 #endif
 static void (*g_f16_row)(uint16_t *, const float *, size_t) = f16_row;
 
+/* KV heads [h0, h0 + nh) of position p from kr and vr (head h0's values first). */
+static void kv_store_heads(const st_kv_layer *kv, size_t p, int h0, int nh, const float *kr, const float *vr) {
+    const size_t at = (p * kv->n_head_kv + (size_t)h0) * kv->head_dim, n = (size_t)nh * kv->head_dim;
+    if (kv->type == ST_KV_F16) {
+        g_f16_row((uint16_t *)kv->k + at, kr, n);
+        g_f16_row((uint16_t *)kv->v + at, vr, n);
+    } else {
+        const size_t sc = p * kv->n_head_kv + (size_t)h0;
+        store_row_int8(kr, (int8_t *)kv->k + at, kv->k_scale + sc, nh, kv->head_dim);
+        store_row_int8(vr, (int8_t *)kv->v + at, kv->v_scale + sc, nh, kv->head_dim);
+    }
+}
+
 static void kv_store_rows(st_backend *be, st_kv_layer *kv, const float *k, const float *v, int n_tok, int pos0) {
     (void)be;
-    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
-    for (int t = 0; t < n_tok; t++) {
-        size_t p = (size_t)(pos0 + t);
-        const float *kr = k + t * row, *vr = v + t * row;
-        if (kv->type == ST_KV_F16) {
-            g_f16_row((uint16_t *)kv->k + p * row, kr, row);
-            g_f16_row((uint16_t *)kv->v + p * row, vr, row);
-        } else {
-            store_row_int8(kr, (int8_t *)kv->k + p * row, kv->k_scale + p * kv->n_head_kv, kv->n_head_kv, kv->head_dim);
-            store_row_int8(vr, (int8_t *)kv->v + p * row, kv->v_scale + p * kv->n_head_kv, kv->n_head_kv, kv->head_dim);
-        }
-    }
+    const size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    for (int t = 0; t < n_tok; t++) kv_store_heads(kv, (size_t)(pos0 + t), 0, kv->n_head_kv, k + t * row, v + t * row);
 }
 
 typedef struct {
@@ -354,17 +358,7 @@ static void head_prep_task(void *ctx, int64_t task, int thread) {
         const float *nw = kh < 0 ? hj->qn : hj->kn;
         if (nw) norm_row(x, x, nw, hd, hj->eps);
         rope_head(x, j->cs + (size_t)t * (j->nr / 2) * 2, j->nr, j->neox);
-        if (kh < 0) continue;
-        const st_kv_layer *kv = j->kv;
-        const size_t p = (size_t)(j->pos0 + t), at = p * j->nkv * hd + (size_t)kh * hd;
-        const float *vr = j->v + ((size_t)t * j->nkv + kh) * hd;
-        if (kv->type == ST_KV_F16) {
-            g_f16_row((uint16_t *)kv->k + at, x, hd);
-            g_f16_row((uint16_t *)kv->v + at, vr, hd);
-        } else {
-            store_row_int8(x, (int8_t *)kv->k + at, kv->k_scale + p * j->nkv + kh, 1, hd);
-            store_row_int8(vr, (int8_t *)kv->v + at, kv->v_scale + p * j->nkv + kh, 1, hd);
-        }
+        if (kh >= 0) kv_store_heads(j->kv, (size_t)(j->pos0 + t), kh, 1, x, j->v + ((size_t)t * j->nkv + kh) * hd);
     }
 }
 
